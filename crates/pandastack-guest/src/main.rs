@@ -1,0 +1,3 @@
+//! `pandastack-guest`: the agent inside every PandaStack VM (work in progress).
+
+fn main() {}
