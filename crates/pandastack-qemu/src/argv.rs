@@ -1,0 +1,250 @@
+//! The QEMU command line for a `-M microvm` guest.
+//!
+//! Devices are virtio-mmio only (no PCI, no ACPI); QEMU adds their `virtio_mmio.device=`
+//! registrations to the kernel command line itself. The guest agent talks over a virtio-serial
+//! port bound to a unix socket; QMP over a second socket controls the process.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use pandastack_guest_proto::PORT_NAME;
+use pandastack_vm::{Accel, Memory, VmSpec};
+
+/// File names inside a VM's run directory.
+pub const QMP_SOCKET: &str = "qmp.sock";
+pub const AGENT_SOCKET: &str = "agent.sock";
+pub const CONSOLE_LOG: &str = "console.log";
+pub const QEMU_LOG: &str = "qemu.log";
+pub const PID_FILE: &str = "qemu.pid";
+
+/// Kernel command line used for every cold boot; the spec's `kernel_args` are appended.
+pub const BASE_KERNEL_ARGS: &[&str] = &[
+    "console=ttyS0",
+    "reboot=t",
+    "panic=-1",
+    "root=/dev/vda",
+    "rootfstype=ext4",
+    "rw",
+    "init=/usr/local/sbin/pandastack-guest",
+    "quiet",
+    "8250.nr_uarts=1",
+    "random.trust_cpu=on",
+];
+
+/// How QEMU starts: booting a kernel, or waiting for device state to be loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartMode {
+    Boot,
+    Incoming,
+}
+
+/// Process-wide QEMU settings.
+#[derive(Debug, Clone)]
+pub struct QemuConfig {
+    pub binary: std::path::PathBuf,
+    pub accel: Accel,
+    /// TCG translation cache size; bounded so idle VMs stay small.
+    pub tcg_tb_size_mib: u32,
+    /// Enable QEMU's seccomp sandbox.
+    pub seccomp: bool,
+}
+
+impl QemuConfig {
+    pub fn new(accel: Accel) -> Self {
+        Self {
+            binary: "qemu-system-x86_64".into(),
+            accel,
+            tcg_tb_size_mib: 32,
+            seccomp: true,
+        }
+    }
+}
+
+fn push(argv: &mut Vec<OsString>, items: &[&str]) {
+    argv.extend(items.iter().map(OsString::from));
+}
+
+fn path_arg(prefix: &str, path: &Path, suffix: &str) -> OsString {
+    let mut s = OsString::from(prefix);
+    s.push(path.as_os_str());
+    s.push(suffix);
+    s
+}
+
+/// Builds the argument vector (without the binary) for `spec`.
+pub fn build(cfg: &QemuConfig, spec: &VmSpec, mode: StartMode) -> Vec<OsString> {
+    let mut argv = Vec::new();
+    let mem = spec.memory_mib;
+    push(
+        &mut argv,
+        &[
+            "-M",
+            "microvm,acpi=off,x-option-roms=off,isa-serial=on,rtc=on,pit=on,pic=on,memory-backend=ram",
+            "-nodefaults",
+            "-no-user-config",
+            "-nographic",
+            "-no-reboot",
+        ],
+    );
+    match cfg.accel {
+        Accel::Kvm => push(&mut argv, &["-accel", "kvm", "-cpu", "host"]),
+        Accel::Tcg => {
+            let tcg = format!("tcg,tb-size={}", cfg.tcg_tb_size_mib);
+            push(&mut argv, &["-accel", &tcg, "-cpu", "max"]);
+        }
+    }
+    let smp = spec.vcpus.to_string();
+    let size = format!("{mem}M");
+    push(&mut argv, &["-smp", &smp, "-m", &size]);
+
+    let (path, share) = match &spec.memory {
+        Memory::SharedFile(p) => (p, "on"),
+        Memory::PrivateFile(p) => (p, "off"),
+    };
+    argv.push("-object".into());
+    argv.push(path_arg(
+        &format!("memory-backend-file,id=ram,size={mem}M,mem-path="),
+        path,
+        &format!(",share={share},prealloc=off"),
+    ));
+
+    if mode == StartMode::Boot {
+        argv.push("-kernel".into());
+        argv.push(spec.kernel.clone().into());
+        let mut cmdline: Vec<String> = BASE_KERNEL_ARGS.iter().map(|s| s.to_string()).collect();
+        cmdline.extend(spec.kernel_args.iter().cloned());
+        push(&mut argv, &["-append", &cmdline.join(" ")]);
+    } else {
+        push(&mut argv, &["-incoming", "defer"]);
+    }
+
+    // Root disk. `discard=unmap` lets the guest's fstrim punch holes back into the sparse file.
+    argv.push("-drive".into());
+    argv.push(path_arg(
+        "id=root,if=none,format=raw,cache=writeback,discard=unmap,aio=threads,file=",
+        &spec.rootfs,
+        "",
+    ));
+    push(&mut argv, &["-device", "virtio-blk-device,drive=root"]);
+
+    // Guest agent channel.
+    let run = &spec.run_dir;
+    push(&mut argv, &["-device", "virtio-serial-device,max_ports=2"]);
+    argv.push("-chardev".into());
+    argv.push(path_arg(
+        "socket,id=agent,server=on,wait=off,path=",
+        &run.join(AGENT_SOCKET),
+        "",
+    ));
+    push(
+        &mut argv,
+        &[
+            "-device",
+            &format!("virtserialport,chardev=agent,name={PORT_NAME}"),
+        ],
+    );
+
+    push(&mut argv, &["-device", "virtio-rng-device"]);
+    push(
+        &mut argv,
+        &["-device", "virtio-balloon-device,free-page-reporting=on"],
+    );
+
+    if let Some(net) = &spec.net {
+        push(
+            &mut argv,
+            &[
+                "-netdev",
+                &format!("tap,id=net0,ifname={},script=no,downscript=no", net.tap),
+                "-device",
+                &format!("virtio-net-device,netdev=net0,mac={}", net.mac),
+            ],
+        );
+    }
+
+    // Console to a file, control over QMP.
+    argv.push("-chardev".into());
+    argv.push(path_arg(
+        "file,id=console,path=",
+        &run.join(CONSOLE_LOG),
+        ",append=on",
+    ));
+    push(&mut argv, &["-serial", "chardev:console"]);
+    argv.push("-qmp".into());
+    argv.push(path_arg(
+        "unix:",
+        &run.join(QMP_SOCKET),
+        ",server=on,wait=off",
+    ));
+    argv.push("-pidfile".into());
+    argv.push(run.join(PID_FILE).into());
+    if cfg.seccomp {
+        push(
+            &mut argv,
+            &[
+                "-sandbox",
+                "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+            ],
+        );
+    }
+    argv
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pandastack_vm::NetAttach;
+
+    fn spec(memory: Memory) -> VmSpec {
+        VmSpec {
+            id: "sb-1".into(),
+            vcpus: 2,
+            memory_mib: 512,
+            kernel: "/k/vmlinux".into(),
+            rootfs: "/r/rootfs.ext4".into(),
+            kernel_args: vec!["pandastack.hostname=x".into()],
+            memory,
+            net: Some(NetAttach {
+                tap: "tap0".into(),
+                mac: "02:00:00:00:00:01".into(),
+            }),
+            run_dir: "/run/ps/sb-1".into(),
+        }
+    }
+
+    fn joined(v: &[OsString]) -> String {
+        v.iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn boot_has_kernel_and_shared_memory() {
+        let a = joined(&build(
+            &QemuConfig::new(Accel::Tcg),
+            &spec(Memory::SharedFile("/t/mem".into())),
+            StartMode::Boot,
+        ));
+        assert!(a.contains("-kernel /k/vmlinux"));
+        assert!(a.contains("mem-path=/t/mem,share=on"));
+        assert!(a.contains("pandastack.hostname=x"));
+        assert!(a.contains("tcg,tb-size=32"));
+        assert!(!a.contains("-incoming"));
+        assert!(a.contains("ifname=tap0"));
+        assert!(a.contains("-sandbox on"));
+    }
+
+    #[test]
+    fn incoming_has_no_kernel_and_private_memory() {
+        let a = joined(&build(
+            &QemuConfig::new(Accel::Kvm),
+            &spec(Memory::PrivateFile("/t/mem".into())),
+            StartMode::Incoming,
+        ));
+        assert!(!a.contains("-kernel"));
+        assert!(a.contains("-incoming defer"));
+        assert!(a.contains("share=off"));
+        assert!(a.contains("-accel kvm -cpu host"));
+    }
+}

@@ -1,0 +1,393 @@
+//! [`QemuDriver`]: the [`VmDriver`] implementation on `qemu-system-x86_64 -M microvm`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pandastack_vm::{Accel, Memory, RunState, Vm, VmDriver, VmError, VmSpec, VmStats};
+use tokio::time::Instant;
+
+use crate::argv::{
+    self, QemuConfig, StartMode, AGENT_SOCKET, CONSOLE_LOG, PID_FILE, QEMU_LOG, QMP_SOCKET,
+};
+use crate::process::{self, Process};
+use crate::qmp::{self, Qmp, QmpError};
+
+/// How long QEMU may take to open its QMP socket.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound on ordinary QMP commands.
+const QMP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound on loading or saving device state (RAM too, for private memory).
+const MIGRATE_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn control(e: QmpError) -> VmError {
+    VmError::Control(Box::new(e))
+}
+
+/// The QEMU microvm driver.
+#[derive(Debug, Clone)]
+pub struct QemuDriver {
+    cfg: QemuConfig,
+}
+
+impl QemuDriver {
+    pub fn new(cfg: QemuConfig) -> Self {
+        Self { cfg }
+    }
+
+    pub fn config(&self) -> &QemuConfig {
+        &self.cfg
+    }
+
+    async fn start(&self, spec: &VmSpec, mode: StartMode) -> Result<QemuVm, VmError> {
+        validate(spec, mode)?;
+        for f in [QMP_SOCKET, AGENT_SOCKET, PID_FILE] {
+            let _ = std::fs::remove_file(spec.run_dir.join(f));
+        }
+        let args = argv::build(&self.cfg, spec, mode);
+        let qemu_log = spec.run_dir.join(QEMU_LOG);
+        let process = Process::spawn(&self.cfg.binary, &args, &qemu_log)?;
+        match connect_qmp(&process, &spec.run_dir, &qemu_log).await {
+            Ok(qmp) => Ok(QemuVm {
+                id: spec.id.clone(),
+                run_dir: spec.run_dir.clone(),
+                process,
+                qmp,
+            }),
+            Err(e) => {
+                // Never leave a half-started process behind.
+                let _ = process.kill();
+                process.wait_timeout(Duration::from_secs(5)).await;
+                Err(e)
+            }
+        }
+    }
+}
+
+fn validate(spec: &VmSpec, mode: StartMode) -> Result<(), VmError> {
+    if spec.vcpus == 0 || spec.vcpus > 64 {
+        return Err(VmError::InvalidSpec(format!(
+            "vcpus {} not in 1..=64",
+            spec.vcpus
+        )));
+    }
+    if spec.memory_mib < 64 {
+        return Err(VmError::InvalidSpec(format!(
+            "memory {} MiB below 64",
+            spec.memory_mib
+        )));
+    }
+    if !spec.run_dir.is_dir() {
+        return Err(VmError::MissingFile(spec.run_dir.clone()));
+    }
+    // sun_path holds 108 bytes including the terminating NUL.
+    let longest = spec.run_dir.join(QMP_SOCKET).as_os_str().len();
+    if longest > 107 {
+        return Err(VmError::InvalidSpec(format!(
+            "run dir {} too long for unix sockets",
+            spec.run_dir.display()
+        )));
+    }
+    let mut needed: Vec<&Path> = vec![&spec.rootfs];
+    if mode == StartMode::Boot {
+        needed.push(&spec.kernel);
+    }
+    if let Memory::PrivateFile(p) = &spec.memory {
+        needed.push(p);
+    }
+    for p in needed {
+        if !p.is_file() {
+            return Err(VmError::MissingFile(p.to_owned()));
+        }
+    }
+    Ok(())
+}
+
+async fn connect_qmp(process: &Process, run_dir: &Path, qemu_log: &Path) -> Result<Qmp, VmError> {
+    let socket = run_dir.join(QMP_SOCKET);
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if !process.alive() {
+            let log = std::fs::read_to_string(qemu_log).unwrap_or_default();
+            let last = log.lines().rev().take(5).collect::<Vec<_>>();
+            let msg = last.into_iter().rev().collect::<Vec<_>>().join("; ");
+            return Err(VmError::Exited(if msg.is_empty() {
+                "no output".into()
+            } else {
+                msg
+            }));
+        }
+        if socket.exists() {
+            match Qmp::connect(&socket, QMP_TIMEOUT).await {
+                Ok(q) => return Ok(q),
+                Err(QmpError::Connect(_)) => {}
+                Err(e) => return Err(control(e)),
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(VmError::Timeout {
+                op: "qemu start",
+                after: START_TIMEOUT,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Waits for a migration (save or load) to end; `Ok` when it completed.
+async fn wait_migration(
+    vm: &QemuVm,
+    events: &mut tokio::sync::broadcast::Receiver<qmp::Event>,
+    op: &'static str,
+) -> Result<(), VmError> {
+    let deadline = Instant::now() + MIGRATE_TIMEOUT;
+    loop {
+        // Events may be missed while lagging; the status query is the source of truth.
+        let info = vm
+            .qmp
+            .execute(&qmp::QueryMigrate {})
+            .await
+            .map_err(control)?;
+        match info.status.as_deref() {
+            Some("completed") => return Ok(()),
+            Some("failed") | Some("cancelled") => {
+                return Err(VmError::Command {
+                    op,
+                    message: info.error_desc.unwrap_or_else(|| "migration failed".into()),
+                })
+            }
+            _ => {}
+        }
+        let wait = tokio::time::timeout_at(deadline, async {
+            tokio::select! {
+                _ = events.recv() => {},
+                _ = vm.process.exited() => {},
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {},
+            }
+        });
+        if wait.await.is_err() {
+            return Err(VmError::Timeout {
+                op,
+                after: MIGRATE_TIMEOUT,
+            });
+        }
+        if !vm.process.alive() {
+            return Err(VmError::Exited(format!("during {op}")));
+        }
+    }
+}
+
+async fn set_ignore_shared(qmp: &Qmp) -> Result<(), VmError> {
+    qmp.execute(&qmp::MigrateSetCapabilities {
+        capabilities: vec![qmp::MigrationCapability {
+            capability: "x-ignore-shared",
+            state: true,
+        }],
+    })
+    .await
+    .map_err(control)?;
+    Ok(())
+}
+
+impl VmDriver for QemuDriver {
+    type Vm = QemuVm;
+
+    fn accel(&self) -> Accel {
+        self.cfg.accel
+    }
+
+    async fn boot(&self, spec: &VmSpec) -> Result<QemuVm, VmError> {
+        self.start(spec, StartMode::Boot).await
+    }
+
+    async fn restore(&self, spec: &VmSpec, state: &Path) -> Result<QemuVm, VmError> {
+        if !state.is_file() {
+            return Err(VmError::MissingFile(state.to_owned()));
+        }
+        let vm = self.start(spec, StartMode::Incoming).await?;
+        let result = async {
+            set_ignore_shared(&vm.qmp).await?;
+            let mut events = vm.qmp.events();
+            vm.qmp
+                .execute(&qmp::MigrateIncoming {
+                    uri: file_uri(state)?,
+                })
+                .await
+                .map_err(control)?;
+            wait_migration(&vm, &mut events, "restore").await?;
+            // Without -S the VM runs as soon as the state is loaded; make sure it did.
+            let status = vm
+                .qmp
+                .execute(&qmp::QueryStatus {})
+                .await
+                .map_err(control)?;
+            if !status.running {
+                vm.qmp.execute(&qmp::Cont {}).await.map_err(control)?;
+            }
+            Ok(())
+        }
+        .await;
+        match result {
+            Ok(()) => Ok(vm),
+            Err(e) => {
+                let _ = vm.kill_and_wait().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn attach(&self, run_dir: &Path) -> Result<QemuVm, VmError> {
+        let pid = process::live_pid(run_dir, &run_dir.join(PID_FILE))
+            .ok_or_else(|| VmError::Exited(format!("no running vm in {}", run_dir.display())))?;
+        let process = Process::from_pid(pid)?;
+        let qmp = Qmp::connect(&run_dir.join(QMP_SOCKET), QMP_TIMEOUT)
+            .await
+            .map_err(control)?;
+        let id = run_dir
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(QemuVm {
+            id,
+            run_dir: run_dir.to_owned(),
+            process,
+            qmp,
+        })
+    }
+}
+
+fn file_uri(path: &Path) -> Result<String, VmError> {
+    let s = path
+        .to_str()
+        .filter(|s| !s.contains(','))
+        .ok_or_else(|| VmError::InvalidSpec(format!("unusable state path {}", path.display())))?;
+    Ok(format!("file:{s}"))
+}
+
+/// A VM run by a QEMU process.
+pub struct QemuVm {
+    id: String,
+    run_dir: PathBuf,
+    process: Process,
+    qmp: Qmp,
+}
+
+impl QemuVm {
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    /// The QMP session (for driver-internal extensions and tests).
+    pub fn qmp(&self) -> &Qmp {
+        &self.qmp
+    }
+
+    /// Waits until the QEMU process exits (crash, guest poweroff, stop).
+    pub async fn exited(&self) {
+        self.process.exited().await
+    }
+
+    pub fn alive(&self) -> bool {
+        self.process.alive()
+    }
+
+    async fn kill_and_wait(&self) -> Result<(), VmError> {
+        self.process.kill()?;
+        if !self.process.wait_timeout(Duration::from_secs(10)).await {
+            return Err(VmError::Timeout {
+                op: "kill",
+                after: Duration::from_secs(10),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Vm for QemuVm {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn agent_socket(&self) -> PathBuf {
+        self.run_dir.join(AGENT_SOCKET)
+    }
+
+    fn console_log(&self) -> PathBuf {
+        self.run_dir.join(CONSOLE_LOG)
+    }
+
+    fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    async fn pause(&self) -> Result<(), VmError> {
+        self.qmp.execute(&qmp::Stop {}).await.map_err(control)?;
+        Ok(())
+    }
+
+    async fn resume(&self) -> Result<(), VmError> {
+        self.qmp.execute(&qmp::Cont {}).await.map_err(control)?;
+        Ok(())
+    }
+
+    async fn state(&self) -> Result<RunState, VmError> {
+        if !self.process.alive() {
+            return Ok(RunState::Shutdown);
+        }
+        let s = self
+            .qmp
+            .execute(&qmp::QueryStatus {})
+            .await
+            .map_err(control)?;
+        Ok(match s.status.as_str() {
+            "running" => RunState::Running,
+            "paused" | "postmigrate" | "finish-migrate" | "prelaunch" | "suspended" => {
+                RunState::Paused
+            }
+            "inmigrate" => RunState::Incoming,
+            "shutdown" | "guest-panicked" => RunState::Shutdown,
+            _ => RunState::Other,
+        })
+    }
+
+    async fn save_state(&self, state: &Path) -> Result<(), VmError> {
+        let tmp = state.with_extension("partial");
+        let _ = std::fs::remove_file(&tmp);
+        set_ignore_shared(&self.qmp).await?;
+        let mut events = self.qmp.events();
+        self.qmp
+            .execute(&qmp::Migrate {
+                uri: file_uri(&tmp)?,
+            })
+            .await
+            .map_err(control)?;
+        let result = wait_migration(self, &mut events, "snapshot").await;
+        match result {
+            Ok(()) => {
+                std::fs::rename(&tmp, state)?;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                Err(e)
+            }
+        }
+    }
+
+    fn stats(&self) -> Result<VmStats, VmError> {
+        self.process.stats()
+    }
+
+    async fn stop(&self) -> Result<(), VmError> {
+        if self.process.alive() {
+            // A polite quit first; QEMU flushes its block devices on the way out.
+            let _ = self
+                .qmp
+                .execute_with_timeout(&qmp::Quit {}, Duration::from_secs(2))
+                .await;
+            if !self.process.wait_timeout(Duration::from_secs(3)).await {
+                self.kill_and_wait().await?;
+            }
+        }
+        Ok(())
+    }
+}

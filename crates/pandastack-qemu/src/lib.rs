@@ -1,0 +1,16 @@
+//! QEMU `-M microvm` driver for PandaStack: builds the command line, runs and watches the QEMU
+//! process, and controls it over a typed QMP client. It implements [`pandastack_vm::VmDriver`];
+//! nothing outside the binary should name this crate.
+//!
+//! Snapshots use QEMU's migration stream for device state only: guest RAM is a file (mapped
+//! shared while baking, copy-on-write private when restoring) and the `x-ignore-shared`
+//! capability keeps it out of the stream.
+
+pub mod accel;
+pub mod argv;
+mod driver;
+pub mod process;
+pub mod qmp;
+
+pub use argv::QemuConfig;
+pub use driver::{QemuDriver, QemuVm};

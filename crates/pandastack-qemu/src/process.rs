@@ -1,0 +1,175 @@
+//! The QEMU process: spawning it detached from us, watching it through a pidfd, reading its
+//! resource use from /proc. A VM process is never tied to the lifetime of the host agent: it runs
+//! in its own process group and is found again by pid file after an agent restart.
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::time::Duration;
+
+use pandastack_vm::{VmError, VmStats};
+use rustix::process::{Pid, PidfdFlags, Signal};
+use tokio::io::unix::AsyncFd;
+
+/// A live QEMU process we can wait on and signal, child or not.
+#[derive(Debug)]
+pub struct Process {
+    pid: u32,
+    pidfd: AsyncFd<OwnedFd>,
+}
+
+impl Process {
+    /// Spawns `binary argv` with stdout/stderr appended to `log`.
+    pub fn spawn(binary: &Path, argv: &[std::ffi::OsString], log: &Path) -> Result<Self, VmError> {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)?;
+        let err = out.try_clone()?;
+        let child = tokio::process::Command::new(binary)
+            .args(argv)
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            // Own process group: a signal to the agent's group (Ctrl-C) must not reach VMs.
+            .process_group(0)
+            .kill_on_drop(false)
+            .spawn()
+            .map_err(VmError::Spawn)?;
+        let pid = child
+            .id()
+            .ok_or_else(|| VmError::Exited("exited at once".into()))?;
+        // Dropping the tokio handle leaves reaping to tokio's orphan queue; we watch the pidfd.
+        drop(child);
+        Self::from_pid(pid)
+    }
+
+    /// Opens a pidfd for an existing process.
+    pub fn from_pid(pid: u32) -> Result<Self, VmError> {
+        let raw = Pid::from_raw(pid as i32)
+            .ok_or_else(|| VmError::InvalidSpec(format!("bad pid {pid}")))?;
+        let fd = rustix::process::pidfd_open(raw, PidfdFlags::empty())
+            .map_err(|e| VmError::Io(e.into()))?;
+        // SAFETY: `fd` is an OwnedFd moved into the AsyncFd, so it stays open and refers to this
+        // pidfd until the AsyncFd is dropped; OwnedFd::as_raw_fd always returns that same fd.
+        let pidfd = unsafe { AsyncFd::register(fd) }.map_err(|e| VmError::Io(e.into()))?;
+        Ok(Self { pid, pidfd })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// True while the process has not exited.
+    pub fn alive(&self) -> bool {
+        // A pidfd polls readable once the process has exited.
+        let mut fds = [rustix::event::PollFd::new(
+            self.pidfd.get_ref(),
+            rustix::event::PollFlags::IN,
+        )];
+        matches!(
+            rustix::event::poll(&mut fds, Some(&rustix::time::Timespec::default())),
+            Ok(0)
+        )
+    }
+
+    /// Waits until the process exits.
+    pub async fn exited(&self) {
+        loop {
+            match self.pidfd.readable().await {
+                Ok(mut guard) => {
+                    if !self.alive() {
+                        return;
+                    }
+                    guard.clear_ready();
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for exit; true if it exited.
+    pub async fn wait_timeout(&self, timeout: Duration) -> bool {
+        tokio::time::timeout(timeout, self.exited()).await.is_ok()
+    }
+
+    pub fn kill(&self) -> Result<(), VmError> {
+        match rustix::process::pidfd_send_signal(self.pidfd.get_ref(), Signal::KILL) {
+            Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
+            Err(e) => Err(VmError::Io(e.into())),
+        }
+    }
+
+    /// RSS, PSS and CPU time from /proc.
+    pub fn stats(&self) -> Result<VmStats, VmError> {
+        let rollup = std::fs::read_to_string(format!("/proc/{}/smaps_rollup", self.pid))?;
+        let kib = |key: &str| -> u64 {
+            rollup
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+                * 1024
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
+        Ok(VmStats {
+            pid: self.pid,
+            rss_bytes: kib("Rss:"),
+            pss_bytes: kib("Pss:"),
+            cpu_time: cpu_time(&stat).unwrap_or_default(),
+        })
+    }
+}
+
+/// utime + stime from a /proc/<pid>/stat line.
+fn cpu_time(stat: &str) -> Option<Duration> {
+    // The command name (field 2) may contain spaces; fields after the closing paren are fixed.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    let hz = rustix::param::clock_ticks_per_second();
+    Some(Duration::from_millis((utime + stime) * 1000 / hz))
+}
+
+/// The pid recorded in a run directory's pid file, if that process is still a QEMU started for
+/// this directory (guards against pid reuse).
+pub fn live_pid(run_dir: &Path, pid_file: &Path) -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(pid_file)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let needle = run_dir.as_os_str().as_encoded_bytes();
+    cmdline
+        .windows(needle.len())
+        .any(|w| w == needle)
+        .then_some(pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_cpu_time_with_spaces_in_comm() {
+        let hz = rustix::param::clock_ticks_per_second();
+        let line = format!(
+            "42 (qemu system) S 1 42 42 0 -1 4194560 100 0 0 0 {} {} 0 0 20 0",
+            hz * 2,
+            hz
+        );
+        assert_eq!(cpu_time(&line), Some(Duration::from_secs(3)));
+    }
+
+    #[tokio::test]
+    async fn watches_exit_of_a_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let p =
+            Process::spawn(Path::new("sleep"), &["0.2".into()], &dir.path().join("log")).unwrap();
+        assert!(p.alive());
+        assert!(p.wait_timeout(Duration::from_secs(5)).await);
+        assert!(!p.alive());
+    }
+}

@@ -1,0 +1,184 @@
+//! Fixtures for tests that boot real guests: where the guest kernel and test image are, which
+//! accelerator works here, a guard that kills a VM however the test ends, and helpers to talk to
+//! the guest agent. Test-only: nothing in a shipping crate may depend on this one.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pandastack_guest_proto::v1::{self, process_client::ProcessClient};
+use pandastack_qemu::{accel, QemuConfig, QemuDriver, QemuVm};
+use pandastack_vm::{Memory, Vm, VmSpec};
+use tokio::sync::OnceCell;
+use tonic::transport::Channel;
+
+/// Paths to the guest kernel and the test rootfs (the `minimal` template with the agent).
+#[derive(Debug, Clone)]
+pub struct Fixtures {
+    pub kernel: PathBuf,
+    pub rootfs: PathBuf,
+}
+
+fn env_file(var: &str) -> PathBuf {
+    let v = std::env::var_os(var).unwrap_or_else(|| {
+        panic!("{var} is not set: run the test suite with scripts/test.sh, which builds the guest kernel and image and sets it")
+    });
+    let p = PathBuf::from(v);
+    assert!(p.is_file(), "{var}={} does not exist", p.display());
+    p
+}
+
+/// The kernel (`PANDASTACK_KERNEL`) and test image (`PANDASTACK_TEST_ROOTFS`).
+pub fn fixtures() -> Fixtures {
+    Fixtures {
+        kernel: env_file("PANDASTACK_KERNEL"),
+        rootfs: env_file("PANDASTACK_TEST_ROOTFS"),
+    }
+}
+
+static DRIVER: OnceCell<QemuDriver> = OnceCell::const_new();
+
+/// The QEMU driver with the accelerator that really boots here (probed once per test binary).
+pub async fn driver() -> &'static QemuDriver {
+    DRIVER
+        .get_or_init(|| async {
+            let f = fixtures();
+            let choice = accel::detect(Path::new("qemu-system-x86_64"), &f.kernel).await;
+            eprintln!("accelerator: {} ({})", choice.accel, choice.reason);
+            QemuDriver::new(QemuConfig::new(choice.accel))
+        })
+        .await
+}
+
+/// A VM that is killed when the guard drops (test failure, panic or success alike), with its run
+/// directory and disk in a temporary directory removed afterwards.
+pub struct VmGuard {
+    pub vm: QemuVm,
+    pub dir: tempfile::TempDir,
+}
+
+impl Drop for VmGuard {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.vm.pid() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+impl std::ops::Deref for VmGuard {
+    type Target = QemuVm;
+    fn deref(&self) -> &QemuVm {
+        &self.vm
+    }
+}
+
+/// A fresh temporary directory for one VM (short path: unix sockets live in it).
+pub fn vm_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("ps-")
+        .tempdir_in("/tmp")
+        .expect("temp dir")
+}
+
+/// Copies the test rootfs into `dir` (sparse), returning the copy's path.
+pub fn copy_rootfs(src: &Path, dir: &Path) -> PathBuf {
+    let dst = dir.join("rootfs.ext4");
+    let status = std::process::Command::new("cp")
+        .args(["--reflink=auto", "--sparse=always"])
+        .arg(src)
+        .arg(&dst)
+        .status()
+        .expect("run cp");
+    assert!(status.success(), "copy rootfs");
+    dst
+}
+
+/// A spec for the test image in `dir` with `memory`.
+pub fn spec(dir: &Path, memory: Memory, rootfs: PathBuf) -> VmSpec {
+    let f = fixtures();
+    VmSpec {
+        id: dir.file_name().unwrap().to_string_lossy().into_owned(),
+        vcpus: 1,
+        memory_mib: 256,
+        kernel: f.kernel,
+        rootfs,
+        kernel_args: vec![],
+        memory,
+        net: None,
+        run_dir: dir.to_owned(),
+    }
+}
+
+/// Cold-boots the test image with its RAM in a shared file inside the VM's directory.
+pub async fn boot() -> VmGuard {
+    let f = fixtures();
+    let dir = vm_dir();
+    let rootfs = copy_rootfs(&f.rootfs, dir.path());
+    let spec = spec(
+        dir.path(),
+        Memory::SharedFile(dir.path().join("mem")),
+        rootfs,
+    );
+    let vm = pandastack_vm::VmDriver::boot(driver().await, &spec)
+        .await
+        .expect("boot vm");
+    VmGuard { vm, dir }
+}
+
+/// Opens a guest agent session (waits for the agent to come up).
+pub async fn agent(vm: &QemuVm, timeout: Duration) -> Channel {
+    match pandastack_guest_proto::host::connect(vm.agent_socket(), timeout).await {
+        Ok(c) => c,
+        Err(e) => {
+            let console = std::fs::read_to_string(vm.console_log()).unwrap_or_default();
+            panic!("guest agent not reachable: {e:#}\n--- console ---\n{console}");
+        }
+    }
+}
+
+/// Result of [`exec`].
+#[derive(Debug, Default)]
+pub struct Output {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: i32,
+}
+
+/// Runs `sh -c cmd` in the guest and collects its output.
+pub async fn exec(ch: &Channel, cmd: &str) -> Output {
+    let start = v1::ExecInput {
+        input: Some(v1::exec_input::Input::Start(v1::ExecStart {
+            shell: cmd.into(),
+            ..Default::default()
+        })),
+    };
+    let mut stream = ProcessClient::new(ch.clone())
+        .exec(once_then_pending(start))
+        .await
+        .expect("exec call")
+        .into_inner();
+    let mut out = Output::default();
+    while let Some(msg) = stream.message().await.expect("exec stream") {
+        match msg.output {
+            Some(v1::exec_output::Output::Stdout(b)) => {
+                out.stdout.push_str(&String::from_utf8_lossy(&b))
+            }
+            Some(v1::exec_output::Output::Stderr(b)) => {
+                out.stderr.push_str(&String::from_utf8_lossy(&b))
+            }
+            Some(v1::exec_output::Output::Exit(e)) => {
+                out.exit_code = e.exit_code;
+                return out;
+            }
+            _ => {}
+        }
+    }
+    panic!("exec stream ended without exit: {out:?}");
+}
+
+/// A request stream with one message that then stays open: closing stdin-side input early is
+/// fine for the agent, but an open stream mirrors how the host agent drives interactive execs.
+fn once_then_pending<T: Send + 'static>(first: T) -> impl futures::Stream<Item = T> + Send {
+    use futures::StreamExt;
+    futures::stream::once(async move { first }).chain(futures::stream::pending())
+}

@@ -1,0 +1,173 @@
+//! The driver boundary between the host agent and a hypervisor.
+//!
+//! Everything above this crate (host agent, API) talks about VMs only in these words: a [`VmSpec`]
+//! to boot or restore, a [`Vm`] handle with lifecycle operations, [`SnapshotFiles`] on disk. No
+//! QEMU (or Firecracker) vocabulary may appear here; a driver crate implements [`VmDriver`] and
+//! only the binary wires a concrete driver in.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How guest instructions run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Accel {
+    /// Hardware virtualisation (Linux KVM).
+    Kvm,
+    /// Software emulation (QEMU TCG): slower, but works where KVM cannot run guests.
+    Tcg,
+}
+
+impl Accel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+}
+
+impl std::fmt::Display for Accel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where guest RAM lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Memory {
+    /// RAM is this file, mapped shared: every guest write lands in the file, so a snapshot needs
+    /// only the device state. Used for baking and for VMs that will be forked or hibernated.
+    SharedFile(PathBuf),
+    /// RAM is a private copy-on-write mapping of this (snapshot) file: clean pages are shared
+    /// with every other VM restored from it, writes stay in this VM.
+    PrivateFile(PathBuf),
+}
+
+impl Memory {
+    pub fn path(&self) -> &Path {
+        match self {
+            Memory::SharedFile(p) | Memory::PrivateFile(p) => p,
+        }
+    }
+}
+
+/// Guest network attachment: a host TAP device the VM's NIC is plugged into.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetAttach {
+    pub tap: String,
+    pub mac: String,
+}
+
+/// Everything needed to start one VM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmSpec {
+    /// Stable id (also names the runtime directory's contents in logs).
+    pub id: String,
+    pub vcpus: u32,
+    pub memory_mib: u32,
+    pub kernel: PathBuf,
+    /// Root disk image (raw ext4); the VM writes to it.
+    pub rootfs: PathBuf,
+    /// Extra kernel command line arguments (cold boot only).
+    pub kernel_args: Vec<String>,
+    pub memory: Memory,
+    pub net: Option<NetAttach>,
+    /// Directory for this VM's sockets, console log and pid file. Must exist; short path
+    /// (unix socket paths are limited to 107 bytes).
+    pub run_dir: PathBuf,
+}
+
+/// The files a snapshot consists of. `memory` is `None` when RAM is a shared file that the caller
+/// owns and copies itself (then `memory_source` names it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotFiles {
+    /// Device state (CPU registers, device models); small.
+    pub state: PathBuf,
+    /// Guest RAM image.
+    pub memory: PathBuf,
+}
+
+/// Coarse VM state as the hypervisor sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    Running,
+    Paused,
+    /// Waiting for state to be loaded (a restore in progress).
+    Incoming,
+    Shutdown,
+    Other,
+}
+
+/// Host-side resource use of one VM.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VmStats {
+    pub pid: u32,
+    pub rss_bytes: u64,
+    /// Proportional set size: shared pages divided among their users.
+    pub pss_bytes: u64,
+    /// User + system CPU time of the VM process.
+    pub cpu_time: Duration,
+}
+
+/// Errors of driver operations. Messages are short; causes are kept as sources.
+#[derive(Debug, thiserror::Error)]
+pub enum VmError {
+    #[error("invalid vm spec: {0}")]
+    InvalidSpec(String),
+    #[error("missing file {0}")]
+    MissingFile(PathBuf),
+    #[error("start hypervisor process")]
+    Spawn(#[source] std::io::Error),
+    #[error("hypervisor exited: {0}")]
+    Exited(String),
+    #[error("hypervisor control channel")]
+    Control(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("{op} failed: {message}")]
+    Command { op: &'static str, message: String },
+    #[error("{op} timed out after {after:?}")]
+    Timeout { op: &'static str, after: Duration },
+    #[error("vm i/o")]
+    Io(#[from] std::io::Error),
+}
+
+/// A running (or paused) VM. Dropping the handle does not stop the VM: VMs outlive the process
+/// that started them; call [`Vm::stop`] to end one.
+pub trait Vm: Send + Sync {
+    fn id(&self) -> &str;
+    /// Unix socket of the guest agent channel.
+    fn agent_socket(&self) -> PathBuf;
+    /// Console (serial) log file.
+    fn console_log(&self) -> PathBuf;
+    fn pid(&self) -> u32;
+    fn pause(&self) -> impl Future<Output = Result<(), VmError>> + Send;
+    fn resume(&self) -> impl Future<Output = Result<(), VmError>> + Send;
+    fn state(&self) -> impl Future<Output = Result<RunState, VmError>> + Send;
+    /// Writes the device state to `state`. With [`Memory::SharedFile`] the RAM is the file
+    /// itself and is not written again; the VM must be paused first and stays paused.
+    fn save_state(&self, state: &Path) -> impl Future<Output = Result<(), VmError>> + Send;
+    fn stats(&self) -> Result<VmStats, VmError>;
+    /// Stops the VM process and waits for it to go away.
+    fn stop(&self) -> impl Future<Output = Result<(), VmError>> + Send;
+}
+
+/// A hypervisor.
+pub trait VmDriver: Send + Sync {
+    type Vm: Vm;
+    fn accel(&self) -> Accel;
+    /// Cold-boots `spec` (kernel, rootfs, fresh RAM).
+    fn boot(&self, spec: &VmSpec) -> impl Future<Output = Result<Self::Vm, VmError>> + Send;
+    /// Restores `spec` from a device state file; RAM comes from `spec.memory`. Returns once the
+    /// guest runs again.
+    fn restore(
+        &self,
+        spec: &VmSpec,
+        state: &Path,
+    ) -> impl Future<Output = Result<Self::Vm, VmError>> + Send;
+    /// Finds a VM started earlier (possibly by another process) from its run directory.
+    fn attach(&self, run_dir: &Path) -> impl Future<Output = Result<Self::Vm, VmError>> + Send;
+}
