@@ -2,9 +2,16 @@
 
 use std::process::ExitCode;
 
+pub mod doctor;
+
 #[derive(Debug, clap::Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Check that this host can run sandboxes, with a fix hint for each problem.
+    Doctor(doctor::DoctorArgs),
+}
 
 pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
-    match command {}
+    match command {
+        Command::Doctor(args) => doctor::run(args).await,
+    }
 }

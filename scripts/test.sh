@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole PandaStack test suite, from a clean clone on a fresh Debian bookworm host (as root):
+# installs what is missing, builds the guest kernel and the `minimal` test image (both cached in
+# $PANDASTACK_CACHE), then runs format and lint checks and every test, real guests included.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+export PANDASTACK_CACHE=${PANDASTACK_CACHE:-/var/cache/pandastack}
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+step "host setup (packages, guest kernel)"
+scripts/setup-host.sh
+export PANDASTACK_KERNEL
+PANDASTACK_KERNEL=$(scripts/build-kernel.sh)
+
+step "format and lint"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "build: guest agent (release) and pandastack"
+cargo build --release --locked -p pandastack-guest
+cargo build --locked -p pandastack
+
+step "test image: minimal template with the agent"
+export PANDASTACK_TEST_ROOTFS
+PANDASTACK_TEST_ROOTFS=$(target/debug/pandastack template build minimal --agent target/release/pandastack-guest)
+echo "kernel: $PANDASTACK_KERNEL" >&2
+echo "rootfs: $PANDASTACK_TEST_ROOTFS" >&2
+
+step "tests"
+# Guests run under TCG on 2 cores: keep VM-booting test binaries from oversubscribing the CPU.
+cargo test --workspace --locked -- --test-threads=2
