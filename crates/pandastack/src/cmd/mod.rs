@@ -2,16 +2,20 @@
 
 use std::process::ExitCode;
 
+pub mod bench;
 pub mod doctor;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// Check that this host can run sandboxes, with a fix hint for each problem.
     Doctor(doctor::DoctorArgs),
+    /// Measure latency and density with real guests; prints p50/p99 and writes JSON.
+    Bench(bench::BenchArgs),
 }
 
 pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Doctor(args) => doctor::run(args).await,
+        Command::Bench(args) => bench::run(args).await,
     }
 }

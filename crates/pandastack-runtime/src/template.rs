@@ -1,0 +1,223 @@
+//! Templates: a root disk, a VM shape and a baked snapshot (device state + memory file).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use pandastack_guest_proto::v1::{self, agent_client::AgentClient};
+use pandastack_vm::{Memory, Vm, VmDriver, VmError, VmSpec};
+use serde::{Deserialize, Serialize};
+
+use crate::files::clone_file;
+use crate::{Runtime, COLD_BOOT_TIMEOUT};
+
+/// vCPUs and memory; fixed when a template is baked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shape {
+    pub vcpus: u32,
+    pub memory_mib: u32,
+}
+
+/// A baked template on disk.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Template {
+    pub name: String,
+    pub shape: Shape,
+    pub kernel: PathBuf,
+    /// Milliseconds from cold boot start to snapshot written.
+    pub bake_ms: u64,
+    /// Milliseconds from cold boot start to the guest agent answering.
+    pub boot_ms: u64,
+    #[serde(skip)]
+    pub dir: PathBuf,
+}
+
+impl Template {
+    pub fn rootfs(&self) -> PathBuf {
+        self.dir.join("rootfs.ext4")
+    }
+    pub fn memory(&self) -> PathBuf {
+        self.dir.join("mem")
+    }
+    pub fn state(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+}
+
+const MANIFEST: &str = "template.json";
+
+/// Why a bake failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BakeError {
+    #[error("invalid template name {0:?}")]
+    InvalidName(String),
+    #[error("image {0} not found")]
+    MissingImage(PathBuf),
+    #[error("template {0} is not baked")]
+    NotBaked(String),
+    #[error("template files")]
+    Io(#[from] std::io::Error),
+    #[error("template manifest")]
+    Manifest(#[from] serde_json::Error),
+    #[error("vm")]
+    Vm(#[from] VmError),
+    #[error("guest agent did not come up (console log: {console})")]
+    Agent {
+        console: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 40
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+impl<D: VmDriver> Runtime<D> {
+    /// Loads a baked template.
+    pub fn template(&self, name: &str) -> Result<Template, BakeError> {
+        if !valid_name(name) {
+            return Err(BakeError::InvalidName(name.into()));
+        }
+        let dir = self.data.template(name);
+        let raw = match std::fs::read(dir.join(MANIFEST)) {
+            Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(BakeError::NotBaked(name.into()))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut t: Template = serde_json::from_slice(&raw)?;
+        t.dir = dir;
+        Ok(t)
+    }
+
+    /// Cold-boots `image` with `shape`, waits for the guest agent and snapshots the running guest
+    /// as template `name` (replacing an earlier bake only once the new one is complete).
+    pub async fn bake(
+        &self,
+        name: &str,
+        image: &Path,
+        shape: Shape,
+    ) -> Result<Template, BakeError> {
+        if !valid_name(name) {
+            return Err(BakeError::InvalidName(name.into()));
+        }
+        if !image.is_file() {
+            return Err(BakeError::MissingImage(image.to_owned()));
+        }
+        let dir = self.data.template(name);
+        let work = dir.with_extension("baking");
+        if work.exists() {
+            std::fs::remove_dir_all(&work)?;
+        }
+        std::fs::create_dir_all(&work)?;
+        let result = self.bake_into(name, image, shape, &work).await;
+        match result {
+            Ok(mut t) => {
+                let old = dir.with_extension("old");
+                if dir.exists() {
+                    std::fs::rename(&dir, &old)?;
+                }
+                std::fs::rename(&work, &dir)?;
+                if old.exists() {
+                    std::fs::remove_dir_all(&old)?;
+                }
+                t.dir = dir;
+                Ok(t)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&work);
+                Err(e)
+            }
+        }
+    }
+
+    async fn bake_into(
+        &self,
+        name: &str,
+        image: &Path,
+        shape: Shape,
+        work: &Path,
+    ) -> Result<Template, BakeError> {
+        let started = Instant::now();
+        clone_file(image, &work.join("rootfs.ext4"))?;
+        let spec = VmSpec {
+            id: format!("template-{name}"),
+            vcpus: shape.vcpus,
+            memory_mib: shape.memory_mib,
+            kernel: self.kernel.clone(),
+            rootfs: work.join("rootfs.ext4"),
+            kernel_args: vec![format!("pandastack.hostname={name}")],
+            memory: Memory::SharedFile(work.join("mem")),
+            net: None,
+            run_dir: work.to_owned(),
+        };
+        let vm = self.driver.boot(&spec).await?;
+        let result = async {
+            let channel =
+                pandastack_guest_proto::host::connect(vm.agent_socket(), COLD_BOOT_TIMEOUT)
+                    .await
+                    .map_err(|e| BakeError::Agent {
+                        console: vm.console_log(),
+                        source: Box::new(e),
+                    })?;
+            let mut agent = AgentClient::new(channel);
+            agent
+                .health(v1::Empty {})
+                .await
+                .map_err(|e| BakeError::Agent {
+                    console: vm.console_log(),
+                    source: Box::new(e),
+                })?;
+            let boot_ms = started.elapsed().as_millis() as u64;
+            // Let the guest settle so the snapshot holds an idle system, then end the session:
+            // restored clones start out waiting for a new host.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            agent
+                .detach(v1::Empty {})
+                .await
+                .map_err(|e| BakeError::Agent {
+                    console: vm.console_log(),
+                    source: Box::new(e),
+                })?;
+            drop(agent);
+            vm.pause().await?;
+            vm.save_state(&work.join("state")).await?;
+            Ok::<_, BakeError>(boot_ms)
+        }
+        .await;
+        vm.stop().await?;
+        let boot_ms = result?;
+        for f in ["qmp.sock", "agent.sock", "qemu.pid"] {
+            let _ = std::fs::remove_file(work.join(f));
+        }
+        let t = Template {
+            name: name.to_owned(),
+            shape,
+            kernel: self.kernel.clone(),
+            bake_ms: started.elapsed().as_millis() as u64,
+            boot_ms,
+            dir: work.to_owned(),
+        };
+        std::fs::write(work.join(MANIFEST), serde_json::to_vec_pretty(&t)?)?;
+        Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valid_name;
+
+    #[test]
+    fn template_names() {
+        assert!(valid_name("code-interpreter"));
+        assert!(!valid_name(""));
+        assert!(!valid_name("../x"));
+        assert!(!valid_name("Base"));
+        assert!(!valid_name(&"a".repeat(41)));
+    }
+}

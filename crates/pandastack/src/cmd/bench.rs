@@ -1,0 +1,241 @@
+//! `pandastack bench runtime`: measures the VM runtime with real guests on this host and prints
+//! p50/p99 per metric, optionally writing them as JSON.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use pandastack_guest_proto::v1::{self, process_client::ProcessClient};
+use pandastack_qemu::{accel, QemuConfig, QemuDriver};
+use pandastack_runtime::{DataDir, Runtime, Shape};
+use pandastack_vm::{Vm, VmDriver};
+use serde::Serialize;
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    what: BenchWhat,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum BenchWhat {
+    /// Boot, bake, restore and exec latency, and idle memory per VM.
+    Runtime(RuntimeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RuntimeArgs {
+    /// Root filesystem image with the guest agent (e.g. from `pandastack template build minimal --agent …`).
+    #[arg(long, env = "PANDASTACK_TEST_ROOTFS")]
+    image: PathBuf,
+    /// Guest kernel (default: the cached build).
+    #[arg(long, env = "PANDASTACK_KERNEL")]
+    kernel: Option<PathBuf>,
+    /// Scratch data directory (default: a temporary directory, removed afterwards).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Write results here as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Serial restores to measure.
+    #[arg(long, default_value_t = 20)]
+    restores: usize,
+    #[arg(long, default_value_t = 512)]
+    memory_mib: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct Metric {
+    p50: f64,
+    p99: f64,
+    n: usize,
+    unit: &'static str,
+}
+
+fn metric(mut samples: Vec<f64>, unit: &'static str) -> Metric {
+    samples.sort_by(|a, b| a.total_cmp(b));
+    let pick = |q: f64| {
+        if samples.is_empty() {
+            return f64::NAN;
+        }
+        let idx = ((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1;
+        (samples[idx] * 10.0).round() / 10.0
+    };
+    Metric {
+        p50: pick(0.5),
+        p99: pick(0.99),
+        n: samples.len(),
+        unit,
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    match args.what {
+        BenchWhat::Runtime(a) => runtime(a).await,
+    }
+}
+
+async fn exec_true(ch: &tonic::transport::Channel) -> anyhow::Result<Duration> {
+    let t = Instant::now();
+    let start = v1::ExecInput {
+        input: Some(v1::exec_input::Input::Start(v1::ExecStart {
+            argv: vec!["true".into()],
+            ..Default::default()
+        })),
+    };
+    let mut s = ProcessClient::new(ch.clone())
+        .exec(futures::stream::iter([start]))
+        .await?
+        .into_inner();
+    while let Some(m) = s.message().await? {
+        if let Some(v1::exec_output::Output::Exit(e)) = m.output {
+            anyhow::ensure!(e.exit_code == 0, "true exited {}", e.exit_code);
+            return Ok(t.elapsed());
+        }
+    }
+    anyhow::bail!("exec stream ended without exit")
+}
+
+async fn runtime(a: RuntimeArgs) -> anyhow::Result<ExitCode> {
+    let kernel = a
+        .kernel
+        .or_else(super::doctor::cached_kernel)
+        .context("no guest kernel: run scripts/setup-host.sh or pass --kernel")?;
+    let choice = accel::detect(Path::new("qemu-system-x86_64"), &kernel).await;
+    eprintln!("accelerator: {} ({})", choice.accel, choice.reason);
+    let tmp;
+    let root = match a.data_dir {
+        Some(d) => d,
+        None => {
+            tmp = tempfile::Builder::new()
+                .prefix("ps-bench-")
+                .tempdir_in("/var/tmp")?;
+            tmp.path().to_owned()
+        }
+    };
+    let rt = Runtime::new(
+        QemuDriver::new(QemuConfig::new(choice.accel)),
+        DataDir::open(&root)?,
+        kernel,
+    );
+    let shape = Shape {
+        vcpus: 1,
+        memory_mib: a.memory_mib,
+    };
+    let mut metrics: BTreeMap<&str, Metric> = BTreeMap::new();
+
+    // Bake twice: cold boot (to agent ready) and the full bake (boot + snapshot).
+    let (mut cold, mut bake) = (Vec::new(), Vec::new());
+    let mut template = None;
+    for i in 0..2 {
+        eprintln!("bake {}/2", i + 1);
+        let t = rt.bake("bench", &a.image, shape).await?;
+        cold.push(t.boot_ms as f64);
+        bake.push(t.bake_ms as f64);
+        template = Some(t);
+    }
+    let template = template.context("no template")?;
+    metrics.insert("cold_boot_ms", metric(cold, "ms"));
+    metrics.insert("bake_ms", metric(bake, "ms"));
+
+    // Serial restores, with exec round trips on each.
+    let (mut restore, mut exec) = (Vec::new(), Vec::new());
+    for i in 0..a.restores {
+        let sb = rt.create(&template, &format!("b{i}")).await?;
+        restore.push(ms(sb.ready_in));
+        for _ in 0..5 {
+            exec.push(ms(exec_true(&sb.agent).await?));
+        }
+        rt.destroy(sb).await?;
+    }
+    eprintln!("serial restores done");
+    metrics.insert("restore_ready_ms", metric(restore, "ms"));
+    metrics.insert("exec_true_ms", metric(exec, "ms"));
+
+    // Eight at once, twice; then measure idle memory of the last eight.
+    let mut conc = Vec::new();
+    let mut rss = Vec::new();
+    let mut pss = Vec::new();
+    for round in 0..2 {
+        let ids: Vec<String> = (0..8).map(|i| format!("c{round}-{i}")).collect();
+        let creates = ids.iter().map(|id| rt.create(&template, id));
+        let sbs: Vec<_> = futures::future::join_all(creates)
+            .await
+            .into_iter()
+            .collect::<Result<_, _>>()?;
+        conc.extend(sbs.iter().map(|s| ms(s.ready_in)));
+        if round == 1 {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            for s in &sbs {
+                let st = s.vm.stats()?;
+                rss.push(st.rss_bytes as f64 / (1 << 20) as f64);
+                pss.push(st.pss_bytes as f64 / (1 << 20) as f64);
+            }
+        }
+        for s in sbs {
+            rt.destroy(s).await?;
+        }
+    }
+    metrics.insert("restore_ready_concurrent8_ms", metric(conc, "ms"));
+    metrics.insert("idle_vm_rss_mib", metric(rss, "MiB"));
+    metrics.insert("idle_vm_pss_mib", metric(pss, "MiB"));
+
+    println!("{:<32} {:>10} {:>10} {:>5}", "metric", "p50", "p99", "n");
+    for (k, m) in &metrics {
+        println!(
+            "{k:<32} {:>10.1} {:>10.1} {:>5} {}",
+            m.p50, m.p99, m.n, m.unit
+        );
+    }
+    if let Some(path) = a.json {
+        let doc = serde_json::json!({
+            "name": "runtime",
+            "accel": rt.driver().accel(),
+            "accel_reason": choice.reason,
+            "host": host_info(),
+            "metrics": metrics,
+        });
+        std::fs::write(&path, serde_json::to_vec_pretty(&doc)?)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn host_info() -> serde_json::Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    let qemu = std::process::Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.lines().next().map(str::to_owned))
+        .unwrap_or_default();
+    let mem_kib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    serde_json::json!({
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cpu_model": cpu,
+        "memory_gib": mem_kib / (1 << 20),
+        "qemu": qemu,
+    })
+}
