@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 pub mod bench;
 pub mod doctor;
+pub mod host;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -11,11 +12,14 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Measure latency and density with real guests; prints p50/p99 and writes JSON.
     Bench(bench::BenchArgs),
+    /// Prepare this host (reflink-capable data directory).
+    Host(host::HostArgs),
 }
 
 pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Doctor(args) => doctor::run(args).await,
         Command::Bench(args) => bench::run(args).await,
+        Command::Host(args) => host::run(args).await,
     }
 }
