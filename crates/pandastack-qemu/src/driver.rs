@@ -133,6 +133,23 @@ async fn connect_qmp(process: &Process, run_dir: &Path, qemu_log: &Path) -> Resu
     }
 }
 
+/// The last lines QEMU wrote to its log, for error messages.
+fn log_tail(qemu_log: &Path) -> String {
+    let log = std::fs::read_to_string(qemu_log).unwrap_or_default();
+    let last: Vec<&str> = log
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .rev()
+        .take(3)
+        .collect();
+    let msg = last.into_iter().rev().collect::<Vec<_>>().join("; ");
+    if msg.is_empty() {
+        "no output".into()
+    } else {
+        msg
+    }
+}
+
 /// Waits for a migration (save or load) to end; `Ok` when it completed.
 async fn wait_migration(
     vm: &QemuVm,
@@ -210,6 +227,7 @@ impl VmDriver for QemuDriver {
             vm.qmp
                 .execute(&qmp::MigrateIncoming {
                     uri: file_uri(state)?,
+                    exit_on_error: false,
                 })
                 .await
                 .map_err(control)?;
@@ -229,6 +247,12 @@ impl VmDriver for QemuDriver {
         match result {
             Ok(()) => Ok(vm),
             Err(e) => {
+                // A QEMU that died says why in its log; that beats "connection closed".
+                let e = if vm.process.alive() {
+                    e
+                } else {
+                    VmError::Exited(log_tail(&vm.run_dir.join(QEMU_LOG)))
+                };
                 let _ = vm.kill_and_wait().await;
                 Err(e)
             }

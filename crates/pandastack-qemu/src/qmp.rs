@@ -274,6 +274,9 @@ command!(Migrate, "migrate", Empty);
 #[derive(Serialize)]
 pub struct MigrateIncoming {
     pub uri: String,
+    /// false: stay alive after a failed load so the error can be queried (QEMU >= 9.1).
+    #[serde(rename = "exit-on-error")]
+    pub exit_on_error: bool,
 }
 command!(MigrateIncoming, "migrate-incoming", Empty);
 

@@ -52,14 +52,29 @@ pub async fn driver() -> &'static QemuDriver {
 /// A VM that is killed when the guard drops (test failure, panic or success alike), with its run
 /// directory and disk in a temporary directory removed afterwards.
 pub struct VmGuard {
+    /// Declared first so the process dies before its directory is removed.
+    pub kill: KillOnDrop,
     pub vm: QemuVm,
     pub dir: tempfile::TempDir,
 }
 
-impl Drop for VmGuard {
+impl VmGuard {
+    pub fn new(vm: QemuVm, dir: tempfile::TempDir) -> Self {
+        Self {
+            kill: KillOnDrop(vm.pid()),
+            vm,
+            dir,
+        }
+    }
+}
+
+/// Sends SIGKILL to a process when dropped.
+pub struct KillOnDrop(pub u32);
+
+impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.vm.pid() as i32),
+            nix::unistd::Pid::from_raw(self.0 as i32),
             nix::sys::signal::Signal::SIGKILL,
         );
     }
@@ -122,7 +137,7 @@ pub async fn boot() -> VmGuard {
     let vm = pandastack_vm::VmDriver::boot(driver().await, &spec)
         .await
         .expect("boot vm");
-    VmGuard { vm, dir }
+    VmGuard::new(vm, dir)
 }
 
 /// Opens a guest agent session (waits for the agent to come up).

@@ -41,7 +41,7 @@ async fn bake_then_restore_independent_clones() {
             .restore(&spec, &state)
             .await
             .expect("restore");
-        let guard = VmGuard { vm, dir };
+        let guard = VmGuard::new(vm, dir);
         let ch = agent(&guard, Duration::from_secs(30)).await;
         let mut entropy = vec![0u8; 64];
         rand::fill(&mut entropy[..]);
