@@ -5,6 +5,7 @@ use std::process::ExitCode;
 pub mod bench;
 pub mod doctor;
 pub mod host;
+pub mod run;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -14,6 +15,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Prepare this host (reflink-capable data directory).
     Host(host::HostArgs),
+    /// Run one command in a fresh local sandbox (no server needed) and destroy it.
+    Run(run::RunArgs),
 }
 
 pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
@@ -21,5 +24,6 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Doctor(args) => doctor::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::Host(args) => host::run(args).await,
+        Command::Run(args) => run::run(args).await,
     }
 }
