@@ -1,0 +1,96 @@
+//! The one place that waits for child processes.
+//!
+//! As PID 1 the agent inherits every orphan and must reap them, but a blanket `waitpid(-1)` would
+//! steal the exit status of commands the agent is running. So there is exactly one reaper: on
+//! every SIGCHLD it reaps everything that has exited; a pid registered by [`spawn`] gets its
+//! status through a oneshot, any other pid is just reaped. Registration happens under the same
+//! lock the reaper holds while reaping, so a child that exits at once is never lost.
+
+use std::collections::HashMap;
+use std::process::{Child, Command};
+use std::sync::{Mutex, OnceLock};
+
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use tokio::sync::oneshot;
+
+type Waiters = HashMap<i32, oneshot::Sender<WaitStatus>>;
+
+fn waiters() -> &'static Mutex<Waiters> {
+    static W: OnceLock<Mutex<Waiters>> = OnceLock::new();
+    W.get_or_init(Mutex::default)
+}
+
+fn lock() -> std::sync::MutexGuard<'static, Waiters> {
+    waiters().lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Starts the reaper task. Call once, inside the runtime, before spawning anything.
+pub fn start() -> std::io::Result<()> {
+    let mut sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())?;
+    tokio::spawn(async move {
+        loop {
+            reap_all();
+            // Signals coalesce; a periodic pass covers any that raced with registration.
+            tokio::select! {
+                _ = sigchld.recv() => {}
+                _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+            }
+        }
+    });
+    Ok(())
+}
+
+fn reap_all() {
+    let mut w = lock();
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(_) => return,
+            Ok(status) => {
+                if let Some(pid) = status.pid() {
+                    if let Some(tx) = w.remove(&pid.as_raw()) {
+                        let _ = tx.send(status);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Spawns `cmd` and returns the child with a receiver for its exit status. The child must not be
+/// waited on through the `Child` handle.
+pub fn spawn(cmd: &mut Command) -> std::io::Result<(Child, oneshot::Receiver<WaitStatus>)> {
+    let mut w = lock();
+    let child = cmd.spawn()?;
+    let (tx, rx) = oneshot::channel();
+    w.insert(child.id() as i32, tx);
+    Ok((child, rx))
+}
+
+/// Runs `cmd` to completion through the reaper, collecting stdout and stderr.
+pub async fn output(mut cmd: Command) -> std::io::Result<(WaitStatus, Vec<u8>, Vec<u8>)> {
+    use std::io::Read;
+    use std::process::Stdio;
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (mut child, status) = spawn(&mut cmd)?;
+    let mut out = child.stdout.take();
+    let mut err = child.stderr.take();
+    let collected = tokio::task::spawn_blocking(move || {
+        let (mut o, mut e) = (Vec::new(), Vec::new());
+        if let Some(s) = out.as_mut() {
+            let _ = s.read_to_end(&mut o);
+        }
+        if let Some(s) = err.as_mut() {
+            let _ = s.read_to_end(&mut e);
+        }
+        (o, e)
+    })
+    .await
+    .map_err(std::io::Error::other)?;
+    let status = status
+        .await
+        .map_err(|_| std::io::Error::other("child status lost"))?;
+    Ok((status, collected.0, collected.1))
+}

@@ -1,0 +1,129 @@
+//! Sessions: one HELLO/READY exchange, then one HTTP/2 connection serving the gRPC services.
+//! Transport-specific code (the virtio port, a unix socket) finds the HELLO; this module serves
+//! what follows.
+
+use std::path::Path;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
+use pandastack_guest_proto::session::{ready_line, Scan, Scanner};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+
+use crate::services::State;
+
+/// An IO that first yields bytes already read past the HELLO line.
+pub struct Prefixed<IO> {
+    prefix: Vec<u8>,
+    pos: usize,
+    io: IO,
+}
+
+impl<IO> Prefixed<IO> {
+    pub fn new(prefix: Vec<u8>, io: IO) -> Self {
+        Self { prefix, pos: 0, io }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Prefixed<IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.pos < self.prefix.len() {
+            let n = (self.prefix.len() - self.pos).min(buf.remaining());
+            let start = self.pos;
+            buf.put_slice(&self.prefix[start..start + n]);
+            self.pos += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Prefixed<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// Answers `nonce` and serves one HTTP/2 connection on `io` until the peer goes away, the
+/// connection fails, or the host asks to detach.
+pub async fn serve<IO>(mut io: IO, nonce: u64, rest: Vec<u8>, state: State) -> anyhow::Result<()>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    io.write_all(&ready_line(nonce)).await?;
+    io.flush().await?;
+    let detach = state.detach_signal();
+    let service = TowerToHyperService::new(state.routes());
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    builder
+        .keep_alive_interval(None)
+        .max_concurrent_streams(1024);
+    let conn = builder.serve_connection(TokioIo::new(Prefixed::new(rest, io)), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => return r.map_err(Into::into),
+        _ = detach.notified() => {}
+    }
+    // Detach: let the answer to Detach go out, then close.
+    conn.as_mut().graceful_shutdown();
+    let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
+    Ok(())
+}
+
+/// Serves sessions on a unix socket: every accepted connection scans for HELLO and becomes one
+/// session. For tests and local debugging outside a VM.
+pub async fn serve_unix(path: &Path, state: State) -> anyhow::Result<()> {
+    crate::reaper::start()?;
+    let _ = std::fs::remove_file(path);
+    let listener = tokio::net::UnixListener::bind(path)?;
+    loop {
+        let (mut stream, _) = listener.accept().await?;
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut scanner = Scanner::hello();
+            let mut buf = vec![0u8; 4096];
+            loop {
+                let n = match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                if let Scan::Found { nonce, rest } = scanner.feed(&buf[..n]) {
+                    if let Err(e) = serve(stream, nonce, rest, state).await {
+                        tracing::debug!(error = %e, "session ended");
+                    }
+                    return;
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn prefixed_yields_prefix_then_inner() {
+        let inner: &[u8] = b"world";
+        let mut p = Prefixed::new(b"hello ".to_vec(), inner);
+        let mut out = String::new();
+        p.read_to_string(&mut out).await.unwrap();
+        assert_eq!(out, "hello world");
+    }
+}
