@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
-use pandastack_guest_proto::session::{ready_line, Scan, Scanner};
+use pandastack_guest_proto::session::{hello_line, ready_line, Scan, Scanner};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use crate::services::State;
@@ -68,6 +68,7 @@ where
 {
     io.write_all(&ready_line(nonce)).await?;
     io.flush().await?;
+    let rest = skip_hellos(&mut io, rest).await?;
     let detach = state.detach_signal();
     let service = TowerToHyperService::new(state.routes());
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
@@ -85,6 +86,36 @@ where
     let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
     Ok(())
 }
+
+/// Drops further HELLO lines that precede the HTTP/2 preface: a host that resent HELLO before
+/// our READY reached it has them in the stream ahead of its first HTTP/2 byte.
+async fn skip_hellos<IO: AsyncRead + Unpin>(
+    io: &mut IO,
+    mut buf: Vec<u8>,
+) -> std::io::Result<Vec<u8>> {
+    let hello = &hello_line(0)[..HELLO_PREFIX_LEN];
+    let mut chunk = [0u8; 512];
+    loop {
+        let n = buf.len().min(hello.len());
+        if buf[..n] != hello[..n] {
+            return Ok(buf);
+        }
+        if n == hello.len() {
+            if let Some(end) = buf.iter().position(|&b| b == b'\n') {
+                buf.drain(..=end);
+                continue;
+            }
+        }
+        let got = io.read(&mut chunk).await?;
+        if got == 0 {
+            return Ok(buf);
+        }
+        buf.extend_from_slice(&chunk[..got]);
+    }
+}
+
+/// Length of "PANDASTACK/1 HELLO ".
+const HELLO_PREFIX_LEN: usize = 19;
 
 /// Serves sessions on a unix socket: every accepted connection scans for HELLO and becomes one
 /// session. For tests and local debugging outside a VM.
@@ -117,6 +148,22 @@ pub async fn serve_unix(path: &Path, state: State) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn resent_hellos_before_the_preface_are_skipped() {
+        let mut more = hello_line(2);
+        more.extend(b"PRI * HTTP/2.0");
+        let mut rest = hello_line(1);
+        rest.extend(&more[..5]);
+        let mut io: &[u8] = &more[5..];
+        let out = skip_hellos(&mut io, rest).await.unwrap();
+        assert_eq!(out, b"PRI * HTTP/2.0");
+        let mut empty: &[u8] = b"";
+        assert_eq!(
+            skip_hellos(&mut empty, b"PRI".to_vec()).await.unwrap(),
+            b"PRI"
+        );
+    }
 
     #[tokio::test]
     async fn prefixed_yields_prefix_then_inner() {
