@@ -6,6 +6,7 @@ pub mod bench;
 pub mod doctor;
 pub mod host;
 pub mod run;
+pub mod template;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -17,6 +18,8 @@ pub enum Command {
     Host(host::HostArgs),
     /// Run one command in a fresh local sandbox (no server needed) and destroy it.
     Run(run::RunArgs),
+    /// Build template images from specs.
+    Template(template::TemplateArgs),
 }
 
 pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
@@ -25,5 +28,6 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => bench::run(args).await,
         Command::Host(args) => host::run(args).await,
         Command::Run(args) => run::run(args).await,
+        Command::Template(args) => template::run(args).await,
     }
 }
