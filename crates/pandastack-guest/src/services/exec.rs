@@ -135,8 +135,8 @@ struct ChildSetup {
 }
 
 fn child_setup(s: &ChildSetup) -> std::io::Result<()> {
-    // SAFETY (whole function): runs in the forked child before exec; only async-signal-safe
-    // syscalls on memory prepared before the fork.
+    // SAFETY: runs in the forked child before exec; only async-signal-safe syscalls, on memory
+    // prepared before the fork (C strings and the group list live in `s`).
     unsafe {
         if libc::setsid() < 0 {
             return Err(std::io::Error::last_os_error());

@@ -198,7 +198,7 @@ fn disk_check(data_dir: &Path) -> Check {
     let dir = existing_ancestor(data_dir);
     match nix::sys::statvfs::statvfs(&dir) {
         Ok(s) => {
-            let free = s.blocks_available() as u64 * s.fragment_size() as u64;
+            let free = s.blocks_available() * s.fragment_size();
             let gib = free as f64 / (1u64 << 30) as f64;
             let status = if gib < 5.0 { Status::Warn } else { Status::Ok };
             check(
