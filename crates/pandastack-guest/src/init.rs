@@ -159,6 +159,7 @@ pub fn pid1_main() -> ! {
 
 async fn serve(cmdline: &str) -> anyhow::Result<()> {
     let state = State::new(true);
+    crate::reaper::ensure_started()?;
     let net = pandastack_guest_proto::v1::NetworkConfig {
         address_cidr: cmdline_value(cmdline, "pandastack.ip")
             .unwrap_or_default()
@@ -171,7 +172,6 @@ async fn serve(cmdline: &str) -> anyhow::Result<()> {
             .unwrap_or_default(),
         ..Default::default()
     };
-    crate::reaper::start()?;
     if !net.address_cidr.is_empty() {
         if let Err(e) = crate::services::configure_network(&net).await {
             log(format_args!("network: {}", e.message()));

@@ -117,7 +117,7 @@ impl AsyncWrite for Port {
 
 /// Serves sessions on the port at `path` forever.
 pub async fn serve_port(path: &Path, state: State) -> anyhow::Result<()> {
-    crate::reaper::start()?;
+    crate::reaper::ensure_started()?;
     let mut sigio = signal(SignalKind::io())?;
     let port = Port::open(path)?;
     loop {
@@ -143,7 +143,7 @@ async fn wait_hello(
             // Host not connected: wait for it (SIGIO), with a slow fallback in case the signal
             // raced with the read above.
             tokio::select! {
-                _ = sigio.recv() => {}
+                Some(()) = sigio.recv() => {}
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
             continue;

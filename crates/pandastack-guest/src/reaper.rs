@@ -25,10 +25,16 @@ fn lock() -> std::sync::MutexGuard<'static, Waiters> {
     waiters().lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Starts the reaper task. Call once, inside the runtime, before spawning anything.
-pub fn start() -> std::io::Result<()> {
+/// Starts the reaper task unless one is running (a PID 1 that restarted its runtime after a
+/// failure gets a new one). Call inside the runtime before spawning anything.
+pub fn ensure_started() -> std::io::Result<()> {
+    static TASK: Mutex<Option<tokio::task::JoinHandle<()>>> = Mutex::new(None);
+    let mut task = TASK.lock().unwrap_or_else(|e| e.into_inner());
+    if task.as_ref().is_some_and(|t| !t.is_finished()) {
+        return Ok(());
+    }
     let mut sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())?;
-    tokio::spawn(async move {
+    *task = Some(tokio::spawn(async move {
         loop {
             reap_all();
             // Signals coalesce; a periodic pass covers any that raced with registration.
@@ -37,7 +43,7 @@ pub fn start() -> std::io::Result<()> {
                 _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
             }
         }
-    });
+    }));
     Ok(())
 }
 

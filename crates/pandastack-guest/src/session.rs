@@ -120,7 +120,7 @@ const HELLO_PREFIX_LEN: usize = 19;
 /// Serves sessions on a unix socket: every accepted connection scans for HELLO and becomes one
 /// session. For tests and local debugging outside a VM.
 pub async fn serve_unix(path: &Path, state: State) -> anyhow::Result<()> {
-    crate::reaper::start()?;
+    crate::reaper::ensure_started()?;
     let _ = std::fs::remove_file(path);
     let listener = tokio::net::UnixListener::bind(path)?;
     loop {

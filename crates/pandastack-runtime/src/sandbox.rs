@@ -86,6 +86,7 @@ impl<D: VmDriver> Runtime<D> {
         started: Instant,
     ) -> Result<Sandbox<D::Vm>, CreateError> {
         clone_file(&template.rootfs(), &dir.join("rootfs.ext4"))?;
+        let cloned = started.elapsed();
         let spec = VmSpec {
             id: id.to_owned(),
             vcpus: template.shape.vcpus,
@@ -98,14 +99,24 @@ impl<D: VmDriver> Runtime<D> {
             run_dir: dir.to_owned(),
         };
         let vm = self.driver.restore(&spec, &template.state()).await?;
+        let restored = started.elapsed();
         match identify(&vm, id).await {
-            Ok(agent) => Ok(Sandbox {
-                id: id.to_owned(),
-                dir: dir.to_owned(),
-                vm,
-                agent,
-                ready_in: started.elapsed(),
-            }),
+            Ok(agent) => {
+                tracing::debug!(
+                    sandbox = id,
+                    clone_ms = cloned.as_secs_f64() * 1e3,
+                    restore_ms = (restored - cloned).as_secs_f64() * 1e3,
+                    agent_ms = (started.elapsed() - restored).as_secs_f64() * 1e3,
+                    "sandbox created"
+                );
+                Ok(Sandbox {
+                    id: id.to_owned(),
+                    dir: dir.to_owned(),
+                    vm,
+                    agent,
+                    ready_in: started.elapsed(),
+                })
+            }
             Err(e) => {
                 let _ = vm.stop().await;
                 Err(e)

@@ -159,8 +159,32 @@ pub struct Output {
     pub exit_code: i32,
 }
 
-/// Runs `sh -c cmd` in the guest and collects its output.
+/// Bound on one [`exec`] in tests: a hang becomes a failure with a message, not a stuck CI run.
+pub const EXEC_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Runs `fut`, failing the test if it takes longer than `limit`.
+pub async fn within<T>(
+    limit: Duration,
+    what: &str,
+    fut: impl std::future::Future<Output = T>,
+) -> T {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: no result within {limit:?}"),
+    }
+}
+
+/// Runs `sh -c cmd` in the guest and collects its output (bounded by [`EXEC_TIMEOUT`]).
 pub async fn exec(ch: &Channel, cmd: &str) -> Output {
+    within(
+        EXEC_TIMEOUT,
+        &format!("exec {cmd:?}"),
+        exec_unbounded(ch, cmd),
+    )
+    .await
+}
+
+async fn exec_unbounded(ch: &Channel, cmd: &str) -> Output {
     let start = v1::ExecInput {
         input: Some(v1::exec_input::Input::Start(v1::ExecStart {
             shell: cmd.into(),

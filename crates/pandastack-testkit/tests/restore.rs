@@ -4,7 +4,9 @@
 use std::time::{Duration, Instant};
 
 use pandastack_guest_proto::v1::{self, agent_client::AgentClient};
-use pandastack_testkit::{agent, boot, copy_rootfs, driver, exec, fixtures, spec, vm_dir, VmGuard};
+use pandastack_testkit::{
+    agent, boot, copy_rootfs, driver, exec, fixtures, spec, vm_dir, within, VmGuard,
+};
 use pandastack_vm::{Memory, Vm, VmDriver};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -48,16 +50,19 @@ async fn bake_then_restore_independent_clones() {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap();
-        AgentClient::new(ch.clone())
-            .post_restore(v1::PostRestoreRequest {
+        within(
+            Duration::from_secs(30),
+            "post_restore",
+            AgentClient::new(ch.clone()).post_restore(v1::PostRestoreRequest {
                 unix_time_ns: now.as_nanos() as i64,
                 entropy,
                 hostname: name.into(),
                 machine_id: format!("{:032x}", rand::random::<u128>()),
                 network: None,
-            })
-            .await
-            .unwrap();
+            }),
+        )
+        .await
+        .unwrap();
         eprintln!("{name}: restored and ready in {:?}", t.elapsed());
         clones.push((guard, ch));
     }

@@ -444,6 +444,7 @@ async fn drive(
     let deadline = tokio::time::sleep(timeout.unwrap_or(Duration::from_secs(u64::MAX / 4)));
     tokio::pin!(deadline);
     let mut timed_out = false;
+    let mut abandoned = false;
     let mut status_rx = run.status;
     let status = loop {
         tokio::select! {
@@ -452,8 +453,15 @@ async fn drive(
                 timed_out = true;
                 kill_tree(run.pid, run.cgroup.as_deref());
             }
-            Some(()) = cancel_rx.recv() => kill_tree(run.pid, run.cgroup.as_deref()),
-            _ = tx.closed() => kill_tree(run.pid, run.cgroup.as_deref()),
+            // The caller went away (cancelled call, lost connection): kill once, then wait.
+            Some(()) = cancel_rx.recv(), if !abandoned => {
+                abandoned = true;
+                kill_tree(run.pid, run.cgroup.as_deref());
+            }
+            _ = tx.closed(), if !abandoned => {
+                abandoned = true;
+                kill_tree(run.pid, run.cgroup.as_deref());
+            }
         }
     };
     if timed_out {
