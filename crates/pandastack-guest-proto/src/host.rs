@@ -12,9 +12,12 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::session::{hello_line, Scan, Scanner};
 
-/// How often an unanswered HELLO is sent again. A guest that was still tearing down an earlier
-/// session when the first HELLO arrived answers the next one.
-const HELLO_RESEND: Duration = Duration::from_millis(250);
+/// An unanswered HELLO is sent again after 10 ms, then at doubling intervals up to 250 ms. A
+/// restored guest may still be inside the session it had when it was snapshotted and swallow the
+/// first HELLO as garbage; it answers the next one. Extra HELLOs are harmless: the guest skips
+/// any that precede the HTTP/2 preface.
+const HELLO_RESEND_FIRST: Duration = Duration::from_millis(10);
+const HELLO_RESEND_MAX: Duration = Duration::from_millis(250);
 
 /// Why a session could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -70,11 +73,13 @@ async fn handshake(
     let mut sent: Vec<u64> = Vec::new();
     let mut scanner = Scanner::ready();
     let mut byte = [0u8; 1];
+    let mut interval = HELLO_RESEND_FIRST;
     loop {
         let nonce = rand::random::<u64>();
         stream.write_all(&hello_line(nonce)).await?;
         sent.push(nonce);
-        let resend_at = (Instant::now() + HELLO_RESEND).min(deadline);
+        let resend_at = (Instant::now() + interval).min(deadline);
+        interval = (interval * 2).min(HELLO_RESEND_MAX);
         loop {
             // One byte at a time: nothing after the READY line may be consumed here, it is HTTP/2.
             let read = tokio::time::timeout_at(resend_at, stream.read(&mut byte)).await;

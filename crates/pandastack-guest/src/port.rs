@@ -1,17 +1,29 @@
 //! The virtio-serial port (guest side).
 //!
-//! Facts from the Linux virtio console driver that shape this code: while the host side is not
-//! connected, `read` returns 0 at once and `poll` reports readable+hangup, so the port cannot be
-//! waited on for a connection; instead, with `O_ASYNC` and `F_SETOWN`, the driver sends SIGIO on
-//! every host connect and disconnect (and on data). So: read until EOF, then wait for SIGIO (with a
-//! slow fallback timer) and read again — no busy loop, no sleep on the reconnect path.
+//! Facts from the Linux virtio console driver (`drivers/char/virtio_console.c`) that shape this
+//! code:
+//!
+//! - While the host side is not connected, `read` returns 0 at once and `poll` reports
+//!   `EPOLLIN | EPOLLHUP`, so readiness cannot tell us when a host connects. Writes fail with
+//!   `EAGAIN` meanwhile.
+//! - With `O_ASYNC` and `F_SETOWN`, the driver sends `SIGIO` on every host connect and
+//!   disconnect, and whenever data arrives.
+//! - tokio treats a hang-up as final: once an `AsyncFd` has seen `EPOLLHUP` it reports the fd
+//!   ready forever. A port's hang-up is not final (the next host connects to the same fd), so an
+//!   `AsyncFd` that saw one would spin.
+//!
+//! Hence two phases. While waiting for a HELLO the port is read without any readiness
+//! registration: read what is there, and when nothing is (`0` = no host, `EAGAIN` = host but no
+//! data), sleep until `SIGIO` (with a 1 s fallback in case a signal raced with the read). Once a
+//! HELLO is found the session gets a fresh `AsyncFd` on a duplicate of the fd, registered while
+//! the host is connected, and `O_ASYNC` is off (epoll does the waiting); a hang-up seen by it ends
+//! the session (reads end, writes fail), and the registration is dropped with the session.
 
 use std::fs::File;
-use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -19,9 +31,12 @@ use pandastack_guest_proto::session::{Scan, Scanner};
 use pandastack_guest_proto::PORT_NAME;
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::services::State;
+
+/// How long to sleep without a `SIGIO` before looking at the port again.
+const SIGIO_FALLBACK: Duration = Duration::from_secs(1);
 
 /// Finds the device of the agent's port: `/sys/class/virtio-ports/<dev>/name` == PORT_NAME.
 pub fn find_port() -> Option<PathBuf> {
@@ -34,22 +49,23 @@ pub fn find_port() -> Option<PathBuf> {
     None
 }
 
-/// The open port, shared by successive sessions.
-#[derive(Clone)]
+/// The open port. The driver allows one open at a time, so it is opened once and shared by all
+/// sessions.
 pub struct Port {
-    fd: Arc<AsyncFd<File>>,
+    file: File,
 }
 
 impl Port {
+    /// Opens the port non-blocking with `SIGIO` delivery to this process. A `SIGIO` handler must
+    /// be installed first (the default action kills the process).
     pub fn open(path: &Path) -> std::io::Result<Self> {
-        use nix::fcntl::{fcntl, FcntlArg, OFlag};
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path)?;
-        // SAFETY: F_SETOWN with our own pid on an fd we own; no memory is passed.
+        // SAFETY: F_SETOWN takes an integer (our own pid) on an fd we own; no memory is passed.
         let r = unsafe {
             libc::fcntl(
                 file.as_raw_fd(),
@@ -60,19 +76,73 @@ impl Port {
         if r < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        let flags = OFlag::from_bits_truncate(fcntl(&file, FcntlArg::F_GETFL)?);
-        fcntl(
-            &file,
-            FcntlArg::F_SETFL(flags | OFlag::O_ASYNC | OFlag::O_NONBLOCK),
-        )?;
-        // SAFETY: the File is moved into the AsyncFd and stays open, with the same fd, for the
-        // AsyncFd's whole life.
-        let fd = unsafe { AsyncFd::register(file) }.map_err(std::io::Error::from)?;
-        Ok(Self { fd: Arc::new(fd) })
+        let port = Self { file };
+        port.set_async(true)?;
+        Ok(port)
+    }
+
+    /// Turns `SIGIO` delivery on (waiting for a HELLO) or off (in a session, where epoll does the
+    /// waiting and a signal per received buffer would only cost time).
+    fn set_async(&self, on: bool) -> std::io::Result<()> {
+        use nix::fcntl::{fcntl, FcntlArg, OFlag};
+        let flags = OFlag::from_bits_truncate(fcntl(&self.file, FcntlArg::F_GETFL)?);
+        let flags = if on {
+            flags | OFlag::O_ASYNC
+        } else {
+            flags - OFlag::O_ASYNC
+        };
+        fcntl(&self.file, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+        Ok(())
+    }
+
+    /// Reads the port until a HELLO line arrives, sleeping on `sigio` while there is nothing to
+    /// read. Returns the nonce and the bytes that followed the line.
+    pub async fn wait_hello(&self, sigio: &mut Signal) -> std::io::Result<(u64, Vec<u8>)> {
+        // Enabled before the first read: whatever happens after it raises SIGIO.
+        self.set_async(true)?;
+        let mut scanner = Scanner::hello();
+        let mut buf = vec![0u8; 4096];
+        loop {
+            match (&self.file).read(&mut buf) {
+                Ok(0) => {}
+                Ok(n) => {
+                    if let Scan::Found { nonce, rest } = scanner.feed(&buf[..n]) {
+                        return Ok((nonce, rest));
+                    }
+                    continue;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            // No host (0) or no data yet (EAGAIN): the next connect, disconnect or data arrival
+            // raises SIGIO. A SIGIO that arrived since the read above is already recorded by
+            // `sigio`, so it is not lost.
+            tokio::select! {
+                _ = sigio.recv() => {}
+                _ = tokio::time::sleep(SIGIO_FALLBACK) => {}
+            }
+        }
+    }
+
+    /// An IO object for one session, registered with the runtime now.
+    pub fn session_io(&self) -> std::io::Result<PortIo> {
+        self.set_async(false)?;
+        let fd: OwnedFd = self.file.try_clone()?.into();
+        // SAFETY: the OwnedFd is moved into the AsyncFd, which alone owns it, so the fd stays open
+        // and refers to the same file description until the AsyncFd is dropped.
+        let fd = unsafe { AsyncFd::register(fd) }.map_err(std::io::Error::from)?;
+        Ok(PortIo { fd })
     }
 }
 
-impl AsyncRead for Port {
+/// The port as seen by one session. A host hang-up ends it: reads return EOF once the buffered
+/// data is consumed and writes fail with `BrokenPipe`.
+pub struct PortIo {
+    fd: AsyncFd<OwnedFd>,
+}
+
+impl AsyncRead for PortIo {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -80,20 +150,27 @@ impl AsyncRead for Port {
     ) -> Poll<std::io::Result<()>> {
         loop {
             let mut guard = ready!(self.fd.poll_read_ready(cx))?;
+            let hung_up = guard.ready().is_read_closed();
             let unfilled = buf.initialize_unfilled();
-            match guard.try_io(|inner| inner.get_ref().read(unfilled)) {
+            match guard.try_io(|fd| {
+                nix::unistd::read(fd.get_ref(), unfilled).map_err(std::io::Error::from)
+            }) {
                 Ok(Ok(n)) => {
                     buf.advance(n);
                     return Poll::Ready(Ok(()));
                 }
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Ok(Err(e)) => return Poll::Ready(Err(e)),
+                // The host of this session hung up and a new one may have connected without
+                // sending yet: this session is over.
+                Err(_would_block) if hung_up => return Poll::Ready(Ok(())),
                 Err(_would_block) => continue,
             }
         }
     }
 }
 
-impl AsyncWrite for Port {
+impl AsyncWrite for PortIo {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -101,55 +178,46 @@ impl AsyncWrite for Port {
     ) -> Poll<std::io::Result<usize>> {
         loop {
             let mut guard = ready!(self.fd.poll_write_ready(cx))?;
-            match guard.try_io(|inner| inner.get_ref().write(data)) {
+            let hung_up = guard.ready().is_write_closed();
+            match guard
+                .try_io(|fd| nix::unistd::write(fd.get_ref(), data).map_err(std::io::Error::from))
+            {
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Ok(r) => return Poll::Ready(r),
+                Err(_would_block) if hung_up => {
+                    return Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()))
+                }
                 Err(_would_block) => continue,
             }
         }
     }
+
     fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Poll::Ready(Ok(()))
     }
+
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Poll::Ready(Ok(()))
     }
 }
 
-/// Serves sessions on the port at `path` forever.
-pub async fn serve_port(path: &Path, state: State) -> anyhow::Result<()> {
+/// Serves sessions on the port at `path`, one after the other, forever.
+pub async fn serve_port(
+    path: &Path,
+    state: State,
+    mut on_waiting: impl FnMut(),
+) -> anyhow::Result<()> {
     crate::reaper::ensure_started()?;
+    // Before the open: SIGIO's default action would kill us.
     let mut sigio = signal(SignalKind::io())?;
     let port = Port::open(path)?;
     loop {
-        let (nonce, rest) = wait_hello(&port, &mut sigio).await?;
-        if let Err(e) = crate::session::serve(port.clone(), nonce, rest, state.clone()).await {
-            tracing::debug!(error = %e, "session ended");
-        }
-    }
-}
-
-/// Reads the port until a HELLO line arrives, sleeping on SIGIO while the host is away.
-async fn wait_hello(
-    port: &Port,
-    sigio: &mut tokio::signal::unix::Signal,
-) -> std::io::Result<(u64, Vec<u8>)> {
-    use tokio::io::AsyncReadExt;
-    let mut scanner = Scanner::hello();
-    let mut buf = vec![0u8; 4096];
-    let mut reader = port.clone();
-    loop {
-        let n = reader.read(&mut buf).await?;
-        if n == 0 {
-            // Host not connected: wait for it (SIGIO), with a slow fallback in case the signal
-            // raced with the read above.
-            tokio::select! {
-                Some(()) = sigio.recv() => {}
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-            continue;
-        }
-        if let Scan::Found { nonce, rest } = scanner.feed(&buf[..n]) {
-            return Ok((nonce, rest));
+        on_waiting();
+        let (nonce, rest) = port.wait_hello(&mut sigio).await?;
+        let io = port.session_io()?;
+        match crate::session::serve(io, nonce, rest, state.clone()).await {
+            Ok(()) => tracing::debug!("session ended"),
+            Err(e) => tracing::debug!(error = %e, "session ended"),
         }
     }
 }

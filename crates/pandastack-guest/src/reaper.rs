@@ -73,30 +73,26 @@ pub fn spawn(cmd: &mut Command) -> std::io::Result<(Child, oneshot::Receiver<Wai
     Ok((child, rx))
 }
 
-/// Runs `cmd` to completion through the reaper, collecting stdout and stderr.
-pub async fn output(mut cmd: Command) -> std::io::Result<(WaitStatus, Vec<u8>, Vec<u8>)> {
-    use std::io::Read;
-    use std::process::Stdio;
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let (mut child, status) = spawn(&mut cmd)?;
-    let mut out = child.stdout.take();
-    let mut err = child.stderr.take();
-    let collected = tokio::task::spawn_blocking(move || {
-        let (mut o, mut e) = (Vec::new(), Vec::new());
-        if let Some(s) = out.as_mut() {
-            let _ = s.read_to_end(&mut o);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_child_gets_its_own_status_even_when_it_exits_at_once() {
+        ensure_started().unwrap();
+        let mut waits = Vec::new();
+        for code in 0..24 {
+            let mut cmd = Command::new("/bin/sh");
+            cmd.args(["-c", &format!("exit {code}")]);
+            let (child, status) = spawn(&mut cmd).unwrap();
+            waits.push((code, child.id() as i32, status));
         }
-        if let Some(s) = err.as_mut() {
-            let _ = s.read_to_end(&mut e);
+        for (code, pid, status) in waits {
+            let status = tokio::time::timeout(std::time::Duration::from_secs(10), status)
+                .await
+                .expect("status within 10 s")
+                .expect("status sent");
+            assert_eq!(status, WaitStatus::Exited(Pid::from_raw(pid), code));
         }
-        (o, e)
-    })
-    .await
-    .map_err(std::io::Error::other)?;
-    let status = status
-        .await
-        .map_err(|_| std::io::Error::other("child status lost"))?;
-    Ok((status, collected.0, collected.1))
+    }
 }

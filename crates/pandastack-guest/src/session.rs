@@ -1,9 +1,11 @@
 //! Sessions: one HELLO/READY exchange, then one HTTP/2 connection serving the gRPC services.
-//! Transport-specific code (the virtio port, a unix socket) finds the HELLO; this module serves
-//! what follows.
+//! Transport-specific code finds the HELLO (the virtio port in [`crate::port`], a unix socket
+//! with [`read_hello`]); [`serve`] answers it and serves what follows, generically over any
+//! `AsyncRead + AsyncWrite`.
 
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -11,6 +13,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
 use pandastack_guest_proto::session::{hello_line, ready_line, Scan, Scanner};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::Notify;
 
 use crate::services::State;
 
@@ -60,8 +63,27 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Prefixed<IO> {
     }
 }
 
+/// Reads `io` until a HELLO line arrives; returns its nonce and the bytes after it, or `None` if
+/// the peer closed first. For transports where readiness means what it says (a unix socket); the
+/// virtio port has its own loop in [`crate::port`].
+pub async fn read_hello<IO: AsyncRead + Unpin>(
+    io: &mut IO,
+) -> std::io::Result<Option<(u64, Vec<u8>)>> {
+    let mut scanner = Scanner::hello();
+    let mut buf = vec![0u8; 4096];
+    loop {
+        let n = io.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        if let Scan::Found { nonce, rest } = scanner.feed(&buf[..n]) {
+            return Ok(Some((nonce, rest)));
+        }
+    }
+}
+
 /// Answers `nonce` and serves one HTTP/2 connection on `io` until the peer goes away, the
-/// connection fails, or the host asks to detach.
+/// connection fails (e.g. stale bytes that are not HTTP/2), or the host asks to detach.
 pub async fn serve<IO>(mut io: IO, nonce: u64, rest: Vec<u8>, state: State) -> anyhow::Result<()>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -69,8 +91,8 @@ where
     io.write_all(&ready_line(nonce)).await?;
     io.flush().await?;
     let rest = skip_hellos(&mut io, rest).await?;
-    let detach = state.detach_signal();
-    let service = TowerToHyperService::new(state.routes());
+    let detach = Arc::new(Notify::new());
+    let service = TowerToHyperService::new(state.routes(detach.clone()));
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .keep_alive_interval(None)
@@ -81,11 +103,14 @@ where
         r = conn.as_mut() => return r.map_err(Into::into),
         _ = detach.notified() => {}
     }
-    // Detach: let the answer to Detach go out, then close.
+    // Detach: let the answer to Detach (and anything else in flight, briefly) go out, then close.
     conn.as_mut().graceful_shutdown();
-    let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
+    let _ = tokio::time::timeout(DETACH_GRACE, conn).await;
     Ok(())
 }
+
+/// How long a detaching session waits for in-flight calls to finish.
+const DETACH_GRACE: Duration = Duration::from_secs(1);
 
 /// Drops further HELLO lines that precede the HTTP/2 preface: a host that resent HELLO before
 /// our READY reached it has them in the stream ahead of its first HTTP/2 byte.
@@ -118,28 +143,31 @@ async fn skip_hellos<IO: AsyncRead + Unpin>(
 const HELLO_PREFIX_LEN: usize = 19;
 
 /// Serves sessions on a unix socket: every accepted connection scans for HELLO and becomes one
-/// session. For tests and local debugging outside a VM.
+/// session; connections are served concurrently. For tests and local debugging outside a VM.
 pub async fn serve_unix(path: &Path, state: State) -> anyhow::Result<()> {
     crate::reaper::ensure_started()?;
-    let _ = std::fs::remove_file(path);
+    // A socket left by an earlier run is replaced; anything else at the path is an error.
+    if let Ok(md) = std::fs::symlink_metadata(path) {
+        if std::os::unix::fs::FileTypeExt::is_socket(&md.file_type()) {
+            std::fs::remove_file(path)?;
+        }
+    }
     let listener = tokio::net::UnixListener::bind(path)?;
+    tracing::info!(path = %path.display(), "serving on unix socket");
     loop {
         let (mut stream, _) = listener.accept().await?;
         let state = state.clone();
         tokio::spawn(async move {
-            let mut scanner = Scanner::hello();
-            let mut buf = vec![0u8; 4096];
-            loop {
-                let n = match stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                };
-                if let Scan::Found { nonce, rest } = scanner.feed(&buf[..n]) {
-                    if let Err(e) = serve(stream, nonce, rest, state).await {
-                        tracing::debug!(error = %e, "session ended");
-                    }
+            let (nonce, rest) = match read_hello(&mut stream).await {
+                Ok(Some(hello)) => hello,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, "connection lost before HELLO");
                     return;
                 }
+            };
+            if let Err(e) = serve(stream, nonce, rest, state).await {
+                tracing::debug!(error = %e, "session ended");
             }
         });
     }

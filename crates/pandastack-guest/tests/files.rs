@@ -1,14 +1,10 @@
-//! The Files and Agent services and session handling against the real agent binary.
+//! The Files service against the real agent binary (unix-socket mode).
 
 mod common;
 
-use std::time::Duration;
-
-use common::{connect, sh, start};
-use pandastack_guest_proto::session::hello_line;
-use pandastack_guest_proto::v1::{self, agent_client::AgentClient, files_client::FilesClient};
+use common::{connect, start};
+use pandastack_guest_proto::v1::{self, files_client::FilesClient};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn header(path: &str, mode: u32, parents: bool) -> v1::WriteInput {
     v1::WriteInput {
@@ -223,40 +219,164 @@ async fn directory_operations_and_errors() {
     assert_eq!(err.code(), tonic::Code::NotFound);
 }
 
-#[tokio::test]
-async fn reconnect_after_drop_and_detach() {
-    let a = start();
-    let ch = connect(&a).await;
-    assert_eq!(sh(&ch, "echo one").await.stdout(), "one\n");
-    // Detach ends the session; a new session works.
-    AgentClient::new(ch.clone())
-        .detach(v1::Empty {})
+fn data(bytes: &[u8]) -> v1::WriteInput {
+    v1::WriteInput {
+        input: Some(v1::write_input::Input::Data(bytes.to_vec())),
+    }
+}
+
+async fn write(
+    f: &mut FilesClient<tonic::transport::Channel>,
+    msgs: Vec<v1::WriteInput>,
+) -> Result<u64, tonic::Status> {
+    f.write(futures::stream::iter(msgs))
         .await
-        .unwrap();
-    drop(ch);
-    let ch = connect(&a).await;
-    assert_eq!(sh(&ch, "echo two").await.stdout(), "two\n");
-    drop(ch);
-    let ch = connect(&a).await;
-    assert_eq!(sh(&ch, "echo three").await.stdout(), "three\n");
+        .map(|r| r.into_inner().bytes_written)
 }
 
 #[tokio::test]
-async fn garbage_before_hello_is_ignored() {
+async fn writes_replace_atomically_or_append() {
     let a = start();
-    // Wait for the socket.
-    let mut stream = loop {
-        match tokio::net::UnixStream::connect(&a.socket).await {
-            Ok(s) => break s,
-            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-        }
-    };
-    stream
-        .write_all(b"\x00\x00\x04\x08junk from an old session\nPRI * HTTP/2.0\r\n")
+    let ch = connect(&a).await;
+    let mut f = FilesClient::new(ch.clone());
+    let dir = a.dir.path().join("w");
+    std::fs::create_dir(&dir).unwrap();
+    let target = dir.join("file.txt");
+    let path = target.to_string_lossy().into_owned();
+
+    assert_eq!(
+        write(&mut f, vec![header(&path, 0, false), data(b"first")])
+            .await
+            .unwrap(),
+        5
+    );
+    let md = std::fs::metadata(&target).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o7777,
+        0o644
+    );
+    let inode = std::os::unix::fs::MetadataExt::ino(&md);
+
+    // A replacing write is a new file renamed over the old one.
+    write(&mut f, vec![header(&path, 0o600, false), data(b"second")])
         .await
         .unwrap();
-    stream.write_all(&hello_line(0x1234)).await.unwrap();
-    let mut line = vec![0u8; 36];
-    stream.read_exact(&mut line).await.unwrap();
-    assert_eq!(line, pandastack_guest_proto::session::ready_line(0x1234));
+    let md = std::fs::metadata(&target).unwrap();
+    assert_eq!(std::fs::read(&target).unwrap(), b"second");
+    assert_ne!(std::os::unix::fs::MetadataExt::ino(&md), inode);
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o7777,
+        0o600
+    );
+
+    let mut append = header(&path, 0, false);
+    if let Some(v1::write_input::Input::Header(h)) = append.input.as_mut() {
+        h.append = true;
+    }
+    write(&mut f, vec![append, data(b"+more")]).await.unwrap();
+    assert_eq!(std::fs::read(&target).unwrap(), b"second+more");
+
+    // No temporary files are left behind.
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["file.txt"]);
+
+    // Missing parent without create_parents; a directory as target; no header first.
+    let missing = format!("{}/nope/file", dir.display());
+    let err = write(&mut f, vec![header(&missing, 0, false), data(b"x")])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound, "{err}");
+    let err = write(
+        &mut f,
+        vec![header(&dir.to_string_lossy(), 0, false), data(b"x")],
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+    let err = write(&mut f, vec![data(b"x")]).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+}
+
+#[tokio::test]
+async fn symlinks_are_not_followed() {
+    let a = start();
+    let ch = connect(&a).await;
+    let mut f = FilesClient::new(ch.clone());
+    let root = a.dir.path().join("s");
+    std::fs::create_dir_all(root.join("real/inner")).unwrap();
+    std::fs::write(root.join("real/inner/f"), "x").unwrap();
+    std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
+
+    let st = f
+        .stat(v1::PathRequest {
+            path: root.join("link").to_string_lossy().into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(st.r#type, v1::FileType::Symlink as i32);
+    assert_eq!(st.symlink_target, root.join("real").to_string_lossy());
+    assert_eq!(st.name, "link");
+
+    let l = f
+        .list(v1::ListRequest {
+            path: root.to_string_lossy().into(),
+            depth: 5,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let rel: Vec<_> = l
+        .entries
+        .iter()
+        .map(|e| {
+            e.path
+                .strip_prefix(&*root.to_string_lossy())
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(rel, ["/link", "/real", "/real/inner", "/real/inner/f"]);
+
+    // Reading a directory is a bad request; so is listing a file.
+    let err = f
+        .read(v1::ReadRequest {
+            path: root.join("real").to_string_lossy().into(),
+            offset: 0,
+            length: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    let err = f
+        .list(v1::ListRequest {
+            path: root.join("real/inner/f").to_string_lossy().into(),
+            depth: 1,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    // Mkdir on an existing directory without `parents`; rename of a missing file.
+    let err = f
+        .mkdir(v1::MkdirRequest {
+            path: root.join("real").to_string_lossy().into(),
+            parents: false,
+            mode: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::AlreadyExists);
+    let err = f
+        .rename(v1::RenameRequest {
+            from: root.join("missing").to_string_lossy().into(),
+            to: root.join("other").to_string_lossy().into(),
+            overwrite: true,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    assert!(err.message().contains("missing"), "{}", err.message());
 }

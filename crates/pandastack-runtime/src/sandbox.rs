@@ -136,9 +136,11 @@ impl<D: VmDriver> Runtime<D> {
 /// Connects to the restored guest and runs its post-restore hook: clock, RNG, hostname,
 /// machine id. Clones of one snapshot must never share RNG state.
 async fn identify<V: Vm>(vm: &V, id: &str) -> Result<Channel, CreateError> {
+    let t = Instant::now();
     let channel = pandastack_guest_proto::host::connect(vm.agent_socket(), RESTORE_TIMEOUT)
         .await
         .map_err(|e| CreateError::Agent(Box::new(e)))?;
+    tracing::debug!(sandbox = id, connect_ms = t.elapsed().as_secs_f64() * 1e3, "agent session open");
     let mut entropy = vec![0u8; 64];
     rand::fill(&mut entropy[..]);
     let now = SystemTime::now()

@@ -1,19 +1,23 @@
 //! `Agent`: health, post-restore identity, network, sync, detach, shutdown.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use pandastack_guest_proto::v1::{self, agent_server::Agent};
+use tokio::sync::Notify;
 use tonic::{Request, Response, Status};
 
 use super::State;
 
 pub struct AgentService {
     state: State,
+    /// Ends the session this service instance belongs to.
+    detach: Arc<Notify>,
 }
 
 impl AgentService {
-    pub fn new(state: State) -> Self {
-        Self { state }
+    pub fn new(state: State, detach: Arc<Notify>) -> Self {
+        Self { state, detach }
     }
 }
 
@@ -61,26 +65,29 @@ impl Agent for AgentService {
         }
         if !req.hostname.is_empty() && !valid_hostname(&req.hostname) {
             return Err(Status::invalid_argument(
-                "hostname: 1-63 characters of [a-z0-9-]",
+                "hostname: 1-63 characters of [A-Za-z0-9-], not starting with '-'",
             ));
         }
-        reseed(&req.entropy).map_err(|e| Status::internal(format!("reseed rng: {e}")))?;
+        if let Some(net) = &req.network {
+            super::net::check(net)?;
+        }
         let step_ms = if req.unix_time_ns > 0 {
-            step_clock(req.unix_time_ns).map_err(|e| Status::internal(format!("set clock: {e}")))?
+            step_clock(req.unix_time_ns).map_err(|e| io_status("set clock", e))?
         } else {
             0
         };
+        reseed(&req.entropy).map_err(|e| io_status("reseed rng", e))?;
         if !req.hostname.is_empty() {
-            set_hostname(&req.hostname)
-                .map_err(|e| Status::internal(format!("set hostname: {e}")))?;
+            set_hostname(&req.hostname).map_err(|e| io_status("set hostname", e))?;
         }
         if !req.machine_id.is_empty() {
             std::fs::write("/etc/machine-id", format!("{}\n", req.machine_id))
-                .map_err(|e| Status::internal(format!("write /etc/machine-id: {e}")))?;
+                .map_err(|e| io_status("write /etc/machine-id", e))?;
         }
         if let Some(net) = req.network {
             super::net::configure(&net).await?;
         }
+        tracing::info!(step_ms, hostname = %req.hostname, "post-restore identity applied");
         Ok(Response::new(v1::PostRestoreResponse {
             clock_step_ms: step_ms,
         }))
@@ -102,7 +109,8 @@ impl Agent for AgentService {
     }
 
     async fn detach(&self, _: Request<v1::Empty>) -> Result<Response<v1::Empty>, Status> {
-        self.state.detach_signal().notify_waiters();
+        // A stored permit: the session sees it even if it is not waiting at this instant.
+        self.detach.notify_one();
         Ok(Response::new(v1::Empty {}))
     }
 
@@ -116,12 +124,20 @@ impl Agent for AgentService {
             // Let the answer reach the host first.
             tokio::time::sleep(Duration::from_millis(50)).await;
             if pid1 {
-                crate::init::power_off(reboot);
+                crate::init::power_off(reboot).await;
             } else {
                 std::process::exit(0);
             }
         });
         Ok(Response::new(v1::Empty {}))
+    }
+}
+
+fn io_status(what: &str, e: std::io::Error) -> Status {
+    if e.kind() == std::io::ErrorKind::PermissionDenied {
+        Status::permission_denied(format!("{what}: {e}"))
+    } else {
+        Status::internal(format!("{what}: {e}"))
     }
 }
 
@@ -134,8 +150,8 @@ fn valid_machine_id(s: &str) -> bool {
 fn valid_hostname(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && !s.starts_with('-')
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
 /// Sets the hostname and the files that name it.
@@ -209,5 +225,7 @@ mod tests {
         assert!(valid_hostname("sb-12"));
         assert!(!valid_hostname("a b"));
         assert!(!valid_hostname(&"a".repeat(64)));
+        assert!(!valid_hostname("-x"));
+        assert!(!valid_hostname("a/b"));
     }
 }

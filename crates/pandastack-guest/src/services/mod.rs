@@ -1,4 +1,8 @@
-//! The gRPC services and the state they share.
+//! The gRPC services of `guest.proto` and the state they share.
+//!
+//! [`State`] lives as long as the agent and is shared by every session; each session builds its
+//! own [`routes`](State::routes) with its own detach signal, so `Agent.Detach` ends only the
+//! session it arrived on.
 
 mod agent;
 mod exec;
@@ -6,6 +10,7 @@ mod files;
 mod net;
 mod pty;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use pandastack_guest_proto::v1::agent_server::AgentServer;
@@ -14,7 +19,7 @@ use pandastack_guest_proto::v1::process_server::ProcessServer;
 use tokio::sync::Notify;
 
 pub use agent::set_hostname;
-pub use net::configure as configure_network;
+pub use net::{configure as configure_network, link_up};
 
 /// State shared by all sessions.
 #[derive(Clone)]
@@ -23,9 +28,10 @@ pub struct State {
 }
 
 struct Inner {
-    /// True when running as PID 1 inside a VM (enables power control and cgroup use).
+    /// True when running as PID 1 inside a VM (enables power control and per-command cgroups).
     pid1: bool,
-    detach: Arc<Notify>,
+    /// Numbers commands (their cgroup names) across sessions.
+    next_exec: AtomicU64,
 }
 
 impl State {
@@ -33,7 +39,7 @@ impl State {
         Self {
             inner: Arc::new(Inner {
                 pid1,
-                detach: Arc::new(Notify::new()),
+                next_exec: AtomicU64::new(0),
             }),
         }
     }
@@ -42,16 +48,19 @@ impl State {
         self.inner.pid1
     }
 
-    /// Notified when the host asks the current session to end.
-    pub fn detach_signal(&self) -> Arc<Notify> {
-        self.inner.detach.clone()
+    /// A number no other command of this agent has.
+    pub fn next_exec_id(&self) -> u64 {
+        self.inner.next_exec.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// All services, ready to be served on one connection.
-    pub fn routes(&self) -> tonic::service::Routes {
-        tonic::service::Routes::new(AgentServer::new(agent::AgentService::new(self.clone())))
-            .add_service(ProcessServer::new(exec::ProcessService::new(self.clone())))
-            .add_service(FilesServer::new(files::FilesService))
-            .prepare()
+    /// All services for one session; `detach` is notified when the host asks it to end.
+    pub fn routes(&self, detach: Arc<Notify>) -> tonic::service::Routes {
+        tonic::service::Routes::new(AgentServer::new(agent::AgentService::new(
+            self.clone(),
+            detach,
+        )))
+        .add_service(ProcessServer::new(exec::ProcessService::new(self.clone())))
+        .add_service(FilesServer::new(files::FilesService))
+        .prepare()
     }
 }

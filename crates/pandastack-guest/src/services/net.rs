@@ -1,110 +1,416 @@
-//! Guest network configuration through iproute2's `ip` (shipped in every template image).
+//! Guest network configuration over rtnetlink: MAC, MTU, one IPv4 address, default route, and
+//! `/etc/resolv.conf`. Used by `Agent.ConfigureNetwork`, `Agent.PostRestore` and, at boot, by
+//! PID 1 (kernel command line).
 
+use std::net::{IpAddr, Ipv4Addr};
+
+use futures::TryStreamExt;
 use pandastack_guest_proto::v1;
+use rtnetlink::packet_route::link::{LinkAttribute, LinkLayerType};
+use rtnetlink::packet_route::AddressFamily;
+use rtnetlink::{Handle, LinkUnspec, RouteMessageBuilder};
 use tonic::Status;
 
-async fn ip(args: &[&str]) -> Result<(), Status> {
-    let mut cmd = std::process::Command::new("ip");
-    cmd.args(args);
-    let (status, _, stderr) = crate::reaper::output(cmd)
-        .await
-        .map_err(|e| Status::failed_precondition(format!("run ip: {e}")))?;
-    if status
-        != nix::sys::wait::WaitStatus::Exited(
-            status.pid().unwrap_or(nix::unistd::Pid::from_raw(0)),
-            0,
-        )
-    {
-        return Err(Status::internal(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&stderr).trim()
-        )));
-    }
-    Ok(())
+const RESOLV_CONF: &str = "/etc/resolv.conf";
+
+/// Why the network could not be configured.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("invalid {field}: {value:?}")]
+    Invalid { field: &'static str, value: String },
+    #[error("no ethernet interface")]
+    NoInterface,
+    #[error("no interface {0:?}")]
+    NoSuchInterface(String),
+    #[error("open netlink socket")]
+    Socket(#[source] std::io::Error),
+    #[error("{op}")]
+    Netlink {
+        op: &'static str,
+        #[source]
+        source: rtnetlink::Error,
+    },
+    #[error("write {RESOLV_CONF}")]
+    ResolvConf(#[source] std::io::Error),
 }
 
-/// The first non-loopback interface.
-fn default_interface() -> Option<String> {
-    let mut names: Vec<String> = std::fs::read_dir("/sys/class/net")
-        .ok()?
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n != "lo")
-        .collect();
-    names.sort();
-    names.into_iter().next()
+impl From<NetError> for Status {
+    fn from(e: NetError) -> Self {
+        let msg = error_chain(&e);
+        match &e {
+            NetError::Invalid { .. } => Status::invalid_argument(msg),
+            NetError::NoInterface | NetError::NoSuchInterface(_) => Status::not_found(msg),
+            NetError::Netlink {
+                source: rtnetlink::Error::NetlinkError(m),
+                ..
+            } if m.raw_code().abs() == libc::EPERM => Status::permission_denied(msg),
+            NetError::Socket(io) | NetError::ResolvConf(io)
+                if io.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                Status::permission_denied(msg)
+            }
+            _ => Status::internal(msg),
+        }
+    }
 }
 
-fn valid_cidr(s: &str) -> bool {
-    let Some((addr, prefix)) = s.split_once('/') else {
-        return false;
-    };
-    addr.parse::<std::net::IpAddr>().is_ok() && prefix.parse::<u8>().is_ok_and(|p| p <= 128)
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
 }
 
-/// Applies `cfg`: MAC, MTU, address, default route, resolv.conf.
-pub async fn configure(cfg: &v1::NetworkConfig) -> Result<(), Status> {
-    let dev = if cfg.interface.is_empty() {
-        default_interface().ok_or_else(|| Status::failed_precondition("no network interface"))?
-    } else {
-        cfg.interface.clone()
-    };
-    if dev.contains('/') || !std::path::Path::new("/sys/class/net").join(&dev).exists() {
-        return Err(Status::not_found(format!("interface {dev}")));
+/// A validated [`v1::NetworkConfig`].
+#[derive(Debug, PartialEq, Eq)]
+struct Plan {
+    interface: Option<String>,
+    mac: Option<[u8; 6]>,
+    mtu: Option<u32>,
+    address: Option<(Ipv4Addr, u8)>,
+    gateway: Option<Ipv4Addr>,
+    dns: Vec<IpAddr>,
+}
+
+fn invalid(field: &'static str, value: &str) -> NetError {
+    NetError::Invalid {
+        field,
+        value: value.to_owned(),
     }
-    if !cfg.address_cidr.is_empty() && !valid_cidr(&cfg.address_cidr) {
-        return Err(Status::invalid_argument(
-            "address_cidr: expected ADDR/PREFIX",
-        ));
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for byte in &mut mac {
+        let p = parts.next()?;
+        if p.len() != 2 {
+            return None;
+        }
+        *byte = u8::from_str_radix(p, 16).ok()?;
     }
-    if !cfg.gateway.is_empty() && cfg.gateway.parse::<std::net::IpAddr>().is_err() {
-        return Err(Status::invalid_argument("gateway: not an IP address"));
-    }
-    ip(&["link", "set", "lo", "up"]).await?;
-    if !cfg.mac.is_empty() {
-        ip(&["link", "set", &dev, "down"]).await?;
-        ip(&["link", "set", &dev, "address", &cfg.mac]).await?;
-    }
-    if cfg.mtu > 0 {
-        ip(&["link", "set", &dev, "mtu", &cfg.mtu.to_string()]).await?;
-    }
-    ip(&["link", "set", &dev, "up"]).await?;
-    if !cfg.address_cidr.is_empty() {
-        ip(&["-4", "addr", "flush", "dev", &dev]).await?;
-        ip(&["addr", "add", &cfg.address_cidr, "dev", &dev]).await?;
-    }
-    if !cfg.gateway.is_empty() {
-        ip(&[
-            "route",
-            "replace",
-            "default",
-            "via",
-            &cfg.gateway,
-            "dev",
-            &dev,
-        ])
-        .await?;
-    }
-    if !cfg.dns.is_empty() {
-        let body: String = cfg
+    parts.next().is_none().then_some(mac)
+}
+
+fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
+    let (addr, prefix) = s.split_once('/')?;
+    let prefix: u8 = prefix.parse().ok()?;
+    (prefix <= 32).then_some((addr.parse().ok()?, prefix))
+}
+
+impl Plan {
+    fn new(cfg: &v1::NetworkConfig) -> Result<Self, NetError> {
+        let interface = match cfg.interface.as_str() {
+            "" => None,
+            name if name.len() < 16 && !name.contains(['/', '\0', ' ']) => Some(name.to_owned()),
+            name => return Err(invalid("interface", name)),
+        };
+        let mac = match cfg.mac.as_str() {
+            "" => None,
+            m => Some(parse_mac(m).ok_or_else(|| invalid("mac", m))?),
+        };
+        let address = match cfg.address_cidr.as_str() {
+            "" => None,
+            a => Some(parse_cidr(a).ok_or_else(|| invalid("address_cidr", a))?),
+        };
+        let gateway = match cfg.gateway.as_str() {
+            "" => None,
+            g => Some(g.parse().map_err(|_| invalid("gateway", g))?),
+        };
+        let dns = cfg
             .dns
             .iter()
-            .map(|d| format!("nameserver {d}\n"))
+            .map(|d| d.parse().map_err(|_| invalid("dns", d)))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            interface,
+            mac,
+            mtu: (cfg.mtu > 0).then_some(cfg.mtu),
+            address,
+            gateway,
+            dns,
+        })
+    }
+}
+
+fn resolv_conf(dns: &[IpAddr]) -> String {
+    dns.iter().map(|d| format!("nameserver {d}\n")).collect()
+}
+
+fn netlink(op: &'static str) -> impl FnOnce(rtnetlink::Error) -> NetError {
+    move |source| NetError::Netlink { op, source }
+}
+
+/// A netlink connection whose background task ends with it.
+struct Netlink {
+    handle: Handle,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Netlink {
+    fn open() -> Result<Self, NetError> {
+        let (conn, handle, _) = rtnetlink::new_connection().map_err(NetError::Socket)?;
+        Ok(Self {
+            handle,
+            task: tokio::spawn(conn),
+        })
+    }
+
+    /// Index of the link named `name`, or of the first Ethernet link (lowest index; tunnel
+    /// devices such as `sit0` are not candidates).
+    async fn link_index(&self, name: Option<&str>) -> Result<u32, NetError> {
+        let links: Vec<_> = self
+            .handle
+            .link()
+            .get()
+            .execute()
+            .try_collect()
+            .await
+            .map_err(netlink("list links"))?;
+        let mut found: Vec<(u32, String, bool)> = links
+            .into_iter()
+            .filter_map(|l| {
+                let ether = l.header.link_layer_type == LinkLayerType::Ether;
+                l.attributes.iter().find_map(|a| match a {
+                    LinkAttribute::IfName(n) => Some((l.header.index, n.clone(), ether)),
+                    _ => None,
+                })
+            })
             .collect();
-        std::fs::write("/etc/resolv.conf", body)
-            .map_err(|e| Status::internal(format!("resolv.conf: {e}")))?;
+        found.sort();
+        let index = match name {
+            Some(name) => found.into_iter().find(|(_, n, _)| n == name),
+            None => found.into_iter().find(|(_, _, ether)| *ether),
+        };
+        match (index, name) {
+            (Some((i, _, _)), _) => Ok(i),
+            (None, Some(name)) => Err(NetError::NoSuchInterface(name.to_owned())),
+            (None, None) => Err(NetError::NoInterface),
+        }
+    }
+
+    async fn set(
+        &self,
+        msg: rtnetlink::packet_route::link::LinkMessage,
+        op: &'static str,
+    ) -> Result<(), NetError> {
+        self.handle
+            .link()
+            .set(msg)
+            .execute()
+            .await
+            .map_err(netlink(op))
+    }
+
+    async fn flush_ipv4(&self, index: u32) -> Result<(), NetError> {
+        let addrs: Vec<_> = self
+            .handle
+            .address()
+            .get()
+            .set_link_index_filter(index)
+            .execute()
+            .try_collect()
+            .await
+            .map_err(netlink("list addresses"))?;
+        for a in addrs {
+            if a.header.family == AddressFamily::Inet {
+                self.handle
+                    .address()
+                    .del(a)
+                    .execute()
+                    .await
+                    .map_err(netlink("delete address"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Netlink {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Checks `cfg` without applying it.
+pub fn check(cfg: &v1::NetworkConfig) -> Result<(), NetError> {
+    Plan::new(cfg).map(drop)
+}
+
+/// Brings the link `name` up (used for `lo` at boot).
+pub async fn link_up(name: &str) -> Result<(), NetError> {
+    let nl = Netlink::open()?;
+    let index = nl.link_index(Some(name)).await?;
+    nl.set(
+        LinkUnspec::new_with_index(index).up().build(),
+        "set link up",
+    )
+    .await
+}
+
+/// Applies `cfg`: `lo` up; then on the interface: MAC (link down, set, up), MTU, link up,
+/// replace IPv4 addresses with `address_cidr`, default route via `gateway`; then resolv.conf.
+/// Empty fields leave that part as it is.
+pub async fn configure(cfg: &v1::NetworkConfig) -> Result<(), NetError> {
+    let plan = Plan::new(cfg)?;
+    let nl = Netlink::open()?;
+    let lo = nl.link_index(Some("lo")).await?;
+    nl.set(LinkUnspec::new_with_index(lo).up().build(), "set lo up")
+        .await?;
+    let index = nl.link_index(plan.interface.as_deref()).await?;
+    if let Some(mac) = plan.mac {
+        nl.set(
+            LinkUnspec::new_with_index(index).down().build(),
+            "set link down",
+        )
+        .await?;
+        nl.set(
+            LinkUnspec::new_with_index(index)
+                .address(mac.to_vec())
+                .build(),
+            "set mac address",
+        )
+        .await?;
+    }
+    if let Some(mtu) = plan.mtu {
+        nl.set(
+            LinkUnspec::new_with_index(index).mtu(mtu).build(),
+            "set mtu",
+        )
+        .await?;
+    }
+    nl.set(
+        LinkUnspec::new_with_index(index).up().build(),
+        "set link up",
+    )
+    .await?;
+    if let Some((addr, prefix)) = plan.address {
+        nl.flush_ipv4(index).await?;
+        nl.handle
+            .address()
+            .add(index, IpAddr::V4(addr), prefix)
+            .execute()
+            .await
+            .map_err(netlink("add address"))?;
+    }
+    if let Some(gw) = plan.gateway {
+        let route = RouteMessageBuilder::<Ipv4Addr>::new()
+            .gateway(gw)
+            .output_interface(index)
+            .build();
+        nl.handle
+            .route()
+            .add(route)
+            .replace()
+            .execute()
+            .await
+            .map_err(netlink("set default route"))?;
+    }
+    if !plan.dns.is_empty() {
+        let body = resolv_conf(&plan.dns);
+        tokio::task::spawn_blocking(move || std::fs::write(RESOLV_CONF, body))
+            .await
+            .map_err(|e| NetError::ResolvConf(std::io::Error::other(e)))?
+            .map_err(NetError::ResolvConf)?;
     }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
-    fn cidr() {
-        assert!(super::valid_cidr("10.0.0.2/24"));
-        assert!(super::valid_cidr("fd00::2/64"));
-        assert!(!super::valid_cidr("10.0.0.2"));
-        assert!(!super::valid_cidr("x/24"));
+    fn parses_a_full_config() {
+        let plan = Plan::new(&v1::NetworkConfig {
+            interface: "eth0".into(),
+            address_cidr: "10.0.2.15/24".into(),
+            gateway: "10.0.2.2".into(),
+            dns: vec!["1.1.1.1".into(), "2606:4700::1111".into()],
+            mtu: 1400,
+            mac: "02:AB:cd:00:00:01".into(),
+        })
+        .unwrap();
+        assert_eq!(
+            plan,
+            Plan {
+                interface: Some("eth0".into()),
+                mac: Some([2, 0xab, 0xcd, 0, 0, 1]),
+                mtu: Some(1400),
+                address: Some((Ipv4Addr::new(10, 0, 2, 15), 24)),
+                gateway: Some(Ipv4Addr::new(10, 0, 2, 2)),
+                dns: vec![
+                    "1.1.1.1".parse().unwrap(),
+                    "2606:4700::1111".parse().unwrap()
+                ],
+            }
+        );
+        assert_eq!(
+            resolv_conf(&plan.dns),
+            "nameserver 1.1.1.1\nnameserver 2606:4700::1111\n"
+        );
+    }
+
+    #[test]
+    fn empty_fields_change_nothing() {
+        let plan = Plan::new(&v1::NetworkConfig::default()).unwrap();
+        assert_eq!(
+            plan,
+            Plan {
+                interface: None,
+                mac: None,
+                mtu: None,
+                address: None,
+                gateway: None,
+                dns: vec![],
+            }
+        );
+    }
+
+    #[test]
+    fn rejects_bad_fields() {
+        let bad = [
+            v1::NetworkConfig {
+                address_cidr: "10.0.0.2".into(),
+                ..Default::default()
+            },
+            v1::NetworkConfig {
+                address_cidr: "10.0.0.2/33".into(),
+                ..Default::default()
+            },
+            v1::NetworkConfig {
+                address_cidr: "fd00::2/64".into(),
+                ..Default::default()
+            },
+            v1::NetworkConfig {
+                gateway: "10.0.0.x".into(),
+                ..Default::default()
+            },
+            v1::NetworkConfig {
+                mac: "02:00:00:00:00".into(),
+                ..Default::default()
+            },
+            v1::NetworkConfig {
+                mac: "02:00:00:00:00:00:00".into(),
+                ..Default::default()
+            },
+            v1::NetworkConfig {
+                interface: "../etc".into(),
+                ..Default::default()
+            },
+            v1::NetworkConfig {
+                dns: vec!["dns.example".into()],
+                ..Default::default()
+            },
+        ];
+        for cfg in bad {
+            let err = Plan::new(&cfg).unwrap_err();
+            assert!(matches!(err, NetError::Invalid { .. }), "{cfg:?}: {err}");
+            assert_eq!(Status::from(err).code(), tonic::Code::InvalidArgument);
+        }
     }
 }
