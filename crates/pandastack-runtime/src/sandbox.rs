@@ -140,7 +140,11 @@ async fn identify<V: Vm>(vm: &V, id: &str) -> Result<Channel, CreateError> {
     let channel = pandastack_guest_proto::host::connect(vm.agent_socket(), RESTORE_TIMEOUT)
         .await
         .map_err(|e| CreateError::Agent(Box::new(e)))?;
-    tracing::debug!(sandbox = id, connect_ms = t.elapsed().as_secs_f64() * 1e3, "agent session open");
+    tracing::debug!(
+        sandbox = id,
+        connect_ms = t.elapsed().as_secs_f64() * 1e3,
+        "agent session open"
+    );
     let mut entropy = vec![0u8; 64];
     rand::fill(&mut entropy[..]);
     let now = SystemTime::now()
