@@ -1,27 +1,31 @@
-//! Template specs and the image builder.
+//! Template specs and the root filesystem image builder.
 //!
-//! A [`TemplateSpec`] (TOML) says what goes into a sandbox's root filesystem: a Debian suite and
-//! packages, pip and npm packages, files, setup commands, and the VM shape. [`build_base`] turns a
-//! spec into a sparse ext4 image with mmdebstrap and `mkfs.ext4 -d`, cached by the spec's hash;
-//! [`install_agent`] writes the guest agent into a copy of it without mounting anything.
+//! A [`TemplateSpec`] (TOML, validated once) says what goes into a sandbox's root filesystem — a
+//! Debian suite and packages, pip and npm packages, files, setup commands — and the VM shape.
+//! [`ImageCache::build_base`] turns it into a sparse ext4 image with mmdebstrap and
+//! `mkfs.ext4 -d`, cached under `$PANDASTACK_CACHE/images/<name>-<hash16>/` by the spec's hash,
+//! with progress reported through a callback. [`install_agent`] writes the guest agent into a copy
+//! of that image with debugfs, so a new agent build never re-runs the bootstrap;
+//! [`ImageCache::rootfs_with_agent`] caches the result per agent hash.
 //!
-//! This crate builds files; it never boots a VM.
+//! This crate makes files. It never boots a VM, never mounts an image, and never leaves a mount
+//! on the host (chroot steps run in a private mount namespace). The Debian mirror comes from the
+//! host's apt configuration, never from a host name built into the code.
 
 mod agent;
 mod build;
-mod mirror;
+mod cache;
+mod manifest;
+pub mod mirror;
 mod spec;
 
-pub use agent::{install_agent, rootfs_with_agent, AgentError};
-pub use build::{build_base, build_base_in, BaseImage, BuildError, Progress};
-pub use mirror::{debian_mirror, parse_deb822, parse_one_line};
-pub use spec::{SpecError, TemplateSpec};
-
-use std::path::PathBuf;
-
-/// The cache root: `$PANDASTACK_CACHE` or `/var/cache/pandastack`.
-pub fn cache_dir() -> PathBuf {
-    std::env::var_os("PANDASTACK_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| "/var/cache/pandastack".into())
-}
+pub use agent::{
+    file_sha256, install_agent, rootfs_with_agent, AgentError, AgentImage, AGENT_PATH,
+};
+pub use build::{BaseImage, BuildError, BuildOptions, Progress, BASE_IMAGE};
+pub use cache::ImageCache;
+pub use manifest::{Manifest, StepTiming};
+pub use spec::{
+    DebianSpec, FileContent, FileSpec, SpecError, SpecHash, TemplateSpec, Variant, VmShape,
+    BUILDER_VERSION,
+};
