@@ -22,6 +22,10 @@ step "build: guest agent (release) and pandastack"
 cargo build --release --locked -p pandastack-guest
 cargo build --locked -p pandastack
 
+step "data dir: reflink-capable XFS for runtime tests"
+target/debug/pandastack host init
+export PANDASTACK_TEST_DATA_DIR=/var/lib/pandastack/test
+
 step "test image: minimal template with the agent"
 export PANDASTACK_TEST_ROOTFS
 PANDASTACK_TEST_ROOTFS=$(target/debug/pandastack template build minimal --agent target/release/pandastack-guest)

@@ -71,7 +71,19 @@ fn path_arg(prefix: &str, path: &Path, suffix: &str) -> OsString {
     s
 }
 
-/// Builds the argument vector (without the binary) for `spec`.
+/// `path` as QEMU should see it. QEMU runs with the run directory as its working directory and
+/// files inside it are named relative to it: a run directory may be renamed while its VM waits
+/// for state (a pre-started VM handed to a sandbox), and QEMU reopens the disk by name when the
+/// state is loaded.
+fn in_run_dir(spec: &VmSpec, path: &Path) -> std::path::PathBuf {
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) if parent == spec.run_dir => name.into(),
+        _ => path.to_owned(),
+    }
+}
+
+/// Builds the argument vector (without the binary) for `spec`. Relative paths are relative to
+/// `spec.run_dir`, which must be the process's working directory.
 pub fn build(cfg: &QemuConfig, spec: &VmSpec, mode: StartMode) -> Vec<OsString> {
     let mut argv = Vec::new();
     let mem = spec.memory_mib;
@@ -97,16 +109,21 @@ pub fn build(cfg: &QemuConfig, spec: &VmSpec, mode: StartMode) -> Vec<OsString> 
     let size = format!("{mem}M");
     push(&mut argv, &["-smp", &smp, "-m", &size]);
 
-    let (path, share) = match &spec.memory {
-        Memory::SharedFile(p) => (p, "on"),
-        Memory::PrivateFile(p) => (p, "off"),
+    let file = match &spec.memory {
+        Memory::SharedFile(p) => Some((p, "on")),
+        Memory::PrivateFile(p) => Some((p, "off")),
+        Memory::Anonymous => None,
     };
     argv.push("-object".into());
-    argv.push(path_arg(
-        &format!("memory-backend-file,id=ram,size={mem}M,mem-path="),
-        path,
-        &format!(",share={share},prealloc=off"),
-    ));
+    match file {
+        Some((path, share)) => argv.push(path_arg(
+            &format!("memory-backend-file,id=ram,size={mem}M,mem-path="),
+            path,
+            &format!(",share={share},prealloc=off"),
+        )),
+        // Same id as the file backends: the RAM block name must match across save and load.
+        None => argv.push(format!("memory-backend-ram,id=ram,size={mem}M").into()),
+    }
 
     if mode == StartMode::Boot {
         argv.push("-kernel".into());
@@ -122,18 +139,17 @@ pub fn build(cfg: &QemuConfig, spec: &VmSpec, mode: StartMode) -> Vec<OsString> 
     argv.push("-drive".into());
     argv.push(path_arg(
         "id=root,if=none,format=raw,cache=writeback,discard=unmap,aio=threads,file=",
-        &spec.rootfs,
+        &in_run_dir(spec, &spec.rootfs),
         "",
     ));
     push(&mut argv, &["-device", "virtio-blk-device,drive=root"]);
 
     // Guest agent channel.
-    let run = &spec.run_dir;
     push(&mut argv, &["-device", "virtio-serial-device,max_ports=2"]);
     argv.push("-chardev".into());
     argv.push(path_arg(
         "socket,id=agent,server=on,wait=off,path=",
-        &run.join(AGENT_SOCKET),
+        Path::new(AGENT_SOCKET),
         "",
     ));
     push(
@@ -166,18 +182,18 @@ pub fn build(cfg: &QemuConfig, spec: &VmSpec, mode: StartMode) -> Vec<OsString> 
     argv.push("-chardev".into());
     argv.push(path_arg(
         "file,id=console,path=",
-        &run.join(CONSOLE_LOG),
+        Path::new(CONSOLE_LOG),
         ",append=on",
     ));
     push(&mut argv, &["-serial", "chardev:console"]);
     argv.push("-qmp".into());
     argv.push(path_arg(
         "unix:",
-        &run.join(QMP_SOCKET),
+        Path::new(QMP_SOCKET),
         ",server=on,wait=off",
     ));
     argv.push("-pidfile".into());
-    argv.push(run.join(PID_FILE).into());
+    argv.push(PID_FILE.into());
     if cfg.seccomp {
         push(
             &mut argv,
@@ -233,6 +249,14 @@ mod tests {
         assert!(!a.contains("-incoming"));
         assert!(a.contains("ifname=tap0"));
         assert!(a.contains("-sandbox on"));
+        assert!(
+            a.contains("file=/r/rootfs.ext4"),
+            "outside the run dir: absolute"
+        );
+        assert!(
+            a.contains("-pidfile qemu.pid"),
+            "inside the run dir: relative"
+        );
     }
 
     #[test]
@@ -246,5 +270,16 @@ mod tests {
         assert!(a.contains("-incoming defer"));
         assert!(a.contains("share=off"));
         assert!(a.contains("-accel kvm -cpu host"));
+    }
+
+    #[test]
+    fn anonymous_memory_keeps_the_ram_block_name() {
+        let a = joined(&build(
+            &QemuConfig::new(Accel::Tcg),
+            &spec(Memory::Anonymous),
+            StartMode::Incoming,
+        ));
+        assert!(a.contains("memory-backend-ram,id=ram,size=512M"));
+        assert!(a.contains("memory-backend=ram"));
     }
 }

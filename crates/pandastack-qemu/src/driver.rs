@@ -45,7 +45,7 @@ impl QemuDriver {
         }
         let args = argv::build(&self.cfg, spec, mode);
         let qemu_log = spec.run_dir.join(QEMU_LOG);
-        let process = Process::spawn(&self.cfg.binary, &args, &qemu_log)?;
+        let process = Process::spawn(&self.cfg.binary, &args, &spec.run_dir, &qemu_log)?;
         match connect_qmp(&process, &spec.run_dir, &qemu_log).await {
             Ok(qmp) => Ok(QemuVm {
                 id: spec.id.clone(),
@@ -93,6 +93,12 @@ fn validate(spec: &VmSpec, mode: StartMode) -> Result<(), VmError> {
     }
     if let Memory::PrivateFile(p) = &spec.memory {
         needed.push(p);
+    }
+    if mode == StartMode::Boot && spec.memory == Memory::Anonymous {
+        // Not a limitation of QEMU: a cold-booted VM is baked, and a bake needs its RAM in a file.
+        return Err(VmError::InvalidSpec(
+            "cold boot needs file-backed memory".into(),
+        ));
     }
     for p in needed {
         if !p.is_file() {
@@ -193,7 +199,9 @@ async fn wait_migration(
     }
 }
 
-async fn set_ignore_shared(qmp: &Qmp) -> Result<(), VmError> {
+/// No bandwidth cap (state goes to a local file), and RAM in shared files is not copied: the
+/// file already holds it.
+async fn set_migration_options(qmp: &Qmp) -> Result<(), VmError> {
     qmp.execute(&qmp::MigrateSetCapabilities {
         capabilities: vec![qmp::MigrationCapability {
             capability: "x-ignore-shared",
@@ -202,8 +210,16 @@ async fn set_ignore_shared(qmp: &Qmp) -> Result<(), VmError> {
     })
     .await
     .map_err(control)?;
+    qmp.execute(&qmp::MigrateSetParameters {
+        max_bandwidth: UNTHROTTLED,
+    })
+    .await
+    .map_err(control)?;
     Ok(())
 }
+
+/// Migration bandwidth cap meaning "as fast as the disk goes" (1 TiB/s).
+const UNTHROTTLED: u64 = 1 << 40;
 
 impl VmDriver for QemuDriver {
     type Vm = QemuVm;
@@ -220,9 +236,25 @@ impl VmDriver for QemuDriver {
         if !state.is_file() {
             return Err(VmError::MissingFile(state.to_owned()));
         }
+        let vm = self.prepare_restore(spec).await?;
+        self.finish_restore(&vm, state).await?;
+        Ok(vm)
+    }
+
+    async fn prepare_restore(&self, spec: &VmSpec) -> Result<QemuVm, VmError> {
         let vm = self.start(spec, StartMode::Incoming).await?;
+        if let Err(e) = set_migration_options(&vm.qmp).await {
+            let _ = vm.kill_and_wait().await;
+            return Err(e);
+        }
+        Ok(vm)
+    }
+
+    async fn finish_restore(&self, vm: &QemuVm, state: &Path) -> Result<(), VmError> {
         let result = async {
-            set_ignore_shared(&vm.qmp).await?;
+            if !state.is_file() {
+                return Err(VmError::MissingFile(state.to_owned()));
+            }
             let mut events = vm.qmp.events();
             vm.qmp
                 .execute(&qmp::MigrateIncoming {
@@ -231,7 +263,7 @@ impl VmDriver for QemuDriver {
                 })
                 .await
                 .map_err(control)?;
-            wait_migration(&vm, &mut events, "restore").await?;
+            wait_migration(vm, &mut events, "restore").await?;
             // Without -S the VM runs as soon as the state is loaded; make sure it did.
             let status = vm
                 .qmp
@@ -244,23 +276,25 @@ impl VmDriver for QemuDriver {
             Ok(())
         }
         .await;
-        match result {
-            Ok(()) => Ok(vm),
-            Err(e) => {
-                // A QEMU that died says why in its log; that beats "connection closed".
-                let e = if vm.process.alive() {
-                    e
-                } else {
-                    VmError::Exited(log_tail(&vm.run_dir.join(QEMU_LOG)))
-                };
-                let _ = vm.kill_and_wait().await;
-                Err(e)
-            }
+        if let Err(e) = result {
+            // A QEMU that died says why in its log; that beats "connection closed".
+            let e = if vm.process.alive() {
+                e
+            } else {
+                VmError::Exited(log_tail(&vm.run_dir.join(QEMU_LOG)))
+            };
+            let _ = vm.kill_and_wait().await;
+            return Err(e);
         }
+        Ok(())
+    }
+
+    fn is_running(&self, run_dir: &Path) -> bool {
+        process::live_pid(run_dir, &run_dir.join(PID_FILE), CONSOLE_LOG).is_some()
     }
 
     async fn attach(&self, run_dir: &Path) -> Result<QemuVm, VmError> {
-        let pid = process::live_pid(run_dir, &run_dir.join(PID_FILE))
+        let pid = process::live_pid(run_dir, &run_dir.join(PID_FILE), CONSOLE_LOG)
             .ok_or_else(|| VmError::Exited(format!("no running vm in {}", run_dir.display())))?;
         let process = Process::from_pid(pid)?;
         let qmp = Qmp::connect(&run_dir.join(QMP_SOCKET), QMP_TIMEOUT)
@@ -376,7 +410,7 @@ impl Vm for QemuVm {
     async fn save_state(&self, state: &Path) -> Result<(), VmError> {
         let tmp = state.with_extension("partial");
         let _ = std::fs::remove_file(&tmp);
-        set_ignore_shared(&self.qmp).await?;
+        set_migration_options(&self.qmp).await?;
         let mut events = self.qmp.events();
         self.qmp
             .execute(&qmp::Migrate {
@@ -395,6 +429,10 @@ impl Vm for QemuVm {
                 Err(e)
             }
         }
+    }
+
+    fn relocate(&mut self, run_dir: PathBuf) {
+        self.run_dir = run_dir;
     }
 
     fn stats(&self) -> Result<VmStats, VmError> {

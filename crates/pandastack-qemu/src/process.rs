@@ -18,8 +18,13 @@ pub struct Process {
 }
 
 impl Process {
-    /// Spawns `binary argv` with stdout/stderr appended to `log`.
-    pub fn spawn(binary: &Path, argv: &[std::ffi::OsString], log: &Path) -> Result<Self, VmError> {
+    /// Spawns `binary argv` in `cwd` with stdout/stderr appended to `log`.
+    pub fn spawn(
+        binary: &Path,
+        argv: &[std::ffi::OsString],
+        cwd: &Path,
+        log: &Path,
+    ) -> Result<Self, VmError> {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -27,6 +32,7 @@ impl Process {
         let err = out.try_clone()?;
         let child = tokio::process::Command::new(binary)
             .args(argv)
+            .current_dir(cwd)
             .stdin(std::process::Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -132,19 +138,20 @@ fn cpu_time(stat: &str) -> Option<Duration> {
     Some(Duration::from_millis((utime + stime) * 1000 / hz))
 }
 
-/// The pid recorded in a run directory's pid file, if that process is still a QEMU started for
-/// this directory (guards against pid reuse).
-pub fn live_pid(run_dir: &Path, pid_file: &Path) -> Option<u32> {
+/// The pid recorded in a run directory's pid file, if that process still has this directory's
+/// `marker` file open (guards against pid reuse). The check goes through the process's open
+/// files rather than its command line because a run directory may be renamed while its VM runs
+/// (a pre-started VM handed to a sandbox): the kernel reports open files under their current path.
+pub fn live_pid(run_dir: &Path, pid_file: &Path, marker: &str) -> Option<u32> {
     let pid: u32 = std::fs::read_to_string(pid_file)
         .ok()?
         .trim()
         .parse()
         .ok()?;
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let needle = run_dir.as_os_str().as_encoded_bytes();
-    cmdline
-        .windows(needle.len())
-        .any(|w| w == needle)
+    let want = std::fs::canonicalize(run_dir).ok()?.join(marker);
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+    fds.flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == want))
         .then_some(pid)
 }
 
@@ -166,8 +173,13 @@ mod tests {
     #[tokio::test]
     async fn watches_exit_of_a_process() {
         let dir = tempfile::tempdir().unwrap();
-        let p =
-            Process::spawn(Path::new("sleep"), &["0.2".into()], &dir.path().join("log")).unwrap();
+        let p = Process::spawn(
+            Path::new("sleep"),
+            &["0.2".into()],
+            dir.path(),
+            &dir.path().join("log"),
+        )
+        .unwrap();
         assert!(p.alive());
         assert!(p.wait_timeout(Duration::from_secs(5)).await);
         assert!(!p.alive());

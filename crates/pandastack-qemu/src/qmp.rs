@@ -265,6 +265,15 @@ pub struct MigrationCapability {
     pub state: bool,
 }
 
+/// `migrate-set-parameters` with only the bandwidth cap (bytes per second). QEMU's default of
+/// 128 MiB/s is meant for networks; snapshots to a local file should not be throttled.
+#[derive(Serialize)]
+pub struct MigrateSetParameters {
+    #[serde(rename = "max-bandwidth")]
+    pub max_bandwidth: u64,
+}
+command!(MigrateSetParameters, "migrate-set-parameters", Empty);
+
 #[derive(Serialize)]
 pub struct Migrate {
     pub uri: String,

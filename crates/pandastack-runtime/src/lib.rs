@@ -1,17 +1,28 @@
 //! The host-side sandbox runtime, generic over a [`pandastack_vm::VmDriver`]: bakes a template
 //! (cold boot, wait for the guest agent, snapshot), creates sandboxes by restoring that snapshot
-//! copy-on-write (reflinked disk, private mapping of the template memory), and gives each
-//! sandbox a fresh identity through the guest agent's post-restore hook.
+//! copy-on-write (reflinked disk, private mapping of the template memory), snapshots and forks
+//! running sandboxes, hibernates and wakes them, keeps a pool of pre-started VM processes, and
+//! finds its VMs again after a restart of the process that owns it.
 //!
-//! It owns files under the data directory and nothing else: no HTTP, no database.
+//! It owns files under the data directory and the VM processes it starts, nothing else: no HTTP,
+//! no database, no network setup. Callers serialise operations on one sandbox (one owner per
+//! sandbox); operations on different sandboxes may run concurrently.
 
+mod attach;
 pub mod files;
+mod hibernate;
+mod identity;
 mod layout;
+mod pool;
 mod sandbox;
+mod snapshot;
 mod template;
 
+pub use attach::{Attached, Found, FoundState, ReconcileReport};
+pub use hibernate::{HibernateError, Hibernated};
 pub use layout::DataDir;
-pub use sandbox::{CreateError, Sandbox};
+pub use sandbox::{CreateError, Sandbox, SandboxInfo};
+pub use snapshot::{Fork, Snapshot, SnapshotError};
 pub use template::{BakeError, Shape, Template};
 
 use std::path::PathBuf;
@@ -29,6 +40,7 @@ pub struct Runtime<D: VmDriver> {
     driver: D,
     data: DataDir,
     kernel: PathBuf,
+    pool: pool::Pool<D::Vm>,
 }
 
 impl<D: VmDriver> Runtime<D> {
@@ -37,6 +49,7 @@ impl<D: VmDriver> Runtime<D> {
             driver,
             data,
             kernel,
+            pool: pool::Pool::default(),
         }
     }
 
@@ -50,5 +63,27 @@ impl<D: VmDriver> Runtime<D> {
 
     pub fn kernel(&self) -> &std::path::Path {
         &self.kernel
+    }
+}
+
+/// Sandbox and snapshot ids: 1–32 characters of `[A-Za-z0-9_-]` (they name directories).
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ids() {
+        assert!(super::valid_id("sb-1a2b"));
+        assert!(super::valid_id("snap_01"));
+        assert!(!super::valid_id("../etc"));
+        assert!(!super::valid_id(".pool-1"));
+        assert!(!super::valid_id(""));
+        assert!(!super::valid_id(&"a".repeat(33)));
     }
 }

@@ -1,25 +1,66 @@
-//! Sandboxes: VMs restored from a template's snapshot, each with its own disk clone and identity.
+//! Sandboxes: VMs restored from a template's bake or a snapshot, each with its own disk clone and
+//! identity.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use pandastack_guest_proto::v1::{self, agent_client::AgentClient};
 use pandastack_vm::{Memory, Vm, VmDriver, VmError, VmSpec};
+use serde::{Deserialize, Serialize};
 use tonic::transport::Channel;
 
 use crate::files::clone_file;
-use crate::template::Template;
-use crate::{Runtime, RESTORE_TIMEOUT};
+use crate::identity::{identify, AgentError, Identity};
+use crate::template::{Shape, Template};
+use crate::{valid_id, Runtime};
+
+/// What a sandbox is, as recorded in its directory (`sandbox.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxInfo {
+    pub id: String,
+    /// Template it descends from (directly or through snapshots).
+    pub template: String,
+    pub shape: Shape,
+    pub kernel: PathBuf,
+    /// Snapshot it was restored from, if not from the template's bake.
+    pub snapshot: Option<String>,
+    pub created_unix_ms: u64,
+}
+
+pub(crate) const INFO_FILE: &str = "sandbox.json";
+pub(crate) const ROOTFS: &str = "rootfs.ext4";
+
+impl SandboxInfo {
+    pub(crate) fn load(dir: &Path) -> std::io::Result<Self> {
+        let raw = std::fs::read(dir.join(INFO_FILE))?;
+        serde_json::from_slice(&raw).map_err(std::io::Error::other)
+    }
+
+    fn save(&self, dir: &Path) -> std::io::Result<()> {
+        let tmp = dir.join(".sandbox.json.tmp");
+        std::fs::write(
+            &tmp,
+            serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?,
+        )?;
+        std::fs::rename(tmp, dir.join(INFO_FILE))
+    }
+}
 
 /// A running sandbox.
 pub struct Sandbox<V: Vm> {
     pub id: String,
     pub dir: PathBuf,
+    pub info: SandboxInfo,
     pub vm: V,
     /// Connected guest agent session.
     pub agent: Channel,
-    /// Time from the create call to exec-ready.
+    /// Time from the create (or wake) call to exec-ready.
     pub ready_in: Duration,
+}
+
+impl<V: Vm> Sandbox<V> {
+    pub fn rootfs(&self) -> PathBuf {
+        self.dir.join(ROOTFS)
+    }
 }
 
 /// Why a create failed. Nothing of the half-created sandbox is left behind.
@@ -33,30 +74,56 @@ pub enum CreateError {
     Io(#[from] std::io::Error),
     #[error("vm")]
     Vm(#[from] VmError),
-    #[error("guest agent after restore")]
-    Agent(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error(transparent)]
+    Agent(#[from] AgentError),
 }
 
-fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 32
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+pub(crate) fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
 }
 
-/// A random 32-hex-digit machine id.
-fn machine_id() -> String {
-    format!("{:032x}", rand::random::<u128>())
+/// Where a new sandbox's disk, memory and state come from.
+pub(crate) struct Source {
+    pub rootfs: PathBuf,
+    pub memory: Memory,
+    pub state: PathBuf,
+    pub template: String,
+    pub shape: Shape,
+    pub kernel: PathBuf,
+    pub snapshot: Option<String>,
 }
 
 impl<D: VmDriver> Runtime<D> {
-    /// Creates sandbox `id` from `template`: clone the disk, restore the snapshot with the
-    /// template memory mapped copy-on-write, give the guest a new identity. Returns when the
-    /// guest agent answers, i.e. when exec is possible.
+    /// Creates sandbox `id` from `template`: clone the disk, restore the bake with the template
+    /// memory mapped copy-on-write, give the guest a new identity. Takes a pre-started VM process
+    /// from the pool when one is there. Returns when the guest agent answers, i.e. when exec is
+    /// possible.
     pub async fn create(
         &self,
         template: &Template,
+        id: &str,
+    ) -> Result<Sandbox<D::Vm>, CreateError> {
+        let source = Source {
+            rootfs: template.rootfs(),
+            memory: Memory::PrivateFile(template.memory()),
+            state: template.state(),
+            template: template.name.clone(),
+            shape: template.shape,
+            kernel: template.kernel.clone(),
+            snapshot: None,
+        };
+        self.create_from(source, Some(template), id).await
+    }
+
+    /// Creates sandbox `id` from `source`; with `pooled`, a pre-started VM for that template is
+    /// used if available.
+    pub(crate) async fn create_from(
+        &self,
+        source: Source,
+        pooled: Option<&Template>,
         id: &str,
     ) -> Result<Sandbox<D::Vm>, CreateError> {
         let started = Instant::now();
@@ -64,6 +131,7 @@ impl<D: VmDriver> Runtime<D> {
             return Err(CreateError::InvalidId(id.into()));
         }
         let dir = self.data.sandbox(id);
+        // The empty directory reserves the id; a pooled VM's directory is renamed over it.
         match std::fs::create_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
@@ -71,7 +139,7 @@ impl<D: VmDriver> Runtime<D> {
             }
             Err(e) => return Err(e.into()),
         }
-        let result = self.create_in(template, id, &dir, started).await;
+        let result = self.create_in(&source, pooled, id, &dir, started).await;
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -80,38 +148,73 @@ impl<D: VmDriver> Runtime<D> {
 
     async fn create_in(
         &self,
-        template: &Template,
+        source: &Source,
+        pooled: Option<&Template>,
         id: &str,
-        dir: &std::path::Path,
+        dir: &Path,
         started: Instant,
     ) -> Result<Sandbox<D::Vm>, CreateError> {
-        clone_file(&template.rootfs(), &dir.join("rootfs.ext4"))?;
-        let cloned = started.elapsed();
-        let spec = VmSpec {
-            id: id.to_owned(),
-            vcpus: template.shape.vcpus,
-            memory_mib: template.shape.memory_mib,
-            kernel: template.kernel.clone(),
-            rootfs: dir.join("rootfs.ext4"),
-            kernel_args: vec![],
-            memory: Memory::PrivateFile(template.memory()),
-            net: None,
-            run_dir: dir.to_owned(),
+        let prepared = match pooled.and_then(|t| self.pool.take(t)) {
+            Some(p) => match p.adopt(dir) {
+                Ok(vm) => Some(vm),
+                Err((e, vm)) => {
+                    let _ = vm.stop().await;
+                    return Err(e.into());
+                }
+            },
+            None => None,
         };
-        let vm = self.driver.restore(&spec, &template.state()).await?;
-        let restored = started.elapsed();
-        match identify(&vm, id).await {
+        let from_pool = prepared.is_some();
+        let vm = match prepared {
+            Some(vm) => vm,
+            None => {
+                clone_file(&source.rootfs, &dir.join(ROOTFS))?;
+                let spec = VmSpec {
+                    id: id.to_owned(),
+                    vcpus: source.shape.vcpus,
+                    memory_mib: source.shape.memory_mib,
+                    kernel: source.kernel.clone(),
+                    rootfs: dir.join(ROOTFS),
+                    kernel_args: vec![],
+                    memory: source.memory.clone(),
+                    net: None,
+                    run_dir: dir.to_owned(),
+                };
+                self.driver.prepare_restore(&spec).await?
+            }
+        };
+        let prepared_at = started.elapsed();
+        // On failure finish_restore stops the process itself.
+        self.driver.finish_restore(&vm, &source.state).await?;
+        let restored_at = started.elapsed();
+        let info = SandboxInfo {
+            id: id.to_owned(),
+            template: source.template.clone(),
+            shape: source.shape,
+            kernel: source.kernel.clone(),
+            snapshot: source.snapshot.clone(),
+            created_unix_ms: now_unix_ms(),
+        };
+        let ready = async {
+            let agent = identify(&vm, Identity::New { hostname: id }).await?;
+            info.save(dir)?;
+            Ok::<_, CreateError>(agent)
+        }
+        .await;
+        match ready {
             Ok(agent) => {
                 tracing::debug!(
                     sandbox = id,
-                    clone_ms = cloned.as_secs_f64() * 1e3,
-                    restore_ms = (restored - cloned).as_secs_f64() * 1e3,
-                    agent_ms = (started.elapsed() - restored).as_secs_f64() * 1e3,
+                    from_pool,
+                    prepare_ms = prepared_at.as_secs_f64() * 1e3,
+                    load_ms = (restored_at - prepared_at).as_secs_f64() * 1e3,
+                    agent_ms = (started.elapsed() - restored_at).as_secs_f64() * 1e3,
                     "sandbox created"
                 );
                 Ok(Sandbox {
                     id: id.to_owned(),
                     dir: dir.to_owned(),
+                    info,
                     vm,
                     agent,
                     ready_in: started.elapsed(),
@@ -130,46 +233,5 @@ impl<D: VmDriver> Runtime<D> {
         sandbox.vm.stop().await?;
         std::fs::remove_dir_all(&sandbox.dir)?;
         Ok(())
-    }
-}
-
-/// Connects to the restored guest and runs its post-restore hook: clock, RNG, hostname,
-/// machine id. Clones of one snapshot must never share RNG state.
-async fn identify<V: Vm>(vm: &V, id: &str) -> Result<Channel, CreateError> {
-    let t = Instant::now();
-    let channel = pandastack_guest_proto::host::connect(vm.agent_socket(), RESTORE_TIMEOUT)
-        .await
-        .map_err(|e| CreateError::Agent(Box::new(e)))?;
-    tracing::debug!(
-        sandbox = id,
-        connect_ms = t.elapsed().as_secs_f64() * 1e3,
-        "agent session open"
-    );
-    let mut entropy = vec![0u8; 64];
-    rand::fill(&mut entropy[..]);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    AgentClient::new(channel.clone())
-        .post_restore(v1::PostRestoreRequest {
-            unix_time_ns: now.as_nanos() as i64,
-            entropy,
-            hostname: id.to_owned(),
-            machine_id: machine_id(),
-            network: None,
-        })
-        .await
-        .map_err(|e| CreateError::Agent(Box::new(e)))?;
-    Ok(channel)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn sandbox_ids() {
-        assert!(super::valid_id("sb-1a2b"));
-        assert!(!super::valid_id("../etc"));
-        assert!(!super::valid_id(""));
-        assert_eq!(super::machine_id().len(), 32);
     }
 }

@@ -23,6 +23,9 @@ pub struct Template {
     pub name: String,
     pub shape: Shape,
     pub kernel: PathBuf,
+    /// Random id of this bake: VMs pre-started for one bake are unusable for another.
+    #[serde(default)]
+    pub bake_id: String,
     /// Milliseconds from cold boot start to snapshot written.
     pub bake_ms: u64,
     /// Milliseconds from cold boot start to the guest agent answering.
@@ -199,6 +202,7 @@ impl<D: VmDriver> Runtime<D> {
             name: name.to_owned(),
             shape,
             kernel: self.kernel.clone(),
+            bake_id: format!("{:016x}", rand::random::<u64>()),
             bake_ms: started.elapsed().as_millis() as u64,
             boot_ms,
             dir: work.to_owned(),

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use pandastack_guest_proto::v1::{self, process_client::ProcessClient};
 use pandastack_qemu::{accel, QemuConfig, QemuDriver, QemuVm};
+use pandastack_runtime::{DataDir, Runtime, Shape, Template};
 use pandastack_vm::{Memory, Vm, VmSpec};
 use tokio::sync::OnceCell;
 use tonic::transport::Channel;
@@ -138,6 +139,96 @@ pub async fn boot() -> VmGuard {
         .await
         .expect("boot vm");
     VmGuard::new(vm, dir)
+}
+
+/// A [`Runtime`] on a temporary data directory. Dropping it kills every VM process started under
+/// that directory (sandboxes, pooled VMs, bakes) and removes the directory.
+pub struct RuntimeGuard {
+    pub rt: Runtime<QemuDriver>,
+    pub dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for RuntimeGuard {
+    type Target = Runtime<QemuDriver>;
+    fn deref(&self) -> &Runtime<QemuDriver> {
+        &self.rt
+    }
+}
+
+impl RuntimeGuard {
+    /// A second runtime on the same data directory, as after a restart of its owner.
+    pub async fn reopen(&self) -> Runtime<QemuDriver> {
+        let data = DataDir::open(self.dir.path()).expect("data dir");
+        Runtime::new(driver().await.clone(), data, fixtures().kernel)
+    }
+}
+
+impl Drop for RuntimeGuard {
+    fn drop(&mut self) {
+        kill_vms_under(self.dir.path());
+    }
+}
+
+/// SIGKILLs every live process named by a `qemu.pid` file below `dir`.
+fn kill_vms_under(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            kill_vms_under(&path);
+        } else if path.file_name().is_some_and(|n| n == "qemu.pid") {
+            let pid: Option<i32> = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|s| s.trim().parse().ok());
+            let is_qemu = pid.is_some_and(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.windows(4).any(|w| w == b"qemu"))
+            });
+            if let (Some(pid), true) = (pid, is_qemu) {
+                drop(KillOnDrop(pid as u32));
+            }
+        }
+    }
+}
+
+/// Where runtime tests keep their data directories: `PANDASTACK_TEST_DATA_DIR` (scripts/test.sh
+/// points it at the reflink-capable XFS data dir), else `/tmp` (copies instead of reflinks).
+fn test_data_root() -> PathBuf {
+    let root = std::env::var_os("PANDASTACK_TEST_DATA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    std::fs::create_dir_all(&root).expect("test data root");
+    root
+}
+
+/// A runtime on a fresh temporary data directory.
+pub async fn runtime() -> RuntimeGuard {
+    let dir = tempfile::Builder::new()
+        .prefix("rt-")
+        .tempdir_in(test_data_root())
+        .expect("temp data dir");
+    let data = DataDir::open(dir.path()).expect("data dir");
+    let rt = Runtime::new(driver().await.clone(), data, fixtures().kernel);
+    RuntimeGuard { rt, dir }
+}
+
+/// The shape tests bake templates with: small, to keep TCG guests quick.
+pub const TEST_SHAPE: Shape = Shape {
+    vcpus: 1,
+    memory_mib: 256,
+};
+
+/// Bakes the test image as template `name` in `rt`.
+pub async fn bake(rt: &Runtime<QemuDriver>, name: &str) -> Template {
+    within(
+        Duration::from_secs(240),
+        "bake",
+        rt.bake(name, &fixtures().rootfs, TEST_SHAPE),
+    )
+    .await
+    .expect("bake template")
 }
 
 /// Opens a guest agent session (waits for the agent to come up).

@@ -45,13 +45,24 @@ pub enum Memory {
     /// RAM is a private copy-on-write mapping of this (snapshot) file: clean pages are shared
     /// with every other VM restored from it, writes stay in this VM.
     PrivateFile(PathBuf),
+    /// RAM is anonymous memory of the VM process: a snapshot writes all of it to the state file,
+    /// and a restore reads it back from there. Used for VMs restored from a full snapshot.
+    Anonymous,
 }
 
 impl Memory {
-    pub fn path(&self) -> &Path {
+    /// The backing file, if RAM is file-backed.
+    pub fn path(&self) -> Option<&Path> {
         match self {
-            Memory::SharedFile(p) | Memory::PrivateFile(p) => p,
+            Memory::SharedFile(p) | Memory::PrivateFile(p) => Some(p),
+            Memory::Anonymous => None,
         }
+    }
+
+    /// Whether a snapshot must write guest RAM into the state file (it is not already a file
+    /// the snapshot can reuse).
+    pub fn snapshot_includes_ram(&self) -> bool {
+        !matches!(self, Memory::SharedFile(_))
     }
 }
 
@@ -147,9 +158,12 @@ pub trait Vm: Send + Sync {
     fn pause(&self) -> impl Future<Output = Result<(), VmError>> + Send;
     fn resume(&self) -> impl Future<Output = Result<(), VmError>> + Send;
     fn state(&self) -> impl Future<Output = Result<RunState, VmError>> + Send;
-    /// Writes the device state to `state`. With [`Memory::SharedFile`] the RAM is the file
-    /// itself and is not written again; the VM must be paused first and stays paused.
+    /// Writes the VM state to `state`: device state, plus guest RAM unless RAM is a
+    /// [`Memory::SharedFile`] (then the file itself holds it). The VM must be paused first and
+    /// stays paused; [`Vm::resume`] lets it continue.
     fn save_state(&self, state: &Path) -> impl Future<Output = Result<(), VmError>> + Send;
+    /// The caller renamed the VM's run directory to `run_dir` (sockets and logs moved with it).
+    fn relocate(&mut self, run_dir: PathBuf);
     fn stats(&self) -> Result<VmStats, VmError>;
     /// Stops the VM process and waits for it to go away.
     fn stop(&self) -> impl Future<Output = Result<(), VmError>> + Send;
@@ -161,13 +175,29 @@ pub trait VmDriver: Send + Sync {
     fn accel(&self) -> Accel;
     /// Cold-boots `spec` (kernel, rootfs, fresh RAM).
     fn boot(&self, spec: &VmSpec) -> impl Future<Output = Result<Self::Vm, VmError>> + Send;
-    /// Restores `spec` from a device state file; RAM comes from `spec.memory`. Returns once the
-    /// guest runs again.
+    /// Restores `spec` from a state file written by [`Vm::save_state`]; RAM comes from
+    /// `spec.memory` (or the state file for [`Memory::Anonymous`]). Returns once the guest runs.
     fn restore(
         &self,
         spec: &VmSpec,
         state: &Path,
     ) -> impl Future<Output = Result<Self::Vm, VmError>> + Send;
+    /// First half of [`VmDriver::restore`]: starts the VM process for `spec`, waiting for state.
+    /// Such processes can be started ahead of demand (a pool) to take process start off the
+    /// restore path.
+    fn prepare_restore(
+        &self,
+        spec: &VmSpec,
+    ) -> impl Future<Output = Result<Self::Vm, VmError>> + Send;
+    /// Second half of [`VmDriver::restore`]: loads `state` into a prepared VM and runs it. On
+    /// failure the VM process is stopped.
+    fn finish_restore(
+        &self,
+        vm: &Self::Vm,
+        state: &Path,
+    ) -> impl Future<Output = Result<(), VmError>> + Send;
+    /// Whether a VM process started for `run_dir` is alive (cheap; no control connection).
+    fn is_running(&self, run_dir: &Path) -> bool;
     /// Finds a VM started earlier (possibly by another process) from its run directory.
     fn attach(&self, run_dir: &Path) -> impl Future<Output = Result<Self::Vm, VmError>> + Send;
 }

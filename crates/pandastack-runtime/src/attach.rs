@@ -1,0 +1,191 @@
+//! Finding VMs again. VM processes outlive the process that started them; after a restart the
+//! owner scans the data directory, re-attaches to what it still knows and reconciles the rest:
+//! VMs and files that belong to nothing (unfinished creates, pooled VMs, partial snapshots and
+//! bakes) are stopped and removed.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use pandastack_vm::{RunState, Vm, VmDriver};
+
+use crate::hibernate::{Hibernated, HIBERNATE_STATE};
+use crate::pool::POOL_PREFIX;
+use crate::sandbox::{CreateError, Sandbox, SandboxInfo};
+use crate::{valid_id, Runtime, RESTORE_TIMEOUT};
+
+/// What a sandbox directory holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FoundState {
+    /// Its VM process is alive.
+    Running,
+    /// No VM process; a complete hibernation image.
+    Hibernated,
+    /// Neither: an unfinished create, or a VM that died (crash, kill).
+    Broken,
+}
+
+/// A sandbox directory found by [`Runtime::scan`].
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub id: String,
+    pub dir: PathBuf,
+    /// `None` when the create never finished.
+    pub info: Option<SandboxInfo>,
+    pub state: FoundState,
+}
+
+/// What [`Runtime::reconcile`] removed.
+#[derive(Debug, Default, Clone)]
+pub struct ReconcileReport {
+    /// Sandbox ids whose VMs were stopped and files removed.
+    pub removed: Vec<String>,
+    /// Other leftovers: pooled VMs, partial snapshots and bakes.
+    pub leftovers: usize,
+}
+
+/// The result of re-attaching to a sandbox.
+pub enum Attached<V: Vm> {
+    Running(Sandbox<V>),
+    Hibernated(Hibernated),
+}
+
+fn subdirs(dir: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        if e.file_type()?.is_dir() {
+            out.push((e.file_name().to_string_lossy().into_owned(), e.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+impl<D: VmDriver> Runtime<D> {
+    /// Lists sandbox directories and what state each is in.
+    pub fn scan(&self) -> std::io::Result<Vec<Found>> {
+        let mut found = Vec::new();
+        for (id, dir) in subdirs(&self.data.root().join("sandboxes"))? {
+            if !valid_id(&id) {
+                continue;
+            }
+            let info = SandboxInfo::load(&dir).ok();
+            let state = if info.is_none() {
+                FoundState::Broken
+            } else if self.driver.is_running(&dir) {
+                FoundState::Running
+            } else if dir.join(HIBERNATE_STATE).is_file() {
+                FoundState::Hibernated
+            } else {
+                FoundState::Broken
+            };
+            found.push(Found {
+                id,
+                dir,
+                info,
+                state,
+            });
+        }
+        Ok(found)
+    }
+
+    /// Re-attaches to sandbox `id` after a restart. A VM that was stopped while its hibernation
+    /// image was complete (a hibernate interrupted before the process ended) is finished off and
+    /// reported hibernated. The agent session opens lazily: a paused VM attaches too.
+    pub async fn attach(&self, id: &str) -> Result<Attached<D::Vm>, CreateError> {
+        let t = Instant::now();
+        if !valid_id(id) {
+            return Err(CreateError::InvalidId(id.into()));
+        }
+        let dir = self.data.sandbox(id);
+        let info = SandboxInfo::load(&dir)?;
+        let image = dir.join(HIBERNATE_STATE);
+        if !self.driver.is_running(&dir) {
+            if image.is_file() {
+                return Ok(Attached::Hibernated(Hibernated {
+                    id: id.to_owned(),
+                    dir,
+                    info,
+                }));
+            }
+            return Err(
+                pandastack_vm::VmError::Exited(format!("sandbox {id} has no running vm")).into(),
+            );
+        }
+        let vm = self.driver.attach(&dir).await?;
+        if image.is_file() {
+            if vm.state().await? == RunState::Paused {
+                vm.stop().await?;
+                return Ok(Attached::Hibernated(Hibernated {
+                    id: id.to_owned(),
+                    dir,
+                    info,
+                }));
+            }
+            // Running again (a wake that did not get to remove the image): the image is stale.
+            std::fs::remove_file(&image)?;
+        }
+        let agent = pandastack_guest_proto::host::channel(vm.agent_socket(), RESTORE_TIMEOUT);
+        Ok(Attached::Running(Sandbox {
+            id: id.to_owned(),
+            dir,
+            info,
+            vm,
+            agent,
+            ready_in: t.elapsed(),
+        }))
+    }
+
+    /// Stops and removes everything under the data directory that `keep` does not claim, plus
+    /// all leftovers of unfinished work. Call once at start, before creating anything.
+    pub async fn reconcile(
+        &self,
+        keep: impl Fn(&Found) -> bool,
+    ) -> std::io::Result<ReconcileReport> {
+        let mut report = ReconcileReport::default();
+        for f in self.scan()? {
+            if f.state != FoundState::Broken && keep(&f) {
+                continue;
+            }
+            self.stop_in(&f.dir).await;
+            std::fs::remove_dir_all(&f.dir)?;
+            tracing::info!(sandbox = %f.id, state = ?f.state, "reconcile: removed");
+            report.removed.push(f.id);
+        }
+        let root = self.data.root();
+        let leftovers = [
+            (root.join("sandboxes"), POOL_PREFIX, ""),
+            (root.join("snapshots"), "", ".partial"),
+            (root.join("templates"), "", ".baking"),
+            (root.join("templates"), "", ".old"),
+        ];
+        for (parent, prefix, suffix) in leftovers {
+            for (name, dir) in subdirs(&parent)? {
+                let matches = if prefix.is_empty() {
+                    name.ends_with(suffix)
+                } else {
+                    name.starts_with(prefix)
+                };
+                if matches {
+                    self.stop_in(&dir).await;
+                    std::fs::remove_dir_all(&dir)?;
+                    report.leftovers += 1;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    async fn stop_in(&self, dir: &Path) {
+        if self.driver.is_running(dir) {
+            match self.driver.attach(dir).await {
+                Ok(vm) => {
+                    if let Err(e) = vm.stop().await {
+                        tracing::warn!(dir = %dir.display(), error = %e, "reconcile: stop vm");
+                    }
+                }
+                Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "reconcile: attach"),
+            }
+        }
+    }
+}

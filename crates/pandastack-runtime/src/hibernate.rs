@@ -1,0 +1,121 @@
+//! Hibernate and wake. Hibernating pauses the sandbox, writes its whole state (device state and
+//! RAM) into its own directory and stops the VM process: it then costs disk only. Waking restores
+//! that state with the same disk, steps the clock and reseeds the RNG; processes inside carry on
+//! where they were. Both are all-or-nothing: a failed hibernate leaves the sandbox running, a
+//! failed wake leaves it hibernated.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use pandastack_vm::{Memory, Vm, VmDriver, VmError, VmSpec};
+
+use crate::identity::{identify, AgentError, Identity};
+use crate::sandbox::{Sandbox, SandboxInfo, ROOTFS};
+use crate::Runtime;
+
+/// The hibernation image inside a sandbox directory.
+pub(crate) const HIBERNATE_STATE: &str = "hibernate.state";
+
+/// A sandbox whose VM is stopped, with its state on disk.
+#[derive(Debug, Clone)]
+pub struct Hibernated {
+    pub id: String,
+    pub dir: PathBuf,
+    pub info: SandboxInfo,
+}
+
+impl Hibernated {
+    pub fn state(&self) -> PathBuf {
+        self.dir.join(HIBERNATE_STATE)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HibernateError {
+    #[error("sandbox files")]
+    Io(#[from] std::io::Error),
+    #[error("vm")]
+    Vm(#[from] VmError),
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+}
+
+impl<D: VmDriver> Runtime<D> {
+    /// Hibernates a running sandbox. On failure the sandbox is handed back, running.
+    pub async fn hibernate(
+        &self,
+        sandbox: Sandbox<D::Vm>,
+    ) -> Result<Hibernated, (HibernateError, Sandbox<D::Vm>)> {
+        let t = Instant::now();
+        let state = sandbox.dir.join(HIBERNATE_STATE);
+        let saved = async {
+            sandbox.vm.pause().await?;
+            sandbox.vm.save_state(&state).await?;
+            Ok::<_, HibernateError>(())
+        }
+        .await;
+        if let Err(e) = saved {
+            let _ = std::fs::remove_file(&state);
+            let _ = sandbox.vm.resume().await;
+            return Err((e, sandbox));
+        }
+        let Sandbox {
+            id,
+            dir,
+            info,
+            vm,
+            agent,
+            ..
+        } = sandbox;
+        drop(agent);
+        // The state is complete; a failure to stop now would only leave a paused process.
+        if let Err(e) = vm.stop().await {
+            tracing::warn!(sandbox = %id, error = %e, "stop after hibernate");
+        }
+        tracing::debug!(sandbox = %id, ms = t.elapsed().as_millis() as u64, "hibernated");
+        Ok(Hibernated { id, dir, info })
+    }
+
+    /// Wakes a hibernated sandbox. On failure it stays hibernated and is handed back.
+    pub async fn wake(
+        &self,
+        h: Hibernated,
+    ) -> Result<Sandbox<D::Vm>, (HibernateError, Hibernated)> {
+        let t = Instant::now();
+        let spec = VmSpec {
+            id: h.id.clone(),
+            vcpus: h.info.shape.vcpus,
+            memory_mib: h.info.shape.memory_mib,
+            kernel: h.info.kernel.clone(),
+            rootfs: h.dir.join(ROOTFS),
+            kernel_args: vec![],
+            memory: Memory::Anonymous,
+            net: None,
+            run_dir: h.dir.clone(),
+        };
+        let vm = match self.driver.restore(&spec, &h.state()).await {
+            Ok(vm) => vm,
+            Err(e) => return Err((e.into(), h)),
+        };
+        let agent = match identify(&vm, Identity::Same).await {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = vm.stop().await;
+                return Err((e.into(), h));
+            }
+        };
+        // Running again: the image is stale from here on.
+        if let Err(e) = std::fs::remove_file(h.state()) {
+            tracing::warn!(sandbox = %h.id, error = %e, "remove hibernation image");
+        }
+        tracing::debug!(sandbox = %h.id, ms = t.elapsed().as_millis() as u64, "woken");
+        Ok(Sandbox {
+            id: h.id,
+            dir: h.dir,
+            info: h.info,
+            vm,
+            agent,
+            ready_in: t.elapsed(),
+        })
+    }
+}

@@ -1,0 +1,72 @@
+//! The guest agent's post-restore hook: every VM that comes back from a snapshot steps its clock
+//! and reseeds its RNG; a new sandbox also gets its own hostname and machine id. Clones of one
+//! snapshot must never share RNG state.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use pandastack_guest_proto::v1::{self, agent_client::AgentClient};
+use pandastack_vm::Vm;
+use tonic::transport::Channel;
+
+use crate::RESTORE_TIMEOUT;
+
+/// What the restored guest should become.
+pub(crate) enum Identity<'a> {
+    /// A new sandbox: hostname = its id, a fresh machine id.
+    New { hostname: &'a str },
+    /// The same sandbox continuing (wake): keep hostname and machine id.
+    Same,
+}
+
+/// Why the guest could not be made ready.
+#[derive(Debug, thiserror::Error)]
+#[error("guest agent after restore")]
+pub struct AgentError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
+
+/// Connects to the restored guest and runs its post-restore hook. Returns the agent session.
+pub(crate) async fn identify<V: Vm>(vm: &V, identity: Identity<'_>) -> Result<Channel, AgentError> {
+    let t = Instant::now();
+    let channel = pandastack_guest_proto::host::connect(vm.agent_socket(), RESTORE_TIMEOUT)
+        .await
+        .map_err(|e| AgentError(Box::new(e)))?;
+    tracing::debug!(
+        vm = vm.id(),
+        connect_ms = t.elapsed().as_secs_f64() * 1e3,
+        "agent session open"
+    );
+    let mut entropy = vec![0u8; 64];
+    rand::fill(&mut entropy[..]);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let (hostname, machine_id) = match identity {
+        Identity::New { hostname } => (hostname.to_owned(), machine_id()),
+        Identity::Same => (String::new(), String::new()),
+    };
+    AgentClient::new(channel.clone())
+        .post_restore(v1::PostRestoreRequest {
+            unix_time_ns: now.as_nanos() as i64,
+            entropy,
+            hostname,
+            machine_id,
+            network: None,
+        })
+        .await
+        .map_err(|e| AgentError(Box::new(e)))?;
+    Ok(channel)
+}
+
+/// A random 32-hex-digit machine id.
+fn machine_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn machine_ids_are_32_hex_digits() {
+        let id = super::machine_id();
+        assert_eq!(id.len(), 32);
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
+    }
+}

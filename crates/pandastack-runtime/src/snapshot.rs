@@ -1,0 +1,243 @@
+//! Snapshots of running sandboxes and forks.
+//!
+//! A snapshot pauses the VM, writes its state — device state and all of guest RAM, since a
+//! sandbox's RAM is a private mapping or anonymous memory — reflinks its disk while nothing can
+//! write to it, and resumes the VM: memory and disk are captured at the same instant. A sandbox
+//! restored from a snapshot gets anonymous RAM loaded from the state file and a reflink of the
+//! snapshot's disk. A fork is a snapshot plus N such restores.
+//!
+//! Layout: `snapshots/<id>/{state, rootfs.ext4, snapshot.json}`; built in `<id>.partial` and
+//! renamed when complete, so a crash never leaves a snapshot that looks usable.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use pandastack_vm::{Memory, Vm, VmDriver, VmError};
+use serde::{Deserialize, Serialize};
+
+use crate::files::clone_file;
+use crate::sandbox::{now_unix_ms, CreateError, Sandbox, Source, ROOTFS};
+use crate::template::Shape;
+use crate::{valid_id, Runtime};
+
+const INFO_FILE: &str = "snapshot.json";
+const STATE: &str = "state";
+
+/// A complete snapshot on disk.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub id: String,
+    pub sandbox_id: String,
+    pub template: String,
+    pub shape: Shape,
+    pub kernel: PathBuf,
+    pub created_unix_ms: u64,
+    /// Disk space the snapshot's own files take (allocated blocks; the disk shares unchanged
+    /// blocks with its sandbox through the reflink).
+    pub size_bytes: u64,
+    /// Time the sandbox was paused for.
+    pub paused_ms: u64,
+    #[serde(skip)]
+    pub dir: PathBuf,
+}
+
+impl Snapshot {
+    pub fn state(&self) -> PathBuf {
+        self.dir.join(STATE)
+    }
+    pub fn rootfs(&self) -> PathBuf {
+        self.dir.join(ROOTFS)
+    }
+}
+
+/// The outcome of a fork: the snapshot the children came from, and the children.
+pub struct Fork<V: Vm> {
+    pub snapshot: Snapshot,
+    pub children: Vec<Sandbox<V>>,
+    pub took: Duration,
+}
+
+/// Why a snapshot or fork failed. A failed snapshot leaves no files; the sandbox keeps running.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("invalid snapshot id {0:?}")]
+    InvalidId(String),
+    #[error("snapshot {0} already exists")]
+    Exists(String),
+    #[error("snapshot {0} not found")]
+    NotFound(String),
+    #[error("snapshot files")]
+    Io(#[from] std::io::Error),
+    #[error("snapshot manifest")]
+    Manifest(#[from] serde_json::Error),
+    #[error("vm")]
+    Vm(#[from] VmError),
+    #[error("fork child")]
+    Child(#[source] CreateError),
+}
+
+fn allocated(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).map_or(0, |m| m.blocks() * 512)
+}
+
+impl<D: VmDriver> Runtime<D> {
+    /// Snapshots a running sandbox as `snapshot_id`. The sandbox is paused meanwhile and runs
+    /// on afterwards (also when the snapshot fails).
+    pub async fn snapshot(
+        &self,
+        sandbox: &Sandbox<D::Vm>,
+        snapshot_id: &str,
+    ) -> Result<Snapshot, SnapshotError> {
+        if !valid_id(snapshot_id) {
+            return Err(SnapshotError::InvalidId(snapshot_id.into()));
+        }
+        let dir = self.data.snapshot(snapshot_id);
+        if dir.exists() {
+            return Err(SnapshotError::Exists(snapshot_id.into()));
+        }
+        let work = dir.with_extension("partial");
+        match std::fs::create_dir(&work) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(SnapshotError::Exists(snapshot_id.into()))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let result = self.snapshot_into(sandbox, snapshot_id, &work).await;
+        let result = result.and_then(|mut s| {
+            std::fs::rename(&work, &dir)?;
+            s.dir = dir;
+            Ok(s)
+        });
+        if result.is_err() {
+            let _ = std::fs::remove_dir_all(&work);
+        }
+        result
+    }
+
+    async fn snapshot_into(
+        &self,
+        sandbox: &Sandbox<D::Vm>,
+        snapshot_id: &str,
+        work: &Path,
+    ) -> Result<Snapshot, SnapshotError> {
+        let t = Instant::now();
+        sandbox.vm.pause().await?;
+        // Paused: vCPUs stopped and block requests drained, so state and disk agree.
+        let captured = async {
+            sandbox.vm.save_state(&work.join(STATE)).await?;
+            clone_file(&sandbox.rootfs(), &work.join(ROOTFS))?;
+            Ok::<_, SnapshotError>(())
+        }
+        .await;
+        let resumed = sandbox.vm.resume().await;
+        let paused_ms = t.elapsed().as_millis() as u64;
+        captured?;
+        resumed?;
+        let snap = Snapshot {
+            id: snapshot_id.to_owned(),
+            sandbox_id: sandbox.id.clone(),
+            template: sandbox.info.template.clone(),
+            shape: sandbox.info.shape,
+            kernel: sandbox.info.kernel.clone(),
+            created_unix_ms: now_unix_ms(),
+            size_bytes: allocated(&work.join(STATE)) + allocated(&work.join(ROOTFS)),
+            paused_ms,
+            dir: work.to_owned(),
+        };
+        std::fs::write(work.join(INFO_FILE), serde_json::to_vec_pretty(&snap)?)?;
+        tracing::debug!(
+            sandbox = %sandbox.id,
+            snapshot = snapshot_id,
+            paused_ms,
+            size_mib = snap.size_bytes >> 20,
+            "snapshot taken"
+        );
+        Ok(snap)
+    }
+
+    /// Loads a snapshot by id.
+    pub fn get_snapshot(&self, snapshot_id: &str) -> Result<Snapshot, SnapshotError> {
+        if !valid_id(snapshot_id) {
+            return Err(SnapshotError::InvalidId(snapshot_id.into()));
+        }
+        let dir = self.data.snapshot(snapshot_id);
+        let raw = match std::fs::read(dir.join(INFO_FILE)) {
+            Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(SnapshotError::NotFound(snapshot_id.into()))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut s: Snapshot = serde_json::from_slice(&raw)?;
+        s.dir = dir;
+        Ok(s)
+    }
+
+    /// Deletes a snapshot's files. Sandboxes restored from it are unaffected (their disks are
+    /// reflinks, their RAM was loaded).
+    pub fn delete_snapshot(&self, snapshot_id: &str) -> Result<(), SnapshotError> {
+        let s = self.get_snapshot(snapshot_id)?;
+        std::fs::remove_dir_all(s.dir)?;
+        Ok(())
+    }
+
+    /// Creates sandbox `id` from a snapshot: the snapshot's memory and disk, a new identity.
+    pub async fn create_from_snapshot(
+        &self,
+        snapshot: &Snapshot,
+        id: &str,
+    ) -> Result<Sandbox<D::Vm>, CreateError> {
+        let source = Source {
+            rootfs: snapshot.rootfs(),
+            memory: Memory::Anonymous,
+            state: snapshot.state(),
+            template: snapshot.template.clone(),
+            shape: snapshot.shape,
+            kernel: snapshot.kernel.clone(),
+            snapshot: Some(snapshot.id.clone()),
+        };
+        self.create_from(source, None, id).await
+    }
+
+    /// Forks a running sandbox into children named `child_ids`: each starts from the parent's
+    /// memory and disk at one instant and diverges independently. All or nothing: if one child
+    /// fails, the others and the snapshot are removed again.
+    pub async fn fork(
+        &self,
+        parent: &Sandbox<D::Vm>,
+        snapshot_id: &str,
+        child_ids: &[String],
+    ) -> Result<Fork<D::Vm>, SnapshotError> {
+        let t = Instant::now();
+        let snapshot = self.snapshot(parent, snapshot_id).await?;
+        let results = join_all(
+            child_ids
+                .iter()
+                .map(|id| self.create_from_snapshot(&snapshot, id)),
+        )
+        .await;
+        let mut children = Vec::with_capacity(results.len());
+        let mut failure = None;
+        for r in results {
+            match r {
+                Ok(c) => children.push(c),
+                Err(e) => failure = failure.or(Some(e)),
+            }
+        }
+        if let Some(e) = failure {
+            for c in children {
+                let _ = self.destroy(c).await;
+            }
+            let _ = std::fs::remove_dir_all(&snapshot.dir);
+            return Err(SnapshotError::Child(e));
+        }
+        Ok(Fork {
+            snapshot,
+            children,
+            took: t.elapsed(),
+        })
+    }
+}

@@ -1,0 +1,360 @@
+//! The sandbox runtime with real guests: snapshot and fork of a running sandbox, hibernate and
+//! wake, the pool of pre-started VMs, re-attach after a restart, and cleanup on bad input.
+
+use std::time::Duration;
+
+use pandastack_qemu::QemuVm;
+use pandastack_runtime::{Attached, CreateError, FoundState, Sandbox, SnapshotError};
+use pandastack_testkit::{bake, exec, runtime, within};
+use pandastack_vm::Vm;
+
+const STEP: Duration = Duration::from_secs(120);
+
+/// Starts a background counter in the guest: its value lives only in the shell's memory and is
+/// mirrored to /tmp/counter (tmpfs, i.e. guest RAM) every 100 ms.
+async fn start_counter(sb: &Sandbox<QemuVm>) {
+    let out = exec(
+        &sb.agent,
+        "(i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.1; done) >/dev/null 2>&1 & sleep 0.5; echo ok",
+    )
+    .await;
+    assert_eq!(out.stdout, "ok\n", "stderr: {}", out.stderr);
+}
+
+async fn counter(sb: &Sandbox<QemuVm>) -> u64 {
+    let out = exec(&sb.agent, "cat /tmp/counter").await;
+    out.stdout
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("counter in {}: {:?}", sb.id, out))
+}
+
+/// The counter keeps going (from at least `from`) in `sb`.
+async fn assert_counting_from(sb: &Sandbox<QemuVm>, from: u64) {
+    let a = counter(sb).await;
+    assert!(a >= from, "{}: counter restarted: {a} < {from}", sb.id);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let b = counter(sb).await;
+    assert!(b > a, "{}: counter stopped at {a}", sb.id);
+}
+
+async fn has(sb: &Sandbox<QemuVm>, path: &str) -> bool {
+    exec(&sb.agent, &format!("test -e {path}")).await.exit_code == 0
+}
+
+async fn hostname(sb: &Sandbox<QemuVm>) -> String {
+    exec(&sb.agent, "cat /proc/sys/kernel/hostname")
+        .await
+        .stdout
+        .trim()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fork_children_start_from_parent_state_and_diverge() {
+    let rt = runtime().await;
+    let t = bake(&rt, "fork").await;
+    let parent = within(STEP, "create", rt.create(&t, "parent"))
+        .await
+        .unwrap();
+    start_counter(&parent).await;
+    let out = exec(
+        &parent.agent,
+        "echo disk > /root/before && echo ram > /dev/shm/before && sync && echo ok",
+    )
+    .await;
+    assert_eq!(out.stdout, "ok\n");
+    let at_fork = counter(&parent).await;
+
+    let ids = vec!["child-a".to_owned(), "child-b".to_owned()];
+    let fork = within(STEP, "fork", rt.fork(&parent, "snap-1", &ids))
+        .await
+        .expect("fork");
+    eprintln!(
+        "fork of 2 in {:?}; snapshot {} MiB, parent paused {} ms",
+        fork.took,
+        fork.snapshot.size_bytes >> 20,
+        fork.snapshot.paused_ms
+    );
+    let [a, b]: [Sandbox<QemuVm>; 2] = fork.children.try_into().ok().expect("two children");
+
+    // Every child has the parent's disk and memory as of the fork, and its processes run on.
+    for child in [&a, &b] {
+        assert!(has(child, "/root/before").await, "{}: disk file", child.id);
+        assert!(
+            has(child, "/dev/shm/before").await,
+            "{}: ram file",
+            child.id
+        );
+        assert_counting_from(child, at_fork).await;
+    }
+    assert_counting_from(&parent, at_fork).await;
+
+    // Distinct identities.
+    let names = [
+        hostname(&parent).await,
+        hostname(&a).await,
+        hostname(&b).await,
+    ];
+    assert_eq!(names, ["parent", "child-a", "child-b"]);
+
+    // Writes after the fork stay where they were made.
+    exec(
+        &a.agent,
+        "echo a > /root/a-only; echo a > /dev/shm/a-only; sync",
+    )
+    .await;
+    exec(&parent.agent, "echo p > /root/p-only; sync").await;
+    assert!(has(&a, "/root/a-only").await);
+    assert!(
+        !has(&b, "/root/a-only").await,
+        "sibling sees child's disk write"
+    );
+    assert!(
+        !has(&b, "/dev/shm/a-only").await,
+        "sibling sees child's ram write"
+    );
+    assert!(
+        !has(&parent, "/root/a-only").await,
+        "parent sees child's write"
+    );
+    assert!(
+        !has(&a, "/root/p-only").await,
+        "child sees parent's later write"
+    );
+
+    // The snapshot outlives its parent: a later restore still gets the fork-time state.
+    let snap = fork.snapshot;
+    rt.destroy(parent).await.unwrap();
+    let late = within(STEP, "restore", rt.create_from_snapshot(&snap, "late"))
+        .await
+        .unwrap();
+    assert!(has(&late, "/dev/shm/before").await);
+    assert!(!has(&late, "/root/p-only").await);
+    assert_counting_from(&late, at_fork).await;
+    for sb in [a, b, late] {
+        rt.destroy(sb).await.unwrap();
+    }
+    rt.delete_snapshot(&snap.id).unwrap();
+    assert!(matches!(
+        rt.get_snapshot(&snap.id),
+        Err(SnapshotError::NotFound(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hibernate_then_wake_keeps_running_processes() {
+    let rt = runtime().await;
+    let t = bake(&rt, "hib").await;
+    let sb = within(STEP, "create", rt.create(&t, "sleeper"))
+        .await
+        .unwrap();
+    start_counter(&sb).await;
+    exec(&sb.agent, "echo kept > /dev/shm/mem").await;
+    let before = counter(&sb).await;
+    let pid = sb.vm.pid();
+
+    let h = match within(STEP, "hibernate", rt.hibernate(sb)).await {
+        Ok(h) => h,
+        Err((e, _)) => panic!("hibernate: {e:#}"),
+    };
+    assert!(!alive(pid), "vm process still alive after hibernate");
+    assert!(h.state().is_file());
+    let found = rt.scan().unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].state, FoundState::Hibernated);
+
+    let sb = match within(STEP, "wake", rt.wake(h)).await {
+        Ok(sb) => sb,
+        Err((e, _)) => panic!("wake: {e:#}"),
+    };
+    assert_eq!(exec(&sb.agent, "cat /dev/shm/mem").await.stdout, "kept\n");
+    assert_eq!(hostname(&sb).await, "sleeper");
+    assert_counting_from(&sb, before).await;
+    assert!(!sb.dir.join("hibernate.state").exists());
+
+    // A second round trip from a woken (anonymous-memory) VM works too.
+    let h = match rt.hibernate(sb).await {
+        Ok(h) => h,
+        Err((e, _)) => panic!("hibernate again: {e:#}"),
+    };
+    let sb = match rt.wake(h).await {
+        Ok(sb) => sb,
+        Err((e, _)) => panic!("wake again: {e:#}"),
+    };
+    assert_counting_from(&sb, before).await;
+    rt.destroy(sb).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pooled_vm_serves_a_create_and_a_restart_reattaches() {
+    let rt = runtime().await;
+    let t = bake(&rt, "pool").await;
+    assert_eq!(within(STEP, "fill", rt.fill_pool(&t, 1)).await.unwrap(), 1);
+    let pooled = within(STEP, "create", rt.create(&t, "pooled"))
+        .await
+        .unwrap();
+    assert_eq!(rt.pool_size(&t), 0, "the create took the pooled vm");
+    assert_eq!(hostname(&pooled).await, "pooled");
+    start_counter(&pooled).await;
+    let before = counter(&pooled).await;
+
+    let doomed = within(STEP, "create", rt.create(&t, "doomed"))
+        .await
+        .unwrap();
+    let sleeper = within(STEP, "create", rt.create(&t, "sleeper"))
+        .await
+        .unwrap();
+    let h = rt.hibernate(sleeper).await.ok().expect("hibernate");
+    // A create that died half-way: a directory without a manifest.
+    std::fs::create_dir(rt.data().sandbox("half")).unwrap();
+    // A pooled VM the old owner left behind.
+    rt.fill_pool(&t, 1).await.unwrap();
+
+    // The owner goes away without stopping anything; one VM dies meanwhile.
+    let doomed_pid = doomed.vm.pid();
+    drop((pooled, doomed, h));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(doomed_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let rt2 = rt.reopen().await;
+    let mut found: Vec<(String, FoundState)> = rt2
+        .scan()
+        .unwrap()
+        .into_iter()
+        .map(|f| (f.id, f.state))
+        .collect();
+    found.sort_by(|x, y| x.0.cmp(&y.0));
+    assert_eq!(
+        found,
+        [
+            ("doomed".to_owned(), FoundState::Broken),
+            ("half".to_owned(), FoundState::Broken),
+            ("pooled".to_owned(), FoundState::Running),
+            ("sleeper".to_owned(), FoundState::Hibernated),
+        ]
+    );
+    let report = rt2.reconcile(|_| true).await.unwrap();
+    let mut removed = report.removed.clone();
+    removed.sort();
+    assert_eq!(removed, ["doomed", "half"]);
+    assert_eq!(report.leftovers, 1, "the orphaned pooled vm");
+
+    let Attached::Running(pooled) = rt2.attach("pooled").await.unwrap() else {
+        panic!("pooled is running");
+    };
+    assert_counting_from(&pooled, before).await;
+    let Attached::Hibernated(h) = rt2.attach("sleeper").await.unwrap() else {
+        panic!("sleeper is hibernated");
+    };
+    let sleeper = rt2.wake(h).await.ok().expect("wake after restart");
+    assert_eq!(hostname(&sleeper).await, "sleeper");
+    rt2.destroy(pooled).await.unwrap();
+    rt2.destroy(sleeper).await.unwrap();
+    rt.drain_pool().await;
+    let left: Vec<_> = std::fs::read_dir(rt.data().root().join("sandboxes"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_snapshots_and_ids_leave_nothing_behind() {
+    let rt = runtime().await;
+    let t = bake(&rt, "bad").await;
+    assert!(matches!(
+        rt.get_snapshot("nope"),
+        Err(SnapshotError::NotFound(_))
+    ));
+    assert!(matches!(
+        rt.get_snapshot("../etc"),
+        Err(SnapshotError::InvalidId(_))
+    ));
+    assert!(matches!(
+        rt.create(&t, "a/b").await,
+        Err(CreateError::InvalidId(_))
+    ));
+
+    let sb = within(STEP, "create", rt.create(&t, "src")).await.unwrap();
+    let snap = within(STEP, "snapshot", rt.snapshot(&sb, "snap"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        rt.snapshot(&sb, "snap").await,
+        Err(SnapshotError::Exists(_))
+    ));
+    // The sandbox runs on after its snapshot.
+    assert_eq!(exec(&sb.agent, "echo up").await.stdout, "up\n");
+    assert!(matches!(
+        rt.create(&t, "src").await,
+        Err(CreateError::Exists(_))
+    ));
+
+    // Corrupt the snapshot's state: the restore fails cleanly.
+    let len = std::fs::metadata(snap.state()).unwrap().len();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(snap.state())
+        .unwrap();
+    f.set_len(len / 2).unwrap();
+    drop(f);
+    let err = within(STEP, "restore", rt.create_from_snapshot(&snap, "broken"))
+        .await
+        .err()
+        .expect("restore of a truncated snapshot fails");
+    eprintln!("corrupt snapshot: {:#}", anyhow_chain(&err));
+    assert!(!rt.data().sandbox("broken").exists(), "sandbox dir left");
+    let found = rt.scan().unwrap();
+    assert_eq!(found.len(), 1, "only the source sandbox: {found:?}");
+    rt.destroy(sb).await.unwrap();
+    rt.delete_snapshot("snap").unwrap();
+    assert!(no_qemu_under(rt.data().root()));
+}
+
+/// Whether `pid` runs (a zombie waiting to be reaped does not count).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit(") ")
+            .next()
+            .is_some_and(|rest| !rest.starts_with('Z'))
+    })
+}
+
+fn anyhow_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// No QEMU process has a file under `root` open.
+fn no_qemu_under(root: &std::path::Path) -> bool {
+    let root = std::fs::canonicalize(root).unwrap();
+    for p in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmd) = std::fs::read(p.path().join("cmdline")) else {
+            continue;
+        };
+        if !cmd.windows(4).any(|w| w == b"qemu") {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|t| t.starts_with(&root)) {
+                return false;
+            }
+        }
+    }
+    true
+}
