@@ -251,7 +251,7 @@ async fn pooled_vm_serves_a_create_and_a_restart_reattaches() {
     let Attached::Hibernated(h) = rt2.attach("sleeper").await.unwrap() else {
         panic!("sleeper is hibernated");
     };
-    let sleeper = rt2.wake(h).await.ok().expect("wake after restart");
+    let sleeper = rt2.wake(h).await.expect("wake after restart");
     assert_eq!(hostname(&sleeper).await, "sleeper");
     rt2.destroy(pooled).await.unwrap();
     rt2.destroy(sleeper).await.unwrap();
@@ -268,6 +268,10 @@ async fn pooled_vm_serves_a_create_and_a_restart_reattaches() {
 async fn bad_snapshots_and_ids_leave_nothing_behind() {
     let rt = runtime().await;
     let t = bake(&rt, "bad").await;
+    assert!(matches!(
+        rt.template("nope"),
+        Err(pandastack_runtime::BakeError::NotBaked(_))
+    ));
     assert!(matches!(
         rt.get_snapshot("nope"),
         Err(SnapshotError::NotFound(_))

@@ -42,6 +42,9 @@ struct RuntimeArgs {
     /// Serial restores to measure.
     #[arg(long, default_value_t = 20)]
     restores: usize,
+    /// Snapshots and forks of one running sandbox to measure (fork4 runs half as many).
+    #[arg(long, default_value_t = 10)]
+    forks: usize,
     #[arg(long, default_value_t = 512)]
     memory_mib: u32,
 }
@@ -158,6 +161,20 @@ async fn runtime(a: RuntimeArgs) -> anyhow::Result<ExitCode> {
     metrics.insert("restore_ready_ms", metric(restore, "ms"));
     metrics.insert("exec_true_ms", metric(exec, "ms"));
 
+    // The same with a pre-started VM waiting in the pool (refilled off the clock).
+    let mut pooled = Vec::new();
+    for i in 0..a.restores {
+        rt.fill_pool(&template, 1).await?;
+        let sb = rt.create(&template, &format!("p{i}")).await?;
+        pooled.push(ms(sb.ready_in));
+        rt.destroy(sb).await?;
+    }
+    rt.drain_pool().await;
+    eprintln!("pooled restores done");
+    metrics.insert("restore_ready_pooled_ms", metric(pooled, "ms"));
+
+    lifecycle(&rt, &template, a.forks, &mut metrics).await?;
+
     // Eight at once, twice; then measure idle memory of the last eight.
     let mut conc = Vec::new();
     let mut rss = Vec::new();
@@ -205,6 +222,89 @@ async fn runtime(a: RuntimeArgs) -> anyhow::Result<ExitCode> {
         eprintln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Snapshot, fork and hibernate/wake of a running sandbox that has done some work.
+async fn lifecycle(
+    rt: &Runtime<QemuDriver>,
+    template: &pandastack_runtime::Template,
+    n: usize,
+    metrics: &mut BTreeMap<&str, Metric>,
+) -> anyhow::Result<()> {
+    let mut parent = rt.create(template, "parent").await?;
+    let warm = "python3 -c 'import json, hashlib; print(len(json.dumps(list(range(100000)))))'";
+    exec_shell(&parent.agent, warm).await?;
+    let (mut snap, mut fork1, mut fork4) = (Vec::new(), Vec::new(), Vec::new());
+    let mut size = Vec::new();
+    for i in 0..n {
+        let t = Instant::now();
+        let s = rt.snapshot(&parent, &format!("s{i}")).await?;
+        snap.push(ms(t.elapsed()));
+        size.push(s.size_bytes as f64 / (1 << 20) as f64);
+        rt.delete_snapshot(&s.id)?;
+    }
+    for i in 0..n {
+        let f = rt
+            .fork(&parent, &format!("f{i}"), &[format!("f{i}-0")])
+            .await?;
+        fork1.push(ms(f.took));
+        for c in f.children {
+            rt.destroy(c).await?;
+        }
+        rt.delete_snapshot(&f.snapshot.id)?;
+    }
+    for i in 0..n.div_ceil(2) {
+        let ids: Vec<String> = (0..4).map(|c| format!("g{i}-{c}")).collect();
+        let f = rt.fork(&parent, &format!("g{i}"), &ids).await?;
+        fork4.push(ms(f.took));
+        for c in f.children {
+            rt.destroy(c).await?;
+        }
+        rt.delete_snapshot(&f.snapshot.id)?;
+    }
+    eprintln!("snapshots and forks done");
+    let (mut hib, mut wake) = (Vec::new(), Vec::new());
+    for _ in 0..n.div_ceil(2) {
+        let t = Instant::now();
+        let h = match rt.hibernate(parent).await {
+            Ok(h) => h,
+            Err((e, _)) => return Err(e.into()),
+        };
+        hib.push(ms(t.elapsed()));
+        parent = match rt.wake(h).await {
+            Ok(sb) => sb,
+            Err((e, _)) => return Err(e.into()),
+        };
+        wake.push(ms(parent.ready_in));
+    }
+    rt.destroy(parent).await?;
+    metrics.insert("snapshot_ms", metric(snap, "ms"));
+    metrics.insert("snapshot_size_mib", metric(size, "MiB"));
+    metrics.insert("fork1_ms", metric(fork1, "ms"));
+    metrics.insert("fork4_ms", metric(fork4, "ms"));
+    metrics.insert("hibernate_ms", metric(hib, "ms"));
+    metrics.insert("wake_ready_ms", metric(wake, "ms"));
+    Ok(())
+}
+
+async fn exec_shell(ch: &tonic::transport::Channel, cmd: &str) -> anyhow::Result<()> {
+    let start = v1::ExecInput {
+        input: Some(v1::exec_input::Input::Start(v1::ExecStart {
+            shell: cmd.into(),
+            ..Default::default()
+        })),
+    };
+    let mut s = ProcessClient::new(ch.clone())
+        .exec(futures::stream::iter([start]))
+        .await?
+        .into_inner();
+    while let Some(m) = s.message().await? {
+        if let Some(v1::exec_output::Output::Exit(e)) = m.output {
+            anyhow::ensure!(e.exit_code == 0, "{cmd} exited {}", e.exit_code);
+            return Ok(());
+        }
+    }
+    anyhow::bail!("exec stream ended without exit")
 }
 
 fn host_info() -> serde_json::Value {
