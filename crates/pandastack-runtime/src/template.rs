@@ -98,6 +98,20 @@ impl<D: VmDriver> Runtime<D> {
         Ok(t)
     }
 
+    /// Names of the baked templates.
+    pub fn baked_templates(&self) -> Result<Vec<String>, BakeError> {
+        let mut names = Vec::new();
+        for e in std::fs::read_dir(self.data.root().join("templates"))? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if valid_name(&name) && e.path().join(MANIFEST).is_file() {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
     /// Cold-boots `image` with `shape`, waits for the guest agent and snapshots the running guest
     /// as template `name` (replacing an earlier bake only once the new one is complete).
     pub async fn bake(

@@ -1,0 +1,380 @@
+//! The host agent: everything one host does for the control plane. It owns the sandboxes
+//! running here — each behind its own lock, so lifecycle operations on one sandbox are
+//! serialised while different sandboxes proceed in parallel — bakes templates on first use
+//! (image build, cold boot, snapshot), keeps the pool of pre-started VMs topped up, and finds its
+//! VMs again after a restart.
+//!
+//! ```text
+//!   API handler ──► HostAgent::{create, fork, hibernate, …}
+//!                        │  sandboxes: id → Arc<Entry>   (RwLock'd map; short critical sections)
+//!                        ▼
+//!                   Entry { slot: Mutex<Slot> }          (held for the whole operation)
+//!                        │  Slot = Running | Paused | Hibernated
+//!                        ▼
+//!                   pandastack_runtime::Runtime<D>        (files + VM processes)
+//! ```
+//!
+//! It knows nothing of HTTP, keys or the database: callers pass ids and get typed errors.
+
+mod entry;
+mod error;
+mod templates;
+
+pub use entry::{SandboxState, SandboxView};
+pub use error::AgentError;
+pub use templates::TemplateView;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use pandastack_runtime::{Attached, Found, FoundState, ReconcileReport, Runtime, Snapshot};
+use pandastack_vm::{Vm, VmDriver};
+use tokio::sync::{Mutex, RwLock};
+use tonic::transport::Channel;
+
+use entry::{Entry, Slot};
+
+/// Host agent settings.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// Directory of template specs (`<name>.toml`).
+    pub templates_dir: PathBuf,
+    /// Guest agent binary installed into template images.
+    pub guest_agent: PathBuf,
+    /// Pre-started VMs kept per baked template (0 disables the pool).
+    pub pool_size: usize,
+}
+
+/// The host agent over one runtime.
+pub struct HostAgent<D: VmDriver> {
+    rt: Runtime<D>,
+    cfg: AgentConfig,
+    sandboxes: RwLock<HashMap<String, Arc<Entry<D::Vm>>>>,
+    /// One lock per template name: concurrent first uses bake once.
+    bakes: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// Held while a pool refill runs.
+    filling: Mutex<()>,
+}
+
+impl<D: VmDriver + 'static> HostAgent<D> {
+    /// Starts the agent: re-attaches to the sandboxes `keep` claims (running or hibernated) and
+    /// removes everything else the data directory holds (see [`Runtime::reconcile`]).
+    pub async fn start(
+        rt: Runtime<D>,
+        cfg: AgentConfig,
+        keep: impl Fn(&Found) -> bool,
+    ) -> Result<(Self, ReconcileReport), AgentError> {
+        let report = rt.reconcile(&keep).await?;
+        let mut map = HashMap::new();
+        for f in rt.scan()? {
+            if f.state == FoundState::Broken {
+                continue;
+            }
+            let slot = match rt.attach(&f.id).await {
+                Ok(Attached::Running(sb)) => match sb.vm.state().await {
+                    Ok(pandastack_vm::RunState::Paused) => Slot::Paused(sb),
+                    _ => Slot::Running(sb),
+                },
+                Ok(Attached::Hibernated(h)) => Slot::Hibernated(h),
+                Err(e) => {
+                    tracing::warn!(sandbox = %f.id, error = %e, "re-attach failed");
+                    continue;
+                }
+            };
+            tracing::info!(sandbox = %f.id, state = ?slot.state(), "re-attached");
+            map.insert(f.id.clone(), Arc::new(Entry::new(slot)));
+        }
+        Ok((
+            Self {
+                rt,
+                cfg,
+                sandboxes: RwLock::new(map),
+                bakes: Mutex::new(HashMap::new()),
+                filling: Mutex::new(()),
+            },
+            report,
+        ))
+    }
+
+    pub fn runtime(&self) -> &Runtime<D> {
+        &self.rt
+    }
+
+    async fn entry(&self, id: &str) -> Result<Arc<Entry<D::Vm>>, AgentError> {
+        self.sandboxes
+            .read()
+            .await
+            .get(id)
+            .cloned()
+            .ok_or_else(|| AgentError::SandboxNotFound(id.into()))
+    }
+
+    /// Ids and states of all sandboxes on this host.
+    pub async fn list(&self) -> Vec<SandboxView> {
+        let entries: Vec<_> = self.sandboxes.read().await.values().cloned().collect();
+        let mut out = Vec::with_capacity(entries.len());
+        out.extend(entries.iter().filter_map(|e| e.view()));
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out
+    }
+
+    /// One sandbox's state.
+    pub async fn get(&self, id: &str) -> Result<SandboxView, AgentError> {
+        self.entry(id)
+            .await?
+            .view()
+            .ok_or_else(|| AgentError::SandboxNotFound(id.into()))
+    }
+
+    /// Creates sandbox `id` from `template` (baked on first use). Returns when it can exec.
+    pub async fn create(
+        self: &Arc<Self>,
+        template: &str,
+        id: &str,
+    ) -> Result<SandboxView, AgentError> {
+        let t = self.template(template).await?;
+        let sb = self.rt.create(&t, id).await?;
+        let view = self.insert(Slot::Running(sb)).await;
+        self.refill(t);
+        Ok(view)
+    }
+
+    /// Creates sandbox `id` from snapshot `snapshot_id`.
+    pub async fn create_from_snapshot(
+        &self,
+        snapshot_id: &str,
+        id: &str,
+    ) -> Result<SandboxView, AgentError> {
+        let snap = self.rt.get_snapshot(snapshot_id)?;
+        let sb = self.rt.create_from_snapshot(&snap, id).await?;
+        Ok(self.insert(Slot::Running(sb)).await)
+    }
+
+    async fn insert(&self, slot: Slot<D::Vm>) -> SandboxView {
+        let id = slot.id().to_owned();
+        let entry = Arc::new(Entry::new(slot));
+        let view = entry.view().expect("new entry is live");
+        self.sandboxes.write().await.insert(id, entry);
+        view
+    }
+
+    /// Tops up the template's pool in the background (no-op when the pool is disabled or a
+    /// fill is already under way; that fill re-checks the size on every round).
+    fn refill(self: &Arc<Self>, t: pandastack_runtime::Template) {
+        if self.cfg.pool_size == 0 {
+            return;
+        }
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let Ok(_filling) = me.filling.try_lock() else {
+                return;
+            };
+            if let Err(e) = me.rt.fill_pool(&t, me.cfg.pool_size).await {
+                tracing::warn!(template = %t.name, error = %e, "pool refill");
+            }
+        });
+    }
+
+    /// Fills the pools of all baked templates up to the configured size.
+    pub async fn fill_pools(&self) -> Result<(), AgentError> {
+        if self.cfg.pool_size == 0 {
+            return Ok(());
+        }
+        for name in self.rt.baked_templates()? {
+            let t = self.rt.template(&name)?;
+            self.rt.fill_pool(&t, self.cfg.pool_size).await?;
+        }
+        Ok(())
+    }
+
+    /// The guest agent session of a sandbox, waking it first if it is hibernated.
+    pub async fn channel(&self, id: &str) -> Result<Channel, AgentError> {
+        let e = self.entry(id).await?;
+        let mut slot = e.slot.lock().await;
+        let woke = self.ensure_awake(&mut slot).await;
+        e.publish(&slot);
+        woke?;
+        match &*slot {
+            Slot::Running(sb) => Ok(sb.agent.clone()),
+            Slot::Paused(_) => Err(AgentError::InvalidState {
+                id: id.into(),
+                state: SandboxState::Paused,
+                op: "exec or files (resume it first)",
+            }),
+            _ => Err(AgentError::SandboxNotFound(id.into())),
+        }
+    }
+
+    async fn ensure_awake(&self, slot: &mut Slot<D::Vm>) -> Result<(), AgentError> {
+        if let Slot::Hibernated(_) = slot {
+            let Slot::Hibernated(h) = std::mem::replace(slot, Slot::Gone) else {
+                unreachable!()
+            };
+            match self.rt.wake(h).await {
+                Ok(sb) => *slot = Slot::Running(sb),
+                Err((e, h)) => {
+                    *slot = Slot::Hibernated(h);
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pauses a running sandbox's vCPUs in place.
+    pub async fn pause(&self, id: &str) -> Result<SandboxView, AgentError> {
+        let e = self.entry(id).await?;
+        let mut slot = e.slot.lock().await;
+        let woke = self.ensure_awake(&mut slot).await;
+        e.publish(&slot);
+        woke?;
+        if let Slot::Running(sb) = &*slot {
+            sb.vm.pause().await?;
+        }
+        slot.mark_paused();
+        e.publish(&slot);
+        Ok(slot.view().expect("live"))
+    }
+
+    /// Resumes a paused (or wakes a hibernated) sandbox.
+    pub async fn resume(&self, id: &str) -> Result<SandboxView, AgentError> {
+        let e = self.entry(id).await?;
+        let mut slot = e.slot.lock().await;
+        let woke = self.ensure_awake(&mut slot).await;
+        e.publish(&slot);
+        woke?;
+        if let Slot::Paused(sb) = &*slot {
+            sb.vm.resume().await?;
+        }
+        slot.mark_running();
+        e.publish(&slot);
+        Ok(slot.view().expect("live"))
+    }
+
+    /// Hibernates a sandbox (a paused one too). Idempotent.
+    pub async fn hibernate(&self, id: &str) -> Result<SandboxView, AgentError> {
+        let e = self.entry(id).await?;
+        let mut slot = e.slot.lock().await;
+        let taken = std::mem::replace(&mut *slot, Slot::Gone);
+        let (sb, was_paused) = match taken {
+            Slot::Running(sb) => (sb, false),
+            Slot::Paused(sb) => (sb, true),
+            other => {
+                *slot = other;
+                return Ok(slot.view().expect("live"));
+            }
+        };
+        let result = match self.rt.hibernate(sb).await {
+            Ok(h) => {
+                *slot = Slot::Hibernated(h);
+                Ok(())
+            }
+            Err((err, sb)) => {
+                *slot = if was_paused {
+                    Slot::Paused(sb)
+                } else {
+                    Slot::Running(sb)
+                };
+                Err(err.into())
+            }
+        };
+        e.publish(&slot);
+        result.map(|()| slot.view().expect("live"))
+    }
+
+    /// Wakes a hibernated sandbox. Idempotent.
+    pub async fn wake(&self, id: &str) -> Result<SandboxView, AgentError> {
+        let e = self.entry(id).await?;
+        let mut slot = e.slot.lock().await;
+        let woke = self.ensure_awake(&mut slot).await;
+        e.publish(&slot);
+        woke?;
+        Ok(slot.view().expect("live"))
+    }
+
+    /// Snapshots a sandbox (waking it if hibernated).
+    pub async fn snapshot(&self, id: &str, snapshot_id: &str) -> Result<Snapshot, AgentError> {
+        let e = self.entry(id).await?;
+        let mut slot = e.slot.lock().await;
+        let woke = self.ensure_awake(&mut slot).await;
+        e.publish(&slot);
+        woke?;
+        let sb = slot
+            .sandbox()
+            .ok_or_else(|| AgentError::SandboxNotFound(id.into()))?;
+        Ok(self.rt.snapshot(sb, snapshot_id).await?)
+    }
+
+    /// Forks a sandbox into `child_ids` through snapshot `snapshot_id`.
+    pub async fn fork(
+        &self,
+        id: &str,
+        snapshot_id: &str,
+        child_ids: &[String],
+    ) -> Result<(Snapshot, Vec<SandboxView>), AgentError> {
+        let e = self.entry(id).await?;
+        let fork = {
+            let mut slot = e.slot.lock().await;
+            let woke = self.ensure_awake(&mut slot).await;
+            e.publish(&slot);
+            woke?;
+            let sb = slot
+                .sandbox()
+                .ok_or_else(|| AgentError::SandboxNotFound(id.into()))?;
+            self.rt.fork(sb, snapshot_id, child_ids).await?
+        };
+        let mut views = Vec::with_capacity(fork.children.len());
+        for c in fork.children {
+            views.push(self.insert(Slot::Running(c)).await);
+        }
+        Ok((fork.snapshot, views))
+    }
+
+    /// Deletes a snapshot's files.
+    pub fn delete_snapshot(&self, snapshot_id: &str) -> Result<(), AgentError> {
+        Ok(self.rt.delete_snapshot(snapshot_id)?)
+    }
+
+    /// Stops a sandbox and removes its files. Idempotent for unknown ids is the caller's choice:
+    /// this returns `SandboxNotFound`.
+    pub async fn destroy(&self, id: &str) -> Result<(), AgentError> {
+        let e = self.entry(id).await?;
+        let mut slot = e.slot.lock().await;
+        match std::mem::replace(&mut *slot, Slot::Gone) {
+            Slot::Running(sb) | Slot::Paused(sb) => {
+                if let Err(err) = self.rt.destroy(sb).await {
+                    tracing::warn!(sandbox = id, error = %err, "destroy");
+                }
+            }
+            Slot::Hibernated(h) => std::fs::remove_dir_all(&h.dir)?,
+            Slot::Gone => {}
+        }
+        e.publish(&slot);
+        drop(slot);
+        self.sandboxes.write().await.remove(id);
+        Ok(())
+    }
+
+    /// Guest console log of a sandbox.
+    pub async fn console_log(&self, id: &str) -> Result<PathBuf, AgentError> {
+        let e = self.entry(id).await?;
+        let slot = e.slot.lock().await;
+        Ok(slot.dir().join("console.log"))
+    }
+
+    /// Host-side resource use of a sandbox's VM (`None` while hibernated).
+    pub async fn stats(&self, id: &str) -> Result<Option<pandastack_vm::VmStats>, AgentError> {
+        let e = self.entry(id).await?;
+        let slot = e.slot.lock().await;
+        Ok(match slot.sandbox() {
+            Some(sb) => Some(sb.vm.stats()?),
+            None => None,
+        })
+    }
+
+    /// Stops the pool's VMs (sandboxes keep running: they outlive the agent).
+    pub async fn shutdown(&self) {
+        self.rt.drain_pool().await;
+    }
+}

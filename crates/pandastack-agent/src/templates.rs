@@ -1,0 +1,115 @@
+//! Templates on first use: a template that is not baked yet is built from its spec
+//! (`<templates_dir>/<name>.toml`, image cached by the spec's hash), cold-booted and snapshotted
+//! once; concurrent first uses wait for that one bake.
+
+use std::sync::Arc;
+
+use pandastack_image::{BuildOptions, ImageCache, Progress, TemplateSpec};
+use pandastack_runtime::{BakeError, Shape, Template};
+use pandastack_vm::VmDriver;
+use tokio::sync::Mutex;
+
+use crate::{AgentError, HostAgent};
+
+/// A template this host can serve: from a spec, baked or not yet.
+#[derive(Debug, Clone)]
+pub struct TemplateView {
+    pub name: String,
+    pub description: String,
+    pub shape: Shape,
+    pub disk_mb: u32,
+    /// Set once baked.
+    pub baked: Option<Template>,
+}
+
+impl<D: VmDriver + 'static> HostAgent<D> {
+    /// The baked template `name`, building and baking it first if needed.
+    pub async fn template(&self, name: &str) -> Result<Template, AgentError> {
+        match self.rt.template(name) {
+            Ok(t) => return Ok(t),
+            Err(BakeError::NotBaked(_)) => {}
+            Err(BakeError::InvalidName(_)) => {
+                return Err(AgentError::TemplateNotFound(name.into()))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let lock = {
+            let mut bakes = self.bakes.lock().await;
+            Arc::clone(
+                bakes
+                    .entry(name.to_owned())
+                    .or_insert_with(|| Arc::new(Mutex::new(()))),
+            )
+        };
+        let _baking = lock.lock().await;
+        if let Ok(t) = self.rt.template(name) {
+            return Ok(t);
+        }
+        let spec_path = self.cfg.templates_dir.join(format!("{name}.toml"));
+        if !spec_path.is_file() {
+            return Err(AgentError::TemplateNotFound(name.into()));
+        }
+        let agent = self.cfg.guest_agent.clone();
+        let owned = name.to_owned();
+        let built = tokio::task::spawn_blocking(move || {
+            let spec = TemplateSpec::load(&spec_path).map_err(|e| image_error(&owned, e))?;
+            let mut log =
+                |p: Progress| tracing::info!(template = %owned, progress = ?p, "image build");
+            let img = ImageCache::from_env()
+                .rootfs_with_agent(&spec, &agent, BuildOptions { force: false }, &mut log)
+                .map_err(|e| image_error(&owned, e))?;
+            Ok::<_, AgentError>((img.path, spec.vm()))
+        })
+        .await
+        .map_err(|e| image_error(name, e))??;
+        let (image, vm) = built;
+        tracing::info!(template = name, image = %image.display(), "baking");
+        let shape = Shape {
+            vcpus: vm.vcpus,
+            memory_mib: vm.memory_mb,
+        };
+        let t = self.rt.bake(name, &image, shape).await?;
+        tracing::info!(template = name, bake_ms = t.bake_ms, "baked");
+        Ok(t)
+    }
+
+    /// Templates this host can serve: every spec in the templates directory.
+    pub fn templates(&self) -> Result<Vec<TemplateView>, AgentError> {
+        let mut out = Vec::new();
+        let dir = match std::fs::read_dir(&self.cfg.templates_dir) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(e.into()),
+        };
+        for entry in dir.flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "toml") {
+                continue;
+            }
+            let Ok(spec) = TemplateSpec::load(&path) else {
+                tracing::warn!(spec = %path.display(), "skipping invalid template spec");
+                continue;
+            };
+            let vm = spec.vm();
+            out.push(TemplateView {
+                name: spec.name().to_owned(),
+                description: spec.description().to_owned(),
+                shape: Shape {
+                    vcpus: vm.vcpus,
+                    memory_mib: vm.memory_mb,
+                },
+                disk_mb: vm.disk_mb,
+                baked: self.rt.template(spec.name()).ok(),
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+}
+
+fn image_error(name: &str, e: impl std::error::Error + Send + Sync + 'static) -> AgentError {
+    AgentError::Image {
+        name: name.to_owned(),
+        source: Box::new(e),
+    }
+}

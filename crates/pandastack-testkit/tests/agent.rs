@@ -1,0 +1,128 @@
+//! The host agent with real guests: auto-wake on use, fork through the agent, and a restart that
+//! re-attaches running and hibernated sandboxes while removing what nobody claims.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pandastack_agent::{AgentConfig, AgentError, HostAgent, SandboxState};
+use pandastack_qemu::QemuDriver;
+use pandastack_testkit::{bake, exec, runtime, within, RuntimeGuard};
+
+const STEP: Duration = Duration::from_secs(120);
+
+fn config() -> AgentConfig {
+    AgentConfig {
+        // No specs: templates must be baked already (the tests bake them directly).
+        templates_dir: "/nonexistent".into(),
+        guest_agent: "/nonexistent".into(),
+        pool_size: 1,
+    }
+}
+
+async fn start(guard: &RuntimeGuard, keep_all: bool) -> Arc<HostAgent<QemuDriver>> {
+    let rt = guard.reopen().await;
+    let (agent, report) = HostAgent::start(rt, config(), |_| keep_all).await.unwrap();
+    eprintln!("reconcile: {report:?}");
+    Arc::new(agent)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lifecycle_auto_wake_fork_and_restart() {
+    let guard = runtime().await;
+    bake(&guard, "agent").await;
+    let agent = start(&guard, true).await;
+
+    assert!(matches!(
+        agent.create("missing", "x").await,
+        Err(AgentError::TemplateNotFound(_))
+    ));
+    let v = within(STEP, "create", agent.create("agent", "one"))
+        .await
+        .unwrap();
+    assert_eq!(v.state, SandboxState::Running);
+    let ch = agent.channel("one").await.unwrap();
+    exec(&ch, "echo hi > /dev/shm/x").await;
+
+    // Hibernate, then any use wakes it.
+    let v = within(STEP, "hibernate", agent.hibernate("one"))
+        .await
+        .unwrap();
+    assert_eq!(v.state, SandboxState::Hibernated);
+    assert_eq!(
+        agent.get("one").await.unwrap().state,
+        SandboxState::Hibernated
+    );
+    let ch = within(STEP, "auto-wake", agent.channel("one"))
+        .await
+        .unwrap();
+    assert_eq!(exec(&ch, "cat /dev/shm/x").await.stdout, "hi\n");
+    assert_eq!(agent.get("one").await.unwrap().state, SandboxState::Running);
+
+    // Pause refuses guest calls with a clear state error; resume restores them.
+    agent.pause("one").await.unwrap();
+    assert!(matches!(
+        agent.channel("one").await,
+        Err(AgentError::InvalidState { .. })
+    ));
+    agent.resume("one").await.unwrap();
+
+    let (snap, kids) = within(
+        STEP,
+        "fork",
+        agent.fork("one", "snap-one", &["kid-1".into(), "kid-2".into()]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(kids.len(), 2);
+    assert_eq!(snap.sandbox_id, "one");
+    let kid = agent.channel("kid-2").await.unwrap();
+    assert_eq!(
+        exec(&kid, "cat /dev/shm/x; hostname").await.stdout,
+        "hi\nkid-2\n"
+    );
+    agent.hibernate("kid-1").await.unwrap();
+
+    // Restart: running and hibernated sandboxes come back.
+    agent.shutdown().await;
+    drop((ch, kid));
+    drop(agent);
+    let agent = start(&guard, true).await;
+    let states: Vec<(String, SandboxState)> = agent
+        .list()
+        .await
+        .into_iter()
+        .map(|v| (v.id, v.state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("kid-1".to_owned(), SandboxState::Hibernated),
+            ("kid-2".to_owned(), SandboxState::Running),
+            ("one".to_owned(), SandboxState::Running),
+        ]
+    );
+    let ch = agent.channel("one").await.unwrap();
+    assert_eq!(exec(&ch, "cat /dev/shm/x").await.stdout, "hi\n");
+    let ch = within(STEP, "wake after restart", agent.channel("kid-1"))
+        .await
+        .unwrap();
+    assert_eq!(exec(&ch, "hostname").await.stdout, "kid-1\n");
+    agent.destroy("kid-1").await.unwrap();
+    assert!(matches!(
+        agent.get("kid-1").await,
+        Err(AgentError::SandboxNotFound(_))
+    ));
+    agent.shutdown().await;
+    drop(agent);
+
+    // A restart that claims nothing removes everything.
+    let agent = start(&guard, false).await;
+    assert!(agent.list().await.is_empty());
+    let left: Vec<_> = std::fs::read_dir(guard.data().root().join("sandboxes"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    agent.delete_snapshot("snap-one").unwrap();
+}
