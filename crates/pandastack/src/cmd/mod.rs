@@ -6,6 +6,7 @@ pub mod bench;
 pub mod doctor;
 pub mod host;
 pub mod run;
+pub mod server;
 pub mod template;
 
 #[derive(Debug, clap::Subcommand)]
@@ -18,6 +19,8 @@ pub enum Command {
     Host(host::HostArgs),
     /// Run one command in a fresh local sandbox (no server needed) and destroy it.
     Run(run::RunArgs),
+    /// Serve the REST API: control plane and host agent in one process.
+    Server(server::ServerArgs),
     /// Build template images from specs.
     Template(template::TemplateArgs),
 }
@@ -28,6 +31,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => bench::run(args).await,
         Command::Host(args) => host::run(args).await,
         Command::Run(args) => run::run(args).await,
+        Command::Server(args) => server::run(args).await,
         Command::Template(args) => template::run(args).await,
     }
 }

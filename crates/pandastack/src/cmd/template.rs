@@ -49,29 +49,33 @@ pub async fn run(args: TemplateArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Where template specs are looked for by default: `./templates`, then the repository's
+/// `templates/` (development build), then `<prefix>/share/pandastack/templates` (installed).
+pub fn template_dirs() -> Vec<PathBuf> {
+    let mut dirs = vec![PathBuf::from("templates")];
+    if let Ok(exe) = std::env::current_exe() {
+        // Development build: <repo>/target/<profile>/pandastack.
+        if let Some(root) = exe.parent().and_then(Path::parent).and_then(Path::parent) {
+            dirs.push(root.join("templates"));
+        }
+        // Installed: <prefix>/bin/pandastack.
+        if let Some(prefix) = exe.parent().and_then(Path::parent) {
+            dirs.push(prefix.join("share/pandastack/templates"));
+        }
+    }
+    dirs
+}
+
 /// Where `template` is: a `.toml` path as given, else `<dir>/<template>.toml` in the first
 /// templates directory that has it.
 fn spec_path(template: &str, dir: Option<&Path>) -> anyhow::Result<PathBuf> {
     if template.ends_with(".toml") || template.contains('/') {
         return Ok(PathBuf::from(template));
     }
-    let mut dirs = Vec::new();
-    match dir {
-        Some(d) => dirs.push(d.to_owned()),
-        None => {
-            dirs.push(PathBuf::from("templates"));
-            if let Ok(exe) = std::env::current_exe() {
-                // Development build: <repo>/target/<profile>/pandastack.
-                if let Some(root) = exe.parent().and_then(Path::parent).and_then(Path::parent) {
-                    dirs.push(root.join("templates"));
-                }
-                // Installed: <prefix>/bin/pandastack.
-                if let Some(prefix) = exe.parent().and_then(Path::parent) {
-                    dirs.push(prefix.join("share/pandastack/templates"));
-                }
-            }
-        }
-    }
+    let dirs = match dir {
+        Some(d) => vec![d.to_owned()],
+        None => template_dirs(),
+    };
     let file = format!("{template}.toml");
     dirs.iter()
         .map(|d| d.join(&file))

@@ -1,0 +1,69 @@
+use serde::{Deserialize, Serialize};
+
+/// Machine-readable error codes (`error.code`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    SandboxNotFound,
+    TemplateNotFound,
+    SnapshotNotFound,
+    KeyNotFound,
+    NotFound,
+    InvalidArgument,
+    InvalidJson,
+    Unauthorized,
+    RateLimited,
+    Conflict,
+    PayloadTooLarge,
+    SandboxState,
+    Internal,
+    Unavailable,
+}
+
+impl ErrorCode {
+    /// The HTTP status this code is sent with.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::SandboxNotFound
+            | ErrorCode::TemplateNotFound
+            | ErrorCode::SnapshotNotFound
+            | ErrorCode::KeyNotFound
+            | ErrorCode::NotFound => 404,
+            ErrorCode::InvalidArgument => 422,
+            ErrorCode::InvalidJson => 400,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::RateLimited => 429,
+            ErrorCode::Conflict | ErrorCode::SandboxState => 409,
+            ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::Internal => 500,
+            ErrorCode::Unavailable => 503,
+        }
+    }
+}
+
+/// `{"error":{"code","message","request_id"}}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorEnvelope {
+    pub error: ErrorBody,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: ErrorCode,
+    pub message: String,
+    pub request_id: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_snake_case_with_statuses() {
+        let v = serde_json::to_value(ErrorCode::SandboxNotFound).unwrap();
+        assert_eq!(v, "sandbox_not_found");
+        assert_eq!(ErrorCode::SandboxNotFound.http_status(), 404);
+        assert_eq!(ErrorCode::RateLimited.http_status(), 429);
+        assert_eq!(ErrorCode::InvalidArgument.http_status(), 422);
+    }
+}

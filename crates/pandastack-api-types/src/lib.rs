@@ -1,0 +1,36 @@
+//! The `/v1` wire types of the PandaStack API: request bodies (strict: unknown fields are
+//! rejected, `validate` names the offending field), resource objects, the error envelope with its
+//! codes and HTTP statuses, and opaque list cursors. Shared by the server, the Rust client and
+//! the tests. It must not depend on an HTTP framework or a runtime.
+
+mod cursor;
+mod error;
+mod sandbox;
+
+pub use cursor::{Cursor, CursorError};
+pub use error::{ErrorBody, ErrorCode, ErrorEnvelope};
+pub use sandbox::*;
+
+use serde::{Deserialize, Serialize};
+
+/// A page of a list: `{"data":[…],"next_cursor":null|"…"}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct List<T> {
+    pub data: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
+/// A request field that failed validation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+pub(crate) fn field_error(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+    FieldError {
+        field: field.into(),
+        message: message.into(),
+    }
+}

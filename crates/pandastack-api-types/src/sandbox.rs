@@ -1,0 +1,508 @@
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{field_error, FieldError};
+
+pub const MAX_TTL_SECONDS: u64 = 7 * 24 * 3600;
+pub const MAX_METADATA_KEYS: usize = 32;
+pub const MAX_METADATA_KEY: usize = 64;
+pub const MAX_METADATA_VALUE: usize = 512;
+pub const MAX_FORK: u32 = 16;
+pub const MAX_EXEC_TIMEOUT_SECONDS: u64 = 3600;
+pub const DEFAULT_EXEC_TIMEOUT_SECONDS: u64 = 60;
+
+/// What happens when a sandbox's TTL or idle timeout expires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTimeout {
+    #[default]
+    Kill,
+    Hibernate,
+}
+
+impl OnTimeout {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnTimeout::Kill => "kill",
+            OnTimeout::Hibernate => "hibernate",
+        }
+    }
+}
+
+fn default_template() -> String {
+    "base".into()
+}
+
+/// `POST /v1/sandboxes`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandboxRequest {
+    #[serde(default = "default_template")]
+    pub template: String,
+    #[serde(default)]
+    pub snapshot_id: Option<String>,
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
+    #[serde(default)]
+    pub idle_timeout_seconds: Option<u64>,
+    #[serde(default)]
+    pub on_timeout: OnTimeout,
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+impl Default for CreateSandboxRequest {
+    fn default() -> Self {
+        Self {
+            template: default_template(),
+            snapshot_id: None,
+            ttl_seconds: None,
+            idle_timeout_seconds: None,
+            on_timeout: OnTimeout::Kill,
+            metadata: BTreeMap::new(),
+            env: BTreeMap::new(),
+        }
+    }
+}
+
+pub fn validate_metadata(m: &BTreeMap<String, String>) -> Result<(), FieldError> {
+    if m.len() > MAX_METADATA_KEYS {
+        return Err(field_error(
+            "metadata",
+            format!("at most {MAX_METADATA_KEYS} keys"),
+        ));
+    }
+    for (k, v) in m {
+        if k.is_empty() || k.len() > MAX_METADATA_KEY {
+            return Err(field_error(
+                "metadata",
+                format!("keys are 1-{MAX_METADATA_KEY} bytes"),
+            ));
+        }
+        if v.len() > MAX_METADATA_VALUE {
+            return Err(field_error(
+                format!("metadata.{k}"),
+                format!("at most {MAX_METADATA_VALUE} bytes"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_ttl(field: &str, v: Option<u64>) -> Result<(), FieldError> {
+    match v {
+        Some(s) if s == 0 || s > MAX_TTL_SECONDS => Err(field_error(
+            field,
+            format!("between 1 and {MAX_TTL_SECONDS} seconds"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Names usable as ids and template names: 1-64 of `[A-Za-z0-9_-]`.
+pub fn valid_name(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+fn valid_env_name(s: &str) -> bool {
+    let mut b = s.bytes();
+    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+fn validate_env(env: &BTreeMap<String, String>) -> Result<(), FieldError> {
+    for (k, v) in env {
+        if !valid_env_name(k) {
+            return Err(field_error(
+                format!("env.{k}"),
+                "names are [A-Za-z_][A-Za-z0-9_]*",
+            ));
+        }
+        if v.contains('\0') {
+            return Err(field_error(format!("env.{k}"), "contains a NUL byte"));
+        }
+    }
+    Ok(())
+}
+
+impl CreateSandboxRequest {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if !valid_name(&self.template, 40) {
+            return Err(field_error("template", "1-40 of [a-z0-9-]"));
+        }
+        if let Some(s) = &self.snapshot_id {
+            if !valid_name(s, 32) {
+                return Err(field_error("snapshot_id", "not a snapshot id"));
+            }
+        }
+        validate_ttl("ttl_seconds", self.ttl_seconds)?;
+        validate_ttl("idle_timeout_seconds", self.idle_timeout_seconds)?;
+        validate_metadata(&self.metadata)?;
+        validate_env(&self.env)
+    }
+}
+
+/// Sandbox lifecycle states on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxState {
+    Starting,
+    Running,
+    Paused,
+    Hibernated,
+    Stopped,
+    Failed,
+}
+
+impl SandboxState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxState::Starting => "starting",
+            SandboxState::Running => "running",
+            SandboxState::Paused => "paused",
+            SandboxState::Hibernated => "hibernated",
+            SandboxState::Stopped => "stopped",
+            SandboxState::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "starting" => SandboxState::Starting,
+            "running" => SandboxState::Running,
+            "paused" => SandboxState::Paused,
+            "hibernated" => SandboxState::Hibernated,
+            "stopped" => SandboxState::Stopped,
+            "failed" => SandboxState::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// A sandbox resource.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Sandbox {
+    pub id: String,
+    pub template: String,
+    pub state: SandboxState,
+    pub cpu: u32,
+    pub memory_mb: u32,
+    pub metadata: BTreeMap<String, String>,
+    /// RFC 3339.
+    pub created_at: String,
+    pub expires_at: Option<String>,
+    pub ttl_seconds: Option<u64>,
+    pub idle_timeout_seconds: Option<u64>,
+    pub on_timeout: OnTimeout,
+    pub boot_ms: u64,
+    /// `restore` (from a template bake or snapshot) or `cold`.
+    pub boot_mode: String,
+    pub snapshot_id: Option<String>,
+    pub host: String,
+}
+
+/// `PATCH /v1/sandboxes/{id}`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatchSandboxRequest {
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
+    #[serde(default)]
+    pub idle_timeout_seconds: Option<u64>,
+    #[serde(default)]
+    pub metadata: Option<BTreeMap<String, String>>,
+}
+
+impl PatchSandboxRequest {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        validate_ttl("ttl_seconds", self.ttl_seconds)?;
+        validate_ttl("idle_timeout_seconds", self.idle_timeout_seconds)?;
+        if let Some(m) = &self.metadata {
+            validate_metadata(m)?;
+        }
+        Ok(())
+    }
+}
+
+/// `POST /v1/sandboxes/{id}/exec` (and `/exec/stream`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRequest {
+    /// A shell command line (`/bin/sh -c`).
+    #[serde(default)]
+    pub cmd: Option<String>,
+    /// Program and arguments, no shell.
+    #[serde(default)]
+    pub argv: Option<Vec<String>>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Bytes for the command's standard input (UTF-8 text).
+    #[serde(default)]
+    pub stdin: Option<String>,
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+}
+
+impl ExecRequest {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        match (&self.cmd, &self.argv) {
+            (Some(_), Some(_)) => return Err(field_error("cmd", "give cmd or argv, not both")),
+            (None, None) => return Err(field_error("cmd", "cmd or argv is required")),
+            (Some(c), None) if c.trim().is_empty() => {
+                return Err(field_error("cmd", "must not be empty"))
+            }
+            (None, Some(a)) if a.is_empty() || a[0].is_empty() => {
+                return Err(field_error("argv", "needs a program name"))
+            }
+            _ => {}
+        }
+        let nul = |s: &str| s.contains('\0');
+        if self.cmd.as_deref().is_some_and(nul) || self.argv.iter().flatten().any(|a| nul(a)) {
+            return Err(field_error("cmd", "contains a NUL byte"));
+        }
+        if let Some(t) = self.timeout_seconds {
+            if t == 0 || t > MAX_EXEC_TIMEOUT_SECONDS {
+                return Err(field_error(
+                    "timeout_seconds",
+                    format!("between 1 and {MAX_EXEC_TIMEOUT_SECONDS}"),
+                ));
+            }
+        }
+        if let Some(cwd) = &self.cwd {
+            if !cwd.starts_with('/') {
+                return Err(field_error("cwd", "must be an absolute path"));
+            }
+        }
+        validate_env(&self.env)
+    }
+}
+
+/// Result of a blocking exec. A non-zero exit is data, not an error.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExecResult {
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: i32,
+    pub timed_out: bool,
+    /// Output was cut at the server's limit.
+    pub truncated: bool,
+    pub duration_ms: u64,
+}
+
+/// A snapshot resource.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub id: String,
+    pub sandbox_id: String,
+    pub template: String,
+    pub created_at: String,
+    pub size_bytes: u64,
+}
+
+/// `POST /v1/sandboxes/{id}/fork`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForkRequest {
+    #[serde(default = "one")]
+    pub count: u32,
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for ForkRequest {
+    fn default() -> Self {
+        Self {
+            count: 1,
+            metadata: BTreeMap::new(),
+        }
+    }
+}
+
+impl ForkRequest {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if self.count == 0 || self.count > MAX_FORK {
+            return Err(field_error("count", format!("between 1 and {MAX_FORK}")));
+        }
+        validate_metadata(&self.metadata)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ForkResponse {
+    pub parent_id: String,
+    pub snapshot_id: String,
+    pub children: Vec<Sandbox>,
+}
+
+/// A template this server can create sandboxes from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Template {
+    pub name: String,
+    pub description: String,
+    pub cpu: u32,
+    pub memory_mb: u32,
+    pub disk_mb: u32,
+    /// `ready` once baked, `available` before first use.
+    pub state: String,
+    pub bake_ms: Option<u64>,
+}
+
+/// `POST /v1/keys`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateKeyRequest {
+    #[serde(default)]
+    pub name: String,
+}
+
+/// An API key as listed (never with its secret).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Key {
+    pub id: String,
+    pub name: String,
+    /// First characters of the secret, to tell keys apart.
+    pub prefix: String,
+    pub created_at: String,
+    pub revoked: bool,
+}
+
+/// A key just created: the secret is shown this once.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreatedKey {
+    #[serde(flatten)]
+    pub key: Key,
+    pub secret: String,
+}
+
+/// `POST …/fs/mkdir`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MkdirRequest {
+    pub path: String,
+    #[serde(default = "yes")]
+    pub parents: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `POST …/fs/rename`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenameRequest {
+    pub from: String,
+    pub to: String,
+    #[serde(default)]
+    pub overwrite: bool,
+}
+
+/// A guest file's metadata.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FileInfo {
+    pub name: String,
+    pub path: String,
+    /// `file`, `dir`, `symlink` or `other`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub size: u64,
+    pub mode: u32,
+    pub mtime_ms: i64,
+    pub symlink_target: Option<String>,
+}
+
+/// Guest paths in the file API: absolute, no NUL, no `..` component, bounded length.
+pub fn validate_guest_path(field: &str, p: &str) -> Result<(), FieldError> {
+    if !p.starts_with('/') {
+        return Err(field_error(field, "must be an absolute path"));
+    }
+    if p.len() > 4096 || p.contains('\0') {
+        return Err(field_error(field, "invalid path"));
+    }
+    if p.split('/').any(|c| c == "..") {
+        return Err(field_error(field, "must not contain '..'"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(json: &str) -> Result<CreateSandboxRequest, String> {
+        let r: CreateSandboxRequest = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        r.validate().map_err(|e| e.to_string())?;
+        Ok(r)
+    }
+
+    #[test]
+    fn create_requests() {
+        let r = create("{}").unwrap();
+        assert_eq!(r.template, "base");
+        assert_eq!(r.on_timeout, OnTimeout::Kill);
+        assert!(create(r#"{"template":"x","bogus":1}"#)
+            .unwrap_err()
+            .contains("bogus"));
+        assert!(create(r#"{"ttl_seconds":0}"#)
+            .unwrap_err()
+            .starts_with("ttl_seconds"));
+        assert!(create(r#"{"template":"../x"}"#)
+            .unwrap_err()
+            .starts_with("template"));
+        assert!(create(r#"{"env":{"1A":"x"}}"#)
+            .unwrap_err()
+            .starts_with("env.1A"));
+        assert!(create(r#"{"on_timeout":"explode"}"#).is_err());
+        let big: BTreeMap<String, String> =
+            (0..40).map(|i| (format!("k{i}"), "v".into())).collect();
+        let r = CreateSandboxRequest {
+            metadata: big,
+            ..Default::default()
+        };
+        assert_eq!(r.validate().unwrap_err().field, "metadata");
+    }
+
+    #[test]
+    fn exec_requests() {
+        let ok = |j: &str| {
+            serde_json::from_str::<ExecRequest>(j)
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.validate().map_err(|e| e.field))
+        };
+        assert!(ok(r#"{"cmd":"echo hi"}"#).is_ok());
+        assert!(ok(r#"{"argv":["true"]}"#).is_ok());
+        assert_eq!(ok(r#"{}"#).unwrap_err(), "cmd");
+        assert_eq!(ok(r#"{"cmd":"x","argv":["y"]}"#).unwrap_err(), "cmd");
+        assert_eq!(ok(r#"{"argv":[]}"#).unwrap_err(), "argv");
+        assert_eq!(
+            ok(r#"{"cmd":"x","timeout_seconds":0}"#).unwrap_err(),
+            "timeout_seconds"
+        );
+        assert_eq!(ok(r#"{"cmd":"x","cwd":"rel"}"#).unwrap_err(), "cwd");
+    }
+
+    #[test]
+    fn fork_and_paths() {
+        assert!(ForkRequest::default().validate().is_ok());
+        let f: ForkRequest = serde_json::from_str(r#"{"count":17}"#).unwrap();
+        assert_eq!(f.validate().unwrap_err().field, "count");
+        assert!(validate_guest_path("path", "/tmp/x").is_ok());
+        assert!(validate_guest_path("path", "tmp/x").is_err());
+        assert!(validate_guest_path("path", "/tmp/../etc/shadow").is_err());
+        assert!(validate_guest_path("path", "/a\0b").is_err());
+    }
+}

@@ -1,0 +1,90 @@
+//! Request extractors whose rejections use the error envelope: JSON bodies (strict, naming the
+//! bad field) and the caller's workspace from the API key.
+
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use pandastack_api_types::ErrorCode;
+use pandastack_store::KeyRow;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+use crate::App;
+
+/// A JSON body; an empty body counts as `{}`.
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| {
+                if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::new(ErrorCode::PayloadTooLarge, "request body too large")
+                } else {
+                    ApiError::new(ErrorCode::InvalidJson, e.body_text())
+                }
+            })?;
+        let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+            b"{}"
+        } else {
+            &bytes
+        };
+        serde_json::from_slice(text).map(Body).map_err(|e| {
+            let code = if e.is_data() {
+                ErrorCode::InvalidArgument
+            } else {
+                ErrorCode::InvalidJson
+            };
+            ApiError::new(code, format!("request body: {e}"))
+        })
+    }
+}
+
+/// The authenticated caller.
+pub struct Caller {
+    pub key: KeyRow,
+}
+
+impl Caller {
+    pub fn ws(&self) -> &str {
+        &self.key.workspace_id
+    }
+}
+
+impl<D: pandastack_vm::VmDriver + 'static> FromRequestParts<std::sync::Arc<App<D>>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        app: &std::sync::Arc<App<D>>,
+    ) -> Result<Self, ApiError> {
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        // `?access_token=` only where a browser cannot set headers (SSE, WebSocket).
+        let query = || {
+            let q = parts.uri.query()?;
+            q.split('&').find_map(|kv| kv.strip_prefix("access_token="))
+        };
+        let streaming = parts.uri.path().ends_with("/stream")
+            || parts.uri.path().ends_with("/logs")
+            || parts.uri.path().ends_with("/ws")
+            || parts.uri.path().ends_with("/pty");
+        let secret = header.or_else(|| if streaming { query() } else { None });
+        let Some(secret) = secret else {
+            return Err(ApiError::new(
+                ErrorCode::Unauthorized,
+                "missing API key: send Authorization: Bearer pds_…",
+            ));
+        };
+        match app.store.keys().verify(secret).await? {
+            Some(key) => Ok(Caller { key }),
+            None => Err(ApiError::new(ErrorCode::Unauthorized, "invalid API key")),
+        }
+    }
+}

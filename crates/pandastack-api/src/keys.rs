@@ -1,0 +1,70 @@
+//! API keys of the caller's workspace.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use pandastack_api_types::{self as wire, CreateKeyRequest, CreatedKey, ErrorCode, List};
+use pandastack_store::KeyRow;
+use pandastack_vm::VmDriver;
+
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{Body, Caller};
+use crate::{rfc3339, App};
+
+fn key_wire(k: &KeyRow) -> wire::Key {
+    wire::Key {
+        id: k.id.clone(),
+        name: k.name.clone(),
+        prefix: k.prefix.clone(),
+        created_at: rfc3339(k.created_at),
+        revoked: k.revoked_at.is_some(),
+    }
+}
+
+pub async fn list<D: VmDriver>(
+    State(app): State<Arc<App<D>>>,
+    caller: Caller,
+) -> ApiResult<Json<List<wire::Key>>> {
+    let keys = app.store.keys().list(caller.ws()).await?;
+    Ok(Json(List {
+        data: keys.iter().map(key_wire).collect(),
+        next_cursor: None,
+    }))
+}
+
+pub async fn create<D: VmDriver>(
+    State(app): State<Arc<App<D>>>,
+    caller: Caller,
+    Body(req): Body<CreateKeyRequest>,
+) -> ApiResult<(StatusCode, Json<CreatedKey>)> {
+    if req.name.len() > 64 {
+        return Err(ApiError::new(
+            ErrorCode::InvalidArgument,
+            "name: at most 64 bytes",
+        ));
+    }
+    let (row, secret) = app.store.keys().create(caller.ws(), &req.name).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedKey {
+            key: key_wire(&row),
+            secret,
+        }),
+    ))
+}
+
+pub async fn revoke<D: VmDriver>(
+    State(app): State<Arc<App<D>>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    match app.store.keys().revoke(caller.ws(), &id).await {
+        Ok(()) => Ok(StatusCode::NO_CONTENT),
+        Err(pandastack_store::StoreError::NotFound) => {
+            Err(ApiError::not_found(ErrorCode::KeyNotFound, "key", &id))
+        }
+        Err(e) => Err(e.into()),
+    }
+}

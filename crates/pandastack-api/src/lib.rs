@@ -1,0 +1,142 @@
+//! The PandaStack `/v1` HTTP API on axum: `router(app)` serves sandboxes (create, list, get,
+//! patch, delete, exec, files, snapshots, fork, pause/resume, hibernate/wake with auto-wake,
+//! logs, metrics), templates and keys. Handlers validate at the edge, check the caller's
+//! workspace against the store, and hand lifecycle work to the host agent; every error goes
+//! through [`error::ApiError`]. It must not start VMs itself or know which hypervisor runs them.
+
+mod error;
+mod extract;
+pub mod guest;
+mod keys;
+mod sandboxes;
+mod snapshots;
+mod workload;
+
+pub use error::{ApiError, ApiResult};
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use pandastack_agent::HostAgent;
+use pandastack_store::Store;
+use pandastack_vm::VmDriver;
+
+/// Largest JSON body accepted (file uploads are streamed and not bound by this).
+pub const MAX_JSON_BODY: usize = 1 << 20;
+/// Largest stdout (and stderr) a blocking exec returns.
+pub const MAX_EXEC_OUTPUT: u64 = 4 << 20;
+
+/// Shared state of the API.
+pub struct App<D: VmDriver + 'static> {
+    pub store: Store,
+    pub agent: Arc<HostAgent<D>>,
+    /// Name of this host in sandbox objects.
+    pub host: String,
+    /// Create-rate windows per workspace: (window start, creates in it).
+    rate: Mutex<HashMap<String, (Instant, i64)>>,
+}
+
+impl<D: VmDriver + 'static> App<D> {
+    pub fn new(store: Store, agent: Arc<HostAgent<D>>, host: String) -> Self {
+        Self {
+            store,
+            agent,
+            host,
+            rate: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// The `/v1` router.
+pub fn router<D: VmDriver + 'static>(app: Arc<App<D>>) -> Router {
+    let sb = "/v1/sandboxes/{id}";
+    Router::new()
+        .route("/v1/health", get(|| async { "ok" }))
+        .route(
+            "/v1/sandboxes",
+            post(sandboxes::create::<D>).get(sandboxes::list::<D>),
+        )
+        .route(
+            sb,
+            get(sandboxes::get::<D>)
+                .patch(sandboxes::patch::<D>)
+                .delete(sandboxes::delete::<D>),
+        )
+        .route(&format!("{sb}/pause"), post(sandboxes::pause::<D>))
+        .route(&format!("{sb}/resume"), post(sandboxes::resume::<D>))
+        .route(&format!("{sb}/hibernate"), post(sandboxes::hibernate::<D>))
+        .route(&format!("{sb}/wake"), post(sandboxes::wake::<D>))
+        .route(&format!("{sb}/logs"), get(sandboxes::logs::<D>))
+        .route(&format!("{sb}/metrics"), get(sandboxes::metrics::<D>))
+        .route(&format!("{sb}/exec"), post(workload::exec::<D>))
+        .route(
+            &format!("{sb}/exec/stream"),
+            post(workload::exec_stream::<D>),
+        )
+        .route(
+            &format!("{sb}/fs"),
+            get(workload::read::<D>)
+                .put(workload::write::<D>)
+                .delete(workload::remove::<D>)
+                .layer(DefaultBodyLimit::disable()),
+        )
+        .route(&format!("{sb}/fs/list"), get(workload::list::<D>))
+        .route(&format!("{sb}/fs/stat"), get(workload::stat::<D>))
+        .route(&format!("{sb}/fs/mkdir"), post(workload::mkdir::<D>))
+        .route(&format!("{sb}/fs/rename"), post(workload::rename::<D>))
+        .route(&format!("{sb}/snapshots"), post(snapshots::create::<D>))
+        .route(&format!("{sb}/fork"), post(snapshots::fork::<D>))
+        .route("/v1/snapshots", get(snapshots::list::<D>))
+        .route(
+            "/v1/snapshots/{id}",
+            axum::routing::delete(snapshots::delete::<D>),
+        )
+        .route("/v1/templates", get(sandboxes::templates::<D>))
+        .route("/v1/keys", get(keys::list::<D>).post(keys::create::<D>))
+        .route("/v1/keys/{id}", axum::routing::delete(keys::revoke::<D>))
+        .fallback(|| async {
+            ApiError::new(pandastack_api_types::ErrorCode::NotFound, "no such route")
+        })
+        .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
+        .layer(axum::middleware::from_fn(request_id))
+        .with_state(app)
+}
+
+/// Gives every request an id (the client's `X-Request-Id` if sane, else a new one), makes it
+/// available to error responses, and returns it in `X-Request-Id`.
+async fn request_id(req: Request, next: Next) -> Response {
+    let id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("req_{:016x}", rand::random::<u64>()));
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let t = Instant::now();
+    let mut resp = error::REQUEST_ID.scope(id.clone(), next.run(req)).await;
+    tracing::debug!(request_id = %id, %method, %path, status = resp.status().as_u16(), ms = t.elapsed().as_millis() as u64, "request");
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    resp
+}
+
+/// RFC 3339 for a unix-ms timestamp.
+pub(crate) fn rfc3339(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
+}

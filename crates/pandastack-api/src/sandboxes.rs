@@ -1,0 +1,429 @@
+//! Sandbox resources: create (with idempotency and per-workspace limits), list, get, patch,
+//! delete, and lifecycle verbs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::Json;
+use pandastack_agent::SandboxView;
+use pandastack_api_types::{
+    self as wire, CreateSandboxRequest, Cursor, ErrorCode, List, OnTimeout, PatchSandboxRequest,
+};
+use pandastack_store::{now_ms, Filter, IdempotencyRecord, SandboxRow};
+use pandastack_vm::VmDriver;
+use sha2::{Digest, Sha256};
+
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{Body, Caller};
+use crate::{rfc3339, App};
+
+pub(crate) fn to_wire(r: &SandboxRow, host: &str) -> wire::Sandbox {
+    wire::Sandbox {
+        id: r.id.clone(),
+        template: r.template.clone(),
+        state: wire::SandboxState::parse(&r.state).unwrap_or(wire::SandboxState::Failed),
+        cpu: r.vcpus as u32,
+        memory_mb: r.memory_mib as u32,
+        metadata: r.metadata.clone(),
+        created_at: rfc3339(r.created_at),
+        expires_at: r.expires_at.map(rfc3339),
+        ttl_seconds: r.ttl_seconds.map(|v| v as u64),
+        idle_timeout_seconds: r.idle_timeout_seconds.map(|v| v as u64),
+        on_timeout: if r.on_timeout == "hibernate" {
+            OnTimeout::Hibernate
+        } else {
+            OnTimeout::Kill
+        },
+        boot_ms: r.boot_ms as u64,
+        boot_mode: r.boot_mode.clone(),
+        snapshot_id: r.snapshot_id.clone(),
+        host: host.to_owned(),
+    }
+}
+
+/// The caller's sandbox row, or 404 (also for other workspaces' sandboxes).
+pub(crate) async fn owned<D: VmDriver>(
+    app: &App<D>,
+    caller: &Caller,
+    id: &str,
+) -> ApiResult<SandboxRow> {
+    if !wire::valid_name(id, 32) {
+        return Err(ApiError::not_found(
+            ErrorCode::SandboxNotFound,
+            "sandbox",
+            id,
+        ));
+    }
+    match app.store.sandboxes().get(caller.ws(), id).await {
+        Ok(r) => Ok(r),
+        Err(pandastack_store::StoreError::NotFound) => Err(ApiError::not_found(
+            ErrorCode::SandboxNotFound,
+            "sandbox",
+            id,
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Records the agent's view of a sandbox (state after an operation) and API activity.
+pub(crate) async fn record<D: VmDriver>(
+    app: &App<D>,
+    mut row: SandboxRow,
+    view: &SandboxView,
+) -> ApiResult<SandboxRow> {
+    let state = view.state.as_str();
+    if row.state != state {
+        app.store.sandboxes().set_state(&row.id, state).await?;
+        row.state = state.to_owned();
+    }
+    let now = now_ms();
+    app.store.sandboxes().touch(&row.id, now).await?;
+    row.last_activity_at = now;
+    Ok(row)
+}
+
+fn request_hash(body: &CreateSandboxRequest) -> String {
+    let text = serde_json::to_string(body).unwrap_or_default();
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// Enforces the workspace's concurrent-sandbox and create-rate limits.
+async fn check_limits<D: VmDriver>(app: &App<D>, ws: &str, adding: i64) -> ApiResult<()> {
+    let limits = app.store.keys().workspace(ws).await?;
+    let active = app.store.sandboxes().count_active(ws).await?;
+    if active + adding > limits.max_sandboxes {
+        let mut e = ApiError::new(
+            ErrorCode::RateLimited,
+            format!(
+                "workspace limit of {} running sandboxes reached; delete or hibernate one",
+                limits.max_sandboxes
+            ),
+        );
+        e.retry_after = Some(5);
+        return Err(e);
+    }
+    let mut rate = app.rate.lock().unwrap_or_else(|p| p.into_inner());
+    let entry = rate.entry(ws.to_owned()).or_insert((Instant::now(), 0));
+    if entry.0.elapsed() >= Duration::from_secs(60) {
+        *entry = (Instant::now(), 0);
+    }
+    if entry.1 + adding > limits.creates_per_minute {
+        let wait = 60u64.saturating_sub(entry.0.elapsed().as_secs()).max(1);
+        let mut e = ApiError::new(
+            ErrorCode::RateLimited,
+            format!(
+                "workspace create rate of {} per minute reached",
+                limits.creates_per_minute
+            ),
+        );
+        e.retry_after = Some(wait);
+        return Err(e);
+    }
+    entry.1 += adding;
+    Ok(())
+}
+
+pub(crate) fn new_row(
+    ws: &str,
+    id: &str,
+    req: &CreateSandboxRequest,
+    view_template: &str,
+    now: i64,
+) -> SandboxRow {
+    SandboxRow {
+        id: id.to_owned(),
+        workspace_id: ws.to_owned(),
+        template: view_template.to_owned(),
+        state: "starting".into(),
+        vcpus: 0,
+        memory_mib: 0,
+        metadata: req.metadata.clone(),
+        env: req.env.clone(),
+        ttl_seconds: req.ttl_seconds.map(|v| v as i64),
+        idle_timeout_seconds: req.idle_timeout_seconds.map(|v| v as i64),
+        on_timeout: req.on_timeout.as_str().to_owned(),
+        created_at: now,
+        expires_at: req.ttl_seconds.map(|t| now + t as i64 * 1000),
+        last_activity_at: now,
+        boot_ms: 0,
+        boot_mode: "restore".into(),
+        snapshot_id: req.snapshot_id.clone(),
+        parent_id: None,
+    }
+}
+
+/// Fills the row from the agent's view after a successful create and marks it running.
+pub(crate) async fn finish_row<D: VmDriver>(
+    app: &App<D>,
+    mut row: SandboxRow,
+    view: &SandboxView,
+) -> ApiResult<SandboxRow> {
+    row.template = view.info.template.clone();
+    row.vcpus = i64::from(view.info.shape.vcpus);
+    row.memory_mib = i64::from(view.info.shape.memory_mib);
+    row.boot_ms = view.ready_ms as i64;
+    row.state = view.state.as_str().to_owned();
+    // Re-insert with the final values: delete + insert keeps the query set small and portable.
+    app.store.sandboxes().delete(&row.id).await?;
+    app.store.sandboxes().insert(&row).await?;
+    Ok(row)
+}
+
+pub async fn create<D: VmDriver>(
+    State(app): State<Arc<App<D>>>,
+    caller: Caller,
+    headers: HeaderMap,
+    Body(req): Body<CreateSandboxRequest>,
+) -> ApiResult<impl IntoResponse> {
+    req.validate()?;
+    let idem = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .filter(|k| !k.is_empty() && k.len() <= 128)
+        .map(str::to_owned);
+    let hash = request_hash(&req);
+    if let Some(key) = &idem {
+        if let Some(rec) = app.store.idempotency().get(caller.ws(), key).await? {
+            if rec.request_hash != hash {
+                return Err(ApiError::new(
+                    ErrorCode::Conflict,
+                    "Idempotency-Key was used with a different request",
+                ));
+            }
+            let status = StatusCode::from_u16(rec.status as u16).unwrap_or(StatusCode::CREATED);
+            let body: serde_json::Value = serde_json::from_str(&rec.body)
+                .map_err(|e| ApiError::internal("idempotency replay", &e))?;
+            return Ok((status, Json(body)));
+        }
+    }
+    if let Some(snap) = &req.snapshot_id {
+        if app.store.snapshots().get(caller.ws(), snap).await.is_err() {
+            return Err(ApiError::not_found(
+                ErrorCode::SnapshotNotFound,
+                "snapshot",
+                snap,
+            ));
+        }
+    }
+    check_limits(&app, caller.ws(), 1).await?;
+    let id = pandastack_store::new_id("sb-");
+    // The row goes in first (state "starting"): a crash mid-create leaves a row the server
+    // reconciles at start, never a VM nobody knows about.
+    let row = new_row(caller.ws(), &id, &req, &req.template, now_ms());
+    app.store.sandboxes().insert(&row).await?;
+    let created = match &req.snapshot_id {
+        Some(snap) => app.agent.create_from_snapshot(snap, &id).await,
+        None => app.agent.create(&req.template, &id).await,
+    };
+    let view = match created {
+        Ok(v) => v,
+        Err(e) => {
+            app.store.sandboxes().delete(&id).await?;
+            return Err(e.into());
+        }
+    };
+    let row = finish_row(&app, row, &view).await?;
+    let body = serde_json::to_value(to_wire(&row, &app.host))
+        .map_err(|e| ApiError::internal("encode", &e))?;
+    if let Some(key) = &idem {
+        app.store
+            .idempotency()
+            .put(
+                caller.ws(),
+                key,
+                &IdempotencyRecord {
+                    request_hash: hash,
+                    status: 201,
+                    body: body.to_string(),
+                },
+            )
+            .await?;
+    }
+    Ok((StatusCode::CREATED, Json(body)))
+}
+
+pub async fn list<D: VmDriver>(
+    State(app): State<Arc<App<D>>>,
+    caller: Caller,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> ApiResult<Json<List<wire::Sandbox>>> {
+    let limit = match q.get("limit") {
+        Some(l) => l
+            .parse::<u32>()
+            .ok()
+            .filter(|l| (1..=1000).contains(l))
+            .ok_or_else(|| ApiError::new(ErrorCode::InvalidArgument, "limit: 1 to 1000"))?,
+        None => 100,
+    };
+    let after = match q.get("cursor") {
+        Some(c) => {
+            let c = Cursor::decode(c)
+                .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+            Some((c.created_at_ms, c.id))
+        }
+        None => None,
+    };
+    let state = q.get("state").cloned();
+    if let Some(s) = &state {
+        if wire::SandboxState::parse(s).is_none() {
+            return Err(ApiError::new(
+                ErrorCode::InvalidArgument,
+                format!("state: unknown state {s:?}"),
+            ));
+        }
+    }
+    let filter = Filter {
+        state,
+        metadata: q
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("metadata.")?.to_owned(), v.clone())))
+            .collect(),
+    };
+    let mut rows = app
+        .store
+        .sandboxes()
+        .list(caller.ws(), &filter, after, limit)
+        .await?;
+    let next_cursor = if rows.len() > limit as usize {
+        rows.truncate(limit as usize);
+        rows.last().map(|r| {
+            Cursor {
+                created_at_ms: r.created_at,
+                id: r.id.clone(),
+            }
+            .encode()
+        })
+    } else {
+        None
+    };
+    Ok(Json(List {
+        data: rows.iter().map(|r| to_wire(r, &app.host)).collect(),
+        next_cursor,
+    }))
+}
+
+pub async fn get<D: VmDriver>(
+    State(app): State<Arc<App<D>>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<wire::Sandbox>> {
+    let row = owned(&app, &caller, &id).await?;
+    Ok(Json(to_wire(&row, &app.host)))
+}
+
+pub async fn patch<D: VmDriver>(
+    State(app): State<Arc<App<D>>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Body(req): Body<PatchSandboxRequest>,
+) -> ApiResult<Json<wire::Sandbox>> {
+    req.validate()?;
+    let mut row = owned(&app, &caller, &id).await?;
+    if let Some(t) = req.ttl_seconds {
+        row.ttl_seconds = Some(t as i64);
+        row.expires_at = Some(now_ms() + t as i64 * 1000);
+    }
+    if let Some(t) = req.idle_timeout_seconds {
+        row.idle_timeout_seconds = Some(t as i64);
+    }
+    if let Some(m) = req.metadata {
+        row.metadata = m;
+    }
+    app.store.sandboxes().update(&row).await?;
+    Ok(Json(to_wire(&row, &app.host)))
+}
+
+pub async fn delete<D: VmDriver>(
+    State(app): State<Arc<App<D>>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let row = owned(&app, &caller, &id).await?;
+    match app.agent.destroy(&row.id).await {
+        Ok(()) | Err(pandastack_agent::AgentError::SandboxNotFound(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    app.store.sandboxes().delete(&row.id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+macro_rules! verb {
+    ($name:ident, $op:ident) => {
+        pub async fn $name<D: VmDriver>(
+            State(app): State<Arc<App<D>>>,
+            caller: Caller,
+            Path(id): Path<String>,
+        ) -> ApiResult<Json<wire::Sandbox>> {
+            let row = owned(&app, &caller, &id).await?;
+            let view = app.agent.$op(&row.id).await?;
+            let row = record(&app, row, &view).await?;
+            Ok(Json(to_wire(&row, &app.host)))
+        }
+    };
+}
+
+verb!(pause, pause);
+verb!(resume, resume);
+verb!(hibernate, hibernate);
+verb!(wake, wake);
+
+/// Guest console output (the whole log so far).
+pub async fn logs<D: VmDriver>(
+    State(app): State<Arc<App<D>>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<String> {
+    let row = owned(&app, &caller, &id).await?;
+    let path = app.agent.console_log(&row.id).await?;
+    let bytes = tokio::fs::read(&path).await.unwrap_or_default();
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+pub async fn metrics<D: VmDriver>(
+    State(app): State<Arc<App<D>>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    let row = owned(&app, &caller, &id).await?;
+    let stats = app.agent.stats(&row.id).await?;
+    Ok(Json(match stats {
+        Some(s) => serde_json::json!({
+            "state": row.state,
+            "host_rss_bytes": s.rss_bytes,
+            "host_pss_bytes": s.pss_bytes,
+            "cpu_time_ms": s.cpu_time.as_millis() as u64,
+        }),
+        None => serde_json::json!({ "state": row.state }),
+    }))
+}
+
+pub async fn templates<D: VmDriver>(
+    State(app): State<Arc<App<D>>>,
+    _caller: Caller,
+) -> ApiResult<Json<List<wire::Template>>> {
+    let list = app.agent.templates()?;
+    Ok(Json(List {
+        data: list
+            .into_iter()
+            .map(|t| wire::Template {
+                name: t.name,
+                description: t.description,
+                cpu: t.shape.vcpus,
+                memory_mb: t.shape.memory_mib,
+                disk_mb: t.disk_mb,
+                state: if t.baked.is_some() {
+                    "ready"
+                } else {
+                    "available"
+                }
+                .into(),
+                bake_ms: t.baked.map(|b| b.bake_ms),
+            })
+            .collect(),
+        next_cursor: None,
+    }))
+}

@@ -1,0 +1,177 @@
+//! Snapshots and forks.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use pandastack_api_types::{self as wire, Cursor, ErrorCode, ForkRequest, ForkResponse, List};
+use pandastack_store::{new_id, now_ms, SnapshotRow};
+use pandastack_vm::VmDriver;
+
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{Body, Caller};
+use crate::sandboxes::{finish_row, owned, record, to_wire};
+use crate::{rfc3339, App};
+
+fn snap_wire(s: &SnapshotRow) -> wire::Snapshot {
+    wire::Snapshot {
+        id: s.id.clone(),
+        sandbox_id: s.sandbox_id.clone(),
+        template: s.template.clone(),
+        created_at: rfc3339(s.created_at),
+        size_bytes: s.size_bytes as u64,
+    }
+}
+
+async fn save_snapshot<D: VmDriver>(
+    app: &App<D>,
+    ws: &str,
+    snap: &pandastack_runtime::Snapshot,
+) -> ApiResult<SnapshotRow> {
+    let row = SnapshotRow {
+        id: snap.id.clone(),
+        workspace_id: ws.to_owned(),
+        sandbox_id: snap.sandbox_id.clone(),
+        template: snap.template.clone(),
+        size_bytes: snap.size_bytes as i64,
+        created_at: now_ms(),
+    };
+    if let Err(e) = app.store.snapshots().insert(&row).await {
+        let _ = app.agent.delete_snapshot(&snap.id);
+        return Err(e.into());
+    }
+    Ok(row)
+}
+
+pub async fn create<D: VmDriver>(
+    State(app): State<Arc<App<D>>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<(StatusCode, Json<wire::Snapshot>)> {
+    let row = owned(&app, &caller, &id).await?;
+    let snap_id = new_id("snap-");
+    let snap = app.agent.snapshot(&row.id, &snap_id).await?;
+    let view = app.agent.get(&row.id).await?;
+    record(&app, row, &view).await?;
+    let s = save_snapshot(&app, caller.ws(), &snap).await?;
+    Ok((StatusCode::CREATED, Json(snap_wire(&s))))
+}
+
+pub async fn fork<D: VmDriver>(
+    State(app): State<Arc<App<D>>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Body(req): Body<ForkRequest>,
+) -> ApiResult<(StatusCode, Json<ForkResponse>)> {
+    req.validate()?;
+    let parent = owned(&app, &caller, &id).await?;
+    let snap_id = new_id("snap-");
+    let child_ids: Vec<String> = (0..req.count).map(|_| new_id("sb-")).collect();
+    // Rows first, as for creates.
+    let now = now_ms();
+    let mut rows = Vec::new();
+    for cid in &child_ids {
+        let mut r = parent.clone();
+        r.id = cid.clone();
+        r.state = "starting".into();
+        r.created_at = now;
+        r.last_activity_at = now;
+        r.expires_at = parent.ttl_seconds.map(|t| now + t * 1000);
+        r.snapshot_id = Some(snap_id.clone());
+        r.parent_id = Some(parent.id.clone());
+        if !req.metadata.is_empty() {
+            r.metadata = req.metadata.clone();
+        }
+        app.store.sandboxes().insert(&r).await?;
+        rows.push(r);
+    }
+    let forked = app.agent.fork(&parent.id, &snap_id, &child_ids).await;
+    let (snap, views) = match forked {
+        Ok(f) => f,
+        Err(e) => {
+            for r in &rows {
+                app.store.sandboxes().delete(&r.id).await?;
+            }
+            return Err(e.into());
+        }
+    };
+    let view = app.agent.get(&parent.id).await?;
+    record(&app, parent.clone(), &view).await?;
+    save_snapshot(&app, caller.ws(), &snap).await?;
+    let mut children = Vec::new();
+    for (r, v) in rows.into_iter().zip(views.iter()) {
+        let r = finish_row(&app, r, v).await?;
+        children.push(to_wire(&r, &app.host));
+    }
+    Ok((
+        StatusCode::CREATED,
+        Json(ForkResponse {
+            parent_id: parent.id,
+            snapshot_id: snap.id,
+            children,
+        }),
+    ))
+}
+
+pub async fn list<D: VmDriver>(
+    State(app): State<Arc<App<D>>>,
+    caller: Caller,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> ApiResult<Json<List<wire::Snapshot>>> {
+    let limit = q
+        .get("limit")
+        .map(|l| l.parse::<u32>().ok().filter(|l| (1..=1000).contains(l)))
+        .unwrap_or(Some(100))
+        .ok_or_else(|| ApiError::new(ErrorCode::InvalidArgument, "limit: 1 to 1000"))?;
+    let after = match q.get("cursor") {
+        Some(c) => {
+            let c = Cursor::decode(c)
+                .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
+            Some((c.created_at_ms, c.id))
+        }
+        None => None,
+    };
+    let mut rows = app
+        .store
+        .snapshots()
+        .list(caller.ws(), after, limit)
+        .await?;
+    let next_cursor = if rows.len() > limit as usize {
+        rows.truncate(limit as usize);
+        rows.last().map(|r| {
+            Cursor {
+                created_at_ms: r.created_at,
+                id: r.id.clone(),
+            }
+            .encode()
+        })
+    } else {
+        None
+    };
+    Ok(Json(List {
+        data: rows.iter().map(snap_wire).collect(),
+        next_cursor,
+    }))
+}
+
+pub async fn delete<D: VmDriver>(
+    State(app): State<Arc<App<D>>>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let not_found = || ApiError::not_found(ErrorCode::SnapshotNotFound, "snapshot", &id);
+    if !wire::valid_name(&id, 32) {
+        return Err(not_found());
+    }
+    match app.store.snapshots().delete(caller.ws(), &id).await {
+        Ok(()) => {}
+        Err(pandastack_store::StoreError::NotFound) => return Err(not_found()),
+        Err(e) => return Err(e.into()),
+    }
+    if let Err(e) = app.agent.delete_snapshot(&id) {
+        tracing::warn!(snapshot = %id, error = %e, "snapshot files");
+    }
+    Ok(StatusCode::NO_CONTENT)
+}

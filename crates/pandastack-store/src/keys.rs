@@ -1,0 +1,186 @@
+//! Workspaces and API keys. A key is `pds_` + 64 hex digits of randomness; only its SHA-256 is
+//! stored, and verification compares hashes in constant time.
+
+use sha2::{Digest, Sha256};
+use sqlx::{Row, SqlitePool};
+use subtle::ConstantTimeEq;
+
+use crate::{new_id, now_ms, StoreError};
+
+/// A tenant: every object belongs to exactly one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workspace {
+    pub id: String,
+    pub name: String,
+    pub max_sandboxes: i64,
+    pub creates_per_minute: i64,
+}
+
+/// An API key row (no secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRow {
+    pub id: String,
+    pub workspace_id: String,
+    pub name: String,
+    pub prefix: String,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+pub struct Keys<'a> {
+    pub(crate) pool: &'a SqlitePool,
+}
+
+fn hash(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+fn new_secret() -> String {
+    let mut b = [0u8; 32];
+    rand::fill(&mut b);
+    format!("pds_{}", hex::encode(b))
+}
+
+fn key_row(r: &sqlx::sqlite::SqliteRow) -> KeyRow {
+    KeyRow {
+        id: r.get("id"),
+        workspace_id: r.get("workspace_id"),
+        name: r.get("name"),
+        prefix: r.get("prefix"),
+        created_at: r.get("created_at"),
+        revoked_at: r.get("revoked_at"),
+    }
+}
+
+impl Keys<'_> {
+    /// Creates a workspace with default limits and one key; returns the key's secret.
+    pub async fn create_workspace_with_key(
+        &self,
+        name: &str,
+        max_sandboxes: i64,
+        creates_per_minute: i64,
+    ) -> Result<(Workspace, KeyRow, String), StoreError> {
+        let ws = Workspace {
+            id: new_id("ws-"),
+            name: name.to_owned(),
+            max_sandboxes,
+            creates_per_minute,
+        };
+        sqlx::query(
+            "INSERT INTO workspaces (id, name, created_at, max_sandboxes, creates_per_minute) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&ws.id)
+        .bind(&ws.name)
+        .bind(now_ms())
+        .bind(ws.max_sandboxes)
+        .bind(ws.creates_per_minute)
+        .execute(self.pool)
+        .await?;
+        let (row, secret) = self.create(&ws.id, "default").await?;
+        Ok((ws, row, secret))
+    }
+
+    /// Number of workspaces (zero on a fresh install).
+    pub async fn workspace_count(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query("SELECT COUNT(*) AS n FROM workspaces")
+            .fetch_one(self.pool)
+            .await?
+            .get("n"))
+    }
+
+    pub async fn workspace(&self, id: &str) -> Result<Workspace, StoreError> {
+        let r = sqlx::query(
+            "SELECT id, name, max_sandboxes, creates_per_minute FROM workspaces WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_one(self.pool)
+        .await?;
+        Ok(Workspace {
+            id: r.get("id"),
+            name: r.get("name"),
+            max_sandboxes: r.get("max_sandboxes"),
+            creates_per_minute: r.get("creates_per_minute"),
+        })
+    }
+
+    /// Creates a key in `workspace_id`; returns the row and the secret (shown once).
+    pub async fn create(
+        &self,
+        workspace_id: &str,
+        name: &str,
+    ) -> Result<(KeyRow, String), StoreError> {
+        let secret = new_secret();
+        let row = KeyRow {
+            id: new_id("key-"),
+            workspace_id: workspace_id.to_owned(),
+            name: name.to_owned(),
+            prefix: secret[..12].to_owned(),
+            created_at: now_ms(),
+            revoked_at: None,
+        };
+        sqlx::query(
+            "INSERT INTO api_keys (id, workspace_id, name, prefix, hash, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&row.id)
+        .bind(&row.workspace_id)
+        .bind(&row.name)
+        .bind(&row.prefix)
+        .bind(hash(&secret))
+        .bind(row.created_at)
+        .execute(self.pool)
+        .await?;
+        Ok((row, secret))
+    }
+
+    /// The key a secret belongs to, if it is valid and not revoked.
+    pub async fn verify(&self, secret: &str) -> Result<Option<KeyRow>, StoreError> {
+        if !secret.starts_with("pds_") || secret.len() > 200 {
+            return Ok(None);
+        }
+        let h = hash(secret);
+        let row = sqlx::query(
+            "SELECT id, workspace_id, name, prefix, hash, created_at, revoked_at FROM api_keys WHERE hash = $1",
+        )
+        .bind(&h)
+        .fetch_optional(self.pool)
+        .await?;
+        let Some(r) = row else {
+            return Ok(None);
+        };
+        let stored: String = r.get("hash");
+        // The lookup used the hash as an index key; the final comparison does not leak timing.
+        if !bool::from(stored.as_bytes().ct_eq(h.as_bytes())) {
+            return Ok(None);
+        }
+        let key = key_row(&r);
+        if key.revoked_at.is_some() {
+            return Ok(None);
+        }
+        Ok(Some(key))
+    }
+
+    pub async fn list(&self, workspace_id: &str) -> Result<Vec<KeyRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, workspace_id, name, prefix, created_at, revoked_at FROM api_keys WHERE workspace_id = $1 ORDER BY created_at, id",
+        )
+        .bind(workspace_id)
+        .fetch_all(self.pool)
+        .await?;
+        Ok(rows.iter().map(key_row).collect())
+    }
+
+    pub async fn revoke(&self, workspace_id: &str, id: &str) -> Result<(), StoreError> {
+        let done = sqlx::query(
+            "UPDATE api_keys SET revoked_at = $1 WHERE workspace_id = $2 AND id = $3 AND revoked_at IS NULL",
+        )
+        .bind(now_ms())
+        .bind(workspace_id)
+        .bind(id)
+        .execute(self.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound);
+        }
+        Ok(())
+    }
+}

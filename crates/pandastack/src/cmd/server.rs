@@ -1,0 +1,242 @@
+//! `pandastack server`: control plane and host agent in one process, SQLite and the local data
+//! directory as embedded defaults. On first start it creates a workspace and prints its key.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use pandastack_agent::{AgentConfig, HostAgent};
+use pandastack_api::App;
+use pandastack_qemu::{accel, QemuConfig, QemuDriver};
+use pandastack_runtime::{DataDir, Runtime};
+use pandastack_store::{now_ms, Store};
+
+#[derive(Debug, clap::Args)]
+pub struct ServerArgs {
+    /// Address to listen on.
+    #[arg(long, env = "PANDASTACK_LISTEN", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Data directory (templates, sandboxes, snapshots, state.db); reflink-capable is best.
+    #[arg(
+        long,
+        env = "PANDASTACK_DATA_DIR",
+        default_value = "/var/lib/pandastack"
+    )]
+    data_dir: PathBuf,
+    /// Guest kernel (default: the cached build).
+    #[arg(long, env = "PANDASTACK_KERNEL")]
+    kernel: Option<PathBuf>,
+    /// Guest agent binary put into template images (default: `pandastack-guest` next to this binary).
+    #[arg(long, env = "PANDASTACK_GUEST_AGENT")]
+    guest_agent: Option<PathBuf>,
+    /// Directory of template specs (default: ./templates, then the installation's).
+    #[arg(long, env = "PANDASTACK_TEMPLATES_DIR")]
+    templates_dir: Option<PathBuf>,
+    /// Pre-started VMs kept per baked template (0 disables the pool).
+    #[arg(long, default_value_t = 1)]
+    pool_size: usize,
+    /// Write the first workspace's API key to this file (mode 0600) instead of only printing it.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// Running (not hibernated) sandboxes per workspace.
+    #[arg(long, default_value_t = 200)]
+    max_sandboxes: i64,
+    /// Sandbox creates per minute per workspace.
+    #[arg(long, default_value_t = 600)]
+    creates_per_minute: i64,
+    /// On shutdown, hibernate running sandboxes instead of leaving them running.
+    #[arg(long)]
+    hibernate_on_shutdown: bool,
+}
+
+pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
+    let kernel = a
+        .kernel
+        .clone()
+        .or_else(super::doctor::cached_kernel)
+        .context("no guest kernel: run scripts/setup-host.sh or pass --kernel")?;
+    let guest_agent = match a.guest_agent.clone() {
+        Some(p) => p,
+        None => std::env::current_exe()?.with_file_name("pandastack-guest"),
+    };
+    let templates_dir = a
+        .templates_dir
+        .clone()
+        .or_else(|| {
+            super::template::template_dirs()
+                .into_iter()
+                .find(|d| d.is_dir())
+        })
+        .unwrap_or_else(|| PathBuf::from("templates"));
+    let choice = accel::detect(Path::new("qemu-system-x86_64"), &kernel).await;
+    tracing::info!(accel = %choice.accel, reason = %choice.reason, "accelerator");
+
+    let data =
+        DataDir::open(&a.data_dir).with_context(|| format!("data dir {}", a.data_dir.display()))?;
+    let store = Store::open(&a.data_dir.join("state.db"))
+        .await
+        .context("open state database")?;
+    let first_key = first_start(&store, &a).await?;
+
+    // Reconcile host and database: keep what has a row, remove the rest.
+    let known = store.sandboxes().all_ids().await?;
+    let rt = Runtime::new(QemuDriver::new(QemuConfig::new(choice.accel)), data, kernel);
+    let cfg = AgentConfig {
+        templates_dir,
+        guest_agent,
+        pool_size: a.pool_size,
+    };
+    let (agent, report) = HostAgent::start(rt, cfg, |f| known.contains(&f.id)).await?;
+    if !report.removed.is_empty() || report.leftovers > 0 {
+        tracing::info!(removed = ?report.removed, leftovers = report.leftovers, "reconciled data dir");
+    }
+    let agent = Arc::new(agent);
+    for id in known {
+        match agent.get(&id).await {
+            Ok(v) => store.sandboxes().set_state(&id, v.state.as_str()).await?,
+            Err(_) => {
+                // A row without a VM: a create that never finished, or a VM lost with the host.
+                tracing::warn!(sandbox = %id, "no vm for this sandbox; removing its row");
+                store.sandboxes().delete(&id).await?;
+            }
+        }
+    }
+    {
+        let agent = Arc::clone(&agent);
+        tokio::spawn(async move {
+            if let Err(e) = agent.fill_pools().await {
+                tracing::warn!(error = %e, "pool fill");
+            }
+        });
+    }
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "localhost".into());
+    let app = Arc::new(App::new(store.clone(), Arc::clone(&agent), host));
+    tokio::spawn(reaper(store.clone(), Arc::clone(&agent)));
+
+    let listener = tokio::net::TcpListener::bind(a.listen)
+        .await
+        .with_context(|| format!("listen on {}", a.listen))?;
+    let url = format!("http://{}", a.listen);
+    print_usage(
+        &url,
+        first_key.as_deref(),
+        a.key_file.as_deref(),
+        choice.accel,
+    );
+    axum::serve(listener, pandastack_api::router(app))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    tracing::info!("shutting down");
+    agent.shutdown().await;
+    if a.hibernate_on_shutdown {
+        for v in agent.list().await {
+            if v.state != pandastack_agent::SandboxState::Hibernated {
+                match agent.hibernate(&v.id).await {
+                    Ok(_) => store.sandboxes().set_state(&v.id, "hibernated").await?,
+                    Err(e) => tracing::warn!(sandbox = %v.id, error = %e, "hibernate on shutdown"),
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Creates the first workspace and key on a fresh install; returns the key to print.
+async fn first_start(store: &Store, a: &ServerArgs) -> anyhow::Result<Option<String>> {
+    if store.keys().workspace_count().await? > 0 {
+        return Ok(None);
+    }
+    let (_, _, secret) = store
+        .keys()
+        .create_workspace_with_key("default", a.max_sandboxes, a.creates_per_minute)
+        .await?;
+    if let Some(path) = &a.key_file {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+            .with_context(|| format!("write key file {}", path.display()))?;
+        writeln!(f, "{secret}")?;
+    }
+    Ok(Some(secret))
+}
+
+fn print_usage(url: &str, key: Option<&str>, key_file: Option<&Path>, accel: pandastack_vm::Accel) {
+    println!("PandaStack server listening on {url} (guests run under {accel})");
+    match (key, key_file) {
+        (Some(k), _) => {
+            println!("API key for the default workspace (shown once; store it):\n  {k}");
+            if let Some(f) = key_file {
+                println!("  (also written to {})", f.display());
+            }
+        }
+        (None, Some(f)) => println!("API key: see {}", f.display()),
+        (None, None) => {
+            println!("API key: the one printed at first start (or `pandastack keys create`)")
+        }
+    }
+    let k = key.unwrap_or("$PANDASTACK_API_KEY");
+    println!("Try it:");
+    println!("  export PANDASTACK_API_KEY={k}");
+    println!("  curl -s -X POST {url}/v1/sandboxes -H \"Authorization: Bearer $PANDASTACK_API_KEY\" -d '{{\"template\":\"minimal\"}}'");
+    println!("  curl -s -X POST {url}/v1/sandboxes/<id>/exec -H \"Authorization: Bearer $PANDASTACK_API_KEY\" -d '{{\"cmd\":\"python3 -c \\\"print(2**10)\\\"\"}}'");
+}
+
+/// Applies TTL and idle timeouts every few seconds: kill or hibernate, as each sandbox asked.
+async fn reaper(store: Store, agent: Arc<HostAgent<QemuDriver>>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        tick.tick().await;
+        let due = match store.sandboxes().expired(now_ms()).await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(error = %e, "reaper query");
+                continue;
+            }
+        };
+        for row in due {
+            let result = if row.on_timeout == "hibernate" {
+                match agent.hibernate(&row.id).await {
+                    Ok(_) => store
+                        .sandboxes()
+                        .set_state(&row.id, "hibernated")
+                        .await
+                        .map_err(anyhow::Error::from),
+                    Err(e) => Err(e.into()),
+                }
+            } else {
+                let _ = agent.destroy(&row.id).await;
+                store
+                    .sandboxes()
+                    .delete(&row.id)
+                    .await
+                    .map_err(anyhow::Error::from)
+            };
+            match result {
+                Ok(()) => tracing::info!(sandbox = %row.id, action = %row.on_timeout, "timeout"),
+                Err(e) => tracing::warn!(sandbox = %row.id, error = %e, "reaper"),
+            }
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+}
