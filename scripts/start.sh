@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Start PandaStack on this host (single node). Today: prepares the host (packages, guest kernel,
-# reflink data dir), builds the binaries and the `minimal` template, bakes it, then boots a
-# sandbox from the snapshot and runs a command in it, printing how to use what is there.
-# The REST server (`pandastack server`) is the next milestone; this script will start it.
+# Start PandaStack on this host (single node): prepares the host (packages, guest kernel, reflink
+# data dir), builds the binaries and the `minimal` template image, then runs `pandastack server`
+# in the foreground (SQLite and the data dir as embedded defaults). On first start the server
+# creates a workspace and prints its API key (also written to $PANDASTACK_DATA_DIR/admin.key)
+# and a curl example. Other templates are built and baked on their first use.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,13 +30,6 @@ image=$("$bin" template build minimal --agent target/release/pandastack-guest)
 step "doctor"
 "$bin" doctor || true
 
-step "sandbox: restore from the baked snapshot and run a command"
-"$bin" run --template minimal --image "$image" -- python3 -c 'import platform; print("hello from", platform.node(), platform.release())'
-
-cat <<EOF2
-
-PandaStack runtime is ready.
-  $bin run --template minimal -- <command…>     one-shot sandbox (restore, run, destroy)
-  $bin doctor                                   host checks
-  $bin bench runtime --image $image --json bench/runtime.json
-EOF2
+step "server on ${PANDASTACK_LISTEN:-127.0.0.1:8080} (Ctrl-C stops it; sandboxes keep running)"
+exec "$bin" server --data-dir "$PANDASTACK_DATA_DIR" --key-file "$PANDASTACK_DATA_DIR/admin.key" \
+    --listen "${PANDASTACK_LISTEN:-127.0.0.1:8080}"
