@@ -23,10 +23,16 @@ pub struct TemplateView {
 }
 
 impl<D: VmDriver + 'static> HostAgent<D> {
-    /// The baked template `name`, building and baking it first if needed.
+    /// The baked template `name`, building and baking it first if needed. A bake made with a
+    /// different network setting than the runtime's (NIC or none) is re-baked when the
+    /// template's spec is at hand, else used as it is.
     pub async fn template(&self, name: &str) -> Result<Template, AgentError> {
+        let spec_path = self.cfg.templates_dir.join(format!("{name}.toml"));
+        let usable =
+            |t: &Template| t.network == self.rt.network().is_some() || !spec_path.is_file();
         match self.rt.template(name) {
-            Ok(t) => return Ok(t),
+            Ok(t) if usable(&t) => return Ok(t),
+            Ok(_) => {}
             Err(BakeError::NotBaked(_)) => {}
             Err(BakeError::InvalidName(_)) => {
                 return Err(AgentError::TemplateNotFound(name.into()))
@@ -43,9 +49,10 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         };
         let _baking = lock.lock().await;
         if let Ok(t) = self.rt.template(name) {
-            return Ok(t);
+            if usable(&t) {
+                return Ok(t);
+            }
         }
-        let spec_path = self.cfg.templates_dir.join(format!("{name}.toml"));
         if !spec_path.is_file() {
             return Err(AgentError::TemplateNotFound(name.into()));
         }

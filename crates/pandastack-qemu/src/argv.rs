@@ -223,6 +223,7 @@ mod tests {
             net: Some(NetAttach {
                 tap: "tap0".into(),
                 mac: "02:00:00:00:00:01".into(),
+                netns: None,
             }),
             run_dir: "/run/ps/sb-1".into(),
         }

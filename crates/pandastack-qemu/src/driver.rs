@@ -45,7 +45,8 @@ impl QemuDriver {
         }
         let args = argv::build(&self.cfg, spec, mode);
         let qemu_log = spec.run_dir.join(QEMU_LOG);
-        let process = Process::spawn(&self.cfg.binary, &args, &spec.run_dir, &qemu_log)?;
+        let netns = spec.net.as_ref().and_then(|n| n.netns.as_deref());
+        let process = Process::spawn(&self.cfg.binary, &args, &spec.run_dir, &qemu_log, netns)?;
         match connect_qmp(&process, &spec.run_dir, &qemu_log).await {
             Ok(qmp) => Ok(QemuVm {
                 id: spec.id.clone(),

@@ -18,19 +18,37 @@ pub struct Process {
 }
 
 impl Process {
-    /// Spawns `binary argv` in `cwd` with stdout/stderr appended to `log`.
+    /// Spawns `binary argv` in `cwd` with stdout/stderr appended to `log`, inside the network
+    /// namespace `netns` when given.
     pub fn spawn(
         binary: &Path,
         argv: &[std::ffi::OsString],
         cwd: &Path,
         log: &Path,
+        netns: Option<&Path>,
     ) -> Result<Self, VmError> {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(log)?;
         let err = out.try_clone()?;
-        let child = tokio::process::Command::new(binary)
+        let mut cmd = tokio::process::Command::new(binary);
+        if let Some(ns) = netns {
+            // Opened here (close-on-exec), entered in the child between fork and exec.
+            let fd = std::fs::File::open(ns).map_err(|e| {
+                VmError::InvalidSpec(format!("network namespace {}: {e}", ns.display()))
+            })?;
+            // SAFETY: the closure runs in the forked child before exec and only makes the
+            // setns(2) system call on an fd the parent keeps open until spawn returns; it
+            // allocates nothing and takes no locks, so it is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(move || {
+                    nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET)
+                        .map_err(std::io::Error::from)
+                });
+            }
+        }
+        let child = cmd
             .args(argv)
             .current_dir(cwd)
             .stdin(std::process::Stdio::null())
@@ -178,6 +196,7 @@ mod tests {
             &["0.2".into()],
             dir.path(),
             &dir.path().join("log"),
+            None,
         )
         .unwrap();
         assert!(p.alive());

@@ -98,7 +98,7 @@ impl<D: VmDriver> Runtime<D> {
             return Err(CreateError::InvalidId(id.into()));
         }
         let dir = self.data.sandbox(id);
-        let info = SandboxInfo::load(&dir)?;
+        let mut info = SandboxInfo::load(&dir)?;
         let image = dir.join(HIBERNATE_STATE);
         if !self.driver.is_running(&dir) {
             if image.is_file() {
@@ -116,6 +116,8 @@ impl<D: VmDriver> Runtime<D> {
         if image.is_file() {
             if vm.state().await? == RunState::Paused {
                 vm.stop().await?;
+                self.net_release(info.net_slot.take()).await;
+                info.save(&dir)?;
                 return Ok(Attached::Hibernated(Hibernated {
                     id: id.to_owned(),
                     dir,
@@ -143,8 +145,12 @@ impl<D: VmDriver> Runtime<D> {
         keep: impl Fn(&Found) -> bool,
     ) -> std::io::Result<ReconcileReport> {
         let mut report = ReconcileReport::default();
+        let mut slots_in_use = Vec::new();
         for f in self.scan()? {
             if f.state != FoundState::Broken && keep(&f) {
+                if f.state == FoundState::Running {
+                    slots_in_use.extend(f.info.as_ref().and_then(|i| i.net_slot));
+                }
                 continue;
             }
             self.stop_in(&f.dir).await;
@@ -172,6 +178,14 @@ impl<D: VmDriver> Runtime<D> {
                     report.leftovers += 1;
                 }
             }
+        }
+        // Every VM that is not kept is gone now: free the slots they held.
+        if let Some(pool) = &self.net {
+            let r = pool
+                .reconcile(&slots_in_use)
+                .await
+                .map_err(std::io::Error::other)?;
+            tracing::info!(report = ?r, "reconcile: network slots");
         }
         Ok(report)
     }

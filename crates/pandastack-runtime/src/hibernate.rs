@@ -37,6 +37,8 @@ pub enum HibernateError {
     #[error("vm")]
     Vm(#[from] VmError),
     #[error(transparent)]
+    Net(#[from] crate::net::NetError),
+    #[error(transparent)]
     Agent(#[from] AgentError),
 }
 
@@ -62,7 +64,7 @@ impl<D: VmDriver> Runtime<D> {
         let Sandbox {
             id,
             dir,
-            info,
+            mut info,
             vm,
             agent,
             ..
@@ -71,6 +73,11 @@ impl<D: VmDriver> Runtime<D> {
         // The state is complete; a failure to stop now would only leave a paused process.
         if let Err(e) = vm.stop().await {
             tracing::warn!(sandbox = %id, error = %e, "stop after hibernate");
+        }
+        // A hibernated sandbox holds no network slot; wake takes a fresh one.
+        self.net_release(info.net_slot.take()).await;
+        if let Err(e) = info.save(&dir) {
+            tracing::warn!(sandbox = %id, error = %e, "save sandbox info after hibernate");
         }
         tracing::debug!(sandbox = %id, ms = t.elapsed().as_millis() as u64, "hibernated");
         Ok(Hibernated { id, dir, info })
@@ -82,6 +89,11 @@ impl<D: VmDriver> Runtime<D> {
         h: Hibernated,
     ) -> Result<Sandbox<D::Vm>, (HibernateError, Hibernated)> {
         let t = Instant::now();
+        let lease = match self.net_acquire(h.info.network).await {
+            Ok(l) => l,
+            Err(e) => return Err((e.into(), h)),
+        };
+        let net_slot = lease.as_ref().map(|l| l.index);
         let spec = VmSpec {
             id: h.id.clone(),
             vcpus: h.info.shape.vcpus,
@@ -90,20 +102,29 @@ impl<D: VmDriver> Runtime<D> {
             rootfs: h.dir.join(ROOTFS),
             kernel_args: vec![],
             memory: Memory::Anonymous,
-            net: None,
+            net: lease.map(|l| l.attach),
             run_dir: h.dir.clone(),
         };
         let vm = match self.driver.restore(&spec, &h.state()).await {
             Ok(vm) => vm,
-            Err(e) => return Err((e.into(), h)),
+            Err(e) => {
+                self.net_release(net_slot).await;
+                return Err((e.into(), h));
+            }
         };
         let agent = match identify(&vm, Identity::Same).await {
             Ok(a) => a,
             Err(e) => {
                 let _ = vm.stop().await;
+                self.net_release(net_slot).await;
                 return Err((e.into(), h));
             }
         };
+        let mut h = h;
+        h.info.net_slot = net_slot;
+        if let Err(e) = h.info.save(&h.dir) {
+            tracing::warn!(sandbox = %h.id, error = %e, "save sandbox info after wake");
+        }
         // Running again: the image is stale from here on.
         if let Err(e) = std::fs::remove_file(h.state()) {
             tracing::warn!(sandbox = %h.id, error = %e, "remove hibernation image");

@@ -34,6 +34,16 @@ pub(crate) async fn identify<V: Vm>(vm: &V, identity: Identity<'_>) -> Result<Ch
         connect_ms = t.elapsed().as_secs_f64() * 1e3,
         "agent session open"
     );
+    post_restore(&channel, identity).await?;
+    Ok(channel)
+}
+
+/// Runs the post-restore hook over an open session: clock step, RNG reseed and, for a new
+/// sandbox, hostname and machine id.
+pub(crate) async fn post_restore(
+    channel: &Channel,
+    identity: Identity<'_>,
+) -> Result<(), AgentError> {
     let mut entropy = vec![0u8; 64];
     rand::fill(&mut entropy[..]);
     let now = SystemTime::now()
@@ -53,7 +63,7 @@ pub(crate) async fn identify<V: Vm>(vm: &V, identity: Identity<'_>) -> Result<Ch
         })
         .await
         .map_err(|e| AgentError(Box::new(e)))?;
-    Ok(channel)
+    Ok(())
 }
 
 /// A random 32-hex-digit machine id.

@@ -4,8 +4,8 @@
 //! running sandboxes, hibernates and wakes them, keeps a pool of pre-started VM processes, and
 //! finds its VMs again after a restart of the process that owns it.
 //!
-//! It owns files under the data directory and the VM processes it starts, nothing else: no HTTP,
-//! no database, no network setup. Callers serialise operations on one sandbox (one owner per
+//! It owns files under the data directory, the VM processes it starts and, when given a network
+//! pool, which network slot each VM holds; nothing else: no HTTP, no database. Callers serialise operations on one sandbox (one owner per
 //! sandbox); operations on different sandboxes may run concurrently.
 
 mod attach;
@@ -13,6 +13,7 @@ pub mod files;
 mod hibernate;
 mod identity;
 mod layout;
+mod net;
 mod pool;
 mod sandbox;
 mod snapshot;
@@ -21,6 +22,7 @@ mod template;
 pub use attach::{Attached, Found, FoundState, ReconcileReport};
 pub use hibernate::{HibernateError, Hibernated};
 pub use layout::DataDir;
+pub use net::NetError;
 pub use sandbox::{CreateError, Sandbox, SandboxInfo};
 pub use snapshot::{Fork, Snapshot, SnapshotError};
 pub use template::{BakeError, Shape, Template};
@@ -41,6 +43,7 @@ pub struct Runtime<D: VmDriver> {
     data: DataDir,
     kernel: PathBuf,
     pool: pool::Pool<D::Vm>,
+    net: Option<std::sync::Arc<pandastack_net::NetPool>>,
 }
 
 impl<D: VmDriver> Runtime<D> {
@@ -50,6 +53,7 @@ impl<D: VmDriver> Runtime<D> {
             data,
             kernel,
             pool: pool::Pool::default(),
+            net: None,
         }
     }
 

@@ -1,15 +1,21 @@
-//! A pool of pre-started VM processes per template: QEMU started with the template's memory
-//! mapping and a disk clone, waiting for device state. A create that finds one skips process
-//! start and the disk clone; it renames the pooled directory to the sandbox's and loads the
-//! state. The pool is refilled by the caller ([`Runtime::fill_pool`]), off the create path.
+//! A pool of warm VMs per template: each is a complete restore of the template — QEMU started
+//! with the template's memory mapped copy-on-write and a disk clone, device state loaded, running,
+//! with the guest agent session open and the post-restore hook run once (clock, RNG). Nothing
+//! but the template's own processes has run in it. A create that finds one renames the pooled
+//! directory to the sandbox's and runs the post-restore hook again with the sandbox's identity
+//! (hostname, machine id, fresh entropy, clock): process start, state load and the session open —
+//! and, under TCG, translating the agent's code paths for the first time — are all off the create
+//! path. The pool is refilled by the caller ([`Runtime::fill_pool`]), in the background.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use pandastack_vm::{Memory, Vm, VmDriver, VmSpec};
+use tonic::transport::Channel;
 
 use crate::files::clone_file;
+use crate::identity::{identify, Identity};
 use crate::sandbox::{CreateError, ROOTFS};
 use crate::template::Template;
 use crate::Runtime;
@@ -17,25 +23,52 @@ use crate::Runtime;
 /// Directory names of pooled VMs start with this (not a valid sandbox id).
 pub(crate) const POOL_PREFIX: &str = ".pool-";
 
-/// One pre-started VM and its run directory.
+/// One warm VM, its run directory, its open agent session and the network slot it runs in.
 pub(crate) struct Prepared<V> {
     dir: PathBuf,
     vm: V,
+    agent: Channel,
+    net_slot: Option<u32>,
 }
+
+/// What a create takes over from the pool.
+pub(crate) struct Adopted<V> {
+    pub vm: V,
+    pub agent: Channel,
+    pub net_slot: Option<u32>,
+}
+
+/// A failed adoption: the error, and the VM and slot for the caller to stop and release.
+type AdoptError<V> = (std::io::Error, V, Option<u32>);
 
 impl<V: Vm> Prepared<V> {
     /// Moves the pooled run directory to `dir` (an empty directory, replaced atomically) and
-    /// hands over the VM. On failure the VM is returned for the caller to stop.
-    pub(crate) fn adopt(self, dir: &Path) -> Result<V, (std::io::Error, V)> {
-        let Prepared { dir: from, mut vm } = self;
+    /// hands over the VM, its session and its slot. On failure the VM and slot are returned for
+    /// the caller to stop and release.
+    ///
+    /// The running QEMU keeps working across the rename: it holds its disk, memory and log
+    /// files open and its sockets move with the directory. The open agent session is kept (it
+    /// does not reconnect by path while the sandbox lives; a re-attach after a restart opens a
+    /// new one at the new path).
+    pub(crate) fn adopt(self, dir: &Path) -> Result<Adopted<V>, AdoptError<V>> {
+        let Prepared {
+            dir: from,
+            mut vm,
+            agent,
+            net_slot,
+        } = self;
         match std::fs::rename(&from, dir) {
             Ok(()) => {
                 vm.relocate(dir.to_owned());
-                Ok(vm)
+                Ok(Adopted {
+                    vm,
+                    agent,
+                    net_slot,
+                })
             }
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&from);
-                Err((e, vm))
+                Err((e, vm, net_slot))
             }
         }
     }
@@ -91,7 +124,7 @@ impl<D: VmDriver> Runtime<D> {
         Ok(self.pool.len(template))
     }
 
-    /// Number of pre-started VMs waiting for `template`.
+    /// Number of warm VMs waiting for `template`.
     pub fn pool_size(&self, template: &Template) -> usize {
         self.pool.len(template)
     }
@@ -100,6 +133,7 @@ impl<D: VmDriver> Runtime<D> {
     pub async fn drain_pool(&self) {
         for p in self.pool.take_all() {
             let _ = p.vm.stop().await;
+            self.net_release(p.net_slot).await;
             let _ = std::fs::remove_dir_all(&p.dir);
         }
     }
@@ -108,6 +142,14 @@ impl<D: VmDriver> Runtime<D> {
         let name = format!("{POOL_PREFIX}{:08x}", rand::random::<u32>());
         let dir = self.data.sandbox(&name);
         std::fs::create_dir(&dir)?;
+        let lease = match self.net_acquire(t.network).await {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e.into());
+            }
+        };
+        let net_slot = lease.as_ref().map(|l| l.index);
         let result = async {
             clone_file(&t.rootfs(), &dir.join(ROOTFS))?;
             let spec = VmSpec {
@@ -118,15 +160,30 @@ impl<D: VmDriver> Runtime<D> {
                 rootfs: dir.join(ROOTFS),
                 kernel_args: vec![],
                 memory: Memory::PrivateFile(t.memory()),
-                net: None,
+                net: lease.map(|l| l.attach),
                 run_dir: dir.clone(),
             };
-            Ok::<_, CreateError>(self.driver.prepare_restore(&spec).await?)
+            let vm = self.driver.prepare_restore(&spec).await?;
+            // On failure finish_restore stops the process itself.
+            self.driver.finish_restore(&vm, &t.state()).await?;
+            match identify(&vm, Identity::Same).await {
+                Ok(agent) => Ok::<_, CreateError>((vm, agent)),
+                Err(e) => {
+                    let _ = vm.stop().await;
+                    Err(e.into())
+                }
+            }
         }
         .await;
         match result {
-            Ok(vm) => Ok(Prepared { dir, vm }),
+            Ok((vm, agent)) => Ok(Prepared {
+                dir,
+                vm,
+                agent,
+                net_slot,
+            }),
             Err(e) => {
+                self.net_release(net_slot).await;
                 let _ = std::fs::remove_dir_all(&dir);
                 Err(e)
             }

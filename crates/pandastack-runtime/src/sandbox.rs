@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tonic::transport::Channel;
 
 use crate::files::clone_file;
-use crate::identity::{identify, AgentError, Identity};
+use crate::identity::{identify, post_restore, AgentError, Identity};
 use crate::template::{Shape, Template};
 use crate::{valid_id, Runtime};
 
@@ -24,6 +24,12 @@ pub struct SandboxInfo {
     /// Snapshot it was restored from, if not from the template's bake.
     pub snapshot: Option<String>,
     pub created_unix_ms: u64,
+    /// Has a NIC (baked with one): needs a network slot whenever its VM runs.
+    #[serde(default)]
+    pub network: bool,
+    /// The network slot its running VM holds (none while hibernated).
+    #[serde(default)]
+    pub net_slot: Option<u32>,
 }
 
 pub(crate) const INFO_FILE: &str = "sandbox.json";
@@ -35,7 +41,7 @@ impl SandboxInfo {
         serde_json::from_slice(&raw).map_err(std::io::Error::other)
     }
 
-    fn save(&self, dir: &Path) -> std::io::Result<()> {
+    pub(crate) fn save(&self, dir: &Path) -> std::io::Result<()> {
         let tmp = dir.join(".sandbox.json.tmp");
         std::fs::write(
             &tmp,
@@ -75,6 +81,8 @@ pub enum CreateError {
     #[error("vm")]
     Vm(#[from] VmError),
     #[error(transparent)]
+    Net(#[from] crate::net::NetError),
+    #[error(transparent)]
     Agent(#[from] AgentError),
 }
 
@@ -94,6 +102,8 @@ pub(crate) struct Source {
     pub shape: Shape,
     pub kernel: PathBuf,
     pub snapshot: Option<String>,
+    /// Baked with a NIC.
+    pub network: bool,
 }
 
 impl<D: VmDriver> Runtime<D> {
@@ -114,6 +124,7 @@ impl<D: VmDriver> Runtime<D> {
             shape: template.shape,
             kernel: template.kernel.clone(),
             snapshot: None,
+            network: template.network,
         };
         self.create_from(source, Some(template), id).await
     }
@@ -154,21 +165,24 @@ impl<D: VmDriver> Runtime<D> {
         dir: &Path,
         started: Instant,
     ) -> Result<Sandbox<D::Vm>, CreateError> {
-        let prepared = match pooled.and_then(|t| self.pool.take(t)) {
+        let warm = match pooled.and_then(|t| self.pool.take(t)) {
             Some(p) => match p.adopt(dir) {
-                Ok(vm) => Some(vm),
-                Err((e, vm)) => {
+                Ok(a) => Some(a),
+                Err((e, vm, slot)) => {
                     let _ = vm.stop().await;
+                    self.net_release(slot).await;
                     return Err(e.into());
                 }
             },
             None => None,
         };
-        let from_pool = prepared.is_some();
-        let vm = match prepared {
-            Some(vm) => vm,
+        let from_pool = warm.is_some();
+        let (vm, net_slot, warm_agent) = match warm {
+            // Already restored and running, session open: only the identity is left to do.
+            Some(a) => (a.vm, a.net_slot, Some(a.agent)),
             None => {
                 clone_file(&source.rootfs, &dir.join(ROOTFS))?;
+                let lease = self.net_acquire(source.network).await?;
                 let spec = VmSpec {
                     id: id.to_owned(),
                     vcpus: source.shape.vcpus,
@@ -177,15 +191,25 @@ impl<D: VmDriver> Runtime<D> {
                     rootfs: dir.join(ROOTFS),
                     kernel_args: vec![],
                     memory: source.memory.clone(),
-                    net: None,
+                    net: lease.as_ref().map(|l| l.attach.clone()),
                     run_dir: dir.to_owned(),
                 };
-                self.driver.prepare_restore(&spec).await?
+                let slot = lease.map(|l| l.index);
+                let vm = match self.driver.prepare_restore(&spec).await {
+                    Ok(vm) => vm,
+                    Err(e) => {
+                        self.net_release(slot).await;
+                        return Err(e.into());
+                    }
+                };
+                // On failure finish_restore stops the process itself.
+                if let Err(e) = self.driver.finish_restore(&vm, &source.state).await {
+                    self.net_release(slot).await;
+                    return Err(e.into());
+                }
+                (vm, slot, None)
             }
         };
-        let prepared_at = started.elapsed();
-        // On failure finish_restore stops the process itself.
-        self.driver.finish_restore(&vm, &source.state).await?;
         let restored_at = started.elapsed();
         let info = SandboxInfo {
             id: id.to_owned(),
@@ -194,9 +218,18 @@ impl<D: VmDriver> Runtime<D> {
             kernel: source.kernel.clone(),
             snapshot: source.snapshot.clone(),
             created_unix_ms: now_unix_ms(),
+            network: source.network,
+            net_slot,
         };
         let ready = async {
-            let agent = identify(&vm, Identity::New { hostname: id }).await?;
+            let identity = Identity::New { hostname: id };
+            let agent = match warm_agent {
+                Some(agent) => {
+                    post_restore(&agent, identity).await?;
+                    agent
+                }
+                None => identify(&vm, identity).await?,
+            };
             info.save(dir)?;
             Ok::<_, CreateError>(agent)
         }
@@ -206,8 +239,7 @@ impl<D: VmDriver> Runtime<D> {
                 tracing::debug!(
                     sandbox = id,
                     from_pool,
-                    prepare_ms = prepared_at.as_secs_f64() * 1e3,
-                    load_ms = (restored_at - prepared_at).as_secs_f64() * 1e3,
+                    restore_ms = restored_at.as_secs_f64() * 1e3,
                     agent_ms = (started.elapsed() - restored_at).as_secs_f64() * 1e3,
                     "sandbox created"
                 );
@@ -222,6 +254,7 @@ impl<D: VmDriver> Runtime<D> {
             }
             Err(e) => {
                 let _ = vm.stop().await;
+                self.net_release(net_slot).await;
                 Err(e)
             }
         }
@@ -231,6 +264,7 @@ impl<D: VmDriver> Runtime<D> {
     pub async fn destroy(&self, sandbox: Sandbox<D::Vm>) -> Result<(), CreateError> {
         drop(sandbox.agent);
         sandbox.vm.stop().await?;
+        self.net_release(sandbox.info.net_slot).await;
         std::fs::remove_dir_all(&sandbox.dir)?;
         Ok(())
     }

@@ -32,6 +32,9 @@ pub struct Snapshot {
     pub template: String,
     pub shape: Shape,
     pub kernel: PathBuf,
+    /// Taken from a sandbox with a NIC: its sandboxes need a network slot.
+    #[serde(default)]
+    pub network: bool,
     pub created_unix_ms: u64,
     /// Disk space the snapshot's own files take (allocated blocks; the disk shares unchanged
     /// blocks with its sandbox through the reflink).
@@ -142,6 +145,7 @@ impl<D: VmDriver> Runtime<D> {
             template: sandbox.info.template.clone(),
             shape: sandbox.info.shape,
             kernel: sandbox.info.kernel.clone(),
+            network: sandbox.info.network,
             created_unix_ms: now_unix_ms(),
             size_bytes: allocated(&work.join(STATE)) + allocated(&work.join(ROOTFS)),
             paused_ms,
@@ -198,6 +202,7 @@ impl<D: VmDriver> Runtime<D> {
             shape: snapshot.shape,
             kernel: snapshot.kernel.clone(),
             snapshot: Some(snapshot.id.clone()),
+            network: snapshot.network,
         };
         self.create_from(source, None, id).await
     }

@@ -26,6 +26,9 @@ pub struct Template {
     /// Random id of this bake: VMs pre-started for one bake are unusable for another.
     #[serde(default)]
     pub bake_id: String,
+    /// Baked with a NIC: its sandboxes need a network slot.
+    #[serde(default)]
+    pub network: bool,
     /// Milliseconds from cold boot start to snapshot written.
     pub bake_ms: u64,
     /// Milliseconds from cold boot start to the guest agent answering.
@@ -63,6 +66,8 @@ pub enum BakeError {
     Manifest(#[from] serde_json::Error),
     #[error("vm")]
     Vm(#[from] VmError),
+    #[error(transparent)]
+    Net(#[from] crate::net::NetError),
     #[error("guest agent did not come up (console log: {console})")]
     Agent {
         console: PathBuf,
@@ -162,15 +167,51 @@ impl<D: VmDriver> Runtime<D> {
     ) -> Result<Template, BakeError> {
         let started = Instant::now();
         clone_file(image, &work.join("rootfs.ext4"))?;
+        let lease = self.net_acquire(self.net.is_some()).await?;
+        let result = self
+            .bake_vm(name, shape, work, lease.as_ref(), started)
+            .await;
+        self.net_release(lease.as_ref().map(|l| l.index)).await;
+        let boot_ms = result?;
+        for f in ["qmp.sock", "agent.sock", "qemu.pid"] {
+            let _ = std::fs::remove_file(work.join(f));
+        }
+        let t = Template {
+            name: name.to_owned(),
+            shape,
+            kernel: self.kernel.clone(),
+            bake_id: format!("{:016x}", rand::random::<u64>()),
+            network: lease.is_some(),
+            bake_ms: started.elapsed().as_millis() as u64,
+            boot_ms,
+            dir: work.to_owned(),
+        };
+        std::fs::write(work.join(MANIFEST), serde_json::to_vec_pretty(&t)?)?;
+        Ok(t)
+    }
+
+    /// Boots the template VM, waits for its agent and saves its state; returns the boot time.
+    async fn bake_vm(
+        &self,
+        name: &str,
+        shape: Shape,
+        work: &Path,
+        lease: Option<&crate::net::Lease>,
+        started: Instant,
+    ) -> Result<u64, BakeError> {
+        let mut kernel_args = vec![format!("pandastack.hostname={name}")];
+        if lease.is_some() {
+            kernel_args.extend(crate::net::guest_kernel_args());
+        }
         let spec = VmSpec {
             id: format!("template-{name}"),
             vcpus: shape.vcpus,
             memory_mib: shape.memory_mib,
             kernel: self.kernel.clone(),
             rootfs: work.join("rootfs.ext4"),
-            kernel_args: vec![format!("pandastack.hostname={name}")],
+            kernel_args,
             memory: Memory::SharedFile(work.join("mem")),
-            net: None,
+            net: lease.map(|l| l.attach.clone()),
             run_dir: work.to_owned(),
         };
         let vm = self.driver.boot(&spec).await?;
@@ -208,21 +249,7 @@ impl<D: VmDriver> Runtime<D> {
         }
         .await;
         vm.stop().await?;
-        let boot_ms = result?;
-        for f in ["qmp.sock", "agent.sock", "qemu.pid"] {
-            let _ = std::fs::remove_file(work.join(f));
-        }
-        let t = Template {
-            name: name.to_owned(),
-            shape,
-            kernel: self.kernel.clone(),
-            bake_id: format!("{:016x}", rand::random::<u64>()),
-            bake_ms: started.elapsed().as_millis() as u64,
-            boot_ms,
-            dir: work.to_owned(),
-        };
-        std::fs::write(work.join(MANIFEST), serde_json::to_vec_pretty(&t)?)?;
-        Ok(t)
+        result
     }
 }
 

@@ -2,6 +2,8 @@
 //! accelerator works here, a guard that kills a VM however the test ends, and helpers to talk to
 //! the guest agent. Test-only: nothing in a shipping crate may depend on this one.
 
+pub mod net;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -205,12 +207,24 @@ fn test_data_root() -> PathBuf {
 
 /// A runtime on a fresh temporary data directory.
 pub async fn runtime() -> RuntimeGuard {
+    runtime_in(None).await
+}
+
+/// A runtime on a fresh temporary data directory whose VMs get network slots from `net`.
+pub async fn runtime_with_network(net: &net::NetGuard) -> RuntimeGuard {
+    runtime_in(Some(std::sync::Arc::clone(&net.pool))).await
+}
+
+async fn runtime_in(net: Option<std::sync::Arc<pandastack_net::NetPool>>) -> RuntimeGuard {
     let dir = tempfile::Builder::new()
         .prefix("rt-")
         .tempdir_in(test_data_root())
         .expect("temp data dir");
     let data = DataDir::open(dir.path()).expect("data dir");
-    let rt = Runtime::new(driver().await.clone(), data, fixtures().kernel);
+    let mut rt = Runtime::new(driver().await.clone(), data, fixtures().kernel);
+    if let Some(pool) = net {
+        rt = rt.with_network(pool);
+    }
     RuntimeGuard { rt, dir }
 }
 

@@ -66,11 +66,17 @@ impl Memory {
     }
 }
 
-/// Guest network attachment: a host TAP device the VM's NIC is plugged into.
+/// Guest network attachment: a TAP device the VM's NIC is plugged into.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetAttach {
+    /// TAP device name (in `netns` when set, else in the caller's namespace).
     pub tap: String,
+    /// Guest NIC MAC, `aa:bb:cc:dd:ee:ff`.
     pub mac: String,
+    /// Network namespace (a `/run/netns/<name>` path) the VM process is started in, so that it
+    /// opens the TAP there and has no route to the host's own network itself.
+    #[serde(default)]
+    pub netns: Option<PathBuf>,
 }
 
 /// Everything needed to start one VM.

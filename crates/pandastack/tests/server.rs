@@ -39,6 +39,9 @@ async fn start(data: &std::path::Path, port: u16) -> Server {
             &format!("127.0.0.1:{port}"),
             "--pool-size",
             "1",
+            // Test servers run side by side: no shared network pool (tested in pandastack-testkit).
+            "--network",
+            "off",
         ])
         .arg("--data-dir")
         .arg(data)

@@ -50,6 +50,29 @@ pub struct ServerArgs {
     /// On shutdown, hibernate running sandboxes instead of leaving them running.
     #[arg(long)]
     hibernate_on_shutdown: bool,
+    /// Sandbox networking: `auto` gives every sandbox its own network namespace, TAP and NAT
+    /// when the host allows it (root, nftables) and runs without network otherwise; `on`
+    /// refuses to start without it; `off` gives VMs no NIC.
+    #[arg(long, value_enum, default_value_t = NetworkMode::Auto)]
+    network: NetworkMode,
+    /// Names this server's network objects: namespaces `<name>-N`, host veths `<name>vN`,
+    /// nftables table `pandastack_<name>`. Servers sharing a host need different names.
+    #[arg(long, default_value = "ps")]
+    net_name: String,
+    /// Address range carved into one /30 per sandbox (must not overlap anything the host
+    /// routes; servers sharing a host need disjoint ranges).
+    #[arg(long, default_value = "10.200.0.0/16")]
+    net_base: pandastack_net::Ipv4Cidr,
+    /// Network slots built ahead of demand, off the create path.
+    #[arg(long, default_value_t = 8)]
+    net_spare: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum NetworkMode {
+    Auto,
+    On,
+    Off,
 }
 
 pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
@@ -83,7 +106,10 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
 
     // Reconcile host and database: keep what has a row, remove the rest.
     let known = store.sandboxes().all_ids().await?;
-    let rt = Runtime::new(QemuDriver::new(QemuConfig::new(choice.accel)), data, kernel);
+    let mut rt = Runtime::new(QemuDriver::new(QemuConfig::new(choice.accel)), data, kernel);
+    if let Some(pool) = open_network(&a).await? {
+        rt = rt.with_network(pool);
+    }
     let cfg = AgentConfig {
         templates_dir,
         guest_agent,
@@ -144,6 +170,48 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Opens the pool of per-sandbox network slots (see `pandastack-net`) as `--network` asks, and
+/// builds `--net-spare` slots in the background.
+async fn open_network(a: &ServerArgs) -> anyhow::Result<Option<Arc<pandastack_net::NetPool>>> {
+    if a.network == NetworkMode::Off {
+        tracing::info!("sandbox networking off (--network off): VMs have no NIC");
+        return Ok(None);
+    }
+    let name = &a.net_name;
+    let mut cfg = pandastack_net::NetConfig::new(a.data_dir.join("net"));
+    cfg.base = a.net_base;
+    cfg.ns_prefix = format!("{name}-");
+    cfg.veth_prefix = format!("{name}v");
+    cfg.nft_table = if name == "ps" {
+        "pandastack".into()
+    } else {
+        format!("pandastack_{name}")
+    };
+    match pandastack_net::NetPool::open(cfg).await {
+        Ok(pool) => {
+            let pool = Arc::new(pool);
+            let spare = a.net_spare;
+            let p = Arc::clone(&pool);
+            tokio::spawn(async move {
+                if let Err(e) = p.ensure(spare).await {
+                    tracing::warn!(error = %e, "building spare network slots");
+                }
+            });
+            tracing::info!(base = %a.net_base, name = %name, "sandbox networking on");
+            Ok(Some(pool))
+        }
+        Err(e) if a.network == NetworkMode::Auto => {
+            tracing::warn!(
+                error = %e,
+                "sandbox networking unavailable; VMs get no NIC (run as root with nftables, or \
+                 pass --network on to make this fatal)"
+            );
+            Ok(None)
+        }
+        Err(e) => Err(anyhow::Error::new(e).context("sandbox networking (--network on)")),
+    }
 }
 
 /// Creates the first workspace and key on a fresh install; returns the key to print.

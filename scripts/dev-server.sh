@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# A throwaway `pandastack server` for client tests (SDKs, CLI, examples).
+#
+#   scripts/dev-server.sh start NAME [PORT]   start one (data dir /var/lib/pandastack/NAME), wait
+#                                             until it answers, print `export …` lines for
+#                                             PANDASTACK_BASE_URL and PANDASTACK_API_KEY
+#   scripts/dev-server.sh stop NAME           stop it, destroy its sandboxes, remove its data dir
+#
+# Needs what scripts/test.sh prepares first: the guest kernel ($PANDASTACK_KERNEL or the cache),
+# target/release/pandastack + pandastack-guest (PANDASTACK_BIN overrides the server binary) and a
+# reflink data dir (`pandastack host init`). Templates come from ./templates and are baked on
+# first use; tests use `minimal`.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+cmd=${1:?usage: dev-server.sh start|stop NAME [PORT]}
+name=${2:?usage: dev-server.sh start|stop NAME [PORT]}
+[[ $name =~ ^[A-Za-z0-9_-]+$ ]] || { echo "dev-server: bad name '$name'" >&2; exit 2; }
+dir=/var/lib/pandastack/$name
+bin=${PANDASTACK_BIN:-$here/target/release/pandastack}
+
+stop() {
+    if [[ -f $dir/server.pid ]]; then
+        pid=$(cat "$dir/server.pid")
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+    fi
+    # Sandboxes outlive the server by design; a throwaway server's must go with it.
+    pkill -9 -f -- "$dir/" 2>/dev/null || true
+    rm -rf "$dir"
+}
+
+case $cmd in
+start)
+    port=${3:-$((20000 + RANDOM % 20000))}
+    stop
+    mkdir -p "$dir"
+    "$bin" server --data-dir "$dir" --key-file "$dir/admin.key" --listen "127.0.0.1:$port" \
+        >"$dir/server.log" 2>&1 &
+    echo $! >"$dir/server.pid"
+    for _ in $(seq 600); do
+        if [[ -s $dir/admin.key ]] && curl -fsS "http://127.0.0.1:$port/v1/health" >/dev/null 2>&1; then
+            echo "export PANDASTACK_BASE_URL=http://127.0.0.1:$port"
+            echo "export PANDASTACK_API_KEY=$(cat "$dir/admin.key")"
+            exit 0
+        fi
+        kill -0 "$(cat "$dir/server.pid")" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "dev-server: server did not come up; log:" >&2
+    cat "$dir/server.log" >&2
+    stop
+    exit 1
+    ;;
+stop) stop ;;
+*) echo "usage: dev-server.sh start|stop NAME [PORT]" >&2; exit 2 ;;
+esac
