@@ -9,7 +9,8 @@
 # Needs what scripts/test.sh prepares first: the guest kernel ($PANDASTACK_KERNEL or the cache),
 # target/release/pandastack + pandastack-guest (PANDASTACK_BIN overrides the server binary) and a
 # reflink data dir (`pandastack host init`). Templates come from ./templates and are baked on
-# first use; tests use `minimal`.
+# first use; tests use `minimal`. Sandbox networking is off unless PANDASTACK_DEV_NETWORK=auto|on
+# (servers started side by side would otherwise share one network pool's names).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,7 +39,7 @@ start)
     stop
     mkdir -p "$dir"
     "$bin" server --data-dir "$dir" --key-file "$dir/admin.key" --listen "127.0.0.1:$port" \
-        >"$dir/server.log" 2>&1 &
+        --network "${PANDASTACK_DEV_NETWORK:-off}" >"$dir/server.log" 2>&1 &
     echo $! >"$dir/server.pid"
     for _ in $(seq 600); do
         if [[ -s $dir/admin.key ]] && curl -fsS "http://127.0.0.1:$port/v1/health" >/dev/null 2>&1; then

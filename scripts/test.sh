@@ -35,3 +35,6 @@ echo "rootfs: $PANDASTACK_TEST_ROOTFS" >&2
 step "tests"
 # Guests run under TCG on 2 cores: keep VM-booting test binaries from oversubscribing the CPU.
 cargo test --workspace --locked -- --test-threads=2
+
+step "client SDKs and examples against a real server"
+scripts/test-clients.sh

@@ -1,7 +1,8 @@
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// Machine-readable error codes (`error.code`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     SandboxNotFound,
@@ -15,6 +16,8 @@ pub enum ErrorCode {
     RateLimited,
     Conflict,
     PayloadTooLarge,
+    /// A WebSocket route was called without a WebSocket upgrade.
+    UpgradeRequired,
     SandboxState,
     Internal,
     Unavailable,
@@ -35,19 +38,21 @@ impl ErrorCode {
             ErrorCode::RateLimited => 429,
             ErrorCode::Conflict | ErrorCode::SandboxState => 409,
             ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::UpgradeRequired => 426,
             ErrorCode::Internal => 500,
             ErrorCode::Unavailable => 503,
         }
     }
 }
 
-/// `{"error":{"code","message","request_id"}}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// The error envelope of every failed call: `{"error":{"code","message","request_id"}}`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ErrorEnvelope {
     pub error: ErrorBody,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// The body of [`ErrorEnvelope`].
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
     pub code: ErrorCode,
     pub message: String,

@@ -6,15 +6,18 @@
 mod cursor;
 mod error;
 mod sandbox;
+mod stream;
 
 pub use cursor::{Cursor, CursorError};
 pub use error::{ErrorBody, ErrorCode, ErrorEnvelope};
 pub use sandbox::*;
+pub use stream::*;
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// A page of a list: `{"data":[…],"next_cursor":null|"…"}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct List<T> {
     pub data: Vec<T>,
     pub next_cursor: Option<String>,

@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::{field_error, FieldError};
 
@@ -13,7 +14,7 @@ pub const MAX_EXEC_TIMEOUT_SECONDS: u64 = 3600;
 pub const DEFAULT_EXEC_TIMEOUT_SECONDS: u64 = 60;
 
 /// What happens when a sandbox's TTL or idle timeout expires.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OnTimeout {
     #[default]
@@ -35,10 +36,11 @@ fn default_template() -> String {
 }
 
 /// `POST /v1/sandboxes`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandboxRequest {
     #[serde(default = "default_template")]
+    #[schema(default = "base")]
     pub template: String,
     #[serde(default)]
     pub snapshot_id: Option<String>,
@@ -149,7 +151,7 @@ impl CreateSandboxRequest {
 }
 
 /// Sandbox lifecycle states on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SandboxState {
     Starting,
@@ -186,7 +188,7 @@ impl SandboxState {
 }
 
 /// A sandbox resource.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Sandbox {
     pub id: String,
     pub template: String,
@@ -208,7 +210,7 @@ pub struct Sandbox {
 }
 
 /// `PATCH /v1/sandboxes/{id}`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PatchSandboxRequest {
     #[serde(default)]
@@ -231,7 +233,7 @@ impl PatchSandboxRequest {
 }
 
 /// `POST /v1/sandboxes/{id}/exec` (and `/exec/stream`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
     /// A shell command line (`/bin/sh -c`).
@@ -288,7 +290,7 @@ impl ExecRequest {
 }
 
 /// Result of a blocking exec. A non-zero exit is data, not an error.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ExecResult {
     pub stdout: String,
     pub stderr: String,
@@ -300,7 +302,7 @@ pub struct ExecResult {
 }
 
 /// A snapshot resource.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Snapshot {
     pub id: String,
     pub sandbox_id: String,
@@ -310,10 +312,11 @@ pub struct Snapshot {
 }
 
 /// `POST /v1/sandboxes/{id}/fork`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ForkRequest {
     #[serde(default = "one")]
+    #[schema(default = 1, minimum = 1, maximum = 16)]
     pub count: u32,
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
@@ -341,7 +344,7 @@ impl ForkRequest {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ForkResponse {
     pub parent_id: String,
     pub snapshot_id: String,
@@ -349,7 +352,7 @@ pub struct ForkResponse {
 }
 
 /// A template this server can create sandboxes from.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Template {
     pub name: String,
     pub description: String,
@@ -362,7 +365,7 @@ pub struct Template {
 }
 
 /// `POST /v1/keys`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateKeyRequest {
     #[serde(default)]
@@ -370,7 +373,7 @@ pub struct CreateKeyRequest {
 }
 
 /// An API key as listed (never with its secret).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Key {
     pub id: String,
     pub name: String,
@@ -381,7 +384,7 @@ pub struct Key {
 }
 
 /// A key just created: the secret is shown this once.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct CreatedKey {
     #[serde(flatten)]
     pub key: Key,
@@ -389,11 +392,12 @@ pub struct CreatedKey {
 }
 
 /// `POST …/fs/mkdir`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MkdirRequest {
     pub path: String,
     #[serde(default = "yes")]
+    #[schema(default = true)]
     pub parents: bool,
 }
 
@@ -402,7 +406,7 @@ fn yes() -> bool {
 }
 
 /// `POST …/fs/rename`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RenameRequest {
     pub from: String,
@@ -412,7 +416,7 @@ pub struct RenameRequest {
 }
 
 /// A guest file's metadata.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct FileInfo {
     pub name: String,
     pub path: String,

@@ -1,5 +1,5 @@
 //! Request extractors whose rejections use the error envelope: JSON bodies (strict, naming the
-//! bad field) and the caller's workspace from the API key.
+//! bad field), the caller's workspace from the API key, and WebSocket upgrades.
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -86,5 +86,24 @@ impl<D: pandastack_vm::VmDriver + 'static> FromRequestParts<std::sync::Arc<App<D
             Some(key) => Ok(Caller { key }),
             None => Err(ApiError::new(ErrorCode::Unauthorized, "invalid API key")),
         }
+    }
+}
+
+/// A WebSocket upgrade; a plain HTTP call gets `426 upgrade_required` in the error envelope.
+pub struct Upgrade(pub axum::extract::ws::WebSocketUpgrade);
+
+impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::ws::WebSocketUpgrade::from_request_parts(parts, state)
+            .await
+            .map(Upgrade)
+            .map_err(|e| {
+                ApiError::new(
+                    ErrorCode::UpgradeRequired,
+                    format!("this route speaks WebSocket: {}", e.body_text()),
+                )
+            })
     }
 }

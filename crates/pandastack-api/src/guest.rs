@@ -1,6 +1,6 @@
 //! Calls into a sandbox's guest agent on behalf of HTTP handlers: bounded blocking exec, streamed
-//! exec events, and file transfer as byte streams. Nothing here knows HTTP; handlers map the
-//! results onto wire types.
+//! exec events, interactive sessions (stdin, signals, PTY), and file transfer as byte streams.
+//! Nothing here knows HTTP; handlers map the results onto wire types.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -52,20 +52,30 @@ pub enum ExecEvent {
     },
 }
 
+impl ExecSpec {
+    /// The guest's start message for this command. `stdin`: whether stdin is a pipe the caller
+    /// feeds (else `/dev/null`); `pty`: run on a terminal of (rows, cols).
+    pub fn to_start(&self, stdin: bool, pty: Option<(u32, u32)>) -> v1::ExecStart {
+        v1::ExecStart {
+            argv: self.argv.clone(),
+            shell: self.shell.clone(),
+            env: self.env.clone(),
+            cwd: self.cwd.clone(),
+            user: self.user.clone(),
+            timeout_ms: self.timeout.as_millis() as u64,
+            stdin,
+            pty: pty.is_some(),
+            pty_size: pty.map(|(rows, cols)| v1::PtySize { rows, cols }),
+            max_output_bytes: self.max_output_bytes,
+        }
+    }
+}
+
 fn start(spec: ExecSpec) -> Vec<v1::ExecInput> {
-    let has_stdin = spec.stdin.is_some();
     let mut inputs = vec![v1::ExecInput {
-        input: Some(exec_input::Input::Start(v1::ExecStart {
-            argv: spec.argv,
-            shell: spec.shell,
-            env: spec.env,
-            cwd: spec.cwd,
-            user: spec.user,
-            timeout_ms: spec.timeout.as_millis() as u64,
-            stdin: has_stdin,
-            max_output_bytes: spec.max_output_bytes,
-            ..Default::default()
-        })),
+        input: Some(exec_input::Input::Start(
+            spec.to_start(spec.stdin.is_some(), None),
+        )),
     }];
     if let Some(data) = spec.stdin {
         if !data.is_empty() {
@@ -80,6 +90,27 @@ fn start(spec: ExecSpec) -> Vec<v1::ExecInput> {
     inputs
 }
 
+/// Runs a command whose further inputs (stdin, signals, terminal resizes) come from `inputs`, and
+/// streams its events. `inputs` should not end before the command does (a clean end of inputs
+/// lets the command run on unattended); dropping the returned stream cancels the call, and the
+/// guest kills the process group.
+pub async fn exec_session<S>(
+    ch: Channel,
+    start: v1::ExecStart,
+    inputs: S,
+) -> Result<impl Stream<Item = Result<ExecEvent, Status>> + Send + 'static, Status>
+where
+    S: Stream<Item = v1::ExecInput> + Send + 'static,
+{
+    let first = v1::ExecInput {
+        input: Some(exec_input::Input::Start(start)),
+    };
+    let inputs = futures::stream::once(async move { first })
+        .chain(inputs)
+        .chain(futures::stream::pending());
+    events(ch, inputs).await
+}
+
 /// Runs a command and streams its events. The request stream stays open until the command
 /// exits: dropping the returned stream cancels the call, and the guest kills the process group.
 pub async fn exec_stream(
@@ -87,7 +118,30 @@ pub async fn exec_stream(
     spec: ExecSpec,
 ) -> Result<impl Stream<Item = Result<ExecEvent, Status>> + Send + 'static, Status> {
     let inputs = futures::stream::iter(start(spec)).chain(futures::stream::pending());
+    events(ch, inputs).await
+}
+
+/// Makes the `Exec` call and maps its outputs to events.
+///
+/// Cancellation: the guest kills a command when its call is reset, and HTTP/2 resets a stream
+/// only once neither side of it is referenced any more. Dropping the response alone is not
+/// enough while the request body (`inputs`, open until the command ends) is still being sent,
+/// so the returned stream holds a guard whose drop ends `inputs`: then the request half closes
+/// and the stream is reset, and the guest kills the command's whole tree.
+async fn events<S>(
+    ch: Channel,
+    inputs: S,
+) -> Result<impl Stream<Item = Result<ExecEvent, Status>> + Send + 'static, Status>
+where
+    S: Stream<Item = v1::ExecInput> + Send + 'static,
+{
+    let (guard, dropped) = tokio::sync::oneshot::channel::<()>();
+    let inputs = inputs.take_until(dropped);
     let out = ProcessClient::new(ch).exec(inputs).await?.into_inner();
+    let out = out.map(move |m| {
+        let _keep = &guard;
+        m
+    });
     Ok(out.filter_map(|m| async move {
         match m {
             Err(s) => Some(Err(s)),

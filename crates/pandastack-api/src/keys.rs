@@ -23,6 +23,14 @@ fn key_wire(k: &KeyRow) -> wire::Key {
     }
 }
 
+/// List the workspace's API keys (never their secrets).
+#[utoipa::path(
+    get,
+    path = "/v1/keys",
+    operation_id = "list_keys",
+    tag = "keys",
+    responses((status = 200, description = "Keys", body = List<wire::Key>))
+)]
 pub async fn list<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -34,6 +42,15 @@ pub async fn list<D: VmDriver>(
     }))
 }
 
+/// Create an API key in the caller's workspace; the secret is in this response only.
+#[utoipa::path(
+    post,
+    path = "/v1/keys",
+    operation_id = "create_key",
+    tag = "keys",
+    request_body = CreateKeyRequest,
+    responses((status = 201, description = "The key with its secret", body = CreatedKey))
+)]
 pub async fn create<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -55,6 +72,15 @@ pub async fn create<D: VmDriver>(
     ))
 }
 
+/// Revoke an API key of the caller's workspace; it stops working at once.
+#[utoipa::path(
+    delete,
+    path = "/v1/keys/{id}",
+    operation_id = "revoke_key",
+    tag = "keys",
+    params(("id" = String, Path, description = "Key id")),
+    responses((status = 204, description = "Revoked"))
+)]
 pub async fn revoke<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,

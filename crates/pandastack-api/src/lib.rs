@@ -1,18 +1,29 @@
 //! The PandaStack `/v1` HTTP API on axum: `router(app)` serves sandboxes (create, list, get,
 //! patch, delete, exec, files, snapshots, fork, pause/resume, hibernate/wake with auto-wake,
-//! logs, metrics), templates and keys. Handlers validate at the edge, check the caller's
+//! logs with follow, metrics, exec and PTY over WebSocket), templates, keys and the OpenAPI
+//! document of all of it (`GET /v1/openapi.json`). Handlers validate at the edge, check the caller's
 //! workspace against the store, and hand lifecycle work to the host agent; every error goes
 //! through [`error::ApiError`]. It must not start VMs itself or know which hypervisor runs them.
 
 mod error;
+mod exec_ws;
 mod extract;
 pub mod guest;
 mod keys;
+mod logs;
+mod meta;
+pub mod openapi;
+mod pty;
+mod routes;
 mod sandboxes;
 mod snapshots;
+mod utf8;
 mod workload;
+mod ws;
 
 pub use error::{ApiError, ApiResult};
+pub use openapi::{document, ApiDoc};
+pub use routes::operations;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,7 +33,6 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
-use axum::routing::{get, post};
 use axum::Router;
 use pandastack_agent::HostAgent;
 use pandastack_store::Store;
@@ -54,53 +64,10 @@ impl<D: VmDriver + 'static> App<D> {
     }
 }
 
-/// The `/v1` router.
+/// The `/v1` router: every operation of [`openapi::ApiDoc`] (one table, see [`routes`]), a
+/// fallback answering `not_found` in the error envelope, the JSON body limit and request ids.
 pub fn router<D: VmDriver + 'static>(app: Arc<App<D>>) -> Router {
-    let sb = "/v1/sandboxes/{id}";
-    Router::new()
-        .route("/v1/health", get(|| async { "ok" }))
-        .route(
-            "/v1/sandboxes",
-            post(sandboxes::create::<D>).get(sandboxes::list::<D>),
-        )
-        .route(
-            sb,
-            get(sandboxes::get::<D>)
-                .patch(sandboxes::patch::<D>)
-                .delete(sandboxes::delete::<D>),
-        )
-        .route(&format!("{sb}/pause"), post(sandboxes::pause::<D>))
-        .route(&format!("{sb}/resume"), post(sandboxes::resume::<D>))
-        .route(&format!("{sb}/hibernate"), post(sandboxes::hibernate::<D>))
-        .route(&format!("{sb}/wake"), post(sandboxes::wake::<D>))
-        .route(&format!("{sb}/logs"), get(sandboxes::logs::<D>))
-        .route(&format!("{sb}/metrics"), get(sandboxes::metrics::<D>))
-        .route(&format!("{sb}/exec"), post(workload::exec::<D>))
-        .route(
-            &format!("{sb}/exec/stream"),
-            post(workload::exec_stream::<D>),
-        )
-        .route(
-            &format!("{sb}/fs"),
-            get(workload::read::<D>)
-                .put(workload::write::<D>)
-                .delete(workload::remove::<D>)
-                .layer(DefaultBodyLimit::disable()),
-        )
-        .route(&format!("{sb}/fs/list"), get(workload::list::<D>))
-        .route(&format!("{sb}/fs/stat"), get(workload::stat::<D>))
-        .route(&format!("{sb}/fs/mkdir"), post(workload::mkdir::<D>))
-        .route(&format!("{sb}/fs/rename"), post(workload::rename::<D>))
-        .route(&format!("{sb}/snapshots"), post(snapshots::create::<D>))
-        .route(&format!("{sb}/fork"), post(snapshots::fork::<D>))
-        .route("/v1/snapshots", get(snapshots::list::<D>))
-        .route(
-            "/v1/snapshots/{id}",
-            axum::routing::delete(snapshots::delete::<D>),
-        )
-        .route("/v1/templates", get(sandboxes::templates::<D>))
-        .route("/v1/keys", get(keys::list::<D>).post(keys::create::<D>))
-        .route("/v1/keys/{id}", axum::routing::delete(keys::revoke::<D>))
+    routes::register::<D>(Router::new())
         .fallback(|| async {
             ApiError::new(pandastack_api_types::ErrorCode::NotFound, "no such route")
         })
@@ -131,7 +98,7 @@ async fn request_id(req: Request, next: Next) -> Response {
 }
 
 /// RFC 3339 for a unix-ms timestamp.
-pub(crate) fn rfc3339(ms: i64) -> String {
+pub fn rfc3339(ms: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .ok()
         .and_then(|t| {

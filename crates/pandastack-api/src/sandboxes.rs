@@ -173,6 +173,18 @@ pub(crate) async fn finish_row<D: VmDriver>(
     Ok(row)
 }
 
+/// Create a sandbox from a template (or a snapshot); returns once it accepts commands.
+///
+/// Honours `Idempotency-Key`: a retry with the same key and body returns the first result.
+#[utoipa::path(
+    post,
+    path = "/v1/sandboxes",
+    operation_id = "create_sandbox",
+    tag = "sandboxes",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe (at most 128 bytes)")),
+    request_body = CreateSandboxRequest,
+    responses((status = 201, description = "Running sandbox", body = wire::Sandbox))
+)]
 pub async fn create<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -246,6 +258,20 @@ pub async fn create<D: VmDriver>(
     Ok((StatusCode::CREATED, Json(body)))
 }
 
+/// List the workspace's sandboxes, newest last, filtered by state and metadata.
+#[utoipa::path(
+    get,
+    path = "/v1/sandboxes",
+    operation_id = "list_sandboxes",
+    tag = "sandboxes",
+    params(
+        ("limit" = Option<u32>, Query, description = "1 to 1000 (default 100)"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+        ("state" = Option<wire::SandboxState>, Query, description = "Only sandboxes in this state"),
+        ("metadata.{key}" = Option<String>, Query, description = "Only sandboxes whose metadata has this value for `key` (repeatable)"),
+    ),
+    responses((status = 200, description = "A page of sandboxes", body = List<wire::Sandbox>))
+)]
 pub async fn list<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -306,6 +332,15 @@ pub async fn list<D: VmDriver>(
     }))
 }
 
+/// Get a sandbox.
+#[utoipa::path(
+    get,
+    path = "/v1/sandboxes/{id}",
+    operation_id = "get_sandbox",
+    tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses((status = 200, description = "The sandbox", body = wire::Sandbox))
+)]
 pub async fn get<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -315,6 +350,16 @@ pub async fn get<D: VmDriver>(
     Ok(Json(to_wire(&row, &app.host)))
 }
 
+/// Change a sandbox's TTL (counted from now), idle timeout or metadata (replaced whole).
+#[utoipa::path(
+    patch,
+    path = "/v1/sandboxes/{id}",
+    operation_id = "update_sandbox",
+    tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = PatchSandboxRequest,
+    responses((status = 200, description = "The updated sandbox", body = wire::Sandbox))
+)]
 pub async fn patch<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -337,6 +382,15 @@ pub async fn patch<D: VmDriver>(
     Ok(Json(to_wire(&row, &app.host)))
 }
 
+/// Stop a sandbox and delete its files.
+#[utoipa::path(
+    delete,
+    path = "/v1/sandboxes/{id}",
+    operation_id = "delete_sandbox",
+    tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses((status = 204, description = "Deleted"))
+)]
 pub async fn delete<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -352,7 +406,16 @@ pub async fn delete<D: VmDriver>(
 }
 
 macro_rules! verb {
-    ($name:ident, $op:ident) => {
+    ($name:ident, $op:ident, $path:literal, $op_id:literal, $doc:literal) => {
+        #[doc = $doc]
+        #[utoipa::path(
+            post,
+            path = $path,
+            operation_id = $op_id,
+            tag = "sandboxes",
+            params(("id" = String, Path, description = "Sandbox id")),
+            responses((status = 200, description = "The sandbox in its new state", body = wire::Sandbox))
+        )]
         pub async fn $name<D: VmDriver>(
             State(app): State<Arc<App<D>>>,
             caller: Caller,
@@ -366,23 +429,45 @@ macro_rules! verb {
     };
 }
 
-verb!(pause, pause);
-verb!(resume, resume);
-verb!(hibernate, hibernate);
-verb!(wake, wake);
+verb!(
+    pause,
+    pause,
+    "/v1/sandboxes/{id}/pause",
+    "pause_sandbox",
+    "Freeze a sandbox's vCPUs in place (memory stays resident)."
+);
+verb!(
+    resume,
+    resume,
+    "/v1/sandboxes/{id}/resume",
+    "resume_sandbox",
+    "Resume a paused sandbox (or wake a hibernated one)."
+);
+verb!(
+    hibernate,
+    hibernate,
+    "/v1/sandboxes/{id}/hibernate",
+    "hibernate_sandbox",
+    "Save a sandbox to disk and stop its VM; any later call on it wakes it. Idempotent."
+);
+verb!(
+    wake,
+    wake,
+    "/v1/sandboxes/{id}/wake",
+    "wake_sandbox",
+    "Restore a hibernated sandbox. Idempotent."
+);
 
-/// Guest console output (the whole log so far).
-pub async fn logs<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<String> {
-    let row = owned(&app, &caller, &id).await?;
-    let path = app.agent.console_log(&row.id).await?;
-    let bytes = tokio::fs::read(&path).await.unwrap_or_default();
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
-}
-
+/// Host-side resource use of a sandbox's VM: `state`, and while it runs `host_rss_bytes`,
+/// `host_pss_bytes`, `cpu_time_ms`.
+#[utoipa::path(
+    get,
+    path = "/v1/sandboxes/{id}/metrics",
+    operation_id = "sandbox_metrics",
+    tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses((status = 200, description = "Resource use", body = Object))
+)]
 pub async fn metrics<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -401,6 +486,14 @@ pub async fn metrics<D: VmDriver>(
     }))
 }
 
+/// List the templates this server can create sandboxes from.
+#[utoipa::path(
+    get,
+    path = "/v1/templates",
+    operation_id = "list_templates",
+    tag = "templates",
+    responses((status = 200, description = "Templates", body = List<wire::Template>))
+)]
 pub async fn templates<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     _caller: Caller,

@@ -45,6 +45,15 @@ async fn save_snapshot<D: VmDriver>(
     Ok(row)
 }
 
+/// Snapshot a sandbox (memory and disk from one instant); it keeps running.
+#[utoipa::path(
+    post,
+    path = "/v1/sandboxes/{id}/snapshots",
+    operation_id = "create_snapshot",
+    tag = "snapshots",
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses((status = 201, description = "The snapshot", body = wire::Snapshot))
+)]
 pub async fn create<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -59,6 +68,17 @@ pub async fn create<D: VmDriver>(
     Ok((StatusCode::CREATED, Json(snap_wire(&s))))
 }
 
+/// Fork a sandbox into `count` running children that start from its current state (all or
+/// nothing).
+#[utoipa::path(
+    post,
+    path = "/v1/sandboxes/{id}/fork",
+    operation_id = "fork_sandbox",
+    tag = "snapshots",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = ForkRequest,
+    responses((status = 201, description = "The children and the snapshot they came from", body = ForkResponse))
+)]
 pub async fn fork<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -115,6 +135,18 @@ pub async fn fork<D: VmDriver>(
     ))
 }
 
+/// List the workspace's snapshots.
+#[utoipa::path(
+    get,
+    path = "/v1/snapshots",
+    operation_id = "list_snapshots",
+    tag = "snapshots",
+    params(
+        ("limit" = Option<u32>, Query, description = "1 to 1000 (default 100)"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+    ),
+    responses((status = 200, description = "A page of snapshots", body = List<wire::Snapshot>))
+)]
 pub async fn list<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -156,6 +188,15 @@ pub async fn list<D: VmDriver>(
     }))
 }
 
+/// Delete a snapshot.
+#[utoipa::path(
+    delete,
+    path = "/v1/snapshots/{id}",
+    operation_id = "delete_snapshot",
+    tag = "snapshots",
+    params(("id" = String, Path, description = "Snapshot id")),
+    responses((status = 204, description = "Deleted"))
+)]
 pub async fn delete<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,

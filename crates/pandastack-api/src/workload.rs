@@ -18,29 +18,44 @@ use pandastack_api_types::{
     RenameRequest,
 };
 use pandastack_guest_proto::v1::{self, files_client::FilesClient};
+use pandastack_store::SandboxRow;
 use pandastack_vm::VmDriver;
 use tonic::transport::Channel;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
-use crate::guest::{self, ExecEvent, ExecSpec};
+use crate::guest::{self as rpc, ExecEvent, ExecSpec};
 use crate::sandboxes::{owned, record};
+use crate::utf8::Utf8Pieces;
 use crate::{App, MAX_EXEC_OUTPUT};
 
-/// The guest channel of the caller's sandbox, waking it if needed.
-async fn channel<D: VmDriver>(app: &App<D>, caller: &Caller, id: &str) -> ApiResult<Channel> {
+/// The guest channel of the caller's sandbox, waking it if needed, and the sandbox's row.
+pub(crate) async fn guest<D: VmDriver>(
+    app: &App<D>,
+    caller: &Caller,
+    id: &str,
+) -> ApiResult<(Channel, SandboxRow)> {
     let row = owned(app, caller, id).await?;
     let ch = app.agent.channel(&row.id).await?;
     let view = app.agent.get(&row.id).await?;
-    record(app, row, &view).await?;
-    Ok(ch)
+    let row = record(app, row, &view).await?;
+    Ok((ch, row))
 }
 
-fn spec(req: ExecRequest) -> ExecSpec {
+/// The guest channel of the caller's sandbox, waking it if needed.
+async fn channel<D: VmDriver>(app: &App<D>, caller: &Caller, id: &str) -> ApiResult<Channel> {
+    Ok(guest(app, caller, id).await?.0)
+}
+
+/// What the guest runs for `req` in sandbox `row`: the sandbox's environment (from create) under
+/// the request's own.
+pub(crate) fn spec(req: ExecRequest, row: &SandboxRow) -> ExecSpec {
+    let mut env: std::collections::HashMap<String, String> = row.env.clone().into_iter().collect();
+    env.extend(req.env);
     ExecSpec {
         argv: req.argv.unwrap_or_default(),
         shell: req.cmd.unwrap_or_default(),
-        env: req.env.into_iter().collect(),
+        env,
         cwd: req.cwd.unwrap_or_default(),
         user: req.user.unwrap_or_default(),
         stdin: req.stdin.map(String::into_bytes),
@@ -52,6 +67,18 @@ fn spec(req: ExecRequest) -> ExecSpec {
     }
 }
 
+/// Run a command to completion and return its output (each stream capped at 4 MiB; `truncated`
+/// says so). A non-zero exit is data, not an error. The sandbox's `env` (from create) applies under
+/// the request's.
+#[utoipa::path(
+    post,
+    path = "/v1/sandboxes/{id}/exec",
+    operation_id = "exec",
+    tag = "exec",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = ExecRequest,
+    responses((status = 200, description = "The command's result", body = ExecResult))
+)]
 pub async fn exec<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -59,8 +86,8 @@ pub async fn exec<D: VmDriver>(
     Body(req): Body<ExecRequest>,
 ) -> ApiResult<Json<ExecResult>> {
     req.validate()?;
-    let ch = channel(&app, &caller, &id).await?;
-    let out = guest::exec(ch, spec(req)).await?;
+    let (ch, row) = guest(&app, &caller, &id).await?;
+    let out = rpc::exec(ch, spec(req, &row)).await?;
     Ok(Json(ExecResult {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -71,7 +98,18 @@ pub async fn exec<D: VmDriver>(
     }))
 }
 
-/// SSE: `stdout`/`stderr` events `{"data": "…"}`, then `exit` `{"exit_code", …}`, or `error`.
+/// Run a command and stream its output as Server-Sent Events.
+///
+/// `stdout`/`stderr` events `{"data": "…"}`, then `exit` `{"exit_code", …}`, or `error`.
+#[utoipa::path(
+    post,
+    path = "/v1/sandboxes/{id}/exec/stream",
+    operation_id = "exec_stream",
+    tag = "exec",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = ExecRequest,
+    responses((status = 200, description = "Server-Sent Events: `stdout` and `stderr` `{\"data\": text}` as produced, then one `exit` `{\"exit_code\", \"timed_out\", \"truncated\", \"duration_ms\"}`, or `error` `{\"message\"}`. Closing the stream kills the command.", content_type = "text/event-stream", body = String))
+)]
 pub async fn exec_stream<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -79,30 +117,46 @@ pub async fn exec_stream<D: VmDriver>(
     Body(req): Body<ExecRequest>,
 ) -> ApiResult<impl IntoResponse> {
     req.validate()?;
-    let ch = channel(&app, &caller, &id).await?;
-    let events = guest::exec_stream(ch, spec(req)).await?;
-    let sse = events.map(|ev| {
-        let event = match ev {
-            Ok(ExecEvent::Stdout(b)) => Event::default()
-                .event("stdout")
-                .json_data(serde_json::json!({ "data": String::from_utf8_lossy(&b) })),
-            Ok(ExecEvent::Stderr(b)) => Event::default()
-                .event("stderr")
-                .json_data(serde_json::json!({ "data": String::from_utf8_lossy(&b) })),
+    let (ch, row) = guest(&app, &caller, &id).await?;
+    let events = rpc::exec_stream(ch, spec(req, &row)).await?;
+    // One decoder per output keeps characters cut between chunks whole.
+    let (mut out, mut err) = (Utf8Pieces::default(), Utf8Pieces::default());
+    let output = |name: &'static str, text: String| {
+        (!text.is_empty()).then(|| {
+            Event::default()
+                .event(name)
+                .json_data(serde_json::json!({ "data": text }))
+        })
+    };
+    let sse = events.flat_map(move |ev| {
+        let events = match ev {
+            Ok(ExecEvent::Stdout(b)) => output("stdout", out.push(&b)).into_iter().collect(),
+            Ok(ExecEvent::Stderr(b)) => output("stderr", err.push(&b)).into_iter().collect(),
             Ok(ExecEvent::Exit {
                 exit_code,
                 timed_out,
                 truncated,
                 duration_ms,
-            }) => Event::default().event("exit").json_data(serde_json::json!({
-                "exit_code": exit_code, "timed_out": timed_out,
-                "truncated": truncated, "duration_ms": duration_ms,
-            })),
-            Err(s) => Event::default()
+            }) => {
+                let mut v: Vec<_> = [("stdout", out.finish()), ("stderr", err.finish())]
+                    .into_iter()
+                    .filter_map(|(name, rest)| output(name, rest))
+                    .collect();
+                v.push(Event::default().event("exit").json_data(serde_json::json!({
+                    "exit_code": exit_code, "timed_out": timed_out,
+                    "truncated": truncated, "duration_ms": duration_ms,
+                })));
+                v
+            }
+            Err(s) => vec![Event::default()
                 .event("error")
-                .json_data(serde_json::json!({ "message": s.message() })),
+                .json_data(serde_json::json!({ "message": s.message() }))],
         };
-        Ok::<_, Infallible>(event.unwrap_or_default())
+        futures::stream::iter(
+            events
+                .into_iter()
+                .map(|e| Ok::<_, Infallible>(e.unwrap_or_default())),
+        )
     });
     Ok(Sse::new(sse).keep_alive(KeepAlive::default()))
 }
@@ -115,6 +169,15 @@ fn path_param(q: &BTreeMap<String, String>, name: &str) -> ApiResult<String> {
     Ok(p.clone())
 }
 
+/// Download a guest file (streamed).
+#[utoipa::path(
+    get,
+    path = "/v1/sandboxes/{id}/fs",
+    operation_id = "read_file",
+    tag = "files",
+    params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, description = "Absolute guest path (no `..`)")),
+    responses((status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = Vec<u8>))
+)]
 pub async fn read<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -134,7 +197,7 @@ pub async fn read<D: VmDriver>(
             format!("path: {path} is not a regular file"),
         ));
     }
-    let stream = guest::read_file(ch, path).await?;
+    let stream = rpc::read_file(ch, path).await?;
     let body = HttpBody::from_stream(stream.map(|r| r.map_err(std::io::Error::other)));
     Ok((
         [
@@ -146,6 +209,16 @@ pub async fn read<D: VmDriver>(
         .into_response())
 }
 
+/// Upload a guest file (streamed, any size); it is replaced atomically, parents are created.
+#[utoipa::path(
+    put,
+    path = "/v1/sandboxes/{id}/fs",
+    operation_id = "write_file",
+    tag = "files",
+    params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, description = "Absolute guest path (no `..`)")),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The file's new bytes"),
+    responses((status = 200, description = "Written: `{\"path\", \"bytes_written\"}`", body = Object))
+)]
 pub async fn write<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -155,12 +228,21 @@ pub async fn write<D: VmDriver>(
 ) -> ApiResult<Json<serde_json::Value>> {
     let path = path_param(&q, "path")?;
     let ch = channel(&app, &caller, &id).await?;
-    let n = guest::write_file(ch, path.clone(), body.into_data_stream()).await?;
+    let n = rpc::write_file(ch, path.clone(), body.into_data_stream()).await?;
     Ok(Json(
         serde_json::json!({ "path": path, "bytes_written": n }),
     ))
 }
 
+/// Delete a guest file or directory.
+#[utoipa::path(
+    delete,
+    path = "/v1/sandboxes/{id}/fs",
+    operation_id = "remove_file",
+    tag = "files",
+    params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, description = "Absolute guest path (no `..`)"), ("recursive" = Option<bool>, Query, description = "Remove a directory and its contents")),
+    responses((status = 204, description = "Removed"))
+)]
 pub async fn remove<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -200,6 +282,15 @@ fn file_info(f: v1::FileInfo) -> wire::FileInfo {
     }
 }
 
+/// List a guest directory.
+#[utoipa::path(
+    get,
+    path = "/v1/sandboxes/{id}/fs/list",
+    operation_id = "list_files",
+    tag = "files",
+    params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, description = "Absolute guest path (no `..`)"), ("depth" = Option<u32>, Query, description = "1 (default) to 10 levels")),
+    responses((status = 200, description = "Entries", body = wire::List<wire::FileInfo>))
+)]
 pub async fn list<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -227,6 +318,15 @@ pub async fn list<D: VmDriver>(
     }))
 }
 
+/// Metadata of a guest path.
+#[utoipa::path(
+    get,
+    path = "/v1/sandboxes/{id}/fs/stat",
+    operation_id = "stat_file",
+    tag = "files",
+    params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, description = "Absolute guest path (no `..`)")),
+    responses((status = 200, description = "File metadata", body = wire::FileInfo))
+)]
 pub async fn stat<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -242,6 +342,16 @@ pub async fn stat<D: VmDriver>(
     Ok(Json(file_info(info)))
 }
 
+/// Create a guest directory.
+#[utoipa::path(
+    post,
+    path = "/v1/sandboxes/{id}/fs/mkdir",
+    operation_id = "make_directory",
+    tag = "files",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = MkdirRequest,
+    responses((status = 204, description = "Created"))
+)]
 pub async fn mkdir<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
@@ -260,6 +370,16 @@ pub async fn mkdir<D: VmDriver>(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Rename (move) a guest path.
+#[utoipa::path(
+    post,
+    path = "/v1/sandboxes/{id}/fs/rename",
+    operation_id = "rename_file",
+    tag = "files",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = RenameRequest,
+    responses((status = 204, description = "Renamed"))
+)]
 pub async fn rename<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,

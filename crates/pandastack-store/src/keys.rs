@@ -60,6 +60,20 @@ impl Keys<'_> {
         max_sandboxes: i64,
         creates_per_minute: i64,
     ) -> Result<(Workspace, KeyRow, String), StoreError> {
+        let ws = self
+            .create_workspace(name, max_sandboxes, creates_per_minute)
+            .await?;
+        let (row, secret) = self.create(&ws.id, "default").await?;
+        Ok((ws, row, secret))
+    }
+
+    /// Creates a workspace (no keys yet).
+    pub async fn create_workspace(
+        &self,
+        name: &str,
+        max_sandboxes: i64,
+        creates_per_minute: i64,
+    ) -> Result<Workspace, StoreError> {
         let ws = Workspace {
             id: new_id("ws-"),
             name: name.to_owned(),
@@ -76,8 +90,36 @@ impl Keys<'_> {
         .bind(ws.creates_per_minute)
         .execute(self.pool)
         .await?;
-        let (row, secret) = self.create(&ws.id, "default").await?;
-        Ok((ws, row, secret))
+        Ok(ws)
+    }
+
+    /// Every workspace, oldest first (administration; never for a user request).
+    pub async fn workspaces(&self) -> Result<Vec<Workspace>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, name, max_sandboxes, creates_per_minute FROM workspaces ORDER BY created_at, id",
+        )
+        .fetch_all(self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| Workspace {
+                id: r.get("id"),
+                name: r.get("name"),
+                max_sandboxes: r.get("max_sandboxes"),
+                creates_per_minute: r.get("creates_per_minute"),
+            })
+            .collect())
+    }
+
+    /// A key by id, in any workspace (administration; never for a user request).
+    pub async fn get_any(&self, id: &str) -> Result<KeyRow, StoreError> {
+        let r = sqlx::query(
+            "SELECT id, workspace_id, name, prefix, created_at, revoked_at FROM api_keys WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_one(self.pool)
+        .await?;
+        Ok(key_row(&r))
     }
 
     /// Number of workspaces (zero on a fresh install).

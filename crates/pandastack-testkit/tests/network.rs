@@ -137,7 +137,7 @@ async fn create_destroy_cycles_reuse_slots_and_leak_nothing() {
     let cycles: usize = std::env::var("PANDASTACK_LEAK_CYCLES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+        .unwrap_or(50);
     let net = net_pool("tnet2", "10.202.1.0/24").await;
     let rt = runtime_with_network(&net).await;
     let t = bake(&rt, "cycle").await;

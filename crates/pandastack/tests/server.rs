@@ -1,114 +1,11 @@
 //! `pandastack server` end to end: the real binary, real HTTP, real guests under QEMU.
 
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+mod common;
 
-use pandastack_testkit::{bake, runtime, within};
+use common::{free_port, start, Api};
+use pandastack_testkit::{bake, runtime};
 use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
-
-struct Server {
-    child: Child,
-    url: String,
-    key: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn start(data: &std::path::Path, port: u16) -> Server {
-    let key_file = data.join("key");
-    let templates = data.join("no-specs");
-    std::fs::create_dir_all(&templates).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_pandastack"))
-        .args([
-            "server",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--pool-size",
-            "1",
-            // Test servers run side by side: no shared network pool (tested in pandastack-testkit).
-            "--network",
-            "off",
-        ])
-        .arg("--data-dir")
-        .arg(data)
-        .arg("--key-file")
-        .arg(&key_file)
-        .arg("--templates-dir")
-        .arg(&templates)
-        .env("PANDASTACK_LOG", "info,pandastack_api=debug")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start server");
-    let url = format!("http://127.0.0.1:{port}");
-    let client = Client::new();
-    within(Duration::from_secs(60), "server health", async {
-        loop {
-            if let Ok(r) = client.get(format!("{url}/v1/health")).send().await {
-                if r.status().is_success() {
-                    return;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
-    let key = std::fs::read_to_string(&key_file)
-        .unwrap()
-        .trim()
-        .to_owned();
-    Server { child, url, key }
-}
-
-struct Api<'a> {
-    s: &'a Server,
-    c: Client,
-}
-
-impl Api<'_> {
-    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let mut req = self
-            .c
-            .request(m, format!("{}{path}", self.s.url))
-            .bearer_auth(&self.s.key)
-            .timeout(Duration::from_secs(180));
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.expect("request");
-        let status = resp.status();
-        assert!(resp.headers().contains_key("x-request-id"));
-        let text = resp.text().await.unwrap();
-        let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        (status, v)
-    }
-
-    async fn exec(&self, id: &str, cmd: &str) -> Value {
-        let (st, v) = self
-            .call(
-                "POST",
-                &format!("/v1/sandboxes/{id}/exec"),
-                Some(json!({ "cmd": cmd })),
-            )
-            .await;
-        assert_eq!(st, StatusCode::OK, "{v}");
-        v
-    }
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sandbox_lifecycle_over_http() {

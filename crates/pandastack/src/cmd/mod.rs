@@ -5,6 +5,7 @@ use std::process::ExitCode;
 pub mod bench;
 pub mod doctor;
 pub mod host;
+pub mod keys;
 pub mod run;
 pub mod server;
 pub mod template;
@@ -17,6 +18,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Prepare this host (reflink-capable data directory).
     Host(host::HostArgs),
+    /// Create, list and revoke API keys in the server's database (works while it runs).
+    Keys(keys::KeysArgs),
     /// Run one command in a fresh local sandbox (no server needed) and destroy it.
     Run(run::RunArgs),
     /// Serve the REST API: control plane and host agent in one process.
@@ -30,6 +33,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Doctor(args) => doctor::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::Host(args) => host::run(args).await,
+        Command::Keys(args) => keys::run(args).await,
         Command::Run(args) => run::run(args).await,
         Command::Server(args) => server::run(args).await,
         Command::Template(args) => template::run(args).await,

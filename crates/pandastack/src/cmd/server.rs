@@ -271,14 +271,21 @@ async fn reaper(store: Store, agent: Arc<HostAgent<QemuDriver>>) {
                 continue;
             }
         };
-        for row in due {
+        for mut row in due {
             let result = if row.on_timeout == "hibernate" {
                 match agent.hibernate(&row.id).await {
-                    Ok(_) => store
-                        .sandboxes()
-                        .set_state(&row.id, "hibernated")
-                        .await
-                        .map_err(anyhow::Error::from),
+                    Ok(_) => async {
+                        // The absolute TTL is used up: a woken sandbox must not be hibernated
+                        // again at once (PATCH sets a new one); the idle clock restarts on wake.
+                        if row.expires_at.is_some_and(|t| t <= now_ms()) {
+                            row.expires_at = None;
+                            row.ttl_seconds = None;
+                            store.sandboxes().update(&row).await?;
+                        }
+                        store.sandboxes().set_state(&row.id, "hibernated").await
+                    }
+                    .await
+                    .map_err(anyhow::Error::from),
                     Err(e) => Err(e.into()),
                 }
             } else {

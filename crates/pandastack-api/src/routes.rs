@@ -1,0 +1,167 @@
+//! The route table. Each entry names a handler annotated with `#[utoipa::path]`; the method and
+//! path in that annotation both register the handler in the router and list the operation in the
+//! OpenAPI document ([`ApiDoc`]). A handler therefore cannot be served without being documented,
+//! nor documented under a path or method it is not served on.
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::handler::Handler;
+use axum::http::Method;
+use axum::routing::{MethodFilter, MethodRouter};
+use axum::Router;
+use pandastack_vm::VmDriver;
+use utoipa::openapi::HttpMethod;
+
+use crate::openapi::Conventions;
+use crate::App;
+#[allow(unused_imports)] // named by the table through the macro
+use crate::{exec_ws, keys, logs, meta, pty, sandboxes, snapshots, workload};
+
+/// The axum method filter for an OpenAPI method.
+fn filter(m: &HttpMethod) -> MethodFilter {
+    match m {
+        HttpMethod::Get => MethodFilter::GET,
+        HttpMethod::Put => MethodFilter::PUT,
+        HttpMethod::Post => MethodFilter::POST,
+        HttpMethod::Delete => MethodFilter::DELETE,
+        HttpMethod::Options => MethodFilter::OPTIONS,
+        HttpMethod::Head => MethodFilter::HEAD,
+        HttpMethod::Patch => MethodFilter::PATCH,
+        HttpMethod::Trace => MethodFilter::TRACE,
+    }
+}
+
+fn method(m: &HttpMethod) -> Method {
+    match m {
+        HttpMethod::Get => Method::GET,
+        HttpMethod::Put => Method::PUT,
+        HttpMethod::Post => Method::POST,
+        HttpMethod::Delete => Method::DELETE,
+        HttpMethod::Options => Method::OPTIONS,
+        HttpMethod::Head => Method::HEAD,
+        HttpMethod::Patch => Method::PATCH,
+        HttpMethod::Trace => Method::TRACE,
+    }
+}
+
+/// Adds `handler` under `path` for `methods` (axum merges the methods of one path).
+fn add<H, T, S>(router: Router<S>, path: &str, methods: &[HttpMethod], handler: H) -> Router<S>
+where
+    H: Handler<T, S>,
+    T: 'static,
+    S: Clone + Send + Sync + 'static,
+{
+    let mr = methods.iter().fold(MethodRouter::new(), |mr, m| {
+        mr.on(filter(m), handler.clone())
+    });
+    router.route(path, mr)
+}
+
+/// Declares the table: `module::handler` entries, optionally `=> layer` for a per-handler layer.
+/// Expands to [`ApiDoc`], [`operations`] and [`register`].
+macro_rules! route_table {
+    ($( $module:ident :: $handler:ident $(=> $layer:expr)? ),* $(,)?) => {
+        /// The OpenAPI document of `/v1`, built from the route table. Use
+        /// [`crate::openapi::document`] for the served document.
+        #[derive(utoipa::OpenApi)]
+        #[openapi(
+            paths($($module::$handler),*),
+            components(
+                schemas(
+                    pandastack_api_types::ErrorEnvelope,
+                    pandastack_api_types::ErrorBody,
+                    pandastack_api_types::ErrorCode,
+                    pandastack_api_types::ExecClientFrame,
+                    pandastack_api_types::ExecServerFrame,
+                    pandastack_api_types::PtyClientFrame,
+                    pandastack_api_types::PtyServerFrame,
+                    pandastack_api_types::LogChunk,
+                    pandastack_api_types::LogEnd,
+                ),
+            ),
+            modifiers(&Conventions),
+            security(("bearer" = [])),
+            info(
+                title = "PandaStack API",
+                description = "Self-hostable microVM sandboxes. Authenticate with `Authorization: Bearer pds_…`; streams (SSE, WebSocket) also accept `?access_token=`. Every error is `{\"error\":{\"code\",\"message\",\"request_id\"}}`. Frame protocols of the streaming routes: docs/streams.md."
+            ),
+            tags(
+                (name = "sandboxes", description = "Sandbox lifecycle"),
+                (name = "exec", description = "Commands in a sandbox: blocking, SSE, WebSocket, PTY"),
+                (name = "files", description = "Guest files"),
+                (name = "snapshots", description = "Snapshots and forks"),
+                (name = "templates", description = "Templates"),
+                (name = "keys", description = "API keys of the caller's workspace"),
+                (name = "meta", description = "Health and this document"),
+            )
+        )]
+        pub struct ApiDoc;
+
+        /// Method and path of every route the router serves (table order; the fallback aside).
+        pub fn operations() -> Vec<(Method, String)> {
+            let mut out = Vec::new();
+            $(
+                paste::paste! {
+                    let path = <$module::[<__path_ $handler>] as utoipa::Path>::path();
+                    for m in <$module::[<__path_ $handler>] as utoipa::Path>::methods() {
+                        out.push((method(&m), path.clone()));
+                    }
+                }
+            )*
+            out
+        }
+
+        /// Registers every handler of the table on `router`.
+        pub(crate) fn register<D: VmDriver + 'static>(
+            mut router: Router<Arc<App<D>>>,
+        ) -> Router<Arc<App<D>>> {
+            $(
+                paste::paste! {
+                    router = add(
+                        router,
+                        &<$module::[<__path_ $handler>] as utoipa::Path>::path(),
+                        &<$module::[<__path_ $handler>] as utoipa::Path>::methods(),
+                        $module::$handler::<D> $(.layer($layer))?,
+                    );
+                }
+            )*
+            router
+        }
+    };
+}
+
+route_table! {
+    meta::health,
+    meta::openapi_json,
+    sandboxes::create,
+    sandboxes::list,
+    sandboxes::get,
+    sandboxes::patch,
+    sandboxes::delete,
+    sandboxes::pause,
+    sandboxes::resume,
+    sandboxes::hibernate,
+    sandboxes::wake,
+    logs::logs,
+    sandboxes::metrics,
+    workload::exec,
+    workload::exec_stream,
+    exec_ws::exec_ws,
+    pty::pty,
+    workload::read,
+    workload::write => DefaultBodyLimit::disable(),
+    workload::remove,
+    workload::list,
+    workload::stat,
+    workload::mkdir,
+    workload::rename,
+    snapshots::create,
+    snapshots::fork,
+    snapshots::list,
+    snapshots::delete,
+    sandboxes::templates,
+    keys::list,
+    keys::create,
+    keys::revoke,
+}

@@ -1,0 +1,156 @@
+//! The server fixture shared by the end-to-end tests: the real `pandastack server` binary on a
+//! free port over a test data directory, killed on drop, and a small JSON client for it.
+
+// Each test binary compiles this module and uses a different part of it.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use pandastack_testkit::within;
+use reqwest::{Client, StatusCode};
+use serde_json::{json, Value};
+
+pub struct Server {
+    pub child: Child,
+    pub url: String,
+    pub key: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts the server on `data` and waits until it answers; the key is the first workspace's.
+/// Test servers run side by side, so they get no network pool unless a test asks for one
+/// (with its own `--net-name`/`--net-base`).
+pub async fn start(data: &Path, port: u16) -> Server {
+    start_with(data, port, &["--network", "off"]).await
+}
+
+/// [`start`] with extra `pandastack server` arguments (`--listen ADDR:port` replaces the
+/// default `127.0.0.1:port`).
+pub async fn start_with(data: &Path, port: u16, extra: &[&str]) -> Server {
+    let key_file = data.join("key");
+    let templates = data.join("no-specs");
+    std::fs::create_dir_all(&templates).unwrap();
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = vec!["server", "--pool-size", "1"];
+    if !extra.contains(&"--listen") {
+        args.extend(["--listen", listen.as_str()]);
+    }
+    let child = Command::new(env!("CARGO_BIN_EXE_pandastack"))
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--key-file")
+        .arg(&key_file)
+        .arg("--templates-dir")
+        .arg(&templates)
+        .args(extra)
+        .env("PANDASTACK_LOG", "info,pandastack_api=debug")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start server");
+    let url = format!("http://127.0.0.1:{port}");
+    let client = Client::new();
+    within(Duration::from_secs(60), "server health", async {
+        loop {
+            if let Ok(r) = client.get(format!("{url}/v1/health")).send().await {
+                if r.status().is_success() {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let key = std::fs::read_to_string(&key_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    Server { child, url, key }
+}
+
+/// Runs the `pandastack` CLI (e.g. `keys …`) and returns (success, stdout, stderr).
+pub fn cli(args: &[&str], data: &Path) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_pandastack"))
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .env("PANDASTACK_LOG", "warn")
+        .output()
+        .expect("run pandastack");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+pub struct Api<'a> {
+    pub s: &'a Server,
+    pub c: Client,
+}
+
+impl Api<'_> {
+    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        self.call_as(&self.s.key, method, path, body).await
+    }
+
+    /// A call with another API key.
+    pub async fn call_as(
+        &self,
+        key: &str,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut req = self
+            .c
+            .request(m, format!("{}{path}", self.s.url))
+            .bearer_auth(key)
+            .timeout(Duration::from_secs(180));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status();
+        assert!(resp.headers().contains_key("x-request-id"));
+        let text = resp.text().await.unwrap();
+        let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, v)
+    }
+
+    pub async fn exec(&self, id: &str, cmd: &str) -> Value {
+        let (st, v) = self
+            .call(
+                "POST",
+                &format!("/v1/sandboxes/{id}/exec"),
+                Some(json!({ "cmd": cmd })),
+            )
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        v
+    }
+
+    /// Creates a `minimal` sandbox and returns its id.
+    pub async fn create(&self, body: Value) -> String {
+        let (st, v) = self.call("POST", "/v1/sandboxes", Some(body)).await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+        v["id"].as_str().unwrap().to_owned()
+    }
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The client test suites — Python SDK (pytest), TypeScript SDK (node:test) and the examples they
+# run as smoke tests — against a real `pandastack server` with real guests. Called by
+# scripts/test.sh after the Rust tests (it expects the guest kernel, the `minimal` image, the
+# reflink data dir and target/{debug/pandastack,release/pandastack-guest} to exist).
+# Python packages come from PyPI into a venv in $PANDASTACK_CACHE; npm packages into
+# sdk/typescript/node_modules (git-ignored).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+export PANDASTACK_CACHE=${PANDASTACK_CACHE:-/var/cache/pandastack}
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+step "clients: install test dependencies"
+venv=$PANDASTACK_CACHE/venv-sdk
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install -q --disable-pip-version-check './sdk/python[test]'
+(cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run -s build && npm run -s test:types)
+
+step "clients: server"
+export PANDASTACK_BIN=${PANDASTACK_BIN:-$here/target/debug/pandastack}
+export PANDASTACK_GUEST_AGENT=${PANDASTACK_GUEST_AGENT:-$here/target/release/pandastack-guest}
+eval "$(scripts/dev-server.sh start clients-test)"
+trap 'scripts/dev-server.sh stop clients-test' EXIT
+export PANDASTACK_TEST_TEMPLATE=minimal PANDASTACK_TEMPLATE=minimal
+
+step "clients: Python SDK + examples"
+"$venv/bin/python" -m pytest -q sdk/python/tests
+
+step "clients: TypeScript SDK + examples"
+(cd sdk/typescript && npm test)

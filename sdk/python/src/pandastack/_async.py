@@ -1,0 +1,1096 @@
+"""The asynchronous client: :class:`AsyncPandaStack` and :class:`AsyncSandbox`. Same names and
+arguments as the sync client; every call that talks to the server is ``await``-ed."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json as _json
+import os
+import tempfile
+from typing import (
+    IO,
+    Any,
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Dict,
+    Generator,
+    Generic,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    TypeVar,
+    Union,
+    overload,
+)
+
+import httpx
+
+from . import _base as b
+from . import _ws
+from .errors import (
+    APIError,
+    CommandTimeoutError,
+    NotFoundError,
+    PandaStackError,
+    RequestTimeoutError,
+    StreamError,
+    TemplateNotFoundError,
+)
+from .types import (
+    APIKey,
+    CreatedAPIKey,
+    ExecEvent,
+    ExecResult,
+    ExitEvent,
+    FileInfo,
+    Metrics,
+    Page,
+    SandboxInfo,
+    Snapshot,
+    StderrEvent,
+    StdoutEvent,
+    Template,
+    WriteInfo,
+)
+
+T = TypeVar("T")
+#: Callbacks may be plain functions or coroutine functions.
+AsyncOutputCallback = Callable[[str], Any]
+AsyncFileContent = Union[
+    str, bytes, bytearray, memoryview, IO[bytes], AsyncIterable[bytes], Iterable[bytes]
+]
+
+__all__ = [
+    "AsyncPandaStack",
+    "AsyncSandbox",
+    "AsyncFilesystem",
+    "AsyncExecStream",
+    "AsyncPaginator",
+    "AsyncProcess",
+    "AsyncPty",
+]
+
+
+class _AsyncTransport:
+    def __init__(
+        self,
+        cfg: b.Config,
+        http_client: Optional[httpx.AsyncClient],
+        headers: Optional[Mapping[str, str]],
+    ) -> None:
+        self.cfg = cfg
+        self._own = http_client is None
+        self.http = http_client or httpx.AsyncClient(timeout=b.timeout_for(None, cfg.timeout))
+        self.headers = {**b.default_headers(cfg), **dict(headers or {})}
+
+    async def close(self) -> None:
+        if self._own:
+            await self.http.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Optional[Mapping[str, str]] = None,
+        json: Any = None,
+        content: Any = None,
+        content_factory: Optional[Callable[[], Any]] = None,
+        headers: Optional[Mapping[str, str]] = None,
+        timeout: Optional[httpx.Timeout] = None,
+        retry: Optional[str] = None,
+        stream: bool = False,
+    ) -> httpx.Response:
+        if retry is None:
+            if method in ("GET", "HEAD"):
+                retry = b.RETRY_READ
+            elif method in ("PUT", "PATCH", "DELETE"):
+                retry = b.RETRY_IDEMPOTENT
+            else:
+                retry = b.RETRY_UNSAFE
+        cfg = self.cfg
+        url = cfg.base_url + path
+        hdrs = {**self.headers, **dict(headers or {})}
+        what = f"{method} {path}"
+        attempt = 0
+        while True:
+            body = content_factory() if content_factory is not None else content
+            try:
+                req = self.http.build_request(
+                    method,
+                    url,
+                    params=params,
+                    json=json,
+                    content=body,
+                    headers=hdrs,
+                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                )
+                try:
+                    resp = await self.http.send(req, stream=True)
+                    if resp.status_code < 400 and not stream:
+                        try:
+                            await resp.aread()
+                        finally:
+                            await resp.aclose()
+                except httpx.TransportError as e:
+                    if attempt < cfg.max_retries and b.retryable_exception(retry, e):
+                        await asyncio.sleep(b.backoff(cfg, attempt, None) or 0.0)
+                        attempt += 1
+                        continue
+                    raise b.error_from_exception(e, what) from e
+            finally:
+                if content_factory is not None and hasattr(body, "aclose"):
+                    await body.aclose()
+            if resp.status_code >= 400:
+                try:
+                    data = await resp.aread()
+                except httpx.TransportError:
+                    data = b""
+                finally:
+                    await resp.aclose()
+                err = b.error_from_response(resp, data)
+                if attempt < cfg.max_retries and b.retryable_status(retry, resp.status_code):
+                    wait = b.backoff(cfg, attempt, getattr(err, "retry_after", None))
+                    if wait is not None:
+                        await asyncio.sleep(wait)
+                        attempt += 1
+                        continue
+                raise err
+            return resp
+
+    async def json(self, method: str, path: str, **kw: Any) -> Any:
+        resp = await self.request(method, path, **kw)
+        if resp.status_code == 204 or not resp.content:
+            return None
+        return resp.json()
+
+
+class AsyncPaginator(Generic[T]):
+    """``async for x in paginator`` yields every item, fetching pages as needed;
+    ``paginator.pages()`` yields pages; ``await paginator.to_list()`` collects everything."""
+
+    def __init__(
+        self, fetch: Callable[[Optional[str]], Awaitable[Page[T]]], cursor: Optional[str] = None
+    ) -> None:
+        self._fetch = fetch
+        self._cursor = cursor
+
+    async def pages(self) -> AsyncIterator[Page[T]]:
+        cursor = self._cursor
+        while True:
+            page = await self._fetch(cursor)
+            yield page
+            if not page.next_cursor or page.next_cursor == cursor:
+                return
+            cursor = page.next_cursor
+
+    async def _items(self) -> AsyncIterator[T]:
+        async for page in self.pages():
+            for x in page.data:
+                yield x
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        return self._items()
+
+    async def first_page(self) -> Page[T]:
+        return await self._fetch(self._cursor)
+
+    async def to_list(self) -> List[T]:
+        return [x async for x in self]
+
+
+class AsyncExecStream:
+    """Async counterpart of :class:`~pandastack.ExecStream`: ``async for ev in stream``."""
+
+    def __init__(self, sandbox: "AsyncSandbox", body: Dict[str, Any], timeout: httpx.Timeout):
+        self._sandbox = sandbox
+        self._body = body
+        self._timeout = timeout
+        self._resp: Optional[httpx.Response] = None
+        self._gen: Optional[AsyncGenerator[ExecEvent, None]] = None
+        self._collector = b.ExecCollector()
+        self.exit: Optional[ExitEvent] = None
+
+    def _open(self) -> AsyncGenerator[ExecEvent, None]:
+        if self._gen is None:
+            self._gen = self._events()
+        return self._gen
+
+    def _take(self, pair: Any) -> Optional[ExecEvent]:
+        ev = b.exec_event(*pair)
+        if ev is not None:
+            self._collector.add(ev)
+            if isinstance(ev, ExitEvent):
+                self.exit = ev
+        return ev
+
+    async def _events(self) -> AsyncGenerator[ExecEvent, None]:
+        t = self._sandbox._t
+        self._resp = await t.request(
+            "POST",
+            f"/v1/sandboxes/{b.seg(self._sandbox.id)}/exec/stream",
+            json=self._body,
+            headers={"Accept": "text/event-stream"},
+            timeout=self._timeout,
+            stream=True,
+        )
+        dec = b.SSEDecoder()
+        try:
+            try:
+                async for line in self._resp.aiter_lines():
+                    pair = dec.feed(line)
+                    if pair is None:
+                        continue
+                    ev = self._take(pair)
+                    if ev is None:
+                        continue
+                    yield ev
+                    if isinstance(ev, ExitEvent):
+                        return
+                pair = dec.flush()
+                if pair is not None:
+                    ev = self._take(pair)
+                    if ev is not None:
+                        yield ev
+                        if isinstance(ev, ExitEvent):
+                            return
+            except httpx.TimeoutException as e:
+                raise CommandTimeoutError(
+                    f"exec stream: no data from the server for {self._timeout.read} s",
+                    code="request_timeout",
+                ) from e
+            except httpx.TransportError as e:
+                raise b.error_from_exception(e, "exec stream") from e
+            raise StreamError("exec stream ended without an exit event", code="stream_incomplete")
+        finally:
+            await self._resp.aclose()
+
+    def __aiter__(self) -> "AsyncExecStream":
+        return self
+
+    async def __anext__(self) -> ExecEvent:
+        return await self._open().__anext__()
+
+    async def __aenter__(self) -> "AsyncExecStream":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._gen is not None:
+            await self._gen.aclose()
+        if self._resp is not None:
+            await self._resp.aclose()
+
+    async def close(self) -> None:
+        """Same as :meth:`aclose`."""
+        await self.aclose()
+
+    @property
+    def result(self) -> Optional[ExecResult]:
+        return self._collector.result() if self._collector.exit is not None else None
+
+    async def wait(self, check: bool = False) -> ExecResult:
+        async for _ in self:
+            pass
+        return b.check_result(self._collector.result(), check, b.describe_cmd(self._body))
+
+
+async def _call(cb: Optional[AsyncOutputCallback], data: str) -> None:
+    if cb is None:
+        return
+    r = cb(data)
+    if asyncio.iscoroutine(r) or isinstance(r, asyncio.Future):
+        await r
+
+
+async def _file_chunks(path: str, size: int) -> AsyncIterator[bytes]:
+    loop = asyncio.get_running_loop()
+    f = await loop.run_in_executor(None, open, path, "rb")
+    try:
+        while True:
+            chunk = await loop.run_in_executor(None, f.read, size)
+            if not chunk:
+                return
+            yield chunk
+    finally:
+        f.close()
+
+
+async def _aiter_sync(it: Iterable[bytes]) -> AsyncIterator[bytes]:
+    for chunk in it:
+        yield bytes(chunk)
+
+
+class AsyncProcess:
+    """Async counterpart of :class:`~pandastack.Process` (from ``await sandbox.spawn(...)``):
+    ``async for ev in proc``, ``await proc.send_stdin(...)``, ``close_stdin``, ``kill``,
+    ``wait``; ``async with`` closes it (killing a command still running)."""
+
+    _ID = "c1"
+
+    def __init__(self, ws: _ws.AsyncWebSocket, body: Dict[str, Any]) -> None:
+        self._ws = ws
+        self._body = body
+        self._frames = b.FrameDecoder(self._ID)
+        self._pending: "collections.deque[ExecEvent]" = collections.deque()
+        self._collector = b.ExecCollector()
+        self._done = False
+        self.exit: Optional[ExitEvent] = None
+
+    async def _start(self) -> "AsyncProcess":
+        await self._ws.send_text(b.ws_start_frame(self._ID, self._body))
+        return self
+
+    def __aiter__(self) -> "AsyncProcess":
+        return self
+
+    async def __anext__(self) -> ExecEvent:
+        while not self._pending:
+            if self._done:
+                raise StopAsyncIteration
+            op, payload = await self._ws.recv()
+            if op == _ws.OP_CLOSE:
+                self._done = True
+                raise StreamError("exec socket closed before the command exited", code="stream_incomplete")
+            if op != _ws.OP_TEXT:
+                continue
+            try:
+                frame = _json.loads(payload.decode("utf-8"))
+            except ValueError:
+                continue
+            try:
+                evs = self._frames.events(frame)
+            except StreamError:
+                self._done = True
+                await self._ws.close()
+                raise
+            for ev in evs:
+                self._collector.add(ev)
+                if isinstance(ev, ExitEvent):
+                    self.exit = ev
+                    self._done = True
+                    await self._ws.close()
+            self._pending.extend(evs)
+        return self._pending.popleft()
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        return self.exit.exit_code if self.exit else None
+
+    async def send_stdin(self, data: Union[str, bytes]) -> None:
+        await self._ws.send_text(b.ws_stdin_frame(self._ID, data))
+
+    async def close_stdin(self) -> None:
+        await self._ws.send_text(_json.dumps({"type": "stdin_close", "id": self._ID}))
+
+    async def kill(self) -> None:
+        if not self._done:
+            await self._ws.send_text(_json.dumps({"type": "kill", "id": self._ID}))
+
+    async def wait(self, check: bool = False) -> ExecResult:
+        async for _ in self:
+            pass
+        return b.check_result(self._collector.result(), check, b.describe_cmd(self._body))
+
+    async def close(self) -> None:
+        self._done = True
+        await self._ws.close()
+
+    async def __aenter__(self) -> "AsyncProcess":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+class AsyncPty:
+    """Async counterpart of :class:`~pandastack.Pty` (from ``await sandbox.pty(...)``)."""
+
+    def __init__(self, ws: _ws.AsyncWebSocket) -> None:
+        self._ws = ws
+        self.exit_code: Optional[int] = None
+        self._eof = False
+
+    async def write(self, data: Union[str, bytes]) -> None:
+        await self._ws.send_binary(data.encode("utf-8") if isinstance(data, str) else bytes(data))
+
+    async def resize(self, cols: int, rows: int) -> None:
+        await self._ws.send_text(_json.dumps({"type": "resize", "cols": int(cols), "rows": int(rows)}))
+
+    async def read(self) -> bytes:
+        while not self._eof:
+            try:
+                op, payload = await self._ws.recv()
+            except _ws.WebSocketClosed:
+                self._eof = True
+                break
+            if op == _ws.OP_BINARY:
+                if payload:
+                    return payload
+                continue
+            if op == _ws.OP_CLOSE:
+                self._eof = True
+                break
+            try:
+                frame = _json.loads(payload.decode("utf-8"))
+            except ValueError:
+                continue
+            if frame.get("type") == "exit":
+                self.exit_code = int(frame.get("exit_code", -1))
+            elif frame.get("type") == "error":
+                self._eof = True
+                await self._ws.close()
+                raise StreamError(str(frame.get("message") or "pty failed"), code=str(frame.get("code") or "stream_error"))
+        return b""
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        while True:
+            chunk = await self.read()
+            if not chunk:
+                return
+            yield chunk
+
+    async def wait(self) -> int:
+        async for _ in self:
+            pass
+        if self.exit_code is None:
+            raise StreamError("terminal closed without an exit status", code="stream_incomplete")
+        return self.exit_code
+
+    async def close(self) -> None:
+        self._eof = True
+        await self._ws.close()
+
+    async def __aenter__(self) -> "AsyncPty":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+class AsyncFilesystem:
+    """Async counterpart of :class:`~pandastack.Filesystem` (``sandbox.filesystem`` / ``files``)."""
+
+    def __init__(self, sandbox: "AsyncSandbox") -> None:
+        self._sb = sandbox
+
+    @property
+    def _t(self) -> _AsyncTransport:
+        return self._sb._t
+
+    @property
+    def _p(self) -> str:
+        return f"/v1/sandboxes/{b.seg(self._sb.id)}/fs"
+
+    def _io_timeout(self) -> httpx.Timeout:
+        return b.timeout_for(None, max(self._t.cfg.timeout, 300.0))
+
+    async def read(self, path: str, *, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return (await self.read_bytes(path)).decode(encoding, errors)
+
+    async def read_bytes(self, path: str) -> bytes:
+        resp = await self._t.request("GET", self._p, params={"path": path}, timeout=self._io_timeout())
+        return resp.content
+
+    async def read_stream(self, path: str, chunk_size: int = b.CHUNK_SIZE) -> AsyncIterator[bytes]:
+        resp = await self._t.request(
+            "GET", self._p, params={"path": path}, stream=True, timeout=self._io_timeout()
+        )
+        try:
+            try:
+                async for chunk in resp.aiter_bytes(chunk_size):
+                    yield chunk
+            except httpx.TransportError as e:
+                raise b.error_from_exception(e, f"read {path}") from e
+        finally:
+            await resp.aclose()
+
+    async def write(self, path: str, data: AsyncFileContent) -> WriteInfo:
+        kw: Dict[str, Any] = {}
+        if isinstance(data, str):
+            kw["content"] = data.encode("utf-8")
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            kw["content"] = bytes(data)
+        else:
+            content: Any = data
+            if hasattr(data, "read"):
+                reader = data.read
+                content = _aiter_sync(iter(lambda: reader(b.CHUNK_SIZE), b""))
+            elif not hasattr(data, "__aiter__"):
+                content = _aiter_sync(data)  # type: ignore[arg-type,unused-ignore]
+            kw["content"] = content
+            kw["retry"] = b.RETRY_NEVER
+        resp = await self._t.request(
+            "PUT",
+            self._p,
+            params={"path": path},
+            headers={"Content-Type": "application/octet-stream"},
+            timeout=self._io_timeout(),
+            **kw,
+        )
+        return WriteInfo.from_json(resp.json())
+
+    async def upload(self, local_path: Union[str, "os.PathLike[str]"], remote_path: str) -> WriteInfo:
+        local = os.fspath(local_path)
+        size = os.path.getsize(local)
+        resp = await self._t.request(
+            "PUT",
+            self._p,
+            params={"path": remote_path},
+            content_factory=lambda: _file_chunks(local, b.CHUNK_SIZE),
+            headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+            timeout=self._io_timeout(),
+        )
+        return WriteInfo.from_json(resp.json())
+
+    async def download(self, remote_path: str, local_path: Union[str, "os.PathLike[str]"]) -> int:
+        local = os.fspath(local_path)
+        d = os.path.dirname(os.path.abspath(local))
+        fd, tmp = tempfile.mkstemp(prefix=".pandastack-", dir=d)
+        loop = asyncio.get_running_loop()
+        n = 0
+        try:
+            with os.fdopen(fd, "wb") as f:
+                async for chunk in self.read_stream(remote_path):
+                    await loop.run_in_executor(None, f.write, chunk)
+                    n += len(chunk)
+            os.replace(tmp, local)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        return n
+
+    async def list(self, path: str = "/", *, depth: int = 1) -> List[FileInfo]:
+        body = await self._t.json(
+            "GET", f"{self._p}/list", params={"path": path, "depth": str(int(depth))}
+        )
+        return [FileInfo.from_json(x) for x in (body or {}).get("data", [])]
+
+    async def stat(self, path: str) -> FileInfo:
+        return FileInfo.from_json(await self._t.json("GET", f"{self._p}/stat", params={"path": path}))
+
+    async def exists(self, path: str) -> bool:
+        try:
+            await self.stat(path)
+            return True
+        except NotFoundError:
+            return False
+
+    async def mkdir(self, path: str, *, parents: bool = True) -> None:
+        await self._t.request(
+            "POST", f"{self._p}/mkdir", json={"path": path, "parents": parents}, retry=b.RETRY_IDEMPOTENT
+        )
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        params = {"path": path}
+        if recursive:
+            params["recursive"] = "true"
+        await self._t.request("DELETE", self._p, params=params)
+
+    async def rename(self, src: str, dst: str, *, overwrite: bool = False) -> None:
+        await self._t.request(
+            "POST", f"{self._p}/rename", json={"from": src, "to": dst, "overwrite": overwrite}
+        )
+
+
+class AsyncSandbox:
+    """Async counterpart of :class:`~pandastack.Sandbox`. ``async with`` kills it on exit."""
+
+    def __init__(self, client: "AsyncPandaStack", info: SandboxInfo) -> None:
+        self._client = client
+        self._t = client._t
+        self._info = info
+        self.filesystem = AsyncFilesystem(self)
+        self.files = self.filesystem
+
+    @property
+    def id(self) -> str:
+        return self._info.id
+
+    @property
+    def state(self) -> str:
+        return self._info.state
+
+    @property
+    def template(self) -> str:
+        return self._info.template
+
+    @property
+    def metadata(self) -> Dict[str, str]:
+        return self._info.metadata
+
+    @property
+    def created_at(self) -> str:
+        return self._info.created_at
+
+    @property
+    def expires_at(self) -> Optional[str]:
+        return self._info.expires_at
+
+    @property
+    def snapshot_id(self) -> Optional[str]:
+        return self._info.snapshot_id
+
+    @property
+    def boot_ms(self) -> int:
+        return self._info.boot_ms
+
+    @property
+    def data(self) -> SandboxInfo:
+        return self._info
+
+    @property
+    def client(self) -> "AsyncPandaStack":
+        return self._client
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox(id={self.id!r}, template={self.template!r}, state={self.state!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AsyncSandbox) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.kill()
+
+    @property
+    def _p(self) -> str:
+        return f"/v1/sandboxes/{b.seg(self.id)}"
+
+    def _set(self, body: Any) -> SandboxInfo:
+        self._info = SandboxInfo.from_json(body)
+        return self._info
+
+    def _long(self) -> httpx.Timeout:
+        return b.timeout_for(None, max(self._t.cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT))
+
+    async def info(self) -> SandboxInfo:
+        return self._set(await self._t.json("GET", self._p))
+
+    async def refresh(self) -> "AsyncSandbox":
+        await self.info()
+        return self
+
+    async def is_running(self) -> bool:
+        return (await self.info()).state == "running"
+
+    async def logs(self) -> str:
+        return (await self._t.request("GET", f"{self._p}/logs")).text
+
+    async def logs_stream(self) -> AsyncIterator[str]:
+        """See :meth:`pandastack.Sandbox.logs_stream` (``async for chunk in sb.logs_stream()``)."""
+        resp = await self._t.request(
+            "GET",
+            f"{self._p}/logs",
+            params={"follow": "1"},
+            headers={"Accept": "text/event-stream"},
+            timeout=b.exec_stream_timeout(None),
+            stream=True,
+        )
+        if not resp.headers.get("content-type", "").startswith("text/event-stream"):
+            await resp.aclose()
+            raise APIError(
+                "this server cannot follow logs (no `?follow=1` support); use logs()",
+                code="not_supported",
+                status=resp.status_code,
+                request_id=resp.headers.get("x-request-id"),
+            )
+        dec = b.SSEDecoder()
+        try:
+            try:
+                async for line in resp.aiter_lines():
+                    pair = dec.feed(line)
+                    if pair is None:
+                        continue
+                    chunk = b.log_event(*pair)
+                    if chunk is None:
+                        return
+                    if chunk:
+                        yield chunk
+            except httpx.TransportError as e:
+                raise b.error_from_exception(e, "logs stream") from e
+        finally:
+            await resp.aclose()
+
+    async def metrics(self) -> Metrics:
+        return Metrics.from_json(await self._t.json("GET", f"{self._p}/metrics"))
+
+    async def exec(
+        self,
+        cmd: Union[str, Sequence[str], None] = None,
+        *,
+        argv: Optional[Sequence[str]] = None,
+        timeout_seconds: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        stdin: Union[str, bytes, None] = None,
+        on_stdout: Optional[AsyncOutputCallback] = None,
+        on_stderr: Optional[AsyncOutputCallback] = None,
+        check: bool = False,
+        request_timeout: Optional[float] = None,
+    ) -> ExecResult:
+        """See :meth:`pandastack.Sandbox.exec`. Callbacks may be coroutine functions."""
+        body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, stdin)
+        what = b.describe_cmd(body)
+        if on_stdout is not None or on_stderr is not None:
+            stream = AsyncExecStream(self, body, b.exec_stream_timeout(request_timeout))
+            async with stream:
+                async for ev in stream:
+                    if isinstance(ev, StdoutEvent):
+                        await _call(on_stdout, ev.data)
+                    elif isinstance(ev, StderrEvent):
+                        await _call(on_stderr, ev.data)
+            result = stream._collector.result()
+        else:
+            try:
+                data = await self._t.json(
+                    "POST",
+                    f"{self._p}/exec",
+                    json=body,
+                    timeout=b.exec_http_timeout(body, request_timeout),
+                )
+            except RequestTimeoutError as e:
+                raise CommandTimeoutError(
+                    f"{what}: no answer within the command timeout plus "
+                    f"{b.EXEC_HTTP_MARGIN:.0f} s",
+                    code="request_timeout",
+                ) from e
+            result = ExecResult.from_json(data)
+        return b.check_result(result, check, what)
+
+    def exec_stream(
+        self,
+        cmd: Union[str, Sequence[str], None] = None,
+        *,
+        argv: Optional[Sequence[str]] = None,
+        timeout_seconds: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        stdin: Union[str, bytes, None] = None,
+        request_timeout: Optional[float] = None,
+    ) -> AsyncExecStream:
+        """Runs a command; ``async for ev in sandbox.exec_stream(...)`` yields typed events.
+        (Not a coroutine: the request is sent on first iteration.)"""
+        body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, stdin)
+        return AsyncExecStream(self, body, b.exec_stream_timeout(request_timeout))
+
+    async def _ws_connect(self, suffix: str, params: Optional[Mapping[str, str]] = None) -> _ws.AsyncWebSocket:
+        cfg = self._t.cfg
+        return await _ws.AsyncWebSocket.connect(
+            cfg.base_url,
+            f"{self._p}/{suffix}",
+            params,
+            self._t.headers,
+            max(cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT),
+        )
+
+    async def spawn(
+        self,
+        cmd: Union[str, Sequence[str], None] = None,
+        *,
+        argv: Optional[Sequence[str]] = None,
+        timeout_seconds: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+    ) -> AsyncProcess:
+        """See :meth:`pandastack.Sandbox.spawn`."""
+        body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, None)
+        return await AsyncProcess(await self._ws_connect("exec/ws"), body)._start()
+
+    async def pty(self, *, cols: int = 80, rows: int = 24, cmd: Optional[str] = None) -> AsyncPty:
+        """See :meth:`pandastack.Sandbox.pty`."""
+        params = {"cols": str(int(cols)), "rows": str(int(rows))}
+        if cmd is not None:
+            params["cmd"] = cmd
+        return AsyncPty(await self._ws_connect("pty", params))
+
+    async def _verb(self, verb: str) -> "AsyncSandbox":
+        self._set(await self._t.json("POST", f"{self._p}/{verb}", timeout=self._long()))
+        return self
+
+    async def pause(self) -> "AsyncSandbox":
+        return await self._verb("pause")
+
+    async def resume(self) -> "AsyncSandbox":
+        return await self._verb("resume")
+
+    async def hibernate(self) -> "AsyncSandbox":
+        return await self._verb("hibernate")
+
+    async def wake(self) -> "AsyncSandbox":
+        return await self._verb("wake")
+
+    async def kill(self) -> bool:
+        return await self._client.sandboxes.kill(self.id)
+
+    async def update(
+        self,
+        *,
+        ttl_seconds: Optional[int] = None,
+        idle_timeout_seconds: Optional[int] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+    ) -> "AsyncSandbox":
+        body = b.drop_none(
+            {
+                "ttl_seconds": ttl_seconds,
+                "idle_timeout_seconds": idle_timeout_seconds,
+                "metadata": dict(metadata) if metadata is not None else None,
+            }
+        )
+        self._set(await self._t.json("PATCH", self._p, json=body))
+        return self
+
+    async def set_timeout(self, seconds: int) -> "AsyncSandbox":
+        return await self.update(ttl_seconds=seconds)
+
+    async def snapshot(self) -> Snapshot:
+        return Snapshot.from_json(
+            await self._t.json("POST", f"{self._p}/snapshots", timeout=self._long())
+        )
+
+    @overload
+    async def fork(self, count: None = None, *, metadata: Optional[Mapping[str, str]] = None) -> "AsyncSandbox": ...
+
+    @overload
+    async def fork(self, count: int, *, metadata: Optional[Mapping[str, str]] = None) -> List["AsyncSandbox"]: ...
+
+    async def fork(
+        self, count: Optional[int] = None, *, metadata: Optional[Mapping[str, str]] = None
+    ) -> Union["AsyncSandbox", List["AsyncSandbox"]]:
+        """See :meth:`pandastack.Sandbox.fork`: one sandbox without ``count``, else a list."""
+        n = 1 if count is None else int(count)
+        body: Dict[str, Any] = {"count": n}
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
+        data = await self._t.json("POST", f"{self._p}/fork", json=body, timeout=self._long())
+        children = [
+            AsyncSandbox(self._client, SandboxInfo.from_json(c)) for c in data.get("children", [])
+        ]
+        if count is None:
+            return children[0]
+        return children
+
+
+class _CreateCall:
+    """What ``AsyncSandboxes.create`` returns: ``await`` it for the sandbox, or use it directly
+    as ``async with client.sandboxes.create(...) as sandbox:`` (killed on exit)."""
+
+    def __init__(self, coro_fn: Callable[[], Awaitable[AsyncSandbox]]) -> None:
+        self._coro_fn = coro_fn
+        self._sandbox: Optional[AsyncSandbox] = None
+
+    def __await__(self) -> Generator[Any, None, AsyncSandbox]:
+        return self._coro_fn().__await__()
+
+    async def __aenter__(self) -> AsyncSandbox:
+        self._sandbox = await self._coro_fn()
+        return self._sandbox
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._sandbox is not None:
+            await self._sandbox.kill()
+
+
+class AsyncSandboxes:
+    """``client.sandboxes`` (alias ``client.sandbox``) of :class:`AsyncPandaStack`."""
+
+    def __init__(self, client: "AsyncPandaStack") -> None:
+        self._client = client
+        self._t = client._t
+
+    def create(
+        self,
+        template: Optional[str] = None,
+        *,
+        ttl_seconds: Optional[int] = None,
+        idle_timeout_seconds: Optional[int] = None,
+        on_timeout: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        snapshot_id: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> _CreateCall:
+        """See :meth:`pandastack.PandaStack.sandboxes.create`. ``await`` the result, or
+        ``async with client.sandboxes.create(...) as sandbox:``."""
+        body = b.create_body(
+            template, snapshot_id, ttl_seconds, idle_timeout_seconds, on_timeout, metadata, env
+        )
+        key = idempotency_key or b.new_idempotency_key()
+
+        async def run() -> AsyncSandbox:
+            data = await self._t.json(
+                "POST",
+                "/v1/sandboxes",
+                json=body,
+                headers={"Idempotency-Key": key},
+                retry=b.RETRY_IDEMPOTENT,
+                timeout=b.timeout_for(
+                    request_timeout, max(self._t.cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT)
+                ),
+            )
+            return AsyncSandbox(self._client, SandboxInfo.from_json(data))
+
+        return _CreateCall(run)
+
+    async def get(self, sandbox_id: str) -> AsyncSandbox:
+        data = await self._t.json("GET", f"/v1/sandboxes/{b.seg(sandbox_id)}")
+        return AsyncSandbox(self._client, SandboxInfo.from_json(data))
+
+    async def connect(self, sandbox_id: str) -> AsyncSandbox:
+        sb = await self.get(sandbox_id)
+        if sb.state == "hibernated":
+            await sb.wake()
+        elif sb.state == "paused":
+            await sb.resume()
+        return sb
+
+    def list(
+        self,
+        *,
+        state: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+    ) -> AsyncPaginator[AsyncSandbox]:
+        """``async for sandbox in client.sandboxes.list(...)`` (not a coroutine)."""
+
+        async def fetch(c: Optional[str]) -> Page[AsyncSandbox]:
+            data = await self._t.json(
+                "GET", "/v1/sandboxes", params=b.list_params(limit, c, state, metadata)
+            )
+            return Page(
+                [AsyncSandbox(self._client, SandboxInfo.from_json(x)) for x in data.get("data", [])],
+                data.get("next_cursor"),
+            )
+
+        return AsyncPaginator(fetch, cursor)
+
+    async def kill(self, sandbox_id: str) -> bool:
+        try:
+            await self._t.request(
+                "DELETE",
+                f"/v1/sandboxes/{b.seg(sandbox_id)}",
+                timeout=b.timeout_for(None, max(self._t.cfg.timeout, 120.0)),
+            )
+            return True
+        except NotFoundError:
+            return False
+
+
+class AsyncSnapshots:
+    def __init__(self, client: "AsyncPandaStack") -> None:
+        self._t = client._t
+
+    def list(self, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> AsyncPaginator[Snapshot]:
+        async def fetch(c: Optional[str]) -> Page[Snapshot]:
+            data = await self._t.json("GET", "/v1/snapshots", params=b.list_params(limit, c))
+            return Page([Snapshot.from_json(x) for x in data.get("data", [])], data.get("next_cursor"))
+
+        return AsyncPaginator(fetch, cursor)
+
+    async def delete(self, snapshot_id: str) -> bool:
+        try:
+            await self._t.request("DELETE", f"/v1/snapshots/{b.seg(snapshot_id)}")
+            return True
+        except NotFoundError:
+            return False
+
+
+class AsyncTemplates:
+    def __init__(self, client: "AsyncPandaStack") -> None:
+        self._t = client._t
+
+    async def list(self) -> List[Template]:
+        data = await self._t.json("GET", "/v1/templates")
+        return [Template.from_json(x) for x in data.get("data", [])]
+
+    async def get(self, name: str) -> Template:
+        for t in await self.list():
+            if t.name == name:
+                return t
+        raise TemplateNotFoundError(
+            f"template {name} not found", code="template_not_found", status=404
+        )
+
+
+class AsyncKeys:
+    def __init__(self, client: "AsyncPandaStack") -> None:
+        self._t = client._t
+
+    async def list(self) -> List[APIKey]:
+        return [APIKey.from_json(x) for x in (await self._t.json("GET", "/v1/keys")).get("data", [])]
+
+    async def create(self, name: str = "") -> CreatedAPIKey:
+        return CreatedAPIKey.from_json(await self._t.json("POST", "/v1/keys", json={"name": name}))
+
+    async def revoke(self, key_id: str) -> None:
+        await self._t.request("DELETE", f"/v1/keys/{b.seg(key_id)}")
+
+
+class AsyncPandaStack:
+    """The asynchronous PandaStack client; same configuration as :class:`~pandastack.PandaStack`.
+    Use ``async with AsyncPandaStack() as client:`` or ``await client.close()``."""
+
+    def __init__(
+        self,
+        token: Optional[str] = None,
+        *,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        timeout: Optional[float] = None,
+        max_retries: Optional[int] = None,
+        headers: Optional[Mapping[str, str]] = None,
+        http_client: Optional[httpx.AsyncClient] = None,
+    ) -> None:
+        self._cfg = b.resolve_config(token, api_key, base_url, timeout, max_retries)
+        self._t = _AsyncTransport(self._cfg, http_client, headers)
+        self.sandboxes = AsyncSandboxes(self)
+        self.sandbox = self.sandboxes
+        self.snapshots = AsyncSnapshots(self)
+        self.templates = AsyncTemplates(self)
+        self.keys = AsyncKeys(self)
+
+    @property
+    def base_url(self) -> str:
+        return self._cfg.base_url
+
+    async def health(self) -> bool:
+        try:
+            return (await self._t.request("GET", "/v1/health")).status_code == 200
+        except PandaStackError:
+            return False
+
+    async def close(self) -> None:
+        await self._t.close()
+
+    async def __aenter__(self) -> "AsyncPandaStack":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"AsyncPandaStack(base_url={self._cfg.base_url!r})"

@@ -1,0 +1,533 @@
+"""Pieces shared by the sync and async clients: configuration, retry policy, error mapping,
+request bodies and the Server-Sent Events decoder. No I/O happens here."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from urllib.parse import quote
+
+import httpx
+
+from ._version import __version__
+from .errors import (
+    APIConnectionError,
+    AuthenticationError,
+    InvalidArgumentError,
+    PandaStackError,
+    RequestTimeoutError,
+    StreamError,
+    error_for_status,
+)
+from .types import ExecEvent, ExecResult, ExitEvent, StderrEvent, StdoutEvent
+
+DEFAULT_BASE_URL = "http://localhost:8080"
+DEFAULT_TIMEOUT = 60.0
+#: Creates, forks, snapshots and wakes may bake a template first; they get at least this long.
+DEFAULT_LIFECYCLE_TIMEOUT = 600.0
+DEFAULT_MAX_RETRIES = 3
+#: The server's default command timeout when ``timeout_seconds`` is not given.
+SERVER_DEFAULT_EXEC_TIMEOUT = 60
+#: Extra time the HTTP request of an exec gets beyond the command's own timeout.
+EXEC_HTTP_MARGIN = 30.0
+CHUNK_SIZE = 1 << 20
+
+USER_AGENT = f"pandastack-python/{__version__}"
+
+# Retry classes of a request.
+#: GET and friends: retried on 429/502/503/504 and on any transport error.
+RETRY_READ = "read"
+#: PUT/PATCH/DELETE and creates carrying an Idempotency-Key: retried on 429/502/503/504 and on
+#: errors that happen before the request reached the server (connect errors).
+RETRY_IDEMPOTENT = "idempotent"
+#: exec, fork, snapshot, lifecycle verbs: retried only when the server certainly did nothing
+#: (429, connect errors). A 502/503 might come after the command already ran.
+RETRY_UNSAFE = "unsafe"
+#: A body that can be sent once only (a caller's stream): never retried.
+RETRY_NEVER = "never"
+
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+
+
+@dataclass
+class Config:
+    api_key: str
+    base_url: str
+    timeout: float
+    max_retries: int
+    initial_backoff: float = 0.5
+    max_backoff: float = 8.0
+    #: A ``Retry-After`` longer than this is not waited for: the error is raised instead.
+    max_retry_after: float = 60.0
+
+
+def resolve_config(
+    token: Optional[str],
+    api_key: Optional[str],
+    base_url: Optional[str],
+    timeout: Optional[float],
+    max_retries: Optional[int],
+) -> Config:
+    if token and api_key and token != api_key:
+        raise ValueError("pass token= or api_key=, not both")
+    key = (
+        token
+        or api_key
+        or os.environ.get("PANDASTACK_API_KEY")
+        or os.environ.get("PANDASTACK_TOKEN")
+    )
+    if not key:
+        raise AuthenticationError(
+            "no API key: pass PandaStack(api_key=...) or set PANDASTACK_API_KEY",
+            code="missing_api_key",
+        )
+    url = base_url or os.environ.get("PANDASTACK_BASE_URL") or DEFAULT_BASE_URL
+    url = url.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"base_url must start with http:// or https://, got {url!r}")
+    if timeout is None:
+        env_t = os.environ.get("PANDASTACK_REQUEST_TIMEOUT")
+        timeout = float(env_t) if env_t else DEFAULT_TIMEOUT
+    if max_retries is None:
+        max_retries = DEFAULT_MAX_RETRIES
+    if max_retries < 0:
+        raise ValueError("max_retries must be >= 0")
+    return Config(api_key=key, base_url=url, timeout=float(timeout), max_retries=max_retries)
+
+
+def default_headers(cfg: Config) -> Dict[str, str]:
+    return {
+        "Authorization": f"Bearer {cfg.api_key}",
+        "User-Agent": USER_AGENT,
+        "Accept": "application/json",
+    }
+
+
+def seg(s: str) -> str:
+    """One URL path segment."""
+    if not isinstance(s, str) or not s:
+        raise InvalidArgumentError(f"expected a non-empty id, got {s!r}", code="invalid_argument")
+    return quote(s, safe="")
+
+
+def new_idempotency_key() -> str:
+    return str(uuid.uuid4())
+
+
+def timeout_for(seconds: Optional[float], default: float) -> httpx.Timeout:
+    t = default if seconds is None else float(seconds)
+    return httpx.Timeout(t, connect=min(t, 30.0))
+
+
+# ---------------------------------------------------------------- retries
+
+
+def parse_retry_after(value: Optional[str]) -> Optional[float]:
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def retryable_status(policy: str, status: int) -> bool:
+    if status not in RETRY_STATUSES or policy == RETRY_NEVER:
+        return False
+    if policy == RETRY_UNSAFE:
+        return status == 429
+    return True
+
+
+def retryable_exception(policy: str, exc: BaseException) -> bool:
+    """Whether a transport error may be retried under ``policy``."""
+    if policy == RETRY_NEVER:
+        return False
+    before_sending = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout))
+    if before_sending:
+        return True
+    if policy == RETRY_READ:
+        return isinstance(exc, httpx.TransportError)
+    return False
+
+
+def backoff(cfg: Config, attempt: int, retry_after: Optional[float]) -> Optional[float]:
+    """Seconds to wait before retry number ``attempt`` (0-based), or None to give up."""
+    if retry_after is not None:
+        if retry_after > cfg.max_retry_after:
+            return None
+        # A little jitter so that many clients told "0" do not all come back at once.
+        return float(retry_after) + random.uniform(0, min(0.25, cfg.initial_backoff))
+    base = float(min(cfg.max_backoff, cfg.initial_backoff * (2.0 ** attempt)))
+    return base / 2 + random.uniform(0, base / 2)
+
+
+# ---------------------------------------------------------------- errors
+
+
+def error_from_response(resp: httpx.Response, content: bytes) -> PandaStackError:
+    return error_from_parts(
+        resp.status_code,
+        resp.headers.get("x-request-id"),
+        resp.headers.get("retry-after"),
+        content,
+        resp.reason_phrase,
+    )
+
+
+def error_from_parts(
+    status: int,
+    request_id: Optional[str],
+    retry_after: Optional[str],
+    content: bytes,
+    reason: str = "",
+) -> PandaStackError:
+    code = f"http_{status}"
+    message = ""
+    body: Any = None
+    try:
+        body = json.loads(content.decode("utf-8")) if content else None
+    except (ValueError, UnicodeDecodeError):
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        err = body["error"]
+        code = str(err.get("code") or code)
+        message = str(err.get("message") or "")
+        request_id = err.get("request_id") or request_id
+    if not message:
+        text = content.decode("utf-8", "replace").strip()
+        message = text[:500] if text else (reason or f"HTTP {status}")
+    return error_for_status(
+        status,
+        code,
+        message,
+        request_id,
+        body=body,
+        retry_after=parse_retry_after(retry_after),
+    )
+
+
+def error_from_exception(exc: BaseException, what: str) -> PandaStackError:
+    if isinstance(exc, httpx.TimeoutException):
+        return RequestTimeoutError(f"{what}: request timed out ({type(exc).__name__})", code="request_timeout")
+    return APIConnectionError(f"{what}: {type(exc).__name__}: {exc}", code="connection_error")
+
+
+# ---------------------------------------------------------------- bodies
+
+
+def drop_none(d: Mapping[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def create_body(
+    template: Optional[str],
+    snapshot_id: Optional[str],
+    ttl_seconds: Optional[int],
+    idle_timeout_seconds: Optional[int],
+    on_timeout: Optional[str],
+    metadata: Optional[Mapping[str, str]],
+    env: Optional[Mapping[str, str]],
+) -> Dict[str, Any]:
+    return drop_none(
+        {
+            "template": template,
+            "snapshot_id": snapshot_id,
+            "ttl_seconds": ttl_seconds,
+            "idle_timeout_seconds": idle_timeout_seconds,
+            "on_timeout": on_timeout,
+            "metadata": dict(metadata) if metadata is not None else None,
+            "env": dict(env) if env is not None else None,
+        }
+    )
+
+
+def exec_body(
+    cmd: Union[str, Sequence[str], None],
+    argv: Optional[Sequence[str]],
+    timeout_seconds: Optional[float],
+    env: Optional[Mapping[str, str]],
+    cwd: Optional[str],
+    user: Optional[str],
+    stdin: Union[str, bytes, None],
+) -> Dict[str, Any]:
+    if cmd is not None and argv is not None:
+        raise InvalidArgumentError("give cmd or argv, not both", code="invalid_argument")
+    body: Dict[str, Any] = {}
+    if argv is not None:
+        body["argv"] = [str(a) for a in argv]
+    elif isinstance(cmd, str):
+        body["cmd"] = cmd
+    elif cmd is not None:
+        if isinstance(cmd, (bytes, bytearray)):
+            raise InvalidArgumentError("cmd must be str or a list of str", code="invalid_argument")
+        body["argv"] = [str(a) for a in cmd]
+    else:
+        raise InvalidArgumentError("cmd or argv is required", code="invalid_argument")
+    if timeout_seconds is not None:
+        t = int(-(-float(timeout_seconds) // 1))  # ceil: the wire takes whole seconds
+        body["timeout_seconds"] = max(1, t)
+    if env:
+        body["env"] = {str(k): str(v) for k, v in env.items()}
+    if cwd is not None:
+        body["cwd"] = cwd
+    if user is not None:
+        body["user"] = user
+    if stdin is not None:
+        if isinstance(stdin, (bytes, bytearray)):
+            try:
+                stdin = bytes(stdin).decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidArgumentError(
+                    "stdin: the server takes UTF-8 text; write binary input to a file and "
+                    "redirect it instead",
+                    code="invalid_argument",
+                ) from None
+        body["stdin"] = stdin
+    return body
+
+
+def exec_http_timeout(body: Mapping[str, Any], request_timeout: Optional[float]) -> httpx.Timeout:
+    if request_timeout is not None:
+        return timeout_for(request_timeout, request_timeout)
+    t = float(body.get("timeout_seconds") or SERVER_DEFAULT_EXEC_TIMEOUT) + EXEC_HTTP_MARGIN
+    return httpx.Timeout(t, connect=30.0)
+
+
+def exec_stream_timeout(request_timeout: Optional[float]) -> httpx.Timeout:
+    # The server sends a keep-alive comment every 15 s, so a read gap of a minute means trouble.
+    read = 60.0 if request_timeout is None else float(request_timeout)
+    return httpx.Timeout(read, connect=30.0)
+
+
+def list_params(
+    limit: Optional[int],
+    cursor: Optional[str],
+    state: Optional[str] = None,
+    metadata: Optional[Mapping[str, str]] = None,
+) -> Dict[str, str]:
+    p: Dict[str, str] = {}
+    if limit is not None:
+        p["limit"] = str(int(limit))
+    if cursor:
+        p["cursor"] = cursor
+    if state:
+        p["state"] = state
+    for k, v in (metadata or {}).items():
+        p[f"metadata.{k}"] = str(v)
+    return p
+
+
+# ---------------------------------------------------------------- SSE
+
+
+class SSEDecoder:
+    """Incremental ``text/event-stream`` decoder: feed it lines, get ``(event, data)`` pairs."""
+
+    def __init__(self) -> None:
+        self._event = ""
+        self._data: List[str] = []
+
+    def feed(self, line: str) -> Optional[Tuple[str, str]]:
+        line = line.rstrip("\r\n")
+        if line == "":
+            if not self._data and not self._event:
+                return None
+            out = (self._event or "message", "\n".join(self._data))
+            self._event, self._data = "", []
+            return out
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        return None
+
+    def flush(self) -> Optional[Tuple[str, str]]:
+        return self.feed("")
+
+
+def exec_event(event: str, data: str) -> Optional[ExecEvent]:
+    """Turns one SSE event of ``/exec/stream`` into a typed event; raises :class:`StreamError`
+    on ``error`` events; ignores unknown event names."""
+    try:
+        payload = json.loads(data) if data else {}
+    except ValueError:
+        payload = {"data": data}
+    if not isinstance(payload, dict):
+        payload = {"data": payload}
+    if event == "stdout":
+        return StdoutEvent(data=str(payload.get("data", "")))
+    if event == "stderr":
+        return StderrEvent(data=str(payload.get("data", "")))
+    if event == "exit":
+        return ExitEvent(
+            exit_code=int(payload.get("exit_code", -1)),
+            timed_out=bool(payload.get("timed_out", False)),
+            truncated=bool(payload.get("truncated", False)),
+            duration_ms=int(payload.get("duration_ms", 0) or 0),
+        )
+    if event == "error":
+        raise StreamError(
+            str(payload.get("message") or "exec stream failed"),
+            code=str(payload.get("code") or "stream_error"),
+        )
+    return None
+
+
+def log_event(event: str, data: str) -> Optional[str]:
+    """A ``logs?follow=1`` event: the text of a ``log`` event, ``""`` for events to skip, or
+    ``None`` for ``end`` (the sandbox is gone; the stream is over)."""
+    if event == "end":
+        return None
+    if event != "log":
+        return ""
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        return data
+    return str(payload.get("data", "")) if isinstance(payload, dict) else str(payload)
+
+
+class FrameDecoder:
+    """Turns ``…/exec/ws`` server frames of one command into typed events; output is base64
+    bytes, decoded as UTF-8 incrementally (a character split across frames stays whole)."""
+
+    def __init__(self, cmd_id: str) -> None:
+        import codecs
+
+        self.id = cmd_id
+        self._dec = {
+            "stdout": codecs.getincrementaldecoder("utf-8")("replace"),
+            "stderr": codecs.getincrementaldecoder("utf-8")("replace"),
+        }
+
+    def events(self, frame: Any) -> List[ExecEvent]:
+        import base64
+
+        if not isinstance(frame, dict):
+            return []
+        kind = frame.get("type")
+        fid = frame.get("id")
+        if kind == "error":
+            if fid is None or fid == self.id:
+                raise StreamError(
+                    str(frame.get("message") or "exec failed"),
+                    code=str(frame.get("code") or "stream_error"),
+                )
+            return []
+        if fid != self.id:
+            return []
+        if kind in ("stdout", "stderr"):
+            raw = base64.b64decode(str(frame.get("data") or ""))
+            text = self._dec[kind].decode(raw)
+            if not text:
+                return []
+            return [StdoutEvent(text) if kind == "stdout" else StderrEvent(text)]
+        if kind == "exit":
+            out: List[ExecEvent] = []
+            for k, d in self._dec.items():
+                rest = d.decode(b"", final=True)
+                if rest:
+                    out.append(StdoutEvent(rest) if k == "stdout" else StderrEvent(rest))
+            out.append(
+                ExitEvent(
+                    exit_code=int(frame.get("exit_code", -1)),
+                    timed_out=bool(frame.get("timed_out", False)),
+                    truncated=bool(frame.get("truncated", False)),
+                    duration_ms=int(frame.get("duration_ms", 0) or 0),
+                )
+            )
+            return out
+        return []
+
+
+def ws_start_frame(cmd_id: str, body: Mapping[str, Any]) -> str:
+    frame = {"type": "start", "id": cmd_id}
+    frame.update({k: v for k, v in body.items() if k != "stdin"})
+    return json.dumps(frame)
+
+
+def ws_stdin_frame(cmd_id: str, data: Union[str, bytes]) -> str:
+    import base64
+
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    return json.dumps({"type": "stdin", "id": cmd_id, "data": base64.b64encode(raw).decode()})
+
+
+class ExecCollector:
+    """Accumulates streamed events into an :class:`ExecResult`."""
+
+    def __init__(self) -> None:
+        self.stdout: List[str] = []
+        self.stderr: List[str] = []
+        self.exit: Optional[ExitEvent] = None
+
+    def add(self, ev: ExecEvent) -> None:
+        if isinstance(ev, StdoutEvent):
+            self.stdout.append(ev.data)
+        elif isinstance(ev, StderrEvent):
+            self.stderr.append(ev.data)
+        elif isinstance(ev, ExitEvent):
+            self.exit = ev
+
+    def result(self) -> ExecResult:
+        if self.exit is None:
+            raise StreamError("exec stream ended without an exit event", code="stream_incomplete")
+        return ExecResult(
+            stdout="".join(self.stdout),
+            stderr="".join(self.stderr),
+            exit_code=self.exit.exit_code,
+            timed_out=self.exit.timed_out,
+            truncated=self.exit.truncated,
+            duration_ms=self.exit.duration_ms,
+        )
+
+
+def check_result(result: ExecResult, check: bool, what: str) -> ExecResult:
+    from .errors import CommandExitError, CommandTimeoutError
+
+    if not check:
+        return result
+    if result.timed_out:
+        raise CommandTimeoutError(
+            f"{what}: command timed out after {result.duration_ms} ms", result=result
+        )
+    if result.exit_code != 0:
+        tail = result.stderr.strip().splitlines()[-1:] if result.stderr.strip() else []
+        extra = f": {tail[0][:200]}" if tail else ""
+        raise CommandExitError(
+            f"{what}: command exited with code {result.exit_code}{extra}", result=result
+        )
+    return result
+
+
+def describe_cmd(body: Mapping[str, Any]) -> str:
+    c = body.get("cmd")
+    if c is None:
+        c = " ".join(body.get("argv") or [])
+    c = str(c)
+    return c if len(c) <= 80 else c[:77] + "..."
+
+
+def chunked(data: bytes, size: int = CHUNK_SIZE) -> Iterable[bytes]:
+    for i in range(0, len(data), size):
+        yield data[i : i + size]

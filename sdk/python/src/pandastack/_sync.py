@@ -1,0 +1,1132 @@
+"""The synchronous client: :class:`PandaStack` and :class:`Sandbox`."""
+
+from __future__ import annotations
+
+import collections
+import json as _json
+import os
+import tempfile
+import time
+from typing import (
+    IO,
+    Any,
+    BinaryIO,
+    Callable,
+    Dict,
+    Generator,
+    Generic,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+    overload,
+)
+
+import httpx
+
+from . import _base as b
+from . import _ws
+from .errors import (
+    APIError,
+    CommandTimeoutError,
+    NotFoundError,
+    PandaStackError,
+    RequestTimeoutError,
+    StreamError,
+    TemplateNotFoundError,
+)
+from .types import (
+    APIKey,
+    CreatedAPIKey,
+    ExecEvent,
+    ExecResult,
+    ExitEvent,
+    FileInfo,
+    Metrics,
+    Page,
+    SandboxInfo,
+    Snapshot,
+    StderrEvent,
+    StdoutEvent,
+    Template,
+    WriteInfo,
+)
+
+T = TypeVar("T")
+OutputCallback = Callable[[str], Any]
+FileContent = Union[str, bytes, bytearray, memoryview, IO[bytes], Iterable[bytes]]
+
+__all__ = ["PandaStack", "Sandbox", "Filesystem", "ExecStream", "Paginator", "Process", "Pty"]
+
+
+class _Transport:
+    def __init__(
+        self,
+        cfg: b.Config,
+        http_client: Optional[httpx.Client],
+        headers: Optional[Mapping[str, str]],
+    ) -> None:
+        self.cfg = cfg
+        self._own = http_client is None
+        self.http = http_client or httpx.Client(timeout=b.timeout_for(None, cfg.timeout))
+        self.headers = {**b.default_headers(cfg), **dict(headers or {})}
+
+    def close(self) -> None:
+        if self._own:
+            self.http.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Optional[Mapping[str, str]] = None,
+        json: Any = None,
+        content: Any = None,
+        content_factory: Optional[Callable[[], Any]] = None,
+        headers: Optional[Mapping[str, str]] = None,
+        timeout: Optional[httpx.Timeout] = None,
+        retry: Optional[str] = None,
+        stream: bool = False,
+    ) -> httpx.Response:
+        """Sends a request with retries. Raises a :class:`PandaStackError` for error statuses.
+        With ``stream=True`` the caller must close the returned response."""
+        if retry is None:
+            if method in ("GET", "HEAD"):
+                retry = b.RETRY_READ
+            elif method in ("PUT", "PATCH", "DELETE"):
+                retry = b.RETRY_IDEMPOTENT
+            else:
+                retry = b.RETRY_UNSAFE
+        cfg = self.cfg
+        url = cfg.base_url + path
+        hdrs = {**self.headers, **dict(headers or {})}
+        what = f"{method} {path}"
+        attempt = 0
+        while True:
+            body = content_factory() if content_factory is not None else content
+            try:
+                req = self.http.build_request(
+                    method,
+                    url,
+                    params=params,
+                    json=json,
+                    content=body,
+                    headers=hdrs,
+                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                )
+                try:
+                    resp = self.http.send(req, stream=True)
+                    if resp.status_code < 400 and not stream:
+                        try:
+                            resp.read()
+                        finally:
+                            resp.close()
+                except httpx.TransportError as e:
+                    if attempt < cfg.max_retries and b.retryable_exception(retry, e):
+                        time.sleep(b.backoff(cfg, attempt, None) or 0.0)
+                        attempt += 1
+                        continue
+                    raise b.error_from_exception(e, what) from e
+            finally:
+                if content_factory is not None and hasattr(body, "close"):
+                    body.close()
+            if resp.status_code >= 400:
+                try:
+                    data = resp.read()
+                except httpx.TransportError:
+                    data = b""
+                finally:
+                    resp.close()
+                err = b.error_from_response(resp, data)
+                if attempt < cfg.max_retries and b.retryable_status(retry, resp.status_code):
+                    wait = b.backoff(cfg, attempt, getattr(err, "retry_after", None))
+                    if wait is not None:
+                        time.sleep(wait)
+                        attempt += 1
+                        continue
+                raise err
+            return resp
+
+    def json(self, method: str, path: str, **kw: Any) -> Any:
+        resp = self.request(method, path, **kw)
+        if resp.status_code == 204 or not resp.content:
+            return None
+        return resp.json()
+
+
+class Paginator(Generic[T]):
+    """Iterates over every item of a cursor-paginated list, fetching pages as needed.
+
+    ``for x in paginator`` yields items; ``paginator.pages()`` yields :class:`~pandastack.Page`
+    objects; ``paginator.to_list()`` collects everything. Each iteration starts over from the
+    first page.
+    """
+
+    def __init__(self, fetch: Callable[[Optional[str]], Page[T]], cursor: Optional[str] = None):
+        self._fetch = fetch
+        self._cursor = cursor
+
+    def pages(self) -> Iterator[Page[T]]:
+        cursor = self._cursor
+        while True:
+            page = self._fetch(cursor)
+            yield page
+            if not page.next_cursor or page.next_cursor == cursor:
+                return
+            cursor = page.next_cursor
+
+    def __iter__(self) -> Iterator[T]:
+        for page in self.pages():
+            yield from page.data
+
+    def first_page(self) -> Page[T]:
+        return self._fetch(self._cursor)
+
+    def to_list(self) -> List[T]:
+        return list(self)
+
+
+class ExecStream:
+    """The events of a running command: iterate for :class:`~pandastack.StdoutEvent`,
+    :class:`~pandastack.StderrEvent` and finally one :class:`~pandastack.ExitEvent`.
+
+    The request is sent on first iteration (or ``with``). Closing the stream early (``close()``,
+    leaving the ``with`` block, or breaking out of the loop and dropping it) disconnects, and the
+    server kills the command. After the loop, ``result`` holds the collected
+    :class:`~pandastack.ExecResult`; ``wait()`` drains the rest and returns it.
+    """
+
+    def __init__(self, sandbox: "Sandbox", body: Dict[str, Any], timeout: httpx.Timeout):
+        self._sandbox = sandbox
+        self._body = body
+        self._timeout = timeout
+        self._resp: Optional[httpx.Response] = None
+        self._gen: Optional[Generator[ExecEvent, None, None]] = None
+        self._collector = b.ExecCollector()
+        self.exit: Optional[ExitEvent] = None
+
+    def _open(self) -> Generator[ExecEvent, None, None]:
+        if self._gen is None:
+            self._gen = self._events()
+        return self._gen
+
+    def _events(self) -> Generator[ExecEvent, None, None]:
+        t = self._sandbox._t
+        self._resp = t.request(
+            "POST",
+            f"/v1/sandboxes/{b.seg(self._sandbox.id)}/exec/stream",
+            json=self._body,
+            headers={"Accept": "text/event-stream"},
+            timeout=self._timeout,
+            stream=True,
+        )
+        dec = b.SSEDecoder()
+        try:
+            try:
+                for line in self._resp.iter_lines():
+                    pair = dec.feed(line)
+                    if pair is None:
+                        continue
+                    ev = b.exec_event(*pair)
+                    if ev is None:
+                        continue
+                    self._collector.add(ev)
+                    if isinstance(ev, ExitEvent):
+                        self.exit = ev
+                    yield ev
+                    if isinstance(ev, ExitEvent):
+                        return
+                pair = dec.flush()
+                if pair is not None:
+                    ev = b.exec_event(*pair)
+                    if ev is not None:
+                        self._collector.add(ev)
+                        if isinstance(ev, ExitEvent):
+                            self.exit = ev
+                        yield ev
+                        if isinstance(ev, ExitEvent):
+                            return
+            except httpx.TimeoutException as e:
+                raise CommandTimeoutError(
+                    f"exec stream: no data from the server for {self._timeout.read} s",
+                    code="request_timeout",
+                ) from e
+            except httpx.TransportError as e:
+                raise b.error_from_exception(e, "exec stream") from e
+            raise StreamError("exec stream ended without an exit event", code="stream_incomplete")
+        finally:
+            self._resp.close()
+
+    def __iter__(self) -> Iterator[ExecEvent]:
+        return self
+
+    def __next__(self) -> ExecEvent:
+        return next(self._open())
+
+    def __enter__(self) -> "ExecStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._gen is not None:
+            self._gen.close()
+        if self._resp is not None:
+            self._resp.close()
+
+    @property
+    def result(self) -> Optional[ExecResult]:
+        """The result once the exit event was seen, else ``None``."""
+        return self._collector.result() if self._collector.exit is not None else None
+
+    def wait(self, check: bool = False) -> ExecResult:
+        """Consumes the remaining events and returns the :class:`~pandastack.ExecResult`."""
+        for _ in self:
+            pass
+        return b.check_result(self._collector.result(), check, b.describe_cmd(self._body))
+
+
+class Process:
+    """A command started with :meth:`Sandbox.spawn`, on its own WebSocket: live output, stdin,
+    and kill. Iterate for :class:`~pandastack.StdoutEvent` / :class:`~pandastack.StderrEvent`
+    and a final :class:`~pandastack.ExitEvent`; or call :meth:`wait`.
+
+    Standard input stays open until :meth:`close_stdin`. Closing the handle (``close()`` or
+    leaving ``with``) before the command exits kills it.
+    """
+
+    _ID = "c1"
+
+    def __init__(self, ws: _ws.SyncWebSocket, body: Dict[str, Any]) -> None:
+        self._ws = ws
+        self._body = body
+        self._frames = b.FrameDecoder(self._ID)
+        self._pending: "collections.deque[ExecEvent]" = collections.deque()
+        self._collector = b.ExecCollector()
+        self._done = False
+        self.exit: Optional[ExitEvent] = None
+        ws.send_text(b.ws_start_frame(self._ID, body))
+
+    def __iter__(self) -> "Process":
+        return self
+
+    def __next__(self) -> ExecEvent:
+        while not self._pending:
+            if self._done:
+                raise StopIteration
+            op, payload = self._ws.recv()
+            if op == _ws.OP_CLOSE:
+                self._done = True
+                raise StreamError("exec socket closed before the command exited", code="stream_incomplete")
+            if op != _ws.OP_TEXT:
+                continue
+            try:
+                frame = _json.loads(payload.decode("utf-8"))
+            except ValueError:
+                continue
+            try:
+                evs = self._frames.events(frame)
+            except StreamError:
+                self._done = True
+                self._ws.close()
+                raise
+            for ev in evs:
+                self._collector.add(ev)
+                if isinstance(ev, ExitEvent):
+                    self.exit = ev
+                    self._done = True
+                    self._ws.close()
+            self._pending.extend(evs)
+        return self._pending.popleft()
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        """The exit code once the command exited, else ``None``."""
+        return self.exit.exit_code if self.exit else None
+
+    def send_stdin(self, data: Union[str, bytes]) -> None:
+        """Writes to the command's standard input (text is sent as UTF-8)."""
+        self._ws.send_text(b.ws_stdin_frame(self._ID, data))
+
+    def close_stdin(self) -> None:
+        """Closes standard input (the command sees end of file)."""
+        self._ws.send_text(_json.dumps({"type": "stdin_close", "id": self._ID}))
+
+    def kill(self) -> None:
+        """Kills the command's process group (SIGKILL); its exit event follows (code 137)."""
+        if not self._done:
+            self._ws.send_text(_json.dumps({"type": "kill", "id": self._ID}))
+
+    def wait(self, check: bool = False) -> ExecResult:
+        """Reads the remaining output and returns the :class:`~pandastack.ExecResult`."""
+        for _ in self:
+            pass
+        return b.check_result(self._collector.result(), check, b.describe_cmd(self._body))
+
+    def close(self) -> None:
+        """Disconnects; a command still running is killed by the server."""
+        self._done = True
+        self._ws.close()
+
+    def __enter__(self) -> "Process":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Pty:
+    """An interactive terminal from :meth:`Sandbox.pty`: :meth:`write` keystrokes, :meth:`read`
+    (or iterate over) output bytes, :meth:`resize`. ``exit_code`` is set once the program ends.
+    """
+
+    def __init__(self, ws: _ws.SyncWebSocket) -> None:
+        self._ws = ws
+        self.exit_code: Optional[int] = None
+        self._eof = False
+
+    def write(self, data: Union[str, bytes]) -> None:
+        """Sends input to the terminal (text is sent as UTF-8)."""
+        self._ws.send_binary(data.encode("utf-8") if isinstance(data, str) else bytes(data))
+
+    def resize(self, cols: int, rows: int) -> None:
+        self._ws.send_text(_json.dumps({"type": "resize", "cols": int(cols), "rows": int(rows)}))
+
+    def read(self) -> bytes:
+        """The next piece of terminal output; ``b""`` once the terminal has ended."""
+        while not self._eof:
+            try:
+                op, payload = self._ws.recv()
+            except _ws.WebSocketClosed:
+                self._eof = True
+                break
+            if op == _ws.OP_BINARY:
+                if payload:
+                    return payload
+                continue
+            if op == _ws.OP_CLOSE:
+                self._eof = True
+                break
+            try:
+                frame = _json.loads(payload.decode("utf-8"))
+            except ValueError:
+                continue
+            if frame.get("type") == "exit":
+                self.exit_code = int(frame.get("exit_code", -1))
+            elif frame.get("type") == "error":
+                self._eof = True
+                self._ws.close()
+                raise StreamError(str(frame.get("message") or "pty failed"), code=str(frame.get("code") or "stream_error"))
+        return b""
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            chunk = self.read()
+            if not chunk:
+                return
+            yield chunk
+
+    def wait(self) -> int:
+        """Reads (and discards) output until the program ends; returns its exit code."""
+        for _ in self:
+            pass
+        if self.exit_code is None:
+            raise StreamError("terminal closed without an exit status", code="stream_incomplete")
+        return self.exit_code
+
+    def close(self) -> None:
+        """Closes the terminal (the program gets a hangup)."""
+        self._eof = True
+        self._ws.close()
+
+    def __enter__(self) -> "Pty":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Filesystem:
+    """Files inside a sandbox (``sandbox.filesystem``, alias ``sandbox.files``). Paths are
+    absolute guest paths. Missing paths raise :class:`~pandastack.NotFoundError`."""
+
+    def __init__(self, sandbox: "Sandbox") -> None:
+        self._sb = sandbox
+
+    @property
+    def _t(self) -> _Transport:
+        return self._sb._t
+
+    @property
+    def _p(self) -> str:
+        return f"/v1/sandboxes/{b.seg(self._sb.id)}/fs"
+
+    def read(self, path: str, *, encoding: str = "utf-8", errors: str = "strict") -> str:
+        """The file's content as text."""
+        return self.read_bytes(path).decode(encoding, errors)
+
+    def read_bytes(self, path: str) -> bytes:
+        """The file's content as bytes (held in memory: use :meth:`download` or
+        :meth:`read_stream` for large files)."""
+        return self._t.request("GET", self._p, params={"path": path}, timeout=self._io_timeout()).content
+
+    def read_stream(self, path: str, chunk_size: int = b.CHUNK_SIZE) -> Iterator[bytes]:
+        """Yields the file's content in chunks without holding it in memory."""
+        resp = self._t.request(
+            "GET", self._p, params={"path": path}, stream=True, timeout=self._io_timeout()
+        )
+        try:
+            try:
+                yield from resp.iter_bytes(chunk_size)
+            except httpx.TransportError as e:
+                raise b.error_from_exception(e, f"read {path}") from e
+        finally:
+            resp.close()
+
+    def write(self, path: str, data: FileContent) -> WriteInfo:
+        """Creates or replaces a file (parents are created; the replacement is atomic).
+        ``data`` is text (UTF-8), bytes, a binary file object or an iterable of bytes chunks;
+        file objects and iterables are streamed."""
+        kw: Dict[str, Any] = {}
+        if isinstance(data, str):
+            kw["content"] = data.encode("utf-8")
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            kw["content"] = bytes(data)
+        else:
+            # Streams can be sent once only: never retried (upload() reopens its file and is).
+            kw["content"] = data
+            kw["retry"] = b.RETRY_NEVER
+        resp = self._t.request(
+            "PUT",
+            self._p,
+            params={"path": path},
+            headers={"Content-Type": "application/octet-stream"},
+            timeout=self._io_timeout(),
+            **kw,
+        )
+        return WriteInfo.from_json(resp.json())
+
+    def upload(self, local_path: Union[str, "os.PathLike[str]"], remote_path: str) -> WriteInfo:
+        """Streams a local file into the sandbox (never held in memory)."""
+        size = os.path.getsize(local_path)
+        resp = self._t.request(
+            "PUT",
+            self._p,
+            params={"path": remote_path},
+            content_factory=lambda: open(local_path, "rb"),
+            headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+            timeout=self._io_timeout(),
+        )
+        return WriteInfo.from_json(resp.json())
+
+    def download(self, remote_path: str, local_path: Union[str, "os.PathLike[str]"]) -> int:
+        """Streams a sandbox file to a local path (written to a temporary file next to it, then
+        renamed into place). Returns the number of bytes written."""
+        local = os.fspath(local_path)
+        d = os.path.dirname(os.path.abspath(local))
+        fd, tmp = tempfile.mkstemp(prefix=".pandastack-", dir=d)
+        n = 0
+        try:
+            with os.fdopen(fd, "wb") as f:
+                for chunk in self.read_stream(remote_path):
+                    f.write(chunk)
+                    n += len(chunk)
+            os.replace(tmp, local)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        return n
+
+    def list(self, path: str = "/", *, depth: int = 1) -> List[FileInfo]:
+        """Entries under a directory, ``depth`` levels deep (1-10)."""
+        body = self._t.json(
+            "GET", f"{self._p}/list", params={"path": path, "depth": str(int(depth))}
+        )
+        return [FileInfo.from_json(x) for x in (body or {}).get("data", [])]
+
+    def stat(self, path: str) -> FileInfo:
+        return FileInfo.from_json(self._t.json("GET", f"{self._p}/stat", params={"path": path}))
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.stat(path)
+            return True
+        except NotFoundError:
+            return False
+
+    def mkdir(self, path: str, *, parents: bool = True) -> None:
+        """Creates a directory (with its parents unless ``parents=False``)."""
+        self._t.request(
+            "POST", f"{self._p}/mkdir", json={"path": path, "parents": parents}, retry=b.RETRY_IDEMPOTENT
+        )
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Removes a file, or a directory (non-empty ones need ``recursive=True``)."""
+        params = {"path": path}
+        if recursive:
+            params["recursive"] = "true"
+        self._t.request("DELETE", self._p, params=params)
+
+    def rename(self, src: str, dst: str, *, overwrite: bool = False) -> None:
+        """Moves ``src`` to ``dst`` (fails if ``dst`` exists unless ``overwrite=True``)."""
+        self._t.request(
+            "POST", f"{self._p}/rename", json={"from": src, "to": dst, "overwrite": overwrite}
+        )
+
+    def _io_timeout(self) -> httpx.Timeout:
+        return b.timeout_for(None, max(self._t.cfg.timeout, 300.0))
+
+
+class Sandbox:
+    """A handle on one sandbox. Fields (``id``, ``state``, ``template``, ``metadata``, …) reflect
+    the last answer from the server; :meth:`refresh` re-reads them.
+
+    ``with client.sandboxes.create(...) as sandbox:`` kills the sandbox on exit.
+    """
+
+    def __init__(self, client: "PandaStack", info: SandboxInfo) -> None:
+        self._client = client
+        self._t = client._t
+        self._info = info
+        self.filesystem = Filesystem(self)
+        self.files = self.filesystem
+
+    # ---- fields
+    @property
+    def id(self) -> str:
+        return self._info.id
+
+    @property
+    def state(self) -> str:
+        return self._info.state
+
+    @property
+    def template(self) -> str:
+        return self._info.template
+
+    @property
+    def metadata(self) -> Dict[str, str]:
+        return self._info.metadata
+
+    @property
+    def created_at(self) -> str:
+        return self._info.created_at
+
+    @property
+    def expires_at(self) -> Optional[str]:
+        return self._info.expires_at
+
+    @property
+    def snapshot_id(self) -> Optional[str]:
+        return self._info.snapshot_id
+
+    @property
+    def boot_ms(self) -> int:
+        return self._info.boot_ms
+
+    @property
+    def data(self) -> SandboxInfo:
+        """The last known :class:`~pandastack.SandboxInfo` (no request)."""
+        return self._info
+
+    @property
+    def client(self) -> "PandaStack":
+        return self._client
+
+    def __repr__(self) -> str:
+        return f"Sandbox(id={self.id!r}, template={self.template!r}, state={self.state!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sandbox) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.kill()
+
+    @property
+    def _p(self) -> str:
+        return f"/v1/sandboxes/{b.seg(self.id)}"
+
+    def _set(self, body: Any) -> SandboxInfo:
+        self._info = SandboxInfo.from_json(body)
+        return self._info
+
+    # ---- info
+    def info(self) -> SandboxInfo:
+        """Fetches the sandbox's current state (does not wake it)."""
+        return self._set(self._t.json("GET", self._p))
+
+    def refresh(self) -> "Sandbox":
+        """Re-reads the sandbox's fields; returns ``self``."""
+        self.info()
+        return self
+
+    def is_running(self) -> bool:
+        return self.info().state == "running"
+
+    def logs(self) -> str:
+        """The guest console output so far."""
+        return self._t.request("GET", f"{self._p}/logs").text
+
+    def logs_stream(self) -> Iterator[str]:
+        """Follows the guest console: yields the log so far, then every piece appended, until
+        the sandbox is deleted (or you stop iterating). Needs a server with ``?follow=1``."""
+        resp = self._t.request(
+            "GET",
+            f"{self._p}/logs",
+            params={"follow": "1"},
+            headers={"Accept": "text/event-stream"},
+            timeout=b.exec_stream_timeout(None),
+            stream=True,
+        )
+        if not resp.headers.get("content-type", "").startswith("text/event-stream"):
+            resp.close()
+            raise APIError(
+                "this server cannot follow logs (no `?follow=1` support); use logs()",
+                code="not_supported",
+                status=resp.status_code,
+                request_id=resp.headers.get("x-request-id"),
+            )
+        dec = b.SSEDecoder()
+        try:
+            try:
+                for line in resp.iter_lines():
+                    pair = dec.feed(line)
+                    if pair is None:
+                        continue
+                    chunk = b.log_event(*pair)
+                    if chunk is None:
+                        return
+                    if chunk:
+                        yield chunk
+            except httpx.TransportError as e:
+                raise b.error_from_exception(e, "logs stream") from e
+        finally:
+            resp.close()
+
+    def metrics(self) -> Metrics:
+        return Metrics.from_json(self._t.json("GET", f"{self._p}/metrics"))
+
+    # ---- exec
+    def exec(
+        self,
+        cmd: Union[str, Sequence[str], None] = None,
+        *,
+        argv: Optional[Sequence[str]] = None,
+        timeout_seconds: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        stdin: Union[str, bytes, None] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+        check: bool = False,
+        request_timeout: Optional[float] = None,
+    ) -> ExecResult:
+        """Runs a command to completion.
+
+        ``cmd`` is a shell command line (``/bin/sh -c``) or an argv list (no shell); ``argv=``
+        is the explicit form of the latter. ``timeout_seconds`` bounds the command (server
+        default 60 s, max 3600). With ``on_stdout``/``on_stderr`` the output is streamed and
+        the callbacks get each chunk as it arrives; the result still holds all output.
+
+        A non-zero exit is returned as data. With ``check=True`` a non-zero exit raises
+        :class:`~pandastack.CommandExitError` and a timeout raises
+        :class:`~pandastack.CommandTimeoutError`. If the HTTP request itself outlives
+        ``timeout_seconds`` + 30 s, :class:`~pandastack.CommandTimeoutError` is raised
+        regardless of ``check``.
+        """
+        body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, stdin)
+        what = b.describe_cmd(body)
+        if on_stdout is not None or on_stderr is not None:
+            stream = ExecStream(self, body, b.exec_stream_timeout(request_timeout))
+            with stream:
+                for ev in stream:
+                    if isinstance(ev, StdoutEvent):
+                        if on_stdout is not None:
+                            on_stdout(ev.data)
+                    elif isinstance(ev, StderrEvent):
+                        if on_stderr is not None:
+                            on_stderr(ev.data)
+            result = stream._collector.result()
+        else:
+            try:
+                data = self._t.json(
+                    "POST",
+                    f"{self._p}/exec",
+                    json=body,
+                    timeout=b.exec_http_timeout(body, request_timeout),
+                )
+            except RequestTimeoutError as e:
+                raise CommandTimeoutError(
+                    f"{what}: no answer within the command timeout plus "
+                    f"{b.EXEC_HTTP_MARGIN:.0f} s",
+                    code="request_timeout",
+                ) from e
+            result = ExecResult.from_json(data)
+        return b.check_result(result, check, what)
+
+    def exec_stream(
+        self,
+        cmd: Union[str, Sequence[str], None] = None,
+        *,
+        argv: Optional[Sequence[str]] = None,
+        timeout_seconds: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        stdin: Union[str, bytes, None] = None,
+        request_timeout: Optional[float] = None,
+    ) -> ExecStream:
+        """Runs a command and returns an :class:`ExecStream` of typed events::
+
+            for ev in sandbox.exec_stream("make test"):
+                if ev.type == "stdout": print(ev.data, end="")
+                elif ev.type == "exit": print("exit", ev.exit_code)
+        """
+        body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, stdin)
+        return ExecStream(self, body, b.exec_stream_timeout(request_timeout))
+
+    def _ws_connect(self, suffix: str, params: Optional[Mapping[str, str]] = None) -> _ws.SyncWebSocket:
+        cfg = self._t.cfg
+        return _ws.SyncWebSocket.connect(
+            cfg.base_url,
+            f"{self._p}/{suffix}",
+            params,
+            self._t.headers,
+            max(cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT),
+        )
+
+    def spawn(
+        self,
+        cmd: Union[str, Sequence[str], None] = None,
+        *,
+        argv: Optional[Sequence[str]] = None,
+        timeout_seconds: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+    ) -> Process:
+        """Starts a command over a WebSocket (``…/exec/ws``) and returns a :class:`Process`
+        for interactive use: ``send_stdin``, ``close_stdin``, ``kill``, live events, ``wait``.
+        Without ``timeout_seconds`` it runs until it exits, is killed, or the handle closes."""
+        body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, None)
+        return Process(self._ws_connect("exec/ws"), body)
+
+    def pty(self, *, cols: int = 80, rows: int = 24, cmd: Optional[str] = None) -> Pty:
+        """Opens an interactive terminal (``…/pty``) running ``cmd`` (default: a login shell)."""
+        params = {"cols": str(int(cols)), "rows": str(int(rows))}
+        if cmd is not None:
+            params["cmd"] = cmd
+        return Pty(self._ws_connect("pty", params))
+
+    # ---- lifecycle
+    def _verb(self, verb: str) -> "Sandbox":
+        self._set(
+            self._t.json(
+                "POST",
+                f"{self._p}/{verb}",
+                timeout=b.timeout_for(None, max(self._t.cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT)),
+            )
+        )
+        return self
+
+    def pause(self) -> "Sandbox":
+        """Freezes the vCPUs in place (memory stays resident)."""
+        return self._verb("pause")
+
+    def resume(self) -> "Sandbox":
+        """Continues a paused sandbox."""
+        return self._verb("resume")
+
+    def hibernate(self) -> "Sandbox":
+        """Saves the sandbox to disk and frees its memory. Any later call wakes it."""
+        return self._verb("hibernate")
+
+    def wake(self) -> "Sandbox":
+        """Brings a hibernated sandbox back (any sandbox call also does this implicitly)."""
+        return self._verb("wake")
+
+    def kill(self) -> bool:
+        """Destroys the sandbox. Returns ``False`` if it was already gone."""
+        return self._client.sandboxes.kill(self.id)
+
+    def update(
+        self,
+        *,
+        ttl_seconds: Optional[int] = None,
+        idle_timeout_seconds: Optional[int] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+    ) -> "Sandbox":
+        """Changes the TTL (counted from now), idle timeout or metadata (replaced whole)."""
+        body = b.drop_none(
+            {
+                "ttl_seconds": ttl_seconds,
+                "idle_timeout_seconds": idle_timeout_seconds,
+                "metadata": dict(metadata) if metadata is not None else None,
+            }
+        )
+        self._set(self._t.json("PATCH", self._p, json=body))
+        return self
+
+    def set_timeout(self, seconds: int) -> "Sandbox":
+        """The sandbox now expires ``seconds`` from now."""
+        return self.update(ttl_seconds=seconds)
+
+    # ---- snapshots and forks
+    def snapshot(self) -> Snapshot:
+        """Snapshots the sandbox (memory and disk); it keeps running."""
+        return Snapshot.from_json(
+            self._t.json(
+                "POST",
+                f"{self._p}/snapshots",
+                timeout=b.timeout_for(None, max(self._t.cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT)),
+            )
+        )
+
+    @overload
+    def fork(self, count: None = None, *, metadata: Optional[Mapping[str, str]] = None) -> "Sandbox": ...
+
+    @overload
+    def fork(self, count: int, *, metadata: Optional[Mapping[str, str]] = None) -> List["Sandbox"]: ...
+
+    def fork(
+        self, count: Optional[int] = None, *, metadata: Optional[Mapping[str, str]] = None
+    ) -> Union["Sandbox", List["Sandbox"]]:
+        """Clones the running sandbox (memory, processes and disk) into new sandboxes.
+
+        ``sandbox.fork()`` returns one :class:`Sandbox`; ``sandbox.fork(count=n)`` always
+        returns a list of ``n`` sandboxes (also for ``n == 1``). Children share the parent's
+        metadata unless ``metadata`` is given. The snapshot taken for the fork is
+        ``child.snapshot_id``.
+        """
+        n = 1 if count is None else int(count)
+        body: Dict[str, Any] = {"count": n}
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
+        data = self._t.json(
+            "POST",
+            f"{self._p}/fork",
+            json=body,
+            timeout=b.timeout_for(None, max(self._t.cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT)),
+        )
+        children = [Sandbox(self._client, SandboxInfo.from_json(c)) for c in data.get("children", [])]
+        if count is None:
+            return children[0]
+        return children
+
+
+class Sandboxes:
+    """``client.sandboxes`` (alias ``client.sandbox``)."""
+
+    def __init__(self, client: "PandaStack") -> None:
+        self._client = client
+        self._t = client._t
+
+    def create(
+        self,
+        template: Optional[str] = None,
+        *,
+        ttl_seconds: Optional[int] = None,
+        idle_timeout_seconds: Optional[int] = None,
+        on_timeout: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        snapshot_id: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        request_timeout: Optional[float] = None,
+    ) -> Sandbox:
+        """Creates a sandbox and returns once it is ready to exec.
+
+        ``template`` defaults to the server's (``base``); ``snapshot_id`` starts from a
+        snapshot instead. ``ttl_seconds`` bounds its life, ``idle_timeout_seconds`` its idle
+        time; ``on_timeout`` is ``"kill"`` (default) or ``"hibernate"``. An ``Idempotency-Key``
+        (a fresh uuid4 unless given) makes retries safe. The first create of a template bakes
+        it, which can take a minute: the request timeout is at least 600 s.
+        """
+        body = b.create_body(
+            template, snapshot_id, ttl_seconds, idle_timeout_seconds, on_timeout, metadata, env
+        )
+        data = self._t.json(
+            "POST",
+            "/v1/sandboxes",
+            json=body,
+            headers={"Idempotency-Key": idempotency_key or b.new_idempotency_key()},
+            retry=b.RETRY_IDEMPOTENT,
+            timeout=b.timeout_for(
+                request_timeout, max(self._t.cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT)
+            ),
+        )
+        return Sandbox(self._client, SandboxInfo.from_json(data))
+
+    def get(self, sandbox_id: str) -> Sandbox:
+        """A handle on an existing sandbox (its state is not changed)."""
+        return Sandbox(self._client, SandboxInfo.from_json(
+            self._t.json("GET", f"/v1/sandboxes/{b.seg(sandbox_id)}")
+        ))
+
+    def connect(self, sandbox_id: str) -> Sandbox:
+        """A handle on an existing sandbox, woken if hibernated and resumed if paused."""
+        sb = self.get(sandbox_id)
+        if sb.state == "hibernated":
+            sb.wake()
+        elif sb.state == "paused":
+            sb.resume()
+        return sb
+
+    def list(
+        self,
+        *,
+        state: Optional[str] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+    ) -> Paginator[Sandbox]:
+        """All sandboxes matching the filters, newest last, fetched ``limit`` per page
+        (server default 100) as you iterate. ``metadata`` matches exact key/value pairs."""
+
+        def fetch(c: Optional[str]) -> Page[Sandbox]:
+            data = self._t.json(
+                "GET", "/v1/sandboxes", params=b.list_params(limit, c, state, metadata)
+            )
+            return Page(
+                [Sandbox(self._client, SandboxInfo.from_json(x)) for x in data.get("data", [])],
+                data.get("next_cursor"),
+            )
+
+        return Paginator(fetch, cursor)
+
+    def kill(self, sandbox_id: str) -> bool:
+        """Destroys a sandbox by id. Returns ``False`` if it did not exist."""
+        try:
+            self._t.request("DELETE", f"/v1/sandboxes/{b.seg(sandbox_id)}",
+                            timeout=b.timeout_for(None, max(self._t.cfg.timeout, 120.0)))
+            return True
+        except NotFoundError:
+            return False
+
+
+class Snapshots:
+    """``client.snapshots``."""
+
+    def __init__(self, client: "PandaStack") -> None:
+        self._t = client._t
+
+    def list(self, *, limit: Optional[int] = None, cursor: Optional[str] = None) -> Paginator[Snapshot]:
+        def fetch(c: Optional[str]) -> Page[Snapshot]:
+            data = self._t.json("GET", "/v1/snapshots", params=b.list_params(limit, c))
+            return Page([Snapshot.from_json(x) for x in data.get("data", [])], data.get("next_cursor"))
+
+        return Paginator(fetch, cursor)
+
+    def delete(self, snapshot_id: str) -> bool:
+        """Deletes a snapshot. Returns ``False`` if it did not exist."""
+        try:
+            self._t.request("DELETE", f"/v1/snapshots/{b.seg(snapshot_id)}")
+            return True
+        except NotFoundError:
+            return False
+
+
+class Templates:
+    """``client.templates``."""
+
+    def __init__(self, client: "PandaStack") -> None:
+        self._t = client._t
+
+    def list(self) -> List[Template]:
+        data = self._t.json("GET", "/v1/templates")
+        return [Template.from_json(x) for x in data.get("data", [])]
+
+    def get(self, name: str) -> Template:
+        for t in self.list():
+            if t.name == name:
+                return t
+        raise TemplateNotFoundError(
+            f"template {name} not found", code="template_not_found", status=404
+        )
+
+
+class Keys:
+    """``client.keys``: API keys of the caller's workspace."""
+
+    def __init__(self, client: "PandaStack") -> None:
+        self._t = client._t
+
+    def list(self) -> List[APIKey]:
+        return [APIKey.from_json(x) for x in self._t.json("GET", "/v1/keys").get("data", [])]
+
+    def create(self, name: str = "") -> CreatedAPIKey:
+        return CreatedAPIKey.from_json(self._t.json("POST", "/v1/keys", json={"name": name}))
+
+    def revoke(self, key_id: str) -> None:
+        self._t.request("DELETE", f"/v1/keys/{b.seg(key_id)}")
+
+
+class PandaStack:
+    """The synchronous PandaStack client.
+
+    ``PandaStack()`` reads ``PANDASTACK_API_KEY`` (or ``PANDASTACK_TOKEN``) and
+    ``PANDASTACK_BASE_URL`` (default ``http://localhost:8080``). ``timeout`` is the HTTP request
+    timeout in seconds (default 60; creates, forks, snapshots and wakes get at least 600 s; an
+    exec gets its command timeout + 30 s). ``max_retries`` bounds retries of 429/502/503/504
+    answers and connection errors, with exponential backoff and jitter, honouring
+    ``Retry-After``.
+    """
+
+    def __init__(
+        self,
+        token: Optional[str] = None,
+        *,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        timeout: Optional[float] = None,
+        max_retries: Optional[int] = None,
+        headers: Optional[Mapping[str, str]] = None,
+        http_client: Optional[httpx.Client] = None,
+    ) -> None:
+        self._cfg = b.resolve_config(token, api_key, base_url, timeout, max_retries)
+        self._t = _Transport(self._cfg, http_client, headers)
+        self.sandboxes = Sandboxes(self)
+        self.sandbox = self.sandboxes
+        self.snapshots = Snapshots(self)
+        self.templates = Templates(self)
+        self.keys = Keys(self)
+
+    @property
+    def base_url(self) -> str:
+        return self._cfg.base_url
+
+    def health(self) -> bool:
+        """``True`` if the server answers ``/v1/health``."""
+        try:
+            return self._t.request("GET", "/v1/health").status_code == 200
+        except PandaStackError:
+            return False
+
+    def close(self) -> None:
+        self._t.close()
+
+    def __enter__(self) -> "PandaStack":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PandaStack(base_url={self._cfg.base_url!r})"

@@ -1,0 +1,232 @@
+"""Typed errors raised by the PandaStack SDK.
+
+Every error is a :class:`PandaStackError` and carries ``code`` (the server's machine-readable
+``error.code``, or an SDK code such as ``"connection_error"``), ``message``, ``request_id`` (the
+server's ``X-Request-Id`` when there was a response) and ``status`` (the HTTP status, or ``None``).
+
+A command that exits non-zero is *data* (:class:`~pandastack.ExecResult`), not an error, unless
+``check=True`` was passed: then :class:`CommandExitError` (non-zero exit) or
+:class:`CommandTimeoutError` (the server killed the command at ``timeout_seconds``) is raised.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Optional, Type
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .types import ExecResult
+
+__all__ = [
+    "PandaStackError",
+    "APIError",
+    "AuthenticationError",
+    "PermissionDeniedError",
+    "NotFoundError",
+    "SandboxNotFoundError",
+    "TemplateNotFoundError",
+    "SnapshotNotFoundError",
+    "ConflictError",
+    "SandboxStateError",
+    "InvalidArgumentError",
+    "RateLimitError",
+    "ServerError",
+    "APIConnectionError",
+    "RequestTimeoutError",
+    "CommandTimeoutError",
+    "CommandExitError",
+    "StreamError",
+]
+
+
+class PandaStackError(Exception):
+    """Base class of every SDK error."""
+
+    code: str
+    message: str
+    request_id: Optional[str]
+    status: Optional[int]
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "error",
+        request_id: Optional[str] = None,
+        status: Optional[int] = None,
+        body: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.request_id = request_id
+        self.status = status
+        self.body = body
+
+    def __str__(self) -> str:
+        parts = []
+        if self.status is not None:
+            parts.append(str(self.status))
+        if self.code:
+            parts.append(self.code)
+        head = " ".join(parts)
+        tail = f" (request_id={self.request_id})" if self.request_id else ""
+        return f"{head}: {self.message}{tail}" if head else f"{self.message}{tail}"
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(code={self.code!r}, message={self.message!r}, "
+            f"status={self.status!r}, request_id={self.request_id!r})"
+        )
+
+
+class APIError(PandaStackError):
+    """The server answered with an error status (the ``{"error": {...}}`` envelope)."""
+
+
+class AuthenticationError(APIError):
+    """401: missing, invalid or revoked API key."""
+
+
+class PermissionDeniedError(APIError):
+    """403."""
+
+
+class NotFoundError(APIError):
+    """404: the object does not exist (or belongs to another workspace), or a guest path is
+    missing."""
+
+
+class SandboxNotFoundError(NotFoundError):
+    """404 ``sandbox_not_found``."""
+
+
+class TemplateNotFoundError(NotFoundError):
+    """404 ``template_not_found``."""
+
+
+class SnapshotNotFoundError(NotFoundError):
+    """404 ``snapshot_not_found``."""
+
+
+class ConflictError(APIError):
+    """409: e.g. an ``Idempotency-Key`` reused with a different body, or a state conflict."""
+
+
+class SandboxStateError(ConflictError):
+    """409 ``sandbox_state``: the operation is not valid in the sandbox's current state (for
+    example ``resume`` on a running sandbox)."""
+
+
+class InvalidArgumentError(APIError):
+    """400 / 413 / 422: a request field was rejected (the message names the field)."""
+
+
+class RateLimitError(APIError):
+    """429: a workspace limit was reached. ``retry_after`` is the server's ``Retry-After`` in
+    seconds (or ``None``). The client already retried up to ``max_retries`` times."""
+
+    def __init__(self, message: str, *, retry_after: Optional[float] = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.retry_after = retry_after
+
+
+class ServerError(APIError):
+    """5xx."""
+
+    def __init__(self, message: str, *, retry_after: Optional[float] = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.retry_after = retry_after
+
+
+class APIConnectionError(PandaStackError):
+    """The server could not be reached, or the connection broke before a full answer."""
+
+
+class RequestTimeoutError(APIConnectionError):
+    """The HTTP request exceeded the client's request timeout (not a command timeout)."""
+
+
+class CommandTimeoutError(PandaStackError):
+    """A command ran past its ``timeout_seconds``.
+
+    Raised (1) when ``check=True`` and the server reports ``timed_out`` (``result`` is then the
+    partial :class:`~pandastack.ExecResult`), and (2) always when the HTTP request carrying a
+    command outlives the command's timeout plus a margin (``result`` is ``None``).
+    """
+
+    def __init__(self, message: str, *, result: Optional["ExecResult"] = None, **kw: Any) -> None:
+        kw.setdefault("code", "command_timeout")
+        super().__init__(message, **kw)
+        self.result = result
+
+
+class CommandExitError(PandaStackError):
+    """``check=True`` and the command exited non-zero. ``result`` holds the full
+    :class:`~pandastack.ExecResult`; ``exit_code``, ``stdout`` and ``stderr`` are shortcuts."""
+
+    def __init__(self, message: str, *, result: "ExecResult", **kw: Any) -> None:
+        kw.setdefault("code", "command_exit")
+        super().__init__(message, **kw)
+        self.result = result
+
+    @property
+    def exit_code(self) -> int:
+        return self.result.exit_code
+
+    @property
+    def stdout(self) -> str:
+        return self.result.stdout
+
+    @property
+    def stderr(self) -> str:
+        return self.result.stderr
+
+
+class StreamError(PandaStackError):
+    """The server sent an ``error`` event on a stream (e.g. the guest agent went away), or the
+    stream ended without an ``exit`` event."""
+
+
+_BY_CODE: Dict[str, Type[APIError]] = {
+    "sandbox_not_found": SandboxNotFoundError,
+    "template_not_found": TemplateNotFoundError,
+    "snapshot_not_found": SnapshotNotFoundError,
+    "sandbox_state": SandboxStateError,
+}
+
+
+def error_for_status(
+    status: int,
+    code: str,
+    message: str,
+    request_id: Optional[str],
+    body: Any = None,
+    retry_after: Optional[float] = None,
+) -> APIError:
+    """Maps an HTTP error answer onto the error hierarchy."""
+    cls: Type[APIError]
+    if code in _BY_CODE:
+        cls = _BY_CODE[code]
+    elif status == 401:
+        cls = AuthenticationError
+    elif status == 403:
+        cls = PermissionDeniedError
+    elif status == 404:
+        cls = NotFoundError
+    elif status == 409:
+        cls = ConflictError
+    elif status in (400, 413, 422):
+        cls = InvalidArgumentError
+    elif status == 429:
+        return RateLimitError(
+            message, code=code, request_id=request_id, status=status, body=body,
+            retry_after=retry_after,
+        )
+    elif status >= 500:
+        return ServerError(
+            message, code=code, request_id=request_id, status=status, body=body,
+            retry_after=retry_after,
+        )
+    else:
+        cls = APIError
+    return cls(message, code=code, request_id=request_id, status=status, body=body)

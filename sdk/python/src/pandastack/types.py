@@ -1,0 +1,322 @@
+"""Data objects returned by the SDK. They mirror the server's wire types (snake_case) and keep
+the raw JSON in ``raw`` so fields added by newer servers stay reachable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Union
+
+from typing import Literal
+
+__all__ = [
+    "SandboxState",
+    "SandboxInfo",
+    "ExecResult",
+    "StdoutEvent",
+    "StderrEvent",
+    "ExitEvent",
+    "ExecEvent",
+    "FileInfo",
+    "WriteInfo",
+    "Snapshot",
+    "Template",
+    "Metrics",
+    "APIKey",
+    "CreatedAPIKey",
+    "Page",
+]
+
+SandboxState = Literal["starting", "running", "paused", "hibernated", "stopped", "failed"]
+
+
+def _s(d: Mapping[str, Any], k: str, default: Any = None) -> Any:
+    v = d.get(k, default)
+    return default if v is None else v
+
+
+@dataclass
+class SandboxInfo:
+    """A sandbox as the server describes it (``GET /v1/sandboxes/{id}``)."""
+
+    id: str
+    template: str
+    state: str
+    cpu: int = 0
+    memory_mb: int = 0
+    metadata: Dict[str, str] = field(default_factory=dict)
+    created_at: str = ""
+    expires_at: Optional[str] = None
+    ttl_seconds: Optional[int] = None
+    idle_timeout_seconds: Optional[int] = None
+    on_timeout: str = "kill"
+    boot_ms: int = 0
+    boot_mode: str = ""
+    snapshot_id: Optional[str] = None
+    host: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
+        return cls(
+            id=d["id"],
+            template=_s(d, "template", ""),
+            state=_s(d, "state", ""),
+            cpu=_s(d, "cpu", 0),
+            memory_mb=_s(d, "memory_mb", 0),
+            metadata=dict(_s(d, "metadata", {})),
+            created_at=_s(d, "created_at", ""),
+            expires_at=d.get("expires_at"),
+            ttl_seconds=d.get("ttl_seconds"),
+            idle_timeout_seconds=d.get("idle_timeout_seconds"),
+            on_timeout=_s(d, "on_timeout", "kill"),
+            boot_ms=_s(d, "boot_ms", 0),
+            boot_mode=_s(d, "boot_mode", ""),
+            snapshot_id=d.get("snapshot_id"),
+            host=_s(d, "host", ""),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class ExecResult:
+    """The outcome of a command. A non-zero ``exit_code`` is data, not an exception.
+
+    ``timed_out`` is true when the server killed the command at its ``timeout_seconds`` (the
+    exit code is then the signal's, usually -1 or 137); ``truncated`` when stdout or stderr was
+    cut at the server's output limit (4 MiB each).
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    timed_out: bool = False
+    truncated: bool = False
+    duration_ms: int = 0
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        """``exit_code == 0`` and not ``timed_out``."""
+        return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def output(self) -> str:
+        """stdout followed by stderr."""
+        return self.stdout + self.stderr
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ExecResult":
+        return cls(
+            stdout=_s(d, "stdout", ""),
+            stderr=_s(d, "stderr", ""),
+            exit_code=int(_s(d, "exit_code", -1)),
+            timed_out=bool(_s(d, "timed_out", False)),
+            truncated=bool(_s(d, "truncated", False)),
+            duration_ms=int(_s(d, "duration_ms", 0)),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class StdoutEvent:
+    """A chunk of the command's standard output (not necessarily a whole line)."""
+
+    data: str
+    type: Literal["stdout"] = "stdout"
+
+
+@dataclass
+class StderrEvent:
+    """A chunk of the command's standard error (not necessarily a whole line)."""
+
+    data: str
+    type: Literal["stderr"] = "stderr"
+
+
+@dataclass
+class ExitEvent:
+    """The command finished; always the last event of a stream."""
+
+    exit_code: int
+    timed_out: bool = False
+    truncated: bool = False
+    duration_ms: int = 0
+    type: Literal["exit"] = "exit"
+
+
+ExecEvent = Union[StdoutEvent, StderrEvent, ExitEvent]
+
+
+@dataclass
+class FileInfo:
+    """A guest file's metadata. ``type`` is ``file``, ``dir``, ``symlink`` or ``other``."""
+
+    name: str
+    path: str
+    type: str
+    size: int = 0
+    mode: int = 0
+    mtime_ms: int = 0
+    symlink_target: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_dir(self) -> bool:
+        return self.type == "dir"
+
+    @property
+    def is_file(self) -> bool:
+        return self.type == "file"
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "FileInfo":
+        return cls(
+            name=_s(d, "name", ""),
+            path=_s(d, "path", ""),
+            type=_s(d, "type", "other"),
+            size=_s(d, "size", 0),
+            mode=_s(d, "mode", 0),
+            mtime_ms=_s(d, "mtime_ms", 0),
+            symlink_target=d.get("symlink_target"),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class WriteInfo:
+    """What a write stored."""
+
+    path: str
+    bytes_written: int
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "WriteInfo":
+        return cls(path=_s(d, "path", ""), bytes_written=int(_s(d, "bytes_written", 0)))
+
+
+@dataclass
+class Snapshot:
+    """A sandbox snapshot; create new sandboxes from it with
+    ``client.sandboxes.create(snapshot_id=snap.id)``."""
+
+    id: str
+    sandbox_id: str
+    template: str = ""
+    created_at: str = ""
+    size_bytes: int = 0
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Snapshot":
+        return cls(
+            id=d["id"],
+            sandbox_id=_s(d, "sandbox_id", ""),
+            template=_s(d, "template", ""),
+            created_at=_s(d, "created_at", ""),
+            size_bytes=int(_s(d, "size_bytes", 0)),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class Template:
+    """A template sandboxes can be created from. ``state`` is ``ready`` once baked,
+    ``available`` before first use."""
+
+    name: str
+    description: str = ""
+    cpu: int = 0
+    memory_mb: int = 0
+    disk_mb: int = 0
+    state: str = ""
+    bake_ms: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Template":
+        return cls(
+            name=d["name"],
+            description=_s(d, "description", ""),
+            cpu=_s(d, "cpu", 0),
+            memory_mb=_s(d, "memory_mb", 0),
+            disk_mb=_s(d, "disk_mb", 0),
+            state=_s(d, "state", ""),
+            bake_ms=d.get("bake_ms"),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class Metrics:
+    """Resource usage of a sandbox. Fields the server did not send are ``None``; everything it
+    sent is in ``raw``."""
+
+    state: str
+    host_rss_bytes: Optional[int] = None
+    host_pss_bytes: Optional[int] = None
+    cpu_time_ms: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Metrics":
+        return cls(
+            state=_s(d, "state", ""),
+            host_rss_bytes=d.get("host_rss_bytes"),
+            host_pss_bytes=d.get("host_pss_bytes"),
+            cpu_time_ms=d.get("cpu_time_ms"),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class APIKey:
+    id: str
+    name: str
+    prefix: str
+    created_at: str = ""
+    revoked: bool = False
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "APIKey":
+        return cls(
+            id=d["id"],
+            name=_s(d, "name", ""),
+            prefix=_s(d, "prefix", ""),
+            created_at=_s(d, "created_at", ""),
+            revoked=bool(_s(d, "revoked", False)),
+        )
+
+
+@dataclass
+class CreatedAPIKey(APIKey):
+    """A key just created; ``secret`` is shown this once."""
+
+    secret: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "CreatedAPIKey":
+        k = APIKey.from_json(d)
+        return cls(
+            id=k.id, name=k.name, prefix=k.prefix, created_at=k.created_at, revoked=k.revoked,
+            secret=_s(d, "secret", ""),
+        )
+
+
+def _list_data(body: Any) -> List[Mapping[str, Any]]:
+    if isinstance(body, dict):
+        return list(body.get("data") or [])
+    return list(body or [])
+
+
+from typing import Generic, TypeVar  # noqa: E402
+
+T = TypeVar("T")
+
+
+@dataclass
+class Page(Generic[T]):
+    """One page of a list: ``data`` and the ``next_cursor`` to pass for the next page (``None``
+    on the last page)."""
+
+    data: List[T]
+    next_cursor: Optional[str] = None

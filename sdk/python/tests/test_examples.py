@@ -1,0 +1,57 @@
+"""Runs every script in examples/python as a smoke test against the real server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "python"
+EXPECT = {
+    "create_exec_read_fork.py": ["exec: 1024 exit 0", "parent still has: written by the parent", "done"],
+    "parallel_fixes.py": ["candidate 2", "PASS", "kept sb-"],
+    "streaming_output.py": ["out: step 1", "exit 0, 6 stdout lines", "tick 0\ntick 1\ntick 2\nexit 0 after"],
+    "interactive.py": ["process said: running total: 42", "final: 42 | exit 0", "shell exit code: 7"],
+    "async_quickstart.py": ["'job 0', 'job 1', 'job 2', 'job 3'", "hello from asyncio"],
+}
+
+
+def test_every_example_is_covered():
+    assert EXAMPLES.is_dir(), EXAMPLES
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(EXPECT)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECT))
+def test_example_runs(name, client, template):
+    before = {s.id for s in client.sandboxes.list()}
+    snaps_before = {s.id for s in client.snapshots.list()}
+    env = dict(os.environ)
+    env["PANDASTACK_TEMPLATE"] = template
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        p = subprocess.run(
+            [sys.executable, str(EXAMPLES / name)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        out = p.stdout + p.stderr
+        assert p.returncode == 0, out
+        for needle in EXPECT[name]:
+            assert needle in out, f"{needle!r} not in output:\n{out}"
+        if name == "parallel_fixes.py":
+            assert out.count("PASS") == 1, out
+    finally:
+        left = [s for s in client.sandboxes.list() if s.id not in before and "example" in s.metadata]
+        for s in left:
+            s.kill()
+        left_snaps = [s.id for s in client.snapshots.list() if s.id not in snaps_before]
+        for sid in left_snaps:
+            client.snapshots.delete(sid)
+    assert not left, f"{name} left sandboxes behind: {[s.id for s in left]}"
+    assert not left_snaps, f"{name} left snapshots behind: {left_snaps}"

@@ -1,0 +1,207 @@
+/**
+ * Typed errors. Every error the SDK throws is a {@link PandaStackError}; API errors carry the
+ * server's machine-readable `code`, the HTTP `status` and the `requestId` to quote in bug
+ * reports. Test with `instanceof`:
+ *
+ * ```ts
+ * try { await client.sandboxes.get("sb-nope"); }
+ * catch (e) { if (e instanceof NotFoundError) … }
+ * ```
+ */
+
+import type { ExecResult } from "./types.js";
+
+export interface PandaStackErrorOptions {
+  code?: string;
+  status?: number;
+  requestId?: string;
+  cause?: unknown;
+}
+
+/** Base class of every error thrown by the SDK. */
+export class PandaStackError extends Error {
+  /** Machine-readable code (`sandbox_not_found`, `invalid_argument`, …). */
+  readonly code: string;
+  /** HTTP status, when the error came from an HTTP response. */
+  readonly status: number | undefined;
+  /** The server's `X-Request-Id` for the failed request, when known. */
+  readonly requestId: string | undefined;
+
+  constructor(message: string, options: PandaStackErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = new.target.name;
+    this.code = options.code ?? "error";
+    this.status = options.status;
+    this.requestId = options.requestId;
+  }
+}
+
+/** 401: the API key is missing, malformed or revoked. */
+export class AuthenticationError extends PandaStackError {}
+
+/** 403: the key may not do this. */
+export class PermissionDeniedError extends PandaStackError {}
+
+/**
+ * 404: the sandbox, snapshot, template, file or route does not exist (or belongs to another
+ * workspace). `code` tells which: `sandbox_not_found`, `snapshot_not_found`, `not_found`, ….
+ */
+export class NotFoundError extends PandaStackError {}
+
+/** 409: a conflicting state (`conflict`, `sandbox_state`), e.g. resuming a running sandbox. */
+export class ConflictError extends PandaStackError {}
+
+/** 400/413/422: the request was rejected; the message names the offending field. */
+export class InvalidArgumentError extends PandaStackError {}
+
+/** 429: a workspace limit or rate was hit. */
+export class RateLimitError extends PandaStackError {
+  /** Seconds the server asked to wait (`Retry-After`), if it said. */
+  readonly retryAfter: number | undefined;
+
+  constructor(message: string, options: PandaStackErrorOptions & { retryAfter?: number } = {}) {
+    super(message, options);
+    this.retryAfter = options.retryAfter;
+  }
+}
+
+/** 5xx: the server failed. Retried automatically for 502 and 503. */
+export class ServerError extends PandaStackError {}
+
+/** The server could not be reached, or the connection broke mid-response. */
+export class APIConnectionError extends PandaStackError {}
+
+/**
+ * The HTTP request took longer than the client's `timeoutMs` (the request timeout, not a
+ * command's `timeoutSeconds` nor a sandbox's TTL).
+ */
+export class RequestTimeoutError extends APIConnectionError {}
+
+/**
+ * A command ran past its `timeoutSeconds` and was killed. The output it produced until then is
+ * kept in {@link result}.
+ */
+export class CommandTimeoutError extends PandaStackError {
+  readonly result: ExecResult;
+
+  constructor(result: ExecResult, timeoutSeconds: number | undefined) {
+    const limit = timeoutSeconds === undefined ? "the default command timeout (60 s)" : `timeoutSeconds=${timeoutSeconds}`;
+    super(`command timed out after ${result.durationMs} ms (${limit}) and was killed`, {
+      code: "command_timeout",
+    });
+    this.result = result;
+  }
+
+  get stdout(): string {
+    return this.result.stdout;
+  }
+  get stderr(): string {
+    return this.result.stderr;
+  }
+}
+
+/** A command exited non-zero and `check: true` was set. The result is in {@link result}. */
+export class CommandExitError extends PandaStackError {
+  readonly result: ExecResult;
+
+  constructor(result: ExecResult) {
+    const tail = result.stderr.trim().split("\n").slice(-3).join("\n");
+    super(`command exited with code ${result.exitCode}${tail ? `: ${tail}` : ""}`, {
+      code: "command_exit",
+    });
+    this.result = result;
+  }
+
+  get exitCode(): number {
+    return this.result.exitCode;
+  }
+  get stdout(): string {
+    return this.result.stdout;
+  }
+  get stderr(): string {
+    return this.result.stderr;
+  }
+}
+
+/** Parses a `Retry-After` header (delta-seconds or an HTTP date) into seconds. */
+export function parseRetryAfter(value: string | null | undefined): number | undefined {
+  if (value == null || value.trim() === "") return undefined;
+  const n = Number(value.trim());
+  if (Number.isFinite(n)) return Math.max(0, n);
+  const date = Date.parse(value);
+  if (Number.isNaN(date)) return undefined;
+  return Math.max(0, (date - Date.now()) / 1000);
+}
+
+/**
+ * Builds the typed error for an HTTP error response from its status, headers and body text
+ * (the `{"error":{code,message,request_id}}` envelope when the server sent one).
+ */
+export function errorFromResponse(status: number, headers: Headers, bodyText: string): PandaStackError {
+  let code: string | undefined;
+  let message: string | undefined;
+  let requestId: string | undefined = headers.get("x-request-id") ?? undefined;
+  try {
+    const parsed = JSON.parse(bodyText) as unknown;
+    const err = (parsed as { error?: unknown } | null)?.error;
+    if (err && typeof err === "object") {
+      const e = err as { code?: unknown; message?: unknown; request_id?: unknown };
+      if (typeof e.code === "string") code = e.code;
+      if (typeof e.message === "string") message = e.message;
+      if (typeof e.request_id === "string" && e.request_id) requestId = e.request_id;
+    } else if (typeof err === "string") {
+      message = err;
+    }
+  } catch {
+    // not JSON: keep a bounded piece of the text
+  }
+  if (message === undefined) {
+    const text = bodyText.trim();
+    message = text ? text.slice(0, 500) : `HTTP ${status}`;
+  }
+  const opts = { code: code ?? defaultCode(status), status, requestId };
+  const text = requestId ? `${message} (request ${requestId})` : message;
+  switch (true) {
+    case status === 401:
+      return new AuthenticationError(text, opts);
+    case status === 403:
+      return new PermissionDeniedError(text, opts);
+    case status === 404:
+      return new NotFoundError(text, opts);
+    case status === 409:
+      return new ConflictError(text, opts);
+    case status === 429:
+      return new RateLimitError(text, { ...opts, retryAfter: parseRetryAfter(headers.get("retry-after")) });
+    case status === 400 || status === 413 || status === 422:
+      return new InvalidArgumentError(text, opts);
+    case status >= 500:
+      return new ServerError(text, opts);
+    default:
+      return new PandaStackError(text, opts);
+  }
+}
+
+function defaultCode(status: number): string {
+  switch (status) {
+    case 400:
+      return "invalid_json";
+    case 401:
+      return "unauthorized";
+    case 403:
+      return "permission_denied";
+    case 404:
+      return "not_found";
+    case 409:
+      return "conflict";
+    case 413:
+      return "payload_too_large";
+    case 422:
+      return "invalid_argument";
+    case 429:
+      return "rate_limited";
+    case 503:
+      return "unavailable";
+    default:
+      return status >= 500 ? "internal" : "http_error";
+  }
+}

@@ -1,0 +1,243 @@
+/**
+ * Files inside a sandbox (`sandbox.filesystem`, alias `sandbox.files`). Paths are absolute guest
+ * paths. Contents travel as raw bytes (`GET/PUT …/fs?path=`), streamed both ways, so large files
+ * are fine; `upload`/`download` stream between a local file and the sandbox without holding it
+ * in memory.
+ */
+
+import { NotFoundError } from "./errors.js";
+import type { BodyInit, HttpClient } from "./http.js";
+import { fileInfoFromWire, type FileInfo } from "./types.js";
+
+/** Options every file call accepts. */
+export interface FileCallOptions {
+  /** Request timeout override in milliseconds (`0`: none). */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+/** What {@link Filesystem.write} accepts. */
+export type FileContent = string | Uint8Array | ArrayBuffer | Blob | ReadableStream<Uint8Array>;
+
+export interface WriteInfo {
+  path: string;
+  bytesWritten: number;
+}
+
+export class Filesystem {
+  /** @internal */
+  constructor(private readonly http: HttpClient, private readonly sandboxId: string) {}
+
+  private get base(): string {
+    return `/v1/sandboxes/${encodeURIComponent(this.sandboxId)}/fs`;
+  }
+
+  /** Reads a file as UTF-8 text. */
+  async read(path: string, opts: FileCallOptions = {}): Promise<string> {
+    return new TextDecoder("utf-8").decode(await this.readBytes(path, opts));
+  }
+
+  /** Reads a file's bytes. */
+  async readBytes(path: string, opts: FileCallOptions = {}): Promise<Uint8Array> {
+    return this.http.request({
+      method: "GET",
+      path: this.base,
+      query: { path },
+      responseType: "bytes",
+      ...callOpts(opts),
+    });
+  }
+
+  /**
+   * Opens a file as a byte stream (no request timeout once the response has started; abort
+   * with `signal` or by cancelling the stream).
+   */
+  async readStream(path: string, opts: FileCallOptions = {}): Promise<ReadableStream<Uint8Array>> {
+    const res = await this.http.request({
+      method: "GET",
+      path: this.base,
+      query: { path },
+      responseType: "stream",
+      ...callOpts(opts),
+    });
+    return res.body ?? new ReadableStream<Uint8Array>({ start: (c) => c.close() });
+  }
+
+  /**
+   * Writes a file, replacing it atomically; missing parent directories are created. A string is
+   * written as UTF-8.
+   */
+  async write(path: string, content: FileContent, opts: FileCallOptions = {}): Promise<WriteInfo> {
+    const replayable = !isReadableStream(content);
+    const body: BodyInit =
+      typeof content === "string"
+        ? new TextEncoder().encode(content)
+        : (content as BodyInit);
+    const w = await this.http.request<Record<string, unknown>>({
+      method: "PUT",
+      path: this.base,
+      query: { path },
+      body,
+      retry: replayable ? "safe" : "never",
+      ...callOpts(opts),
+    });
+    return writeInfo(w, path);
+  }
+
+  /** Lists a directory (`depth` > 1 descends into subdirectories, up to 10). */
+  async list(path: string, opts: FileCallOptions & { depth?: number } = {}): Promise<FileInfo[]> {
+    const page = await this.http.request<{ data?: unknown[] }>({
+      method: "GET",
+      path: `${this.base}/list`,
+      query: { path, depth: opts.depth },
+      ...callOpts(opts),
+    });
+    return (page?.data ?? []).map((e) => fileInfoFromWire(e as Record<string, unknown>));
+  }
+
+  /** A file's metadata; throws {@link NotFoundError} if it does not exist. */
+  async stat(path: string, opts: FileCallOptions = {}): Promise<FileInfo> {
+    const w = await this.http.request<Record<string, unknown>>({
+      method: "GET",
+      path: `${this.base}/stat`,
+      query: { path },
+      ...callOpts(opts),
+    });
+    return fileInfoFromWire(w);
+  }
+
+  /** Whether a path exists (a missing sandbox still throws). */
+  async exists(path: string, opts: FileCallOptions = {}): Promise<boolean> {
+    try {
+      await this.stat(path, opts);
+      return true;
+    } catch (e) {
+      if (isMissingPath(e)) return false;
+      throw e;
+    }
+  }
+
+  /** Creates a directory, with its parents unless `parents: false`. */
+  async mkdir(path: string, opts: FileCallOptions & { parents?: boolean } = {}): Promise<void> {
+    await this.http.request({
+      method: "POST",
+      path: `${this.base}/mkdir`,
+      json: { path, parents: opts.parents ?? true },
+      retry: "safe",
+      responseType: "none",
+      ...callOpts(opts),
+    });
+  }
+
+  /**
+   * Removes a file or directory (`recursive` for non-empty directories). With `force`, a
+   * missing path is not an error.
+   */
+  async remove(path: string, opts: FileCallOptions & { recursive?: boolean; force?: boolean } = {}): Promise<void> {
+    try {
+      await this.http.request({
+        method: "DELETE",
+        path: this.base,
+        query: { path, recursive: opts.recursive ? "true" : undefined },
+        responseType: "none",
+        ...callOpts(opts),
+      });
+    } catch (e) {
+      if (opts.force && isMissingPath(e)) return;
+      throw e;
+    }
+  }
+
+  /** Renames (moves) a path; an existing target is an error unless `overwrite`. */
+  async rename(from: string, to: string, opts: FileCallOptions & { overwrite?: boolean } = {}): Promise<void> {
+    await this.http.request({
+      method: "POST",
+      path: `${this.base}/rename`,
+      json: { from, to, overwrite: opts.overwrite ?? false },
+      retry: "rejected-only",
+      responseType: "none",
+      ...callOpts(opts),
+    });
+  }
+
+  /**
+   * Streams a local file into the sandbox (Node only). No request timeout unless given.
+   */
+  async upload(localPath: string, remotePath: string, opts: FileCallOptions = {}): Promise<WriteInfo> {
+    const fs = await import("node:fs");
+    const { Readable } = await import("node:stream");
+    await fs.promises.access(localPath, fs.constants.R_OK);
+    const w = await this.http.request<Record<string, unknown>>({
+      method: "PUT",
+      path: this.base,
+      query: { path: remotePath },
+      // Reopened on every attempt, so a retried upload starts from the beginning.
+      body: () => Readable.toWeb(fs.createReadStream(localPath)) as unknown as ReadableStream<Uint8Array>,
+      retry: "safe",
+      timeoutMs: opts.timeoutMs ?? 0,
+      signal: opts.signal,
+    });
+    return writeInfo(w, remotePath);
+  }
+
+  /**
+   * Streams a sandbox file to a local path (Node only), written to a temporary file next to it
+   * and renamed into place when complete. Returns the number of bytes written. No request
+   * timeout unless given.
+   */
+  async download(remotePath: string, localPath: string, opts: FileCallOptions = {}): Promise<number> {
+    const fs = await import("node:fs");
+    const { Readable, Transform } = await import("node:stream");
+    const { pipeline } = await import("node:stream/promises");
+    const res = await this.http.request({
+      method: "GET",
+      path: this.base,
+      query: { path: remotePath },
+      responseType: "stream",
+      timeoutMs: opts.timeoutMs ?? 0,
+      signal: opts.signal,
+    });
+    const tmp = `${localPath}.pandastack-${process.pid}-${Date.now().toString(36)}.part`;
+    let bytes = 0;
+    const count = new Transform({
+      transform(chunk: Buffer, _enc, cb) {
+        bytes += chunk.length;
+        cb(null, chunk);
+      },
+    });
+    try {
+      const src = res.body
+        ? Readable.fromWeb(res.body as unknown as import("node:stream/web").ReadableStream<Uint8Array>)
+        : Readable.from([]);
+      await pipeline(src, count, fs.createWriteStream(tmp));
+      await fs.promises.rename(tmp, localPath);
+    } catch (e) {
+      await fs.promises.rm(tmp, { force: true }).catch(() => undefined);
+      throw e;
+    }
+    return bytes;
+  }
+}
+
+function callOpts(opts: FileCallOptions): { timeoutMs?: number; signal?: AbortSignal } {
+  const o: { timeoutMs?: number; signal?: AbortSignal } = {};
+  if (opts.timeoutMs !== undefined) o.timeoutMs = opts.timeoutMs;
+  if (opts.signal !== undefined) o.signal = opts.signal;
+  return o;
+}
+
+function writeInfo(w: Record<string, unknown> | undefined, path: string): WriteInfo {
+  return {
+    path: typeof w?.path === "string" ? w.path : path,
+    bytesWritten: typeof w?.bytes_written === "number" ? w.bytes_written : 0,
+  };
+}
+
+function isReadableStream(b: unknown): b is ReadableStream {
+  return typeof b === "object" && b !== null && typeof (b as ReadableStream).getReader === "function";
+}
+
+/** A 404 about the path, not about the sandbox. */
+function isMissingPath(e: unknown): boolean {
+  return e instanceof NotFoundError && e.code !== "sandbox_not_found";
+}

@@ -1,0 +1,65 @@
+/**
+ * `@pandastack/sdk`: the TypeScript client of PandaStack, the self-hosted microVM sandbox
+ * platform.
+ *
+ * ```ts
+ * import { PandaStack } from "@pandastack/sdk";
+ * const client = new PandaStack();                       // PANDASTACK_API_KEY, PANDASTACK_BASE_URL
+ * await using sandbox = await client.sandboxes.create({ template: "base", ttlSeconds: 600 });
+ * const r = await sandbox.exec("python3 -c 'print(2 ** 10)'", { timeoutSeconds: 30 });
+ * ```
+ */
+
+import "./dispose.js";
+
+export {
+  PandaStack,
+  Sandboxes,
+  Snapshots,
+  Templates,
+  DEFAULT_BASE_URL,
+  DEFAULT_MAX_RETRIES,
+  DEFAULT_TIMEOUT_MS,
+  type CreateSandboxOptions,
+  type ListSandboxesOptions,
+  type PandaStackOptions,
+} from "./client.js";
+export {
+  Sandbox,
+  DEFAULT_EXEC_TIMEOUT_SECONDS,
+  type CallOptions,
+  type ExecOptions,
+  type ExecRunOptions,
+  type ForkOptions,
+  type ForkResult,
+} from "./sandbox.js";
+export { Filesystem, type FileCallOptions, type FileContent, type WriteInfo } from "./filesystem.js";
+export { Paginator, type Page } from "./pagination.js";
+export {
+  PandaStackError,
+  AuthenticationError,
+  PermissionDeniedError,
+  NotFoundError,
+  ConflictError,
+  InvalidArgumentError,
+  RateLimitError,
+  ServerError,
+  APIConnectionError,
+  RequestTimeoutError,
+  CommandTimeoutError,
+  CommandExitError,
+  type PandaStackErrorOptions,
+} from "./errors.js";
+export type {
+  ExecEvent,
+  ExecResult,
+  FileInfo,
+  OnTimeout,
+  SandboxInfo,
+  SandboxMetrics,
+  SandboxState,
+  SnapshotInfo,
+  TemplateInfo,
+} from "./types.js";
+export type { FetchLike } from "./http.js";
+export { VERSION } from "./version.js";

@@ -1,0 +1,444 @@
+/**
+ * A live sandbox: run commands, move files, snapshot, fork, and drive its lifecycle. Obtained
+ * from `client.sandboxes.create()`, `.get()`, `.connect()` or `.list()`.
+ *
+ * `await using sandbox = await client.sandboxes.create()` kills the sandbox when the block ends.
+ */
+
+import "./dispose.js";
+import {
+  APIConnectionError,
+  CommandExitError,
+  CommandTimeoutError,
+  NotFoundError,
+  PandaStackError,
+} from "./errors.js";
+import { Filesystem } from "./filesystem.js";
+import type { HttpClient } from "./http.js";
+import { parseSse } from "./sse.js";
+import {
+  execResultFromWire,
+  metricsFromWire,
+  sandboxFromWire,
+  snapshotFromWire,
+  type ExecEvent,
+  type ExecResult,
+  type SandboxInfo,
+  type SandboxMetrics,
+  type SandboxState,
+  type SnapshotInfo,
+} from "./types.js";
+
+/** The server's command timeout when `timeoutSeconds` is not given. */
+export const DEFAULT_EXEC_TIMEOUT_SECONDS = 60;
+
+/** Lifecycle calls that move a whole VM (create, fork, snapshot, hibernate, wake) get at least this long. */
+export const LONG_OPERATION_TIMEOUT_MS = 600_000;
+
+/** Options of {@link Sandbox.exec} and {@link Sandbox.execStream}. */
+export interface ExecOptions {
+  /** Kill the command after this many seconds (server default 60, max 3600). */
+  timeoutSeconds?: number;
+  /** Extra environment variables for the command. */
+  env?: Record<string, string>;
+  /** Absolute working directory. */
+  cwd?: string;
+  /** User to run as (default: the template's user). */
+  user?: string;
+  /** Standard input, sent whole and then closed (UTF-8 text on the wire). */
+  stdin?: string | Uint8Array;
+  /** Aborts the request; for a running command this also kills it. */
+  signal?: AbortSignal;
+}
+
+/** Options of {@link Sandbox.exec}. */
+export interface ExecRunOptions extends ExecOptions {
+  /** Called with each chunk of standard output as it arrives (the command streams). */
+  onStdout?: (data: string) => void;
+  /** Called with each chunk of standard error as it arrives (the command streams). */
+  onStderr?: (data: string) => void;
+  /** Throw {@link CommandExitError} on a non-zero exit (default: the exit code is data). */
+  check?: boolean;
+}
+
+/** Options of calls that accept a request timeout and a signal. */
+export interface CallOptions {
+  /** Request timeout override in milliseconds (`0`: none). */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+/** The pieces of the client a sandbox needs. @internal */
+export interface SandboxContext {
+  http: HttpClient;
+  newIdempotencyKey(): Promise<string>;
+}
+
+export class Sandbox {
+  /** The sandbox id (`sb-…`). */
+  readonly id: string;
+  /** Files in the sandbox. */
+  readonly filesystem: Filesystem;
+  private _data: SandboxInfo;
+
+  /** @internal */
+  constructor(private readonly ctx: SandboxContext, data: SandboxInfo) {
+    this.id = data.id;
+    this._data = data;
+    this.filesystem = new Filesystem(ctx.http, data.id);
+  }
+
+  /** Alias of {@link filesystem}. */
+  get files(): Filesystem {
+    return this.filesystem;
+  }
+
+  /** What the server said about this sandbox last (see {@link info} for a fresh view). */
+  get data(): SandboxInfo {
+    return this._data;
+  }
+  /** The last known state. */
+  get state(): SandboxState {
+    return this._data.state;
+  }
+  get template(): string {
+    return this._data.template;
+  }
+  get metadata(): Record<string, string> {
+    return this._data.metadata;
+  }
+
+  private get path(): string {
+    return `/v1/sandboxes/${encodeURIComponent(this.id)}`;
+  }
+
+  private longTimeout(opts: CallOptions): number {
+    return opts.timeoutMs ?? Math.max(this.ctx.http.timeoutMs, LONG_OPERATION_TIMEOUT_MS);
+  }
+
+  /** Fetches the sandbox's current description. */
+  async info(opts: CallOptions = {}): Promise<SandboxInfo> {
+    const w = await this.ctx.http.request<Record<string, unknown>>({
+      method: "GET",
+      path: this.path,
+      ...call(opts),
+    });
+    this._data = sandboxFromWire(w);
+    return this._data;
+  }
+
+  /** Whether the sandbox is running (false once it is gone). */
+  async isRunning(opts: CallOptions = {}): Promise<boolean> {
+    try {
+      return (await this.info(opts)).state === "running";
+    } catch (e) {
+      if (e instanceof NotFoundError) return false;
+      throw e;
+    }
+  }
+
+  /**
+   * Runs a command: a string goes through `/bin/sh -c`, an array runs as argv without a shell.
+   * A non-zero exit is returned, not thrown, unless `check` is set. A command that runs past
+   * `timeoutSeconds` is killed and {@link CommandTimeoutError} is thrown, carrying the output
+   * produced until then. With `onStdout`/`onStderr` the output is streamed to the callbacks
+   * while the command runs.
+   */
+  async exec(cmd: string | readonly string[], opts: ExecRunOptions = {}): Promise<ExecResult> {
+    let result: ExecResult;
+    if (opts.onStdout || opts.onStderr) {
+      result = await this.collect(cmd, opts);
+    } else {
+      const w = await this.ctx.http.request<Record<string, unknown>>({
+        method: "POST",
+        path: `${this.path}/exec`,
+        json: execBody(cmd, opts),
+        retry: "rejected-only",
+        timeoutMs: execRequestTimeout(this.ctx.http.timeoutMs, opts.timeoutSeconds),
+        ...(opts.signal ? { signal: opts.signal } : {}),
+      });
+      result = execResultFromWire(w);
+    }
+    if (result.timedOut) throw new CommandTimeoutError(result, opts.timeoutSeconds);
+    if (opts.check && result.exitCode !== 0) throw new CommandExitError(result);
+    return result;
+  }
+
+  private async collect(cmd: string | readonly string[], opts: ExecRunOptions): Promise<ExecResult> {
+    let stdout = "";
+    let stderr = "";
+    for await (const ev of this.execStream(cmd, opts)) {
+      switch (ev.type) {
+        case "stdout":
+          stdout += ev.data;
+          opts.onStdout?.(ev.data);
+          break;
+        case "stderr":
+          stderr += ev.data;
+          opts.onStderr?.(ev.data);
+          break;
+        case "exit":
+          return {
+            stdout,
+            stderr,
+            exitCode: ev.exitCode,
+            timedOut: ev.timedOut,
+            truncated: ev.truncated,
+            durationMs: ev.durationMs,
+          };
+      }
+    }
+    throw new APIConnectionError("exec stream ended without an exit event", { code: "stream_incomplete" });
+  }
+
+  /**
+   * Runs a command and yields its output as it happens: `stdout`/`stderr` events, then one
+   * `exit` event (also when the command timed out: see `timedOut`). Stopping the iteration early
+   * (`break`) closes the stream, and the server kills the command.
+   *
+   * ```ts
+   * for await (const ev of sandbox.execStream("make test")) {
+   *   if (ev.type === "stdout") process.stdout.write(ev.data);
+   *   else if (ev.type === "exit") console.log("exit", ev.exitCode);
+   * }
+   * ```
+   */
+  async *execStream(cmd: string | readonly string[], opts: ExecOptions = {}): AsyncGenerator<ExecEvent, void, undefined> {
+    const res = await this.ctx.http.request({
+      method: "POST",
+      path: `${this.path}/exec/stream`,
+      json: execBody(cmd, opts),
+      retry: "rejected-only",
+      responseType: "stream",
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+    const requestId = res.headers.get("x-request-id") ?? undefined;
+    if (!res.body) {
+      throw new APIConnectionError("exec stream: empty response", { code: "stream_incomplete", requestId });
+    }
+    let exited = false;
+    try {
+      for await (const msg of parseSse(res.body)) {
+        let payload: Record<string, unknown>;
+        try {
+          payload = JSON.parse(msg.data) as Record<string, unknown>;
+        } catch {
+          payload = { data: msg.data };
+        }
+        switch (msg.event) {
+          case "stdout":
+          case "stderr":
+            yield { type: msg.event, data: typeof payload.data === "string" ? payload.data : "" };
+            break;
+          case "exit": {
+            const r = execResultFromWire(payload);
+            exited = true;
+            yield {
+              type: "exit",
+              exitCode: r.exitCode,
+              timedOut: r.timedOut,
+              truncated: r.truncated,
+              durationMs: r.durationMs,
+            };
+            return;
+          }
+          case "error":
+            throw new PandaStackError(
+              `exec stream: ${typeof payload.message === "string" ? payload.message : msg.data}`,
+              { code: typeof payload.code === "string" ? payload.code : "exec_error", status: res.status, requestId },
+            );
+          default:
+            break; // unknown events from a newer server
+        }
+      }
+    } catch (e) {
+      if (e instanceof PandaStackError) throw e;
+      if (opts.signal?.aborted) throw opts.signal.reason ?? e;
+      throw new APIConnectionError(`exec stream broke: ${e instanceof Error ? e.message : String(e)}`, {
+        code: "connection_error",
+        requestId,
+        cause: e,
+      });
+    }
+    if (!exited) {
+      throw new APIConnectionError("exec stream ended without an exit event", { code: "stream_incomplete", requestId });
+    }
+  }
+
+  /** Snapshots memory and disk; create sandboxes from it with `snapshotId`. */
+  async snapshot(opts: CallOptions = {}): Promise<SnapshotInfo> {
+    const w = await this.ctx.http.request<Record<string, unknown>>({
+      method: "POST",
+      path: `${this.path}/snapshots`,
+      idempotencyKey: await this.ctx.newIdempotencyKey(),
+      retry: "rejected-only",
+      timeoutMs: this.longTimeout(opts),
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+    return snapshotFromWire(w);
+  }
+
+  /**
+   * Forks the running sandbox: `fork()` gives one child, `fork(n)` an array of n (at most 16),
+   * each a copy of this sandbox's memory and disk at this moment, running independently.
+   */
+  fork(): Promise<Sandbox>;
+  fork(count: number, opts?: ForkOptions): Promise<Sandbox[]>;
+  async fork(count?: number, opts: ForkOptions = {}): Promise<Sandbox | Sandbox[]> {
+    const r = await this.forkDetailed(count ?? 1, opts);
+    return count === undefined ? r.children[0]! : r.children;
+  }
+
+  /** Like {@link fork}, with the snapshot the children were made from. */
+  async forkDetailed(count = 1, opts: ForkOptions = {}): Promise<ForkResult> {
+    const body: Record<string, unknown> = { count };
+    if (opts.metadata) body.metadata = opts.metadata;
+    const w = await this.ctx.http.request<Record<string, unknown>>({
+      method: "POST",
+      path: `${this.path}/fork`,
+      json: body,
+      idempotencyKey: await this.ctx.newIdempotencyKey(),
+      retry: "rejected-only",
+      timeoutMs: this.longTimeout(opts),
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+    const children = Array.isArray(w.children) ? w.children : [];
+    return {
+      parentId: typeof w.parent_id === "string" ? w.parent_id : this.id,
+      snapshotId: typeof w.snapshot_id === "string" ? w.snapshot_id : "",
+      children: children.map((c) => new Sandbox(this.ctx, sandboxFromWire(c as Record<string, unknown>))),
+    };
+  }
+
+  /** Freezes the vCPUs in place (memory stays resident). */
+  pause(opts: CallOptions = {}): Promise<this> {
+    return this.verb("pause", opts);
+  }
+  /** Unfreezes a paused sandbox. */
+  resume(opts: CallOptions = {}): Promise<this> {
+    return this.verb("resume", opts);
+  }
+  /** Saves the sandbox to disk and frees its memory; any later call wakes it. */
+  hibernate(opts: CallOptions = {}): Promise<this> {
+    return this.verb("hibernate", opts);
+  }
+  /** Brings a hibernated sandbox back. */
+  wake(opts: CallOptions = {}): Promise<this> {
+    return this.verb("wake", opts);
+  }
+
+  private async verb(name: string, opts: CallOptions): Promise<this> {
+    const w = await this.ctx.http.request<Record<string, unknown>>({
+      method: "POST",
+      path: `${this.path}/${name}`,
+      retry: "rejected-only",
+      timeoutMs: this.longTimeout(opts),
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+    this._data = sandboxFromWire(w);
+    return this;
+  }
+
+  /**
+   * Destroys the sandbox. Returns false if it was already gone (not an error: killing is
+   * idempotent).
+   */
+  async kill(opts: CallOptions = {}): Promise<boolean> {
+    try {
+      await this.ctx.http.request({ method: "DELETE", path: this.path, responseType: "none", ...call(opts) });
+      this._data = { ...this._data, state: "stopped" };
+      return true;
+    } catch (e) {
+      if (e instanceof NotFoundError && e.code !== "not_found") {
+        this._data = { ...this._data, state: "stopped" };
+        return false;
+      }
+      throw e;
+    }
+  }
+
+  /** Sets the time to live: the sandbox expires `seconds` from now. */
+  async setTimeout(seconds: number, opts: CallOptions = {}): Promise<SandboxInfo> {
+    return this.update({ ttlSeconds: seconds }, opts);
+  }
+
+  /** Changes the TTL, the idle timeout or the metadata (replaced as a whole). */
+  async update(
+    changes: { ttlSeconds?: number; idleTimeoutSeconds?: number; metadata?: Record<string, string> },
+    opts: CallOptions = {},
+  ): Promise<SandboxInfo> {
+    const body: Record<string, unknown> = {};
+    if (changes.ttlSeconds !== undefined) body.ttl_seconds = changes.ttlSeconds;
+    if (changes.idleTimeoutSeconds !== undefined) body.idle_timeout_seconds = changes.idleTimeoutSeconds;
+    if (changes.metadata !== undefined) body.metadata = changes.metadata;
+    const w = await this.ctx.http.request<Record<string, unknown>>({
+      method: "PATCH",
+      path: this.path,
+      json: body,
+      ...call(opts),
+    });
+    this._data = sandboxFromWire(w);
+    return this._data;
+  }
+
+  /** The guest console output so far. */
+  async logs(opts: CallOptions = {}): Promise<string> {
+    return this.ctx.http.request({ method: "GET", path: `${this.path}/logs`, responseType: "text", ...call(opts) });
+  }
+
+  /** Resource usage as seen from the host. */
+  async metrics(opts: CallOptions = {}): Promise<SandboxMetrics> {
+    const w = await this.ctx.http.request<Record<string, unknown>>({
+      method: "GET",
+      path: `${this.path}/metrics`,
+      ...call(opts),
+    });
+    return metricsFromWire(w ?? {});
+  }
+
+  /** Kills the sandbox: what `await using` calls at the end of its block. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.kill();
+  }
+
+  toJSON(): SandboxInfo {
+    return this._data;
+  }
+}
+
+export interface ForkOptions extends CallOptions {
+  /** Metadata of the children (default: the parent's). */
+  metadata?: Record<string, string>;
+}
+
+export interface ForkResult {
+  parentId: string;
+  snapshotId: string;
+  children: Sandbox[];
+}
+
+function call(opts: CallOptions): { timeoutMs?: number; signal?: AbortSignal } {
+  const o: { timeoutMs?: number; signal?: AbortSignal } = {};
+  if (opts.timeoutMs !== undefined) o.timeoutMs = opts.timeoutMs;
+  if (opts.signal !== undefined) o.signal = opts.signal;
+  return o;
+}
+
+function execBody(cmd: string | readonly string[], opts: ExecOptions): Record<string, unknown> {
+  const body: Record<string, unknown> = typeof cmd === "string" ? { cmd } : { argv: [...cmd] };
+  if (opts.env && Object.keys(opts.env).length > 0) body.env = opts.env;
+  if (opts.cwd !== undefined) body.cwd = opts.cwd;
+  if (opts.user !== undefined) body.user = opts.user;
+  if (opts.stdin !== undefined) {
+    body.stdin = typeof opts.stdin === "string" ? opts.stdin : new TextDecoder("utf-8").decode(opts.stdin);
+  }
+  if (opts.timeoutSeconds !== undefined) body.timeout_seconds = opts.timeoutSeconds;
+  return body;
+}
+
+/** The HTTP wait for a blocking exec: the command's own limit plus slack, never less than the client's. */
+function execRequestTimeout(clientTimeoutMs: number, timeoutSeconds: number | undefined): number {
+  if (clientTimeoutMs === 0) return 0;
+  const cmd = (timeoutSeconds ?? DEFAULT_EXEC_TIMEOUT_SECONDS) * 1000 + 30_000;
+  return Math.max(clientTimeoutMs, cmd);
+}

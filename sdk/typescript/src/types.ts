@@ -1,0 +1,188 @@
+/**
+ * Public data types (camelCase) and their conversion from the snake_case wire objects of
+ * `/v1`. Conversion is lenient: unknown fields are ignored and missing ones get neutral values,
+ * so a newer server does not break an older SDK.
+ */
+
+/** Sandbox lifecycle states. */
+export type SandboxState = "starting" | "running" | "paused" | "hibernated" | "stopped" | "failed";
+
+/** What happens when a sandbox's TTL or idle timeout expires. */
+export type OnTimeout = "kill" | "hibernate";
+
+/** A sandbox as the server describes it. */
+export interface SandboxInfo {
+  id: string;
+  template: string;
+  state: SandboxState;
+  cpu: number;
+  memoryMb: number;
+  metadata: Record<string, string>;
+  /** RFC 3339. */
+  createdAt: string;
+  /** RFC 3339, or null when the sandbox has no TTL. */
+  expiresAt: string | null;
+  ttlSeconds: number | null;
+  idleTimeoutSeconds: number | null;
+  onTimeout: OnTimeout;
+  /** Milliseconds from request to exec-ready. */
+  bootMs: number;
+  /** `restore` (from a baked template or a snapshot) or `cold`. */
+  bootMode: string;
+  /** The snapshot this sandbox was created or forked from. */
+  snapshotId: string | null;
+  host: string;
+}
+
+/** The outcome of a command. A non-zero `exitCode` is data, not an error (see `check`). */
+export interface ExecResult {
+  stdout: string;
+  stderr: string;
+  exitCode: number;
+  timedOut: boolean;
+  /** Output was cut at the server's limit (4 MiB per stream). */
+  truncated: boolean;
+  durationMs: number;
+}
+
+/** An event of {@link Sandbox.execStream}. */
+export type ExecEvent =
+  | { type: "stdout"; data: string }
+  | { type: "stderr"; data: string }
+  | { type: "exit"; exitCode: number; timedOut: boolean; truncated: boolean; durationMs: number };
+
+/** A snapshot of a sandbox (memory and disk); create sandboxes from it with `snapshotId`. */
+export interface SnapshotInfo {
+  id: string;
+  sandboxId: string;
+  template: string;
+  createdAt: string;
+  sizeBytes: number;
+}
+
+/** A template sandboxes are created from. */
+export interface TemplateInfo {
+  name: string;
+  description: string;
+  cpu: number;
+  memoryMb: number;
+  diskMb: number;
+  /** `ready` once baked, `available` before first use. */
+  state: string;
+  bakeMs: number | null;
+}
+
+/** Metadata of a file in a sandbox. */
+export interface FileInfo {
+  name: string;
+  path: string;
+  type: "file" | "dir" | "symlink" | "other";
+  size: number;
+  /** Permission bits and file type, as `st_mode`. */
+  mode: number;
+  mtimeMs: number;
+  symlinkTarget: string | null;
+}
+
+/** Resource usage of a sandbox, as far as the host can tell. */
+export interface SandboxMetrics {
+  state: string;
+  hostRssBytes?: number;
+  hostPssBytes?: number;
+  cpuTimeMs?: number;
+  /** Every field as sent, including ones this SDK version does not know. */
+  raw: Record<string, unknown>;
+}
+
+type Wire = Record<string, unknown>;
+
+const str = (v: unknown, d = ""): string => (typeof v === "string" ? v : d);
+const num = (v: unknown, d = 0): number => (typeof v === "number" ? v : d);
+const optNum = (v: unknown): number | null => (typeof v === "number" ? v : null);
+const optStr = (v: unknown): string | null => (typeof v === "string" ? v : null);
+const strMap = (v: unknown): Record<string, string> => {
+  const out: Record<string, string> = {};
+  if (v && typeof v === "object") {
+    for (const [k, val] of Object.entries(v as Wire)) if (typeof val === "string") out[k] = val;
+  }
+  return out;
+};
+
+/** @internal */
+export function sandboxFromWire(w: Wire): SandboxInfo {
+  return {
+    id: str(w.id),
+    template: str(w.template),
+    state: str(w.state, "failed") as SandboxState,
+    cpu: num(w.cpu),
+    memoryMb: num(w.memory_mb),
+    metadata: strMap(w.metadata),
+    createdAt: str(w.created_at),
+    expiresAt: optStr(w.expires_at),
+    ttlSeconds: optNum(w.ttl_seconds),
+    idleTimeoutSeconds: optNum(w.idle_timeout_seconds),
+    onTimeout: (str(w.on_timeout, "kill") as OnTimeout),
+    bootMs: num(w.boot_ms),
+    bootMode: str(w.boot_mode),
+    snapshotId: optStr(w.snapshot_id),
+    host: str(w.host),
+  };
+}
+
+/** @internal */
+export function execResultFromWire(w: Wire): ExecResult {
+  return {
+    stdout: str(w.stdout),
+    stderr: str(w.stderr),
+    exitCode: num(w.exit_code, -1),
+    timedOut: w.timed_out === true,
+    truncated: w.truncated === true,
+    durationMs: num(w.duration_ms),
+  };
+}
+
+/** @internal */
+export function snapshotFromWire(w: Wire): SnapshotInfo {
+  return {
+    id: str(w.id),
+    sandboxId: str(w.sandbox_id),
+    template: str(w.template),
+    createdAt: str(w.created_at),
+    sizeBytes: num(w.size_bytes),
+  };
+}
+
+/** @internal */
+export function templateFromWire(w: Wire): TemplateInfo {
+  return {
+    name: str(w.name),
+    description: str(w.description),
+    cpu: num(w.cpu),
+    memoryMb: num(w.memory_mb),
+    diskMb: num(w.disk_mb),
+    state: str(w.state),
+    bakeMs: optNum(w.bake_ms),
+  };
+}
+
+/** @internal */
+export function fileInfoFromWire(w: Wire): FileInfo {
+  return {
+    name: str(w.name),
+    path: str(w.path),
+    type: str(w.type, "other") as FileInfo["type"],
+    size: num(w.size),
+    mode: num(w.mode),
+    mtimeMs: num(w.mtime_ms),
+    symlinkTarget: optStr(w.symlink_target),
+  };
+}
+
+/** @internal */
+export function metricsFromWire(w: Wire): SandboxMetrics {
+  const m: SandboxMetrics = { state: str(w.state), raw: { ...w } };
+  if (typeof w.host_rss_bytes === "number") m.hostRssBytes = w.host_rss_bytes;
+  if (typeof w.host_pss_bytes === "number") m.hostPssBytes = w.host_pss_bytes;
+  if (typeof w.cpu_time_ms === "number") m.cpuTimeMs = w.cpu_time_ms;
+  return m;
+}

@@ -1,0 +1,57 @@
+// The examples in examples/typescript run as smoke tests, against the same server.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { fileURLToPath } from "node:url";
+import { dirname, join } from "node:path";
+
+import { NotFoundError } from "../dist/index.js";
+import { TEMPLATE, client } from "./helpers.mjs";
+
+const run = promisify(execFile);
+const examples = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "examples", "typescript");
+
+const ps = client();
+
+/** Runs an example; afterwards deletes the snapshots its forks left behind (their sandboxes are gone). */
+async function example(name) {
+  const before = new Set((await ps.snapshots.list().toArray()).map((s) => s.id));
+  try {
+    const { stdout } = await run(process.execPath, [join(examples, name)], {
+      env: { ...process.env, PANDASTACK_TEMPLATE: TEMPLATE },
+      timeout: 600_000,
+    });
+    return stdout;
+  } finally {
+    for (const s of await ps.snapshots.list().toArray()) {
+      if (before.has(s.id)) continue;
+      const parentAlive = await ps.sandboxes.get(s.sandboxId).then(() => true, () => false);
+      if (!parentAlive) await ps.snapshots.delete(s.id).catch((e) => { if (!(e instanceof NotFoundError)) throw e; });
+    }
+  }
+}
+
+test("create-exec-read-fork", async () => {
+  const out = await example("create-exec-read-fork.mjs");
+  assert.match(out, /python says 1024/);
+  assert.match(out, /read back: hello from the parent/);
+  assert.match(out, /fork sb-\S+: hello from the fork/);
+  assert.match(out, /parent still: hello from the parent/);
+});
+
+test("parallel-fixes keeps the passing candidate", async () => {
+  const out = await example("parallel-fixes.mjs");
+  assert.match(out, /candidate 2 in sb-\S+: PASS/);
+  assert.equal((out.match(/: PASS/g) ?? []).length, 1);
+  assert.match(out, /keeping candidate 2/);
+});
+
+test("streaming", async () => {
+  const out = await example("streaming.mjs");
+  assert.match(out, /\[out\] step 1\n[\s\S]*\[out\] step 5\n/);
+  assert.match(out, /\[err\] a warning/);
+  assert.match(out, /\[exit\] code 2/);
+  assert.match(out, /\[callback\] tick 0/);
+  assert.match(out, /collected "tick 0\\ntick 1\\ntick 2\\n", exit 0/);
+});

@@ -1,0 +1,50 @@
+// Compile-only check of the public types (`npm run test:types`): the API.md snippet must
+// type-check unchanged, and the main surface must have the documented shapes.
+import {
+  PandaStack,
+  Sandbox,
+  NotFoundError,
+  RateLimitError,
+  type ExecEvent,
+  type ExecResult,
+  type FileInfo,
+  type SandboxInfo,
+} from "@pandastack/sdk";
+
+export async function snippet(): Promise<string> {
+  const client = new PandaStack({ apiKey: process.env.PANDASTACK_API_KEY });
+  const sandbox = await client.sandboxes.create({ template: "code-interpreter", ttlSeconds: 600 });
+  const r = await sandbox.exec("python -c 'print(2 ** 10)'", { timeoutSeconds: 30 });
+  return r.stdout;
+}
+
+export async function surface(client: PandaStack): Promise<void> {
+  await using sb = await client.sandboxes.create({
+    template: "base", ttlSeconds: 60, idleTimeoutSeconds: 30, onTimeout: "hibernate",
+    metadata: { a: "b" }, env: { X: "1" },
+  });
+  const r: ExecResult = await sb.exec(["ls", "-l"], { cwd: "/", env: { A: "b" }, stdin: "x", check: true, onStdout: (d: string) => void d });
+  const code: number = r.exitCode;
+  for await (const ev of sb.execStream("echo")) {
+    const e: ExecEvent = ev;
+    if (e.type === "exit") void (e.exitCode + code);
+    else void e.data.length;
+  }
+  const text: string = await sb.filesystem.read("/x");
+  const bytes: Uint8Array = await sb.files.readBytes("/x");
+  await sb.files.write("/x", text + bytes.length);
+  const entries: FileInfo[] = await sb.files.list("/");
+  void entries;
+  const one: Sandbox = await sb.fork();
+  const many: Sandbox[] = await sb.fork(5);
+  void one; void many;
+  const info: SandboxInfo = await sb.info();
+  void info.expiresAt;
+  for await (const s of client.sandboxes.list({ state: "running", metadata: { a: "b" }, limit: 10 })) void s.id;
+  try {
+    await client.sandboxes.get("x");
+  } catch (e) {
+    if (e instanceof NotFoundError) void e.requestId;
+    if (e instanceof RateLimitError) void e.retryAfter;
+  }
+}
