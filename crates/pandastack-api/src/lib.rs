@@ -9,6 +9,7 @@ mod error;
 mod exec_ws;
 mod extract;
 pub mod guest;
+mod idempotency;
 mod keys;
 mod logs;
 mod meta;

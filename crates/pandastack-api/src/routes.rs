@@ -161,6 +161,7 @@ route_table! {
     snapshots::list,
     snapshots::delete,
     sandboxes::templates,
+    sandboxes::template,
     keys::list,
     keys::create,
     keys::revoke,

@@ -13,12 +13,12 @@ use pandastack_agent::SandboxView;
 use pandastack_api_types::{
     self as wire, CreateSandboxRequest, Cursor, ErrorCode, List, OnTimeout, PatchSandboxRequest,
 };
-use pandastack_store::{now_ms, Filter, IdempotencyRecord, SandboxRow};
+use pandastack_store::{now_ms, Filter, SandboxRow};
 use pandastack_vm::VmDriver;
-use sha2::{Digest, Sha256};
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
+use crate::idempotency::{self, Begin};
 use crate::{rfc3339, App};
 
 pub(crate) fn to_wire(r: &SandboxRow, host: &str) -> wire::Sandbox {
@@ -86,13 +86,12 @@ pub(crate) async fn record<D: VmDriver>(
     Ok(row)
 }
 
-fn request_hash(body: &CreateSandboxRequest) -> String {
-    let text = serde_json::to_string(body).unwrap_or_default();
-    hex::encode(Sha256::digest(text.as_bytes()))
-}
-
 /// Enforces the workspace's concurrent-sandbox and create-rate limits.
-async fn check_limits<D: VmDriver>(app: &App<D>, ws: &str, adding: i64) -> ApiResult<()> {
+pub(crate) async fn check_limits<D: VmDriver>(
+    app: &App<D>,
+    ws: &str,
+    adding: i64,
+) -> ApiResult<()> {
     let limits = app.store.keys().workspace(ws).await?;
     let active = app.store.sandboxes().count_active(ws).await?;
     if active + adding > limits.max_sandboxes {
@@ -192,26 +191,20 @@ pub async fn create<D: VmDriver>(
     Body(req): Body<CreateSandboxRequest>,
 ) -> ApiResult<impl IntoResponse> {
     req.validate()?;
-    let idem = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .filter(|k| !k.is_empty() && k.len() <= 128)
-        .map(str::to_owned);
-    let hash = request_hash(&req);
-    if let Some(key) = &idem {
-        if let Some(rec) = app.store.idempotency().get(caller.ws(), key).await? {
-            if rec.request_hash != hash {
-                return Err(ApiError::new(
-                    ErrorCode::Conflict,
-                    "Idempotency-Key was used with a different request",
-                ));
-            }
-            let status = StatusCode::from_u16(rec.status as u16).unwrap_or(StatusCode::CREATED);
-            let body: serde_json::Value = serde_json::from_str(&rec.body)
-                .map_err(|e| ApiError::internal("idempotency replay", &e))?;
-            return Ok((status, Json(body)));
-        }
-    }
+    let idem =
+        match idempotency::begin(&app, caller.ws(), &headers, "POST /v1/sandboxes", &req).await? {
+            Begin::Replay(status, body) => return Ok((status, body)),
+            Begin::Proceed(idem) => idem,
+        };
+    let result = create_sandbox(&app, &caller, &req).await;
+    idem.finish(&app, caller.ws(), result).await
+}
+
+async fn create_sandbox<D: VmDriver>(
+    app: &App<D>,
+    caller: &Caller,
+    req: &CreateSandboxRequest,
+) -> ApiResult<(StatusCode, wire::Sandbox)> {
     if let Some(snap) = &req.snapshot_id {
         if app.store.snapshots().get(caller.ws(), snap).await.is_err() {
             return Err(ApiError::not_found(
@@ -221,11 +214,11 @@ pub async fn create<D: VmDriver>(
             ));
         }
     }
-    check_limits(&app, caller.ws(), 1).await?;
+    check_limits(app, caller.ws(), 1).await?;
     let id = pandastack_store::new_id("sb-");
     // The row goes in first (state "starting"): a crash mid-create leaves a row the server
     // reconciles at start, never a VM nobody knows about.
-    let row = new_row(caller.ws(), &id, &req, &req.template, now_ms());
+    let row = new_row(caller.ws(), &id, req, &req.template, now_ms());
     app.store.sandboxes().insert(&row).await?;
     let created = match &req.snapshot_id {
         Some(snap) => app.agent.create_from_snapshot(snap, &id).await,
@@ -238,24 +231,8 @@ pub async fn create<D: VmDriver>(
             return Err(e.into());
         }
     };
-    let row = finish_row(&app, row, &view).await?;
-    let body = serde_json::to_value(to_wire(&row, &app.host))
-        .map_err(|e| ApiError::internal("encode", &e))?;
-    if let Some(key) = &idem {
-        app.store
-            .idempotency()
-            .put(
-                caller.ws(),
-                key,
-                &IdempotencyRecord {
-                    request_hash: hash,
-                    status: 201,
-                    body: body.to_string(),
-                },
-            )
-            .await?;
-    }
-    Ok((StatusCode::CREATED, Json(body)))
+    let row = finish_row(app, row, &view).await?;
+    Ok((StatusCode::CREATED, to_wire(&row, &app.host)))
 }
 
 /// List the workspace's sandboxes, newest last, filtered by state and metadata.
@@ -500,23 +477,49 @@ pub async fn templates<D: VmDriver>(
 ) -> ApiResult<Json<List<wire::Template>>> {
     let list = app.agent.templates()?;
     Ok(Json(List {
-        data: list
-            .into_iter()
-            .map(|t| wire::Template {
-                name: t.name,
-                description: t.description,
-                cpu: t.shape.vcpus,
-                memory_mb: t.shape.memory_mib,
-                disk_mb: t.disk_mb,
-                state: if t.baked.is_some() {
-                    "ready"
-                } else {
-                    "available"
-                }
-                .into(),
-                bake_ms: t.baked.map(|b| b.bake_ms),
-            })
-            .collect(),
+        data: list.into_iter().map(template_view).collect(),
         next_cursor: None,
     }))
+}
+
+fn template_view(t: pandastack_agent::TemplateView) -> wire::Template {
+    wire::Template {
+        name: t.name,
+        description: t.description,
+        cpu: t.shape.vcpus,
+        memory_mb: t.shape.memory_mib,
+        disk_mb: t.disk_mb,
+        state: if t.baked.is_some() {
+            "ready"
+        } else {
+            "available"
+        }
+        .into(),
+        bake_ms: t.baked.map(|b| b.bake_ms),
+    }
+}
+
+/// One template this server can create sandboxes from.
+#[utoipa::path(
+    get,
+    path = "/v1/templates/{name}",
+    operation_id = "get_template",
+    tag = "templates",
+    params(("name" = String, Path, description = "Template name")),
+    responses(
+        (status = 200, description = "The template", body = wire::Template),
+        (status = 404, description = "No such template (code template_not_found)")
+    )
+)]
+pub async fn template<D: VmDriver>(
+    State(app): State<Arc<App<D>>>,
+    _caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<wire::Template>> {
+    app.agent
+        .templates()?
+        .into_iter()
+        .find(|t| t.name == name)
+        .map(|t| Json(template_view(t)))
+        .ok_or_else(|| ApiError::from(pandastack_agent::AgentError::TemplateNotFound(name.clone())))
 }

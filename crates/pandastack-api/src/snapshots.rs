@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use pandastack_api_types::{self as wire, Cursor, ErrorCode, ForkRequest, ForkResponse, List};
 use pandastack_store::{new_id, now_ms, SnapshotRow};
@@ -12,7 +12,8 @@ use pandastack_vm::VmDriver;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
-use crate::sandboxes::{finish_row, owned, record, to_wire};
+use crate::idempotency::{self, Begin};
+use crate::sandboxes::{check_limits, finish_row, owned, record, to_wire};
 use crate::{rfc3339, App};
 
 fn snap_wire(s: &SnapshotRow) -> wire::Snapshot {
@@ -51,21 +52,34 @@ async fn save_snapshot<D: VmDriver>(
     path = "/v1/sandboxes/{id}/snapshots",
     operation_id = "create_snapshot",
     tag = "snapshots",
-    params(("id" = String, Path, description = "Sandbox id")),
+    params(
+        ("id" = String, Path, description = "Sandbox id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe (at most 128 bytes)")
+    ),
     responses((status = 201, description = "The snapshot", body = wire::Snapshot))
 )]
 pub async fn create<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
+    headers: HeaderMap,
     Path(id): Path<String>,
-) -> ApiResult<(StatusCode, Json<wire::Snapshot>)> {
-    let row = owned(&app, &caller, &id).await?;
-    let snap_id = new_id("snap-");
-    let snap = app.agent.snapshot(&row.id, &snap_id).await?;
-    let view = app.agent.get(&row.id).await?;
-    record(&app, row, &view).await?;
-    let s = save_snapshot(&app, caller.ws(), &snap).await?;
-    Ok((StatusCode::CREATED, Json(snap_wire(&s))))
+) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
+    let scope = format!("POST /v1/sandboxes/{id}/snapshots");
+    let idem = match idempotency::begin(&app, caller.ws(), &headers, &scope, &()).await? {
+        Begin::Replay(status, body) => return Ok((status, body)),
+        Begin::Proceed(idem) => idem,
+    };
+    let result = async {
+        let row = owned(&app, &caller, &id).await?;
+        let snap_id = new_id("snap-");
+        let snap = app.agent.snapshot(&row.id, &snap_id).await?;
+        let view = app.agent.get(&row.id).await?;
+        record(&app, row, &view).await?;
+        let s = save_snapshot(&app, caller.ws(), &snap).await?;
+        Ok((StatusCode::CREATED, snap_wire(&s)))
+    }
+    .await;
+    idem.finish(&app, caller.ws(), result).await
 }
 
 /// Fork a sandbox into `count` running children that start from its current state (all or
@@ -75,18 +89,39 @@ pub async fn create<D: VmDriver>(
     path = "/v1/sandboxes/{id}/fork",
     operation_id = "fork_sandbox",
     tag = "snapshots",
-    params(("id" = String, Path, description = "Sandbox id")),
+    params(
+        ("id" = String, Path, description = "Sandbox id"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe (at most 128 bytes)")
+    ),
     request_body = ForkRequest,
     responses((status = 201, description = "The children and the snapshot they came from", body = ForkResponse))
 )]
 pub async fn fork<D: VmDriver>(
     State(app): State<Arc<App<D>>>,
     caller: Caller,
+    headers: HeaderMap,
     Path(id): Path<String>,
     Body(req): Body<ForkRequest>,
-) -> ApiResult<(StatusCode, Json<ForkResponse>)> {
+) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
     req.validate()?;
-    let parent = owned(&app, &caller, &id).await?;
+    let scope = format!("POST /v1/sandboxes/{id}/fork");
+    let idem = match idempotency::begin(&app, caller.ws(), &headers, &scope, &req).await? {
+        Begin::Replay(status, body) => return Ok((status, body)),
+        Begin::Proceed(idem) => idem,
+    };
+    let result = fork_sandbox(&app, &caller, &id, &req).await;
+    idem.finish(&app, caller.ws(), result).await
+}
+
+async fn fork_sandbox<D: VmDriver>(
+    app: &Arc<App<D>>,
+    caller: &Caller,
+    id: &str,
+    req: &ForkRequest,
+) -> ApiResult<(StatusCode, ForkResponse)> {
+    let app = Arc::clone(app);
+    let parent = owned(&app, caller, id).await?;
+    check_limits(&app, caller.ws(), i64::from(req.count)).await?;
     let snap_id = new_id("snap-");
     let child_ids: Vec<String> = (0..req.count).map(|_| new_id("sb-")).collect();
     // Rows first, as for creates.
@@ -127,11 +162,11 @@ pub async fn fork<D: VmDriver>(
     }
     Ok((
         StatusCode::CREATED,
-        Json(ForkResponse {
+        ForkResponse {
             parent_id: parent.id,
             snapshot_id: snap.id,
             children,
-        }),
+        },
     ))
 }
 

@@ -47,6 +47,8 @@ pub struct QemuConfig {
     pub tcg_tb_size_mib: u32,
     /// Enable QEMU's seccomp sandbox.
     pub seccomp: bool,
+    /// Put every VM process in its own cgroup with limits (`None`: leave it where it starts).
+    pub cgroups: Option<crate::cgroup::Cgroups>,
 }
 
 impl QemuConfig {
@@ -56,6 +58,7 @@ impl QemuConfig {
             accel,
             tcg_tb_size_mib: 32,
             seccomp: true,
+            cgroups: None,
         }
     }
 }

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use crate::argv::{
     self, QemuConfig, StartMode, AGENT_SOCKET, CONSOLE_LOG, PID_FILE, QEMU_LOG, QMP_SOCKET,
 };
+use crate::cgroup::{self, Cgroups, Limits};
 use crate::process::{self, Process};
 use crate::qmp::{self, Qmp, QmpError};
 
@@ -46,18 +47,52 @@ impl QemuDriver {
         let args = argv::build(&self.cfg, spec, mode);
         let qemu_log = spec.run_dir.join(QEMU_LOG);
         let netns = spec.net.as_ref().and_then(|n| n.netns.as_deref());
-        let process = Process::spawn(&self.cfg.binary, &args, &spec.run_dir, &qemu_log, netns)?;
+        let (cgroup, procs) = match &self.cfg.cgroups {
+            Some(c) => {
+                let name = cgroup::new_name();
+                let procs = c
+                    .create(&name, Limits::for_vm(spec.vcpus, spec.memory_mib))
+                    .map_err(|e| VmError::Spawn(std::io::Error::other(e)))?;
+                if let Err(e) = cgroup::record(&spec.run_dir, &name) {
+                    c.remove(&name);
+                    return Err(e.into());
+                }
+                (Some((c.clone(), name)), procs)
+            }
+            None => (None, Vec::new()),
+        };
+        let release = |cgroup: &Option<(Cgroups, String)>| {
+            if let Some((c, name)) = cgroup {
+                c.remove(name);
+            }
+        };
+        let process = match Process::spawn(
+            &self.cfg.binary,
+            &args,
+            &spec.run_dir,
+            &qemu_log,
+            netns,
+            procs,
+        ) {
+            Ok(p) => p,
+            Err(e) => {
+                release(&cgroup);
+                return Err(e);
+            }
+        };
         match connect_qmp(&process, &spec.run_dir, &qemu_log).await {
             Ok(qmp) => Ok(QemuVm {
                 id: spec.id.clone(),
                 run_dir: spec.run_dir.clone(),
                 process,
                 qmp,
+                cgroup,
             }),
             Err(e) => {
                 // Never leave a half-started process behind.
                 let _ = process.kill();
                 process.wait_timeout(Duration::from_secs(5)).await;
+                release(&cgroup);
                 Err(e)
             }
         }
@@ -305,11 +340,13 @@ impl VmDriver for QemuDriver {
             .file_name()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let cgroup = self.cfg.cgroups.clone().zip(cgroup::recorded(run_dir));
         Ok(QemuVm {
             id,
             run_dir: run_dir.to_owned(),
             process,
             qmp,
+            cgroup,
         })
     }
 }
@@ -328,6 +365,8 @@ pub struct QemuVm {
     run_dir: PathBuf,
     process: Process,
     qmp: Qmp,
+    /// Its cgroup, removed once the process has exited.
+    cgroup: Option<(Cgroups, String)>,
 }
 
 impl QemuVm {
@@ -357,7 +396,19 @@ impl QemuVm {
                 after: Duration::from_secs(10),
             });
         }
+        self.remove_cgroup();
         Ok(())
+    }
+
+    fn remove_cgroup(&self) {
+        if let Some((c, name)) = &self.cgroup {
+            c.remove(name);
+        }
+    }
+
+    /// The VM's cgroup name, when it has one.
+    pub fn cgroup(&self) -> Option<&str> {
+        self.cgroup.as_ref().map(|(_, n)| n.as_str())
     }
 }
 
@@ -451,6 +502,7 @@ impl Vm for QemuVm {
                 self.kill_and_wait().await?;
             }
         }
+        self.remove_cgroup();
         Ok(())
     }
 }

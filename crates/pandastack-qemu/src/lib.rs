@@ -8,9 +8,11 @@
 
 pub mod accel;
 pub mod argv;
+pub mod cgroup;
 mod driver;
 pub mod process;
 pub mod qmp;
 
 pub use argv::QemuConfig;
+pub use cgroup::Cgroups;
 pub use driver::{QemuDriver, QemuVm};

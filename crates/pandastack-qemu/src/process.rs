@@ -19,13 +19,15 @@ pub struct Process {
 
 impl Process {
     /// Spawns `binary argv` in `cwd` with stdout/stderr appended to `log`, inside the network
-    /// namespace `netns` when given.
+    /// namespace `netns` when given, joining the cgroups whose `cgroup.procs` files are given
+    /// before it runs.
     pub fn spawn(
         binary: &Path,
         argv: &[std::ffi::OsString],
         cwd: &Path,
         log: &Path,
         netns: Option<&Path>,
+        cgroup_procs: Vec<std::fs::File>,
     ) -> Result<Self, VmError> {
         let out = std::fs::OpenOptions::new()
             .create(true)
@@ -33,6 +35,19 @@ impl Process {
             .open(log)?;
         let err = out.try_clone()?;
         let mut cmd = tokio::process::Command::new(binary);
+        if !cgroup_procs.is_empty() {
+            // SAFETY: the closure runs in the forked child before exec and only makes write(2)
+            // calls on fds the parent keeps open until spawn returns; it allocates nothing and
+            // takes no locks, so it is async-signal-safe. Writing "0" moves the writer itself.
+            unsafe {
+                cmd.pre_exec(move || {
+                    for f in &cgroup_procs {
+                        nix::unistd::write(f, b"0").map_err(std::io::Error::from)?;
+                    }
+                    Ok(())
+                });
+            }
+        }
         if let Some(ns) = netns {
             // Opened here (close-on-exec), entered in the child between fork and exec.
             let fd = std::fs::File::open(ns).map_err(|e| {
@@ -197,6 +212,7 @@ mod tests {
             dir.path(),
             &dir.path().join("log"),
             None,
+            Vec::new(),
         )
         .unwrap();
         assert!(p.alive());

@@ -12,7 +12,7 @@ mod keys;
 mod sandboxes;
 mod snapshots;
 
-pub use idempotency::{Idempotency, IdempotencyRecord};
+pub use idempotency::{Idempotency, IdempotencyRecord, Reservation};
 pub use keys::{KeyRow, Keys, Workspace};
 pub use sandboxes::{Filter, SandboxRow, Sandboxes};
 pub use snapshots::{SnapshotRow, Snapshots};

@@ -212,6 +212,31 @@ async fn sandbox_lifecycle_over_http() {
         .await;
     assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
 
+    // A retried fork with the same Idempotency-Key replays the first answer (no new child);
+    // the same key with another request is a conflict.
+    let fork_with_key = |count: u32| {
+        api.c
+            .post(format!("{}/v1/sandboxes/{id}/fork", server.url))
+            .bearer_auth(&server.key)
+            .header("Idempotency-Key", "fork-1")
+            .json(&json!({ "count": count }))
+            .send()
+    };
+    let first: Value = fork_with_key(1).await.unwrap().json().await.unwrap();
+    let again = fork_with_key(1).await.unwrap();
+    assert_eq!(again.status(), StatusCode::CREATED);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(first["children"][0]["id"], again["children"][0]["id"]);
+    assert_eq!(
+        fork_with_key(2).await.unwrap().status(),
+        StatusCode::CONFLICT
+    );
+    let child = first["children"][0]["id"].as_str().unwrap().to_owned();
+    let (st, _) = api
+        .call("DELETE", &format!("/v1/sandboxes/{child}"), None)
+        .await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+
     // Snapshot, and a sandbox from it.
     let (st, snap) = api
         .call("POST", &format!("/v1/sandboxes/{id}/snapshots"), None)

@@ -539,3 +539,42 @@ async fn malformed_requests_never_get_a_5xx() {
     drop(api);
     assert!(server.child.try_wait().unwrap().is_none(), "server exited");
 }
+
+/// `on_timeout: hibernate`: the expired sandbox is hibernated, a call wakes it, and the used-up
+/// TTL does not hibernate it again at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn ttl_hibernate_then_wake_stays_awake() {
+    let (server, _guard) = server().await;
+    let api = Api {
+        s: &server,
+        c: Client::new(),
+    };
+    let id = api
+        .create(json!({"template": "minimal", "ttl_seconds": 2, "on_timeout": "hibernate"}))
+        .await;
+    api.exec(&id, "echo before > /dev/shm/mark").await;
+    within(Duration::from_secs(20), "ttl hibernate", async {
+        loop {
+            let (_, v) = api.call("GET", &format!("/v1/sandboxes/{id}"), None).await;
+            if v["state"] == "hibernated" {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+    .await;
+    // Auto-wake with memory intact, then it stays running past several reaper rounds.
+    assert_eq!(
+        api.exec(&id, "cat /dev/shm/mark").await["stdout"],
+        "before\n"
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (st, v) = api.call("GET", &format!("/v1/sandboxes/{id}"), None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(v["state"], "running", "{v}");
+    assert_eq!(api.exec(&id, "echo awake").await["stdout"], "awake\n");
+    let (st, _) = api
+        .call("DELETE", &format!("/v1/sandboxes/{id}"), None)
+        .await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+}

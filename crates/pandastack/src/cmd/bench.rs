@@ -23,6 +23,8 @@ pub struct BenchArgs {
 enum BenchWhat {
     /// Boot, bake, restore and exec latency, and idle memory per VM.
     Runtime(RuntimeArgs),
+    /// The REST API end to end: create, exec, fork, creates/s, idle capacity.
+    Api(super::bench_api::ApiArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -50,14 +52,14 @@ struct RuntimeArgs {
 }
 
 #[derive(Debug, Serialize)]
-struct Metric {
-    p50: f64,
-    p99: f64,
-    n: usize,
-    unit: &'static str,
+pub(crate) struct Metric {
+    pub p50: f64,
+    pub p99: f64,
+    pub n: usize,
+    pub unit: &'static str,
 }
 
-fn metric(mut samples: Vec<f64>, unit: &'static str) -> Metric {
+pub(crate) fn metric(mut samples: Vec<f64>, unit: &'static str) -> Metric {
     samples.sort_by(|a, b| a.total_cmp(b));
     let pick = |q: f64| {
         if samples.is_empty() {
@@ -74,13 +76,14 @@ fn metric(mut samples: Vec<f64>, unit: &'static str) -> Metric {
     }
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
 pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.what {
         BenchWhat::Runtime(a) => runtime(a).await,
+        BenchWhat::Api(a) => super::bench_api::run(a).await,
     }
 }
 
@@ -307,7 +310,7 @@ async fn exec_shell(ch: &tonic::transport::Channel, cmd: &str) -> anyhow::Result
     anyhow::bail!("exec stream ended without exit")
 }
 
-fn host_info() -> serde_json::Value {
+pub(crate) fn host_info() -> serde_json::Value {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| {

@@ -2,13 +2,20 @@
 
 use std::process::ExitCode;
 
+pub mod auth;
 pub mod bench;
+mod bench_api;
+mod client_util;
 pub mod doctor;
 pub mod host;
 pub mod keys;
 pub mod run;
+pub mod sandbox;
+mod sandbox_io;
 pub mod server;
+mod shell;
 pub mod template;
+mod template_ls;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -26,6 +33,11 @@ pub enum Command {
     Server(server::ServerArgs),
     /// Build template images from specs.
     Template(template::TemplateArgs),
+    /// Log in to a server: store its URL and an API key for the client commands.
+    Auth(auth::AuthArgs),
+    /// Sandboxes on a running server: create, ls, exec, shell, cp, fork, snapshot, kill, …
+    #[command(visible_alias = "sb")]
+    Sandbox(sandbox::SandboxArgs),
 }
 
 pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
@@ -37,5 +49,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::run(args).await,
         Command::Server(args) => server::run(args).await,
         Command::Template(args) => template::run(args).await,
+        Command::Auth(args) => auth::run(args).await,
+        Command::Sandbox(args) => sandbox::run(args).await,
     }
 }

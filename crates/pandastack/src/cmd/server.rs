@@ -66,6 +66,16 @@ pub struct ServerArgs {
     /// Network slots built ahead of demand, off the create path.
     #[arg(long, default_value_t = 8)]
     net_spare: usize,
+    /// Per-VM cgroups with memory, CPU and pids limits from the sandbox shape: `auto` uses them
+    /// when the host has the controllers (cgroup v2, else v1), `off` does not.
+    #[arg(long, value_enum, default_value_t = CgroupMode::Auto)]
+    cgroups: CgroupMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum CgroupMode {
+    Auto,
+    Off,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -106,7 +116,20 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
 
     // Reconcile host and database: keep what has a row, remove the rest.
     let known = store.sandboxes().all_ids().await?;
-    let mut rt = Runtime::new(QemuDriver::new(QemuConfig::new(choice.accel)), data, kernel);
+    let mut qemu = QemuConfig::new(choice.accel);
+    if a.cgroups == CgroupMode::Auto {
+        match pandastack_qemu::Cgroups::detect() {
+            Some(c) => {
+                let swept = c.sweep();
+                tracing::info!(version = c.version(), swept, "per-VM cgroups on");
+                qemu.cgroups = Some(c);
+            }
+            None => tracing::warn!(
+                "no cgroup memory/cpu/pids controllers found: VM processes run without limits"
+            ),
+        }
+    }
+    let mut rt = Runtime::new(QemuDriver::new(qemu), data, kernel);
     if let Some(pool) = open_network(&a).await? {
         rt = rt.with_network(pool);
     }

@@ -20,6 +20,8 @@ pub struct TemplateArgs {
 enum TemplateCmd {
     /// Build a template's root filesystem image (cached by the spec's hash) and print its path.
     Build(BuildArgs),
+    /// List the templates a running server offers (through the API).
+    Ls(super::template_ls::LsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -46,6 +48,7 @@ struct BuildArgs {
 pub async fn run(args: TemplateArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         TemplateCmd::Build(a) => tokio::task::spawn_blocking(move || build(a)).await?,
+        TemplateCmd::Ls(a) => super::template_ls::run(a).await,
     }
 }
 

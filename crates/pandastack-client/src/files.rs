@@ -1,0 +1,121 @@
+//! Guest files: download and upload (streamed to and from local files, or as bytes), list,
+//! stat, mkdir, rename and delete.
+
+use std::path::Path;
+
+use pandastack_api_types::{FileInfo, List, MkdirRequest, RenameRequest};
+use reqwest::Method;
+use tokio::io::AsyncWriteExt;
+
+use crate::http::{Call, Payload};
+use crate::sandboxes::sandbox_path;
+use crate::{Client, Error};
+
+impl Client {
+    /// `GET …/fs?path=`, streamed into the local file `local` (created or truncated); returns
+    /// the bytes written.
+    pub async fn download(&self, id: &str, path: &str, local: &Path) -> Result<u64, Error> {
+        let call = Call::new(Method::GET, sandbox_path(id, "/fs")).query("path", path);
+        let mut resp = self.send(call).await?;
+        let what = || format!("cannot write {}", local.display());
+        let mut f = tokio::fs::File::create(local)
+            .await
+            .map_err(|e| Error::io(what(), e))?;
+        let mut n = 0u64;
+        while let Some(chunk) = resp.chunk().await.map_err(Error::Http)? {
+            f.write_all(&chunk)
+                .await
+                .map_err(|e| Error::io(what(), e))?;
+            n += chunk.len() as u64;
+        }
+        f.flush().await.map_err(|e| Error::io(what(), e))?;
+        Ok(n)
+    }
+
+    /// `GET …/fs?path=` into memory.
+    pub async fn read_file(&self, id: &str, path: &str) -> Result<bytes::Bytes, Error> {
+        let call = Call::new(Method::GET, sandbox_path(id, "/fs")).query("path", path);
+        self.send(call).await?.bytes().await.map_err(Error::Http)
+    }
+
+    /// `PUT …/fs?path=`, streamed from the local file `local`; returns the bytes written as the
+    /// server counted them.
+    pub async fn upload(&self, id: &str, local: &Path, path: &str) -> Result<u64, Error> {
+        let call = Call::new(Method::PUT, sandbox_path(id, "/fs"))
+            .query("path", path)
+            .payload(Payload::File(local.to_owned()));
+        let v: serde_json::Value = self.json(call).await?;
+        Ok(v["bytes_written"].as_u64().unwrap_or(0))
+    }
+
+    /// `PUT …/fs?path=` with bytes from memory.
+    pub async fn write_file(
+        &self,
+        id: &str,
+        path: &str,
+        data: impl Into<bytes::Bytes>,
+    ) -> Result<(), Error> {
+        let call = Call::new(Method::PUT, sandbox_path(id, "/fs"))
+            .query("path", path)
+            .payload(Payload::Bytes(data.into()));
+        self.empty(call).await
+    }
+
+    /// `GET …/fs/list?path=&depth=`.
+    pub async fn list_files(
+        &self,
+        id: &str,
+        path: &str,
+        depth: Option<u32>,
+    ) -> Result<Vec<FileInfo>, Error> {
+        let mut call = Call::new(Method::GET, sandbox_path(id, "/fs/list")).query("path", path);
+        if let Some(d) = depth {
+            call = call.query("depth", d.to_string());
+        }
+        let list: List<FileInfo> = self.json(call).await?;
+        Ok(list.data)
+    }
+
+    /// `GET …/fs/stat?path=`.
+    pub async fn stat(&self, id: &str, path: &str) -> Result<FileInfo, Error> {
+        let call = Call::new(Method::GET, sandbox_path(id, "/fs/stat")).query("path", path);
+        self.json(call).await
+    }
+
+    /// `POST …/fs/mkdir` (with parents when `parents`).
+    pub async fn mkdir(&self, id: &str, path: &str, parents: bool) -> Result<(), Error> {
+        let body = MkdirRequest {
+            path: path.to_owned(),
+            parents,
+        };
+        let call =
+            Call::new(Method::POST, sandbox_path(id, "/fs/mkdir")).payload(Payload::json(&body)?);
+        self.empty(call).await
+    }
+
+    /// `POST …/fs/rename`.
+    pub async fn rename(
+        &self,
+        id: &str,
+        from: &str,
+        to: &str,
+        overwrite: bool,
+    ) -> Result<(), Error> {
+        let body = RenameRequest {
+            from: from.to_owned(),
+            to: to.to_owned(),
+            overwrite,
+        };
+        let call =
+            Call::new(Method::POST, sandbox_path(id, "/fs/rename")).payload(Payload::json(&body)?);
+        self.empty(call).await
+    }
+
+    /// `DELETE …/fs?path=&recursive=`.
+    pub async fn delete_file(&self, id: &str, path: &str, recursive: bool) -> Result<(), Error> {
+        let call = Call::new(Method::DELETE, sandbox_path(id, "/fs"))
+            .query("path", path)
+            .query("recursive", recursive.to_string());
+        self.empty(call).await
+    }
+}

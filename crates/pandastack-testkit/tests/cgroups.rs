@@ -1,0 +1,69 @@
+//! Every VM process in its own cgroup with memory, CPU and pids limits from its shape, joined
+//! before QEMU runs, removed when the VM stops. Needs root and cgroup controllers (v2, or v1 as
+//! on hybrid hosts).
+
+use std::path::Path;
+use std::time::Duration;
+
+use pandastack_qemu::{Cgroups, QemuDriver};
+use pandastack_testkit::{agent, copy_rootfs, driver, exec, fixtures, spec, vm_dir, within};
+use pandastack_vm::{Memory, Vm, VmDriver};
+
+fn procs(dir: &Path) -> Vec<u32> {
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vm_process_runs_in_its_own_limited_cgroup() {
+    let cgroups = Cgroups::detect().expect("cgroup controllers memory, cpu, pids");
+    let mut cfg = driver().await.config().clone();
+    cfg.cgroups = Some(cgroups.clone());
+    let d = QemuDriver::new(cfg);
+
+    let dir = vm_dir();
+    let rootfs = copy_rootfs(&fixtures().rootfs, dir.path());
+    let spec = spec(
+        dir.path(),
+        Memory::SharedFile(dir.path().join("mem")),
+        rootfs,
+    );
+    let vm = within(Duration::from_secs(60), "boot", d.boot(&spec))
+        .await
+        .expect("boot");
+    let name = vm.cgroup().expect("vm has a cgroup").to_owned();
+    let mem = cgroups.memory_dir(&name);
+    let pid = vm.stats().expect("stats").pid;
+    assert_eq!(
+        procs(&mem),
+        vec![pid],
+        "QEMU (and only it) is in its cgroup"
+    );
+    let limit_file = match cgroups.version() {
+        "v2" => "memory.max",
+        _ => "memory.limit_in_bytes",
+    };
+    let limit: u64 = std::fs::read_to_string(mem.join(limit_file))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(limit, (256 + 384) << 20, "guest RAM + QEMU overhead");
+
+    // The guest works under the limits.
+    let ch = agent(&vm, Duration::from_secs(120)).await;
+    assert_eq!(exec(&ch, "echo ok").await.stdout, "ok\n");
+    drop(ch);
+
+    // A re-attached VM (QMP takes one client: let go of the first handle) knows its cgroup and
+    // removes it on stop.
+    drop(vm);
+    let again = d.attach(dir.path()).await.expect("attach");
+    assert_eq!(again.cgroup(), Some(name.as_str()));
+    again.stop().await.expect("stop");
+    assert!(!mem.exists(), "cgroup removed after stop");
+    assert_eq!(cgroups.sweep(), 0);
+}

@@ -1,0 +1,322 @@
+//! `pandastack sandbox …` (alias `sb`): sandboxes on a running server through the `/v1` API —
+//! create, list, inspect, lifecycle, fork, snapshot and kill here; exec, copy and logs in
+//! `sandbox_io.rs`; the interactive shell in `shell.rs`.
+
+use std::process::ExitCode;
+
+use pandastack_client::types::{
+    CreateSandboxRequest, ForkRequest, OnTimeout, Sandbox, SandboxState,
+};
+use pandastack_client::{Client, ListSandboxes};
+
+use super::client_util::{
+    client, parse_pairs, print_json, print_table, run_reported, ConnArgs, Spinner,
+};
+use super::{sandbox_io, shell};
+
+#[derive(Debug, clap::Args)]
+pub struct SandboxArgs {
+    #[command(flatten)]
+    conn: ConnArgs,
+    #[command(subcommand)]
+    command: SandboxCmd,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum SandboxCmd {
+    /// Create a sandbox and print its id.
+    Create(CreateArgs),
+    /// List sandboxes.
+    Ls(LsArgs),
+    /// Show one sandbox.
+    Info(IdJson),
+    /// Run a command, streaming its output; exits with the command's exit code.
+    Exec(sandbox_io::ExecArgs),
+    /// Open an interactive terminal in a sandbox.
+    Shell(shell::ShellArgs),
+    /// Copy a file: `cp LOCAL ID:/path` or `cp ID:/path LOCAL`.
+    Cp(sandbox_io::CpArgs),
+    /// Fork a running sandbox into N children; prints their ids.
+    Fork(ForkArgs),
+    /// Snapshot a sandbox (it keeps running); prints the snapshot id.
+    Snapshot(IdJson),
+    /// Freeze a sandbox's vCPUs in place.
+    Pause(IdJson),
+    /// Resume a paused sandbox.
+    Resume(IdJson),
+    /// Save a sandbox to disk and stop its VM.
+    Hibernate(IdJson),
+    /// Start a hibernated sandbox again.
+    Wake(IdJson),
+    /// Delete sandboxes.
+    Kill(KillArgs),
+    /// Print a sandbox's console log (`-f` to follow).
+    Logs(sandbox_io::LogsArgs),
+    /// Print a sandbox's resource use as JSON.
+    Metrics(IdJson),
+}
+
+#[derive(Debug, clap::Args)]
+struct CreateArgs {
+    /// Template name [server default: base].
+    #[arg(long, short)]
+    template: Option<String>,
+    /// Time to live in seconds.
+    #[arg(long, value_name = "SECONDS")]
+    ttl: Option<u64>,
+    /// Idle timeout in seconds.
+    #[arg(long, value_name = "SECONDS")]
+    idle_timeout: Option<u64>,
+    /// What happens on timeout.
+    #[arg(long, value_parser = ["kill", "hibernate"])]
+    on_timeout: Option<String>,
+    /// Metadata `key=value` (repeatable).
+    #[arg(long = "meta", value_name = "KEY=VALUE")]
+    meta: Vec<String>,
+    /// Environment variable `NAME=VALUE` for every command (repeatable).
+    #[arg(long = "env", short, value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// Start from this snapshot instead of the template.
+    #[arg(long, value_name = "ID")]
+    from_snapshot: Option<String>,
+    /// Print the sandbox as JSON instead of its id.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct LsArgs {
+    /// Only sandboxes in this state.
+    #[arg(long, value_parser = ["starting", "running", "paused", "hibernated", "stopped", "failed"])]
+    state: Option<String>,
+    /// Only sandboxes with this metadata `key=value` (repeatable).
+    #[arg(long = "meta", value_name = "KEY=VALUE")]
+    meta: Vec<String>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(super) struct IdJson {
+    /// Sandbox id.
+    id: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ForkArgs {
+    /// Sandbox id.
+    id: String,
+    /// Number of children (1-16).
+    #[arg(long, short = 'n', default_value_t = 1)]
+    count: u32,
+    /// Metadata `key=value` for the children (repeatable).
+    #[arg(long = "meta", value_name = "KEY=VALUE")]
+    meta: Vec<String>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct KillArgs {
+    /// Sandbox ids.
+    #[arg(required = true)]
+    ids: Vec<String>,
+}
+
+pub async fn run(args: SandboxArgs) -> anyhow::Result<ExitCode> {
+    let config = args.conn.config()?;
+    let c = match client(&config) {
+        Ok(c) => c,
+        Err(e) => return run_reported(&config, async { Err(e) }).await,
+    };
+    run_reported(&config, dispatch(c, args.command)).await
+}
+
+async fn dispatch(c: Client, cmd: SandboxCmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        SandboxCmd::Create(a) => create(&c, a).await?,
+        SandboxCmd::Ls(a) => ls(&c, a).await?,
+        SandboxCmd::Info(a) => {
+            let sb = c.get_sandbox(&a.id).await?;
+            show(&sb, a.json)?;
+        }
+        SandboxCmd::Exec(a) => return sandbox_io::exec(&c, a).await,
+        SandboxCmd::Shell(a) => return shell::run(&c, a).await,
+        SandboxCmd::Cp(a) => sandbox_io::cp(&c, a).await?,
+        SandboxCmd::Fork(a) => fork(&c, a).await?,
+        SandboxCmd::Snapshot(a) => {
+            let snap = {
+                let _s = Spinner::start("snapshotting");
+                c.create_snapshot(&a.id).await?
+            };
+            if a.json {
+                print_json(&snap)?;
+            } else {
+                println!("{}", snap.id);
+            }
+        }
+        SandboxCmd::Pause(a) => lifecycle(&c, a, "pause").await?,
+        SandboxCmd::Resume(a) => lifecycle(&c, a, "resume").await?,
+        SandboxCmd::Hibernate(a) => lifecycle(&c, a, "hibernate").await?,
+        SandboxCmd::Wake(a) => lifecycle(&c, a, "wake").await?,
+        SandboxCmd::Kill(a) => return kill(&c, a).await,
+        SandboxCmd::Logs(a) => sandbox_io::logs(&c, a).await?,
+        SandboxCmd::Metrics(a) => print_json(&c.metrics(&a.id).await?)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn create(c: &Client, a: CreateArgs) -> anyhow::Result<()> {
+    let mut req = CreateSandboxRequest {
+        snapshot_id: a.from_snapshot,
+        ttl_seconds: a.ttl,
+        idle_timeout_seconds: a.idle_timeout,
+        metadata: parse_pairs("meta", &a.meta)?,
+        env: parse_pairs("env", &a.env)?,
+        ..Default::default()
+    };
+    if let Some(t) = a.template {
+        req.template = t;
+    }
+    if a.on_timeout.as_deref() == Some("hibernate") {
+        req.on_timeout = OnTimeout::Hibernate;
+    }
+    let sb = {
+        let _s = Spinner::start("creating sandbox");
+        c.create_sandbox(&req).await?
+    };
+    if a.json {
+        print_json(&sb)
+    } else {
+        println!("{}", sb.id);
+        Ok(())
+    }
+}
+
+async fn ls(c: &Client, a: LsArgs) -> anyhow::Result<()> {
+    let q = ListSandboxes {
+        state: a.state.as_deref().and_then(SandboxState::parse),
+        metadata: parse_pairs("meta", &a.meta)?,
+        ..Default::default()
+    };
+    let all = c.list_all_sandboxes(&q).await?;
+    if a.json {
+        return print_json(&all);
+    }
+    let rows: Vec<Vec<String>> = all
+        .iter()
+        .map(|s| {
+            vec![
+                s.id.clone(),
+                s.template.clone(),
+                s.state.as_str().to_owned(),
+                s.created_at.clone(),
+                s.expires_at.clone().unwrap_or_else(|| "-".into()),
+                meta_text(s),
+            ]
+        })
+        .collect();
+    print_table(
+        &["ID", "TEMPLATE", "STATE", "CREATED", "EXPIRES", "METADATA"],
+        &rows,
+    );
+    Ok(())
+}
+
+fn meta_text(s: &Sandbox) -> String {
+    s.metadata
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// One sandbox, as JSON or as `field: value` lines.
+fn show(sb: &Sandbox, json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(sb);
+    }
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let secs = |v: Option<u64>| v.map(|s| format!("{s}s")).unwrap_or_else(|| "-".into());
+    for (k, v) in [
+        ("id", sb.id.clone()),
+        ("template", sb.template.clone()),
+        ("state", sb.state.as_str().to_owned()),
+        ("cpu", sb.cpu.to_string()),
+        ("memory_mb", sb.memory_mb.to_string()),
+        ("created_at", sb.created_at.clone()),
+        ("expires_at", opt(&sb.expires_at)),
+        ("ttl", secs(sb.ttl_seconds)),
+        ("idle_timeout", secs(sb.idle_timeout_seconds)),
+        ("on_timeout", sb.on_timeout.as_str().to_owned()),
+        ("boot", format!("{} ms ({})", sb.boot_ms, sb.boot_mode)),
+        ("snapshot_id", opt(&sb.snapshot_id)),
+        ("host", sb.host.clone()),
+        ("metadata", meta_text(sb)),
+    ] {
+        println!("{k:<13} {v}");
+    }
+    Ok(())
+}
+
+async fn fork(c: &Client, a: ForkArgs) -> anyhow::Result<()> {
+    let req = ForkRequest {
+        count: a.count,
+        metadata: parse_pairs("meta", &a.meta)?,
+    };
+    let out = {
+        let _s = Spinner::start("forking");
+        c.fork(&a.id, &req).await?
+    };
+    if a.json {
+        return print_json(&out);
+    }
+    for child in &out.children {
+        println!("{}", child.id);
+    }
+    Ok(())
+}
+
+async fn lifecycle(c: &Client, a: IdJson, verb: &str) -> anyhow::Result<()> {
+    let sb = {
+        let _s = match verb {
+            "hibernate" => Spinner::start("hibernating"),
+            "wake" => Spinner::start("waking"),
+            _ => Spinner::start(verb),
+        };
+        match verb {
+            "pause" => c.pause(&a.id).await?,
+            "resume" => c.resume(&a.id).await?,
+            "hibernate" => c.hibernate(&a.id).await?,
+            _ => c.wake(&a.id).await?,
+        }
+    };
+    if a.json {
+        print_json(&sb)
+    } else {
+        println!("{} {}", sb.id, sb.state.as_str());
+        Ok(())
+    }
+}
+
+/// Deletes every id given; reports each failure and exits 1 if any failed.
+async fn kill(c: &Client, a: KillArgs) -> anyhow::Result<ExitCode> {
+    let mut failed = false;
+    for id in &a.ids {
+        match c.delete_sandbox(id).await {
+            Ok(()) => println!("{id}"),
+            Err(e) => {
+                failed = true;
+                super::client_util::report(&anyhow::Error::new(e), &c.config().base_url);
+            }
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

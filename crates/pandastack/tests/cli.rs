@@ -1,0 +1,444 @@
+//! The client side of the `pandastack` binary, end to end: `auth`, `sandbox …` and
+//! `template ls` run as real processes against a real server with real guests — login and
+//! status with a private config home, create/ls/info, exec with exit-code passthrough and
+//! separate stdout/stderr, a 5 MiB copy both ways, fork, snapshot, hibernate/wake, logs, kill,
+//! the error reports with their hints, and the interactive shell driven through a pseudo-
+//! terminal.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{free_port, start_with, Server};
+use pandastack_testkit::{bake, runtime, within, RuntimeGuard};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+async fn server() -> (Server, RuntimeGuard) {
+    let guard = runtime().await;
+    bake(&guard, "minimal").await;
+    let server = start_with(guard.dir.path(), free_port(), &["--network", "off"]).await;
+    (server, guard)
+}
+
+/// The CLI with a private HOME and XDG_CONFIG_HOME and no PANDASTACK_* variables inherited.
+struct Cli {
+    home: tempfile::TempDir,
+    env: Vec<(String, String)>,
+}
+
+impl Cli {
+    fn new() -> Self {
+        Self {
+            home: tempfile::tempdir().unwrap(),
+            env: Vec::new(),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pandastack"));
+        cmd.args(args)
+            .env_remove("PANDASTACK_API_KEY")
+            .env_remove("PANDASTACK_TOKEN")
+            .env_remove("PANDASTACK_BASE_URL")
+            .env("HOME", self.home.path())
+            .env("XDG_CONFIG_HOME", self.home.path().join("xdg"))
+            .env("PANDASTACK_LOG", "warn");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    /// Runs the CLI (stdin from `input`), at most `limit`.
+    async fn run_with(&self, args: &[&str], input: &str, limit: Duration) -> Output {
+        let mut cmd = self.command(args);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let input = input.to_owned();
+        let what = format!("pandastack {args:?}");
+        within(limit, &what, async move {
+            tokio::task::spawn_blocking(move || {
+                let mut child = cmd.spawn().expect("spawn pandastack");
+                let mut stdin = child.stdin.take().unwrap();
+                stdin.write_all(input.as_bytes()).unwrap();
+                drop(stdin);
+                child.wait_with_output().unwrap()
+            })
+            .await
+            .unwrap()
+        })
+        .await
+    }
+
+    async fn run(&self, args: &[&str]) -> Output {
+        self.run_with(args, "", Duration::from_secs(180)).await
+    }
+
+    /// Runs the CLI, which must succeed; returns stdout.
+    async fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args).await;
+        assert!(
+            out.status.success(),
+            "pandastack {args:?} failed ({:?}): {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs the CLI, which must fail; returns (exit code, stderr).
+    async fn fails(&self, args: &[&str]) -> (i32, String) {
+        let out = self.run(args).await;
+        assert!(
+            !out.status.success(),
+            "pandastack {args:?} succeeded: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+fn sha256(p: &Path) -> String {
+    hex(&Sha256::digest(std::fs::read(p).unwrap()))
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cli_drives_a_sandbox_end_to_end() {
+    let (server, _guard) = server().await;
+    let cli = Cli::new();
+    let t0 = Instant::now();
+
+    // Login checks the key and stores URL and key, privately; status reads them back.
+    let out = cli
+        .run_with(
+            &["auth", "login", "--base-url", &server.url],
+            &format!("{}\n", server.key),
+            Duration::from_secs(60),
+        )
+        .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = cli.home.path().join("xdg/pandastack/config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        text.contains(&server.key) && text.contains(&server.url),
+        "{text}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&config).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let status = cli.ok(&["auth", "status"]).await;
+    assert!(
+        status.contains(&server.url) && status.contains("ok"),
+        "{status}"
+    );
+
+    // A bad key is refused, with the login hint, and nothing is stored.
+    let (_, err) = cli
+        .fails(&[
+            "auth",
+            "login",
+            "--base-url",
+            &server.url,
+            "--api-key",
+            "pds_bogus",
+        ])
+        .await;
+    assert!(
+        err.contains("unauthorized") && err.contains("pandastack auth login"),
+        "{err}"
+    );
+    assert!(std::fs::read_to_string(&config)
+        .unwrap()
+        .contains(&server.key));
+
+    // Templates through the API (this server has no specs: just the table's header).
+    let templates = cli.ok(&["template", "ls"]).await;
+    assert!(templates.starts_with("NAME"), "{templates}");
+    let templates: Value =
+        serde_json::from_str(&cli.ok(&["template", "ls", "--json"]).await).unwrap();
+    assert!(templates.is_array(), "{templates}");
+
+    // Create, then list (table and JSON) and inspect.
+    let id = cli
+        .ok(&[
+            "sandbox",
+            "create",
+            "--template",
+            "minimal",
+            "--meta",
+            "task=cli",
+            "--env",
+            "GREETING=hello",
+            "--ttl",
+            "900",
+        ])
+        .await
+        .trim()
+        .to_owned();
+    assert!(id.starts_with("sb"), "{id}");
+    let table = cli.ok(&["sb", "ls"]).await;
+    let header = table.lines().next().unwrap();
+    assert!(
+        header.starts_with("ID") && header.contains("STATE"),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with(&id) && l.contains("running") && l.contains("task=cli")),
+        "{table}"
+    );
+    let listed: Value =
+        serde_json::from_str(&cli.ok(&["sb", "ls", "--json", "--meta", "task=cli"]).await).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["id"], id.as_str());
+    let none: Value = serde_json::from_str(
+        &cli.ok(&["sb", "ls", "--json", "--meta", "task=other"])
+            .await,
+    )
+    .unwrap();
+    assert_eq!(none, serde_json::json!([]));
+    let info: Value = serde_json::from_str(&cli.ok(&["sb", "info", &id, "--json"]).await).unwrap();
+    assert_eq!(info["template"], "minimal");
+    assert_eq!(info["metadata"]["task"], "cli");
+    let human = cli.ok(&["sb", "info", &id]).await;
+    assert!(
+        human.contains("state") && human.contains("running"),
+        "{human}"
+    );
+
+    // Exec: output on the right streams, the guest's exit code is the CLI's.
+    let out = cli
+        .run(&[
+            "sb",
+            "exec",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "echo out $GREETING; echo err >&2; exit 7",
+        ])
+        .await;
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out hello\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
+    let out = cli
+        .run(&["sb", "exec", &id, "--shell", "echo shell; exit 3"])
+        .await;
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "shell\n");
+    assert_eq!(cli.ok(&["sb", "exec", &id, "--", "true"]).await, "");
+
+    // Copy 5 MiB both ways, byte for byte.
+    let local = tempfile::tempdir().unwrap();
+    let up = local.path().join("blob.bin");
+    let data: Vec<u8> = (0..5 * 1024 * 1024).map(|_| rand::random::<u8>()).collect();
+    std::fs::write(&up, &data).unwrap();
+    let dest = format!("{id}:/tmp/blob.bin");
+    cli.ok(&["sb", "cp", up.to_str().unwrap(), &dest]).await;
+    let size = cli
+        .ok(&["sb", "exec", &id, "--", "wc", "-c", "/tmp/blob.bin"])
+        .await;
+    assert!(size.starts_with("5242880"), "{size}");
+    let down = local.path().join("back.bin");
+    cli.ok(&["sb", "cp", &dest, down.to_str().unwrap()]).await;
+    assert_eq!(sha256(&up), sha256(&down));
+    // Into a directory: the guest file's name is kept.
+    cli.ok(&["sb", "cp", &dest, local.path().to_str().unwrap()])
+        .await;
+    assert_eq!(sha256(&local.path().join("blob.bin")), sha256(&up));
+
+    // Logs: the guest console so far.
+    let logs = cli.ok(&["sb", "logs", &id]).await;
+    assert!(!logs.is_empty());
+
+    // Fork and snapshot.
+    let children = cli.ok(&["sb", "fork", &id, "--count", "1"]).await;
+    let child = children.trim().to_owned();
+    assert!(child.starts_with("sb") && child != id, "{children}");
+    let out = cli
+        .ok(&["sb", "exec", &child, "--", "wc", "-c", "/tmp/blob.bin"])
+        .await;
+    assert!(out.starts_with("5242880"), "{out}");
+    let snap = cli.ok(&["sb", "snapshot", &id]).await.trim().to_owned();
+    assert!(!snap.is_empty() && !snap.contains(' '), "{snap}");
+
+    // Hibernate and wake.
+    let out = cli.ok(&["sb", "hibernate", &id]).await;
+    assert_eq!(out.trim(), format!("{id} hibernated"));
+    let info: Value = serde_json::from_str(&cli.ok(&["sb", "info", &id, "--json"]).await).unwrap();
+    assert_eq!(info["state"], "hibernated");
+    let out = cli.ok(&["sb", "wake", &id]).await;
+    assert_eq!(out.trim(), format!("{id} running"));
+    assert_eq!(
+        cli.ok(&["sb", "exec", &id, "--shell", "cat /tmp/blob.bin | wc -c"])
+            .await
+            .trim(),
+        "5242880"
+    );
+
+    // Pause and resume.
+    assert_eq!(
+        cli.ok(&["sb", "pause", &id]).await.trim(),
+        format!("{id} paused")
+    );
+    assert_eq!(
+        cli.ok(&["sb", "resume", &id]).await.trim(),
+        format!("{id} running")
+    );
+
+    // A followed log ends when the sandbox is deleted.
+    let follower = cli
+        .command(&["sb", "logs", "-f", &id])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Kill both; then the id is unknown, with a clear message and a hint.
+    let out = cli.ok(&["sb", "kill", &id, &child]).await;
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        vec![id.as_str(), child.as_str()]
+    );
+    let followed = within(Duration::from_secs(60), "logs -f ends", async {
+        tokio::task::spawn_blocking(move || follower.wait_with_output().unwrap())
+            .await
+            .unwrap()
+    })
+    .await;
+    assert!(followed.status.success());
+    assert!(!followed.stdout.is_empty());
+    let err = String::from_utf8_lossy(&followed.stderr);
+    assert!(err.contains("log ended: deleted"), "{err}");
+    let (code, err) = cli.fails(&["sb", "info", &id]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("error: ")
+            && err.contains("sandbox_not_found")
+            && err.contains("request id"),
+        "{err}"
+    );
+    assert!(err.contains("pandastack sandbox ls"), "{err}");
+    let (_, err) = cli
+        .fails(&["sb", "exec", "sb-0000000000000000", "--", "true"])
+        .await;
+    assert!(err.contains("sandbox_not_found"), "{err}");
+
+    // A bad key from the environment beats the config file, and is refused with the hint.
+    let mut bad = Cli::new();
+    bad.env
+        .push(("PANDASTACK_BASE_URL".into(), server.url.clone()));
+    bad.env
+        .push(("PANDASTACK_API_KEY".into(), "pds_wrong".into()));
+    let (code, err) = bad.fails(&["sb", "ls"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("unauthorized") && err.contains("pandastack auth login"),
+        "{err}"
+    );
+
+    // Nothing listening: the hint names the URL.
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    let (_, err) = cli.fails(&["sb", "ls", "--base-url", &nowhere]).await;
+    assert!(
+        err.contains("cannot connect") && err.contains(&format!("running at {nowhere}")),
+        "{err}"
+    );
+
+    // Logout forgets the key.
+    cli.ok(&["auth", "logout"]).await;
+    assert!(!config.exists());
+    eprintln!("cli end-to-end took {:?}", t0.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cli_shell_runs_through_a_pty() {
+    use std::os::fd::OwnedFd;
+
+    let (server, _guard) = server().await;
+    let mut cli = Cli::new();
+    cli.env
+        .push(("PANDASTACK_BASE_URL".into(), server.url.clone()));
+    cli.env
+        .push(("PANDASTACK_API_KEY".into(), server.key.clone()));
+    let id = cli
+        .ok(&["sb", "create", "--template", "minimal"])
+        .await
+        .trim()
+        .to_owned();
+
+    // The CLI's standard streams are the slave of a fresh pseudo-terminal.
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let slave: OwnedFd = pty.slave;
+    let mut cmd = cli.command(&["sb", "shell", &id]);
+    cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave));
+    let mut child = cmd.spawn().expect("spawn shell");
+    drop(cmd); // closes this process's copies of the slave
+    let mut master = std::fs::File::from(pty.master);
+    let seen = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let reader = {
+        let seen = Arc::clone(&seen);
+        let mut m = master.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // EIO once the last slave is closed.
+            while let Ok(n) = m.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    // Wait for the remote shell to say something (its prompt), then type.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.lock().unwrap().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    master.write_all(b"echo hi; exit 3\n").unwrap();
+    let status = within(Duration::from_secs(120), "shell exit", async {
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                return s;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    drop(master);
+    let _ = reader.join();
+    let text = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+    assert_eq!(status.code(), Some(3), "{text}");
+    assert!(text.contains("hi\r\n"), "{text:?}");
+
+    // An unknown sandbox fails before the terminal is touched.
+    let (_, err) = cli.fails(&["sb", "shell", "sb-0000000000000001"]).await;
+    assert!(err.contains("sandbox_not_found"), "{err}");
+    cli.ok(&["sb", "kill", &id]).await;
+}
