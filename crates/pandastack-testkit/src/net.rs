@@ -93,6 +93,17 @@ pub async fn net_pool(name: &str, base: &str) -> NetGuard {
     }
 }
 
+/// The host's own address on its default route (what a guest must not be able to reach).
+pub fn host_ip() -> String {
+    let text = sh("ip -4 route get 1.1.1.1");
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let i = words
+        .iter()
+        .position(|w| *w == "src")
+        .unwrap_or_else(|| panic!("no src address in {text:?}"));
+    words[i + 1].to_owned()
+}
+
 fn sh(cmd: &str) -> String {
     Command::new("sh")
         .args(["-c", &format!("{cmd} 2>/dev/null")])

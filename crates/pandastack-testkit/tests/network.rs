@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use pandastack_qemu::QemuVm;
 use pandastack_runtime::Sandbox;
-use pandastack_testkit::net::net_pool;
+use pandastack_testkit::net::{host_ip, net_pool};
 use pandastack_testkit::{bake, exec, runtime_with_network, within};
 
 const STEP: Duration = Duration::from_secs(120);
@@ -34,22 +34,6 @@ async fn probe(sb: &Sandbox<QemuVm>, host: &str, port: u16, send: &str) -> Strin
     .await;
     assert_eq!(out.exit_code, 0, "probe failed: {out:?}");
     out.stdout.trim().to_owned()
-}
-
-/// The host's address on its default route.
-fn host_ip() -> String {
-    let out = std::process::Command::new("ip")
-        .args(["-4", "route", "get", "1.1.1.1"])
-        .output()
-        .expect("ip route get");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let mut words = text.split_whitespace();
-    while let Some(w) = words.next() {
-        if w == "src" {
-            return words.next().expect("src address").to_owned();
-        }
-    }
-    panic!("no src in {text:?}");
 }
 
 /// A TCP server on all host addresses that greets every connection.

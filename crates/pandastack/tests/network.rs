@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{free_port, start_with, Api};
-use pandastack_testkit::net::{net_pool, NetNames};
+use pandastack_testkit::net::{host_ip, net_pool, NetNames};
 use pandastack_testkit::{bake, runtime_with_network};
 use reqwest::{Client, StatusCode};
 use serde_json::json;
@@ -36,17 +36,6 @@ async fn probe(api: &Api<'_>, id: &str, host: &str, port: u16, send: &str) -> St
         .await;
     assert_eq!(v["exit_code"], 0, "{v}");
     v["stdout"].as_str().unwrap().trim().to_owned()
-}
-
-fn host_ip() -> String {
-    let out = std::process::Command::new("ip")
-        .args(["-4", "route", "get", "1.1.1.1"])
-        .output()
-        .expect("ip route get");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let words: Vec<&str> = text.split_whitespace().collect();
-    let i = words.iter().position(|w| *w == "src").expect("src");
-    words[i + 1].to_owned()
 }
 
 /// VM processes whose working directory is under `dir` (QEMU runs in its run directory).
