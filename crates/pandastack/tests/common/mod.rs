@@ -41,13 +41,16 @@ pub async fn start(data: &Path, port: u16) -> Server {
 }
 
 /// [`start`] with extra `pandastack server` arguments (`--listen ADDR:port` replaces the
-/// default `127.0.0.1:port`).
+/// default `127.0.0.1:port`, `--pool-size N` the default 1).
 pub async fn start_with(data: &Path, port: u16, extra: &[&str]) -> Server {
     let key_file = data.join("key");
     let templates = data.join("no-specs");
     std::fs::create_dir_all(&templates).unwrap();
     let listen = format!("127.0.0.1:{port}");
-    let mut args = vec!["server", "--pool-size", "1"];
+    let mut args = vec!["server"];
+    if !extra.contains(&"--pool-size") {
+        args.extend(["--pool-size", "1"]);
+    }
     if !extra.contains(&"--listen") {
         args.extend(["--listen", listen.as_str()]);
     }

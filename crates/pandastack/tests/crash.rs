@@ -1,0 +1,97 @@
+//! `kill -9` of the server in the middle of a create: after a restart nothing of that create is
+//! left — no row, no sandbox directory, no VM process, no network slot held.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{free_port, start_with, Api};
+use pandastack_testkit::{bake, runtime, within};
+use reqwest::{Client, StatusCode};
+use serde_json::json;
+
+/// Sandbox directories (not the warm pool's) under `sandboxes`.
+fn sandbox_dirs(sandboxes: &Path) -> Vec<String> {
+    std::fs::read_dir(sandboxes)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !n.starts_with('.'))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Processes whose working directory is below `dir` (QEMU runs in its run directory).
+fn processes_under(dir: &Path) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read_link(e.path().join("cwd")).is_ok_and(|c| c.starts_with(dir)))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_during_create_leaves_nothing_after_restart() {
+    let guard = runtime().await;
+    bake(&guard, "minimal").await;
+    let data = guard.dir.path();
+    let sandboxes = data.join("sandboxes");
+    // No warm pool: a create then restores from scratch (hundreds of ms), a window to kill in.
+    let args = ["--network", "off", "--pool-size", "0"];
+    let port = free_port();
+    let mut server = start_with(data, port, &args).await;
+    let (url, key) = (server.url.clone(), server.key.clone());
+    let create = tokio::spawn(async move {
+        Client::new()
+            .post(format!("{url}/v1/sandboxes"))
+            .bearer_auth(key)
+            .json(&json!({"template": "minimal"}))
+            .send()
+            .await
+    });
+    // Kill the server once the create has started its VM process (its row and directory came
+    // first) but before it answered.
+    within(Duration::from_secs(30), "create starts its VM", async {
+        loop {
+            let started = sandbox_dirs(&sandboxes)
+                .iter()
+                .any(|d| sandboxes.join(d).join("qemu.pid").is_file());
+            if started {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    server.child.kill().unwrap(); // SIGKILL
+    server.child.wait().unwrap();
+    assert!(create.await.unwrap().is_err(), "the create was cut off");
+    let left_behind = sandbox_dirs(&sandboxes);
+    assert_eq!(
+        left_behind.len(),
+        1,
+        "the half-made sandbox is there before the restart"
+    );
+    drop(server);
+
+    // Restart on the same data directory: the reconcile removes the half-made create.
+    let server = start_with(data, port, &args).await;
+    let api = Api {
+        s: &server,
+        c: Client::new(),
+    };
+    let (st, v) = api.call("GET", "/v1/sandboxes", None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(v["data"].as_array().unwrap().len(), 0, "no row left: {v}");
+    assert!(sandbox_dirs(&sandboxes).is_empty(), "no directory left");
+    assert_eq!(processes_under(&sandboxes), 0, "no VM process left");
+    // And the server works normally.
+    let id = api.create(json!({"template": "minimal"})).await;
+    assert_eq!(api.exec(&id, "echo ok").await["stdout"], "ok\n");
+    let (st, _) = api
+        .call("DELETE", &format!("/v1/sandboxes/{id}"), None)
+        .await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+}
