@@ -14,7 +14,7 @@ async fn bake_then_restore_independent_clones() {
     // Bake: boot, leave a running process with state in memory, detach the agent, snapshot.
     let base = boot().await;
     let ch = agent(&base, Duration::from_secs(120)).await;
-    let out = exec(&ch, "echo baked > /root/marker; (i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.2; done) >/dev/null 2>&1 & echo started").await;
+    let out = exec(&ch, "echo baked > /root/marker; (i=0; while :; do i=$((i+1)); echo $i > /tmp/counter.new; mv /tmp/counter.new /tmp/counter; sleep 0.2; done) >/dev/null 2>&1 & echo started").await;
     assert_eq!(out.stdout, "started\n");
     tokio::time::sleep(Duration::from_millis(600)).await;
     AgentClient::new(ch.clone())

@@ -11,11 +11,12 @@ use pandastack_vm::Vm;
 const STEP: Duration = Duration::from_secs(120);
 
 /// Starts a background counter in the guest: its value lives only in the shell's memory and is
-/// mirrored to /tmp/counter (tmpfs, i.e. guest RAM) every 100 ms.
+/// mirrored to /tmp/counter (tmpfs, i.e. guest RAM; replaced by rename, so a reader never sees
+/// it empty) every 100 ms.
 async fn start_counter(sb: &Sandbox<QemuVm>) {
     let out = exec(
         &sb.agent,
-        "(i=0; while :; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.1; done) >/dev/null 2>&1 & sleep 0.5; echo ok",
+        "(i=0; while :; do i=$((i+1)); echo $i > /tmp/counter.new; mv /tmp/counter.new /tmp/counter; sleep 0.1; done) >/dev/null 2>&1 & sleep 0.5; echo ok",
     )
     .await;
     assert_eq!(out.stdout, "ok\n", "stderr: {}", out.stderr);
