@@ -65,5 +65,4 @@ async fn vm_process_runs_in_its_own_limited_cgroup() {
     assert_eq!(again.cgroup(), Some(name.as_str()));
     again.stop().await.expect("stop");
     assert!(!mem.exists(), "cgroup removed after stop");
-    assert_eq!(cgroups.sweep(), 0);
 }
