@@ -483,6 +483,30 @@ impl Vm for QemuVm {
         }
     }
 
+    async fn agent_disconnected(&self, timeout: Duration) -> Result<(), VmError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let devs = self
+                .qmp
+                .execute(&qmp::QueryChardev {})
+                .await
+                .map_err(control)?;
+            let connected = devs
+                .iter()
+                .any(|d| d.label == "agent" && !d.filename.starts_with("disconnected"));
+            if !connected {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(VmError::Timeout {
+                    op: "agent channel close",
+                    after: timeout,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     fn relocate(&mut self, run_dir: PathBuf) {
         self.run_dir = run_dir;
     }

@@ -244,6 +244,18 @@ pub struct Quit {}
 command!(Quit, "quit", Empty);
 
 #[derive(Serialize)]
+pub struct QueryChardev {}
+command!(QueryChardev, "query-chardev", Vec<ChardevInfo>);
+
+/// One character device; a socket chardev's `filename` starts with `disconnected:` while no
+/// client is connected.
+#[derive(Debug, Deserialize)]
+pub struct ChardevInfo {
+    pub label: String,
+    pub filename: String,
+}
+
+#[derive(Serialize)]
 pub struct QueryStatus {}
 command!(QueryStatus, "query-status", StatusInfo);
 

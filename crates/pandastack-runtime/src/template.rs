@@ -242,7 +242,10 @@ impl<D: VmDriver> Runtime<D> {
                     console: vm.console_log(),
                     source: Box::new(e),
                 })?;
+            // The session's connection closes in the background once the client is dropped;
+            // the snapshot must not capture it half closed.
             drop(agent);
+            vm.agent_disconnected(Duration::from_secs(10)).await?;
             vm.pause().await?;
             vm.save_state(&work.join("state")).await?;
             Ok::<_, BakeError>(boot_ms)

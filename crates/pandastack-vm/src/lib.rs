@@ -168,6 +168,13 @@ pub trait Vm: Send + Sync {
     /// [`Memory::SharedFile`] (then the file itself holds it). The VM must be paused first and
     /// stays paused; [`Vm::resume`] lets it continue.
     fn save_state(&self, state: &Path) -> impl Future<Output = Result<(), VmError>> + Send;
+    /// Waits until the hypervisor has seen the host side of the agent channel close (after the
+    /// host dropped its session). A snapshot taken before that would capture the channel half
+    /// closed, and clones restored from it could not be reached.
+    fn agent_disconnected(
+        &self,
+        timeout: std::time::Duration,
+    ) -> impl Future<Output = Result<(), VmError>> + Send;
     /// The caller renamed the VM's run directory to `run_dir` (sockets and logs moved with it).
     fn relocate(&mut self, run_dir: PathBuf);
     fn stats(&self) -> Result<VmStats, VmError>;
