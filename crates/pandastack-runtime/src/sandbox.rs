@@ -225,7 +225,16 @@ impl<D: VmDriver> Runtime<D> {
             let identity = Identity::New { hostname: id };
             let agent = match warm_agent {
                 Some(agent) => {
-                    post_restore(&agent, identity).await?;
+                    // Bounded like the cold path: a warm VM that stopped answering must fail
+                    // the create, not hang it.
+                    tokio::time::timeout(crate::RESTORE_TIMEOUT, post_restore(&agent, identity))
+                        .await
+                        .map_err(|_| {
+                            AgentError(Box::new(std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                "warm VM: post-restore hook did not answer",
+                            )))
+                        })??;
                     agent
                 }
                 None => identify(&vm, identity).await?,
