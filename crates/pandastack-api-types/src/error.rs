@@ -19,6 +19,8 @@ pub enum ErrorCode {
     /// A WebSocket route was called without a WebSocket upgrade.
     UpgradeRequired,
     SandboxState,
+    /// The sandbox's disk (or a quota in it) is full.
+    InsufficientStorage,
     Internal,
     Unavailable,
 }
@@ -39,6 +41,7 @@ impl ErrorCode {
             ErrorCode::Conflict | ErrorCode::SandboxState => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::UpgradeRequired => 426,
+            ErrorCode::InsufficientStorage => 507,
             ErrorCode::Internal => 500,
             ErrorCode::Unavailable => 503,
         }

@@ -91,6 +91,7 @@ impl From<tonic::Status> for ApiError {
                 ErrorCode::InvalidArgument
             }
             Code::AlreadyExists => ErrorCode::Conflict,
+            Code::ResourceExhausted => ErrorCode::InsufficientStorage,
             Code::PermissionDenied => ErrorCode::InvalidArgument,
             Code::Unavailable | Code::Cancelled | Code::DeadlineExceeded => ErrorCode::Unavailable,
             _ => {

@@ -161,6 +161,16 @@ async fn sandbox_lifecycle_over_http() {
         .unwrap()
         .iter()
         .any(|f| f["name"] == "blob.bin"));
+    // Renaming the root (a mount point: EXDEV in the guest) is the caller's error, not a 500.
+    let (st, v) = api
+        .call(
+            "POST",
+            &format!("/v1/sandboxes/{id}/fs/rename"),
+            Some(json!({"from": "/", "to": "/tmp/x"})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert_eq!(v["error"]["code"], "invalid_argument");
 
     // List with a metadata filter.
     let (_, v) = api

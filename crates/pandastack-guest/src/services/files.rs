@@ -31,6 +31,10 @@ fn abs(path: &str) -> Result<PathBuf, Status> {
 /// Maps an io error on `path` to a gRPC status with a short message naming the path.
 fn status(e: std::io::Error, path: &Path) -> Status {
     let p = path.display();
+    // ELOOP has no stable `ErrorKind` yet.
+    if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
+        return Status::invalid_argument(format!("{p}: {e}"));
+    }
     match e.kind() {
         ErrorKind::NotFound => Status::not_found(format!("{p}: no such file or directory")),
         ErrorKind::AlreadyExists => Status::already_exists(format!("{p}: already exists")),
@@ -40,7 +44,21 @@ fn status(e: std::io::Error, path: &Path) -> Status {
         ErrorKind::DirectoryNotEmpty => {
             Status::failed_precondition(format!("{p}: directory not empty"))
         }
-        ErrorKind::InvalidInput => Status::invalid_argument(format!("{p}: {e}")),
+        // What the caller asked for cannot be done to this path (renaming a mount point or
+        // across file systems, a name too long, a symlink loop, …): the request's fault.
+        ErrorKind::InvalidInput
+        | ErrorKind::InvalidFilename
+        | ErrorKind::CrossesDevices
+        | ErrorKind::TooManyLinks
+        | ErrorKind::NotSeekable
+        | ErrorKind::Unsupported => Status::invalid_argument(format!("{p}: {e}")),
+        // The guest's state forbids it right now.
+        ErrorKind::ResourceBusy | ErrorKind::ExecutableFileBusy | ErrorKind::ReadOnlyFilesystem => {
+            Status::failed_precondition(format!("{p}: {e}"))
+        }
+        ErrorKind::StorageFull | ErrorKind::QuotaExceeded | ErrorKind::FileTooLarge => {
+            Status::resource_exhausted(format!("{p}: {e}"))
+        }
         _ => Status::internal(format!("{p}: {e}")),
     }
 }
@@ -385,6 +403,7 @@ impl Files for FilesService {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::errno::Errno as libc_errno;
 
     #[test]
     fn only_absolute_paths() {
@@ -411,5 +430,16 @@ mod tests {
             status(ErrorKind::DirectoryNotEmpty.into(), p).code(),
             tonic::Code::FailedPrecondition
         );
+        // Renaming "/" (a mount point) fails with EXDEV: the caller's fault, not the agent's.
+        for (errno, code) in [
+            (libc_errno::EXDEV, tonic::Code::InvalidArgument),
+            (libc_errno::EBUSY, tonic::Code::FailedPrecondition),
+            (libc_errno::ELOOP, tonic::Code::InvalidArgument),
+            (libc_errno::ENOSPC, tonic::Code::ResourceExhausted),
+            (libc_errno::EIO, tonic::Code::Internal),
+        ] {
+            let e = std::io::Error::from_raw_os_error(errno as i32);
+            assert_eq!(status(e, p).code(), code, "errno {errno:?}");
+        }
     }
 }
