@@ -171,7 +171,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                 return;
             };
             if let Err(e) = me.rt.fill_pool(&t, me.cfg.pool_size).await {
-                tracing::warn!(template = %t.name, error = %e, "pool refill");
+                tracing::warn!(template = %t.name, error = %error_chain(&e), "pool refill");
             }
         });
     }
@@ -181,6 +181,8 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         if self.cfg.pool_size == 0 {
             return Ok(());
         }
+        // One fill at a time: a create's refill started meanwhile finds this one running.
+        let _filling = self.filling.lock().await;
         for name in self.rt.baked_templates()? {
             let t = self.rt.template(&name)?;
             self.rt.fill_pool(&t, self.cfg.pool_size).await?;
@@ -377,4 +379,16 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     pub async fn shutdown(&self) {
         self.rt.drain_pool().await;
     }
+}
+
+/// `e` and its sources, joined with ": " (for logs).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cur = c.source();
+    }
+    out
 }

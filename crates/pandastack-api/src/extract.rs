@@ -43,6 +43,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
 }
 
 /// The authenticated caller.
+#[derive(Clone)]
 pub struct Caller {
     pub key: KeyRow,
 }

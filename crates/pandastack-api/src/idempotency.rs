@@ -110,3 +110,17 @@ impl Idem {
         }
     }
 }
+
+/// Runs `work` on a task of its own and waits for it. When the client goes away axum drops the
+/// handler, but the task runs on: a create, fork or snapshot is finished (and its response
+/// recorded, so a retry with the same `Idempotency-Key` gets it) or fails and cleans up; it is
+/// never abandoned half done with a VM, files or rows behind.
+pub(crate) async fn to_completion<T, F>(work: F) -> ApiResult<T>
+where
+    F: std::future::Future<Output = ApiResult<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::spawn(work)
+        .await
+        .unwrap_or_else(|e| Err(ApiError::internal("request task", &e)))
+}

@@ -196,8 +196,11 @@ pub async fn create<D: VmDriver>(
             Begin::Replay(status, body) => return Ok((status, body)),
             Begin::Proceed(idem) => idem,
         };
-    let result = create_sandbox(&app, &caller, &req).await;
-    idem.finish(&app, caller.ws(), result).await
+    idempotency::to_completion(async move {
+        let result = create_sandbox(&app, &caller, &req).await;
+        idem.finish(&app, caller.ws(), result).await
+    })
+    .await
 }
 
 async fn create_sandbox<D: VmDriver>(
@@ -373,13 +376,16 @@ pub async fn delete<D: VmDriver>(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let row = owned(&app, &caller, &id).await?;
-    match app.agent.destroy(&row.id).await {
-        Ok(()) | Err(pandastack_agent::AgentError::SandboxNotFound(_)) => {}
-        Err(e) => return Err(e.into()),
-    }
-    app.store.sandboxes().delete(&row.id).await?;
-    Ok(StatusCode::NO_CONTENT)
+    idempotency::to_completion(async move {
+        let row = owned(&app, &caller, &id).await?;
+        match app.agent.destroy(&row.id).await {
+            Ok(()) | Err(pandastack_agent::AgentError::SandboxNotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        app.store.sandboxes().delete(&row.id).await?;
+        Ok(StatusCode::NO_CONTENT)
+    })
+    .await
 }
 
 macro_rules! verb {
@@ -398,10 +404,14 @@ macro_rules! verb {
             caller: Caller,
             Path(id): Path<String>,
         ) -> ApiResult<Json<wire::Sandbox>> {
-            let row = owned(&app, &caller, &id).await?;
-            let view = app.agent.$op(&row.id).await?;
-            let row = record(&app, row, &view).await?;
-            Ok(Json(to_wire(&row, &app.host)))
+            // A state change runs to the end even if the client leaves (see `to_completion`).
+            idempotency::to_completion(async move {
+                let row = owned(&app, &caller, &id).await?;
+                let view = app.agent.$op(&row.id).await?;
+                let row = record(&app, row, &view).await?;
+                Ok(Json(to_wire(&row, &app.host)))
+            })
+            .await
         }
     };
 }

@@ -69,17 +69,20 @@ pub async fn create<D: VmDriver>(
         Begin::Replay(status, body) => return Ok((status, body)),
         Begin::Proceed(idem) => idem,
     };
-    let result = async {
-        let row = owned(&app, &caller, &id).await?;
-        let snap_id = new_id("snap-");
-        let snap = app.agent.snapshot(&row.id, &snap_id).await?;
-        let view = app.agent.get(&row.id).await?;
-        record(&app, row, &view).await?;
-        let s = save_snapshot(&app, caller.ws(), &snap).await?;
-        Ok((StatusCode::CREATED, snap_wire(&s)))
-    }
-    .await;
-    idem.finish(&app, caller.ws(), result).await
+    idempotency::to_completion(async move {
+        let result = async {
+            let row = owned(&app, &caller, &id).await?;
+            let snap_id = new_id("snap-");
+            let snap = app.agent.snapshot(&row.id, &snap_id).await?;
+            let view = app.agent.get(&row.id).await?;
+            record(&app, row, &view).await?;
+            let s = save_snapshot(&app, caller.ws(), &snap).await?;
+            Ok((StatusCode::CREATED, snap_wire(&s)))
+        }
+        .await;
+        idem.finish(&app, caller.ws(), result).await
+    })
+    .await
 }
 
 /// Fork a sandbox into `count` running children that start from its current state (all or
@@ -109,8 +112,11 @@ pub async fn fork<D: VmDriver>(
         Begin::Replay(status, body) => return Ok((status, body)),
         Begin::Proceed(idem) => idem,
     };
-    let result = fork_sandbox(&app, &caller, &id, &req).await;
-    idem.finish(&app, caller.ws(), result).await
+    idempotency::to_completion(async move {
+        let result = fork_sandbox(&app, &caller, &id, &req).await;
+        idem.finish(&app, caller.ws(), result).await
+    })
+    .await
 }
 
 async fn fork_sandbox<D: VmDriver>(

@@ -37,6 +37,11 @@ use crate::services::State;
 
 /// How long to sleep without a `SIGIO` before looking at the port again.
 const SIGIO_FALLBACK: Duration = Duration::from_secs(1);
+/// How long a HELLO may wait for the driver to mark the host connected (see
+/// [`Port::wait_host_connected`]).
+const HOST_CONNECT_WAIT: Duration = Duration::from_secs(5);
+/// Re-check interval while waiting for that.
+const HOST_CONNECT_POLL: Duration = Duration::from_millis(2);
 
 /// Finds the device of the agent's port: `/sys/class/virtio-ports/<dev>/name` == PORT_NAME.
 pub fn find_port() -> Option<PathBuf> {
@@ -121,6 +126,39 @@ impl Port {
             tokio::select! {
                 _ = sigio.recv() => {}
                 _ = tokio::time::sleep(SIGIO_FALLBACK) => {}
+            }
+        }
+    }
+
+    /// Waits until the driver reports the host connected (`poll` without `POLLHUP`). Returns
+    /// false if that does not happen within [`HOST_CONNECT_WAIT`].
+    ///
+    /// A HELLO can be read before the host is marked connected: the driver takes port data in
+    /// its interrupt handler but the "port open" control message in a work queue, so right
+    /// after a restore the data may win. An `AsyncFd` registered in that window sees `POLLHUP`,
+    /// which tokio keeps for good, and the session would read its first `EAGAIN` as the end of
+    /// the connection — after READY went out, leaving the host waiting on a session the guest
+    /// has already dropped.
+    pub async fn wait_host_connected(&self, sigio: &mut Signal) -> std::io::Result<bool> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let deadline = tokio::time::Instant::now() + HOST_CONNECT_WAIT;
+        loop {
+            let mut fds = [PollFd::new(self.file.as_fd(), PollFlags::POLLOUT)];
+            poll(&mut fds, PollTimeout::ZERO)?;
+            let hup = fds[0]
+                .revents()
+                .is_some_and(|r| r.contains(PollFlags::POLLHUP));
+            if !hup {
+                return Ok(true);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            // The control message raises SIGIO too (O_ASYNC is still on).
+            tokio::select! {
+                _ = sigio.recv() => {}
+                _ = tokio::time::sleep(HOST_CONNECT_POLL) => {}
             }
         }
     }
@@ -214,6 +252,11 @@ pub async fn serve_port(
     loop {
         on_waiting();
         let (nonce, rest) = port.wait_hello(&mut sigio).await?;
+        if !port.wait_host_connected(&mut sigio).await? {
+            // Not answered: the host resends HELLO, or has gone and a new one will.
+            tracing::warn!("HELLO but the host never showed as connected; ignoring it");
+            continue;
+        }
         let io = port.session_io()?;
         match crate::session::serve(io, nonce, rest, state.clone()).await {
             Ok(()) => tracing::debug!("session ended"),

@@ -2,7 +2,7 @@
 //! and reseeds its RNG; a new sandbox also gets its own hostname and machine id. Clones of one
 //! snapshot must never share RNG state.
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pandastack_guest_proto::v1::{self, agent_client::AgentClient};
 use pandastack_vm::Vm;
@@ -11,6 +11,7 @@ use tonic::transport::Channel;
 use crate::RESTORE_TIMEOUT;
 
 /// What the restored guest should become.
+#[derive(Clone, Copy)]
 pub(crate) enum Identity<'a> {
     /// A new sandbox: hostname = its id, a fresh machine id.
     New { hostname: &'a str },
@@ -23,19 +24,45 @@ pub(crate) enum Identity<'a> {
 #[error("guest agent after restore")]
 pub struct AgentError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
 
+/// Bound on the first call of a new session. It normally answers in well under a second; a
+/// session that does not answer is replaced once (see [`identify`]).
+const FIRST_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Connects to the restored guest and runs its post-restore hook. Returns the agent session.
+///
+/// Guest agents baked before the port fix in `pandastack-guest` (`wait_host_connected`) could
+/// drop their first session right after answering its HELLO; the host then waited forever on a
+/// call nobody read. A session whose first call goes unanswered is therefore closed and a new
+/// one opened, once.
 pub(crate) async fn identify<V: Vm>(vm: &V, identity: Identity<'_>) -> Result<Channel, AgentError> {
-    let t = Instant::now();
-    let channel = pandastack_guest_proto::host::connect(vm.agent_socket(), RESTORE_TIMEOUT)
-        .await
-        .map_err(|e| AgentError(Box::new(e)))?;
-    tracing::debug!(
-        vm = vm.id(),
-        connect_ms = t.elapsed().as_secs_f64() * 1e3,
-        "agent session open"
-    );
-    post_restore(&channel, identity).await?;
-    Ok(channel)
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let t = Instant::now();
+        let channel = pandastack_guest_proto::host::connect(vm.agent_socket(), RESTORE_TIMEOUT)
+            .await
+            .map_err(|e| AgentError(Box::new(e)))?;
+        tracing::debug!(
+            vm = vm.id(),
+            connect_ms = t.elapsed().as_secs_f64() * 1e3,
+            "agent session open"
+        );
+        match tokio::time::timeout(FIRST_CALL_TIMEOUT, post_restore(&channel, identity)).await {
+            Ok(r) => return r.map(|()| channel),
+            Err(_) if attempt < 2 => {
+                tracing::warn!(
+                    vm = vm.id(),
+                    "guest agent did not answer its new session; reopening"
+                );
+            }
+            Err(_) => {
+                return Err(AgentError(
+                    format!("no answer to the post-restore call within {FIRST_CALL_TIMEOUT:?}")
+                        .into(),
+                ))
+            }
+        }
+    }
 }
 
 /// Runs the post-restore hook over an open session: clock step, RNG reseed and, for a new

@@ -23,7 +23,13 @@ pub enum NetError {
     Unavailable,
     #[error("network slot")]
     Slot(#[from] pandastack_net::NetError),
+    #[error("no network slot within {0:?}")]
+    Timeout(std::time::Duration),
 }
+
+/// Bound on taking a slot (building one on the spot included: a few netlink calls and one
+/// `nft` run, normally well under a second). A stuck host network stack becomes an error.
+const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A slot held by one VM process: its index (recorded in `sandbox.json`) and how to attach.
 #[derive(Debug, Clone)]
@@ -59,7 +65,15 @@ impl<D: VmDriver> Runtime<D> {
             return Ok(None);
         }
         let pool = self.net.as_ref().ok_or(NetError::Unavailable)?;
-        let slot = pool.acquire().await?;
+        let t = std::time::Instant::now();
+        let slot = tokio::time::timeout(ACQUIRE_TIMEOUT, pool.acquire())
+            .await
+            .map_err(|_| NetError::Timeout(ACQUIRE_TIMEOUT))??;
+        tracing::debug!(
+            slot = slot.index,
+            ms = t.elapsed().as_secs_f64() * 1e3,
+            "network slot acquired"
+        );
         Ok(Some(Lease {
             index: slot.index,
             attach: NetAttach {

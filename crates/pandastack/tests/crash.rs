@@ -95,3 +95,46 @@ async fn kill_9_during_create_leaves_nothing_after_restart() {
         .await;
     assert_eq!(st, StatusCode::NO_CONTENT);
 }
+
+/// A client that gives up in the middle of a create (timeout, ^C) does not cut the create off
+/// half done: it completes, the sandbox is listed and works, and deleting it leaves nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn client_leaving_mid_create_leaves_a_whole_sandbox() {
+    let guard = runtime().await;
+    bake(&guard, "minimal").await;
+    let data = guard.dir.path();
+    let sandboxes = data.join("sandboxes");
+    // No warm pool: the create restores from scratch and takes far longer than the client waits.
+    let server = start_with(data, free_port(), &["--network", "off", "--pool-size", "0"]).await;
+    let gave_up = Client::new()
+        .post(format!("{}/v1/sandboxes", server.url))
+        .bearer_auth(&server.key)
+        .json(&json!({"template": "minimal"}))
+        .timeout(Duration::from_millis(30))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the client left before the answer");
+    let api = Api {
+        s: &server,
+        c: Client::new(),
+    };
+    let id = within(Duration::from_secs(120), "the create finishes", async {
+        loop {
+            let (_, v) = api.call("GET", "/v1/sandboxes", None).await;
+            if let Some(sb) = v["data"].as_array().and_then(|a| a.first()) {
+                if sb["state"] == "running" {
+                    return sb["id"].as_str().unwrap().to_owned();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert_eq!(api.exec(&id, "echo ok").await["stdout"], "ok\n");
+    let (st, _) = api
+        .call("DELETE", &format!("/v1/sandboxes/{id}"), None)
+        .await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    assert!(sandbox_dirs(&sandboxes).is_empty(), "no directory left");
+    assert_eq!(processes_under(&sandboxes), 0, "no VM process left");
+}

@@ -54,9 +54,6 @@ fn vm_processes_under(dir: &Path) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "the first create on a fresh --network on server hung once in CI (1 of 3 runs); \
-            run with --ignored while that is investigated (egress and slot reuse are covered \
-            by pandastack-testkit's network tests)"]
 async fn networked_sandboxes_reach_out_not_in_and_cycles_leak_nothing() {
     // Bake with a NIC (its own short-lived pool), then serve with the server's own pool.
     let bake_net = net_pool("tsbk", "10.203.1.0/24").await;

@@ -55,6 +55,13 @@ async fn sandbox_lifecycle_over_http() {
         .await;
     assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("bogus"));
+    // A JSON body over the 1 MiB limit: 413 with the error envelope, nothing created.
+    let huge = json!({"template": "minimal", "metadata": {"k": "x".repeat(2 << 20)}});
+    let (st, v) = api.call("POST", "/v1/sandboxes", Some(huge)).await;
+    assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{v}");
+    assert_eq!(v["error"]["code"], "payload_too_large");
+    let (_, v) = api.call("GET", "/v1/sandboxes", None).await;
+    assert!(v["data"].as_array().unwrap().is_empty(), "{v}");
     let (st, v) = api.call("GET", "/v1/sandboxes/sb-doesnotexist", None).await;
     assert_eq!(st, StatusCode::NOT_FOUND);
     assert_eq!(v["error"]["code"], "sandbox_not_found");

@@ -157,7 +157,7 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         let agent = Arc::clone(&agent);
         tokio::spawn(async move {
             if let Err(e) = agent.fill_pools().await {
-                tracing::warn!(error = %e, "pool fill");
+                tracing::warn!(error = %pandastack_agent::error_chain(&e), "pool fill");
             }
         });
     }

@@ -63,7 +63,10 @@ pub async fn start_with(data: &Path, port: u16, extra: &[&str]) -> Server {
         .arg("--templates-dir")
         .arg(&templates)
         .args(extra)
-        .env("PANDASTACK_LOG", "info,pandastack_api=debug")
+        .env(
+            "PANDASTACK_LOG",
+            "info,pandastack_api=debug,pandastack_runtime=debug,pandastack_net=debug",
+        )
         .stdout(Stdio::null())
         .spawn()
         .expect("start server");
