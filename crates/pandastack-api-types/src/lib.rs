@@ -3,11 +3,13 @@
 //! codes and HTTP statuses, and opaque list cursors. Shared by the server, the Rust client and
 //! the tests. It must not depend on an HTTP framework or a runtime.
 
+mod code;
 mod cursor;
 mod error;
 mod sandbox;
 mod stream;
 
+pub use code::*;
 pub use cursor::{Cursor, CursorError};
 pub use error::{ErrorBody, ErrorCode, ErrorEnvelope};
 pub use sandbox::*;

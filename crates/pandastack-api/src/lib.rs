@@ -5,6 +5,7 @@
 //! workspace against the store, and hand lifecycle work to the host agent; every error goes
 //! through [`error::ApiError`]. It must not start VMs itself or know which hypervisor runs them.
 
+mod code;
 mod error;
 mod exec_ws;
 mod extract;

@@ -16,7 +16,7 @@ use utoipa::openapi::HttpMethod;
 use crate::openapi::Conventions;
 use crate::App;
 #[allow(unused_imports)] // named by the table through the macro
-use crate::{exec_ws, keys, logs, meta, pty, sandboxes, snapshots, workload};
+use crate::{code, exec_ws, keys, logs, meta, pty, sandboxes, snapshots, workload};
 
 /// The axum method filter for an OpenAPI method.
 fn filter(m: &HttpMethod) -> MethodFilter {
@@ -90,6 +90,7 @@ macro_rules! route_table {
                 (name = "sandboxes", description = "Sandbox lifecycle"),
                 (name = "exec", description = "Commands in a sandbox: blocking, SSE, WebSocket, PTY"),
                 (name = "files", description = "Guest files"),
+                (name = "code", description = "Code interpreter: code in a long-lived kernel (variables persist between calls)"),
                 (name = "snapshots", description = "Snapshots and forks"),
                 (name = "templates", description = "Templates"),
                 (name = "keys", description = "API keys of the caller's workspace"),
@@ -156,6 +157,10 @@ route_table! {
     workload::stat,
     workload::mkdir,
     workload::rename,
+    code::run,
+    code::run_stream,
+    code::create_context,
+    code::delete_context,
     snapshots::create,
     snapshots::fork,
     snapshots::list,

@@ -22,6 +22,11 @@ pub fn clone_file(src: &Path, dst: &Path) -> std::io::Result<CloneKind> {
         .open(dst)?;
     match rustix::fs::ioctl_ficlone(&to, &from) {
         Ok(()) => return Ok(CloneKind::Reflink),
+        // Across file systems (e.g. an image cache on / cloned into the data dir) a copy is
+        // expected; it says nothing about reflink support of the data dir.
+        Err(rustix::io::Errno::XDEV) => {
+            tracing::debug!(src = %src.display(), "different file systems: copying");
+        }
         Err(e) => {
             if !WARNED.swap(true, Ordering::Relaxed) {
                 tracing::warn!(error = %e, dir = %dst.parent().unwrap_or(dst).display(), "no reflink support: copying files (slower, uses more disk)");

@@ -325,6 +325,30 @@ mod tests {
         );
     }
 
+    #[test]
+    fn every_shipped_spec_parses_and_is_named_after_its_file() {
+        let mut n = 0;
+        for e in std::fs::read_dir(templates_dir()).unwrap().flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                let spec =
+                    TemplateSpec::load(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                assert_eq!(Some(spec.name()), p.file_stem().and_then(|s| s.to_str()));
+                n += 1;
+            }
+        }
+        assert!(n >= 3);
+        let ci = TemplateSpec::load(&templates_dir().join("code-interpreter.toml")).unwrap();
+        for p in [
+            "python3-numpy",
+            "python3-pandas",
+            "python3-matplotlib",
+            "nodejs",
+        ] {
+            assert!(ci.debian().packages.iter().any(|x| x == p), "{p}");
+        }
+    }
+
     fn hash_of(dir: &Path, text: &str) -> SpecHash {
         let p = dir.join("t.toml");
         std::fs::write(&p, text).unwrap();
