@@ -44,8 +44,11 @@ pub struct CreateSandboxRequest {
     pub template: String,
     #[serde(default)]
     pub snapshot_id: Option<String>,
+    /// Absolute lifetime from now.
     #[serde(default)]
     pub ttl_seconds: Option<u64>,
+    /// Idle time before `on_timeout`: idle means no API calls on the sandbox *and* no guest
+    /// work (a VM using more than a quarter of a CPU counts as active).
     #[serde(default)]
     pub idle_timeout_seconds: Option<u64>,
     #[serde(default)]

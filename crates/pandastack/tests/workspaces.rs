@@ -265,6 +265,51 @@ async fn ttl_expiry_removes_sandbox_vm_and_files() {
     assert_eq!(v["data"], json!([]), "{v}");
 }
 
+/// Idle means no API calls *and* no guest work: a sandbox whose guest keeps a CPU busy outlives
+/// its idle timeout; once the work stops, the idle timeout takes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn busy_guest_is_not_idle() {
+    let (server, _guard) = server().await;
+    let api = Api {
+        s: &server,
+        c: Client::new(),
+    };
+    let id = api
+        .create(json!({"template": "minimal", "idle_timeout_seconds": 6}))
+        .await;
+    api.exec(
+        &id,
+        "setsid sh -c 'while [ ! -e /tmp/stop ]; do :; done' </dev/null >/dev/null 2>&1 &",
+    )
+    .await;
+    // Listing does not count as activity on the sandbox; only the guest's work keeps it.
+    let listed = |v: &serde_json::Value| {
+        v["data"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|s| s["id"] == id.as_str()))
+    };
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let (_, v) = api.call("GET", "/v1/sandboxes", None).await;
+        assert!(listed(&v), "a busy sandbox was reaped as idle: {v}");
+    }
+    api.exec(&id, "touch /tmp/stop").await;
+    within(
+        Duration::from_secs(60),
+        "idle once the work stopped",
+        async {
+            loop {
+                let (_, v) = api.call("GET", "/v1/sandboxes", None).await;
+                if !listed(&v) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        },
+    )
+    .await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Property: malformed requests are 4xx, never 5xx, never a crash.
 

@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+mod activity;
 pub mod auth;
 pub mod bench;
 mod bench_api;

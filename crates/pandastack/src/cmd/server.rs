@@ -285,8 +285,11 @@ fn print_usage(url: &str, key: Option<&str>, key_file: Option<&Path>, accel: pan
 /// Applies TTL and idle timeouts every few seconds: kill or hibernate, as each sandbox asked.
 async fn reaper(store: Store, agent: Arc<HostAgent<QemuDriver>>) {
     let mut tick = tokio::time::interval(Duration::from_secs(2));
+    let mut activity = super::activity::Activity::default();
     loop {
         tick.tick().await;
+        // Busy guests count as active (idle = no API calls and no guest work).
+        activity.sample(&store, &agent).await;
         let due = match store.sandboxes().expired(now_ms()).await {
             Ok(d) => d,
             Err(e) => {

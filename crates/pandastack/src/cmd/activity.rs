@@ -1,0 +1,78 @@
+//! Guest activity for the idle timeout: a sandbox whose VM keeps a CPU busy (a build, a training
+//! run, a long test suite) is not idle just because nobody called the API. The reaper samples each
+//! running VM's CPU time and, when the VM used more than [`BUSY_SHARE`] of one CPU since the last
+//! sample, records activity as an API call would.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pandastack_agent::{HostAgent, SandboxState};
+use pandastack_qemu::QemuDriver;
+use pandastack_store::{now_ms, Store};
+
+/// Share of one CPU above which a VM counts as active. An idle guest under TCG uses a few
+/// percent (timer ticks, the agent's idle wake-ups); a guest doing work uses most of a core.
+pub const BUSY_SHARE: f64 = 0.25;
+/// Time between samples of one VM (the reaper's tick): a new sandbox has its first baseline
+/// within one period, so guests are seen as busy from about two periods after a create, and an
+/// idle timeout shorter than that is decided by API activity alone.
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(2);
+
+/// The last CPU-time sample of each running VM.
+#[derive(Default)]
+pub struct Activity {
+    last: HashMap<String, (Duration, Instant)>,
+    sampled_at: Option<Instant>,
+}
+
+/// Whether `cpu` CPU time used over `wall` is more than [`BUSY_SHARE`] of one CPU.
+pub fn busy(cpu: Duration, wall: Duration) -> bool {
+    !wall.is_zero() && cpu.as_secs_f64() > BUSY_SHARE * wall.as_secs_f64()
+}
+
+impl Activity {
+    /// Samples every running VM if [`SAMPLE_EVERY`] has passed, and touches the sandboxes whose
+    /// guest was busy since the previous sample.
+    pub async fn sample(&mut self, store: &Store, agent: &Arc<HostAgent<QemuDriver>>) {
+        let now = Instant::now();
+        if self
+            .sampled_at
+            .is_some_and(|t| now.duration_since(t) + Duration::from_millis(100) < SAMPLE_EVERY)
+        {
+            return;
+        }
+        self.sampled_at = Some(now);
+        let mut seen = HashMap::new();
+        for v in agent.list().await {
+            if v.state != SandboxState::Running {
+                continue;
+            }
+            let Ok(Some(stats)) = agent.stats(&v.id).await else {
+                continue;
+            };
+            if let Some((cpu, at)) = self.last.get(&v.id) {
+                if busy(stats.cpu_time.saturating_sub(*cpu), now.duration_since(*at)) {
+                    if let Err(e) = store.sandboxes().touch(&v.id, now_ms()).await {
+                        tracing::warn!(sandbox = %v.id, error = %e, "record guest activity");
+                    }
+                }
+            }
+            seen.insert(v.id, (stats.cpu_time, now));
+        }
+        self.last = seen;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_means_a_real_share_of_a_cpu() {
+        let s = Duration::from_secs;
+        assert!(!busy(Duration::from_millis(300), s(10)));
+        assert!(busy(s(9), s(10)));
+        assert!(!busy(s(1), Duration::ZERO));
+    }
+}
