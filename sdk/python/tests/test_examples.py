@@ -16,6 +16,15 @@ EXPECT = {
     "streaming_output.py": ["out: step 1", "exit 0, 6 stdout lines", "tick 0\ntick 1\ntick 2\nexit 0 after"],
     "interactive.py": ["process said: running total: 42", "final: 42 | exit 0", "shell exit code: 7"],
     "async_quickstart.py": ["'job 0', 'job 1', 'job 2', 'job 3'", "hello from asyncio"],
+    "code_interpreter.py": [
+        "stdout: sorting 8 numbers | result: [1, 1, 2, 3, 4, 5, 6, 9]",
+        "png: 8 bytes, signature ok: True",
+        "error: ZeroDivisionError: division by zero",
+        "  live: step 0",
+        "step 2\n  live result: 31",
+        "sees data: False",
+        "done",
+    ],
 }
 
 

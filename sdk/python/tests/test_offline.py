@@ -15,15 +15,19 @@ from pandastack import (
     APIConnectionError,
     AsyncPandaStack,
     AuthenticationError,
+    CodeContext,
     CommandExitError,
     CommandTimeoutError,
     ConflictError,
+    Execution,
+    ExecutionError,
     ExitEvent,
     InvalidArgumentError,
     NotFoundError,
     PandaStack,
     PandaStackError,
     RateLimitError,
+    Result,
     SandboxNotFoundError,
     SandboxStateError,
     ServerError,
@@ -400,6 +404,143 @@ def test_logs_plain_and_follow(fake):
             return [x async for x in asb.logs_stream()]
 
     assert asyncio.run(main()) == ["boot ✓\n", "more"]
+
+
+# ---------------------------------------------------------------- code interpreter
+
+CODE_RESULT = {
+    "stdout": "hi\n",
+    "stderr": "",
+    "results": [{"text": "<Chart>", "html": "<b>c</b>", "png": "iVBORw0KGgo=", "json": {"a": [1]}}, {"text": "42"}],
+    "error": None,
+    "truncated": False,
+    "duration_ms": 7,
+}
+
+CODE_SSE = (
+    b": keep-alive\n\n"
+    b"event: stdout\ndata: {\"data\":\"hel\"}\n\n"
+    b"event: stderr\r\ndata: {\"data\":\"warn\\n\"}\r\n\r\n"
+    b"event: stdout\ndata: {\"data\":\"lo\\n\"}\n\n"
+    b"event: result\ndata: {\"text\":\"42\"}\n\n"
+    b"event: error\ndata: {\"name\":\"ValueError\",\"value\":\"bad\",\"traceback\":\"tb\"}\n\n"
+    b"event: brand_new\ndata: {}\n\n"
+    b"event: done\ndata: {\"duration_ms\":12,\"truncated\":true}\n\n"
+)
+
+
+def test_run_code_blocking_body_and_result(fake):
+    fake.on("GET", "/v1/sandboxes/sb-fake", reply(200, SANDBOX))
+    fake.on("POST", "/v1/sandboxes/sb-fake/code", reply(200, CODE_RESULT))
+    with make(fake) as c:
+        sb = c.sandboxes.get("sb-fake")
+        r = sb.run_code("x")
+        r2 = sb.run_code("y", context=CodeContext(id="ctx-1"), env={"A": 1}, timeout_seconds=1.5)
+        sb.run_code("z", context="ctx-2", language=None)
+        with pytest.raises(InvalidArgumentError):
+            sb.run_code("z", context=3)  # type: ignore[arg-type]
+    assert isinstance(r, Execution) and r == r2
+    assert (r.stdout, r.text, r.duration_ms, r.truncated, r.error) == ("hi\n", "42", 7, False, None)
+    first = r.results[0]
+    assert isinstance(first, Result)
+    assert (first.html, first.json, first.svg) == ("<b>c</b>", {"a": [1]}, None)
+    assert first.png_bytes() == b"\x89PNG\r\n\x1a\n"
+    bodies = [json.loads(x["body"]) for x in fake.calls("POST", "/v1/sandboxes/sb-fake/code")]
+    assert bodies == [
+        {"code": "x", "language": "python"},
+        {"code": "y", "language": "python", "context_id": "ctx-1", "env": {"A": "1"}, "timeout_seconds": 2},
+        {"code": "z", "context_id": "ctx-2"},
+    ]
+    assert Execution.from_json({"results": [], "error": {"name": "E"}}).error == ExecutionError("E")
+    assert Execution.from_json({}).text is None
+
+
+def test_run_code_streams_to_callbacks(fake):
+    fake.on("GET", "/v1/sandboxes/sb-fake", reply(200, SANDBOX))
+    fake.on(
+        "POST",
+        "/v1/sandboxes/sb-fake/code/stream",
+        reply(200, CODE_SSE, {"Content-Type": "text/event-stream"}),
+    )
+    with make(fake) as c:
+        sb = c.sandboxes.get("sb-fake")
+        seen = []
+        r = sb.run_code(
+            "x",
+            on_stdout=lambda s: seen.append(("out", s)),
+            on_stderr=lambda s: seen.append(("err", s)),
+            on_result=lambda x: seen.append(("result", x.text)),
+            on_error=lambda e: seen.append(("error", e.name)),
+        )
+        only_result = []
+        r2 = sb.run_code("x", on_result=only_result.append)
+    assert seen == [("out", "hel"), ("err", "warn\n"), ("out", "lo\n"), ("result", "42"), ("error", "ValueError")]
+    assert (r.stdout, r.stderr, r.text, r.truncated, r.duration_ms) == ("hello\n", "warn\n", "42", True, 12)
+    assert r.error == ExecutionError("ValueError", "bad", "tb")
+    assert r2 == r and [x.text for x in only_result] == ["42"]
+    assert fake.requests[-1]["headers"]["accept"] == "text/event-stream"
+
+
+def test_run_code_missing_context_and_broken_stream(fake):
+    fake.on("GET", "/v1/sandboxes/sb-fake", reply(200, SANDBOX))
+    fake.on("POST", "/v1/sandboxes/sb-fake/code", error(404, "not_found", "code context ctx-x not found"))
+    fake.on(
+        "POST",
+        "/v1/sandboxes/sb-fake/code/stream",
+        reply(200, b"event: error\ndata: {\"name\":\"ContextNotFound\",\"value\":\"ctx-x\",\"traceback\":\"\"}\n\nevent: done\ndata: {}\n\n"),
+        reply(200, b"event: stdout\ndata: {\"data\":\"a\"}\n\n"),
+    )
+    with make(fake) as c:
+        sb = c.sandboxes.get("sb-fake")
+        with pytest.raises(NotFoundError, match="ctx-x"):
+            sb.run_code("1", context="ctx-x")
+        with pytest.raises(NotFoundError, match="ctx-x") as ei:
+            sb.run_code("1", context="ctx-x", on_stdout=print)
+        assert ei.value.code == "not_found"
+        with pytest.raises(StreamError, match="without a done"):
+            sb.run_code("1", on_stdout=lambda s: None)
+        # A run is not retried on 503 (the code may have run), like exec.
+        fake.on("POST", "/v1/sandboxes/sb-fake/code", error(503, "unavailable", "guest"), reply(200, CODE_RESULT))
+        with pytest.raises(ServerError):
+            sb.run_code("1")
+    assert len(fake.calls("POST", "/v1/sandboxes/sb-fake/code")) == 2
+
+
+def test_code_contexts_and_async_run_code(fake):
+    fake.on("GET", "/v1/sandboxes/sb-fake", reply(200, SANDBOX))
+    fake.on("POST", "/v1/sandboxes/sb-fake/code/contexts", reply(201, {"id": "ctx-9", "language": "python"}))
+    fake.on("DELETE", "/v1/sandboxes/sb-fake/code/contexts/ctx-9", reply(204))
+    fake.on("POST", "/v1/sandboxes/sb-fake/code", reply(200, CODE_RESULT))
+    fake.on("POST", "/v1/sandboxes/sb-fake/code/stream", reply(200, CODE_SSE))
+    with make(fake) as c:
+        sb = c.sandboxes.get("sb-fake")
+        ctx = sb.create_code_context(env={"K": "v"})
+        assert ctx == CodeContext(id="ctx-9", language="python")
+        sb.delete_code_context(ctx)
+        sb.delete_code_context("ctx-9")
+    assert json.loads(fake.calls("POST", "/v1/sandboxes/sb-fake/code/contexts")[0]["body"]) == {
+        "language": "python",
+        "env": {"K": "v"},
+    }
+    assert len(fake.calls("DELETE", "/v1/sandboxes/sb-fake/code/contexts/ctx-9")) == 2
+
+    async def main():
+        async with AsyncPandaStack(api_key="pds_test", base_url=fake.url) as ac:
+            asb = await ac.sandboxes.get("sb-fake")
+            actx = await asb.create_code_context()
+            r = await asb.run_code("x", context=actx)
+            seen = []
+
+            async def on_result(x):
+                seen.append(x.text)
+
+            streamed = await asb.run_code("x", on_result=on_result, on_stdout=seen.append)
+            await asb.delete_code_context(actx)
+            return actx, r, streamed, seen
+
+    actx, r, streamed, seen = asyncio.run(main())
+    assert actx.id == "ctx-9" and r.text == "42"
+    assert streamed.stdout == "hello\n" and seen == ["hel", "lo\n", "42"]
 
 
 # ---------------------------------------------------------------- WebSocket routes

@@ -28,10 +28,12 @@ export {
   Sandbox,
   DEFAULT_EXEC_TIMEOUT_SECONDS,
   type CallOptions,
+  type CodeContextOptions,
   type ExecOptions,
   type ExecRunOptions,
   type ForkOptions,
   type ForkResult,
+  type RunCodeOptions,
 } from "./sandbox.js";
 export { Filesystem, type FileCallOptions, type FileContent, type WriteInfo } from "./filesystem.js";
 export { Paginator, type Page } from "./pagination.js";
@@ -50,9 +52,12 @@ export {
   CommandExitError,
   type PandaStackErrorOptions,
 } from "./errors.js";
+export { Execution, Result } from "./types.js";
 export type {
+  CodeContext,
   ExecEvent,
   ExecResult,
+  ExecutionError,
   FileInfo,
   OnTimeout,
   SandboxInfo,

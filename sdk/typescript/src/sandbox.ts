@@ -10,6 +10,7 @@ import {
   APIConnectionError,
   CommandExitError,
   CommandTimeoutError,
+  InvalidArgumentError,
   NotFoundError,
   PandaStackError,
 } from "./errors.js";
@@ -17,12 +18,19 @@ import { Filesystem } from "./filesystem.js";
 import type { HttpClient } from "./http.js";
 import { parseSse } from "./sse.js";
 import {
+  Execution,
+  Result,
+  codeContextFromWire,
+  executionErrorFromWire,
+  executionFromWire,
   execResultFromWire,
   metricsFromWire,
   sandboxFromWire,
   snapshotFromWire,
+  type CodeContext,
   type ExecEvent,
   type ExecResult,
+  type ExecutionError,
   type SandboxInfo,
   type SandboxMetrics,
   type SandboxState,
@@ -59,6 +67,48 @@ export interface ExecRunOptions extends ExecOptions {
   onStderr?: (data: string) => void;
   /** Throw {@link CommandExitError} on a non-zero exit (default: the exit code is data). */
   check?: boolean;
+}
+
+/** The server's bound on a code run when `timeoutSeconds` is not given. */
+const DEFAULT_CODE_TIMEOUT_SECONDS = 300;
+
+/** Starting or stopping a code context (the server bounds it at 60 s; the sandbox may wake first). */
+const CODE_CONTEXT_TIMEOUT_MS = 120_000;
+
+/** Options of {@link Sandbox.runCode}. */
+export interface RunCodeOptions {
+  /** `python` (the default). */
+  language?: string;
+  /**
+   * The context (kernel) to run in: one from {@link Sandbox.createCodeContext}, or its id.
+   * Default: the sandbox's `default` context, which needs no creating.
+   */
+  context?: CodeContext | string;
+  /** Environment of the kernel when this call starts it (a running kernel keeps its own). */
+  env?: Record<string, string>;
+  /**
+   * Interrupt the run after this many seconds (server default 300, max 3600). The run then
+   * ends with `error.name === "TimeoutError"`; the kernel and its variables stay.
+   */
+  timeoutSeconds?: number;
+  /** Called with each chunk of standard output as it arrives (the run streams). */
+  onStdout?: (data: string) => void;
+  /** Called with each chunk of standard error as it arrives (the run streams). */
+  onStderr?: (data: string) => void;
+  /** Called with each rich result as it arrives (the run streams). */
+  onResult?: (result: Result) => void;
+  /** Called with the exception the code raised, if any (the run streams). */
+  onError?: (error: ExecutionError) => void;
+  /** Aborts the request; the kernel then interrupts the code. */
+  signal?: AbortSignal;
+}
+
+/** Options of {@link Sandbox.createCodeContext}. */
+export interface CodeContextOptions extends CallOptions {
+  /** `python` (the default). */
+  language?: string;
+  /** Environment of the context's kernel. */
+  env?: Record<string, string>;
 }
 
 /** Options of calls that accept a request timeout and a signal. */
@@ -265,6 +315,175 @@ export class Sandbox {
     }
   }
 
+  /**
+   * Runs code in the sandbox's code interpreter: a long-lived kernel (Python; the template
+   * needs `python3`), so variables, imports and open files stay for the next call in the same
+   * context.
+   *
+   * ```ts
+   * await sandbox.runCode("x = 21");
+   * (await sandbox.runCode("x * 2")).text;   // "42"
+   * ```
+   *
+   * The value of a final expression, `display(…)` calls and matplotlib figures come back in
+   * `results`. An exception in the code is data (`error`), not thrown; so is a run past
+   * `timeoutSeconds` (`error.name === "TimeoutError"`). With any of the callbacks the run is
+   * streamed and they are called as output, results and the error arrive; the returned
+   * {@link Execution} still holds everything. A context that does not exist (or was deleted)
+   * throws {@link NotFoundError}.
+   */
+  async runCode(code: string, opts: RunCodeOptions = {}): Promise<Execution> {
+    const body = codeBody(code, opts);
+    if (opts.onStdout || opts.onStderr || opts.onResult || opts.onError) {
+      return this.collectCode(body, opts);
+    }
+    const w = await this.ctx.http.request<Record<string, unknown>>({
+      method: "POST",
+      path: `${this.path}/code`,
+      json: body,
+      retry: "rejected-only",
+      timeoutMs: codeRequestTimeout(this.ctx.http.timeoutMs, opts.timeoutSeconds),
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+    return executionFromWire(w ?? {});
+  }
+
+  private async collectCode(body: Record<string, unknown>, opts: RunCodeOptions): Promise<Execution> {
+    let stdout = "";
+    let stderr = "";
+    const results: Result[] = [];
+    let error: ExecutionError | null = null;
+    for await (const ev of this.codeStream(body, opts.signal)) {
+      switch (ev.type) {
+        case "stdout":
+          stdout += ev.data;
+          opts.onStdout?.(ev.data);
+          break;
+        case "stderr":
+          stderr += ev.data;
+          opts.onStderr?.(ev.data);
+          break;
+        case "result":
+          results.push(ev.result);
+          opts.onResult?.(ev.result);
+          break;
+        case "error":
+          error = ev.error;
+          opts.onError?.(ev.error);
+          break;
+        case "done":
+          return new Execution({ stdout, stderr, results, error, truncated: ev.truncated, durationMs: ev.durationMs });
+      }
+    }
+    throw new APIConnectionError("code stream ended without a done event", { code: "stream_incomplete" });
+  }
+
+  /** The events of `…/code/stream`, ending with `done`. */
+  private async *codeStream(body: Record<string, unknown>, signal: AbortSignal | undefined): AsyncGenerator<CodeEvent, void, undefined> {
+    const res = await this.ctx.http.request({
+      method: "POST",
+      path: `${this.path}/code/stream`,
+      json: body,
+      retry: "rejected-only",
+      responseType: "stream",
+      ...(signal ? { signal } : {}),
+    });
+    const requestId = res.headers.get("x-request-id") ?? undefined;
+    if (!res.body) {
+      throw new APIConnectionError("code stream: empty response", { code: "stream_incomplete", requestId });
+    }
+    let done = false;
+    try {
+      for await (const msg of parseSse(res.body)) {
+        let payload: Record<string, unknown>;
+        try {
+          payload = JSON.parse(msg.data) as Record<string, unknown>;
+        } catch {
+          payload = { data: msg.data };
+        }
+        if (payload === null || typeof payload !== "object") payload = { data: payload };
+        switch (msg.event) {
+          case "stdout":
+          case "stderr":
+            yield { type: msg.event, data: typeof payload.data === "string" ? payload.data : "" };
+            break;
+          case "result":
+            yield { type: "result", result: new Result(payload) };
+            break;
+          case "error": {
+            const error = executionErrorFromWire(payload);
+            if (error.name === "ContextNotFound") {
+              // What the blocking call answers with a 404.
+              throw new NotFoundError(`code context ${error.value} not found (create it with createCodeContext())`, {
+                code: "not_found",
+                status: 404,
+                requestId,
+              });
+            }
+            yield { type: "error", error };
+            break;
+          }
+          case "done":
+            done = true;
+            yield {
+              type: "done",
+              truncated: payload.truncated === true,
+              durationMs: typeof payload.duration_ms === "number" ? payload.duration_ms : 0,
+            };
+            return;
+          default:
+            break; // unknown events from a newer server
+        }
+      }
+    } catch (e) {
+      if (e instanceof PandaStackError) throw e;
+      if (signal?.aborted) throw signal.reason ?? e;
+      throw new APIConnectionError(`code stream broke: ${e instanceof Error ? e.message : String(e)}`, {
+        code: "connection_error",
+        requestId,
+        cause: e,
+      });
+    }
+    if (!done) {
+      throw new APIConnectionError("code stream ended without a done event", { code: "stream_incomplete", requestId });
+    }
+  }
+
+  /**
+   * Creates a code context: a kernel of its own, whose variables no other context sees. Pass it
+   * as `context` to {@link runCode}; {@link deleteCodeContext} stops it.
+   */
+  async createCodeContext(opts: CodeContextOptions = {}): Promise<CodeContext> {
+    const body: Record<string, unknown> = { language: opts.language ?? "python" };
+    if (opts.env && Object.keys(opts.env).length > 0) body.env = opts.env;
+    const w = await this.ctx.http.request<Record<string, unknown>>({
+      method: "POST",
+      path: `${this.path}/code/contexts`,
+      json: body,
+      retry: "rejected-only",
+      timeoutMs: opts.timeoutMs ?? codeContextTimeout(this.ctx.http.timeoutMs),
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+    return codeContextFromWire(w ?? {});
+  }
+
+  /**
+   * Stops a context's kernel; its variables are gone and a later {@link runCode} in it throws
+   * {@link NotFoundError}. Deleting `"default"` resets the default context. A context that does
+   * not exist is not an error.
+   */
+  async deleteCodeContext(context: CodeContext | string, opts: CallOptions = {}): Promise<void> {
+    const id = contextId(context);
+    if (!id) throw new InvalidArgumentError("deleteCodeContext: a context or a context id is required", { code: "invalid_argument" });
+    await this.ctx.http.request({
+      method: "DELETE",
+      path: `${this.path}/code/contexts/${encodeURIComponent(id)}`,
+      responseType: "none",
+      timeoutMs: opts.timeoutMs ?? codeContextTimeout(this.ctx.http.timeoutMs),
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+  }
+
   /** Snapshots memory and disk; create sandboxes from it with `snapshotId`. */
   async snapshot(opts: CallOptions = {}): Promise<SnapshotInfo> {
     const w = await this.ctx.http.request<Record<string, unknown>>({
@@ -441,4 +660,40 @@ function execRequestTimeout(clientTimeoutMs: number, timeoutSeconds: number | un
   if (clientTimeoutMs === 0) return 0;
   const cmd = (timeoutSeconds ?? DEFAULT_EXEC_TIMEOUT_SECONDS) * 1000 + 30_000;
   return Math.max(clientTimeoutMs, cmd);
+}
+
+/** An event of `…/code/stream`. */
+type CodeEvent =
+  | { type: "stdout" | "stderr"; data: string }
+  | { type: "result"; result: Result }
+  | { type: "error"; error: ExecutionError }
+  | { type: "done"; truncated: boolean; durationMs: number };
+
+function contextId(context: CodeContext | string | undefined): string | undefined {
+  if (context === undefined) return undefined;
+  return typeof context === "string" ? context : context.id;
+}
+
+function codeBody(code: string, opts: RunCodeOptions): Record<string, unknown> {
+  if (typeof code !== "string") throw new InvalidArgumentError("runCode: code must be a string", { code: "invalid_argument" });
+  const body: Record<string, unknown> = { code, language: opts.language ?? "python" };
+  const ctx = contextId(opts.context);
+  if (ctx !== undefined) body.context_id = ctx;
+  if (opts.env && Object.keys(opts.env).length > 0) body.env = opts.env;
+  if (opts.timeoutSeconds !== undefined) body.timeout_seconds = opts.timeoutSeconds;
+  return body;
+}
+
+/**
+ * The HTTP wait for a blocking code run: the run's own bound plus the server's 30 s grace and
+ * slack, never less than the client's.
+ */
+function codeRequestTimeout(clientTimeoutMs: number, timeoutSeconds: number | undefined): number {
+  if (clientTimeoutMs === 0) return 0;
+  const run = (timeoutSeconds ?? DEFAULT_CODE_TIMEOUT_SECONDS) * 1000 + 60_000;
+  return Math.max(clientTimeoutMs, run);
+}
+
+function codeContextTimeout(clientTimeoutMs: number): number {
+  return clientTimeoutMs === 0 ? 0 : Math.max(clientTimeoutMs, CODE_CONTEXT_TIMEOUT_MS);
 }

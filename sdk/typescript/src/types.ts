@@ -51,6 +51,97 @@ export type ExecEvent =
   | { type: "stderr"; data: string }
   | { type: "exit"; exitCode: number; timedOut: boolean; truncated: boolean; durationMs: number };
 
+/**
+ * One rich result of {@link Sandbox.runCode}: the value of the code's final expression, a
+ * `display(…)` call or a matplotlib figure. `text` (the `repr`) is always there; the other
+ * representations when the object provides them (`_repr_html_`, `_repr_png_`, …).
+ */
+export class Result {
+  /** The plain-text representation. */
+  readonly text: string;
+  readonly html?: string;
+  /** A PNG image, base64 (see {@link pngBytes}). */
+  readonly png?: string;
+  readonly svg?: string;
+  readonly markdown?: string;
+  /** A JSON value (already parsed). */
+  readonly json?: unknown;
+
+  /** @internal */
+  constructor(w: Wire) {
+    this.text = str(w.text);
+    if (typeof w.html === "string") this.html = w.html;
+    if (typeof w.png === "string") this.png = w.png;
+    if (typeof w.svg === "string") this.svg = w.svg;
+    if (typeof w.markdown === "string") this.markdown = w.markdown;
+    if (w.json !== undefined && w.json !== null) this.json = w.json;
+  }
+
+  /** The PNG image as bytes, or `undefined` when the result has none. */
+  pngBytes(): Uint8Array | undefined {
+    if (this.png === undefined) return undefined;
+    const bin = atob(this.png);
+    const out = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+    return out;
+  }
+}
+
+/**
+ * The exception a {@link Sandbox.runCode} run ended with: data, not a thrown error. `name` is
+ * the exception class (`ZeroDivisionError`; `TimeoutError` when the run hit its
+ * `timeoutSeconds`; `KernelError` when the kernel itself failed).
+ */
+export interface ExecutionError {
+  name: string;
+  value: string;
+  /** The formatted traceback of the user's frames. */
+  traceback: string;
+}
+
+/**
+ * What a {@link Sandbox.runCode} run produced. An exception in the code is data (`error`), not
+ * a thrown error.
+ */
+export class Execution {
+  stdout: string;
+  stderr: string;
+  /** Rich results in order (the final expression's value last). */
+  results: Result[];
+  error: ExecutionError | null;
+  /** Output was cut at the server's limit. */
+  truncated: boolean;
+  durationMs: number;
+
+  /** @internal */
+  constructor(fields: {
+    stdout: string;
+    stderr: string;
+    results: Result[];
+    error: ExecutionError | null;
+    truncated: boolean;
+    durationMs: number;
+  }) {
+    this.stdout = fields.stdout;
+    this.stderr = fields.stderr;
+    this.results = fields.results;
+    this.error = fields.error;
+    this.truncated = fields.truncated;
+    this.durationMs = fields.durationMs;
+  }
+
+  /** The `text` of the last result, or `undefined` when there is none. */
+  get text(): string | undefined {
+    return this.results.at(-1)?.text;
+  }
+}
+
+/** A code context: a kernel of its own, with its own variables (see {@link Sandbox.createCodeContext}). */
+export interface CodeContext {
+  id: string;
+  language: string;
+}
+
 /** A snapshot of a sandbox (memory and disk); create sandboxes from it with `snapshotId`. */
 export interface SnapshotInfo {
   id: string;
@@ -185,4 +276,27 @@ export function metricsFromWire(w: Wire): SandboxMetrics {
   if (typeof w.host_pss_bytes === "number") m.hostPssBytes = w.host_pss_bytes;
   if (typeof w.cpu_time_ms === "number") m.cpuTimeMs = w.cpu_time_ms;
   return m;
+}
+
+/** @internal */
+export function executionErrorFromWire(w: Wire): ExecutionError {
+  return { name: str(w.name), value: str(w.value), traceback: str(w.traceback) };
+}
+
+/** @internal */
+export function executionFromWire(w: Wire): Execution {
+  const results = Array.isArray(w.results) ? w.results : [];
+  return new Execution({
+    stdout: str(w.stdout),
+    stderr: str(w.stderr),
+    results: results.filter((r): r is Wire => !!r && typeof r === "object").map((r) => new Result(r)),
+    error: w.error && typeof w.error === "object" ? executionErrorFromWire(w.error as Wire) : null,
+    truncated: w.truncated === true,
+    durationMs: num(w.duration_ms),
+  });
+}
+
+/** @internal */
+export function codeContextFromWire(w: Wire): CodeContext {
+  return { id: str(w.id), language: str(w.language, "python") };
 }

@@ -55,3 +55,14 @@ test("streaming", async () => {
   assert.match(out, /\[callback\] tick 0/);
   assert.match(out, /collected "tick 0\\ntick 1\\ntick 2\\n", exit 0/);
 });
+
+test("code-interpreter", async () => {
+  const out = await example("code-interpreter.mjs");
+  assert.match(out, /stdout: sorting 8 numbers \| result: \[1, 1, 2, 3, 4, 5, 6, 9\]/);
+  assert.match(out, /png: 8 bytes, signature ok: true/);
+  assert.match(out, /error: ZeroDivisionError: division by zero/);
+  assert.match(out, /  live: step 0/);
+  assert.match(out, /step 2\n  live result: 31\n/);
+  assert.match(out, /context \S+ sees data: False/);
+  assert.match(out, /done/);
+});

@@ -5,8 +5,12 @@ import {
   Sandbox,
   NotFoundError,
   RateLimitError,
+  Execution,
+  Result,
+  type CodeContext,
   type ExecEvent,
   type ExecResult,
+  type ExecutionError,
   type FileInfo,
   type SandboxInfo,
 } from "@pandastack/sdk";
@@ -30,6 +34,18 @@ export async function surface(client: PandaStack): Promise<void> {
     if (e.type === "exit") void (e.exitCode + code);
     else void e.data.length;
   }
+  const ctx: CodeContext = await sb.createCodeContext({ language: "python", env: { A: "b" } });
+  const ex: Execution = await sb.runCode("x * 2", {
+    context: ctx, env: { A: "b" }, timeoutSeconds: 5,
+    onStdout: (d: string) => void d, onResult: (res: Result) => void res.pngBytes(),
+    onError: (e: ExecutionError) => void e.traceback,
+  });
+  const last: string | undefined = ex.text;
+  const err: ExecutionError | null = ex.error;
+  const png: Uint8Array | undefined = ex.results[0]?.pngBytes();
+  void [last, err, png, ex.durationMs, ex.truncated, ex.stdout, ex.stderr];
+  await sb.runCode("1", { context: ctx.id });
+  await sb.deleteCodeContext(ctx);
   const text: string = await sb.filesystem.read("/x");
   const bytes: Uint8Array = await sb.files.readBytes("/x");
   await sb.files.write("/x", text + bytes.length);

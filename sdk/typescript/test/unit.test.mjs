@@ -17,6 +17,8 @@ import {
   RequestTimeoutError,
   CommandTimeoutError,
   CommandExitError,
+  Execution,
+  Result,
 } from "../dist/index.js";
 import { parseSse } from "../dist/sse.js";
 
@@ -354,6 +356,120 @@ test("breaking out of execStream closes the connection at once", async () => {
     for await (const ev of sb.execStream("sleep 60")) if (ev.type === "stdout") break;
     for (let i = 0; i < 50 && closedAfter < 0; i++) await new Promise((r) => setTimeout(r, 20));
     assert.ok(closedAfter >= 0 && closedAfter < 1000, `server saw the close after ${closedAfter} ms`);
+  } finally {
+    await srv.close();
+  }
+});
+
+const CODE_RESULT = {
+  stdout: "hi\n", stderr: "", error: null, truncated: false, duration_ms: 7,
+  results: [{ text: "<Chart>", html: "<b>c</b>", png: "iVBORw0KGgo=", json: { a: [1] } }, { text: "42" }],
+};
+
+const CODE_SSE =
+  ':\n\nevent: stdout\ndata: {"data":"hel"}\n\n' +
+  'event: stderr\r\ndata: {"data":"warn\\n"}\r\n\r\n' +
+  'event: stdout\ndata: {"data":"lo\\n"}\n\n' +
+  'event: result\ndata: {"text":"42"}\n\n' +
+  'event: error\ndata: {"name":"ValueError","value":"bad","traceback":"tb"}\n\n' +
+  "event: brand_new\ndata: {}\n\n" +
+  'event: done\ndata: {"duration_ms":12,"truncated":true}\n\n';
+
+test("runCode: blocking body and Execution, rich results, errors as data", async () => {
+  const srv = await mockServer((req, res) => {
+    if (req.url.endsWith("/code")) return json(res, 200, CODE_RESULT);
+    json(res, 200, SANDBOX);
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url });
+    const sb = await client.sandboxes.get("sb-1");
+    const r = await sb.runCode("x");
+    await sb.runCode("y", { context: { id: "ctx-1", language: "python" }, env: { A: "1" }, timeoutSeconds: 2 });
+    await sb.runCode("z", { context: "ctx-2" });
+    assert.ok(r instanceof Execution);
+    assert.equal(r.text, "42");
+    assert.equal(r.stdout, "hi\n");
+    assert.equal(r.error, null);
+    assert.equal(r.durationMs, 7);
+    const first = r.results[0];
+    assert.ok(first instanceof Result);
+    assert.equal(first.html, "<b>c</b>");
+    assert.deepEqual(first.json, { a: [1] });
+    assert.equal(first.svg, undefined);
+    assert.deepEqual([...first.pngBytes()], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+    assert.equal(r.results[1].pngBytes(), undefined);
+    const bodies = srv.requests.filter((q) => q.url.endsWith("/code")).map((q) => JSON.parse(q.body));
+    assert.deepEqual(bodies, [
+      { code: "x", language: "python" },
+      { code: "y", language: "python", context_id: "ctx-1", env: { A: "1" }, timeout_seconds: 2 },
+      { code: "z", language: "python", context_id: "ctx-2" },
+    ]);
+  } finally {
+    await srv.close();
+  }
+});
+
+test("runCode with callbacks streams over SSE; ContextNotFound is NotFoundError", async () => {
+  const srv = await mockServer((req, res, body) => {
+    if (req.url.endsWith("/code")) return json(res, 404, envelope("not_found", "code context ctx-x not found"));
+    if (!req.url.endsWith("/code/stream")) return json(res, 200, SANDBOX);
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    const b = JSON.parse(body);
+    if (b.context_id === "ctx-x") return res.end('event: error\ndata: {"name":"ContextNotFound","value":"ctx-x","traceback":""}\n\nevent: done\ndata: {}\n\n');
+    if (b.code === "cut") return res.end('event: stdout\ndata: {"data":"a"}\n\n');
+    res.end(CODE_SSE);
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url });
+    const sb = await client.sandboxes.get("sb-1");
+    const seen = [];
+    const r = await sb.runCode("x", {
+      onStdout: (d) => seen.push(["out", d]),
+      onStderr: (d) => seen.push(["err", d]),
+      onResult: (x) => seen.push(["result", x.text]),
+      onError: (e) => seen.push(["error", e.name]),
+    });
+    assert.deepEqual(seen, [["out", "hel"], ["err", "warn\n"], ["out", "lo\n"], ["result", "42"], ["error", "ValueError"]]);
+    assert.ok(r instanceof Execution);
+    assert.equal(r.stdout, "hello\n");
+    assert.equal(r.stderr, "warn\n");
+    assert.equal(r.text, "42");
+    assert.deepEqual(r.error, { name: "ValueError", value: "bad", traceback: "tb" });
+    assert.equal(r.truncated, true);
+    assert.equal(r.durationMs, 12);
+    const results = [];
+    const r2 = await sb.runCode("x", { onResult: (x) => results.push(x) });
+    assert.ok(results[0] instanceof Result && results[0].text === "42" && r2.text === "42");
+    await assert.rejects(sb.runCode("1", { context: "ctx-x" }), (e) => e instanceof NotFoundError && /ctx-x/.test(e.message));
+    await assert.rejects(sb.runCode("1", { context: "ctx-x", onStdout: () => {} }), (e) => e instanceof NotFoundError && e.code === "not_found" && /ctx-x/.test(e.message));
+    await assert.rejects(sb.runCode("cut", { onStdout: () => {} }), (e) => e instanceof APIConnectionError && e.code === "stream_incomplete");
+    // An error thrown by a callback reaches the caller unchanged.
+    await assert.rejects(sb.runCode("x", { onStdout: () => { throw new Error("from the callback"); } }), /from the callback/);
+  } finally {
+    await srv.close();
+  }
+});
+
+test("createCodeContext and deleteCodeContext", async () => {
+  const srv = await mockServer((req, res) => {
+    if (req.url.endsWith("/code/contexts")) return json(res, 201, { id: "ctx-9", language: "python" });
+    if (req.method === "DELETE") return res.writeHead(204).end();
+    json(res, 200, SANDBOX);
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url });
+    const sb = await client.sandboxes.get("sb-1");
+    const ctx = await sb.createCodeContext({ env: { K: "v" } });
+    assert.deepEqual(ctx, { id: "ctx-9", language: "python" });
+    await sb.deleteCodeContext(ctx);
+    await sb.deleteCodeContext("ctx-9");
+    await assert.rejects(sb.deleteCodeContext(""), InvalidArgumentError);
+    const create = srv.requests.find((q) => q.method === "POST");
+    assert.deepEqual(JSON.parse(create.body), { language: "python", env: { K: "v" } });
+    assert.deepEqual(srv.requests.filter((q) => q.method === "DELETE").map((q) => q.url), [
+      "/v1/sandboxes/sb-1/code/contexts/ctx-9",
+      "/v1/sandboxes/sb-1/code/contexts/ctx-9",
+    ]);
   } finally {
     await srv.close();
   }

@@ -42,13 +42,17 @@ from .errors import (
 )
 from .types import (
     APIKey,
+    CodeContext,
     CreatedAPIKey,
     ExecEvent,
     ExecResult,
+    Execution,
+    ExecutionError,
     ExitEvent,
     FileInfo,
     Metrics,
     Page,
+    Result,
     SandboxInfo,
     Snapshot,
     StderrEvent,
@@ -89,6 +93,10 @@ __all__ = [
     "Page",
     "APIKey",
     "CreatedAPIKey",
+    "Execution",
+    "Result",
+    "ExecutionError",
+    "CodeContext",
     # errors
     "PandaStackError",
     "APIError",

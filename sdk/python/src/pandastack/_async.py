@@ -24,6 +24,7 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
+    Tuple,
     TypeVar,
     Union,
     overload,
@@ -44,13 +45,17 @@ from .errors import (
 )
 from .types import (
     APIKey,
+    CodeContext,
     CreatedAPIKey,
     ExecEvent,
     ExecResult,
+    Execution,
+    ExecutionError,
     ExitEvent,
     FileInfo,
     Metrics,
     Page,
+    Result,
     SandboxInfo,
     Snapshot,
     StderrEvent,
@@ -62,6 +67,8 @@ from .types import (
 T = TypeVar("T")
 #: Callbacks may be plain functions or coroutine functions.
 AsyncOutputCallback = Callable[[str], Any]
+AsyncResultCallback = Callable[[Result], Any]
+AsyncErrorCallback = Callable[[ExecutionError], Any]
 AsyncFileContent = Union[
     str, bytes, bytearray, memoryview, IO[bytes], AsyncIterable[bytes], Iterable[bytes]
 ]
@@ -303,7 +310,7 @@ class AsyncExecStream:
         return b.check_result(self._collector.result(), check, b.describe_cmd(self._body))
 
 
-async def _call(cb: Optional[AsyncOutputCallback], data: str) -> None:
+async def _call(cb: Optional[Callable[[Any], Any]], data: Any) -> None:
     if cb is None:
         return
     r = cb(data)
@@ -825,6 +832,106 @@ class AsyncSandbox:
         if cmd is not None:
             params["cmd"] = cmd
         return AsyncPty(await self._ws_connect("pty", params))
+
+    async def run_code(
+        self,
+        code: str,
+        *,
+        language: Optional[str] = "python",
+        context: Union[CodeContext, str, None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout_seconds: Optional[float] = None,
+        on_stdout: Optional[AsyncOutputCallback] = None,
+        on_stderr: Optional[AsyncOutputCallback] = None,
+        on_result: Optional[AsyncResultCallback] = None,
+        on_error: Optional[AsyncErrorCallback] = None,
+        request_timeout: Optional[float] = None,
+    ) -> Execution:
+        """See :meth:`pandastack.Sandbox.run_code`. Callbacks may be coroutine functions."""
+        body = b.code_body(code, language, context, env, timeout_seconds)
+        if on_stdout is None and on_stderr is None and on_result is None and on_error is None:
+            try:
+                data = await self._t.json(
+                    "POST",
+                    f"{self._p}/code",
+                    json=body,
+                    timeout=b.code_http_timeout(body, request_timeout),
+                )
+            except RequestTimeoutError as e:
+                raise CommandTimeoutError(
+                    f"run_code: no answer within the run's timeout plus "
+                    f"{b.CODE_HTTP_MARGIN:.0f} s",
+                    code="request_timeout",
+                ) from e
+            return Execution.from_json(data)
+        callbacks: Dict[str, Optional[Callable[[Any], Any]]] = {
+            "stdout": on_stdout,
+            "stderr": on_stderr,
+            "result": on_result,
+            "error": on_error,
+        }
+        timeout = b.exec_stream_timeout(request_timeout)
+        collector = b.CodeCollector()
+        resp = await self._t.request(
+            "POST",
+            f"{self._p}/code/stream",
+            json=body,
+            headers={"Accept": "text/event-stream"},
+            timeout=timeout,
+            stream=True,
+        )
+
+        async def take(pair: Optional[Tuple[str, str]]) -> bool:
+            """Handles one SSE event; ``True`` once the run is done."""
+            ev = b.code_event(*pair) if pair is not None else None
+            if ev is None:
+                return False
+            kind, value = ev
+            collector.add(kind, value)
+            await _call(callbacks.get(kind), value)
+            return kind == "done"
+
+        dec = b.SSEDecoder()
+        try:
+            try:
+                done = False
+                async for line in resp.aiter_lines():
+                    if await take(dec.feed(line)):
+                        done = True
+                        break
+                if not done:
+                    await take(dec.flush())
+            except httpx.TimeoutException as e:
+                raise CommandTimeoutError(
+                    f"code stream: no data from the server for {timeout.read} s",
+                    code="request_timeout",
+                ) from e
+            except httpx.TransportError as e:
+                raise b.error_from_exception(e, "code stream") from e
+        finally:
+            await resp.aclose()
+        return collector.execution()
+
+    async def create_code_context(
+        self, *, language: Optional[str] = "python", env: Optional[Mapping[str, str]] = None
+    ) -> CodeContext:
+        """See :meth:`pandastack.Sandbox.create_code_context`."""
+        return CodeContext.from_json(
+            await self._t.json(
+                "POST",
+                f"{self._p}/code/contexts",
+                json=b.code_context_body(language, env),
+                timeout=b.timeout_for(None, max(self._t.cfg.timeout, b.CODE_CONTEXT_TIMEOUT)),
+            )
+        )
+
+    async def delete_code_context(self, context: Union[CodeContext, str]) -> None:
+        """See :meth:`pandastack.Sandbox.delete_code_context`."""
+        await self._t.request(
+            "DELETE",
+            f"{self._p}/code/contexts/{b.seg(b.context_id_of(context) or '')}",
+            timeout=b.timeout_for(None, max(self._t.cfg.timeout, b.CODE_CONTEXT_TIMEOUT)),
+        )
 
     async def _verb(self, verb: str) -> "AsyncSandbox":
         self._set(await self._t.json("POST", f"{self._p}/{verb}", timeout=self._long()))

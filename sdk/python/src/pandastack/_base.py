@@ -20,12 +20,23 @@ from .errors import (
     APIConnectionError,
     AuthenticationError,
     InvalidArgumentError,
+    NotFoundError,
     PandaStackError,
     RequestTimeoutError,
     StreamError,
     error_for_status,
 )
-from .types import ExecEvent, ExecResult, ExitEvent, StderrEvent, StdoutEvent
+from .types import (
+    CodeContext,
+    ExecEvent,
+    ExecResult,
+    Execution,
+    ExecutionError,
+    ExitEvent,
+    Result,
+    StderrEvent,
+    StdoutEvent,
+)
 
 DEFAULT_BASE_URL = "http://localhost:8080"
 DEFAULT_TIMEOUT = 60.0
@@ -37,6 +48,13 @@ SERVER_DEFAULT_EXEC_TIMEOUT = 60
 #: Extra time the HTTP request of an exec gets beyond the command's own timeout.
 EXEC_HTTP_MARGIN = 30.0
 CHUNK_SIZE = 1 << 20
+#: The server's bound on a code run when ``timeout_seconds`` is not given.
+SERVER_DEFAULT_CODE_TIMEOUT = 300
+#: Extra time the HTTP request of a code run gets beyond the run's own bound (the server gives
+#: the kernel 30 s past the bound to report).
+CODE_HTTP_MARGIN = 60.0
+#: Starting or stopping a code context (the server bounds it at 60 s; the sandbox may wake first).
+CODE_CONTEXT_TIMEOUT = 120.0
 
 USER_AGENT = f"pandastack-python/{__version__}"
 
@@ -314,6 +332,58 @@ def exec_stream_timeout(request_timeout: Optional[float]) -> httpx.Timeout:
     return httpx.Timeout(read, connect=30.0)
 
 
+def context_id_of(context: Union[str, CodeContext, None]) -> Optional[str]:
+    """The id of a :class:`CodeContext` or an id string (``None`` stays ``None``)."""
+    if context is None:
+        return None
+    if isinstance(context, CodeContext):
+        return context.id
+    if isinstance(context, str) and context:
+        return context
+    raise InvalidArgumentError(
+        f"context must be a CodeContext or a context id, got {context!r}", code="invalid_argument"
+    )
+
+
+def code_body(
+    code: str,
+    language: Optional[str],
+    context: Union[str, CodeContext, None],
+    env: Optional[Mapping[str, str]],
+    timeout_seconds: Optional[float],
+) -> Dict[str, Any]:
+    if not isinstance(code, str):
+        raise InvalidArgumentError("code must be str", code="invalid_argument")
+    body: Dict[str, Any] = {"code": code}
+    if language is not None:
+        body["language"] = language
+    ctx = context_id_of(context)
+    if ctx is not None:
+        body["context_id"] = ctx
+    if env:
+        body["env"] = {str(k): str(v) for k, v in env.items()}
+    if timeout_seconds is not None:
+        t = int(-(-float(timeout_seconds) // 1))  # ceil: the wire takes whole seconds
+        body["timeout_seconds"] = max(1, t)
+    return body
+
+
+def code_context_body(language: Optional[str], env: Optional[Mapping[str, str]]) -> Dict[str, Any]:
+    body: Dict[str, Any] = {}
+    if language is not None:
+        body["language"] = language
+    if env:
+        body["env"] = {str(k): str(v) for k, v in env.items()}
+    return body
+
+
+def code_http_timeout(body: Mapping[str, Any], request_timeout: Optional[float]) -> httpx.Timeout:
+    if request_timeout is not None:
+        return timeout_for(request_timeout, request_timeout)
+    t = float(body.get("timeout_seconds") or SERVER_DEFAULT_CODE_TIMEOUT) + CODE_HTTP_MARGIN
+    return httpx.Timeout(t, connect=30.0)
+
+
 def list_params(
     limit: Optional[int],
     cursor: Optional[str],
@@ -391,6 +461,71 @@ def exec_event(event: str, data: str) -> Optional[ExecEvent]:
             code=str(payload.get("code") or "stream_error"),
         )
     return None
+
+
+def code_event(event: str, data: str) -> Optional[Tuple[str, Any]]:
+    """Turns one SSE event of ``/code/stream`` into ``(kind, value)``: ``("stdout", text)``,
+    ``("stderr", text)``, ``("result", Result)``, ``("error", ExecutionError)`` or
+    ``("done", payload)``; ``None`` for unknown event names. An ``error`` event naming
+    ``ContextNotFound`` raises :class:`NotFoundError`, as the blocking call's 404 does."""
+    try:
+        payload = json.loads(data) if data else {}
+    except ValueError:
+        payload = {"data": data}
+    if not isinstance(payload, dict):
+        payload = {"data": payload}
+    if event in ("stdout", "stderr"):
+        return event, str(payload.get("data", ""))
+    if event == "result":
+        return "result", Result.from_json(payload)
+    if event == "error":
+        err = ExecutionError.from_json(payload)
+        if err.name == "ContextNotFound":
+            raise NotFoundError(
+                f"code context {err.value} not found (create it with create_code_context())",
+                code="not_found",
+                status=404,
+            )
+        return "error", err
+    if event == "done":
+        return "done", payload
+    return None
+
+
+class CodeCollector:
+    """Accumulates the events of ``/code/stream`` into an :class:`Execution`."""
+
+    def __init__(self) -> None:
+        self.stdout: List[str] = []
+        self.stderr: List[str] = []
+        self.results: List[Result] = []
+        self.error: Optional[ExecutionError] = None
+        self.done: Optional[Dict[str, Any]] = None
+
+    def add(self, kind: str, value: Any) -> None:
+        if kind == "stdout":
+            self.stdout.append(value)
+        elif kind == "stderr":
+            self.stderr.append(value)
+        elif kind == "result":
+            self.results.append(value)
+        elif kind == "error":
+            self.error = value
+        elif kind == "done":
+            self.done = value
+
+    def execution(self) -> Execution:
+        if self.done is None:
+            raise StreamError("code stream ended without a done event", code="stream_incomplete")
+        return Execution(
+            stdout="".join(self.stdout),
+            stderr="".join(self.stderr),
+            results=list(self.results),
+            error=self.error,
+            truncated=bool(self.done.get("truncated", False)),
+            duration_ms=int(self.done.get("duration_ms", 0) or 0),
+            raw=dict(self.done),
+        )
 
 
 def log_event(event: str, data: str) -> Optional[str]:

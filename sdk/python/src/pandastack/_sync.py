@@ -42,13 +42,17 @@ from .errors import (
 )
 from .types import (
     APIKey,
+    CodeContext,
     CreatedAPIKey,
     ExecEvent,
     ExecResult,
+    Execution,
+    ExecutionError,
     ExitEvent,
     FileInfo,
     Metrics,
     Page,
+    Result,
     SandboxInfo,
     Snapshot,
     StderrEvent,
@@ -59,6 +63,8 @@ from .types import (
 
 T = TypeVar("T")
 OutputCallback = Callable[[str], Any]
+ResultCallback = Callable[[Result], Any]
+ErrorCallback = Callable[[ExecutionError], Any]
 FileContent = Union[str, bytes, bytearray, memoryview, IO[bytes], Iterable[bytes]]
 
 __all__ = ["PandaStack", "Sandbox", "Filesystem", "ExecStream", "Paginator", "Process", "Pty"]
@@ -834,6 +840,136 @@ class Sandbox:
         if cmd is not None:
             params["cmd"] = cmd
         return Pty(self._ws_connect("pty", params))
+
+    # ---- code interpreter
+    def run_code(
+        self,
+        code: str,
+        *,
+        language: Optional[str] = "python",
+        context: Union[CodeContext, str, None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout_seconds: Optional[float] = None,
+        on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+        on_result: Optional[ResultCallback] = None,
+        on_error: Optional[ErrorCallback] = None,
+        request_timeout: Optional[float] = None,
+    ) -> Execution:
+        """Runs code in the sandbox's code interpreter and returns an
+        :class:`~pandastack.Execution`::
+
+            sandbox.run_code("x = 21")
+            print(sandbox.run_code("x * 2").text)   # 42
+
+        The code runs in a long-lived kernel (Python: the template needs ``python3``), so
+        variables, imports and open files stay for the next call in the same context.
+        ``context`` is a :class:`~pandastack.CodeContext` from :meth:`create_code_context` (or
+        its id); without it the sandbox's ``default`` context is used. ``env`` applies when
+        the call starts the kernel. ``timeout_seconds`` bounds the run (server default 300 s,
+        max 3600): the code is interrupted, ``error.name`` is ``"TimeoutError"`` and the kernel
+        keeps its variables.
+
+        The value of a final expression, ``display(...)`` calls and matplotlib figures come
+        back in ``results``. An exception in the code is data (``error``), not raised. With any
+        of the callbacks the run is streamed and they are called as output, results and the
+        error arrive; the returned :class:`~pandastack.Execution` still holds everything.
+
+        A context that does not exist (or was deleted) raises
+        :class:`~pandastack.NotFoundError`. If the HTTP request itself outlives
+        ``timeout_seconds`` + 60 s, :class:`~pandastack.CommandTimeoutError` is raised.
+        """
+        body = b.code_body(code, language, context, env, timeout_seconds)
+        if on_stdout is None and on_stderr is None and on_result is None and on_error is None:
+            try:
+                data = self._t.json(
+                    "POST",
+                    f"{self._p}/code",
+                    json=body,
+                    timeout=b.code_http_timeout(body, request_timeout),
+                )
+            except RequestTimeoutError as e:
+                raise CommandTimeoutError(
+                    f"run_code: no answer within the run's timeout plus "
+                    f"{b.CODE_HTTP_MARGIN:.0f} s",
+                    code="request_timeout",
+                ) from e
+            return Execution.from_json(data)
+        callbacks: Dict[str, Optional[Callable[[Any], Any]]] = {
+            "stdout": on_stdout,
+            "stderr": on_stderr,
+            "result": on_result,
+            "error": on_error,
+        }
+        timeout = b.exec_stream_timeout(request_timeout)
+        collector = b.CodeCollector()
+        resp = self._t.request(
+            "POST",
+            f"{self._p}/code/stream",
+            json=body,
+            headers={"Accept": "text/event-stream"},
+            timeout=timeout,
+            stream=True,
+        )
+
+        def take(pair: Optional[Tuple[str, str]]) -> bool:
+            """Handles one SSE event; ``True`` once the run is done."""
+            ev = b.code_event(*pair) if pair is not None else None
+            if ev is None:
+                return False
+            kind, value = ev
+            collector.add(kind, value)
+            cb = callbacks.get(kind)
+            if cb is not None:
+                cb(value)
+            return kind == "done"
+
+        dec = b.SSEDecoder()
+        try:
+            try:
+                done = False
+                for line in resp.iter_lines():
+                    if take(dec.feed(line)):
+                        done = True
+                        break
+                if not done:
+                    take(dec.flush())
+            except httpx.TimeoutException as e:
+                raise CommandTimeoutError(
+                    f"code stream: no data from the server for {timeout.read} s",
+                    code="request_timeout",
+                ) from e
+            except httpx.TransportError as e:
+                raise b.error_from_exception(e, "code stream") from e
+        finally:
+            resp.close()
+        return collector.execution()
+
+    def create_code_context(
+        self, *, language: Optional[str] = "python", env: Optional[Mapping[str, str]] = None
+    ) -> CodeContext:
+        """Creates a code context: a kernel of its own, whose variables no other context sees
+        (``env`` is its environment). Pass it as ``context=`` to :meth:`run_code`; delete it
+        with :meth:`delete_code_context`."""
+        return CodeContext.from_json(
+            self._t.json(
+                "POST",
+                f"{self._p}/code/contexts",
+                json=b.code_context_body(language, env),
+                timeout=b.timeout_for(None, max(self._t.cfg.timeout, b.CODE_CONTEXT_TIMEOUT)),
+            )
+        )
+
+    def delete_code_context(self, context: Union[CodeContext, str]) -> None:
+        """Stops a context's kernel; its variables are gone and a later :meth:`run_code` in it
+        raises :class:`~pandastack.NotFoundError`. Deleting ``"default"`` resets the default
+        context (the next run starts a fresh kernel). A context that does not exist is not an
+        error."""
+        self._t.request(
+            "DELETE",
+            f"{self._p}/code/contexts/{b.seg(b.context_id_of(context) or '')}",
+            timeout=b.timeout_for(None, max(self._t.cfg.timeout, b.CODE_CONTEXT_TIMEOUT)),
+        )
 
     # ---- lifecycle
     def _verb(self, verb: str) -> "Sandbox":

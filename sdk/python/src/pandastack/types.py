@@ -24,6 +24,10 @@ __all__ = [
     "APIKey",
     "CreatedAPIKey",
     "Page",
+    "Result",
+    "ExecutionError",
+    "Execution",
+    "CodeContext",
 ]
 
 SandboxState = Literal["starting", "running", "paused", "hibernated", "stopped", "failed"]
@@ -300,6 +304,112 @@ class CreatedAPIKey(APIKey):
             id=k.id, name=k.name, prefix=k.prefix, created_at=k.created_at, revoked=k.revoked,
             secret=_s(d, "secret", ""),
         )
+
+
+@dataclass
+class Result:
+    """One rich result of :meth:`~pandastack.Sandbox.run_code`: the value of the code's final
+    expression, a ``display(...)`` call or a matplotlib figure.
+
+    ``text`` (the ``repr``) is always there; the other representations when the object provides
+    them (``_repr_html_``, ``_repr_png_``, ...). ``png`` is base64 text: :meth:`png_bytes`
+    decodes it. ``json`` is the decoded JSON value.
+    """
+
+    text: str = ""
+    html: Optional[str] = None
+    png: Optional[str] = None
+    svg: Optional[str] = None
+    markdown: Optional[str] = None
+    json: Any = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def png_bytes(self) -> Optional[bytes]:
+        """The PNG image as bytes, or ``None`` when the result has none."""
+        import base64
+
+        return base64.b64decode(self.png) if self.png is not None else None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Result":
+        return cls(
+            text=_s(d, "text", ""),
+            html=d.get("html"),
+            png=d.get("png"),
+            svg=d.get("svg"),
+            markdown=d.get("markdown"),
+            json=d.get("json"),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class ExecutionError:
+    """The exception a :meth:`~pandastack.Sandbox.run_code` run ended with. This is data, not a
+    raised exception: ``name`` is the exception class (``ZeroDivisionError``; ``TimeoutError``
+    when the run hit its ``timeout_seconds``; ``KernelError`` when the kernel itself failed),
+    ``value`` its message and ``traceback`` the formatted traceback of the user's frames."""
+
+    name: str
+    value: str = ""
+    traceback: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ExecutionError":
+        return cls(
+            name=_s(d, "name", ""),
+            value=_s(d, "value", ""),
+            traceback=_s(d, "traceback", ""),
+        )
+
+
+@dataclass
+class Execution:
+    """What a :meth:`~pandastack.Sandbox.run_code` run produced. An exception in the code is
+    data (``error``), not an exception of the SDK.
+
+    ``results`` holds the rich results in order (the final expression's value last);
+    ``truncated`` is true when the output was cut at the server's limit.
+    """
+
+    stdout: str = ""
+    stderr: str = ""
+    results: List[Result] = field(default_factory=list)
+    error: Optional[ExecutionError] = None
+    truncated: bool = False
+    duration_ms: int = 0
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def text(self) -> Optional[str]:
+        """The ``text`` of the last result, or ``None`` when there is none."""
+        return self.results[-1].text if self.results else None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Execution":
+        err = d.get("error")
+        return cls(
+            stdout=_s(d, "stdout", ""),
+            stderr=_s(d, "stderr", ""),
+            results=[Result.from_json(r) for r in _s(d, "results", []) if isinstance(r, Mapping)],
+            error=ExecutionError.from_json(err) if isinstance(err, Mapping) else None,
+            truncated=bool(_s(d, "truncated", False)),
+            duration_ms=int(_s(d, "duration_ms", 0)),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class CodeContext:
+    """A code context: a kernel of its own in the sandbox, with its own variables. Pass it (or
+    its ``id``) as ``context=`` to :meth:`~pandastack.Sandbox.run_code`."""
+
+    id: str
+    language: str = "python"
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "CodeContext":
+        return cls(id=d["id"], language=_s(d, "language", "python"))
 
 
 def _list_data(body: Any) -> List[Mapping[str, Any]]:
