@@ -336,8 +336,26 @@ pub async fn run(a: ApiArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if let Some(path) = &a.json {
+        // The same boot probe the server runs (for a server elsewhere, this host's answer).
+        let kernel = std::env::var_os("PANDASTACK_KERNEL")
+            .map(PathBuf::from)
+            .or_else(super::doctor::cached_kernel);
+        let (accel, reason) = match kernel {
+            Some(k) => {
+                let c =
+                    pandastack_qemu::accel::detect(std::path::Path::new("qemu-system-x86_64"), &k)
+                        .await;
+                (c.accel.to_string(), c.reason)
+            }
+            None => (
+                "unknown".to_owned(),
+                "no guest kernel to probe with".to_owned(),
+            ),
+        };
         let doc = json!({
             "name": "api",
+            "accel": accel,
+            "accel_reason": reason,
             "host": host_info(),
             "template": a.template,
             "create_gap_ms": a.create_gap_ms,
