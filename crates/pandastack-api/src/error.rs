@@ -36,13 +36,7 @@ impl ApiError {
     }
 
     pub fn internal(context: &str, e: &(dyn std::error::Error + 'static)) -> Self {
-        let mut chain = e.to_string();
-        let mut cur = e.source();
-        while let Some(c) = cur {
-            chain.push_str(": ");
-            chain.push_str(&c.to_string());
-            cur = c.source();
-        }
+        let chain = pandastack_agent::error_chain(e);
         tracing::error!(error = %chain, "{context}");
         Self::new(ErrorCode::Internal, format!("{context} failed"))
     }
