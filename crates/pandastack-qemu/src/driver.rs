@@ -329,6 +329,23 @@ impl VmDriver for QemuDriver {
         process::live_pid(run_dir, &run_dir.join(PID_FILE), CONSOLE_LOG).is_some()
     }
 
+    async fn kill_in(&self, run_dir: &Path) -> Result<(), VmError> {
+        let Some(pid) = process::live_pid(run_dir, &run_dir.join(PID_FILE), CONSOLE_LOG) else {
+            return Ok(());
+        };
+        let process = Process::from_pid(pid)?;
+        process.kill()?;
+        if !process.wait_timeout(Duration::from_secs(10)).await {
+            return Err(VmError::Exited(format!(
+                "vm process {pid} did not exit after SIGKILL"
+            )));
+        }
+        if let Some((c, name)) = self.cfg.cgroups.clone().zip(cgroup::recorded(run_dir)) {
+            c.remove(&name);
+        }
+        Ok(())
+    }
+
     async fn attach(&self, run_dir: &Path) -> Result<QemuVm, VmError> {
         let pid = process::live_pid(run_dir, &run_dir.join(PID_FILE), CONSOLE_LOG)
             .ok_or_else(|| VmError::Exited(format!("no running vm in {}", run_dir.display())))?;

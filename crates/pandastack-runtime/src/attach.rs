@@ -154,7 +154,11 @@ impl<D: VmDriver> Runtime<D> {
                 continue;
             }
             self.stop_in(&f.dir).await;
-            std::fs::remove_dir_all(&f.dir)?;
+            if let Err(e) = std::fs::remove_dir_all(&f.dir) {
+                // Not fatal: the server must still start; the next start tries again.
+                tracing::warn!(sandbox = %f.id, error = %e, "reconcile: could not remove");
+                continue;
+            }
             tracing::info!(sandbox = %f.id, state = ?f.state, "reconcile: removed");
             report.removed.push(f.id);
         }
@@ -198,7 +202,14 @@ impl<D: VmDriver> Runtime<D> {
                         tracing::warn!(dir = %dir.display(), error = %e, "reconcile: stop vm");
                     }
                 }
-                Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "reconcile: attach"),
+                Err(e) => {
+                    // E.g. cut off while starting (no control socket yet): kill it outright, or
+                    // it would keep writing into the directory about to be removed.
+                    tracing::warn!(dir = %dir.display(), error = %e, "reconcile: attach; killing");
+                    if let Err(e) = self.driver.kill_in(dir).await {
+                        tracing::warn!(dir = %dir.display(), error = %e, "reconcile: kill vm");
+                    }
+                }
             }
         }
     }

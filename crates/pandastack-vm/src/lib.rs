@@ -213,4 +213,8 @@ pub trait VmDriver: Send + Sync {
     fn is_running(&self, run_dir: &Path) -> bool;
     /// Finds a VM started earlier (possibly by another process) from its run directory.
     fn attach(&self, run_dir: &Path) -> impl Future<Output = Result<Self::Vm, VmError>> + Send;
+    /// Kills the VM process of `run_dir`, if there is one, without a control connection (for a
+    /// VM that cannot be attached, e.g. one cut off while it was starting) and waits until it
+    /// has exited.
+    fn kill_in(&self, run_dir: &Path) -> impl Future<Output = Result<(), VmError>> + Send;
 }
