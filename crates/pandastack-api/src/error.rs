@@ -115,6 +115,14 @@ impl IntoResponse for ApiError {
                 resp.headers_mut().insert("retry-after", v);
             }
         }
+        if self.code == ErrorCode::PayloadTooLarge {
+            // The rest of the oversized body is never read, so this connection cannot carry
+            // another request: say so, or a keep-alive client reuses it and fails its next call.
+            resp.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                HeaderValue::from_static("close"),
+            );
+        }
         resp
     }
 }

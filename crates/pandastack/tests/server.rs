@@ -57,8 +57,19 @@ async fn sandbox_lifecycle_over_http() {
     assert!(v["error"]["message"].as_str().unwrap().contains("bogus"));
     // A JSON body over the 1 MiB limit: 413 with the error envelope, nothing created.
     let huge = json!({"template": "minimal", "metadata": {"k": "x".repeat(2 << 20)}});
-    let (st, v) = api.call("POST", "/v1/sandboxes", Some(huge)).await;
-    assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{v}");
+    let r = api
+        .c
+        .post(format!("{}/v1/sandboxes", server.url))
+        .bearer_auth(&server.key)
+        .json(&huge)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // The unread rest of the body makes the connection unusable: the server must say it closes
+    // it, or the client's next request on it fails (seen in CI as IncompleteMessage).
+    assert_eq!(r.headers()["connection"], "close");
+    let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "payload_too_large");
     let (_, v) = api.call("GET", "/v1/sandboxes", None).await;
     assert!(v["data"].as_array().unwrap().is_empty(), "{v}");
