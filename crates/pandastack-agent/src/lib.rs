@@ -365,6 +365,16 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         Ok(slot.dir().join("console.log"))
     }
 
+    /// CPU time used by a running sandbox's VM (`None` when it has no VM process).
+    pub async fn cpu_time(&self, id: &str) -> Result<Option<std::time::Duration>, AgentError> {
+        let e = self.entry(id).await?;
+        let slot = e.slot.lock().await;
+        Ok(match slot.sandbox() {
+            Some(sb) => Some(sb.vm.cpu_time()?),
+            None => None,
+        })
+    }
+
     /// Host-side resource use of a sandbox's VM (`None` while hibernated).
     pub async fn stats(&self, id: &str) -> Result<Option<pandastack_vm::VmStats>, AgentError> {
         let e = self.entry(id).await?;

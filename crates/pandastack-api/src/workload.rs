@@ -47,11 +47,20 @@ async fn channel<D: VmDriver>(app: &App<D>, caller: &Caller, id: &str) -> ApiRes
     Ok(guest(app, caller, id).await?.0)
 }
 
+/// The sandbox's environment (from create) with `extra` (a request's) over it.
+pub(crate) fn guest_env(
+    row: &SandboxRow,
+    extra: BTreeMap<String, String>,
+) -> std::collections::HashMap<String, String> {
+    let mut env: std::collections::HashMap<String, String> = row.env.clone().into_iter().collect();
+    env.extend(extra);
+    env
+}
+
 /// What the guest runs for `req` in sandbox `row`: the sandbox's environment (from create) under
 /// the request's own.
 pub(crate) fn spec(req: ExecRequest, row: &SandboxRow) -> ExecSpec {
-    let mut env: std::collections::HashMap<String, String> = row.env.clone().into_iter().collect();
-    env.extend(req.env);
+    let env = guest_env(row, req.env);
     ExecSpec {
         argv: req.argv.unwrap_or_default(),
         shell: req.cmd.unwrap_or_default(),

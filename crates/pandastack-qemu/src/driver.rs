@@ -532,6 +532,10 @@ impl Vm for QemuVm {
         self.process.stats()
     }
 
+    fn cpu_time(&self) -> Result<Duration, VmError> {
+        self.process.cpu_time()
+    }
+
     async fn stop(&self) -> Result<(), VmError> {
         if self.process.alive() {
             // A polite quit first; QEMU flushes its block devices on the way out.

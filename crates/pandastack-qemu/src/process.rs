@@ -138,6 +138,12 @@ impl Process {
         }
     }
 
+    /// User + system CPU time from /proc (one small read).
+    pub fn cpu_time(&self) -> Result<Duration, VmError> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
+        Ok(cpu_time(&stat).unwrap_or_default())
+    }
+
     /// RSS, PSS and CPU time from /proc.
     pub fn stats(&self) -> Result<VmStats, VmError> {
         let rollup = std::fs::read_to_string(format!("/proc/{}/smaps_rollup", self.pid))?;

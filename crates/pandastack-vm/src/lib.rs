@@ -178,6 +178,8 @@ pub trait Vm: Send + Sync {
     /// The caller renamed the VM's run directory to `run_dir` (sockets and logs moved with it).
     fn relocate(&mut self, run_dir: PathBuf);
     fn stats(&self) -> Result<VmStats, VmError>;
+    /// User + system CPU time of the VM process only (cheap: no memory accounting walk).
+    fn cpu_time(&self) -> Result<std::time::Duration, VmError>;
     /// Stops the VM process and waits for it to go away.
     fn stop(&self) -> impl Future<Output = Result<(), VmError>> + Send;
 }

@@ -124,6 +124,15 @@ export interface SandboxContext {
   newIdempotencyKey(): Promise<string>;
 }
 
+/** One message of {@link Sandbox.jsonSse}: the event, its raw data and its JSON payload. */
+interface JsonSseMessage {
+  event: string;
+  data: string;
+  payload: Record<string, unknown>;
+  status: number;
+  requestId: string | undefined;
+}
+
 export class Sandbox {
   /** The sandbox id (`sb-…`). */
   readonly id: string;
@@ -254,65 +263,81 @@ export class Sandbox {
    * ```
    */
   async *execStream(cmd: string | readonly string[], opts: ExecOptions = {}): AsyncGenerator<ExecEvent, void, undefined> {
+    for await (const msg of this.jsonSse("exec", "exec/stream", execBody(cmd, opts), opts.signal, "exit")) {
+      const payload = msg.payload;
+      switch (msg.event) {
+        case "stdout":
+        case "stderr":
+          yield { type: msg.event, data: typeof payload.data === "string" ? payload.data : "" };
+          break;
+        case "exit": {
+          const r = execResultFromWire(payload);
+          yield {
+            type: "exit",
+            exitCode: r.exitCode,
+            timedOut: r.timedOut,
+            truncated: r.truncated,
+            durationMs: r.durationMs,
+          };
+          return;
+        }
+        case "error":
+          throw new PandaStackError(
+            `exec stream: ${typeof payload.message === "string" ? payload.message : msg.data}`,
+            { code: typeof payload.code === "string" ? payload.code : "exec_error", status: msg.status, requestId: msg.requestId },
+          );
+        default:
+          break; // unknown events from a newer server
+      }
+    }
+  }
+
+  /**
+   * The events of a server-sent-event stream of JSON payloads (`POST {path}` of this sandbox),
+   * ending after the `last` event. A broken or cut-short stream throws {@link APIConnectionError}
+   * (an aborted `signal` throws its reason).
+   */
+  private async *jsonSse(
+    what: string,
+    path: string,
+    body: unknown,
+    signal: AbortSignal | undefined,
+    last: string,
+  ): AsyncGenerator<JsonSseMessage, void, undefined> {
     const res = await this.ctx.http.request({
       method: "POST",
-      path: `${this.path}/exec/stream`,
-      json: execBody(cmd, opts),
+      path: `${this.path}/${path}`,
+      json: body,
       retry: "rejected-only",
       responseType: "stream",
-      ...(opts.signal ? { signal: opts.signal } : {}),
+      ...(signal ? { signal } : {}),
     });
     const requestId = res.headers.get("x-request-id") ?? undefined;
     if (!res.body) {
-      throw new APIConnectionError("exec stream: empty response", { code: "stream_incomplete", requestId });
+      throw new APIConnectionError(`${what} stream: empty response`, { code: "stream_incomplete", requestId });
     }
-    let exited = false;
     try {
       for await (const msg of parseSse(res.body)) {
-        let payload: Record<string, unknown>;
+        let payload: unknown;
         try {
-          payload = JSON.parse(msg.data) as Record<string, unknown>;
+          payload = JSON.parse(msg.data);
         } catch {
           payload = { data: msg.data };
         }
-        switch (msg.event) {
-          case "stdout":
-          case "stderr":
-            yield { type: msg.event, data: typeof payload.data === "string" ? payload.data : "" };
-            break;
-          case "exit": {
-            const r = execResultFromWire(payload);
-            exited = true;
-            yield {
-              type: "exit",
-              exitCode: r.exitCode,
-              timedOut: r.timedOut,
-              truncated: r.truncated,
-              durationMs: r.durationMs,
-            };
-            return;
-          }
-          case "error":
-            throw new PandaStackError(
-              `exec stream: ${typeof payload.message === "string" ? payload.message : msg.data}`,
-              { code: typeof payload.code === "string" ? payload.code : "exec_error", status: res.status, requestId },
-            );
-          default:
-            break; // unknown events from a newer server
-        }
+        if (payload === null || typeof payload !== "object") payload = { data: payload };
+        yield { event: msg.event, data: msg.data, payload: payload as Record<string, unknown>, status: res.status, requestId };
+        if (msg.event === last) return;
       }
     } catch (e) {
       if (e instanceof PandaStackError) throw e;
-      if (opts.signal?.aborted) throw opts.signal.reason ?? e;
-      throw new APIConnectionError(`exec stream broke: ${e instanceof Error ? e.message : String(e)}`, {
+      if (signal?.aborted) throw signal.reason ?? e;
+      throw new APIConnectionError(`${what} stream broke: ${e instanceof Error ? e.message : String(e)}`, {
         code: "connection_error",
         requestId,
         cause: e,
       });
     }
-    if (!exited) {
-      throw new APIConnectionError("exec stream ended without an exit event", { code: "stream_incomplete", requestId });
-    }
+    throw new APIConnectionError(`${what} stream ended without a ${last} event`, { code: "stream_incomplete", requestId });
   }
 
   /**
@@ -380,72 +405,39 @@ export class Sandbox {
 
   /** The events of `…/code/stream`, ending with `done`. */
   private async *codeStream(body: Record<string, unknown>, signal: AbortSignal | undefined): AsyncGenerator<CodeEvent, void, undefined> {
-    const res = await this.ctx.http.request({
-      method: "POST",
-      path: `${this.path}/code/stream`,
-      json: body,
-      retry: "rejected-only",
-      responseType: "stream",
-      ...(signal ? { signal } : {}),
-    });
-    const requestId = res.headers.get("x-request-id") ?? undefined;
-    if (!res.body) {
-      throw new APIConnectionError("code stream: empty response", { code: "stream_incomplete", requestId });
-    }
-    let done = false;
-    try {
-      for await (const msg of parseSse(res.body)) {
-        let payload: Record<string, unknown>;
-        try {
-          payload = JSON.parse(msg.data) as Record<string, unknown>;
-        } catch {
-          payload = { data: msg.data };
-        }
-        if (payload === null || typeof payload !== "object") payload = { data: payload };
-        switch (msg.event) {
-          case "stdout":
-          case "stderr":
-            yield { type: msg.event, data: typeof payload.data === "string" ? payload.data : "" };
-            break;
-          case "result":
-            yield { type: "result", result: new Result(payload) };
-            break;
-          case "error": {
-            const error = executionErrorFromWire(payload);
-            if (error.name === "ContextNotFound") {
-              // What the blocking call answers with a 404.
-              throw new NotFoundError(`code context ${error.value} not found (create it with createCodeContext())`, {
-                code: "not_found",
-                status: 404,
-                requestId,
-              });
-            }
-            yield { type: "error", error };
-            break;
+    for await (const msg of this.jsonSse("code", "code/stream", body, signal, "done")) {
+      const payload = msg.payload;
+      switch (msg.event) {
+        case "stdout":
+        case "stderr":
+          yield { type: msg.event, data: typeof payload.data === "string" ? payload.data : "" };
+          break;
+        case "result":
+          yield { type: "result", result: new Result(payload) };
+          break;
+        case "error": {
+          const error = executionErrorFromWire(payload);
+          if (error.name === "ContextNotFound") {
+            // What the blocking call answers with a 404.
+            throw new NotFoundError(`code context ${error.value} not found (create it with createCodeContext())`, {
+              code: "not_found",
+              status: 404,
+              requestId: msg.requestId,
+            });
           }
-          case "done":
-            done = true;
-            yield {
-              type: "done",
-              truncated: payload.truncated === true,
-              durationMs: typeof payload.duration_ms === "number" ? payload.duration_ms : 0,
-            };
-            return;
-          default:
-            break; // unknown events from a newer server
+          yield { type: "error", error };
+          break;
         }
+        case "done":
+          yield {
+            type: "done",
+            truncated: payload.truncated === true,
+            durationMs: typeof payload.duration_ms === "number" ? payload.duration_ms : 0,
+          };
+          return;
+        default:
+          break; // unknown events from a newer server
       }
-    } catch (e) {
-      if (e instanceof PandaStackError) throw e;
-      if (signal?.aborted) throw signal.reason ?? e;
-      throw new APIConnectionError(`code stream broke: ${e instanceof Error ? e.message : String(e)}`, {
-        code: "connection_error",
-        requestId,
-        cause: e,
-      });
-    }
-    if (!done) {
-      throw new APIConnectionError("code stream ended without a done event", { code: "stream_incomplete", requestId });
     }
   }
 

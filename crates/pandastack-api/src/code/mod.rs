@@ -8,7 +8,6 @@
 //! fork child (a fork branches the kernel's variables too). The script prints JSON lines, which
 //! [`Decoder`] turns into [`CodeEvent`]s for the blocking and the SSE variant.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,14 +22,13 @@ use pandastack_api_types::{
     self as wire, CodeContext, CodeContextRequest, CodeError, CodeOutput, CodeRequest, CodeResult,
     ErrorCode,
 };
-use pandastack_store::SandboxRow;
 use pandastack_vm::VmDriver;
 use serde::Deserialize;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
 use crate::guest::{self as rpc, ExecEvent, ExecSpec};
-use crate::workload::guest;
+use crate::workload::{guest, guest_env};
 use crate::App;
 
 /// The guest half, passed to `python3 -c` as an argument (see its header).
@@ -173,15 +171,6 @@ fn argv(cmd: &str, args: &[&str]) -> Vec<String> {
         .collect()
 }
 
-fn env(
-    row: &SandboxRow,
-    extra: &std::collections::BTreeMap<String, String>,
-) -> HashMap<String, String> {
-    let mut env: HashMap<String, String> = row.env.clone().into_iter().collect();
-    env.extend(extra.clone());
-    env
-}
-
 /// Starts a run of `req` in the caller's sandbox and returns its events.
 async fn start_run<D: VmDriver>(
     app: &App<D>,
@@ -199,7 +188,7 @@ async fn start_run<D: VmDriver>(
         .unwrap_or_else(|| wire::DEFAULT_CODE_CONTEXT.to_owned());
     let spec = ExecSpec {
         argv: argv("run", &[&ctx, &timeout.to_string()]),
-        env: env(&row, &req.env),
+        env: guest_env(&row, req.env),
         stdin: Some(req.code.into_bytes()),
         timeout: Duration::from_secs(timeout) + GRACE,
         max_output_bytes: MAX_CODE_OUTPUT,
@@ -311,7 +300,7 @@ async fn context_cmd<D: VmDriver>(
     let (ch, row) = guest(app, caller, id).await?;
     let spec = ExecSpec {
         argv: argv(cmd, &[ctx]),
-        env: env(&row, extra_env),
+        env: guest_env(&row, extra_env.clone()),
         timeout: CONTEXT_TIMEOUT,
         max_output_bytes: 1 << 20,
         ..ExecSpec::default()

@@ -14,16 +14,13 @@ use pandastack_store::{now_ms, Store};
 /// Share of one CPU above which a VM counts as active. An idle guest under TCG uses a few
 /// percent (timer ticks, the agent's idle wake-ups); a guest doing work uses most of a core.
 pub const BUSY_SHARE: f64 = 0.25;
-/// Time between samples of one VM (the reaper's tick): a new sandbox has its first baseline
-/// within one period, so guests are seen as busy from about two periods after a create, and an
-/// idle timeout shorter than that is decided by API activity alone.
-pub const SAMPLE_EVERY: Duration = Duration::from_secs(2);
 
-/// The last CPU-time sample of each running VM.
+/// The last CPU-time sample of each running VM. Sampled on every reaper tick (2 s): a new
+/// sandbox has its baseline after one tick, so a guest is seen as busy from about two ticks after
+/// its create, and an idle timeout shorter than that is decided by API activity alone.
 #[derive(Default)]
 pub struct Activity {
     last: HashMap<String, (Duration, Instant)>,
-    sampled_at: Option<Instant>,
 }
 
 /// Whether `cpu` CPU time used over `wall` is more than [`BUSY_SHARE`] of one CPU.
@@ -32,33 +29,26 @@ pub fn busy(cpu: Duration, wall: Duration) -> bool {
 }
 
 impl Activity {
-    /// Samples every running VM if [`SAMPLE_EVERY`] has passed, and touches the sandboxes whose
-    /// guest was busy since the previous sample.
+    /// Samples every running VM and touches the sandboxes whose guest was busy since the
+    /// previous sample.
     pub async fn sample(&mut self, store: &Store, agent: &Arc<HostAgent<QemuDriver>>) {
         let now = Instant::now();
-        if self
-            .sampled_at
-            .is_some_and(|t| now.duration_since(t) + Duration::from_millis(100) < SAMPLE_EVERY)
-        {
-            return;
-        }
-        self.sampled_at = Some(now);
         let mut seen = HashMap::new();
         for v in agent.list().await {
             if v.state != SandboxState::Running {
                 continue;
             }
-            let Ok(Some(stats)) = agent.stats(&v.id).await else {
+            let Ok(Some(cpu_time)) = agent.cpu_time(&v.id).await else {
                 continue;
             };
             if let Some((cpu, at)) = self.last.get(&v.id) {
-                if busy(stats.cpu_time.saturating_sub(*cpu), now.duration_since(*at)) {
+                if busy(cpu_time.saturating_sub(*cpu), now.duration_since(*at)) {
                     if let Err(e) = store.sandboxes().touch(&v.id, now_ms()).await {
                         tracing::warn!(sandbox = %v.id, error = %e, "record guest activity");
                     }
                 }
             }
-            seen.insert(v.id, (stats.cpu_time, now));
+            seen.insert(v.id, (cpu_time, now));
         }
         self.last = seen;
     }

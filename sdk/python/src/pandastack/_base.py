@@ -297,10 +297,9 @@ def exec_body(
     else:
         raise InvalidArgumentError("cmd or argv is required", code="invalid_argument")
     if timeout_seconds is not None:
-        t = int(-(-float(timeout_seconds) // 1))  # ceil: the wire takes whole seconds
-        body["timeout_seconds"] = max(1, t)
+        body["timeout_seconds"] = wire_seconds(timeout_seconds)
     if env:
-        body["env"] = {str(k): str(v) for k, v in env.items()}
+        body["env"] = wire_env(env)
     if cwd is not None:
         body["cwd"] = cwd
     if user is not None:
@@ -319,11 +318,29 @@ def exec_body(
     return body
 
 
-def exec_http_timeout(body: Mapping[str, Any], request_timeout: Optional[float]) -> httpx.Timeout:
+def wire_seconds(seconds: float) -> int:
+    """A timeout in whole seconds, rounded up (the wire takes whole seconds), at least 1."""
+    return max(1, int(-(-float(seconds) // 1)))
+
+
+def wire_env(env: Mapping[str, str]) -> Dict[str, str]:
+    """Environment variables as the wire takes them: string keys and values."""
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def run_http_timeout(
+    body: Mapping[str, Any], request_timeout: Optional[float], server_default: float, margin: float
+) -> httpx.Timeout:
+    """The HTTP timeout of a blocking run: the caller's, else the run's own (or the server's
+    default) plus a margin for the answer to arrive."""
     if request_timeout is not None:
         return timeout_for(request_timeout, request_timeout)
-    t = float(body.get("timeout_seconds") or SERVER_DEFAULT_EXEC_TIMEOUT) + EXEC_HTTP_MARGIN
+    t = float(body.get("timeout_seconds") or server_default) + margin
     return httpx.Timeout(t, connect=30.0)
+
+
+def exec_http_timeout(body: Mapping[str, Any], request_timeout: Optional[float]) -> httpx.Timeout:
+    return run_http_timeout(body, request_timeout, SERVER_DEFAULT_EXEC_TIMEOUT, EXEC_HTTP_MARGIN)
 
 
 def exec_stream_timeout(request_timeout: Optional[float]) -> httpx.Timeout:
@@ -361,10 +378,9 @@ def code_body(
     if ctx is not None:
         body["context_id"] = ctx
     if env:
-        body["env"] = {str(k): str(v) for k, v in env.items()}
+        body["env"] = wire_env(env)
     if timeout_seconds is not None:
-        t = int(-(-float(timeout_seconds) // 1))  # ceil: the wire takes whole seconds
-        body["timeout_seconds"] = max(1, t)
+        body["timeout_seconds"] = wire_seconds(timeout_seconds)
     return body
 
 
@@ -373,15 +389,12 @@ def code_context_body(language: Optional[str], env: Optional[Mapping[str, str]])
     if language is not None:
         body["language"] = language
     if env:
-        body["env"] = {str(k): str(v) for k, v in env.items()}
+        body["env"] = wire_env(env)
     return body
 
 
 def code_http_timeout(body: Mapping[str, Any], request_timeout: Optional[float]) -> httpx.Timeout:
-    if request_timeout is not None:
-        return timeout_for(request_timeout, request_timeout)
-    t = float(body.get("timeout_seconds") or SERVER_DEFAULT_CODE_TIMEOUT) + CODE_HTTP_MARGIN
-    return httpx.Timeout(t, connect=30.0)
+    return run_http_timeout(body, request_timeout, SERVER_DEFAULT_CODE_TIMEOUT, CODE_HTTP_MARGIN)
 
 
 def list_params(
