@@ -18,7 +18,9 @@ export PANDASTACK_KERNEL
 PANDASTACK_KERNEL=$(scripts/build-kernel.sh)
 
 step "build"
-cargo build --release --locked -p pandastack-guest -p pandastack
+# The guest agent is linked statically: it is PID 1 in images of any libc (or none).
+cargo rustc --release --locked -p pandastack-guest --bin pandastack-guest -- -C target-feature=+crt-static
+cargo build --release --locked -p pandastack
 bin=target/release/pandastack
 
 step "data directory ($PANDASTACK_DATA_DIR)"

@@ -19,7 +19,8 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "build: guest agent (release) and pandastack"
-cargo build --release --locked -p pandastack-guest
+# The guest agent is linked statically: it is PID 1 in images of any libc (or none).
+cargo rustc --release --locked -p pandastack-guest --bin pandastack-guest -- -C target-feature=+crt-static
 cargo build --locked -p pandastack
 
 step "data dir: reflink-capable XFS for runtime tests"
@@ -27,6 +28,8 @@ target/debug/pandastack host init
 export PANDASTACK_TEST_DATA_DIR=/var/lib/pandastack/test
 
 step "test image: minimal template with the agent"
+# Servers started by the tests put this agent into the templates they build (POST /v1/templates).
+export PANDASTACK_GUEST_AGENT=$PWD/target/release/pandastack-guest
 export PANDASTACK_TEST_ROOTFS
 PANDASTACK_TEST_ROOTFS=$(target/debug/pandastack template build minimal --agent target/release/pandastack-guest)
 echo "kernel: $PANDASTACK_KERNEL" >&2

@@ -16,10 +16,12 @@
 //!
 //! It knows nothing of HTTP, keys or the database: callers pass ids and get typed errors.
 
+mod builds;
 mod entry;
 mod error;
 mod templates;
 
+pub use builds::{api_spec, BuildSource, BuiltImage, SpecRefused};
 pub use entry::{SandboxState, SandboxView};
 pub use error::AgentError;
 pub use templates::TemplateView;

@@ -39,14 +39,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             }
             Err(e) => return Err(e.into()),
         }
-        let lock = {
-            let mut bakes = self.bakes.lock().await;
-            Arc::clone(
-                bakes
-                    .entry(name.to_owned())
-                    .or_insert_with(|| Arc::new(Mutex::new(()))),
-            )
-        };
+        let lock = self.bake_lock(name).await;
         let _baking = lock.lock().await;
         if let Ok(t) = self.rt.template(name) {
             if usable(&t) {
@@ -56,9 +49,80 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         if !spec_path.is_file() {
             return Err(AgentError::TemplateNotFound(name.into()));
         }
+        let (image, shape) = self.spec_image(name, spec_path).await?;
+        tracing::info!(template = name, image = %image.display(), "baking");
+        let t = self.rt.bake(name, &image, shape).await?;
+        tracing::info!(template = name, bake_ms = t.bake_ms, "baked");
+        Ok(t)
+    }
+
+    /// Bakes `image` as template `name` (replacing an earlier bake of that name once the new one
+    /// is complete), serialised with first-use bakes of the same name.
+    pub async fn bake_image(
+        &self,
+        name: &str,
+        image: &std::path::Path,
+        shape: Shape,
+    ) -> Result<Template, AgentError> {
+        let lock = self.bake_lock(name).await;
+        let _baking = lock.lock().await;
+        // Pooled VMs of the old bake can never be used again.
+        self.rt.drain_template_pool(name).await;
+        Ok(self.rt.bake(name, image, shape).await?)
+    }
+
+    /// Re-bakes catalog template `name` from its spec (the image is rebuilt only if the spec
+    /// changed).
+    pub async fn rebake(&self, name: &str) -> Result<Template, AgentError> {
+        let spec_path = self.cfg.templates_dir.join(format!("{name}.toml"));
+        if !spec_path.is_file() {
+            return Err(AgentError::TemplateNotFound(name.into()));
+        }
+        let (image, shape) = self.spec_image(name, spec_path).await?;
+        self.bake_image(name, &image, shape).await
+    }
+
+    /// Removes baked template `name` and its pooled VMs; running sandboxes are not affected.
+    pub async fn remove_template(&self, name: &str) -> Result<(), AgentError> {
+        let lock = self.bake_lock(name).await;
+        let _baking = lock.lock().await;
+        Ok(self.rt.remove_template(name).await?)
+    }
+
+    /// Whether `name` is a catalog template (a spec in the templates directory).
+    pub fn is_catalog(&self, name: &str) -> bool {
+        !name.is_empty()
+            && !name.contains(['/', '.'])
+            && self
+                .cfg
+                .templates_dir
+                .join(format!("{name}.toml"))
+                .is_file()
+    }
+
+    /// The guest agent binary put into template images.
+    pub fn guest_agent(&self) -> &std::path::Path {
+        &self.cfg.guest_agent
+    }
+
+    async fn bake_lock(&self, name: &str) -> Arc<Mutex<()>> {
+        let mut bakes = self.bakes.lock().await;
+        Arc::clone(
+            bakes
+                .entry(name.to_owned())
+                .or_insert_with(|| Arc::new(Mutex::new(()))),
+        )
+    }
+
+    /// Builds (or finds cached) the image of the spec at `spec_path`, with the guest agent.
+    async fn spec_image(
+        &self,
+        name: &str,
+        spec_path: std::path::PathBuf,
+    ) -> Result<(std::path::PathBuf, Shape), AgentError> {
         let agent = self.cfg.guest_agent.clone();
         let owned = name.to_owned();
-        let built = tokio::task::spawn_blocking(move || {
+        let (image, vm) = tokio::task::spawn_blocking(move || {
             let spec = TemplateSpec::load(&spec_path).map_err(|e| image_error(&owned, e))?;
             let mut log =
                 |p: Progress| tracing::info!(template = %owned, progress = ?p, "image build");
@@ -69,15 +133,13 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         })
         .await
         .map_err(|e| image_error(name, e))??;
-        let (image, vm) = built;
-        tracing::info!(template = name, image = %image.display(), "baking");
-        let shape = Shape {
-            vcpus: vm.vcpus,
-            memory_mib: vm.memory_mb,
-        };
-        let t = self.rt.bake(name, &image, shape).await?;
-        tracing::info!(template = name, bake_ms = t.bake_ms, "baked");
-        Ok(t)
+        Ok((
+            image,
+            Shape {
+                vcpus: vm.vcpus,
+                memory_mib: vm.memory_mb,
+            },
+        ))
     }
 
     /// Templates this host can serve: every spec in the templates directory.

@@ -354,7 +354,8 @@ pub struct ForkResponse {
     pub children: Vec<Sandbox>,
 }
 
-/// A template this server can create sandboxes from.
+/// A template this server can create sandboxes from: from the catalog (a spec on the server,
+/// shared by every workspace) or built by this workspace (`POST /v1/templates`).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Template {
     pub name: String,
@@ -362,9 +363,88 @@ pub struct Template {
     pub cpu: u32,
     pub memory_mb: u32,
     pub disk_mb: u32,
-    /// `ready` once baked, `available` before first use.
+    /// Catalog: `ready` once baked, `available` before first use. Built: the newest build's
+    /// status, `queued`, `building`, `baking`, `ready` or `failed`.
     pub state: String,
     pub bake_ms: Option<u64>,
+    /// `catalog`, `spec` or `oci`.
+    #[serde(default = "catalog")]
+    pub source: String,
+    /// Built templates: the newest build's version (1, 2, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u32>,
+    /// Built templates: the version new sandboxes get (the newest `ready` one), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_version: Option<u32>,
+    /// Why the newest build failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_ms: Option<u64>,
+    /// Size of the built root filesystem image (allocated bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+}
+
+fn catalog() -> String {
+    "catalog".into()
+}
+
+/// Names of built templates: 1 to 24 of `a-z`, `0-9` and `-`, starting with a letter.
+pub const MAX_TEMPLATE_NAME: usize = 24;
+
+/// Checks a built template's name.
+pub fn validate_template_name(name: &str) -> Result<(), FieldError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_TEMPLATE_NAME
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(field_error(
+            "name",
+            format!(
+                "1-{MAX_TEMPLATE_NAME} of a-z, 0-9 and '-', starting with a letter, not ending with '-'"
+            ),
+        ))
+    }
+}
+
+/// `POST /v1/templates` with a JSON body: build from a spec (the catalog's TOML format, see
+/// templates/README.md). An OCI image tarball is sent as the body instead, with
+/// `Content-Type: application/x-tar` and the fields below as query parameters.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTemplateRequest {
+    /// Default: the spec's `name`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The spec as TOML text; its `name` must equal `name` when both are given.
+    pub spec: String,
+}
+
+/// Query parameters of `POST /v1/templates` with an OCI image tarball body.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OciTemplateParams {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// vCPUs (1-16, default 1).
+    #[serde(default)]
+    pub cpu: Option<u32>,
+    /// Memory (128-65536, default 512).
+    #[serde(default)]
+    pub memory_mb: Option<u32>,
+    /// Root filesystem size; default: the image's size plus room to grow.
+    #[serde(default)]
+    pub disk_mb: Option<u32>,
 }
 
 /// `POST /v1/keys`.

@@ -19,6 +19,7 @@ mod pty;
 mod routes;
 mod sandboxes;
 mod snapshots;
+mod templates;
 mod utf8;
 mod workload;
 mod ws;
@@ -26,6 +27,7 @@ mod ws;
 pub use error::{ApiError, ApiResult};
 pub use openapi::{document, ApiDoc};
 pub use routes::operations;
+pub use templates::BuildConfig;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -53,16 +55,25 @@ pub struct App<D: VmDriver + 'static> {
     pub host: String,
     /// Create-rate windows per workspace: (window start, creates in it).
     rate: Mutex<HashMap<String, (Instant, i64)>>,
+    /// Template builds (`POST /v1/templates`).
+    builds: templates::Builds,
 }
 
 impl<D: VmDriver + 'static> App<D> {
-    pub fn new(store: Store, agent: Arc<HostAgent<D>>, host: String) -> Self {
+    pub fn new(store: Store, agent: Arc<HostAgent<D>>, host: String, builds: BuildConfig) -> Self {
         Self {
             store,
             agent,
             host,
             rate: Mutex::new(HashMap::new()),
+            builds: templates::Builds::new(builds),
         }
+    }
+
+    /// Settles what a previous server process left of template builds: unfinished builds are
+    /// marked failed, files of unknown builds removed.
+    pub async fn recover_builds(&self) -> Result<(), pandastack_store::StoreError> {
+        self.builds.recover(&self.store).await
     }
 }
 

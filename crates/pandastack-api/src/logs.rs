@@ -66,24 +66,44 @@ pub async fn logs<D: VmDriver>(
         let bytes = tokio::fs::read(&path).await.unwrap_or_default();
         return Ok(String::from_utf8_lossy(&bytes).into_owned().into_response());
     }
+    let id = row.id;
+    Ok(follow_sse(path, move || {
+        let (app, id) = (Arc::clone(&app), id.clone());
+        async move {
+            // Deleted: the log is complete.
+            matches!(
+                app.agent.get(&id).await,
+                Err(AgentError::SandboxNotFound(_))
+            )
+            .then(|| "deleted".to_owned())
+        }
+    }))
+}
+
+/// Server-Sent Events of the file at `path`: `log` events with the whole file so far and then
+/// every byte appended, until `ended` gives a reason (checked whenever nothing new was read),
+/// then that reason in one `end` event.
+pub(crate) fn follow_sse<F, Fut>(path: PathBuf, ended: F) -> Response
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Option<String>> + Send + 'static,
+{
     let tail = Tail {
-        app,
-        id: row.id,
+        ended_check: ended,
         path,
         file: None,
         offset: 0,
         text: Utf8Pieces::default(),
         ended: false,
     };
-    Ok(Sse::new(tail.into_stream())
+    Sse::new(tail.into_stream())
         .keep_alive(KeepAlive::default())
-        .into_response())
+        .into_response()
 }
 
-/// A follower of one console log.
-struct Tail<D: VmDriver + 'static> {
-    app: Arc<App<D>>,
-    id: String,
+/// A follower of one log file.
+struct Tail<F> {
+    ended_check: F,
     path: PathBuf,
     /// The file being read and its identity (device, inode): a new file starts over.
     file: Option<(std::fs::File, (u64, u64))>,
@@ -92,7 +112,11 @@ struct Tail<D: VmDriver + 'static> {
     ended: bool,
 }
 
-impl<D: VmDriver + 'static> Tail<D> {
+impl<F, Fut> Tail<F>
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Option<String>> + Send + 'static,
+{
     fn into_stream(self) -> impl Stream<Item = Result<Event, Infallible>> + Send + 'static {
         futures::stream::unfold(self, |mut t| async move {
             if t.ended {
@@ -114,10 +138,10 @@ impl<D: VmDriver + 'static> Tail<D> {
                         .unwrap_or_default()
                 }
                 Ok(None) => {}
-                Err(e) => tracing::debug!(sandbox = %self.id, error = %e, "console log read"),
+                Err(e) => tracing::debug!(path = %self.path.display(), error = %e, "log read"),
             }
-            if let Err(AgentError::SandboxNotFound(_)) = self.app.agent.get(&self.id).await {
-                // Deleted: deliver what was written last, then end.
+            if let Some(reason) = (self.ended_check)().await {
+                // Deliver what was written last, then end.
                 if let Ok(Some(text)) = self.read_more() {
                     return Event::default()
                         .event("log")
@@ -127,9 +151,7 @@ impl<D: VmDriver + 'static> Tail<D> {
                 self.ended = true;
                 return Event::default()
                     .event("end")
-                    .json_data(LogEnd {
-                        reason: "deleted".into(),
-                    })
+                    .json_data(LogEnd { reason })
                     .unwrap_or_default();
             }
             tokio::time::sleep(POLL).await;

@@ -16,7 +16,7 @@ use utoipa::openapi::HttpMethod;
 use crate::openapi::Conventions;
 use crate::App;
 #[allow(unused_imports)] // named by the table through the macro
-use crate::{code, exec_ws, keys, logs, meta, pty, sandboxes, snapshots, workload};
+use crate::{code, exec_ws, keys, logs, meta, pty, sandboxes, snapshots, templates, workload};
 
 /// The axum method filter for an OpenAPI method.
 fn filter(m: &HttpMethod) -> MethodFilter {
@@ -165,8 +165,12 @@ route_table! {
     snapshots::fork,
     snapshots::list,
     snapshots::delete,
-    sandboxes::templates,
-    sandboxes::template,
+    templates::list,
+    templates::create => DefaultBodyLimit::disable(),
+    templates::get,
+    templates::bake,
+    templates::delete,
+    templates::logs,
     keys::list,
     keys::create,
     keys::revoke,

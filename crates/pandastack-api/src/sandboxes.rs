@@ -217,15 +217,27 @@ async fn create_sandbox<D: VmDriver>(
             ));
         }
     }
+    // A template of the workspace's own, else the catalog's.
+    let resolved = match &req.snapshot_id {
+        Some(_) => None,
+        None => Some(crate::templates::resolve(app, caller.ws(), &req.template).await?),
+    };
     check_limits(app, caller.ws(), 1).await?;
     let id = pandastack_store::new_id("sb-");
     // The row goes in first (state "starting"): a crash mid-create leaves a row the server
     // reconciles at start, never a VM nobody knows about.
-    let row = new_row(caller.ws(), &id, req, &req.template, now_ms());
+    let mut row = new_row(caller.ws(), &id, req, &req.template, now_ms());
+    if let Some(r) = &resolved {
+        // The image's environment, under the caller's.
+        let mut env = r.env.clone();
+        env.extend(std::mem::take(&mut row.env));
+        row.env = env;
+    }
     app.store.sandboxes().insert(&row).await?;
-    let created = match &req.snapshot_id {
-        Some(snap) => app.agent.create_from_snapshot(snap, &id).await,
-        None => app.agent.create(&req.template, &id).await,
+    let created = match (&req.snapshot_id, &resolved) {
+        (Some(snap), _) => app.agent.create_from_snapshot(snap, &id).await,
+        (None, Some(r)) => app.agent.create(&r.baked, &id).await,
+        (None, None) => app.agent.create(&req.template, &id).await,
     };
     let view = match created {
         Ok(v) => v,
@@ -471,65 +483,4 @@ pub async fn metrics<D: VmDriver>(
         }),
         None => serde_json::json!({ "state": row.state }),
     }))
-}
-
-/// List the templates this server can create sandboxes from.
-#[utoipa::path(
-    get,
-    path = "/v1/templates",
-    operation_id = "list_templates",
-    tag = "templates",
-    responses((status = 200, description = "Templates", body = List<wire::Template>))
-)]
-pub async fn templates<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
-    _caller: Caller,
-) -> ApiResult<Json<List<wire::Template>>> {
-    let list = app.agent.templates()?;
-    Ok(Json(List {
-        data: list.into_iter().map(template_view).collect(),
-        next_cursor: None,
-    }))
-}
-
-fn template_view(t: pandastack_agent::TemplateView) -> wire::Template {
-    wire::Template {
-        name: t.name,
-        description: t.description,
-        cpu: t.shape.vcpus,
-        memory_mb: t.shape.memory_mib,
-        disk_mb: t.disk_mb,
-        state: if t.baked.is_some() {
-            "ready"
-        } else {
-            "available"
-        }
-        .into(),
-        bake_ms: t.baked.map(|b| b.bake_ms),
-    }
-}
-
-/// One template this server can create sandboxes from.
-#[utoipa::path(
-    get,
-    path = "/v1/templates/{name}",
-    operation_id = "get_template",
-    tag = "templates",
-    params(("name" = String, Path, description = "Template name")),
-    responses(
-        (status = 200, description = "The template", body = wire::Template),
-        (status = 404, description = "No such template (code template_not_found)")
-    )
-)]
-pub async fn template<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
-    _caller: Caller,
-    Path(name): Path<String>,
-) -> ApiResult<Json<wire::Template>> {
-    app.agent
-        .templates()?
-        .into_iter()
-        .find(|t| t.name == name)
-        .map(|t| Json(template_view(t)))
-        .ok_or_else(|| ApiError::from(pandastack_agent::AgentError::TemplateNotFound(name.clone())))
 }

@@ -1,6 +1,11 @@
 //! Resources outside a single sandbox: snapshots, templates and API keys.
 
-use pandastack_api_types::{CreateKeyRequest, CreatedKey, Key, List, Snapshot, Template};
+use std::path::Path;
+
+use pandastack_api_types::{
+    CreateKeyRequest, CreateTemplateRequest, CreatedKey, Key, List, OciTemplateParams, Snapshot,
+    Template,
+};
 use reqwest::Method;
 
 use crate::http::{seg, Call, Payload};
@@ -38,6 +43,83 @@ impl Client {
     pub async fn list_templates(&self) -> Result<Vec<Template>, Error> {
         let list: List<Template> = self.json(Call::new(Method::GET, "/v1/templates")).await?;
         Ok(list.data)
+    }
+
+    /// `GET /v1/templates/{name}`.
+    pub async fn get_template(&self, name: &str) -> Result<Template, Error> {
+        self.json(Call::new(
+            Method::GET,
+            format!("/v1/templates/{}", seg(name)),
+        ))
+        .await
+    }
+
+    /// `POST /v1/templates` with a spec (TOML text); the build runs on the server.
+    pub async fn build_template_from_spec(
+        &self,
+        name: Option<&str>,
+        spec: &str,
+    ) -> Result<Template, Error> {
+        let body = CreateTemplateRequest {
+            name: name.map(str::to_owned),
+            spec: spec.to_owned(),
+        };
+        let call = Call::new(Method::POST, "/v1/templates").payload(Payload::json(&body)?);
+        self.json(call).await
+    }
+
+    /// `POST /v1/templates` with an OCI image layout or `docker save` tarball, streamed.
+    pub async fn build_template_from_tarball(
+        &self,
+        params: &OciTemplateParams,
+        tarball: &Path,
+    ) -> Result<Template, Error> {
+        let mut call = Call::new(Method::POST, "/v1/templates")
+            .query("name", params.name.clone())
+            .payload(Payload::File(tarball.to_owned()));
+        if let Some(v) = params.cpu {
+            call = call.query("cpu", v.to_string());
+        }
+        if let Some(v) = params.memory_mb {
+            call = call.query("memory_mb", v.to_string());
+        }
+        if let Some(v) = params.disk_mb {
+            call = call.query("disk_mb", v.to_string());
+        }
+        if let Some(v) = &params.description {
+            call = call.query("description", v.clone());
+        }
+        self.json(call).await
+    }
+
+    /// `GET /v1/templates/{name}/logs`: the newest build's log so far.
+    pub async fn template_log(&self, name: &str) -> Result<String, Error> {
+        let resp = self
+            .send(Call::new(
+                Method::GET,
+                format!("/v1/templates/{}/logs", seg(name)),
+            ))
+            .await?;
+        let body = resp.bytes().await.map_err(Error::Http)?;
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// `POST /v1/templates/{name}/bake`.
+    pub async fn bake_template(&self, name: &str) -> Result<Template, Error> {
+        self.json(Call::new(
+            Method::POST,
+            format!("/v1/templates/{}/bake", seg(name)),
+        ))
+        .await
+    }
+
+    /// `DELETE /v1/templates/{name}`.
+    pub async fn delete_template(&self, name: &str) -> Result<(), Error> {
+        self.empty(Call::new(
+            Method::DELETE,
+            format!("/v1/templates/{}", seg(name)),
+        ))
+        .await
     }
 
     /// `GET /v1/keys`: the workspace's keys, never their secrets.

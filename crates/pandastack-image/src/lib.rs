@@ -17,6 +17,7 @@ mod build;
 mod cache;
 mod manifest;
 pub mod mirror;
+mod oci;
 mod spec;
 
 pub use agent::{
@@ -25,6 +26,10 @@ pub use agent::{
 pub use build::{BaseImage, BuildError, BuildOptions, Progress, BASE_IMAGE};
 pub use cache::ImageCache;
 pub use manifest::{Manifest, StepTiming};
+pub use oci::{
+    import_oci, unpack_main, OciError, OciImport, OciOptions, UnpackArgs, UNPACK_ID_BASE,
+    UNPACK_ID_COUNT,
+};
 pub use spec::{
     DebianSpec, FileContent, FileSpec, SpecError, SpecHash, TemplateSpec, Variant, VmShape,
     BUILDER_VERSION,

@@ -107,6 +107,21 @@ impl<V> Pool<V> {
         entries.get(&key(t)).map_or(0, Vec::len)
     }
 
+    /// Every pooled VM of template `name`, whatever its bake.
+    fn take_template(&self, name: &str) -> Vec<Prepared<V>> {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let prefix = format!("{name}#");
+        let keys: Vec<String> = entries
+            .keys()
+            .filter(|k| k.starts_with(&prefix))
+            .cloned()
+            .collect();
+        keys.iter()
+            .filter_map(|k| entries.remove(k))
+            .flatten()
+            .collect()
+    }
+
     fn take_all(&self) -> Vec<Prepared<V>> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         entries.drain().flat_map(|(_, v)| v).collect()
@@ -132,10 +147,21 @@ impl<D: VmDriver> Runtime<D> {
     /// Stops every pooled VM and removes its directory.
     pub async fn drain_pool(&self) {
         for p in self.pool.take_all() {
-            let _ = p.vm.stop().await;
-            self.net_release(p.net_slot).await;
-            let _ = std::fs::remove_dir_all(&p.dir);
+            self.discard(p).await;
         }
+    }
+
+    /// Stops the pooled VMs of template `name` (any bake of it).
+    pub async fn drain_template_pool(&self, name: &str) {
+        for p in self.pool.take_template(name) {
+            self.discard(p).await;
+        }
+    }
+
+    async fn discard(&self, p: Prepared<D::Vm>) {
+        let _ = p.vm.stop().await;
+        self.net_release(p.net_slot).await;
+        let _ = std::fs::remove_dir_all(&p.dir);
     }
 
     async fn prepare(&self, t: &Template) -> Result<Prepared<D::Vm>, CreateError> {

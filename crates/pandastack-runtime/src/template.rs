@@ -117,6 +117,21 @@ impl<D: VmDriver> Runtime<D> {
         Ok(names)
     }
 
+    /// Removes baked template `name` (its pooled VMs first). Sandboxes restored from it keep
+    /// running: their memory mappings hold the files open.
+    pub async fn remove_template(&self, name: &str) -> Result<(), BakeError> {
+        if !valid_name(name) {
+            return Err(BakeError::InvalidName(name.into()));
+        }
+        self.drain_template_pool(name).await;
+        let dir = self.data.template(name);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Cold-boots `image` with `shape`, waits for the guest agent and snapshots the running guest
     /// as template `name` (replacing an earlier bake only once the new one is complete).
     pub async fn bake(

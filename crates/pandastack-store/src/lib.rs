@@ -1,5 +1,5 @@
-//! The PandaStack state store: workspaces, API keys, sandbox and snapshot rows, idempotency
-//! records. SQLite (one file, WAL) is the embedded default. The migrations and every query are
+//! The PandaStack state store: workspaces, API keys, sandbox, snapshot and template-build rows,
+//! idempotency records. SQLite (one file, WAL) is the embedded default. The migrations and every query are
 //! written in SQL that PostgreSQL accepts unchanged (`$n` placeholders, TEXT ids, BIGINT unix-ms
 //! timestamps, JSON kept as TEXT, no engine-specific functions) so a PostgreSQL backend is a
 //! connection-type change, not a rewrite.
@@ -11,11 +11,13 @@ mod idempotency;
 mod keys;
 mod sandboxes;
 mod snapshots;
+mod templates;
 
 pub use idempotency::{Idempotency, IdempotencyRecord, Reservation};
 pub use keys::{KeyRow, Keys, Workspace};
 pub use sandboxes::{Filter, SandboxRow, Sandboxes};
 pub use snapshots::{SnapshotRow, Snapshots};
+pub use templates::{BuildStatus, TemplateBuildRow, TemplateBuilds};
 
 use std::path::Path;
 use std::str::FromStr;
@@ -82,6 +84,10 @@ impl Store {
 
     pub fn snapshots(&self) -> Snapshots<'_> {
         Snapshots { pool: &self.pool }
+    }
+
+    pub fn template_builds(&self) -> TemplateBuilds<'_> {
+        TemplateBuilds { pool: &self.pool }
     }
 
     pub fn idempotency(&self) -> Idempotency<'_> {

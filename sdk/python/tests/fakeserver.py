@@ -71,8 +71,11 @@ class FakeServer:
                     pass
 
             def _handle(self) -> None:
-                n = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(n) if n else b""
+                if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                    body = self._read_chunked()
+                else:
+                    n = int(self.headers.get("Content-Length") or 0)
+                    body = self.rfile.read(n) if n else b""
                 path = self.path.split("?", 1)[0]
                 rec = {
                     "method": self.command,
@@ -99,6 +102,17 @@ class FakeServer:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client went away first (e.g. it stopped reading a stream)
+
+            def _read_chunked(self) -> bytes:
+                out = b""
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                            pass  # trailers
+                        return out
+                    out += self.rfile.read(size)
+                    self.rfile.readline()
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 

@@ -1,11 +1,21 @@
 /**
  * The client: configuration (explicit options, else `PANDASTACK_API_KEY`/`PANDASTACK_TOKEN` and
- * `PANDASTACK_BASE_URL`) and the resource collections `sandboxes`, `snapshots`, `templates`.
+ * `PANDASTACK_BASE_URL`) and the resource collections `sandboxes`, `snapshots`, `templates`
+ * (including template builds).
  */
 
-import { AuthenticationError, NotFoundError } from "./errors.js";
-import { HttpClient, type FetchLike } from "./http.js";
+import {
+  APIConnectionError,
+  AuthenticationError,
+  InvalidArgumentError,
+  NotFoundError,
+  PandaStackError,
+  TemplateBuildError,
+  TemplateBuildTimeoutError,
+} from "./errors.js";
+import { HttpClient, type FetchLike, type Query, type RequestOptions } from "./http.js";
 import { Paginator, type Page } from "./pagination.js";
+import { parseSse } from "./sse.js";
 import { LONG_OPERATION_TIMEOUT_MS, Sandbox, type CallOptions, type SandboxContext } from "./sandbox.js";
 import {
   sandboxFromWire,
@@ -205,11 +215,59 @@ export class Snapshots {
   }
 }
 
+/** What {@link Templates.build} takes as the image: a local path (streamed from disk, Node only), a Blob, or bytes. */
+export type TarballSource = string | Blob | Uint8Array;
+
+/** Options of {@link Templates.build}. Give exactly one of `tarball` and `spec`. */
+export interface BuildTemplateOptions extends CallOptions {
+  /** Template name (a new version if it exists). Required with `tarball`; with `spec`, default: the spec's. */
+  name?: string;
+  /**
+   * An OCI image layout or `docker save` tarball (plain or gzip): a local path (streamed with
+   * `fs.createReadStream`, never held in memory), a `Blob` or bytes. The image's `Env` becomes
+   * the sandboxes' environment.
+   */
+  tarball?: TarballSource;
+  /** A template spec's TOML text (Debian packages and inline files only over the API). */
+  spec?: string;
+  /** vCPUs, 1-16 (tarball builds; default 1). */
+  cpu?: number;
+  /** Memory in MiB, 128-65536 (tarball builds; default 512). */
+  memoryMb?: number;
+  /** Root filesystem size in MiB (tarball builds; default: the image plus room). */
+  diskMb?: number;
+  /** One line (tarball builds). */
+  description?: string;
+  /** Follow the build and resolve once it is ready (default `true`); `false` resolves with the queued template. */
+  wait?: boolean;
+  /** Called with each new piece of build log text while waiting. */
+  onLog?: (text: string) => void | Promise<void>;
+  /** Give up waiting after this long (counted from the server's accepting the build): {@link TemplateBuildTimeoutError}. */
+  timeoutSeconds?: number;
+}
+
+/** Options of {@link Templates.logs}. */
+export interface TemplateLogsOptions extends CallOptions {
+  /** The build version whose log to read (default: the newest). */
+  version?: number;
+}
+
+/** States of a template build still under way. */
+const BUILD_ACTIVE_STATES = new Set(["queued", "building", "baking"]);
+/** A followed build log carries a keep-alive at least every 15 s: this long without a byte means the connection is gone. */
+const FOLLOW_IDLE_MS = 60_000;
+/** Pause before reopening a broken build-log stream. */
+const FOLLOW_RETRY_DELAY_MS = 1_000;
+/** Reopenings in a row without new log text before giving up. */
+const FOLLOW_MAX_FAILURES = 5;
+/** The short request that fetches the template's state when a wait runs out of time. */
+const PEEK_TIMEOUT_MS = 10_000;
+
 export class Templates {
   /** @internal */
   constructor(private readonly http: HttpClient) {}
 
-  /** The templates this server can create sandboxes from. */
+  /** The templates this server can create sandboxes from: the catalog's, then the workspace's own. */
   list(opts: CallOptions = {}): Paginator<TemplateInfo> {
     return new Paginator<TemplateInfo>(async (cursor) => {
       const page = await this.http.request<WirePage>({
@@ -227,10 +285,10 @@ export class Templates {
     try {
       const w = await this.http.request<Record<string, unknown>>({
         method: "GET",
-        path: `/v1/templates/${encodeURIComponent(name)}`,
+        path: templatePath(name),
         ...call(opts),
       });
-      return templateFromWire(w);
+      return templateFromWire(w ?? {});
     } catch (e) {
       // A server without the single-template route answers "no such route" (`not_found`).
       if (!(e instanceof NotFoundError) || e.code !== "not_found") throw e;
@@ -238,6 +296,327 @@ export class Templates {
     for await (const t of this.list(opts)) if (t.name === name) return t;
     throw new NotFoundError(`template ${name} not found`, { code: "template_not_found", status: 404 });
   }
+
+  /**
+   * Builds a template on the server (a new version if the name exists) from an OCI image
+   * tarball or a spec, and by default waits until it is ready:
+   *
+   * ```ts
+   * const t = await client.templates.build({ name: "my-app", tarball: "my-app.tar", memoryMb: 1024,
+   *   onLog: (s) => process.stderr.write(s) });
+   * await client.sandboxes.create({ template: t.name });
+   * ```
+   *
+   * The build runs in the background on the server. Waiting follows the build log
+   * (`GET …/logs?follow=1`, Server-Sent Events; reopened if the connection breaks) and calls
+   * `onLog` with each new piece. A build that ends `failed` throws {@link TemplateBuildError};
+   * running out of `timeoutSeconds` throws {@link TemplateBuildTimeoutError} (the build goes
+   * on). A build of the name already under way, or a catalog template's name, throws
+   * {@link ConflictError}. `timeoutMs` bounds the upload request (default: none for tarballs);
+   * `signal` aborts the upload and the wait.
+   */
+  async build(opts: BuildTemplateOptions): Promise<TemplateInfo> {
+    const body = await buildRequest(opts);
+    const w = await this.http.request<Record<string, unknown>>({
+      method: "POST",
+      path: "/v1/templates",
+      ...body,
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+    const queued = templateFromWire(w ?? {});
+    if (opts.wait === false) return queued;
+    return this.follow(queued, opts);
+  }
+
+  /** Follows a build to its end through its log stream; see {@link build}. */
+  private async follow(queued: TemplateInfo, opts: BuildTemplateOptions): Promise<TemplateInfo> {
+    const deadline = opts.timeoutSeconds === undefined ? undefined : Date.now() + opts.timeoutSeconds * 1000;
+    const expired = () => deadline !== undefined && Date.now() >= deadline;
+    const query = { follow: 1, version: queued.version ?? undefined };
+    let seen = 0; // characters of log passed on; a new connection sends the log from the top
+    let failures = 0;
+    let reason: string | undefined;
+    let settled: TemplateInfo | undefined; // the template as fetched when the time ran out
+    while (reason === undefined) {
+      if (opts.signal?.aborted) throw abortReason(opts.signal);
+      if (expired()) {
+        const latest = await this.peek(queued);
+        const ours = queued.version === null || latest.version === queued.version;
+        if (ours && (latest.state === "ready" || latest.state === "failed")) {
+          // It ended just as the time ran out: its result, not a timeout.
+          reason = latest.state;
+          settled = latest;
+          break;
+        }
+        throw new TemplateBuildTimeoutError(
+          `${describe(queued)}: still ${latest.state || "building"} after timeoutSeconds=${opts.timeoutSeconds}; the build goes on on the server (templates.get(name) shows its state)`,
+          latest,
+        );
+      }
+      const ctl = new AbortController();
+      const onAbort = () => ctl.abort(opts.signal?.reason);
+      opts.signal?.addEventListener("abort", onAbort, { once: true });
+      let idle: ReturnType<typeof setTimeout> | undefined;
+      const arm = () => {
+        if (idle !== undefined) clearTimeout(idle);
+        idle = setTimeout(() => ctl.abort(), FOLLOW_IDLE_MS);
+      };
+      const stop = deadline === undefined ? undefined : setTimeout(() => ctl.abort(), Math.max(0, deadline - Date.now()));
+      const seenAtStart = seen;
+      let offset = 0;
+      let callbackError: { e: unknown } | undefined;
+      let broken: unknown;
+      try {
+        arm();
+        const res = await this.http.request({
+          method: "GET",
+          path: `${templatePath(queued.name)}/logs`,
+          query,
+          responseType: "stream",
+          timeoutMs: FOLLOW_IDLE_MS,
+          signal: ctl.signal,
+        });
+        if (!res.body) throw new APIConnectionError("build log stream: empty response", { code: "stream_incomplete" });
+        // Any byte (keep-alives included) shows the connection is alive.
+        const body = res.body.pipeThrough(
+          new TransformStream<Uint8Array, Uint8Array>({
+            transform(chunk, c) {
+              arm();
+              c.enqueue(chunk);
+            },
+          }),
+        );
+        for await (const msg of parseSse(body)) {
+          const payload = jsonObject(msg.data);
+          if (msg.event === "end") {
+            reason = typeof payload.reason === "string" && payload.reason ? payload.reason : "ended";
+            break;
+          }
+          if (msg.event !== "log") continue;
+          const text = typeof payload.data === "string" ? payload.data : "";
+          const start = offset;
+          offset += text.length;
+          if (offset <= seen) continue;
+          const piece = text.slice(Math.max(0, seen - start));
+          seen = offset;
+          if (opts.onLog) {
+            try {
+              await opts.onLog(piece);
+            } catch (e) {
+              callbackError = { e };
+              throw e;
+            }
+          }
+        }
+      } catch (e) {
+        if (callbackError) throw callbackError.e;
+        if (opts.signal?.aborted) throw abortReason(opts.signal);
+        // A stream torn down by the deadline or the idle watchdog, or a broken connection, is
+        // reopened; an answer from the server (404, 5xx after retries, …) is final.
+        if (e instanceof PandaStackError && !(e instanceof APIConnectionError)) throw e;
+        broken = e;
+      } finally {
+        if (idle !== undefined) clearTimeout(idle);
+        if (stop !== undefined) clearTimeout(stop);
+        opts.signal?.removeEventListener("abort", onAbort);
+      }
+      if (reason !== undefined || expired()) continue;
+      if (seen > seenAtStart) failures = 0;
+      failures += 1;
+      if (failures > FOLLOW_MAX_FAILURES) {
+        if (broken instanceof PandaStackError) throw broken;
+        throw new APIConnectionError(
+          `build log of template ${queued.name}: ${broken === undefined ? "the stream keeps ending without an end event" : describeError(broken)}`,
+          { code: broken === undefined ? "stream_incomplete" : "connection_error", cause: broken },
+        );
+      }
+      const wait = deadline === undefined ? FOLLOW_RETRY_DELAY_MS : Math.max(0, Math.min(FOLLOW_RETRY_DELAY_MS, deadline - Date.now()));
+      await sleep(wait, opts.signal);
+    }
+    const latest =
+      settled ?? (reason === "deleted" ? queued : await this.get(queued.name, opts.signal ? { signal: opts.signal } : {}));
+    if (reason === "ready") return latest;
+    const same = queued.version === null || latest.version === queued.version;
+    if (reason === "failed") {
+      const why = same && latest.error ? latest.error : "see templates.logs(name)";
+      throw new TemplateBuildError(`${describe(queued)}: build failed: ${why}`, latest);
+    }
+    throw new TemplateBuildError(`${describe(queued)}: build ended: ${reason}`, latest, { code: "template_build_ended" });
+  }
+
+  /** The template's state now, or `fallback` if the server does not say quickly. */
+  private async peek(fallback: TemplateInfo): Promise<TemplateInfo> {
+    try {
+      const w = await this.http.request<Record<string, unknown>>({
+        method: "GET",
+        path: templatePath(fallback.name),
+        timeoutMs: PEEK_TIMEOUT_MS,
+        retry: "never",
+      });
+      return templateFromWire(w ?? {});
+    } catch {
+      return fallback;
+    }
+  }
+
+  /** The build log of the template's newest build (or of build `version`) so far. */
+  async logs(name: string, opts: TemplateLogsOptions = {}): Promise<string> {
+    return this.http.request({
+      method: "GET",
+      path: `${templatePath(name)}/logs`,
+      query: { version: opts.version },
+      headers: { accept: "text/plain" },
+      responseType: "text",
+      ...call(opts),
+    });
+  }
+
+  /**
+   * Re-bakes a template (a cold boot and a new snapshot; catalog templates from their spec,
+   * built ones from the newest ready version's image). New sandboxes get the new bake; running
+   * ones keep theirs.
+   */
+  async bake(name: string, opts: CallOptions = {}): Promise<TemplateInfo> {
+    const w = await this.http.request<Record<string, unknown>>({
+      method: "POST",
+      path: `${templatePath(name)}/bake`,
+      timeoutMs: opts.timeoutMs ?? Math.max(this.http.timeoutMs, LONG_OPERATION_TIMEOUT_MS),
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+    return templateFromWire(w ?? {});
+  }
+
+  /**
+   * Deletes a built template, every version (running sandboxes made from it keep running);
+   * false if it did not exist. Catalog templates, and templates with a build under way, throw
+   * {@link ConflictError}.
+   */
+  async delete(name: string, opts: CallOptions = {}): Promise<boolean> {
+    try {
+      await this.http.request({
+        method: "DELETE",
+        path: templatePath(name),
+        responseType: "none",
+        ...call(opts),
+      });
+      return true;
+    } catch (e) {
+      if (e instanceof NotFoundError) return false;
+      throw e;
+    }
+  }
+}
+
+/** Whether a template's newest build is still under way. */
+export function isBuilding(t: TemplateInfo): boolean {
+  return BUILD_ACTIVE_STATES.has(t.state);
+}
+
+function templatePath(name: string): string {
+  if (typeof name !== "string" || name === "") {
+    throw new InvalidArgumentError(`expected a template name, got ${JSON.stringify(name)}`, { code: "invalid_argument" });
+  }
+  return `/v1/templates/${encodeURIComponent(name)}`;
+}
+
+function describe(t: TemplateInfo): string {
+  return `template ${t.name}${t.version !== null ? ` version ${t.version}` : ""}`;
+}
+
+/** The request of {@link Templates.build}: a spec as JSON, or a tarball with query parameters. */
+async function buildRequest(opts: BuildTemplateOptions): Promise<Omit<RequestOptions, "method" | "path" | "responseType">> {
+  if ((opts.tarball === undefined) === (opts.spec === undefined)) {
+    throw new InvalidArgumentError(
+      "give tarball (an OCI image layout or `docker save` tarball) or spec (TOML text), exactly one",
+      { code: "invalid_argument" },
+    );
+  }
+  if (opts.spec !== undefined) {
+    if (typeof opts.spec !== "string") throw new InvalidArgumentError("spec: the spec's TOML text", { code: "invalid_argument" });
+    const extra = (["cpu", "memoryMb", "diskMb", "description"] as const).filter((k) => opts[k] !== undefined);
+    if (extra.length > 0) {
+      throw new InvalidArgumentError(`${extra.join(", ")}: only for tarball builds (a spec says its own shape and description)`, {
+        code: "invalid_argument",
+      });
+    }
+    const json: Record<string, unknown> = { spec: opts.spec };
+    if (opts.name !== undefined) json.name = opts.name;
+    return { json, ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}) };
+  }
+  if (!opts.name) {
+    throw new InvalidArgumentError("name: a tarball build needs the template's name", { code: "invalid_argument" });
+  }
+  const query: Query = {
+    name: opts.name,
+    cpu: opts.cpu,
+    memory_mb: opts.memoryMb,
+    disk_mb: opts.diskMb,
+    description: opts.description,
+  };
+  const tarball = opts.tarball!;
+  let head: Uint8Array;
+  let body: RequestOptions["body"];
+  if (typeof tarball === "string") {
+    const fs = await import("node:fs");
+    const { Readable } = await import("node:stream");
+    const fh = await fs.promises.open(tarball, "r");
+    try {
+      head = new Uint8Array(2);
+      const { bytesRead } = await fh.read(head, 0, 2, 0);
+      head = head.subarray(0, bytesRead);
+    } finally {
+      await fh.close();
+    }
+    // Reopened on every attempt, so a retried upload starts from the beginning.
+    body = () => Readable.toWeb(fs.createReadStream(tarball)) as unknown as ReadableStream<Uint8Array>;
+  } else if (tarball instanceof Uint8Array) {
+    head = tarball.subarray(0, 2);
+    body = tarball;
+  } else if (typeof Blob !== "undefined" && tarball instanceof Blob) {
+    head = new Uint8Array(await tarball.slice(0, 2).arrayBuffer());
+    body = tarball;
+  } else {
+    throw new InvalidArgumentError("tarball: a path, a Blob or a Uint8Array", { code: "invalid_argument" });
+  }
+  return {
+    query,
+    body,
+    contentType: head[0] === 0x1f && head[1] === 0x8b ? "application/gzip" : "application/x-tar",
+    timeoutMs: opts.timeoutMs ?? 0,
+  };
+}
+
+function jsonObject(data: string): Record<string, unknown> {
+  try {
+    const v = JSON.parse(data) as unknown;
+    if (v !== null && typeof v === "object") return v as Record<string, unknown>;
+  } catch {
+    // not JSON: the text itself
+  }
+  return { data };
+}
+
+function abortReason(signal: AbortSignal): unknown {
+  return signal.reason ?? new DOMException("This operation was aborted", "AbortError");
+}
+
+function describeError(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(abortReason(signal));
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(abortReason(signal!));
+    };
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
 }
 
 interface WirePage {

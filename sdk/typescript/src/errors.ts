@@ -9,7 +9,7 @@
  * ```
  */
 
-import type { ExecResult } from "./types.js";
+import type { ExecResult, TemplateInfo } from "./types.js";
 
 export interface PandaStackErrorOptions {
   code?: string;
@@ -120,6 +120,35 @@ export class CommandExitError extends PandaStackError {
   }
   get stderr(): string {
     return this.result.stderr;
+  }
+}
+
+/**
+ * A template build waited for by `client.templates.build()` ended `failed`. {@link template} is
+ * the template as the server reported it at the end; {@link error} is the server's reason. The
+ * whole build log is `client.templates.logs(name)`.
+ */
+export class TemplateBuildError extends PandaStackError {
+  readonly template: TemplateInfo;
+
+  constructor(message: string, template: TemplateInfo, options: PandaStackErrorOptions = {}) {
+    super(message, { code: "template_build_failed", ...options });
+    this.template = template;
+  }
+
+  /** Why the build failed (`template.error`). */
+  get error(): string | null {
+    return this.template.error;
+  }
+}
+
+/**
+ * `client.templates.build({ timeoutSeconds })` gave up waiting: the build had not finished in
+ * time. It goes on on the server; {@link TemplateBuildError.template} is its last known state.
+ */
+export class TemplateBuildTimeoutError extends TemplateBuildError {
+  constructor(message: string, template: TemplateInfo, options: PandaStackErrorOptions = {}) {
+    super(message, template, { code: "template_build_timeout", ...options });
   }
 }
 

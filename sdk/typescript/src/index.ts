@@ -17,12 +17,16 @@ export {
   Sandboxes,
   Snapshots,
   Templates,
+  isBuilding,
   DEFAULT_BASE_URL,
   DEFAULT_MAX_RETRIES,
   DEFAULT_TIMEOUT_MS,
   type CreateSandboxOptions,
+  type BuildTemplateOptions,
   type ListSandboxesOptions,
   type PandaStackOptions,
+  type TarballSource,
+  type TemplateLogsOptions,
 } from "./client.js";
 export {
   Sandbox,
@@ -50,6 +54,8 @@ export {
   RequestTimeoutError,
   CommandTimeoutError,
   CommandExitError,
+  TemplateBuildError,
+  TemplateBuildTimeoutError,
   type PandaStackErrorOptions,
 } from "./errors.js";
 export { Execution, Result } from "./types.js";

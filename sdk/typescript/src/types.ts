@@ -151,16 +151,35 @@ export interface SnapshotInfo {
   sizeBytes: number;
 }
 
-/** A template sandboxes are created from. */
+/**
+ * A template sandboxes are created from: one of the server's catalog (`source: "catalog"`) or
+ * one the workspace built with {@link Templates.build} (`source: "spec"` or `"oci"`).
+ */
 export interface TemplateInfo {
   name: string;
   description: string;
   cpu: number;
   memoryMb: number;
   diskMb: number;
-  /** `ready` once baked, `available` before first use. */
+  /**
+   * Catalog templates: `ready` once baked, `available` before first use. Built templates: the
+   * newest build's state, `queued`, `building`, `baking`, `ready` or `failed`.
+   */
   state: string;
   bakeMs: number | null;
+  /** `catalog`, `spec` or `oci`. */
+  source: string;
+  /** Built templates: the newest build's version (1, 2, …). */
+  version: number | null;
+  /** Built templates: the version new sandboxes get (the newest ready one), if any. */
+  readyVersion: number | null;
+  /** Why the newest build failed. */
+  error: string | null;
+  buildMs: number | null;
+  /** Size of the built root filesystem image (allocated bytes). */
+  imageBytes: number | null;
+  /** RFC 3339 (built templates). */
+  createdAt: string | null;
 }
 
 /** Metadata of a file in a sandbox. */
@@ -253,6 +272,13 @@ export function templateFromWire(w: Wire): TemplateInfo {
     diskMb: num(w.disk_mb),
     state: str(w.state),
     bakeMs: optNum(w.bake_ms),
+    source: str(w.source, "catalog"),
+    version: optNum(w.version),
+    readyVersion: optNum(w.ready_version),
+    error: optStr(w.error),
+    buildMs: optNum(w.build_ms),
+    imageBytes: optNum(w.image_bytes),
+    createdAt: optStr(w.created_at),
   };
 }
 

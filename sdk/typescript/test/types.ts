@@ -7,6 +7,11 @@ import {
   RateLimitError,
   Execution,
   Result,
+  TemplateBuildError,
+  TemplateBuildTimeoutError,
+  isBuilding,
+  type BuildTemplateOptions,
+  type TemplateInfo,
   type CodeContext,
   type ExecEvent,
   type ExecResult,
@@ -63,4 +68,28 @@ export async function surface(client: PandaStack): Promise<void> {
     if (e instanceof NotFoundError) void e.requestId;
     if (e instanceof RateLimitError) void e.retryAfter;
   }
+}
+
+export async function templates(client: PandaStack): Promise<void> {
+  const opts: BuildTemplateOptions = {
+    name: "my-app", tarball: "my-app.tar", cpu: 2, memoryMb: 1024, diskMb: 4096, description: "d",
+    onLog: (s: string) => void s, timeoutSeconds: 600, signal: AbortSignal.timeout(1000),
+  };
+  try {
+    const t: TemplateInfo = await client.templates.build(opts);
+    const v: number | null = t.readyVersion;
+    void [v, t.version, t.source, t.error, t.buildMs, t.imageBytes, t.createdAt, isBuilding(t)];
+  } catch (e) {
+    if (e instanceof TemplateBuildTimeoutError) void e.template.state;
+    else if (e instanceof TemplateBuildError) void (e.error ?? e.template.error);
+  }
+  await client.templates.build({ spec: 'name = "x"\n', wait: false });
+  await client.templates.build({ name: "b", tarball: new Uint8Array(0), onLog: async () => {} });
+  await client.templates.build({ name: "c", tarball: new Blob([]) });
+  const log: string = await client.templates.logs("my-app", { version: 1 });
+  const baked: TemplateInfo = await client.templates.bake("my-app");
+  const gone: boolean = await client.templates.delete("my-app");
+  const one: TemplateInfo = await client.templates.get("my-app");
+  for await (const t of client.templates.list()) void t.name;
+  void [log, baked, gone, one];
 }

@@ -19,6 +19,9 @@ import {
   CommandExitError,
   Execution,
   Result,
+  TemplateBuildError,
+  TemplateBuildTimeoutError,
+  isBuilding,
 } from "../dist/index.js";
 import { parseSse } from "../dist/sse.js";
 
@@ -31,9 +34,10 @@ async function mockServer(handler) {
   const server = http.createServer(async (req, res) => {
     const chunks = [];
     for await (const c of req) chunks.push(c);
-    const body = Buffer.concat(chunks).toString("utf8");
+    const raw = Buffer.concat(chunks);
+    const body = raw.toString("utf8");
     const n = requests.length;
-    requests.push({ method: req.method, url: req.url, headers: req.headers, body });
+    requests.push({ method: req.method, url: req.url, headers: req.headers, body, raw });
     try {
       await handler(req, res, body, n);
     } catch (e) {
@@ -470,6 +474,231 @@ test("createCodeContext and deleteCodeContext", async () => {
       "/v1/sandboxes/sb-1/code/contexts/ctx-9",
       "/v1/sandboxes/sb-1/code/contexts/ctx-9",
     ]);
+  } finally {
+    await srv.close();
+  }
+});
+
+// ---------------------------------------------------------------- template builds
+
+function tpl(extra = {}) {
+  return {
+    name: "bb", description: "", cpu: 1, memory_mb: 512, disk_mb: 0, state: "queued", bake_ms: null,
+    source: "oci", version: 1, created_at: "2026-01-01T00:00:00Z", ...extra,
+  };
+}
+
+function sse(...events) {
+  return events.map(([name, data]) => `event: ${name}\ndata: ${JSON.stringify(data)}\n\n`).join("");
+}
+
+const query = (r) => Object.fromEntries(new URL(r.url, "http://x").searchParams);
+const pathOf = (r) => new URL(r.url, "http://x").pathname;
+
+test("templates.build: tarball path streamed, bytes and Blob; query parameters and content type", async () => {
+  const { mkdtemp, writeFile, rm } = await import("node:fs/promises");
+  const { tmpdir } = await import("node:os");
+  const { join } = await import("node:path");
+  const { gzipSync } = await import("node:zlib");
+  const dir = await mkdtemp(join(tmpdir(), "pandastack-tpl-"));
+  const data = Buffer.alloc(300_000, "not really a tar ");
+  const file = join(dir, "image.tar");
+  await writeFile(file, data);
+  const gz = gzipSync(Buffer.from("layer".repeat(100)));
+  const srv = await mockServer((req, res) => json(res, 202, tpl()));
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url });
+    const t = await client.templates.build({
+      name: "bb", tarball: file, cpu: 2, memoryMb: 256, diskMb: 1024, description: "busy box", wait: false,
+    });
+    assert.deepEqual(
+      [t.name, t.state, t.version, t.source, t.readyVersion, t.error, t.createdAt],
+      ["bb", "queued", 1, "oci", null, null, "2026-01-01T00:00:00Z"],
+    );
+    assert.ok(isBuilding(t));
+    await client.templates.build({ name: "bb", tarball: new Uint8Array(gz), wait: false });
+    await client.templates.build({ name: "bb", tarball: new Blob([Buffer.from("blob tar")]), wait: false });
+    const [a, b, c] = srv.requests;
+    assert.equal(pathOf(a), "/v1/templates");
+    assert.deepEqual(query(a), { name: "bb", cpu: "2", memory_mb: "256", disk_mb: "1024", description: "busy box" });
+    assert.deepEqual(query(b), { name: "bb" });
+    assert.deepEqual([a, b, c].map((r) => r.headers["content-type"]), ["application/x-tar", "application/gzip", "application/x-tar"]);
+    assert.equal(a.headers["transfer-encoding"], "chunked", "a path is streamed, not read into memory first");
+    assert.ok(a.raw.equals(data));
+    assert.ok(b.raw.equals(gz));
+    assert.equal(c.body, "blob tar");
+  } finally {
+    await srv.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test("templates.build: spec body; bad arguments never reach the server", async () => {
+  const spec = 'name = "tools"\npackages = ["curl"]\n';
+  const srv = await mockServer((req, res) => json(res, 202, tpl({ name: "tools", source: "spec" })));
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url });
+    const t = await client.templates.build({ spec, wait: false });
+    assert.equal(t.source, "spec");
+    await client.templates.build({ name: "tools", spec, wait: false });
+    const bad = (opts, re) => assert.rejects(client.templates.build({ wait: false, ...opts }), (e) => e instanceof InvalidArgumentError && re.test(e.message));
+    await bad({ name: "x" }, /exactly one/);
+    await bad({ name: "x", tarball: new Uint8Array([1]), spec }, /exactly one/);
+    await bad({ tarball: new Uint8Array([1]) }, /needs the template's name/);
+    await bad({ spec, cpu: 2, memoryMb: 256 }, /cpu, memoryMb: only for tarball/);
+    await assert.rejects(client.templates.build({ name: "x", tarball: "/nonexistent/image.tar" }), (e) => e.code === "ENOENT");
+    assert.equal(srv.requests.length, 2);
+    assert.equal(srv.requests[0].headers["content-type"], "application/json");
+    assert.deepEqual(JSON.parse(srv.requests[0].body), { spec });
+    assert.deepEqual(JSON.parse(srv.requests[1].body), { name: "tools", spec });
+    assert.deepEqual(query(srv.requests[0]), {});
+  } finally {
+    await srv.close();
+  }
+});
+
+test("templates.build: waits by following the log; ready resolves, failed throws TemplateBuildError", async () => {
+  let builds = 0;
+  const srv = await mockServer((req, res) => {
+    const p = pathOf(req);
+    if (req.method === "POST") return json(res, 202, tpl({ version: ++builds + 2 }));
+    if (p === "/v1/templates/bb/logs") {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      if (builds === 1) {
+        return res.end(":\n\n" + sse(["log", { data: "queued\n" }], ["log", { data: "building \u2713\n" }], ["end", { reason: "ready" }]));
+      }
+      return res.end(sse(["log", { data: "failed: build: not a tarball\n" }], ["end", { reason: "failed" }]));
+    }
+    if (builds === 1) return json(res, 200, tpl({ state: "ready", version: 3, ready_version: 3, bake_ms: 900, build_ms: 1200, image_bytes: 4096 }));
+    json(res, 200, tpl({ state: "failed", version: 4, ready_version: 3, error: "build: not a tarball" }));
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url });
+    const seen = [];
+    const t = await client.templates.build({ name: "bb", tarball: new Uint8Array([1, 2, 3]), onLog: (s) => seen.push(s) });
+    assert.deepEqual(seen, ["queued\n", "building \u2713\n"]);
+    assert.deepEqual([t.state, t.version, t.readyVersion, t.bakeMs, t.buildMs, t.imageBytes], ["ready", 3, 3, 900, 1200, 4096]);
+    assert.ok(!isBuilding(t));
+    const follow = srv.requests.find((r) => pathOf(r).endsWith("/logs"));
+    assert.deepEqual(query(follow), { follow: "1", version: "3" });
+    assert.match(follow.headers.accept, /text\/event-stream/);
+    await assert.rejects(client.templates.build({ name: "bb", tarball: new Uint8Array([0]) }), (e) => {
+      assert.ok(e instanceof TemplateBuildError && e instanceof PandaStackError);
+      assert.ok(!(e instanceof TemplateBuildTimeoutError));
+      assert.equal(e.code, "template_build_failed");
+      assert.equal(e.template.state, "failed");
+      assert.equal(e.error, "build: not a tarball");
+      assert.match(e.message, /bb version 4: build failed: build: not a tarball/);
+      return true;
+    });
+  } finally {
+    await srv.close();
+  }
+});
+
+test("templates.build: a broken log stream is reopened without repeating text", async () => {
+  let follows = 0;
+  const srv = await mockServer((req, res) => {
+    if (req.method === "POST") return json(res, 202, tpl());
+    if (pathOf(req).endsWith("/logs")) {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      if (++follows === 1) return res.end(sse(["log", { data: "one\n" }], ["log", { data: "tw" }]));
+      return res.end(sse(["log", { data: "one\ntwo\n" }], ["log", { data: "three\n" }], ["end", { reason: "ready" }]));
+    }
+    json(res, 200, tpl({ state: "ready", ready_version: 1 }));
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url });
+    const seen = [];
+    const t = await client.templates.build({ name: "bb", tarball: new Uint8Array([1]), onLog: async (s) => { seen.push(s); } });
+    assert.deepEqual(seen, ["one\n", "tw", "o\n", "three\n"]);
+    assert.equal(t.state, "ready");
+    assert.equal(follows, 2);
+  } finally {
+    await srv.close();
+  }
+});
+
+test("templates.build: timeoutSeconds throws TemplateBuildTimeoutError with the latest state; signal aborts", async () => {
+  const srv = await mockServer((req, res) => {
+    if (req.method === "POST") return json(res, 202, tpl());
+    if (pathOf(req).endsWith("/logs")) {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(sse(["log", { data: "building\n" }]));
+      return new Promise((r) => res.on("close", r)); // never ends
+    }
+    json(res, 200, tpl({ state: "building" }));
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url });
+    const t0 = Date.now();
+    await assert.rejects(client.templates.build({ name: "bb", tarball: new Uint8Array([1]), timeoutSeconds: 0.5 }), (e) => {
+      assert.ok(e instanceof TemplateBuildTimeoutError && e instanceof TemplateBuildError);
+      assert.equal(e.code, "template_build_timeout");
+      assert.equal(e.template.state, "building");
+      assert.match(e.message, /timeoutSeconds=0.5/);
+      return true;
+    });
+    assert.ok(Date.now() - t0 < 2000, `took ${Date.now() - t0} ms`);
+    const ctl = new AbortController();
+    setTimeout(() => ctl.abort(new Error("stop waiting")), 300);
+    await assert.rejects(client.templates.build({ name: "bb", tarball: new Uint8Array([1]), signal: ctl.signal }), /stop waiting/);
+  } finally {
+    await srv.close();
+  }
+});
+
+test("templates.build: a build that ended as the time ran out gives its result, not a timeout", async () => {
+  let gets = 0;
+  const srv = await mockServer((req, res) => {
+    if (req.method === "POST") return json(res, 202, tpl({ version: 2 }));
+    if (pathOf(req).endsWith("/logs")) return new Promise((r) => res.on("close", r)); // no headers, ever
+    gets += 1;
+    if (gets === 1) return json(res, 200, tpl({ version: 2, state: "ready", ready_version: 2 }));
+    json(res, 200, tpl({ version: 2, state: "failed", ready_version: 1, error: "bake: no answer" }));
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url });
+    const t = await client.templates.build({ name: "bb", tarball: new Uint8Array([1]), timeoutSeconds: 0.3 });
+    assert.deepEqual([t.state, t.readyVersion], ["ready", 2]);
+    await assert.rejects(
+      client.templates.build({ name: "bb", tarball: new Uint8Array([1]), timeoutSeconds: 0.3 }),
+      (e) => e instanceof TemplateBuildError && !(e instanceof TemplateBuildTimeoutError) && e.error === "bake: no answer",
+    );
+  } finally {
+    await srv.close();
+  }
+});
+
+test("templates: get is a real GET; logs, bake, delete (missing → false), typed refusals", async () => {
+  const srv = await mockServer((req, res) => {
+    const p = pathOf(req);
+    if (req.method === "POST" && p === "/v1/templates") return json(res, 409, envelope("conflict", "a build of template bb is under way"));
+    if (p === "/v1/templates/nope") return json(res, 404, envelope("template_not_found", "template nope not found"));
+    if (req.method === "DELETE" && p === "/v1/templates/minimal") return json(res, 409, envelope("conflict", "minimal is a catalog template"));
+    if (req.method === "DELETE") return res.writeHead(204).end();
+    if (p === "/v1/templates/bb/logs") return res.writeHead(200, { "content-type": "text/plain" }).end("[    0.0s] queued\n");
+    if (p === "/v1/templates/bb/bake") return json(res, 200, tpl({ state: "ready", bake_ms: 1500 }));
+    if (p === "/v1/templates") {
+      return json(res, 200, { data: [{ name: "minimal", description: "d", cpu: 1, memory_mb: 512, disk_mb: 2048, state: "available", bake_ms: null }, tpl({ state: "ready" })] });
+    }
+    json(res, 200, tpl({ state: "ready" }));
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url, maxRetries: 0 });
+    assert.equal((await client.templates.get("bb")).state, "ready");
+    await assert.rejects(client.templates.get("nope"), (e) => e instanceof NotFoundError && e.code === "template_not_found");
+    assert.ok(!srv.requests.some((r) => pathOf(r) === "/v1/templates"), "get does not scan the list");
+    const [cat, built] = await client.templates.list().toArray();
+    assert.deepEqual([cat.source, cat.version, built.source, built.version], ["catalog", null, "oci", 1]);
+    assert.equal(await client.templates.logs("bb"), "[    0.0s] queued\n");
+    await client.templates.logs("bb", { version: 2 });
+    assert.deepEqual(srv.requests.filter((r) => pathOf(r).endsWith("/logs")).map(query), [{}, { version: "2" }]);
+    assert.equal((await client.templates.bake("bb")).bakeMs, 1500);
+    assert.equal(await client.templates.delete("bb"), true);
+    assert.equal(await client.templates.delete("nope"), false);
+    await assert.rejects(client.templates.delete("minimal"), ConflictError);
+    await assert.rejects(client.templates.build({ name: "bb", tarball: new Uint8Array([1]) }), ConflictError);
   } finally {
     await srv.close();
   }

@@ -9,6 +9,7 @@ mod bench_api;
 mod client_util;
 pub mod doctor;
 pub mod host;
+mod internal;
 pub mod keys;
 pub mod run;
 pub mod sandbox;
@@ -17,6 +18,7 @@ pub mod server;
 mod shell;
 pub mod template;
 mod template_ls;
+mod template_remote;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -39,6 +41,9 @@ pub enum Command {
     /// Sandboxes on a running server: create, ls, exec, shell, cp, fork, snapshot, kill, …
     #[command(visible_alias = "sb")]
     Sandbox(sandbox::SandboxArgs),
+    /// Helper processes of the server.
+    #[command(hide = true)]
+    Internal(internal::InternalArgs),
 }
 
 pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
@@ -52,5 +57,6 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Template(args) => template::run(args).await,
         Command::Auth(args) => auth::run(args).await,
         Command::Sandbox(args) => sandbox::run(args).await,
+        Command::Internal(args) => tokio::task::spawn_blocking(move || internal::run(args)).await?,
     }
 }

@@ -38,6 +38,9 @@ pub struct ServerArgs {
     /// Pre-started VMs kept per baked template (0 disables the pool).
     #[arg(long, default_value_t = 1)]
     pool_size: usize,
+    /// Largest OCI image tarball accepted by `POST /v1/templates`, in MiB.
+    #[arg(long, default_value_t = 16384)]
+    max_template_upload_mb: u64,
     /// Write the first workspace's API key to this file (mode 0600) instead of only printing it.
     #[arg(long)]
     key_file: Option<PathBuf>,
@@ -164,7 +167,14 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     let host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "localhost".into());
-    let app = Arc::new(App::new(store.clone(), Arc::clone(&agent), host));
+    let builds = pandastack_api::BuildConfig {
+        dir: a.data_dir.join("builds"),
+        max_upload_bytes: a.max_template_upload_mb << 20,
+    };
+    let app = Arc::new(App::new(store.clone(), Arc::clone(&agent), host, builds));
+    app.recover_builds()
+        .await
+        .context("settle template builds")?;
     tokio::spawn(reaper(store.clone(), Arc::clone(&agent)));
 
     let listener = tokio::net::TcpListener::bind(a.listen)

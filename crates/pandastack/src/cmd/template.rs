@@ -22,6 +22,14 @@ enum TemplateCmd {
     Build(BuildArgs),
     /// List the templates a running server offers (through the API).
     Ls(super::template_ls::LsArgs),
+    /// Build a template on a running server from an OCI image tarball or a spec, and follow it.
+    Push(super::template_remote::PushArgs),
+    /// Re-bake a template on a running server.
+    Bake(super::template_remote::NameArgs),
+    /// Print the newest build log of a template on a running server.
+    Logs(super::template_remote::NameArgs),
+    /// Delete a template you built (every version) on a running server.
+    Rm(super::template_remote::NameArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -49,6 +57,10 @@ pub async fn run(args: TemplateArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         TemplateCmd::Build(a) => tokio::task::spawn_blocking(move || build(a)).await?,
         TemplateCmd::Ls(a) => super::template_ls::run(a).await,
+        TemplateCmd::Push(a) => super::template_remote::push(a).await,
+        TemplateCmd::Bake(a) => super::template_remote::bake(a).await,
+        TemplateCmd::Logs(a) => super::template_remote::logs(a).await,
+        TemplateCmd::Rm(a) => super::template_remote::rm(a).await,
     }
 }
 

@@ -26,6 +26,8 @@ pub async fn run(a: LsArgs) -> anyhow::Result<ExitCode> {
             .map(|t| {
                 vec![
                     t.name.clone(),
+                    t.source.clone(),
+                    t.version.map_or_else(|| "-".to_owned(), |v| v.to_string()),
                     t.state.clone(),
                     t.cpu.to_string(),
                     t.memory_mb.to_string(),
@@ -37,6 +39,8 @@ pub async fn run(a: LsArgs) -> anyhow::Result<ExitCode> {
         print_table(
             &[
                 "NAME",
+                "SOURCE",
+                "VERSION",
                 "STATE",
                 "CPU",
                 "MEMORY_MB",

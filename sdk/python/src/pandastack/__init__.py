@@ -38,6 +38,8 @@ from .errors import (
     ServerError,
     SnapshotNotFoundError,
     StreamError,
+    TemplateBuildError,
+    TemplateBuildTimeoutError,
     TemplateNotFoundError,
 )
 from .types import (
@@ -116,5 +118,7 @@ __all__ = [
     "CommandTimeoutError",
     "CommandExitError",
     "StreamError",
+    "TemplateBuildError",
+    "TemplateBuildTimeoutError",
     "WebSocketClosed",
 ]

@@ -35,6 +35,7 @@ import httpx
 from . import _base as b
 from . import _ws
 from .errors import (
+    APIConnectionError,
     APIError,
     CommandTimeoutError,
     NotFoundError,
@@ -329,6 +330,17 @@ async def _file_chunks(path: str, size: int) -> AsyncIterator[bytes]:
             yield chunk
     finally:
         f.close()
+
+
+async def _reader_chunks(f: Any, size: int) -> AsyncIterator[bytes]:
+    """A binary file object's content, read in a worker thread (the event loop never blocks on
+    a slow disk)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        chunk = await loop.run_in_executor(None, f.read, size)
+        if not chunk:
+            return
+        yield bytes(chunk)
 
 
 async def _aiter_sync(it: Iterable[bytes]) -> AsyncIterator[bytes]:
@@ -1127,6 +1139,8 @@ class AsyncSnapshots:
 
 
 class AsyncTemplates:
+    """``client.templates`` of :class:`AsyncPandaStack`; see :class:`pandastack._sync.Templates`."""
+
     def __init__(self, client: "AsyncPandaStack") -> None:
         self._t = client._t
 
@@ -1135,12 +1149,157 @@ class AsyncTemplates:
         return [Template.from_json(x) for x in data.get("data", [])]
 
     async def get(self, name: str) -> Template:
+        try:
+            return Template.from_json(await self._t.json("GET", f"/v1/templates/{b.seg(name)}"))
+        except NotFoundError as e:
+            # A server without the single-template route answers "no such route" (`not_found`).
+            if e.code != "not_found":
+                raise
         for t in await self.list():
             if t.name == name:
                 return t
         raise TemplateNotFoundError(
             f"template {name} not found", code="template_not_found", status=404
         )
+
+    async def build(
+        self,
+        name: Optional[str] = None,
+        *,
+        tarball: Optional[b.TarballSource] = None,
+        spec: Optional[str] = None,
+        cpu: Optional[int] = None,
+        memory_mb: Optional[int] = None,
+        disk_mb: Optional[int] = None,
+        description: Optional[str] = None,
+        wait: bool = True,
+        on_log: Optional[AsyncOutputCallback] = None,
+        timeout_seconds: Optional[float] = None,
+    ) -> Template:
+        """See :meth:`pandastack.PandaStack.templates.build`; ``on_log`` may be a plain or a
+        coroutine function. A file object is read in a worker thread."""
+        up = b.template_upload(name, tarball, spec, cpu, memory_mb, disk_mb, description)
+        timeout = b.timeout_for(None, max(self._t.cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT))
+        if up.json is not None:
+            data = await self._t.json("POST", "/v1/templates", json=up.json, timeout=timeout)
+        else:
+            kw: Dict[str, Any] = {}
+            if up.path is not None:
+                path = up.path
+                kw["content_factory"] = lambda: _file_chunks(path, b.CHUNK_SIZE)
+            elif up.data is not None:
+                kw["content"] = up.data
+            else:
+                kw["content"] = _reader_chunks(up.stream, b.CHUNK_SIZE)
+                kw["retry"] = b.RETRY_NEVER
+            data = await self._t.json(
+                "POST",
+                "/v1/templates",
+                params=up.params,
+                headers=b.template_upload_headers(up),
+                timeout=timeout,
+                **kw,
+            )
+        queued = Template.from_json(data)
+        if not wait:
+            return queued
+        return await self._wait(queued, on_log, timeout_seconds)
+
+    async def _wait(
+        self,
+        queued: Template,
+        on_log: Optional[AsyncOutputCallback],
+        timeout_seconds: Optional[float],
+    ) -> Template:
+        f = b.BuildFollower(queued, timeout_seconds)
+        while not f.done:
+            if f.expired():
+                latest = await self._peek(f)
+                if f.ended_by(latest):
+                    return f.outcome(latest)
+                raise f.timeout_error(latest)
+            f.start()
+            try:
+                resp = await self._t.request(
+                    "GET",
+                    f.path,
+                    params=f.params(),
+                    headers={"Accept": "text/event-stream"},
+                    timeout=f.http_timeout(),
+                    # Broken streams are reopened below, within the deadline.
+                    retry=b.RETRY_IDEMPOTENT,
+                    stream=True,
+                )
+                try:
+                    ended = False
+                    async for line in resp.aiter_lines():
+                        text = f.line(line)
+                        if text:
+                            await _call(on_log, text)
+                        if f.done or f.expired():
+                            ended = True
+                            break
+                    if not ended:
+                        text = f.finish()
+                        if text:
+                            await _call(on_log, text)
+                finally:
+                    await resp.aclose()
+            except httpx.TransportError as e:
+                if not f.expired():
+                    f.broken(b.error_from_exception(e, "template build log"))
+            except APIConnectionError as e:
+                if not f.expired():
+                    f.broken(e)
+            else:
+                if not f.done and not f.expired():
+                    f.broken(None)
+            if not f.done and not f.expired():
+                await asyncio.sleep(f.retry_delay())
+        latest = f.queued if f.reason == "deleted" else await self.get(f.name)
+        return f.outcome(latest)
+
+    async def _peek(self, f: b.BuildFollower) -> Template:
+        try:
+            return Template.from_json(
+                await self._t.json(
+                    "GET",
+                    f"/v1/templates/{b.seg(f.name)}",
+                    timeout=b.timeout_for(None, b.BUILD_PEEK_TIMEOUT),
+                    retry=b.RETRY_NEVER,
+                )
+            )
+        except PandaStackError:
+            return f.queued
+
+    async def logs(self, name: str, version: Optional[int] = None) -> str:
+        resp = await self._t.request(
+            "GET",
+            f"/v1/templates/{b.seg(name)}/logs",
+            params=b.template_logs_params(version),
+            headers={"Accept": "text/plain"},
+        )
+        return resp.text
+
+    async def bake(self, name: str) -> Template:
+        return Template.from_json(
+            await self._t.json(
+                "POST",
+                f"/v1/templates/{b.seg(name)}/bake",
+                timeout=b.timeout_for(None, max(self._t.cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT)),
+            )
+        )
+
+    async def delete(self, name: str) -> bool:
+        try:
+            await self._t.request(
+                "DELETE",
+                f"/v1/templates/{b.seg(name)}",
+                timeout=b.timeout_for(None, max(self._t.cfg.timeout, 120.0)),
+            )
+            return True
+        except NotFoundError:
+            return False
 
 
 class AsyncKeys:

@@ -10,7 +10,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import IO, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
 import httpx
@@ -24,6 +24,8 @@ from .errors import (
     PandaStackError,
     RequestTimeoutError,
     StreamError,
+    TemplateBuildError,
+    TemplateBuildTimeoutError,
     error_for_status,
 )
 from .types import (
@@ -36,6 +38,7 @@ from .types import (
     Result,
     StderrEvent,
     StdoutEvent,
+    Template,
 )
 
 DEFAULT_BASE_URL = "http://localhost:8080"
@@ -679,3 +682,295 @@ def describe_cmd(body: Mapping[str, Any]) -> str:
 def chunked(data: bytes, size: int = CHUNK_SIZE) -> Iterable[bytes]:
     for i in range(0, len(data), size):
         yield data[i : i + size]
+
+
+# ---------------------------------------------------------------- template builds
+
+#: What ``templates.build(tarball=...)`` takes: a local path (streamed from disk), bytes, or a
+#: binary file object (streamed).
+TarballSource = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, IO[bytes]]
+
+#: A followed build log carries a keep-alive at least every 15 s: this long without a byte means
+#: the connection is gone (it is then reopened).
+BUILD_FOLLOW_READ_TIMEOUT = 60.0
+#: Pause before reopening a broken build-log stream.
+BUILD_FOLLOW_RETRY_DELAY = 1.0
+#: Reopenings in a row without new log text before giving up.
+BUILD_FOLLOW_MAX_FAILURES = 5
+#: The short request that fetches the template's state when a wait runs out of time.
+BUILD_PEEK_TIMEOUT = 10.0
+
+
+@dataclass
+class TemplateUpload:
+    """The request of ``templates.build``: a JSON body (a spec), or a tarball with its query
+    parameters. A tarball is exactly one of ``path`` (reopened on every attempt), ``data`` (in
+    memory) or ``stream`` (the caller's file object: sent once, never retried)."""
+
+    params: Dict[str, str]
+    json: Optional[Dict[str, Any]] = None
+    path: Optional[str] = None
+    data: Optional[bytes] = None
+    stream: Any = None
+    content_type: str = "application/json"
+    #: Bytes to send, when known without reading the tarball (sent as ``Content-Length``).
+    length: Optional[int] = None
+
+
+def tarball_content_type(head: bytes) -> str:
+    """``application/gzip`` for a gzip stream (by its magic bytes), else ``application/x-tar``."""
+    return "application/gzip" if head[:2] == b"\x1f\x8b" else "application/x-tar"
+
+
+def _peek_file(f: Any) -> Tuple[bytes, Optional[int]]:
+    """The first bytes of a binary file object and how many bytes remain, without consuming
+    anything (``(b"", None)`` for a stream that cannot seek)."""
+    import io
+
+    try:
+        if not f.seekable():
+            return b"", None
+        pos = f.tell()
+        head = f.read(2)
+        f.seek(pos)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return b"", None
+    if isinstance(head, str):
+        raise InvalidArgumentError(
+            "tarball: open the file in binary mode ('rb')", code="invalid_argument"
+        )
+    try:
+        length: Optional[int] = max(0, os.fstat(f.fileno()).st_size - pos)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        try:
+            end = f.seek(0, os.SEEK_END)
+            f.seek(pos)
+            length = max(0, int(end) - pos)
+        except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+            length = None
+    return bytes(head or b""), length
+
+
+def template_upload(
+    name: Optional[str],
+    tarball: Optional[TarballSource],
+    spec: Optional[str],
+    cpu: Optional[int],
+    memory_mb: Optional[int],
+    disk_mb: Optional[int],
+    description: Optional[str],
+) -> TemplateUpload:
+    """Checks the arguments of ``templates.build`` and says what to send. A local path is only
+    opened (to see its size and whether it is gzip), never read whole."""
+    if (tarball is None) == (spec is None):
+        raise InvalidArgumentError(
+            "give tarball= (an OCI image layout or `docker save` tarball) or spec= (TOML text), "
+            "exactly one",
+            code="invalid_argument",
+        )
+    if spec is not None:
+        if not isinstance(spec, str):
+            raise InvalidArgumentError("spec: the spec's TOML text (str)", code="invalid_argument")
+        extra = [
+            k
+            for k, v in (
+                ("cpu", cpu),
+                ("memory_mb", memory_mb),
+                ("disk_mb", disk_mb),
+                ("description", description),
+            )
+            if v is not None
+        ]
+        if extra:
+            raise InvalidArgumentError(
+                f"{', '.join(extra)}: only for tarball builds (a spec says its own shape and "
+                "description)",
+                code="invalid_argument",
+            )
+        return TemplateUpload(params={}, json=drop_none({"name": name, "spec": spec}))
+    if not name:
+        raise InvalidArgumentError(
+            "name: a tarball build needs the template's name", code="invalid_argument"
+        )
+    params: Dict[str, str] = {"name": str(name)}
+    for k, v in (("cpu", cpu), ("memory_mb", memory_mb), ("disk_mb", disk_mb)):
+        if v is not None:
+            params[k] = str(int(v))
+    if description is not None:
+        params["description"] = str(description)
+    if isinstance(tarball, (bytes, bytearray, memoryview)):
+        data = bytes(tarball)
+        return TemplateUpload(params, data=data, content_type=tarball_content_type(data[:2]))
+    if isinstance(tarball, (str, os.PathLike)):
+        path = os.fspath(tarball)
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(2)
+        return TemplateUpload(
+            params, path=path, content_type=tarball_content_type(head), length=size
+        )
+    if hasattr(tarball, "read"):
+        head, length = _peek_file(tarball)
+        return TemplateUpload(
+            params, stream=tarball, content_type=tarball_content_type(head), length=length
+        )
+    raise InvalidArgumentError(
+        f"tarball: a path, bytes or a binary file object, not {type(tarball).__name__}",
+        code="invalid_argument",
+    )
+
+
+def template_upload_headers(up: TemplateUpload) -> Dict[str, str]:
+    h = {"Content-Type": up.content_type}
+    if up.length is not None and up.data is None:
+        h["Content-Length"] = str(up.length)
+    return h
+
+
+def template_logs_params(version: Optional[int], follow: bool = False) -> Dict[str, str]:
+    p: Dict[str, str] = {}
+    if version is not None:
+        p["version"] = str(int(version))
+    if follow:
+        p["follow"] = "1"
+    return p
+
+
+class BuildFollower:
+    """Follows one build to its end through ``GET /v1/templates/{name}/logs?follow=1&version=N``
+    (Server-Sent Events: ``log`` events with the log from its start, then one ``end`` event with
+    the reason, ``ready``, ``failed`` or ``deleted``). Kept across reconnections: a new
+    connection sends the log from the top again, and the text already passed on is skipped.
+    No I/O here; the clients drive it."""
+
+    def __init__(self, queued: Template, timeout_seconds: Optional[float]) -> None:
+        self.queued = queued
+        self.name = queued.name
+        self.version = queued.version
+        self.timeout_seconds = timeout_seconds
+        self.deadline = (
+            None if timeout_seconds is None else time.monotonic() + float(timeout_seconds)
+        )
+        #: Characters of log passed on so far.
+        self.seen = 0
+        #: Why the build ended (``None`` while it runs).
+        self.reason: Optional[str] = None
+        self.failures = 0
+        self._offset = 0
+        self._seen_at_start = 0
+        self._dec = SSEDecoder()
+
+    @property
+    def path(self) -> str:
+        return f"/v1/templates/{seg(self.name)}/logs"
+
+    @property
+    def done(self) -> bool:
+        return self.reason is not None
+
+    def params(self) -> Dict[str, str]:
+        return template_logs_params(self.version, follow=True)
+
+    def remaining(self) -> Optional[float]:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def expired(self) -> bool:
+        r = self.remaining()
+        return r is not None and r <= 0
+
+    def http_timeout(self) -> httpx.Timeout:
+        t = BUILD_FOLLOW_READ_TIMEOUT
+        r = self.remaining()
+        if r is not None:
+            t = min(t, max(r, 0.05))
+        return httpx.Timeout(t, connect=min(t, 30.0))
+
+    def retry_delay(self) -> float:
+        r = self.remaining()
+        return BUILD_FOLLOW_RETRY_DELAY if r is None else max(0.0, min(BUILD_FOLLOW_RETRY_DELAY, r))
+
+    def start(self) -> None:
+        """A new connection: its log starts from the top again."""
+        self._offset = 0
+        self._seen_at_start = self.seen
+        self._dec = SSEDecoder()
+
+    def line(self, line: str) -> str:
+        """One line of the stream; returns new log text to pass on (``""`` for none)."""
+        pair = self._dec.feed(line)
+        return self._event(*pair) if pair is not None else ""
+
+    def finish(self) -> str:
+        """The stream ended: its last event, if it did not end with a blank line."""
+        pair = self._dec.flush()
+        return self._event(*pair) if pair is not None else ""
+
+    def _event(self, event: str, data: str) -> str:
+        if event == "end":
+            try:
+                payload = json.loads(data) if data else {}
+            except ValueError:
+                payload = {}
+            reason = payload.get("reason") if isinstance(payload, dict) else None
+            self.reason = str(reason or "ended")
+            return ""
+        text = log_event(event, data)
+        if not text:
+            return ""
+        start = self._offset
+        self._offset += len(text)
+        if self._offset <= self.seen:
+            return ""
+        new = text[max(0, self.seen - start) :]
+        self.seen = self._offset
+        return new
+
+    def broken(self, err: Optional[PandaStackError]) -> None:
+        """The stream broke, or ended without an ``end`` event: reconnect, unless that keeps
+        happening without any new log text (then ``err`` is raised)."""
+        if self.seen > self._seen_at_start:
+            self.failures = 0
+        self.failures += 1
+        if self.failures > BUILD_FOLLOW_MAX_FAILURES:
+            raise err or StreamError(
+                f"build log of template {self.name}: the stream keeps ending without an end event",
+                code="stream_incomplete",
+            )
+
+    def _what(self) -> str:
+        v = f" version {self.version}" if self.version is not None else ""
+        return f"template {self.name}{v}"
+
+    def ended_by(self, latest: Template) -> bool:
+        """Whether ``latest`` (fetched when the wait ran out of time) shows this build already
+        ended; then :meth:`outcome` gives its result instead of a timeout."""
+        if latest.building or (self.version is not None and latest.version != self.version):
+            return False
+        if latest.state not in ("ready", "failed"):
+            return False
+        self.reason = latest.state
+        return True
+
+    def timeout_error(self, latest: Template) -> TemplateBuildTimeoutError:
+        return TemplateBuildTimeoutError(
+            f"{self._what()}: still {latest.state or 'building'} after timeout_seconds="
+            f"{self.timeout_seconds}; the build goes on on the server "
+            "(templates.get(name) shows its state)",
+            template=latest,
+        )
+
+    def outcome(self, latest: Template) -> Template:
+        """The built template once the stream said how the build ended, or raises
+        :class:`TemplateBuildError`. ``latest`` is ``GET /v1/templates/{name}`` after the end
+        (or the queued template when it was deleted)."""
+        if self.reason == "ready":
+            return latest
+        same = self.version is None or latest.version == self.version
+        if self.reason == "failed":
+            why = latest.error if same and latest.error else "see templates.logs(name)"
+            raise TemplateBuildError(f"{self._what()}: build failed: {why}", template=latest)
+        raise TemplateBuildError(
+            f"{self._what()}: build ended: {self.reason}",
+            template=latest,
+            code="template_build_ended",
+        )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, Optional, Type
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .types import ExecResult
+    from .types import ExecResult, Template
 
 __all__ = [
     "PandaStackError",
@@ -35,6 +35,8 @@ __all__ = [
     "CommandTimeoutError",
     "CommandExitError",
     "StreamError",
+    "TemplateBuildError",
+    "TemplateBuildTimeoutError",
 ]
 
 
@@ -185,6 +187,32 @@ class CommandExitError(PandaStackError):
 class StreamError(PandaStackError):
     """The server sent an ``error`` event on a stream (e.g. the guest agent went away), or the
     stream ended without an ``exit`` event."""
+
+
+class TemplateBuildError(PandaStackError):
+    """A template build waited for with ``templates.build(..., wait=True)`` ended ``failed``.
+    ``template`` is the template as the server reported it at the end (its ``state`` is
+    ``failed``); ``error`` is the server's reason (``template.error``). The whole build log is
+    ``client.templates.logs(name)``."""
+
+    def __init__(self, message: str, *, template: "Template", **kw: Any) -> None:
+        kw.setdefault("code", "template_build_failed")
+        super().__init__(message, **kw)
+        self.template = template
+
+    @property
+    def error(self) -> Optional[str]:
+        return self.template.error
+
+
+class TemplateBuildTimeoutError(TemplateBuildError):
+    """``templates.build(..., timeout_seconds=…)`` gave up waiting: the build had not finished
+    in time. It keeps running on the server; ``template`` is its last known state (follow it with
+    ``templates.get(name)``)."""
+
+    def __init__(self, message: str, *, template: "Template", **kw: Any) -> None:
+        kw.setdefault("code", "template_build_timeout")
+        super().__init__(message, template=template, **kw)
 
 
 _BY_CODE: Dict[str, Type[APIError]] = {

@@ -224,8 +224,16 @@ class Snapshot:
 
 @dataclass
 class Template:
-    """A template sandboxes can be created from. ``state`` is ``ready`` once baked,
-    ``available`` before first use."""
+    """A template sandboxes can be created from: a catalog template of the server
+    (``source == "catalog"``; ``state`` is ``ready`` once baked, ``available`` before first use)
+    or one the workspace built with :meth:`~pandastack.PandaStack.templates.build`
+    (``source`` ``"spec"`` or ``"oci"``; ``state`` is the newest build's: ``queued``,
+    ``building``, ``baking``, ``ready`` or ``failed``).
+
+    For built templates, ``version`` is the newest build's number, ``ready_version`` the one new
+    sandboxes get (the newest ready build, or ``None``) and ``error`` why the newest build
+    failed. Fields the server did not send are ``None``; everything it sent is in ``raw``.
+    """
 
     name: str
     description: str = ""
@@ -234,7 +242,20 @@ class Template:
     disk_mb: int = 0
     state: str = ""
     bake_ms: Optional[int] = None
+    source: str = "catalog"
+    version: Optional[int] = None
+    ready_version: Optional[int] = None
+    error: Optional[str] = None
+    build_ms: Optional[int] = None
+    image_bytes: Optional[int] = None
+    created_at: Optional[str] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def building(self) -> bool:
+        """``True`` while the newest build is under way (``queued``, ``building`` or
+        ``baking``)."""
+        return self.state in ("queued", "building", "baking")
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Template":
@@ -246,6 +267,13 @@ class Template:
             disk_mb=_s(d, "disk_mb", 0),
             state=_s(d, "state", ""),
             bake_ms=d.get("bake_ms"),
+            source=_s(d, "source", "catalog"),
+            version=d.get("version"),
+            ready_version=d.get("ready_version"),
+            error=d.get("error"),
+            build_ms=d.get("build_ms"),
+            image_bytes=d.get("image_bytes"),
+            created_at=d.get("created_at"),
             raw=dict(d),
         )
 

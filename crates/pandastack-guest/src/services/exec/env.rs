@@ -1,10 +1,9 @@
 //! Who runs a command and with which environment.
 
 use std::collections::HashMap;
-use std::ffi::CString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use nix::unistd::{Gid, Uid, User};
+use nix::unistd::{Gid, Uid};
 use pandastack_guest_proto::v1;
 use tonic::Status;
 
@@ -21,20 +20,77 @@ pub(super) struct Identity {
     pub shell: PathBuf,
 }
 
+/// One `/etc/passwd` line.
+#[derive(Debug, Clone, PartialEq)]
+struct PasswdEntry {
+    name: String,
+    uid: u32,
+    gid: u32,
+    home: String,
+    shell: String,
+}
+
+/// Users from `/etc/passwd`-format text. The agent is linked statically and the image may have
+/// any libc or none, so users are read from the files, never through NSS.
+fn parse_passwd(text: &str) -> Vec<PasswdEntry> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            if f.len() < 7 || f[0].is_empty() {
+                return None;
+            }
+            Some(PasswdEntry {
+                name: f[0].to_owned(),
+                uid: f[2].parse().ok()?,
+                gid: f[3].parse().ok()?,
+                home: f[5].to_owned(),
+                shell: f[6].to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// Groups of `name` from `/etc/group`-format text: `primary` and every group listing it.
+fn parse_groups(text: &str, name: &str, primary: u32) -> Vec<u32> {
+    let mut out = vec![primary];
+    for l in text.lines().filter(|l| !l.starts_with('#')) {
+        let f: Vec<&str> = l.split(':').collect();
+        if f.len() < 4 {
+            continue;
+        }
+        let Ok(gid) = f[2].parse::<u32>() else {
+            continue;
+        };
+        if f[3].split(',').any(|m| m == name) && !out.contains(&gid) {
+            out.push(gid);
+        }
+    }
+    out
+}
+
+fn read_or_empty(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
 impl Identity {
-    fn from_user(u: User) -> Self {
-        let groups = CString::new(u.name.clone())
-            .ok()
-            .and_then(|c| nix::unistd::getgrouplist(&c, u.gid).ok())
-            .map(|g| g.into_iter().map(Gid::as_raw).collect())
-            .unwrap_or_else(|| vec![u.gid.as_raw()]);
+    fn from_entry(u: PasswdEntry, group_text: &str) -> Self {
+        let groups = parse_groups(group_text, &u.name, u.gid);
         Self {
-            uid: u.uid.as_raw(),
-            gid: u.gid.as_raw(),
+            uid: u.uid,
+            gid: u.gid,
             groups,
-            home: u.dir,
+            home: if u.home.is_empty() {
+                "/".into()
+            } else {
+                u.home.into()
+            },
             name: u.name,
-            shell: u.shell,
+            shell: if u.shell.is_empty() {
+                "/bin/sh".into()
+            } else {
+                u.shell.into()
+            },
         }
     }
 
@@ -53,23 +109,30 @@ impl Identity {
 
 /// Resolves `user` (name or numeric uid; empty = the agent's own user, root in a guest).
 pub(super) fn identity(user: &str) -> Result<Identity, Status> {
-    let lookup_err = |e: nix::Error| Status::internal(format!("look up user {user:?}: {e}"));
+    identity_in(user, Path::new("/etc"))
+}
+
+fn identity_in(user: &str, etc: &Path) -> Result<Identity, Status> {
+    let users = parse_passwd(&read_or_empty(&etc.join("passwd")));
+    let group_text = read_or_empty(&etc.join("group"));
+    let by_uid = |uid: u32, gid: u32| {
+        users
+            .iter()
+            .find(|u| u.uid == uid)
+            .cloned()
+            .map(|u| Identity::from_entry(u, &group_text))
+            .unwrap_or_else(|| Identity::bare(uid, gid))
+    };
     if user.is_empty() {
-        let uid = Uid::current();
-        return Ok(User::from_uid(uid)
-            .map_err(lookup_err)?
-            .map(Identity::from_user)
-            .unwrap_or_else(|| Identity::bare(uid.as_raw(), Gid::current().as_raw())));
+        return Ok(by_uid(Uid::current().as_raw(), Gid::current().as_raw()));
     }
     if let Ok(uid) = user.parse::<u32>() {
-        return Ok(User::from_uid(Uid::from_raw(uid))
-            .map_err(lookup_err)?
-            .map(Identity::from_user)
-            .unwrap_or_else(|| Identity::bare(uid, uid)));
+        return Ok(by_uid(uid, uid));
     }
-    User::from_name(user)
-        .map_err(lookup_err)?
-        .map(Identity::from_user)
+    users
+        .into_iter()
+        .find(|u| u.name == user)
+        .map(|u| Identity::from_entry(u, &group_text))
         .ok_or_else(|| Status::invalid_argument(format!("user: no such user {user:?}")))
 }
 
@@ -129,6 +192,42 @@ pub(super) mod tests {
         let plain = environment(&v1::ExecStart::default(), &root());
         assert_eq!(plain["PATH"], DEFAULT_PATH);
         assert!(!plain.contains_key("TERM"));
+    }
+
+    #[test]
+    fn passwd_and_group_files_are_read_without_nss() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("passwd"),
+            "# comment\nroot:x:0:0:root:/root:/bin/bash\nbad line\nuser:x:1000:1000::/home/user:\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("group"),
+            "root:x:0:\nsudo:x:27:user,other\nuser:x:1000:\ndocker:x:999:user\n",
+        )
+        .unwrap();
+        let u = identity_in("user", dir.path()).unwrap();
+        assert_eq!((u.uid, u.gid), (1000, 1000));
+        assert_eq!(u.groups, vec![1000, 27, 999]);
+        assert_eq!(u.home, PathBuf::from("/home/user"));
+        assert_eq!(u.shell, PathBuf::from("/bin/sh"));
+        assert_eq!(identity_in("1000", dir.path()).unwrap().name, "user");
+        assert_eq!(
+            identity_in("0", dir.path()).unwrap().home,
+            PathBuf::from("/root")
+        );
+        // No passwd file at all (a bare image): uids still work, names do not.
+        let empty = tempfile::tempdir().unwrap();
+        assert_eq!(
+            identity_in("", empty.path()).unwrap().home,
+            PathBuf::from("/")
+        );
+        assert_eq!(identity_in("55", empty.path()).unwrap().uid, 55);
+        assert_eq!(
+            identity_in("user", empty.path()).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
     }
 
     #[test]

@@ -1,0 +1,285 @@
+//! Images for user-built templates (`POST /v1/templates`): from a spec restricted to what is safe
+//! to run as root on this host, or from an OCI image tarball unpacked in a user namespace. The
+//! caller records status and bakes the result with [`HostAgent::bake_image`].
+
+use std::path::{Path, PathBuf};
+
+use pandastack_image::{
+    install_agent, BuildOptions, ImageCache, OciOptions, Progress, TemplateSpec,
+};
+use pandastack_runtime::Shape;
+use pandastack_vm::VmDriver;
+
+use crate::{AgentError, HostAgent};
+
+/// What a template is built from.
+#[derive(Debug, Clone)]
+pub enum BuildSource {
+    /// A spec accepted by [`api_spec`].
+    Spec(Box<TemplateSpec>),
+    /// An OCI image layout or `docker save` tarball.
+    Oci {
+        tarball: PathBuf,
+        disk_mb: Option<u32>,
+    },
+}
+
+/// A built root filesystem, agent included.
+#[derive(Debug, Clone)]
+pub struct BuiltImage {
+    pub image: PathBuf,
+    /// The spec's shape (a spec build); an OCI build takes the caller's.
+    pub shape: Option<Shape>,
+    /// The image's size in MiB.
+    pub disk_mb: u32,
+    /// `KEY=value` entries from the OCI image config.
+    pub env: Vec<String>,
+}
+
+/// Why a spec sent over the API was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecRefused {
+    #[error("spec: {0}")]
+    Parse(String),
+    #[error(
+        "spec field `{0}` runs code or reads files on the server's host, so it is not accepted \
+         over the API; build such templates from an OCI image tarball, or have the operator \
+         add the spec to the catalog"
+    )]
+    Unsafe(&'static str),
+    #[error("spec: {0}")]
+    Invalid(String),
+}
+
+/// Parses a spec sent over the API. Only what runs as trusted code may reach the root-run
+/// builder: Debian packages from the host's configured mirror (their maintainer scripts are the
+/// archive's) and inline files (written by `install` inside the chroot). `setup` commands, pip
+/// and npm packages (install scripts), `source` files (paths on the host) and a `mirror` of the
+/// caller's choosing are refused.
+pub fn api_spec(text: &str) -> Result<TemplateSpec, SpecRefused> {
+    let value: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| SpecRefused::Parse(e.message().to_owned()))?;
+    for key in ["setup", "pip", "npm"] {
+        if value.contains_key(key) {
+            return Err(SpecRefused::Unsafe(key));
+        }
+    }
+    if value
+        .get("debian")
+        .and_then(toml::Value::as_table)
+        .is_some_and(|d| d.contains_key("mirror"))
+    {
+        return Err(SpecRefused::Unsafe("debian.mirror"));
+    }
+    if let Some(files) = value.get("files").and_then(toml::Value::as_array) {
+        if files
+            .iter()
+            .any(|f| f.as_table().is_some_and(|t| t.contains_key("source")))
+        {
+            return Err(SpecRefused::Unsafe("files.source"));
+        }
+    }
+    // No `source` is left, so the path is never read; it only names the spec in messages.
+    TemplateSpec::from_toml(text, Path::new("/nonexistent/api/spec.toml"))
+        .map_err(|e| SpecRefused::Invalid(error_text(&e)))
+}
+
+fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        next = s.source();
+    }
+    text
+}
+
+impl<D: VmDriver + 'static> HostAgent<D> {
+    /// Builds the root filesystem of user template version `id` into `work` (created), with
+    /// the guest agent installed; `log` gets progress lines. Runs on a blocking thread.
+    pub async fn build_image(
+        &self,
+        id: &str,
+        source: BuildSource,
+        work: PathBuf,
+        mut log: impl FnMut(&str) + Send + 'static,
+    ) -> Result<BuiltImage, AgentError> {
+        let agent = self.cfg.guest_agent.clone();
+        let owned = id.to_owned();
+        tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&work)?;
+            let out = work.join("rootfs.ext4");
+            let built = match source {
+                BuildSource::Spec(spec) => {
+                    let mut progress = |p: Progress| log(&format!("{p:?}"));
+                    let img = ImageCache::from_env()
+                        .rootfs_with_agent(
+                            &spec,
+                            &agent,
+                            BuildOptions { force: false },
+                            &mut progress,
+                        )
+                        .map_err(|e| image_error(&owned, e))?;
+                    // A copy of our own (a reflink where the filesystem has them), so a re-bake
+                    // does not depend on the image cache keeping this image.
+                    copy_image(&img.path, &out)?;
+                    let vm = spec.vm();
+                    BuiltImage {
+                        image: out,
+                        shape: Some(Shape {
+                            vcpus: vm.vcpus,
+                            memory_mib: vm.memory_mb,
+                        }),
+                        disk_mb: vm.disk_mb,
+                        env: Vec::new(),
+                    }
+                }
+                BuildSource::Oci { tarball, disk_mb } => {
+                    if !is_static(&agent)? {
+                        return Err(image_error(
+                            &owned,
+                            std::io::Error::other(format!(
+                                "guest agent {} is dynamically linked; an image of another \
+                                 libc could not start it (build it with \
+                                 `-C target-feature=+crt-static`, as scripts/start.sh does)",
+                                agent.display()
+                            )),
+                        ));
+                    }
+                    let unpacker = std::env::current_exe()?;
+                    let oci_work = work.join("oci");
+                    let imported = pandastack_image::import_oci(
+                        &tarball,
+                        &oci_work,
+                        &OciOptions { disk_mb, unpacker },
+                        &mut log,
+                    )
+                    .map_err(|e| image_error(&owned, e))?;
+                    log("installing the guest agent");
+                    install_agent(&imported.image, &agent, &out)
+                        .map_err(|e| image_error(&owned, e))?;
+                    let _ = std::fs::remove_dir_all(&oci_work);
+                    let size = std::fs::metadata(&out)?.len();
+                    BuiltImage {
+                        image: out,
+                        shape: None,
+                        disk_mb: size.div_ceil(1 << 20) as u32,
+                        env: imported.env,
+                    }
+                }
+            };
+            Ok(built)
+        })
+        .await
+        .map_err(|e| image_error(id, e))?
+    }
+}
+
+/// Whether the ELF executable at `path` has no program interpreter (is statically linked).
+fn is_static(path: &Path) -> Result<bool, AgentError> {
+    let bytes = std::fs::read(path)?;
+    let u16_at = |o: usize| {
+        bytes
+            .get(o..o + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+    };
+    let u64_at = |o: usize| {
+        bytes
+            .get(o..o + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+    };
+    if !bytes.starts_with(b"\x7fELF") || bytes.get(4) != Some(&2) {
+        return Err(AgentError::Io(std::io::Error::other(format!(
+            "{} is not a 64-bit ELF executable",
+            path.display()
+        ))));
+    }
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
+    else {
+        return Ok(false);
+    };
+    const PT_INTERP: u32 = 3;
+    Ok((0..usize::from(phnum)).all(|i| {
+        let at = phoff as usize + i * usize::from(phentsize);
+        bytes
+            .get(at..at + 4)
+            .is_some_and(|t| u32::from_le_bytes([t[0], t[1], t[2], t[3]]) != PT_INTERP)
+    }))
+}
+
+/// Copies an image with `cp --reflink=auto --sparse=always` (shares blocks where it can).
+fn copy_image(from: &Path, to: &Path) -> Result<(), AgentError> {
+    let status = std::process::Command::new("cp")
+        .args(["--reflink=auto", "--sparse=always", "--"])
+        .arg(from)
+        .arg(to)
+        .status()?;
+    if !status.success() {
+        return Err(AgentError::Io(std::io::Error::other(format!(
+            "cp {} {}: {status}",
+            from.display(),
+            to.display()
+        ))));
+    }
+    Ok(())
+}
+
+fn image_error(name: &str, e: impl std::error::Error + Send + Sync + 'static) -> AgentError {
+    AgentError::Image {
+        name: name.to_owned(),
+        source: Box::new(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_executables_are_told_apart() {
+        // This test binary is linked dynamically (it has an interpreter).
+        let me = std::env::current_exe().unwrap();
+        assert!(!is_static(&me).unwrap());
+        assert!(is_static(Path::new("/etc/hostname")).is_err());
+        // busybox-static (scripts/setup-host.sh installs it) has none.
+        assert!(is_static(Path::new("/bin/busybox")).unwrap());
+    }
+
+    #[test]
+    fn api_specs_refuse_host_code_and_host_files() {
+        let base = "name = \"t\"\n[debian]\npackages = [\"python3\"]\n";
+        assert!(api_spec(base).is_ok());
+        for (extra, field) in [
+            ("setup = [\"id\"]\n", "setup"),
+            ("[pip]\npackages = [\"x\"]\n", "pip"),
+            ("[npm]\npackages = [\"x\"]\n", "npm"),
+        ] {
+            let text = format!("{extra}{base}");
+            let e = api_spec(&text).unwrap_err();
+            assert!(
+                matches!(e, SpecRefused::Unsafe(f) if f == field),
+                "{text}: {e}"
+            );
+        }
+        let mirror = "name = \"t\"\n[debian]\nmirror = \"http://evil/\"\n";
+        assert!(matches!(
+            api_spec(mirror),
+            Err(SpecRefused::Unsafe("debian.mirror"))
+        ));
+        let source = format!("{base}[[files]]\ndest = \"/x\"\nsource = \"/etc/shadow\"\n");
+        assert!(matches!(
+            api_spec(&source),
+            Err(SpecRefused::Unsafe("files.source"))
+        ));
+        let inline = format!("{base}[[files]]\ndest = \"/etc/x\"\ncontent = \"hi\"\n");
+        assert!(api_spec(&inline).is_ok());
+        assert!(matches!(api_spec("name = "), Err(SpecRefused::Parse(_))));
+        assert!(matches!(
+            api_spec("name = \"BAD NAME\""),
+            Err(SpecRefused::Invalid(_))
+        ));
+    }
+}

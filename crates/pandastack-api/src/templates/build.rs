@@ -1,0 +1,378 @@
+//! Template builds in the background: one at a time (a build is heavy: a Debian bootstrap or a
+//! multi-GiB unpack, then a cold boot), each with a log file, its row moving
+//! `queued → building → baking → ready | failed`. Each build's files live in
+//! `<dir>/<build id>/`: the uploaded tarball (removed once unpacked), the built image (kept for
+//! re-bakes) and `build.log`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use futures::StreamExt;
+use pandastack_agent::{error_chain, BuildSource};
+use pandastack_api_types::ErrorCode;
+use pandastack_runtime::Shape;
+use pandastack_store::{now_ms, BuildStatus, Store, TemplateBuildRow};
+use pandastack_vm::VmDriver;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::Semaphore;
+
+use crate::error::{ApiError, ApiResult};
+use crate::App;
+
+/// Where builds keep their files and how large an upload may be.
+#[derive(Debug, Clone)]
+pub struct BuildConfig {
+    pub dir: PathBuf,
+    pub max_upload_bytes: u64,
+}
+
+pub(crate) struct Builds {
+    cfg: BuildConfig,
+    /// One build at a time on this host.
+    running: Arc<Semaphore>,
+}
+
+const LOG: &str = "build.log";
+const UPLOAD: &str = "upload.tar";
+
+impl Builds {
+    pub(crate) fn new(cfg: BuildConfig) -> Self {
+        Self {
+            cfg,
+            running: Arc::new(Semaphore::new(1)),
+        }
+    }
+
+    fn dir(&self, id: &str) -> PathBuf {
+        self.cfg.dir.join(id)
+    }
+
+    pub(crate) fn log_path(&self, id: &str) -> PathBuf {
+        self.dir(id).join(LOG)
+    }
+
+    /// Refuses an upload whose `Content-Length` is over the limit before reading it.
+    pub(crate) fn check_length(&self, headers: &axum::http::HeaderMap) -> ApiResult<()> {
+        let len = headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        match len {
+            Some(n) if n > self.cfg.max_upload_bytes => Err(self.too_large()),
+            _ => Ok(()),
+        }
+    }
+
+    fn too_large(&self) -> ApiError {
+        ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!(
+                "image tarball larger than this server's limit of {} MiB",
+                self.cfg.max_upload_bytes >> 20
+            ),
+        )
+    }
+
+    /// Streams an uploaded tarball to the build's directory, up to the configured size.
+    pub(crate) async fn receive(&self, id: &str, body: Body) -> ApiResult<PathBuf> {
+        let dir = self.dir(id);
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| ApiError::internal("build directory", &e))?;
+        let path = dir.join(UPLOAD);
+        let mut file = tokio::fs::File::create(&path)
+            .await
+            .map_err(|e| ApiError::internal("upload file", &e))?;
+        let mut stream = body.into_data_stream();
+        let mut total = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                ApiError::new(ErrorCode::InvalidArgument, format!("upload cut short: {e}"))
+            })?;
+            total += chunk.len() as u64;
+            if total > self.cfg.max_upload_bytes {
+                return Err(self.too_large());
+            }
+            file.write_all(&chunk).await.map_err(|e| {
+                if e.raw_os_error() == Some(28) {
+                    ApiError::new(
+                        ErrorCode::InsufficientStorage,
+                        "no space left for the upload",
+                    )
+                } else {
+                    ApiError::internal("upload write", &e)
+                }
+            })?;
+        }
+        file.flush()
+            .await
+            .map_err(|e| ApiError::internal("upload write", &e))?;
+        if total == 0 {
+            return Err(ApiError::new(
+                ErrorCode::InvalidArgument,
+                "empty body: send the image tarball",
+            ));
+        }
+        Ok(path)
+    }
+
+    /// Removes a build's files.
+    pub(crate) fn discard(&self, id: &str) {
+        let dir = self.dir(id);
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(build = id, error = %e, "remove build files");
+            }
+        }
+    }
+
+    /// Marks builds a previous server process left under way as failed (their work is lost)
+    /// and removes build directories no row owns.
+    pub async fn recover(&self, store: &Store) -> Result<(), pandastack_store::StoreError> {
+        for mut row in store.template_builds().unfinished().await? {
+            row.status = BuildStatus::Failed;
+            row.error = Some("the server restarted during the build; build again".into());
+            row.updated_at = now_ms();
+            store.template_builds().update(&row).await?;
+        }
+        let known = store.template_builds().all_ids().await?;
+        if let Ok(dir) = std::fs::read_dir(&self.cfg.dir) {
+            for e in dir.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !known.contains(&name) {
+                    self.discard(&name);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads and drops up to 64 MiB of a refused upload, for at most 10 s (see the caller).
+pub(crate) async fn drain(body: Body) {
+    const MAX: usize = 64 << 20;
+    let mut stream = body.into_data_stream();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        let mut seen = 0;
+        while let Some(Ok(chunk)) = stream.next().await {
+            seen += chunk.len();
+            if seen > MAX {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+/// A build's log file, line by line with the time since the build started.
+struct BuildLog {
+    file: Option<std::fs::File>,
+    started: Instant,
+}
+
+impl BuildLog {
+    fn open(path: &Path) -> Self {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| tracing::warn!(path = %path.display(), error = %e, "build log"))
+            .ok();
+        Self {
+            file,
+            started: Instant::now(),
+        }
+    }
+
+    fn line(&mut self, text: &str) {
+        if let Some(f) = self.file.as_mut() {
+            let _ = writeln!(f, "[{:7.1}s] {text}", self.started.elapsed().as_secs_f64());
+        }
+    }
+}
+
+/// Starts the build of `row` on its own task.
+pub(crate) fn start<D: VmDriver + 'static>(
+    app: Arc<App<D>>,
+    row: TemplateBuildRow,
+    source: BuildSource,
+) {
+    tokio::spawn(async move {
+        let id = row.id.clone();
+        if let Err(e) = run(&app, row, source).await {
+            tracing::warn!(build = %id, error = %e.message, "template build");
+        }
+    });
+}
+
+async fn set(store: &Store, row: &mut TemplateBuildRow, status: BuildStatus) -> ApiResult<()> {
+    row.status = status;
+    row.updated_at = now_ms();
+    store.template_builds().update(row).await?;
+    Ok(())
+}
+
+async fn run<D: VmDriver + 'static>(
+    app: &Arc<App<D>>,
+    mut row: TemplateBuildRow,
+    source: BuildSource,
+) -> ApiResult<()> {
+    let dir = app.builds.dir(&row.id);
+    std::fs::create_dir_all(&dir).map_err(|e| ApiError::internal("build directory", &e))?;
+    let mut log = BuildLog::open(&dir.join(LOG));
+    log.line(&format!(
+        "template {} version {} from {}: queued",
+        row.name, row.version, row.source
+    ));
+    let _permit = Arc::clone(&app.builds.running).acquire_owned().await;
+    let result = build_and_bake(app, &mut row, source, &dir, &mut log).await;
+    if let Err(message) = result {
+        log.line(&format!("failed: {message}"));
+        row.error = Some(message);
+        // The bake cleans up after itself; the built image is of no use to anyone.
+        let _ = std::fs::remove_file(dir.join("rootfs.ext4"));
+        let _ = std::fs::remove_file(dir.join(UPLOAD));
+        set(&app.store, &mut row, BuildStatus::Failed).await?;
+    }
+    Ok(())
+}
+
+/// Why a build failed, as its row and log say it.
+type Failure = String;
+
+fn failed(what: &str, e: &(dyn std::error::Error + 'static)) -> Failure {
+    format!("{what}: {}", error_chain(e))
+}
+
+fn store_failed(e: ApiError) -> Failure {
+    format!("state store: {}", e.message)
+}
+
+async fn build_and_bake<D: VmDriver + 'static>(
+    app: &Arc<App<D>>,
+    row: &mut TemplateBuildRow,
+    source: BuildSource,
+    dir: &Path,
+    log: &mut BuildLog,
+) -> Result<(), Failure> {
+    set(&app.store, row, BuildStatus::Building)
+        .await
+        .map_err(store_failed)?;
+    log.line("building the root filesystem");
+    let started = Instant::now();
+    // Lines from the blocking build thread go to the same file.
+    let mut thread_log = BuildLog::open(&dir.join(LOG));
+    thread_log.started = log.started;
+    let upload = match &source {
+        BuildSource::Oci { tarball, .. } => Some(tarball.clone()),
+        BuildSource::Spec(_) => None,
+    };
+    let built = app
+        .agent
+        .build_image(&row.id, source, dir.to_owned(), move |line| {
+            thread_log.line(line)
+        })
+        .await;
+    if let Some(t) = upload {
+        let _ = std::fs::remove_file(t);
+    }
+    let built = built.map_err(|e| failed("build", &e))?;
+    row.build_ms = Some(started.elapsed().as_millis() as i64);
+    row.image_bytes = allocated_bytes(&built.image);
+    row.disk_mb = i64::from(built.disk_mb);
+    if let Some(shape) = built.shape {
+        row.vcpus = i64::from(shape.vcpus);
+        row.memory_mib = i64::from(shape.memory_mib);
+    }
+    row.env = built
+        .env
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    log.line(&format!(
+        "image built in {:.1}s: {} MiB allocated, disk {} MiB",
+        started.elapsed().as_secs_f64(),
+        row.image_bytes.unwrap_or(0) >> 20,
+        row.disk_mb
+    ));
+    bake(app, row, &built.image, log).await
+}
+
+async fn bake<D: VmDriver + 'static>(
+    app: &Arc<App<D>>,
+    row: &mut TemplateBuildRow,
+    image: &Path,
+    log: &mut BuildLog,
+) -> Result<(), Failure> {
+    // A re-bake of a ready version keeps serving the earlier bake until the new one is in place.
+    if row.status != BuildStatus::Ready {
+        set(&app.store, row, BuildStatus::Baking)
+            .await
+            .map_err(store_failed)?;
+    }
+    log.line(&format!(
+        "baking: cold boot with {} vCPU, {} MiB, then snapshot",
+        row.vcpus, row.memory_mib
+    ));
+    let shape = Shape {
+        vcpus: row.vcpus as u32,
+        memory_mib: row.memory_mib as u32,
+    };
+    let t = app
+        .agent
+        .bake_image(&row.id, image, shape)
+        .await
+        .map_err(|e| failed("bake", &e))?;
+    row.bake_ms = Some(t.bake_ms as i64);
+    row.error = None;
+    log.line(&format!("baked in {} ms: ready", t.bake_ms));
+    set(&app.store, row, BuildStatus::Ready)
+        .await
+        .map_err(store_failed)?;
+    Ok(())
+}
+
+/// Re-bakes a ready version from its kept image.
+pub(crate) async fn rebake<D: VmDriver + 'static>(
+    app: &Arc<App<D>>,
+    mut row: TemplateBuildRow,
+) -> ApiResult<()> {
+    let dir = app.builds.dir(&row.id);
+    let image = dir.join("rootfs.ext4");
+    if !image.is_file() {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!(
+                "the image of {} version {} is gone; build the template again",
+                row.name, row.version
+            ),
+        ));
+    }
+    let mut log = BuildLog::open(&dir.join(LOG));
+    log.line("re-bake requested");
+    let _permit = Arc::clone(&app.builds.running).acquire_owned().await;
+    match bake(app, &mut row, &image, &mut log).await {
+        Ok(()) => Ok(()),
+        Err(m) => {
+            log.line(&format!("re-bake failed: {m}"));
+            // The earlier bake stays in place when a new one fails: still ready.
+            set(&app.store, &mut row, BuildStatus::Ready).await?;
+            Err(ApiError::new(
+                ErrorCode::Internal,
+                format!("re-bake failed: {m}"),
+            ))
+        }
+    }
+}
+
+/// Blocks the file occupies (sparse images are much smaller than their size).
+fn allocated_bytes(path: &Path) -> Option<i64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.blocks() * 512) as i64)
+}

@@ -1,0 +1,178 @@
+//! Starting the unpacker confined. Between fork and exec the child (still root) gets a private
+//! mount namespace with the work directory bind-mounted on `/tmp` (so it needs no access to the
+//! work directory's ancestors), then a new user namespace. `Command::spawn` returns only after
+//! the exec, but the uid/gid maps must be written by a process outside the namespace before the
+//! child can become uid 0 in it; so a helper thread reads the child's pid from a pipe, writes the
+//! maps, and lets the child go on through a second pipe.
+
+use std::ffi::CString;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde::Deserialize;
+
+use super::{io, OciError, OciOptions, UNPACK_ID_BASE, UNPACK_ID_COUNT};
+
+/// Where the work directory appears in the unpacker's mount namespace.
+pub(super) const INSIDE: &str = "/tmp";
+
+/// The unpacker's last stdout line.
+#[derive(Debug, Deserialize)]
+pub(super) struct Summary {
+    pub entries: u64,
+    pub neutralised: u64,
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), OciError> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+    let r = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    if r != 0 {
+        return Err(io("pipe")(std::io::Error::last_os_error()));
+    }
+    // SAFETY: pipe2 succeeded, so both fds are open and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Runs `<unpacker> internal oci-unpack` over `work` confined; returns its summary.
+pub(super) fn run_unpacker(
+    work: &Path,
+    layers: &[PathBuf],
+    opts: &OciOptions,
+    log: &mut dyn FnMut(&str),
+) -> Result<Summary, OciError> {
+    let exe = std::fs::File::open(&opts.unpacker)
+        .map_err(io(format!("unpacker {}", opts.unpacker.display())))?;
+    let work_c = CString::new(work.as_os_str().as_encoded_bytes())
+        .map_err(|_| OciError::Unpacker("work path has a NUL byte".into()))?;
+    let (pid_r, pid_w) = pipe()?;
+    let (go_r, go_w) = pipe()?;
+
+    let mut cmd = Command::new(format!("/proc/self/fd/{}", exe.as_raw_fd()));
+    cmd.args(["internal", "oci-unpack", "--root"])
+        .arg(format!("{INSIDE}/root"))
+        .arg("--out")
+        .arg(format!("{INSIDE}/out/rootfs.ext4"));
+    if let Some(mb) = opts.disk_mb {
+        cmd.arg("--disk-mb").arg(mb.to_string());
+    }
+    cmd.arg("--layers");
+    for l in layers {
+        let name = l.file_name().map(|n| n.to_string_lossy().into_owned());
+        cmd.arg(format!("{INSIDE}/{}", name.unwrap_or_default()));
+    }
+    cmd.env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .env("PANDASTACK_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let exe_fd = exe.as_raw_fd();
+    let (pid_w_fd, go_r_fd) = (pid_w.as_raw_fd(), go_r.as_raw_fd());
+    // SAFETY: the closure runs in the forked child before exec and only makes system calls
+    // (no allocation, no locks): everything it needs was prepared above.
+    unsafe {
+        cmd.pre_exec(move || {
+            let check = |r: libc::c_int| {
+                if r == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            };
+            // The executable stays open across exec (it is run through /proc/self/fd).
+            let flags = libc::fcntl(exe_fd, libc::F_GETFD);
+            check(libc::fcntl(
+                exe_fd,
+                libc::F_SETFD,
+                flags & !libc::FD_CLOEXEC,
+            ))?;
+            check(libc::unshare(libc::CLONE_NEWNS))?;
+            check(libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ))?;
+            check(libc::mount(
+                work_c.as_ptr(),
+                c"/tmp".as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            ))?;
+            check(libc::unshare(libc::CLONE_NEWUSER))?;
+            let pid = libc::getpid().to_ne_bytes();
+            if libc::write(pid_w_fd, pid.as_ptr().cast(), pid.len()) != pid.len() as isize {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mut go = [0u8; 1];
+            if libc::read(go_r_fd, go.as_mut_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::other("uid map not written"));
+            }
+            check(libc::setgroups(0, std::ptr::null()))?;
+            check(libc::setresgid(0, 0, 0))?;
+            check(libc::setresuid(0, 0, 0))?;
+            check(libc::chdir(c"/tmp".as_ptr()))?;
+            Ok(())
+        });
+    }
+
+    let mapper = std::thread::spawn(move || -> Result<(), String> {
+        let mut pid_r = std::fs::File::from(pid_r);
+        let mut go_w = std::fs::File::from(go_w);
+        let mut pid = [0u8; 4];
+        pid_r
+            .read_exact(&mut pid)
+            .map_err(|e| format!("child pid: {e}"))?;
+        let pid = i32::from_ne_bytes(pid);
+        let map = format!("0 {UNPACK_ID_BASE} {UNPACK_ID_COUNT}\n");
+        for file in ["uid_map", "gid_map"] {
+            std::fs::write(format!("/proc/{pid}/{file}"), &map)
+                .map_err(|e| format!("write {file}: {e}"))?;
+        }
+        go_w.write_all(&[1])
+            .map_err(|e| format!("release child: {e}"))
+    });
+    let spawned = cmd.spawn();
+    // Our ends of the child's pipe halves: closing them lets the mapper see the end of the pipe
+    // (and stop) if the child never wrote its pid.
+    drop(pid_w);
+    drop(go_r);
+    let mapped = mapper
+        .join()
+        .unwrap_or_else(|_| Err("mapper thread panicked".into()));
+    let child = spawned.map_err(|e| match &mapped {
+        Err(m) => OciError::Unpacker(format!("start: {e} ({m})")),
+        Ok(()) => OciError::Unpacker(format!("start: {e}")),
+    })?;
+    let out = child
+        .wait_with_output()
+        .map_err(io("wait for the unpacker"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut summary = None;
+    for line in stdout.lines() {
+        match serde_json::from_str::<Summary>(line) {
+            Ok(s) => summary = Some(s),
+            Err(_) => log(line),
+        }
+    }
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let msg = stderr.trim().lines().last().unwrap_or("").trim();
+        let msg = msg.strip_prefix("error: ").unwrap_or(msg);
+        return Err(OciError::Unpacker(if msg.is_empty() {
+            out.status.to_string()
+        } else {
+            msg.to_owned()
+        }));
+    }
+    summary.ok_or_else(|| OciError::Unpacker("no summary from the unpacker".into()))
+}

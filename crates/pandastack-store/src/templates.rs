@@ -1,0 +1,238 @@
+//! User-built template rows: one per build (a version of a workspace's template).
+
+use std::collections::BTreeMap;
+
+use sqlx::{Row, SqlitePool};
+
+use crate::StoreError;
+
+/// Where a build stands: `queued → building → baking → ready | failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuildStatus {
+    Queued,
+    Building,
+    Baking,
+    Ready,
+    Failed,
+}
+
+impl BuildStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BuildStatus::Queued => "queued",
+            BuildStatus::Building => "building",
+            BuildStatus::Baking => "baking",
+            BuildStatus::Ready => "ready",
+            BuildStatus::Failed => "failed",
+        }
+    }
+
+    fn parse(s: &str) -> Self {
+        match s {
+            "queued" => BuildStatus::Queued,
+            "building" => BuildStatus::Building,
+            "baking" => BuildStatus::Baking,
+            "ready" => BuildStatus::Ready,
+            _ => BuildStatus::Failed,
+        }
+    }
+
+    /// Still under way (not `ready` or `failed`).
+    pub fn active(self) -> bool {
+        matches!(
+            self,
+            BuildStatus::Queued | BuildStatus::Building | BuildStatus::Baking
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateBuildRow {
+    /// `<name>-v<version>-<6 hex>`: also the baked template's name on the host, and what the
+    /// sandboxes made from this version show as their template.
+    pub id: String,
+    pub workspace_id: String,
+    pub name: String,
+    pub version: i64,
+    /// `spec` or `oci`.
+    pub source: String,
+    pub status: BuildStatus,
+    pub error: Option<String>,
+    pub description: String,
+    pub vcpus: i64,
+    pub memory_mib: i64,
+    pub disk_mb: i64,
+    /// Environment from the image (OCI `Env`), given to every sandbox of the template.
+    pub env: BTreeMap<String, String>,
+    pub image_bytes: Option<i64>,
+    pub build_ms: Option<i64>,
+    pub bake_ms: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+pub struct TemplateBuilds<'a> {
+    pub(crate) pool: &'a SqlitePool,
+}
+
+const COLUMNS: &str = "id, workspace_id, name, version, source, status, error, description, vcpus, memory_mib, disk_mb, env, image_bytes, build_ms, bake_ms, created_at, updated_at";
+
+fn row(r: &sqlx::sqlite::SqliteRow) -> Result<TemplateBuildRow, StoreError> {
+    let env: String = r.get("env");
+    Ok(TemplateBuildRow {
+        id: r.get("id"),
+        workspace_id: r.get("workspace_id"),
+        name: r.get("name"),
+        version: r.get("version"),
+        source: r.get("source"),
+        status: BuildStatus::parse(r.get::<&str, _>("status")),
+        error: r.get("error"),
+        description: r.get("description"),
+        vcpus: r.get("vcpus"),
+        memory_mib: r.get("memory_mib"),
+        disk_mb: r.get("disk_mb"),
+        env: serde_json::from_str(&env)?,
+        image_bytes: r.get("image_bytes"),
+        build_ms: r.get("build_ms"),
+        bake_ms: r.get("bake_ms"),
+        created_at: r.get("created_at"),
+        updated_at: r.get("updated_at"),
+    })
+}
+
+impl TemplateBuilds<'_> {
+    /// Inserts `b` as the next version of its template (its `version` and `id` are set here:
+    /// `<name>-v<version>-<6 hex>`), unless a build of that template is still under way
+    /// ([`StoreError::Conflict`]).
+    pub async fn insert_next(&self, b: &mut TemplateBuildRow) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let rows = sqlx::query(
+            "SELECT version, status FROM template_builds WHERE workspace_id = $1 AND name = $2",
+        )
+        .bind(&b.workspace_id)
+        .bind(&b.name)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut next = 1;
+        for r in &rows {
+            let v: i64 = r.get("version");
+            next = next.max(v + 1);
+            if BuildStatus::parse(r.get::<&str, _>("status")).active() {
+                return Err(StoreError::Conflict);
+            }
+        }
+        b.version = next;
+        b.id = format!(
+            "{}-v{next}-{:06x}",
+            b.name,
+            rand::random::<u32>() & 0x00ff_ffff
+        );
+        sqlx::query(&format!(
+            "INSERT INTO template_builds ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+        ))
+        .bind(&b.id)
+        .bind(&b.workspace_id)
+        .bind(&b.name)
+        .bind(b.version)
+        .bind(&b.source)
+        .bind(b.status.as_str())
+        .bind(&b.error)
+        .bind(&b.description)
+        .bind(b.vcpus)
+        .bind(b.memory_mib)
+        .bind(b.disk_mb)
+        .bind(serde_json::to_string(&b.env)?)
+        .bind(b.image_bytes)
+        .bind(b.build_ms)
+        .bind(b.bake_ms)
+        .bind(b.created_at)
+        .bind(b.updated_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Writes the mutable fields of `b` (status, error, env, figures).
+    pub async fn update(&self, b: &TemplateBuildRow) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE template_builds SET status = $2, error = $3, env = $4, image_bytes = $5, \
+             build_ms = $6, bake_ms = $7, updated_at = $8 WHERE id = $1",
+        )
+        .bind(&b.id)
+        .bind(b.status.as_str())
+        .bind(&b.error)
+        .bind(serde_json::to_string(&b.env)?)
+        .bind(b.image_bytes)
+        .bind(b.build_ms)
+        .bind(b.bake_ms)
+        .bind(b.updated_at)
+        .execute(self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Every version of the workspace's template `name`, oldest first.
+    pub async fn versions(
+        &self,
+        workspace_id: &str,
+        name: &str,
+    ) -> Result<Vec<TemplateBuildRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM template_builds WHERE workspace_id = $1 AND name = $2 ORDER BY version"
+        ))
+        .bind(workspace_id)
+        .bind(name)
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(row).collect()
+    }
+
+    /// Every build of the workspace, by name then version.
+    pub async fn list(&self, workspace_id: &str) -> Result<Vec<TemplateBuildRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM template_builds WHERE workspace_id = $1 ORDER BY name, version"
+        ))
+        .bind(workspace_id)
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(row).collect()
+    }
+
+    /// The build with id `id` (any workspace), if there is one.
+    pub async fn by_id(&self, id: &str) -> Result<Option<TemplateBuildRow>, StoreError> {
+        let r = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM template_builds WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(self.pool)
+        .await?;
+        r.as_ref().map(row).transpose()
+    }
+
+    /// Builds left under way by a previous server process.
+    pub async fn unfinished(&self) -> Result<Vec<TemplateBuildRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM template_builds WHERE status IN ('queued', 'building', 'baking')"
+        ))
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(row).collect()
+    }
+
+    /// Ids of every build (any workspace): the host's user-built templates.
+    pub async fn all_ids(&self) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query("SELECT id FROM template_builds")
+            .fetch_all(self.pool)
+            .await?;
+        Ok(rows.iter().map(|r| r.get("id")).collect())
+    }
+
+    pub async fn delete(&self, id: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM template_builds WHERE id = $1")
+            .bind(id)
+            .execute(self.pool)
+            .await?;
+        Ok(())
+    }
+}
