@@ -15,6 +15,12 @@ use super::{io, OciError};
 
 /// JSON documents (manifests, configs) are small; larger entries are only ever layers.
 const MAX_JSON: u64 = 4 << 20;
+/// All small members kept in memory together, at most (a tarball of many small files is not an
+/// image, and must not fill the server's memory).
+const MAX_SMALL_TOTAL: usize = 64 << 20;
+/// Layer bytes copied out of the archive, at most (a gzip-compressed archive can expand far
+/// beyond its size).
+pub(super) const MAX_LAYER_BYTES: u64 = 64 << 30;
 
 /// What the host needs from the archive.
 pub(super) struct Extracted {
@@ -133,6 +139,7 @@ fn json<T: serde::de::DeserializeOwned>(
 /// Pass one: every small member's bytes (the JSON documents are among them).
 fn small_members(tarball: &Path) -> Result<HashMap<String, Vec<u8>>, OciError> {
     let mut out = HashMap::new();
+    let mut total = 0usize;
     let mut archive = tar::Archive::new(open_maybe_gzip(tarball)?);
     let entries = archive
         .entries()
@@ -143,10 +150,25 @@ fn small_members(tarball: &Path) -> Result<HashMap<String, Vec<u8>>, OciError> {
             continue;
         }
         let name = member(&entry.path().map_err(|e| OciError::Tar(e.to_string()))?);
+        // Only what can be a JSON document: the two indexes, `*.json`, and blobs (an OCI
+        // layout's manifests and config have no extension).
+        let wanted = name == "index.json"
+            || name == "manifest.json"
+            || name.ends_with(".json")
+            || name.starts_with("blobs/");
+        if !wanted {
+            continue;
+        }
         let mut buf = Vec::with_capacity(entry.size() as usize);
         entry
             .read_to_end(&mut buf)
             .map_err(|e| OciError::Tar(e.to_string()))?;
+        total += buf.len();
+        if total > MAX_SMALL_TOTAL {
+            return Err(OciError::NotAnImage(
+                "more than 64 MiB of small files; an image has a few JSON documents".into(),
+            ));
+        }
         out.insert(name, buf);
     }
     Ok(out)
@@ -264,6 +286,12 @@ pub(super) fn extract(tarball: &Path, work: &Path) -> Result<Extracted, OciError
             out.write_all(&buf[..n])
                 .map_err(io(format!("write {}", paths[first].display())))?;
             total += n as u64;
+            if total > MAX_LAYER_BYTES {
+                return Err(OciError::Unsupported(format!(
+                    "layers larger than {} GiB in all",
+                    MAX_LAYER_BYTES >> 30
+                )));
+            }
         }
         if let Some(digest) = &layers[first].1 {
             let want = digest.split_once(':').map_or("", |(_, h)| h);

@@ -24,7 +24,14 @@ const MIB: u64 = 1 << 20;
 /// Applies `args.layers` to `args.root` in order, then writes `args.out`. Prints one line per
 /// dropped entry and, last, a JSON summary `{"entries":N,"neutralised":M}` on stdout.
 pub fn unpack_main(args: UnpackArgs) -> Result<(), OciError> {
-    let mut stats = Stats::default();
+    // A compressed layer can expand without bound: stop at the disk size asked for, or at the
+    // same ceiling the host puts on the layers themselves.
+    let mut stats = Stats {
+        limit: args
+            .disk_mb
+            .map_or(super::layout::MAX_LAYER_BYTES, |d| u64::from(d) * MIB),
+        ..Stats::default()
+    };
     for layer in &args.layers {
         apply_layer(layer, &args.root, &mut stats)?;
     }
@@ -41,6 +48,9 @@ pub fn unpack_main(args: UnpackArgs) -> Result<(), OciError> {
 struct Stats {
     entries: u64,
     neutralised: u64,
+    /// File bytes written so far, against `limit`.
+    bytes: u64,
+    limit: u64,
 }
 
 impl Stats {
@@ -129,6 +139,13 @@ fn apply_layer(layer: &Path, root: &Path, stats: &mut Stats) -> Result<(), OciEr
             continue;
         }
         let kind = entry.header().entry_type();
+        stats.bytes += entry.size();
+        if stats.bytes > stats.limit {
+            return Err(OciError::TooSmall {
+                need_mb: stats.bytes.div_ceil(MIB),
+                disk_mb: (stats.limit / MIB) as u32,
+            });
+        }
         if matches!(kind, tar::EntryType::Block | tar::EntryType::Char) {
             stats.drop_entry(&raw, "device node");
             continue;
@@ -340,7 +357,10 @@ mod tests {
             ]),
         )
         .unwrap();
-        let mut stats = Stats::default();
+        let mut stats = Stats {
+            limit: 1 << 20,
+            ..Stats::default()
+        };
         apply_layer(&l1, &root, &mut stats).unwrap();
         apply_layer(&l2, &root, &mut stats).unwrap();
         assert!(root.join("a/keep").exists());
@@ -349,5 +369,16 @@ mod tests {
         assert!(root.join("o/new").exists());
         assert!(!dir.path().join("escape").exists());
         assert_eq!(stats.neutralised, 1);
+        // Past the byte ceiling (a decompression bomb), the unpack stops.
+        let mut small = Stats {
+            limit: 2,
+            ..Stats::default()
+        };
+        let other = dir.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        assert!(matches!(
+            apply_layer(&l1, &other, &mut small),
+            Err(OciError::TooSmall { .. })
+        ));
     }
 }
