@@ -78,8 +78,9 @@ export class APIConnectionError extends PandaStackError {}
 export class RequestTimeoutError extends APIConnectionError {}
 
 /**
- * A command ran past its `timeoutSeconds` and was killed. The output it produced until then is
- * kept in {@link result}.
+ * A command ran past its `timeoutSeconds` and was killed (thrown by `exec` with `check: true`;
+ * without it the result says `timedOut`). The output it produced until then is kept in
+ * {@link result}.
  */
 export class CommandTimeoutError extends PandaStackError {
   readonly result: ExecResult;

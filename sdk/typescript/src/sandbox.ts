@@ -198,10 +198,11 @@ export class Sandbox {
 
   /**
    * Runs a command: a string goes through `/bin/sh -c`, an array runs as argv without a shell.
-   * A non-zero exit is returned, not thrown, unless `check` is set. A command that runs past
-   * `timeoutSeconds` is killed and {@link CommandTimeoutError} is thrown, carrying the output
-   * produced until then. With `onStdout`/`onStderr` the output is streamed to the callbacks
-   * while the command runs.
+   * A non-zero exit and a timeout are returned as data (`exitCode`, `timedOut`: a command that
+   * runs past `timeoutSeconds` is killed and its output so far returned), as in the Python SDK.
+   * With `check` a timeout throws {@link CommandTimeoutError} and a non-zero exit
+   * {@link CommandExitError}, both carrying the result. With `onStdout`/`onStderr` the output is
+   * streamed to the callbacks while the command runs.
    */
   async exec(cmd: string | readonly string[], opts: ExecRunOptions = {}): Promise<ExecResult> {
     let result: ExecResult;
@@ -218,7 +219,7 @@ export class Sandbox {
       });
       result = execResultFromWire(w);
     }
-    if (result.timedOut) throw new CommandTimeoutError(result, opts.timeoutSeconds);
+    if (opts.check && result.timedOut) throw new CommandTimeoutError(result, opts.timeoutSeconds);
     if (opts.check && result.exitCode !== 0) throw new CommandExitError(result);
     return result;
   }

@@ -233,7 +233,7 @@ test("request timeout is its own error", async () => {
   }
 });
 
-test("exec: timedOut throws CommandTimeoutError with partial output; check throws CommandExitError", async () => {
+test("exec: a timeout and a non-zero exit are data; with check they throw, with the partial output", async () => {
   const srv = await mockServer((req, res, body) => {
     if (!req.url.endsWith("/exec")) return json(res, 200, SANDBOX);
     const b = JSON.parse(body);
@@ -243,7 +243,10 @@ test("exec: timedOut throws CommandTimeoutError with partial output; check throw
   try {
     const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url });
     const sb = await client.sandboxes.get("sb-1");
-    await assert.rejects(sb.exec("slow", { timeoutSeconds: 1 }), (e) => e instanceof CommandTimeoutError && e.result.stdout === "partial" && /timeoutSeconds=1/.test(e.message));
+    const slow = await sb.exec("slow", { timeoutSeconds: 1 });
+    assert.equal(slow.timedOut, true);
+    assert.equal(slow.stdout, "partial");
+    await assert.rejects(sb.exec("slow", { timeoutSeconds: 1, check: true }), (e) => e instanceof CommandTimeoutError && e.result.stdout === "partial" && /timeoutSeconds=1/.test(e.message));
     const r = await sb.exec("fail");
     assert.equal(r.exitCode, 3);
     await assert.rejects(sb.exec("fail", { check: true }), (e) => e instanceof CommandExitError && e.exitCode === 3 && e.stderr === "bad\n");
