@@ -42,29 +42,23 @@ pub enum SpecRefused {
     #[error("spec: {0}")]
     Parse(String),
     #[error(
-        "spec field `{0}` runs code or reads files on the server's host, so it is not accepted \
-         over the API; build such templates from an OCI image tarball, or have the operator \
-         add the spec to the catalog"
+        "spec field `{0}` would read files or fetch packages on the server's host, so it is not \
+         accepted over the API; inline the file's `content`, or build from an OCI image tarball"
     )]
     Unsafe(&'static str),
     #[error("spec: {0}")]
     Invalid(String),
 }
 
-/// Parses a spec sent over the API. Only what runs as trusted code may reach the root-run
-/// builder: Debian packages from the host's configured mirror (their maintainer scripts are the
-/// archive's) and inline files (written by `install` inside the chroot). `setup` commands, pip
-/// and npm packages (install scripts), `source` files (paths on the host) and a `mirror` of the
-/// caller's choosing are refused.
+/// Parses a spec sent over the API. Only trusted code may run in the root-run builder on the
+/// host: the Debian bootstrap from the host's configured mirror (the archive's maintainer
+/// scripts). The caller's steps — pip and npm packages, files, `setup` commands — run later in
+/// a builder VM (see `pandastack-api`'s template builds). `source` files (paths on the host) and
+/// a `mirror` of the caller's choosing are refused.
 pub fn api_spec(text: &str) -> Result<TemplateSpec, SpecRefused> {
     let value: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| SpecRefused::Parse(e.message().to_owned()))?;
-    for key in ["setup", "pip", "npm"] {
-        if value.contains_key(key) {
-            return Err(SpecRefused::Unsafe(key));
-        }
-    }
     if value
         .get("debian")
         .and_then(toml::Value::as_table)
@@ -252,18 +246,11 @@ mod tests {
     fn api_specs_refuse_host_code_and_host_files() {
         let base = "name = \"t\"\n[debian]\npackages = [\"python3\"]\n";
         assert!(api_spec(base).is_ok());
-        for (extra, field) in [
-            ("setup = [\"id\"]\n", "setup"),
-            ("[pip]\npackages = [\"x\"]\n", "pip"),
-            ("[npm]\npackages = [\"x\"]\n", "npm"),
-        ] {
-            let text = format!("{extra}{base}");
-            let e = api_spec(&text).unwrap_err();
-            assert!(
-                matches!(e, SpecRefused::Unsafe(f) if f == field),
-                "{text}: {e}"
-            );
-        }
+        // Steps that run code go to the builder VM: accepted.
+        let steps = "setup = [\"id\"]\nname = \"t\"\n[debian]\npackages = [\"python3-pip\", \"npm\"]\n[pip]\npackages = [\"x\"]\n[npm]\npackages = [\"y\"]\n";
+        let spec = api_spec(steps).unwrap();
+        assert!(spec.has_guest_steps());
+        assert!(!spec.without_guest_steps().has_guest_steps());
         let mirror = "name = \"t\"\n[debian]\nmirror = \"http://evil/\"\n";
         assert!(matches!(
             api_spec(mirror),

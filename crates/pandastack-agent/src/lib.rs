@@ -287,6 +287,23 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         result.map(|()| slot.view().expect("live"))
     }
 
+    /// Hibernates sandbox `id` and copies its disk to `to` (a reflink where the filesystem has
+    /// them): the disk of a VM that is not running, so consistent with what the guest synced.
+    pub async fn export_disk(&self, id: &str, to: &std::path::Path) -> Result<(), AgentError> {
+        self.hibernate(id).await?;
+        let e = self.entry(id).await?;
+        let slot = e.slot.lock().await;
+        match &*slot {
+            Slot::Hibernated(h) => {
+                pandastack_runtime::files::clone_file(&h.rootfs(), to)?;
+                Ok(())
+            }
+            _ => Err(AgentError::Io(std::io::Error::other(format!(
+                "sandbox {id} did not stay hibernated"
+            )))),
+        }
+    }
+
     /// Wakes a hibernated sandbox. Idempotent.
     pub async fn wake(&self, id: &str) -> Result<SandboxView, AgentError> {
         let e = self.entry(id).await?;

@@ -28,6 +28,11 @@ impl Hibernated {
     pub fn state(&self) -> PathBuf {
         self.dir.join(HIBERNATE_STATE)
     }
+
+    /// The sandbox's disk (no VM writes to it while hibernated).
+    pub fn rootfs(&self) -> PathBuf {
+        self.dir.join(ROOTFS)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

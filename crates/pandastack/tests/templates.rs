@@ -186,12 +186,15 @@ async fn oci_tarball_builds_versions_and_deletes() {
         .call(
             "POST",
             "/v1/templates",
-            Some(json!({"spec": "name = \"s\"\nsetup = [\"id\"]\n"})),
+            Some(json!({"spec": "name = \"s\"\n[debian]\nmirror = \"http://evil.example/\"\n"})),
         )
         .await;
     assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
     assert!(
-        v["error"]["message"].as_str().unwrap().contains("`setup`"),
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`debian.mirror`"),
         "{v}"
     );
     let (_, v) = api.call("GET", "/v1/templates", None).await;
@@ -354,6 +357,10 @@ async fn spec_builds_debian_packages_and_files() {
     let spec = r#"
 name = "from-spec"
 description = "minbase and one file"
+setup = [
+  "useradd --create-home builder",
+  "echo \"built in $(hostname) as $(id -un)\" > /etc/built-in-vm",
+]
 
 [debian]
 packages = ["procps"]
@@ -385,22 +392,52 @@ disk_mb = 1024
     let v = wait_built(&api, "from-spec").await;
     assert_eq!(v["state"], "ready", "{v}");
     let (_, log) = api.call("GET", "/v1/templates/from-spec/logs", None).await;
-    assert!(log.as_str().unwrap().contains("baked"), "{log}");
+    let log = log.as_str().unwrap().to_owned();
+    assert!(log.contains("builder VM"), "{log}");
+    assert!(log.contains("step: setup[0]"), "{log}");
+    assert!(log.contains("baked"), "{log}");
     let id = api.create(json!({"template": "from-spec"})).await;
     let r = sh(
         &api,
         &id,
-        "cat /etc/from-spec.txt; stat -c '%a' /etc/from-spec.txt; command -v ps",
+        "cat /etc/from-spec.txt; stat -c '%a' /etc/from-spec.txt; command -v ps; \
+         cat /etc/built-in-vm; id -u builder >/dev/null && echo has-builder",
     )
     .await;
-    assert_eq!(
-        r["stdout"], "written by the spec\n640\n/usr/bin/ps\n",
-        "{r}"
-    );
+    // The setup commands ran in the builder VM (named after the build), not on the host.
+    let out = r["stdout"].as_str().unwrap();
+    let (head, tail) = out
+        .split_once("built in from-spec-v1-")
+        .expect("builder VM hostname");
+    assert_eq!(head, "written by the spec\n640\n/usr/bin/ps\n", "{r}");
+    assert!(tail.ends_with("-s as root\nhas-builder\n"), "{r}");
     let (st, _) = api
         .call("DELETE", &format!("/v1/sandboxes/{id}"), None)
         .await;
     assert_eq!(st, StatusCode::NO_CONTENT);
     let (st, _) = api.call("DELETE", "/v1/templates/from-spec", None).await;
     assert_eq!(st, StatusCode::NO_CONTENT);
+
+    // A failing step fails the build, names the step, and leaves no builder VM or template.
+    let bad = spec
+        .replace("from-spec", "bad-step")
+        .replace("useradd --create-home builder", "exit 3");
+    let (st, v) = api
+        .call("POST", "/v1/templates", Some(json!({ "spec": bad })))
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{v}");
+    let v = wait_built(&api, "bad-step").await;
+    assert_eq!(v["state"], "failed", "{v}");
+    assert!(v["error"].as_str().unwrap().contains("setup[0]"), "{v}");
+    let leftovers: Vec<String> = ["templates", "sandboxes"]
+        .iter()
+        .flat_map(|d| {
+            std::fs::read_dir(guard.dir.path().join(d))
+                .unwrap()
+                .flatten()
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("bad-step") || n.starts_with("from-spec"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
 }

@@ -168,7 +168,7 @@ pub(crate) async fn drain(body: Body) {
 }
 
 /// A build's log file, line by line with the time since the build started.
-struct BuildLog {
+pub(super) struct BuildLog {
     file: Option<std::fs::File>,
     started: Instant,
 }
@@ -187,7 +187,7 @@ impl BuildLog {
         }
     }
 
-    fn line(&mut self, text: &str) {
+    pub(super) fn line(&mut self, text: &str) {
         if let Some(f) = self.file.as_mut() {
             let _ = writeln!(f, "[{:7.1}s] {text}", self.started.elapsed().as_secs_f64());
         }
@@ -270,6 +270,14 @@ async fn build_and_bake<D: VmDriver + 'static>(
         BuildSource::Oci { tarball, .. } => Some(tarball.clone()),
         BuildSource::Spec(_) => None,
     };
+    // The host builds only a spec's Debian part; its own steps run in a builder VM.
+    let (source, guest_steps) = match source {
+        BuildSource::Spec(spec) if spec.has_guest_steps() => (
+            BuildSource::Spec(Box::new(spec.without_guest_steps())),
+            Some(spec),
+        ),
+        other => (other, None),
+    };
     let built = app
         .agent
         .build_image(&row.id, source, dir.to_owned(), move |line| {
@@ -280,6 +288,9 @@ async fn build_and_bake<D: VmDriver + 'static>(
         let _ = std::fs::remove_file(t);
     }
     let built = built.map_err(|e| failed("build", &e))?;
+    if let Some(spec) = guest_steps {
+        super::steps::run(app, row, &spec, &built.image, log).await?;
+    }
     row.build_ms = Some(started.elapsed().as_millis() as i64);
     row.image_bytes = allocated_bytes(&built.image);
     row.disk_mb = i64::from(built.disk_mb);

@@ -4,6 +4,7 @@
 //! sandboxes get the newest ready one while older sandboxes keep theirs.
 
 mod build;
+mod steps;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -197,9 +198,10 @@ async fn find<D: VmDriver>(app: &App<D>, ws: &str, name: &str) -> ApiResult<wire
 
 /// Build a template (a new version if the name exists) from a spec or an OCI image tarball.
 ///
-/// A JSON body `{"name"?, "spec": "<TOML>"}` builds from a spec in the catalog's format,
-/// limited to Debian packages and inline files (setup commands, pip/npm packages, `source`
-/// files and a custom mirror would run code or read files on the server's host). A body with
+/// A JSON body `{"name"?, "spec": "<TOML>"}` builds from a spec in the catalog's format: the
+/// server bootstraps the Debian part, then runs the pip/npm packages, inline files and `setup`
+/// commands in a builder VM (`source` files and a custom `mirror` are refused: they would read
+/// files or fetch packages on the server's host). A body with
 /// `Content-Type: application/x-tar` (or `application/gzip`) is an OCI image layout or
 /// `docker save` tarball; `name`, `cpu`, `memory_mb`, `disk_mb`, `description` are query
 /// parameters. Answers 202 at once; follow `state` with `GET /v1/templates/{name}` and the

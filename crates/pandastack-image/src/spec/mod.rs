@@ -237,6 +237,26 @@ impl TemplateSpec {
     pub fn setup(&self) -> &[String] {
         &self.setup
     }
+    /// Whether the spec has steps that run code in the image (pip, npm, setup) or write files.
+    pub fn has_guest_steps(&self) -> bool {
+        !(self.pip.is_empty()
+            && self.npm.is_empty()
+            && self.files.is_empty()
+            && self.setup.is_empty())
+    }
+
+    /// This spec with only its Debian part: what a builder VM starts from before it runs the
+    /// steps itself (see `pandastack-api`'s template builds).
+    pub fn without_guest_steps(&self) -> TemplateSpec {
+        TemplateSpec {
+            pip: Vec::new(),
+            npm: Vec::new(),
+            files: Vec::new(),
+            setup: Vec::new(),
+            ..self.clone()
+        }
+    }
+
     pub fn vm(&self) -> VmShape {
         self.vm
     }

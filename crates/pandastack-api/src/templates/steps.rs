@@ -1,0 +1,200 @@
+//! A spec's own steps (pip and npm packages, files, `setup` commands) for builds sent over the
+//! API run in a builder VM, never on the host: the host bootstraps only the Debian part, the
+//! image is baked as a throwaway template, a sandbox of it runs the steps through the guest
+//! agent (with the sandbox's network, if the server gives sandboxes one), syncs, is hibernated,
+//! and its disk becomes the template's image.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use pandastack_agent::error_chain;
+use pandastack_image::{FileContent, TemplateSpec};
+use pandastack_runtime::Shape;
+use pandastack_store::TemplateBuildRow;
+use pandastack_vm::VmDriver;
+
+use super::build::BuildLog;
+use crate::guest::{self as rpc, ExecSpec};
+use crate::App;
+
+/// Longest one step may run.
+const STEP_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// Output of a step kept for the log (each of stdout and stderr).
+const STEP_OUTPUT: u64 = 256 * 1024;
+
+/// One command of the builder VM, and how the log names it.
+struct Step {
+    what: String,
+    argv: Vec<String>,
+    stdin: Option<Vec<u8>>,
+}
+
+fn sh(what: String, script: &str) -> Step {
+    Step {
+        what,
+        argv: vec![
+            "/bin/bash".into(),
+            "-euo".into(),
+            "pipefail".into(),
+            "-c".into(),
+            script.into(),
+        ],
+        stdin: None,
+    }
+}
+
+/// The steps of `spec`, in the order the host builder runs them for catalog images.
+fn steps(spec: &TemplateSpec) -> Vec<Step> {
+    let mut out = Vec::new();
+    if !spec.pip_packages().is_empty() {
+        let mut argv: Vec<String> = [
+            "python3",
+            "-m",
+            "pip",
+            "install",
+            "--break-system-packages",
+            "--no-cache-dir",
+        ]
+        .map(String::from)
+        .to_vec();
+        argv.extend(spec.pip_packages().iter().cloned());
+        out.push(Step {
+            what: format!("pip install {}", spec.pip_packages().join(" ")),
+            argv,
+            stdin: None,
+        });
+    }
+    if !spec.npm_packages().is_empty() {
+        let mut argv: Vec<String> = [
+            "npm",
+            "install",
+            "-g",
+            "--no-fund",
+            "--no-audit",
+            "--no-update-notifier",
+        ]
+        .map(String::from)
+        .to_vec();
+        argv.extend(spec.npm_packages().iter().cloned());
+        out.push(Step {
+            what: format!("npm install -g {}", spec.npm_packages().join(" ")),
+            argv,
+            stdin: None,
+        });
+    }
+    for f in spec.files() {
+        if let FileContent::Inline(text) = &f.content {
+            out.push(Step {
+                what: format!("file {}", f.dest),
+                argv: vec![
+                    "install".into(),
+                    "-D".into(),
+                    "-m".into(),
+                    format!("{:04o}", f.mode),
+                    "/dev/stdin".into(),
+                    f.dest.clone(),
+                ],
+                stdin: Some(text.clone().into_bytes()),
+            });
+        }
+    }
+    for (i, cmd) in spec.setup().iter().enumerate() {
+        out.push(sh(format!("setup[{i}]: {cmd}"), cmd));
+    }
+    out.push(sh(
+        "clean up and sync".into(),
+        "rm -rf /root/.cache /root/.npm /tmp/* /var/tmp/*; sync",
+    ));
+    out
+}
+
+/// Runs `spec`'s steps on `image` (replaced by the result). Throwaway template and sandbox are
+/// removed whatever happens.
+pub(super) async fn run<D: VmDriver + 'static>(
+    app: &App<D>,
+    row: &TemplateBuildRow,
+    spec: &TemplateSpec,
+    image: &Path,
+    log: &mut BuildLog,
+) -> Result<(), String> {
+    let temp = format!("{}-b", row.id);
+    let sandbox = format!("{}-s", row.id);
+    let shape = Shape {
+        vcpus: row.vcpus as u32,
+        memory_mib: row.memory_mib as u32,
+    };
+    log.line("builder VM: booting the bootstrapped image");
+    let result = async {
+        app.agent
+            .bake_image(&temp, image, shape)
+            .await
+            .map_err(|e| format!("builder VM bake: {}", error_chain(&e)))?;
+        app.agent
+            .create(&temp, &sandbox)
+            .await
+            .map_err(|e| format!("builder VM: {}", error_chain(&e)))?;
+        for step in steps(spec) {
+            log.line(&format!("step: {}", step.what));
+            let ch = app
+                .agent
+                .channel(&sandbox)
+                .await
+                .map_err(|e| format!("builder VM: {}", error_chain(&e)))?;
+            let env = HashMap::from([
+                ("HOME".to_owned(), "/root".to_owned()),
+                ("DEBIAN_FRONTEND".to_owned(), "noninteractive".to_owned()),
+                ("PIP_ROOT_USER_ACTION".to_owned(), "ignore".to_owned()),
+                ("PIP_DISABLE_PIP_VERSION_CHECK".to_owned(), "1".to_owned()),
+            ]);
+            let out = rpc::exec(
+                ch,
+                ExecSpec {
+                    argv: step.argv,
+                    env,
+                    cwd: "/root".into(),
+                    stdin: step.stdin,
+                    timeout: STEP_TIMEOUT,
+                    max_output_bytes: STEP_OUTPUT,
+                    ..ExecSpec::default()
+                },
+            )
+            .await
+            .map_err(|e| format!("{}: {}", step.what, e.message()))?;
+            for text in [&out.stdout, &out.stderr] {
+                let text = String::from_utf8_lossy(text);
+                for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                    log.line(&format!("  {line}"));
+                }
+            }
+            if out.timed_out {
+                return Err(format!(
+                    "{}: timed out after {} s",
+                    step.what,
+                    STEP_TIMEOUT.as_secs()
+                ));
+            }
+            if out.exit_code != 0 {
+                return Err(format!("{}: exit code {}", step.what, out.exit_code));
+            }
+        }
+        log.line("builder VM: stopping and keeping its disk");
+        let out = image.with_extension("steps.ext4");
+        let _ = std::fs::remove_file(&out);
+        app.agent
+            .export_disk(&sandbox, &out)
+            .await
+            .map_err(|e| format!("builder VM disk: {}", error_chain(&e)))?;
+        std::fs::rename(&out, image).map_err(|e| format!("builder VM disk: {e}"))
+    }
+    .await;
+    if let Err(e) = app.agent.destroy(&sandbox).await {
+        if !matches!(e, pandastack_agent::AgentError::SandboxNotFound(_)) {
+            tracing::warn!(sandbox = %sandbox, error = %error_chain(&e), "remove builder VM");
+        }
+    }
+    if let Err(e) = app.agent.remove_template(&temp).await {
+        tracing::warn!(template = %temp, error = %error_chain(&e), "remove builder template");
+    }
+    result
+}
