@@ -243,7 +243,7 @@ mod tests {
     }
 
     #[test]
-    fn api_specs_refuse_host_code_and_host_files() {
+    fn api_specs_refuse_host_files_and_mirrors() {
         let base = "name = \"t\"\n[debian]\npackages = [\"python3\"]\n";
         assert!(api_spec(base).is_ok());
         // Steps that run code go to the builder VM: accepted.
