@@ -18,8 +18,15 @@ export PANDASTACK_KERNEL
 PANDASTACK_KERNEL=$(scripts/build-kernel.sh)
 
 step "build"
-# The guest agent is linked statically: it is PID 1 in images of any libc (or none).
+# The guest agent is linked statically: it is PID 1 in images of any libc (or none). The flag
+# is given here because there is no stable place where it sticks to one package: rustflags in
+# .cargo/config.toml ([build] or [target.x86_64-unknown-linux-gnu]) also reach proc-macro crates
+# when no --target is given, and crt-static refuses those. `cargo rustc` flags are not remembered
+# either: a later `cargo build --release` of the workspace (or of this package) relinks
+# target/release/pandastack-guest dynamically, so check, and run this line again after one.
 cargo rustc --release --locked -p pandastack-guest --bin pandastack-guest -- -C target-feature=+crt-static
+ldd target/release/pandastack-guest 2>&1 | grep -Eq 'statically linked|not a dynamic executable' ||
+    { echo "target/release/pandastack-guest is not statically linked" >&2; exit 1; }
 cargo build --release --locked -p pandastack
 bin=target/release/pandastack
 

@@ -6,7 +6,9 @@
 //! `mkfs.ext4 -d`, cached under `$PANDASTACK_CACHE/images/<name>-<hash16>/` by the spec's hash,
 //! with progress reported through a callback. [`install_agent`] writes the guest agent into a copy
 //! of that image with debugfs, so a new agent build never re-runs the bootstrap;
-//! [`ImageCache::rootfs_with_agent`] caches the result per agent hash.
+//! [`ImageCache::rootfs_with_agent`] caches the result per agent hash. [`import_oci`] makes a
+//! root filesystem image from an OCI image layout or `docker save` tarball instead; its untrusted
+//! layers are unpacked only by a child process in a user namespace, never as root on the host.
 //!
 //! This crate makes files. It never boots a VM, never mounts an image, and never leaves a mount
 //! on the host (chroot steps run in a private mount namespace). The Debian mirror comes from the

@@ -6,21 +6,26 @@
 //! maps, and lets the child go on through a second pipe.
 
 use std::ffi::CString;
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use serde::Deserialize;
-
+use super::unpack::Report;
 use super::{io, OciError, OciOptions, UNPACK_ID_BASE, UNPACK_ID_COUNT};
 
 /// Where the work directory appears in the unpacker's mount namespace.
 pub(super) const INSIDE: &str = "/tmp";
 
-/// The unpacker's last stdout line.
-#[derive(Debug, Deserialize)]
+/// Lines of the unpacker's output passed on to the log, at most (each dropped entry is one; a
+/// hostile layer can have millions).
+const MAX_LOG_LINES: usize = 200;
+/// The tail of the unpacker's stderr kept for the error message.
+const MAX_STDERR: usize = 16 << 10;
+
+/// What the unpacker did.
+#[derive(Debug)]
 pub(super) struct Summary {
     pub entries: u64,
     pub neutralised: u64,
@@ -75,8 +80,10 @@ pub(super) fn run_unpacker(
         .stderr(Stdio::piped());
     let exe_fd = exe.as_raw_fd();
     let (pid_w_fd, go_r_fd) = (pid_w.as_raw_fd(), go_r.as_raw_fd());
-    // SAFETY: the closure runs in the forked child before exec and only makes system calls
-    // (no allocation, no locks): everything it needs was prepared above.
+    // SAFETY: the closure runs in the forked child before exec. It only makes async-signal-safe
+    // system calls on values prepared above (raw fds, a C string, C string literals) and builds
+    // errors with `from_raw_os_error`/`last_os_error`, which do not allocate: no allocation, no
+    // lock, nothing another thread of the parent could have held at the fork.
     unsafe {
         cmd.pre_exec(move || {
             let check = |r: libc::c_int| {
@@ -86,13 +93,20 @@ pub(super) fn run_unpacker(
                     Err(std::io::Error::last_os_error())
                 }
             };
-            // The executable stays open across exec (it is run through /proc/self/fd).
+            // The executable stays open across exec (it is run through /proc/self/fd, so a
+            // mount over its directory cannot hide it).
             let flags = libc::fcntl(exe_fd, libc::F_GETFD);
+            if flags < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             check(libc::fcntl(
                 exe_fd,
                 libc::F_SETFD,
                 flags & !libc::FD_CLOEXEC,
             ))?;
+            // Still real root here: a private mount namespace showing the work directory on
+            // /tmp. The mount namespace belongs to the host's user namespace, so once in the new
+            // user namespace the child cannot mount or unmount anything in it.
             check(libc::unshare(libc::CLONE_NEWNS))?;
             check(libc::mount(
                 std::ptr::null(),
@@ -109,22 +123,35 @@ pub(super) fn run_unpacker(
                 std::ptr::null(),
             ))?;
             check(libc::unshare(libc::CLONE_NEWUSER))?;
+            // The parent's mapper thread writes our uid/gid maps, then lets us go on.
             let pid = libc::getpid().to_ne_bytes();
             if libc::write(pid_w_fd, pid.as_ptr().cast(), pid.len()) != pid.len() as isize {
                 return Err(std::io::Error::last_os_error());
             }
             let mut go = [0u8; 1];
             if libc::read(go_r_fd, go.as_mut_ptr().cast(), 1) != 1 {
-                return Err(std::io::Error::other("uid map not written"));
+                // End of pipe without the byte: the maps could not be written.
+                return Err(std::io::Error::from_raw_os_error(libc::EPERM));
             }
-            check(libc::setgroups(0, std::ptr::null()))?;
             check(libc::setresgid(0, 0, 0))?;
+            check(libc::setgroups(0, std::ptr::null()))?;
             check(libc::setresuid(0, 0, 0))?;
+            // Set after the credential change, which clears it: the unpacker dies with the
+            // thread that started it rather than run on unattended.
+            check(libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ))?;
             check(libc::chdir(c"/tmp".as_ptr()))?;
             Ok(())
         });
     }
 
+    // Started before the spawn, since `spawn` returns only once the child has exec'd, which it
+    // does only after the maps are written.
     let mapper = std::thread::spawn(move || -> Result<(), String> {
         let mut pid_r = std::fs::File::from(pid_r);
         let mut go_w = std::fs::File::from(go_w);
@@ -140,39 +167,83 @@ pub(super) fn run_unpacker(
         }
         go_w.write_all(&[1])
             .map_err(|e| format!("release child: {e}"))
+        // go_w closes here: without the byte, the child's read ends and its pre_exec fails.
     });
     let spawned = cmd.spawn();
-    // Our ends of the child's pipe halves: closing them lets the mapper see the end of the pipe
-    // (and stop) if the child never wrote its pid.
+    // Our copies of the child's pipe ends: with them closed, the mapper sees the end of the
+    // pipe (and stops) if the child died or never started before writing its pid.
     drop(pid_w);
     drop(go_r);
+    drop(cmd);
     let mapped = mapper
         .join()
         .unwrap_or_else(|_| Err("mapper thread panicked".into()));
-    let child = spawned.map_err(|e| match &mapped {
+    let mut child = spawned.map_err(|e| match &mapped {
         Err(m) => OciError::Unpacker(format!("start: {e} ({m})")),
         Ok(()) => OciError::Unpacker(format!("start: {e}")),
     })?;
-    let out = child
-        .wait_with_output()
-        .map_err(io("wait for the unpacker"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let mut summary = None;
-    for line in stdout.lines() {
-        match serde_json::from_str::<Summary>(line) {
-            Ok(s) => summary = Some(s),
-            Err(_) => log(line),
+
+    // stderr on a thread (only its tail is kept), stdout here: `log` stays on this thread.
+    let stderr = child.stderr.take();
+    let err_reader = std::thread::spawn(move || {
+        let mut tail = Vec::new();
+        if let Some(mut e) = stderr {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = e.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                tail.extend_from_slice(&buf[..n]);
+                if tail.len() > 2 * MAX_STDERR {
+                    tail.drain(..tail.len() - MAX_STDERR);
+                }
+            }
+        }
+        tail
+    });
+    let mut report = None;
+    let mut logged = 0usize;
+    let mut skipped = 0usize;
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).split(b'\n') {
+            let Ok(line) = line else { break };
+            if let Ok(r) = serde_json::from_slice::<Report>(&line) {
+                report = Some(r);
+            } else if logged < MAX_LOG_LINES {
+                logged += 1;
+                log(String::from_utf8_lossy(&line).trim_end());
+            } else {
+                skipped += 1;
+            }
         }
     }
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let msg = stderr.trim().lines().last().unwrap_or("").trim();
-        let msg = msg.strip_prefix("error: ").unwrap_or(msg);
-        return Err(OciError::Unpacker(if msg.is_empty() {
-            out.status.to_string()
-        } else {
-            msg.to_owned()
-        }));
+    if skipped > 0 {
+        log(&format!("… and {skipped} more such lines"));
     }
-    summary.ok_or_else(|| OciError::Unpacker("no summary from the unpacker".into()))
+    let status = child.wait().map_err(io("wait for the unpacker"))?;
+    let stderr = err_reader.join().unwrap_or_default();
+    match report {
+        Some(Report::Done {
+            entries,
+            neutralised,
+        }) if status.success() => Ok(Summary {
+            entries,
+            neutralised,
+        }),
+        Some(Report::TooSmall { need_mb, disk_mb }) if !status.success() => {
+            Err(OciError::TooSmall { need_mb, disk_mb })
+        }
+        _ if status.success() => Err(OciError::Unpacker("no summary from the unpacker".into())),
+        _ => {
+            let stderr = String::from_utf8_lossy(&stderr);
+            let msg = stderr.trim().lines().last().unwrap_or("").trim();
+            let msg = msg.strip_prefix("Error: ").unwrap_or(msg);
+            let msg = msg.strip_prefix("error: ").unwrap_or(msg);
+            Err(OciError::Unpacker(if msg.is_empty() {
+                status.to_string()
+            } else {
+                format!("{msg} ({status})")
+            }))
+        }
+    }
 }

@@ -12,7 +12,8 @@ pub struct InternalArgs {
 #[derive(Debug, clap::Subcommand)]
 enum InternalCmd {
     /// Apply OCI layers to a directory and make an ext4 image of it (run confined by the
-    /// template builder, in a user namespace).
+    /// template builder, in a user namespace; refuses to run where host root is mapped).
+    #[command(hide = true)]
     OciUnpack(OciUnpackArgs),
 }
 
