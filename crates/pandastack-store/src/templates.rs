@@ -153,11 +153,11 @@ impl TemplateBuilds<'_> {
         Ok(())
     }
 
-    /// Writes the mutable fields of `b` (status, error, env, figures).
+    /// Writes the mutable fields of `b` (status, error, env, disk size, figures).
     pub async fn update(&self, b: &TemplateBuildRow) -> Result<(), StoreError> {
         sqlx::query(
             "UPDATE template_builds SET status = $2, error = $3, env = $4, image_bytes = $5, \
-             build_ms = $6, bake_ms = $7, updated_at = $8 WHERE id = $1",
+             build_ms = $6, bake_ms = $7, updated_at = $8, disk_mb = $9 WHERE id = $1",
         )
         .bind(&b.id)
         .bind(b.status.as_str())
@@ -167,6 +167,7 @@ impl TemplateBuilds<'_> {
         .bind(b.build_ms)
         .bind(b.bake_ms)
         .bind(b.updated_at)
+        .bind(b.disk_mb)
         .execute(self.pool)
         .await?;
         Ok(())

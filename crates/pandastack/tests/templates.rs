@@ -242,6 +242,8 @@ async fn oci_tarball_builds_versions_and_deletes() {
     assert_eq!(v["ready_version"], 1, "{v}");
     assert_eq!(v["memory_mb"], 256, "{v}");
     assert!(v["bake_ms"].as_u64().unwrap() > 0, "{v}");
+    // The disk is sized from the unpacked tree (at least 256 MiB), and recorded.
+    assert!(v["disk_mb"].as_u64().unwrap() >= 256, "{v}");
     let (st, log) = api.call("GET", "/v1/templates/bb/logs", None).await;
     assert_eq!(st, StatusCode::OK);
     assert!(log.as_str().unwrap().contains("ready"), "{log}");
