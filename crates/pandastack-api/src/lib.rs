@@ -101,11 +101,28 @@ async fn request_id(req: Request, next: Next) -> Response {
         .unwrap_or_else(|| format!("req_{:016x}", rand::random::<u64>()));
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    let has_body = req
+        .headers()
+        .contains_key(axum::http::header::TRANSFER_ENCODING)
+        || req
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v != "0");
     let t = Instant::now();
     let mut resp = error::REQUEST_ID.scope(id.clone(), next.run(req)).await;
     tracing::debug!(request_id = %id, %method, %path, status = resp.status().as_u16(), ms = t.elapsed().as_millis() as u64, "request");
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert("x-request-id", v);
+    }
+    // A request refused before its body was read (a bad path on an upload, say) leaves that
+    // body unread, and the server then closes the connection; saying so keeps a keep-alive
+    // client from sending its next request on it (seen as "server disconnected").
+    if has_body && (resp.status().is_client_error() || resp.status().is_server_error()) {
+        resp.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            HeaderValue::from_static("close"),
+        );
     }
     resp
 }
