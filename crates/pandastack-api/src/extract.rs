@@ -31,15 +31,21 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
         } else {
             &bytes
         };
-        serde_json::from_slice(text).map(Body).map_err(|e| {
-            let code = if e.is_data() {
-                ErrorCode::InvalidArgument
-            } else {
-                ErrorCode::InvalidJson
-            };
-            ApiError::new(code, format!("request body: {e}"))
-        })
+        json(text).map(Body)
     }
+}
+
+/// Decodes a JSON request body: malformed JSON is `invalid_json`, a well-formed body with a bad
+/// or unknown field `invalid_argument` (the message names it).
+pub(crate) fn json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        let code = if e.is_data() {
+            ErrorCode::InvalidArgument
+        } else {
+            ErrorCode::InvalidJson
+        };
+        ApiError::new(code, format!("request body: {e}"))
+    })
 }
 
 /// The authenticated caller.

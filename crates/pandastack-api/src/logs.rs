@@ -59,15 +59,8 @@ pub async fn logs<D: VmDriver>(
 ) -> ApiResult<Response> {
     let row = owned(&app, &caller, &id).await?;
     let path = app.agent.console_log(&row.id).await?;
-    let follow = q
-        .get("follow")
-        .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
-    if !follow {
-        let bytes = tokio::fs::read(&path).await.unwrap_or_default();
-        return Ok(String::from_utf8_lossy(&bytes).into_owned().into_response());
-    }
     let id = row.id;
-    Ok(follow_sse(path, move || {
+    Ok(log_response(path, &q, move || {
         let (app, id) = (Arc::clone(&app), id.clone());
         async move {
             // Deleted: the log is complete.
@@ -77,13 +70,34 @@ pub async fn logs<D: VmDriver>(
             )
             .then(|| "deleted".to_owned())
         }
-    }))
+    })
+    .await)
+}
+
+/// The log file at `path` as plain text, or with `?follow=1` (or `true`) as [`follow_sse`].
+pub(crate) async fn log_response<F, Fut>(
+    path: PathBuf,
+    q: &BTreeMap<String, String>,
+    ended: F,
+) -> Response
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Option<String>> + Send + 'static,
+{
+    let follow = q
+        .get("follow")
+        .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+    if !follow {
+        let bytes = tokio::fs::read(&path).await.unwrap_or_default();
+        return String::from_utf8_lossy(&bytes).into_owned().into_response();
+    }
+    follow_sse(path, ended)
 }
 
 /// Server-Sent Events of the file at `path`: `log` events with the whole file so far and then
 /// every byte appended, until `ended` gives a reason (checked whenever nothing new was read),
 /// then that reason in one `end` event.
-pub(crate) fn follow_sse<F, Fut>(path: PathBuf, ended: F) -> Response
+fn follow_sse<F, Fut>(path: PathBuf, ended: F) -> Response
 where
     F: Fn() -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Option<String>> + Send + 'static,

@@ -248,14 +248,7 @@ pub async fn create<D: VmDriver>(
             let bytes = axum::body::to_bytes(req.into_body(), MAX_JSON_BODY)
                 .await
                 .map_err(|_| ApiError::new(ErrorCode::PayloadTooLarge, "request body too large"))?;
-            let body: CreateTemplateRequest = serde_json::from_slice(&bytes).map_err(|e| {
-                let code = if e.is_data() {
-                    ErrorCode::InvalidArgument
-                } else {
-                    ErrorCode::InvalidJson
-                };
-                ApiError::new(code, format!("request body: {e}"))
-            })?;
+            let body: CreateTemplateRequest = crate::extract::json(&bytes)?;
             let spec = pandastack_agent::api_spec(&body.spec).map_err(spec_error)?;
             let name = body.name.unwrap_or_else(|| spec.name().to_owned());
             if name != spec.name() {
@@ -570,15 +563,8 @@ pub async fn logs<D: VmDriver>(
     }
     .ok_or_else(|| ApiError::from(AgentError::TemplateNotFound(name.clone())))?;
     let path = app.builds.log_path(&row.id);
-    let follow = q
-        .get("follow")
-        .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
-    if !follow {
-        let bytes = tokio::fs::read(&path).await.unwrap_or_default();
-        return Ok(String::from_utf8_lossy(&bytes).into_owned().into_response());
-    }
     let (ws, id) = (caller.ws().to_owned(), row.id);
-    Ok(crate::logs::follow_sse(path, move || {
+    Ok(crate::logs::log_response(path, &q, move || {
         let (app, ws, id, name) = (Arc::clone(&app), ws.clone(), id.clone(), name.clone());
         async move {
             let versions = app
@@ -593,5 +579,6 @@ pub async fn logs<D: VmDriver>(
                 None => Some("deleted".to_owned()),
             }
         }
-    }))
+    })
+    .await)
 }
