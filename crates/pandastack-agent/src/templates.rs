@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use pandastack_image::{BuildOptions, ImageCache, Progress, TemplateSpec};
-use pandastack_runtime::{BakeError, Shape, Template};
+use pandastack_runtime::{BakeError, Shape, Template, TemplateCheck};
 use pandastack_vm::VmDriver;
 use tokio::sync::Mutex;
 
@@ -80,6 +80,76 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         }
         let (image, shape) = self.spec_image(name, spec_path).await?;
         self.bake_image(name, &image, shape).await
+    }
+
+    /// Checks every baked template's memory image and device state against the seals its bake
+    /// recorded (a `stat` per file when nothing changed). A template that is damaged, or was
+    /// baked before seals existed, is taken out of service at once — pooled VMs stopped, bake
+    /// removed — and baked again in the background from the image it was baked from (else
+    /// `fallback_image(name)`, else its catalog spec); creates of it wait for that bake.
+    /// Returns what was found for each template that was not intact.
+    pub async fn verify_templates(
+        self: &Arc<Self>,
+        fallback_image: impl Fn(&str) -> Option<std::path::PathBuf>,
+    ) -> Result<Vec<(String, TemplateCheck)>, AgentError> {
+        let mut found = Vec::new();
+        for name in self.rt.baked_templates()? {
+            let check = match self.rt.check_template(&name).await {
+                Ok(c) => c,
+                Err(e) => TemplateCheck::Damaged(format!("unreadable: {e}")),
+            };
+            if check == TemplateCheck::Intact {
+                continue;
+            }
+            tracing::warn!(template = %name, check = ?check, "template memory image not proven intact: baking it again");
+            // From the image of the bake being replaced, else the caller's idea of it, else
+            // (catalog templates) the spec.
+            let source = self.rt.template(&name).ok().and_then(|t| {
+                let image = t
+                    .image
+                    .filter(|p| p.is_file())
+                    .or_else(|| fallback_image(&name).filter(|p| p.is_file()))?;
+                Some((image, t.shape))
+            });
+            let lock = self.bake_lock(&name).await;
+            let baking = lock.lock_owned().await;
+            self.rt.remove_template(&name).await?;
+            let me = Arc::clone(self);
+            let owned = name.clone();
+            tokio::spawn(async move {
+                let _baking = baking;
+                match me.bake_again(&owned, source).await {
+                    Ok(t) => {
+                        tracing::info!(template = %owned, bake_ms = t.bake_ms, "template baked again")
+                    }
+                    Err(e) => tracing::error!(
+                        template = %owned,
+                        error = %crate::error_chain(&e),
+                        "baking the template again failed: build or bake it again"
+                    ),
+                }
+            });
+            found.push((name, check));
+        }
+        Ok(found)
+    }
+
+    /// Bakes `name` from `source` (image and shape) or, without one, from its catalog spec.
+    /// The caller holds the template's bake lock.
+    async fn bake_again(
+        &self,
+        name: &str,
+        source: Option<(std::path::PathBuf, Shape)>,
+    ) -> Result<Template, AgentError> {
+        let (image, shape) = match source {
+            Some(s) => s,
+            None if self.is_catalog(name) => {
+                let spec = self.cfg.templates_dir.join(format!("{name}.toml"));
+                self.spec_image(name, spec).await?
+            }
+            None => return Err(AgentError::TemplateNotFound(name.into())),
+        };
+        Ok(self.rt.bake(name, &image, shape).await?)
     }
 
     /// Removes baked template `name` and its pooled VMs; running sandboxes are not affected.

@@ -112,17 +112,21 @@ pub fn build(cfg: &QemuConfig, spec: &VmSpec, mode: StartMode) -> Vec<OsString> 
     let size = format!("{mem}M");
     push(&mut argv, &["-smp", &smp, "-m", &size]);
 
+    // A private mapping is of a file other VMs map too (a template's memory): QEMU opens it
+    // read-only (`readonly=on`) and maps it writable copy-on-write (`rom=off`), so nothing this
+    // process does — a guest's free-page report becomes a hole punched into a file-backed RAM
+    // block's *file* otherwise — can change that file. QEMU refuses such discards instead.
     let file = match &spec.memory {
-        Memory::SharedFile(p) => Some((p, "on")),
-        Memory::PrivateFile(p) => Some((p, "off")),
+        Memory::SharedFile(p) => Some((p, "share=on")),
+        Memory::PrivateFile(p) => Some((p, "share=off,readonly=on,rom=off")),
         Memory::Anonymous => None,
     };
     argv.push("-object".into());
     match file {
-        Some((path, share)) => argv.push(path_arg(
+        Some((path, mapping)) => argv.push(path_arg(
             &format!("memory-backend-file,id=ram,size={mem}M,mem-path="),
             path,
-            &format!(",share={share},prealloc=off"),
+            &format!(",{mapping},prealloc=off"),
         )),
         // Same id as the file backends: the RAM block name must match across save and load.
         None => argv.push(format!("memory-backend-ram,id=ram,size={mem}M").into()),
@@ -272,7 +276,7 @@ mod tests {
         ));
         assert!(!a.contains("-kernel"));
         assert!(a.contains("-incoming defer"));
-        assert!(a.contains("share=off"));
+        assert!(a.contains("mem-path=/t/mem,share=off,readonly=on,rom=off"));
         assert!(a.contains("-accel kvm -cpu host"));
     }
 

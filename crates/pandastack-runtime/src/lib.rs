@@ -12,6 +12,7 @@ mod attach;
 pub mod files;
 mod hibernate;
 mod identity;
+pub mod integrity;
 mod layout;
 mod net;
 mod pool;
@@ -25,7 +26,7 @@ pub use layout::DataDir;
 pub use net::NetError;
 pub use sandbox::{CreateError, Sandbox, SandboxInfo};
 pub use snapshot::{Fork, Snapshot, SnapshotError};
-pub use template::{BakeError, Shape, Template};
+pub use template::{BakeError, Shape, Template, TemplateCheck, TemplateSeals};
 
 use std::path::PathBuf;
 use std::time::Duration;

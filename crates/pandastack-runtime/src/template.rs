@@ -8,6 +8,7 @@ use pandastack_vm::{Memory, Vm, VmDriver, VmError, VmSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::files::clone_file;
+use crate::integrity::{self, Seal, SealCheck};
 use crate::{Runtime, COLD_BOOT_TIMEOUT};
 
 /// vCPUs and memory; fixed when a template is baked.
@@ -33,8 +34,32 @@ pub struct Template {
     pub bake_ms: u64,
     /// Milliseconds from cold boot start to the guest agent answering.
     pub boot_ms: u64,
+    /// The image this bake's disk was cloned from (to bake it again).
+    #[serde(default)]
+    pub image: Option<PathBuf>,
+    /// Seals on the files every clone reads; `None` for bakes made before seals existed.
+    #[serde(default)]
+    pub seals: Option<TemplateSeals>,
     #[serde(skip)]
     pub dir: PathBuf,
+}
+
+/// Seals on a template's shared files (see [`crate::integrity`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateSeals {
+    pub memory: Seal,
+    pub state: Seal,
+}
+
+/// What [`Runtime::check_template`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateCheck {
+    /// The shared files are as baked.
+    Intact,
+    /// Baked before seals were recorded: nothing proves its memory image undamaged.
+    Unsealed,
+    /// A shared file changed since the bake (what changed).
+    Damaged(String),
 }
 
 impl Template {
@@ -132,6 +157,54 @@ impl<D: VmDriver> Runtime<D> {
         }
     }
 
+    /// Checks that template `name`'s memory image and device state are what its bake wrote
+    /// (cheap: a `stat` each unless they changed). A file whose metadata alone changed is
+    /// re-sealed in the manifest.
+    pub async fn check_template(&self, name: &str) -> Result<TemplateCheck, BakeError> {
+        let mut t = self.template(name)?;
+        let Some(seals) = t.seals.clone() else {
+            return Ok(TemplateCheck::Unsealed);
+        };
+        let (mem, state) = (t.memory(), t.state());
+        let checked = tokio::task::spawn_blocking(move || {
+            Ok::<_, std::io::Error>((
+                integrity::check(&mem, &seals.memory)?,
+                integrity::check(&state, &seals.state)?,
+            ))
+        })
+        .await
+        .map_err(std::io::Error::other)?;
+        let (memory, state) = match checked {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(TemplateCheck::Damaged(format!("file missing: {e}")))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut seals = t.seals.clone().expect("checked above");
+        for (what, check, seal) in [
+            ("memory", memory, &mut seals.memory),
+            ("state", state, &mut seals.state),
+        ] {
+            match check {
+                SealCheck::Intact => {}
+                SealCheck::Resealed(new) => *seal = new,
+                SealCheck::Damaged(why) => {
+                    return Ok(TemplateCheck::Damaged(format!("{what}: {why}")))
+                }
+            }
+        }
+        if t.seals.as_ref() != Some(&seals) {
+            tracing::info!(
+                template = name,
+                "template files' metadata changed, content did not: re-sealed"
+            );
+            t.seals = Some(seals);
+            write_manifest(&t.dir, &t)?;
+        }
+        Ok(TemplateCheck::Intact)
+    }
+
     /// Cold-boots `image` with `shape`, waits for the guest agent and snapshots the running guest
     /// as template `name` (replacing an earlier bake only once the new one is complete).
     pub async fn bake(
@@ -191,6 +264,7 @@ impl<D: VmDriver> Runtime<D> {
         for f in ["qmp.sock", "agent.sock", "qemu.pid"] {
             let _ = std::fs::remove_file(work.join(f));
         }
+        let seals = seal_files(work).await?;
         let t = Template {
             name: name.to_owned(),
             shape,
@@ -199,9 +273,11 @@ impl<D: VmDriver> Runtime<D> {
             network: lease.is_some(),
             bake_ms: started.elapsed().as_millis() as u64,
             boot_ms,
+            image: Some(image.to_owned()),
+            seals: Some(seals),
             dir: work.to_owned(),
         };
-        std::fs::write(work.join(MANIFEST), serde_json::to_vec_pretty(&t)?)?;
+        write_manifest(work, &t)?;
         Ok(t)
     }
 
@@ -269,6 +345,34 @@ impl<D: VmDriver> Runtime<D> {
         vm.stop().await?;
         result
     }
+}
+
+/// Writes `t`'s manifest into `dir` (atomically: a reader sees the old or the new one).
+fn write_manifest(dir: &Path, t: &Template) -> Result<(), BakeError> {
+    let tmp = dir.join(format!("{MANIFEST}.tmp"));
+    std::fs::write(&tmp, serde_json::to_vec_pretty(t)?)?;
+    std::fs::rename(&tmp, dir.join(MANIFEST))?;
+    Ok(())
+}
+
+/// Makes a fresh bake's memory image and device state read-only and seals them.
+async fn seal_files(dir: &Path) -> Result<TemplateSeals, BakeError> {
+    let (mem, state) = (dir.join("mem"), dir.join("state"));
+    let started = Instant::now();
+    let seals = tokio::task::spawn_blocking(move || {
+        Ok::<_, std::io::Error>(TemplateSeals {
+            memory: integrity::seal(&mem)?,
+            state: integrity::seal(&state)?,
+        })
+    })
+    .await
+    .map_err(std::io::Error::other)??;
+    tracing::debug!(
+        seal_ms = started.elapsed().as_secs_f64() * 1e3,
+        memory_bytes = seals.memory.size,
+        "template files sealed"
+    );
+    Ok(seals)
 }
 
 #[cfg(test)]

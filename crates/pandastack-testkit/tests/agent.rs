@@ -126,3 +126,89 @@ async fn lifecycle_auto_wake_fork_and_restart() {
     assert!(left.is_empty(), "left behind: {left:?}");
     agent.delete_snapshot("snap-one").unwrap();
 }
+
+/// A template whose memory image was changed after its bake (here: a hole punched into it, as a
+/// clone's free-page report did before clones mapped it read-only), and one baked before bakes
+/// recorded seals, are found when the agent starts, taken out of service and baked again; an
+/// intact one is left alone without its memory being read.
+#[tokio::test(flavor = "multi_thread")]
+async fn damaged_and_unsealed_templates_are_baked_again_at_start() {
+    use pandastack_runtime::TemplateCheck;
+
+    let guard = runtime().await;
+    let intact = bake(&guard, "intact").await;
+    let damaged = bake(&guard, "damaged").await;
+    let unsealed = bake(&guard, "unsealed").await;
+    for t in [&intact, &damaged, &unsealed] {
+        assert_eq!(
+            guard.check_template(&t.name).await.unwrap(),
+            TemplateCheck::Intact
+        );
+    }
+
+    // Damage: punch a hole where the image holds data (root ignores the file's 0444 mode).
+    let mem = damaged.memory();
+    let f = std::fs::OpenOptions::new().write(true).open(&mem).unwrap();
+    let data_at = nix::unistd::lseek(
+        std::os::fd::AsFd::as_fd(&f),
+        1 << 20,
+        nix::unistd::Whence::SeekData,
+    )
+    .unwrap();
+    nix::fcntl::fallocate(
+        &f,
+        nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+            | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
+        data_at,
+        1 << 16,
+    )
+    .unwrap();
+    drop(f);
+    assert!(matches!(
+        guard.check_template("damaged").await.unwrap(),
+        TemplateCheck::Damaged(_)
+    ));
+    // Unsealed: the manifest of a bake made before seals existed.
+    let manifest = unsealed.dir.join("template.json");
+    let mut m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    m.as_object_mut().unwrap().remove("seals");
+    std::fs::write(&manifest, serde_json::to_vec(&m).unwrap()).unwrap();
+    assert_eq!(
+        guard.check_template("unsealed").await.unwrap(),
+        TemplateCheck::Unsealed
+    );
+
+    let agent = start(&guard, true).await;
+    let found = agent.verify_templates(|_| None).await.unwrap();
+    let mut names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["damaged", "unsealed"], "{found:?}");
+
+    // A create waits for the new bake and gets a working sandbox; the new bake is sealed.
+    for name in ["damaged", "unsealed"] {
+        let v = within(Duration::from_secs(300), "create", agent.create(name, name))
+            .await
+            .unwrap();
+        assert_eq!(v.state, SandboxState::Running);
+        let ch = agent.channel(name).await.unwrap();
+        assert_eq!(exec(&ch, "echo ok").await.stdout, "ok\n");
+        let t = guard.template(name).unwrap();
+        let old_id = if name == "damaged" {
+            &damaged.bake_id
+        } else {
+            &unsealed.bake_id
+        };
+        assert_ne!(&t.bake_id, old_id, "{name} was not baked again");
+        assert_eq!(
+            guard.check_template(name).await.unwrap(),
+            TemplateCheck::Intact
+        );
+    }
+    assert_eq!(
+        guard.template("intact").unwrap().bake_id,
+        intact.bake_id,
+        "an intact template was baked again"
+    );
+    agent.shutdown().await;
+}

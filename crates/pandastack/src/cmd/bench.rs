@@ -205,6 +205,7 @@ async fn runtime(a: RuntimeArgs) -> anyhow::Result<ExitCode> {
     metrics.insert("restore_ready_concurrent8_ms", metric(conc, "ms"));
     metrics.insert("idle_vm_rss_mib", metric(rss, "MiB"));
     metrics.insert("idle_vm_pss_mib", metric(pss, "MiB"));
+    churn(&rt, &template, &mut metrics).await?;
 
     println!("{:<32} {:>10} {:>10} {:>5}", "metric", "p50", "p99", "n");
     for (k, m) in &metrics {
@@ -287,6 +288,40 @@ async fn lifecycle(
     metrics.insert("fork4_ms", metric(fork4, "ms"));
     metrics.insert("hibernate_ms", metric(hib, "ms"));
     metrics.insert("wake_ready_ms", metric(wake, "ms"));
+    Ok(())
+}
+
+/// Allocates and frees 128 MiB in the guest, then gives free-page reporting time to act.
+const CHURN: &str =
+    "python3 -c \"b = b'x' * (128 << 20); del b\" && echo 3 > /proc/sys/vm/drop_caches && sleep 6";
+
+/// Host RSS of a VM after its guest allocated and freed memory: a template clone (RAM a private
+/// mapping of the read-only template memory file) and a fork child (RAM its own) — what
+/// free-page reporting gives back, and where.
+async fn churn(
+    rt: &Runtime<QemuDriver>,
+    template: &pandastack_runtime::Template,
+    metrics: &mut BTreeMap<&str, Metric>,
+) -> anyhow::Result<()> {
+    let (mut clone_rss, mut child_rss) = (Vec::new(), Vec::new());
+    for i in 0..3 {
+        let sb = rt.create(template, &format!("churn{i}")).await?;
+        exec_shell(&sb.agent, CHURN).await?;
+        clone_rss.push(sb.vm.stats()?.rss_bytes as f64 / (1 << 20) as f64);
+        let fork = rt
+            .fork(&sb, &format!("churn-snap{i}"), &[format!("churn-child{i}")])
+            .await?;
+        for child in fork.children {
+            exec_shell(&child.agent, CHURN).await?;
+            child_rss.push(child.vm.stats()?.rss_bytes as f64 / (1 << 20) as f64);
+            rt.destroy(child).await?;
+        }
+        rt.delete_snapshot(&fork.snapshot.id)?;
+        rt.destroy(sb).await?;
+    }
+    eprintln!("memory churn done");
+    metrics.insert("churned_clone_rss_mib", metric(clone_rss, "MiB"));
+    metrics.insert("churned_fork_child_rss_mib", metric(child_rss, "MiB"));
     Ok(())
 }
 

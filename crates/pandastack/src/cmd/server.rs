@@ -156,6 +156,19 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    // Templates whose memory image changed since their bake (or that predate the seals) are
+    // baked again before anything restores them.
+    let checked = std::time::Instant::now();
+    let builds_dir = a.data_dir.join("builds");
+    let rebaking = agent
+        .verify_templates(|name| Some(builds_dir.join(name).join("rootfs.ext4")))
+        .await
+        .context("verify baked templates")?;
+    tracing::info!(
+        took_ms = checked.elapsed().as_secs_f64() * 1e3,
+        baking_again = rebaking.len(),
+        "baked templates verified"
+    );
     {
         let agent = Arc::clone(&agent);
         tokio::spawn(async move {
