@@ -19,6 +19,14 @@ venv=$PANDASTACK_CACHE/venv-sdk
 (cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run -s build && npm run -s test:types)
 
 step "clients: server"
+# On PostgreSQL when the test script started one (scripts/test.sh does): the whole client suite
+# then runs against a server whose state store is PostgreSQL; SQLite is what the Rust suites use.
+if [ -n "${PANDASTACK_TEST_POSTGRES:-}" ] && [ "$PANDASTACK_TEST_POSTGRES" != skip ]; then
+  db="clients_$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+  psql -q "$PANDASTACK_TEST_POSTGRES" -c "CREATE DATABASE $db"
+  export PANDASTACK_STATE="${PANDASTACK_TEST_POSTGRES%/*}/$db"
+  echo "clients: state store $PANDASTACK_STATE" >&2
+fi
 export PANDASTACK_BIN=${PANDASTACK_BIN:-$here/target/debug/pandastack}
 export PANDASTACK_GUEST_AGENT=${PANDASTACK_GUEST_AGENT:-$here/target/release/pandastack-guest}
 eval "$(scripts/dev-server.sh start clients-test)"

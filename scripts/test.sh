@@ -42,6 +42,10 @@ PANDASTACK_TEST_ROOTFS=$(target/debug/pandastack template build minimal --agent 
 echo "kernel: $PANDASTACK_KERNEL" >&2
 echo "rootfs: $PANDASTACK_TEST_ROOTFS" >&2
 
+step "PostgreSQL for the store's suite and the client suite's server"
+eval "$(scripts/test-postgres.sh start ci)"
+trap 'scripts/test-postgres.sh stop ci' EXIT
+
 step "tests"
 # Guests run under TCG on 2 cores: keep VM-booting test binaries from oversubscribing the CPU.
 cargo test --workspace --locked -- --test-threads=2

@@ -6,20 +6,21 @@ use pandastack_runtime::{Hibernated, Sandbox, SandboxInfo};
 use pandastack_vm::Vm;
 use tokio::sync::Mutex;
 
-/// Lifecycle state as the agent sees it.
+/// Where a sandbox's VM is, as its host sees it (the row's `SandboxState` adds the control
+/// plane's own states: starting, stopped, failed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SandboxState {
+pub enum VmState {
     Running,
     Paused,
     Hibernated,
 }
 
-impl SandboxState {
+impl VmState {
     pub fn as_str(self) -> &'static str {
         match self {
-            SandboxState::Running => "running",
-            SandboxState::Paused => "paused",
-            SandboxState::Hibernated => "hibernated",
+            VmState::Running => "running",
+            VmState::Paused => "paused",
+            VmState::Hibernated => "hibernated",
         }
     }
 }
@@ -28,7 +29,7 @@ impl SandboxState {
 #[derive(Debug, Clone)]
 pub struct SandboxView {
     pub id: String,
-    pub state: SandboxState,
+    pub state: VmState,
     pub info: SandboxInfo,
     /// Milliseconds the last create or wake took to exec-ready.
     pub ready_ms: u64,
@@ -59,11 +60,11 @@ impl<V: Vm> Slot<V> {
         }
     }
 
-    pub(crate) fn state(&self) -> Option<SandboxState> {
+    pub(crate) fn state(&self) -> Option<VmState> {
         match self {
-            Slot::Running(_) => Some(SandboxState::Running),
-            Slot::Paused(_) => Some(SandboxState::Paused),
-            Slot::Hibernated(_) => Some(SandboxState::Hibernated),
+            Slot::Running(_) => Some(VmState::Running),
+            Slot::Paused(_) => Some(VmState::Paused),
+            Slot::Hibernated(_) => Some(VmState::Hibernated),
             Slot::Gone => None,
         }
     }

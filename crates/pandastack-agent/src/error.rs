@@ -1,7 +1,7 @@
 use pandastack_runtime::{BakeError, CreateError, HibernateError, SnapshotError};
 use pandastack_vm::VmError;
 
-use crate::SandboxState;
+use crate::VmState;
 
 /// Why a host agent operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -13,7 +13,7 @@ pub enum AgentError {
     #[error("sandbox {id} is {state:?}: cannot {op}")]
     InvalidState {
         id: String,
-        state: SandboxState,
+        state: VmState,
         op: &'static str,
     },
     #[error("build template {name}")]

@@ -22,7 +22,7 @@ mod error;
 mod templates;
 
 pub use builds::{api_spec, BuildSource, BuiltImage, SpecRefused};
-pub use entry::{SandboxState, SandboxView};
+pub use entry::{SandboxView, VmState};
 pub use error::AgentError;
 pub use templates::TemplateView;
 
@@ -203,7 +203,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             Slot::Running(sb) => Ok(sb.agent.clone()),
             Slot::Paused(_) => Err(AgentError::InvalidState {
                 id: id.into(),
-                state: SandboxState::Paused,
+                state: VmState::Paused,
                 op: "exec or files (resume it first)",
             }),
             _ => Err(AgentError::SandboxNotFound(id.into())),

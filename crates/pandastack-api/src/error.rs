@@ -53,6 +53,16 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::NotFound => Self::new(ErrorCode::NotFound, "not found"),
             StoreError::Conflict => Self::new(ErrorCode::Conflict, "already exists"),
+            StoreError::LimitReached { limit } => {
+                let mut e = Self::new(
+                    ErrorCode::RateLimited,
+                    format!(
+                        "workspace limit of {limit} running sandboxes reached; delete or hibernate one"
+                    ),
+                );
+                e.retry_after = Some(5);
+                e
+            }
             e => Self::internal("database", &e),
         }
     }

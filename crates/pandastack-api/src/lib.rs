@@ -27,6 +27,7 @@ mod ws;
 pub use error::{ApiError, ApiResult};
 pub use openapi::{document, ApiDoc};
 pub use routes::operations;
+pub use sandboxes::wire_state;
 pub use templates::BuildConfig;
 
 use std::collections::HashMap;
@@ -53,6 +54,8 @@ pub struct App<D: VmDriver + 'static> {
     pub agent: Arc<HostAgent<D>>,
     /// Name of this host in sandbox objects.
     pub host: String,
+    /// This host's id: the owner of the rows of what runs here.
+    pub host_id: String,
     /// Create-rate windows per workspace: (window start, creates in it).
     rate: Mutex<HashMap<String, (Instant, i64)>>,
     /// Template builds (`POST /v1/templates`).
@@ -60,11 +63,18 @@ pub struct App<D: VmDriver + 'static> {
 }
 
 impl<D: VmDriver + 'static> App<D> {
-    pub fn new(store: Store, agent: Arc<HostAgent<D>>, host: String, builds: BuildConfig) -> Self {
+    pub fn new(
+        store: Store,
+        agent: Arc<HostAgent<D>>,
+        host: String,
+        host_id: String,
+        builds: BuildConfig,
+    ) -> Self {
         Self {
             store,
             agent,
             host,
+            host_id,
             rate: Mutex::new(HashMap::new()),
             builds: templates::Builds::new(builds),
         }
@@ -73,7 +83,7 @@ impl<D: VmDriver + 'static> App<D> {
     /// Settles what a previous server process left of template builds: unfinished builds are
     /// marked failed, files of unknown builds removed.
     pub async fn recover_builds(&self) -> Result<(), pandastack_store::StoreError> {
-        self.builds.recover(&self.store).await
+        self.builds.recover(&self.store, &self.host_id).await
     }
 }
 

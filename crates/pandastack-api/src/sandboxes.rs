@@ -9,9 +9,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
-use pandastack_agent::SandboxView;
+use pandastack_agent::{SandboxView, VmState};
 use pandastack_api_types::{
-    self as wire, CreateSandboxRequest, Cursor, ErrorCode, List, OnTimeout, PatchSandboxRequest,
+    self as wire, CreateSandboxRequest, Cursor, ErrorCode, List, PatchSandboxRequest,
 };
 use pandastack_store::{now_ms, Filter, SandboxRow};
 use pandastack_vm::VmDriver;
@@ -25,7 +25,7 @@ pub(crate) fn to_wire(r: &SandboxRow, host: &str) -> wire::Sandbox {
     wire::Sandbox {
         id: r.id.clone(),
         template: r.template.clone(),
-        state: wire::SandboxState::parse(&r.state).unwrap_or(wire::SandboxState::Failed),
+        state: r.state,
         cpu: r.vcpus as u32,
         memory_mb: r.memory_mib as u32,
         metadata: r.metadata.clone(),
@@ -33,11 +33,7 @@ pub(crate) fn to_wire(r: &SandboxRow, host: &str) -> wire::Sandbox {
         expires_at: r.expires_at.map(rfc3339),
         ttl_seconds: r.ttl_seconds.map(|v| v as u64),
         idle_timeout_seconds: r.idle_timeout_seconds.map(|v| v as u64),
-        on_timeout: if r.on_timeout == "hibernate" {
-            OnTimeout::Hibernate
-        } else {
-            OnTimeout::Kill
-        },
+        on_timeout: r.on_timeout,
         boot_ms: r.boot_ms as u64,
         boot_mode: r.boot_mode.clone(),
         snapshot_id: r.snapshot_id.clone(),
@@ -75,10 +71,10 @@ pub(crate) async fn record<D: VmDriver>(
     mut row: SandboxRow,
     view: &SandboxView,
 ) -> ApiResult<SandboxRow> {
-    let state = view.state.as_str();
+    let state = wire_state(view.state);
     if row.state != state {
         app.store.sandboxes().set_state(&row.id, state).await?;
-        row.state = state.to_owned();
+        row.state = state;
     }
     let now = now_ms();
     app.store.sandboxes().touch(&row.id, now).await?;
@@ -86,25 +82,10 @@ pub(crate) async fn record<D: VmDriver>(
     Ok(row)
 }
 
-/// Enforces the workspace's concurrent-sandbox and create-rate limits.
-pub(crate) async fn check_limits<D: VmDriver>(
-    app: &App<D>,
-    ws: &str,
-    adding: i64,
-) -> ApiResult<()> {
+/// Enforces the workspace's create-rate limit (the limit on running sandboxes is checked as
+/// their rows go in: [`pandastack_store::Sandboxes::insert_within_limit`]).
+pub(crate) async fn check_rate<D: VmDriver>(app: &App<D>, ws: &str, adding: i64) -> ApiResult<()> {
     let limits = app.store.keys().workspace(ws).await?;
-    let active = app.store.sandboxes().count_active(ws).await?;
-    if active + adding > limits.max_sandboxes {
-        let mut e = ApiError::new(
-            ErrorCode::RateLimited,
-            format!(
-                "workspace limit of {} running sandboxes reached; delete or hibernate one",
-                limits.max_sandboxes
-            ),
-        );
-        e.retry_after = Some(5);
-        return Err(e);
-    }
     let mut rate = app.rate.lock().unwrap_or_else(|p| p.into_inner());
     let entry = rate.entry(ws.to_owned()).or_insert((Instant::now(), 0));
     if entry.0.elapsed() >= Duration::from_secs(60) {
@@ -126,7 +107,17 @@ pub(crate) async fn check_limits<D: VmDriver>(
     Ok(())
 }
 
+/// The API's name for where a sandbox's VM is.
+pub fn wire_state(v: VmState) -> wire::SandboxState {
+    match v {
+        VmState::Running => wire::SandboxState::Running,
+        VmState::Paused => wire::SandboxState::Paused,
+        VmState::Hibernated => wire::SandboxState::Hibernated,
+    }
+}
+
 pub(crate) fn new_row(
+    host_id: &str,
     ws: &str,
     id: &str,
     req: &CreateSandboxRequest,
@@ -136,15 +127,16 @@ pub(crate) fn new_row(
     SandboxRow {
         id: id.to_owned(),
         workspace_id: ws.to_owned(),
+        host_id: host_id.to_owned(),
         template: view_template.to_owned(),
-        state: "starting".into(),
+        state: wire::SandboxState::Starting,
         vcpus: 0,
         memory_mib: 0,
         metadata: req.metadata.clone(),
         env: req.env.clone(),
         ttl_seconds: req.ttl_seconds.map(|v| v as i64),
         idle_timeout_seconds: req.idle_timeout_seconds.map(|v| v as i64),
-        on_timeout: req.on_timeout.as_str().to_owned(),
+        on_timeout: req.on_timeout,
         created_at: now,
         expires_at: req.ttl_seconds.map(|t| now + t as i64 * 1000),
         last_activity_at: now,
@@ -165,10 +157,8 @@ pub(crate) async fn finish_row<D: VmDriver>(
     row.vcpus = i64::from(view.info.shape.vcpus);
     row.memory_mib = i64::from(view.info.shape.memory_mib);
     row.boot_ms = view.ready_ms as i64;
-    row.state = view.state.as_str().to_owned();
-    // Re-insert with the final values: delete + insert keeps the query set small and portable.
-    app.store.sandboxes().delete(&row.id).await?;
-    app.store.sandboxes().insert(&row).await?;
+    row.state = wire_state(view.state);
+    app.store.sandboxes().finish_create(&row).await?;
     Ok(row)
 }
 
@@ -222,18 +212,21 @@ async fn create_sandbox<D: VmDriver>(
         Some(_) => None,
         None => Some(crate::templates::resolve(app, caller.ws(), &req.template).await?),
     };
-    check_limits(app, caller.ws(), 1).await?;
+    check_rate(app, caller.ws(), 1).await?;
     let id = pandastack_store::new_id("sb-");
     // The row goes in first (state "starting"): a crash mid-create leaves a row the server
     // reconciles at start, never a VM nobody knows about.
-    let mut row = new_row(caller.ws(), &id, req, &req.template, now_ms());
+    let mut row = new_row(&app.host_id, caller.ws(), &id, req, &req.template, now_ms());
     if let Some(r) = &resolved {
         // The image's environment, under the caller's.
         let mut env = r.env.clone();
         env.extend(std::mem::take(&mut row.env));
         row.env = env;
     }
-    app.store.sandboxes().insert(&row).await?;
+    app.store
+        .sandboxes()
+        .insert_within_limit(std::slice::from_ref(&row))
+        .await?;
     let created = match (&req.snapshot_id, &resolved) {
         (Some(snap), _) => app.agent.create_from_snapshot(snap, &id).await,
         (None, Some(r)) => app.agent.create(&r.baked, &id).await,
@@ -285,15 +278,15 @@ pub async fn list<D: VmDriver>(
         }
         None => None,
     };
-    let state = q.get("state").cloned();
-    if let Some(s) = &state {
-        if wire::SandboxState::parse(s).is_none() {
-            return Err(ApiError::new(
+    let state = match q.get("state") {
+        Some(s) => Some(wire::SandboxState::parse(s).ok_or_else(|| {
+            ApiError::new(
                 ErrorCode::InvalidArgument,
                 format!("state: unknown state {s:?}"),
-            ));
-        }
-    }
+            )
+        })?),
+        None => None,
+    };
     let filter = Filter {
         state,
         metadata: q

@@ -13,7 +13,7 @@ use pandastack_vm::VmDriver;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
 use crate::idempotency::{self, Begin};
-use crate::sandboxes::{check_limits, finish_row, owned, record, to_wire};
+use crate::sandboxes::{check_rate, finish_row, owned, record, to_wire};
 use crate::{rfc3339, App};
 
 fn snap_wire(s: &SnapshotRow) -> wire::Snapshot {
@@ -34,6 +34,7 @@ async fn save_snapshot<D: VmDriver>(
     let row = SnapshotRow {
         id: snap.id.clone(),
         workspace_id: ws.to_owned(),
+        host_id: app.host_id.clone(),
         sandbox_id: snap.sandbox_id.clone(),
         template: snap.template.clone(),
         size_bytes: snap.size_bytes as i64,
@@ -127,7 +128,7 @@ async fn fork_sandbox<D: VmDriver>(
 ) -> ApiResult<(StatusCode, ForkResponse)> {
     let app = Arc::clone(app);
     let parent = owned(&app, caller, id).await?;
-    check_limits(&app, caller.ws(), i64::from(req.count)).await?;
+    check_rate(&app, caller.ws(), i64::from(req.count)).await?;
     let snap_id = new_id("snap-");
     let child_ids: Vec<String> = (0..req.count).map(|_| new_id("sb-")).collect();
     // Rows first, as for creates.
@@ -136,7 +137,7 @@ async fn fork_sandbox<D: VmDriver>(
     for cid in &child_ids {
         let mut r = parent.clone();
         r.id = cid.clone();
-        r.state = "starting".into();
+        r.state = wire::SandboxState::Starting;
         r.created_at = now;
         r.last_activity_at = now;
         r.expires_at = parent.ttl_seconds.map(|t| now + t * 1000);
@@ -145,9 +146,9 @@ async fn fork_sandbox<D: VmDriver>(
         if !req.metadata.is_empty() {
             r.metadata = req.metadata.clone();
         }
-        app.store.sandboxes().insert(&r).await?;
         rows.push(r);
     }
+    app.store.sandboxes().insert_within_limit(&rows).await?;
     let forked = app.agent.fork(&parent.id, &snap_id, &child_ids).await;
     let (snap, views) = match forked {
         Ok(f) => f,

@@ -2,9 +2,9 @@
 //! is reserved (status 0) before the work starts, so a concurrent retry with the same key sees
 //! it in progress instead of creating a second object.
 
-use sqlx::{Row, SqlitePool};
+use sqlx::AnyPool;
 
-use crate::{now_ms, StoreError};
+use crate::{col, now_ms, StoreError};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdempotencyRecord {
@@ -24,7 +24,15 @@ pub enum Reservation {
 }
 
 pub struct Idempotency<'a> {
-    pub(crate) pool: &'a SqlitePool,
+    pub(crate) pool: &'a AnyPool,
+}
+
+fn record(r: &sqlx::any::AnyRow) -> Result<IdempotencyRecord, StoreError> {
+    Ok(IdempotencyRecord {
+        request_hash: col(r, "request_hash")?,
+        status: col(r, "status")?,
+        body: col(r, "body")?,
+    })
 }
 
 /// Records older than this are ignored (and may be purged).
@@ -44,11 +52,7 @@ impl Idempotency<'_> {
         .bind(now_ms() - TTL_MS)
         .fetch_optional(self.pool)
         .await?;
-        Ok(r.map(|r| IdempotencyRecord {
-            request_hash: r.get("request_hash"),
-            status: r.get("status"),
-            body: r.get("body"),
-        }))
+        r.as_ref().map(record).transpose()
     }
 
     pub async fn put(
@@ -113,11 +117,7 @@ impl Idempotency<'_> {
             .bind(key)
             .fetch_one(&mut *tx)
             .await?;
-            Reservation::Existing(IdempotencyRecord {
-                request_hash: r.get("request_hash"),
-                status: r.get("status"),
-                body: r.get("body"),
-            })
+            Reservation::Existing(record(&r)?)
         };
         tx.commit().await?;
         Ok(out)

@@ -2,10 +2,10 @@
 //! stored, and verification compares hashes in constant time.
 
 use sha2::{Digest, Sha256};
-use sqlx::{Row, SqlitePool};
+use sqlx::AnyPool;
 use subtle::ConstantTimeEq;
 
-use crate::{new_id, now_ms, StoreError};
+use crate::{col, new_id, now_ms, StoreError};
 
 /// A tenant: every object belongs to exactly one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,7 +28,7 @@ pub struct KeyRow {
 }
 
 pub struct Keys<'a> {
-    pub(crate) pool: &'a SqlitePool,
+    pub(crate) pool: &'a AnyPool,
 }
 
 fn hash(secret: &str) -> String {
@@ -41,15 +41,24 @@ fn new_secret() -> String {
     format!("pds_{}", hex::encode(b))
 }
 
-fn key_row(r: &sqlx::sqlite::SqliteRow) -> KeyRow {
-    KeyRow {
-        id: r.get("id"),
-        workspace_id: r.get("workspace_id"),
-        name: r.get("name"),
-        prefix: r.get("prefix"),
-        created_at: r.get("created_at"),
-        revoked_at: r.get("revoked_at"),
-    }
+fn key_row(r: &sqlx::any::AnyRow) -> Result<KeyRow, StoreError> {
+    Ok(KeyRow {
+        id: col(r, "id")?,
+        workspace_id: col(r, "workspace_id")?,
+        name: col(r, "name")?,
+        prefix: col(r, "prefix")?,
+        created_at: col(r, "created_at")?,
+        revoked_at: col(r, "revoked_at")?,
+    })
+}
+
+fn workspace(r: &sqlx::any::AnyRow) -> Result<Workspace, StoreError> {
+    Ok(Workspace {
+        id: col(r, "id")?,
+        name: col(r, "name")?,
+        max_sandboxes: col(r, "max_sandboxes")?,
+        creates_per_minute: col(r, "creates_per_minute")?,
+    })
 }
 
 impl Keys<'_> {
@@ -100,15 +109,7 @@ impl Keys<'_> {
         )
         .fetch_all(self.pool)
         .await?;
-        Ok(rows
-            .iter()
-            .map(|r| Workspace {
-                id: r.get("id"),
-                name: r.get("name"),
-                max_sandboxes: r.get("max_sandboxes"),
-                creates_per_minute: r.get("creates_per_minute"),
-            })
-            .collect())
+        rows.iter().map(workspace).collect()
     }
 
     /// A key by id, in any workspace (administration; never for a user request).
@@ -119,15 +120,15 @@ impl Keys<'_> {
         .bind(id)
         .fetch_one(self.pool)
         .await?;
-        Ok(key_row(&r))
+        key_row(&r)
     }
 
     /// Number of workspaces (zero on a fresh install).
     pub async fn workspace_count(&self) -> Result<i64, StoreError> {
-        Ok(sqlx::query("SELECT COUNT(*) AS n FROM workspaces")
+        let r = sqlx::query("SELECT COUNT(*) AS n FROM workspaces")
             .fetch_one(self.pool)
-            .await?
-            .get("n"))
+            .await?;
+        col(&r, "n")
     }
 
     pub async fn workspace(&self, id: &str) -> Result<Workspace, StoreError> {
@@ -137,12 +138,7 @@ impl Keys<'_> {
         .bind(id)
         .fetch_one(self.pool)
         .await?;
-        Ok(Workspace {
-            id: r.get("id"),
-            name: r.get("name"),
-            max_sandboxes: r.get("max_sandboxes"),
-            creates_per_minute: r.get("creates_per_minute"),
-        })
+        workspace(&r)
     }
 
     /// Creates a key in `workspace_id`; returns the row and the secret (shown once).
@@ -189,12 +185,12 @@ impl Keys<'_> {
         let Some(r) = row else {
             return Ok(None);
         };
-        let stored: String = r.get("hash");
+        let stored: String = col(&r, "hash")?;
         // The lookup used the hash as an index key; the final comparison does not leak timing.
         if !bool::from(stored.as_bytes().ct_eq(h.as_bytes())) {
             return Ok(None);
         }
-        let key = key_row(&r);
+        let key = key_row(&r)?;
         if key.revoked_at.is_some() {
             return Ok(None);
         }
@@ -208,7 +204,7 @@ impl Keys<'_> {
         .bind(workspace_id)
         .fetch_all(self.pool)
         .await?;
-        Ok(rows.iter().map(key_row).collect())
+        rows.iter().map(key_row).collect()
     }
 
     pub async fn revoke(&self, workspace_id: &str, id: &str) -> Result<(), StoreError> {

@@ -1,30 +1,39 @@
-//! The PandaStack state store: workspaces, API keys, sandbox, snapshot and template-build rows,
-//! idempotency records. SQLite (one file, WAL) is the embedded default. The migrations and every query are
-//! written in SQL that PostgreSQL accepts unchanged (`$n` placeholders, TEXT ids, BIGINT unix-ms
-//! timestamps, JSON kept as TEXT, no engine-specific functions) so a PostgreSQL backend is a
-//! connection-type change, not a rewrite.
+//! The PandaStack state store: workspaces, API keys, hosts, sandbox, snapshot and template-build
+//! rows, idempotency records and durable jobs.
+//!
+//! Two backends behind one set of queries: SQLite (one file, WAL) is the embedded default;
+//! PostgreSQL (`postgres://…`) is the store several hosts share. The migrations and every query
+//! are written in SQL both accept unchanged (`$n` placeholders, TEXT ids, BIGINT unix-ms
+//! timestamps, JSON kept as TEXT, partial indexes, no engine-specific functions); where the
+//! engines must differ (row locks) the query says so next to the [`Backend`] it runs on.
 //!
 //! Every query that serves a user request is scoped by workspace id: a workspace never sees
-//! another's rows. This crate stores rows; it does not start VMs or speak HTTP.
+//! another's rows. Rows of things that live on a host (sandboxes, snapshots, template builds)
+//! carry the id of that host, and every query a host runs about "its" things is filtered by it.
+//! This crate stores rows; it does not start VMs or speak HTTP.
 
+mod hosts;
 mod idempotency;
+mod jobs;
 mod keys;
 mod sandboxes;
 mod snapshots;
 mod templates;
 
+pub use hosts::{HostRow, Hosts};
 pub use idempotency::{Idempotency, IdempotencyRecord, Reservation};
+pub use jobs::{JobRow, JobState, Jobs, NewJob};
 pub use keys::{KeyRow, Keys, Workspace};
+pub use pandastack_api_types::{OnTimeout, SandboxState};
 pub use sandboxes::{Filter, SandboxRow, Sandboxes};
 pub use snapshots::{SnapshotRow, Snapshots};
-pub use templates::{BuildStatus, TemplateBuildRow, TemplateBuilds};
+pub use templates::{BuildStatus, SourceKind, TemplateBuildRow, TemplateBuilds};
 
 use std::path::Path;
-use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use sqlx::SqlitePool;
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::AnyPool;
 
 /// Why a store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -33,12 +42,20 @@ pub enum StoreError {
     NotFound,
     #[error("already exists")]
     Conflict,
+    /// A workspace limit would be exceeded by the change (nothing was written).
+    #[error("limit of {limit} reached")]
+    LimitReached { limit: i64 },
     #[error("database")]
     Db(#[source] sqlx::Error),
     #[error("database migration")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("stored json")]
     Json(#[from] serde_json::Error),
+    /// A stored value this version cannot read (e.g. an unknown state name).
+    #[error("stored {column} has an unknown value {value:?}")]
+    Corrupt { column: &'static str, value: String },
+    #[error("unsupported state store {0:?} (want a file path, sqlite://… or postgres://…)")]
+    Url(String),
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -51,31 +68,69 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
+/// Which database engine a [`Store`] runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
 /// A connected, migrated store.
 #[derive(Clone)]
 pub struct Store {
-    pool: SqlitePool,
+    pool: AnyPool,
+    backend: Backend,
 }
 
 impl Store {
     /// Opens (creating if missing) the SQLite database at `path` and applies migrations.
     pub async fn open(path: &Path) -> Result<Self, StoreError> {
-        let opts = SqliteConnectOptions::from_str("sqlite://")?
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(8)
+        Self::connect(&sqlite_url(path)).await
+    }
+
+    /// Connects to `url` — `sqlite://PATH[?mode=rwc]`, `postgres://…` (or `postgresql://…`),
+    /// or a bare file path (SQLite, created if missing) — and applies migrations.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        let (url, backend) = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            (url.to_owned(), Backend::Postgres)
+        } else if url.starts_with("sqlite:") {
+            (url.to_owned(), Backend::Sqlite)
+        } else if !url.contains("://") && !url.is_empty() {
+            (sqlite_url(Path::new(url)), Backend::Sqlite)
+        } else {
+            return Err(StoreError::Url(url.to_owned()));
+        };
+        let opts: AnyConnectOptions = url.parse()?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(match backend {
+                Backend::Sqlite => 8,
+                Backend::Postgres => 16,
+            })
+            .acquire_timeout(Duration::from_secs(10))
             .connect_with(opts)
             .await?;
+        if backend == Backend::Sqlite {
+            // Persistent in the file: readers never wait for the writer. Foreign keys and a
+            // 5 s busy timeout are sqlx's per-connection defaults for SQLite.
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await?;
+        }
         sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Self { pool })
+        Ok(Self { pool, backend })
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
     }
 
     pub fn keys(&self) -> Keys<'_> {
         Keys { pool: &self.pool }
+    }
+
+    pub fn hosts(&self) -> Hosts<'_> {
+        Hosts { pool: &self.pool }
     }
 
     pub fn sandboxes(&self) -> Sandboxes<'_> {
@@ -93,6 +148,24 @@ impl Store {
     pub fn idempotency(&self) -> Idempotency<'_> {
         Idempotency { pool: &self.pool }
     }
+
+    pub fn jobs(&self) -> Jobs<'_> {
+        Jobs {
+            pool: &self.pool,
+            backend: self.backend,
+        }
+    }
+}
+
+/// `sqlite://PATH?mode=rwc`, with the characters the URL parser would take for syntax escaped
+/// (sqlx percent-decodes the path).
+fn sqlite_url(path: &Path) -> String {
+    let p = path
+        .to_string_lossy()
+        .replace('%', "%25")
+        .replace('?', "%3F")
+        .replace('#', "%23");
+    format!("sqlite://{p}?mode=rwc")
 }
 
 /// A random id with a prefix: `sb-` + 16 hex digits and so on.
@@ -106,4 +179,26 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+/// Reads a typed column, naming it in the error instead of panicking.
+pub(crate) fn col<'r, T>(r: &'r sqlx::any::AnyRow, name: &str) -> Result<T, StoreError>
+where
+    T: sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any>,
+{
+    use sqlx::Row;
+    r.try_get(name).map_err(StoreError::from)
+}
+
+/// Reads a TEXT column holding a name of a typed value (a state, a mode).
+pub(crate) fn parsed<T>(
+    r: &sqlx::any::AnyRow,
+    name: &'static str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<T, StoreError> {
+    let s: String = col(r, name)?;
+    parse(&s).ok_or(StoreError::Corrupt {
+        column: name,
+        value: s,
+    })
 }

@@ -2,24 +2,26 @@
 
 use std::collections::BTreeMap;
 
-use sqlx::{Row, SqlitePool};
+use sqlx::AnyPool;
 
-use crate::StoreError;
+use crate::{col, parsed, OnTimeout, SandboxState, StoreError};
 
 /// One sandbox as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxRow {
     pub id: String,
     pub workspace_id: String,
+    /// The host the sandbox's VM (or its hibernation image) is on.
+    pub host_id: String,
     pub template: String,
-    pub state: String,
+    pub state: SandboxState,
     pub vcpus: i64,
     pub memory_mib: i64,
     pub metadata: BTreeMap<String, String>,
     pub env: BTreeMap<String, String>,
     pub ttl_seconds: Option<i64>,
     pub idle_timeout_seconds: Option<i64>,
-    pub on_timeout: String,
+    pub on_timeout: OnTimeout,
     pub created_at: i64,
     pub expires_at: Option<i64>,
     pub last_activity_at: i64,
@@ -32,65 +34,113 @@ pub struct SandboxRow {
 /// List filters.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
-    pub state: Option<String>,
+    pub state: Option<SandboxState>,
     /// Every pair must match.
     pub metadata: Vec<(String, String)>,
 }
 
 pub struct Sandboxes<'a> {
-    pub(crate) pool: &'a SqlitePool,
+    pub(crate) pool: &'a AnyPool,
 }
 
-const COLUMNS: &str = "id, workspace_id, template, state, vcpus, memory_mib, metadata, env, ttl_seconds, idle_timeout_seconds, on_timeout, created_at, expires_at, last_activity_at, boot_ms, boot_mode, snapshot_id, parent_id";
+const COLUMNS: &str = "id, workspace_id, host_id, template, state, vcpus, memory_mib, metadata, env, ttl_seconds, idle_timeout_seconds, on_timeout, created_at, expires_at, last_activity_at, boot_ms, boot_mode, snapshot_id, parent_id";
 
-fn row(r: &sqlx::sqlite::SqliteRow) -> Result<SandboxRow, StoreError> {
+fn row(r: &sqlx::any::AnyRow) -> Result<SandboxRow, StoreError> {
+    let metadata: String = col(r, "metadata")?;
+    let env: String = col(r, "env")?;
     Ok(SandboxRow {
-        id: r.get("id"),
-        workspace_id: r.get("workspace_id"),
-        template: r.get("template"),
-        state: r.get("state"),
-        vcpus: r.get("vcpus"),
-        memory_mib: r.get("memory_mib"),
-        metadata: serde_json::from_str(r.get("metadata"))?,
-        env: serde_json::from_str(r.get("env"))?,
-        ttl_seconds: r.get("ttl_seconds"),
-        idle_timeout_seconds: r.get("idle_timeout_seconds"),
-        on_timeout: r.get("on_timeout"),
-        created_at: r.get("created_at"),
-        expires_at: r.get("expires_at"),
-        last_activity_at: r.get("last_activity_at"),
-        boot_ms: r.get("boot_ms"),
-        boot_mode: r.get("boot_mode"),
-        snapshot_id: r.get("snapshot_id"),
-        parent_id: r.get("parent_id"),
+        id: col(r, "id")?,
+        workspace_id: col(r, "workspace_id")?,
+        host_id: col(r, "host_id")?,
+        template: col(r, "template")?,
+        state: parsed(r, "state", SandboxState::parse)?,
+        vcpus: col(r, "vcpus")?,
+        memory_mib: col(r, "memory_mib")?,
+        metadata: serde_json::from_str(&metadata)?,
+        env: serde_json::from_str(&env)?,
+        ttl_seconds: col(r, "ttl_seconds")?,
+        idle_timeout_seconds: col(r, "idle_timeout_seconds")?,
+        on_timeout: parsed(r, "on_timeout", |s| match s {
+            "kill" => Some(OnTimeout::Kill),
+            "hibernate" => Some(OnTimeout::Hibernate),
+            _ => None,
+        })?,
+        created_at: col(r, "created_at")?,
+        expires_at: col(r, "expires_at")?,
+        last_activity_at: col(r, "last_activity_at")?,
+        boot_ms: col(r, "boot_ms")?,
+        boot_mode: col(r, "boot_mode")?,
+        snapshot_id: col(r, "snapshot_id")?,
+        parent_id: col(r, "parent_id")?,
     })
 }
 
 impl Sandboxes<'_> {
     pub async fn insert(&self, s: &SandboxRow) -> Result<(), StoreError> {
-        sqlx::query(&format!(
-            "INSERT INTO sandboxes ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
-        ))
-        .bind(&s.id)
-        .bind(&s.workspace_id)
+        insert(self.pool, s).await
+    }
+
+    /// Inserts `rows` (one workspace's) in one transaction if the workspace then has at most
+    /// `max_sandboxes` sandboxes that are not hibernated; otherwise writes nothing and returns
+    /// [`StoreError::LimitReached`]. Concurrent callers are serialised on the workspace row, so
+    /// two creates can never both take the last place.
+    pub async fn insert_within_limit(&self, rows: &[SandboxRow]) -> Result<(), StoreError> {
+        let Some(first) = rows.first() else {
+            return Ok(());
+        };
+        let ws = &first.workspace_id;
+        let mut tx = self.pool.begin().await?;
+        // A write first: on SQLite it takes the database's write lock now (a read first would
+        // fail to upgrade if another writer committed meanwhile); on PostgreSQL it locks the
+        // workspace row until commit.
+        let locked =
+            sqlx::query("UPDATE workspaces SET max_sandboxes = max_sandboxes WHERE id = $1")
+                .bind(ws)
+                .execute(&mut *tx)
+                .await?;
+        if locked.rows_affected() == 0 {
+            return Err(StoreError::NotFound);
+        }
+        let r = sqlx::query("SELECT max_sandboxes FROM workspaces WHERE id = $1")
+            .bind(ws)
+            .fetch_one(&mut *tx)
+            .await?;
+        let limit: i64 = col(&r, "max_sandboxes")?;
+        let r = sqlx::query(
+            "SELECT COUNT(*) AS n FROM sandboxes WHERE workspace_id = $1 AND state <> 'hibernated'",
+        )
+        .bind(ws)
+        .fetch_one(&mut *tx)
+        .await?;
+        let active: i64 = col(&r, "n")?;
+        if active + rows.len() as i64 > limit {
+            return Err(StoreError::LimitReached { limit });
+        }
+        for row in rows {
+            insert(&mut *tx, row).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Records a finished create: the VM's shape, how it booted and its state, in one update.
+    pub async fn finish_create(&self, s: &SandboxRow) -> Result<(), StoreError> {
+        let done = sqlx::query(
+            "UPDATE sandboxes SET template = $1, vcpus = $2, memory_mib = $3, boot_ms = $4, \
+             boot_mode = $5, state = $6 WHERE id = $7",
+        )
         .bind(&s.template)
-        .bind(&s.state)
         .bind(s.vcpus)
         .bind(s.memory_mib)
-        .bind(serde_json::to_string(&s.metadata)?)
-        .bind(serde_json::to_string(&s.env)?)
-        .bind(s.ttl_seconds)
-        .bind(s.idle_timeout_seconds)
-        .bind(&s.on_timeout)
-        .bind(s.created_at)
-        .bind(s.expires_at)
-        .bind(s.last_activity_at)
         .bind(s.boot_ms)
         .bind(&s.boot_mode)
-        .bind(&s.snapshot_id)
-        .bind(&s.parent_id)
+        .bind(s.state.as_str())
+        .bind(&s.id)
         .execute(self.pool)
         .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound);
+        }
         Ok(())
     }
 
@@ -128,7 +178,7 @@ impl Sandboxes<'_> {
             .bind(workspace_id)
             .bind(ms)
             .bind(&id)
-            .bind(&filter.state)
+            .bind(filter.state.map(SandboxState::as_str))
             .bind(i64::from(limit) + 1)
             .fetch_all(self.pool)
             .await?;
@@ -154,18 +204,18 @@ impl Sandboxes<'_> {
     }
 
     pub async fn count_active(&self, workspace_id: &str) -> Result<i64, StoreError> {
-        Ok(sqlx::query(
+        let r = sqlx::query(
             "SELECT COUNT(*) AS n FROM sandboxes WHERE workspace_id = $1 AND state <> 'hibernated'",
         )
         .bind(workspace_id)
         .fetch_one(self.pool)
-        .await?
-        .get("n"))
+        .await?;
+        col(&r, "n")
     }
 
-    pub async fn set_state(&self, id: &str, state: &str) -> Result<(), StoreError> {
+    pub async fn set_state(&self, id: &str, state: SandboxState) -> Result<(), StoreError> {
         sqlx::query("UPDATE sandboxes SET state = $1 WHERE id = $2")
-            .bind(state)
+            .bind(state.as_str())
             .bind(id)
             .execute(self.pool)
             .await?;
@@ -206,24 +256,61 @@ impl Sandboxes<'_> {
         Ok(())
     }
 
-    /// Every sandbox id on record (all workspaces), for reconciling with the host at start.
-    pub async fn all_ids(&self) -> Result<Vec<String>, StoreError> {
-        let rows = sqlx::query("SELECT id FROM sandboxes")
+    /// Every sandbox on host `host_id` (all workspaces) with its recorded state, for
+    /// reconciling the host with its rows at start.
+    pub async fn on_host(&self, host_id: &str) -> Result<Vec<(String, SandboxState)>, StoreError> {
+        let rows = sqlx::query("SELECT id, state FROM sandboxes WHERE host_id = $1 ORDER BY id")
+            .bind(host_id)
             .fetch_all(self.pool)
             .await?;
-        Ok(rows.iter().map(|r| r.get("id")).collect())
+        rows.iter()
+            .map(|r| Ok((col(r, "id")?, parsed(r, "state", SandboxState::parse)?)))
+            .collect()
     }
 
-    /// Sandboxes whose TTL has passed or that have been idle past their idle timeout at `now`.
-    pub async fn expired(&self, now: i64) -> Result<Vec<SandboxRow>, StoreError> {
+    /// Sandboxes on host `host_id` whose TTL has passed or that have been idle past their idle
+    /// timeout at `now`.
+    pub async fn expired(&self, host_id: &str, now: i64) -> Result<Vec<SandboxRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM sandboxes WHERE state <> 'hibernated' AND \
+            "SELECT {COLUMNS} FROM sandboxes WHERE host_id = $2 AND state <> 'hibernated' AND \
              ((expires_at IS NOT NULL AND expires_at <= $1) OR \
               (idle_timeout_seconds IS NOT NULL AND last_activity_at + idle_timeout_seconds * 1000 <= $1))"
         ))
         .bind(now)
+        .bind(host_id)
         .fetch_all(self.pool)
         .await?;
         rows.iter().map(row).collect()
     }
+}
+
+async fn insert<'e, E>(exec: E, s: &SandboxRow) -> Result<(), StoreError>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    sqlx::query(&format!(
+        "INSERT INTO sandboxes ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+    ))
+    .bind(&s.id)
+    .bind(&s.workspace_id)
+    .bind(&s.host_id)
+    .bind(&s.template)
+    .bind(s.state.as_str())
+    .bind(s.vcpus)
+    .bind(s.memory_mib)
+    .bind(serde_json::to_string(&s.metadata)?)
+    .bind(serde_json::to_string(&s.env)?)
+    .bind(s.ttl_seconds)
+    .bind(s.idle_timeout_seconds)
+    .bind(s.on_timeout.as_str())
+    .bind(s.created_at)
+    .bind(s.expires_at)
+    .bind(s.last_activity_at)
+    .bind(s.boot_ms)
+    .bind(&s.boot_mode)
+    .bind(&s.snapshot_id)
+    .bind(&s.parent_id)
+    .execute(exec)
+    .await?;
+    Ok(())
 }

@@ -1,13 +1,15 @@
 //! Snapshot rows.
 
-use sqlx::{Row, SqlitePool};
+use sqlx::AnyPool;
 
-use crate::StoreError;
+use crate::{col, StoreError};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotRow {
     pub id: String,
     pub workspace_id: String,
+    /// The host the snapshot's files are on.
+    pub host_id: String,
     pub sandbox_id: String,
     pub template: String,
     pub size_bytes: i64,
@@ -15,27 +17,31 @@ pub struct SnapshotRow {
 }
 
 pub struct Snapshots<'a> {
-    pub(crate) pool: &'a SqlitePool,
+    pub(crate) pool: &'a AnyPool,
 }
 
-fn row(r: &sqlx::sqlite::SqliteRow) -> SnapshotRow {
-    SnapshotRow {
-        id: r.get("id"),
-        workspace_id: r.get("workspace_id"),
-        sandbox_id: r.get("sandbox_id"),
-        template: r.get("template"),
-        size_bytes: r.get("size_bytes"),
-        created_at: r.get("created_at"),
-    }
+const COLUMNS: &str = "id, workspace_id, host_id, sandbox_id, template, size_bytes, created_at";
+
+fn row(r: &sqlx::any::AnyRow) -> Result<SnapshotRow, StoreError> {
+    Ok(SnapshotRow {
+        id: col(r, "id")?,
+        workspace_id: col(r, "workspace_id")?,
+        host_id: col(r, "host_id")?,
+        sandbox_id: col(r, "sandbox_id")?,
+        template: col(r, "template")?,
+        size_bytes: col(r, "size_bytes")?,
+        created_at: col(r, "created_at")?,
+    })
 }
 
 impl Snapshots<'_> {
     pub async fn insert(&self, s: &SnapshotRow) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO snapshots (id, workspace_id, sandbox_id, template, size_bytes, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
-        )
+        sqlx::query(&format!(
+            "INSERT INTO snapshots ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+        ))
         .bind(&s.id)
         .bind(&s.workspace_id)
+        .bind(&s.host_id)
         .bind(&s.sandbox_id)
         .bind(&s.template)
         .bind(s.size_bytes)
@@ -46,14 +52,14 @@ impl Snapshots<'_> {
     }
 
     pub async fn get(&self, workspace_id: &str, id: &str) -> Result<SnapshotRow, StoreError> {
-        let r = sqlx::query(
-            "SELECT id, workspace_id, sandbox_id, template, size_bytes, created_at FROM snapshots WHERE workspace_id = $1 AND id = $2",
-        )
+        let r = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM snapshots WHERE workspace_id = $1 AND id = $2"
+        ))
         .bind(workspace_id)
         .bind(id)
         .fetch_one(self.pool)
         .await?;
-        Ok(row(&r))
+        row(&r)
     }
 
     pub async fn list(
@@ -63,18 +69,18 @@ impl Snapshots<'_> {
         limit: u32,
     ) -> Result<Vec<SnapshotRow>, StoreError> {
         let (ms, id) = after.unwrap_or((i64::MIN, String::new()));
-        let rows = sqlx::query(
-            "SELECT id, workspace_id, sandbox_id, template, size_bytes, created_at FROM snapshots \
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM snapshots \
              WHERE workspace_id = $1 AND (created_at > $2 OR (created_at = $2 AND id > $3)) \
-             ORDER BY created_at, id LIMIT $4",
-        )
+             ORDER BY created_at, id LIMIT $4"
+        ))
         .bind(workspace_id)
         .bind(ms)
         .bind(&id)
         .bind(i64::from(limit) + 1)
         .fetch_all(self.pool)
         .await?;
-        Ok(rows.iter().map(row).collect())
+        rows.iter().map(row).collect()
     }
 
     pub async fn delete(&self, workspace_id: &str, id: &str) -> Result<(), StoreError> {
@@ -89,10 +95,12 @@ impl Snapshots<'_> {
         Ok(())
     }
 
-    pub async fn all_ids(&self) -> Result<Vec<String>, StoreError> {
-        let rows = sqlx::query("SELECT id FROM snapshots")
+    /// Ids of every snapshot on host `host_id` (all workspaces).
+    pub async fn ids_on_host(&self, host_id: &str) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query("SELECT id FROM snapshots WHERE host_id = $1")
+            .bind(host_id)
             .fetch_all(self.pool)
             .await?;
-        Ok(rows.iter().map(|r| r.get("id")).collect())
+        rows.iter().map(|r| col(r, "id")).collect()
     }
 }

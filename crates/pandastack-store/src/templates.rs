@@ -2,9 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use sqlx::{Row, SqlitePool};
+use sqlx::AnyPool;
 
-use crate::StoreError;
+use crate::{col, parsed, StoreError};
 
 /// Where a build stands: `queued → building → baking → ready | failed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,14 +27,15 @@ impl BuildStatus {
         }
     }
 
-    fn parse(s: &str) -> Self {
-        match s {
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
             "queued" => BuildStatus::Queued,
             "building" => BuildStatus::Building,
             "baking" => BuildStatus::Baking,
             "ready" => BuildStatus::Ready,
-            _ => BuildStatus::Failed,
-        }
+            "failed" => BuildStatus::Failed,
+            _ => return None,
+        })
     }
 
     /// Still under way (not `ready` or `failed`).
@@ -46,16 +47,43 @@ impl BuildStatus {
     }
 }
 
+/// What a build starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceKind {
+    /// A template spec (TOML) built into a Debian image.
+    Spec,
+    /// An OCI image (a registry reference or an uploaded archive).
+    Oci,
+}
+
+impl SourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Spec => "spec",
+            SourceKind::Oci => "oci",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "spec" => Some(SourceKind::Spec),
+            "oci" => Some(SourceKind::Oci),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TemplateBuildRow {
     /// `<name>-v<version>-<6 hex>`: also the baked template's name on the host, and what the
     /// sandboxes made from this version show as their template.
     pub id: String,
     pub workspace_id: String,
+    /// The host that builds it and keeps the baked template.
+    pub host_id: String,
     pub name: String,
     pub version: i64,
-    /// `spec` or `oci`.
-    pub source: String,
+    pub source: SourceKind,
     pub status: BuildStatus,
     pub error: Option<String>,
     pub description: String,
@@ -72,31 +100,32 @@ pub struct TemplateBuildRow {
 }
 
 pub struct TemplateBuilds<'a> {
-    pub(crate) pool: &'a SqlitePool,
+    pub(crate) pool: &'a AnyPool,
 }
 
-const COLUMNS: &str = "id, workspace_id, name, version, source, status, error, description, vcpus, memory_mib, disk_mb, env, image_bytes, build_ms, bake_ms, created_at, updated_at";
+const COLUMNS: &str = "id, workspace_id, host_id, name, version, source, status, error, description, vcpus, memory_mib, disk_mb, env, image_bytes, build_ms, bake_ms, created_at, updated_at";
 
-fn row(r: &sqlx::sqlite::SqliteRow) -> Result<TemplateBuildRow, StoreError> {
-    let env: String = r.get("env");
+fn row(r: &sqlx::any::AnyRow) -> Result<TemplateBuildRow, StoreError> {
+    let env: String = col(r, "env")?;
     Ok(TemplateBuildRow {
-        id: r.get("id"),
-        workspace_id: r.get("workspace_id"),
-        name: r.get("name"),
-        version: r.get("version"),
-        source: r.get("source"),
-        status: BuildStatus::parse(r.get::<&str, _>("status")),
-        error: r.get("error"),
-        description: r.get("description"),
-        vcpus: r.get("vcpus"),
-        memory_mib: r.get("memory_mib"),
-        disk_mb: r.get("disk_mb"),
+        id: col(r, "id")?,
+        workspace_id: col(r, "workspace_id")?,
+        host_id: col(r, "host_id")?,
+        name: col(r, "name")?,
+        version: col(r, "version")?,
+        source: parsed(r, "source", SourceKind::parse)?,
+        status: parsed(r, "status", BuildStatus::parse)?,
+        error: col(r, "error")?,
+        description: col(r, "description")?,
+        vcpus: col(r, "vcpus")?,
+        memory_mib: col(r, "memory_mib")?,
+        disk_mb: col(r, "disk_mb")?,
         env: serde_json::from_str(&env)?,
-        image_bytes: r.get("image_bytes"),
-        build_ms: r.get("build_ms"),
-        bake_ms: r.get("bake_ms"),
-        created_at: r.get("created_at"),
-        updated_at: r.get("updated_at"),
+        image_bytes: col(r, "image_bytes")?,
+        build_ms: col(r, "build_ms")?,
+        bake_ms: col(r, "bake_ms")?,
+        created_at: col(r, "created_at")?,
+        updated_at: col(r, "updated_at")?,
     })
 }
 
@@ -106,6 +135,12 @@ impl TemplateBuilds<'_> {
     /// ([`StoreError::Conflict`]).
     pub async fn insert_next(&self, b: &mut TemplateBuildRow) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
+        // Serialise concurrent builds of one workspace (a write first: SQLite takes its write
+        // lock, PostgreSQL locks the workspace row) so two cannot both pass the check below.
+        sqlx::query("UPDATE workspaces SET name = name WHERE id = $1")
+            .bind(&b.workspace_id)
+            .execute(&mut *tx)
+            .await?;
         let rows = sqlx::query(
             "SELECT version, status FROM template_builds WHERE workspace_id = $1 AND name = $2",
         )
@@ -115,9 +150,9 @@ impl TemplateBuilds<'_> {
         .await?;
         let mut next = 1;
         for r in &rows {
-            let v: i64 = r.get("version");
+            let v: i64 = col(r, "version")?;
             next = next.max(v + 1);
-            if BuildStatus::parse(r.get::<&str, _>("status")).active() {
+            if parsed(r, "status", BuildStatus::parse)?.active() {
                 return Err(StoreError::Conflict);
             }
         }
@@ -128,13 +163,14 @@ impl TemplateBuilds<'_> {
             rand::random::<u32>() & 0x00ff_ffff
         );
         sqlx::query(&format!(
-            "INSERT INTO template_builds ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+            "INSERT INTO template_builds ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
         ))
         .bind(&b.id)
         .bind(&b.workspace_id)
+        .bind(&b.host_id)
         .bind(&b.name)
         .bind(b.version)
-        .bind(&b.source)
+        .bind(b.source.as_str())
         .bind(b.status.as_str())
         .bind(&b.error)
         .bind(&b.description)
@@ -211,22 +247,24 @@ impl TemplateBuilds<'_> {
         r.as_ref().map(row).transpose()
     }
 
-    /// Builds left under way by a previous server process.
-    pub async fn unfinished(&self) -> Result<Vec<TemplateBuildRow>, StoreError> {
+    /// Builds on host `host_id` left under way by a previous server process.
+    pub async fn unfinished(&self, host_id: &str) -> Result<Vec<TemplateBuildRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM template_builds WHERE status IN ('queued', 'building', 'baking')"
+            "SELECT {COLUMNS} FROM template_builds WHERE host_id = $1 AND status IN ('queued', 'building', 'baking')"
         ))
+        .bind(host_id)
         .fetch_all(self.pool)
         .await?;
         rows.iter().map(row).collect()
     }
 
-    /// Ids of every build (any workspace): the host's user-built templates.
-    pub async fn all_ids(&self) -> Result<Vec<String>, StoreError> {
-        let rows = sqlx::query("SELECT id FROM template_builds")
+    /// Ids of every build on host `host_id` (any workspace): the host's user-built templates.
+    pub async fn ids_on_host(&self, host_id: &str) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query("SELECT id FROM template_builds WHERE host_id = $1")
+            .bind(host_id)
             .fetch_all(self.pool)
             .await?;
-        Ok(rows.iter().map(|r| r.get("id")).collect())
+        rows.iter().map(|r| col(r, "id")).collect()
     }
 
     pub async fn delete(&self, id: &str) -> Result<(), StoreError> {

@@ -1,20 +1,92 @@
-//! The store on a real SQLite file.
+//! The store's suite, run against both backends: a real SQLite file and a real PostgreSQL
+//! server (`PANDASTACK_TEST_POSTGRES`, a `postgres://` URL of a server where the test may create
+//! databases — `scripts/test-postgres.sh start` provides one; set it to `skip` to run SQLite
+//! only). Every test gets a fresh database on each backend.
 
-use pandastack_store::{Filter, SandboxRow, Store, StoreError};
+use std::sync::Arc;
 
-fn sandbox(ws: &str, id: &str, created_at: i64, task: &str) -> SandboxRow {
+use pandastack_store::{
+    BuildStatus, Filter, JobState, NewJob, OnTimeout, SandboxRow, SandboxState, SourceKind, Store,
+    StoreError, TemplateBuildRow,
+};
+
+/// A fresh store on one backend.
+struct Case {
+    backend: &'static str,
+    store: Store,
+    /// The database's URL, for writing behind the store's back.
+    url: String,
+    /// Keeps the SQLite file's directory.
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Case {
+    /// Runs `sql` on its own connection (what an older version or an operator might write).
+    async fn raw(&self, sql: &str) {
+        use sqlx::Connection;
+        sqlx::any::install_default_drivers();
+        let mut c = sqlx::AnyConnection::connect(&self.url).await.unwrap();
+        sqlx::query(sql).execute(&mut c).await.unwrap();
+    }
+}
+
+/// One fresh store per backend.
+async fn stores() -> Vec<Case> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let sqlite = Store::open(&path).await.unwrap();
+    let mut out = vec![Case {
+        backend: "sqlite",
+        store: sqlite,
+        url: format!("sqlite://{}", path.display()),
+        dir: Some(dir),
+    }];
+    match std::env::var("PANDASTACK_TEST_POSTGRES").as_deref() {
+        Ok("skip") => eprintln!("PostgreSQL backend skipped (PANDASTACK_TEST_POSTGRES=skip)"),
+        Ok(admin) => {
+            let url = fresh_postgres(admin).await;
+            out.push(Case {
+                backend: "postgres",
+                store: Store::connect(&url).await.unwrap(),
+                url,
+                dir: None,
+            })
+        }
+        Err(_) => panic!(
+            "PANDASTACK_TEST_POSTGRES is not set: run `eval \"$(scripts/test-postgres.sh start)\"` \
+             first (or set it to `skip` to test SQLite only)"
+        ),
+    }
+    out
+}
+
+/// The URL of a new, empty database on the server at `admin`.
+async fn fresh_postgres(admin: &str) -> String {
+    use sqlx::Connection;
+    let name = format!("t_{:016x}", rand::random::<u64>());
+    let mut conn = sqlx::PgConnection::connect(admin).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(admin);
+    format!("{base}/{name}")
+}
+
+fn sandbox(ws: &str, host: &str, id: &str, created_at: i64, task: &str) -> SandboxRow {
     SandboxRow {
         id: id.into(),
         workspace_id: ws.into(),
+        host_id: host.into(),
         template: "base".into(),
-        state: "running".into(),
+        state: SandboxState::Running,
         vcpus: 1,
         memory_mib: 512,
         metadata: [("task".to_owned(), task.to_owned())].into(),
         env: Default::default(),
         ttl_seconds: None,
         idle_timeout_seconds: None,
-        on_timeout: "kill".into(),
+        on_timeout: OnTimeout::Kill,
         created_at,
         expires_at: None,
         last_activity_at: created_at,
@@ -27,95 +99,421 @@ fn sandbox(ws: &str, id: &str, created_at: i64, task: &str) -> SandboxRow {
 
 #[tokio::test]
 async fn keys_workspaces_sandboxes_and_paging() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
-    let store = Store::open(&path).await.unwrap();
-    assert_eq!(store.keys().workspace_count().await.unwrap(), 0);
-    let (a, _, secret_a) = store
-        .keys()
-        .create_workspace_with_key("a", 10, 60)
-        .await
-        .unwrap();
-    let (b, _, _) = store
-        .keys()
-        .create_workspace_with_key("b", 10, 60)
-        .await
-        .unwrap();
-    assert!(secret_a.starts_with("pds_") && secret_a.len() == 68);
-    let key = store.keys().verify(&secret_a).await.unwrap().unwrap();
-    assert_eq!(key.workspace_id, a.id);
-    assert!(store.keys().verify("pds_wrong").await.unwrap().is_none());
-    assert!(store.keys().verify("nope").await.unwrap().is_none());
+    for case in stores().await {
+        let Case { backend, store, .. } = &case;
+        let backend = *backend;
+        assert_eq!(store.keys().workspace_count().await.unwrap(), 0);
+        let (a, _, secret_a) = store
+            .keys()
+            .create_workspace_with_key("a", 10, 60)
+            .await
+            .unwrap();
+        let (b, _, _) = store
+            .keys()
+            .create_workspace_with_key("b", 10, 60)
+            .await
+            .unwrap();
+        assert!(secret_a.starts_with("pds_") && secret_a.len() == 68);
+        let key = store.keys().verify(&secret_a).await.unwrap().unwrap();
+        assert_eq!(key.workspace_id, a.id);
+        assert!(store.keys().verify("pds_wrong").await.unwrap().is_none());
+        assert!(store.keys().verify("nope").await.unwrap().is_none());
 
-    for i in 0..25 {
-        let task = if i % 5 == 0 { "x" } else { "y" };
-        store
+        for i in 0..25 {
+            let task = if i % 5 == 0 { "x" } else { "y" };
+            let row = sandbox(&a.id, "h1", &format!("sb-{i:02}"), 1000 + i / 2, task);
+            store.sandboxes().insert(&row).await.unwrap();
+        }
+        assert!(
+            matches!(
+                store
+                    .sandboxes()
+                    .insert(&sandbox(&a.id, "h1", "sb-00", 1, "x"))
+                    .await,
+                Err(StoreError::Conflict)
+            ),
+            "{backend}"
+        );
+        // Pages of 10: 3 pages, every row once.
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let mut page = store
+                .sandboxes()
+                .list(&a.id, &Filter::default(), after.clone(), 10)
+                .await
+                .unwrap();
+            let more = page.len() > 10;
+            page.truncate(10);
+            after = page.last().map(|s| (s.created_at, s.id.clone()));
+            seen.extend(page.into_iter().map(|s| s.id));
+            if !more {
+                break;
+            }
+        }
+        let want: Vec<String> = (0..25).map(|i| format!("sb-{i:02}")).collect();
+        assert_eq!(seen, want, "{backend}");
+        let x = store
             .sandboxes()
-            .insert(&sandbox(&a.id, &format!("sb-{i:02}"), 1000 + i / 2, task))
+            .list(
+                &a.id,
+                &Filter {
+                    state: Some(SandboxState::Running),
+                    metadata: vec![("task".into(), "x".into())],
+                },
+                None,
+                100,
+            )
             .await
             .unwrap();
-    }
-    assert!(matches!(
-        store
+        assert_eq!(x.len(), 5, "{backend}");
+        let none = store
             .sandboxes()
-            .insert(&sandbox(&a.id, "sb-00", 1, "x"))
-            .await,
-        Err(StoreError::Conflict)
-    ));
-    // Pages of 10: 3 pages, every row once.
-    let mut seen = Vec::new();
-    let mut after = None;
-    loop {
-        let mut page = store
-            .sandboxes()
-            .list(&a.id, &Filter::default(), after.clone(), 10)
+            .list(
+                &a.id,
+                &Filter {
+                    state: Some(SandboxState::Hibernated),
+                    metadata: vec![],
+                },
+                None,
+                100,
+            )
             .await
             .unwrap();
-        let more = page.len() > 10;
-        page.truncate(10);
-        after = page.last().map(|s| (s.created_at, s.id.clone()));
-        seen.extend(page.into_iter().map(|s| s.id));
-        if !more {
-            break;
+        assert!(none.is_empty(), "{backend}");
+        let got = store.sandboxes().get(&a.id, "sb-03").await.unwrap();
+        assert_eq!(got, sandbox(&a.id, "h1", "sb-03", 1001, "y"), "{backend}");
+
+        // Workspace isolation.
+        assert!(matches!(
+            store.sandboxes().get(&b.id, "sb-00").await,
+            Err(StoreError::NotFound)
+        ));
+        assert!(store
+            .sandboxes()
+            .list(&b.id, &Filter::default(), None, 100)
+            .await
+            .unwrap()
+            .is_empty());
+
+        // Revocation, and the database survives a reopen (migrations are idempotent).
+        store.keys().revoke(&a.id, &key.id).await.unwrap();
+        assert!(store.keys().verify(&secret_a).await.unwrap().is_none());
+        assert!(matches!(
+            store.keys().revoke(&b.id, &key.id).await,
+            Err(StoreError::NotFound)
+        ));
+        if let Some(dir) = &case.dir {
+            let store = Store::open(&dir.path().join("state.db")).await.unwrap();
+            assert_eq!(store.sandboxes().on_host("h1").await.unwrap().len(), 25);
         }
     }
-    let want: Vec<String> = (0..25).map(|i| format!("sb-{i:02}")).collect();
-    assert_eq!(seen, want);
-    let x = store
-        .sandboxes()
-        .list(
-            &a.id,
-            &Filter {
-                state: Some("running".into()),
-                metadata: vec![("task".into(), "x".into())],
-            },
-            None,
-            100,
-        )
-        .await
-        .unwrap();
-    assert_eq!(x.len(), 5);
+}
 
-    // Workspace isolation.
-    assert!(matches!(
-        store.sandboxes().get(&b.id, "sb-00").await,
-        Err(StoreError::NotFound)
-    ));
-    assert!(store
-        .sandboxes()
-        .list(&b.id, &Filter::default(), None, 100)
-        .await
-        .unwrap()
-        .is_empty());
+/// A state this version does not know is an error naming the column, not a silent `failed`.
+#[tokio::test]
+async fn unknown_stored_state_is_an_error_not_a_guess() {
+    for case in stores().await {
+        let Case { backend, store, .. } = &case;
+        let backend = *backend;
+        let ws = store.keys().create_workspace("w", 10, 60).await.unwrap();
+        let mut row = sandbox(&ws.id, "h1", "sb-1", 1, "x");
+        store.sandboxes().insert(&row).await.unwrap();
+        row.state = SandboxState::Hibernated;
+        store
+            .sandboxes()
+            .set_state("sb-1", SandboxState::Hibernated)
+            .await
+            .unwrap();
+        assert_eq!(store.sandboxes().get(&ws.id, "sb-1").await.unwrap(), row);
+        case.raw("UPDATE sandboxes SET state = 'melted'").await;
+        match store.sandboxes().get(&ws.id, "sb-1").await {
+            Err(StoreError::Corrupt { column, value }) => {
+                assert_eq!((column, value.as_str()), ("state", "melted"), "{backend}")
+            }
+            other => panic!("{backend}: {other:?}"),
+        }
+    }
+}
 
-    // Revocation, and the database survives a reopen (migrations are idempotent).
-    store.keys().revoke(&a.id, &key.id).await.unwrap();
-    assert!(store.keys().verify(&secret_a).await.unwrap().is_none());
-    assert!(matches!(
-        store.keys().revoke(&b.id, &key.id).await,
-        Err(StoreError::NotFound)
-    ));
-    drop(store);
-    let store = Store::open(&path).await.unwrap();
-    assert_eq!(store.sandboxes().all_ids().await.unwrap().len(), 25);
+/// Start-up and the reaper of one host see only that host's rows.
+#[tokio::test]
+async fn host_scoped_queries_see_only_their_host() {
+    for case in stores().await {
+        let Case { backend, store, .. } = &case;
+        let backend = *backend;
+        let ws = store.keys().create_workspace("w", 10, 60).await.unwrap();
+        for (id, host) in [("sb-a1", "h-a"), ("sb-a2", "h-a"), ("sb-b1", "h-b")] {
+            let mut row = sandbox(&ws.id, host, id, 1, "x");
+            row.expires_at = Some(5);
+            store.sandboxes().insert(&row).await.unwrap();
+        }
+        let on_a: Vec<String> = store
+            .sandboxes()
+            .on_host("h-a")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(on_a, ["sb-a1", "sb-a2"], "{backend}");
+        let expired: Vec<String> = store
+            .sandboxes()
+            .expired("h-b", 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(expired, ["sb-b1"], "{backend}");
+        assert!(store
+            .sandboxes()
+            .expired("h-b", 4)
+            .await
+            .unwrap()
+            .is_empty());
+
+        // Rows from before hosts existed belong to the first host that starts.
+        case.raw("UPDATE sandboxes SET host_id = '' WHERE id = 'sb-b1'")
+            .await;
+        assert_eq!(store.hosts().adopt_unowned("h-a").await.unwrap(), 1);
+        assert_eq!(store.hosts().adopt_unowned("h-b").await.unwrap(), 0);
+        assert_eq!(store.sandboxes().on_host("h-a").await.unwrap().len(), 3);
+        let h = store.hosts().register("h-a", "box1").await.unwrap();
+        let again = store.hosts().register("h-a", "box1b").await.unwrap();
+        assert_eq!(
+            (again.created_at, again.name.as_str()),
+            (h.created_at, "box1b")
+        );
+    }
+}
+
+/// The workspace limit holds under concurrent creates: check and insert are one transaction.
+#[tokio::test]
+async fn concurrent_creates_never_exceed_the_workspace_limit() {
+    for case in stores().await {
+        let Case { backend, store, .. } = &case;
+        let backend = *backend;
+        let ws = store.keys().create_workspace("w", 3, 60).await.unwrap();
+        let mut hib = sandbox(&ws.id, "h1", "sb-hib", 1, "x");
+        hib.state = SandboxState::Hibernated;
+        store.sandboxes().insert_within_limit(&[hib]).await.unwrap();
+        let store = Arc::new(store.clone());
+        let mut tasks = Vec::new();
+        for i in 0..12 {
+            let (store, ws) = (Arc::clone(&store), ws.id.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut row = sandbox(&ws, "h1", &format!("sb-{i}"), 2, "x");
+                row.state = SandboxState::Starting;
+                store.sandboxes().insert_within_limit(&[row]).await
+            }));
+        }
+        let (mut ok, mut limited) = (0, 0);
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(()) => ok += 1,
+                Err(StoreError::LimitReached { limit: 3 }) => limited += 1,
+                Err(e) => panic!("{backend}: {e:?}"),
+            }
+        }
+        // Hibernated sandboxes do not count.
+        assert_eq!((ok, limited), (3, 9), "{backend}");
+        assert_eq!(store.sandboxes().count_active(&ws.id).await.unwrap(), 3);
+        // A fork of two when one place is left writes nothing.
+        store.sandboxes().delete("sb-hib").await.unwrap();
+        let any = store.sandboxes().on_host("h1").await.unwrap();
+        store.sandboxes().delete(&any[0].0).await.unwrap();
+        let two = [
+            sandbox(&ws.id, "h1", "sb-c1", 3, "x"),
+            sandbox(&ws.id, "h1", "sb-c2", 3, "x"),
+        ];
+        assert!(matches!(
+            store.sandboxes().insert_within_limit(&two).await,
+            Err(StoreError::LimitReached { .. })
+        ));
+        assert_eq!(store.sandboxes().on_host("h1").await.unwrap().len(), 2);
+        // One row update records a finished create.
+        let mut first = store.sandboxes().get(&ws.id, &any[1].0).await.unwrap();
+        first.state = SandboxState::Running;
+        first.vcpus = 2;
+        first.boot_ms = 42;
+        store.sandboxes().finish_create(&first).await.unwrap();
+        assert_eq!(
+            store.sandboxes().get(&ws.id, &first.id).await.unwrap(),
+            first
+        );
+    }
+}
+
+fn build(ws: &str, name: &str) -> TemplateBuildRow {
+    TemplateBuildRow {
+        id: String::new(),
+        workspace_id: ws.into(),
+        host_id: "h1".into(),
+        name: name.into(),
+        version: 0,
+        source: SourceKind::Oci,
+        status: BuildStatus::Queued,
+        error: None,
+        description: String::new(),
+        vcpus: 1,
+        memory_mib: 512,
+        disk_mb: 1024,
+        env: Default::default(),
+        image_bytes: None,
+        build_ms: None,
+        bake_ms: None,
+        created_at: 1,
+        updated_at: 1,
+    }
+}
+
+/// Two concurrent builds of one template: one gets the next version, the other a conflict.
+#[tokio::test]
+async fn concurrent_builds_of_one_template_conflict() {
+    for case in stores().await {
+        let Case { backend, store, .. } = &case;
+        let backend = *backend;
+        let ws = store.keys().create_workspace("w", 3, 60).await.unwrap();
+        let store = Arc::new(store.clone());
+        let tasks: Vec<_> = (0..4)
+            .map(|_| {
+                let (store, ws) = (Arc::clone(&store), ws.id.clone());
+                tokio::spawn(async move {
+                    let mut b = build(&ws, "py");
+                    store.template_builds().insert_next(&mut b).await.map(|_| b)
+                })
+            })
+            .collect();
+        let mut built = Vec::new();
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(b) => built.push(b),
+                Err(StoreError::Conflict) => {}
+                Err(e) => panic!("{backend}: {e:?}"),
+            }
+        }
+        assert_eq!(built.len(), 1, "{backend}");
+        let mut b = built.remove(0);
+        assert_eq!(b.version, 1);
+        assert!(b.id.starts_with("py-v1-"));
+        b.status = BuildStatus::Ready;
+        store.template_builds().update(&b).await.unwrap();
+        let mut next = build(&ws.id, "py");
+        store
+            .template_builds()
+            .insert_next(&mut next)
+            .await
+            .unwrap();
+        assert_eq!(next.version, 2, "{backend}");
+        let unfinished = store.template_builds().unfinished("h1").await.unwrap();
+        assert_eq!(unfinished, [next], "{backend}");
+        assert!(store
+            .template_builds()
+            .unfinished("h2")
+            .await
+            .unwrap()
+            .is_empty());
+    }
+}
+
+fn job(resource: &str, host: Option<&str>) -> NewJob {
+    NewJob {
+        kind: "test".into(),
+        resource: resource.into(),
+        host_id: host.map(str::to_owned),
+        payload: serde_json::json!({ "n": 1 }),
+        max_attempts: 2,
+        run_after: 0,
+    }
+}
+
+#[tokio::test]
+async fn jobs_are_unique_per_resource_claimed_once_and_survive_their_runner() {
+    for case in stores().await {
+        let Case { backend, store, .. } = &case;
+        let backend = *backend;
+        let jobs = store.jobs();
+        let a = jobs.enqueue(&job("build:a", Some("h1"))).await.unwrap();
+        // One incomplete job per resource.
+        assert!(
+            matches!(
+                jobs.enqueue(&job("build:a", None)).await,
+                Err(StoreError::Conflict)
+            ),
+            "{backend}"
+        );
+        assert_eq!(jobs.incomplete("build:a").await.unwrap().unwrap().id, a.id);
+        // Host h2 cannot take h1's job.
+        assert!(jobs.claim("h2", "r2", 60_000).await.unwrap().is_none());
+        let got = jobs.claim("h1", "r1", 60_000).await.unwrap().unwrap();
+        assert_eq!(
+            (got.id.as_str(), got.state, got.attempts),
+            (a.id.as_str(), JobState::Running, 1)
+        );
+        assert_eq!(got.payload, serde_json::json!({ "n": 1 }));
+        assert!(jobs.claim("h1", "r1b", 60_000).await.unwrap().is_none());
+        jobs.renew(&a.id, "r1", 60_000).await.unwrap();
+        assert!(matches!(
+            jobs.renew(&a.id, "someone-else", 60_000).await,
+            Err(StoreError::NotFound)
+        ));
+        // A failure with attempts left is queued again; the next claim is attempt 2.
+        assert_eq!(
+            jobs.fail(&a.id, "r1", "boom", Some(0)).await.unwrap(),
+            JobState::Queued
+        );
+        // The runner dies holding it: its lease runs out and another runner takes it.
+        let again = jobs.claim("h1", "r2", 0).await.unwrap().unwrap();
+        assert_eq!((again.attempts, again.error.as_deref()), (2, Some("boom")));
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        // Out of attempts with an expired lease: failed, not run a third time.
+        assert!(jobs.claim("h1", "r3", 60_000).await.unwrap().is_none());
+        let failed = jobs.get(&a.id).await.unwrap();
+        assert_eq!(failed.state, JobState::Failed, "{backend}");
+        assert!(matches!(
+            jobs.complete(&a.id, "r2").await,
+            Err(StoreError::NotFound)
+        ));
+        // The resource is free for a new job.
+        let b = jobs.enqueue(&job("build:a", None)).await.unwrap();
+
+        // Many runners at once: every job is claimed exactly once.
+        for i in 0..20 {
+            jobs.enqueue(&job(&format!("r:{i}"), None)).await.unwrap();
+        }
+        let store = Arc::new(store.clone());
+        let runners: Vec<_> = (0..6)
+            .map(|r| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move {
+                    let mut mine = Vec::new();
+                    while let Some(j) = store
+                        .jobs()
+                        .claim("h1", &format!("runner-{r}"), 60_000)
+                        .await
+                        .unwrap()
+                    {
+                        store
+                            .jobs()
+                            .complete(&j.id, &format!("runner-{r}"))
+                            .await
+                            .unwrap();
+                        mine.push(j.resource);
+                    }
+                    mine
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for r in runners {
+            all.extend(r.await.unwrap());
+        }
+        all.sort();
+        let mut want: Vec<String> = (0..20).map(|i| format!("r:{i}")).collect();
+        want.push("build:a".into());
+        want.sort();
+        assert_eq!(all, want, "{backend}");
+        assert_eq!(store.jobs().get(&b.id).await.unwrap().state, JobState::Done);
+    }
 }

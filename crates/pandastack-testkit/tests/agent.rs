@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use pandastack_agent::{AgentConfig, AgentError, HostAgent, SandboxState};
+use pandastack_agent::{AgentConfig, AgentError, HostAgent, VmState};
 use pandastack_qemu::QemuDriver;
 use pandastack_testkit::{bake, exec, runtime, within, RuntimeGuard};
 
@@ -39,7 +39,7 @@ async fn lifecycle_auto_wake_fork_and_restart() {
     let v = within(STEP, "create", agent.create("agent", "one"))
         .await
         .unwrap();
-    assert_eq!(v.state, SandboxState::Running);
+    assert_eq!(v.state, VmState::Running);
     let ch = agent.channel("one").await.unwrap();
     exec(&ch, "echo hi > /dev/shm/x").await;
 
@@ -47,16 +47,13 @@ async fn lifecycle_auto_wake_fork_and_restart() {
     let v = within(STEP, "hibernate", agent.hibernate("one"))
         .await
         .unwrap();
-    assert_eq!(v.state, SandboxState::Hibernated);
-    assert_eq!(
-        agent.get("one").await.unwrap().state,
-        SandboxState::Hibernated
-    );
+    assert_eq!(v.state, VmState::Hibernated);
+    assert_eq!(agent.get("one").await.unwrap().state, VmState::Hibernated);
     let ch = within(STEP, "auto-wake", agent.channel("one"))
         .await
         .unwrap();
     assert_eq!(exec(&ch, "cat /dev/shm/x").await.stdout, "hi\n");
-    assert_eq!(agent.get("one").await.unwrap().state, SandboxState::Running);
+    assert_eq!(agent.get("one").await.unwrap().state, VmState::Running);
 
     // Pause refuses guest calls with a clear state error; resume restores them.
     agent.pause("one").await.unwrap();
@@ -87,7 +84,7 @@ async fn lifecycle_auto_wake_fork_and_restart() {
     drop((ch, kid));
     drop(agent);
     let agent = start(&guard, true).await;
-    let states: Vec<(String, SandboxState)> = agent
+    let states: Vec<(String, VmState)> = agent
         .list()
         .await
         .into_iter()
@@ -96,9 +93,9 @@ async fn lifecycle_auto_wake_fork_and_restart() {
     assert_eq!(
         states,
         [
-            ("kid-1".to_owned(), SandboxState::Hibernated),
-            ("kid-2".to_owned(), SandboxState::Running),
-            ("one".to_owned(), SandboxState::Running),
+            ("kid-1".to_owned(), VmState::Hibernated),
+            ("kid-2".to_owned(), VmState::Running),
+            ("one".to_owned(), VmState::Running),
         ]
     );
     let ch = agent.channel("one").await.unwrap();
@@ -190,7 +187,7 @@ async fn damaged_and_unsealed_templates_are_baked_again_at_start() {
         let v = within(Duration::from_secs(300), "create", agent.create(name, name))
             .await
             .unwrap();
-        assert_eq!(v.state, SandboxState::Running);
+        assert_eq!(v.state, VmState::Running);
         let ch = agent.channel(name).await.unwrap();
         assert_eq!(exec(&ch, "echo ok").await.stdout, "ok\n");
         let t = guard.template(name).unwrap();

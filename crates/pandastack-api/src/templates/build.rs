@@ -131,14 +131,18 @@ impl Builds {
 
     /// Marks builds a previous server process left under way as failed (their work is lost)
     /// and removes build directories no row owns.
-    pub async fn recover(&self, store: &Store) -> Result<(), pandastack_store::StoreError> {
-        for mut row in store.template_builds().unfinished().await? {
+    pub async fn recover(
+        &self,
+        store: &Store,
+        host_id: &str,
+    ) -> Result<(), pandastack_store::StoreError> {
+        for mut row in store.template_builds().unfinished(host_id).await? {
             row.status = BuildStatus::Failed;
             row.error = Some("the server restarted during the build; build again".into());
             row.updated_at = now_ms();
             store.template_builds().update(&row).await?;
         }
-        let known = store.template_builds().all_ids().await?;
+        let known = store.template_builds().ids_on_host(host_id).await?;
         if let Ok(dir) = std::fs::read_dir(&self.cfg.dir) {
             for e in dir.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
@@ -225,7 +229,9 @@ async fn run<D: VmDriver + 'static>(
     let mut log = BuildLog::open(&dir.join(LOG));
     log.line(&format!(
         "template {} version {} from {}: queued",
-        row.name, row.version, row.source
+        row.name,
+        row.version,
+        row.source.as_str()
     ));
     let _permit = Arc::clone(&app.builds.running).acquire_owned().await;
     let result = build_and_bake(app, &mut row, source, &dir, &mut log).await;

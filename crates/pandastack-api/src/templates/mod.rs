@@ -17,7 +17,7 @@ use pandastack_agent::{AgentError, BuildSource, SpecRefused};
 use pandastack_api_types::{
     self as wire, validate_template_name, CreateTemplateRequest, ErrorCode, List, OciTemplateParams,
 };
-use pandastack_store::{now_ms, BuildStatus, StoreError, TemplateBuildRow};
+use pandastack_store::{now_ms, BuildStatus, SourceKind, StoreError, TemplateBuildRow};
 use pandastack_vm::VmDriver;
 
 pub use build::BuildConfig;
@@ -66,7 +66,7 @@ fn built_view(versions: &[TemplateBuildRow]) -> Option<wire::Template> {
         disk_mb: newest.disk_mb as u32,
         state: newest.status.as_str().into(),
         bake_ms: newest.bake_ms.map(|v| v as u64),
-        source: newest.source.clone(),
+        source: newest.source.as_str().into(),
         version: Some(newest.version as u32),
         ready_version: ready.map(|v| v.version as u32),
         error: newest.error.clone(),
@@ -261,7 +261,14 @@ pub async fn create<D: VmDriver>(
                 ));
             }
             let vm = spec.vm();
-            let mut row = new_row(&app, caller.ws(), &name, "spec", spec.description()).await?;
+            let mut row = new_row(
+                &app,
+                caller.ws(),
+                &name,
+                SourceKind::Spec,
+                spec.description(),
+            )
+            .await?;
             row.vcpus = i64::from(vm.vcpus);
             row.memory_mib = i64::from(vm.memory_mb);
             row.disk_mb = i64::from(vm.disk_mb);
@@ -288,7 +295,7 @@ pub async fn create<D: VmDriver>(
                     &app,
                     caller.ws(),
                     &q.name,
-                    "oci",
+                    SourceKind::Oci,
                     q.description.as_deref().unwrap_or(""),
                 )
                 .await?;
@@ -371,7 +378,7 @@ async fn new_row<D: VmDriver>(
     app: &App<D>,
     ws: &str,
     name: &str,
-    source: &str,
+    source: SourceKind,
     description: &str,
 ) -> ApiResult<TemplateBuildRow> {
     validate_template_name(name)?;
@@ -391,9 +398,10 @@ async fn new_row<D: VmDriver>(
     Ok(TemplateBuildRow {
         id: String::new(),
         workspace_id: ws.to_owned(),
+        host_id: app.host_id.clone(),
         name: name.to_owned(),
         version: 0,
-        source: source.to_owned(),
+        source,
         status: BuildStatus::Queued,
         error: None,
         description: description.to_owned(),

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pandastack_agent::{HostAgent, SandboxState};
+use pandastack_agent::{HostAgent, VmState};
 use pandastack_qemu::QemuDriver;
 use pandastack_store::{now_ms, Store};
 
@@ -35,7 +35,7 @@ impl Activity {
         let now = Instant::now();
         let mut seen = HashMap::new();
         for v in agent.list().await {
-            if v.state != SandboxState::Running {
+            if v.state != VmState::Running {
                 continue;
             }
             let Ok(Some(cpu_time)) = agent.cpu_time(&v.id).await else {

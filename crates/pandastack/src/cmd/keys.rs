@@ -24,6 +24,10 @@ pub struct KeysArgs {
         value_name = "DIR"
     )]
     data_dir: PathBuf,
+    /// The server's state store if it is not `<data-dir>/state.db` (`postgres://…`, see
+    /// `pandastack server --state`).
+    #[arg(long, global = true, env = "PANDASTACK_STATE", value_name = "URL")]
+    state: Option<String>,
     #[command(subcommand)]
     command: KeysCmd,
 }
@@ -77,7 +81,7 @@ struct RevokeArgs {
 }
 
 pub async fn run(args: KeysArgs) -> anyhow::Result<ExitCode> {
-    let store = open(&args.data_dir).await?;
+    let store = open(&args.data_dir, args.state.as_deref()).await?;
     match args.command {
         KeysCmd::Create(a) => create(&store, a).await?,
         KeysCmd::List(a) => list(&store, a).await?,
@@ -87,7 +91,10 @@ pub async fn run(args: KeysArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Opens an existing state database (a typo in `--data-dir` must not create an empty one).
-async fn open(data_dir: &Path) -> anyhow::Result<Store> {
+async fn open(data_dir: &Path, state: Option<&str>) -> anyhow::Result<Store> {
+    if state.is_some() {
+        return open_store(data_dir, state).await;
+    }
     let db = data_dir.join("state.db");
     if !db.is_file() {
         bail!(
@@ -98,6 +105,36 @@ async fn open(data_dir: &Path) -> anyhow::Result<Store> {
     Store::open(&db)
         .await
         .with_context(|| format!("open {}", db.display()))
+}
+
+/// Opens (creating if needed) the state store `state` — a URL or file path, see
+/// [`Store::connect`] — or SQLite at `<data_dir>/state.db`.
+pub(crate) async fn open_store(data_dir: &Path, state: Option<&str>) -> anyhow::Result<Store> {
+    match state {
+        Some(url) => Store::connect(url)
+            .await
+            .with_context(|| format!("open state store {}", redact(url))),
+        None => {
+            let db = data_dir.join("state.db");
+            Store::open(&db)
+                .await
+                .with_context(|| format!("open {}", db.display()))
+        }
+    }
+}
+
+/// `url` without a password (for messages).
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
 }
 
 async fn workspace(store: &Store, id: &str) -> anyhow::Result<Workspace> {

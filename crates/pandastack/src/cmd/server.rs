@@ -12,7 +12,7 @@ use pandastack_agent::{AgentConfig, HostAgent};
 use pandastack_api::App;
 use pandastack_qemu::{accel, QemuConfig, QemuDriver};
 use pandastack_runtime::{DataDir, Runtime};
-use pandastack_store::{now_ms, Store};
+use pandastack_store::{now_ms, OnTimeout, SandboxState, Store};
 
 #[derive(Debug, clap::Args)]
 pub struct ServerArgs {
@@ -26,6 +26,14 @@ pub struct ServerArgs {
         default_value = "/var/lib/pandastack"
     )]
     data_dir: PathBuf,
+    /// State store: `postgres://USER@HOST/DB` (shared by hosts), `sqlite://PATH` or a file path
+    /// (default: SQLite at `<data-dir>/state.db`).
+    #[arg(long, env = "PANDASTACK_STATE")]
+    state: Option<String>,
+    /// This host's id, the owner of the rows of what runs here (default: the one in
+    /// `<data-dir>/host-id`, created at first start).
+    #[arg(long, env = "PANDASTACK_HOST_ID")]
+    host_id: Option<String>,
     /// Guest kernel (default: the cached build).
     #[arg(long, env = "PANDASTACK_KERNEL")]
     kernel: Option<PathBuf>,
@@ -112,13 +120,31 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
 
     let data =
         DataDir::open(&a.data_dir).with_context(|| format!("data dir {}", a.data_dir.display()))?;
-    let store = Store::open(&a.data_dir.join("state.db"))
-        .await
-        .context("open state database")?;
+    let store = super::keys::open_store(&a.data_dir, a.state.as_deref()).await?;
+    let host_name = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "localhost".into());
+    let host_id = match &a.host_id {
+        Some(id) => id.clone(),
+        None => host_id_in(&a.data_dir)?,
+    };
+    store.hosts().register(&host_id, &host_name).await?;
+    let adopted = store.hosts().adopt_unowned(&host_id).await?;
+    if adopted > 0 {
+        tracing::info!(rows = adopted, host = %host_id, "rows from before host ids now belong to this host");
+    }
+    tracing::info!(host = %host_id, backend = ?store.backend(), "state store open");
     let first_key = first_start(&store, &a).await?;
 
-    // Reconcile host and database: keep what has a row, remove the rest.
-    let known = store.sandboxes().all_ids().await?;
+    // Reconcile host and database: keep what has a row on this host, remove the rest; rows of
+    // other hosts are theirs.
+    let known: Vec<String> = store
+        .sandboxes()
+        .on_host(&host_id)
+        .await?
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
     let mut qemu = QemuConfig::new(choice.accel);
     if a.cgroups == CgroupMode::Auto {
         match pandastack_qemu::Cgroups::detect() {
@@ -148,7 +174,12 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     let agent = Arc::new(agent);
     for id in known {
         match agent.get(&id).await {
-            Ok(v) => store.sandboxes().set_state(&id, v.state.as_str()).await?,
+            Ok(v) => {
+                store
+                    .sandboxes()
+                    .set_state(&id, pandastack_api::wire_state(v.state))
+                    .await?
+            }
             Err(_) => {
                 // A row without a VM: a create that never finished, or a VM lost with the host.
                 tracing::warn!(sandbox = %id, "no vm for this sandbox; removing its row");
@@ -177,18 +208,21 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
             }
         });
     }
-    let host = nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "localhost".into());
     let builds = pandastack_api::BuildConfig {
         dir: a.data_dir.join("builds"),
         max_upload_bytes: a.max_template_upload_mb << 20,
     };
-    let app = Arc::new(App::new(store.clone(), Arc::clone(&agent), host, builds));
+    let app = Arc::new(App::new(
+        store.clone(),
+        Arc::clone(&agent),
+        host_name,
+        host_id.clone(),
+        builds,
+    ));
     app.recover_builds()
         .await
         .context("settle template builds")?;
-    tokio::spawn(reaper(store.clone(), Arc::clone(&agent)));
+    tokio::spawn(reaper(store.clone(), Arc::clone(&agent), host_id));
 
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
@@ -207,15 +241,37 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     agent.shutdown().await;
     if a.hibernate_on_shutdown {
         for v in agent.list().await {
-            if v.state != pandastack_agent::SandboxState::Hibernated {
+            if v.state != pandastack_agent::VmState::Hibernated {
                 match agent.hibernate(&v.id).await {
-                    Ok(_) => store.sandboxes().set_state(&v.id, "hibernated").await?,
+                    Ok(_) => {
+                        store
+                            .sandboxes()
+                            .set_state(&v.id, SandboxState::Hibernated)
+                            .await?
+                    }
                     Err(e) => tracing::warn!(sandbox = %v.id, error = %e, "hibernate on shutdown"),
                 }
             }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The host id kept in `<data_dir>/host-id`, created (`host-` + 16 hex digits) the first time.
+fn host_id_in(data_dir: &Path) -> anyhow::Result<String> {
+    let path = data_dir.join("host-id");
+    match std::fs::read_to_string(&path) {
+        Ok(s) if !s.trim().is_empty() => return Ok(s.trim().to_owned()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("read {}", path.display()))),
+    }
+    let id = pandastack_store::new_id("host-");
+    let tmp = data_dir.join(".host-id.tmp");
+    std::fs::write(&tmp, format!("{id}\n"))
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .with_context(|| format!("write {}", path.display()))?;
+    Ok(id)
 }
 
 /// Opens the pool of per-sandbox network slots (see `pandastack-net`) as `--network` asks, and
@@ -306,14 +362,14 @@ fn print_usage(url: &str, key: Option<&str>, key_file: Option<&Path>, accel: pan
 }
 
 /// Applies TTL and idle timeouts every few seconds: kill or hibernate, as each sandbox asked.
-async fn reaper(store: Store, agent: Arc<HostAgent<QemuDriver>>) {
+async fn reaper(store: Store, agent: Arc<HostAgent<QemuDriver>>, host_id: String) {
     let mut tick = tokio::time::interval(Duration::from_secs(2));
     let mut activity = super::activity::Activity::default();
     loop {
         tick.tick().await;
         // Busy guests count as active (idle = no API calls and no guest work).
         activity.sample(&store, &agent).await;
-        let due = match store.sandboxes().expired(now_ms()).await {
+        let due = match store.sandboxes().expired(&host_id, now_ms()).await {
             Ok(d) => d,
             Err(e) => {
                 tracing::warn!(error = %e, "reaper query");
@@ -321,7 +377,7 @@ async fn reaper(store: Store, agent: Arc<HostAgent<QemuDriver>>) {
             }
         };
         for mut row in due {
-            let result = if row.on_timeout == "hibernate" {
+            let result = if row.on_timeout == OnTimeout::Hibernate {
                 match agent.hibernate(&row.id).await {
                     Ok(_) => async {
                         // The absolute TTL is used up: a woken sandbox must not be hibernated
@@ -331,7 +387,10 @@ async fn reaper(store: Store, agent: Arc<HostAgent<QemuDriver>>) {
                             row.ttl_seconds = None;
                             store.sandboxes().update(&row).await?;
                         }
-                        store.sandboxes().set_state(&row.id, "hibernated").await
+                        store
+                            .sandboxes()
+                            .set_state(&row.id, SandboxState::Hibernated)
+                            .await
                     }
                     .await
                     .map_err(anyhow::Error::from),
@@ -346,7 +405,9 @@ async fn reaper(store: Store, agent: Arc<HostAgent<QemuDriver>>) {
                     .map_err(anyhow::Error::from)
             };
             match result {
-                Ok(()) => tracing::info!(sandbox = %row.id, action = %row.on_timeout, "timeout"),
+                Ok(()) => {
+                    tracing::info!(sandbox = %row.id, action = row.on_timeout.as_str(), "timeout")
+                }
                 Err(e) => tracing::warn!(sandbox = %row.id, error = %e, "reaper"),
             }
         }
