@@ -35,7 +35,9 @@ pub struct SandboxView {
     pub ready_ms: u64,
 }
 
-pub(crate) enum Slot<V: Vm> {
+/// What a sandbox's entry holds: its running or paused VM, its hibernation image, or nothing.
+/// (A *network* slot is `pandastack_net::Slot`; this was called `Slot` too.)
+pub(crate) enum SandboxVm<V: Vm> {
     Running(Sandbox<V>),
     Paused(Sandbox<V>),
     Hibernated(Hibernated),
@@ -43,46 +45,46 @@ pub(crate) enum Slot<V: Vm> {
     Gone,
 }
 
-impl<V: Vm> Slot<V> {
+impl<V: Vm> SandboxVm<V> {
     pub(crate) fn id(&self) -> &str {
         match self {
-            Slot::Running(sb) | Slot::Paused(sb) => &sb.id,
-            Slot::Hibernated(h) => &h.id,
-            Slot::Gone => "",
+            SandboxVm::Running(sb) | SandboxVm::Paused(sb) => &sb.id,
+            SandboxVm::Hibernated(h) => &h.id,
+            SandboxVm::Gone => "",
         }
     }
 
     pub(crate) fn dir(&self) -> &Path {
         match self {
-            Slot::Running(sb) | Slot::Paused(sb) => &sb.dir,
-            Slot::Hibernated(h) => &h.dir,
-            Slot::Gone => Path::new("/nonexistent"),
+            SandboxVm::Running(sb) | SandboxVm::Paused(sb) => &sb.dir,
+            SandboxVm::Hibernated(h) => &h.dir,
+            SandboxVm::Gone => Path::new("/nonexistent"),
         }
     }
 
     pub(crate) fn state(&self) -> Option<VmState> {
         match self {
-            Slot::Running(_) => Some(VmState::Running),
-            Slot::Paused(_) => Some(VmState::Paused),
-            Slot::Hibernated(_) => Some(VmState::Hibernated),
-            Slot::Gone => None,
+            SandboxVm::Running(_) => Some(VmState::Running),
+            SandboxVm::Paused(_) => Some(VmState::Paused),
+            SandboxVm::Hibernated(_) => Some(VmState::Hibernated),
+            SandboxVm::Gone => None,
         }
     }
 
     pub(crate) fn sandbox(&self) -> Option<&Sandbox<V>> {
         match self {
-            Slot::Running(sb) | Slot::Paused(sb) => Some(sb),
+            SandboxVm::Running(sb) | SandboxVm::Paused(sb) => Some(sb),
             _ => None,
         }
     }
 
     pub(crate) fn view(&self) -> Option<SandboxView> {
         let (info, ready_ms) = match self {
-            Slot::Running(sb) | Slot::Paused(sb) => {
+            SandboxVm::Running(sb) | SandboxVm::Paused(sb) => {
                 (sb.info.clone(), sb.ready_in.as_millis() as u64)
             }
-            Slot::Hibernated(h) => (h.info.clone(), 0),
-            Slot::Gone => return None,
+            SandboxVm::Hibernated(h) => (h.info.clone(), 0),
+            SandboxVm::Gone => return None,
         };
         Some(SandboxView {
             id: self.id().to_owned(),
@@ -93,17 +95,17 @@ impl<V: Vm> Slot<V> {
     }
 
     pub(crate) fn mark_paused(&mut self) {
-        if let Slot::Running(_) = self {
-            if let Slot::Running(sb) = std::mem::replace(self, Slot::Gone) {
-                *self = Slot::Paused(sb);
+        if let SandboxVm::Running(_) = self {
+            if let SandboxVm::Running(sb) = std::mem::replace(self, SandboxVm::Gone) {
+                *self = SandboxVm::Paused(sb);
             }
         }
     }
 
     pub(crate) fn mark_running(&mut self) {
-        if let Slot::Paused(_) = self {
-            if let Slot::Paused(sb) = std::mem::replace(self, Slot::Gone) {
-                *self = Slot::Running(sb);
+        if let SandboxVm::Paused(_) = self {
+            if let SandboxVm::Paused(sb) = std::mem::replace(self, SandboxVm::Gone) {
+                *self = SandboxVm::Running(sb);
             }
         }
     }
@@ -111,13 +113,13 @@ impl<V: Vm> Slot<V> {
 
 pub(crate) struct Entry<V: Vm> {
     /// Held for the whole of each operation on this sandbox.
-    pub(crate) slot: Mutex<Slot<V>>,
+    pub(crate) slot: Mutex<SandboxVm<V>>,
     /// The state as of the last finished operation: readers never wait behind a long one.
     view: std::sync::Mutex<Option<SandboxView>>,
 }
 
 impl<V: Vm> Entry<V> {
-    pub(crate) fn new(slot: Slot<V>) -> Self {
+    pub(crate) fn new(slot: SandboxVm<V>) -> Self {
         let view = slot.view();
         Self {
             slot: Mutex::new(slot),
@@ -130,7 +132,7 @@ impl<V: Vm> Entry<V> {
     }
 
     /// Records the state after an operation (call with the slot lock held).
-    pub(crate) fn publish(&self, slot: &Slot<V>) {
+    pub(crate) fn publish(&self, slot: &SandboxVm<V>) {
         *self.view.lock().unwrap_or_else(|e| e.into_inner()) = slot.view();
     }
 }

@@ -8,8 +8,8 @@
 //!   API handler ──► HostAgent::{create, fork, hibernate, …}
 //!                        │  sandboxes: id → Arc<Entry>   (RwLock'd map; short critical sections)
 //!                        ▼
-//!                   Entry { slot: Mutex<Slot> }          (held for the whole operation)
-//!                        │  Slot = Running | Paused | Hibernated
+//!                   Entry { slot: Mutex<SandboxVm> }          (held for the whole operation)
+//!                        │  SandboxVm = Running | Paused | Hibernated
 //!                        ▼
 //!                   pandastack_runtime::Runtime<D>        (files + VM processes)
 //! ```
@@ -35,7 +35,7 @@ use pandastack_vm::{Vm, VmDriver};
 use tokio::sync::{Mutex, RwLock};
 use tonic::transport::Channel;
 
-use entry::{Entry, Slot};
+use entry::{Entry, SandboxVm};
 
 /// Host agent settings.
 #[derive(Debug, Clone)]
@@ -75,10 +75,10 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             }
             let slot = match rt.attach(&f.id).await {
                 Ok(Attached::Running(sb)) => match sb.vm.state().await {
-                    Ok(pandastack_vm::RunState::Paused) => Slot::Paused(sb),
-                    _ => Slot::Running(sb),
+                    Ok(pandastack_vm::RunState::Paused) => SandboxVm::Paused(sb),
+                    _ => SandboxVm::Running(sb),
                 },
-                Ok(Attached::Hibernated(h)) => Slot::Hibernated(h),
+                Ok(Attached::Hibernated(h)) => SandboxVm::Hibernated(h),
                 Err(e) => {
                     tracing::warn!(sandbox = %f.id, error = %e, "re-attach failed");
                     continue;
@@ -137,7 +137,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     ) -> Result<SandboxView, AgentError> {
         let t = self.template(template).await?;
         let sb = self.rt.create(&t, id).await?;
-        let view = self.insert(Slot::Running(sb)).await;
+        let view = self.insert(SandboxVm::Running(sb)).await;
         self.refill(t);
         Ok(view)
     }
@@ -150,10 +150,10 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     ) -> Result<SandboxView, AgentError> {
         let snap = self.rt.get_snapshot(snapshot_id)?;
         let sb = self.rt.create_from_snapshot(&snap, id).await?;
-        Ok(self.insert(Slot::Running(sb)).await)
+        Ok(self.insert(SandboxVm::Running(sb)).await)
     }
 
-    async fn insert(&self, slot: Slot<D::Vm>) -> SandboxView {
+    async fn insert(&self, slot: SandboxVm<D::Vm>) -> SandboxView {
         let id = slot.id().to_owned();
         let entry = Arc::new(Entry::new(slot));
         let view = entry.view().expect("new entry is live");
@@ -200,8 +200,8 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         e.publish(&slot);
         woke?;
         match &*slot {
-            Slot::Running(sb) => Ok(sb.agent.clone()),
-            Slot::Paused(_) => Err(AgentError::InvalidState {
+            SandboxVm::Running(sb) => Ok(sb.agent.clone()),
+            SandboxVm::Paused(_) => Err(AgentError::InvalidState {
                 id: id.into(),
                 state: VmState::Paused,
                 op: "exec or files (resume it first)",
@@ -210,15 +210,15 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         }
     }
 
-    async fn ensure_awake(&self, slot: &mut Slot<D::Vm>) -> Result<(), AgentError> {
-        if let Slot::Hibernated(_) = slot {
-            let Slot::Hibernated(h) = std::mem::replace(slot, Slot::Gone) else {
+    async fn ensure_awake(&self, slot: &mut SandboxVm<D::Vm>) -> Result<(), AgentError> {
+        if let SandboxVm::Hibernated(_) = slot {
+            let SandboxVm::Hibernated(h) = std::mem::replace(slot, SandboxVm::Gone) else {
                 unreachable!()
             };
             match self.rt.wake(h).await {
-                Ok(sb) => *slot = Slot::Running(sb),
+                Ok(sb) => *slot = SandboxVm::Running(sb),
                 Err((e, h)) => {
-                    *slot = Slot::Hibernated(h);
+                    *slot = SandboxVm::Hibernated(h);
                     return Err(e.into());
                 }
             }
@@ -233,7 +233,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         let woke = self.ensure_awake(&mut slot).await;
         e.publish(&slot);
         woke?;
-        if let Slot::Running(sb) = &*slot {
+        if let SandboxVm::Running(sb) = &*slot {
             sb.vm.pause().await?;
         }
         slot.mark_paused();
@@ -248,7 +248,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         let woke = self.ensure_awake(&mut slot).await;
         e.publish(&slot);
         woke?;
-        if let Slot::Paused(sb) = &*slot {
+        if let SandboxVm::Paused(sb) = &*slot {
             sb.vm.resume().await?;
         }
         slot.mark_running();
@@ -260,10 +260,10 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     pub async fn hibernate(&self, id: &str) -> Result<SandboxView, AgentError> {
         let e = self.entry(id).await?;
         let mut slot = e.slot.lock().await;
-        let taken = std::mem::replace(&mut *slot, Slot::Gone);
+        let taken = std::mem::replace(&mut *slot, SandboxVm::Gone);
         let (sb, was_paused) = match taken {
-            Slot::Running(sb) => (sb, false),
-            Slot::Paused(sb) => (sb, true),
+            SandboxVm::Running(sb) => (sb, false),
+            SandboxVm::Paused(sb) => (sb, true),
             other => {
                 *slot = other;
                 return Ok(slot.view().expect("live"));
@@ -271,14 +271,14 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         };
         let result = match self.rt.hibernate(sb).await {
             Ok(h) => {
-                *slot = Slot::Hibernated(h);
+                *slot = SandboxVm::Hibernated(h);
                 Ok(())
             }
             Err((err, sb)) => {
                 *slot = if was_paused {
-                    Slot::Paused(sb)
+                    SandboxVm::Paused(sb)
                 } else {
-                    Slot::Running(sb)
+                    SandboxVm::Running(sb)
                 };
                 Err(err.into())
             }
@@ -294,7 +294,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         let e = self.entry(id).await?;
         let slot = e.slot.lock().await;
         match &*slot {
-            Slot::Hibernated(h) => {
+            SandboxVm::Hibernated(h) => {
                 pandastack_runtime::files::clone_file(&h.rootfs(), to)?;
                 Ok(())
             }
@@ -347,7 +347,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         };
         let mut views = Vec::with_capacity(fork.children.len());
         for c in fork.children {
-            views.push(self.insert(Slot::Running(c)).await);
+            views.push(self.insert(SandboxVm::Running(c)).await);
         }
         Ok((fork.snapshot, views))
     }
@@ -362,14 +362,14 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     pub async fn destroy(&self, id: &str) -> Result<(), AgentError> {
         let e = self.entry(id).await?;
         let mut slot = e.slot.lock().await;
-        match std::mem::replace(&mut *slot, Slot::Gone) {
-            Slot::Running(sb) | Slot::Paused(sb) => {
+        match std::mem::replace(&mut *slot, SandboxVm::Gone) {
+            SandboxVm::Running(sb) | SandboxVm::Paused(sb) => {
                 if let Err(err) = self.rt.destroy(sb).await {
                     tracing::warn!(sandbox = id, error = %err, "destroy");
                 }
             }
-            Slot::Hibernated(h) => std::fs::remove_dir_all(&h.dir)?,
-            Slot::Gone => {}
+            SandboxVm::Hibernated(h) => std::fs::remove_dir_all(&h.dir)?,
+            SandboxVm::Gone => {}
         }
         e.publish(&slot);
         drop(slot);

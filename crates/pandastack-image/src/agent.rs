@@ -19,7 +19,7 @@ pub const AGENT_PATH: &str = "/usr/local/sbin/pandastack-guest";
 const KEEP_AGENT_IMAGES: usize = 4;
 
 #[derive(Debug, thiserror::Error)]
-pub enum AgentError {
+pub enum InjectError {
     #[error("agent binary {path}")]
     Agent {
         path: PathBuf,
@@ -64,12 +64,17 @@ pub struct AgentImage {
 
 /// Runs one debugfs request; debugfs exits 0 even when a request fails, so anything on stderr
 /// after its version banner is an error.
-fn debugfs(debugfs: &Path, image: &Path, write: bool, request: &str) -> Result<String, AgentError> {
+fn debugfs(
+    debugfs: &Path,
+    image: &Path,
+    write: bool,
+    request: &str,
+) -> Result<String, InjectError> {
     let mut cmd = Command::new(debugfs);
     if write {
         cmd.arg("-w");
     }
-    let fail = |message: String| AgentError::Debugfs {
+    let fail = |message: String| InjectError::Debugfs {
         image: image.to_owned(),
         request: request.to_owned(),
         message,
@@ -115,8 +120,8 @@ pub fn file_sha256(path: &Path) -> std::io::Result<String> {
 /// Copies `base` to `out` (a reflink where the file system can, else a sparse copy) and writes
 /// `agent` into it as [`AGENT_PATH`], mode 0755, owned by root. `out` appears only when complete
 /// and verified.
-pub fn install_agent(base: &Path, agent: &Path, out: &Path) -> Result<(), AgentError> {
-    let agent_err = |source| AgentError::Agent {
+pub fn install_agent(base: &Path, agent: &Path, out: &Path) -> Result<(), InjectError> {
+    let agent_err = |source| InjectError::Agent {
         path: agent.to_owned(),
         source,
     };
@@ -141,7 +146,7 @@ pub fn install_agent(base: &Path, agent: &Path, out: &Path) -> Result<(), AgentE
         .arg(base)
         .arg(&tmp)
         .output();
-    let copy_err = |message: String| AgentError::Copy {
+    let copy_err = |message: String| InjectError::Copy {
         from: base.to_owned(),
         to: tmp.clone(),
         message,
@@ -179,7 +184,7 @@ pub fn install_agent(base: &Path, agent: &Path, out: &Path) -> Result<(), AgentE
         verify(&dbg, &tmp, agent_md.len(), &agent_sha)
     })();
     match result.and_then(|()| {
-        std::fs::rename(&tmp, out).map_err(|source| AgentError::Cache {
+        std::fs::rename(&tmp, out).map_err(|source| InjectError::Cache {
             path: out.to_owned(),
             source,
         })
@@ -193,8 +198,8 @@ pub fn install_agent(base: &Path, agent: &Path, out: &Path) -> Result<(), AgentE
 }
 
 /// Reads the agent back: a root-owned 0755 regular file with the agent's exact bytes.
-fn verify(dbg: &Path, image: &Path, size: u64, sha256: &str) -> Result<(), AgentError> {
-    let problem = |problem: String| AgentError::Verify {
+fn verify(dbg: &Path, image: &Path, size: u64, sha256: &str) -> Result<(), InjectError> {
+    let problem = |problem: String| InjectError::Verify {
         image: image.to_owned(),
         problem,
     };
@@ -240,8 +245,8 @@ impl ImageCache {
         agent: &Path,
         options: BuildOptions,
         progress: &mut dyn FnMut(Progress),
-    ) -> Result<AgentImage, AgentError> {
-        let agent_sha256 = file_sha256(agent).map_err(|source| AgentError::Agent {
+    ) -> Result<AgentImage, InjectError> {
+        let agent_sha256 = file_sha256(agent).map_err(|source| InjectError::Agent {
             path: agent.to_owned(),
             source,
         })?;
@@ -271,7 +276,7 @@ impl ImageCache {
                 lock: lock.to_owned(),
             })
         })
-        .map_err(|source| AgentError::Cache {
+        .map_err(|source| InjectError::Cache {
             path: dir.clone(),
             source,
         })?;
@@ -319,7 +324,7 @@ fn prune_agent_images(dir: &Path, keep: usize) {
 }
 
 /// The cached image for `spec` with `agent` installed, in `$PANDASTACK_CACHE`, built if needed.
-pub fn rootfs_with_agent(spec: &TemplateSpec, agent: &Path) -> Result<PathBuf, AgentError> {
+pub fn rootfs_with_agent(spec: &TemplateSpec, agent: &Path) -> Result<PathBuf, InjectError> {
     ImageCache::from_env()
         .rootfs_with_agent(spec, agent, BuildOptions::default(), &mut |_| {})
         .map(|image| image.path)
@@ -410,6 +415,6 @@ Size of extra inode fields: 32
         assert_eq!(cat, "#!/bin/sh\necho agent v2\n");
 
         let err = install_agent(&base, &dir.path().join("missing"), &out2).unwrap_err();
-        assert!(matches!(err, AgentError::Agent { .. }), "{err:?}");
+        assert!(matches!(err, InjectError::Agent { .. }), "{err:?}");
     }
 }

@@ -23,7 +23,7 @@ mod oci;
 mod spec;
 
 pub use agent::{
-    file_sha256, install_agent, rootfs_with_agent, AgentError, AgentImage, AGENT_PATH,
+    file_sha256, install_agent, rootfs_with_agent, AgentImage, InjectError, AGENT_PATH,
 };
 pub use build::{BaseImage, BuildError, BuildOptions, Progress, BASE_IMAGE};
 pub use cache::ImageCache;

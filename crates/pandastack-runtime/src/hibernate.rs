@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use pandastack_vm::{Memory, Vm, VmDriver, VmError, VmSpec};
 
-use crate::identity::{identify, AgentError, Identity};
+use crate::identity::{identify, GuestReadyError, Identity};
 use crate::sandbox::{Sandbox, SandboxInfo, ROOTFS};
 use crate::Runtime;
 
@@ -42,9 +42,9 @@ pub enum HibernateError {
     #[error("vm")]
     Vm(#[from] VmError),
     #[error(transparent)]
-    Net(#[from] crate::net::NetError),
+    Net(#[from] crate::net::SlotError),
     #[error(transparent)]
-    Agent(#[from] AgentError),
+    Agent(#[from] GuestReadyError),
 }
 
 impl<D: VmDriver> Runtime<D> {

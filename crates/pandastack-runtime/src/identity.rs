@@ -22,7 +22,7 @@ pub(crate) enum Identity<'a> {
 /// Why the guest could not be made ready.
 #[derive(Debug, thiserror::Error)]
 #[error("guest agent after restore")]
-pub struct AgentError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
+pub struct GuestReadyError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
 
 /// Bound on the first call of a new session. It normally answers in well under a second; a
 /// session that does not answer is replaced once (see [`identify`]).
@@ -34,14 +34,17 @@ const FIRST_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// drop their first session right after answering its HELLO; the host then waited forever on a
 /// call nobody read. A session whose first call goes unanswered is therefore closed and a new
 /// one opened, once.
-pub(crate) async fn identify<V: Vm>(vm: &V, identity: Identity<'_>) -> Result<Channel, AgentError> {
+pub(crate) async fn identify<V: Vm>(
+    vm: &V,
+    identity: Identity<'_>,
+) -> Result<Channel, GuestReadyError> {
     let mut attempt = 0;
     loop {
         attempt += 1;
         let t = Instant::now();
         let channel = pandastack_guest_proto::host::connect(vm.agent_socket(), RESTORE_TIMEOUT)
             .await
-            .map_err(|e| AgentError(Box::new(e)))?;
+            .map_err(|e| GuestReadyError(Box::new(e)))?;
         tracing::debug!(
             vm = vm.id(),
             connect_ms = t.elapsed().as_secs_f64() * 1e3,
@@ -56,7 +59,7 @@ pub(crate) async fn identify<V: Vm>(vm: &V, identity: Identity<'_>) -> Result<Ch
                 );
             }
             Err(_) => {
-                return Err(AgentError(
+                return Err(GuestReadyError(
                     format!("no answer to the post-restore call within {FIRST_CALL_TIMEOUT:?}")
                         .into(),
                 ))
@@ -70,7 +73,7 @@ pub(crate) async fn identify<V: Vm>(vm: &V, identity: Identity<'_>) -> Result<Ch
 pub(crate) async fn post_restore(
     channel: &Channel,
     identity: Identity<'_>,
-) -> Result<(), AgentError> {
+) -> Result<(), GuestReadyError> {
     let mut entropy = vec![0u8; 64];
     rand::fill(&mut entropy[..]);
     let now = SystemTime::now()
@@ -89,7 +92,7 @@ pub(crate) async fn post_restore(
             network: None,
         })
         .await
-        .map_err(|e| AgentError(Box::new(e)))?;
+        .map_err(|e| GuestReadyError(Box::new(e)))?;
     Ok(())
 }
 

@@ -23,7 +23,7 @@ mod template;
 pub use attach::{Attached, Found, FoundState, ReconcileReport};
 pub use hibernate::{HibernateError, Hibernated};
 pub use layout::DataDir;
-pub use net::NetError;
+pub use net::SlotError;
 pub use sandbox::{CreateError, Sandbox, SandboxInfo};
 pub use snapshot::{Fork, Snapshot, SnapshotError};
 pub use template::{BakeError, Shape, Template, TemplateCheck, TemplateSeals};

@@ -18,7 +18,7 @@ use crate::Runtime;
 
 /// Errors of slot handling.
 #[derive(Debug, thiserror::Error)]
-pub enum NetError {
+pub enum SlotError {
     #[error("this was baked with a network device but the runtime has no network pool")]
     Unavailable,
     #[error("network slot")]
@@ -60,15 +60,15 @@ impl<D: VmDriver> Runtime<D> {
     }
 
     /// A slot when `wanted` (the source was baked with a NIC), else none.
-    pub(crate) async fn net_acquire(&self, wanted: bool) -> Result<Option<Lease>, NetError> {
+    pub(crate) async fn net_acquire(&self, wanted: bool) -> Result<Option<Lease>, SlotError> {
         if !wanted {
             return Ok(None);
         }
-        let pool = self.net.as_ref().ok_or(NetError::Unavailable)?;
+        let pool = self.net.as_ref().ok_or(SlotError::Unavailable)?;
         let t = std::time::Instant::now();
         let slot = tokio::time::timeout(ACQUIRE_TIMEOUT, pool.acquire())
             .await
-            .map_err(|_| NetError::Timeout(ACQUIRE_TIMEOUT))??;
+            .map_err(|_| SlotError::Timeout(ACQUIRE_TIMEOUT))??;
         tracing::debug!(
             slot = slot.index,
             ms = t.elapsed().as_secs_f64() * 1e3,

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tonic::transport::Channel;
 
 use crate::files::clone_file;
-use crate::identity::{identify, post_restore, AgentError, Identity};
+use crate::identity::{identify, post_restore, GuestReadyError, Identity};
 use crate::template::{Shape, Template};
 use crate::{valid_id, Runtime};
 
@@ -81,9 +81,9 @@ pub enum CreateError {
     #[error("vm")]
     Vm(#[from] VmError),
     #[error(transparent)]
-    Net(#[from] crate::net::NetError),
+    Net(#[from] crate::net::SlotError),
     #[error(transparent)]
-    Agent(#[from] AgentError),
+    Agent(#[from] GuestReadyError),
 }
 
 pub(crate) fn now_unix_ms() -> u64 {
@@ -230,7 +230,7 @@ impl<D: VmDriver> Runtime<D> {
                     tokio::time::timeout(crate::RESTORE_TIMEOUT, post_restore(&agent, identity))
                         .await
                         .map_err(|_| {
-                            AgentError(Box::new(std::io::Error::new(
+                            GuestReadyError(Box::new(std::io::Error::new(
                                 std::io::ErrorKind::TimedOut,
                                 "warm VM: post-restore hook did not answer",
                             )))

@@ -92,7 +92,7 @@ pub enum BakeError {
     #[error("vm")]
     Vm(#[from] VmError),
     #[error(transparent)]
-    Net(#[from] crate::net::NetError),
+    Net(#[from] crate::net::SlotError),
     #[error("guest agent did not come up (console log: {console})")]
     Agent {
         console: PathBuf,

@@ -15,7 +15,7 @@ const RESOLV_CONF: &str = "/etc/resolv.conf";
 
 /// Why the network could not be configured.
 #[derive(Debug, thiserror::Error)]
-pub enum NetError {
+pub enum NetConfigError {
     #[error("invalid {field}: {value:?}")]
     Invalid { field: &'static str, value: String },
     #[error("no ethernet interface")]
@@ -34,17 +34,19 @@ pub enum NetError {
     ResolvConf(#[source] std::io::Error),
 }
 
-impl From<NetError> for Status {
-    fn from(e: NetError) -> Self {
+impl From<NetConfigError> for Status {
+    fn from(e: NetConfigError) -> Self {
         let msg = error_chain(&e);
         match &e {
-            NetError::Invalid { .. } => Status::invalid_argument(msg),
-            NetError::NoInterface | NetError::NoSuchInterface(_) => Status::not_found(msg),
-            NetError::Netlink {
+            NetConfigError::Invalid { .. } => Status::invalid_argument(msg),
+            NetConfigError::NoInterface | NetConfigError::NoSuchInterface(_) => {
+                Status::not_found(msg)
+            }
+            NetConfigError::Netlink {
                 source: rtnetlink::Error::NetlinkError(m),
                 ..
             } if m.raw_code().abs() == libc::EPERM => Status::permission_denied(msg),
-            NetError::Socket(io) | NetError::ResolvConf(io)
+            NetConfigError::Socket(io) | NetConfigError::ResolvConf(io)
                 if io.kind() == std::io::ErrorKind::PermissionDenied =>
             {
                 Status::permission_denied(msg)
@@ -76,8 +78,8 @@ struct Plan {
     dns: Vec<IpAddr>,
 }
 
-fn invalid(field: &'static str, value: &str) -> NetError {
-    NetError::Invalid {
+fn invalid(field: &'static str, value: &str) -> NetConfigError {
+    NetConfigError::Invalid {
         field,
         value: value.to_owned(),
     }
@@ -103,7 +105,7 @@ fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
 }
 
 impl Plan {
-    fn new(cfg: &v1::NetworkConfig) -> Result<Self, NetError> {
+    fn new(cfg: &v1::NetworkConfig) -> Result<Self, NetConfigError> {
         let interface = match cfg.interface.as_str() {
             "" => None,
             name if name.len() < 16 && !name.contains(['/', '\0', ' ']) => Some(name.to_owned()),
@@ -141,8 +143,8 @@ fn resolv_conf(dns: &[IpAddr]) -> String {
     dns.iter().map(|d| format!("nameserver {d}\n")).collect()
 }
 
-fn netlink(op: &'static str) -> impl FnOnce(rtnetlink::Error) -> NetError {
-    move |source| NetError::Netlink { op, source }
+fn netlink(op: &'static str) -> impl FnOnce(rtnetlink::Error) -> NetConfigError {
+    move |source| NetConfigError::Netlink { op, source }
 }
 
 /// A netlink connection whose background task ends with it.
@@ -152,8 +154,8 @@ struct Netlink {
 }
 
 impl Netlink {
-    fn open() -> Result<Self, NetError> {
-        let (conn, handle, _) = rtnetlink::new_connection().map_err(NetError::Socket)?;
+    fn open() -> Result<Self, NetConfigError> {
+        let (conn, handle, _) = rtnetlink::new_connection().map_err(NetConfigError::Socket)?;
         Ok(Self {
             handle,
             task: tokio::spawn(conn),
@@ -162,7 +164,7 @@ impl Netlink {
 
     /// Index of the link named `name`, or of the first Ethernet link (lowest index; tunnel
     /// devices such as `sit0` are not candidates).
-    async fn link_index(&self, name: Option<&str>) -> Result<u32, NetError> {
+    async fn link_index(&self, name: Option<&str>) -> Result<u32, NetConfigError> {
         let links: Vec<_> = self
             .handle
             .link()
@@ -188,8 +190,8 @@ impl Netlink {
         };
         match (index, name) {
             (Some((i, _, _)), _) => Ok(i),
-            (None, Some(name)) => Err(NetError::NoSuchInterface(name.to_owned())),
-            (None, None) => Err(NetError::NoInterface),
+            (None, Some(name)) => Err(NetConfigError::NoSuchInterface(name.to_owned())),
+            (None, None) => Err(NetConfigError::NoInterface),
         }
     }
 
@@ -197,7 +199,7 @@ impl Netlink {
         &self,
         msg: rtnetlink::packet_route::link::LinkMessage,
         op: &'static str,
-    ) -> Result<(), NetError> {
+    ) -> Result<(), NetConfigError> {
         self.handle
             .link()
             .set(msg)
@@ -206,7 +208,7 @@ impl Netlink {
             .map_err(netlink(op))
     }
 
-    async fn flush_ipv4(&self, index: u32) -> Result<(), NetError> {
+    async fn flush_ipv4(&self, index: u32) -> Result<(), NetConfigError> {
         let addrs: Vec<_> = self
             .handle
             .address()
@@ -237,12 +239,12 @@ impl Drop for Netlink {
 }
 
 /// Checks `cfg` without applying it.
-pub fn check(cfg: &v1::NetworkConfig) -> Result<(), NetError> {
+pub fn check(cfg: &v1::NetworkConfig) -> Result<(), NetConfigError> {
     Plan::new(cfg).map(drop)
 }
 
 /// Brings the link `name` up (used for `lo` at boot).
-pub async fn link_up(name: &str) -> Result<(), NetError> {
+pub async fn link_up(name: &str) -> Result<(), NetConfigError> {
     let nl = Netlink::open()?;
     let index = nl.link_index(Some(name)).await?;
     nl.set(
@@ -255,7 +257,7 @@ pub async fn link_up(name: &str) -> Result<(), NetError> {
 /// Applies `cfg`: `lo` up; then on the interface: MAC (link down, set, up), MTU, link up,
 /// replace IPv4 addresses with `address_cidr`, default route via `gateway`; then resolv.conf.
 /// Empty fields leave that part as it is.
-pub async fn configure(cfg: &v1::NetworkConfig) -> Result<(), NetError> {
+pub async fn configure(cfg: &v1::NetworkConfig) -> Result<(), NetConfigError> {
     let plan = Plan::new(cfg)?;
     let nl = Netlink::open()?;
     let lo = nl.link_index(Some("lo")).await?;
@@ -314,8 +316,8 @@ pub async fn configure(cfg: &v1::NetworkConfig) -> Result<(), NetError> {
         let body = resolv_conf(&plan.dns);
         tokio::task::spawn_blocking(move || std::fs::write(RESOLV_CONF, body))
             .await
-            .map_err(|e| NetError::ResolvConf(std::io::Error::other(e)))?
-            .map_err(NetError::ResolvConf)?;
+            .map_err(|e| NetConfigError::ResolvConf(std::io::Error::other(e)))?
+            .map_err(NetConfigError::ResolvConf)?;
     }
     Ok(())
 }
@@ -409,7 +411,10 @@ mod tests {
         ];
         for cfg in bad {
             let err = Plan::new(&cfg).unwrap_err();
-            assert!(matches!(err, NetError::Invalid { .. }), "{cfg:?}: {err}");
+            assert!(
+                matches!(err, NetConfigError::Invalid { .. }),
+                "{cfg:?}: {err}"
+            );
             assert_eq!(Status::from(err).code(), tonic::Code::InvalidArgument);
         }
     }
