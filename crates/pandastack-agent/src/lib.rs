@@ -80,7 +80,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                 },
                 Ok(Attached::Hibernated(h)) => SandboxVm::Hibernated(h),
                 Err(e) => {
-                    tracing::warn!(sandbox = %f.id, error = %e, "re-attach failed");
+                    tracing::warn!(sandbox = %f.id, error = &e as &dyn std::error::Error, "re-attach failed");
                     continue;
                 }
             };
@@ -365,7 +365,11 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         match std::mem::replace(&mut *slot, SandboxVm::Gone) {
             SandboxVm::Running(sb) | SandboxVm::Paused(sb) => {
                 if let Err(err) = self.rt.destroy(sb).await {
-                    tracing::warn!(sandbox = id, error = %err, "destroy");
+                    tracing::warn!(
+                        sandbox = id,
+                        error = &err as &dyn std::error::Error,
+                        "destroy"
+                    );
                 }
             }
             SandboxVm::Hibernated(h) => std::fs::remove_dir_all(&h.dir)?,

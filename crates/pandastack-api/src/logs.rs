@@ -152,7 +152,9 @@ where
                         .unwrap_or_default()
                 }
                 Ok(None) => {}
-                Err(e) => tracing::debug!(path = %self.path.display(), error = %e, "log read"),
+                Err(e) => {
+                    tracing::debug!(path = %self.path.display(), error = &e as &dyn std::error::Error, "log read")
+                }
             }
             if let Some(reason) = (self.ended_check)().await {
                 // Deliver what was written last, then end.

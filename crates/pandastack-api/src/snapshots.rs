@@ -254,7 +254,7 @@ pub async fn delete<D: VmDriver>(
         Err(e) => return Err(e.into()),
     }
     if let Err(e) = app.agent.delete_snapshot(&id) {
-        tracing::warn!(snapshot = %id, error = %e, "snapshot files");
+        tracing::warn!(snapshot = %id, error = &e as &dyn std::error::Error, "snapshot files");
     }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -50,6 +50,10 @@ pub(crate) fn text<T: Serialize>(frame: &T) -> Message {
 /// Marks the sandbox active now (a failure only delays idle accounting, so it is logged).
 pub(crate) async fn touch<D: VmDriver>(app: &App<D>, sandbox: &str) {
     if let Err(e) = app.store.sandboxes().touch(sandbox, now_ms()).await {
-        tracing::warn!(sandbox, error = %e, "mark sandbox active");
+        tracing::warn!(
+            sandbox,
+            error = &e as &dyn std::error::Error,
+            "mark sandbox active"
+        );
     }
 }

@@ -260,7 +260,10 @@ pub async fn serve_port(
         let io = port.session_io()?;
         match crate::session::serve(io, nonce, rest, state.clone()).await {
             Ok(()) => tracing::debug!("session ended"),
-            Err(e) => tracing::debug!(error = %e, "session ended"),
+            Err(e) => tracing::debug!(
+                error = AsRef::<dyn std::error::Error>::as_ref(&e),
+                "session ended"
+            ),
         }
     }
 }

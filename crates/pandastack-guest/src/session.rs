@@ -162,12 +162,18 @@ pub async fn serve_unix(path: &Path, state: State) -> anyhow::Result<()> {
                 Ok(Some(hello)) => hello,
                 Ok(None) => return,
                 Err(e) => {
-                    tracing::debug!(error = %e, "connection lost before HELLO");
+                    tracing::debug!(
+                        error = &e as &dyn std::error::Error,
+                        "connection lost before HELLO"
+                    );
                     return;
                 }
             };
             if let Err(e) = serve(stream, nonce, rest, state).await {
-                tracing::debug!(error = %e, "session ended");
+                tracing::debug!(
+                    error = AsRef::<dyn std::error::Error>::as_ref(&e),
+                    "session ended"
+                );
             }
         });
     }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
     /// A system call or file operation failed.
-    #[error("{op}: {source}")]
+    #[error("{op}")]
     Io {
         /// What we were doing.
         op: String,
@@ -16,7 +16,7 @@ pub enum NetError {
         source: io::Error,
     },
     /// A netlink (rtnetlink) request failed.
-    #[error("netlink {op}: {source}")]
+    #[error("netlink {op}")]
     Netlink {
         /// What we were doing.
         op: String,

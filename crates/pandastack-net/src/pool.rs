@@ -348,7 +348,11 @@ impl NetPool {
             })
             .await;
             if let Err(e) = r {
-                tracing::warn!(slot = index, error = %e, "slot broken on acquire; deleting it");
+                tracing::warn!(
+                    slot = index,
+                    error = &e as &dyn std::error::Error,
+                    "slot broken on acquire; deleting it"
+                );
                 self.discard(index).await;
                 return Err(e);
             }
@@ -460,7 +464,11 @@ impl NetPool {
                 Err(NetError::SlotBusy(i))
             }
             Err(e) => {
-                tracing::warn!(slot = index, error = %e, "slot broken on release; deleting it");
+                tracing::warn!(
+                    slot = index,
+                    error = &e as &dyn std::error::Error,
+                    "slot broken on release; deleting it"
+                );
                 self.discard(index).await;
                 Ok(None)
             }
@@ -760,13 +768,21 @@ impl NetPool {
                 Ok(())
             }
             Err(e) => {
-                tracing::warn!(slot = index, error = %e, "building network slot failed");
+                tracing::warn!(
+                    slot = index,
+                    error = &e as &dyn std::error::Error,
+                    "building network slot failed"
+                );
                 let ge = self.geom(index);
                 let items = vec![(ge.ns_path, ge.veth)];
                 if let Err(e2) =
                     on_fresh_thread("ps-net-destroy", move || slotops::destroy(&items)).await
                 {
-                    tracing::warn!(slot = index, error = %e2, "cleaning up a failed slot");
+                    tracing::warn!(
+                        slot = index,
+                        error = &e2 as &dyn std::error::Error,
+                        "cleaning up a failed slot"
+                    );
                 }
                 let mut g = self.lock();
                 g.creating -= 1;
@@ -781,7 +797,11 @@ impl NetPool {
         let ge = self.geom(index);
         let items = vec![(ge.ns_path, ge.veth)];
         if let Err(e) = on_fresh_thread("ps-net-destroy", move || slotops::destroy(&items)).await {
-            tracing::warn!(slot = index, error = %e, "deleting network slot");
+            tracing::warn!(
+                slot = index,
+                error = &e as &dyn std::error::Error,
+                "deleting network slot"
+            );
         }
         let mut g = self.lock();
         g.slots.remove(&index);
@@ -790,7 +810,10 @@ impl NetPool {
             .persist(&self.state_path, &self.cfg)
             .and_then(|()| self.mark(index, false))
         {
-            tracing::warn!(error = %e, "writing network pool state");
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "writing network pool state"
+            );
         }
     }
 
@@ -834,7 +857,10 @@ impl NetPool {
             Ok(s) => s,
             Err(e) => {
                 // Unreadable: own nothing; orphan removal deletes whatever carries our prefixes.
-                tracing::warn!(error = %e, "ignoring corrupt network pool state file");
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "ignoring corrupt network pool state file"
+                );
                 report
                     .removed
                     .push(format!("state file unreadable ({e}): starting empty"));

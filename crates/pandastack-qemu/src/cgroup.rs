@@ -59,7 +59,7 @@ impl Limits {
 
 /// Errors creating or filling a cgroup.
 #[derive(Debug, thiserror::Error)]
-#[error("cgroup {path}: {source}")]
+#[error("cgroup {path}")]
 pub struct CgroupError {
     pub path: PathBuf,
     #[source]

@@ -156,7 +156,7 @@ impl<D: VmDriver> Runtime<D> {
             self.stop_in(&f.dir).await;
             if let Err(e) = std::fs::remove_dir_all(&f.dir) {
                 // Not fatal: the server must still start; the next start tries again.
-                tracing::warn!(sandbox = %f.id, error = %e, "reconcile: could not remove");
+                tracing::warn!(sandbox = %f.id, error = &e as &dyn std::error::Error, "reconcile: could not remove");
                 continue;
             }
             tracing::info!(sandbox = %f.id, state = ?f.state, "reconcile: removed");
@@ -199,15 +199,15 @@ impl<D: VmDriver> Runtime<D> {
             match self.driver.attach(dir).await {
                 Ok(vm) => {
                     if let Err(e) = vm.stop().await {
-                        tracing::warn!(dir = %dir.display(), error = %e, "reconcile: stop vm");
+                        tracing::warn!(dir = %dir.display(), error = &e as &dyn std::error::Error, "reconcile: stop vm");
                     }
                 }
                 Err(e) => {
                     // E.g. cut off while starting (no control socket yet): kill it outright, or
                     // it would keep writing into the directory about to be removed.
-                    tracing::warn!(dir = %dir.display(), error = %e, "reconcile: attach; killing");
+                    tracing::warn!(dir = %dir.display(), error = &e as &dyn std::error::Error, "reconcile: attach; killing");
                     if let Err(e) = self.driver.kill_in(dir).await {
-                        tracing::warn!(dir = %dir.display(), error = %e, "reconcile: kill vm");
+                        tracing::warn!(dir = %dir.display(), error = &e as &dyn std::error::Error, "reconcile: kill vm");
                     }
                 }
             }

@@ -29,7 +29,7 @@ pub fn clone_file(src: &Path, dst: &Path) -> std::io::Result<CloneKind> {
         }
         Err(e) => {
             if !WARNED.swap(true, Ordering::Relaxed) {
-                tracing::warn!(error = %e, dir = %dst.parent().unwrap_or(dst).display(), "no reflink support: copying files (slower, uses more disk)");
+                tracing::warn!(error = &e as &dyn std::error::Error, dir = %dst.parent().unwrap_or(dst).display(), "no reflink support: copying files (slower, uses more disk)");
             }
         }
     }

@@ -77,12 +77,12 @@ impl<D: VmDriver> Runtime<D> {
         drop(agent);
         // The state is complete; a failure to stop now would only leave a paused process.
         if let Err(e) = vm.stop().await {
-            tracing::warn!(sandbox = %id, error = %e, "stop after hibernate");
+            tracing::warn!(sandbox = %id, error = &e as &dyn std::error::Error, "stop after hibernate");
         }
         // A hibernated sandbox holds no network slot; wake takes a fresh one.
         self.net_release(info.net_slot.take()).await;
         if let Err(e) = info.save(&dir) {
-            tracing::warn!(sandbox = %id, error = %e, "save sandbox info after hibernate");
+            tracing::warn!(sandbox = %id, error = &e as &dyn std::error::Error, "save sandbox info after hibernate");
         }
         tracing::debug!(sandbox = %id, ms = t.elapsed().as_millis() as u64, "hibernated");
         Ok(Hibernated { id, dir, info })
@@ -128,11 +128,11 @@ impl<D: VmDriver> Runtime<D> {
         let mut h = h;
         h.info.net_slot = net_slot;
         if let Err(e) = h.info.save(&h.dir) {
-            tracing::warn!(sandbox = %h.id, error = %e, "save sandbox info after wake");
+            tracing::warn!(sandbox = %h.id, error = &e as &dyn std::error::Error, "save sandbox info after wake");
         }
         // Running again: the image is stale from here on.
         if let Err(e) = std::fs::remove_file(h.state()) {
-            tracing::warn!(sandbox = %h.id, error = %e, "remove hibernation image");
+            tracing::warn!(sandbox = %h.id, error = &e as &dyn std::error::Error, "remove hibernation image");
         }
         tracing::debug!(sandbox = %h.id, ms = t.elapsed().as_millis() as u64, "woken");
         Ok(Sandbox {

@@ -91,7 +91,11 @@ impl<D: VmDriver> Runtime<D> {
             return;
         };
         if let Err(e) = pool.release_index(index).await {
-            tracing::warn!(slot = index, error = %e, "release network slot");
+            tracing::warn!(
+                slot = index,
+                error = &e as &dyn std::error::Error,
+                "release network slot"
+            );
         }
     }
 }

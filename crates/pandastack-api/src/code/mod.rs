@@ -158,7 +158,10 @@ impl Decoder {
                 out.push(CodeEvent::Error(e));
             }
             Ok(Line::Ready | Line::Done) => self.done = true,
-            Err(e) => tracing::warn!(error = %e, "unreadable line from the code kernel"),
+            Err(e) => tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "unreadable line from the code kernel"
+            ),
         }
     }
 }

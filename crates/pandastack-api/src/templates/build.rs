@@ -124,7 +124,11 @@ impl Builds {
         let dir = self.dir(id);
         if let Err(e) = std::fs::remove_dir_all(&dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(build = id, error = %e, "remove build files");
+                tracing::warn!(
+                    build = id,
+                    error = &e as &dyn std::error::Error,
+                    "remove build files"
+                );
             }
         }
     }
@@ -183,7 +187,7 @@ impl BuildLog {
             .create(true)
             .append(true)
             .open(path)
-            .map_err(|e| tracing::warn!(path = %path.display(), error = %e, "build log"))
+            .map_err(|e| tracing::warn!(path = %path.display(), error = &e as &dyn std::error::Error, "build log"))
             .ok();
         Self {
             file,

@@ -44,7 +44,7 @@ impl Activity {
             if let Some((cpu, at)) = self.last.get(&v.id) {
                 if busy(cpu_time.saturating_sub(*cpu), now.duration_since(*at)) {
                     if let Err(e) = store.sandboxes().touch(&v.id, now_ms()).await {
-                        tracing::warn!(sandbox = %v.id, error = %e, "record guest activity");
+                        tracing::warn!(sandbox = %v.id, error = &e as &dyn std::error::Error, "record guest activity");
                     }
                 }
             }

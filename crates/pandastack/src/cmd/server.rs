@@ -249,7 +249,9 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
                             .set_state(&v.id, SandboxState::Hibernated)
                             .await?
                     }
-                    Err(e) => tracing::warn!(sandbox = %v.id, error = %e, "hibernate on shutdown"),
+                    Err(e) => {
+                        tracing::warn!(sandbox = %v.id, error = &e as &dyn std::error::Error, "hibernate on shutdown")
+                    }
                 }
             }
         }
@@ -298,7 +300,10 @@ async fn open_network(a: &ServerArgs) -> anyhow::Result<Option<Arc<pandastack_ne
             let p = Arc::clone(&pool);
             tokio::spawn(async move {
                 if let Err(e) = p.ensure(spare).await {
-                    tracing::warn!(error = %e, "building spare network slots");
+                    tracing::warn!(
+                        error = &e as &dyn std::error::Error,
+                        "building spare network slots"
+                    );
                 }
             });
             tracing::info!(base = %a.net_base, name = %name, "sandbox networking on");
@@ -306,7 +311,7 @@ async fn open_network(a: &ServerArgs) -> anyhow::Result<Option<Arc<pandastack_ne
         }
         Err(e) if a.network == NetworkMode::Auto => {
             tracing::warn!(
-                error = %e,
+                error = &e as &dyn std::error::Error,
                 "sandbox networking unavailable; VMs get no NIC (run as root with nftables, or \
                  pass --network on to make this fatal)"
             );
@@ -372,7 +377,7 @@ async fn reaper(store: Store, agent: Arc<HostAgent<QemuDriver>>, host_id: String
         let due = match store.sandboxes().expired(&host_id, now_ms()).await {
             Ok(d) => d,
             Err(e) => {
-                tracing::warn!(error = %e, "reaper query");
+                tracing::warn!(error = &e as &dyn std::error::Error, "reaper query");
                 continue;
             }
         };
@@ -408,7 +413,9 @@ async fn reaper(store: Store, agent: Arc<HostAgent<QemuDriver>>, host_id: String
                 Ok(()) => {
                     tracing::info!(sandbox = %row.id, action = row.on_timeout.as_str(), "timeout")
                 }
-                Err(e) => tracing::warn!(sandbox = %row.id, error = %e, "reaper"),
+                Err(e) => {
+                    tracing::warn!(sandbox = %row.id, error = AsRef::<dyn std::error::Error>::as_ref(&e), "reaper")
+                }
             }
         }
     }

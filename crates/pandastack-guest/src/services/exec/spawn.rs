@@ -121,7 +121,7 @@ fn make_cgroup(state: &State, n: u64) -> Option<PathBuf> {
     match std::fs::create_dir(&dir) {
         Ok(()) => Some(dir),
         Err(e) => {
-            tracing::warn!(error = %e, dir = %dir.display(), "no cgroup for command");
+            tracing::warn!(error = &e as &dyn std::error::Error, dir = %dir.display(), "no cgroup for command");
             None
         }
     }
