@@ -80,10 +80,16 @@ impl<D: VmDriver + 'static> App<D> {
         }
     }
 
-    /// Settles what a previous server process left of template builds: unfinished builds are
-    /// marked failed, files of unknown builds removed.
+    /// Settles what a previous server process left of template builds: build jobs it was
+    /// running are queued again, builds without a job marked failed, files of unknown builds
+    /// removed. Then [`App::start_build_worker`].
     pub async fn recover_builds(&self) -> Result<(), pandastack_store::StoreError> {
         self.builds.recover(&self.store, &self.host_id).await
+    }
+
+    /// Starts the task that runs this host's template build jobs, one at a time.
+    pub fn start_build_worker(self: &Arc<Self>) {
+        tokio::spawn(templates::build::worker(Arc::clone(self)));
     }
 }
 

@@ -239,6 +239,21 @@ impl Jobs<'_> {
         row(&r)
     }
 
+    /// Puts the running jobs of host `host_id` back in the queue (attempt kept): called by a
+    /// host at start, when its previous process — their runner — is known to be gone, so they
+    /// need not wait for their leases to run out.
+    pub async fn requeue_running(&self, host_id: &str) -> Result<u64, StoreError> {
+        Ok(sqlx::query(
+            "UPDATE jobs SET state = 'queued', lease_owner = NULL, lease_until = NULL, updated_at = $1 \
+             WHERE state = 'running' AND host_id = $2",
+        )
+        .bind(now_ms())
+        .bind(host_id)
+        .execute(self.pool)
+        .await?
+        .rows_affected())
+    }
+
     /// The incomplete (queued or running) job of `resource`, if there is one.
     pub async fn incomplete(&self, resource: &str) -> Result<Option<JobRow>, StoreError> {
         let r = sqlx::query(&format!(

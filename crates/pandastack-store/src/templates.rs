@@ -189,6 +189,29 @@ impl TemplateBuilds<'_> {
         Ok(())
     }
 
+    /// Queues the job that runs build `build_id`, unless its row is gone or finished (a
+    /// [`StoreError::NotFound`]: nothing queued). Row check and enqueue are one transaction.
+    pub async fn enqueue_build(
+        &self,
+        build_id: &str,
+        job: &crate::NewJob,
+    ) -> Result<crate::JobRow, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let r = sqlx::query("SELECT status FROM template_builds WHERE id = $1")
+            .bind(build_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(r) = r else {
+            return Err(StoreError::NotFound);
+        };
+        if !parsed(&r, "status", BuildStatus::parse)?.active() {
+            return Err(StoreError::NotFound);
+        }
+        let row = crate::jobs::enqueue(&mut *tx, job).await?;
+        tx.commit().await?;
+        Ok(row)
+    }
+
     /// Writes the mutable fields of `b` (status, error, env, disk size, figures).
     pub async fn update(&self, b: &TemplateBuildRow) -> Result<(), StoreError> {
         sqlx::query(

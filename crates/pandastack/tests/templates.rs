@@ -443,3 +443,62 @@ disk_mb = 1024
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// A build is a durable job: the server killed (`kill -9`) in the middle of it runs it again
+/// from the start after a restart, and the template becomes ready.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_build_cut_off_by_a_server_kill_runs_again_after_restart() {
+    let guard = runtime().await;
+    let data = guard.dir.path();
+    let port = free_port();
+    let mut server = start(data, port).await;
+    let key = server.key.clone();
+    let api = Api {
+        s: &server,
+        c: Client::new(),
+    };
+    let (st, v) = upload(&api, &key, "name=durable", docker_save("built twice\n")).await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{v}");
+    // Kill it once the build is under way (building or baking), before it is ready.
+    let seen = within(Duration::from_secs(300), "build under way", async {
+        loop {
+            let (_, v) = api.call("GET", "/v1/templates/durable", None).await;
+            let state = v["state"].as_str().unwrap_or_default().to_owned();
+            if state == "building" || state == "baking" {
+                return state;
+            }
+            assert_eq!(state, "queued", "{v}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    drop(api);
+    server.child.kill().unwrap(); // SIGKILL
+    server.child.wait().unwrap();
+    drop(server);
+
+    let server = start(data, port).await;
+    let api = Api {
+        s: &server,
+        c: Client::new(),
+    };
+    let v = wait_built(&api, "durable").await;
+    assert_eq!(v["state"], "ready", "killed while {seen}: {v}");
+    assert_eq!(v["version"], 1, "{v}");
+    let (st, log) = api.call("GET", "/v1/templates/durable/logs", None).await;
+    assert_eq!(st, StatusCode::OK);
+    let log = log
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| log.to_string());
+    assert_eq!(
+        log.matches(": queued").count(),
+        2,
+        "two attempts in the log: {log}"
+    );
+    let id = api.create(json!({"template": "durable"})).await;
+    assert_eq!(
+        sh(&api, &id, "cat /data/marker").await["stdout"],
+        "built twice\n"
+    );
+}

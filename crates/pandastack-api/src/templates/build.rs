@@ -7,14 +7,14 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use futures::StreamExt;
 use pandastack_agent::{error_chain, BuildSource};
 use pandastack_api_types::ErrorCode;
 use pandastack_runtime::Shape;
-use pandastack_store::{now_ms, BuildStatus, Store, TemplateBuildRow};
+use pandastack_store::{now_ms, BuildStatus, NewJob, Store, TemplateBuildRow};
 use pandastack_vm::VmDriver;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
@@ -33,6 +33,8 @@ pub(crate) struct Builds {
     cfg: BuildConfig,
     /// One build at a time on this host.
     running: Arc<Semaphore>,
+    /// Wakes the build worker when a job is queued.
+    pub(crate) wake: tokio::sync::Notify,
 }
 
 const LOG: &str = "build.log";
@@ -43,6 +45,7 @@ impl Builds {
         Self {
             cfg,
             running: Arc::new(Semaphore::new(1)),
+            wake: tokio::sync::Notify::new(),
         }
     }
 
@@ -119,6 +122,29 @@ impl Builds {
         Ok(path)
     }
 
+    /// Removes what an attempt cut off left in a build's directory (work directories, a
+    /// half-built image), keeping the upload and the log.
+    fn clear_partial(&self, id: &str) {
+        let Ok(entries) = std::fs::read_dir(self.dir(id)) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if name == UPLOAD || name == LOG {
+                continue;
+            }
+            let path = e.path();
+            let removed = if e.file_type().is_ok_and(|t| t.is_dir()) {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            if let Err(e) = removed {
+                tracing::warn!(path = %path.display(), error = &e as &dyn std::error::Error, "clear a cut-off build");
+            }
+        }
+    }
+
     /// Removes a build's files.
     pub(crate) fn discard(&self, id: &str) {
         let dir = self.dir(id);
@@ -133,14 +159,27 @@ impl Builds {
         }
     }
 
-    /// Marks builds a previous server process left under way as failed (their work is lost)
-    /// and removes build directories no row owns.
+    /// Settles what a previous server process on this host left: its running build jobs go
+    /// back to the queue (the worker runs them again from the start); builds under way without
+    /// a job (cut off while their upload was still arriving) are marked failed; build
+    /// directories no row owns are removed.
     pub async fn recover(
         &self,
         store: &Store,
         host_id: &str,
     ) -> Result<(), pandastack_store::StoreError> {
+        let requeued = store.jobs().requeue_running(host_id).await?;
+        if requeued > 0 {
+            tracing::info!(
+                jobs = requeued,
+                "build jobs cut off by a restart queued again"
+            );
+        }
         for mut row in store.template_builds().unfinished(host_id).await? {
+            let resource = format!("template_build:{}", row.id);
+            if store.jobs().incomplete(&resource).await?.is_some() {
+                continue;
+            }
             row.status = BuildStatus::Failed;
             row.error = Some("the server restarted during the build; build again".into());
             row.updated_at = now_ms();
@@ -202,18 +241,144 @@ impl BuildLog {
     }
 }
 
-/// Starts the build of `row` on its own task.
-pub(crate) fn start<D: VmDriver + 'static>(
-    app: Arc<App<D>>,
-    row: TemplateBuildRow,
-    source: BuildSource,
-) {
-    tokio::spawn(async move {
-        let id = row.id.clone();
-        if let Err(e) = run(&app, row, source).await {
-            tracing::warn!(build = %id, error = %e.message, "template build");
+/// What a build job needs to run its build again from the start: the build's id and its
+/// source (a spec's text, or the uploaded tarball, which is kept until the build ends).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct BuildJob {
+    pub build: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tarball: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mb: Option<u32>,
+}
+
+/// Job kind of template builds in the jobs table.
+pub(crate) const JOB_KIND: &str = "template_build";
+/// A running build renews its lease this often; a lease lasts three times as long.
+const LEASE_RENEW: Duration = Duration::from_secs(10);
+/// Attempts per build (a server killed mid-build counts one).
+const MAX_ATTEMPTS: i64 = 3;
+
+/// Queues `job` (a durable row: a restart of the server runs it again) and wakes the worker.
+pub(crate) async fn enqueue<D: VmDriver + 'static>(app: &App<D>, job: BuildJob) -> ApiResult<()> {
+    let new = NewJob {
+        kind: JOB_KIND.into(),
+        resource: format!("template_build:{}", job.build),
+        host_id: Some(app.host_id.clone()),
+        payload: serde_json::to_value(&job).map_err(|e| ApiError::internal("build job", &e))?,
+        max_attempts: MAX_ATTEMPTS,
+        run_after: 0,
+    };
+    app.store
+        .template_builds()
+        .enqueue_build(&job.build, &new)
+        .await?;
+    app.builds.wake.notify_one();
+    Ok(())
+}
+
+/// Runs this host's build jobs one after another, for the life of the server.
+pub(crate) async fn worker<D: VmDriver + 'static>(app: Arc<App<D>>) {
+    let owner = format!("{}/{}", app.host_id, std::process::id());
+    let lease = (LEASE_RENEW * 3).as_millis() as i64;
+    loop {
+        let job = match app.store.jobs().claim(&app.host_id, &owner, lease).await {
+            Ok(Some(j)) if j.kind == JOB_KIND => j,
+            Ok(Some(j)) => {
+                // Not ours to run (another kind of job pinned to this host): give it back.
+                let _ = app
+                    .store
+                    .jobs()
+                    .fail(&j.id, &owner, "no runner for this kind of job", None)
+                    .await;
+                continue;
+            }
+            Ok(None) => {
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(5), app.builds.wake.notified()).await;
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = &e as &dyn std::error::Error, "claim a build job");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                continue;
+            }
+        };
+        let renew = {
+            let (app, id, owner) = (Arc::clone(&app), job.id.clone(), owner.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(LEASE_RENEW).await;
+                    if let Err(e) = app.store.jobs().renew(&id, &owner, lease).await {
+                        tracing::warn!(job = %id, error = &e as &dyn std::error::Error, "renew build lease");
+                    }
+                }
+            })
+        };
+        let result = run_job(&app, &job).await;
+        renew.abort();
+        let done = match result {
+            Ok(()) => app.store.jobs().complete(&job.id, &owner).await,
+            Err(message) => app
+                .store
+                .jobs()
+                .fail(&job.id, &owner, &message, Some(now_ms() + 10_000))
+                .await
+                .map(|_| ()),
+        };
+        if let Err(e) = done {
+            tracing::warn!(job = %job.id, error = &e as &dyn std::error::Error, "finish build job");
         }
-    });
+    }
+}
+
+/// Runs one build job: the build, from its start, whatever an earlier attempt left.
+async fn run_job<D: VmDriver + 'static>(
+    app: &Arc<App<D>>,
+    job: &pandastack_store::JobRow,
+) -> Result<(), String> {
+    let spec: BuildJob =
+        serde_json::from_value(job.payload.clone()).map_err(|e| format!("job payload: {e}"))?;
+    let row = match app.store.template_builds().by_id(&spec.build).await {
+        Ok(Some(r)) if r.status.active() => r,
+        // Deleted, or finished just before the previous process stopped: nothing to do.
+        Ok(_) => return Ok(()),
+        Err(e) => {
+            return Err(format!(
+                "state store: {}",
+                pandastack_agent::error_chain(&e)
+            ))
+        }
+    };
+    if job.attempts > 1 {
+        tracing::info!(build = %row.id, attempt = job.attempts, "template build runs again");
+        app.builds.clear_partial(&row.id);
+    }
+    let source = match (&spec.spec, &spec.tarball) {
+        (Some(text), _) => match pandastack_agent::api_spec(text) {
+            Ok(s) => BuildSource::Spec(Box::new(s)),
+            Err(e) => return fail_row(app, row, format!("spec: {e}")).await,
+        },
+        (None, Some(t)) => BuildSource::Oci {
+            tarball: t.clone(),
+            disk_mb: spec.disk_mb,
+        },
+        (None, None) => return fail_row(app, row, "build job without a source".into()).await,
+    };
+    run(app, row, source).await.map_err(|e| e.message)
+}
+
+async fn fail_row<D: VmDriver + 'static>(
+    app: &App<D>,
+    mut row: TemplateBuildRow,
+    message: String,
+) -> Result<(), String> {
+    row.error = Some(message);
+    set(&app.store, &mut row, BuildStatus::Failed)
+        .await
+        .map_err(|e| e.message)
 }
 
 async fn set(store: &Store, row: &mut TemplateBuildRow, status: BuildStatus) -> ApiResult<()> {
@@ -239,12 +404,13 @@ async fn run<D: VmDriver + 'static>(
     ));
     let _permit = Arc::clone(&app.builds.running).acquire_owned().await;
     let result = build_and_bake(app, &mut row, source, &dir, &mut log).await;
+    // The upload was kept until now so that a build cut off by a restart can run again.
+    let _ = std::fs::remove_file(dir.join(UPLOAD));
     if let Err(message) = result {
         log.line(&format!("failed: {message}"));
         row.error = Some(message);
         // The bake cleans up after itself; the built image is of no use to anyone.
         let _ = std::fs::remove_file(dir.join("rootfs.ext4"));
-        let _ = std::fs::remove_file(dir.join(UPLOAD));
         set(&app.store, &mut row, BuildStatus::Failed).await?;
     }
     Ok(())
@@ -276,10 +442,6 @@ async fn build_and_bake<D: VmDriver + 'static>(
     // Lines from the blocking build thread go to the same file.
     let mut thread_log = BuildLog::open(&dir.join(LOG));
     thread_log.started = log.started;
-    let upload = match &source {
-        BuildSource::Oci { tarball, .. } => Some(tarball.clone()),
-        BuildSource::Spec(_) => None,
-    };
     // The host builds only a spec's Debian part; its own steps run in a builder VM.
     let (source, guest_steps) = match source {
         BuildSource::Spec(spec) if spec.has_guest_steps() => (
@@ -294,9 +456,6 @@ async fn build_and_bake<D: VmDriver + 'static>(
             thread_log.line(line)
         })
         .await;
-    if let Some(t) = upload {
-        let _ = std::fs::remove_file(t);
-    }
     let built = built.map_err(|e| failed("build", &e))?;
     if let Some(spec) = guest_steps {
         super::steps::run(app, row, &spec, &built.image, log).await?;

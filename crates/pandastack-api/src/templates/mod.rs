@@ -3,7 +3,7 @@
 //! tarball. A build runs in the background ([`build`]); every build is a new version, and new
 //! sandboxes get the newest ready one while older sandboxes keep theirs.
 
-mod build;
+pub(crate) mod build;
 mod steps;
 
 use std::collections::BTreeMap;
@@ -13,7 +13,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use pandastack_agent::{AgentError, BuildSource, SpecRefused};
+use pandastack_agent::{AgentError, SpecRefused};
 use pandastack_api_types::{
     self as wire, validate_template_name, CreateTemplateRequest, ErrorCode, List, OciTemplateParams,
 };
@@ -273,11 +273,17 @@ pub async fn create<D: VmDriver>(
             row.memory_mib = i64::from(vm.memory_mb);
             row.disk_mb = i64::from(vm.disk_mb);
             insert(&app, &mut row).await?;
-            build::start(
-                Arc::clone(&app),
-                row.clone(),
-                BuildSource::Spec(Box::new(spec)),
-            );
+            drop(spec);
+            let job = build::BuildJob {
+                build: row.id.clone(),
+                spec: Some(body.spec),
+                tarball: None,
+                disk_mb: None,
+            };
+            if let Err(e) = build::enqueue(&app, job).await {
+                app.store.template_builds().delete(&row.id).await?;
+                return Err(e);
+            }
             row
         }
         "application/x-tar"
@@ -324,14 +330,17 @@ pub async fn create<D: VmDriver>(
                     return Err(e);
                 }
             };
-            build::start(
-                Arc::clone(&app),
-                row.clone(),
-                BuildSource::Oci {
-                    tarball,
-                    disk_mb: q.disk_mb,
-                },
-            );
+            let job = build::BuildJob {
+                build: row.id.clone(),
+                spec: None,
+                tarball: Some(tarball),
+                disk_mb: q.disk_mb,
+            };
+            if let Err(e) = build::enqueue(&app, job).await {
+                app.builds.discard(&row.id);
+                app.store.template_builds().delete(&row.id).await?;
+                return Err(e);
+            }
             row
         }
         other => {

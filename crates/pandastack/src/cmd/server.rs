@@ -222,6 +222,7 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     app.recover_builds()
         .await
         .context("settle template builds")?;
+    app.start_build_worker();
     tokio::spawn(reaper(store.clone(), Arc::clone(&agent), host_id));
 
     let listener = tokio::net::TcpListener::bind(a.listen)
