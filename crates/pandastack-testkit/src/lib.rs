@@ -256,6 +256,48 @@ pub async fn agent(vm: &QemuVm, timeout: Duration) -> Channel {
     }
 }
 
+/// Restores a clone of a baked VM — its memory file `mem` mapped privately, device state
+/// `state`, its own copy of `disk` — and gives it a new identity (`name` as hostname, fresh
+/// machine id, entropy and clock), as a create does. Bounds are generous: guests run under TCG
+/// and tests run side by side.
+pub async fn restore_clone(
+    mem: &Path,
+    state: &Path,
+    disk: &Path,
+    name: &str,
+) -> (VmGuard, Channel) {
+    use pandastack_vm::VmDriver;
+    let dir = vm_dir();
+    let rootfs = copy_rootfs(disk, dir.path());
+    let spec = spec(dir.path(), Memory::PrivateFile(mem.to_owned()), rootfs);
+    let vm = driver()
+        .await
+        .restore(&spec, state)
+        .await
+        .expect("restore clone");
+    let guard = VmGuard::new(vm, dir);
+    let ch = agent(&guard, Duration::from_secs(120)).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let mut entropy = vec![0u8; 64];
+    rand::fill(&mut entropy[..]);
+    within(
+        Duration::from_secs(120),
+        "post_restore",
+        v1::agent_client::AgentClient::new(ch.clone()).post_restore(v1::PostRestoreRequest {
+            unix_time_ns: now.as_nanos() as i64,
+            entropy,
+            hostname: name.into(),
+            machine_id: format!("{:032x}", rand::random::<u128>()),
+            network: None,
+        }),
+    )
+    .await
+    .expect("post_restore");
+    (guard, ch)
+}
+
 /// Result of [`exec`].
 #[derive(Debug, Default)]
 pub struct Output {

@@ -4,10 +4,8 @@
 use std::time::{Duration, Instant};
 
 use pandastack_guest_proto::v1::{self, agent_client::AgentClient};
-use pandastack_testkit::{
-    agent, boot, copy_rootfs, driver, exec, fixtures, spec, vm_dir, within, VmGuard,
-};
-use pandastack_vm::{Memory, Vm, VmDriver};
+use pandastack_testkit::{agent, boot, exec, fixtures, restore_clone};
+use pandastack_vm::Vm;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bake_then_restore_independent_clones() {
@@ -34,35 +32,8 @@ async fn bake_then_restore_independent_clones() {
     // Two clones from the same snapshot.
     let mut clones = Vec::new();
     for name in ["clone-a", "clone-b"] {
-        let dir = vm_dir();
-        let rootfs = copy_rootfs(&disk, dir.path());
-        let spec = spec(dir.path(), Memory::PrivateFile(mem.clone()), rootfs);
         let t = Instant::now();
-        let vm = driver()
-            .await
-            .restore(&spec, &state)
-            .await
-            .expect("restore");
-        let guard = VmGuard::new(vm, dir);
-        let ch = agent(&guard, Duration::from_secs(30)).await;
-        let mut entropy = vec![0u8; 64];
-        rand::fill(&mut entropy[..]);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap();
-        within(
-            Duration::from_secs(30),
-            "post_restore",
-            AgentClient::new(ch.clone()).post_restore(v1::PostRestoreRequest {
-                unix_time_ns: now.as_nanos() as i64,
-                entropy,
-                hostname: name.into(),
-                machine_id: format!("{:032x}", rand::random::<u128>()),
-                network: None,
-            }),
-        )
-        .await
-        .unwrap();
+        let (guard, ch) = restore_clone(&mem, &state, &disk, name).await;
         eprintln!("{name}: restored and ready in {:?}", t.elapsed());
         clones.push((guard, ch));
     }

@@ -15,10 +15,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use pandastack_guest_proto::v1::{self, agent_client::AgentClient};
-use pandastack_testkit::{agent, boot, copy_rootfs, driver, exec, spec, vm_dir, within, VmGuard};
-use pandastack_vm::{Memory, Vm, VmDriver};
+use pandastack_testkit::{agent, boot, exec, restore_clone, within};
+use pandastack_vm::Vm;
 use sha2::{Digest, Sha256};
-use tonic::transport::Channel;
 
 /// Writes the pattern files (48 MiB each): `yes` output is non-zero everywhere, so a punched
 /// hole (zeros) anywhere in them changes their hash.
@@ -89,39 +88,6 @@ fn extents(f: &std::fs::File, len: u64) -> Vec<(u64, u64)> {
     out
 }
 
-/// Restores a clone of the template in `dir` (its own copy of the disk) with a new identity.
-async fn clone(mem: &Path, state: &Path, disk: &Path, name: &str) -> (VmGuard, Channel) {
-    let dir = vm_dir();
-    let rootfs = copy_rootfs(disk, dir.path());
-    let spec = spec(dir.path(), Memory::PrivateFile(mem.to_owned()), rootfs);
-    let vm = driver()
-        .await
-        .restore(&spec, state)
-        .await
-        .expect("restore clone");
-    let guard = VmGuard::new(vm, dir);
-    let ch = agent(&guard, Duration::from_secs(60)).await;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    let mut entropy = vec![0u8; 64];
-    rand::fill(&mut entropy[..]);
-    within(
-        Duration::from_secs(60),
-        "post_restore",
-        AgentClient::new(ch.clone()).post_restore(v1::PostRestoreRequest {
-            unix_time_ns: now.as_nanos() as i64,
-            entropy,
-            hostname: name.into(),
-            machine_id: format!("{:032x}", rand::random::<u128>()),
-            network: None,
-        }),
-    )
-    .await
-    .expect("post_restore");
-    (guard, ch)
-}
-
 fn rss_mib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
@@ -163,8 +129,8 @@ async fn clones_never_modify_the_template_memory_file() {
     );
 
     // One clone runs alongside; another frees the pattern pages and churns memory.
-    let (alongside, along_ch) = clone(&mem, &state, &disk, "alongside").await;
-    let (churner, churn_ch) = clone(&mem, &state, &disk, "churner").await;
+    let (alongside, along_ch) = restore_clone(&mem, &state, &disk, "alongside").await;
+    let (churner, churn_ch) = restore_clone(&mem, &state, &disk, "churner").await;
     let t = Instant::now();
     let out = exec(&churn_ch, CHURN).await;
     assert_eq!(out.exit_code, 0, "churn: {}", out.stderr);
@@ -209,7 +175,7 @@ async fn clones_never_modify_the_template_memory_file() {
     let out = exec(&along_ch, HASH_PATTERNS).await;
     assert_eq!(out.stdout, baked_hashes, "alongside clone: {}", out.stderr);
     // So does a clone restored now.
-    let (_late, late_ch) = clone(&mem, &state, &disk, "late").await;
+    let (_late, late_ch) = restore_clone(&mem, &state, &disk, "late").await;
     let out = exec(&late_ch, HASH_PATTERNS).await;
     assert_eq!(out.stdout, baked_hashes, "later clone: {}", out.stderr);
     // And the churner's own view is its own: the tmpfs file is gone only there.
