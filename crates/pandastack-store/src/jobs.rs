@@ -10,7 +10,7 @@
 
 use sqlx::AnyPool;
 
-use crate::{col, new_id, now_ms, parsed, Backend, StoreError};
+use crate::{col, found, new_id, now_ms, parsed, Backend, StoreError};
 
 /// Where a job stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,10 +167,7 @@ impl Jobs<'_> {
         .bind(owner)
         .execute(self.pool)
         .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::NotFound);
-        }
-        Ok(())
+        found(done)
     }
 
     /// Marks `owner`'s job `id` done.
@@ -225,10 +222,7 @@ impl Jobs<'_> {
         .bind(owner)
         .execute(self.pool)
         .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::NotFound);
-        }
-        Ok(())
+        found(done)
     }
 
     pub async fn get(&self, id: &str) -> Result<JobRow, StoreError> {

@@ -5,7 +5,7 @@ use sha2::{Digest, Sha256};
 use sqlx::AnyPool;
 use subtle::ConstantTimeEq;
 
-use crate::{col, new_id, now_ms, StoreError};
+use crate::{col, found, new_id, now_ms, StoreError};
 
 /// A tenant: every object belongs to exactly one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -216,9 +216,6 @@ impl Keys<'_> {
         .bind(id)
         .execute(self.pool)
         .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::NotFound);
-        }
-        Ok(())
+        found(done)
     }
 }

@@ -181,6 +181,14 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// `Ok` if the statement changed a row, [`StoreError::NotFound`] if it matched none.
+pub(crate) fn found(done: sqlx::any::AnyQueryResult) -> Result<(), StoreError> {
+    if done.rows_affected() == 0 {
+        return Err(StoreError::NotFound);
+    }
+    Ok(())
+}
+
 /// Reads a typed column, naming it in the error instead of panicking.
 pub(crate) fn col<'r, T>(r: &'r sqlx::any::AnyRow, name: &str) -> Result<T, StoreError>
 where

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use sqlx::AnyPool;
 
-use crate::{col, parsed, OnTimeout, SandboxState, StoreError};
+use crate::{col, found, parsed, OnTimeout, SandboxState, StoreError};
 
 /// One sandbox as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,9 +98,7 @@ impl Sandboxes<'_> {
                 .bind(ws)
                 .execute(&mut *tx)
                 .await?;
-        if locked.rows_affected() == 0 {
-            return Err(StoreError::NotFound);
-        }
+        found(locked)?;
         let r = sqlx::query("SELECT max_sandboxes FROM workspaces WHERE id = $1")
             .bind(ws)
             .fetch_one(&mut *tx)
@@ -138,10 +136,7 @@ impl Sandboxes<'_> {
         .bind(&s.id)
         .execute(self.pool)
         .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::NotFound);
-        }
-        Ok(())
+        found(done)
     }
 
     pub async fn get(&self, workspace_id: &str, id: &str) -> Result<SandboxRow, StoreError> {

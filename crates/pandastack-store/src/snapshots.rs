@@ -2,7 +2,7 @@
 
 use sqlx::AnyPool;
 
-use crate::{col, StoreError};
+use crate::{col, found, StoreError};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotRow {
@@ -89,10 +89,7 @@ impl Snapshots<'_> {
             .bind(id)
             .execute(self.pool)
             .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::NotFound);
-        }
-        Ok(())
+        found(done)
     }
 
     /// Ids of every snapshot on host `host_id` (all workspaces).
