@@ -1,53 +1,41 @@
 //! Images for user-built templates (`POST /v1/templates`): from a spec restricted to what is safe
 //! to run as root on this host, or from an OCI image tarball unpacked in a user namespace. The
-//! caller records status and bakes the result with [`HostAgent::bake_image`].
+//! spec's own steps run in a builder VM (see `steps`). The caller records status and bakes the
+//! result with [`HostAgent::bake_image`].
 
 use std::path::{Path, PathBuf};
 
+use std::sync::{Arc, Mutex};
+
+use pandastack_host::{BuildLogFn, BuildSource, BuiltImage, Shape, SpecRefused, SpecSummary};
 use pandastack_image::{
     install_agent, BuildOptions, ImageCache, OciOptions, Progress, TemplateSpec,
 };
-use pandastack_runtime::Shape;
 use pandastack_vm::VmDriver;
 
 use crate::{AgentError, HostAgent};
 
-/// What a template is built from.
-#[derive(Debug, Clone)]
-pub enum BuildSource {
-    /// A spec accepted by [`api_spec`].
+/// What a spec accepted by [`api_spec`] asks for.
+pub fn spec_summary(spec: &TemplateSpec) -> SpecSummary {
+    let vm = spec.vm();
+    SpecSummary {
+        name: spec.name().to_owned(),
+        description: spec.description().to_owned(),
+        shape: Shape {
+            vcpus: vm.vcpus,
+            memory_mib: vm.memory_mb,
+        },
+        disk_mb: vm.disk_mb,
+    }
+}
+
+/// What the blocking image build works from.
+enum ImageSource {
     Spec(Box<TemplateSpec>),
-    /// An OCI image layout or `docker save` tarball.
     Oci {
         tarball: PathBuf,
         disk_mb: Option<u32>,
     },
-}
-
-/// A built root filesystem, agent included.
-#[derive(Debug, Clone)]
-pub struct BuiltImage {
-    pub image: PathBuf,
-    /// The spec's shape (a spec build); an OCI build takes the caller's.
-    pub shape: Option<Shape>,
-    /// The image's size in MiB.
-    pub disk_mb: u32,
-    /// `KEY=value` entries from the OCI image config.
-    pub env: Vec<String>,
-}
-
-/// Why a spec sent over the API was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum SpecRefused {
-    #[error("spec: {0}")]
-    Parse(String),
-    #[error(
-        "spec field `{0}` would read files or fetch packages on the server's host, so it is not \
-         accepted over the API; inline the file's `content`, or build from an OCI image tarball"
-    )]
-    Unsafe(&'static str),
-    #[error("spec: {0}")]
-    Invalid(String),
 }
 
 /// Parses a spec sent over the API. Only trusted code may run in the root-run builder on the
@@ -92,11 +80,62 @@ fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
 
 impl<D: VmDriver + 'static> HostAgent<D> {
     /// Builds the root filesystem of user template version `id` into `work` (created), with
-    /// the guest agent installed; `log` gets progress lines. Runs on a blocking thread.
+    /// the guest agent installed; `log` gets progress lines. The host part (Debian bootstrap or
+    /// OCI unpacking) runs on a blocking thread; a spec's own steps then run in a builder VM.
     pub async fn build_image(
-        &self,
+        self: &Arc<Self>,
         id: &str,
         source: BuildSource,
+        work: PathBuf,
+        log: BuildLogFn,
+    ) -> Result<BuiltImage, AgentError> {
+        let log = Arc::new(Mutex::new(log));
+        let line = {
+            let log = Arc::clone(&log);
+            move |l: &str| {
+                if let Ok(mut f) = log.lock() {
+                    f(l)
+                }
+            }
+        };
+        // The host builds only a spec's Debian part; its own steps run in a builder VM.
+        let (source, guest_steps) = match source {
+            BuildSource::Spec(text) => {
+                let spec = api_spec(&text).map_err(|e| AgentError::BuildSteps(e.to_string()))?;
+                if spec.has_guest_steps() {
+                    (
+                        ImageSource::Spec(Box::new(spec.without_guest_steps())),
+                        Some(spec),
+                    )
+                } else {
+                    (ImageSource::Spec(Box::new(spec)), None)
+                }
+            }
+            BuildSource::Oci { tarball, disk_mb } => (ImageSource::Oci { tarball, disk_mb }, None),
+        };
+        let built = self.host_image(id, source, work, line.clone()).await?;
+        if let Some(spec) = guest_steps {
+            let shape =
+                built
+                    .shape
+                    .map(crate::host::runtime_shape)
+                    .unwrap_or(pandastack_runtime::Shape {
+                        vcpus: 1,
+                        memory_mib: 512,
+                    });
+            let mut line = line;
+            crate::steps::run(self, id, shape, &spec, &built.image, &mut line)
+                .await
+                .map_err(AgentError::BuildSteps)?;
+        }
+        Ok(built)
+    }
+
+    /// The host part of [`Self::build_image`], on a blocking thread.
+    async fn host_image(
+        &self,
+        id: &str,
+        source: ImageSource,
         work: PathBuf,
         mut log: impl FnMut(&str) + Send + 'static,
     ) -> Result<BuiltImage, AgentError> {
@@ -106,7 +145,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             std::fs::create_dir_all(&work)?;
             let out = work.join("rootfs.ext4");
             let built = match source {
-                BuildSource::Spec(spec) => {
+                ImageSource::Spec(spec) => {
                     let mut progress = |p: Progress| log(&format!("{p:?}"));
                     let img = ImageCache::from_env()
                         .rootfs_with_agent(
@@ -130,7 +169,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                         env: Vec::new(),
                     }
                 }
-                BuildSource::Oci { tarball, disk_mb } => {
+                ImageSource::Oci { tarball, disk_mb } => {
                     if !is_static(&agent)? {
                         return Err(image_error(
                             &owned,

@@ -2,28 +2,10 @@
 
 use std::path::Path;
 
+use pandastack_host::VmState;
 use pandastack_runtime::{Hibernated, Sandbox, SandboxInfo};
 use pandastack_vm::Vm;
 use tokio::sync::Mutex;
-
-/// Where a sandbox's VM is, as its host sees it (the row's `SandboxState` adds the control
-/// plane's own states: starting, stopped, failed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VmState {
-    Running,
-    Paused,
-    Hibernated,
-}
-
-impl VmState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VmState::Running => "running",
-            VmState::Paused => "paused",
-            VmState::Hibernated => "hibernated",
-        }
-    }
-}
 
 /// A snapshot of one sandbox's state for callers.
 #[derive(Debug, Clone)]

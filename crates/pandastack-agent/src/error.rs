@@ -1,6 +1,8 @@
 use pandastack_runtime::{BakeError, CreateError, HibernateError, SnapshotError};
 use pandastack_vm::VmError;
 
+use pandastack_host::HostError;
+
 use crate::VmState;
 
 /// Why a host agent operation failed.
@@ -30,8 +32,34 @@ pub enum AgentError {
     Snapshot(#[from] SnapshotError),
     #[error(transparent)]
     Hibernate(#[from] HibernateError),
+    /// A spec's own step failed in the builder VM (the message names the step).
+    #[error("{0}")]
+    BuildSteps(String),
     #[error("vm")]
     Vm(#[from] VmError),
     #[error("host files")]
     Io(#[from] std::io::Error),
+}
+
+impl From<AgentError> for HostError {
+    fn from(e: AgentError) -> Self {
+        match e {
+            AgentError::SandboxNotFound(id) => HostError::SandboxNotFound(id),
+            AgentError::TemplateNotFound(name) => HostError::TemplateNotFound(name),
+            AgentError::InvalidState { id, state, op } => HostError::InvalidState { id, state, op },
+            AgentError::Snapshot(pandastack_runtime::SnapshotError::NotFound(id)) => {
+                HostError::SnapshotNotFound(id)
+            }
+            AgentError::BuildSteps(m) => HostError::BuildFailed(m),
+            e @ (AgentError::Bake(_) | AgentError::Image { .. }) => {
+                HostError::failed("template", e)
+            }
+            e @ AgentError::Create(_) => HostError::failed("create", e),
+            e @ AgentError::Snapshot(_) => HostError::failed("snapshot", e),
+            e @ AgentError::Hibernate(_) => HostError::failed("hibernate", e),
+            e @ (AgentError::Vm(_) | AgentError::Io(_)) => {
+                HostError::failed("sandbox operation", e)
+            }
+        }
+    }
 }

@@ -19,11 +19,16 @@
 mod builds;
 mod entry;
 mod error;
+mod guest;
+mod host;
+mod steps;
 mod templates;
 
-pub use builds::{api_spec, BuildSource, BuiltImage, SpecRefused};
-pub use entry::{SandboxView, VmState};
+pub use builds::{api_spec, spec_summary};
+pub use entry::SandboxView;
 pub use error::AgentError;
+pub use host::LocalHost;
+pub use pandastack_host::{error_chain, VmState};
 pub use templates::TemplateView;
 
 use std::collections::HashMap;
@@ -412,16 +417,4 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     pub async fn shutdown(&self) {
         self.rt.drain_pool().await;
     }
-}
-
-/// `e` and its sources, joined with ": " (for logs).
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cur = c.source();
-    }
-    out
 }

@@ -4,8 +4,8 @@
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use pandastack_agent::AgentError;
 use pandastack_api_types::{ErrorBody, ErrorCode, ErrorEnvelope, FieldError};
+use pandastack_host::{GuestErrorKind, HostError};
 use pandastack_store::StoreError;
 
 tokio::task_local! {
@@ -36,7 +36,7 @@ impl ApiError {
     }
 
     pub fn internal(context: &str, e: &(dyn std::error::Error + 'static)) -> Self {
-        let chain = pandastack_agent::error_chain(e);
+        let chain = pandastack_host::error_chain(e);
         tracing::error!(error = %chain, "{context}");
         Self::new(ErrorCode::Internal, format!("{context} failed"))
     }
@@ -68,42 +68,47 @@ impl From<StoreError> for ApiError {
     }
 }
 
-impl From<AgentError> for ApiError {
-    fn from(e: AgentError) -> Self {
-        match &e {
-            AgentError::SandboxNotFound(id) => {
-                Self::not_found(ErrorCode::SandboxNotFound, "sandbox", id)
-            }
-            AgentError::TemplateNotFound(name) => {
-                Self::not_found(ErrorCode::TemplateNotFound, "template", name)
-            }
-            AgentError::InvalidState { .. } => Self::new(ErrorCode::SandboxState, e.to_string()),
-            AgentError::Snapshot(pandastack_runtime::SnapshotError::NotFound(id)) => {
-                Self::not_found(ErrorCode::SnapshotNotFound, "snapshot", id)
-            }
-            _ => Self::internal("sandbox operation", &e),
-        }
+/// The message of an error that ends a stream already under way (no status code left to set):
+/// a guest's own words, else the error's.
+pub(crate) fn event_message(e: &HostError) -> String {
+    match e {
+        HostError::Guest { message, .. } => message.clone(),
+        e => e.to_string(),
     }
 }
 
-impl From<tonic::Status> for ApiError {
-    fn from(s: tonic::Status) -> Self {
-        use tonic::Code;
-        let code = match s.code() {
-            Code::NotFound => ErrorCode::NotFound,
-            Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
-                ErrorCode::InvalidArgument
+impl From<HostError> for ApiError {
+    fn from(e: HostError) -> Self {
+        match &e {
+            HostError::SandboxNotFound(id) => {
+                Self::not_found(ErrorCode::SandboxNotFound, "sandbox", id)
             }
-            Code::AlreadyExists => ErrorCode::Conflict,
-            Code::ResourceExhausted => ErrorCode::InsufficientStorage,
-            Code::PermissionDenied => ErrorCode::InvalidArgument,
-            Code::Unavailable | Code::Cancelled | Code::DeadlineExceeded => ErrorCode::Unavailable,
-            _ => {
-                tracing::error!(status = ?s, "guest agent");
-                ErrorCode::Internal
+            HostError::TemplateNotFound(name) => {
+                Self::not_found(ErrorCode::TemplateNotFound, "template", name)
             }
-        };
-        Self::new(code, format!("guest: {}", s.message()))
+            HostError::SnapshotNotFound(id) => {
+                Self::not_found(ErrorCode::SnapshotNotFound, "snapshot", id)
+            }
+            HostError::InvalidState { .. } => Self::new(ErrorCode::SandboxState, e.to_string()),
+            HostError::Guest { kind, message } => {
+                let code = match kind {
+                    GuestErrorKind::NotFound => ErrorCode::NotFound,
+                    GuestErrorKind::InvalidArgument | GuestErrorKind::PermissionDenied => {
+                        ErrorCode::InvalidArgument
+                    }
+                    GuestErrorKind::AlreadyExists => ErrorCode::Conflict,
+                    GuestErrorKind::NoSpace => ErrorCode::InsufficientStorage,
+                    GuestErrorKind::Unavailable => ErrorCode::Unavailable,
+                    GuestErrorKind::Other => {
+                        tracing::error!(error = %message, "guest agent");
+                        ErrorCode::Internal
+                    }
+                };
+                Self::new(code, format!("guest: {message}"))
+            }
+            HostError::BuildFailed(m) => Self::new(ErrorCode::InvalidArgument, m.clone()),
+            HostError::Failed { what, .. } => Self::internal(what, &e),
+        }
     }
 }
 

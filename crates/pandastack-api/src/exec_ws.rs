@@ -27,18 +27,16 @@ use pandastack_api_types::{
     ErrorCode, ExecClientFrame, ExecExitFrame, ExecOutputFrame, ExecServerFrame, ExecStartFrame,
     StreamErrorFrame, MAX_STREAM_COMMANDS,
 };
-use pandastack_guest_proto::v1::{self, exec_input::Input};
-use pandastack_vm::VmDriver;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Caller, Upgrade};
-use crate::guest::{self as rpc, ExecEvent};
 use crate::workload::{guest, spec};
 use crate::ws::{error_frame, parse_error, text, touch, ACTIVITY_EVERY};
 use crate::App;
+use pandastack_host::{ExecEvent, ExecInput, HostError, SessionStart};
 
 /// Frames queued for the socket before command output waits (backpressure to the guest).
 const OUT_QUEUE: usize = 64;
@@ -70,14 +68,14 @@ const SIGKILL: i32 = 9;
         (status = 101, description = "Switching to the WebSocket protocol; frames: ExecClientFrame in, ExecServerFrame out"),
     )
 )]
-pub async fn exec_ws<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn exec_ws(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
     Upgrade(ws): Upgrade,
 ) -> ApiResult<Response> {
     // Ownership and wake-up before the upgrade: those errors are plain HTTP errors.
-    let (_, row) = guest(&app, &caller, &id).await?;
+    let row = guest(&app, &caller, &id).await?;
     Ok(ws.on_upgrade(move |socket| {
         Session {
             app,
@@ -91,10 +89,10 @@ pub async fn exec_ws<D: VmDriver>(
 }
 
 /// The running commands of one socket: id → their input channel.
-type Commands = Arc<Mutex<HashMap<String, mpsc::Sender<v1::ExecInput>>>>;
+type Commands = Arc<Mutex<HashMap<String, mpsc::Sender<ExecInput>>>>;
 
-struct Session<D: VmDriver + 'static> {
-    app: Arc<App<D>>,
+struct Session {
+    app: Arc<App>,
     caller: Caller,
     sandbox: String,
     commands: Commands,
@@ -102,7 +100,7 @@ struct Session<D: VmDriver + 'static> {
     tasks: JoinSet<()>,
 }
 
-impl<D: VmDriver + 'static> Session<D> {
+impl Session {
     async fn run(mut self, socket: WebSocket) {
         let (mut sink, mut stream) = socket.split();
         let (out_tx, mut out_rx) = mpsc::channel::<ExecServerFrame>(OUT_QUEUE);
@@ -164,18 +162,18 @@ impl<D: VmDriver + 'static> Session<D> {
         let (id, input) = match frame {
             ExecClientFrame::Start(start) => return self.start(start, out).await,
             ExecClientFrame::Stdin(f) => match B64.decode(f.data.as_bytes()) {
-                Ok(bytes) => (f.id, Input::Stdin(bytes)),
+                Ok(bytes) => (f.id, ExecInput::Stdin(bytes.into())),
                 Err(e) => {
                     let e = ApiError::new(ErrorCode::InvalidArgument, format!("data: {e}"));
                     return Some(error_frame(Some(&f.id), e));
                 }
             },
-            ExecClientFrame::StdinClose(f) => (f.id, Input::StdinEof(v1::Empty {})),
-            ExecClientFrame::Kill(f) => (f.id, Input::Signal(SIGKILL)),
+            ExecClientFrame::StdinClose(f) => (f.id, ExecInput::StdinEof),
+            ExecClientFrame::Kill(f) => (f.id, ExecInput::Signal(SIGKILL)),
         };
         let tx = self.lock().get(&id).cloned();
         let sent = match tx {
-            Some(tx) => tx.send(v1::ExecInput { input: Some(input) }).await.is_ok(),
+            Some(tx) => tx.send(input).await.is_ok(),
             None => false,
         };
         (!sent).then(|| {
@@ -212,7 +210,7 @@ impl<D: VmDriver + 'static> Session<D> {
         }
         // Looked up again for every command: the sandbox may have been hibernated (this wakes
         // it) or deleted since the socket opened.
-        let (ch, row) = match guest(&self.app, &self.caller, &self.sandbox).await {
+        let row = match guest(&self.app, &self.caller, &self.sandbox).await {
             Ok(g) => g,
             Err(e) => return fail(e),
         };
@@ -222,12 +220,16 @@ impl<D: VmDriver + 'static> Session<D> {
         }
         spec.max_output_bytes = 0;
         let (in_tx, in_rx) = mpsc::channel(IN_QUEUE);
-        let events = match rpc::exec_session(
-            ch,
-            spec.to_start(true, None),
-            ReceiverStream::new(in_rx),
-        )
-        .await
+        let start = SessionStart {
+            spec,
+            stdin: true,
+            pty: None,
+        };
+        let events = match self
+            .app
+            .host
+            .exec_session(&row.id, start, Box::pin(ReceiverStream::new(in_rx)))
+            .await
         {
             Ok(ev) => ev,
             Err(s) => return fail(s.into()),
@@ -235,12 +237,11 @@ impl<D: VmDriver + 'static> Session<D> {
         self.lock().insert(id.clone(), in_tx);
         let commands = Arc::clone(&self.commands);
         let out = out.clone();
-        self.tasks
-            .spawn(forward(id, Box::pin(events), commands, out));
+        self.tasks.spawn(forward(id, events, commands, out));
         None
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::Sender<v1::ExecInput>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::Sender<ExecInput>>> {
         self.commands.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -253,7 +254,7 @@ async fn forward<S>(
     commands: Commands,
     out: mpsc::Sender<ExecServerFrame>,
 ) where
-    S: futures::Stream<Item = Result<ExecEvent, tonic::Status>> + Unpin,
+    S: futures::Stream<Item = Result<ExecEvent, HostError>> + Unpin,
 {
     let done = |commands: &Commands| {
         commands

@@ -60,12 +60,12 @@ impl Caller {
     }
 }
 
-impl<D: pandastack_vm::VmDriver + 'static> FromRequestParts<std::sync::Arc<App<D>>> for Caller {
+impl FromRequestParts<std::sync::Arc<App>> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(
         parts: &mut Parts,
-        app: &std::sync::Arc<App<D>>,
+        app: &std::sync::Arc<App>,
     ) -> Result<Self, ApiError> {
         let header = parts
             .headers

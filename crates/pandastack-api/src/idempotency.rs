@@ -8,7 +8,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use pandastack_api_types::ErrorCode;
 use pandastack_store::{IdempotencyRecord, Reservation};
-use pandastack_vm::VmDriver;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -28,8 +27,8 @@ pub(crate) enum Begin {
 }
 
 /// Reserves the request's key; `scope` names what is created (e.g. the route and its parent).
-pub(crate) async fn begin<D: VmDriver>(
-    app: &App<D>,
+pub(crate) async fn begin(
+    app: &App,
     ws: &str,
     headers: &HeaderMap,
     scope: &str,
@@ -79,9 +78,9 @@ pub(crate) async fn begin<D: VmDriver>(
 
 impl Idem {
     /// Records the response for replays, or releases the key if the request failed.
-    pub(crate) async fn finish<D: VmDriver, T: Serialize>(
+    pub(crate) async fn finish<T: Serialize>(
         self,
-        app: &App<D>,
+        app: &App,
         ws: &str,
         result: ApiResult<(StatusCode, T)>,
     ) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {

@@ -7,7 +7,6 @@ use axum::http::StatusCode;
 use axum::Json;
 use pandastack_api_types::{self as wire, CreateKeyRequest, CreatedKey, ErrorCode, List};
 use pandastack_store::KeyRow;
-use pandastack_vm::VmDriver;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
@@ -31,10 +30,7 @@ fn key_wire(k: &KeyRow) -> wire::Key {
     tag = "keys",
     responses((status = 200, description = "Keys", body = List<wire::Key>))
 )]
-pub async fn list<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
-    caller: Caller,
-) -> ApiResult<Json<List<wire::Key>>> {
+pub async fn list(State(app): State<Arc<App>>, caller: Caller) -> ApiResult<Json<List<wire::Key>>> {
     let keys = app.store.keys().list(caller.ws()).await?;
     Ok(Json(List {
         data: keys.iter().map(key_wire).collect(),
@@ -51,8 +47,8 @@ pub async fn list<D: VmDriver>(
     request_body = CreateKeyRequest,
     responses((status = 201, description = "The key with its secret", body = CreatedKey))
 )]
-pub async fn create<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn create(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Body(req): Body<CreateKeyRequest>,
 ) -> ApiResult<(StatusCode, Json<CreatedKey>)> {
@@ -81,8 +77,8 @@ pub async fn create<D: VmDriver>(
     params(("id" = String, Path, description = "Key id")),
     responses((status = 204, description = "Revoked"))
 )]
-pub async fn revoke<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn revoke(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {

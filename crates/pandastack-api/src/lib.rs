@@ -9,7 +9,6 @@ mod code;
 mod error;
 mod exec_ws;
 mod extract;
-pub mod guest;
 mod idempotency;
 mod keys;
 mod logs;
@@ -39,9 +38,8 @@ use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::Router;
-use pandastack_agent::HostAgent;
+use pandastack_host::Host;
 use pandastack_store::Store;
-use pandastack_vm::VmDriver;
 
 /// Largest JSON body accepted (file uploads are streamed and not bound by this).
 pub const MAX_JSON_BODY: usize = 1 << 20;
@@ -49,11 +47,12 @@ pub const MAX_JSON_BODY: usize = 1 << 20;
 pub const MAX_EXEC_OUTPUT: u64 = 4 << 20;
 
 /// Shared state of the API.
-pub struct App<D: VmDriver + 'static> {
+pub struct App {
     pub store: Store,
-    pub agent: Arc<HostAgent<D>>,
+    /// The host the sandboxes run on, behind the boundary.
+    pub host: Arc<dyn Host>,
     /// Name of this host in sandbox objects.
-    pub host: String,
+    pub host_name: String,
     /// This host's id: the owner of the rows of what runs here.
     pub host_id: String,
     /// Create-rate windows per workspace: (window start, creates in it).
@@ -62,18 +61,18 @@ pub struct App<D: VmDriver + 'static> {
     builds: templates::Builds,
 }
 
-impl<D: VmDriver + 'static> App<D> {
+impl App {
     pub fn new(
         store: Store,
-        agent: Arc<HostAgent<D>>,
-        host: String,
+        host: Arc<dyn Host>,
+        host_name: String,
         host_id: String,
         builds: BuildConfig,
     ) -> Self {
         Self {
             store,
-            agent,
             host,
+            host_name,
             host_id,
             rate: Mutex::new(HashMap::new()),
             builds: templates::Builds::new(builds),
@@ -95,8 +94,8 @@ impl<D: VmDriver + 'static> App<D> {
 
 /// The `/v1` router: every operation of [`openapi::ApiDoc`] (one table, see [`routes`]), a
 /// fallback answering `not_found` in the error envelope, the JSON body limit and request ids.
-pub fn router<D: VmDriver + 'static>(app: Arc<App<D>>) -> Router {
-    routes::register::<D>(Router::new())
+pub fn router(app: Arc<App>) -> Router {
+    routes::register(Router::new())
         .fallback(|| async {
             ApiError::new(pandastack_api_types::ErrorCode::NotFound, "no such route")
         })

@@ -3,13 +3,13 @@
 //! whole log so far and then of every byte appended, until the sandbox is deleted or the client
 //! goes away.
 //!
-//! Following polls the log file (QEMU appends to it; there is no other writer to ask), every
-//! [`POLL`] while nothing is new and at once while it grows.
+//! Following polls the log through the host boundary (QEMU appends to a file on the host; there
+//! is no other writer to ask), every [`POLL`] while nothing is new and at once while it grows.
+//! Template build logs are followed the same way from their file.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::MetadataExt;
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,9 +18,8 @@ use axum::extract::{Path, Query, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
-use pandastack_agent::AgentError;
 use pandastack_api_types::{LogChunk, LogEnd};
-use pandastack_vm::VmDriver;
+use pandastack_host::{HostError, LogPos};
 
 use crate::error::ApiResult;
 use crate::extract::Caller;
@@ -51,27 +50,63 @@ const CHUNK: usize = 64 * 1024;
         )),
     )
 )]
-pub async fn logs<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn logs(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Response> {
     let row = owned(&app, &caller, &id).await?;
-    let path = app.agent.console_log(&row.id).await?;
     let id = row.id;
-    Ok(log_response(path, &q, move || {
+    if !follows(&q) {
+        let all = app.host.console(&id, None, usize::MAX).await?;
+        return Ok(String::from_utf8_lossy(&all.data)
+            .into_owned()
+            .into_response());
+    }
+    let read = {
+        let (app, id) = (Arc::clone(&app), id.clone());
+        move |from: Option<LogPos>| {
+            let (app, id) = (Arc::clone(&app), id.clone());
+            async move {
+                app.host
+                    .console(&id, from, CHUNK)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        }
+    };
+    let ended = move || {
         let (app, id) = (Arc::clone(&app), id.clone());
         async move {
             // Deleted: the log is complete.
-            matches!(
-                app.agent.get(&id).await,
-                Err(AgentError::SandboxNotFound(_))
-            )
-            .then(|| "deleted".to_owned())
+            matches!(app.host.get(&id).await, Err(HostError::SandboxNotFound(_)))
+                .then(|| "deleted".to_owned())
         }
-    })
-    .await)
+    };
+    Ok(follow_sse(read, ended))
+}
+
+fn follows(q: &BTreeMap<String, String>) -> bool {
+    q.get("follow")
+        .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
+}
+
+/// One read of a log.
+type LogRead =
+    std::pin::Pin<Box<dyn Future<Output = Result<pandastack_host::LogChunk, String>> + Send>>;
+
+/// Reads of the log file at `path` (a template build's), off the async threads.
+fn file_reader(path: PathBuf) -> impl FnMut(Option<LogPos>) -> LogRead + Send + 'static {
+    move |from| {
+        let path = path.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || pandastack_host::read_log(&path, from, CHUNK))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())
+        })
+    }
 }
 
 /// The log file at `path` as plain text, or with `?follow=1` (or `true`) as [`follow_sse`].
@@ -82,31 +117,29 @@ pub(crate) async fn log_response<F, Fut>(
 ) -> Response
 where
     F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Option<String>> + Send + 'static,
+    Fut: Future<Output = Option<String>> + Send + 'static,
 {
-    let follow = q
-        .get("follow")
-        .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
-    if !follow {
+    if !follows(q) {
         let bytes = tokio::fs::read(&path).await.unwrap_or_default();
         return String::from_utf8_lossy(&bytes).into_owned().into_response();
     }
-    follow_sse(path, ended)
+    follow_sse(file_reader(path), ended)
 }
 
-/// Server-Sent Events of the file at `path`: `log` events with the whole file so far and then
+/// Server-Sent Events of a log read with `read`: `log` events with the whole log so far and then
 /// every byte appended, until `ended` gives a reason (checked whenever nothing new was read),
 /// then that reason in one `end` event.
-fn follow_sse<F, Fut>(path: PathBuf, ended: F) -> Response
+fn follow_sse<R, RFut, F, Fut>(read: R, ended: F) -> Response
 where
+    R: FnMut(Option<LogPos>) -> RFut + Send + 'static,
+    RFut: Future<Output = Result<pandastack_host::LogChunk, String>> + Send + 'static,
     F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Option<String>> + Send + 'static,
+    Fut: Future<Output = Option<String>> + Send + 'static,
 {
     let tail = Tail {
         ended_check: ended,
-        path,
-        file: None,
-        offset: 0,
+        read,
+        pos: None,
         text: Utf8Pieces::default(),
         ended: false,
     };
@@ -115,21 +148,22 @@ where
         .into_response()
 }
 
-/// A follower of one log file.
-struct Tail<F> {
+/// A follower of one log.
+struct Tail<R, F> {
     ended_check: F,
-    path: PathBuf,
-    /// The file being read and its identity (device, inode): a new file starts over.
-    file: Option<(std::fs::File, (u64, u64))>,
-    offset: u64,
+    read: R,
+    /// Where the next read continues.
+    pos: Option<LogPos>,
     text: Utf8Pieces,
     ended: bool,
 }
 
-impl<F, Fut> Tail<F>
+impl<R, RFut, F, Fut> Tail<R, F>
 where
+    R: FnMut(Option<LogPos>) -> RFut + Send + 'static,
+    RFut: Future<Output = Result<pandastack_host::LogChunk, String>> + Send + 'static,
     F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Option<String>> + Send + 'static,
+    Fut: Future<Output = Option<String>> + Send + 'static,
 {
     fn into_stream(self) -> impl Stream<Item = Result<Event, Infallible>> + Send + 'static {
         futures::stream::unfold(self, |mut t| async move {
@@ -141,28 +175,18 @@ where
         })
     }
 
-    /// Waits for the next piece of log (or the end of the sandbox).
+    /// Waits for the next piece of log (or the end of what it logs).
     async fn next_event(&mut self) -> Event {
         loop {
-            match self.read_more() {
-                Ok(Some(text)) => {
-                    return Event::default()
-                        .event("log")
-                        .json_data(LogChunk { data: text })
-                        .unwrap_or_default()
-                }
+            match self.read_more().await {
+                Ok(Some(text)) => return log_event(text),
                 Ok(None) => {}
-                Err(e) => {
-                    tracing::debug!(path = %self.path.display(), error = &e as &dyn std::error::Error, "log read")
-                }
+                Err(e) => tracing::debug!(error = %e, "log read"),
             }
             if let Some(reason) = (self.ended_check)().await {
                 // Deliver what was written last, then end.
-                if let Ok(Some(text)) = self.read_more() {
-                    return Event::default()
-                        .event("log")
-                        .json_data(LogChunk { data: text })
-                        .unwrap_or_default();
+                if let Ok(Some(text)) = self.read_more().await {
+                    return log_event(text);
                 }
                 self.ended = true;
                 return Event::default()
@@ -175,31 +199,23 @@ where
     }
 
     /// Reads what was appended since the last call, as text (`None`: nothing new).
-    fn read_more(&mut self) -> std::io::Result<Option<String>> {
-        let meta = match std::fs::metadata(&self.path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let ident = (meta.dev(), meta.ino());
-        if self.file.as_ref().is_none_or(|(_, i)| *i != ident) || meta.len() < self.offset {
-            // First look, a new file (a VM process restarted) or a truncated one: from the top.
-            self.file = Some((std::fs::File::open(&self.path)?, ident));
-            self.offset = 0;
+    async fn read_more(&mut self) -> Result<Option<String>, String> {
+        let chunk = (self.read)(self.pos).await?;
+        if chunk.restarted {
+            // A new file (a VM process restarted) or a truncated one: from the top.
             self.text = Utf8Pieces::default();
         }
-        let Some((file, _)) = self.file.as_mut() else {
-            return Ok(None);
-        };
-        if meta.len() <= self.offset {
-            return Ok(None);
+        if chunk.next.is_some() {
+            self.pos = chunk.next;
         }
-        let want = (meta.len() - self.offset).min(CHUNK as u64) as usize;
-        let mut buf = vec![0; want];
-        file.seek(SeekFrom::Start(self.offset))?;
-        let n = file.read(&mut buf)?;
-        self.offset += n as u64;
-        let text = self.text.push(&buf[..n]);
+        let text = self.text.push(&chunk.data);
         Ok((!text.is_empty()).then_some(text))
     }
+}
+
+fn log_event(text: String) -> Event {
+    Event::default()
+        .event("log")
+        .json_data(LogChunk { data: text })
+        .unwrap_or_default()
 }

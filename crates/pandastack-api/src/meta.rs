@@ -6,7 +6,6 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
-use pandastack_vm::VmDriver;
 
 use crate::App;
 
@@ -18,7 +17,7 @@ use crate::App;
     tag = "meta",
     responses((status = 200, description = "The server is up", body = String, content_type = "text/plain"))
 )]
-pub async fn health<D: VmDriver>(_: State<Arc<App<D>>>) -> &'static str {
+pub async fn health(_: State<Arc<App>>) -> &'static str {
     "ok"
 }
 
@@ -30,7 +29,7 @@ pub async fn health<D: VmDriver>(_: State<Arc<App<D>>>) -> &'static str {
     tag = "meta",
     responses((status = 200, description = "The OpenAPI document", content_type = "application/json"))
 )]
-pub async fn openapi_json<D: VmDriver>(_: State<Arc<App<D>>>) -> impl IntoResponse {
+pub async fn openapi_json(_: State<Arc<App>>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "application/json")],
         crate::openapi::document_json(),

@@ -16,17 +16,15 @@ use futures::{Stream, StreamExt};
 use pandastack_api_types::{
     ErrorCode, ExecRequest, PtyClientFrame, PtyServerFrame, StreamErrorFrame,
 };
-use pandastack_guest_proto::v1::{self, exec_input::Input};
-use pandastack_vm::VmDriver;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Caller, Upgrade};
-use crate::guest::{self as rpc, ExecEvent};
 use crate::workload::{guest, spec};
 use crate::ws::{error_frame, parse_error, text, touch, ACTIVITY_EVERY};
 use crate::App;
+use pandastack_host::{ExecEvent, ExecInput, HostError, PtySize, SessionStart};
 
 /// Terminal size when the client gives none.
 const DEFAULT_SIZE: (u16, u16) = (80, 24);
@@ -59,8 +57,8 @@ const DEFAULT_SHELL: &str =
         (status = 101, description = "Switching to the WebSocket protocol; binary frames are terminal bytes, text frames PtyClientFrame in and PtyServerFrame out"),
     )
 )]
-pub async fn pty<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn pty(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
@@ -92,49 +90,58 @@ pub async fn pty<D: VmDriver>(
         ..Default::default()
     };
     req.validate()?;
-    let (ch, row) = guest(&app, &caller, &id).await?;
+    let row = guest(&app, &caller, &id).await?;
     let mut spec = spec(req, &row);
     spec.timeout = Duration::ZERO;
     spec.max_output_bytes = 0;
-    let start = spec.to_start(true, Some((u32::from(rows), u32::from(cols))));
+    let start = SessionStart {
+        spec,
+        stdin: true,
+        pty: Some(PtySize {
+            rows: u32::from(rows),
+            cols: u32::from(cols),
+        }),
+    };
     let (in_tx, in_rx) = mpsc::channel(64);
     // Started before the upgrade: a guest that cannot run it is an HTTP error, not a dead socket.
-    let events = rpc::exec_session(ch, start, ReceiverStream::new(in_rx)).await?;
+    let events = app
+        .host
+        .exec_session(&row.id, start, Box::pin(ReceiverStream::new(in_rx)))
+        .await?;
     let sandbox = row.id;
-    Ok(ws.on_upgrade(move |socket| session(app, sandbox, socket, Box::pin(events), in_tx)))
+    Ok(ws.on_upgrade(move |socket| session(app, sandbox, socket, events, in_tx)))
 }
 
 /// Shuttles bytes until the program exits or the client goes away.
-async fn session<D, S>(
-    app: Arc<App<D>>,
+async fn session<S>(
+    app: Arc<App>,
     sandbox: String,
     mut socket: WebSocket,
     mut events: S,
-    input: mpsc::Sender<v1::ExecInput>,
+    input: mpsc::Sender<ExecInput>,
 ) where
-    D: VmDriver + 'static,
-    S: Stream<Item = Result<ExecEvent, tonic::Status>> + Unpin,
+    S: Stream<Item = Result<ExecEvent, HostError>> + Unpin,
 {
     let mut activity = tokio::time::interval(ACTIVITY_EVERY);
-    let send_input = |i: Input| {
+    let send_input = |i: ExecInput| {
         let input = input.clone();
-        async move { input.send(v1::ExecInput { input: Some(i) }).await.is_ok() }
+        async move { input.send(i).await.is_ok() }
     };
     loop {
         tokio::select! {
             msg = socket.recv() => {
                 let reply = match msg {
                     Some(Ok(Message::Binary(b))) => {
-                        send_input(Input::Stdin(b.to_vec())).await;
+                        send_input(ExecInput::Stdin(b)).await;
                         None
                     }
                     Some(Ok(Message::Text(t))) => match serde_json::from_str::<PtyClientFrame>(&t) {
                         Ok(PtyClientFrame::Resize { cols, rows }) => {
-                            let size = v1::PtySize {
+                            let size = PtySize {
                                 rows: u32::from(rows.clamp(1, MAX_SIDE)),
                                 cols: u32::from(cols.clamp(1, MAX_SIDE)),
                             };
-                            send_input(Input::Resize(size)).await;
+                            send_input(ExecInput::Resize(size)).await;
                             None
                         }
                         Err(e) => Some(parse_error(None, &e)),

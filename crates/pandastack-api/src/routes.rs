@@ -10,7 +10,6 @@ use axum::handler::Handler;
 use axum::http::Method;
 use axum::routing::{MethodFilter, MethodRouter};
 use axum::Router;
-use pandastack_vm::VmDriver;
 use utoipa::openapi::HttpMethod;
 
 use crate::openapi::Conventions;
@@ -114,16 +113,16 @@ macro_rules! route_table {
         }
 
         /// Registers every handler of the table on `router`.
-        pub(crate) fn register<D: VmDriver + 'static>(
-            mut router: Router<Arc<App<D>>>,
-        ) -> Router<Arc<App<D>>> {
+        pub(crate) fn register(
+            mut router: Router<Arc<App>>,
+        ) -> Router<Arc<App>> {
             $(
                 paste::paste! {
                     router = add(
                         router,
                         &<$module::[<__path_ $handler>] as utoipa::Path>::path(),
                         &<$module::[<__path_ $handler>] as utoipa::Path>::methods(),
-                        $module::$handler::<D> $(.layer($layer))?,
+                        $module::$handler $(.layer($layer))?,
                     );
                 }
             )*

@@ -9,12 +9,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
-use pandastack_agent::{SandboxView, VmState};
 use pandastack_api_types::{
     self as wire, CreateSandboxRequest, Cursor, ErrorCode, List, PatchSandboxRequest,
 };
+use pandastack_host::{HostError, VmState, VmView as SandboxView};
 use pandastack_store::{now_ms, Filter, SandboxRow};
-use pandastack_vm::VmDriver;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
@@ -42,11 +41,7 @@ pub(crate) fn to_wire(r: &SandboxRow, host: &str) -> wire::Sandbox {
 }
 
 /// The caller's sandbox row, or 404 (also for other workspaces' sandboxes).
-pub(crate) async fn owned<D: VmDriver>(
-    app: &App<D>,
-    caller: &Caller,
-    id: &str,
-) -> ApiResult<SandboxRow> {
+pub(crate) async fn owned(app: &App, caller: &Caller, id: &str) -> ApiResult<SandboxRow> {
     if !wire::valid_name(id, 32) {
         return Err(ApiError::not_found(
             ErrorCode::SandboxNotFound,
@@ -66,8 +61,8 @@ pub(crate) async fn owned<D: VmDriver>(
 }
 
 /// Records the agent's view of a sandbox (state after an operation) and API activity.
-pub(crate) async fn record<D: VmDriver>(
-    app: &App<D>,
+pub(crate) async fn record(
+    app: &App,
     mut row: SandboxRow,
     view: &SandboxView,
 ) -> ApiResult<SandboxRow> {
@@ -84,7 +79,7 @@ pub(crate) async fn record<D: VmDriver>(
 
 /// Enforces the workspace's create-rate limit (the limit on running sandboxes is checked as
 /// their rows go in: [`pandastack_store::Sandboxes::insert_within_limit`]).
-pub(crate) async fn check_rate<D: VmDriver>(app: &App<D>, ws: &str, adding: i64) -> ApiResult<()> {
+pub(crate) async fn check_rate(app: &App, ws: &str, adding: i64) -> ApiResult<()> {
     let limits = app.store.keys().workspace(ws).await?;
     let mut rate = app.rate.lock().unwrap_or_else(|p| p.into_inner());
     let entry = rate.entry(ws.to_owned()).or_insert((Instant::now(), 0));
@@ -147,15 +142,15 @@ pub(crate) fn new_row(
     }
 }
 
-/// Fills the row from the agent's view after a successful create and marks it running.
-pub(crate) async fn finish_row<D: VmDriver>(
-    app: &App<D>,
+/// Fills the row from the host's view after a successful create and marks it running.
+pub(crate) async fn finish_row(
+    app: &App,
     mut row: SandboxRow,
     view: &SandboxView,
 ) -> ApiResult<SandboxRow> {
-    row.template = view.info.template.clone();
-    row.vcpus = i64::from(view.info.shape.vcpus);
-    row.memory_mib = i64::from(view.info.shape.memory_mib);
+    row.template = view.template.clone();
+    row.vcpus = i64::from(view.shape.vcpus);
+    row.memory_mib = i64::from(view.shape.memory_mib);
     row.boot_ms = view.ready_ms as i64;
     row.state = wire_state(view.state);
     app.store.sandboxes().finish_create(&row).await?;
@@ -174,8 +169,8 @@ pub(crate) async fn finish_row<D: VmDriver>(
     request_body = CreateSandboxRequest,
     responses((status = 201, description = "Running sandbox", body = wire::Sandbox))
 )]
-pub async fn create<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn create(
+    State(app): State<Arc<App>>,
     caller: Caller,
     headers: HeaderMap,
     Body(req): Body<CreateSandboxRequest>,
@@ -193,8 +188,8 @@ pub async fn create<D: VmDriver>(
     .await
 }
 
-async fn create_sandbox<D: VmDriver>(
-    app: &App<D>,
+async fn create_sandbox(
+    app: &App,
     caller: &Caller,
     req: &CreateSandboxRequest,
 ) -> ApiResult<(StatusCode, wire::Sandbox)> {
@@ -228,9 +223,9 @@ async fn create_sandbox<D: VmDriver>(
         .insert_within_limit(std::slice::from_ref(&row))
         .await?;
     let created = match (&req.snapshot_id, &resolved) {
-        (Some(snap), _) => app.agent.create_from_snapshot(snap, &id).await,
-        (None, Some(r)) => app.agent.create(&r.baked, &id).await,
-        (None, None) => app.agent.create(&req.template, &id).await,
+        (Some(snap), _) => app.host.create_from_snapshot(snap, &id).await,
+        (None, Some(r)) => app.host.create(&r.baked, &id).await,
+        (None, None) => app.host.create(&req.template, &id).await,
     };
     let view = match created {
         Ok(v) => v,
@@ -240,7 +235,7 @@ async fn create_sandbox<D: VmDriver>(
         }
     };
     let row = finish_row(app, row, &view).await?;
-    Ok((StatusCode::CREATED, to_wire(&row, &app.host)))
+    Ok((StatusCode::CREATED, to_wire(&row, &app.host_name)))
 }
 
 /// List the workspace's sandboxes, newest last, filtered by state and metadata.
@@ -257,8 +252,8 @@ async fn create_sandbox<D: VmDriver>(
     ),
     responses((status = 200, description = "A page of sandboxes", body = List<wire::Sandbox>))
 )]
-pub async fn list<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn list(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<List<wire::Sandbox>>> {
@@ -312,7 +307,7 @@ pub async fn list<D: VmDriver>(
         None
     };
     Ok(Json(List {
-        data: rows.iter().map(|r| to_wire(r, &app.host)).collect(),
+        data: rows.iter().map(|r| to_wire(r, &app.host_name)).collect(),
         next_cursor,
     }))
 }
@@ -326,13 +321,13 @@ pub async fn list<D: VmDriver>(
     params(("id" = String, Path, description = "Sandbox id")),
     responses((status = 200, description = "The sandbox", body = wire::Sandbox))
 )]
-pub async fn get<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn get(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<wire::Sandbox>> {
     let row = owned(&app, &caller, &id).await?;
-    Ok(Json(to_wire(&row, &app.host)))
+    Ok(Json(to_wire(&row, &app.host_name)))
 }
 
 /// Change a sandbox's TTL (counted from now), idle timeout or metadata (replaced whole).
@@ -345,8 +340,8 @@ pub async fn get<D: VmDriver>(
     request_body = PatchSandboxRequest,
     responses((status = 200, description = "The updated sandbox", body = wire::Sandbox))
 )]
-pub async fn patch<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn patch(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
     Body(req): Body<PatchSandboxRequest>,
@@ -364,7 +359,7 @@ pub async fn patch<D: VmDriver>(
         row.metadata = m;
     }
     app.store.sandboxes().update(&row).await?;
-    Ok(Json(to_wire(&row, &app.host)))
+    Ok(Json(to_wire(&row, &app.host_name)))
 }
 
 /// Stop a sandbox and delete its files.
@@ -376,15 +371,15 @@ pub async fn patch<D: VmDriver>(
     params(("id" = String, Path, description = "Sandbox id")),
     responses((status = 204, description = "Deleted"))
 )]
-pub async fn delete<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn delete(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     idempotency::to_completion(async move {
         let row = owned(&app, &caller, &id).await?;
-        match app.agent.destroy(&row.id).await {
-            Ok(()) | Err(pandastack_agent::AgentError::SandboxNotFound(_)) => {}
+        match app.host.destroy(&row.id).await {
+            Ok(()) | Err(HostError::SandboxNotFound(_)) => {}
             Err(e) => return Err(e.into()),
         }
         app.store.sandboxes().delete(&row.id).await?;
@@ -404,17 +399,17 @@ macro_rules! verb {
             params(("id" = String, Path, description = "Sandbox id")),
             responses((status = 200, description = "The sandbox in its new state", body = wire::Sandbox))
         )]
-        pub async fn $name<D: VmDriver>(
-            State(app): State<Arc<App<D>>>,
+        pub async fn $name(
+            State(app): State<Arc<App>>,
             caller: Caller,
             Path(id): Path<String>,
         ) -> ApiResult<Json<wire::Sandbox>> {
             // A state change runs to the end even if the client leaves (see `to_completion`).
             idempotency::to_completion(async move {
                 let row = owned(&app, &caller, &id).await?;
-                let view = app.agent.$op(&row.id).await?;
+                let view = app.host.$op(&row.id).await?;
                 let row = record(&app, row, &view).await?;
-                Ok(Json(to_wire(&row, &app.host)))
+                Ok(Json(to_wire(&row, &app.host_name)))
             })
             .await
         }
@@ -460,13 +455,13 @@ verb!(
     params(("id" = String, Path, description = "Sandbox id")),
     responses((status = 200, description = "Resource use", body = Object))
 )]
-pub async fn metrics<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn metrics(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
     let row = owned(&app, &caller, &id).await?;
-    let stats = app.agent.stats(&row.id).await?;
+    let stats = app.host.stats(&row.id).await?;
     Ok(Json(match stats {
         Some(s) => serde_json::json!({
             "state": row.state,

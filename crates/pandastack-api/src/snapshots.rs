@@ -8,7 +8,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use pandastack_api_types::{self as wire, Cursor, ErrorCode, ForkRequest, ForkResponse, List};
 use pandastack_store::{new_id, now_ms, SnapshotRow};
-use pandastack_vm::VmDriver;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
@@ -26,10 +25,10 @@ fn snap_wire(s: &SnapshotRow) -> wire::Snapshot {
     }
 }
 
-async fn save_snapshot<D: VmDriver>(
-    app: &App<D>,
+async fn save_snapshot(
+    app: &App,
     ws: &str,
-    snap: &pandastack_runtime::Snapshot,
+    snap: &pandastack_host::SnapshotView,
 ) -> ApiResult<SnapshotRow> {
     let row = SnapshotRow {
         id: snap.id.clone(),
@@ -41,7 +40,7 @@ async fn save_snapshot<D: VmDriver>(
         created_at: now_ms(),
     };
     if let Err(e) = app.store.snapshots().insert(&row).await {
-        let _ = app.agent.delete_snapshot(&snap.id);
+        let _ = app.host.delete_snapshot(&snap.id).await;
         return Err(e.into());
     }
     Ok(row)
@@ -59,8 +58,8 @@ async fn save_snapshot<D: VmDriver>(
     ),
     responses((status = 201, description = "The snapshot", body = wire::Snapshot))
 )]
-pub async fn create<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn create(
+    State(app): State<Arc<App>>,
     caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -74,8 +73,8 @@ pub async fn create<D: VmDriver>(
         let result = async {
             let row = owned(&app, &caller, &id).await?;
             let snap_id = new_id("snap-");
-            let snap = app.agent.snapshot(&row.id, &snap_id).await?;
-            let view = app.agent.get(&row.id).await?;
+            let snap = app.host.snapshot(&row.id, &snap_id).await?;
+            let view = app.host.get(&row.id).await?;
             record(&app, row, &view).await?;
             let s = save_snapshot(&app, caller.ws(), &snap).await?;
             Ok((StatusCode::CREATED, snap_wire(&s)))
@@ -100,8 +99,8 @@ pub async fn create<D: VmDriver>(
     request_body = ForkRequest,
     responses((status = 201, description = "The children and the snapshot they came from", body = ForkResponse))
 )]
-pub async fn fork<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn fork(
+    State(app): State<Arc<App>>,
     caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -120,8 +119,8 @@ pub async fn fork<D: VmDriver>(
     .await
 }
 
-async fn fork_sandbox<D: VmDriver>(
-    app: &Arc<App<D>>,
+async fn fork_sandbox(
+    app: &Arc<App>,
     caller: &Caller,
     id: &str,
     req: &ForkRequest,
@@ -149,7 +148,7 @@ async fn fork_sandbox<D: VmDriver>(
         rows.push(r);
     }
     app.store.sandboxes().insert_within_limit(&rows).await?;
-    let forked = app.agent.fork(&parent.id, &snap_id, &child_ids).await;
+    let forked = app.host.fork(&parent.id, &snap_id, &child_ids).await;
     let (snap, views) = match forked {
         Ok(f) => f,
         Err(e) => {
@@ -159,13 +158,13 @@ async fn fork_sandbox<D: VmDriver>(
             return Err(e.into());
         }
     };
-    let view = app.agent.get(&parent.id).await?;
+    let view = app.host.get(&parent.id).await?;
     record(&app, parent.clone(), &view).await?;
     save_snapshot(&app, caller.ws(), &snap).await?;
     let mut children = Vec::new();
     for (r, v) in rows.into_iter().zip(views.iter()) {
         let r = finish_row(&app, r, v).await?;
-        children.push(to_wire(&r, &app.host));
+        children.push(to_wire(&r, &app.host_name));
     }
     Ok((
         StatusCode::CREATED,
@@ -189,8 +188,8 @@ async fn fork_sandbox<D: VmDriver>(
     ),
     responses((status = 200, description = "A page of snapshots", body = List<wire::Snapshot>))
 )]
-pub async fn list<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn list(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<List<wire::Snapshot>>> {
@@ -239,8 +238,8 @@ pub async fn list<D: VmDriver>(
     params(("id" = String, Path, description = "Snapshot id")),
     responses((status = 204, description = "Deleted"))
 )]
-pub async fn delete<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn delete(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
@@ -253,7 +252,7 @@ pub async fn delete<D: VmDriver>(
         Err(pandastack_store::StoreError::NotFound) => return Err(not_found()),
         Err(e) => return Err(e.into()),
     }
-    if let Err(e) = app.agent.delete_snapshot(&id) {
+    if let Err(e) = app.host.delete_snapshot(&id).await {
         tracing::warn!(snapshot = %id, error = &e as &dyn std::error::Error, "snapshot files");
     }
     Ok(StatusCode::NO_CONTENT)

@@ -17,34 +17,26 @@ use pandastack_api_types::{
     self as wire, validate_guest_path, ErrorCode, ExecRequest, ExecResult, MkdirRequest,
     RenameRequest,
 };
-use pandastack_guest_proto::v1::{self, files_client::FilesClient};
+use pandastack_host::{ExecEvent, ExecSpec, FileKind};
 use pandastack_store::SandboxRow;
-use pandastack_vm::VmDriver;
-use tonic::transport::Channel;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
-use crate::guest::{self as rpc, ExecEvent, ExecSpec};
 use crate::sandboxes::{owned, record};
 use crate::utf8::Utf8Pieces;
 use crate::{App, MAX_EXEC_OUTPUT};
 
-/// The guest channel of the caller's sandbox, waking it if needed, and the sandbox's row.
-pub(crate) async fn guest<D: VmDriver>(
-    app: &App<D>,
-    caller: &Caller,
-    id: &str,
-) -> ApiResult<(Channel, SandboxRow)> {
+/// The caller's sandbox ready for work inside it (woken if it was hibernated, the row saying
+/// so).
+pub(crate) async fn guest(app: &App, caller: &Caller, id: &str) -> ApiResult<SandboxRow> {
     let row = owned(app, caller, id).await?;
-    let ch = app.agent.channel(&row.id).await?;
-    let view = app.agent.get(&row.id).await?;
-    let row = record(app, row, &view).await?;
-    Ok((ch, row))
+    let view = app.host.awake(&row.id).await?;
+    record(app, row, &view).await
 }
 
-/// The guest channel of the caller's sandbox, waking it if needed.
-async fn channel<D: VmDriver>(app: &App<D>, caller: &Caller, id: &str) -> ApiResult<Channel> {
-    Ok(guest(app, caller, id).await?.0)
+/// The id of the caller's sandbox, ready for work inside it.
+async fn ready(app: &App, caller: &Caller, id: &str) -> ApiResult<String> {
+    Ok(guest(app, caller, id).await?.id)
 }
 
 /// The sandbox's environment (from create) with `extra` (a request's) over it.
@@ -88,15 +80,15 @@ pub(crate) fn spec(req: ExecRequest, row: &SandboxRow) -> ExecSpec {
     request_body = ExecRequest,
     responses((status = 200, description = "The command's result", body = ExecResult))
 )]
-pub async fn exec<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn exec(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
     Body(req): Body<ExecRequest>,
 ) -> ApiResult<Json<ExecResult>> {
     req.validate()?;
-    let (ch, row) = guest(&app, &caller, &id).await?;
-    let out = rpc::exec(ch, spec(req, &row)).await?;
+    let row = guest(&app, &caller, &id).await?;
+    let out = app.host.exec(&row.id, spec(req, &row)).await?;
     Ok(Json(ExecResult {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -119,15 +111,15 @@ pub async fn exec<D: VmDriver>(
     request_body = ExecRequest,
     responses((status = 200, description = "Server-Sent Events: `stdout` and `stderr` `{\"data\": text}` as produced, then one `exit` `{\"exit_code\", \"timed_out\", \"truncated\", \"duration_ms\"}`, or `error` `{\"message\"}`. Closing the stream kills the command.", content_type = "text/event-stream", body = String))
 )]
-pub async fn exec_stream<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn exec_stream(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
     Body(req): Body<ExecRequest>,
 ) -> ApiResult<impl IntoResponse> {
     req.validate()?;
-    let (ch, row) = guest(&app, &caller, &id).await?;
-    let events = rpc::exec_stream(ch, spec(req, &row)).await?;
+    let row = guest(&app, &caller, &id).await?;
+    let events = app.host.exec_stream(&row.id, spec(req, &row)).await?;
     // One decoder per output keeps characters cut between chunks whole.
     let (mut out, mut err) = (Utf8Pieces::default(), Utf8Pieces::default());
     let output = |name: &'static str, text: String| {
@@ -159,7 +151,7 @@ pub async fn exec_stream<D: VmDriver>(
             }
             Err(s) => vec![Event::default()
                 .event("error")
-                .json_data(serde_json::json!({ "message": s.message() }))],
+                .json_data(serde_json::json!({ "message": crate::error::event_message(&s) }))],
         };
         futures::stream::iter(
             events
@@ -187,26 +179,23 @@ fn path_param(q: &BTreeMap<String, String>, name: &str) -> ApiResult<String> {
     params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, description = "Absolute guest path (no `..`)")),
     responses((status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = Vec<u8>))
 )]
-pub async fn read<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn read(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Response> {
     let path = path_param(&q, "path")?;
-    let ch = channel(&app, &caller, &id).await?;
+    let id = ready(&app, &caller, &id).await?;
     // Stat first: a missing file or a directory is a clean 404/422 before any body is sent.
-    let info = FilesClient::new(ch.clone())
-        .stat(v1::PathRequest { path: path.clone() })
-        .await?
-        .into_inner();
-    if info.r#type != v1::FileType::File as i32 {
+    let info = app.host.stat(&id, &path).await?;
+    if info.kind != FileKind::File {
         return Err(ApiError::new(
             ErrorCode::InvalidArgument,
             format!("path: {path} is not a regular file"),
         ));
     }
-    let stream = rpc::read_file(ch, path).await?;
+    let stream = app.host.read_file(&id, &path).await?;
     let body = HttpBody::from_stream(stream.map(|r| r.map_err(std::io::Error::other)));
     Ok((
         [
@@ -228,16 +217,19 @@ pub async fn read<D: VmDriver>(
     request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The file's new bytes"),
     responses((status = 200, description = "Written: `{\"path\", \"bytes_written\"}`", body = Object))
 )]
-pub async fn write<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn write(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
     body: HttpBody,
 ) -> ApiResult<Json<serde_json::Value>> {
     let path = path_param(&q, "path")?;
-    let ch = channel(&app, &caller, &id).await?;
-    let n = rpc::write_file(ch, path.clone(), body.into_data_stream()).await?;
+    let id = ready(&app, &caller, &id).await?;
+    let body = body
+        .into_data_stream()
+        .map(|r| r.map_err(|e| e.to_string()));
+    let n = app.host.write_file(&id, &path, Box::pin(body)).await?;
     Ok(Json(
         serde_json::json!({ "path": path, "bytes_written": n }),
     ))
@@ -252,8 +244,8 @@ pub async fn write<D: VmDriver>(
     params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, description = "Absolute guest path (no `..`)"), ("recursive" = Option<bool>, Query, description = "Remove a directory and its contents")),
     responses((status = 204, description = "Removed"))
 )]
-pub async fn remove<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn remove(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
@@ -266,28 +258,20 @@ pub async fn remove<D: VmDriver>(
         ));
     }
     let recursive = q.get("recursive").is_some_and(|v| v == "true" || v == "1");
-    let ch = channel(&app, &caller, &id).await?;
-    FilesClient::new(ch)
-        .remove(v1::RemoveRequest { path, recursive })
-        .await?;
+    let id = ready(&app, &caller, &id).await?;
+    app.host.remove(&id, &path, recursive).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-fn file_info(f: v1::FileInfo) -> wire::FileInfo {
-    let kind = match v1::FileType::try_from(f.r#type) {
-        Ok(v1::FileType::File) => "file",
-        Ok(v1::FileType::Dir) => "dir",
-        Ok(v1::FileType::Symlink) => "symlink",
-        _ => "other",
-    };
+fn file_info(f: pandastack_host::FileInfo) -> wire::FileInfo {
     wire::FileInfo {
         name: f.name,
         path: f.path,
-        kind: kind.into(),
+        kind: f.kind.as_str().into(),
         size: f.size,
         mode: f.mode,
         mtime_ms: f.mtime_ms,
-        symlink_target: (!f.symlink_target.is_empty()).then_some(f.symlink_target),
+        symlink_target: f.symlink_target,
     }
 }
 
@@ -300,8 +284,8 @@ fn file_info(f: v1::FileInfo) -> wire::FileInfo {
     params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, description = "Absolute guest path (no `..`)"), ("depth" = Option<u32>, Query, description = "1 (default) to 10 levels")),
     responses((status = 200, description = "Entries", body = wire::List<wire::FileInfo>))
 )]
-pub async fn list<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn list(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
@@ -315,12 +299,8 @@ pub async fn list<D: VmDriver>(
             .ok_or_else(|| ApiError::new(ErrorCode::InvalidArgument, "depth: 1 to 10"))?,
         None => 1,
     };
-    let ch = channel(&app, &caller, &id).await?;
-    let entries = FilesClient::new(ch)
-        .list(v1::ListRequest { path, depth })
-        .await?
-        .into_inner()
-        .entries;
+    let id = ready(&app, &caller, &id).await?;
+    let entries = app.host.list_dir(&id, &path, depth).await?;
     Ok(Json(wire::List {
         data: entries.into_iter().map(file_info).collect(),
         next_cursor: None,
@@ -336,18 +316,15 @@ pub async fn list<D: VmDriver>(
     params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, description = "Absolute guest path (no `..`)")),
     responses((status = 200, description = "File metadata", body = wire::FileInfo))
 )]
-pub async fn stat<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn stat(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<wire::FileInfo>> {
     let path = path_param(&q, "path")?;
-    let ch = channel(&app, &caller, &id).await?;
-    let info = FilesClient::new(ch)
-        .stat(v1::PathRequest { path })
-        .await?
-        .into_inner();
+    let id = ready(&app, &caller, &id).await?;
+    let info = app.host.stat(&id, &path).await?;
     Ok(Json(file_info(info)))
 }
 
@@ -361,21 +338,15 @@ pub async fn stat<D: VmDriver>(
     request_body = MkdirRequest,
     responses((status = 204, description = "Created"))
 )]
-pub async fn mkdir<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn mkdir(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
     Body(req): Body<MkdirRequest>,
 ) -> ApiResult<StatusCode> {
     validate_guest_path("path", &req.path)?;
-    let ch = channel(&app, &caller, &id).await?;
-    FilesClient::new(ch)
-        .mkdir(v1::MkdirRequest {
-            path: req.path,
-            parents: req.parents,
-            mode: 0,
-        })
-        .await?;
+    let id = ready(&app, &caller, &id).await?;
+    app.host.mkdir(&id, &req.path, req.parents).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -389,21 +360,17 @@ pub async fn mkdir<D: VmDriver>(
     request_body = RenameRequest,
     responses((status = 204, description = "Renamed"))
 )]
-pub async fn rename<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn rename(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
     Body(req): Body<RenameRequest>,
 ) -> ApiResult<StatusCode> {
     validate_guest_path("from", &req.from)?;
     validate_guest_path("to", &req.to)?;
-    let ch = channel(&app, &caller, &id).await?;
-    FilesClient::new(ch)
-        .rename(v1::RenameRequest {
-            from: req.from,
-            to: req.to,
-            overwrite: req.overwrite,
-        })
+    let id = ready(&app, &caller, &id).await?;
+    app.host
+        .rename(&id, &req.from, &req.to, req.overwrite)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }

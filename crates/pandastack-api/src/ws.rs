@@ -9,7 +9,6 @@ use std::time::Duration;
 use axum::extract::ws::Message;
 use pandastack_api_types::{ErrorCode, StreamErrorFrame};
 use pandastack_store::now_ms;
-use pandastack_vm::VmDriver;
 use serde::Serialize;
 
 use crate::error::ApiError;
@@ -48,7 +47,7 @@ pub(crate) fn text<T: Serialize>(frame: &T) -> Message {
 }
 
 /// Marks the sandbox active now (a failure only delays idle accounting, so it is logged).
-pub(crate) async fn touch<D: VmDriver>(app: &App<D>, sandbox: &str) {
+pub(crate) async fn touch(app: &App, sandbox: &str) {
     if let Err(e) = app.store.sandboxes().touch(sandbox, now_ms()).await {
         tracing::warn!(
             sandbox,

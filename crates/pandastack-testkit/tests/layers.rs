@@ -1,11 +1,8 @@
 //! The crate layering, checked from the manifests: a crate that reaches past its layer fails
 //! here, not in review. Each workspace crate lists the workspace crates its `[dependencies]` may
 //! name; only the binary and the test kit may name the QEMU driver, in any section.
-//!
-//! `PENDING` lists the edges that exist today but break the target layering (the API crate
-//! still drives the host agent and the runtime directly; issue #12 replaces that with the host
-//! boundary). It only shrinks: an edge listed there that no longer exists fails the test too,
-//! so the list stays true.
+//! The API reaches a host only through `pandastack-host` (the boundary), never the agent, the
+//! runtime, a VM driver, the image builder or the guest protocol.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -15,6 +12,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("pandastack-api-types", &[]),
     ("pandastack-guest-proto", &[]),
     ("pandastack-vm", &[]),
+    ("pandastack-host", &[]),
     ("pandastack-net", &[]),
     ("pandastack-image", &[]),
     ("pandastack-guest", &["pandastack-guest-proto"]),
@@ -31,30 +29,23 @@ const ALLOWED: &[(&str, &[&str])] = &[
     (
         "pandastack-agent",
         &[
+            "pandastack-host",
             "pandastack-vm",
             "pandastack-runtime",
             "pandastack-image",
             "pandastack-guest-proto",
         ],
     ),
-    // The API speaks HTTP over the store and the host agent; it names no VM, runtime or image
-    // crate.
+    // The API speaks HTTP over the store and the host boundary; it names no agent, VM, runtime,
+    // image or guest-protocol crate.
     (
         "pandastack-api",
         &[
             "pandastack-api-types",
             "pandastack-store",
-            "pandastack-agent",
+            "pandastack-host",
         ],
     ),
-];
-
-/// Edges that break the target layering today (see the module docs).
-const PENDING: &[(&str, &str)] = &[
-    ("pandastack-api", "pandastack-vm"),
-    ("pandastack-api", "pandastack-runtime"),
-    ("pandastack-api", "pandastack-image"),
-    ("pandastack-api", "pandastack-guest-proto"),
 ];
 
 /// May name `pandastack-qemu` (and anything else).
@@ -86,9 +77,7 @@ fn crates_depend_only_on_their_layer() {
         .iter()
         .map(|(c, d)| (*c, d.iter().copied().collect()))
         .collect();
-    let pending: BTreeSet<(&str, &str)> = PENDING.iter().copied().collect();
     let mut problems = Vec::new();
-    let mut seen_pending = BTreeSet::new();
     let mut crates = 0;
     for entry in std::fs::read_dir(root.join("crates")).expect("crates/") {
         let dir = entry.expect("crates/ entry").path();
@@ -114,23 +103,12 @@ fn crates_depend_only_on_their_layer() {
             continue;
         };
         for d in &named["dependencies"] {
-            if ok.contains(d.as_str()) {
-                continue;
+            if !ok.contains(d.as_str()) {
+                problems.push(format!("{name} depends on {d}, past its layer"));
             }
-            if let Some(p) = pending.iter().find(|(c, x)| *c == name && x == d) {
-                seen_pending.insert(*p);
-                continue;
-            }
-            problems.push(format!("{name} depends on {d}, past its layer"));
         }
     }
-    for p in pending.difference(&seen_pending) {
-        problems.push(format!(
-            "{} no longer depends on {}: remove the edge from PENDING",
-            p.0, p.1
-        ));
-    }
-    assert!(crates >= 14, "found only {crates} crates under crates/");
+    assert!(crates >= 15, "found only {crates} crates under crates/");
     assert!(
         problems.is_empty(),
         "layering:\n  {}",

@@ -22,14 +22,13 @@ use pandastack_api_types::{
     self as wire, CodeContext, CodeContextRequest, CodeError, CodeOutput, CodeRequest, CodeResult,
     ErrorCode,
 };
-use pandastack_vm::VmDriver;
 use serde::Deserialize;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
-use crate::guest::{self as rpc, ExecEvent, ExecSpec};
 use crate::workload::{guest, guest_env};
 use crate::App;
+use pandastack_host::{ExecEvent, ExecSpec, HostError};
 
 /// The guest half, passed to `python3 -c` as an argument (see its header).
 const KERNEL: &str = include_str!("kernel.py");
@@ -88,7 +87,7 @@ pub(crate) struct Decoder {
 }
 
 impl Decoder {
-    pub(crate) fn feed(&mut self, ev: Result<ExecEvent, tonic::Status>) -> Vec<CodeEvent> {
+    pub(crate) fn feed(&mut self, ev: Result<ExecEvent, HostError>) -> Vec<CodeEvent> {
         let mut out = Vec::new();
         match ev {
             Ok(ExecEvent::Stdout(b)) => {
@@ -138,7 +137,7 @@ impl Decoder {
                 });
             }
             Err(s) => {
-                out.push(kernel_error(s.message().to_owned()));
+                out.push(kernel_error(crate::error::event_message(&s)));
                 out.push(CodeEvent::Done {
                     duration_ms: 0,
                     truncated: false,
@@ -175,14 +174,14 @@ fn argv(cmd: &str, args: &[&str]) -> Vec<String> {
 }
 
 /// Starts a run of `req` in the caller's sandbox and returns its events.
-async fn start_run<D: VmDriver>(
-    app: &App<D>,
+async fn start_run(
+    app: &App,
     caller: &Caller,
     id: &str,
     req: CodeRequest,
 ) -> ApiResult<impl futures::Stream<Item = CodeEvent> + Send + 'static> {
     req.validate()?;
-    let (ch, row) = guest(app, caller, id).await?;
+    let row = guest(app, caller, id).await?;
     let timeout = req
         .timeout_seconds
         .unwrap_or(wire::DEFAULT_CODE_TIMEOUT_SECONDS);
@@ -197,7 +196,7 @@ async fn start_run<D: VmDriver>(
         max_output_bytes: MAX_CODE_OUTPUT,
         ..ExecSpec::default()
     };
-    let events = rpc::exec_stream(ch, spec).await?;
+    let events = app.host.exec_stream(&row.id, spec).await?;
     let mut decoder = Decoder::default();
     Ok(events.flat_map(move |ev| futures::stream::iter(decoder.feed(ev))))
 }
@@ -218,8 +217,8 @@ fn is_missing_context(e: &CodeError) -> bool {
     request_body = CodeRequest,
     responses((status = 200, description = "The run's output, results and error", body = CodeResult))
 )]
-pub async fn run<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn run(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
     Body(req): Body<CodeRequest>,
@@ -265,8 +264,8 @@ fn context_not_found(ctx: &str) -> ApiError {
     request_body = CodeRequest,
     responses((status = 200, description = "Server-Sent Events: `stdout`/`stderr` `{\"data\": text}` as printed, `result` (a result object), `error` `{\"name\", \"value\", \"traceback\"}` (an exception in the code, or `KernelError`/`ContextNotFound`), then one `done` `{\"duration_ms\", \"truncated\"}`. Closing the stream stops waiting; the kernel interrupts the code.", content_type = "text/event-stream", body = String))
 )]
-pub async fn run_stream<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn run_stream(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
     Body(req): Body<CodeRequest>,
@@ -292,15 +291,15 @@ pub async fn run_stream<D: VmDriver>(
 }
 
 /// Runs a context command (`start`/`stop`) and returns its error, if any.
-async fn context_cmd<D: VmDriver>(
-    app: &App<D>,
+async fn context_cmd(
+    app: &App,
     caller: &Caller,
     id: &str,
     cmd: &str,
     ctx: &str,
     extra_env: &std::collections::BTreeMap<String, String>,
 ) -> ApiResult<()> {
-    let (ch, row) = guest(app, caller, id).await?;
+    let row = guest(app, caller, id).await?;
     let spec = ExecSpec {
         argv: argv(cmd, &[ctx]),
         env: guest_env(&row, extra_env.clone()),
@@ -308,7 +307,7 @@ async fn context_cmd<D: VmDriver>(
         max_output_bytes: 1 << 20,
         ..ExecSpec::default()
     };
-    let mut events = Box::pin(rpc::exec_stream(ch, spec).await?);
+    let mut events = Box::pin(app.host.exec_stream(&row.id, spec).await?);
     let mut decoder = Decoder::default();
     while let Some(ev) = events.next().await {
         for e in decoder.feed(ev) {
@@ -333,8 +332,8 @@ async fn context_cmd<D: VmDriver>(
     request_body = CodeContextRequest,
     responses((status = 201, description = "The context, its kernel running", body = CodeContext))
 )]
-pub async fn create_context<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn create_context(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(id): Path<String>,
     Body(req): Body<CodeContextRequest>,
@@ -364,8 +363,8 @@ pub async fn create_context<D: VmDriver>(
     ),
     responses((status = 204, description = "Deleted (also when there was no such context)"))
 )]
-pub async fn delete_context<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn delete_context(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path((id, context_id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
@@ -379,11 +378,11 @@ mod tests {
     use super::*;
     use bytes::Bytes;
 
-    fn out(s: &str) -> Result<ExecEvent, tonic::Status> {
+    fn out(s: &str) -> Result<ExecEvent, HostError> {
         Ok(ExecEvent::Stdout(Bytes::from(s.to_owned())))
     }
 
-    fn exit(code: i32, timed_out: bool) -> Result<ExecEvent, tonic::Status> {
+    fn exit(code: i32, timed_out: bool) -> Result<ExecEvent, HostError> {
         Ok(ExecEvent::Exit {
             exit_code: code,
             timed_out,

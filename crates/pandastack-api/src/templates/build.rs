@@ -11,11 +11,9 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use futures::StreamExt;
-use pandastack_agent::{error_chain, BuildSource};
 use pandastack_api_types::ErrorCode;
-use pandastack_runtime::Shape;
+use pandastack_host::{error_chain, BuildSource, HostError, Shape};
 use pandastack_store::{now_ms, BuildStatus, NewJob, Store, TemplateBuildRow};
-use pandastack_vm::VmDriver;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
 
@@ -262,7 +260,7 @@ const LEASE_RENEW: Duration = Duration::from_secs(10);
 const MAX_ATTEMPTS: i64 = 3;
 
 /// Queues `job` (a durable row: a restart of the server runs it again) and wakes the worker.
-pub(crate) async fn enqueue<D: VmDriver + 'static>(app: &App<D>, job: BuildJob) -> ApiResult<()> {
+pub(crate) async fn enqueue(app: &App, job: BuildJob) -> ApiResult<()> {
     let new = NewJob {
         kind: JOB_KIND.into(),
         resource: format!("template_build:{}", job.build),
@@ -280,7 +278,7 @@ pub(crate) async fn enqueue<D: VmDriver + 'static>(app: &App<D>, job: BuildJob) 
 }
 
 /// Runs this host's build jobs one after another, for the life of the server.
-pub(crate) async fn worker<D: VmDriver + 'static>(app: Arc<App<D>>) {
+pub(crate) async fn worker(app: Arc<App>) {
     let owner = format!("{}/{}", app.host_id, std::process::id());
     let lease = (LEASE_RENEW * 3).as_millis() as i64;
     loop {
@@ -335,30 +333,22 @@ pub(crate) async fn worker<D: VmDriver + 'static>(app: Arc<App<D>>) {
 }
 
 /// Runs one build job: the build, from its start, whatever an earlier attempt left.
-async fn run_job<D: VmDriver + 'static>(
-    app: &Arc<App<D>>,
-    job: &pandastack_store::JobRow,
-) -> Result<(), String> {
+async fn run_job(app: &Arc<App>, job: &pandastack_store::JobRow) -> Result<(), String> {
     let spec: BuildJob =
         serde_json::from_value(job.payload.clone()).map_err(|e| format!("job payload: {e}"))?;
     let row = match app.store.template_builds().by_id(&spec.build).await {
         Ok(Some(r)) if r.status.active() => r,
         // Deleted, or finished just before the previous process stopped: nothing to do.
         Ok(_) => return Ok(()),
-        Err(e) => {
-            return Err(format!(
-                "state store: {}",
-                pandastack_agent::error_chain(&e)
-            ))
-        }
+        Err(e) => return Err(format!("state store: {}", error_chain(&e))),
     };
     if job.attempts > 1 {
         tracing::info!(build = %row.id, attempt = job.attempts, "template build runs again");
         app.builds.clear_partial(&row.id);
     }
     let source = match (&spec.spec, &spec.tarball) {
-        (Some(text), _) => match pandastack_agent::api_spec(text) {
-            Ok(s) => BuildSource::Spec(Box::new(s)),
+        (Some(text), _) => match app.host.check_spec(text) {
+            Ok(_) => BuildSource::Spec(text.clone()),
             Err(e) => return fail_row(app, row, format!("spec: {e}")).await,
         },
         (None, Some(t)) => BuildSource::Oci {
@@ -370,11 +360,7 @@ async fn run_job<D: VmDriver + 'static>(
     run(app, row, source).await.map_err(|e| e.message)
 }
 
-async fn fail_row<D: VmDriver + 'static>(
-    app: &App<D>,
-    mut row: TemplateBuildRow,
-    message: String,
-) -> Result<(), String> {
+async fn fail_row(app: &App, mut row: TemplateBuildRow, message: String) -> Result<(), String> {
     row.error = Some(message);
     set(&app.store, &mut row, BuildStatus::Failed)
         .await
@@ -388,11 +374,7 @@ async fn set(store: &Store, row: &mut TemplateBuildRow, status: BuildStatus) -> 
     Ok(())
 }
 
-async fn run<D: VmDriver + 'static>(
-    app: &Arc<App<D>>,
-    mut row: TemplateBuildRow,
-    source: BuildSource,
-) -> ApiResult<()> {
+async fn run(app: &Arc<App>, mut row: TemplateBuildRow, source: BuildSource) -> ApiResult<()> {
     let dir = app.builds.dir(&row.id);
     std::fs::create_dir_all(&dir).map_err(|e| ApiError::internal("build directory", &e))?;
     let mut log = BuildLog::open(&dir.join(LOG));
@@ -427,8 +409,8 @@ fn store_failed(e: ApiError) -> Failure {
     format!("state store: {}", e.message)
 }
 
-async fn build_and_bake<D: VmDriver + 'static>(
-    app: &Arc<App<D>>,
+async fn build_and_bake(
+    app: &Arc<App>,
     row: &mut TemplateBuildRow,
     source: BuildSource,
     dir: &Path,
@@ -442,24 +424,19 @@ async fn build_and_bake<D: VmDriver + 'static>(
     // Lines from the blocking build thread go to the same file.
     let mut thread_log = BuildLog::open(&dir.join(LOG));
     thread_log.started = log.started;
-    // The host builds only a spec's Debian part; its own steps run in a builder VM.
-    let (source, guest_steps) = match source {
-        BuildSource::Spec(spec) if spec.has_guest_steps() => (
-            BuildSource::Spec(Box::new(spec.without_guest_steps())),
-            Some(spec),
-        ),
-        other => (other, None),
-    };
     let built = app
-        .agent
-        .build_image(&row.id, source, dir.to_owned(), move |line| {
-            thread_log.line(line)
-        })
-        .await;
-    let built = built.map_err(|e| failed("build", &e))?;
-    if let Some(spec) = guest_steps {
-        super::steps::run(app, row, &spec, &built.image, log).await?;
-    }
+        .host
+        .build_image(
+            &row.id,
+            source,
+            dir.to_owned(),
+            Box::new(move |line| thread_log.line(line)),
+        )
+        .await
+        .map_err(|e| match e {
+            HostError::BuildFailed(m) => m,
+            e => failed("build", &e),
+        })?;
     row.build_ms = Some(started.elapsed().as_millis() as i64);
     row.image_bytes = allocated_bytes(&built.image);
     row.disk_mb = i64::from(built.disk_mb);
@@ -482,8 +459,8 @@ async fn build_and_bake<D: VmDriver + 'static>(
     bake(app, row, &built.image, log).await
 }
 
-async fn bake<D: VmDriver + 'static>(
-    app: &Arc<App<D>>,
+async fn bake(
+    app: &Arc<App>,
     row: &mut TemplateBuildRow,
     image: &Path,
     log: &mut BuildLog,
@@ -502,14 +479,14 @@ async fn bake<D: VmDriver + 'static>(
         vcpus: row.vcpus as u32,
         memory_mib: row.memory_mib as u32,
     };
-    let t = app
-        .agent
+    let bake_ms = app
+        .host
         .bake_image(&row.id, image, shape)
         .await
         .map_err(|e| failed("bake", &e))?;
-    row.bake_ms = Some(t.bake_ms as i64);
+    row.bake_ms = Some(bake_ms as i64);
     row.error = None;
-    log.line(&format!("baked in {} ms: ready", t.bake_ms));
+    log.line(&format!("baked in {bake_ms} ms: ready"));
     set(&app.store, row, BuildStatus::Ready)
         .await
         .map_err(store_failed)?;
@@ -517,10 +494,7 @@ async fn bake<D: VmDriver + 'static>(
 }
 
 /// Re-bakes a ready version from its kept image.
-pub(crate) async fn rebake<D: VmDriver + 'static>(
-    app: &Arc<App<D>>,
-    mut row: TemplateBuildRow,
-) -> ApiResult<()> {
+pub(crate) async fn rebake(app: &Arc<App>, mut row: TemplateBuildRow) -> ApiResult<()> {
     let dir = app.builds.dir(&row.id);
     let image = dir.join("rootfs.ext4");
     if !image.is_file() {

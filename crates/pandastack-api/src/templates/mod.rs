@@ -4,7 +4,6 @@
 //! sandboxes get the newest ready one while older sandboxes keep theirs.
 
 pub(crate) mod build;
-mod steps;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,12 +12,11 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use pandastack_agent::{AgentError, SpecRefused};
 use pandastack_api_types::{
     self as wire, validate_template_name, CreateTemplateRequest, ErrorCode, List, OciTemplateParams,
 };
+use pandastack_host::{HostError, SpecRefused};
 use pandastack_store::{now_ms, BuildStatus, SourceKind, StoreError, TemplateBuildRow};
-use pandastack_vm::VmDriver;
 
 pub use build::BuildConfig;
 pub(crate) use build::Builds;
@@ -27,20 +25,20 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::Caller;
 use crate::{rfc3339, App, MAX_JSON_BODY};
 
-fn catalog_view(t: pandastack_agent::TemplateView) -> wire::Template {
+fn catalog_view(t: pandastack_host::TemplateView) -> wire::Template {
     wire::Template {
         name: t.name,
         description: t.description,
         cpu: t.shape.vcpus,
         memory_mb: t.shape.memory_mib,
         disk_mb: t.disk_mb,
-        state: if t.baked.is_some() {
+        state: if t.bake_ms.is_some() {
             "ready"
         } else {
             "available"
         }
         .into(),
-        bake_ms: t.baked.map(|b| b.bake_ms),
+        bake_ms: t.bake_ms,
         source: "catalog".into(),
         version: None,
         ready_version: None,
@@ -86,11 +84,7 @@ pub(crate) struct Resolved {
 /// Resolves `name` for a create in the caller's workspace: its own template of that name (the
 /// newest ready version), one of its own versions by host name (`<name>-v<N>-<hex>`), else a
 /// catalog template. Another workspace's builds are never reachable, not even by host name.
-pub(crate) async fn resolve<D: VmDriver>(
-    app: &App<D>,
-    workspace: &str,
-    name: &str,
-) -> ApiResult<Resolved> {
+pub(crate) async fn resolve(app: &App, workspace: &str, name: &str) -> ApiResult<Resolved> {
     let versions = app
         .store
         .template_builds()
@@ -124,9 +118,7 @@ pub(crate) async fn resolve<D: VmDriver>(
                 env: v.env,
             });
         }
-        return Err(ApiError::from(AgentError::TemplateNotFound(
-            name.to_owned(),
-        )));
+        return Err(ApiError::from(HostError::TemplateNotFound(name.to_owned())));
     }
     // The catalog (built and baked on first use) or a template baked on this host by hand.
     Ok(Resolved {
@@ -143,16 +135,11 @@ pub(crate) async fn resolve<D: VmDriver>(
     tag = "templates",
     responses((status = 200, description = "Templates: the catalog's, then the workspace's own", body = List<wire::Template>))
 )]
-pub async fn list<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn list(
+    State(app): State<Arc<App>>,
     caller: Caller,
 ) -> ApiResult<Json<List<wire::Template>>> {
-    let mut data: Vec<wire::Template> = app
-        .agent
-        .templates()?
-        .into_iter()
-        .map(catalog_view)
-        .collect();
+    let mut data: Vec<wire::Template> = app.host.catalog()?.into_iter().map(catalog_view).collect();
     let rows = app.store.template_builds().list(caller.ws()).await?;
     for group in rows.chunk_by(|a, b| a.name == b.name) {
         data.extend(built_view(group));
@@ -175,25 +162,25 @@ pub async fn list<D: VmDriver>(
         (status = 404, description = "No such template (code template_not_found)")
     )
 )]
-pub async fn get<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn get(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Json<wire::Template>> {
     Ok(Json(find(&app, caller.ws(), &name).await?))
 }
 
-async fn find<D: VmDriver>(app: &App<D>, ws: &str, name: &str) -> ApiResult<wire::Template> {
+async fn find(app: &App, ws: &str, name: &str) -> ApiResult<wire::Template> {
     let versions = app.store.template_builds().versions(ws, name).await?;
     if let Some(v) = built_view(&versions) {
         return Ok(v);
     }
-    app.agent
-        .templates()?
+    app.host
+        .catalog()?
         .into_iter()
         .find(|t| t.name == name)
         .map(catalog_view)
-        .ok_or_else(|| ApiError::from(AgentError::TemplateNotFound(name.to_owned())))
+        .ok_or_else(|| ApiError::from(HostError::TemplateNotFound(name.to_owned())))
 }
 
 /// Build a template (a new version if the name exists) from a spec or an OCI image tarball.
@@ -228,8 +215,8 @@ async fn find<D: VmDriver>(app: &App<D>, ws: &str, name: &str) -> ApiResult<wire
         (status = 422, description = "Invalid name, shape or spec (a refused spec field is named)"),
     )
 )]
-pub async fn create<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn create(
+    State(app): State<Arc<App>>,
     caller: Caller,
     req: Request,
 ) -> ApiResult<Response> {
@@ -249,31 +236,26 @@ pub async fn create<D: VmDriver>(
                 .await
                 .map_err(|_| ApiError::new(ErrorCode::PayloadTooLarge, "request body too large"))?;
             let body: CreateTemplateRequest = crate::extract::json(&bytes)?;
-            let spec = pandastack_agent::api_spec(&body.spec).map_err(spec_error)?;
-            let name = body.name.unwrap_or_else(|| spec.name().to_owned());
-            if name != spec.name() {
+            let spec = app.host.check_spec(&body.spec).map_err(spec_error)?;
+            let name = body.name.unwrap_or_else(|| spec.name.clone());
+            if name != spec.name {
                 return Err(ApiError::new(
                     ErrorCode::InvalidArgument,
-                    format!(
-                        "name {name:?} differs from the spec's name {:?}",
-                        spec.name()
-                    ),
+                    format!("name {name:?} differs from the spec's name {:?}", spec.name),
                 ));
             }
-            let vm = spec.vm();
             let mut row = new_row(
                 &app,
                 caller.ws(),
                 &name,
                 SourceKind::Spec,
-                spec.description(),
+                &spec.description,
             )
             .await?;
-            row.vcpus = i64::from(vm.vcpus);
-            row.memory_mib = i64::from(vm.memory_mb);
-            row.disk_mb = i64::from(vm.disk_mb);
+            row.vcpus = i64::from(spec.shape.vcpus);
+            row.memory_mib = i64::from(spec.shape.memory_mib);
+            row.disk_mb = i64::from(spec.disk_mb);
             insert(&app, &mut row).await?;
-            drop(spec);
             let job = build::BuildJob {
                 build: row.id.clone(),
                 spec: Some(body.spec),
@@ -383,15 +365,15 @@ fn shape(cpu: Option<u32>, memory_mb: Option<u32>, disk_mb: Option<u32>) -> ApiR
     Ok((cpu, memory))
 }
 
-async fn new_row<D: VmDriver>(
-    app: &App<D>,
+async fn new_row(
+    app: &App,
     ws: &str,
     name: &str,
     source: SourceKind,
     description: &str,
 ) -> ApiResult<TemplateBuildRow> {
     validate_template_name(name)?;
-    if app.agent.is_catalog(name) {
+    if app.host.is_catalog(name) {
         return Err(ApiError::new(
             ErrorCode::Conflict,
             format!("{name} is a catalog template; choose another name"),
@@ -426,7 +408,7 @@ async fn new_row<D: VmDriver>(
     })
 }
 
-async fn insert<D: VmDriver>(app: &App<D>, row: &mut TemplateBuildRow) -> ApiResult<()> {
+async fn insert(app: &App, row: &mut TemplateBuildRow) -> ApiResult<()> {
     match app.store.template_builds().insert_next(row).await {
         Ok(()) => Ok(()),
         Err(StoreError::Conflict) => Err(ApiError::new(
@@ -454,8 +436,8 @@ async fn insert<D: VmDriver>(app: &App<D>, row: &mut TemplateBuildRow) -> ApiRes
         (status = 409, description = "No ready version to bake"),
     )
 )]
-pub async fn bake<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn bake(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Json<wire::Template>> {
@@ -465,13 +447,13 @@ pub async fn bake<D: VmDriver>(
         .versions(caller.ws(), &name)
         .await?;
     if versions.is_empty() {
-        if !app.agent.is_catalog(&name) {
-            return Err(AgentError::TemplateNotFound(name).into());
+        if !app.host.is_catalog(&name) {
+            return Err(HostError::TemplateNotFound(name).into());
         }
-        let agent = Arc::clone(&app.agent);
+        let host = Arc::clone(&app.host);
         let n = name.clone();
         crate::idempotency::to_completion(
-            async move { agent.rebake(&n).await.map_err(ApiError::from) },
+            async move { host.rebake(&n).await.map_err(ApiError::from) },
         )
         .await?;
         return Ok(Json(find(&app, caller.ws(), &name).await?));
@@ -500,8 +482,8 @@ pub async fn bake<D: VmDriver>(
         (status = 409, description = "A catalog template, or a build is under way"),
     )
 )]
-pub async fn delete<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn delete(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
@@ -511,13 +493,13 @@ pub async fn delete<D: VmDriver>(
         .versions(caller.ws(), &name)
         .await?;
     if versions.is_empty() {
-        if app.agent.is_catalog(&name) {
+        if app.host.is_catalog(&name) {
             return Err(ApiError::new(
                 ErrorCode::Conflict,
                 format!("{name} is a catalog template; it cannot be deleted"),
             ));
         }
-        return Err(AgentError::TemplateNotFound(name).into());
+        return Err(HostError::TemplateNotFound(name).into());
     }
     if let Some(v) = versions.iter().find(|v| v.status.active()) {
         return Err(ApiError::new(
@@ -532,7 +514,7 @@ pub async fn delete<D: VmDriver>(
     let app2 = Arc::clone(&app);
     crate::idempotency::to_completion(async move {
         for v in versions {
-            app2.agent.remove_template(&v.id).await?;
+            app2.host.remove_template(&v.id).await?;
             app2.builds.discard(&v.id);
             app2.store.template_builds().delete(&v.id).await?;
         }
@@ -558,8 +540,8 @@ pub async fn delete<D: VmDriver>(
         (status = 404, description = "No such template or version"),
     )
 )]
-pub async fn logs<D: VmDriver>(
-    State(app): State<Arc<App<D>>>,
+pub async fn logs(
+    State(app): State<Arc<App>>,
     caller: Caller,
     Path(name): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
@@ -578,7 +560,7 @@ pub async fn logs<D: VmDriver>(
         }
         None => versions.into_iter().next_back(),
     }
-    .ok_or_else(|| ApiError::from(AgentError::TemplateNotFound(name.clone())))?;
+    .ok_or_else(|| ApiError::from(HostError::TemplateNotFound(name.clone())))?;
     let path = app.builds.log_path(&row.id);
     let (ws, id) = (caller.ws().to_owned(), row.id);
     Ok(crate::logs::log_response(path, &q, move || {

@@ -212,9 +212,11 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         dir: a.data_dir.join("builds"),
         max_upload_bytes: a.max_template_upload_mb << 20,
     };
+    let host: Arc<dyn pandastack_host::Host> =
+        Arc::new(pandastack_agent::LocalHost(Arc::clone(&agent)));
     let app = Arc::new(App::new(
         store.clone(),
-        Arc::clone(&agent),
+        host,
         host_name,
         host_id.clone(),
         builds,

@@ -6,17 +6,15 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
-use pandastack_agent::error_chain;
+use pandastack_host::{error_chain, ExecSpec, HostError};
 use pandastack_image::{FileContent, TemplateSpec};
 use pandastack_runtime::Shape;
-use pandastack_store::TemplateBuildRow;
 use pandastack_vm::VmDriver;
 
-use super::build::BuildLog;
-use crate::guest::{self as rpc, ExecSpec};
-use crate::App;
+use crate::{guest as rpc, AgentError, HostAgent};
 
 /// Longest one step may run.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30 * 60);
@@ -109,35 +107,31 @@ fn steps(spec: &TemplateSpec) -> Vec<Step> {
     out
 }
 
-/// Runs `spec`'s steps on `image` (replaced by the result). Throwaway template and sandbox are
-/// removed whatever happens.
-pub(super) async fn run<D: VmDriver + 'static>(
-    app: &App<D>,
-    row: &TemplateBuildRow,
+/// Runs `spec`'s steps on `image` (replaced by the result) in a builder VM of `shape`, for
+/// build `build_id`. Throwaway template and sandbox are removed whatever happens.
+pub(crate) async fn run<D: VmDriver + 'static>(
+    agent: &Arc<HostAgent<D>>,
+    build_id: &str,
+    shape: Shape,
     spec: &TemplateSpec,
     image: &Path,
-    log: &mut BuildLog,
+    log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<(), String> {
-    let temp = format!("{}-b", row.id);
-    let sandbox = format!("{}-s", row.id);
-    let shape = Shape {
-        vcpus: row.vcpus as u32,
-        memory_mib: row.memory_mib as u32,
-    };
-    log.line("builder VM: booting the bootstrapped image");
+    let temp = format!("{build_id}-b");
+    let sandbox = format!("{build_id}-s");
+    log("builder VM: booting the bootstrapped image");
     let result = async {
-        app.agent
+        agent
             .bake_image(&temp, image, shape)
             .await
             .map_err(|e| format!("builder VM bake: {}", error_chain(&e)))?;
-        app.agent
+        agent
             .create(&temp, &sandbox)
             .await
             .map_err(|e| format!("builder VM: {}", error_chain(&e)))?;
         for step in steps(spec) {
-            log.line(&format!("step: {}", step.what));
-            let ch = app
-                .agent
+            log(&format!("step: {}", step.what));
+            let ch = agent
                 .channel(&sandbox)
                 .await
                 .map_err(|e| format!("builder VM: {}", error_chain(&e)))?;
@@ -160,11 +154,14 @@ pub(super) async fn run<D: VmDriver + 'static>(
                 },
             )
             .await
-            .map_err(|e| format!("{}: {}", step.what, e.message()))?;
+            .map_err(|e| match e {
+                HostError::Guest { message, .. } => format!("{}: {message}", step.what),
+                e => format!("{}: {}", step.what, error_chain(&e)),
+            })?;
             for text in [&out.stdout, &out.stderr] {
                 let text = String::from_utf8_lossy(text);
                 for line in text.lines().filter(|l| !l.trim().is_empty()) {
-                    log.line(&format!("  {line}"));
+                    log(&format!("  {line}"));
                 }
             }
             if out.timed_out {
@@ -178,22 +175,22 @@ pub(super) async fn run<D: VmDriver + 'static>(
                 return Err(format!("{}: exit code {}", step.what, out.exit_code));
             }
         }
-        log.line("builder VM: stopping and keeping its disk");
+        log("builder VM: stopping and keeping its disk");
         let out = image.with_extension("steps.ext4");
         let _ = std::fs::remove_file(&out);
-        app.agent
+        agent
             .export_disk(&sandbox, &out)
             .await
             .map_err(|e| format!("builder VM disk: {}", error_chain(&e)))?;
         std::fs::rename(&out, image).map_err(|e| format!("builder VM disk: {e}"))
     }
     .await;
-    if let Err(e) = app.agent.destroy(&sandbox).await {
-        if !matches!(e, pandastack_agent::AgentError::SandboxNotFound(_)) {
+    if let Err(e) = agent.destroy(&sandbox).await {
+        if !matches!(e, AgentError::SandboxNotFound(_)) {
             tracing::warn!(sandbox = %sandbox, error = %error_chain(&e), "remove builder VM");
         }
     }
-    if let Err(e) = app.agent.remove_template(&temp).await {
+    if let Err(e) = agent.remove_template(&temp).await {
         tracing::warn!(template = %temp, error = %error_chain(&e), "remove builder template");
     }
     result

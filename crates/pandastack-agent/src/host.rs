@@ -1,0 +1,253 @@
+//! This process's host behind the boundary: [`LocalHost`] answers [`Host`] calls with the
+//! host agent, mapping its views and errors onto the boundary's.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use pandastack_host::{
+    BoxStream, BuildLogFn, BuildSource, BuiltImage, ExecEvent, ExecInput, ExecOutcome, ExecSpec,
+    FileInfo, Host, HostError, HostResult, LogChunk, LogPos, SessionStart, Shape, SnapshotView,
+    SpecRefused, SpecSummary, TemplateView, VmStats, VmView,
+};
+use pandastack_vm::VmDriver;
+
+use crate::{guest, HostAgent, SandboxView};
+
+/// The host agent of this process as a [`Host`].
+pub struct LocalHost<D: VmDriver>(pub Arc<HostAgent<D>>);
+
+pub(crate) fn host_shape(s: pandastack_runtime::Shape) -> Shape {
+    Shape {
+        vcpus: s.vcpus,
+        memory_mib: s.memory_mib,
+    }
+}
+
+pub(crate) fn runtime_shape(s: Shape) -> pandastack_runtime::Shape {
+    pandastack_runtime::Shape {
+        vcpus: s.vcpus,
+        memory_mib: s.memory_mib,
+    }
+}
+
+fn vm_view(v: SandboxView) -> VmView {
+    VmView {
+        id: v.id,
+        state: v.state,
+        template: v.info.template,
+        shape: host_shape(v.info.shape),
+        ready_ms: v.ready_ms,
+    }
+}
+
+fn snapshot_view(s: &pandastack_runtime::Snapshot) -> SnapshotView {
+    SnapshotView {
+        id: s.id.clone(),
+        sandbox_id: s.sandbox_id.clone(),
+        template: s.template.clone(),
+        size_bytes: s.size_bytes,
+    }
+}
+
+impl<D: VmDriver + 'static> LocalHost<D> {
+    async fn channel(&self, id: &str) -> HostResult<tonic::transport::Channel> {
+        Ok(self.0.channel(id).await?)
+    }
+}
+
+#[async_trait::async_trait]
+impl<D: VmDriver + 'static> Host for LocalHost<D> {
+    async fn list(&self) -> Vec<VmView> {
+        self.0.list().await.into_iter().map(vm_view).collect()
+    }
+
+    async fn get(&self, id: &str) -> HostResult<VmView> {
+        Ok(vm_view(self.0.get(id).await?))
+    }
+
+    async fn create(&self, template: &str, id: &str) -> HostResult<VmView> {
+        Ok(vm_view(self.0.create(template, id).await?))
+    }
+
+    async fn create_from_snapshot(&self, snapshot: &str, id: &str) -> HostResult<VmView> {
+        Ok(vm_view(self.0.create_from_snapshot(snapshot, id).await?))
+    }
+
+    async fn pause(&self, id: &str) -> HostResult<VmView> {
+        Ok(vm_view(self.0.pause(id).await?))
+    }
+
+    async fn resume(&self, id: &str) -> HostResult<VmView> {
+        Ok(vm_view(self.0.resume(id).await?))
+    }
+
+    async fn hibernate(&self, id: &str) -> HostResult<VmView> {
+        Ok(vm_view(self.0.hibernate(id).await?))
+    }
+
+    async fn wake(&self, id: &str) -> HostResult<VmView> {
+        Ok(vm_view(self.0.wake(id).await?))
+    }
+
+    async fn awake(&self, id: &str) -> HostResult<VmView> {
+        self.0.channel(id).await?;
+        Ok(vm_view(self.0.get(id).await?))
+    }
+
+    async fn destroy(&self, id: &str) -> HostResult<()> {
+        Ok(self.0.destroy(id).await?)
+    }
+
+    async fn stats(&self, id: &str) -> HostResult<Option<VmStats>> {
+        Ok(self.0.stats(id).await?.map(|s| VmStats {
+            pid: s.pid,
+            rss_bytes: s.rss_bytes,
+            pss_bytes: s.pss_bytes,
+            cpu_time: s.cpu_time,
+        }))
+    }
+
+    async fn console(&self, id: &str, from: Option<LogPos>, max: usize) -> HostResult<LogChunk> {
+        let path = self.0.console_log(id).await?;
+        tokio::task::spawn_blocking(move || pandastack_host::read_log(&path, from, max))
+            .await
+            .map_err(|e| HostError::failed("console", e))?
+            .map_err(|e| HostError::failed("console", e))
+    }
+
+    async fn snapshot(&self, id: &str, snapshot_id: &str) -> HostResult<SnapshotView> {
+        Ok(snapshot_view(&self.0.snapshot(id, snapshot_id).await?))
+    }
+
+    async fn fork(
+        &self,
+        id: &str,
+        snapshot_id: &str,
+        child_ids: &[String],
+    ) -> HostResult<(SnapshotView, Vec<VmView>)> {
+        let (snap, views) = self.0.fork(id, snapshot_id, child_ids).await?;
+        Ok((
+            snapshot_view(&snap),
+            views.into_iter().map(vm_view).collect(),
+        ))
+    }
+
+    async fn delete_snapshot(&self, snapshot_id: &str) -> HostResult<()> {
+        Ok(self.0.delete_snapshot(snapshot_id)?)
+    }
+
+    async fn exec(&self, id: &str, spec: ExecSpec) -> HostResult<ExecOutcome> {
+        let ch = self.channel(id).await?;
+        guest::exec(ch, spec).await
+    }
+
+    async fn exec_stream(
+        &self,
+        id: &str,
+        spec: ExecSpec,
+    ) -> HostResult<BoxStream<HostResult<ExecEvent>>> {
+        let ch = self.channel(id).await?;
+        guest::exec_stream(ch, spec).await
+    }
+
+    async fn exec_session(
+        &self,
+        id: &str,
+        start: SessionStart,
+        inputs: BoxStream<ExecInput>,
+    ) -> HostResult<BoxStream<HostResult<ExecEvent>>> {
+        let ch = self.channel(id).await?;
+        guest::exec_session(ch, start, inputs).await
+    }
+
+    async fn read_file(&self, id: &str, path: &str) -> HostResult<BoxStream<HostResult<Bytes>>> {
+        let ch = self.channel(id).await?;
+        guest::read_file(ch, path.to_owned()).await
+    }
+
+    async fn write_file(
+        &self,
+        id: &str,
+        path: &str,
+        body: BoxStream<Result<Bytes, String>>,
+    ) -> HostResult<u64> {
+        let ch = self.channel(id).await?;
+        guest::write_file(ch, path.to_owned(), body).await
+    }
+
+    async fn stat(&self, id: &str, path: &str) -> HostResult<FileInfo> {
+        let ch = self.channel(id).await?;
+        guest::stat(ch, path.to_owned()).await
+    }
+
+    async fn list_dir(&self, id: &str, path: &str, depth: u32) -> HostResult<Vec<FileInfo>> {
+        let ch = self.channel(id).await?;
+        guest::list(ch, path.to_owned(), depth).await
+    }
+
+    async fn mkdir(&self, id: &str, path: &str, parents: bool) -> HostResult<()> {
+        let ch = self.channel(id).await?;
+        guest::mkdir(ch, path.to_owned(), parents).await
+    }
+
+    async fn remove(&self, id: &str, path: &str, recursive: bool) -> HostResult<()> {
+        let ch = self.channel(id).await?;
+        guest::remove(ch, path.to_owned(), recursive).await
+    }
+
+    async fn rename(&self, id: &str, from: &str, to: &str, overwrite: bool) -> HostResult<()> {
+        let ch = self.channel(id).await?;
+        guest::rename(ch, from.to_owned(), to.to_owned(), overwrite).await
+    }
+
+    fn catalog(&self) -> HostResult<Vec<TemplateView>> {
+        Ok(self
+            .0
+            .templates()?
+            .into_iter()
+            .map(|t| TemplateView {
+                name: t.name,
+                description: t.description,
+                shape: host_shape(t.shape),
+                disk_mb: t.disk_mb,
+                bake_ms: t.baked.map(|b| b.bake_ms),
+            })
+            .collect())
+    }
+
+    fn is_catalog(&self, name: &str) -> bool {
+        self.0.is_catalog(name)
+    }
+
+    async fn rebake(&self, name: &str) -> HostResult<()> {
+        self.0.rebake(name).await?;
+        Ok(())
+    }
+
+    async fn remove_template(&self, name: &str) -> HostResult<()> {
+        Ok(self.0.remove_template(name).await?)
+    }
+
+    fn check_spec(&self, text: &str) -> Result<SpecSummary, SpecRefused> {
+        crate::api_spec(text).map(|s| crate::builds::spec_summary(&s))
+    }
+
+    async fn build_image(
+        &self,
+        build_id: &str,
+        source: BuildSource,
+        dir: PathBuf,
+        log: BuildLogFn,
+    ) -> HostResult<BuiltImage> {
+        Ok(self.0.build_image(build_id, source, dir, log).await?)
+    }
+
+    async fn bake_image(&self, name: &str, image: &Path, shape: Shape) -> HostResult<u64> {
+        Ok(self
+            .0
+            .bake_image(name, image, runtime_shape(shape))
+            .await?
+            .bake_ms)
+    }
+}

@@ -1,0 +1,89 @@
+//! Why a host operation failed, in terms a caller can act on; causes stay in the source chain.
+
+use crate::VmState;
+
+/// What kind of failure a guest agent reported for a data-plane call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuestErrorKind {
+    /// The path (or process) does not exist.
+    NotFound,
+    /// The request is malformed or does not fit the guest's state (not a directory, say).
+    InvalidArgument,
+    /// The target exists already.
+    AlreadyExists,
+    /// The guest's filesystem is full.
+    NoSpace,
+    /// The guest refused the operation.
+    PermissionDenied,
+    /// The guest did not answer, or the call was cut off.
+    Unavailable,
+    /// Anything else (a defect of the guest agent or of the boundary).
+    Other,
+}
+
+/// Why a host operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("sandbox {0} not found")]
+    SandboxNotFound(String),
+    #[error("template {0} not found")]
+    TemplateNotFound(String),
+    #[error("snapshot {0} not found")]
+    SnapshotNotFound(String),
+    #[error("sandbox {id} is {}: cannot {op}", state.as_str())]
+    InvalidState {
+        id: String,
+        state: VmState,
+        op: &'static str,
+    },
+    /// The guest agent answered a data-plane call with an error.
+    #[error("guest: {message}")]
+    Guest {
+        kind: GuestErrorKind,
+        message: String,
+    },
+    /// A template build failed for a reason of its own (a failing step, a bad spec or image);
+    /// the message says which, as the build's log and row show it.
+    #[error("{0}")]
+    BuildFailed(String),
+    /// The host could not do what was asked (a VM, file or image failure).
+    #[error("{what}")]
+    Failed {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl HostError {
+    /// A failure of `what` caused by `source`.
+    pub fn failed(
+        what: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        HostError::Failed {
+            what,
+            source: source.into(),
+        }
+    }
+
+    /// A guest error of `kind`.
+    pub fn guest(kind: GuestErrorKind, message: impl Into<String>) -> Self {
+        HostError::Guest {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// `e` and its sources, joined with ": " (for logs and build logs).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cur = c.source();
+    }
+    out
+}

@@ -1,0 +1,147 @@
+//! The host boundary: the one interface between the control plane (API handlers, reaper,
+//! template builds) and a host that runs sandboxes. The control plane names sandboxes, snapshots
+//! and templates by id and gets plain views and [`HostError`]s back; it never holds a VM, a
+//! guest channel or a path into a sandbox. Everything inside a sandbox — exec, sessions,
+//! files, ports — goes through the host by sandbox id, so a host can be this process
+//! (`pandastack-agent`'s `HostAgent`) or, later, another machine answering the same calls.
+//!
+//! ```text
+//!   control plane ──► Arc<dyn Host> ──► HostAgent (this process) ──► runtime ──► VMs
+//!                                   └─► (a remote host: the same trait over the network)
+//! ```
+//!
+//! Calls on a hibernated sandbox's data plane wake it first; [`Host::awake`] does only that, so
+//! a caller can record the new state before it starts work.
+
+mod build;
+mod error;
+mod exec;
+mod files;
+mod log;
+mod view;
+
+pub use build::{BuildLogFn, BuildSource, BuiltImage, SpecRefused, SpecSummary};
+pub use error::{error_chain, GuestErrorKind, HostError};
+pub use exec::{ExecEvent, ExecInput, ExecOutcome, ExecSpec, PtySize, SessionStart};
+pub use files::{FileInfo, FileKind};
+pub use log::{read_log, LogChunk, LogPos};
+pub use view::{Shape, SnapshotView, TemplateView, VmState, VmStats, VmView};
+
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+
+use bytes::Bytes;
+use futures::Stream;
+
+/// A boxed stream that can cross the boundary.
+pub type BoxStream<T> = Pin<Box<dyn Stream<Item = T> + Send + 'static>>;
+
+/// A byte stream to a TCP port inside a sandbox.
+pub trait PortIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> PortIo for T {}
+
+pub type HostResult<T> = Result<T, HostError>;
+
+/// What a host does for the control plane. Object safe: the control plane holds a `dyn Host`.
+#[async_trait::async_trait]
+pub trait Host: Send + Sync + 'static {
+    // ---- sandboxes ---------------------------------------------------------------------------
+
+    /// All sandboxes on this host, by id.
+    async fn list(&self) -> Vec<VmView>;
+    /// One sandbox.
+    async fn get(&self, id: &str) -> HostResult<VmView>;
+    /// Creates sandbox `id` from `template` (baked on first use); returns once it can exec.
+    async fn create(&self, template: &str, id: &str) -> HostResult<VmView>;
+    /// Creates sandbox `id` from snapshot `snapshot`.
+    async fn create_from_snapshot(&self, snapshot: &str, id: &str) -> HostResult<VmView>;
+    /// Pauses the vCPUs in place (wakes a hibernated sandbox first).
+    async fn pause(&self, id: &str) -> HostResult<VmView>;
+    /// Resumes a paused (or wakes a hibernated) sandbox.
+    async fn resume(&self, id: &str) -> HostResult<VmView>;
+    /// Writes the sandbox to disk and stops its VM. Idempotent.
+    async fn hibernate(&self, id: &str) -> HostResult<VmView>;
+    /// Wakes a hibernated sandbox. Idempotent.
+    async fn wake(&self, id: &str) -> HostResult<VmView>;
+    /// The sandbox ready for data-plane calls: woken if hibernated; refused while paused.
+    async fn awake(&self, id: &str) -> HostResult<VmView>;
+    /// Stops a sandbox and removes everything of it.
+    async fn destroy(&self, id: &str) -> HostResult<()>;
+    /// Resource use of the sandbox's VM (`None` while it has no VM process).
+    async fn stats(&self, id: &str) -> HostResult<Option<VmStats>>;
+    /// At most `max` bytes of the sandbox's console from `from` (`None`: from the top); follow
+    /// it by passing each chunk's `next` back.
+    async fn console(&self, id: &str, from: Option<LogPos>, max: usize) -> HostResult<LogChunk>;
+
+    // ---- snapshots ---------------------------------------------------------------------------
+
+    /// Snapshots a sandbox (waking it if hibernated).
+    async fn snapshot(&self, id: &str, snapshot_id: &str) -> HostResult<SnapshotView>;
+    /// Forks a sandbox into `child_ids` through snapshot `snapshot_id`.
+    async fn fork(
+        &self,
+        id: &str,
+        snapshot_id: &str,
+        child_ids: &[String],
+    ) -> HostResult<(SnapshotView, Vec<VmView>)>;
+    /// Deletes a snapshot's files.
+    async fn delete_snapshot(&self, snapshot_id: &str) -> HostResult<()>;
+
+    // ---- inside a sandbox (each wakes a hibernated sandbox) ----------------------------------
+
+    /// Runs a command to completion (output bounded by the spec's cap).
+    async fn exec(&self, id: &str, spec: ExecSpec) -> HostResult<ExecOutcome>;
+    /// Runs a command and streams its events; dropping the stream kills the command's tree.
+    async fn exec_stream(
+        &self,
+        id: &str,
+        spec: ExecSpec,
+    ) -> HostResult<BoxStream<HostResult<ExecEvent>>>;
+    /// Runs a command fed by `inputs` (stdin, signals, resizes). `inputs` ending does not end
+    /// the command; dropping the returned stream kills its tree.
+    async fn exec_session(
+        &self,
+        id: &str,
+        start: SessionStart,
+        inputs: BoxStream<ExecInput>,
+    ) -> HostResult<BoxStream<HostResult<ExecEvent>>>;
+    /// Streams a file's bytes.
+    async fn read_file(&self, id: &str, path: &str) -> HostResult<BoxStream<HostResult<Bytes>>>;
+    /// Writes a file from a byte stream (replaced atomically, parents created); a body error
+    /// (`Err(message)`) cancels the write and keeps the old file. Returns bytes written.
+    async fn write_file(
+        &self,
+        id: &str,
+        path: &str,
+        body: BoxStream<Result<Bytes, String>>,
+    ) -> HostResult<u64>;
+    async fn stat(&self, id: &str, path: &str) -> HostResult<FileInfo>;
+    /// Entries under `path`, `depth` levels deep (1: the directory itself).
+    async fn list_dir(&self, id: &str, path: &str, depth: u32) -> HostResult<Vec<FileInfo>>;
+    async fn mkdir(&self, id: &str, path: &str, parents: bool) -> HostResult<()>;
+    async fn remove(&self, id: &str, path: &str, recursive: bool) -> HostResult<()>;
+    async fn rename(&self, id: &str, from: &str, to: &str, overwrite: bool) -> HostResult<()>;
+
+    // ---- templates ---------------------------------------------------------------------------
+
+    /// The catalog templates this host serves (from its spec directory).
+    fn catalog(&self) -> HostResult<Vec<TemplateView>>;
+    /// Whether `name` is a catalog template (built templates may not take such a name).
+    fn is_catalog(&self, name: &str) -> bool;
+    /// Bakes catalog template `name` again from its image.
+    async fn rebake(&self, name: &str) -> HostResult<()>;
+    /// Removes a template's bake (and its pool).
+    async fn remove_template(&self, name: &str) -> HostResult<()>;
+    /// Checks a spec sent over the API and says what it asks for.
+    fn check_spec(&self, text: &str) -> Result<SpecSummary, SpecRefused>;
+    /// Builds template image `build_id` in `dir` (the spec's own steps in a builder VM).
+    async fn build_image(
+        &self,
+        build_id: &str,
+        source: BuildSource,
+        dir: PathBuf,
+        log: BuildLogFn,
+    ) -> HostResult<BuiltImage>;
+    /// Bakes `image` as template `name` (cold boot, snapshot). Returns the bake's milliseconds.
+    async fn bake_image(&self, name: &str, image: &Path, shape: Shape) -> HostResult<u64>;
+}

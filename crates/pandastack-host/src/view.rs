@@ -1,0 +1,74 @@
+//! What a host reports about the things it runs: plain data, no handles.
+
+use std::time::Duration;
+
+/// Where a sandbox's VM is, as its host sees it (the control plane's row adds its own states:
+/// starting, stopped, failed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VmState {
+    Running,
+    Paused,
+    Hibernated,
+}
+
+impl VmState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VmState::Running => "running",
+            VmState::Paused => "paused",
+            VmState::Hibernated => "hibernated",
+        }
+    }
+}
+
+/// vCPUs and memory of a VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub vcpus: u32,
+    pub memory_mib: u32,
+}
+
+/// One sandbox as its host sees it.
+#[derive(Debug, Clone)]
+pub struct VmView {
+    pub id: String,
+    pub state: VmState,
+    /// Template it descends from (directly or through snapshots).
+    pub template: String,
+    pub shape: Shape,
+    /// Milliseconds the last create or wake took to exec-ready.
+    pub ready_ms: u64,
+}
+
+/// A snapshot the host keeps.
+#[derive(Debug, Clone)]
+pub struct SnapshotView {
+    pub id: String,
+    pub sandbox_id: String,
+    pub template: String,
+    /// Disk space the snapshot's own files take.
+    pub size_bytes: u64,
+}
+
+/// Host-side resource use of a running sandbox's VM.
+#[derive(Debug, Clone, Copy)]
+pub struct VmStats {
+    pub pid: u32,
+    pub rss_bytes: u64,
+    /// Proportional set size: shared pages divided among their users.
+    pub pss_bytes: u64,
+    /// User + system CPU time of the VM process.
+    pub cpu_time: Duration,
+}
+
+/// A catalog template the host can create sandboxes of.
+#[derive(Debug, Clone)]
+pub struct TemplateView {
+    pub name: String,
+    pub description: String,
+    pub shape: Shape,
+    pub disk_mb: u32,
+    /// Milliseconds the bake took, once baked on this host (until then the first create bakes
+    /// it).
+    pub bake_ms: Option<u64>,
+}
