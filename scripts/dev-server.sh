@@ -38,13 +38,16 @@ start)
     port=${3:-$((20000 + RANDOM % 20000))}
     stop
     mkdir -p "$dir"
+    proxy_port=$((port + 1))
     "$bin" server --data-dir "$dir" --key-file "$dir/admin.key" --listen "127.0.0.1:$port" \
+        --proxy-listen "127.0.0.1:$proxy_port" --preview-url "http://localhost:$proxy_port" \
         --network "${PANDASTACK_DEV_NETWORK:-off}" >"$dir/server.log" 2>&1 &
     echo $! >"$dir/server.pid"
     for _ in $(seq 600); do
         if [[ -s $dir/admin.key ]] && curl -fsS "http://127.0.0.1:$port/v1/health" >/dev/null 2>&1; then
             echo "export PANDASTACK_BASE_URL=http://127.0.0.1:$port"
             echo "export PANDASTACK_API_KEY=$(cat "$dir/admin.key")"
+            echo "export PANDASTACK_PROXY=127.0.0.1:$proxy_port"
             exit 0
         fi
         kill -0 "$(cat "$dir/server.pid")" 2>/dev/null || break

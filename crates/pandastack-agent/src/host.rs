@@ -7,8 +7,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use pandastack_host::{
     BoxStream, BuildLogFn, BuildSource, BuiltImage, ExecEvent, ExecInput, ExecOutcome, ExecSpec,
-    FileInfo, Host, HostError, HostResult, LogChunk, LogPos, SessionStart, Shape, SnapshotView,
-    SpecRefused, SpecSummary, TemplateView, VmStats, VmView,
+    FileInfo, Host, HostError, HostResult, LogChunk, LogPos, PortIo, SessionStart, Shape,
+    SnapshotView, SpecRefused, SpecSummary, TemplateView, VmStats, VmView,
 };
 use pandastack_vm::VmDriver;
 
@@ -199,6 +199,14 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
     async fn rename(&self, id: &str, from: &str, to: &str, overwrite: bool) -> HostResult<()> {
         let ch = self.channel(id).await?;
         guest::rename(ch, from.to_owned(), to.to_owned(), overwrite).await
+    }
+
+    async fn connect_port(&self, id: &str, port: u16) -> HostResult<Box<dyn PortIo>> {
+        let ch = self.channel(id).await?;
+        let stream = pandastack_guest_proto::connect_port(ch, port)
+            .await
+            .map_err(guest::status)?;
+        Ok(Box::new(stream))
     }
 
     fn catalog(&self) -> HostResult<Vec<TemplateView>> {

@@ -23,6 +23,8 @@ pub enum ErrorCode {
     InsufficientStorage,
     Internal,
     Unavailable,
+    /// The preview proxy reached the sandbox but nothing listens on the port.
+    PortNotListening,
 }
 
 impl ErrorCode {
@@ -44,6 +46,7 @@ impl ErrorCode {
             ErrorCode::InsufficientStorage => 507,
             ErrorCode::Internal => 500,
             ErrorCode::Unavailable => 503,
+            ErrorCode::PortNotListening => 502,
         }
     }
 }

@@ -6,12 +6,14 @@
 mod code;
 mod cursor;
 mod error;
+mod ports;
 mod sandbox;
 mod stream;
 
 pub use code::*;
 pub use cursor::{Cursor, CursorError};
 pub use error::{ErrorBody, ErrorCode, ErrorEnvelope};
+pub use ports::*;
 pub use sandbox::*;
 pub use stream::*;
 

@@ -14,6 +14,8 @@ mod keys;
 mod logs;
 mod meta;
 pub mod openapi;
+mod ports;
+pub mod proxy;
 mod pty;
 mod routes;
 mod sandboxes;
@@ -25,6 +27,7 @@ mod ws;
 
 pub use error::{ApiError, ApiResult};
 pub use openapi::{document, ApiDoc};
+pub use proxy::{proxy_router, PreviewConfig};
 pub use routes::operations;
 pub use sandboxes::wire_state;
 pub use templates::BuildConfig;
@@ -59,6 +62,8 @@ pub struct App {
     rate: Mutex<HashMap<String, (Instant, i64)>>,
     /// Template builds (`POST /v1/templates`).
     builds: templates::Builds,
+    /// Preview URLs of sandbox ports.
+    pub preview: PreviewConfig,
 }
 
 impl App {
@@ -68,6 +73,7 @@ impl App {
         host_name: String,
         host_id: String,
         builds: BuildConfig,
+        preview: PreviewConfig,
     ) -> Self {
         Self {
             store,
@@ -76,6 +82,7 @@ impl App {
             host_id,
             rate: Mutex::new(HashMap::new()),
             builds: templates::Builds::new(builds),
+            preview,
         }
     }
 

@@ -15,7 +15,9 @@ use utoipa::openapi::HttpMethod;
 use crate::openapi::Conventions;
 use crate::App;
 #[allow(unused_imports)] // named by the table through the macro
-use crate::{code, exec_ws, keys, logs, meta, pty, sandboxes, snapshots, templates, workload};
+use crate::{
+    code, exec_ws, keys, logs, meta, ports, pty, sandboxes, snapshots, templates, workload,
+};
 
 /// The axum method filter for an OpenAPI method.
 fn filter(m: &HttpMethod) -> MethodFilter {
@@ -90,6 +92,7 @@ macro_rules! route_table {
                 (name = "exec", description = "Commands in a sandbox: blocking, SSE, WebSocket, PTY"),
                 (name = "files", description = "Guest files"),
                 (name = "code", description = "Code interpreter: code in a long-lived kernel (variables persist between calls)"),
+                (name = "ports", description = "Preview URLs of ports inside a sandbox, served by the server's preview proxy"),
                 (name = "snapshots", description = "Snapshots and forks"),
                 (name = "templates", description = "Templates"),
                 (name = "keys", description = "API keys of the caller's workspace"),
@@ -156,6 +159,8 @@ route_table! {
     workload::stat,
     workload::mkdir,
     workload::rename,
+    ports::url,
+    ports::update,
     code::run,
     code::run_stream,
     code::create_context,

@@ -139,6 +139,8 @@ pub(crate) fn new_row(
         boot_mode: "restore".into(),
         snapshot_id: req.snapshot_id.clone(),
         parent_id: None,
+        access_token: pandastack_store::new_token(),
+        public_ports: Default::default(),
     }
 }
 

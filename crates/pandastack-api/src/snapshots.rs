@@ -142,6 +142,8 @@ async fn fork_sandbox(
         r.expires_at = parent.ttl_seconds.map(|t| now + t * 1000);
         r.snapshot_id = Some(snap_id.clone());
         r.parent_id = Some(parent.id.clone());
+        // Its own secret: the parent's token does not open a child's ports.
+        r.access_token = pandastack_store::new_token();
         if !req.metadata.is_empty() {
             r.metadata = req.metadata.clone();
         }

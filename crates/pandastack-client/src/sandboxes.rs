@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use pandastack_api_types::{
     CreateSandboxRequest, ForkRequest, ForkResponse, List, LogChunk, LogEnd, PatchSandboxRequest,
-    Sandbox, SandboxState, Snapshot,
+    PortUpdate, PortUrl, Sandbox, SandboxState, Snapshot,
 };
 use reqwest::{Method, Response};
 
@@ -136,6 +136,27 @@ impl Client {
     /// `POST …/snapshots`, with an `Idempotency-Key`; the sandbox keeps running.
     pub async fn create_snapshot(&self, id: &str) -> Result<Snapshot, Error> {
         let call = Call::new(Method::POST, sandbox_path(id, "/snapshots")).idempotent();
+        self.json(call).await
+    }
+
+    /// `GET …/ports/{port}/url`: the port's preview URL and the token that opens it.
+    pub async fn port_url(&self, id: &str, port: u16) -> Result<PortUrl, Error> {
+        self.json(Call::new(
+            Method::GET,
+            sandbox_path(id, &format!("/ports/{port}/url")),
+        ))
+        .await
+    }
+
+    /// `PATCH …/ports/{port}`: make a port public or private.
+    pub async fn set_port_public(
+        &self,
+        id: &str,
+        port: u16,
+        public: bool,
+    ) -> Result<PortUrl, Error> {
+        let call = Call::new(Method::PATCH, sandbox_path(id, &format!("/ports/{port}")))
+            .payload(Payload::json(&PortUpdate { public })?);
         self.json(call).await
     }
 

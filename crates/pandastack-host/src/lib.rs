@@ -121,6 +121,9 @@ pub trait Host: Send + Sync + 'static {
     async fn mkdir(&self, id: &str, path: &str, parents: bool) -> HostResult<()>;
     async fn remove(&self, id: &str, path: &str, recursive: bool) -> HostResult<()>;
     async fn rename(&self, id: &str, from: &str, to: &str, overwrite: bool) -> HostResult<()>;
+    /// A byte stream to TCP `port` on the sandbox's loopback (for the preview proxy). Fails at
+    /// once, as a [`GuestErrorKind::Unavailable`] guest error, when nothing listens there.
+    async fn connect_port(&self, id: &str, port: u16) -> HostResult<Box<dyn PortIo>>;
 
     // ---- templates ---------------------------------------------------------------------------
 

@@ -173,6 +173,11 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}{:016x}", rand::random::<u64>())
 }
 
+/// A fresh secret (128 random bits, hex): a sandbox's access token.
+pub fn new_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

@@ -1,6 +1,6 @@
 //! Sandbox rows.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use sqlx::AnyPool;
 
@@ -29,6 +29,10 @@ pub struct SandboxRow {
     pub boot_mode: String,
     pub snapshot_id: Option<String>,
     pub parent_id: Option<String>,
+    /// Secret that opens the sandbox's private ports through the preview proxy.
+    pub access_token: String,
+    /// Ports anyone may reach through the preview proxy.
+    pub public_ports: BTreeSet<u16>,
 }
 
 /// List filters.
@@ -43,11 +47,12 @@ pub struct Sandboxes<'a> {
     pub(crate) pool: &'a AnyPool,
 }
 
-const COLUMNS: &str = "id, workspace_id, host_id, template, state, vcpus, memory_mib, metadata, env, ttl_seconds, idle_timeout_seconds, on_timeout, created_at, expires_at, last_activity_at, boot_ms, boot_mode, snapshot_id, parent_id";
+const COLUMNS: &str = "id, workspace_id, host_id, template, state, vcpus, memory_mib, metadata, env, ttl_seconds, idle_timeout_seconds, on_timeout, created_at, expires_at, last_activity_at, boot_ms, boot_mode, snapshot_id, parent_id, access_token, public_ports";
 
 fn row(r: &sqlx::any::AnyRow) -> Result<SandboxRow, StoreError> {
     let metadata: String = col(r, "metadata")?;
     let env: String = col(r, "env")?;
+    let public_ports: String = col(r, "public_ports")?;
     Ok(SandboxRow {
         id: col(r, "id")?,
         workspace_id: col(r, "workspace_id")?,
@@ -72,6 +77,8 @@ fn row(r: &sqlx::any::AnyRow) -> Result<SandboxRow, StoreError> {
         boot_mode: col(r, "boot_mode")?,
         snapshot_id: col(r, "snapshot_id")?,
         parent_id: col(r, "parent_id")?,
+        access_token: col(r, "access_token")?,
+        public_ports: serde_json::from_str(&public_ports)?,
     })
 }
 
@@ -243,6 +250,66 @@ impl Sandboxes<'_> {
         Ok(())
     }
 
+    /// Any workspace's sandbox `id` (for the preview proxy, which authenticates by the
+    /// sandbox's token or a key of its workspace).
+    pub async fn by_id(&self, id: &str) -> Result<SandboxRow, StoreError> {
+        let r = sqlx::query(&format!("SELECT {COLUMNS} FROM sandboxes WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        row(&r)
+    }
+
+    /// Sets the access token of a sandbox that has none yet; returns the token it has then.
+    pub async fn ensure_access_token(&self, id: &str, token: &str) -> Result<String, StoreError> {
+        sqlx::query("UPDATE sandboxes SET access_token = $1 WHERE id = $2 AND access_token = ''")
+            .bind(token)
+            .bind(id)
+            .execute(self.pool)
+            .await?;
+        let r = sqlx::query("SELECT access_token FROM sandboxes WHERE id = $1")
+            .bind(id)
+            .fetch_optional(self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        col(&r, "access_token")
+    }
+
+    /// Makes `port` public or private again; returns the public ports then.
+    pub async fn set_port_public(
+        &self,
+        id: &str,
+        port: u16,
+        public: bool,
+    ) -> Result<BTreeSet<u16>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        // A write first takes SQLite's write lock (as in `insert_within_limit`).
+        let touched = sqlx::query("UPDATE sandboxes SET public_ports = public_ports WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        found(touched)?;
+        let r = sqlx::query("SELECT public_ports FROM sandboxes WHERE id = $1")
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
+        let text: String = col(&r, "public_ports")?;
+        let mut ports: BTreeSet<u16> = serde_json::from_str(&text)?;
+        if public {
+            ports.insert(port);
+        } else {
+            ports.remove(&port);
+        }
+        sqlx::query("UPDATE sandboxes SET public_ports = $1 WHERE id = $2")
+            .bind(serde_json::to_string(&ports)?)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(ports)
+    }
+
     pub async fn delete(&self, id: &str) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM sandboxes WHERE id = $1")
             .bind(id)
@@ -284,7 +351,7 @@ where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
     sqlx::query(&format!(
-        "INSERT INTO sandboxes ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+        "INSERT INTO sandboxes ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)"
     ))
     .bind(&s.id)
     .bind(&s.workspace_id)
@@ -305,6 +372,8 @@ where
     .bind(&s.boot_mode)
     .bind(&s.snapshot_id)
     .bind(&s.parent_id)
+    .bind(&s.access_token)
+    .bind(serde_json::to_string(&s.public_ports)?)
     .execute(exec)
     .await?;
     Ok(())

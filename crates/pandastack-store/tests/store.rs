@@ -94,6 +94,8 @@ fn sandbox(ws: &str, host: &str, id: &str, created_at: i64, task: &str) -> Sandb
         boot_mode: "restore".into(),
         snapshot_id: None,
         parent_id: None,
+        access_token: format!("tok-{id}"),
+        public_ports: Default::default(),
     }
 }
 
@@ -233,6 +235,55 @@ async fn unknown_stored_state_is_an_error_not_a_guess() {
             }
             other => panic!("{backend}: {other:?}"),
         }
+    }
+}
+
+#[tokio::test]
+async fn access_tokens_and_public_ports() {
+    for case in stores().await {
+        let Case { backend, store, .. } = &case;
+        let backend = *backend;
+        let ws = store.keys().create_workspace("w", 10, 60).await.unwrap();
+        let mut row = sandbox(&ws.id, "h1", "sb-1", 1, "x");
+        row.access_token = String::new();
+        store.sandboxes().insert(&row).await.unwrap();
+        let s = store.sandboxes();
+        // The first token set sticks; a second caller gets the first one.
+        assert_eq!(
+            s.ensure_access_token("sb-1", "aaa").await.unwrap(),
+            "aaa",
+            "{backend}"
+        );
+        assert_eq!(
+            s.ensure_access_token("sb-1", "bbb").await.unwrap(),
+            "aaa",
+            "{backend}"
+        );
+        assert!(matches!(
+            s.ensure_access_token("sb-nope", "x").await,
+            Err(StoreError::NotFound)
+        ));
+        assert_eq!(
+            s.set_port_public("sb-1", 8080, true).await.unwrap(),
+            [8080].into(),
+            "{backend}"
+        );
+        s.set_port_public("sb-1", 3000, true).await.unwrap();
+        assert_eq!(
+            s.set_port_public("sb-1", 8080, false).await.unwrap(),
+            [3000].into(),
+            "{backend}"
+        );
+        let got = s.by_id("sb-1").await.unwrap();
+        assert_eq!(
+            (got.access_token.as_str(), got.public_ports),
+            ("aaa", [3000].into()),
+            "{backend}"
+        );
+        assert!(matches!(
+            s.set_port_public("sb-nope", 1, true).await,
+            Err(StoreError::NotFound)
+        ));
     }
 }
 

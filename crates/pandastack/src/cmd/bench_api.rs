@@ -1,9 +1,10 @@
 //! `pandastack bench api`: the REST API end to end with real guests — create latency (serial and
-//! 8 concurrent), exec, fork, sustained creates per second, and how many idle sandboxes this host
-//! holds. It starts its own server on a temporary data directory unless `--base-url` and
+//! 8 concurrent), exec, fork, first byte through the preview proxy (warm and waking a hibernated
+//! sandbox), sustained creates per second, and how many idle sandboxes this host holds. It starts its own server on a temporary data directory unless `--base-url` and
 //! `--api-key` point it at a running one.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, ExitCode, Stdio};
 use std::sync::Arc;
@@ -82,7 +83,7 @@ fn kill_vms_in(dir: &std::path::Path) {
     }
 }
 
-async fn start_server(a: &ApiArgs) -> anyhow::Result<(OwnServer, String, String)> {
+async fn start_server(a: &ApiArgs) -> anyhow::Result<(OwnServer, String, String, SocketAddr)> {
     let parent = a
         .data_dir
         .clone()
@@ -95,9 +96,14 @@ async fn start_server(a: &ApiArgs) -> anyhow::Result<(OwnServer, String, String)
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
+    let proxy_port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let key_file = dir.path().join("key");
     let child = std::process::Command::new(std::env::current_exe()?)
         .args(["server", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--proxy-listen", &format!("127.0.0.1:{proxy_port}")])
+        .args(["--preview-url", &format!("http://localhost:{proxy_port}")])
         .arg("--data-dir")
         .arg(dir.path())
         .arg("--key-file")
@@ -118,7 +124,8 @@ async fn start_server(a: &ApiArgs) -> anyhow::Result<(OwnServer, String, String)
     for _ in 0..600 {
         if key_file.is_file() && c.get(format!("{url}/v1/health")).send().await.is_ok() {
             let key = std::fs::read_to_string(&key_file)?.trim().to_owned();
-            return Ok((server, url, key));
+            let proxy = SocketAddr::from(([127, 0, 0, 1], proxy_port));
+            return Ok((server, url, key, proxy));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -190,11 +197,11 @@ impl Api {
 }
 
 pub async fn run(a: ApiArgs) -> anyhow::Result<ExitCode> {
-    let (_own, url, key) = match (&a.base_url, &a.api_key) {
-        (Some(u), Some(k)) => (None, u.trim_end_matches('/').to_owned(), k.clone()),
+    let (_own, url, key, proxy) = match (&a.base_url, &a.api_key) {
+        (Some(u), Some(k)) => (None, u.trim_end_matches('/').to_owned(), k.clone(), None),
         _ => {
-            let (s, u, k) = start_server(&a).await?;
-            (Some(s), u, k)
+            let (s, u, k, p) = start_server(&a).await?;
+            (Some(s), u, k, Some(p))
         }
     };
     let api = Api {
@@ -288,8 +295,12 @@ pub async fn run(a: ApiArgs) -> anyhow::Result<ExitCode> {
         }
     }
     metrics.insert("api_fork1_ms", metric(fork, "ms"));
-    api.delete(&id).await?;
     eprintln!("exec and fork done");
+    let (warm, woken) = preview(&api, &id, proxy).await?;
+    metrics.insert("proxy_first_byte_ms", metric(warm, "ms"));
+    metrics.insert("proxy_wake_first_byte_ms", metric(woken, "ms"));
+    api.delete(&id).await?;
+    eprintln!("preview proxy done");
 
     // Sustained creates (each followed by its delete), two clients.
     let deadline = Instant::now() + Duration::from_secs(a.sustain_secs);
@@ -368,6 +379,98 @@ pub async fn run(a: ApiArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Free memory in the host, MiB.
+/// Preview URL latency: time to the response headers of `GET /` on a port served inside sandbox
+/// `id` (Python's `http.server`), through the preview proxy — warm, and as the first request to
+/// the sandbox hibernated. `proxy`: where the proxy listens (else the URL's host is resolved).
+async fn preview(
+    api: &Api,
+    id: &str,
+    proxy: Option<SocketAddr>,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    const PORT: u16 = 8000;
+    let exec = |cmd: String| async move {
+        api.call(
+            reqwest::Method::POST,
+            &format!("/v1/sandboxes/{id}/exec"),
+            Some(json!({ "cmd": cmd })),
+        )
+        .await
+    };
+    exec(format!(
+        "setsid python3 -m http.server {PORT} --bind 127.0.0.1 -d / </dev/null >/dev/null 2>&1 &"
+    ))
+    .await?;
+    let probe =
+        format!("python3 -c \"import socket; socket.create_connection(('127.0.0.1', {PORT}))\"");
+    let mut listening = false;
+    for _ in 0..100 {
+        if exec(probe.clone()).await?.1["exit_code"] == 0 {
+            listening = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if !listening {
+        bail!("the benchmark's HTTP server did not start in the sandbox");
+    }
+    let (st, v) = api
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/sandboxes/{id}/ports/{PORT}/url"),
+            None,
+        )
+        .await?;
+    if st != StatusCode::OK {
+        bail!("port url: {st} {v}");
+    }
+    let url = v["url"].as_str().context("port url: no url")?.to_owned();
+    let token = v["token"].as_str().unwrap_or_default().to_owned();
+    let mut b = Client::builder().timeout(Duration::from_secs(120));
+    if let Some(p) = proxy {
+        let host = url
+            .split("://")
+            .nth(1)
+            .and_then(|r| r.split([':', '/']).next())
+            .unwrap_or_default();
+        b = b.resolve(host, p);
+    }
+    let c = b.build()?;
+    let first_byte = || async {
+        let t = Instant::now();
+        let r = c
+            .get(format!("{url}/"))
+            .header(pandastack_client::types::ACCESS_TOKEN_HEADER, &token)
+            .send()
+            .await?;
+        let took = ms(t.elapsed());
+        if r.status() != StatusCode::OK {
+            bail!("preview GET: {}", r.status());
+        }
+        r.bytes().await?;
+        Ok::<f64, anyhow::Error>(took)
+    };
+    first_byte().await?;
+    let mut warm = Vec::new();
+    for _ in 0..50 {
+        warm.push(first_byte().await?);
+    }
+    let mut woken = Vec::new();
+    for _ in 0..5 {
+        let (st, v) = api
+            .call(
+                reqwest::Method::POST,
+                &format!("/v1/sandboxes/{id}/hibernate"),
+                None,
+            )
+            .await?;
+        if st != StatusCode::OK {
+            bail!("hibernate: {st} {v}");
+        }
+        woken.push(first_byte().await?);
+    }
+    Ok((warm, woken))
+}
+
 fn mem_available_mib() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()

@@ -54,6 +54,34 @@ enum SandboxCmd {
     Logs(sandbox_io::LogsArgs),
     /// Print a sandbox's resource use as JSON.
     Metrics(IdJson),
+    /// Print the preview URL of a port inside a sandbox (and its access token while private).
+    Url(UrlArgs),
+    /// Make a port public (reachable without a token) or, with `--private`, private again.
+    Expose(ExposeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct UrlArgs {
+    /// Sandbox id.
+    id: String,
+    /// TCP port inside the sandbox.
+    #[arg(value_parser = clap::value_parser!(u16).range(1..))]
+    port: u16,
+    /// Print JSON (url, port, public, token).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ExposeArgs {
+    /// Sandbox id.
+    id: String,
+    /// TCP port inside the sandbox.
+    #[arg(value_parser = clap::value_parser!(u16).range(1..))]
+    port: u16,
+    /// Make the port private again.
+    #[arg(long)]
+    private: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -165,6 +193,31 @@ async fn dispatch(c: Client, cmd: SandboxCmd) -> anyhow::Result<ExitCode> {
         SandboxCmd::Kill(a) => return kill(&c, a).await,
         SandboxCmd::Logs(a) => sandbox_io::logs(&c, a).await?,
         SandboxCmd::Metrics(a) => print_json(&c.metrics(&a.id).await?)?,
+        SandboxCmd::Url(a) => {
+            let p = c.port_url(&a.id, a.port).await?;
+            if a.json {
+                print_json(&p)?;
+            } else {
+                println!("{}", p.url);
+                if !p.public {
+                    eprintln!(
+                        "private: send `{}: {}` (or open {}?pandastack_access={} once)",
+                        pandastack_client::types::ACCESS_TOKEN_HEADER,
+                        p.token,
+                        p.url,
+                        p.token
+                    );
+                }
+            }
+        }
+        SandboxCmd::Expose(a) => {
+            let p = c.set_port_public(&a.id, a.port, !a.private).await?;
+            println!(
+                "{} ({})",
+                p.url,
+                if p.public { "public" } else { "private" }
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -19,6 +19,23 @@ pub struct ServerArgs {
     /// Address to listen on.
     #[arg(long, env = "PANDASTACK_LISTEN", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Address the preview proxy listens on (`<port>-<sandbox id>.<domain>` → that port inside
+    /// the sandbox).
+    #[arg(
+        long,
+        env = "PANDASTACK_PROXY_LISTEN",
+        default_value = "127.0.0.1:8081"
+    )]
+    proxy_listen: SocketAddr,
+    /// How users reach the preview proxy: `scheme://domain[:port]`; a port's URL is
+    /// `scheme://<port>-<sandbox id>.domain[:port]` (default: `http://localhost:<proxy port>`,
+    /// which browsers resolve to this machine). Put TLS in front for `https`.
+    #[arg(long, env = "PANDASTACK_PREVIEW_URL")]
+    preview_url: Option<String>,
+    /// Longest a preview request waits for a hibernated sandbox to wake before answering 503
+    /// with `Retry-After`.
+    #[arg(long, default_value_t = 30)]
+    preview_wake_timeout_seconds: u64,
     /// Data directory (templates, sandboxes, snapshots, state.db); reflink-capable is best.
     #[arg(
         long,
@@ -214,12 +231,22 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     };
     let host: Arc<dyn pandastack_host::Host> =
         Arc::new(pandastack_agent::LocalHost(Arc::clone(&agent)));
+    let preview_url = a
+        .preview_url
+        .clone()
+        .unwrap_or_else(|| format!("http://localhost:{}", a.proxy_listen.port()));
+    let preview = pandastack_api::PreviewConfig::from_base_url(
+        &preview_url,
+        Duration::from_secs(a.preview_wake_timeout_seconds),
+    )
+    .map_err(anyhow::Error::msg)?;
     let app = Arc::new(App::new(
         store.clone(),
         host,
         host_name,
         host_id.clone(),
         builds,
+        preview,
     ));
     app.recover_builds()
         .await
@@ -230,6 +257,9 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
         .with_context(|| format!("listen on {}", a.listen))?;
+    let proxy_listener = tokio::net::TcpListener::bind(a.proxy_listen)
+        .await
+        .with_context(|| format!("listen on {} (preview proxy)", a.proxy_listen))?;
     let url = format!("http://{}", a.listen);
     print_usage(
         &url,
@@ -237,9 +267,23 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         a.key_file.as_deref(),
         choice.accel,
     );
+    println!(
+        "Preview URLs: {} (proxy on {}; e.g. {})",
+        preview_url,
+        a.proxy_listen,
+        app.preview.url(8080, "<sandbox id>")
+    );
+    let proxy = tokio::spawn(
+        axum::serve(
+            proxy_listener,
+            pandastack_api::proxy_router(Arc::clone(&app)),
+        )
+        .into_future(),
+    );
     axum::serve(listener, pandastack_api::router(app))
         .with_graceful_shutdown(shutdown_signal())
         .await?;
+    proxy.abort();
     tracing::info!("shutting down");
     agent.shutdown().await;
     if a.hibernate_on_shutdown {

@@ -16,6 +16,9 @@ pub struct Server {
     pub child: Child,
     pub url: String,
     pub key: String,
+    /// The preview proxy's address (`127.0.0.1:port`); preview hosts are
+    /// `<port>-<id>.localhost:<proxy port>`.
+    pub proxy: String,
 }
 
 impl Drop for Server {
@@ -54,6 +57,16 @@ pub async fn start_with(data: &Path, port: u16, extra: &[&str]) -> Server {
     if !extra.contains(&"--listen") {
         args.extend(["--listen", listen.as_str()]);
     }
+    // Servers run side by side: each has a preview proxy port of its own.
+    let proxy_port = free_port();
+    let proxy = format!("127.0.0.1:{proxy_port}");
+    let preview = format!("http://localhost:{proxy_port}");
+    args.extend([
+        "--proxy-listen",
+        proxy.as_str(),
+        "--preview-url",
+        preview.as_str(),
+    ]);
     let child = Command::new(env!("CARGO_BIN_EXE_pandastack"))
         .args(args)
         .arg("--data-dir")
@@ -87,7 +100,12 @@ pub async fn start_with(data: &Path, port: u16, extra: &[&str]) -> Server {
         .unwrap()
         .trim()
         .to_owned();
-    Server { child, url, key }
+    Server {
+        child,
+        url,
+        key,
+        proxy,
+    }
 }
 
 /// Runs the `pandastack` CLI (e.g. `keys …`) and returns (success, stdout, stderr).
