@@ -12,7 +12,7 @@ use axum::Json;
 use pandastack_api_types::{
     self as wire, CreateSandboxRequest, Cursor, ErrorCode, List, PatchSandboxRequest,
 };
-use pandastack_host::{HostError, VmState, VmView as SandboxView};
+use pandastack_host::{HostError, VmView as SandboxView};
 use pandastack_store::{now_ms, Filter, SandboxRow};
 
 use crate::error::{ApiError, ApiResult};
@@ -103,13 +103,7 @@ pub(crate) async fn check_rate(app: &App, ws: &str, adding: i64) -> ApiResult<()
 }
 
 /// The API's name for where a sandbox's VM is.
-pub fn wire_state(v: VmState) -> wire::SandboxState {
-    match v {
-        VmState::Running => wire::SandboxState::Running,
-        VmState::Paused => wire::SandboxState::Paused,
-        VmState::Hibernated => wire::SandboxState::Hibernated,
-    }
-}
+pub use pandastack_control::row_state as wire_state;
 
 pub(crate) fn new_row(
     host_id: &str,

@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 
-mod activity;
 pub mod auth;
 pub mod bench;
 mod bench_api;

@@ -189,21 +189,9 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         tracing::info!(removed = ?report.removed, leftovers = report.leftovers, "reconciled data dir");
     }
     let agent = Arc::new(agent);
-    for id in known {
-        match agent.get(&id).await {
-            Ok(v) => {
-                store
-                    .sandboxes()
-                    .set_state(&id, pandastack_api::wire_state(v.state))
-                    .await?
-            }
-            Err(_) => {
-                // A row without a VM: a create that never finished, or a VM lost with the host.
-                tracing::warn!(sandbox = %id, "no vm for this sandbox; removing its row");
-                store.sandboxes().delete(&id).await?;
-            }
-        }
-    }
+    let host: Arc<dyn pandastack_host::Host> =
+        Arc::new(pandastack_agent::LocalHost(Arc::clone(&agent)));
+    pandastack_control::reconcile_rows(&store, &*host, known).await?;
     // Templates whose memory image changed since their bake (or that predate the seals) are
     // baked again before anything restores them.
     let checked = std::time::Instant::now();
@@ -229,8 +217,6 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         dir: a.data_dir.join("builds"),
         max_upload_bytes: a.max_template_upload_mb << 20,
     };
-    let host: Arc<dyn pandastack_host::Host> =
-        Arc::new(pandastack_agent::LocalHost(Arc::clone(&agent)));
     let preview_url = a
         .preview_url
         .clone()
@@ -242,7 +228,7 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     .map_err(anyhow::Error::msg)?;
     let app = Arc::new(App::new(
         store.clone(),
-        host,
+        Arc::clone(&host),
         host_name,
         host_id.clone(),
         builds,
@@ -252,7 +238,7 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         .await
         .context("settle template builds")?;
     app.start_build_worker();
-    tokio::spawn(reaper(store.clone(), Arc::clone(&agent), host_id));
+    tokio::spawn(pandastack_control::Reaper::new(store.clone(), host, host_id).run());
 
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
@@ -411,61 +397,6 @@ fn print_usage(url: &str, key: Option<&str>, key_file: Option<&Path>, accel: pan
     println!("  export PANDASTACK_API_KEY={k}");
     println!("  curl -s -X POST {url}/v1/sandboxes -H \"Authorization: Bearer $PANDASTACK_API_KEY\" -d '{{\"template\":\"minimal\"}}'");
     println!("  curl -s -X POST {url}/v1/sandboxes/<id>/exec -H \"Authorization: Bearer $PANDASTACK_API_KEY\" -d '{{\"cmd\":\"python3 -c \\\"print(2**10)\\\"\"}}'");
-}
-
-/// Applies TTL and idle timeouts every few seconds: kill or hibernate, as each sandbox asked.
-async fn reaper(store: Store, agent: Arc<HostAgent<QemuDriver>>, host_id: String) {
-    let mut tick = tokio::time::interval(Duration::from_secs(2));
-    let mut activity = super::activity::Activity::default();
-    loop {
-        tick.tick().await;
-        // Busy guests count as active (idle = no API calls and no guest work).
-        activity.sample(&store, &agent).await;
-        let due = match store.sandboxes().expired(&host_id, now_ms()).await {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::warn!(error = &e as &dyn std::error::Error, "reaper query");
-                continue;
-            }
-        };
-        for mut row in due {
-            let result = if row.on_timeout == OnTimeout::Hibernate {
-                match agent.hibernate(&row.id).await {
-                    Ok(_) => async {
-                        // The absolute TTL is used up: a woken sandbox must not be hibernated
-                        // again at once (PATCH sets a new one); the idle clock restarts on wake.
-                        if row.expires_at.is_some_and(|t| t <= now_ms()) {
-                            row.expires_at = None;
-                            row.ttl_seconds = None;
-                            store.sandboxes().update(&row).await?;
-                        }
-                        store
-                            .sandboxes()
-                            .set_state(&row.id, SandboxState::Hibernated)
-                            .await
-                    }
-                    .await
-                    .map_err(anyhow::Error::from),
-                    Err(e) => Err(e.into()),
-                }
-            } else {
-                let _ = agent.destroy(&row.id).await;
-                store
-                    .sandboxes()
-                    .delete(&row.id)
-                    .await
-                    .map_err(anyhow::Error::from)
-            };
-            match result {
-                Ok(()) => {
-                    tracing::info!(sandbox = %row.id, action = row.on_timeout.as_str(), "timeout")
-                }
-                Err(e) => {
-                    tracing::warn!(sandbox = %row.id, error = AsRef::<dyn std::error::Error>::as_ref(&e), "reaper")
-                }
-            }
-        }
-    }
 }
 
 async fn shutdown_signal() {
