@@ -9,6 +9,9 @@ pub mod session;
 
 pub mod host;
 
+mod port;
+pub use port::{connect_port, PortStream};
+
 /// Generated protobuf messages and gRPC clients/servers (package `pandastack.guest.v1`).
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {

@@ -453,12 +453,27 @@ async fn a_request_wakes_a_hibernated_sandbox_and_counts_as_activity() {
         v["state"].as_str().unwrap().to_owned()
     };
 
+    // The VM process's CPU time: it only grows while the same process runs; a hibernation and
+    // wake in between (a new process) would show as a drop.
+    let cpu_ms = || async {
+        let (_, v) = api
+            .call("GET", &format!("/v1/sandboxes/{id}/metrics"), None)
+            .await;
+        v["cpu_time_ms"].as_u64()
+    };
     // Proxied traffic alone keeps it awake past its idle timeout (an idle Python server uses
     // no CPU, so nothing else counts as activity).
+    let mut last = 0;
     for _ in 0..14 {
         let (st, body) = hello().await;
         assert_eq!(st, StatusCode::OK, "{body}");
         assert_eq!(state().await, "running");
+        let cpu = cpu_ms().await.expect("a running VM has CPU time");
+        assert!(
+            cpu >= last,
+            "CPU time fell from {last} to {cpu} ms: the VM was replaced"
+        );
+        last = cpu;
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     // Without it, the idle timeout hibernates it.

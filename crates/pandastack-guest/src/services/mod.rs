@@ -8,6 +8,7 @@ mod agent;
 mod exec;
 mod files;
 mod net;
+mod ports;
 mod pty;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +16,7 @@ use std::sync::Arc;
 
 use pandastack_guest_proto::v1::agent_server::AgentServer;
 use pandastack_guest_proto::v1::files_server::FilesServer;
+use pandastack_guest_proto::v1::ports_server::PortsServer;
 use pandastack_guest_proto::v1::process_server::ProcessServer;
 use tokio::sync::Notify;
 
@@ -61,6 +63,7 @@ impl State {
         )))
         .add_service(ProcessServer::new(exec::ProcessService::new(self.clone())))
         .add_service(FilesServer::new(files::FilesService))
+        .add_service(PortsServer::new(ports::PortsService))
         .prepare()
     }
 }

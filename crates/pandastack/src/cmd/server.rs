@@ -12,7 +12,7 @@ use pandastack_agent::{AgentConfig, HostAgent};
 use pandastack_api::App;
 use pandastack_qemu::{accel, QemuConfig, QemuDriver};
 use pandastack_runtime::{DataDir, Runtime};
-use pandastack_store::{now_ms, OnTimeout, SandboxState, Store};
+use pandastack_store::{SandboxState, Store};
 
 #[derive(Debug, clap::Args)]
 pub struct ServerArgs {
@@ -259,13 +259,8 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         a.proxy_listen,
         app.preview.url(8080, "<sandbox id>")
     );
-    let proxy = tokio::spawn(
-        axum::serve(
-            proxy_listener,
-            pandastack_api::proxy_router(Arc::clone(&app)),
-        )
-        .into_future(),
-    );
+    let proxy_app = pandastack_api::proxy_router(Arc::clone(&app));
+    let proxy = tokio::spawn(async move { axum::serve(proxy_listener, proxy_app).await });
     axum::serve(listener, pandastack_api::router(app))
         .with_graceful_shutdown(shutdown_signal())
         .await?;
