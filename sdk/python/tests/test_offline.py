@@ -663,3 +663,55 @@ def test_async_spawn_and_pty():
 
     with FakeWS(pty_server) as ws:
         assert asyncio.run(pty_main(ws.url)) == 3
+
+
+PORT_URL = {
+    "url": "http://8000-sb-fake.localhost:8081",
+    "port": 8000,
+    "public": False,
+    "token": "0123456789abcdef0123456789abcdef",
+}
+
+
+def test_preview_urls_sync(fake):
+    fake.on("GET", "/v1/sandboxes/sb-fake", reply(200, SANDBOX))
+    fake.on("GET", "/v1/sandboxes/sb-fake/ports/8000/url", reply(200, PORT_URL))
+    fake.on(
+        "PATCH",
+        "/v1/sandboxes/sb-fake/ports/8000",
+        reply(200, {**PORT_URL, "public": True}),
+    )
+    sb = make(fake).sandboxes.get("sb-fake")
+    assert sb.get_url(8000) == "http://8000-sb-fake.localhost:8081"
+    p = sb.get_port(8000)
+    assert (p.port, p.public, p.token) == (8000, False, PORT_URL["token"])
+    assert sb.set_port_public(8000).public is True
+    patch = fake.calls("PATCH", "/v1/sandboxes/sb-fake/ports/8000")[-1]
+    assert json.loads(patch["body"]) == {"public": True}
+    sb.set_port_public(8000, False)
+    assert json.loads(fake.calls("PATCH", "/v1/sandboxes/sb-fake/ports/8000")[-1]["body"]) == {
+        "public": False
+    }
+    # A bad port is refused before any request.
+    before = len(fake.requests)
+    for bad in (0, 65536, -1, "80", True, 80.0):
+        with pytest.raises(InvalidArgumentError):
+            sb.get_url(bad)
+        with pytest.raises(InvalidArgumentError):
+            sb.set_port_public(bad)
+    assert len(fake.requests) == before
+
+
+def test_preview_urls_async(fake):
+    fake.on("GET", "/v1/sandboxes/sb-fake", reply(200, SANDBOX))
+    fake.on("GET", "/v1/sandboxes/sb-fake/ports/3000/url", reply(200, {**PORT_URL, "port": 3000}))
+
+    async def main():
+        async with AsyncPandaStack(api_key="pds_test", base_url=fake.url) as c:
+            sb = await c.sandboxes.get("sb-fake")
+            p = await sb.get_port(3000)
+            assert p.port == 3000 and p.url.startswith("http://")
+            with pytest.raises(InvalidArgumentError):
+                await sb.get_url(0)
+
+    asyncio.run(main())

@@ -58,7 +58,7 @@ export {
   TemplateBuildTimeoutError,
   type PandaStackErrorOptions,
 } from "./errors.js";
-export { Execution, Result } from "./types.js";
+export { Execution, Result, ACCESS_TOKEN_HEADER } from "./types.js";
 export type {
   CodeContext,
   ExecEvent,
@@ -66,6 +66,8 @@ export type {
   ExecutionError,
   FileInfo,
   OnTimeout,
+  PortUpdate,
+  PortUrl,
   SandboxInfo,
   SandboxMetrics,
   SandboxState,

@@ -25,6 +25,8 @@ import {
   executionFromWire,
   execResultFromWire,
   metricsFromWire,
+  portUrlFromWire,
+  type PortUrl,
   sandboxFromWire,
   snapshotFromWire,
   type CodeContext,
@@ -608,6 +610,34 @@ export class Sandbox {
     return metricsFromWire(w ?? {});
   }
 
+  /** The preview URL of `port` inside the sandbox, whether it is public, and the token that
+   * opens it while private (whether or not anything listens there yet). */
+  async getPort(port: number, opts: CallOptions = {}): Promise<PortUrl> {
+    const w = await this.ctx.http.request<Record<string, unknown>>({
+      method: "GET",
+      path: `${this.path}/ports/${checkPort(port)}/url`,
+      ...call(opts),
+    });
+    return portUrlFromWire(w ?? {});
+  }
+
+  /** The preview URL of `port`: `https://<port>-<id>.<domain>`. Private ports need the token of
+   * {@link getPort} in the `X-PandaStack-Access-Token` header. */
+  async getUrl(port: number, opts: CallOptions = {}): Promise<string> {
+    return (await this.getPort(port, opts)).url;
+  }
+
+  /** Makes `port` reachable without a token (or, with `isPublic = false`, private again). */
+  async setPortPublic(port: number, isPublic = true, opts: CallOptions = {}): Promise<PortUrl> {
+    const w = await this.ctx.http.request<Record<string, unknown>>({
+      method: "PATCH",
+      path: `${this.path}/ports/${checkPort(port)}`,
+      json: { public: isPublic === true },
+      ...call(opts),
+    });
+    return portUrlFromWire(w ?? {});
+  }
+
   /** Kills the sandbox: what `await using` calls at the end of its block. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.kill();
@@ -689,4 +719,12 @@ function codeRequestTimeout(clientTimeoutMs: number, timeoutSeconds: number | un
 
 function codeContextTimeout(clientTimeoutMs: number): number {
   return clientTimeoutMs === 0 ? 0 : Math.max(clientTimeoutMs, CODE_CONTEXT_TIMEOUT_MS);
+}
+
+/** A TCP port number (1 to 65535), checked before any request. */
+function checkPort(port: unknown): number {
+  if (typeof port !== "number" || !Number.isInteger(port) || port < 1 || port > 65535) {
+    throw new InvalidArgumentError(`port: a TCP port, 1 to 65535, got ${String(port)}`, { code: "invalid_argument" });
+  }
+  return port;
 }

@@ -188,7 +188,7 @@ export interface FileInfo {
   path: string;
   type: "file" | "dir" | "symlink" | "other";
   size: number;
-  /** Permission bits and file type, as `st_mode`. */
+  /** Permission bits (`st_mode & 0o7777`). */
   mode: number;
   mtimeMs: number;
   symlinkTarget: string | null;
@@ -203,6 +203,27 @@ export interface SandboxMetrics {
   /** Every field as sent, including ones this SDK version does not know. */
   raw: Record<string, unknown>;
 }
+
+/** A port's preview URL (`GET /v1/sandboxes/{id}/ports/{port}/url`). While the port is private,
+ * send `token` in the `X-PandaStack-Access-Token` header (or open `url + "?pandastack_access=" +
+ * token` once in a browser). */
+export interface PortUrl {
+  /** `https://<port>-<sandbox id>.<domain>`. */
+  url: string;
+  port: number;
+  /** Reachable without a token. */
+  public: boolean;
+  /** The sandbox's access token. */
+  token: string;
+}
+
+/** `PATCH /v1/sandboxes/{id}/ports/{port}`. */
+export interface PortUpdate {
+  public: boolean;
+}
+
+/** Header that carries a sandbox's access token to a private preview URL. */
+export const ACCESS_TOKEN_HEADER = "X-PandaStack-Access-Token";
 
 type Wire = Record<string, unknown>;
 
@@ -325,4 +346,8 @@ export function executionFromWire(w: Wire): Execution {
 /** @internal */
 export function codeContextFromWire(w: Wire): CodeContext {
   return { id: str(w.id), language: str(w.language, "python") };
+}
+
+export function portUrlFromWire(w: Wire): PortUrl {
+  return { url: str(w.url), port: num(w.port), public: w.public === true, token: str(w.token) };
 }

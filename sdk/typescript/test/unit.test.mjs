@@ -713,3 +713,33 @@ test("VERSION matches package.json", async () => {
   const pkg = JSON.parse(await readFile(new URL("../package.json", import.meta.url), "utf8"));
   assert.equal(VERSION, pkg.version);
 });
+
+test("preview URLs: getUrl, getPort, setPortPublic; bad ports refused before any request", async () => {
+  const PORT_URL = { url: "http://8000-sb-1.localhost:8081", port: 8000, public: false, token: "0123456789abcdef0123456789abcdef" };
+  const srv = await mockServer((req, res, body) => {
+    if (req.method === "GET" && req.url === "/v1/sandboxes/sb-1") return json(res, 200, SANDBOX);
+    if (req.method === "GET" && req.url === "/v1/sandboxes/sb-1/ports/8000/url") return json(res, 200, PORT_URL);
+    if (req.method === "PATCH" && req.url === "/v1/sandboxes/sb-1/ports/8000") {
+      return json(res, 200, { ...PORT_URL, public: JSON.parse(body).public });
+    }
+    json(res, 404, envelope("not_found", "no such route"));
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url });
+    const sb = await client.sandboxes.get("sb-1");
+    assert.equal(await sb.getUrl(8000), PORT_URL.url);
+    assert.deepEqual(await sb.getPort(8000), PORT_URL);
+    assert.equal((await sb.setPortPublic(8000)).public, true);
+    assert.deepEqual(JSON.parse(srv.requests.at(-1).body), { public: true });
+    assert.equal((await sb.setPortPublic(8000, false)).public, false);
+    assert.deepEqual(JSON.parse(srv.requests.at(-1).body), { public: false });
+    const before = srv.requests.length;
+    for (const bad of [0, 65536, -1, 80.5, "80", null]) {
+      await assert.rejects(sb.getUrl(bad), InvalidArgumentError);
+      await assert.rejects(sb.setPortPublic(bad), InvalidArgumentError);
+    }
+    assert.equal(srv.requests.length, before);
+  } finally {
+    await srv.close();
+  }
+});

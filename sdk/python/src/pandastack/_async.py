@@ -1,5 +1,14 @@
-"""The asynchronous client: :class:`AsyncPandaStack` and :class:`AsyncSandbox`. Same names and
-arguments as the sync client; every call that talks to the server is ``await``-ed."""
+"""The asynchronous client: :class:`AsyncPandaStack` and :class:`AsyncSandbox`.
+
+Async: same names and arguments as the sync client; every call that talks to the server is
+``await``-ed."""
+
+# unasync: async-only
+# The sync client, _sync.py, is generated from this file by scripts/gen-sync-client.py: edit
+# this file, then run the script. Its docstring lists the translation rules and the `unasync`
+# directive comments that mark where the two clients differ. A docstring paragraph starting
+# with "Async:" is about this client only (the sync client's docstrings leave it out).
+# unasync: end
 
 from __future__ import annotations
 
@@ -56,6 +65,7 @@ from .types import (
     FileInfo,
     Metrics,
     Page,
+    PortUrl,
     Result,
     SandboxInfo,
     Snapshot,
@@ -66,13 +76,16 @@ from .types import (
 )
 
 T = TypeVar("T")
-#: Callbacks may be plain functions or coroutine functions.
+#: Callbacks may be plain functions or coroutine functions.  # unasync: async-only
 AsyncOutputCallback = Callable[[str], Any]
 AsyncResultCallback = Callable[[Result], Any]
 AsyncErrorCallback = Callable[[ExecutionError], Any]
+# unasync: sync: FileContent = Union[str, bytes, bytearray, memoryview, IO[bytes], Iterable[bytes]]
+# unasync: async-only
 AsyncFileContent = Union[
     str, bytes, bytearray, memoryview, IO[bytes], AsyncIterable[bytes], Iterable[bytes]
 ]
+# unasync: end
 
 __all__ = [
     "AsyncPandaStack",
@@ -115,6 +128,8 @@ class _AsyncTransport:
         retry: Optional[str] = None,
         stream: bool = False,
     ) -> httpx.Response:
+        """Sends a request with retries. Raises a :class:`PandaStackError` for error statuses.
+        With ``stream=True`` the caller must close the returned response."""
         if retry is None:
             if method in ("GET", "HEAD"):
                 retry = b.RETRY_READ
@@ -180,12 +195,16 @@ class _AsyncTransport:
 
 
 class AsyncPaginator(Generic[T]):
-    """``async for x in paginator`` yields every item, fetching pages as needed;
-    ``paginator.pages()`` yields pages; ``await paginator.to_list()`` collects everything."""
+    """Iterates over every item of a cursor-paginated list, fetching pages as needed.
+
+    ``async for x in paginator`` yields items; ``paginator.pages()`` yields :class:`~pandastack.Page`
+    objects; ``await paginator.to_list()`` collects everything. Each iteration starts over from the
+    first page.
+    """
 
     def __init__(
         self, fetch: Callable[[Optional[str]], Awaitable[Page[T]]], cursor: Optional[str] = None
-    ) -> None:
+    ):
         self._fetch = fetch
         self._cursor = cursor
 
@@ -214,7 +233,16 @@ class AsyncPaginator(Generic[T]):
 
 
 class AsyncExecStream:
-    """Async counterpart of :class:`~pandastack.ExecStream`: ``async for ev in stream``."""
+    """The events of a running command: iterate for :class:`~pandastack.StdoutEvent`,
+    :class:`~pandastack.StderrEvent` and finally one :class:`~pandastack.ExitEvent`.
+
+    The request is sent on first iteration (or ``async with``). Closing the stream early (``close()``,
+    leaving the ``async with`` block, or breaking out of the loop and dropping it) disconnects, and the
+    server kills the command. After the loop, ``result`` holds the collected
+    :class:`~pandastack.ExecResult`; ``wait()`` drains the rest and returns it.
+
+    Async: ``async for ev in stream``; ``aclose()`` is ``close()``.
+    """
 
     def __init__(self, sandbox: "AsyncSandbox", body: Dict[str, Any], timeout: httpx.Timeout):
         self._sandbox = sandbox
@@ -279,7 +307,7 @@ class AsyncExecStream:
         finally:
             await self._resp.aclose()
 
-    def __aiter__(self) -> "AsyncExecStream":
+    def __aiter__(self) -> AsyncIterator[ExecEvent]:
         return self
 
     async def __anext__(self) -> ExecEvent:
@@ -297,28 +325,39 @@ class AsyncExecStream:
         if self._resp is not None:
             await self._resp.aclose()
 
+    # unasync: async-only
     async def close(self) -> None:
         """Same as :meth:`aclose`."""
         await self.aclose()
 
+    # unasync: end
     @property
     def result(self) -> Optional[ExecResult]:
+        """The result once the exit event was seen, else ``None``."""
         return self._collector.result() if self._collector.exit is not None else None
 
     async def wait(self, check: bool = False) -> ExecResult:
+        """Consumes the remaining events and returns the :class:`~pandastack.ExecResult`."""
         async for _ in self:
             pass
         return b.check_result(self._collector.result(), check, b.describe_cmd(self._body))
 
 
 async def _call(cb: Optional[Callable[[Any], Any]], data: Any) -> None:
+    """Calls an optional callback.
+
+    Async: what a coroutine function returns is awaited.
+    """
     if cb is None:
         return
-    r = cb(data)
+    r = cb(data)  # unasync: sync: cb(data)
+    # unasync: async-only
     if asyncio.iscoroutine(r) or isinstance(r, asyncio.Future):
         await r
+    # unasync: end
 
 
+# unasync: async-only
 async def _file_chunks(path: str, size: int) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     f = await loop.run_in_executor(None, open, path, "rb")
@@ -348,10 +387,30 @@ async def _aiter_sync(it: Iterable[bytes]) -> AsyncIterator[bytes]:
         yield bytes(chunk)
 
 
+def _stream_body(data: Any) -> Any:
+    """A caller's stream as an upload body: async iterables as they are, file objects and plain
+    iterables wrapped (httpx's async client sends async iterables only)."""
+    if hasattr(data, "read"):
+        reader = data.read
+        return _aiter_sync(iter(lambda: reader(b.CHUNK_SIZE), b""))
+    if not hasattr(data, "__aiter__"):
+        return _aiter_sync(data)
+    return data
+
+
+# unasync: end
+
 class AsyncProcess:
-    """Async counterpart of :class:`~pandastack.Process` (from ``await sandbox.spawn(...)``):
-    ``async for ev in proc``, ``await proc.send_stdin(...)``, ``close_stdin``, ``kill``,
-    ``wait``; ``async with`` closes it (killing a command still running)."""
+    """A command started with :meth:`AsyncSandbox.spawn`, on its own WebSocket: live output, stdin,
+    and kill. Iterate for :class:`~pandastack.StdoutEvent` / :class:`~pandastack.StderrEvent`
+    and a final :class:`~pandastack.ExitEvent`; or call :meth:`wait`.
+
+    Standard input stays open until :meth:`close_stdin`. Closing the handle (``close()`` or
+    leaving ``async with``) before the command exits kills it.
+
+    Async: from ``await sandbox.spawn(...)``; ``async for ev in proc``, ``await
+    proc.send_stdin(...)``.
+    """
 
     _ID = "c1"
 
@@ -363,11 +422,14 @@ class AsyncProcess:
         self._collector = b.ExecCollector()
         self._done = False
         self.exit: Optional[ExitEvent] = None
+        # unasync: sync: ws.send_text(b.ws_start_frame(self._ID, body))
 
+    # unasync: async-only
     async def _start(self) -> "AsyncProcess":
         await self._ws.send_text(b.ws_start_frame(self._ID, self._body))
         return self
 
+    # unasync: end
     def __aiter__(self) -> "AsyncProcess":
         return self
 
@@ -402,24 +464,30 @@ class AsyncProcess:
 
     @property
     def exit_code(self) -> Optional[int]:
+        """The exit code once the command exited, else ``None``."""
         return self.exit.exit_code if self.exit else None
 
     async def send_stdin(self, data: Union[str, bytes]) -> None:
+        """Writes to the command's standard input (text is sent as UTF-8)."""
         await self._ws.send_text(b.ws_stdin_frame(self._ID, data))
 
     async def close_stdin(self) -> None:
+        """Closes standard input (the command sees end of file)."""
         await self._ws.send_text(_json.dumps({"type": "stdin_close", "id": self._ID}))
 
     async def kill(self) -> None:
+        """Kills the command's process group (SIGKILL); its exit event follows (code 137)."""
         if not self._done:
             await self._ws.send_text(_json.dumps({"type": "kill", "id": self._ID}))
 
     async def wait(self, check: bool = False) -> ExecResult:
+        """Reads the remaining output and returns the :class:`~pandastack.ExecResult`."""
         async for _ in self:
             pass
         return b.check_result(self._collector.result(), check, b.describe_cmd(self._body))
 
     async def close(self) -> None:
+        """Disconnects; a command still running is killed by the server."""
         self._done = True
         await self._ws.close()
 
@@ -431,7 +499,11 @@ class AsyncProcess:
 
 
 class AsyncPty:
-    """Async counterpart of :class:`~pandastack.Pty` (from ``await sandbox.pty(...)``)."""
+    """An interactive terminal from :meth:`AsyncSandbox.pty`: :meth:`write` keystrokes, :meth:`read`
+    (or iterate over) output bytes, :meth:`resize`. ``exit_code`` is set once the program ends.
+
+    Async: from ``await sandbox.pty(...)``; ``async for chunk in term``.
+    """
 
     def __init__(self, ws: _ws.AsyncWebSocket) -> None:
         self._ws = ws
@@ -439,12 +511,14 @@ class AsyncPty:
         self._eof = False
 
     async def write(self, data: Union[str, bytes]) -> None:
+        """Sends input to the terminal (text is sent as UTF-8)."""
         await self._ws.send_binary(data.encode("utf-8") if isinstance(data, str) else bytes(data))
 
     async def resize(self, cols: int, rows: int) -> None:
         await self._ws.send_text(_json.dumps({"type": "resize", "cols": int(cols), "rows": int(rows)}))
 
     async def read(self) -> bytes:
+        """The next piece of terminal output; ``b""`` once the terminal has ended."""
         while not self._eof:
             try:
                 op, payload = await self._ws.recv()
@@ -481,6 +555,7 @@ class AsyncPty:
             yield chunk
 
     async def wait(self) -> int:
+        """Reads (and discards) output until the program ends; returns its exit code."""
         async for _ in self:
             pass
         if self.exit_code is None:
@@ -488,6 +563,7 @@ class AsyncPty:
         return self.exit_code
 
     async def close(self) -> None:
+        """Closes the terminal (the program gets a hangup)."""
         self._eof = True
         await self._ws.close()
 
@@ -499,7 +575,8 @@ class AsyncPty:
 
 
 class AsyncFilesystem:
-    """Async counterpart of :class:`~pandastack.Filesystem` (``sandbox.filesystem`` / ``files``)."""
+    """Files inside a sandbox (``sandbox.filesystem``, alias ``sandbox.files``). Paths are
+    absolute guest paths. Missing paths raise :class:`~pandastack.NotFoundError`."""
 
     def __init__(self, sandbox: "AsyncSandbox") -> None:
         self._sb = sandbox
@@ -516,13 +593,17 @@ class AsyncFilesystem:
         return b.timeout_for(None, max(self._t.cfg.timeout, 300.0))
 
     async def read(self, path: str, *, encoding: str = "utf-8", errors: str = "strict") -> str:
+        """The file's content as text."""
         return (await self.read_bytes(path)).decode(encoding, errors)
 
     async def read_bytes(self, path: str) -> bytes:
+        """The file's content as bytes (held in memory: use :meth:`download` or
+        :meth:`read_stream` for large files)."""
         resp = await self._t.request("GET", self._p, params={"path": path}, timeout=self._io_timeout())
         return resp.content
 
     async def read_stream(self, path: str, chunk_size: int = b.CHUNK_SIZE) -> AsyncIterator[bytes]:
+        """Yields the file's content in chunks without holding it in memory."""
         resp = await self._t.request(
             "GET", self._p, params={"path": path}, stream=True, timeout=self._io_timeout()
         )
@@ -536,19 +617,19 @@ class AsyncFilesystem:
             await resp.aclose()
 
     async def write(self, path: str, data: AsyncFileContent) -> WriteInfo:
+        """Creates or replaces a file (parents are created; the replacement is atomic).
+        ``data`` is text (UTF-8), bytes, a binary file object or an iterable of bytes chunks;
+        file objects and iterables are streamed.
+
+        Async: ``data`` may also be an async iterable of bytes chunks."""
         kw: Dict[str, Any] = {}
         if isinstance(data, str):
             kw["content"] = data.encode("utf-8")
         elif isinstance(data, (bytes, bytearray, memoryview)):
             kw["content"] = bytes(data)
         else:
-            content: Any = data
-            if hasattr(data, "read"):
-                reader = data.read
-                content = _aiter_sync(iter(lambda: reader(b.CHUNK_SIZE), b""))
-            elif not hasattr(data, "__aiter__"):
-                content = _aiter_sync(data)  # type: ignore[arg-type,unused-ignore]
-            kw["content"] = content
+            # Streams can be sent once only: never retried (upload() reopens its file and is).
+            kw["content"] = _stream_body(data)  # unasync: sync: kw["content"] = data
             kw["retry"] = b.RETRY_NEVER
         resp = await self._t.request(
             "PUT",
@@ -561,28 +642,32 @@ class AsyncFilesystem:
         return WriteInfo.from_json(resp.json())
 
     async def upload(self, local_path: Union[str, "os.PathLike[str]"], remote_path: str) -> WriteInfo:
+        """Streams a local file into the sandbox (never held in memory)."""
         local = os.fspath(local_path)
         size = os.path.getsize(local)
         resp = await self._t.request(
             "PUT",
             self._p,
             params={"path": remote_path},
-            content_factory=lambda: _file_chunks(local, b.CHUNK_SIZE),
+            # unasync: sync: content_factory=lambda: open(local, "rb"),
+            content_factory=lambda: _file_chunks(local, b.CHUNK_SIZE),  # unasync: async-only
             headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
             timeout=self._io_timeout(),
         )
         return WriteInfo.from_json(resp.json())
 
     async def download(self, remote_path: str, local_path: Union[str, "os.PathLike[str]"]) -> int:
+        """Streams a sandbox file to a local path (written to a temporary file next to it, then
+        renamed into place). Returns the number of bytes written."""
         local = os.fspath(local_path)
         d = os.path.dirname(os.path.abspath(local))
         fd, tmp = tempfile.mkstemp(prefix=".pandastack-", dir=d)
-        loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()  # unasync: async-only
         n = 0
         try:
             with os.fdopen(fd, "wb") as f:
                 async for chunk in self.read_stream(remote_path):
-                    await loop.run_in_executor(None, f.write, chunk)
+                    await loop.run_in_executor(None, f.write, chunk)  # unasync: sync: f.write(chunk)
                     n += len(chunk)
             os.replace(tmp, local)
         except BaseException:
@@ -594,6 +679,7 @@ class AsyncFilesystem:
         return n
 
     async def list(self, path: str = "/", *, depth: int = 1) -> List[FileInfo]:
+        """Entries under a directory, ``depth`` levels deep (1-10)."""
         body = await self._t.json(
             "GET", f"{self._p}/list", params={"path": path, "depth": str(int(depth))}
         )
@@ -610,24 +696,31 @@ class AsyncFilesystem:
             return False
 
     async def mkdir(self, path: str, *, parents: bool = True) -> None:
+        """Creates a directory (with its parents unless ``parents=False``)."""
         await self._t.request(
             "POST", f"{self._p}/mkdir", json={"path": path, "parents": parents}, retry=b.RETRY_IDEMPOTENT
         )
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Removes a file, or a directory (non-empty ones need ``recursive=True``)."""
         params = {"path": path}
         if recursive:
             params["recursive"] = "true"
         await self._t.request("DELETE", self._p, params=params)
 
     async def rename(self, src: str, dst: str, *, overwrite: bool = False) -> None:
+        """Moves ``src`` to ``dst`` (fails if ``dst`` exists unless ``overwrite=True``)."""
         await self._t.request(
             "POST", f"{self._p}/rename", json={"from": src, "to": dst, "overwrite": overwrite}
         )
 
 
 class AsyncSandbox:
-    """Async counterpart of :class:`~pandastack.Sandbox`. ``async with`` kills it on exit."""
+    """A handle on one sandbox. Fields (``id``, ``state``, ``template``, ``metadata``, …) reflect
+    the last answer from the server; :meth:`refresh` re-reads them.
+
+    ``async with client.sandboxes.create(...) as sandbox:`` kills the sandbox on exit.
+    """
 
     def __init__(self, client: "AsyncPandaStack", info: SandboxInfo) -> None:
         self._client = client
@@ -636,6 +729,7 @@ class AsyncSandbox:
         self.filesystem = AsyncFilesystem(self)
         self.files = self.filesystem
 
+    # ---- fields
     @property
     def id(self) -> str:
         return self._info.id
@@ -670,6 +764,7 @@ class AsyncSandbox:
 
     @property
     def data(self) -> SandboxInfo:
+        """The last known :class:`~pandastack.SandboxInfo` (no request)."""
         return self._info
 
     @property
@@ -702,10 +797,13 @@ class AsyncSandbox:
     def _long(self) -> httpx.Timeout:
         return b.timeout_for(None, max(self._t.cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT))
 
+    # ---- info
     async def info(self) -> SandboxInfo:
+        """Fetches the sandbox's current state (does not wake it)."""
         return self._set(await self._t.json("GET", self._p))
 
     async def refresh(self) -> "AsyncSandbox":
+        """Re-reads the sandbox's fields; returns ``self``."""
         await self.info()
         return self
 
@@ -713,10 +811,14 @@ class AsyncSandbox:
         return (await self.info()).state == "running"
 
     async def logs(self) -> str:
+        """The guest console output so far."""
         return (await self._t.request("GET", f"{self._p}/logs")).text
 
     async def logs_stream(self) -> AsyncIterator[str]:
-        """See :meth:`pandastack.Sandbox.logs_stream` (``async for chunk in sb.logs_stream()``)."""
+        """Follows the guest console: yields the log so far, then every piece appended, until
+        the sandbox is deleted (or you stop iterating). Needs a server with ``?follow=1``.
+
+        Async: ``async for chunk in sandbox.logs_stream()``."""
         resp = await self._t.request(
             "GET",
             f"{self._p}/logs",
@@ -753,6 +855,25 @@ class AsyncSandbox:
     async def metrics(self) -> Metrics:
         return Metrics.from_json(await self._t.json("GET", f"{self._p}/metrics"))
 
+    # ---- preview URLs
+    async def get_port(self, port: int) -> PortUrl:
+        """The preview URL of ``port`` inside the sandbox, whether it is public, and the token
+        that opens it while private (whether or not anything listens there yet)."""
+        p = b.port(port)
+        return PortUrl.from_json(await self._t.json("GET", f"{self._p}/ports/{p}/url"))
+
+    async def get_url(self, port: int) -> str:
+        """The preview URL of ``port``: ``https://<port>-<id>.<domain>``. Private ports need the
+        token of :meth:`get_port` in the ``X-PandaStack-Access-Token`` header."""
+        return (await self.get_port(port)).url
+
+    async def set_port_public(self, port: int, public: bool = True) -> PortUrl:
+        """Makes ``port`` reachable without a token (or, with ``public=False``, private again)."""
+        p = b.port(port)
+        body = {"public": bool(public)}
+        return PortUrl.from_json(await self._t.json("PATCH", f"{self._p}/ports/{p}", json=body))
+
+    # ---- exec
     async def exec(
         self,
         cmd: Union[str, Sequence[str], None] = None,
@@ -768,7 +889,21 @@ class AsyncSandbox:
         check: bool = False,
         request_timeout: Optional[float] = None,
     ) -> ExecResult:
-        """See :meth:`pandastack.Sandbox.exec`. Callbacks may be coroutine functions."""
+        """Runs a command to completion.
+
+        ``cmd`` is a shell command line (``/bin/sh -c``) or an argv list (no shell); ``argv=``
+        is the explicit form of the latter. ``timeout_seconds`` bounds the command (server
+        default 60 s, max 3600). With ``on_stdout``/``on_stderr`` the output is streamed and
+        the callbacks get each chunk as it arrives; the result still holds all output.
+
+        A non-zero exit is returned as data. With ``check=True`` a non-zero exit raises
+        :class:`~pandastack.CommandExitError` and a timeout raises
+        :class:`~pandastack.CommandTimeoutError`. If the HTTP request itself outlives
+        ``timeout_seconds`` + 30 s, :class:`~pandastack.CommandTimeoutError` is raised
+        regardless of ``check``.
+
+        Async: the callbacks may be plain or coroutine functions.
+        """
         body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, stdin)
         what = b.describe_cmd(body)
         if on_stdout is not None or on_stderr is not None:
@@ -809,8 +944,14 @@ class AsyncSandbox:
         stdin: Union[str, bytes, None] = None,
         request_timeout: Optional[float] = None,
     ) -> AsyncExecStream:
-        """Runs a command; ``async for ev in sandbox.exec_stream(...)`` yields typed events.
-        (Not a coroutine: the request is sent on first iteration.)"""
+        """Runs a command and returns an :class:`AsyncExecStream` of typed events::
+
+            async for ev in sandbox.exec_stream("make test"):
+                if ev.type == "stdout": print(ev.data, end="")
+                elif ev.type == "exit": print("exit", ev.exit_code)
+
+        Async: not a coroutine; the request is sent on first iteration.
+        """
         body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, stdin)
         return AsyncExecStream(self, body, b.exec_stream_timeout(request_timeout))
 
@@ -834,17 +975,21 @@ class AsyncSandbox:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
     ) -> AsyncProcess:
-        """See :meth:`pandastack.Sandbox.spawn`."""
+        """Starts a command over a WebSocket (``…/exec/ws``) and returns a :class:`AsyncProcess`
+        for interactive use: ``send_stdin``, ``close_stdin``, ``kill``, live events, ``wait``.
+        Without ``timeout_seconds`` it runs until it exits, is killed, or the handle closes."""
         body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, None)
-        return await AsyncProcess(await self._ws_connect("exec/ws"), body)._start()
+        ws = await self._ws_connect("exec/ws")
+        return await AsyncProcess(ws, body)._start()  # unasync: sync: return Process(ws, body)
 
     async def pty(self, *, cols: int = 80, rows: int = 24, cmd: Optional[str] = None) -> AsyncPty:
-        """See :meth:`pandastack.Sandbox.pty`."""
+        """Opens an interactive terminal (``…/pty``) running ``cmd`` (default: a login shell)."""
         params = {"cols": str(int(cols)), "rows": str(int(rows))}
         if cmd is not None:
             params["cmd"] = cmd
         return AsyncPty(await self._ws_connect("pty", params))
 
+    # ---- code interpreter
     async def run_code(
         self,
         code: str,
@@ -859,7 +1004,31 @@ class AsyncSandbox:
         on_error: Optional[AsyncErrorCallback] = None,
         request_timeout: Optional[float] = None,
     ) -> Execution:
-        """See :meth:`pandastack.Sandbox.run_code`. Callbacks may be coroutine functions."""
+        """Runs code in the sandbox's code interpreter and returns an
+        :class:`~pandastack.Execution`::
+
+            await sandbox.run_code("x = 21")
+            print((await sandbox.run_code("x * 2")).text)   # 42
+
+        The code runs in a long-lived kernel (Python: the template needs ``python3``), so
+        variables, imports and open files stay for the next call in the same context.
+        ``context`` is a :class:`~pandastack.CodeContext` from :meth:`create_code_context` (or
+        its id); without it the sandbox's ``default`` context is used. ``env`` applies when
+        the call starts the kernel. ``timeout_seconds`` bounds the run (server default 300 s,
+        max 3600): the code is interrupted, ``error.name`` is ``"TimeoutError"`` and the kernel
+        keeps its variables.
+
+        The value of a final expression, ``display(...)`` calls and matplotlib figures come
+        back in ``results``. An exception in the code is data (``error``), not raised. With any
+        of the callbacks the run is streamed and they are called as output, results and the
+        error arrive; the returned :class:`~pandastack.Execution` still holds everything.
+
+        A context that does not exist (or was deleted) raises
+        :class:`~pandastack.NotFoundError`. If the HTTP request itself outlives
+        ``timeout_seconds`` + 60 s, :class:`~pandastack.CommandTimeoutError` is raised.
+
+        Async: the callbacks may be plain or coroutine functions.
+        """
         body = b.code_body(code, language, context, env, timeout_seconds)
         if on_stdout is None and on_stderr is None and on_result is None and on_error is None:
             try:
@@ -927,7 +1096,9 @@ class AsyncSandbox:
     async def create_code_context(
         self, *, language: Optional[str] = "python", env: Optional[Mapping[str, str]] = None
     ) -> CodeContext:
-        """See :meth:`pandastack.Sandbox.create_code_context`."""
+        """Creates a code context: a kernel of its own, whose variables no other context sees
+        (``env`` is its environment). Pass it as ``context=`` to :meth:`run_code`; delete it
+        with :meth:`delete_code_context`."""
         return CodeContext.from_json(
             await self._t.json(
                 "POST",
@@ -938,30 +1109,39 @@ class AsyncSandbox:
         )
 
     async def delete_code_context(self, context: Union[CodeContext, str]) -> None:
-        """See :meth:`pandastack.Sandbox.delete_code_context`."""
+        """Stops a context's kernel; its variables are gone and a later :meth:`run_code` in it
+        raises :class:`~pandastack.NotFoundError`. Deleting ``"default"`` resets the default
+        context (the next run starts a fresh kernel). A context that does not exist is not an
+        error."""
         await self._t.request(
             "DELETE",
             f"{self._p}/code/contexts/{b.seg(b.context_id_of(context) or '')}",
             timeout=b.timeout_for(None, max(self._t.cfg.timeout, b.CODE_CONTEXT_TIMEOUT)),
         )
 
+    # ---- lifecycle
     async def _verb(self, verb: str) -> "AsyncSandbox":
         self._set(await self._t.json("POST", f"{self._p}/{verb}", timeout=self._long()))
         return self
 
     async def pause(self) -> "AsyncSandbox":
+        """Freezes the vCPUs in place (memory stays resident)."""
         return await self._verb("pause")
 
     async def resume(self) -> "AsyncSandbox":
+        """Continues a paused sandbox."""
         return await self._verb("resume")
 
     async def hibernate(self) -> "AsyncSandbox":
+        """Saves the sandbox to disk and frees its memory. Any later call wakes it."""
         return await self._verb("hibernate")
 
     async def wake(self) -> "AsyncSandbox":
+        """Brings a hibernated sandbox back (any sandbox call also does this implicitly)."""
         return await self._verb("wake")
 
     async def kill(self) -> bool:
+        """Destroys the sandbox. Returns ``False`` if it was already gone."""
         return await self._client.sandboxes.kill(self.id)
 
     async def update(
@@ -971,6 +1151,7 @@ class AsyncSandbox:
         idle_timeout_seconds: Optional[int] = None,
         metadata: Optional[Mapping[str, str]] = None,
     ) -> "AsyncSandbox":
+        """Changes the TTL (counted from now), idle timeout or metadata (replaced whole)."""
         body = b.drop_none(
             {
                 "ttl_seconds": ttl_seconds,
@@ -982,9 +1163,12 @@ class AsyncSandbox:
         return self
 
     async def set_timeout(self, seconds: int) -> "AsyncSandbox":
+        """The sandbox now expires ``seconds`` from now."""
         return await self.update(ttl_seconds=seconds)
 
+    # ---- snapshots and forks
     async def snapshot(self) -> Snapshot:
+        """Snapshots the sandbox (memory and disk); it keeps running."""
         return Snapshot.from_json(
             await self._t.json("POST", f"{self._p}/snapshots", timeout=self._long())
         )
@@ -998,7 +1182,13 @@ class AsyncSandbox:
     async def fork(
         self, count: Optional[int] = None, *, metadata: Optional[Mapping[str, str]] = None
     ) -> Union["AsyncSandbox", List["AsyncSandbox"]]:
-        """See :meth:`pandastack.Sandbox.fork`: one sandbox without ``count``, else a list."""
+        """Clones the running sandbox (memory, processes and disk) into new sandboxes.
+
+        ``sandbox.fork()`` returns one :class:`AsyncSandbox`; ``sandbox.fork(count=n)`` always
+        returns a list of ``n`` sandboxes (also for ``n == 1``). Children share the parent's
+        metadata unless ``metadata`` is given. The snapshot taken for the fork is
+        ``child.snapshot_id``.
+        """
         n = 1 if count is None else int(count)
         body: Dict[str, Any] = {"count": n}
         if metadata is not None:
@@ -1012,6 +1202,7 @@ class AsyncSandbox:
         return children
 
 
+# unasync: async-only
 class _CreateCall:
     """What ``AsyncSandboxes.create`` returns: ``await`` it for the sandbox, or use it directly
     as ``async with client.sandboxes.create(...) as sandbox:`` (killed on exit)."""
@@ -1032,8 +1223,9 @@ class _CreateCall:
             await self._sandbox.kill()
 
 
+# unasync: end
 class AsyncSandboxes:
-    """``client.sandboxes`` (alias ``client.sandbox``) of :class:`AsyncPandaStack`."""
+    """``client.sandboxes`` (alias ``client.sandbox``)."""
 
     def __init__(self, client: "AsyncPandaStack") -> None:
         self._client = client
@@ -1051,9 +1243,18 @@ class AsyncSandboxes:
         snapshot_id: Optional[str] = None,
         idempotency_key: Optional[str] = None,
         request_timeout: Optional[float] = None,
-    ) -> _CreateCall:
-        """See :meth:`pandastack.PandaStack.sandboxes.create`. ``await`` the result, or
-        ``async with client.sandboxes.create(...) as sandbox:``."""
+    ) -> _CreateCall:  # unasync: sync: ) -> Sandbox:
+        """Creates a sandbox and returns once it is ready to exec.
+
+        ``template`` defaults to the server's (``base``); ``snapshot_id`` starts from a
+        snapshot instead. ``ttl_seconds`` bounds its life, ``idle_timeout_seconds`` its idle
+        time; ``on_timeout`` is ``"kill"`` (default) or ``"hibernate"``. An ``Idempotency-Key``
+        (a fresh uuid4 unless given) makes retries safe. The first create of a template bakes
+        it, which can take a minute: the request timeout is at least 600 s.
+
+        Async: not a coroutine: ``await`` the result, or use it directly as ``async with
+        client.sandboxes.create(...) as sandbox:`` (killed on exit).
+        """
         body = b.create_body(
             template, snapshot_id, ttl_seconds, idle_timeout_seconds, on_timeout, metadata, env
         )
@@ -1072,13 +1273,15 @@ class AsyncSandboxes:
             )
             return AsyncSandbox(self._client, SandboxInfo.from_json(data))
 
-        return _CreateCall(run)
+        return _CreateCall(run)  # unasync: sync: return run()
 
     async def get(self, sandbox_id: str) -> AsyncSandbox:
+        """A handle on an existing sandbox (its state is not changed)."""
         data = await self._t.json("GET", f"/v1/sandboxes/{b.seg(sandbox_id)}")
         return AsyncSandbox(self._client, SandboxInfo.from_json(data))
 
     async def connect(self, sandbox_id: str) -> AsyncSandbox:
+        """A handle on an existing sandbox, woken if hibernated and resumed if paused."""
         sb = await self.get(sandbox_id)
         if sb.state == "hibernated":
             await sb.wake()
@@ -1094,7 +1297,10 @@ class AsyncSandboxes:
         limit: Optional[int] = None,
         cursor: Optional[str] = None,
     ) -> AsyncPaginator[AsyncSandbox]:
-        """``async for sandbox in client.sandboxes.list(...)`` (not a coroutine)."""
+        """All sandboxes matching the filters, newest last, fetched ``limit`` per page
+        (server default 100) as you iterate. ``metadata`` matches exact key/value pairs.
+
+        Async: not a coroutine: ``async for sandbox in client.sandboxes.list(...)``."""
 
         async def fetch(c: Optional[str]) -> Page[AsyncSandbox]:
             data = await self._t.json(
@@ -1108,6 +1314,7 @@ class AsyncSandboxes:
         return AsyncPaginator(fetch, cursor)
 
     async def kill(self, sandbox_id: str) -> bool:
+        """Destroys a sandbox by id. Returns ``False`` if it did not exist."""
         try:
             await self._t.request(
                 "DELETE",
@@ -1120,6 +1327,8 @@ class AsyncSandboxes:
 
 
 class AsyncSnapshots:
+    """``client.snapshots``."""
+
     def __init__(self, client: "AsyncPandaStack") -> None:
         self._t = client._t
 
@@ -1131,6 +1340,7 @@ class AsyncSnapshots:
         return AsyncPaginator(fetch, cursor)
 
     async def delete(self, snapshot_id: str) -> bool:
+        """Deletes a snapshot. Returns ``False`` if it did not exist."""
         try:
             await self._t.request("DELETE", f"/v1/snapshots/{b.seg(snapshot_id)}")
             return True
@@ -1139,16 +1349,20 @@ class AsyncSnapshots:
 
 
 class AsyncTemplates:
-    """``client.templates`` of :class:`AsyncPandaStack`; see :class:`pandastack._sync.Templates`."""
+    """``client.templates``: the server's catalog and the workspace's own templates, built from
+    an OCI image tarball or a spec with :meth:`build`."""
 
     def __init__(self, client: "AsyncPandaStack") -> None:
         self._t = client._t
 
     async def list(self) -> List[Template]:
+        """The catalog's templates, then the workspace's own."""
         data = await self._t.json("GET", "/v1/templates")
         return [Template.from_json(x) for x in data.get("data", [])]
 
     async def get(self, name: str) -> Template:
+        """One template: the workspace's own of that name, else the catalog's. Raises
+        :class:`~pandastack.TemplateNotFoundError` if there is none."""
         try:
             return Template.from_json(await self._t.json("GET", f"/v1/templates/{b.seg(name)}"))
         except NotFoundError as e:
@@ -1176,8 +1390,38 @@ class AsyncTemplates:
         on_log: Optional[AsyncOutputCallback] = None,
         timeout_seconds: Optional[float] = None,
     ) -> Template:
-        """See :meth:`pandastack.PandaStack.templates.build`; ``on_log`` may be a plain or a
-        coroutine function. A file object is read in a worker thread."""
+        """Builds a template on the server (a new version if ``name`` exists) and, with
+        ``wait=True`` (the default), returns it once ready::
+
+            t = await client.templates.build("my-app", tarball="my-app.tar", memory_mb=1024,
+                                             on_log=lambda s: print(s, end=""))
+            await client.sandboxes.create(template=t.name)
+
+        Give exactly one source:
+
+        - ``tarball``: an OCI image layout or ``docker save`` tarball (plain or gzip) as a local
+          path (streamed from disk, never held in memory), ``bytes``, or a binary file object
+          (streamed; sent once, so not retried). Needs ``name``; ``cpu`` (1-16, default 1),
+          ``memory_mb`` (128-65536, default 512), ``disk_mb`` (default: the image plus room) and
+          ``description`` shape it. The image's ``Env`` becomes the sandboxes' environment.
+        - ``spec``: a template spec's TOML text (Debian packages and inline files only; the
+          server refuses other fields with a 422 naming them). ``name`` defaults to the spec's.
+
+        The build runs in the background on the server (one at a time). With ``wait=False``
+        this returns the queued template at once. Otherwise it follows the build log
+        (``GET …/logs?follow=1``, Server-Sent Events; reconnected if the connection breaks),
+        calls ``on_log`` with each new piece of log text, and returns the template when the
+        build is ``ready``. A build that ends ``failed`` raises
+        :class:`~pandastack.TemplateBuildError` (``.template``, ``.error``); if
+        ``timeout_seconds`` pass first (counted from the server's accepting the build),
+        :class:`~pandastack.TemplateBuildTimeoutError` is raised and the build goes on.
+        A build of ``name`` already under way, or a catalog template's name, raises
+        :class:`~pandastack.ConflictError`; a tarball over the server's limit,
+        :class:`~pandastack.InvalidArgumentError` (413).
+
+        Async: ``on_log`` may be a plain or a coroutine function; a file object is read in a
+        worker thread.
+        """
         up = b.template_upload(name, tarball, spec, cpu, memory_mb, disk_mb, description)
         timeout = b.timeout_for(None, max(self._t.cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT))
         if up.json is not None:
@@ -1186,11 +1430,16 @@ class AsyncTemplates:
             kw: Dict[str, Any] = {}
             if up.path is not None:
                 path = up.path
-                kw["content_factory"] = lambda: _file_chunks(path, b.CHUNK_SIZE)
+                # unasync: sync: kw["content_factory"] = lambda: open(path, "rb")
+                kw["content_factory"] = lambda: _file_chunks(path, b.CHUNK_SIZE)  # unasync: async-only
             elif up.data is not None:
                 kw["content"] = up.data
             else:
-                kw["content"] = _reader_chunks(up.stream, b.CHUNK_SIZE)
+                # Chunks, not the file object: httpx would guess a length from fstat (0 for a
+                # pipe); the length is sent when known, else the body is chunked.
+                # unasync: sync: reader = up.stream.read
+                # unasync: sync: kw["content"] = iter(lambda: reader(b.CHUNK_SIZE), b"")
+                kw["content"] = _reader_chunks(up.stream, b.CHUNK_SIZE)  # unasync: async-only
                 kw["retry"] = b.RETRY_NEVER
             data = await self._t.json(
                 "POST",
@@ -1260,6 +1509,7 @@ class AsyncTemplates:
         return f.outcome(latest)
 
     async def _peek(self, f: b.BuildFollower) -> Template:
+        """The template's state now, or the last known one if the server does not say quickly."""
         try:
             return Template.from_json(
                 await self._t.json(
@@ -1273,6 +1523,7 @@ class AsyncTemplates:
             return f.queued
 
     async def logs(self, name: str, version: Optional[int] = None) -> str:
+        """The build log of the template's newest build (or of build ``version``) so far."""
         resp = await self._t.request(
             "GET",
             f"/v1/templates/{b.seg(name)}/logs",
@@ -1282,6 +1533,9 @@ class AsyncTemplates:
         return resp.text
 
     async def bake(self, name: str) -> Template:
+        """Re-bakes a template (a cold boot and a new snapshot; catalog templates from their
+        spec, built ones from the newest ready version's image) and returns it. New sandboxes
+        get the new bake; running ones keep theirs."""
         return Template.from_json(
             await self._t.json(
                 "POST",
@@ -1291,6 +1545,9 @@ class AsyncTemplates:
         )
 
     async def delete(self, name: str) -> bool:
+        """Deletes a built template, every version (running sandboxes made from it keep
+        running). Returns ``False`` if it did not exist. Catalog templates, and templates with
+        a build under way, raise :class:`~pandastack.ConflictError`."""
         try:
             await self._t.request(
                 "DELETE",
@@ -1303,6 +1560,8 @@ class AsyncTemplates:
 
 
 class AsyncKeys:
+    """``client.keys``: API keys of the caller's workspace."""
+
     def __init__(self, client: "AsyncPandaStack") -> None:
         self._t = client._t
 
@@ -1317,8 +1576,17 @@ class AsyncKeys:
 
 
 class AsyncPandaStack:
-    """The asynchronous PandaStack client; same configuration as :class:`~pandastack.PandaStack`.
-    Use ``async with AsyncPandaStack() as client:`` or ``await client.close()``."""
+    """The asynchronous PandaStack client.
+
+    ``AsyncPandaStack()`` reads ``PANDASTACK_API_KEY`` (or ``PANDASTACK_TOKEN``) and
+    ``PANDASTACK_BASE_URL`` (default ``http://localhost:8080``). ``timeout`` is the HTTP request
+    timeout in seconds (default 60; creates, forks, snapshots and wakes get at least 600 s; an
+    exec gets its command timeout + 30 s). ``max_retries`` bounds retries of 429/502/503/504
+    answers and connection errors, with exponential backoff and jitter, honouring
+    ``Retry-After``.
+
+    Async: use ``async with AsyncPandaStack() as client:`` or ``await client.close()``.
+    """
 
     def __init__(
         self,
@@ -1344,6 +1612,7 @@ class AsyncPandaStack:
         return self._cfg.base_url
 
     async def health(self) -> bool:
+        """``True`` if the server answers ``/v1/health``."""
         try:
             return (await self._t.request("GET", "/v1/health")).status_code == 200
         except PandaStackError:

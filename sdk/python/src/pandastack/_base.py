@@ -137,6 +137,17 @@ def seg(s: str) -> str:
     return quote(s, safe="")
 
 
+#: Header that carries a sandbox's access token to a private preview URL.
+ACCESS_TOKEN_HEADER = "X-PandaStack-Access-Token"
+
+
+def port(p: Any) -> int:
+    """A TCP port number (1 to 65535), checked before any request."""
+    if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 65535:
+        raise InvalidArgumentError(f"port: a TCP port, 1 to 65535, got {p!r}", code="invalid_argument")
+    return p
+
+
 def new_idempotency_key() -> str:
     return str(uuid.uuid4())
 

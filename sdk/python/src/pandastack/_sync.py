@@ -1,4 +1,7 @@
+# Generated from _async.py by scripts/gen-sync-client.py: do not edit by hand.
+# Change _async.py, then run `python3 scripts/gen-sync-client.py` (CI runs it with --check).
 """The synchronous client: :class:`PandaStack` and :class:`Sandbox`."""
+
 
 from __future__ import annotations
 
@@ -10,7 +13,6 @@ import time
 from typing import (
     IO,
     Any,
-    BinaryIO,
     Callable,
     Dict,
     Generator,
@@ -53,6 +55,7 @@ from .types import (
     FileInfo,
     Metrics,
     Page,
+    PortUrl,
     Result,
     SandboxInfo,
     Snapshot,
@@ -68,7 +71,15 @@ ResultCallback = Callable[[Result], Any]
 ErrorCallback = Callable[[ExecutionError], Any]
 FileContent = Union[str, bytes, bytearray, memoryview, IO[bytes], Iterable[bytes]]
 
-__all__ = ["PandaStack", "Sandbox", "Filesystem", "ExecStream", "Paginator", "Process", "Pty"]
+__all__ = [
+    "PandaStack",
+    "Sandbox",
+    "Filesystem",
+    "ExecStream",
+    "Paginator",
+    "Process",
+    "Pty",
+]
 
 
 class _Transport:
@@ -175,7 +186,9 @@ class Paginator(Generic[T]):
     first page.
     """
 
-    def __init__(self, fetch: Callable[[Optional[str]], Page[T]], cursor: Optional[str] = None):
+    def __init__(
+        self, fetch: Callable[[Optional[str]], Page[T]], cursor: Optional[str] = None
+    ):
         self._fetch = fetch
         self._cursor = cursor
 
@@ -188,15 +201,19 @@ class Paginator(Generic[T]):
                 return
             cursor = page.next_cursor
 
-    def __iter__(self) -> Iterator[T]:
+    def _items(self) -> Iterator[T]:
         for page in self.pages():
-            yield from page.data
+            for x in page.data:
+                yield x
+
+    def __iter__(self) -> Iterator[T]:
+        return self._items()
 
     def first_page(self) -> Page[T]:
         return self._fetch(self._cursor)
 
     def to_list(self) -> List[T]:
-        return list(self)
+        return [x for x in self]
 
 
 class ExecStream:
@@ -223,6 +240,14 @@ class ExecStream:
             self._gen = self._events()
         return self._gen
 
+    def _take(self, pair: Any) -> Optional[ExecEvent]:
+        ev = b.exec_event(*pair)
+        if ev is not None:
+            self._collector.add(ev)
+            if isinstance(ev, ExitEvent):
+                self.exit = ev
+        return ev
+
     def _events(self) -> Generator[ExecEvent, None, None]:
         t = self._sandbox._t
         self._resp = t.request(
@@ -240,22 +265,16 @@ class ExecStream:
                     pair = dec.feed(line)
                     if pair is None:
                         continue
-                    ev = b.exec_event(*pair)
+                    ev = self._take(pair)
                     if ev is None:
                         continue
-                    self._collector.add(ev)
-                    if isinstance(ev, ExitEvent):
-                        self.exit = ev
                     yield ev
                     if isinstance(ev, ExitEvent):
                         return
                 pair = dec.flush()
                 if pair is not None:
-                    ev = b.exec_event(*pair)
+                    ev = self._take(pair)
                     if ev is not None:
-                        self._collector.add(ev)
-                        if isinstance(ev, ExitEvent):
-                            self.exit = ev
                         yield ev
                         if isinstance(ev, ExitEvent):
                             return
@@ -274,7 +293,7 @@ class ExecStream:
         return self
 
     def __next__(self) -> ExecEvent:
-        return next(self._open())
+        return self._open().__next__()
 
     def __enter__(self) -> "ExecStream":
         return self
@@ -298,6 +317,15 @@ class ExecStream:
         for _ in self:
             pass
         return b.check_result(self._collector.result(), check, b.describe_cmd(self._body))
+
+
+def _call(cb: Optional[Callable[[Any], Any]], data: Any) -> None:
+    """Calls an optional callback.
+    """
+    if cb is None:
+        return
+    cb(data)
+
 
 
 class Process:
@@ -434,6 +462,9 @@ class Pty:
         return b""
 
     def __iter__(self) -> Iterator[bytes]:
+        return self._chunks()
+
+    def _chunks(self) -> Iterator[bytes]:
         while True:
             chunk = self.read()
             if not chunk:
@@ -475,6 +506,9 @@ class Filesystem:
     def _p(self) -> str:
         return f"/v1/sandboxes/{b.seg(self._sb.id)}/fs"
 
+    def _io_timeout(self) -> httpx.Timeout:
+        return b.timeout_for(None, max(self._t.cfg.timeout, 300.0))
+
     def read(self, path: str, *, encoding: str = "utf-8", errors: str = "strict") -> str:
         """The file's content as text."""
         return self.read_bytes(path).decode(encoding, errors)
@@ -482,7 +516,8 @@ class Filesystem:
     def read_bytes(self, path: str) -> bytes:
         """The file's content as bytes (held in memory: use :meth:`download` or
         :meth:`read_stream` for large files)."""
-        return self._t.request("GET", self._p, params={"path": path}, timeout=self._io_timeout()).content
+        resp = self._t.request("GET", self._p, params={"path": path}, timeout=self._io_timeout())
+        return resp.content
 
     def read_stream(self, path: str, chunk_size: int = b.CHUNK_SIZE) -> Iterator[bytes]:
         """Yields the file's content in chunks without holding it in memory."""
@@ -491,7 +526,8 @@ class Filesystem:
         )
         try:
             try:
-                yield from resp.iter_bytes(chunk_size)
+                for chunk in resp.iter_bytes(chunk_size):
+                    yield chunk
             except httpx.TransportError as e:
                 raise b.error_from_exception(e, f"read {path}") from e
         finally:
@@ -522,12 +558,13 @@ class Filesystem:
 
     def upload(self, local_path: Union[str, "os.PathLike[str]"], remote_path: str) -> WriteInfo:
         """Streams a local file into the sandbox (never held in memory)."""
-        size = os.path.getsize(local_path)
+        local = os.fspath(local_path)
+        size = os.path.getsize(local)
         resp = self._t.request(
             "PUT",
             self._p,
             params={"path": remote_path},
-            content_factory=lambda: open(local_path, "rb"),
+            content_factory=lambda: open(local, "rb"),
             headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
             timeout=self._io_timeout(),
         )
@@ -589,9 +626,6 @@ class Filesystem:
         self._t.request(
             "POST", f"{self._p}/rename", json={"from": src, "to": dst, "overwrite": overwrite}
         )
-
-    def _io_timeout(self) -> httpx.Timeout:
-        return b.timeout_for(None, max(self._t.cfg.timeout, 300.0))
 
 
 class Sandbox:
@@ -673,6 +707,9 @@ class Sandbox:
         self._info = SandboxInfo.from_json(body)
         return self._info
 
+    def _long(self) -> httpx.Timeout:
+        return b.timeout_for(None, max(self._t.cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT))
+
     # ---- info
     def info(self) -> SandboxInfo:
         """Fetches the sandbox's current state (does not wake it)."""
@@ -729,6 +766,24 @@ class Sandbox:
     def metrics(self) -> Metrics:
         return Metrics.from_json(self._t.json("GET", f"{self._p}/metrics"))
 
+    # ---- preview URLs
+    def get_port(self, port: int) -> PortUrl:
+        """The preview URL of ``port`` inside the sandbox, whether it is public, and the token
+        that opens it while private (whether or not anything listens there yet)."""
+        p = b.port(port)
+        return PortUrl.from_json(self._t.json("GET", f"{self._p}/ports/{p}/url"))
+
+    def get_url(self, port: int) -> str:
+        """The preview URL of ``port``: ``https://<port>-<id>.<domain>``. Private ports need the
+        token of :meth:`get_port` in the ``X-PandaStack-Access-Token`` header."""
+        return self.get_port(port).url
+
+    def set_port_public(self, port: int, public: bool = True) -> PortUrl:
+        """Makes ``port`` reachable without a token (or, with ``public=False``, private again)."""
+        p = b.port(port)
+        body = {"public": bool(public)}
+        return PortUrl.from_json(self._t.json("PATCH", f"{self._p}/ports/{p}", json=body))
+
     # ---- exec
     def exec(
         self,
@@ -765,11 +820,9 @@ class Sandbox:
             with stream:
                 for ev in stream:
                     if isinstance(ev, StdoutEvent):
-                        if on_stdout is not None:
-                            on_stdout(ev.data)
+                        _call(on_stdout, ev.data)
                     elif isinstance(ev, StderrEvent):
-                        if on_stderr is not None:
-                            on_stderr(ev.data)
+                        _call(on_stderr, ev.data)
             result = stream._collector.result()
         else:
             try:
@@ -833,7 +886,8 @@ class Sandbox:
         for interactive use: ``send_stdin``, ``close_stdin``, ``kill``, live events, ``wait``.
         Without ``timeout_seconds`` it runs until it exits, is killed, or the handle closes."""
         body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, None)
-        return Process(self._ws_connect("exec/ws"), body)
+        ws = self._ws_connect("exec/ws")
+        return Process(ws, body)
 
     def pty(self, *, cols: int = 80, rows: int = 24, cmd: Optional[str] = None) -> Pty:
         """Opens an interactive terminal (``…/pty``) running ``cmd`` (default: a login shell)."""
@@ -920,9 +974,7 @@ class Sandbox:
                 return False
             kind, value = ev
             collector.add(kind, value)
-            cb = callbacks.get(kind)
-            if cb is not None:
-                cb(value)
+            _call(callbacks.get(kind), value)
             return kind == "done"
 
         dec = b.SSEDecoder()
@@ -974,13 +1026,7 @@ class Sandbox:
 
     # ---- lifecycle
     def _verb(self, verb: str) -> "Sandbox":
-        self._set(
-            self._t.json(
-                "POST",
-                f"{self._p}/{verb}",
-                timeout=b.timeout_for(None, max(self._t.cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT)),
-            )
-        )
+        self._set(self._t.json("POST", f"{self._p}/{verb}", timeout=self._long()))
         return self
 
     def pause(self) -> "Sandbox":
@@ -1029,11 +1075,7 @@ class Sandbox:
     def snapshot(self) -> Snapshot:
         """Snapshots the sandbox (memory and disk); it keeps running."""
         return Snapshot.from_json(
-            self._t.json(
-                "POST",
-                f"{self._p}/snapshots",
-                timeout=b.timeout_for(None, max(self._t.cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT)),
-            )
+            self._t.json("POST", f"{self._p}/snapshots", timeout=self._long())
         )
 
     @overload
@@ -1056,13 +1098,10 @@ class Sandbox:
         body: Dict[str, Any] = {"count": n}
         if metadata is not None:
             body["metadata"] = dict(metadata)
-        data = self._t.json(
-            "POST",
-            f"{self._p}/fork",
-            json=body,
-            timeout=b.timeout_for(None, max(self._t.cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT)),
-        )
-        children = [Sandbox(self._client, SandboxInfo.from_json(c)) for c in data.get("children", [])]
+        data = self._t.json("POST", f"{self._p}/fork", json=body, timeout=self._long())
+        children = [
+            Sandbox(self._client, SandboxInfo.from_json(c)) for c in data.get("children", [])
+        ]
         if count is None:
             return children[0]
         return children
@@ -1099,23 +1138,27 @@ class Sandboxes:
         body = b.create_body(
             template, snapshot_id, ttl_seconds, idle_timeout_seconds, on_timeout, metadata, env
         )
-        data = self._t.json(
-            "POST",
-            "/v1/sandboxes",
-            json=body,
-            headers={"Idempotency-Key": idempotency_key or b.new_idempotency_key()},
-            retry=b.RETRY_IDEMPOTENT,
-            timeout=b.timeout_for(
-                request_timeout, max(self._t.cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT)
-            ),
-        )
-        return Sandbox(self._client, SandboxInfo.from_json(data))
+        key = idempotency_key or b.new_idempotency_key()
+
+        def run() -> Sandbox:
+            data = self._t.json(
+                "POST",
+                "/v1/sandboxes",
+                json=body,
+                headers={"Idempotency-Key": key},
+                retry=b.RETRY_IDEMPOTENT,
+                timeout=b.timeout_for(
+                    request_timeout, max(self._t.cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT)
+                ),
+            )
+            return Sandbox(self._client, SandboxInfo.from_json(data))
+
+        return run()
 
     def get(self, sandbox_id: str) -> Sandbox:
         """A handle on an existing sandbox (its state is not changed)."""
-        return Sandbox(self._client, SandboxInfo.from_json(
-            self._t.json("GET", f"/v1/sandboxes/{b.seg(sandbox_id)}")
-        ))
+        data = self._t.json("GET", f"/v1/sandboxes/{b.seg(sandbox_id)}")
+        return Sandbox(self._client, SandboxInfo.from_json(data))
 
     def connect(self, sandbox_id: str) -> Sandbox:
         """A handle on an existing sandbox, woken if hibernated and resumed if paused."""
@@ -1151,8 +1194,11 @@ class Sandboxes:
     def kill(self, sandbox_id: str) -> bool:
         """Destroys a sandbox by id. Returns ``False`` if it did not exist."""
         try:
-            self._t.request("DELETE", f"/v1/sandboxes/{b.seg(sandbox_id)}",
-                            timeout=b.timeout_for(None, max(self._t.cfg.timeout, 120.0)))
+            self._t.request(
+                "DELETE",
+                f"/v1/sandboxes/{b.seg(sandbox_id)}",
+                timeout=b.timeout_for(None, max(self._t.cfg.timeout, 120.0)),
+            )
             return True
         except NotFoundError:
             return False
@@ -1282,7 +1328,10 @@ class Templates:
         return self._wait(queued, on_log, timeout_seconds)
 
     def _wait(
-        self, queued: Template, on_log: Optional[OutputCallback], timeout_seconds: Optional[float]
+        self,
+        queued: Template,
+        on_log: Optional[OutputCallback],
+        timeout_seconds: Optional[float],
     ) -> Template:
         f = b.BuildFollower(queued, timeout_seconds)
         while not f.done:
@@ -1307,15 +1356,15 @@ class Templates:
                     ended = False
                     for line in resp.iter_lines():
                         text = f.line(line)
-                        if text and on_log is not None:
-                            on_log(text)
+                        if text:
+                            _call(on_log, text)
                         if f.done or f.expired():
                             ended = True
                             break
                     if not ended:
                         text = f.finish()
-                        if text and on_log is not None:
-                            on_log(text)
+                        if text:
+                            _call(on_log, text)
                 finally:
                     resp.close()
             except httpx.TransportError as e:
@@ -1348,12 +1397,13 @@ class Templates:
 
     def logs(self, name: str, version: Optional[int] = None) -> str:
         """The build log of the template's newest build (or of build ``version``) so far."""
-        return self._t.request(
+        resp = self._t.request(
             "GET",
             f"/v1/templates/{b.seg(name)}/logs",
             params=b.template_logs_params(version),
             headers={"Accept": "text/plain"},
-        ).text
+        )
+        return resp.text
 
     def bake(self, name: str) -> Template:
         """Re-bakes a template (a cold boot and a new snapshot; catalog templates from their

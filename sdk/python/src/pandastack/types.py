@@ -301,6 +301,27 @@ class Metrics:
 
 
 @dataclass
+class PortUrl:
+    """A port's preview URL (``GET /v1/sandboxes/{id}/ports/{port}/url``). While the port is
+    private, send ``token`` as the ``X-PandaStack-Access-Token`` header (or open
+    ``url + "?pandastack_access=" + token`` once in a browser)."""
+
+    url: str
+    port: int
+    public: bool
+    token: str
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "PortUrl":
+        return cls(
+            url=_s(d, "url", ""),
+            port=int(_s(d, "port", 0)),
+            public=bool(_s(d, "public", False)),
+            token=_s(d, "token", ""),
+        )
+
+
+@dataclass
 class APIKey:
     id: str
     name: str

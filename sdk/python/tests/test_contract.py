@@ -1,0 +1,243 @@
+"""The Python SDK's wire types against the server's committed OpenAPI document
+(``crates/pandastack-api/openapi.json``), offline.
+
+For each response schema the SDK models (``PAIRS``): the dataclass has exactly the schema's
+fields (plus ``raw``), each of a compatible type; a field the server may send as ``null`` is
+``Optional``; a field the server may leave out has a default; and ``from_json`` of a sample
+built from the schema reads every field from the right key. Every other schema of the document
+must be named in ``NOT_MODELLED`` with the reason, so a new schema is a decision, not a gap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import typing
+from typing import Any, Dict, Tuple
+
+import pytest
+
+from pandastack.types import (
+    APIKey,
+    CodeContext,
+    ExecResult,
+    FileInfo,
+    PortUrl,
+    SandboxInfo,
+    Snapshot,
+    Template,
+)
+
+pytestmark = pytest.mark.offline
+
+OPENAPI = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "crates", "pandastack-api", "openapi.json"
+)
+
+#: Response schema -> the SDK type that models it.
+PAIRS: Dict[str, type] = {
+    "Sandbox": SandboxInfo,
+    "ExecResult": ExecResult,
+    "FileInfo": FileInfo,
+    "Snapshot": Snapshot,
+    "Template": Template,
+    "Key": APIKey,
+    "CodeContext": CodeContext,
+    "PortUrl": PortUrl,
+}
+
+#: Schemas the SDK does not model as a type, and why.
+NOT_MODELLED: Dict[str, str] = {
+    # Request bodies: the SDK builds them as dicts from keyword arguments.
+    "CodeContextRequest": "request body",
+    "CodeRequest": "request body",
+    "CreateKeyRequest": "request body",
+    "CreateSandboxRequest": "request body",
+    "CreateTemplateRequest": "request body",
+    "ExecRequest": "request body",
+    "ForkRequest": "request body",
+    "MkdirRequest": "request body",
+    "PatchSandboxRequest": "request body",
+    "RenameRequest": "request body",
+    "PortUpdate": "request body",
+    # Envelopes the SDK unwraps.
+    "ErrorBody": "raised as PandaStackError subclasses",
+    "ErrorEnvelope": "raised as PandaStackError subclasses",
+    "ErrorCode": "PandaStackError.code is the string",
+    "List_FileInfo": "unwrapped into lists / Page",
+    "List_Key": "unwrapped into lists / Page",
+    "List_Sandbox": "unwrapped into lists / Page",
+    "List_Snapshot": "unwrapped into lists / Page",
+    "List_Template": "unwrapped into lists / Page",
+    "ForkResponse": "unwrapped into Sandbox objects",
+    "CreatedKey": "CreatedAPIKey = Key + secret (allOf)",
+    # Streams: decoded into events, not returned as these objects.
+    "CodeResult": "decoded into Execution (results, logs, error)",
+    "CodeOutput": "decoded into Result",
+    "CodeError": "decoded into ExecutionError",
+    "ExecClientFrame": "WebSocket frame",
+    "ExecServerFrame": "WebSocket frame",
+    "ExecExitFrame": "WebSocket frame",
+    "ExecIdFrame": "WebSocket frame",
+    "ExecOutputFrame": "WebSocket frame",
+    "ExecStartFrame": "WebSocket frame",
+    "ExecStdinFrame": "WebSocket frame",
+    "PtyClientFrame": "WebSocket frame",
+    "PtyServerFrame": "WebSocket frame",
+    "StreamErrorFrame": "WebSocket frame",
+    "LogChunk": "SSE event of logs_stream",
+    "LogEnd": "SSE event of logs_stream",
+    # Enums the SDK keeps as strings.
+    "OnTimeout": "a str field",
+    "SandboxState": "a str field",
+}
+
+
+def _doc() -> Dict[str, Any]:
+    with open(OPENAPI, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _schemas() -> Dict[str, Any]:
+    return _doc()["components"]["schemas"]
+
+
+def _resolve(s: Dict[str, Any]) -> Dict[str, Any]:
+    ref = s.get("$ref")
+    if ref:
+        return _schemas()[ref.rsplit("/", 1)[1]]
+    return s
+
+
+def _kind(prop: Dict[str, Any]) -> Tuple[str, bool]:
+    """The JSON type of a property and whether it may be null."""
+    prop = dict(prop)
+    nullable = False
+    for key in ("oneOf", "anyOf"):
+        if key in prop:
+            alts = [a for a in prop[key] if a.get("type") != "null"]
+            nullable = nullable or len(alts) < len(prop[key])
+            prop = _resolve(alts[0]) if alts else {"type": "null"}
+    if "allOf" in prop:
+        prop = _resolve(prop["allOf"][0])
+    prop = _resolve(prop)
+    t = prop.get("type", "object" if "properties" in prop or "additionalProperties" in prop else "string")
+    if isinstance(t, list):
+        nullable = nullable or "null" in t
+        t = [x for x in t if x != "null"][0]
+    if "enum" in prop:
+        t = "string"
+    return t, nullable
+
+
+def _sample(name: str, t: str, i: int) -> Any:
+    return {
+        "string": f"{name}-value",
+        "integer": 1000 + i,
+        "number": 1000.5 + i,
+        "boolean": True,
+        "array": [],
+        "object": {"k": f"{name}-v"},
+    }[t]
+
+
+PY_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list, "object": dict}
+
+
+def _base(annotation: Any) -> Tuple[Any, bool]:
+    """The annotation without Optional, and whether it allowed None."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Union and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0], True
+    return annotation, False
+
+
+def check(schema_name: str, cls: type) -> list:
+    """Every mismatch between `schema_name` and `cls`, as readable lines."""
+    schema = _resolve(_schemas()[schema_name])
+    props: Dict[str, Any] = schema.get("properties", {})
+    required = set(schema.get("required", []))
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "raw"}
+    where = f"{schema_name} / {cls.__name__}"
+    problems = []
+    for missing in sorted(set(props) - set(fields)):
+        problems.append(f"{where}: the server sends `{missing}`, the SDK type has no such field")
+    for extra in sorted(set(fields) - set(props)):
+        problems.append(f"{where}: the SDK field `{extra}` is not in the server's schema")
+    sample = {}
+    for i, (name, prop) in enumerate(sorted(props.items())):
+        t, nullable = _kind(prop)
+        sample[name] = _sample(name, t, i)
+        if name not in fields:
+            continue
+        ann, optional = _base(hints[name])
+        origin = typing.get_origin(ann) or ann
+        want = PY_TYPES[t]
+        ok = origin is want or (want is float and origin in (int, float)) or ann is Any
+        if not ok:
+            problems.append(f"{where}: `{name}` is {t} on the wire but {ann!r} in the SDK")
+        if nullable and not optional:
+            problems.append(f"{where}: `{name}` may be null on the wire but is not Optional in the SDK")
+        f = fields[name]
+        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        if name not in required and not has_default:
+            problems.append(f"{where}: `{name}` may be absent on the wire but has no default in the SDK")
+    if not problems:
+        parsed = cls.from_json(sample)
+        for name, value in sample.items():
+            got = getattr(parsed, name)
+            if got != value:
+                problems.append(f"{where}: from_json read `{name}` as {got!r}, the wire had {value!r}")
+    return problems
+
+
+@pytest.mark.parametrize("schema_name", sorted(PAIRS))
+def test_sdk_type_matches_the_schema(schema_name: str) -> None:
+    problems = check(schema_name, PAIRS[schema_name])
+    assert not problems, "\n".join(problems)
+
+
+def test_every_schema_is_modelled_or_explained() -> None:
+    names = set(_schemas())
+    unaccounted = sorted(names - set(PAIRS) - set(NOT_MODELLED))
+    stale = sorted((set(PAIRS) | set(NOT_MODELLED)) - names)
+    assert not unaccounted, f"schemas the SDK neither models nor explains: {unaccounted}"
+    assert not stale, f"names in PAIRS/NOT_MODELLED the document no longer has: {stale}"
+
+
+def test_the_check_sees_drift() -> None:
+    """A field added on either side is reported (the check can fail)."""
+
+    @dataclasses.dataclass
+    class Short:
+        url: str
+        port: int
+        public: bool
+
+        @classmethod
+        def from_json(cls, d: Any) -> "Short":
+            return cls(url=d["url"], port=d["port"], public=d["public"])
+
+    assert any("`token`" in p for p in check("PortUrl", Short))
+
+    @dataclasses.dataclass
+    class Long(PortUrl):
+        extra: str = ""
+
+    assert any("`extra`" in p for p in check("PortUrl", Long))
+
+    @dataclasses.dataclass
+    class Swapped:
+        url: str
+        port: int
+        public: bool
+        token: str
+
+        @classmethod
+        def from_json(cls, d: Any) -> "Swapped":
+            return cls(url=d["token"], port=d["port"], public=d["public"], token=d["url"])
+
+    assert any("read `url`" in p for p in check("PortUrl", Swapped))

@@ -1,0 +1,227 @@
+// The TypeScript SDK's wire types against the server's committed OpenAPI document
+// (crates/pandastack-api/openapi.json), offline.
+//
+// For each response schema the SDK models (PAIRS): the interface in src/types.ts (parsed with the
+// TypeScript compiler) has exactly the schema's fields in camelCase, each of a compatible type; a
+// field the server may send as null admits null (or is optional); and the SDK's `…FromWire` of a
+// sample built from the schema reads every field from the right key. Every other schema must be
+// named in NOT_MODELLED with the reason, so a new schema is a decision, not a gap.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import ts from "typescript";
+
+import * as types from "../dist/types.js";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const DOC = JSON.parse(readFileSync(join(here, "../../../crates/pandastack-api/openapi.json"), "utf8"));
+const SCHEMAS = DOC.components.schemas;
+const TYPES_TS = join(here, "../src/types.ts");
+
+/** Response schema → [interface in src/types.ts, its decoder in dist/types.js (or null)]. */
+const PAIRS = {
+  Sandbox: ["SandboxInfo", "sandboxFromWire"],
+  ExecResult: ["ExecResult", "execResultFromWire"],
+  FileInfo: ["FileInfo", "fileInfoFromWire"],
+  Snapshot: ["SnapshotInfo", "snapshotFromWire"],
+  Template: ["TemplateInfo", "templateFromWire"],
+  CodeContext: ["CodeContext", "codeContextFromWire"],
+  PortUrl: ["PortUrl", "portUrlFromWire"],
+  PortUpdate: ["PortUpdate", null],
+};
+
+const REQUEST = "request body: built from options";
+const FRAME = "WebSocket frame";
+/** Schemas the SDK does not model as a type, and why. */
+const NOT_MODELLED = {
+  CodeContextRequest: REQUEST,
+  CodeRequest: REQUEST,
+  CreateKeyRequest: "the TypeScript SDK has no keys API",
+  Key: "the TypeScript SDK has no keys API",
+  CreatedKey: "the TypeScript SDK has no keys API",
+  List_Key: "the TypeScript SDK has no keys API",
+  CreateSandboxRequest: REQUEST,
+  CreateTemplateRequest: REQUEST,
+  ExecRequest: REQUEST,
+  ForkRequest: REQUEST,
+  MkdirRequest: REQUEST,
+  PatchSandboxRequest: REQUEST,
+  RenameRequest: REQUEST,
+  ErrorBody: "thrown as PandaStackError subclasses",
+  ErrorEnvelope: "thrown as PandaStackError subclasses",
+  ErrorCode: "PandaStackError.code is the string",
+  List_FileInfo: "unwrapped into arrays / Paginator",
+  List_Sandbox: "unwrapped into arrays / Paginator",
+  List_Snapshot: "unwrapped into arrays / Paginator",
+  List_Template: "unwrapped into arrays / Paginator",
+  ForkResponse: "unwrapped into Sandbox objects (ForkResult)",
+  CodeResult: "decoded into Execution",
+  CodeOutput: "decoded into Result",
+  CodeError: "decoded into ExecutionError",
+  ExecClientFrame: FRAME,
+  ExecServerFrame: FRAME,
+  ExecExitFrame: FRAME,
+  ExecIdFrame: FRAME,
+  ExecOutputFrame: FRAME,
+  ExecStartFrame: FRAME,
+  ExecStdinFrame: FRAME,
+  PtyClientFrame: FRAME,
+  PtyServerFrame: FRAME,
+  StreamErrorFrame: FRAME,
+  LogChunk: "SSE event of logs streams",
+  LogEnd: "SSE event of logs streams",
+  OnTimeout: "a string union type (OnTimeout)",
+  SandboxState: "a string union type (SandboxState)",
+};
+
+/** Type aliases of src/types.ts that stand for a JSON string. */
+const STRING_ALIASES = new Set(["SandboxState", "OnTimeout"]);
+
+const camel = (s) => s.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
+
+function resolve(s) {
+  return s.$ref ? SCHEMAS[s.$ref.split("/").pop()] : s;
+}
+
+/** [JSON type, may be null] of a schema property. */
+function kind(prop) {
+  let p = { ...prop };
+  let nullable = false;
+  for (const key of ["oneOf", "anyOf"]) {
+    if (p[key]) {
+      const alts = p[key].filter((a) => a.type !== "null");
+      nullable ||= alts.length < p[key].length;
+      p = alts.length ? resolve(alts[0]) : { type: "null" };
+    }
+  }
+  if (p.allOf) p = resolve(p.allOf[0]);
+  p = resolve(p);
+  let t = p.type ?? (p.properties || p.additionalProperties ? "object" : "string");
+  if (Array.isArray(t)) {
+    nullable ||= t.includes("null");
+    t = t.filter((x) => x !== "null")[0];
+  }
+  if (p.enum) t = "string";
+  return [t, nullable];
+}
+
+function sample(name, t, i) {
+  return {
+    string: `${name}-value`,
+    integer: 1000 + i,
+    number: 1000.5 + i,
+    boolean: true,
+    array: [],
+    object: { k: `${name}-v` },
+  }[t];
+}
+
+/** Properties of each exported interface of src/types.ts: name → { type text, optional }. */
+function interfaces(path = TYPES_TS) {
+  const src = ts.createSourceFile(path, readFileSync(path, "utf8"), ts.ScriptTarget.Latest, true);
+  const out = {};
+  for (const st of src.statements) {
+    if (!ts.isInterfaceDeclaration(st)) continue;
+    const props = {};
+    for (const m of st.members) {
+      if (!ts.isPropertySignature(m) || !m.type) continue;
+      props[m.name.getText(src)] = { type: m.type.getText(src), optional: !!m.questionToken };
+    }
+    out[st.name.text] = props;
+  }
+  return out;
+}
+
+/** Whether TypeScript type text `text` fits JSON type `t`. */
+function fits(text, t) {
+  const parts = text.split("|").map((p) => p.trim()).filter((p) => p !== "null" && p !== "undefined");
+  return parts.every((p) => {
+    switch (t) {
+      case "string":
+        return p === "string" || /^"[^"]*"$/.test(p) || STRING_ALIASES.has(p);
+      case "integer":
+      case "number":
+        return p === "number";
+      case "boolean":
+        return p === "boolean";
+      case "array":
+        return p.endsWith("[]") || p.startsWith("Array<");
+      case "object":
+        return p.startsWith("Record<") || p.startsWith("{");
+      default:
+        return false;
+    }
+  });
+}
+
+/** Every mismatch between schema `schemaName` and interface `iface` (decoded by `decoder`). */
+export function check(schemaName, iface, decoder, ifaces = interfaces()) {
+  const schema = resolve(SCHEMAS[schemaName]);
+  const props = schema.properties ?? {};
+  const fields = ifaces[iface];
+  const where = `${schemaName} / ${iface}`;
+  if (!fields) return [`${where}: no interface ${iface} in src/types.ts`];
+  const problems = [];
+  const wire = new Set(Object.keys(props).map(camel));
+  for (const name of Object.keys(props)) {
+    if (!(camel(name) in fields)) problems.push(`${where}: the server sends \`${name}\`, the SDK type has no \`${camel(name)}\``);
+  }
+  for (const f of Object.keys(fields)) {
+    if (!wire.has(f)) problems.push(`${where}: the SDK field \`${f}\` is not in the server's schema`);
+  }
+  const sampleWire = {};
+  Object.keys(props)
+    .sort()
+    .forEach((name, i) => {
+      const [t, nullable] = kind(props[name]);
+      sampleWire[name] = sample(name, t, i);
+      const f = fields[camel(name)];
+      if (!f) return;
+      if (!fits(f.type, t)) problems.push(`${where}: \`${name}\` is ${t} on the wire but \`${f.type}\` in the SDK`);
+      if (nullable && !f.optional && !/\bnull\b/.test(f.type)) {
+        problems.push(`${where}: \`${name}\` may be null on the wire but \`${camel(name)}: ${f.type}\` does not admit null`);
+      }
+    });
+  if (!problems.length && decoder) {
+    const got = decoder(sampleWire);
+    for (const [name, value] of Object.entries(sampleWire)) {
+      try {
+        assert.deepEqual(got[camel(name)], value);
+      } catch {
+        problems.push(`${where}: ${decoder.name} read \`${name}\` as ${JSON.stringify(got[camel(name)])}, the wire had ${JSON.stringify(value)}`);
+      }
+    }
+  }
+  return problems;
+}
+
+for (const [schemaName, [iface, decoderName]] of Object.entries(PAIRS)) {
+  test(`${schemaName} matches the SDK's ${iface}`, () => {
+    const decoder = decoderName ? types[decoderName] : null;
+    if (decoderName) assert.equal(typeof decoder, "function", `dist/types.js exports ${decoderName}`);
+    const problems = check(schemaName, iface, decoder);
+    assert.deepEqual(problems, []);
+  });
+}
+
+test("every schema is modelled or explained", () => {
+  const names = new Set(Object.keys(SCHEMAS));
+  const known = new Set([...Object.keys(PAIRS), ...Object.keys(NOT_MODELLED)]);
+  assert.deepEqual([...names].filter((n) => !known.has(n)).sort(), [], "schemas neither modelled nor explained");
+  assert.deepEqual([...known].filter((n) => !names.has(n)).sort(), [], "names the document no longer has");
+});
+
+test("the check sees drift (it can fail)", () => {
+  const ifaces = interfaces();
+  const short = { ...ifaces, PortUrl: { ...ifaces.PortUrl } };
+  delete short.PortUrl.token;
+  assert.ok(check("PortUrl", "PortUrl", null, short).some((p) => p.includes("`token`")));
+  const long = { ...ifaces, PortUrl: { ...ifaces.PortUrl, extra: { type: "string", optional: false } } };
+  assert.ok(check("PortUrl", "PortUrl", null, long).some((p) => p.includes("`extra`")));
+  const swapped = (w) => ({ ...types.portUrlFromWire(w), url: w.token, token: w.url });
+  assert.ok(check("PortUrl", "PortUrl", swapped).some((p) => p.includes("read `url`")));
+  const notNull = { ...ifaces, SandboxInfo: { ...ifaces.SandboxInfo, expiresAt: { type: "string", optional: false } } };
+  assert.ok(check("Sandbox", "SandboxInfo", null, notNull).some((p) => p.includes("may be null")));
+});
