@@ -17,6 +17,8 @@ PANDASTACK_KERNEL=$(scripts/build-kernel.sh)
 step "format and lint"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The sync Python client is generated from the async one; a stale copy fails here.
+python3 scripts/gen-sync-client.py --check
 
 step "build: guest agent (release) and pandastack"
 # The guest agent is linked statically: it is PID 1 in images of any libc (or none). The flag
