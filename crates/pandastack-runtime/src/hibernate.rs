@@ -117,7 +117,7 @@ impl<D: VmDriver> Runtime<D> {
                 return Err((e.into(), h));
             }
         };
-        let agent = match identify(&vm, Identity::Same).await {
+        let agent = match identify(&vm, Identity::Same, self.restore_timeout).await {
             Ok(a) => a,
             Err(e) => {
                 let _ = vm.stop().await;

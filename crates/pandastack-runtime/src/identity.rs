@@ -8,8 +8,6 @@ use pandastack_guest_proto::v1::{self, agent_client::AgentClient};
 use pandastack_vm::Vm;
 use tonic::transport::Channel;
 
-use crate::RESTORE_TIMEOUT;
-
 /// What the restored guest should become.
 #[derive(Clone, Copy)]
 pub(crate) enum Identity<'a> {
@@ -37,12 +35,13 @@ const FIRST_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) async fn identify<V: Vm>(
     vm: &V,
     identity: Identity<'_>,
+    timeout: Duration,
 ) -> Result<Channel, GuestReadyError> {
     let mut attempt = 0;
     loop {
         attempt += 1;
         let t = Instant::now();
-        let channel = pandastack_guest_proto::host::connect(vm.agent_socket(), RESTORE_TIMEOUT)
+        let channel = pandastack_guest_proto::host::connect(vm.agent_socket(), timeout)
             .await
             .map_err(|e| GuestReadyError(Box::new(e)))?;
         tracing::debug!(
@@ -50,7 +49,12 @@ pub(crate) async fn identify<V: Vm>(
             connect_ms = t.elapsed().as_secs_f64() * 1e3,
             "agent session open"
         );
-        match tokio::time::timeout(FIRST_CALL_TIMEOUT, post_restore(&channel, identity)).await {
+        match tokio::time::timeout(
+            FIRST_CALL_TIMEOUT.min(timeout),
+            post_restore(&channel, identity),
+        )
+        .await
+        {
             Ok(r) => return r.map(|()| channel),
             Err(_) if attempt < 2 => {
                 tracing::warn!(
@@ -60,8 +64,11 @@ pub(crate) async fn identify<V: Vm>(
             }
             Err(_) => {
                 return Err(GuestReadyError(
-                    format!("no answer to the post-restore call within {FIRST_CALL_TIMEOUT:?}")
-                        .into(),
+                    format!(
+                        "no answer to the post-restore call within {:?}",
+                        FIRST_CALL_TIMEOUT.min(timeout)
+                    )
+                    .into(),
                 ))
             }
         }

@@ -45,6 +45,8 @@ pub struct Runtime<D: VmDriver> {
     kernel: PathBuf,
     pool: pool::Pool<D::Vm>,
     net: Option<std::sync::Arc<pandastack_net::NetPool>>,
+    /// How long a restored guest may take to answer ([`RESTORE_TIMEOUT`] unless set).
+    restore_timeout: Duration,
 }
 
 impl<D: VmDriver> Runtime<D> {
@@ -55,7 +57,15 @@ impl<D: VmDriver> Runtime<D> {
             kernel,
             pool: pool::Pool::default(),
             net: None,
+            restore_timeout: RESTORE_TIMEOUT,
         }
+    }
+
+    /// Bounds how long a restored guest may take to answer (tests with fake VMs use a short
+    /// one).
+    pub fn with_restore_timeout(mut self, t: Duration) -> Self {
+        self.restore_timeout = t;
+        self
     }
 
     pub fn driver(&self) -> &D {

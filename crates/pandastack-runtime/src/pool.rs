@@ -192,7 +192,7 @@ impl<D: VmDriver> Runtime<D> {
             let vm = self.driver.prepare_restore(&spec).await?;
             // On failure finish_restore stops the process itself.
             self.driver.finish_restore(&vm, &t.state()).await?;
-            match identify(&vm, Identity::Same).await {
+            match identify(&vm, Identity::Same, self.restore_timeout).await {
                 Ok(agent) => Ok::<_, CreateError>((vm, agent)),
                 Err(e) => {
                     let _ = vm.stop().await;

@@ -227,7 +227,7 @@ impl<D: VmDriver> Runtime<D> {
                 Some(agent) => {
                     // Bounded like the cold path: a warm VM that stopped answering must fail
                     // the create, not hang it.
-                    tokio::time::timeout(crate::RESTORE_TIMEOUT, post_restore(&agent, identity))
+                    tokio::time::timeout(self.restore_timeout, post_restore(&agent, identity))
                         .await
                         .map_err(|_| {
                             GuestReadyError(Box::new(std::io::Error::new(
@@ -237,7 +237,7 @@ impl<D: VmDriver> Runtime<D> {
                         })??;
                     agent
                 }
-                None => identify(&vm, identity).await?,
+                None => identify(&vm, identity, self.restore_timeout).await?,
             };
             info.save(dir)?;
             Ok::<_, CreateError>(agent)

@@ -38,12 +38,22 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     // The API speaks HTTP over the store and the host boundary; it names no agent, VM, runtime,
     // image or guest-protocol crate.
+    // The control plane works over the store and the host boundary.
+    (
+        "pandastack-control",
+        &[
+            "pandastack-api-types",
+            "pandastack-store",
+            "pandastack-host",
+        ],
+    ),
     (
         "pandastack-api",
         &[
             "pandastack-api-types",
             "pandastack-store",
             "pandastack-host",
+            "pandastack-control",
         ],
     ),
 ];

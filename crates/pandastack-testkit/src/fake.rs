@@ -1,0 +1,477 @@
+//! A fake VM driver for fast tests of everything above the driver (runtime, host agent, API):
+//! each "VM" is the real guest agent, `pandastack-guest serve --unix <run dir>/agent.sock`,
+//! running on this host in UTS and mount namespaces of its own (the hostname and the `/etc`
+//! files a post-restore writes are its own; outside a VM the agent leaves the clock alone). A
+//! create, exec or delete then takes milliseconds instead of a QEMU restore under TCG.
+//!
+//! What is fake: memory. A snapshot writes a marker file; a restore starts a fresh agent, so
+//! processes and files of `/tmp` do not survive snapshot, fork or hibernate as they do in a real
+//! VM. Commands run on this host (as root): tests should run harmless ones.
+//!
+//! Faults ([`Faults`]) make the next restores fail (the driver reports an error) or hang (the
+//! agent process is stopped, so the guest never answers and the runtime's bound decides).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use pandastack_vm::{Accel, Memory, RunState, Vm, VmDriver, VmError, VmSpec, VmStats};
+
+const PID_FILE: &str = "fake.pid";
+const SOCKET: &str = "agent.sock";
+const CONSOLE: &str = "console.log";
+
+/// Faults to inject into the next restores.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// Restores fail with a driver error.
+    pub fail_restore: AtomicBool,
+    /// Restored guests never answer (the agent process is stopped).
+    pub hang_restore: AtomicBool,
+}
+
+/// The fake driver (see the module docs).
+#[derive(Clone)]
+pub struct FakeDriver {
+    agent: PathBuf,
+    pub faults: Arc<Faults>,
+}
+
+impl FakeDriver {
+    /// Runs `agent` (a `pandastack-guest` binary) as each VM.
+    pub fn new(agent: PathBuf) -> Self {
+        Self {
+            agent,
+            faults: Arc::new(Faults::default()),
+        }
+    }
+
+    /// Starts the agent for `spec` (stopped if `stopped`) and waits for its socket.
+    async fn spawn(&self, spec: &VmSpec, stopped: bool) -> Result<FakeVm, VmError> {
+        if !spec.rootfs.is_file() {
+            return Err(VmError::MissingFile(spec.rootfs.clone()));
+        }
+        if !spec.run_dir.is_dir() {
+            return Err(VmError::InvalidSpec(format!(
+                "run dir {} does not exist",
+                spec.run_dir.display()
+            )));
+        }
+        if let Memory::SharedFile(p) = &spec.memory {
+            if !p.exists() {
+                let f = std::fs::File::create(p)?;
+                f.set_len(u64::from(spec.memory_mib) << 20)?;
+            }
+        }
+        let dir = &spec.run_dir;
+        let socket = dir.join(SOCKET);
+        let _ = std::fs::remove_file(&socket);
+        // The /etc files a post-restore writes, private to this "VM".
+        let etc = dir.join("fake-etc");
+        std::fs::create_dir_all(&etc)?;
+        let mut binds = String::new();
+        for f in ["hostname", "hosts", "machine-id"] {
+            let copy = etc.join(f);
+            if !copy.exists() {
+                std::fs::write(
+                    &copy,
+                    std::fs::read(Path::new("/etc").join(f)).unwrap_or_default(),
+                )?;
+            }
+            binds.push_str(&format!(
+                "mount --bind '{}' /etc/{f} || exit 98\n",
+                copy.display()
+            ));
+        }
+        let script = format!(
+            "{binds}exec '{}' serve --unix '{}'\n",
+            self.agent.display(),
+            socket.display()
+        );
+        let console = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(CONSOLE))?;
+        let child = tokio::process::Command::new("unshare")
+            .args(["--uts", "--mount", "--propagation", "private", "sh", "-c"])
+            .arg(script)
+            .stdin(Stdio::null())
+            .stdout(console.try_clone()?)
+            .stderr(console)
+            .process_group(0)
+            .spawn()
+            .map_err(VmError::Spawn)?;
+        let pid = child
+            .id()
+            .ok_or_else(|| VmError::Exited("fake vm exited at once".into()))?;
+        // Dropped: tokio reaps it when it exits.
+        drop(child);
+        std::fs::write(dir.join(PID_FILE), pid.to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !socket.exists() {
+            if !alive(pid) {
+                let log = std::fs::read_to_string(dir.join(CONSOLE)).unwrap_or_default();
+                return Err(VmError::Exited(format!("fake vm: {}", log.trim())));
+            }
+            if Instant::now() > deadline {
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+                return Err(VmError::Timeout {
+                    op: "fake vm start",
+                    after: Duration::from_secs(20),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let vm = FakeVm {
+            id: spec.id.clone(),
+            run_dir: Mutex::new(dir.clone()),
+            pid,
+        };
+        if stopped {
+            vm.signal(Signal::SIGSTOP)?;
+        }
+        Ok(vm)
+    }
+}
+
+/// Whether process `pid` exists and is not a zombie.
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => proc_state(&s) != Some('Z'),
+        Err(_) => false,
+    }
+}
+
+/// The state letter of a `/proc/<pid>/stat` line.
+fn proc_state(stat: &str) -> Option<char> {
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+fn read_pid(run_dir: &Path) -> Option<u32> {
+    std::fs::read_to_string(run_dir.join(PID_FILE))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+async fn kill_and_wait(pid: u32) {
+    let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(pid) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A fake VM: one agent process.
+pub struct FakeVm {
+    id: String,
+    run_dir: Mutex<PathBuf>,
+    pid: u32,
+}
+
+impl FakeVm {
+    fn dir(&self) -> PathBuf {
+        self.run_dir
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn signal(&self, s: Signal) -> Result<(), VmError> {
+        kill(Pid::from_raw(self.pid as i32), s).map_err(|e| VmError::Command {
+            op: "signal",
+            message: e.to_string(),
+        })
+    }
+
+    /// utime + stime of the process.
+    fn times(&self) -> Result<Duration, VmError> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .map_err(|_| VmError::Exited(format!("fake vm {} is gone", self.id)))?;
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r.split_whitespace().collect())
+            .unwrap_or_default();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        // Fields after the command: state is 0, utime 11, stime 12; clock ticks of 10 ms.
+        Ok(Duration::from_millis((ticks(11) + ticks(12)) * 10))
+    }
+}
+
+impl Vm for FakeVm {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn agent_socket(&self) -> PathBuf {
+        self.dir().join(SOCKET)
+    }
+
+    fn console_log(&self) -> PathBuf {
+        self.dir().join(CONSOLE)
+    }
+
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    async fn pause(&self) -> Result<(), VmError> {
+        self.signal(Signal::SIGSTOP)
+    }
+
+    async fn resume(&self) -> Result<(), VmError> {
+        self.signal(Signal::SIGCONT)
+    }
+
+    async fn state(&self) -> Result<RunState, VmError> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+        Ok(match proc_state(&stat) {
+            None | Some('Z') | Some('X') => RunState::Shutdown,
+            Some('T') | Some('t') => RunState::Paused,
+            Some(_) => RunState::Running,
+        })
+    }
+
+    async fn save_state(&self, state: &Path) -> Result<(), VmError> {
+        std::fs::write(state, b"fake vm state\n")?;
+        Ok(())
+    }
+
+    async fn agent_disconnected(&self, _timeout: Duration) -> Result<(), VmError> {
+        Ok(())
+    }
+
+    fn relocate(&mut self, run_dir: PathBuf) {
+        *self.run_dir.lock().unwrap_or_else(|p| p.into_inner()) = run_dir;
+    }
+
+    fn stats(&self) -> Result<VmStats, VmError> {
+        let statm =
+            std::fs::read_to_string(format!("/proc/{}/statm", self.pid)).unwrap_or_default();
+        let rss_pages: u64 = statm
+            .split_whitespace()
+            .nth(1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        Ok(VmStats {
+            pid: self.pid,
+            rss_bytes: rss_pages * 4096,
+            pss_bytes: rss_pages * 4096,
+            cpu_time: self.times()?,
+        })
+    }
+
+    fn cpu_time(&self) -> Result<Duration, VmError> {
+        self.times()
+    }
+
+    async fn stop(&self) -> Result<(), VmError> {
+        kill_and_wait(self.pid).await;
+        Ok(())
+    }
+}
+
+impl VmDriver for FakeDriver {
+    type Vm = FakeVm;
+
+    fn accel(&self) -> Accel {
+        Accel::Kvm
+    }
+
+    async fn boot(&self, spec: &VmSpec) -> Result<FakeVm, VmError> {
+        self.spawn(spec, false).await
+    }
+
+    async fn restore(&self, spec: &VmSpec, state: &Path) -> Result<FakeVm, VmError> {
+        let vm = self.prepare_restore(spec).await?;
+        self.finish_restore(&vm, state).await?;
+        Ok(vm)
+    }
+
+    async fn prepare_restore(&self, spec: &VmSpec) -> Result<FakeVm, VmError> {
+        // Waiting for state, as a VM process started ahead of demand does.
+        self.spawn(spec, true).await
+    }
+
+    async fn finish_restore(&self, vm: &FakeVm, state: &Path) -> Result<(), VmError> {
+        let fail = |message: String| async move {
+            kill_and_wait(vm.pid).await;
+            Err(VmError::Command {
+                op: "restore",
+                message,
+            })
+        };
+        if !state.is_file() {
+            kill_and_wait(vm.pid).await;
+            return Err(VmError::MissingFile(state.to_owned()));
+        }
+        if self.faults.fail_restore.load(Ordering::SeqCst) {
+            return fail("injected failure".into()).await;
+        }
+        if self.faults.hang_restore.load(Ordering::SeqCst) {
+            // Stays stopped: the guest never answers.
+            return Ok(());
+        }
+        vm.signal(Signal::SIGCONT)
+    }
+
+    fn is_running(&self, run_dir: &Path) -> bool {
+        read_pid(run_dir).is_some_and(alive)
+    }
+
+    async fn attach(&self, run_dir: &Path) -> Result<FakeVm, VmError> {
+        let pid = read_pid(run_dir)
+            .filter(|p| alive(*p))
+            .ok_or_else(|| VmError::Exited(format!("no fake vm in {}", run_dir.display())))?;
+        Ok(FakeVm {
+            id: run_dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            run_dir: Mutex::new(run_dir.to_owned()),
+            pid,
+        })
+    }
+
+    async fn kill_in(&self, run_dir: &Path) -> Result<(), VmError> {
+        if let Some(pid) = read_pid(run_dir).filter(|p| alive(*p)) {
+            kill_and_wait(pid).await;
+        }
+        Ok(())
+    }
+}
+
+/// The control plane, host agent and runtime over [`FakeDriver`] in this process, with the API
+/// router to call in-process (`tower::ServiceExt::oneshot`): template `fake` is baked, and `key`
+/// is an API key of the only workspace. Dropping it kills every fake VM it started.
+pub struct FakeStack {
+    pub router: axum::Router,
+    pub proxy: axum::Router,
+    pub app: Arc<pandastack_api::App>,
+    pub agent: Arc<pandastack_agent::HostAgent<FakeDriver>>,
+    pub faults: Arc<Faults>,
+    pub store: pandastack_store::Store,
+    pub key: String,
+    pub dir: tempfile::TempDir,
+}
+
+impl Drop for FakeStack {
+    fn drop(&mut self) {
+        kill_fakes_under(self.dir.path());
+    }
+}
+
+/// SIGKILLs every live process named by a fake VM's pid file below `dir`.
+fn kill_fakes_under(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            kill_fakes_under(&path);
+        } else if path.file_name().is_some_and(|n| n == PID_FILE) {
+            if let Some(pid) = path.parent().and_then(read_pid).filter(|p| alive(*p)) {
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+/// The guest agent binary fake VMs run: `PANDASTACK_GUEST_AGENT` (scripts/test.sh sets it).
+pub fn guest_agent() -> PathBuf {
+    let p = PathBuf::from(std::env::var_os("PANDASTACK_GUEST_AGENT").expect(
+        "PANDASTACK_GUEST_AGENT is not set: run the test suite with scripts/test.sh, which builds it",
+    ));
+    assert!(
+        p.is_file(),
+        "PANDASTACK_GUEST_AGENT={} does not exist",
+        p.display()
+    );
+    p
+}
+
+/// Builds a [`FakeStack`]; a restored guest that does not answer fails its create after
+/// `restore_timeout`.
+pub async fn fake_stack(restore_timeout: Duration) -> FakeStack {
+    use pandastack_agent::{AgentConfig, HostAgent, LocalHost};
+    use pandastack_runtime::{DataDir, Runtime, Shape};
+
+    let dir = tempfile::Builder::new()
+        .prefix("fake-")
+        .tempdir()
+        .expect("temp dir");
+    let agent_bin = guest_agent();
+    let driver = FakeDriver::new(agent_bin.clone());
+    let faults = Arc::clone(&driver.faults);
+    let data = DataDir::open(dir.path().join("data")).expect("data dir");
+    // The fake ignores the kernel and reads no image: any file will do.
+    let image = dir.path().join("image.ext4");
+    std::fs::write(&image, vec![0u8; 1 << 20]).expect("image");
+    let rt = Runtime::new(driver, data, image.clone()).with_restore_timeout(restore_timeout);
+    rt.bake(
+        "fake",
+        &image,
+        Shape {
+            vcpus: 1,
+            memory_mib: 64,
+        },
+    )
+    .await
+    .expect("bake the fake template");
+    let templates = dir.path().join("no-specs");
+    std::fs::create_dir_all(&templates).expect("templates dir");
+    let cfg = AgentConfig {
+        templates_dir: templates,
+        guest_agent: agent_bin,
+        pool_size: 0,
+    };
+    let (agent, _) = HostAgent::start(rt, cfg, |_| false)
+        .await
+        .expect("start the host agent");
+    let agent = Arc::new(agent);
+    let store = pandastack_store::Store::open(&dir.path().join("state.db"))
+        .await
+        .expect("store");
+    let (_, _, key) = store
+        .keys()
+        .create_workspace_with_key("fast", 50, 1000)
+        .await
+        .expect("workspace");
+    let host: Arc<dyn pandastack_host::Host> = Arc::new(LocalHost(Arc::clone(&agent)));
+    let app = Arc::new(pandastack_api::App::new(
+        store.clone(),
+        host,
+        "fake-host".into(),
+        "host-fake".into(),
+        pandastack_api::BuildConfig {
+            dir: dir.path().join("builds"),
+            max_upload_bytes: 1 << 20,
+        },
+        pandastack_api::PreviewConfig::from_base_url(
+            "http://localhost:8081",
+            Duration::from_secs(5),
+        )
+        .expect("preview config"),
+    ));
+    FakeStack {
+        router: pandastack_api::router(Arc::clone(&app)),
+        proxy: pandastack_api::proxy_router(Arc::clone(&app)),
+        app,
+        agent,
+        faults,
+        store,
+        key,
+        dir,
+    }
+}

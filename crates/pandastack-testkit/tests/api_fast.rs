@@ -1,0 +1,267 @@
+//! The API, control plane, host agent and runtime in one process over the fake VM driver
+//! ([`pandastack_testkit::fake`]): real routes called with `oneshot`, a real guest agent per
+//! sandbox, no QEMU — so each test takes well under a few seconds. What needs a real VM (memory
+//! surviving snapshots, the guest kernel, networking) stays in the real-guest suites.
+
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use pandastack_testkit::fake::{fake_stack, FakeStack};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+async fn call(s: &FakeStack, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("authorization", format!("Bearer {}", s.key));
+    let body = match body {
+        Some(b) => {
+            req = req.header("content-type", "application/json");
+            Body::from(b.to_string())
+        }
+        None => Body::empty(),
+    };
+    let resp = s
+        .router
+        .clone()
+        .oneshot(req.body(body).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let v = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    (status, v)
+}
+
+async fn create(s: &FakeStack) -> (StatusCode, Value) {
+    call(
+        s,
+        "POST",
+        "/v1/sandboxes",
+        Some(json!({"template": "fake"})),
+    )
+    .await
+}
+
+/// Rows the store has for the only workspace.
+async fn rows(s: &FakeStack) -> usize {
+    let (st, v) = call(s, "GET", "/v1/sandboxes", None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    v["data"].as_array().unwrap().len()
+}
+
+/// Directories of sandboxes in the data dir.
+fn sandbox_dirs(s: &FakeStack) -> Vec<String> {
+    std::fs::read_dir(s.dir.path().join("data/sandboxes"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lifecycle_exec_files_hibernate_and_delete_in_process() {
+    let s = fake_stack(Duration::from_secs(10)).await;
+    let t = Instant::now();
+    let (st, v) = create(&s).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    assert_eq!(v["state"], "running");
+    eprintln!("create over the fake driver: {:?}", t.elapsed());
+
+    let (st, v) = call(
+        &s,
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({"cmd": "echo hi; hostname; exit 3"})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    // The fake VM has a UTS namespace of its own with the sandbox's hostname.
+    assert_eq!(v["stdout"], format!("hi\n{id}\n"));
+    assert_eq!(v["exit_code"], 3);
+
+    let path = format!("/tmp/pandastack-fast-{id}/f.txt");
+    let put = Request::builder()
+        .method("PUT")
+        .uri(format!("/v1/sandboxes/{id}/fs?path={path}"))
+        .header("authorization", format!("Bearer {}", s.key))
+        .body(Body::from("hello"))
+        .unwrap();
+    assert_eq!(
+        s.router.clone().oneshot(put).await.unwrap().status(),
+        StatusCode::OK
+    );
+    let (st, v) = call(
+        &s,
+        "GET",
+        &format!("/v1/sandboxes/{id}/fs?path={path}"),
+        None,
+    )
+    .await;
+    assert_eq!((st, v), (StatusCode::OK, Value::String("hello".into())));
+    let _ = std::fs::remove_dir_all(format!("/tmp/pandastack-fast-{id}"));
+
+    let (st, v) = call(&s, "POST", &format!("/v1/sandboxes/{id}/hibernate"), None).await;
+    assert_eq!(
+        (st, v["state"].as_str()),
+        (StatusCode::OK, Some("hibernated")),
+        "{v}"
+    );
+    assert!(s.agent.get(&id).await.unwrap().state == pandastack_agent::VmState::Hibernated);
+    // Any call wakes it; the row says so.
+    let (st, v) = call(
+        &s,
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({"argv": ["true"]})),
+    )
+    .await;
+    assert_eq!(
+        (st, v["exit_code"].as_i64()),
+        (StatusCode::OK, Some(0)),
+        "{v}"
+    );
+    let (_, v) = call(&s, "GET", &format!("/v1/sandboxes/{id}"), None).await;
+    assert_eq!(v["state"], "running");
+
+    let (st, _) = call(&s, "DELETE", &format!("/v1/sandboxes/{id}"), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    assert!(s.app.host.list().await.is_empty());
+    assert_eq!(rows(&s).await, 0);
+    assert!(sandbox_dirs(&s).is_empty(), "{:?}", sandbox_dirs(&s));
+    let (st, v) = call(&s, "GET", &format!("/v1/sandboxes/{id}"), None).await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("sandbox_not_found"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_restore_leaves_no_row_vm_or_files() {
+    let s = fake_stack(Duration::from_secs(10)).await;
+    s.faults
+        .fail_restore
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let (st, v) = create(&s).await;
+    assert_eq!(st, StatusCode::INTERNAL_SERVER_ERROR, "{v}");
+    assert_eq!(v["error"]["code"], "internal");
+    assert_eq!(rows(&s).await, 0);
+    assert!(s.app.host.list().await.is_empty());
+    assert!(sandbox_dirs(&s).is_empty(), "{:?}", sandbox_dirs(&s));
+    // The fault gone, the same host creates again.
+    s.faults
+        .fail_restore
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let (st, v) = create(&s).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    assert_eq!(rows(&s).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_that_never_answers_fails_the_create_within_its_bound() {
+    let bound = Duration::from_secs(2);
+    let s = fake_stack(bound).await;
+    s.faults
+        .hang_restore
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let t = Instant::now();
+    let (st, v) = create(&s).await;
+    let took = t.elapsed();
+    assert_eq!(st, StatusCode::INTERNAL_SERVER_ERROR, "{v}");
+    assert!(
+        took >= bound && took < bound * 5,
+        "create failed after {took:?}"
+    );
+    assert_eq!(rows(&s).await, 0);
+    assert!(s.app.host.list().await.is_empty());
+    assert!(sandbox_dirs(&s).is_empty(), "{:?}", sandbox_dirs(&s));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_preview_proxy_checks_access_and_forwards() {
+    let s = fake_stack(Duration::from_secs(10)).await;
+    let (_, v) = create(&s).await;
+    let id = v["id"].as_str().unwrap().to_owned();
+    // A web server on the loopback: the fake VM shares this host's network.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/who",
+            axum::routing::get(|h: axum::http::HeaderMap| async move {
+                format!(
+                    "token={} auth={}",
+                    h.contains_key("x-pandastack-access-token"),
+                    h.contains_key("authorization")
+                )
+            }),
+        );
+        axum::serve(listener, app).await.unwrap();
+    });
+    let (st, p) = call(
+        &s,
+        "GET",
+        &format!("/v1/sandboxes/{id}/ports/{port}/url"),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{p}");
+    let host = p["url"]
+        .as_str()
+        .unwrap()
+        .split("://")
+        .nth(1)
+        .unwrap()
+        .to_owned();
+    let token = p["token"].as_str().unwrap().to_owned();
+    let get = |headers: Vec<(&'static str, String)>| {
+        let mut r = Request::builder().uri("/who").header("host", host.clone());
+        for (k, v) in headers {
+            r = r.header(k, v);
+        }
+        s.proxy.clone().oneshot(r.body(Body::empty()).unwrap())
+    };
+    let r = get(vec![]).await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let r = get(vec![("x-pandastack-access-token", "f".repeat(32))])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    for creds in [
+        ("x-pandastack-access-token", token.clone()),
+        ("authorization", format!("Bearer {}", s.key)),
+    ] {
+        let r = get(vec![creds]).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"token=false auth=false");
+    }
+    // Another workspace's key does not open it.
+    let (_, _, other) = s
+        .store
+        .keys()
+        .create_workspace_with_key("other", 5, 60)
+        .await
+        .unwrap();
+    let r = get(vec![("authorization", format!("Bearer {other}"))])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    // Public: no credentials needed.
+    let (st, _) = call(
+        &s,
+        "PATCH",
+        &format!("/v1/sandboxes/{id}/ports/{port}"),
+        Some(json!({"public": true})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(get(vec![]).await.unwrap().status(), StatusCode::OK);
+}
