@@ -68,6 +68,15 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl From<pandastack_control::ControlError> for ApiError {
+    fn from(e: pandastack_control::ControlError) -> Self {
+        match e {
+            pandastack_control::ControlError::Store(e) => e.into(),
+            pandastack_control::ControlError::Host(e) => e.into(),
+        }
+    }
+}
+
 /// The message of an error that ends a stream already under way (no status code left to set):
 /// a guest's own words, else the error's.
 pub(crate) fn event_message(e: &HostError) -> String {

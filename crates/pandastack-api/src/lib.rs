@@ -64,6 +64,8 @@ pub struct App {
     builds: templates::Builds,
     /// Preview URLs of sandbox ports.
     pub preview: PreviewConfig,
+    /// The sandbox service of the control plane (rows and VMs in step).
+    pub sandboxes: pandastack_control::Sandboxes,
 }
 
 impl App {
@@ -76,6 +78,7 @@ impl App {
         preview: PreviewConfig,
     ) -> Self {
         Self {
+            sandboxes: pandastack_control::Sandboxes::new(store.clone(), Arc::clone(&host)),
             store,
             host,
             host_name,

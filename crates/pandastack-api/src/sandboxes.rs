@@ -12,7 +12,8 @@ use axum::Json;
 use pandastack_api_types::{
     self as wire, CreateSandboxRequest, Cursor, ErrorCode, List, PatchSandboxRequest,
 };
-use pandastack_host::{HostError, VmView as SandboxView};
+use pandastack_control::{Source, Verb};
+use pandastack_host::VmView as SandboxView;
 use pandastack_store::{now_ms, Filter, SandboxRow};
 
 use crate::error::{ApiError, ApiResult};
@@ -60,21 +61,13 @@ pub(crate) async fn owned(app: &App, caller: &Caller, id: &str) -> ApiResult<San
     }
 }
 
-/// Records the agent's view of a sandbox (state after an operation) and API activity.
+/// Records the host's view of a sandbox (state after an operation) and API activity.
 pub(crate) async fn record(
     app: &App,
-    mut row: SandboxRow,
+    row: SandboxRow,
     view: &SandboxView,
 ) -> ApiResult<SandboxRow> {
-    let state = wire_state(view.state);
-    if row.state != state {
-        app.store.sandboxes().set_state(&row.id, state).await?;
-        row.state = state;
-    }
-    let now = now_ms();
-    app.store.sandboxes().touch(&row.id, now).await?;
-    row.last_activity_at = now;
-    Ok(row)
+    Ok(app.sandboxes.record(row, view).await?)
 }
 
 /// Enforces the workspace's create-rate limit (the limit on running sandboxes is checked as
@@ -141,16 +134,10 @@ pub(crate) fn new_row(
 /// Fills the row from the host's view after a successful create and marks it running.
 pub(crate) async fn finish_row(
     app: &App,
-    mut row: SandboxRow,
+    row: SandboxRow,
     view: &SandboxView,
 ) -> ApiResult<SandboxRow> {
-    row.template = view.template.clone();
-    row.vcpus = i64::from(view.shape.vcpus);
-    row.memory_mib = i64::from(view.shape.memory_mib);
-    row.boot_ms = view.ready_ms as i64;
-    row.state = wire_state(view.state);
-    app.store.sandboxes().finish_create(&row).await?;
-    Ok(row)
+    Ok(app.sandboxes.finish(row, view).await?)
 }
 
 /// Create a sandbox from a template (or a snapshot); returns once it accepts commands.
@@ -205,8 +192,6 @@ async fn create_sandbox(
     };
     check_rate(app, caller.ws(), 1).await?;
     let id = pandastack_store::new_id("sb-");
-    // The row goes in first (state "starting"): a crash mid-create leaves a row the server
-    // reconciles at start, never a VM nobody knows about.
     let mut row = new_row(&app.host_id, caller.ws(), &id, req, &req.template, now_ms());
     if let Some(r) = &resolved {
         // The image's environment, under the caller's.
@@ -214,23 +199,12 @@ async fn create_sandbox(
         env.extend(std::mem::take(&mut row.env));
         row.env = env;
     }
-    app.store
-        .sandboxes()
-        .insert_within_limit(std::slice::from_ref(&row))
-        .await?;
-    let created = match (&req.snapshot_id, &resolved) {
-        (Some(snap), _) => app.host.create_from_snapshot(snap, &id).await,
-        (None, Some(r)) => app.host.create(&r.baked, &id).await,
-        (None, None) => app.host.create(&req.template, &id).await,
+    let source = match (&req.snapshot_id, &resolved) {
+        (Some(snap), _) => Source::Snapshot(snap.clone()),
+        (None, Some(r)) => Source::Template(r.baked.clone()),
+        (None, None) => Source::Template(req.template.clone()),
     };
-    let view = match created {
-        Ok(v) => v,
-        Err(e) => {
-            app.store.sandboxes().delete(&id).await?;
-            return Err(e.into());
-        }
-    };
-    let row = finish_row(app, row, &view).await?;
+    let row = app.sandboxes.create(row, source).await?;
     Ok((StatusCode::CREATED, to_wire(&row, &app.host_name)))
 }
 
@@ -374,18 +348,14 @@ pub async fn delete(
 ) -> ApiResult<StatusCode> {
     idempotency::to_completion(async move {
         let row = owned(&app, &caller, &id).await?;
-        match app.host.destroy(&row.id).await {
-            Ok(()) | Err(HostError::SandboxNotFound(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
-        app.store.sandboxes().delete(&row.id).await?;
+        app.sandboxes.delete(&row).await?;
         Ok(StatusCode::NO_CONTENT)
     })
     .await
 }
 
 macro_rules! verb {
-    ($name:ident, $op:ident, $path:literal, $op_id:literal, $doc:literal) => {
+    ($name:ident, $verb:expr, $path:literal, $op_id:literal, $doc:literal) => {
         #[doc = $doc]
         #[utoipa::path(
             post,
@@ -403,8 +373,7 @@ macro_rules! verb {
             // A state change runs to the end even if the client leaves (see `to_completion`).
             idempotency::to_completion(async move {
                 let row = owned(&app, &caller, &id).await?;
-                let view = app.host.$op(&row.id).await?;
-                let row = record(&app, row, &view).await?;
+                let row = app.sandboxes.lifecycle(row, $verb).await?;
                 Ok(Json(to_wire(&row, &app.host_name)))
             })
             .await
@@ -414,28 +383,28 @@ macro_rules! verb {
 
 verb!(
     pause,
-    pause,
+    Verb::Pause,
     "/v1/sandboxes/{id}/pause",
     "pause_sandbox",
     "Freeze a sandbox's vCPUs in place (memory stays resident)."
 );
 verb!(
     resume,
-    resume,
+    Verb::Resume,
     "/v1/sandboxes/{id}/resume",
     "resume_sandbox",
     "Resume a paused sandbox (or wake a hibernated one)."
 );
 verb!(
     hibernate,
-    hibernate,
+    Verb::Hibernate,
     "/v1/sandboxes/{id}/hibernate",
     "hibernate_sandbox",
     "Save a sandbox to disk and stop its VM; any later call on it wakes it. Idempotent."
 );
 verb!(
     wake,
-    wake,
+    Verb::Wake,
     "/v1/sandboxes/{id}/wake",
     "wake_sandbox",
     "Restore a hibernated sandbox. Idempotent."

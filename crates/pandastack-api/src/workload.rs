@@ -22,7 +22,7 @@ use pandastack_store::SandboxRow;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
-use crate::sandboxes::{owned, record};
+use crate::sandboxes::owned;
 use crate::utf8::Utf8Pieces;
 use crate::{App, MAX_EXEC_OUTPUT};
 
@@ -30,8 +30,7 @@ use crate::{App, MAX_EXEC_OUTPUT};
 /// so).
 pub(crate) async fn guest(app: &App, caller: &Caller, id: &str) -> ApiResult<SandboxRow> {
     let row = owned(app, caller, id).await?;
-    let view = app.host.awake(&row.id).await?;
-    record(app, row, &view).await
+    Ok(app.sandboxes.awake(row).await?)
 }
 
 /// The id of the caller's sandbox, ready for work inside it.

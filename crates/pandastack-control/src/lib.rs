@@ -1,15 +1,19 @@
-//! The control plane's own work: what runs over the store and a [`Host`] without an HTTP request
-//! behind it. Handlers in `pandastack-api` parse, call and map; the reaper (TTL and idle timeouts,
-//! with guest CPU counted as activity) and start-up reconciliation live here, and so will the
-//! per-resource services as they move out of the handlers.
+//! The control plane: the work over the store and a [`pandastack_host::Host`] that is not HTTP.
+//! Handlers in `pandastack-api` parse, call and map. Here: the sandbox service ([`Sandboxes`]:
+//! create with the row first and within the workspace limit, lifecycle, wake-for-work, delete,
+//! one row update per state change), the reaper (TTL and idle timeouts, with guest CPU counted as
+//! activity) and start-up reconciliation. Snapshots, template builds and code contexts are still
+//! in their handlers.
 
 mod activity;
 mod reaper;
 mod reconcile;
+mod sandboxes;
 
 pub use activity::{busy, Activity, BUSY_SHARE};
 pub use reaper::Reaper;
 pub use reconcile::{reconcile_rows, Reconciled};
+pub use sandboxes::{ControlError, Sandboxes, Source, Verb};
 
 use pandastack_api_types::SandboxState;
 use pandastack_host::VmState;

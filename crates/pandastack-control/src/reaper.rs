@@ -18,6 +18,8 @@ enum ReapError {
     Host(#[from] HostError),
     #[error("state store")]
     Store(#[from] StoreError),
+    #[error("delete")]
+    Delete(#[from] crate::ControlError),
 }
 
 /// The reaper of one host's sandboxes.
@@ -83,11 +85,9 @@ impl Reaper {
                 .set_state(&row.id, SandboxState::Hibernated)
                 .await?;
         } else {
-            match self.host.destroy(&row.id).await {
-                Ok(()) | Err(HostError::SandboxNotFound(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-            self.store.sandboxes().delete(&row.id).await?;
+            crate::Sandboxes::new(self.store.clone(), Arc::clone(&self.host))
+                .delete(&row)
+                .await?;
         }
         Ok(())
     }

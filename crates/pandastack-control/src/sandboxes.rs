@@ -1,0 +1,136 @@
+//! The sandbox service: a sandbox's row and its VM kept in step. Handlers check the caller and
+//! the request, build the row and call these; every state change is one row update.
+
+use std::sync::Arc;
+
+use pandastack_host::{Host, HostError, VmView};
+use pandastack_store::{now_ms, SandboxRow, Store, StoreError};
+
+use crate::row_state;
+
+/// Why a sandbox operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Host(#[from] HostError),
+}
+
+/// What a new sandbox starts from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A baked template (its name on the host).
+    Template(String),
+    /// A snapshot.
+    Snapshot(String),
+}
+
+/// A lifecycle operation on a sandbox's VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Pause,
+    Resume,
+    Hibernate,
+    Wake,
+}
+
+/// Sandboxes of one host, over the store and the host.
+#[derive(Clone)]
+pub struct Sandboxes {
+    store: Store,
+    host: Arc<dyn Host>,
+}
+
+impl Sandboxes {
+    pub fn new(store: Store, host: Arc<dyn Host>) -> Self {
+        Self { store, host }
+    }
+
+    /// Creates the sandbox of `row` (state `starting`, owned by this host) from `source`: the
+    /// row goes in first, within its workspace's limit in one transaction — a crash mid-create
+    /// leaves a row start-up reconciliation settles, never a VM nobody knows about — then the
+    /// VM, then one update records it. A failed VM create removes the row.
+    pub async fn create(
+        &self,
+        row: SandboxRow,
+        source: Source,
+    ) -> Result<SandboxRow, ControlError> {
+        self.store
+            .sandboxes()
+            .insert_within_limit(std::slice::from_ref(&row))
+            .await?;
+        let created = match &source {
+            Source::Template(t) => self.host.create(t, &row.id).await,
+            Source::Snapshot(s) => self.host.create_from_snapshot(s, &row.id).await,
+        };
+        match created {
+            Ok(view) => self.finish(row, &view).await,
+            Err(e) => {
+                self.store.sandboxes().delete(&row.id).await?;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Records a finished create (shape, boot time, state) in one update.
+    pub async fn finish(
+        &self,
+        mut row: SandboxRow,
+        view: &VmView,
+    ) -> Result<SandboxRow, ControlError> {
+        row.template = view.template.clone();
+        row.vcpus = i64::from(view.shape.vcpus);
+        row.memory_mib = i64::from(view.shape.memory_mib);
+        row.boot_ms = view.ready_ms as i64;
+        row.state = row_state(view.state);
+        self.store.sandboxes().finish_create(&row).await?;
+        Ok(row)
+    }
+
+    /// Records the host's view of a sandbox after an operation (its state, if it changed) and
+    /// the activity.
+    pub async fn record(
+        &self,
+        mut row: SandboxRow,
+        view: &VmView,
+    ) -> Result<SandboxRow, ControlError> {
+        let state = row_state(view.state);
+        if row.state != state {
+            self.store.sandboxes().set_state(&row.id, state).await?;
+            row.state = state;
+        }
+        let now = now_ms();
+        self.store.sandboxes().touch(&row.id, now).await?;
+        row.last_activity_at = now;
+        Ok(row)
+    }
+
+    /// Runs `verb` on the sandbox's VM and records the result.
+    pub async fn lifecycle(&self, row: SandboxRow, verb: Verb) -> Result<SandboxRow, ControlError> {
+        let view = match verb {
+            Verb::Pause => self.host.pause(&row.id).await?,
+            Verb::Resume => self.host.resume(&row.id).await?,
+            Verb::Hibernate => self.host.hibernate(&row.id).await?,
+            Verb::Wake => self.host.wake(&row.id).await?,
+        };
+        self.record(row, &view).await
+    }
+
+    /// The sandbox ready for work inside it: woken if it was hibernated, the row saying so.
+    pub async fn awake(&self, row: SandboxRow) -> Result<SandboxRow, ControlError> {
+        let view = self.host.awake(&row.id).await?;
+        self.record(row, &view).await
+    }
+
+    /// Stops the sandbox's VM, removes its files and its row. A VM the host does not have
+    /// (already gone) is not an error.
+    pub async fn delete(&self, row: &SandboxRow) -> Result<(), ControlError> {
+        match self.host.destroy(&row.id).await {
+            Ok(()) | Err(HostError::SandboxNotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.store.sandboxes().delete(&row.id).await?;
+        Ok(())
+    }
+}
