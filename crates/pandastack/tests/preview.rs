@@ -224,12 +224,7 @@ async fn preview_urls_reach_a_port_with_access_control_and_every_protocol() {
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
 
     // The token opens it; the app never sees the token or the key.
-    let r = c
-        .get(format!("{url}/hello"))
-        .header(TOKEN_HEADER, &token)
-        .send()
-        .await
-        .unwrap();
+    let r = get_with_token(&c, &format!("{url}/hello"), &token).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert!(r.text().await.unwrap().starts_with("hello from "));
     for (name, value) in [
@@ -277,12 +272,7 @@ async fn preview_urls_reach_a_port_with_access_control_and_every_protocol() {
 
     // Streamed bodies, both ways.
     let n: usize = 24 << 20;
-    let r = c
-        .get(format!("{url}/big/{n}"))
-        .header(TOKEN_HEADER, &token)
-        .send()
-        .await
-        .unwrap();
+    let r = get_with_token(&c, &format!("{url}/big/{n}"), &token).await;
     assert_eq!(r.status(), StatusCode::OK);
     let mut got = 0usize;
     let mut want = Sha256::new();
@@ -314,12 +304,7 @@ async fn preview_urls_reach_a_port_with_access_control_and_every_protocol() {
 
     // HTTP/2 from the client, HTTP/1.1 to the app.
     let h2 = preview_client(&server, &url, true);
-    let r = h2
-        .get(format!("{url}/hello"))
-        .header(TOKEN_HEADER, &token)
-        .send()
-        .await
-        .unwrap();
+    let r = get_with_token(&h2, &format!("{url}/hello"), &token).await;
     assert_eq!(
         (r.version(), r.status()),
         (reqwest::Version::HTTP_2, StatusCode::OK)
@@ -327,20 +312,9 @@ async fn preview_urls_reach_a_port_with_access_control_and_every_protocol() {
     assert!(r.text().await.unwrap().starts_with("hello from "));
 
     // WebSocket through the proxy.
-    let tcp = tokio::net::TcpStream::connect(&server.proxy).await.unwrap();
-    let mut req = format!("ws://{APP_PORT}-{id}.localhost:{proxy_port}/ws")
-        .into_client_request()
-        .unwrap();
-    req.headers_mut()
-        .insert(TOKEN_HEADER, token.parse().unwrap());
-    let (mut ws, resp) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
-    assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
+    let mut ws = ws_connect(&server, &id, &token).await;
     for text in ["one", "two", &"x".repeat(70_000)] {
-        ws.send(Message::text(text)).await.unwrap();
-        match within(Duration::from_secs(30), "ws echo", ws.next()).await {
-            Some(Ok(Message::Text(t))) => assert_eq!(t.as_str(), text),
-            other => panic!("{other:?}"),
-        }
+        ws_echo(&mut ws, text).await;
     }
     ws.close(None).await.unwrap();
 
@@ -440,12 +414,7 @@ async fn a_request_wakes_a_hibernated_sandbox_and_counts_as_activity() {
     );
     let c = preview_client(&server, &url, false);
     let hello = || async {
-        let r = c
-            .get(format!("{url}/hello"))
-            .header(TOKEN_HEADER, &token)
-            .send()
-            .await
-            .unwrap();
+        let r = get_with_token(&c, &format!("{url}/hello"), &token).await;
         (r.status(), r.text().await.unwrap())
     };
     let state = || async {
@@ -500,6 +469,14 @@ async fn a_request_wakes_a_hibernated_sandbox_and_counts_as_activity() {
         (StatusCode::OK, Some("hibernated")),
         "{v}"
     );
+    let mut ws = ws_connect(&server, &id, &token).await;
+    ws_echo(&mut ws, "after wake").await;
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+/// A WebSocket to the app's `/ws` through the proxy, with the sandbox's token.
+async fn ws_connect(server: &Server, id: &str, token: &str) -> Ws {
     let proxy_port = server.proxy.rsplit(':').next().unwrap();
     let tcp = tokio::net::TcpStream::connect(&server.proxy).await.unwrap();
     let mut req = format!("ws://{APP_PORT}-{id}.localhost:{proxy_port}/ws")
@@ -507,12 +484,23 @@ async fn a_request_wakes_a_hibernated_sandbox_and_counts_as_activity() {
         .unwrap();
     req.headers_mut()
         .insert(TOKEN_HEADER, token.parse().unwrap());
-    let (mut ws, _) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
-    ws.send(Message::text("after wake")).await.unwrap();
+    let (ws, resp) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
+    ws
+}
+
+/// Sends `text` and expects it back.
+async fn ws_echo(ws: &mut Ws, text: &str) {
+    ws.send(Message::text(text)).await.unwrap();
     match within(Duration::from_secs(30), "ws echo", ws.next()).await {
-        Some(Ok(Message::Text(t))) => assert_eq!(t.as_str(), "after wake"),
+        Some(Ok(Message::Text(t))) => assert_eq!(t.as_str(), text),
         other => panic!("{other:?}"),
     }
+}
+
+/// GET `url` with the sandbox's token.
+async fn get_with_token(c: &Client, url: &str, token: &str) -> reqwest::Response {
+    c.get(url).header(TOKEN_HEADER, token).send().await.unwrap()
 }
 
 fn hex(b: &[u8]) -> String {
