@@ -51,8 +51,28 @@ fn snapshot_view(s: &pandastack_runtime::Snapshot) -> SnapshotView {
 }
 
 impl<D: VmDriver + 'static> LocalHost<D> {
+    /// Runs `op` on the agent in a task of its own and waits for it. Operations that change a
+    /// sandbox's VM (create, wake — which any call on a hibernated sandbox does —, hibernate,
+    /// snapshot, delete, …) must not stop half-way because their caller went away (a client
+    /// that disconnects drops its handler): a wake cut off after taking the hibernation image
+    /// out of the sandbox's slot would lose the sandbox.
+    async fn detached<T, F, Fut>(&self, op: F) -> HostResult<T>
+    where
+        F: FnOnce(Arc<HostAgent<D>>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, crate::AgentError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        tokio::spawn(op(Arc::clone(&self.0)))
+            .await
+            .map_err(|e| HostError::failed("host task", e))?
+            .map_err(Into::into)
+    }
+
+    /// The guest channel of a sandbox, woken first if hibernated (detached, see above).
     async fn channel(&self, id: &str) -> HostResult<tonic::transport::Channel> {
-        Ok(self.0.channel(id).await?)
+        let id = id.to_owned();
+        self.detached(move |a| async move { a.channel(&id).await })
+            .await
     }
 }
 
@@ -67,36 +87,62 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
     }
 
     async fn create(&self, template: &str, id: &str) -> HostResult<VmView> {
-        Ok(vm_view(self.0.create(template, id).await?))
+        let (template, id) = (template.to_owned(), id.to_owned());
+        let v = self
+            .detached(move |a| async move { a.create(&template, &id).await })
+            .await?;
+        Ok(vm_view(v))
     }
 
     async fn create_from_snapshot(&self, snapshot: &str, id: &str) -> HostResult<VmView> {
-        Ok(vm_view(self.0.create_from_snapshot(snapshot, id).await?))
+        let (snapshot, id) = (snapshot.to_owned(), id.to_owned());
+        let v = self
+            .detached(move |a| async move { a.create_from_snapshot(&snapshot, &id).await })
+            .await?;
+        Ok(vm_view(v))
     }
 
     async fn pause(&self, id: &str) -> HostResult<VmView> {
-        Ok(vm_view(self.0.pause(id).await?))
+        let id = id.to_owned();
+        let v = self
+            .detached(move |a| async move { a.pause(&id).await })
+            .await?;
+        Ok(vm_view(v))
     }
 
     async fn resume(&self, id: &str) -> HostResult<VmView> {
-        Ok(vm_view(self.0.resume(id).await?))
+        let id = id.to_owned();
+        let v = self
+            .detached(move |a| async move { a.resume(&id).await })
+            .await?;
+        Ok(vm_view(v))
     }
 
     async fn hibernate(&self, id: &str) -> HostResult<VmView> {
-        Ok(vm_view(self.0.hibernate(id).await?))
+        let id = id.to_owned();
+        let v = self
+            .detached(move |a| async move { a.hibernate(&id).await })
+            .await?;
+        Ok(vm_view(v))
     }
 
     async fn wake(&self, id: &str) -> HostResult<VmView> {
-        Ok(vm_view(self.0.wake(id).await?))
+        let id = id.to_owned();
+        let v = self
+            .detached(move |a| async move { a.wake(&id).await })
+            .await?;
+        Ok(vm_view(v))
     }
 
     async fn awake(&self, id: &str) -> HostResult<VmView> {
-        self.0.channel(id).await?;
+        self.channel(id).await?;
         Ok(vm_view(self.0.get(id).await?))
     }
 
     async fn destroy(&self, id: &str) -> HostResult<()> {
-        Ok(self.0.destroy(id).await?)
+        let id = id.to_owned();
+        self.detached(move |a| async move { a.destroy(&id).await })
+            .await
     }
 
     async fn stats(&self, id: &str) -> HostResult<Option<VmStats>> {
@@ -117,7 +163,11 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
     }
 
     async fn snapshot(&self, id: &str, snapshot_id: &str) -> HostResult<SnapshotView> {
-        Ok(snapshot_view(&self.0.snapshot(id, snapshot_id).await?))
+        let (id, snapshot_id) = (id.to_owned(), snapshot_id.to_owned());
+        let snap = self
+            .detached(move |a| async move { a.snapshot(&id, &snapshot_id).await })
+            .await?;
+        Ok(snapshot_view(&snap))
     }
 
     async fn fork(
@@ -126,7 +176,11 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
         snapshot_id: &str,
         child_ids: &[String],
     ) -> HostResult<(SnapshotView, Vec<VmView>)> {
-        let (snap, views) = self.0.fork(id, snapshot_id, child_ids).await?;
+        let (id, snapshot_id, child_ids) =
+            (id.to_owned(), snapshot_id.to_owned(), child_ids.to_vec());
+        let (snap, views) = self
+            .detached(move |a| async move { a.fork(&id, &snapshot_id, &child_ids).await })
+            .await?;
         Ok((
             snapshot_view(&snap),
             views.into_iter().map(vm_view).collect(),

@@ -8,12 +8,12 @@
 //! processes and files of `/tmp` do not survive snapshot, fork or hibernate as they do in a real
 //! VM. Commands run on this host (as root): tests should run harmless ones.
 //!
-//! Faults ([`Faults`]) make the next restores fail (the driver reports an error) or hang (the
-//! agent process is stopped, so the guest never answers and the runtime's bound decides).
+//! Faults ([`Faults`]) make the next restores fail (the driver reports an error), hang (the
+//! agent process is stopped, so the guest never answers and the runtime's bound decides) or slow.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,8 @@ pub struct Faults {
     pub fail_restore: AtomicBool,
     /// Restored guests never answer (the agent process is stopped).
     pub hang_restore: AtomicBool,
+    /// Restores take this many milliseconds longer (a slow host).
+    pub restore_delay_ms: AtomicU64,
 }
 
 /// The fake driver (see the module docs).
@@ -317,6 +319,10 @@ impl VmDriver for FakeDriver {
         }
         if self.faults.fail_restore.load(Ordering::SeqCst) {
             return fail("injected failure".into()).await;
+        }
+        let delay = self.faults.restore_delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
         }
         if self.faults.hang_restore.load(Ordering::SeqCst) {
             // Stays stopped: the guest never answers.

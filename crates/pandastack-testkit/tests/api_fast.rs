@@ -265,3 +265,47 @@ async fn the_preview_proxy_checks_access_and_forwards() {
     assert_eq!(st, StatusCode::OK);
     assert_eq!(get(vec![]).await.unwrap().status(), StatusCode::OK);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_leaves_during_a_wake_does_not_lose_the_sandbox() {
+    let s = fake_stack(Duration::from_secs(10)).await;
+    let (_, v) = create(&s).await;
+    let id = v["id"].as_str().unwrap().to_owned();
+    let (st, _) = call(&s, "POST", &format!("/v1/sandboxes/{id}/hibernate"), None).await;
+    assert_eq!(st, StatusCode::OK);
+    // Wakes take 600 ms; the client gives up after 150, half-way through one.
+    s.faults
+        .restore_delay_ms
+        .store(600, std::sync::atomic::Ordering::SeqCst);
+    let exec = Request::builder()
+        .method("POST")
+        .uri(format!("/v1/sandboxes/{id}/exec"))
+        .header("authorization", format!("Bearer {}", s.key))
+        .header("content-type", "application/json")
+        .body(Body::from(json!({"argv": ["true"]}).to_string()))
+        .unwrap();
+    let gave_up =
+        tokio::time::timeout(Duration::from_millis(150), s.router.clone().oneshot(exec)).await;
+    assert!(gave_up.is_err(), "the exec should still have been waking");
+    s.faults
+        .restore_delay_ms
+        .store(0, std::sync::atomic::Ordering::SeqCst);
+    // The wake went on without the client: the sandbox is there and works.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let (st, v) = call(
+        &s,
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({"cmd": "echo still here"})),
+    )
+    .await;
+    assert_eq!(
+        (st, v["stdout"].as_str()),
+        (StatusCode::OK, Some("still here\n")),
+        "{v}"
+    );
+    assert_eq!(
+        s.agent.get(&id).await.unwrap().state,
+        pandastack_agent::VmState::Running
+    );
+}
