@@ -66,6 +66,8 @@ pub struct App {
     pub preview: PreviewConfig,
     /// The sandbox service of the control plane (rows and VMs in step).
     pub sandboxes: pandastack_control::Sandboxes,
+    /// The snapshot service of the control plane.
+    pub snapshots: pandastack_control::Snapshots,
 }
 
 impl App {
@@ -79,6 +81,11 @@ impl App {
     ) -> Self {
         Self {
             sandboxes: pandastack_control::Sandboxes::new(store.clone(), Arc::clone(&host)),
+            snapshots: pandastack_control::Snapshots::new(
+                store.clone(),
+                Arc::clone(&host),
+                host_id.clone(),
+            ),
             store,
             host,
             host_name,

@@ -131,15 +131,6 @@ pub(crate) fn new_row(
     }
 }
 
-/// Fills the row from the host's view after a successful create and marks it running.
-pub(crate) async fn finish_row(
-    app: &App,
-    row: SandboxRow,
-    view: &SandboxView,
-) -> ApiResult<SandboxRow> {
-    Ok(app.sandboxes.finish(row, view).await?)
-}
-
 /// Create a sandbox from a template (or a snapshot); returns once it accepts commands.
 ///
 /// Honours `Idempotency-Key`: a retry with the same key and body returns the first result.

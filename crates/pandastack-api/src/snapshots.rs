@@ -12,7 +12,7 @@ use pandastack_store::{new_id, now_ms, SnapshotRow};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
 use crate::idempotency::{self, Begin};
-use crate::sandboxes::{check_rate, finish_row, owned, record, to_wire};
+use crate::sandboxes::{check_rate, owned, to_wire};
 use crate::{rfc3339, App};
 
 fn snap_wire(s: &SnapshotRow) -> wire::Snapshot {
@@ -23,27 +23,6 @@ fn snap_wire(s: &SnapshotRow) -> wire::Snapshot {
         created_at: rfc3339(s.created_at),
         size_bytes: s.size_bytes as u64,
     }
-}
-
-async fn save_snapshot(
-    app: &App,
-    ws: &str,
-    snap: &pandastack_host::SnapshotView,
-) -> ApiResult<SnapshotRow> {
-    let row = SnapshotRow {
-        id: snap.id.clone(),
-        workspace_id: ws.to_owned(),
-        host_id: app.host_id.clone(),
-        sandbox_id: snap.sandbox_id.clone(),
-        template: snap.template.clone(),
-        size_bytes: snap.size_bytes as i64,
-        created_at: now_ms(),
-    };
-    if let Err(e) = app.store.snapshots().insert(&row).await {
-        let _ = app.host.delete_snapshot(&snap.id).await;
-        return Err(e.into());
-    }
-    Ok(row)
 }
 
 /// Snapshot a sandbox (memory and disk from one instant); it keeps running.
@@ -72,11 +51,7 @@ pub async fn create(
     idempotency::to_completion(async move {
         let result = async {
             let row = owned(&app, &caller, &id).await?;
-            let snap_id = new_id("snap-");
-            let snap = app.host.snapshot(&row.id, &snap_id).await?;
-            let view = app.host.get(&row.id).await?;
-            record(&app, row, &view).await?;
-            let s = save_snapshot(&app, caller.ws(), &snap).await?;
+            let (_, s) = app.snapshots.snapshot(row, &new_id("snap-")).await?;
             Ok((StatusCode::CREATED, snap_wire(&s)))
         }
         .await;
@@ -149,30 +124,17 @@ async fn fork_sandbox(
         }
         rows.push(r);
     }
-    app.store.sandboxes().insert_within_limit(&rows).await?;
-    let forked = app.host.fork(&parent.id, &snap_id, &child_ids).await;
-    let (snap, views) = match forked {
-        Ok(f) => f,
-        Err(e) => {
-            for r in &rows {
-                app.store.sandboxes().delete(&r.id).await?;
-            }
-            return Err(e.into());
-        }
-    };
-    let view = app.host.get(&parent.id).await?;
-    record(&app, parent.clone(), &view).await?;
-    save_snapshot(&app, caller.ws(), &snap).await?;
-    let mut children = Vec::new();
-    for (r, v) in rows.into_iter().zip(views.iter()) {
-        let r = finish_row(&app, r, v).await?;
-        children.push(to_wire(&r, &app.host_name));
-    }
+    let forked = app.snapshots.fork(parent, &snap_id, rows).await?;
+    let children = forked
+        .children
+        .iter()
+        .map(|r| to_wire(r, &app.host_name))
+        .collect();
     Ok((
         StatusCode::CREATED,
         ForkResponse {
-            parent_id: parent.id,
-            snapshot_id: snap.id,
+            parent_id: forked.parent.id,
+            snapshot_id: forked.snapshot.id,
             children,
         },
     ))
@@ -249,13 +211,9 @@ pub async fn delete(
     if !wire::valid_name(&id, 32) {
         return Err(not_found());
     }
-    match app.store.snapshots().delete(caller.ws(), &id).await {
-        Ok(()) => {}
-        Err(pandastack_store::StoreError::NotFound) => return Err(not_found()),
-        Err(e) => return Err(e.into()),
+    match app.snapshots.delete(caller.ws(), &id).await {
+        Ok(()) => Ok(StatusCode::NO_CONTENT),
+        Err(pandastack_store::StoreError::NotFound) => Err(not_found()),
+        Err(e) => Err(e.into()),
     }
-    if let Err(e) = app.host.delete_snapshot(&id).await {
-        tracing::warn!(snapshot = %id, error = &e as &dyn std::error::Error, "snapshot files");
-    }
-    Ok(StatusCode::NO_CONTENT)
 }

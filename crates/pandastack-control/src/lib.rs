@@ -1,19 +1,21 @@
 //! The control plane: the work over the store and a [`pandastack_host::Host`] that is not HTTP.
 //! Handlers in `pandastack-api` parse, call and map. Here: the sandbox service ([`Sandboxes`]:
 //! create with the row first and within the workspace limit, lifecycle, wake-for-work, delete,
-//! one row update per state change), the reaper (TTL and idle timeouts, with guest CPU counted as
-//! activity) and start-up reconciliation. Snapshots, template builds and code contexts are still
-//! in their handlers.
+//! one row update per state change), the snapshot service ([`Snapshots`]: snapshot, fork all or
+//! nothing, delete), the reaper (TTL and idle timeouts, with guest CPU counted as activity) and
+//! start-up reconciliation. Template builds and code contexts are still in their handlers.
 
 mod activity;
 mod reaper;
 mod reconcile;
 mod sandboxes;
+mod snapshots;
 
 pub use activity::{busy, Activity, BUSY_SHARE};
 pub use reaper::Reaper;
 pub use reconcile::{reconcile_rows, Reconciled};
 pub use sandboxes::{ControlError, Sandboxes, Source, Verb};
+pub use snapshots::{Forked, Snapshots};
 
 use pandastack_api_types::SandboxState;
 use pandastack_host::VmState;

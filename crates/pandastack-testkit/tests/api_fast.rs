@@ -309,3 +309,69 @@ async fn a_client_that_leaves_during_a_wake_does_not_lose_the_sandbox() {
         pandastack_agent::VmState::Running
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn snapshot_and_fork_through_the_snapshot_service() {
+    let s = fake_stack(Duration::from_secs(10)).await;
+    let (_, v) = create(&s).await;
+    let id = v["id"].as_str().unwrap().to_owned();
+    let (st, snap) = call(&s, "POST", &format!("/v1/sandboxes/{id}/snapshots"), None).await;
+    assert_eq!(st, StatusCode::CREATED, "{snap}");
+    assert_eq!(snap["sandbox_id"], id.as_str());
+    let (st, f) = call(
+        &s,
+        "POST",
+        &format!("/v1/sandboxes/{id}/fork"),
+        Some(json!({"count": 2, "metadata": {"branch": "b"}})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED, "{f}");
+    let kids = f["children"].as_array().unwrap();
+    assert_eq!(kids.len(), 2);
+    for k in kids {
+        assert_eq!(
+            (k["state"].as_str(), k["metadata"]["branch"].as_str()),
+            (Some("running"), Some("b"))
+        );
+        let (st, v) = call(
+            &s,
+            "POST",
+            &format!("/v1/sandboxes/{}/exec", k["id"].as_str().unwrap()),
+            Some(json!({"cmd": "hostname"})),
+        )
+        .await;
+        assert_eq!(
+            (st, v["stdout"].as_str()),
+            (
+                StatusCode::OK,
+                Some(format!("{}\n", k["id"].as_str().unwrap()).as_str())
+            )
+        );
+    }
+    assert_eq!(rows(&s).await, 3);
+    let (_, list) = call(&s, "GET", "/v1/snapshots", None).await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 2, "{list}");
+    // A failing fork leaves no child rows.
+    s.faults
+        .fail_restore
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let (st, v) = call(
+        &s,
+        "POST",
+        &format!("/v1/sandboxes/{id}/fork"),
+        Some(json!({"count": 2})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::INTERNAL_SERVER_ERROR, "{v}");
+    assert_eq!(rows(&s).await, 3);
+    assert_eq!(s.app.host.list().await.len(), 3);
+    s.faults
+        .fail_restore
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let snap_id = snap["id"].as_str().unwrap();
+    let (st, _) = call(&s, "DELETE", &format!("/v1/snapshots/{snap_id}"), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    let (st, _) = call(&s, "DELETE", &format!("/v1/snapshots/{snap_id}"), None).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    assert!(!s.dir.path().join("data/snapshots").join(snap_id).exists());
+}
