@@ -77,6 +77,63 @@ impl From<pandastack_control::ControlError> for ApiError {
     }
 }
 
+impl From<pandastack_control::CodeContextError> for ApiError {
+    fn from(e: pandastack_control::CodeContextError) -> Self {
+        use pandastack_control::CodeContextError as E;
+        match e {
+            E::Host(e) => e.into(),
+            E::ContextNotFound(ctx) => Self::new(
+                ErrorCode::NotFound,
+                format!("code context {ctx} not found (create it with POST …/code/contexts)"),
+            ),
+            E::Kernel(e) => Self::new(
+                ErrorCode::InvalidArgument,
+                format!("{}: {}", e.name, e.value),
+            ),
+        }
+    }
+}
+
+impl From<pandastack_control::TemplateError> for ApiError {
+    fn from(e: pandastack_control::TemplateError) -> Self {
+        use pandastack_control::TemplateError as E;
+        match e {
+            E::Store(e) => e.into(),
+            E::Host(e) => e.into(),
+            E::Io { what, source } => Self::internal(what, &source),
+            E::Job(e) => Self::internal("build job", &e),
+            E::Task(e) => Self::internal("request task", &e),
+            e => Self::new(template_code(&e), e.to_string()),
+        }
+    }
+}
+
+/// The code of a template error answered with its own message.
+fn template_code(e: &pandastack_control::TemplateError) -> ErrorCode {
+    use pandastack_control::TemplateError as E;
+    match e {
+        E::NotFound(_) => ErrorCode::TemplateNotFound,
+        E::InvalidName(_)
+        | E::InvalidDescription
+        | E::InvalidShape { .. }
+        | E::InvalidSpec(_)
+        | E::NameMismatch { .. }
+        | E::UploadCut(_)
+        | E::EmptyUpload => ErrorCode::InvalidArgument,
+        E::CatalogName(_)
+        | E::CatalogDelete(_)
+        | E::BuildUnderWay(_)
+        | E::VersionActive { .. }
+        | E::NoReadyVersion { .. }
+        | E::ImageGone { .. } => ErrorCode::Conflict,
+        E::UploadTooLarge { .. } => ErrorCode::PayloadTooLarge,
+        E::NoSpace => ErrorCode::InsufficientStorage,
+        E::RebakeFailed(_) | E::Io { .. } | E::Job(_) | E::Task(_) | E::Store(_) | E::Host(_) => {
+            ErrorCode::Internal
+        }
+    }
+}
+
 /// The message of an error that ends a stream already under way (no status code left to set):
 /// a guest's own words, else the error's.
 pub(crate) fn event_message(e: &HostError) -> String {

@@ -27,10 +27,10 @@ mod ws;
 
 pub use error::{ApiError, ApiResult};
 pub use openapi::{document, ApiDoc};
+pub use pandastack_control::BuildConfig;
 pub use proxy::{proxy_router, PreviewConfig};
 pub use routes::operations;
 pub use sandboxes::wire_state;
-pub use templates::BuildConfig;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -60,14 +60,16 @@ pub struct App {
     pub host_id: String,
     /// Create-rate windows per workspace: (window start, creates in it).
     rate: Mutex<HashMap<String, (Instant, i64)>>,
-    /// Template builds (`POST /v1/templates`).
-    builds: templates::Builds,
     /// Preview URLs of sandbox ports.
     pub preview: PreviewConfig,
     /// The sandbox service of the control plane (rows and VMs in step).
     pub sandboxes: pandastack_control::Sandboxes,
     /// The snapshot service of the control plane.
     pub snapshots: pandastack_control::Snapshots,
+    /// The template service of the control plane (catalog, builds, versions).
+    pub templates: pandastack_control::Templates,
+    /// The code interpreter's service of the control plane (kernels in the guest).
+    pub code: pandastack_control::CodeContexts,
 }
 
 impl App {
@@ -81,6 +83,13 @@ impl App {
     ) -> Self {
         Self {
             sandboxes: pandastack_control::Sandboxes::new(store.clone(), Arc::clone(&host)),
+            templates: pandastack_control::Templates::new(
+                store.clone(),
+                Arc::clone(&host),
+                host_id.clone(),
+                builds,
+            ),
+            code: pandastack_control::CodeContexts::new(Arc::clone(&host)),
             snapshots: pandastack_control::Snapshots::new(
                 store.clone(),
                 Arc::clone(&host),
@@ -91,7 +100,6 @@ impl App {
             host_name,
             host_id,
             rate: Mutex::new(HashMap::new()),
-            builds: templates::Builds::new(builds),
             preview,
         }
     }
@@ -100,12 +108,12 @@ impl App {
     /// running are queued again, builds without a job marked failed, files of unknown builds
     /// removed. Then [`App::start_build_worker`].
     pub async fn recover_builds(&self) -> Result<(), pandastack_store::StoreError> {
-        self.builds.recover(&self.store, &self.host_id).await
+        self.templates.recover().await
     }
 
     /// Starts the task that runs this host's template build jobs, one at a time.
     pub fn start_build_worker(self: &Arc<Self>) {
-        tokio::spawn(templates::build::worker(Arc::clone(self)));
+        tokio::spawn(self.templates.clone().worker());
     }
 }
 

@@ -179,7 +179,7 @@ async fn create_sandbox(
     // A template of the workspace's own, else the catalog's.
     let resolved = match &req.snapshot_id {
         Some(_) => None,
-        None => Some(crate::templates::resolve(app, caller.ws(), &req.template).await?),
+        None => Some(app.templates.resolve(caller.ws(), &req.template).await?),
     };
     check_rate(app, caller.ws(), 1).await?;
     let id = pandastack_store::new_id("sb-");

@@ -2,20 +2,29 @@
 //! Handlers in `pandastack-api` parse, call and map. Here: the sandbox service ([`Sandboxes`]:
 //! create with the row first and within the workspace limit, lifecycle, wake-for-work, delete,
 //! one row update per state change), the snapshot service ([`Snapshots`]: snapshot, fork all or
-//! nothing, delete), the reaper (TTL and idle timeouts, with guest CPU counted as activity) and
-//! start-up reconciliation. Template builds and code contexts are still in their handlers.
+//! nothing, delete), the reaper (TTL and idle timeouts, with guest CPU counted as activity),
+//! start-up reconciliation and the code interpreter ([`CodeContexts`]: runs in per-context
+//! Python kernels inside a sandbox, streamed or collected; contexts created and deleted).
+//! The template service ([`Templates`]: resolve for creates, list, builds from a spec or an OCI
+//! tarball queued as durable jobs and run one at a time by its worker, re-bake, delete).
 
 mod activity;
+mod code;
 mod reaper;
 mod reconcile;
 mod sandboxes;
 mod snapshots;
+mod templates;
 
 pub use activity::{busy, Activity, BUSY_SHARE};
+pub use code::{CodeContextError, CodeContexts, CodeEvent};
 pub use reaper::Reaper;
 pub use reconcile::{reconcile_rows, Reconciled};
 pub use sandboxes::{ControlError, Sandboxes, Source, Verb};
 pub use snapshots::{Forked, Snapshots};
+pub use templates::{
+    drain_upload, BuildConfig, BuildLogRef, Built, Resolved, TemplateError, TemplateInfo, Templates,
+};
 
 use pandastack_api_types::SandboxState;
 use pandastack_host::VmState;

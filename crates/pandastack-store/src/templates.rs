@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use sqlx::AnyPool;
 
-use crate::{col, parsed, StoreError};
+use crate::{col, found, parsed, StoreError};
 
 /// Where a build stands: `queued → building → baking → ready | failed`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,6 +197,13 @@ impl TemplateBuilds<'_> {
         job: &crate::NewJob,
     ) -> Result<crate::JobRow, StoreError> {
         let mut tx = self.pool.begin().await?;
+        // A write first takes SQLite's write lock (as in `insert_next`): a read first fails to
+        // upgrade ("database is locked") if another connection wrote meanwhile.
+        let touched = sqlx::query("UPDATE template_builds SET status = status WHERE id = $1")
+            .bind(build_id)
+            .execute(&mut *tx)
+            .await?;
+        found(touched)?;
         let r = sqlx::query("SELECT status FROM template_builds WHERE id = $1")
             .bind(build_id)
             .fetch_optional(&mut *tx)

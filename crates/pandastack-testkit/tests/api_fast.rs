@@ -375,3 +375,204 @@ async fn snapshot_and_fork_through_the_snapshot_service() {
     assert_eq!(st, StatusCode::NOT_FOUND);
     assert!(!s.dir.path().join("data/snapshots").join(snap_id).exists());
 }
+
+/// Kills, when dropped, the code kernels whose environment names `dir`. Kernels run in sessions
+/// of their own, so they outlive a fake VM (a real VM takes them along when it stops), and
+/// outside a VM `/run/pandastack-kernel` would be this host's, shared by every fake sandbox: each
+/// test gives its sandboxes a kernel directory of their own (`PANDASTACK_KERNEL_DIR`).
+struct Kernels(std::path::PathBuf);
+
+impl Drop for Kernels {
+    fn drop(&mut self) {
+        use nix::sys::signal::{kill, Signal};
+        use nix::unistd::Pid;
+        let var = format!("PANDASTACK_KERNEL_DIR={}", self.0.display());
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let env = std::fs::read(e.path().join("environ")).unwrap_or_default();
+            if env.split(|&b| b == 0).any(|v| v == var.as_bytes()) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+/// The events of a Server-Sent Events response: (name, data).
+async fn sse(s: &FakeStack, path: &str, body: Value) -> (StatusCode, Vec<(String, Value)>) {
+    let req = Request::builder()
+        .method("POST")
+        .uri(path)
+        .header("authorization", format!("Bearer {}", s.key))
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let resp = s.router.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8_lossy(&bytes);
+    let mut events = Vec::new();
+    for block in text.split("\n\n").filter(|b| !b.trim().is_empty()) {
+        let (mut name, mut data) = (String::new(), String::new());
+        for line in block.lines() {
+            if let Some(v) = line.strip_prefix("event:") {
+                name = v.trim().to_owned();
+            } else if let Some(v) = line.strip_prefix("data:") {
+                data.push_str(v.trim_start());
+            }
+        }
+        if !name.is_empty() {
+            events.push((name, serde_json::from_str(&data).unwrap()));
+        }
+    }
+    (status, events)
+}
+
+/// The blocking result's fields (`stdout`, `stderr`, `results`, `error`) from a run's events;
+/// checks that they end with one `done`.
+fn fold(events: &[(String, Value)]) -> Value {
+    let (mut stdout, mut stderr, mut results, mut error) =
+        (String::new(), String::new(), vec![], Value::Null);
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names.iter().filter(|n| **n == "done").count(),
+        1,
+        "{names:?}"
+    );
+    assert_eq!(names.last(), Some(&"done"), "{names:?}");
+    for (name, data) in events {
+        match name.as_str() {
+            "stdout" => stdout.push_str(data["data"].as_str().unwrap()),
+            "stderr" => stderr.push_str(data["data"].as_str().unwrap()),
+            "result" => results.push(data.clone()),
+            "error" => error = data.clone(),
+            "done" => assert!(data["duration_ms"].is_u64() && data["truncated"] == false),
+            other => panic!("unexpected event {other}"),
+        }
+    }
+    json!({"stdout": stdout, "stderr": stderr, "results": results, "error": error})
+}
+
+/// `v` as text without the cell numbers of tracebacks (`<cell-3>`: each run is a new cell).
+fn uncell(v: &Value) -> String {
+    let text = v.to_string();
+    let mut parts = text.split("<cell-");
+    let mut out = parts.next().unwrap_or_default().to_owned();
+    for p in parts {
+        out.push_str("<cell-");
+        out.push_str(p.trim_start_matches(|c: char| c.is_ascii_digit()));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn code_contexts_keep_state_apart_and_stream_what_they_return() {
+    let s = fake_stack(Duration::from_secs(10)).await;
+    let kernels = s.dir.path().join("kernels");
+    let _kernels = Kernels(kernels.clone());
+    let (st, v) = call(
+        &s,
+        "POST",
+        "/v1/sandboxes",
+        Some(json!({"template": "fake", "env": {"PANDASTACK_KERNEL_DIR": kernels}})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    let code = format!("/v1/sandboxes/{id}/code");
+    let run = |body: Value| call(&s, "POST", &code, Some(body));
+
+    // The default context keeps its variables between runs; a final expression is a result.
+    let (st, v) = run(json!({"code": "x = 2**10"})).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        (v["results"].as_array().map(Vec::len), &v["error"]),
+        (Some(0), &Value::Null),
+        "{v}"
+    );
+    let (st, v) = run(json!({"code": "x"})).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["results"], json!([{"text": "1024"}]), "{v}");
+
+    // A second context has variables of its own: an exception is data, not an HTTP error.
+    let (st, c) = call(&s, "POST", &format!("{code}/contexts"), Some(json!({}))).await;
+    assert_eq!(st, StatusCode::CREATED, "{c}");
+    assert_eq!(c["language"], "python");
+    let ctx = c["id"].as_str().unwrap().to_owned();
+    assert!(ctx.starts_with("ctx-"), "{ctx}");
+    let (st, v) = run(json!({"code": "x", "context_id": ctx})).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["error"]["name"], "NameError", "{v}");
+    assert_eq!(v["error"]["value"], "name 'x' is not defined");
+
+    // Output of both streams, and a traceback with the user's frames only.
+    let printing = json!({"code": "import sys\nprint('out')\nprint('err', file=sys.stderr)\nx = 7\nx * 6", "context_id": ctx});
+    let (st, v) = run(printing.clone()).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        (&v["stdout"], &v["stderr"], &v["results"], &v["error"]),
+        (
+            &json!("out\n"),
+            &json!("err\n"),
+            &json!([{"text": "42"}]),
+            &Value::Null
+        ),
+        "{v}"
+    );
+    let failing = json!({"code": "def f():\n    return 1 / 0\n\nf()", "context_id": ctx});
+    let (st, v) = run(failing.clone()).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let e = &v["error"];
+    assert_eq!(
+        (e["name"].as_str(), e["value"].as_str()),
+        (Some("ZeroDivisionError"), Some("division by zero")),
+        "{v}"
+    );
+    let tb = e["traceback"].as_str().unwrap();
+    assert!(
+        tb.starts_with("Traceback (most recent call last):\n")
+            && tb.contains(", in f\n")
+            && tb.ends_with("ZeroDivisionError: division by zero\n")
+            && !tb.contains("pandastack-kernel"),
+        "{tb}"
+    );
+
+    // The streamed variant yields the same, ending with one `done`.
+    let stream = format!("{code}/stream");
+    for body in [printing, failing] {
+        let (st, blocking) = run(body.clone()).await;
+        assert_eq!(st, StatusCode::OK, "{blocking}");
+        let (st, events) = sse(&s, &stream, body).await;
+        assert_eq!(st, StatusCode::OK);
+        let want = json!({
+            "stdout": blocking["stdout"], "stderr": blocking["stderr"],
+            "results": blocking["results"], "error": blocking["error"],
+        });
+        assert_eq!(uncell(&fold(&events)), uncell(&want), "{events:?}");
+    }
+
+    // A deleted context is gone: a 404 for a blocking run, an error event in a stream.
+    let (st, _) = call(&s, "DELETE", &format!("{code}/contexts/{ctx}"), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    let (st, v) = run(json!({"code": "1", "context_id": ctx})).await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{v}");
+    assert_eq!(v["error"]["code"], "not_found");
+    assert_eq!(
+        v["error"]["message"],
+        format!("code context {ctx} not found (create it with POST …/code/contexts)")
+    );
+    let (st, events) = sse(&s, &stream, json!({"code": "1", "context_id": ctx})).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(
+        fold(&events)["error"],
+        json!({"name": "ContextNotFound", "value": ctx, "traceback": ""})
+    );
+    // Deleting `default` resets it: the next run starts a fresh kernel.
+    let (st, _) = call(&s, "DELETE", &format!("{code}/contexts/default"), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    let (_, v) = run(json!({"code": "x"})).await;
+    assert_eq!(v["error"]["name"], "NameError", "{v}");
+    let (st, _) = call(&s, "DELETE", &format!("{code}/contexts/default"), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+}

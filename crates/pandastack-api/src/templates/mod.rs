@@ -1,25 +1,20 @@
 //! `/v1/templates`: the catalog (specs on the server, shared by every workspace) and the
 //! workspace's own templates, built with `POST /v1/templates` from a spec or an OCI image
-//! tarball. A build runs in the background ([`build`]); every build is a new version, and new
-//! sandboxes get the newest ready one while older sandboxes keep theirs.
-
-pub(crate) mod build;
+//! tarball. The work (builds in the background, versions, re-bake, delete) is the control
+//! plane's [`pandastack_control::Templates`]; these handlers parse, call it and map the result.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use pandastack_api_types::{
-    self as wire, validate_template_name, CreateTemplateRequest, ErrorCode, List, OciTemplateParams,
+    self as wire, CreateTemplateRequest, ErrorCode, List, OciTemplateParams,
 };
-use pandastack_host::{HostError, SpecRefused};
-use pandastack_store::{now_ms, BuildStatus, SourceKind, StoreError, TemplateBuildRow};
-
-pub use build::BuildConfig;
-pub(crate) use build::Builds;
+use pandastack_control::TemplateInfo;
+use pandastack_store::TemplateBuildRow;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Caller;
@@ -49,14 +44,9 @@ fn catalog_view(t: pandastack_host::TemplateView) -> wire::Template {
     }
 }
 
-/// The view of a built template from its versions (oldest first, not empty).
-fn built_view(versions: &[TemplateBuildRow]) -> Option<wire::Template> {
-    let newest = versions.last()?;
-    let ready = versions
-        .iter()
-        .rev()
-        .find(|v| v.status == BuildStatus::Ready);
-    Some(wire::Template {
+/// The view of a built template: its newest version, and which is the newest ready one.
+fn built_view(newest: &TemplateBuildRow, ready_version: Option<i64>) -> wire::Template {
+    wire::Template {
         name: newest.name.clone(),
         description: newest.description.clone(),
         cpu: newest.vcpus as u32,
@@ -66,65 +56,19 @@ fn built_view(versions: &[TemplateBuildRow]) -> Option<wire::Template> {
         bake_ms: newest.bake_ms.map(|v| v as u64),
         source: newest.source.as_str().into(),
         version: Some(newest.version as u32),
-        ready_version: ready.map(|v| v.version as u32),
+        ready_version: ready_version.map(|v| v as u32),
         error: newest.error.clone(),
         build_ms: newest.build_ms.map(|v| v as u64),
         image_bytes: newest.image_bytes.map(|v| v as u64),
         created_at: Some(rfc3339(newest.created_at)),
-    })
+    }
 }
 
-/// What `POST /v1/sandboxes {template}` runs: the baked template's name on this host and the
-/// environment its image asks for.
-pub(crate) struct Resolved {
-    pub baked: String,
-    pub env: BTreeMap<String, String>,
-}
-
-/// Resolves `name` for a create in the caller's workspace: its own template of that name (the
-/// newest ready version), one of its own versions by host name (`<name>-v<N>-<hex>`), else a
-/// catalog template. Another workspace's builds are never reachable, not even by host name.
-pub(crate) async fn resolve(app: &App, workspace: &str, name: &str) -> ApiResult<Resolved> {
-    let versions = app
-        .store
-        .template_builds()
-        .versions(workspace, name)
-        .await?;
-    if let Some(newest) = versions.last() {
-        return match versions
-            .iter()
-            .rev()
-            .find(|v| v.status == BuildStatus::Ready)
-        {
-            Some(v) => Ok(Resolved {
-                baked: v.id.clone(),
-                env: v.env.clone(),
-            }),
-            None => Err(ApiError::new(
-                ErrorCode::Conflict,
-                format!(
-                    "template {name} has no ready version yet (build {} is {})",
-                    newest.version,
-                    newest.status.as_str()
-                ),
-            )),
-        };
+fn view(t: TemplateInfo) -> wire::Template {
+    match t {
+        TemplateInfo::Catalog(t) => catalog_view(t),
+        TemplateInfo::Built(b) => built_view(&b.newest, b.ready_version),
     }
-    // A version by its host name: the caller's own (ready) only.
-    if let Some(v) = app.store.template_builds().by_id(name).await? {
-        if v.workspace_id == workspace && v.status == BuildStatus::Ready {
-            return Ok(Resolved {
-                baked: v.id,
-                env: v.env,
-            });
-        }
-        return Err(ApiError::from(HostError::TemplateNotFound(name.to_owned())));
-    }
-    // The catalog (built and baked on first use) or a template baked on this host by hand.
-    Ok(Resolved {
-        baked: name.to_owned(),
-        env: BTreeMap::new(),
-    })
 }
 
 /// List the catalog and the workspace's own templates.
@@ -139,13 +83,9 @@ pub async fn list(
     State(app): State<Arc<App>>,
     caller: Caller,
 ) -> ApiResult<Json<List<wire::Template>>> {
-    let mut data: Vec<wire::Template> = app.host.catalog()?.into_iter().map(catalog_view).collect();
-    let rows = app.store.template_builds().list(caller.ws()).await?;
-    for group in rows.chunk_by(|a, b| a.name == b.name) {
-        data.extend(built_view(group));
-    }
+    let data = app.templates.list(caller.ws()).await?;
     Ok(Json(List {
-        data,
+        data: data.into_iter().map(view).collect(),
         next_cursor: None,
     }))
 }
@@ -167,20 +107,7 @@ pub async fn get(
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Json<wire::Template>> {
-    Ok(Json(find(&app, caller.ws(), &name).await?))
-}
-
-async fn find(app: &App, ws: &str, name: &str) -> ApiResult<wire::Template> {
-    let versions = app.store.template_builds().versions(ws, name).await?;
-    if let Some(v) = built_view(&versions) {
-        return Ok(v);
-    }
-    app.host
-        .catalog()?
-        .into_iter()
-        .find(|t| t.name == name)
-        .map(catalog_view)
-        .ok_or_else(|| ApiError::from(HostError::TemplateNotFound(name.to_owned())))
+    Ok(Json(view(app.templates.get(caller.ws(), &name).await?)))
 }
 
 /// Build a template (a new version if the name exists) from a spec or an OCI image tarball.
@@ -236,37 +163,9 @@ pub async fn create(
                 .await
                 .map_err(|_| ApiError::new(ErrorCode::PayloadTooLarge, "request body too large"))?;
             let body: CreateTemplateRequest = crate::extract::json(&bytes)?;
-            let spec = app.host.check_spec(&body.spec).map_err(spec_error)?;
-            let name = body.name.unwrap_or_else(|| spec.name.clone());
-            if name != spec.name {
-                return Err(ApiError::new(
-                    ErrorCode::InvalidArgument,
-                    format!("name {name:?} differs from the spec's name {:?}", spec.name),
-                ));
-            }
-            let mut row = new_row(
-                &app,
-                caller.ws(),
-                &name,
-                SourceKind::Spec,
-                &spec.description,
-            )
-            .await?;
-            row.vcpus = i64::from(spec.shape.vcpus);
-            row.memory_mib = i64::from(spec.shape.memory_mib);
-            row.disk_mb = i64::from(spec.disk_mb);
-            insert(&app, &mut row).await?;
-            let job = build::BuildJob {
-                build: row.id.clone(),
-                spec: Some(body.spec),
-                tarball: None,
-                disk_mb: None,
-            };
-            if let Err(e) = build::enqueue(&app, job).await {
-                app.store.template_builds().delete(&row.id).await?;
-                return Err(e);
-            }
-            row
+            app.templates
+                .queue_spec(caller.ws(), body.name, body.spec)
+                .await?
         }
         "application/x-tar"
         | "application/tar"
@@ -274,56 +173,19 @@ pub async fn create(
         | "application/x-gzip"
         | "application/octet-stream" => {
             let (parts, body) = req.into_parts();
-            let accepted = async {
-                let Query(q) = Query::<OciTemplateParams>::try_from_uri(&parts.uri)
-                    .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.body_text()))?;
-                let shape = shape(q.cpu, q.memory_mb, q.disk_mb)?;
-                app.builds.check_length(&parts.headers)?;
-                let mut row = new_row(
-                    &app,
-                    caller.ws(),
-                    &q.name,
-                    SourceKind::Oci,
-                    q.description.as_deref().unwrap_or(""),
-                )
-                .await?;
-                (row.vcpus, row.memory_mib) = (i64::from(shape.0), i64::from(shape.1));
-                row.disk_mb = i64::from(q.disk_mb.unwrap_or(0));
-                insert(&app, &mut row).await?;
-                Ok::<_, ApiError>((q, row))
-            }
-            .await;
-            let (q, row) = match accepted {
-                Ok(v) => v,
+            let upload = body.into_data_stream();
+            let params = match Query::<OciTemplateParams>::try_from_uri(&parts.uri) {
+                Ok(Query(q)) => q,
                 Err(e) => {
                     // Refused before reading the upload: read (a bounded part of) it anyway, so
                     // the client, still sending, gets this answer rather than a reset connection.
-                    build::drain(body).await;
-                    return Err(e);
+                    pandastack_control::drain_upload(upload).await;
+                    return Err(ApiError::new(ErrorCode::InvalidArgument, e.body_text()));
                 }
             };
-            let req_body = body;
-            // The upload belongs to this request: if it fails, nothing of the build remains.
-            let tarball = match app.builds.receive(&row.id, req_body).await {
-                Ok(p) => p,
-                Err(e) => {
-                    app.builds.discard(&row.id);
-                    app.store.template_builds().delete(&row.id).await?;
-                    return Err(e);
-                }
-            };
-            let job = build::BuildJob {
-                build: row.id.clone(),
-                spec: None,
-                tarball: Some(tarball),
-                disk_mb: q.disk_mb,
-            };
-            if let Err(e) = build::enqueue(&app, job).await {
-                app.builds.discard(&row.id);
-                app.store.template_builds().delete(&row.id).await?;
-                return Err(e);
-            }
-            row
+            app.templates
+                .queue_oci(caller.ws(), params, content_length(&parts.headers), upload)
+                .await?
         }
         other => {
             return Err(ApiError::new(
@@ -335,91 +197,15 @@ pub async fn create(
             ))
         }
     };
-    let view = built_view(std::slice::from_ref(&row)).expect("one version");
-    Ok((StatusCode::ACCEPTED, Json(view)).into_response())
+    Ok((StatusCode::ACCEPTED, Json(built_view(&row, None))).into_response())
 }
 
-fn spec_error(e: SpecRefused) -> ApiError {
-    ApiError::new(ErrorCode::InvalidArgument, e.to_string())
-}
-
-/// Checks the shape of a tarball build: (vCPUs, memory MiB).
-fn shape(cpu: Option<u32>, memory_mb: Option<u32>, disk_mb: Option<u32>) -> ApiResult<(u32, u32)> {
-    let cpu = cpu.unwrap_or(1);
-    let memory = memory_mb.unwrap_or(512);
-    let bad = |field: &str, range: &str| {
-        ApiError::new(
-            ErrorCode::InvalidArgument,
-            format!("{field}: must be {range}"),
-        )
-    };
-    if !(1..=16).contains(&cpu) {
-        return Err(bad("cpu", "1-16"));
-    }
-    if !(128..=65536).contains(&memory) {
-        return Err(bad("memory_mb", "128-65536"));
-    }
-    if disk_mb.is_some_and(|d| !(64..=1 << 20).contains(&d)) {
-        return Err(bad("disk_mb", "64-1048576"));
-    }
-    Ok((cpu, memory))
-}
-
-async fn new_row(
-    app: &App,
-    ws: &str,
-    name: &str,
-    source: SourceKind,
-    description: &str,
-) -> ApiResult<TemplateBuildRow> {
-    validate_template_name(name)?;
-    if app.host.is_catalog(name) {
-        return Err(ApiError::new(
-            ErrorCode::Conflict,
-            format!("{name} is a catalog template; choose another name"),
-        ));
-    }
-    if description.len() > 200 || description.contains('\n') {
-        return Err(ApiError::new(
-            ErrorCode::InvalidArgument,
-            "description: one line, at most 200 bytes",
-        ));
-    }
-    let now = now_ms();
-    Ok(TemplateBuildRow {
-        id: String::new(),
-        workspace_id: ws.to_owned(),
-        host_id: app.host_id.clone(),
-        name: name.to_owned(),
-        version: 0,
-        source,
-        status: BuildStatus::Queued,
-        error: None,
-        description: description.to_owned(),
-        vcpus: 1,
-        memory_mib: 512,
-        disk_mb: 0,
-        env: BTreeMap::new(),
-        image_bytes: None,
-        build_ms: None,
-        bake_ms: None,
-        created_at: now,
-        updated_at: now,
-    })
-}
-
-async fn insert(app: &App, row: &mut TemplateBuildRow) -> ApiResult<()> {
-    match app.store.template_builds().insert_next(row).await {
-        Ok(()) => Ok(()),
-        Err(StoreError::Conflict) => Err(ApiError::new(
-            ErrorCode::Conflict,
-            format!(
-                "a build of template {} is under way; wait for it to finish",
-                row.name
-            ),
-        )),
-        Err(e) => Err(e.into()),
-    }
+/// The request's `Content-Length`, if it has a sane one.
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
 }
 
 /// Re-bake a template: catalog templates from their spec, built ones from the newest ready
@@ -441,31 +227,7 @@ pub async fn bake(
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Json<wire::Template>> {
-    let versions = app
-        .store
-        .template_builds()
-        .versions(caller.ws(), &name)
-        .await?;
-    if versions.is_empty() {
-        if !app.host.is_catalog(&name) {
-            return Err(HostError::TemplateNotFound(name).into());
-        }
-        let host = Arc::clone(&app.host);
-        let n = name.clone();
-        crate::idempotency::to_completion(
-            async move { host.rebake(&n).await.map_err(ApiError::from) },
-        )
-        .await?;
-        return Ok(Json(find(&app, caller.ws(), &name).await?));
-    }
-    let resolved = resolve(&app, caller.ws(), &name).await?;
-    let row = versions
-        .into_iter()
-        .find(|v| v.id == resolved.baked)
-        .expect("resolve picks one of the versions");
-    let app2 = Arc::clone(&app);
-    crate::idempotency::to_completion(async move { build::rebake(&app2, row).await }).await?;
-    Ok(Json(find(&app, caller.ws(), &name).await?))
+    Ok(Json(view(app.templates.rebake(caller.ws(), &name).await?)))
 }
 
 /// Delete a built template, every version. Running sandboxes made from it keep running (their
@@ -487,40 +249,7 @@ pub async fn delete(
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let versions = app
-        .store
-        .template_builds()
-        .versions(caller.ws(), &name)
-        .await?;
-    if versions.is_empty() {
-        if app.host.is_catalog(&name) {
-            return Err(ApiError::new(
-                ErrorCode::Conflict,
-                format!("{name} is a catalog template; it cannot be deleted"),
-            ));
-        }
-        return Err(HostError::TemplateNotFound(name).into());
-    }
-    if let Some(v) = versions.iter().find(|v| v.status.active()) {
-        return Err(ApiError::new(
-            ErrorCode::Conflict,
-            format!(
-                "build {} of {name} is {}; delete it once it has finished",
-                v.version,
-                v.status.as_str()
-            ),
-        ));
-    }
-    let app2 = Arc::clone(&app);
-    crate::idempotency::to_completion(async move {
-        for v in versions {
-            app2.host.remove_template(&v.id).await?;
-            app2.builds.discard(&v.id);
-            app2.store.template_builds().delete(&v.id).await?;
-        }
-        Ok::<_, ApiError>(())
-    })
-    .await?;
+    app.templates.delete(caller.ws(), &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -546,38 +275,16 @@ pub async fn logs(
     Path(name): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Response> {
-    let versions = app
-        .store
-        .template_builds()
-        .versions(caller.ws(), &name)
-        .await?;
-    let row = match q.get("version") {
-        Some(v) => {
-            let v: i64 = v.parse().map_err(|_| {
-                ApiError::new(ErrorCode::InvalidArgument, "version: a positive integer")
-            })?;
-            versions.into_iter().find(|r| r.version == v)
-        }
-        None => versions.into_iter().next_back(),
-    }
-    .ok_or_else(|| ApiError::from(HostError::TemplateNotFound(name.clone())))?;
-    let path = app.builds.log_path(&row.id);
-    let (ws, id) = (caller.ws().to_owned(), row.id);
+    let version = q
+        .get("version")
+        .map(|v| v.parse::<i64>())
+        .transpose()
+        .map_err(|_| ApiError::new(ErrorCode::InvalidArgument, "version: a positive integer"))?;
+    let log = app.templates.log(caller.ws(), &name, version).await?;
+    let path = log.path().to_owned();
     Ok(crate::logs::log_response(path, &q, move || {
-        let (app, ws, id, name) = (Arc::clone(&app), ws.clone(), id.clone(), name.clone());
-        async move {
-            let versions = app
-                .store
-                .template_builds()
-                .versions(&ws, &name)
-                .await
-                .ok()?;
-            match versions.into_iter().find(|v| v.id == id) {
-                Some(v) if v.status.active() => None,
-                Some(v) => Some(v.status.as_str().to_owned()),
-                None => Some("deleted".to_owned()),
-            }
-        }
+        let log = log.clone();
+        async move { log.ended().await }
     })
     .await)
 }
