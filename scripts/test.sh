@@ -48,6 +48,10 @@ step "PostgreSQL for the store's suite and the client suite's server"
 eval "$(scripts/test-postgres.sh start ci)"
 trap 'scripts/test-postgres.sh stop ci' EXIT
 
+step "S3 API server (moto) for the object storage suite"
+trap 'scripts/test-postgres.sh stop ci; scripts/test-s3.sh stop ci' EXIT
+eval "$(scripts/test-s3.sh start ci)"
+
 step "tests"
 # Guests run under TCG on 2 cores: keep VM-booting test binaries from oversubscribing the CPU.
 cargo test --workspace --locked -- --test-threads=2

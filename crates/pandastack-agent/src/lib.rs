@@ -17,6 +17,7 @@
 //! It knows nothing of HTTP, keys or the database: callers pass ids and get typed errors.
 
 mod builds;
+mod console;
 mod entry;
 mod error;
 mod guest;
@@ -25,6 +26,7 @@ mod steps;
 mod templates;
 
 pub use builds::{api_spec, spec_summary};
+pub use console::{trim_consoles, TRIM_EVERY};
 pub use entry::SandboxView;
 pub use error::AgentError;
 pub use host::LocalHost;
@@ -390,7 +392,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     pub async fn console_log(&self, id: &str) -> Result<PathBuf, AgentError> {
         let e = self.entry(id).await?;
         let slot = e.slot.lock().await;
-        Ok(slot.dir().join("console.log"))
+        Ok(slot.dir().join(console::CONSOLE_LOG))
     }
 
     /// CPU time used by a running sandbox's VM (`None` when it has no VM process).

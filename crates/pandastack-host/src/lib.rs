@@ -24,7 +24,7 @@ pub use build::{BuildLogFn, BuildSource, BuiltImage, SpecRefused, SpecSummary};
 pub use error::{error_chain, GuestErrorKind, HostError};
 pub use exec::{ExecEvent, ExecInput, ExecOutcome, ExecSpec, PtySize, SessionStart};
 pub use files::{FileInfo, FileKind};
-pub use log::{read_log, LogChunk, LogPos};
+pub use log::{read_log, trim_log, LogChunk, LogPos};
 pub use view::{Shape, SnapshotView, TemplateView, VmState, VmStats, VmView};
 
 use std::path::{Path, PathBuf};

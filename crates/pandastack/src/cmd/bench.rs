@@ -25,6 +25,8 @@ enum BenchWhat {
     Runtime(RuntimeArgs),
     /// The REST API end to end: create, exec, fork, creates/s, idle capacity.
     Api(super::bench_api::ApiArgs),
+    /// Object storage: first, incremental and unchanged upload and download of one file.
+    Objects(super::bench_objects::ObjectsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -84,6 +86,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.what {
         BenchWhat::Runtime(a) => runtime(a).await,
         BenchWhat::Api(a) => super::bench_api::run(a).await,
+        BenchWhat::Objects(a) => super::bench_objects::run(a).await,
     }
 }
 

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 pub mod auth;
 pub mod bench;
 mod bench_api;
+mod bench_objects;
 mod client_util;
 pub mod doctor;
 pub mod host;

@@ -47,6 +47,11 @@ pub struct ServerArgs {
     /// (default: SQLite at `<data-dir>/state.db`).
     #[arg(long, env = "PANDASTACK_STATE")]
     state: Option<String>,
+    /// Object store for backups and images: `file:///absolute/path` or `s3://bucket[/prefix]`
+    /// (credentials, region and endpoint from the standard `AWS_*` variables; `AWS_ENDPOINT_URL`
+    /// for MinIO, Ceph, R2, …). Default: `file://<data-dir>/objects`.
+    #[arg(long, env = "PANDASTACK_OBJECTS", value_name = "URL")]
+    objects: Option<String>,
     /// This host's id, the owner of the rows of what runs here (default: the one in
     /// `<data-dir>/host-id`, created at first start).
     #[arg(long, env = "PANDASTACK_HOST_ID")]
@@ -63,6 +68,10 @@ pub struct ServerArgs {
     /// Pre-started VMs kept per baked template (0 disables the pool).
     #[arg(long, default_value_t = 1)]
     pool_size: usize,
+    /// Bound on each sandbox's console log (`GET …/logs`), in KiB: past it the oldest part is
+    /// cut and the newest kept (0: unbounded).
+    #[arg(long, env = "PANDASTACK_CONSOLE_LOG_MAX_KB", default_value_t = 1024)]
+    console_log_max_kb: u64,
     /// Largest OCI image tarball accepted by `POST /v1/templates`, in MiB.
     #[arg(long, default_value_t = 16384)]
     max_template_upload_mb: u64,
@@ -114,6 +123,9 @@ enum NetworkMode {
 }
 
 pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
+    // Opened first so a bad URL fails the start at once; nothing stores objects in it yet
+    // (volume backups will).
+    let _objects = open_objects(&a).await?;
     let kernel = a
         .kernel
         .clone()
@@ -213,6 +225,7 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
             }
         });
     }
+    tokio::spawn(Arc::clone(&agent).trim_consoles_forever(a.console_log_max_kb << 10));
     let builds = pandastack_api::BuildConfig {
         dir: a.data_dir.join("builds"),
         max_upload_bytes: a.max_template_upload_mb << 20,
@@ -302,6 +315,30 @@ fn host_id_in(data_dir: &Path) -> anyhow::Result<String> {
         .and_then(|()| std::fs::rename(&tmp, &path))
         .with_context(|| format!("write {}", path.display()))?;
     Ok(id)
+}
+
+/// Opens `--objects` (default `file://<data-dir>/objects`). A URL that cannot be opened fails
+/// the start; a store that does not answer (network, credentials) only warns, since nothing
+/// needs it to serve sandboxes.
+async fn open_objects(a: &ServerArgs) -> anyhow::Result<pandastack_objects::Objects> {
+    let url = match &a.objects {
+        Some(url) => url.clone(),
+        None => {
+            let dir = std::path::absolute(&a.data_dir)
+                .with_context(|| format!("data dir {}", a.data_dir.display()))?;
+            format!("file://{}", dir.join("objects").display())
+        }
+    };
+    let objects = pandastack_objects::Objects::open(&url).context("object store (--objects)")?;
+    match objects.check().await {
+        Ok(()) => tracing::info!(store = %objects.describe(), "object store open"),
+        Err(e) => tracing::warn!(
+            store = %objects.describe(),
+            error = &e as &dyn std::error::Error,
+            "object store does not answer"
+        ),
+    }
+    Ok(objects)
 }
 
 /// Opens the pool of per-sandbox network slots (see `pandastack-net`) as `--network` asks, and

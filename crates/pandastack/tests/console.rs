@@ -1,0 +1,66 @@
+//! A guest flooding its serial console cannot fill the host's disk: the server keeps each
+//! sandbox's `console.log` near `--console-log-max-kb`, and `GET …/logs` returns the newest part.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{free_port, start_with, Api};
+use pandastack_testkit::{bake, runtime};
+use reqwest::Client;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flooded_console_stays_bounded_and_keeps_its_newest_part() {
+    let guard = runtime().await;
+    bake(&guard, "minimal").await;
+    let data = guard.dir.path().to_owned();
+    let server = start_with(
+        &data,
+        free_port(),
+        &["--network", "off", "--console-log-max-kb", "64"],
+    )
+    .await;
+    let api = Api {
+        s: &server,
+        c: Client::new(),
+    };
+    let id = api.create(json!({"template": "minimal"})).await;
+    // 1 MB (16 times the bound) to the serial console, then a marker.
+    let v = api
+        .exec(
+            &id,
+            "head -c 1000000 /dev/zero | tr '\\0' A > /dev/ttyS0; echo END-OF-FLOOD > /dev/ttyS0",
+        )
+        .await;
+    assert_eq!(v["exit_code"], 0, "{v}");
+    let log = data.join("sandboxes").join(&id).join("console.log");
+    // The trimmer runs every second: within a few, the file is back under the bound.
+    let t = Instant::now();
+    let len = loop {
+        let len = std::fs::metadata(&log).unwrap().len();
+        if len <= 64 << 10 || t.elapsed() > Duration::from_secs(15) {
+            break len;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(len <= 64 << 10, "console.log is {len} bytes");
+    let r = api
+        .c
+        .get(format!("{}/v1/sandboxes/{id}/logs", server.url))
+        .bearer_auth(&server.key)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    let text = r.text().await.unwrap();
+    assert!(text.len() <= 64 << 10, "{} bytes of log", text.len());
+    assert!(
+        text.trim_end().ends_with("END-OF-FLOOD"),
+        "the newest part is kept: …{:?}",
+        &text[text.len().saturating_sub(80)..]
+    );
+    // The sandbox carries on.
+    let v = api.exec(&id, "echo alive").await;
+    assert_eq!(v["stdout"], "alive\n", "{v}");
+}
