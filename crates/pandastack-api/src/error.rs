@@ -134,15 +134,6 @@ fn template_code(e: &pandastack_control::TemplateError) -> ErrorCode {
     }
 }
 
-/// The message of an error that ends a stream already under way (no status code left to set):
-/// a guest's own words, else the error's.
-pub(crate) fn event_message(e: &HostError) -> String {
-    match e {
-        HostError::Guest { message, .. } => message.clone(),
-        e => e.to_string(),
-    }
-}
-
 impl From<HostError> for ApiError {
     fn from(e: HostError) -> Self {
         match &e {

@@ -150,7 +150,7 @@ pub async fn exec_stream(
             }
             Err(s) => vec![Event::default()
                 .event("error")
-                .json_data(serde_json::json!({ "message": crate::error::event_message(&s) }))],
+                .json_data(serde_json::json!({ "message": s.event_message() }))],
         };
         futures::stream::iter(
             events

@@ -56,6 +56,15 @@ pub enum HostError {
 }
 
 impl HostError {
+    /// The message of an error that ends a stream already under way (no status code left to
+    /// set): a guest's own words, else the error's.
+    pub fn event_message(&self) -> String {
+        match self {
+            HostError::Guest { message, .. } => message.clone(),
+            e => e.to_string(),
+        }
+    }
+
     /// A failure of `what` caused by `source`.
     pub fn failed(
         what: &'static str,

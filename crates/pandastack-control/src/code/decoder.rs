@@ -40,14 +40,6 @@ fn kernel_error(value: impl Into<String>) -> CodeEvent {
     })
 }
 
-/// The message of an error that ends the exec under way: a guest's own words, else the error's.
-fn event_message(e: &HostError) -> String {
-    match e {
-        HostError::Guest { message, .. } => message.clone(),
-        e => e.to_string(),
-    }
-}
-
 /// Turns the exec events of one kernel-client run into [`CodeEvent`]s, ending with one `Done`.
 #[derive(Default)]
 pub struct Decoder {
@@ -109,7 +101,7 @@ impl Decoder {
                 });
             }
             Err(s) => {
-                out.push(kernel_error(event_message(&s)));
+                out.push(kernel_error(s.event_message()));
                 out.push(CodeEvent::Done {
                     duration_ms: 0,
                     truncated: false,
