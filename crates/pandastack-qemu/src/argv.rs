@@ -3,12 +3,17 @@
 //! Devices are virtio-mmio only (no PCI, no ACPI); QEMU adds their `virtio_mmio.device=`
 //! registrations to the kernel command line itself. The guest agent talks over a virtio-serial
 //! port bound to a unix socket; QMP over a second socket controls the process.
+//!
+//! `-M microvm` has eight virtio-mmio transports and no hotplug. The root disk, the agent
+//! channel, the RNG, the balloon and (optionally) the NIC take five; volume slots take at most
+//! [`MAX_VOLUME_SLOTS`] of the rest, each a `virtio-blk-device` after every other device, in slot
+//! order, so a VM restored with the same number of slots has the same device set.
 
 use std::ffi::OsString;
 use std::path::Path;
 
 use pandastack_guest_proto::PORT_NAME;
-use pandastack_vm::{Accel, Memory, VmSpec};
+use pandastack_vm::{volume_serial, Accel, Memory, VmSpec, VolumeDisk};
 
 /// File names inside a VM's run directory.
 pub const QMP_SOCKET: &str = "qmp.sock";
@@ -16,6 +21,39 @@ pub const AGENT_SOCKET: &str = "agent.sock";
 pub const CONSOLE_LOG: &str = "console.log";
 pub const QEMU_LOG: &str = "qemu.log";
 pub const PID_FILE: &str = "qemu.pid";
+
+/// Volume slots a VM may have: microvm's eight virtio-mmio transports minus the five other
+/// devices (root disk, agent channel, RNG, balloon, NIC).
+pub const MAX_VOLUME_SLOTS: usize = 3;
+
+/// Block node of volume slot `slot` (format layer; the file layer is `<node>-file`).
+pub fn volume_node(slot: usize) -> String {
+    format!("vol{slot}")
+}
+
+/// `blockdev-add`/`blockdev-reopen` options of volume slot `slot`'s two nodes (file, then raw
+/// format on top), as JSON. `path` is as QEMU should open it (see [`in_run_dir`]).
+pub fn volume_nodes(slot: usize, path: &Path, read_only: bool) -> [serde_json::Value; 2] {
+    let node = volume_node(slot);
+    let file = format!("{node}-file");
+    [
+        serde_json::json!({
+            "driver": "file",
+            "node-name": file,
+            "filename": path.to_string_lossy(),
+            "aio": "threads",
+            "discard": "unmap",
+            "read-only": read_only,
+        }),
+        serde_json::json!({
+            "driver": "raw",
+            "node-name": node,
+            "file": file,
+            "discard": "unmap",
+            "read-only": read_only,
+        }),
+    ]
+}
 
 /// Kernel command line used for every cold boot; the spec's `kernel_args` are appended.
 pub const BASE_KERNEL_ARGS: &[&str] = &[
@@ -79,10 +117,36 @@ fn path_arg(prefix: &str, path: &Path, suffix: &str) -> OsString {
 /// for state (a pre-started VM handed to a sandbox), and QEMU reopens the disk by name when the
 /// state is loaded.
 fn in_run_dir(spec: &VmSpec, path: &Path) -> std::path::PathBuf {
+    relative_to(&spec.run_dir, path)
+}
+
+/// `path` named relative to `run_dir` when it is directly inside it.
+pub(crate) fn relative_to(run_dir: &Path, path: &Path) -> std::path::PathBuf {
     match (path.parent(), path.file_name()) {
-        (Some(parent), Some(name)) if parent == spec.run_dir => name.into(),
+        (Some(parent), Some(name)) if parent == run_dir => name.into(),
         _ => path.to_owned(),
     }
+}
+
+/// The arguments for volume slot `slot` backed by `disk`: its two block nodes (JSON, so no
+/// path needs escaping) and its device. The device set must match across save and load; the
+/// nodes' files and read-only flags may differ.
+fn volume_args(spec: &VmSpec, slot: usize, disk: &VolumeDisk) -> Vec<OsString> {
+    let mut argv = Vec::new();
+    for node in volume_nodes(slot, &in_run_dir(spec, &disk.path), disk.read_only) {
+        argv.push("-blockdev".into());
+        argv.push(node.to_string().into());
+    }
+    argv.push("-device".into());
+    argv.push(
+        format!(
+            "virtio-blk-device,drive={},serial={}",
+            volume_node(slot),
+            volume_serial(slot)
+        )
+        .into(),
+    );
+    argv
 }
 
 /// Builds the argument vector (without the binary) for `spec`. Relative paths are relative to
@@ -185,6 +249,10 @@ pub fn build(cfg: &QemuConfig, spec: &VmSpec, mode: StartMode) -> Vec<OsString> 
         );
     }
 
+    for (slot, disk) in spec.volumes.iter().enumerate() {
+        argv.extend(volume_args(spec, slot, disk));
+    }
+
     // Console to a file, control over QMP.
     argv.push("-chardev".into());
     argv.push(path_arg(
@@ -232,6 +300,7 @@ mod tests {
                 mac: "02:00:00:00:00:01".into(),
                 netns: None,
             }),
+            volumes: vec![],
             run_dir: "/run/ps/sb-1".into(),
         }
     }
@@ -278,6 +347,47 @@ mod tests {
         assert!(a.contains("-incoming defer"));
         assert!(a.contains("mem-path=/t/mem,share=off,readonly=on,rom=off"));
         assert!(a.contains("-accel kvm -cpu host"));
+    }
+
+    #[test]
+    fn volume_slots_follow_every_other_device_in_slot_order() {
+        let mut s = spec(Memory::Anonymous);
+        s.volumes = vec![
+            VolumeDisk {
+                path: "/vols/a,b.ext4".into(),
+                read_only: false,
+            },
+            VolumeDisk {
+                path: "/run/ps/sb-1/slot1.img".into(),
+                read_only: true,
+            },
+        ];
+        let argv = build(&QemuConfig::new(Accel::Tcg), &s, StartMode::Incoming);
+        let a = joined(&argv);
+        let net = a.find("virtio-net-device").unwrap();
+        let vol0 = a.find("drive=vol0,serial=pandastack-vol0").unwrap();
+        let vol1 = a.find("drive=vol1,serial=pandastack-vol1").unwrap();
+        assert!(net < vol0 && vol0 < vol1, "{a}");
+        // The path is one JSON string (a comma in it is no option separator), relative inside
+        // the run dir; read-only reaches both nodes.
+        let nodes: Vec<serde_json::Value> = argv
+            .windows(2)
+            .filter(|w| w[0] == "-blockdev")
+            .map(|w| serde_json::from_str(&w[1].to_string_lossy()).unwrap())
+            .collect();
+        assert_eq!(nodes.len(), 4);
+        assert_eq!(nodes[0]["filename"], "/vols/a,b.ext4");
+        assert_eq!(nodes[0]["read-only"], false);
+        assert_eq!(nodes[1]["file"], "vol0-file");
+        assert_eq!(nodes[2]["filename"], "slot1.img");
+        assert_eq!(nodes[3]["read-only"], true);
+        // No slots: the command line is what it was before slots existed.
+        assert!(!joined(&build(
+            &QemuConfig::new(Accel::Tcg),
+            &spec(Memory::Anonymous),
+            StartMode::Incoming
+        ))
+        .contains("-blockdev"));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pandastack_vm::{Accel, Memory, RunState, Vm, VmDriver, VmError, VmSpec, VmStats};
+use pandastack_vm::{Accel, Memory, RunState, Vm, VmDriver, VmError, VmSpec, VmStats, VolumeDisk};
 use tokio::time::Instant;
 
 use crate::argv::{
@@ -123,7 +123,21 @@ fn validate(spec: &VmSpec, mode: StartMode) -> Result<(), VmError> {
             spec.run_dir.display()
         )));
     }
+    if spec.volumes.len() > argv::MAX_VOLUME_SLOTS {
+        return Err(VmError::InvalidSpec(format!(
+            "{} volume slots, at most {}",
+            spec.volumes.len(),
+            argv::MAX_VOLUME_SLOTS
+        )));
+    }
+    if let Some(v) = spec.volumes.iter().find(|v| v.path.to_str().is_none()) {
+        return Err(VmError::InvalidSpec(format!(
+            "volume path {} is not UTF-8",
+            v.path.display()
+        )));
+    }
     let mut needed: Vec<&Path> = vec![&spec.rootfs];
+    needed.extend(spec.volumes.iter().map(|v| v.path.as_path()));
     if mode == StartMode::Boot {
         needed.push(&spec.kernel);
     }
@@ -522,6 +536,53 @@ impl Vm for QemuVm {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    async fn refresh_volume(&self, slot: usize, disk: &VolumeDisk) -> Result<(), VmError> {
+        let path = self.run_dir.join(&disk.path);
+        let size = std::fs::metadata(&path)?.len();
+        if !size.is_multiple_of(512) {
+            return Err(VmError::InvalidSpec(format!(
+                "volume {} is {size} bytes, not a whole number of 512-byte sectors",
+                path.display()
+            )));
+        }
+        let resize = qmp::BlockResize {
+            node_name: argv::volume_node(slot),
+            size,
+        };
+        if !disk.read_only {
+            // The file already has this size: nothing in it changes, the guest is told.
+            return self.qmp.execute(&resize).await.map(drop).map_err(control);
+        }
+        // A read-only node cannot be resized. With the vCPUs stopped (no request reaches the
+        // disk meanwhile) it is reopened writable for the resize, which changes no byte of the
+        // file (its mtime, though), and read-only again before the guest runs.
+        let running = self
+            .qmp
+            .execute(&qmp::QueryStatus {})
+            .await
+            .map_err(control)?
+            .running;
+        if running {
+            self.qmp.execute(&qmp::Stop {}).await.map_err(control)?;
+        }
+        let named = argv::relative_to(&self.run_dir, &disk.path);
+        let reopen = |read_only| qmp::BlockdevReopen {
+            options: argv::volume_nodes(slot, &named, read_only).into(),
+        };
+        let resized = async {
+            self.qmp.execute(&reopen(false)).await?;
+            self.qmp.execute(&resize).await
+        }
+        .await;
+        // Read-only again whatever happened; a VM whose disk stays writable is not resumed.
+        self.qmp.execute(&reopen(true)).await.map_err(control)?;
+        resized.map_err(control)?;
+        if running {
+            self.qmp.execute(&qmp::Cont {}).await.map_err(control)?;
+        }
+        Ok(())
     }
 
     fn relocate(&mut self, run_dir: PathBuf) {

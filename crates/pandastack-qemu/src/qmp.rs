@@ -311,3 +311,21 @@ pub struct MigrationInfo {
     #[serde(rename = "error-desc")]
     pub error_desc: Option<String>,
 }
+
+/// `block_resize` of a block node: the image becomes `size` bytes (no change for the current
+/// size) and the device on it tells the guest its size (virtio-blk: a config-change interrupt).
+#[derive(Serialize)]
+pub struct BlockResize {
+    #[serde(rename = "node-name")]
+    pub node_name: String,
+    pub size: u64,
+}
+command!(BlockResize, "block_resize", Empty);
+
+/// `blockdev-reopen`: every option of each node, as for `blockdev-add` (options left out are
+/// reset to their defaults).
+#[derive(Serialize)]
+pub struct BlockdevReopen {
+    pub options: Vec<Value>,
+}
+command!(BlockdevReopen, "blockdev-reopen", Empty);

@@ -1,7 +1,8 @@
 //! Hibernate and wake. Hibernating pauses the sandbox, writes its whole state (device state and
 //! RAM) into its own directory and stops the VM process: it then costs disk only. Waking restores
 //! that state with the same disk, steps the clock and reseeds the RNG; processes inside carry on
-//! where they were. Both are all-or-nothing: a failed hibernate leaves the sandbox running, a
+//! where they were. Volume slots keep their bindings: wake binds the same files (the guest still
+//! has them mounted), and unbound slots their placeholders. Both are all-or-nothing: a failed hibernate leaves the sandbox running, a
 //! failed wake leaves it hibernated.
 
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use pandastack_vm::{Memory, Vm, VmDriver, VmError, VmSpec};
 
 use crate::identity::{identify, GuestReadyError, Identity};
 use crate::sandbox::{Sandbox, SandboxInfo, ROOTFS};
-use crate::Runtime;
+use crate::{volumes, Runtime};
 
 /// The hibernation image inside a sandbox directory.
 pub(crate) const HIBERNATE_STATE: &str = "hibernate.state";
@@ -108,6 +109,7 @@ impl<D: VmDriver> Runtime<D> {
             kernel_args: vec![],
             memory: Memory::Anonymous,
             net: lease.map(|l| l.attach),
+            volumes: volumes::disks_in(&h.dir, &h.info.volumes),
             run_dir: h.dir.clone(),
         };
         let vm = match self.driver.restore(&spec, &h.state()).await {
@@ -117,6 +119,12 @@ impl<D: VmDriver> Runtime<D> {
                 return Err((e.into(), h));
             }
         };
+        // The same files as before; a volume grown meanwhile shows its new size.
+        if let Err(e) = volumes::refresh_bound(&vm, &h.info.volumes).await {
+            let _ = vm.stop().await;
+            self.net_release(net_slot).await;
+            return Err((e.into(), h));
+        }
         let agent = match identify(&vm, Identity::Same, self.restore_timeout).await {
             Ok(a) => a,
             Err(e) => {

@@ -2,7 +2,8 @@
 //! (cold boot, wait for the guest agent, snapshot), creates sandboxes by restoring that snapshot
 //! copy-on-write (reflinked disk, private mapping of the template memory), snapshots and forks
 //! running sandboxes, hibernates and wakes them, keeps a pool of pre-started VM processes, and
-//! finds its VMs again after a restart of the process that owns it.
+//! finds its VMs again after a restart of the process that owns it. Templates may be baked with
+//! volume slots, extra disks bound to files at each restore ([`volumes`]).
 //!
 //! It owns files under the data directory, the VM processes it starts and, when given a network
 //! pool, which network slot each VM holds; nothing else: no HTTP, no database. Callers serialise operations on one sandbox (one owner per
@@ -19,6 +20,7 @@ mod pool;
 mod sandbox;
 mod snapshot;
 mod template;
+pub mod volumes;
 
 pub use attach::{Attached, Found, FoundState, ReconcileReport};
 pub use hibernate::{HibernateError, Hibernated};
@@ -26,7 +28,10 @@ pub use layout::DataDir;
 pub use net::SlotError;
 pub use sandbox::{CreateError, Sandbox, SandboxInfo};
 pub use snapshot::{Fork, Snapshot, SnapshotError};
-pub use template::{BakeError, Shape, Template, TemplateCheck, TemplateSeals};
+pub use template::{BakeError, DeviceProfile, Shape, Template, TemplateCheck, TemplateSeals};
+pub use volumes::{create_volume_file, MountError, SnapshotVolume};
+
+pub use pandastack_vm::VolumeDisk;
 
 use std::path::PathBuf;
 use std::time::Duration;

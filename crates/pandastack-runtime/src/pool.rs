@@ -6,6 +6,10 @@
 //! (hostname, machine id, fresh entropy, clock): process start, state load and the session open —
 //! and, under TCG, translating the agent's code paths for the first time — are all off the create
 //! path. The pool is refilled by the caller ([`Runtime::fill_pool`]), in the background.
+//!
+//! A warm VM's volume slots are all on placeholders, so only creates that bind no volume take
+//! one; a create with volumes restores on its own. (Rebinding a warm VM's slots with
+//! `blockdev-reopen` on another file would bring volumes onto the pooled path; not done.)
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,7 +22,7 @@ use crate::files::clone_file;
 use crate::identity::{identify, Identity};
 use crate::sandbox::{CreateError, ROOTFS};
 use crate::template::Template;
-use crate::Runtime;
+use crate::{volumes, Runtime};
 
 /// Directory names of pooled VMs start with this (not a valid sandbox id).
 pub(crate) const POOL_PREFIX: &str = ".pool-";
@@ -178,6 +182,9 @@ impl<D: VmDriver> Runtime<D> {
         let net_slot = lease.as_ref().map(|l| l.index);
         let result = async {
             clone_file(&t.rootfs(), &dir.join(ROOTFS))?;
+            let volumes = (0..t.volume_slots as usize)
+                .map(|slot| volumes::placeholder(&dir, slot))
+                .collect::<Result<Vec<_>, _>>()?;
             let spec = VmSpec {
                 id: name.clone(),
                 vcpus: t.shape.vcpus,
@@ -187,6 +194,7 @@ impl<D: VmDriver> Runtime<D> {
                 kernel_args: vec![],
                 memory: Memory::PrivateFile(t.memory()),
                 net: lease.map(|l| l.attach),
+                volumes,
                 run_dir: dir.clone(),
             };
             let vm = self.driver.prepare_restore(&spec).await?;

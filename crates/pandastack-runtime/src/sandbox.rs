@@ -4,13 +4,14 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use pandastack_vm::{Memory, Vm, VmDriver, VmError, VmSpec};
+use pandastack_vm::{Memory, Vm, VmDriver, VmError, VmSpec, VolumeDisk};
 use serde::{Deserialize, Serialize};
 use tonic::transport::Channel;
 
 use crate::files::clone_file;
 use crate::identity::{identify, post_restore, GuestReadyError, Identity};
 use crate::template::{Shape, Template};
+use crate::volumes::{self, SlotSource};
 use crate::{valid_id, Runtime};
 
 /// What a sandbox is, as recorded in its directory (`sandbox.json`).
@@ -30,6 +31,10 @@ pub struct SandboxInfo {
     /// The network slot its running VM holds (none while hibernated).
     #[serde(default)]
     pub net_slot: Option<u32>,
+    /// One entry per volume slot, in slot order: the disk bound to it, or `None` (an empty
+    /// placeholder, `slot<N>.img` in the sandbox directory). Kept across hibernate and wake.
+    #[serde(default)]
+    pub volumes: Vec<Option<VolumeDisk>>,
 }
 
 pub(crate) const INFO_FILE: &str = "sandbox.json";
@@ -67,6 +72,11 @@ impl<V: Vm> Sandbox<V> {
     pub fn rootfs(&self) -> PathBuf {
         self.dir.join(ROOTFS)
     }
+
+    /// The disk bound to volume slot `slot`, if any.
+    pub fn volume(&self, slot: usize) -> Option<&VolumeDisk> {
+        self.info.volumes.get(slot).and_then(Option::as_ref)
+    }
 }
 
 /// Why a create failed. Nothing of the half-created sandbox is left behind.
@@ -84,6 +94,17 @@ pub enum CreateError {
     Net(#[from] crate::net::SlotError),
     #[error(transparent)]
     Agent(#[from] GuestReadyError),
+    #[error("{given} volumes for {slots} volume slots")]
+    TooManyVolumes { given: usize, slots: usize },
+    #[error("volume slot {0} holds the snapshot's copy of its volume; it cannot be bound to another file")]
+    SlotInSnapshot(usize),
+    #[error("volume for slot {slot} ({path})")]
+    Volume {
+        slot: usize,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 pub(crate) fn now_unix_ms() -> u64 {
@@ -91,6 +112,37 @@ pub(crate) fn now_unix_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis() as u64
+}
+
+/// Prepares the disks of `slots` in a new sandbox's directory `dir`: placeholders, checks of
+/// the caller's files, reflinks of snapshot copies. Returns the bindings to record.
+fn bind_slots(slots: &[SlotSource], dir: &Path) -> Result<Vec<Option<VolumeDisk>>, CreateError> {
+    let mut bound = Vec::with_capacity(slots.len());
+    for (slot, s) in slots.iter().enumerate() {
+        let wrap = |path: &Path| {
+            let path = path.to_owned();
+            move |source| CreateError::Volume { slot, path, source }
+        };
+        bound.push(match s {
+            SlotSource::Unbound => {
+                volumes::placeholder(dir, slot)?;
+                None
+            }
+            SlotSource::Bound(d) => {
+                volumes::check_volume(d).map_err(wrap(&d.path))?;
+                Some(d.clone())
+            }
+            SlotSource::CloneOf { from, read_only } => {
+                let path = dir.join(volumes::copy_name(slot));
+                clone_file(from, &path).map_err(wrap(from))?;
+                Some(VolumeDisk {
+                    path,
+                    read_only: *read_only,
+                })
+            }
+        });
+    }
+    Ok(bound)
 }
 
 /// Where a new sandbox's disk, memory and state come from.
@@ -104,6 +156,27 @@ pub(crate) struct Source {
     pub snapshot: Option<String>,
     /// Baked with a NIC.
     pub network: bool,
+    /// What backs each volume slot (one entry per slot of the source).
+    pub volumes: Vec<SlotSource>,
+}
+
+/// The slots of a create from a template with `slots` slots and the caller's `volumes`.
+pub(crate) fn template_slots(
+    slots: usize,
+    volumes: &[Option<VolumeDisk>],
+) -> Result<Vec<SlotSource>, CreateError> {
+    if volumes.len() > slots {
+        return Err(CreateError::TooManyVolumes {
+            given: volumes.len(),
+            slots,
+        });
+    }
+    Ok((0..slots)
+        .map(|slot| match volumes.get(slot) {
+            Some(Some(d)) => SlotSource::Bound(d.clone()),
+            _ => SlotSource::Unbound,
+        })
+        .collect())
 }
 
 impl<D: VmDriver> Runtime<D> {
@@ -116,6 +189,18 @@ impl<D: VmDriver> Runtime<D> {
         template: &Template,
         id: &str,
     ) -> Result<Sandbox<D::Vm>, CreateError> {
+        self.create_with_volumes(template, id, &[]).await
+    }
+
+    /// [`Runtime::create`] with volume slot `i` bound to `volumes[i]` (missing or `None`: an
+    /// empty placeholder). A create that binds a volume does not take a pooled VM (those run
+    /// with placeholders bound).
+    pub async fn create_with_volumes(
+        &self,
+        template: &Template,
+        id: &str,
+        volumes: &[Option<VolumeDisk>],
+    ) -> Result<Sandbox<D::Vm>, CreateError> {
         let source = Source {
             rootfs: template.rootfs(),
             memory: Memory::PrivateFile(template.memory()),
@@ -125,6 +210,7 @@ impl<D: VmDriver> Runtime<D> {
             kernel: template.kernel.clone(),
             snapshot: None,
             network: template.network,
+            volumes: template_slots(template.volume_slots as usize, volumes)?,
         };
         self.create_from(source, Some(template), id).await
     }
@@ -165,7 +251,12 @@ impl<D: VmDriver> Runtime<D> {
         dir: &Path,
         started: Instant,
     ) -> Result<Sandbox<D::Vm>, CreateError> {
-        let warm = match pooled.and_then(|t| self.pool.take(t)) {
+        // Pooled VMs run with every slot on a placeholder.
+        let poolable = source
+            .volumes
+            .iter()
+            .all(|v| matches!(v, SlotSource::Unbound));
+        let warm = match pooled.filter(|_| poolable).and_then(|t| self.pool.take(t)) {
             Some(p) => match p.adopt(dir) {
                 Ok(a) => Some(a),
                 Err((e, vm, slot)) => {
@@ -177,11 +268,13 @@ impl<D: VmDriver> Runtime<D> {
             None => None,
         };
         let from_pool = warm.is_some();
+        let mut bound = vec![None; source.volumes.len()];
         let (vm, net_slot, warm_agent) = match warm {
             // Already restored and running, session open: only the identity is left to do.
             Some(a) => (a.vm, a.net_slot, Some(a.agent)),
             None => {
                 clone_file(&source.rootfs, &dir.join(ROOTFS))?;
+                bound = bind_slots(&source.volumes, dir)?;
                 let lease = self.net_acquire(source.network).await?;
                 let spec = VmSpec {
                     id: id.to_owned(),
@@ -192,6 +285,7 @@ impl<D: VmDriver> Runtime<D> {
                     kernel_args: vec![],
                     memory: source.memory.clone(),
                     net: lease.as_ref().map(|l| l.attach.clone()),
+                    volumes: volumes::disks_in(dir, &bound),
                     run_dir: dir.to_owned(),
                 };
                 let slot = lease.map(|l| l.index);
@@ -204,6 +298,11 @@ impl<D: VmDriver> Runtime<D> {
                 };
                 // On failure finish_restore stops the process itself.
                 if let Err(e) = self.driver.finish_restore(&vm, &source.state).await {
+                    self.net_release(slot).await;
+                    return Err(e.into());
+                }
+                if let Err(e) = volumes::refresh_bound(&vm, &bound).await {
+                    let _ = vm.stop().await;
                     self.net_release(slot).await;
                     return Err(e.into());
                 }
@@ -220,6 +319,7 @@ impl<D: VmDriver> Runtime<D> {
             created_unix_ms: now_unix_ms(),
             network: source.network,
             net_slot,
+            volumes: bound,
         };
         let ready = async {
             let identity = Identity::New { hostname: id };
@@ -269,7 +369,8 @@ impl<D: VmDriver> Runtime<D> {
         }
     }
 
-    /// Stops a sandbox and removes its files.
+    /// Stops a sandbox and removes its files (its placeholders and its own volume copies too;
+    /// volume files bound from elsewhere stay).
     pub async fn destroy(&self, sandbox: Sandbox<D::Vm>) -> Result<(), CreateError> {
         drop(sandbox.agent);
         sandbox.vm.stop().await?;

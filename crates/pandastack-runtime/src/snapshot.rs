@@ -6,19 +6,25 @@
 //! restored from a snapshot gets anonymous RAM loaded from the state file and a reflink of the
 //! snapshot's disk. A fork is a snapshot plus N such restores.
 //!
-//! Layout: `snapshots/<id>/{state, rootfs.ext4, snapshot.json}`; built in `<id>.partial` and
-//! renamed when complete, so a crash never leaves a snapshot that looks usable.
+//! Every bound volume is reflinked into the snapshot in the same pause (`vol<N>.img`); a
+//! sandbox restored from the snapshot, and so each fork child, gets a reflink of that copy in
+//! its own directory, never the live volume (see [`crate::volumes`]).
+//!
+//! Layout: `snapshots/<id>/{state, rootfs.ext4, vol<N>.img…, snapshot.json}`; built in
+//! `<id>.partial` and renamed when complete, so a crash never leaves a snapshot that looks
+//! usable.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use pandastack_vm::{Memory, Vm, VmDriver, VmError};
+use pandastack_vm::{Memory, Vm, VmDriver, VmError, VolumeDisk};
 use serde::{Deserialize, Serialize};
 
 use crate::files::clone_file;
 use crate::sandbox::{now_unix_ms, CreateError, Sandbox, Source, ROOTFS};
 use crate::template::Shape;
+use crate::volumes::{self, SlotSource, SnapshotVolume};
 use crate::{valid_id, Runtime};
 
 const INFO_FILE: &str = "snapshot.json";
@@ -35,6 +41,10 @@ pub struct Snapshot {
     /// Taken from a sandbox with a NIC: its sandboxes need a network slot.
     #[serde(default)]
     pub network: bool,
+    /// One entry per volume slot of the sandbox: `Some` when a volume was bound (its content
+    /// is [`Snapshot::volume`]), `None` for a placeholder.
+    #[serde(default)]
+    pub volumes: Vec<Option<SnapshotVolume>>,
     pub created_unix_ms: u64,
     /// Disk space the snapshot's own files take (allocated blocks; the disk shares unchanged
     /// blocks with its sandbox through the reflink).
@@ -51,6 +61,10 @@ impl Snapshot {
     }
     pub fn rootfs(&self) -> PathBuf {
         self.dir.join(ROOTFS)
+    }
+    /// The snapshot's copy of the volume bound to slot `slot` (if one was).
+    pub fn volume(&self, slot: usize) -> PathBuf {
+        self.dir.join(volumes::copy_name(slot))
     }
 }
 
@@ -128,10 +142,15 @@ impl<D: VmDriver> Runtime<D> {
     ) -> Result<Snapshot, SnapshotError> {
         let t = Instant::now();
         sandbox.vm.pause().await?;
-        // Paused: vCPUs stopped and block requests drained, so state and disk agree.
+        // Paused: vCPUs stopped and block requests drained, so state and disks agree.
         let captured = async {
             sandbox.vm.save_state(&work.join(STATE)).await?;
             clone_file(&sandbox.rootfs(), &work.join(ROOTFS))?;
+            for (slot, disk) in sandbox.info.volumes.iter().enumerate() {
+                if let Some(disk) = disk {
+                    clone_file(&disk.path, &work.join(volumes::copy_name(slot)))?;
+                }
+            }
             Ok::<_, SnapshotError>(())
         }
         .await;
@@ -139,6 +158,16 @@ impl<D: VmDriver> Runtime<D> {
         let paused_ms = t.elapsed().as_millis() as u64;
         captured?;
         resumed?;
+        let volumes: Vec<Option<SnapshotVolume>> = sandbox
+            .info
+            .volumes
+            .iter()
+            .map(|v| {
+                v.as_ref().map(|d| SnapshotVolume {
+                    read_only: d.read_only,
+                })
+            })
+            .collect();
         let snap = Snapshot {
             id: snapshot_id.to_owned(),
             sandbox_id: sandbox.id.clone(),
@@ -146,8 +175,13 @@ impl<D: VmDriver> Runtime<D> {
             shape: sandbox.info.shape,
             kernel: sandbox.info.kernel.clone(),
             network: sandbox.info.network,
+            volumes: volumes.clone(),
             created_unix_ms: now_unix_ms(),
-            size_bytes: allocated(&work.join(STATE)) + allocated(&work.join(ROOTFS)),
+            size_bytes: allocated(&work.join(STATE))
+                + allocated(&work.join(ROOTFS))
+                + (0..volumes.len())
+                    .map(|slot| allocated(&work.join(volumes::copy_name(slot))))
+                    .sum::<u64>(),
             paused_ms,
             dir: work.to_owned(),
         };
@@ -188,12 +222,47 @@ impl<D: VmDriver> Runtime<D> {
         Ok(())
     }
 
-    /// Creates sandbox `id` from a snapshot: the snapshot's memory and disk, a new identity.
+    /// Creates sandbox `id` from a snapshot: the snapshot's memory and disk, a new identity; a
+    /// volume slot bound in the snapshot gets a reflink of the snapshot's copy.
     pub async fn create_from_snapshot(
         &self,
         snapshot: &Snapshot,
         id: &str,
     ) -> Result<Sandbox<D::Vm>, CreateError> {
+        self.create_from_snapshot_with_volumes(snapshot, id, &[])
+            .await
+    }
+
+    /// [`Runtime::create_from_snapshot`] with volume slot `i` bound to `volumes[i]`. Only slots
+    /// that were unbound in the snapshot may be bound (the guest has the others' file systems
+    /// mounted, and gets their snapshot copies): `Some` for a slot bound in the snapshot is
+    /// [`CreateError::SlotInSnapshot`].
+    pub async fn create_from_snapshot_with_volumes(
+        &self,
+        snapshot: &Snapshot,
+        id: &str,
+        volumes: &[Option<VolumeDisk>],
+    ) -> Result<Sandbox<D::Vm>, CreateError> {
+        let slots = snapshot.volumes.len();
+        if volumes.len() > slots {
+            return Err(CreateError::TooManyVolumes {
+                given: volumes.len(),
+                slots,
+            });
+        }
+        let mut sources = Vec::with_capacity(slots);
+        for (slot, recorded) in snapshot.volumes.iter().enumerate() {
+            let given = volumes.get(slot).cloned().flatten();
+            sources.push(match (recorded, given) {
+                (Some(_), Some(_)) => return Err(CreateError::SlotInSnapshot(slot)),
+                (Some(v), None) => SlotSource::CloneOf {
+                    from: snapshot.volume(slot),
+                    read_only: v.read_only,
+                },
+                (None, Some(d)) => SlotSource::Bound(d),
+                (None, None) => SlotSource::Unbound,
+            });
+        }
         let source = Source {
             rootfs: snapshot.rootfs(),
             memory: Memory::Anonymous,
@@ -203,12 +272,14 @@ impl<D: VmDriver> Runtime<D> {
             kernel: snapshot.kernel.clone(),
             snapshot: Some(snapshot.id.clone()),
             network: snapshot.network,
+            volumes: sources,
         };
         self.create_from(source, None, id).await
     }
 
     /// Forks a running sandbox into children named `child_ids`: each starts from the parent's
-    /// memory and disk at one instant and diverges independently. All or nothing: if one child
+    /// memory and disks at one instant and diverges independently (each child's volumes are
+    /// reflinks of the snapshot's copies, in its own directory). All or nothing: if one child
     /// fails, the others and the snapshot are removed again.
     pub async fn fork(
         &self,

@@ -4,18 +4,27 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use pandastack_guest_proto::v1::{self, agent_client::AgentClient};
-use pandastack_vm::{Memory, Vm, VmDriver, VmError, VmSpec};
+use pandastack_vm::{Memory, Vm, VmDriver, VmError, VmSpec, VolumeDisk};
 use serde::{Deserialize, Serialize};
 
 use crate::files::clone_file;
 use crate::integrity::{self, Seal, SealCheck};
-use crate::{Runtime, COLD_BOOT_TIMEOUT};
+use crate::{volumes, Runtime, COLD_BOOT_TIMEOUT};
 
 /// vCPUs and memory; fixed when a template is baked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shape {
     pub vcpus: u32,
     pub memory_mib: u32,
+}
+
+/// The devices a template is baked with besides the fixed ones (root disk, agent channel, RNG,
+/// balloon, and the NIC when the runtime has a network pool). Part of the device state a
+/// restore loads, so fixed at bake; every sandbox, snapshot and fork of the template has it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceProfile {
+    /// Extra disks for volumes (see [`crate::volumes`]); the QEMU driver allows up to 3.
+    pub volume_slots: u32,
 }
 
 /// A baked template on disk.
@@ -30,6 +39,9 @@ pub struct Template {
     /// Baked with a NIC: its sandboxes need a network slot.
     #[serde(default)]
     pub network: bool,
+    /// Volume slots it was baked with (0 for bakes made before slots existed).
+    #[serde(default)]
+    pub volume_slots: u32,
     /// Milliseconds from cold boot start to snapshot written.
     pub bake_ms: u64,
     /// Milliseconds from cold boot start to the guest agent answering.
@@ -206,12 +218,26 @@ impl<D: VmDriver> Runtime<D> {
     }
 
     /// Cold-boots `image` with `shape`, waits for the guest agent and snapshots the running guest
-    /// as template `name` (replacing an earlier bake only once the new one is complete).
+    /// as template `name` (replacing an earlier bake only once the new one is complete). No
+    /// volume slots.
     pub async fn bake(
         &self,
         name: &str,
         image: &Path,
         shape: Shape,
+    ) -> Result<Template, BakeError> {
+        self.bake_with(name, image, shape, DeviceProfile::default())
+            .await
+    }
+
+    /// [`Runtime::bake`] with the devices of `profile`: each volume slot is backed by an empty
+    /// placeholder while the template boots, so the guest has read nothing from it.
+    pub async fn bake_with(
+        &self,
+        name: &str,
+        image: &Path,
+        shape: Shape,
+        profile: DeviceProfile,
     ) -> Result<Template, BakeError> {
         if !valid_name(name) {
             return Err(BakeError::InvalidName(name.into()));
@@ -225,7 +251,7 @@ impl<D: VmDriver> Runtime<D> {
             std::fs::remove_dir_all(&work)?;
         }
         std::fs::create_dir_all(&work)?;
-        let result = self.bake_into(name, image, shape, &work).await;
+        let result = self.bake_into(name, image, shape, profile, &work).await;
         match result {
             Ok(mut t) => {
                 let old = dir.with_extension("old");
@@ -251,18 +277,26 @@ impl<D: VmDriver> Runtime<D> {
         name: &str,
         image: &Path,
         shape: Shape,
+        profile: DeviceProfile,
         work: &Path,
     ) -> Result<Template, BakeError> {
         let started = Instant::now();
         clone_file(image, &work.join("rootfs.ext4"))?;
+        let volumes = (0..profile.volume_slots as usize)
+            .map(|slot| volumes::placeholder(work, slot))
+            .collect::<Result<Vec<_>, _>>()?;
         let lease = self.net_acquire(self.net.is_some()).await?;
         let result = self
-            .bake_vm(name, shape, work, lease.as_ref(), started)
+            .bake_vm(name, shape, volumes, work, lease.as_ref(), started)
             .await;
         self.net_release(lease.as_ref().map(|l| l.index)).await;
         let boot_ms = result?;
         for f in ["qmp.sock", "agent.sock", "qemu.pid"] {
             let _ = std::fs::remove_file(work.join(f));
+        }
+        // Restores make placeholders of their own.
+        for slot in 0..profile.volume_slots as usize {
+            let _ = std::fs::remove_file(work.join(volumes::placeholder_name(slot)));
         }
         let seals = seal_files(work).await?;
         let t = Template {
@@ -271,6 +305,7 @@ impl<D: VmDriver> Runtime<D> {
             kernel: self.kernel.clone(),
             bake_id: format!("{:016x}", rand::random::<u64>()),
             network: lease.is_some(),
+            volume_slots: profile.volume_slots,
             bake_ms: started.elapsed().as_millis() as u64,
             boot_ms,
             image: Some(image.to_owned()),
@@ -286,6 +321,7 @@ impl<D: VmDriver> Runtime<D> {
         &self,
         name: &str,
         shape: Shape,
+        volumes: Vec<VolumeDisk>,
         work: &Path,
         lease: Option<&crate::net::Lease>,
         started: Instant,
@@ -303,6 +339,7 @@ impl<D: VmDriver> Runtime<D> {
             kernel_args,
             memory: Memory::SharedFile(work.join("mem")),
             net: lease.map(|l| l.attach.clone()),
+            volumes,
             run_dir: work.to_owned(),
         };
         let vm = self.driver.boot(&spec).await?;

@@ -6,7 +6,8 @@
 //!
 //! What is fake: memory. A snapshot writes a marker file; a restore starts a fresh agent, so
 //! processes and files of `/tmp` do not survive snapshot, fork or hibernate as they do in a real
-//! VM. Commands run on this host (as root): tests should run harmless ones.
+//! VM. Commands run on this host (as root): tests should run harmless ones. Volume disks are
+//! only checked to exist (a start fails without them); the fake guest never sees them.
 //!
 //! Faults ([`Faults`]) make the next restores fail (the driver reports an error), hang (the
 //! agent process is stopped, so the guest never answers and the runtime's bound decides) or slow.
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use pandastack_vm::{Accel, Memory, RunState, Vm, VmDriver, VmError, VmSpec, VmStats};
+use pandastack_vm::{Accel, Memory, RunState, Vm, VmDriver, VmError, VmSpec, VmStats, VolumeDisk};
 
 const PID_FILE: &str = "fake.pid";
 const SOCKET: &str = "agent.sock";
@@ -54,8 +55,10 @@ impl FakeDriver {
 
     /// Starts the agent for `spec` (stopped if `stopped`) and waits for its socket.
     async fn spawn(&self, spec: &VmSpec, stopped: bool) -> Result<FakeVm, VmError> {
-        if !spec.rootfs.is_file() {
-            return Err(VmError::MissingFile(spec.rootfs.clone()));
+        for disk in std::iter::once(&spec.rootfs).chain(spec.volumes.iter().map(|v| &v.path)) {
+            if !disk.is_file() {
+                return Err(VmError::MissingFile(disk.clone()));
+            }
         }
         if !spec.run_dir.is_dir() {
             return Err(VmError::InvalidSpec(format!(
@@ -250,6 +253,12 @@ impl Vm for FakeVm {
     }
 
     async fn agent_disconnected(&self, _timeout: Duration) -> Result<(), VmError> {
+        Ok(())
+    }
+
+    async fn refresh_volume(&self, _slot: usize, disk: &VolumeDisk) -> Result<(), VmError> {
+        // No guest kernel to tell; the disk must still be there.
+        std::fs::metadata(self.dir().join(&disk.path))?;
         Ok(())
     }
 

@@ -124,6 +124,7 @@ pub fn spec(dir: &Path, memory: Memory, rootfs: PathBuf) -> VmSpec {
         kernel_args: vec![],
         memory,
         net: None,
+        volumes: vec![],
         run_dir: dir.to_owned(),
     }
 }
@@ -332,10 +333,25 @@ pub async fn exec(ch: &Channel, cmd: &str) -> Output {
     .await
 }
 
+/// Runs `sh -c cmd` in the guest as `user` (name or numeric uid), like [`exec`].
+pub async fn exec_as(ch: &Channel, user: &str, cmd: &str) -> Output {
+    within(
+        EXEC_TIMEOUT,
+        &format!("exec {cmd:?} as {user}"),
+        exec_unbounded_as(ch, user, cmd),
+    )
+    .await
+}
+
 async fn exec_unbounded(ch: &Channel, cmd: &str) -> Output {
+    exec_unbounded_as(ch, "", cmd).await
+}
+
+async fn exec_unbounded_as(ch: &Channel, user: &str, cmd: &str) -> Output {
     let start = v1::ExecInput {
         input: Some(v1::exec_input::Input::Start(v1::ExecStart {
             shell: cmd.into(),
+            user: user.into(),
             ..Default::default()
         })),
     };

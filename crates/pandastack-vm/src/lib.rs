@@ -79,6 +79,24 @@ pub struct NetAttach {
     pub netns: Option<PathBuf>,
 }
 
+/// The disk behind one volume slot: an extra raw disk after the root disk. A VM's slots are
+/// fixed when its state is first saved (the device set is part of the saved state); what backs
+/// each slot may change from one start to the next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeDisk {
+    /// Raw disk image (an ext4 file system for volumes; an empty file for an unbound slot).
+    pub path: PathBuf,
+    /// The VM may only read it.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// The serial number every driver gives the disk of volume slot `slot`, so the guest can find
+/// it (`/sys/block/vdX/serial`) whatever name its kernel gave the disk.
+pub fn volume_serial(slot: usize) -> String {
+    format!("pandastack-vol{slot}")
+}
+
 /// Everything needed to start one VM.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VmSpec {
@@ -93,6 +111,10 @@ pub struct VmSpec {
     pub kernel_args: Vec<String>,
     pub memory: Memory,
     pub net: Option<NetAttach>,
+    /// Volume slots in slot order (slot 0 first), each with its disk. Every start of a VM
+    /// restored from saved state must have as many slots as the VM that saved it.
+    #[serde(default)]
+    pub volumes: Vec<VolumeDisk>,
     /// Directory for this VM's sockets, console log and pid file. Must exist; short path
     /// (unix socket paths are limited to 107 bytes).
     pub run_dir: PathBuf,
@@ -174,6 +196,15 @@ pub trait Vm: Send + Sync {
     fn agent_disconnected(
         &self,
         timeout: std::time::Duration,
+    ) -> impl Future<Output = Result<(), VmError>> + Send;
+    /// Makes the guest see the current size of the disk behind volume slot `slot` (`disk`, as in
+    /// the spec the VM was started with). A guest keeps the disk sizes it saw when its state was
+    /// saved; after a restore with another disk in a slot, the guest sees the new size only once
+    /// this was called. The disk's content is not changed.
+    fn refresh_volume(
+        &self,
+        slot: usize,
+        disk: &VolumeDisk,
     ) -> impl Future<Output = Result<(), VmError>> + Send;
     /// The caller renamed the VM's run directory to `run_dir` (sockets and logs moved with it).
     fn relocate(&mut self, run_dir: PathBuf);

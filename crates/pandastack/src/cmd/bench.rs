@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use pandastack_guest_proto::v1::{self, process_client::ProcessClient};
 use pandastack_qemu::{accel, QemuConfig, QemuDriver};
-use pandastack_runtime::{DataDir, Runtime, Shape};
+use pandastack_runtime::{DataDir, DeviceProfile, Runtime, Shape, VolumeDisk};
 use pandastack_vm::{Vm, VmDriver};
 use serde::Serialize;
 
@@ -51,6 +51,10 @@ struct RuntimeArgs {
     forks: usize,
     #[arg(long, default_value_t = 512)]
     memory_mib: u32,
+    /// Bake the template with this many volume slots (unbound unless measured with a volume:
+    /// `restore_ready_volume_ms`, `volume_mount_ms`).
+    #[arg(long, default_value_t = 0)]
+    volume_slots: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -144,7 +148,10 @@ async fn runtime(a: RuntimeArgs) -> anyhow::Result<ExitCode> {
     let mut template = None;
     for i in 0..2 {
         eprintln!("bake {}/2", i + 1);
-        let t = rt.bake("bench", &a.image, shape).await?;
+        let profile = DeviceProfile {
+            volume_slots: a.volume_slots,
+        };
+        let t = rt.bake_with("bench", &a.image, shape, profile).await?;
         cold.push(t.boot_ms as f64);
         bake.push(t.bake_ms as f64);
         template = Some(t);
@@ -166,6 +173,30 @@ async fn runtime(a: RuntimeArgs) -> anyhow::Result<ExitCode> {
     eprintln!("serial restores done");
     metrics.insert("restore_ready_ms", metric(restore, "ms"));
     metrics.insert("exec_true_ms", metric(exec, "ms"));
+
+    // The same with a 256 MiB ext4 volume bound to slot 0 (no pool either way), then mounted.
+    if a.volume_slots > 0 {
+        let disk = VolumeDisk {
+            path: root.join("bench-volume.ext4"),
+            read_only: false,
+        };
+        pandastack_runtime::create_volume_file(&disk.path, 256 << 20)?;
+        let (mut ready, mut mount) = (Vec::new(), Vec::new());
+        for i in 0..a.restores {
+            let sb = rt
+                .create_with_volumes(&template, &format!("v{i}"), &[Some(disk.clone())])
+                .await?;
+            ready.push(ms(sb.ready_in));
+            let t = Instant::now();
+            rt.mount_volume(&sb, 0, "/data", None).await?;
+            mount.push(ms(t.elapsed()));
+            rt.destroy(sb).await?;
+        }
+        std::fs::remove_file(&disk.path)?;
+        eprintln!("restores with a volume done");
+        metrics.insert("restore_ready_volume_ms", metric(ready, "ms"));
+        metrics.insert("volume_mount_ms", metric(mount, "ms"));
+    }
 
     // The same with a pre-started VM waiting in the pool (refilled off the clock).
     let mut pooled = Vec::new();
