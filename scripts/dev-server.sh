@@ -11,6 +11,7 @@
 # reflink data dir (`pandastack host init`). Templates come from ./templates and are baked on
 # first use; tests use `minimal`. Sandbox networking is off unless PANDASTACK_DEV_NETWORK=auto|on
 # (servers started side by side would otherwise share one network pool's names).
+# PANDASTACK_DEV_SERVER_ARGS adds `pandastack server` flags (split on spaces), e.g. limits.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,7 +42,7 @@ start)
     proxy_port=$((port + 1))
     "$bin" server --data-dir "$dir" --key-file "$dir/admin.key" --listen "127.0.0.1:$port" \
         --proxy-listen "127.0.0.1:$proxy_port" --preview-url "http://localhost:$proxy_port" \
-        --network "${PANDASTACK_DEV_NETWORK:-off}" >"$dir/server.log" 2>&1 &
+        --network "${PANDASTACK_DEV_NETWORK:-off}" ${PANDASTACK_DEV_SERVER_ARGS:-} >"$dir/server.log" 2>&1 &
     echo $! >"$dir/server.pid"
     for _ in $(seq 600); do
         if [[ -s $dir/admin.key ]] && curl -fsS "http://127.0.0.1:$port/v1/health" >/dev/null 2>&1; then

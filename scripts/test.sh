@@ -58,3 +58,8 @@ cargo test --workspace --locked -- --test-threads=2
 
 step "client SDKs and examples against a real server"
 scripts/test-clients.sh
+
+step "API fuzzing (schemathesis) against a real server"
+# A throwaway server of its own (limits, a catalog of `minimal` only), so nothing fuzzing does can
+# reach the client suites' server; bounded in cases per operation and in time (scripts/fuzz-api.sh).
+scripts/fuzz-api.sh --own-server

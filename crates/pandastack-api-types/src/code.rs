@@ -20,6 +20,7 @@ pub const MAX_CODE_BYTES: usize = 512 * 1024;
 /// `POST /v1/sandboxes/{id}/code` (and `/code/stream`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"code": "import sys\nprint('out')\nprint('err', file=sys.stderr)\n6 * 7"}))]
 pub struct CodeRequest {
     /// The code to run. In Python, the value of a final expression is returned as a result.
     pub code: String,
@@ -36,6 +37,7 @@ pub struct CodeRequest {
     /// Bound on this run (default 300, at most 3600). On expiry the run is interrupted with a
     /// `TimeoutError`; the context and its variables stay.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 3600)]
     pub timeout_seconds: Option<u64>,
 }
 
@@ -62,13 +64,22 @@ impl CodeRequest {
                 ));
             }
         }
-        for k in self.env.keys() {
-            if k.is_empty() || k.contains('=') || k.contains('\0') {
-                return Err(field_error("env", format!("invalid variable name {k:?}")));
-            }
-        }
-        Ok(())
+        validate_kernel_env(&self.env)
     }
+}
+
+/// A kernel's environment: names non-empty without `=` or NUL, values without NUL (the kernel
+/// process could not be started with them).
+fn validate_kernel_env(env: &BTreeMap<String, String>) -> Result<(), FieldError> {
+    for (k, v) in env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') {
+            return Err(field_error("env", format!("invalid variable name {k:?}")));
+        }
+        if v.contains('\0') {
+            return Err(field_error(format!("env.{k}"), "contains a NUL byte"));
+        }
+    }
+    Ok(())
 }
 
 fn validate_language(l: Option<&str>) -> Result<(), FieldError> {
@@ -156,7 +167,8 @@ pub struct CodeContextRequest {
 
 impl CodeContextRequest {
     pub fn validate(&self) -> Result<(), FieldError> {
-        validate_language(self.language.as_deref())
+        validate_language(self.language.as_deref())?;
+        validate_kernel_env(&self.env)
     }
 }
 
@@ -207,5 +219,25 @@ mod tests {
             }),
             "code"
         );
+    }
+
+    /// Found by API fuzzing: a NUL in an environment value (or a context's variable name) got
+    /// as far as the guest, which could not start the kernel.
+    #[test]
+    fn kernel_environments_are_checked_at_the_edge() {
+        let env = |k: &str, v: &str| BTreeMap::from([(k.to_owned(), v.to_owned())]);
+        let run = CodeRequest {
+            code: "1".into(),
+            env: env("A", "x\0y"),
+            ..Default::default()
+        };
+        assert_eq!(run.validate().unwrap_err().field, "env.A");
+        let ctx = |k: &str, v: &str| CodeContextRequest {
+            env: env(k, v),
+            ..Default::default()
+        };
+        assert_eq!(ctx("\0", "").validate().unwrap_err().field, "env");
+        assert_eq!(ctx("A", "\0").validate().unwrap_err().field, "env.A");
+        assert!(ctx("A", "b").validate().is_ok());
     }
 }

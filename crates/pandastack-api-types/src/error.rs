@@ -25,6 +25,8 @@ pub enum ErrorCode {
     Unavailable,
     /// The preview proxy reached the sandbox but nothing listens on the port.
     PortNotListening,
+    /// The path exists but not with this method (`Allow` lists those it has).
+    MethodNotAllowed,
 }
 
 impl ErrorCode {
@@ -47,6 +49,7 @@ impl ErrorCode {
             ErrorCode::Internal => 500,
             ErrorCode::Unavailable => 503,
             ErrorCode::PortNotListening => 502,
+            ErrorCode::MethodNotAllowed => 405,
         }
     }
 }

@@ -40,16 +40,19 @@ fn default_template() -> String {
 #[serde(deny_unknown_fields)]
 pub struct CreateSandboxRequest {
     #[serde(default = "default_template")]
-    #[schema(default = "base")]
+    #[schema(default = "base", pattern = "^[A-Za-z0-9_-]{1,40}$")]
     pub template: String,
     #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,32}$")]
     pub snapshot_id: Option<String>,
     /// Absolute lifetime from now.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 604800)]
     pub ttl_seconds: Option<u64>,
     /// Idle time before `on_timeout`: idle means no API calls on the sandbox *and* no guest
     /// work (a VM using more than a quarter of a CPU counts as active).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 604800)]
     pub idle_timeout_seconds: Option<u64>,
     #[serde(default)]
     pub on_timeout: OnTimeout,
@@ -217,8 +220,10 @@ pub struct Sandbox {
 #[serde(deny_unknown_fields)]
 pub struct PatchSandboxRequest {
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 604800)]
     pub ttl_seconds: Option<u64>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 604800)]
     pub idle_timeout_seconds: Option<u64>,
     #[serde(default)]
     pub metadata: Option<BTreeMap<String, String>>,
@@ -238,6 +243,7 @@ impl PatchSandboxRequest {
 /// `POST /v1/sandboxes/{id}/exec` (and `/exec/stream`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"cmd": "echo hello; echo oops >&2", "timeout_seconds": 30}))]
 pub struct ExecRequest {
     /// A shell command line (`/bin/sh -c`).
     #[serde(default)]
@@ -255,6 +261,7 @@ pub struct ExecRequest {
     #[serde(default)]
     pub stdin: Option<String>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 3600)]
     pub timeout_seconds: Option<u64>,
 }
 
@@ -478,6 +485,7 @@ pub struct CreatedKey {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MkdirRequest {
+    #[schema(pattern = "^/")]
     pub path: String,
     #[serde(default = "yes")]
     #[schema(default = true)]
@@ -492,7 +500,9 @@ fn yes() -> bool {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RenameRequest {
+    #[schema(pattern = "^/")]
     pub from: String,
+    #[schema(pattern = "^/")]
     pub to: String,
     #[serde(default)]
     pub overwrite: bool,

@@ -1,5 +1,8 @@
 //! Request extractors whose rejections use the error envelope: JSON bodies (strict, naming the
-//! bad field), the caller's workspace from the API key, and WebSocket upgrades.
+//! bad field), the caller's workspace from the API key, WebSocket upgrades, and strict boolean
+//! query parameters.
+
+use std::collections::BTreeMap;
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -35,9 +38,22 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
     }
 }
 
-/// Decodes a JSON request body: malformed JSON is `invalid_json`, a well-formed body with a bad
-/// or unknown field `invalid_argument` (the message names it).
+/// Decodes a JSON request body, always an object: malformed JSON is `invalid_json`, a
+/// well-formed body that is not an object or has a bad or unknown field `invalid_argument` (the
+/// message names it). serde would read a struct from an array of its fields in order too
+/// (`[null, null]` as a patch); the document says object, so arrays are refused here.
 pub(crate) fn json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(
+            match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+                Ok(_) => ApiError::new(
+                    ErrorCode::InvalidArgument,
+                    "request body: expected a JSON object, not an array",
+                ),
+                Err(e) => ApiError::new(ErrorCode::InvalidJson, format!("request body: {e}")),
+            },
+        );
+    }
     serde_json::from_slice(bytes).map_err(|e| {
         let code = if e.is_data() {
             ErrorCode::InvalidArgument
@@ -46,6 +62,21 @@ pub(crate) fn json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         };
         ApiError::new(code, format!("request body: {e}"))
     })
+}
+
+/// A boolean query parameter: `true`/`1` or `false`/`0` (`false` when absent). Anything else is
+/// `invalid_argument`: the document types these `boolean`, and a typo must not silently mean
+/// `false`.
+pub(crate) fn bool_param(q: &BTreeMap<String, String>, name: &str) -> Result<bool, ApiError> {
+    match q.get(name).map(String::as_str) {
+        None => Ok(false),
+        Some(v) if v == "1" || v.eq_ignore_ascii_case("true") => Ok(true),
+        Some(v) if v == "0" || v.eq_ignore_ascii_case("false") => Ok(false),
+        Some(v) => Err(ApiError::new(
+            ErrorCode::InvalidArgument,
+            format!("{name}: true or false (or 1 or 0), not {v:?}"),
+        )),
+    }
 }
 
 /// The authenticated caller.

@@ -19,6 +19,7 @@ pub mod proxy;
 mod pty;
 mod routes;
 mod sandboxes;
+mod schemas;
 mod snapshots;
 mod templates;
 mod utf8;
@@ -117,12 +118,19 @@ impl App {
     }
 }
 
-/// The `/v1` router: every operation of [`openapi::ApiDoc`] (one table, see [`routes`]), a
-/// fallback answering `not_found` in the error envelope, the JSON body limit and request ids.
+/// The `/v1` router: every operation of [`openapi::ApiDoc`] (one table, see [`routes`]),
+/// fallbacks answering an unknown path (`not_found`) and a method a path does not serve
+/// (`method_not_allowed`, with `Allow`) in the error envelope, the JSON body limit and request ids.
 pub fn router(app: Arc<App>) -> Router {
     routes::register(Router::new())
         .fallback(|| async {
             ApiError::new(pandastack_api_types::ErrorCode::NotFound, "no such route")
+        })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                pandastack_api_types::ErrorCode::MethodNotAllowed,
+                "this path does not serve this method (see Allow)",
+            )
         })
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
         .layer(axum::middleware::from_fn(request_id))

@@ -22,7 +22,7 @@ use pandastack_api_types::{LogChunk, LogEnd};
 use pandastack_host::{HostError, LogPos};
 
 use crate::error::ApiResult;
-use crate::extract::Caller;
+use crate::extract::{bool_param, Caller};
 use crate::sandboxes::owned;
 use crate::utf8::Utf8Pieces;
 use crate::App;
@@ -46,7 +46,7 @@ const CHUNK: usize = 64 * 1024;
     responses(
         (status = 200, description = "Without `follow`: the console output so far (text/plain). With `follow`: Server-Sent Events — `log` events `{\"data\": text}` carrying the whole log so far and then every byte appended, in order; one `end` event `{\"reason\": \"deleted\"}` when the sandbox is deleted, then the stream closes.", content(
             (String = "text/plain"),
-            (LogChunk = "text/event-stream"),
+            (inline(crate::schemas::LogEvents) = "text/event-stream"),
         )),
     )
 )]
@@ -56,9 +56,10 @@ pub async fn logs(
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Response> {
+    let follow = bool_param(&q, "follow")?;
     let row = owned(&app, &caller, &id).await?;
     let id = row.id;
-    if !follows(&q) {
+    if !follow {
         let all = app.host.console(&id, None, usize::MAX).await?;
         return Ok(String::from_utf8_lossy(&all.data)
             .into_owned()
@@ -87,11 +88,6 @@ pub async fn logs(
     Ok(follow_sse(read, ended))
 }
 
-fn follows(q: &BTreeMap<String, String>) -> bool {
-    q.get("follow")
-        .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"))
-}
-
 /// One read of a log.
 type LogRead =
     std::pin::Pin<Box<dyn Future<Output = Result<pandastack_host::LogChunk, String>> + Send>>;
@@ -109,17 +105,13 @@ fn file_reader(path: PathBuf) -> impl FnMut(Option<LogPos>) -> LogRead + Send + 
     }
 }
 
-/// The log file at `path` as plain text, or with `?follow=1` (or `true`) as [`follow_sse`].
-pub(crate) async fn log_response<F, Fut>(
-    path: PathBuf,
-    q: &BTreeMap<String, String>,
-    ended: F,
-) -> Response
+/// The log file at `path` as plain text, or when `follow` as [`follow_sse`].
+pub(crate) async fn log_response<F, Fut>(path: PathBuf, follow: bool, ended: F) -> Response
 where
     F: Fn() -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Option<String>> + Send + 'static,
 {
-    if !follows(q) {
+    if !follow {
         let bytes = tokio::fs::read(&path).await.unwrap_or_default();
         return String::from_utf8_lossy(&bytes).into_owned().into_response();
     }

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::response::ResponseBuilder;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr};
+use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi as _};
 
 pub use crate::routes::ApiDoc;
@@ -19,9 +19,18 @@ pub const BEARER: &str = "bearer";
 pub const ERROR_RESPONSE: &str = "Error";
 /// Paths served without an API key.
 pub const PUBLIC_PATHS: &[&str] = &["/v1/health", "/v1/openapi.json"];
+/// Operations whose JSON body may be left out: the body extractor reads an empty body as `{}`,
+/// and every field of these requests has a default.
+pub const OPTIONAL_BODIES: &[&str] = &[
+    "create_sandbox",
+    "update_sandbox",
+    "fork_sandbox",
+    "create_key",
+    "create_code_context",
+];
 
-/// Adds the bearer scheme, the shared error response on every operation, and marks the public
-/// paths as needing no key.
+/// Adds the bearer scheme, the shared error response on every operation, marks the public paths
+/// as needing no key and the [`OPTIONAL_BODIES`] as optional.
 pub struct Conventions;
 
 impl Modify for Conventions {
@@ -47,9 +56,10 @@ impl Modify for Conventions {
                     .description(
                         "Error envelope. The HTTP status follows `error.code` (404 `*_not_found`, \
                          401 `unauthorized`, 422 `invalid_argument`, 400 `invalid_json`, 409 \
-                         `conflict`/`sandbox_state`, 413 `payload_too_large`, 426 \
-                         `upgrade_required`, 429 `rate_limited` with `Retry-After`, 500 \
-                         `internal`, 503 `unavailable`).",
+                         `conflict`/`sandbox_state`, 405 `method_not_allowed` with `Allow`, 413 \
+                         `payload_too_large`, 426 `upgrade_required`, 429 `rate_limited` with \
+                         `Retry-After`, 500 `internal`, 503 `unavailable`, 507 \
+                         `insufficient_storage`).",
                     )
                     .content(
                         "application/json",
@@ -79,6 +89,13 @@ impl Modify for Conventions {
                 );
                 if public {
                     op.security = Some(Vec::new());
+                }
+                let optional = op
+                    .operation_id
+                    .as_deref()
+                    .is_some_and(|id| OPTIONAL_BODIES.contains(&id));
+                if let (true, Some(body)) = (optional, op.request_body.as_mut()) {
+                    body.required = Some(Required::False);
                 }
             }
         }

@@ -40,7 +40,7 @@ fn port_url(app: &App, row: &SandboxRow, port: u16, token: String) -> PortUrl {
     path = "/v1/sandboxes/{id}/ports/{port}/url",
     operation_id = "get_port_url",
     tag = "ports",
-    params(("id" = String, Path, description = "Sandbox id"), ("port" = u16, Path, description = "TCP port inside the sandbox, 1 to 65535")),
+    params(("id" = String, Path, description = "Sandbox id"), ("port" = u16, Path, minimum = 1, maximum = 65535, description = "TCP port inside the sandbox, 1 to 65535")),
     responses((status = 200, description = "The port's URL, whether it is public, and the token that opens it while private", body = PortUrl))
 )]
 pub async fn url(
@@ -60,7 +60,7 @@ pub async fn url(
     path = "/v1/sandboxes/{id}/ports/{port}",
     operation_id = "update_port",
     tag = "ports",
-    params(("id" = String, Path, description = "Sandbox id"), ("port" = u16, Path, description = "TCP port inside the sandbox, 1 to 65535")),
+    params(("id" = String, Path, description = "Sandbox id"), ("port" = u16, Path, minimum = 1, maximum = 65535, description = "TCP port inside the sandbox, 1 to 65535")),
     request_body = PortUpdate,
     responses((status = 200, description = "The port as it is now", body = PortUrl))
 )]

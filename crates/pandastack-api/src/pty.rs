@@ -48,8 +48,8 @@ const DEFAULT_SHELL: &str =
     tag = "exec",
     params(
         ("id" = String, Path, description = "Sandbox id"),
-        ("cols" = Option<u16>, Query, description = "Terminal columns (default 80)"),
-        ("rows" = Option<u16>, Query, description = "Terminal rows (default 24)"),
+        ("cols" = Option<u16>, Query, minimum = 1, maximum = 4096, description = "Terminal columns (default 80)"),
+        ("rows" = Option<u16>, Query, minimum = 1, maximum = 4096, description = "Terminal rows (default 24)"),
         ("cmd" = Option<String>, Query, description = "Shell command line to run (default: a login shell, bash if present)"),
         ("access_token" = Option<String>, Query, description = "API key, for clients that cannot set headers"),
     ),
@@ -62,7 +62,7 @@ pub async fn pty(
     caller: Caller,
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
-    Upgrade(ws): Upgrade,
+    upgrade: Result<Upgrade, ApiError>,
 ) -> ApiResult<Response> {
     let side = |name: &str, default: u16| -> ApiResult<u16> {
         match q.get(name) {
@@ -90,6 +90,8 @@ pub async fn pty(
         ..Default::default()
     };
     req.validate()?;
+    // A bad query is 422 whether or not the request upgrades; only then 426 for a plain call.
+    let Upgrade(ws) = upgrade?;
     let row = guest(&app, &caller, &id).await?;
     let mut spec = spec(req, &row);
     spec.timeout = Duration::ZERO;

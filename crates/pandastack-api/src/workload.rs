@@ -21,7 +21,7 @@ use pandastack_host::{ExecEvent, ExecSpec, FileKind};
 use pandastack_store::SandboxRow;
 
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{Body, Caller};
+use crate::extract::{bool_param, Body, Caller};
 use crate::sandboxes::owned;
 use crate::utf8::Utf8Pieces;
 use crate::{App, MAX_EXEC_OUTPUT};
@@ -108,7 +108,7 @@ pub async fn exec(
     tag = "exec",
     params(("id" = String, Path, description = "Sandbox id")),
     request_body = ExecRequest,
-    responses((status = 200, description = "Server-Sent Events: `stdout` and `stderr` `{\"data\": text}` as produced, then one `exit` `{\"exit_code\", \"timed_out\", \"truncated\", \"duration_ms\"}`, or `error` `{\"message\"}`. Closing the stream kills the command.", content_type = "text/event-stream", body = String))
+    responses((status = 200, description = "Server-Sent Events: `stdout` and `stderr` `{\"data\": text}` as produced, then one `exit` `{\"exit_code\", \"timed_out\", \"truncated\", \"duration_ms\"}`, or `error` `{\"message\"}`. Closing the stream kills the command.", content_type = "text/event-stream", body = inline(crate::schemas::ExecEvents)))
 )]
 pub async fn exec_stream(
     State(app): State<Arc<App>>,
@@ -175,8 +175,8 @@ fn path_param(q: &BTreeMap<String, String>, name: &str) -> ApiResult<String> {
     path = "/v1/sandboxes/{id}/fs",
     operation_id = "read_file",
     tag = "files",
-    params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, description = "Absolute guest path (no `..`)")),
-    responses((status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = Vec<u8>))
+    params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, pattern = "^/", description = "Absolute guest path (no `..`)")),
+    responses((status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = inline(crate::schemas::Bytes)))
 )]
 pub async fn read(
     State(app): State<Arc<App>>,
@@ -212,8 +212,8 @@ pub async fn read(
     path = "/v1/sandboxes/{id}/fs",
     operation_id = "write_file",
     tag = "files",
-    params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, description = "Absolute guest path (no `..`)")),
-    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The file's new bytes"),
+    params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, pattern = "^/", description = "Absolute guest path (no `..`)")),
+    request_body(content = inline(crate::schemas::Bytes), content_type = "application/octet-stream", description = "The file's new bytes"),
     responses((status = 200, description = "Written: `{\"path\", \"bytes_written\"}`", body = Object))
 )]
 pub async fn write(
@@ -240,7 +240,7 @@ pub async fn write(
     path = "/v1/sandboxes/{id}/fs",
     operation_id = "remove_file",
     tag = "files",
-    params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, description = "Absolute guest path (no `..`)"), ("recursive" = Option<bool>, Query, description = "Remove a directory and its contents")),
+    params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, pattern = "^/", description = "Absolute guest path (no `..`)"), ("recursive" = Option<bool>, Query, description = "Remove a directory and its contents")),
     responses((status = 204, description = "Removed"))
 )]
 pub async fn remove(
@@ -256,7 +256,7 @@ pub async fn remove(
             "path: refusing to remove /",
         ));
     }
-    let recursive = q.get("recursive").is_some_and(|v| v == "true" || v == "1");
+    let recursive = bool_param(&q, "recursive")?;
     let id = ready(&app, &caller, &id).await?;
     app.host.remove(&id, &path, recursive).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -280,7 +280,7 @@ fn file_info(f: pandastack_host::FileInfo) -> wire::FileInfo {
     path = "/v1/sandboxes/{id}/fs/list",
     operation_id = "list_files",
     tag = "files",
-    params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, description = "Absolute guest path (no `..`)"), ("depth" = Option<u32>, Query, description = "1 (default) to 10 levels")),
+    params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, pattern = "^/", description = "Absolute guest path (no `..`)"), ("depth" = Option<u32>, Query, minimum = 1, maximum = 10, description = "1 (default) to 10 levels")),
     responses((status = 200, description = "Entries", body = wire::List<wire::FileInfo>))
 )]
 pub async fn list(
@@ -312,7 +312,7 @@ pub async fn list(
     path = "/v1/sandboxes/{id}/fs/stat",
     operation_id = "stat_file",
     tag = "files",
-    params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, description = "Absolute guest path (no `..`)")),
+    params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, pattern = "^/", description = "Absolute guest path (no `..`)")),
     responses((status = 200, description = "File metadata", body = wire::FileInfo))
 )]
 pub async fn stat(

@@ -426,7 +426,94 @@ async fn sse(s: &FakeStack, path: &str, body: Value) -> (StatusCode, Vec<(String
             events.push((name, serde_json::from_str(&data).unwrap()));
         }
     }
+    if status == StatusCode::OK {
+        documented_events(path, &events);
+    }
     (status, events)
+}
+
+/// The served OpenAPI document.
+fn document() -> Value {
+    serde_json::from_str(pandastack_api::openapi::document_json()).unwrap()
+}
+
+/// Checks events of `POST path` against the document: each event's name is one it lists for the
+/// route's `text/event-stream`, and its data conforms to that event's `contentSchema`.
+fn documented_events(path: &str, events: &[(String, Value)]) {
+    let doc = document();
+    let concrete: Vec<&str> = path.split('?').next().unwrap().split('/').collect();
+    let (_, item) = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(t, _)| {
+            let t: Vec<&str> = t.split('/').collect();
+            t.len() == concrete.len()
+                && t.iter()
+                    .zip(&concrete)
+                    .all(|(t, c)| t.starts_with('{') || t == c)
+        })
+        .unwrap_or_else(|| panic!("{path} is not in the document"));
+    let schema = &item["post"]["responses"]["200"]["content"]["text/event-stream"]["schema"];
+    for (name, data) in events {
+        let alt = schema["oneOf"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{path}: events are not documented: {schema}"))
+            .iter()
+            .find(|a| a["properties"]["event"]["enum"][0] == name.as_str())
+            .unwrap_or_else(|| panic!("{path}: event {name} is not documented"));
+        assert_eq!(
+            alt["properties"]["data"]["contentMediaType"],
+            "application/json"
+        );
+        if let Err(e) = conforms(&doc, &alt["properties"]["data"]["contentSchema"], data) {
+            panic!("{path}: event {name} {data}: {e}");
+        }
+    }
+}
+
+/// `v` against the part of JSON Schema the document's payloads use: `$ref`, `type`, `required`,
+/// `properties`, `items`.
+fn conforms(doc: &Value, schema: &Value, v: &Value) -> Result<(), String> {
+    if let Some(r) = schema["$ref"].as_str() {
+        let target = r
+            .trim_start_matches("#/")
+            .split('/')
+            .fold(doc, |d, k| &d[k]);
+        return conforms(doc, target, v);
+    }
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    let is = |t: &str| match t {
+        "string" => v.is_string(),
+        "integer" => v.is_i64() || v.is_u64(),
+        "number" => v.is_number(),
+        "boolean" => v.is_boolean(),
+        "object" => v.is_object(),
+        "array" => v.is_array(),
+        "null" => v.is_null(),
+        _ => true,
+    };
+    if !types.is_empty() && !types.iter().any(|t| is(t)) {
+        return Err(format!("{v} is not {types:?}"));
+    }
+    for k in schema["required"].as_array().into_iter().flatten() {
+        if v.get(k.as_str().unwrap()).is_none() {
+            return Err(format!("{k} is missing"));
+        }
+    }
+    for (k, sub) in schema["properties"].as_object().into_iter().flatten() {
+        if let Some(field) = v.get(k) {
+            conforms(doc, sub, field).map_err(|e| format!("{k}: {e}"))?;
+        }
+    }
+    for item in v.as_array().into_iter().flatten() {
+        conforms(doc, &schema["items"], item)?;
+    }
+    Ok(())
 }
 
 /// The blocking result's fields (`stdout`, `stderr`, `results`, `error`) from a run's events;
@@ -574,5 +661,128 @@ async fn code_contexts_keep_state_apart_and_stream_what_they_return() {
     let (_, v) = run(json!({"code": "x"})).await;
     assert_eq!(v["error"]["name"], "NameError", "{v}");
     let (st, _) = call(&s, "DELETE", &format!("{code}/contexts/default"), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+}
+
+/// Findings of the API fuzzing (scripts/fuzz-api.sh) that need no sandbox: answers and
+/// refusals as the document says.
+#[tokio::test(flavor = "multi_thread")]
+async fn refusals_follow_the_document() {
+    let s = fake_stack(Duration::from_secs(10)).await;
+
+    // A method a path does not serve: 405 in the error envelope, with `Allow`, key or not.
+    let req = Request::builder()
+        .method("PUT")
+        .uri("/v1/health")
+        .body(Body::empty())
+        .unwrap();
+    let resp = s.router.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(resp.headers()["allow"], "GET,HEAD");
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let v: Value = serde_json::from_slice(&bytes).expect("an error envelope");
+    assert_eq!(v["error"]["code"], "method_not_allowed", "{v}");
+
+    // serde reads a struct from an array of its fields: `["x"]` was a key named x.
+    let (st, v) = call(&s, "POST", "/v1/keys", Some(json!(["x"]))).await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert_eq!(v["error"]["code"], "invalid_argument");
+    let (st, v) = call(&s, "GET", "/v1/keys", None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|k| k["name"] != "x"),
+        "{v}"
+    );
+
+    // A bad PTY query is 422 before a plain call is refused with 426.
+    let (st, v) = call(&s, "GET", "/v1/sandboxes/sb-none/pty?rows=99999", None).await;
+    assert_eq!(
+        (st, v["error"]["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_argument")),
+        "{v}"
+    );
+
+    // Build versions are positive.
+    let (st, v) = call(&s, "GET", "/v1/templates/fake/logs?version=0", None).await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+
+    // Bodies the document lists as optional are: an empty one reads as `{}`.
+    let doc = document();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let id = op["operationId"].as_str().unwrap();
+            let optional = op["requestBody"]["required"] == false;
+            assert_eq!(
+                optional,
+                pandastack_api::openapi::OPTIONAL_BODIES.contains(&id),
+                "{method} {path}"
+            );
+        }
+    }
+    let (st, v) = call(&s, "POST", "/v1/keys", None).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+}
+
+/// Findings of the API fuzzing on a sandbox: boolean query parameters are strict (`follow=null`
+/// streamed nothing and answered the plain log), a JSON array is not a patch, and the exec
+/// stream's events are the documented ones.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_refuses_what_the_document_does() {
+    let s = fake_stack(Duration::from_secs(10)).await;
+    let (st, v) = create(&s).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+
+    for bad in [
+        format!("/v1/sandboxes/{id}/logs?follow=null"),
+        format!("/v1/sandboxes/{id}/logs?follow=yes"),
+    ] {
+        let (st, v) = call(&s, "GET", &bad, None).await;
+        assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {v}");
+        assert_eq!(v["error"]["code"], "invalid_argument");
+    }
+    let (st, _) = call(
+        &s,
+        "GET",
+        &format!("/v1/sandboxes/{id}/logs?follow=false"),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    let dir = format!("/tmp/pandastack-fast-{id}");
+    let (st, v) = call(
+        &s,
+        "DELETE",
+        &format!("/v1/sandboxes/{id}/fs?path={dir}&recursive=maybe"),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+
+    let (st, v) = call(
+        &s,
+        "PATCH",
+        &format!("/v1/sandboxes/{id}"),
+        Some(json!([null, null])),
+    )
+    .await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert_eq!(v["error"]["code"], "invalid_argument");
+
+    // `sse` checks every event against the document.
+    let stream = format!("/v1/sandboxes/{id}/exec/stream");
+    let (st, events) = sse(
+        &s,
+        &stream,
+        json!({"cmd": "echo out; echo err >&2; exit 2"}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(events.last().unwrap().0, "exit", "{events:?}");
+    let (st, _) = call(&s, "DELETE", &format!("/v1/sandboxes/{id}"), None).await;
     assert_eq!(st, StatusCode::NO_CONTENT);
 }

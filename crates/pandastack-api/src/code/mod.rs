@@ -54,7 +54,7 @@ pub async fn run(
     tag = "code",
     params(("id" = String, Path, description = "Sandbox id")),
     request_body = CodeRequest,
-    responses((status = 200, description = "Server-Sent Events: `stdout`/`stderr` `{\"data\": text}` as printed, `result` (a result object), `error` `{\"name\", \"value\", \"traceback\"}` (an exception in the code, or `KernelError`/`ContextNotFound`), then one `done` `{\"duration_ms\", \"truncated\"}`. Closing the stream stops waiting; the kernel interrupts the code.", content_type = "text/event-stream", body = String))
+    responses((status = 200, description = "Server-Sent Events: `stdout`/`stderr` `{\"data\": text}` as printed, `result` (a result object), `error` `{\"name\", \"value\", \"traceback\"}` (an exception in the code, or `KernelError`/`ContextNotFound`), then one `done` `{\"duration_ms\", \"truncated\"}`. Closing the stream stops waiting; the kernel interrupts the code.", content_type = "text/event-stream", body = inline(crate::schemas::CodeEvents)))
 )]
 pub async fn run_stream(
     State(app): State<Arc<App>>,

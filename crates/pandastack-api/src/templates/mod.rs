@@ -261,11 +261,11 @@ pub async fn delete(
     tag = "templates",
     params(
         ("name" = String, Path, description = "Template name"),
-        ("version" = Option<u32>, Query, description = "Build version (default: the newest)"),
+        ("version" = Option<u32>, Query, minimum = 1, description = "Build version (default: the newest)"),
         ("follow" = Option<bool>, Query, description = "`1`/`true`: stream as Server-Sent Events — `log` events `{\"data\": text}`, then one `end` event `{\"reason\": \"ready\"|\"failed\"|\"deleted\"}`"),
     ),
     responses(
-        (status = 200, description = "The build log", content((String = "text/plain"), (wire::LogChunk = "text/event-stream"))),
+        (status = 200, description = "The build log", content((String = "text/plain"), (inline(crate::schemas::LogEvents) = "text/event-stream"))),
         (status = 404, description = "No such template or version"),
     )
 )]
@@ -275,14 +275,22 @@ pub async fn logs(
     Path(name): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Response> {
+    let follow = crate::extract::bool_param(&q, "follow")?;
     let version = q
         .get("version")
-        .map(|v| v.parse::<i64>())
-        .transpose()
-        .map_err(|_| ApiError::new(ErrorCode::InvalidArgument, "version: a positive integer"))?;
+        .map(|v| {
+            v.parse::<u32>()
+                .ok()
+                .filter(|v| *v >= 1)
+                .map(i64::from)
+                .ok_or_else(|| {
+                    ApiError::new(ErrorCode::InvalidArgument, "version: a positive integer")
+                })
+        })
+        .transpose()?;
     let log = app.templates.log(caller.ws(), &name, version).await?;
     let path = log.path().to_owned();
-    Ok(crate::logs::log_response(path, &q, move || {
+    Ok(crate::logs::log_response(path, follow, move || {
         let log = log.clone();
         async move { log.ended().await }
     })

@@ -1,0 +1,65 @@
+"""Schemathesis hooks for scripts/fuzz-api.sh (loaded through SCHEMATHESIS_HOOKS).
+
+- `auth_is_required`: in the runs without a key or with a wrong one
+  (PANDASTACK_FUZZ_AUTH=none|wrong), every answer must be 401 `unauthorized` in the error
+  envelope (405 in the envelope for a method the path does not serve), except the public paths
+  (health and the OpenAPI document).
+- `before_call`: keeps fuzzing affordable on a real host. Creates never name a template that
+  would have to be built first (PANDASTACK_FUZZ_AVOID_TEMPLATES, comma-separated: catalog
+  templates not baked yet, whose first use bootstraps Debian for minutes); they get the fixture's
+  template (PANDASTACK_FUZZ_TEMPLATE) instead. A valid fork `count` above MAX_FORK_CHILDREN is
+  lowered to it (each child is a VM); invalid counts are sent as generated.
+"""
+
+import os
+
+import schemathesis
+
+PUBLIC_PATHS = {"/v1/health", "/v1/openapi.json"}
+
+
+@schemathesis.check
+def auth_is_required(ctx, response, case):
+    """Without a valid key, everything but the public paths answers 401 `unauthorized`."""
+    mode = os.environ.get("PANDASTACK_FUZZ_AUTH", "key")
+    if mode == "key" or case.operation.path in PUBLIC_PATHS:
+        return None
+    if case.method.upper() != case.operation.method.upper():
+        # A method the path does not serve: 405 whatever the key (there is nothing to protect).
+        expected = 405
+    else:
+        expected = 401
+    if response.status_code != expected:
+        raise AssertionError(
+            f"expected {expected} without a valid key ({mode}), got {response.status_code}"
+        )
+    try:
+        code = response.json()["error"]["code"]
+    except Exception as e:  # noqa: BLE001 - any shape but the envelope fails
+        raise AssertionError(f"{expected} without the error envelope: {e}") from None
+    if expected == 401 and code != "unauthorized":
+        raise AssertionError(f"401 with error.code {code!r}, expected 'unauthorized'")
+    return None
+
+
+#: Children a generated fork may ask for (each is a VM).
+MAX_FORK_CHILDREN = 2
+#: The server's bound on `count` (pandastack_api_types::MAX_FORK).
+MAX_FORK = 16
+
+
+@schemathesis.hook
+def before_call(context, case, kwargs):
+    if case.method.upper() != "POST" or not isinstance(case.body, dict):
+        return
+    path = case.operation.path
+    avoid = {t for t in os.environ.get("PANDASTACK_FUZZ_AVOID_TEMPLATES", "").split(",") if t}
+    if path == "/v1/sandboxes" and str(case.body.get("template", "base")) in avoid:
+        case.body["template"] = os.environ["PANDASTACK_FUZZ_TEMPLATE"]
+    count = case.body.get("count")
+    if (
+        path == "/v1/sandboxes/{id}/fork"
+        and type(count) is int
+        and MAX_FORK_CHILDREN < count <= MAX_FORK
+    ):
+        case.body["count"] = MAX_FORK_CHILDREN
