@@ -36,23 +36,34 @@ stop() {
 
 case $cmd in
 start)
-    port=${3:-$((20000 + RANDOM % 20000))}
-    stop
-    mkdir -p "$dir"
-    proxy_port=$((port + 1))
-    "$bin" server --data-dir "$dir" --key-file "$dir/admin.key" --listen "127.0.0.1:$port" \
-        --proxy-listen "127.0.0.1:$proxy_port" --preview-url "http://localhost:$proxy_port" \
-        --network "${PANDASTACK_DEV_NETWORK:-off}" ${PANDASTACK_DEV_SERVER_ARGS:-} >"$dir/server.log" 2>&1 &
-    echo $! >"$dir/server.pid"
-    for _ in $(seq 600); do
-        if [[ -s $dir/admin.key ]] && curl -fsS "http://127.0.0.1:$port/v1/health" >/dev/null 2>&1; then
-            echo "export PANDASTACK_BASE_URL=http://127.0.0.1:$port"
-            echo "export PANDASTACK_API_KEY=$(cat "$dir/admin.key")"
-            echo "export PANDASTACK_PROXY=127.0.0.1:$proxy_port"
-            exit 0
+    # Ports the kernel says are free (a random number could be an ephemeral port in use: CI saw
+    # "Address already in use" for the proxy port); a start that still loses a race to another
+    # process for one of them is tried again with new ports, unless the caller chose the port.
+    free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+    for attempt in 1 2 3; do
+        port=${3:-$(free_port)}
+        proxy_port=$(free_port)
+        stop
+        mkdir -p "$dir"
+        "$bin" server --data-dir "$dir" --key-file "$dir/admin.key" --listen "127.0.0.1:$port" \
+            --proxy-listen "127.0.0.1:$proxy_port" --preview-url "http://localhost:$proxy_port" \
+            --network "${PANDASTACK_DEV_NETWORK:-off}" ${PANDASTACK_DEV_SERVER_ARGS:-} >"$dir/server.log" 2>&1 &
+        echo $! >"$dir/server.pid"
+        for _ in $(seq 600); do
+            if [[ -s $dir/admin.key ]] && curl -fsS "http://127.0.0.1:$port/v1/health" >/dev/null 2>&1; then
+                echo "export PANDASTACK_BASE_URL=http://127.0.0.1:$port"
+                echo "export PANDASTACK_API_KEY=$(cat "$dir/admin.key")"
+                echo "export PANDASTACK_PROXY=127.0.0.1:$proxy_port"
+                exit 0
+            fi
+            kill -0 "$(cat "$dir/server.pid")" 2>/dev/null || break
+            sleep 0.1
+        done
+        if [[ -z ${3:-} && $attempt -lt 3 ]] && grep -q "Address already in use" "$dir/server.log"; then
+            echo "dev-server: a port was taken meanwhile; trying other ports" >&2
+            continue
         fi
-        kill -0 "$(cat "$dir/server.pid")" 2>/dev/null || break
-        sleep 0.1
+        break
     done
     echo "dev-server: server did not come up; log:" >&2
     cat "$dir/server.log" >&2

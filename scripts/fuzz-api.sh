@@ -69,8 +69,9 @@ case "${1:-}" in
   export PANDASTACK_GUEST_AGENT=${PANDASTACK_GUEST_AGENT:-$here/target/release/pandastack-guest}
   mkdir -p "$work/templates"
   cp "templates/$template.toml" "$work/templates/"
-  eval "$(PANDASTACK_DEV_SERVER_ARGS="--templates-dir $work/templates --max-sandboxes 10 --creates-per-minute 60" \
-    scripts/dev-server.sh start "$own")"
+  started=$(PANDASTACK_DEV_SERVER_ARGS="--templates-dir $work/templates --max-sandboxes 10 --creates-per-minute 60" \
+    scripts/dev-server.sh start "$own") || { echo "fuzz-api: the server did not start" >&2; exit 1; }
+  eval "$started"
   base=$PANDASTACK_BASE_URL
   key=$PANDASTACK_API_KEY
   ;;
