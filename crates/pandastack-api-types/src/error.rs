@@ -8,6 +8,7 @@ pub enum ErrorCode {
     SandboxNotFound,
     TemplateNotFound,
     SnapshotNotFound,
+    VolumeNotFound,
     KeyNotFound,
     NotFound,
     InvalidArgument,
@@ -27,6 +28,10 @@ pub enum ErrorCode {
     PortNotListening,
     /// The path exists but not with this method (`Allow` lists those it has).
     MethodNotAllowed,
+    /// A read-write volume is mounted by another sandbox (the message names it).
+    VolumeBusy,
+    /// The workspace's quota (total volume size) would be exceeded.
+    QuotaExceeded,
 }
 
 impl ErrorCode {
@@ -36,13 +41,15 @@ impl ErrorCode {
             ErrorCode::SandboxNotFound
             | ErrorCode::TemplateNotFound
             | ErrorCode::SnapshotNotFound
+            | ErrorCode::VolumeNotFound
             | ErrorCode::KeyNotFound
             | ErrorCode::NotFound => 404,
             ErrorCode::InvalidArgument => 422,
             ErrorCode::InvalidJson => 400,
             ErrorCode::Unauthorized => 401,
             ErrorCode::RateLimited => 429,
-            ErrorCode::Conflict | ErrorCode::SandboxState => 409,
+            ErrorCode::Conflict | ErrorCode::SandboxState | ErrorCode::VolumeBusy => 409,
+            ErrorCode::QuotaExceeded => 507,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::UpgradeRequired => 426,
             ErrorCode::InsufficientStorage => 507,

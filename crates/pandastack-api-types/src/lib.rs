@@ -9,6 +9,7 @@ mod error;
 mod ports;
 mod sandbox;
 mod stream;
+mod volume;
 
 pub use code::*;
 pub use cursor::{Cursor, CursorError};
@@ -16,6 +17,7 @@ pub use error::{ErrorBody, ErrorCode, ErrorEnvelope};
 pub use ports::*;
 pub use sandbox::*;
 pub use stream::*;
+pub use volume::*;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;

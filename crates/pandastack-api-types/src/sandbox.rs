@@ -60,6 +60,11 @@ pub struct CreateSandboxRequest {
     pub metadata: BTreeMap<String, String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Volumes to mount before the create returns (not with `snapshot_id`: a sandbox snapshot
+    /// brings copies of the volumes it had).
+    #[serde(default)]
+    #[schema(max_items = 3)]
+    pub volumes: Vec<crate::SandboxVolume>,
 }
 
 impl Default for CreateSandboxRequest {
@@ -72,6 +77,7 @@ impl Default for CreateSandboxRequest {
             on_timeout: OnTimeout::Kill,
             metadata: BTreeMap::new(),
             env: BTreeMap::new(),
+            volumes: Vec::new(),
         }
     }
 }
@@ -152,7 +158,14 @@ impl CreateSandboxRequest {
         validate_ttl("ttl_seconds", self.ttl_seconds)?;
         validate_ttl("idle_timeout_seconds", self.idle_timeout_seconds)?;
         validate_metadata(&self.metadata)?;
-        validate_env(&self.env)
+        validate_env(&self.env)?;
+        if self.snapshot_id.is_some() && !self.volumes.is_empty() {
+            return Err(field_error(
+                "volumes",
+                "cannot be combined with snapshot_id (a snapshot brings its own copies)",
+            ));
+        }
+        crate::validate_sandbox_volumes(&self.volumes)
     }
 }
 
@@ -213,6 +226,9 @@ pub struct Sandbox {
     pub boot_mode: String,
     pub snapshot_id: Option<String>,
     pub host: String,
+    /// Volumes mounted in it (from its create).
+    #[serde(default)]
+    pub volumes: Vec<crate::SandboxVolume>,
 }
 
 /// `PATCH /v1/sandboxes/{id}`.

@@ -30,6 +30,17 @@ pub enum HostError {
     TemplateNotFound(String),
     #[error("snapshot {0} not found")]
     SnapshotNotFound(String),
+    #[error("volume {0} not found")]
+    VolumeNotFound(String),
+    #[error("volume snapshot {0} not found")]
+    VolumeSnapshotNotFound(String),
+    /// A create asked for more volumes than its template has slots.
+    #[error("template {template} has {slots} volume slots; {wanted} volumes were asked for")]
+    TooManyVolumes {
+        template: String,
+        slots: usize,
+        wanted: usize,
+    },
     #[error("sandbox {id} is {}: cannot {op}", state.as_str())]
     InvalidState {
         id: String,

@@ -19,6 +19,7 @@ mod exec;
 mod files;
 mod log;
 mod view;
+mod volume;
 
 pub use build::{BuildLogFn, BuildSource, BuiltImage, SpecRefused, SpecSummary};
 pub use error::{error_chain, GuestErrorKind, HostError};
@@ -26,6 +27,7 @@ pub use exec::{ExecEvent, ExecInput, ExecOutcome, ExecSpec, PtySize, SessionStar
 pub use files::{FileInfo, FileKind};
 pub use log::{read_log, trim_log, LogChunk, LogPos};
 pub use view::{Shape, SnapshotView, TemplateView, VmState, VmStats, VmView};
+pub use volume::{VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView};
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -53,6 +55,16 @@ pub trait Host: Send + Sync + 'static {
     async fn get(&self, id: &str) -> HostResult<VmView>;
     /// Creates sandbox `id` from `template` (baked on first use); returns once it can exec.
     async fn create(&self, template: &str, id: &str) -> HostResult<VmView>;
+    /// Creates sandbox `id` from `template` with `volumes` in its volume slots (in order),
+    /// each mounted at its path before this returns. More volumes than the template has slots
+    /// is [`HostError::TooManyVolumes`]; a volume the host does not have,
+    /// [`HostError::VolumeNotFound`]. A failed mount destroys the new sandbox.
+    async fn create_with_volumes(
+        &self,
+        template: &str,
+        id: &str,
+        volumes: Vec<VolumeMount>,
+    ) -> HostResult<VmView>;
     /// Creates sandbox `id` from snapshot `snapshot`.
     async fn create_from_snapshot(&self, snapshot: &str, id: &str) -> HostResult<VmView>;
     /// Pauses the vCPUs in place (wakes a hibernated sandbox first).
@@ -86,6 +98,54 @@ pub trait Host: Send + Sync + 'static {
     ) -> HostResult<(SnapshotView, Vec<VmView>)>;
     /// Deletes a snapshot's files.
     async fn delete_snapshot(&self, snapshot_id: &str) -> HostResult<()>;
+
+    // ---- volumes -----------------------------------------------------------------------------
+
+    /// Creates volume `id`: an empty ext4 file system of `size_bytes` (a multiple of 4 KiB,
+    /// at least 1 MiB) in a sparse file. A failure leaves no file.
+    async fn create_volume(&self, id: &str, size_bytes: u64) -> HostResult<VolumeView>;
+    /// One volume's file.
+    async fn volume(&self, id: &str) -> HostResult<VolumeView>;
+    /// Grows volume `id` (file and file system) to `size_bytes`. The caller makes sure no
+    /// sandbox has it bound.
+    async fn grow_volume(&self, id: &str, size_bytes: u64) -> HostResult<VolumeView>;
+    /// Removes volume `id`'s file (gone already is success).
+    async fn delete_volume(&self, id: &str) -> HostResult<()>;
+    /// Ids of every volume file this host has (for start-up reconciliation).
+    async fn volume_ids(&self) -> HostResult<Vec<String>>;
+    /// Copies volume `id` into volume snapshot `snapshot_id` (a reflink: instant, no bytes
+    /// copied). With a `holder`, that running sandbox's file system on the volume is frozen
+    /// (`fsfreeze`) for the moment of the copy and thawed after, whatever happens.
+    async fn snapshot_volume(
+        &self,
+        id: &str,
+        snapshot_id: &str,
+        holder: Option<VolumeHolder>,
+    ) -> HostResult<VolumeSnapshotView>;
+    /// Removes a volume snapshot's file (gone already is success).
+    async fn delete_volume_snapshot(&self, snapshot_id: &str) -> HostResult<()>;
+    /// Ids of every volume snapshot file this host has.
+    async fn volume_snapshot_ids(&self) -> HostResult<Vec<String>>;
+    /// Creates volume `id` as a reflink of volume snapshot `snapshot_id`, grown to
+    /// `size_bytes` when that is larger than the snapshot.
+    async fn volume_from_snapshot(
+        &self,
+        snapshot_id: &str,
+        id: &str,
+        size_bytes: u64,
+    ) -> HostResult<VolumeView>;
+    /// Uploads volume snapshot `snapshot_id` into workspace `ws` of the object store: chunks
+    /// only (those not stored already are sent); the caller writes the manifest.
+    async fn upload_volume_snapshot(&self, snapshot_id: &str, ws: &str) -> HostResult<VolumeUpload>;
+    /// Creates volume `id` from the file `manifest` describes (chunks of workspace `ws`),
+    /// grown to `size_bytes` when larger. A failed download leaves no file.
+    async fn volume_from_manifest(
+        &self,
+        ws: &str,
+        manifest: &pandastack_objects::Manifest,
+        id: &str,
+        size_bytes: u64,
+    ) -> HostResult<VolumeView>;
 
     // ---- inside a sandbox (each wakes a hibernated sandbox) ----------------------------------
 
