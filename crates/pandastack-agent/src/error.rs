@@ -3,7 +3,7 @@ use pandastack_vm::VmError;
 
 use pandastack_host::HostError;
 
-use crate::VmState;
+use crate::{VmState, VolumeError};
 
 /// Why a host agent operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +39,8 @@ pub enum AgentError {
     Vm(#[from] VmError),
     #[error("host files")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Volume(#[from] crate::VolumeError),
 }
 
 impl From<AgentError> for HostError {
@@ -60,6 +62,33 @@ impl From<AgentError> for HostError {
             e @ (AgentError::Vm(_) | AgentError::Io(_)) => {
                 HostError::failed("sandbox operation", e)
             }
+            AgentError::Volume(e) => e.into(),
+        }
+    }
+}
+
+impl From<VolumeError> for HostError {
+    fn from(e: VolumeError) -> Self {
+        match e {
+            VolumeError::NotFound(id) => HostError::VolumeNotFound(id),
+            VolumeError::SnapshotNotFound(id) => HostError::VolumeSnapshotNotFound(id),
+            VolumeError::TooMany {
+                template,
+                slots,
+                wanted,
+            } => HostError::TooManyVolumes {
+                template,
+                slots,
+                wanted,
+            },
+            e @ (VolumeError::NoObjectStore | VolumeError::Objects(_)) => {
+                HostError::failed("object store", e)
+            }
+            e @ VolumeError::Mount { .. } => HostError::failed("mount volume", e),
+            e @ (VolumeError::Freeze { .. } | VolumeError::Thaw { .. }) => {
+                HostError::failed("freeze volume", e)
+            }
+            e => HostError::failed("volume", e),
         }
     }
 }

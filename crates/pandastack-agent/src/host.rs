@@ -8,7 +8,8 @@ use bytes::Bytes;
 use pandastack_host::{
     BoxStream, BuildLogFn, BuildSource, BuiltImage, ExecEvent, ExecInput, ExecOutcome, ExecSpec,
     FileInfo, Host, HostError, HostResult, LogChunk, LogPos, PortIo, SessionStart, Shape,
-    SnapshotView, SpecRefused, SpecSummary, TemplateView, VmStats, VmView,
+    SnapshotView, SpecRefused, SpecSummary, TemplateView, VmStats, VmView, VolumeHolder,
+    VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
 };
 use pandastack_vm::VmDriver;
 
@@ -90,6 +91,19 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
         let (template, id) = (template.to_owned(), id.to_owned());
         let v = self
             .detached(move |a| async move { a.create(&template, &id).await })
+            .await?;
+        Ok(vm_view(v))
+    }
+
+    async fn create_with_volumes(
+        &self,
+        template: &str,
+        id: &str,
+        volumes: Vec<VolumeMount>,
+    ) -> HostResult<VmView> {
+        let (template, id) = (template.to_owned(), id.to_owned());
+        let v = self
+            .detached(move |a| async move { a.create_with_volumes(&template, &id, &volumes).await })
             .await?;
         Ok(vm_view(v))
     }
@@ -189,6 +203,96 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
 
     async fn delete_snapshot(&self, snapshot_id: &str) -> HostResult<()> {
         Ok(self.0.delete_snapshot(snapshot_id)?)
+    }
+
+    async fn create_volume(&self, id: &str, size_bytes: u64) -> HostResult<VolumeView> {
+        let id = id.to_owned();
+        self.detached(move |a| async move { Ok(a.create_volume(&id, size_bytes).await?) })
+            .await
+    }
+
+    async fn volume(&self, id: &str) -> HostResult<VolumeView> {
+        Ok(self.0.volume(id)?)
+    }
+
+    async fn grow_volume(&self, id: &str, size_bytes: u64) -> HostResult<VolumeView> {
+        let id = id.to_owned();
+        self.detached(move |a| async move { Ok(a.grow_volume(&id, size_bytes).await?) })
+            .await
+    }
+
+    async fn delete_volume(&self, id: &str) -> HostResult<()> {
+        let id = id.to_owned();
+        self.detached(move |a| async move { Ok(a.delete_volume(&id).await?) })
+            .await
+    }
+
+    async fn volume_ids(&self) -> HostResult<Vec<String>> {
+        Ok(self.0.volume_ids()?)
+    }
+
+    async fn snapshot_volume(
+        &self,
+        id: &str,
+        snapshot_id: &str,
+        holder: Option<VolumeHolder>,
+    ) -> HostResult<VolumeSnapshotView> {
+        let (id, snapshot_id) = (id.to_owned(), snapshot_id.to_owned());
+        self.detached(
+            move |a| async move { Ok(a.snapshot_volume(&id, &snapshot_id, holder).await?) },
+        )
+        .await
+    }
+
+    async fn delete_volume_snapshot(&self, snapshot_id: &str) -> HostResult<()> {
+        let snapshot_id = snapshot_id.to_owned();
+        self.detached(move |a| async move { Ok(a.delete_volume_snapshot(&snapshot_id).await?) })
+            .await
+    }
+
+    async fn volume_snapshot_ids(&self) -> HostResult<Vec<String>> {
+        Ok(self.0.volume_snapshot_ids()?)
+    }
+
+    async fn volume_from_snapshot(
+        &self,
+        snapshot_id: &str,
+        id: &str,
+        size_bytes: u64,
+    ) -> HostResult<VolumeView> {
+        let (snapshot_id, id) = (snapshot_id.to_owned(), id.to_owned());
+        self.detached(move |a| async move {
+            Ok(a.volume_from_snapshot(&snapshot_id, &id, size_bytes)
+                .await?)
+        })
+        .await
+    }
+
+    async fn upload_volume_snapshot(
+        &self,
+        snapshot_id: &str,
+        ws: &str,
+    ) -> HostResult<VolumeUpload> {
+        let (snapshot_id, ws) = (snapshot_id.to_owned(), ws.to_owned());
+        self.detached(
+            move |a| async move { Ok(a.upload_volume_snapshot(&snapshot_id, &ws).await?) },
+        )
+        .await
+    }
+
+    async fn volume_from_manifest(
+        &self,
+        ws: &str,
+        manifest: &pandastack_objects::Manifest,
+        id: &str,
+        size_bytes: u64,
+    ) -> HostResult<VolumeView> {
+        let (ws, manifest, id) = (ws.to_owned(), manifest.clone(), id.to_owned());
+        self.detached(move |a| async move {
+            Ok(a.volume_from_manifest(&ws, &manifest, &id, size_bytes)
+                .await?)
+        })
+        .await
     }
 
     async fn exec(&self, id: &str, spec: ExecSpec) -> HostResult<ExecOutcome> {

@@ -14,7 +14,9 @@
 //!                   pandastack_runtime::Runtime<D>        (files + VM processes)
 //! ```
 //!
-//! It knows nothing of HTTP, keys or the database: callers pass ids and get typed errors.
+//! Volumes (ext4 files under the data directory, their snapshots and transfers) are in its
+//! `volumes` module. It knows nothing of HTTP, keys or the database: callers pass
+//! ids and get typed errors.
 
 mod builds;
 mod console;
@@ -24,6 +26,7 @@ mod guest;
 mod host;
 mod steps;
 mod templates;
+mod volumes;
 
 pub use builds::{api_spec, spec_summary};
 pub use console::{trim_consoles, TRIM_EVERY};
@@ -31,7 +34,9 @@ pub use entry::SandboxView;
 pub use error::AgentError;
 pub use host::LocalHost;
 pub use pandastack_host::{error_chain, VmState};
+pub use pandastack_objects::Objects;
 pub use templates::TemplateView;
+pub use volumes::{VolumeError, VOLUME_CHUNK_SIZE};
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -53,6 +58,13 @@ pub struct AgentConfig {
     pub guest_agent: PathBuf,
     /// Pre-started VMs kept per baked template (0 disables the pool).
     pub pool_size: usize,
+    /// Volume slots every template bake of this agent gets (0..=3: the QEMU driver has room
+    /// for three; see docs/ARCHITECTURE.md, "Volume slots"). A sandbox can mount at most this
+    /// many volumes. A baked catalog template with another number is baked again on first
+    /// use, as one baked with another network setting is.
+    pub volume_slots: u32,
+    /// Where volume snapshots are uploaded to and restored from; `None`: those calls fail.
+    pub objects: Option<Objects>,
 }
 
 /// The host agent over one runtime.

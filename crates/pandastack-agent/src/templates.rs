@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use pandastack_image::{BuildOptions, ImageCache, Progress, TemplateSpec};
-use pandastack_runtime::{BakeError, Shape, Template, TemplateCheck};
+use pandastack_runtime::{BakeError, DeviceProfile, Shape, Template, TemplateCheck};
 use pandastack_vm::VmDriver;
 use tokio::sync::Mutex;
 
@@ -24,12 +24,15 @@ pub struct TemplateView {
 
 impl<D: VmDriver + 'static> HostAgent<D> {
     /// The baked template `name`, building and baking it first if needed. A bake made with a
-    /// different network setting than the runtime's (NIC or none) is re-baked when the
-    /// template's spec is at hand, else used as it is.
+    /// different network setting than the runtime's (NIC or none) or another number of volume
+    /// slots than the agent's is re-baked when the template's spec is at hand, else used as it
+    /// is.
     pub async fn template(&self, name: &str) -> Result<Template, AgentError> {
         let spec_path = self.cfg.templates_dir.join(format!("{name}.toml"));
-        let usable =
-            |t: &Template| t.network == self.rt.network().is_some() || !spec_path.is_file();
+        let usable = |t: &Template| {
+            (t.network == self.rt.network().is_some() && t.volume_slots == self.cfg.volume_slots)
+                || !spec_path.is_file()
+        };
         match self.rt.template(name) {
             Ok(t) if usable(&t) => return Ok(t),
             Ok(_) => {}
@@ -51,7 +54,10 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         }
         let (image, shape) = self.spec_image(name, spec_path).await?;
         tracing::info!(template = name, image = %image.display(), "baking");
-        let t = self.rt.bake(name, &image, shape).await?;
+        let t = self
+            .rt
+            .bake_with(name, &image, shape, self.profile())
+            .await?;
         tracing::info!(template = name, bake_ms = t.bake_ms, "baked");
         Ok(t)
     }
@@ -68,7 +74,10 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         let _baking = lock.lock().await;
         // Pooled VMs of the old bake can never be used again.
         self.rt.drain_template_pool(name).await;
-        Ok(self.rt.bake(name, image, shape).await?)
+        Ok(self
+            .rt
+            .bake_with(name, image, shape, self.profile())
+            .await?)
     }
 
     /// Re-bakes catalog template `name` from its spec (the image is rebuilt only if the spec
@@ -149,7 +158,10 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             }
             None => return Err(AgentError::TemplateNotFound(name.into())),
         };
-        Ok(self.rt.bake(name, &image, shape).await?)
+        Ok(self
+            .rt
+            .bake_with(name, &image, shape, self.profile())
+            .await?)
     }
 
     /// Removes baked template `name` and its pooled VMs; running sandboxes are not affected.
@@ -168,6 +180,13 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                 .templates_dir
                 .join(format!("{name}.toml"))
                 .is_file()
+    }
+
+    /// The devices every bake of this agent gets.
+    fn profile(&self) -> DeviceProfile {
+        DeviceProfile {
+            volume_slots: self.cfg.volume_slots,
+        }
     }
 
     /// The guest agent binary put into template images.

@@ -63,6 +63,11 @@ impl From<StoreError> for ApiError {
                 e.retry_after = Some(5);
                 e
             }
+            StoreError::MissingVolume(name) => {
+                Self::not_found(ErrorCode::VolumeNotFound, "volume", &name)
+            }
+            e @ StoreError::VolumeBusy { .. } => Self::new(ErrorCode::VolumeBusy, e.to_string()),
+            e @ StoreError::VolumeElsewhere { .. } => Self::new(ErrorCode::Conflict, e.to_string()),
             e => Self::internal("database", &e),
         }
     }
@@ -73,6 +78,27 @@ impl From<pandastack_control::ControlError> for ApiError {
         match e {
             pandastack_control::ControlError::Store(e) => e.into(),
             pandastack_control::ControlError::Host(e) => e.into(),
+        }
+    }
+}
+
+impl From<pandastack_control::VolumeError> for ApiError {
+    fn from(e: pandastack_control::VolumeError) -> Self {
+        use pandastack_control::VolumeError as E;
+        match e {
+            E::NotFound(name) => Self::not_found(ErrorCode::VolumeNotFound, "volume", &name),
+            E::SnapshotNotFound(id) => Self::not_found(ErrorCode::NotFound, "volume snapshot", &id),
+            E::BackupNotFound(id) => Self::not_found(ErrorCode::NotFound, "backup", &id),
+            e @ E::Exists(_) => Self::new(ErrorCode::Conflict, e.to_string()),
+            e @ E::Quota { .. } => Self::new(ErrorCode::QuotaExceeded, e.to_string()),
+            e @ E::Busy { .. } => Self::new(ErrorCode::VolumeBusy, e.to_string()),
+            e @ E::Shrink { .. } => Self::new(ErrorCode::InvalidArgument, format!("size_gb: {e}")),
+            e @ (E::Elsewhere { .. } | E::BackupNotDone(_)) => {
+                Self::new(ErrorCode::Conflict, e.to_string())
+            }
+            E::Store(e) => e.into(),
+            E::Host(e) => e.into(),
+            e @ E::Objects(_) => Self::internal("object store", &e),
         }
     }
 }
@@ -145,6 +171,15 @@ impl From<HostError> for ApiError {
             }
             HostError::SnapshotNotFound(id) => {
                 Self::not_found(ErrorCode::SnapshotNotFound, "snapshot", id)
+            }
+            HostError::VolumeNotFound(id) => {
+                Self::not_found(ErrorCode::VolumeNotFound, "volume", id)
+            }
+            HostError::VolumeSnapshotNotFound(id) => {
+                Self::not_found(ErrorCode::NotFound, "volume snapshot", id)
+            }
+            HostError::TooManyVolumes { .. } => {
+                Self::new(ErrorCode::InvalidArgument, format!("volumes: {e}"))
             }
             HostError::InvalidState { .. } => Self::new(ErrorCode::SandboxState, e.to_string()),
             HostError::Guest { kind, message } => {

@@ -23,6 +23,7 @@ mod schemas;
 mod snapshots;
 mod templates;
 mod utf8;
+mod volumes;
 mod workload;
 mod ws;
 
@@ -71,6 +72,8 @@ pub struct App {
     pub templates: pandastack_control::Templates,
     /// The code interpreter's service of the control plane (kernels in the guest).
     pub code: pandastack_control::CodeContexts,
+    /// The volume service of the control plane (volumes, their snapshots and backups).
+    pub volumes: pandastack_control::Volumes,
 }
 
 impl App {
@@ -81,8 +84,15 @@ impl App {
         host_id: String,
         builds: BuildConfig,
         preview: PreviewConfig,
+        objects: pandastack_objects::Objects,
     ) -> Self {
         Self {
+            volumes: pandastack_control::Volumes::new(
+                store.clone(),
+                Arc::clone(&host),
+                objects,
+                host_id.clone(),
+            ),
             sandboxes: pandastack_control::Sandboxes::new(store.clone(), Arc::clone(&host)),
             templates: pandastack_control::Templates::new(
                 store.clone(),
@@ -115,6 +125,18 @@ impl App {
     /// Starts the task that runs this host's template build jobs, one at a time.
     pub fn start_build_worker(self: &Arc<Self>) {
         tokio::spawn(self.templates.clone().worker());
+    }
+
+    /// Settles what a previous server process left of volumes (creates cut off, files no row
+    /// names) and of backups (uploads queued again). Then [`App::start_backup_worker`].
+    pub async fn recover_volumes(&self) -> Result<(), pandastack_control::VolumeError> {
+        self.volumes.reconcile().await?;
+        self.volumes.recover_backups().await
+    }
+
+    /// Starts the task that runs this host's backup uploads, one at a time.
+    pub fn start_backup_worker(self: &Arc<Self>) {
+        tokio::spawn(self.volumes.clone().worker());
     }
 }
 

@@ -16,7 +16,7 @@ use crate::openapi::Conventions;
 use crate::App;
 #[allow(unused_imports)] // named by the table through the macro
 use crate::{
-    code, exec_ws, keys, logs, meta, ports, pty, sandboxes, snapshots, templates, workload,
+    code, exec_ws, keys, logs, meta, ports, pty, sandboxes, snapshots, templates, volumes, workload,
 };
 
 /// The axum method filter for an OpenAPI method.
@@ -95,6 +95,7 @@ macro_rules! route_table {
                 (name = "ports", description = "Preview URLs of ports inside a sandbox, served by the server's preview proxy"),
                 (name = "snapshots", description = "Snapshots and forks"),
                 (name = "templates", description = "Templates"),
+                (name = "volumes", description = "Durable volumes: disks that outlive sandboxes, their snapshots and backups to the object store"),
                 (name = "keys", description = "API keys of the caller's workspace"),
                 (name = "meta", description = "Health and this document"),
             )
@@ -175,6 +176,17 @@ route_table! {
     templates::bake,
     templates::delete,
     templates::logs,
+    volumes::create,
+    volumes::list,
+    volumes::get,
+    volumes::patch,
+    volumes::delete,
+    volumes::snapshot,
+    volumes::snapshots,
+    volumes::delete_snapshot,
+    volumes::backup,
+    volumes::backups,
+    volumes::get_backup,
     keys::list,
     keys::create,
     keys::revoke,

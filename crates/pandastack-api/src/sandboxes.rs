@@ -14,7 +14,7 @@ use pandastack_api_types::{
 };
 use pandastack_control::{Source, Verb};
 use pandastack_host::VmView as SandboxView;
-use pandastack_store::{now_ms, Filter, SandboxRow};
+use pandastack_store::{now_ms, Filter, MountClaim, SandboxRow};
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
@@ -38,6 +38,7 @@ pub(crate) fn to_wire(r: &SandboxRow, host: &str) -> wire::Sandbox {
         boot_mode: r.boot_mode.clone(),
         snapshot_id: r.snapshot_id.clone(),
         host: host.to_owned(),
+        volumes: r.volumes.clone(),
     }
 }
 
@@ -128,6 +129,7 @@ pub(crate) fn new_row(
         parent_id: None,
         access_token: pandastack_store::new_token(),
         public_ports: Default::default(),
+        volumes: req.volumes.clone(),
     }
 }
 
@@ -195,7 +197,23 @@ async fn create_sandbox(
         (None, Some(r)) => Source::Template(r.baked.clone()),
         (None, None) => Source::Template(req.template.clone()),
     };
-    let row = app.sandboxes.create(row, source).await?;
+    let row = match source {
+        Source::Template(t) if !req.volumes.is_empty() => {
+            let claims: Vec<MountClaim> = req
+                .volumes
+                .iter()
+                .map(|v| MountClaim {
+                    name: v.name.clone(),
+                    path: v.path.clone(),
+                    read_only: v.read_only,
+                })
+                .collect();
+            app.sandboxes
+                .create_with_volumes(row, &t, &claims, &app.volumes)
+                .await?
+        }
+        source => app.sandboxes.create(row, source).await?,
+    };
     Ok((StatusCode::CREATED, to_wire(&row, &app.host_name)))
 }
 

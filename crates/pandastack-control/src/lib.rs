@@ -15,6 +15,7 @@ mod reconcile;
 mod sandboxes;
 mod snapshots;
 mod templates;
+mod volumes;
 
 pub use activity::{busy, Activity, BUSY_SHARE};
 pub use code::{CodeContextError, CodeContexts, CodeEvent};
@@ -25,6 +26,7 @@ pub use snapshots::{Forked, Snapshots};
 pub use templates::{
     drain_upload, BuildConfig, BuildLogRef, Built, Resolved, TemplateError, TemplateInfo, Templates,
 };
+pub use volumes::{BackupInfo, VolumeError, VolumeInfo, Volumes, BACKUP_JOB_KIND, GIB};
 
 use pandastack_api_types::SandboxState;
 use pandastack_host::VmState;

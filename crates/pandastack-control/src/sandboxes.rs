@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use pandastack_host::{Host, HostError, VmView};
-use pandastack_store::{now_ms, SandboxRow, Store, StoreError};
+use pandastack_store::{now_ms, MountClaim, SandboxRow, Store, StoreError};
 
 use crate::row_state;
 
@@ -65,6 +65,36 @@ impl Sandboxes {
             Source::Snapshot(s) => self.host.create_from_snapshot(s, &row.id).await,
         };
         match created {
+            Ok(view) => self.finish(row, &view).await,
+            Err(e) => {
+                self.store.sandboxes().delete(&row.id).await?;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Creates the sandbox of `row` from template `template` with volumes mounted: the row and
+    /// its claims on the volumes go in first, in one transaction (a missing, busy or remote
+    /// volume writes nothing and starts no VM), then the VM with the volumes mounted. A failed
+    /// VM create removes the row and its claims.
+    pub async fn create_with_volumes(
+        &self,
+        row: SandboxRow,
+        template: &str,
+        claims: &[MountClaim],
+        volumes: &crate::Volumes,
+    ) -> Result<SandboxRow, ControlError> {
+        let claimed = self
+            .store
+            .sandboxes()
+            .insert_with_volumes(&row, claims)
+            .await?;
+        let mounts = volumes.host_mounts(claimed).await;
+        match self
+            .host
+            .create_with_volumes(template, &row.id, mounts)
+            .await
+        {
             Ok(view) => self.finish(row, &view).await,
             Err(e) => {
                 self.store.sandboxes().delete(&row.id).await?;

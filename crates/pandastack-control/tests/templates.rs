@@ -58,6 +58,67 @@ impl Host for StubHost {
     async fn create_from_snapshot(&self, _: &str, _: &str) -> HostResult<VmView> {
         nope()
     }
+    async fn create_with_volumes(
+        &self,
+        _: &str,
+        _: &str,
+        _: Vec<pandastack_host::VolumeMount>,
+    ) -> HostResult<VmView> {
+        nope()
+    }
+    async fn create_volume(&self, _: &str, _: u64) -> HostResult<pandastack_host::VolumeView> {
+        nope()
+    }
+    async fn volume(&self, _: &str) -> HostResult<pandastack_host::VolumeView> {
+        nope()
+    }
+    async fn grow_volume(&self, _: &str, _: u64) -> HostResult<pandastack_host::VolumeView> {
+        nope()
+    }
+    async fn delete_volume(&self, _: &str) -> HostResult<()> {
+        nope()
+    }
+    async fn volume_ids(&self) -> HostResult<Vec<String>> {
+        Ok(Vec::new())
+    }
+    async fn snapshot_volume(
+        &self,
+        _: &str,
+        _: &str,
+        _: Option<pandastack_host::VolumeHolder>,
+    ) -> HostResult<pandastack_host::VolumeSnapshotView> {
+        nope()
+    }
+    async fn delete_volume_snapshot(&self, _: &str) -> HostResult<()> {
+        nope()
+    }
+    async fn volume_snapshot_ids(&self) -> HostResult<Vec<String>> {
+        Ok(Vec::new())
+    }
+    async fn volume_from_snapshot(
+        &self,
+        _: &str,
+        _: &str,
+        _: u64,
+    ) -> HostResult<pandastack_host::VolumeView> {
+        nope()
+    }
+    async fn upload_volume_snapshot(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> HostResult<pandastack_host::VolumeUpload> {
+        nope()
+    }
+    async fn volume_from_manifest(
+        &self,
+        _: &str,
+        _: &pandastack_objects::Manifest,
+        _: &str,
+        _: u64,
+    ) -> HostResult<pandastack_host::VolumeView> {
+        nope()
+    }
     async fn pause(&self, _: &str) -> HostResult<VmView> {
         nope()
     }

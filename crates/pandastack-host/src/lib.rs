@@ -136,7 +136,8 @@ pub trait Host: Send + Sync + 'static {
     ) -> HostResult<VolumeView>;
     /// Uploads volume snapshot `snapshot_id` into workspace `ws` of the object store: chunks
     /// only (those not stored already are sent); the caller writes the manifest.
-    async fn upload_volume_snapshot(&self, snapshot_id: &str, ws: &str) -> HostResult<VolumeUpload>;
+    async fn upload_volume_snapshot(&self, snapshot_id: &str, ws: &str)
+        -> HostResult<VolumeUpload>;
     /// Creates volume `id` from the file `manifest` describes (chunks of workspace `ws`),
     /// grown to `size_bytes` when larger. A failed download leaves no file.
     async fn volume_from_manifest(

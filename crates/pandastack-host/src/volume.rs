@@ -24,7 +24,10 @@ pub struct VolumeSnapshotView {
 }
 
 /// A running sandbox that has a volume mounted read-write: snapshots and read-only copies of
-/// the volume freeze its file system there (`fsfreeze`) for the moment of the copy.
+/// the volume freeze its file system there (`fsfreeze`) for the moment of the copy. A paused
+/// holder is copied without a freeze (its vCPUs are stopped: the copy is crash-consistent), a
+/// hibernated one has no VM; a holder the host does not know is not waited for (the copy is
+/// made unfrozen and says so: [`VolumeSnapshotView::frozen`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeHolder {
     pub sandbox_id: String,
@@ -48,7 +51,9 @@ pub struct VolumeMount {
     pub owner: Option<String>,
 }
 
-/// What a volume snapshot's upload to the object store did.
+/// What a volume snapshot's upload to the object store did. The local host uploads in 1 MiB
+/// chunks (`pandastack_agent::VOLUME_CHUNK_SIZE`: an incremental backup sends little more than
+/// the blocks the guest changed).
 #[derive(Debug, Clone)]
 pub struct VolumeUpload {
     /// The file as chunks: store it (with a record of the backup) once this returns.

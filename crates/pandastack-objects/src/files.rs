@@ -174,14 +174,18 @@ impl Objects {
                 .try_clone()
                 .map_err(ObjectsError::io("open", &tmp_path))?,
         );
-        let data = manifest
+        // Collected (not a lazy iterator): a closure over borrowed chunk refs held across the
+        // awaits below would keep this future from being provably `Send` (rustc's
+        // higher-ranked lifetime limits), and callers spawn it.
+        let data: Vec<(usize, ChunkHash)> = manifest
             .chunks
             .iter()
             .enumerate()
             .filter_map(|(i, c)| match c {
                 ChunkRef::Data(h) => Some((i, *h)),
                 ChunkRef::Hole => None,
-            });
+            })
+            .collect();
         let written: Vec<u64> = stream::iter(data)
             .map(|(i, hash)| {
                 let file = Arc::clone(&file);

@@ -7,6 +7,7 @@
 //! ```text
 //! ws/<workspace id>/chunks/<first 2 hex>/<sha256 hex>      content-addressed chunk
 //! ws/<workspace id>/manifests/<kind>/<id>.json             a file: chunk size, length, chunks
+//! ws/<workspace id>/records/<kind>/<id>.json               what a manifest is (JSON)
 //! ```
 //!
 //! Guarantees:
@@ -32,6 +33,7 @@ mod files;
 mod manifest;
 mod names;
 mod open;
+mod records;
 mod store;
 
 use std::sync::Arc;

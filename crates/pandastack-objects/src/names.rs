@@ -97,6 +97,22 @@ impl Keys {
         Ok(self.key(&format!("{dir}/{id}.json")))
     }
 
+    /// `ws/<ws>/records/<kind>`, for listing.
+    pub(crate) fn records(&self, ws: &str, kind: &str) -> Result<Path, ObjectsError> {
+        check("record kind", kind)?;
+        Ok(self.key(&format!("{}/records/{kind}", Self::workspace(ws)?)))
+    }
+
+    /// `ws/<ws>/records/<kind>/<id>.json`.
+    pub(crate) fn record(&self, ws: &str, kind: &str, id: &str) -> Result<Path, ObjectsError> {
+        check("record kind", kind)?;
+        check("record id", id)?;
+        Ok(self.key(&format!(
+            "{}/records/{kind}/{id}.json",
+            Self::workspace(ws)?
+        )))
+    }
+
     /// A key outside every workspace, for [`crate::Objects::check`].
     pub(crate) fn probe(&self) -> Path {
         self.key("pandastack-probe")

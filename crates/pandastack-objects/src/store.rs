@@ -53,7 +53,7 @@ impl Objects {
     }
 
     /// `PUT` with `PutMode::Create`: `Ok(true)` if stored, `Ok(false)` if the key existed.
-    async fn create(&self, key: &Path, data: Bytes) -> Result<bool, ObjectsError> {
+    pub(crate) async fn create(&self, key: &Path, data: Bytes) -> Result<bool, ObjectsError> {
         let opts = PutOptions {
             mode: PutMode::Create,
             ..Default::default()
@@ -189,7 +189,10 @@ impl Objects {
         }
     }
 
-    async fn list(&self, dir: &Path) -> Result<Vec<object_store::ObjectMeta>, ObjectsError> {
+    pub(crate) async fn list(
+        &self,
+        dir: &Path,
+    ) -> Result<Vec<object_store::ObjectMeta>, ObjectsError> {
         self.store
             .list(Some(dir))
             .try_collect()
@@ -197,7 +200,7 @@ impl Objects {
             .map_err(ObjectsError::store("list", dir))
     }
 
-    async fn read(&self, key: &Path) -> Result<Bytes, ObjectsError> {
+    pub(crate) async fn read(&self, key: &Path) -> Result<Bytes, ObjectsError> {
         let got = self
             .store
             .get(key)

@@ -39,7 +39,7 @@ pub struct Found {
 pub struct ReconcileReport {
     /// Sandbox ids whose VMs were stopped and files removed.
     pub removed: Vec<String>,
-    /// Other leftovers: pooled VMs, partial snapshots and bakes.
+    /// Other leftovers: pooled VMs, partial snapshots and bakes, temporaries of volume files.
     pub leftovers: usize,
 }
 
@@ -179,6 +179,17 @@ impl<D: VmDriver> Runtime<D> {
                 if matches {
                     self.stop_in(&dir).await;
                     std::fs::remove_dir_all(&dir)?;
+                    report.leftovers += 1;
+                }
+            }
+        }
+        // Temporaries of volume operations cut off half-way (a copy, a download, a grow):
+        // dot-files beside the volume files.
+        for parent in [self.data.volumes(), self.data.volume_snapshots()] {
+            for e in std::fs::read_dir(&parent)? {
+                let e = e?;
+                if e.file_name().as_encoded_bytes().starts_with(b".") && e.file_type()?.is_file() {
+                    std::fs::remove_file(e.path())?;
                     report.leftovers += 1;
                 }
             }

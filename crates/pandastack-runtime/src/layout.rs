@@ -2,7 +2,12 @@
 
 use std::path::{Path, PathBuf};
 
-/// The data directory: `templates/<name>/`, `sandboxes/<id>/`, `snapshots/<id>/`.
+const VOLUMES: &str = "volumes";
+const VOLUME_SNAPSHOTS: &str = "volume-snapshots";
+
+/// The data directory: `templates/<name>/`, `sandboxes/<id>/`, `snapshots/<id>/`, and volume
+/// files: `volumes/<id>.img`, `volume-snapshots/<id>.img`. Callers check ids before they name
+/// paths (see [`crate::valid_id`]).
 #[derive(Debug, Clone)]
 pub struct DataDir {
     root: PathBuf,
@@ -12,7 +17,13 @@ impl DataDir {
     /// Uses `root`, creating the subdirectories.
     pub fn open(root: impl Into<PathBuf>) -> std::io::Result<Self> {
         let root = root.into();
-        for sub in ["templates", "sandboxes", "snapshots"] {
+        for sub in [
+            "templates",
+            "sandboxes",
+            "snapshots",
+            VOLUMES,
+            VOLUME_SNAPSHOTS,
+        ] {
             std::fs::create_dir_all(root.join(sub))?;
         }
         Ok(Self { root })
@@ -32,5 +43,25 @@ impl DataDir {
 
     pub fn snapshot(&self, id: &str) -> PathBuf {
         self.root.join("snapshots").join(id)
+    }
+
+    /// The directory of volume files.
+    pub fn volumes(&self) -> PathBuf {
+        self.root.join(VOLUMES)
+    }
+
+    /// The file of volume `id`.
+    pub fn volume(&self, id: &str) -> PathBuf {
+        self.volumes().join(format!("{id}.img"))
+    }
+
+    /// The directory of volume snapshot files.
+    pub fn volume_snapshots(&self) -> PathBuf {
+        self.root.join(VOLUME_SNAPSHOTS)
+    }
+
+    /// The file of volume snapshot `id`.
+    pub fn volume_snapshot(&self, id: &str) -> PathBuf {
+        self.volume_snapshots().join(format!("{id}.img"))
     }
 }

@@ -29,7 +29,7 @@ pub use net::SlotError;
 pub use sandbox::{CreateError, Sandbox, SandboxInfo};
 pub use snapshot::{Fork, Snapshot, SnapshotError};
 pub use template::{BakeError, DeviceProfile, Shape, Template, TemplateCheck, TemplateSeals};
-pub use volumes::{create_volume_file, MountError, SnapshotVolume};
+pub use volumes::{create_volume_file, FreezeError, MountError, SlotSource, SnapshotVolume};
 
 pub use pandastack_vm::VolumeDisk;
 

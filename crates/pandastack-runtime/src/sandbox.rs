@@ -140,9 +140,40 @@ fn bind_slots(slots: &[SlotSource], dir: &Path) -> Result<Vec<Option<VolumeDisk>
                     read_only: *read_only,
                 })
             }
+            SlotSource::MoveIn { from, read_only } => {
+                let path = dir.join(volumes::copy_name(slot));
+                move_file(from, &path).map_err(wrap(from))?;
+                Some(VolumeDisk {
+                    path,
+                    read_only: *read_only,
+                })
+            }
         });
     }
     Ok(bound)
+}
+
+/// Moves `from` to `to` (which must not exist): a rename, or a clone and removal across file
+/// systems.
+fn move_file(from: &Path, to: &Path) -> std::io::Result<()> {
+    volumes::check_volume(&VolumeDisk {
+        path: from.to_owned(),
+        read_only: true,
+    })?;
+    match rustix::fs::renameat_with(
+        rustix::fs::CWD,
+        from,
+        rustix::fs::CWD,
+        to,
+        rustix::fs::RenameFlags::NOREPLACE,
+    ) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::XDEV) => {
+            clone_file(from, to)?;
+            std::fs::remove_file(from)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Where a new sandbox's disk, memory and state come from.
@@ -160,22 +191,19 @@ pub(crate) struct Source {
     pub volumes: Vec<SlotSource>,
 }
 
-/// The slots of a create from a template with `slots` slots and the caller's `volumes`.
+/// The slots of a create from a template with `slots` slots and the caller's `bindings`.
 pub(crate) fn template_slots(
     slots: usize,
-    volumes: &[Option<VolumeDisk>],
+    bindings: &[SlotSource],
 ) -> Result<Vec<SlotSource>, CreateError> {
-    if volumes.len() > slots {
+    if bindings.len() > slots {
         return Err(CreateError::TooManyVolumes {
-            given: volumes.len(),
+            given: bindings.len(),
             slots,
         });
     }
     Ok((0..slots)
-        .map(|slot| match volumes.get(slot) {
-            Some(Some(d)) => SlotSource::Bound(d.clone()),
-            _ => SlotSource::Unbound,
-        })
+        .map(|slot| bindings.get(slot).cloned().unwrap_or(SlotSource::Unbound))
         .collect())
 }
 
@@ -201,6 +229,23 @@ impl<D: VmDriver> Runtime<D> {
         id: &str,
         volumes: &[Option<VolumeDisk>],
     ) -> Result<Sandbox<D::Vm>, CreateError> {
+        let bindings: Vec<SlotSource> = volumes
+            .iter()
+            .map(|v| v.clone().map_or(SlotSource::Unbound, SlotSource::Bound))
+            .collect();
+        self.create_with_bindings(template, id, &bindings).await
+    }
+
+    /// [`Runtime::create_with_volumes`] with each slot's [`SlotSource`] given: a file bound
+    /// where it is, or a copy of one that becomes the sandbox's own (`vol<N>.img` in its
+    /// directory, removed with it). More bindings than the template has slots is
+    /// [`CreateError::TooManyVolumes`]; missing ones are placeholders.
+    pub async fn create_with_bindings(
+        &self,
+        template: &Template,
+        id: &str,
+        bindings: &[SlotSource],
+    ) -> Result<Sandbox<D::Vm>, CreateError> {
         let source = Source {
             rootfs: template.rootfs(),
             memory: Memory::PrivateFile(template.memory()),
@@ -210,7 +255,7 @@ impl<D: VmDriver> Runtime<D> {
             kernel: template.kernel.clone(),
             snapshot: None,
             network: template.network,
-            volumes: template_slots(template.volume_slots as usize, volumes)?,
+            volumes: template_slots(template.volume_slots as usize, bindings)?,
         };
         self.create_from(source, Some(template), id).await
     }

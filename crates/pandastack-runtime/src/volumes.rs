@@ -18,7 +18,8 @@
 //! After every restore the runtime has the driver tell the guest each bound disk's size
 //! ([`pandastack_vm::Vm::refresh_volume`]); the guest kept the size it saw when the state was
 //! saved (0 for a slot that was unbound). [`Runtime::mount_volume`] mounts a slot's ext4 file
-//! system inside the guest; [`create_volume_file`] makes one on the host.
+//! system inside the guest; [`create_volume_file`] makes one on the host;
+//! [`Runtime::freeze_fs`] / [`Runtime::thaw_fs`] hold a mounted volume still for a host-side copy.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -52,15 +53,20 @@ pub(crate) fn placeholder(dir: &Path, slot: usize) -> std::io::Result<VolumeDisk
     })
 }
 
-/// What backs one slot of a VM being created.
+/// What backs one slot of a VM being created ([`Runtime::create_with_bindings`]).
 #[derive(Debug, Clone)]
-pub(crate) enum SlotSource {
+pub enum SlotSource {
     /// A new placeholder.
     Unbound,
     /// The caller's file, bound where it is.
     Bound(VolumeDisk),
-    /// A reflink of `from` in the sandbox's directory ([`copy_name`]), bound.
+    /// A reflink of `from` in the sandbox's directory ([`copy_name`]), bound: the sandbox's own
+    /// copy, removed with it.
     CloneOf { from: PathBuf, read_only: bool },
+    /// The file `from` (made for this sandbox alone, e.g. a copy taken while its source was
+    /// frozen) moved into the sandbox's directory ([`copy_name`]), bound and removed with the
+    /// sandbox. A create that fails before the move leaves `from` where it was.
+    MoveIn { from: PathBuf, read_only: bool },
 }
 
 /// How a snapshot records a volume: its content is `vol<N>.img` in the snapshot directory.
@@ -215,7 +221,8 @@ impl<D: VmDriver> Runtime<D> {
             run_as_root(&sandbox.agent, &argv, MOUNT_TIMEOUT),
         )
         .await
-        .map_err(|_| MountError::Timeout(MOUNT_TIMEOUT))??;
+        .map_err(|_| MountError::Timeout(MOUNT_TIMEOUT))?
+        .map_err(MountError::Agent)?;
         if code != 0 {
             return Err(MountError::Failed {
                 code,
@@ -225,6 +232,69 @@ impl<D: VmDriver> Runtime<D> {
         tracing::debug!(sandbox = %sandbox.id, slot, path, read_only = disk.read_only, "volume mounted");
         Ok(())
     }
+}
+
+/// Why a guest file system could not be frozen or thawed.
+#[derive(Debug, thiserror::Error)]
+pub enum FreezeError {
+    #[error("invalid mount point {0:?}: must be an absolute path")]
+    InvalidPath(String),
+    #[error("guest agent")]
+    Agent(#[source] tonic::Status),
+    #[error("guest agent did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("fsfreeze {op} {path} in the guest failed (exit {code}): {stderr}")]
+    Failed {
+        op: &'static str,
+        path: String,
+        code: i32,
+        stderr: String,
+    },
+}
+
+/// Run as root in the guest: `fsfreeze <op> -- <path>`, found wherever the image keeps it.
+const FSFREEZE_SCRIPT: &str =
+    r#"PATH=/usr/sbin:/sbin:/usr/bin:/bin:$PATH exec fsfreeze "$1" -- "$2""#;
+
+/// Bound on one `fsfreeze` in the guest (a freeze first writes the file system's dirty data).
+const FREEZE_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl<D: VmDriver> Runtime<D> {
+    /// Freezes the file system mounted at `path` in `sandbox`'s guest (`fsfreeze -f`, as
+    /// root): dirty data is written and the journal flushed to the disk, and writes block until
+    /// [`Runtime::thaw_fs`]. The disk's file is then consistent for a copy on the host.
+    pub async fn freeze_fs(&self, sandbox: &Sandbox<D::Vm>, path: &str) -> Result<(), FreezeError> {
+        fsfreeze(&sandbox.agent, "-f", path).await
+    }
+
+    /// Thaws what [`Runtime::freeze_fs`] froze (`fsfreeze -u`). Call it whatever happened
+    /// after a freeze was asked for, a failed or timed-out one included.
+    pub async fn thaw_fs(&self, sandbox: &Sandbox<D::Vm>, path: &str) -> Result<(), FreezeError> {
+        fsfreeze(&sandbox.agent, "-u", path).await
+    }
+}
+
+async fn fsfreeze(agent: &Channel, op: &'static str, path: &str) -> Result<(), FreezeError> {
+    if !path.starts_with('/') || path.contains('\0') {
+        return Err(FreezeError::InvalidPath(path.into()));
+    }
+    let argv = ["/bin/sh", "-c", FSFREEZE_SCRIPT, "sh", op, path];
+    let (code, stderr) = tokio::time::timeout(
+        FREEZE_TIMEOUT + Duration::from_secs(5),
+        run_as_root(agent, &argv, FREEZE_TIMEOUT),
+    )
+    .await
+    .map_err(|_| FreezeError::Timeout(FREEZE_TIMEOUT))?
+    .map_err(FreezeError::Agent)?;
+    if code != 0 {
+        return Err(FreezeError::Failed {
+            op,
+            path: path.into(),
+            code,
+            stderr: stderr.trim().to_owned(),
+        });
+    }
+    Ok(())
 }
 
 /// `chown` owner syntax with names or ids only (nothing `chown` could take for an option).
@@ -242,7 +312,7 @@ async fn run_as_root(
     agent: &Channel,
     argv: &[&str],
     timeout: Duration,
-) -> Result<(i32, String), MountError> {
+) -> Result<(i32, String), tonic::Status> {
     let start = v1::ExecInput {
         input: Some(exec_input::Input::Start(v1::ExecStart {
             argv: argv.iter().map(|s| s.to_string()).collect(),
@@ -252,11 +322,10 @@ async fn run_as_root(
     };
     let mut out = ProcessClient::new(agent.clone())
         .exec(futures::stream::iter([start]))
-        .await
-        .map_err(MountError::Agent)?
+        .await?
         .into_inner();
     let mut stderr = Vec::new();
-    while let Some(msg) = out.message().await.map_err(MountError::Agent)? {
+    while let Some(msg) = out.message().await? {
         match msg.output {
             Some(exec_output::Output::Stderr(b)) => stderr.extend_from_slice(&b),
             Some(exec_output::Output::Exit(e)) => {
@@ -265,9 +334,9 @@ async fn run_as_root(
             _ => {}
         }
     }
-    Err(MountError::Agent(tonic::Status::unavailable(
+    Err(tonic::Status::unavailable(
         "exec stream ended without an exit",
-    )))
+    ))
 }
 
 /// Has the guest see the size of every bound slot of `vm` (after a restore).

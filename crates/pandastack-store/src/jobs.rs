@@ -122,6 +122,27 @@ impl Jobs<'_> {
         owner: &str,
         lease_ms: i64,
     ) -> Result<Option<JobRow>, StoreError> {
+        self.claim_of(host_id, owner, lease_ms, None).await
+    }
+
+    /// [`Jobs::claim`] of jobs of `kind` only (each kind has its own runner).
+    pub async fn claim_kind(
+        &self,
+        host_id: &str,
+        owner: &str,
+        lease_ms: i64,
+        kind: &str,
+    ) -> Result<Option<JobRow>, StoreError> {
+        self.claim_of(host_id, owner, lease_ms, Some(kind)).await
+    }
+
+    async fn claim_of(
+        &self,
+        host_id: &str,
+        owner: &str,
+        lease_ms: i64,
+        kind: Option<&str>,
+    ) -> Result<Option<JobRow>, StoreError> {
         let now = now_ms();
         sqlx::query(
             "UPDATE jobs SET state = 'failed', error = 'its runner stopped (lease expired) on the last attempt', \
@@ -140,7 +161,7 @@ impl Jobs<'_> {
              attempts = attempts + 1, updated_at = $3 \
              WHERE id = (SELECT id FROM jobs \
                  WHERE ((state = 'queued' AND run_after <= $3) OR (state = 'running' AND lease_until < $3)) \
-                 AND (host_id IS NULL OR host_id = $4) \
+                 AND (host_id IS NULL OR host_id = $4) AND ($5 = '' OR kind = $5) \
                  ORDER BY run_after, id LIMIT 1 {lock}) \
              RETURNING {COLUMNS}"
         ))
@@ -148,6 +169,7 @@ impl Jobs<'_> {
         .bind(now + lease_ms)
         .bind(now)
         .bind(host_id)
+        .bind(kind.unwrap_or(""))
         .fetch_optional(self.pool)
         .await?;
         r.as_ref().map(row).transpose()

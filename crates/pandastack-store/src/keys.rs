@@ -102,6 +102,24 @@ impl Keys<'_> {
         Ok(ws)
     }
 
+    /// Sets every workspace's quota on the total size of its volumes (GiB).
+    pub async fn set_volume_quota_all(&self, max_volume_gb: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE workspaces SET max_volume_gb = $1")
+            .bind(max_volume_gb)
+            .execute(self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// A workspace's volume quota (GiB).
+    pub async fn volume_quota(&self, id: &str) -> Result<i64, StoreError> {
+        let r = sqlx::query("SELECT max_volume_gb FROM workspaces WHERE id = $1")
+            .bind(id)
+            .fetch_one(self.pool)
+            .await?;
+        col(&r, "max_volume_gb")
+    }
+
     /// Every workspace, oldest first (administration; never for a user request).
     pub async fn workspaces(&self) -> Result<Vec<Workspace>, StoreError> {
         let rows = sqlx::query(

@@ -19,6 +19,7 @@ mod keys;
 mod sandboxes;
 mod snapshots;
 mod templates;
+mod volumes;
 
 pub use hosts::{HostRow, Hosts};
 pub use idempotency::{Idempotency, IdempotencyRecord, Reservation};
@@ -28,6 +29,10 @@ pub use pandastack_api_types::{OnTimeout, SandboxState};
 pub use sandboxes::{Filter, SandboxRow, Sandboxes};
 pub use snapshots::{SnapshotRow, Snapshots};
 pub use templates::{BuildStatus, SourceKind, TemplateBuildRow, TemplateBuilds};
+pub use volumes::{
+    Claimed, MountClaim, MountRow, VolumeBackupRow, VolumeRow, VolumeSnapshotRow, VolumeState,
+    Volumes,
+};
 
 use std::path::Path;
 use std::time::Duration;
@@ -54,6 +59,15 @@ pub enum StoreError {
     /// A stored value this version cannot read (e.g. an unknown state name).
     #[error("stored {column} has an unknown value {value:?}")]
     Corrupt { column: &'static str, value: String },
+    /// A create named a volume the workspace does not have (or one still being made).
+    #[error("volume {0} not found")]
+    MissingVolume(String),
+    /// A create asked for a volume whose file is on another host.
+    #[error("volume {volume} is on host {host}")]
+    VolumeElsewhere { volume: String, host: String },
+    /// A read-write mount of a volume another sandbox has mounted read-write.
+    #[error("volume {volume} is mounted read-write by sandbox {sandbox}")]
+    VolumeBusy { volume: String, sandbox: String },
     #[error("unsupported state store {0:?} (want a file path, sqlite://… or postgres://…)")]
     Url(String),
 }
@@ -143,6 +157,10 @@ impl Store {
 
     pub fn template_builds(&self) -> TemplateBuilds<'_> {
         TemplateBuilds { pool: &self.pool }
+    }
+
+    pub fn volumes(&self) -> Volumes<'_> {
+        Volumes { pool: &self.pool }
     }
 
     pub fn idempotency(&self) -> Idempotency<'_> {

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use sqlx::AnyPool;
 
+use crate::volumes::{claim, Claimed, MountClaim};
 use crate::{col, found, parsed, OnTimeout, SandboxState, StoreError};
 
 /// One sandbox as stored.
@@ -33,6 +34,8 @@ pub struct SandboxRow {
     pub access_token: String,
     /// Ports anyone may reach through the preview proxy.
     pub public_ports: BTreeSet<u16>,
+    /// Volumes its create mounted (slot `i` is `volumes[i]`).
+    pub volumes: Vec<pandastack_api_types::SandboxVolume>,
 }
 
 /// List filters.
@@ -47,12 +50,13 @@ pub struct Sandboxes<'a> {
     pub(crate) pool: &'a AnyPool,
 }
 
-const COLUMNS: &str = "id, workspace_id, host_id, template, state, vcpus, memory_mib, metadata, env, ttl_seconds, idle_timeout_seconds, on_timeout, created_at, expires_at, last_activity_at, boot_ms, boot_mode, snapshot_id, parent_id, access_token, public_ports";
+const COLUMNS: &str = "id, workspace_id, host_id, template, state, vcpus, memory_mib, metadata, env, ttl_seconds, idle_timeout_seconds, on_timeout, created_at, expires_at, last_activity_at, boot_ms, boot_mode, snapshot_id, parent_id, access_token, public_ports, volumes";
 
 fn row(r: &sqlx::any::AnyRow) -> Result<SandboxRow, StoreError> {
     let metadata: String = col(r, "metadata")?;
     let env: String = col(r, "env")?;
     let public_ports: String = col(r, "public_ports")?;
+    let volumes: String = col(r, "volumes")?;
     Ok(SandboxRow {
         id: col(r, "id")?,
         workspace_id: col(r, "workspace_id")?,
@@ -79,6 +83,7 @@ fn row(r: &sqlx::any::AnyRow) -> Result<SandboxRow, StoreError> {
         parent_id: col(r, "parent_id")?,
         access_token: col(r, "access_token")?,
         public_ports: serde_json::from_str(&public_ports)?,
+        volumes: serde_json::from_str(&volumes)?,
     })
 }
 
@@ -95,37 +100,29 @@ impl Sandboxes<'_> {
         let Some(first) = rows.first() else {
             return Ok(());
         };
-        let ws = &first.workspace_id;
         let mut tx = self.pool.begin().await?;
-        // A write first: on SQLite it takes the database's write lock now (a read first would
-        // fail to upgrade if another writer committed meanwhile); on PostgreSQL it locks the
-        // workspace row until commit.
-        let locked =
-            sqlx::query("UPDATE workspaces SET max_sandboxes = max_sandboxes WHERE id = $1")
-                .bind(ws)
-                .execute(&mut *tx)
-                .await?;
-        found(locked)?;
-        let r = sqlx::query("SELECT max_sandboxes FROM workspaces WHERE id = $1")
-            .bind(ws)
-            .fetch_one(&mut *tx)
-            .await?;
-        let limit: i64 = col(&r, "max_sandboxes")?;
-        let r = sqlx::query(
-            "SELECT COUNT(*) AS n FROM sandboxes WHERE workspace_id = $1 AND state <> 'hibernated'",
-        )
-        .bind(ws)
-        .fetch_one(&mut *tx)
-        .await?;
-        let active: i64 = col(&r, "n")?;
-        if active + rows.len() as i64 > limit {
-            return Err(StoreError::LimitReached { limit });
-        }
+        check_limit(&mut tx, &first.workspace_id, rows.len()).await?;
         for row in rows {
             insert(&mut *tx, row).await?;
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    /// [`Sandboxes::insert_within_limit`] for one sandbox that mounts `mounts` (its
+    /// `volumes`): in the same transaction each volume is claimed (see
+    /// [`crate::volumes`]: missing, elsewhere or busy volumes write nothing).
+    pub async fn insert_with_volumes(
+        &self,
+        row: &SandboxRow,
+        mounts: &[MountClaim],
+    ) -> Result<Vec<Claimed>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        check_limit(&mut tx, &row.workspace_id, 1).await?;
+        insert(&mut *tx, row).await?;
+        let claimed = claim(&mut tx, &row.workspace_id, &row.host_id, &row.id, mounts).await?;
+        tx.commit().await?;
+        Ok(claimed)
     }
 
     /// Records a finished create: the VM's shape, how it booted and its state, in one update.
@@ -310,11 +307,18 @@ impl Sandboxes<'_> {
         Ok(ports)
     }
 
+    /// Deletes a sandbox's row and its volume mounts.
     pub async fn delete(&self, id: &str) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM sandbox_volumes WHERE sandbox_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("DELETE FROM sandboxes WHERE id = $1")
             .bind(id)
-            .execute(self.pool)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -351,7 +355,7 @@ where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
     sqlx::query(&format!(
-        "INSERT INTO sandboxes ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)"
+        "INSERT INTO sandboxes ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)"
     ))
     .bind(&s.id)
     .bind(&s.workspace_id)
@@ -374,7 +378,41 @@ where
     .bind(&s.parent_id)
     .bind(&s.access_token)
     .bind(serde_json::to_string(&s.public_ports)?)
+    .bind(serde_json::to_string(&s.volumes)?)
     .execute(exec)
     .await?;
+    Ok(())
+}
+
+/// Locks workspace `ws` for the rest of `tx` and checks that `adding` more sandboxes keep it
+/// within `max_sandboxes` sandboxes that are not hibernated.
+async fn check_limit(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    ws: &str,
+    adding: usize,
+) -> Result<(), StoreError> {
+    // A write first: on SQLite it takes the database's write lock now (a read first would
+    // fail to upgrade if another writer committed meanwhile); on PostgreSQL it locks the
+    // workspace row until commit.
+    let locked = sqlx::query("UPDATE workspaces SET max_sandboxes = max_sandboxes WHERE id = $1")
+        .bind(ws)
+        .execute(&mut **tx)
+        .await?;
+    found(locked)?;
+    let r = sqlx::query("SELECT max_sandboxes FROM workspaces WHERE id = $1")
+        .bind(ws)
+        .fetch_one(&mut **tx)
+        .await?;
+    let limit: i64 = col(&r, "max_sandboxes")?;
+    let r = sqlx::query(
+        "SELECT COUNT(*) AS n FROM sandboxes WHERE workspace_id = $1 AND state <> 'hibernated'",
+    )
+    .bind(ws)
+    .fetch_one(&mut **tx)
+    .await?;
+    let active: i64 = col(&r, "n")?;
+    if active + adding as i64 > limit {
+        return Err(StoreError::LimitReached { limit });
+    }
     Ok(())
 }

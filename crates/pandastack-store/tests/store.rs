@@ -96,6 +96,7 @@ fn sandbox(ws: &str, host: &str, id: &str, created_at: i64, task: &str) -> Sandb
         parent_id: None,
         access_token: format!("tok-{id}"),
         public_ports: Default::default(),
+        volumes: Vec::new(),
     }
 }
 
@@ -566,5 +567,121 @@ async fn jobs_are_unique_per_resource_claimed_once_and_survive_their_runner() {
         want.sort();
         assert_eq!(all, want, "{backend}");
         assert_eq!(store.jobs().get(&b.id).await.unwrap().state, JobState::Done);
+    }
+}
+
+fn volume(ws: &str, host: &str, name: &str, gb: i64) -> pandastack_store::VolumeRow {
+    pandastack_store::VolumeRow {
+        id: pandastack_store::new_id("vol-"),
+        workspace_id: ws.into(),
+        name: name.into(),
+        host_id: host.into(),
+        size_gb: gb,
+        state: pandastack_store::VolumeState::Creating,
+        source: None,
+        created_at: 1,
+    }
+}
+
+fn claim(name: &str, path: &str, read_only: bool) -> pandastack_store::MountClaim {
+    pandastack_store::MountClaim {
+        name: name.into(),
+        path: path.into(),
+        read_only,
+    }
+}
+
+#[tokio::test]
+async fn volume_quota_mounts_and_their_release() {
+    for case in stores().await {
+        let s = &case.store;
+        let ws = s.keys().create_workspace("v", 10, 100).await.unwrap().id;
+        s.keys().set_volume_quota_all(3).await.unwrap();
+        let vols = s.volumes();
+        let work = volume(&ws, "h1", "work", 2);
+        vols.insert_within_quota(&work).await.unwrap();
+        assert!(
+            matches!(
+                vols.insert_within_quota(&volume(&ws, "h1", "more", 2))
+                    .await,
+                Err(StoreError::LimitReached { limit: 3 })
+            ),
+            "{}",
+            case.backend
+        );
+        assert!(matches!(
+            vols.insert_within_quota(&volume(&ws, "h1", "work", 1))
+                .await,
+            Err(StoreError::Conflict)
+        ));
+        // Not ready yet: not mountable.
+        let a = sandbox(&ws, "h1", "sb-a", 1, "a");
+        let err = s
+            .sandboxes()
+            .insert_with_volumes(&a, &[claim("work", "/w", false)])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::MissingVolume(ref n) if n == "work"),
+            "{err:?}"
+        );
+        assert!(
+            s.sandboxes().get(&ws, "sb-a").await.is_err(),
+            "a refused claim wrote the row"
+        );
+        vols.set_ready(&work.id).await.unwrap();
+        let got = s
+            .sandboxes()
+            .insert_with_volumes(&a, &[claim("work", "/w", false)])
+            .await
+            .unwrap();
+        assert_eq!((got.len(), got[0].writer.is_none()), (1, true));
+
+        // One writer; readers many, told who writes; another host's create is refused.
+        let b = sandbox(&ws, "h1", "sb-b", 2, "b");
+        let err = s
+            .sandboxes()
+            .insert_with_volumes(&b, &[claim("work", "/w", false)])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::VolumeBusy { ref sandbox, .. } if sandbox == "sb-a"),
+            "{err:?}"
+        );
+        for id in ["sb-r1", "sb-r2"] {
+            let r = sandbox(&ws, "h1", id, 3, "r");
+            let got = s
+                .sandboxes()
+                .insert_with_volumes(&r, &[claim("work", "/r", true)])
+                .await
+                .unwrap();
+            assert_eq!(got[0].writer.as_ref().unwrap().sandbox_id, "sb-a");
+        }
+        let elsewhere = sandbox(&ws, "h2", "sb-x", 4, "x");
+        assert!(matches!(
+            s.sandboxes()
+                .insert_with_volumes(&elsewhere, &[claim("work", "/r", true)])
+                .await,
+            Err(StoreError::VolumeElsewhere { .. })
+        ));
+        assert_eq!(vols.mounts(&work.id).await.unwrap().len(), 3);
+        // Growing and deleting wait for the writer; deleting the sandbox releases it.
+        assert!(vols.grow(&work, 3).await.unwrap().is_some());
+        assert!(vols.delete_unless_mounted(&work).await.unwrap().is_err());
+        s.sandboxes().delete("sb-a").await.unwrap();
+        assert!(vols.grow(&work, 4).await.is_err(), "quota of 3");
+        assert!(vols.grow(&work, 3).await.unwrap().is_none());
+        assert_eq!(vols.get(&ws, "work").await.unwrap().size_gb, 3);
+        s.sandboxes()
+            .insert_with_volumes(&b, &[claim("work", "/w", false)])
+            .await
+            .unwrap();
+        s.sandboxes().delete("sb-b").await.unwrap();
+        assert!(vols.delete_unless_mounted(&work).await.unwrap().is_ok());
+        assert!(vols.mounts(&work.id).await.unwrap().is_empty());
+        assert!(matches!(
+            vols.get(&ws, "work").await,
+            Err(StoreError::NotFound)
+        ));
     }
 }

@@ -450,6 +450,8 @@ pub async fn fake_stack(restore_timeout: Duration) -> FakeStack {
         templates_dir: templates,
         guest_agent: agent_bin,
         pool_size: 0,
+        volume_slots: 0,
+        objects: None,
     };
     let (agent, _) = HostAgent::start(rt, cfg, |_| false)
         .await
@@ -464,6 +466,11 @@ pub async fn fake_stack(restore_timeout: Duration) -> FakeStack {
         .await
         .expect("workspace");
     let host: Arc<dyn pandastack_host::Host> = Arc::new(LocalHost(Arc::clone(&agent)));
+    let objects = pandastack_objects::Objects::open(&format!(
+        "file://{}",
+        dir.path().join("objects").display()
+    ))
+    .expect("object store");
     let app = Arc::new(pandastack_api::App::new(
         store.clone(),
         host,
@@ -478,6 +485,7 @@ pub async fn fake_stack(restore_timeout: Duration) -> FakeStack {
             Duration::from_secs(5),
         )
         .expect("preview config"),
+        objects,
     ));
     FakeStack {
         router: pandastack_api::router(Arc::clone(&app)),

@@ -16,6 +16,8 @@ fn config() -> AgentConfig {
         templates_dir: "/nonexistent".into(),
         guest_agent: "/nonexistent".into(),
         pool_size: 1,
+        volume_slots: 0,
+        objects: None,
     }
 }
 

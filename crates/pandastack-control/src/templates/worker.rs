@@ -34,17 +34,13 @@ impl Templates {
         let owner = format!("{}/{}", self.host_id, std::process::id());
         let lease = (LEASE_RENEW * 3).as_millis() as i64;
         loop {
-            let job = match self.store.jobs().claim(&self.host_id, &owner, lease).await {
-                Ok(Some(j)) if j.kind == JOB_KIND => j,
-                Ok(Some(j)) => {
-                    // Not ours to run (another kind of job pinned to this host): give it back.
-                    let _ = self
-                        .store
-                        .jobs()
-                        .fail(&j.id, &owner, "no runner for this kind of job", None)
-                        .await;
-                    continue;
-                }
+            let job = match self
+                .store
+                .jobs()
+                .claim_kind(&self.host_id, &owner, lease, JOB_KIND)
+                .await
+            {
+                Ok(Some(j)) => j,
                 Ok(None) => {
                     let _ =
                         tokio::time::timeout(Duration::from_secs(5), self.wake.notified()).await;

@@ -65,9 +65,22 @@ pub struct ServerArgs {
     /// Directory of template specs (default: ./templates, then the installation's).
     #[arg(long, env = "PANDASTACK_TEMPLATES_DIR")]
     templates_dir: Option<PathBuf>,
+    /// Quota on the total size of each workspace's volumes, GiB (set on every workspace at
+    /// start).
+    #[arg(long, env = "PANDASTACK_MAX_VOLUME_GB", default_value_t = 100)]
+    max_volume_gb: i64,
     /// Pre-started VMs kept per baked template (0 disables the pool).
     #[arg(long, default_value_t = 1)]
     pool_size: usize,
+    /// Volume slots baked into templates (0–3): how many volumes a sandbox can mount. Catalog
+    /// templates baked with another number are baked again on first use.
+    #[arg(
+        long,
+        env = "PANDASTACK_VOLUME_SLOTS",
+        default_value_t = 2,
+        value_parser = clap::value_parser!(u32).range(0..=3)
+    )]
+    volume_slots: u32,
     /// Bound on each sandbox's console log (`GET …/logs`), in KiB: past it the oldest part is
     /// cut and the newest kept (0: unbounded).
     #[arg(long, env = "PANDASTACK_CONSOLE_LOG_MAX_KB", default_value_t = 1024)]
@@ -123,9 +136,8 @@ enum NetworkMode {
 }
 
 pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
-    // Opened first so a bad URL fails the start at once; nothing stores objects in it yet
-    // (volume backups will).
-    let _objects = open_objects(&a).await?;
+    // Opened first so a bad URL fails the start at once; volume backups go there.
+    let objects = open_objects(&a).await?;
     let kernel = a
         .kernel
         .clone()
@@ -164,6 +176,10 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     }
     tracing::info!(host = %host_id, backend = ?store.backend(), "state store open");
     let first_key = first_start(&store, &a).await?;
+    if a.max_volume_gb < 0 {
+        anyhow::bail!("--max-volume-gb: must be 0 or more");
+    }
+    store.keys().set_volume_quota_all(a.max_volume_gb).await?;
 
     // Reconcile host and database: keep what has a row on this host, remove the rest; rows of
     // other hosts are theirs.
@@ -195,6 +211,8 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         templates_dir,
         guest_agent,
         pool_size: a.pool_size,
+        volume_slots: a.volume_slots,
+        objects: Some(objects.clone()),
     };
     let (agent, report) = HostAgent::start(rt, cfg, |f| known.contains(&f.id)).await?;
     if !report.removed.is_empty() || report.leftovers > 0 {
@@ -246,11 +264,16 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         host_id.clone(),
         builds,
         preview,
+        objects,
     ));
     app.recover_builds()
         .await
         .context("settle template builds")?;
     app.start_build_worker();
+    app.recover_volumes()
+        .await
+        .context("settle volumes and backups")?;
+    app.start_backup_worker();
     tokio::spawn(pandastack_control::Reaper::new(store.clone(), host, host_id).run());
 
     let listener = tokio::net::TcpListener::bind(a.listen)

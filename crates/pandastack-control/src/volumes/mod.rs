@@ -1,0 +1,411 @@
+//! The volume service: volumes (rows, files on their host, the workspace's quota), volume
+//! snapshots, backups to the object store (uploads are durable jobs run by [`Volumes::worker`])
+//! and restores from them, and start-up reconciliation of volume rows with the host's files.
+//!
+//! Order of writes, so that a crash at any point leaves nothing a restart cannot settle:
+//! a volume's row is written `creating` before its file and set `ready` after (start-up
+//! removes `creating` rows with their files, and files without rows); a delete removes the row
+//! first and then the file; a backup's row, its internal snapshot's row and its job are written
+//! after the snapshot's file, and the snapshot is removed only once the upload has ended.
+
+mod backups;
+
+use std::sync::Arc;
+
+use pandastack_api_types::{CreateVolumeRequest, VolumeAttachment};
+use pandastack_host::{Host, HostError, VolumeHolder, VolumeMount};
+use pandastack_objects::{Objects, ObjectsError};
+use pandastack_store::{
+    new_id, now_ms, Claimed, MountRow, SandboxState, Store, StoreError, VolumeRow,
+    VolumeSnapshotRow, VolumeState,
+};
+use tokio::sync::Notify;
+
+pub use backups::{BackupInfo, BACKUP_JOB_KIND};
+
+/// Bytes in a GiB (volume sizes are whole GiB).
+pub const GIB: u64 = 1 << 30;
+
+/// Why a volume operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum VolumeError {
+    #[error("volume {0} not found")]
+    NotFound(String),
+    #[error("volume snapshot {0} not found")]
+    SnapshotNotFound(String),
+    #[error("backup {0} not found")]
+    BackupNotFound(String),
+    #[error("volume {0} exists")]
+    Exists(String),
+    #[error("volume quota of {limit_gb} GiB for this workspace would be exceeded")]
+    Quota { limit_gb: i64 },
+    #[error("volume {volume} is mounted read-write by sandbox {sandbox}")]
+    Busy { volume: String, sandbox: String },
+    #[error("volume {volume} is {size_gb} GiB: it can only grow (asked for {asked_gb} GiB)")]
+    Shrink {
+        volume: String,
+        size_gb: i64,
+        asked_gb: i64,
+    },
+    #[error("volume {volume} is on host {host}, not this one")]
+    Elsewhere { volume: String, host: String },
+    #[error("backup {0} is not finished")]
+    BackupNotDone(String),
+    #[error(transparent)]
+    Store(StoreError),
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error("object store")]
+    Objects(#[source] ObjectsError),
+}
+
+impl From<StoreError> for VolumeError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::LimitReached { limit } => VolumeError::Quota { limit_gb: limit },
+            StoreError::MissingVolume(v) => VolumeError::NotFound(v),
+            StoreError::VolumeBusy { volume, sandbox } => VolumeError::Busy { volume, sandbox },
+            StoreError::VolumeElsewhere { volume, host } => VolumeError::Elsewhere { volume, host },
+            e => VolumeError::Store(e),
+        }
+    }
+}
+
+/// A volume with its mounts.
+#[derive(Debug, Clone)]
+pub struct VolumeInfo {
+    pub row: VolumeRow,
+    pub mounts: Vec<VolumeAttachment>,
+}
+
+impl VolumeInfo {
+    /// The sandbox that has it mounted read-write.
+    pub fn writer(&self) -> Option<&str> {
+        self.mounts
+            .iter()
+            .find(|m| !m.read_only)
+            .map(|m| m.sandbox_id.as_str())
+    }
+}
+
+/// Volumes of one host, over the store, the host and the object store.
+#[derive(Clone)]
+pub struct Volumes {
+    store: Store,
+    host: Arc<dyn Host>,
+    objects: Objects,
+    host_id: String,
+    wake: Arc<Notify>,
+}
+
+impl Volumes {
+    pub fn new(store: Store, host: Arc<dyn Host>, objects: Objects, host_id: String) -> Self {
+        Self {
+            store,
+            host,
+            objects,
+            host_id,
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
+    async fn row(&self, ws: &str, name: &str) -> Result<VolumeRow, VolumeError> {
+        match self.store.volumes().get(ws, name).await {
+            Ok(v) if v.state == VolumeState::Ready => Ok(v),
+            Ok(_) | Err(StoreError::NotFound) => Err(VolumeError::NotFound(name.into())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn info(&self, row: VolumeRow) -> Result<VolumeInfo, VolumeError> {
+        let mounts = self
+            .store
+            .volumes()
+            .mounts(&row.id)
+            .await?
+            .into_iter()
+            .map(attachment)
+            .collect();
+        Ok(VolumeInfo { row, mounts })
+    }
+
+    /// Creates a volume: empty (`size_gb`), from a volume snapshot or from a backup (grown to
+    /// `size_gb` when given and larger). The row is written first, within the quota.
+    pub async fn create(
+        &self,
+        ws: &str,
+        req: &CreateVolumeRequest,
+    ) -> Result<VolumeInfo, VolumeError> {
+        enum From {
+            Empty,
+            Snapshot(VolumeSnapshotRow),
+            Backup(pandastack_objects::Manifest),
+        }
+        let (from, source_gb) = if let Some(id) = &req.from_snapshot {
+            let s = match self.store.volumes().snapshot(ws, id).await {
+                Ok(s) => s,
+                Err(StoreError::NotFound) => return Err(VolumeError::SnapshotNotFound(id.clone())),
+                Err(e) => return Err(e.into()),
+            };
+            if s.host_id != self.host_id {
+                return Err(VolumeError::Elsewhere {
+                    volume: id.clone(),
+                    host: s.host_id,
+                });
+            }
+            let gb = s.size_gb;
+            (From::Snapshot(s), gb)
+        } else if let Some(id) = &req.from_backup {
+            let (record, manifest) = self.done_backup(ws, id).await?;
+            (From::Backup(manifest), record.size_gb)
+        } else {
+            (From::Empty, 0)
+        };
+        let size_gb = i64::from(req.size_gb.unwrap_or(0)).max(source_gb);
+        let row = VolumeRow {
+            id: new_id("vol-"),
+            workspace_id: ws.to_owned(),
+            name: req.name.clone(),
+            host_id: self.host_id.clone(),
+            size_gb,
+            state: VolumeState::Creating,
+            source: req
+                .from_snapshot
+                .clone()
+                .or_else(|| req.from_backup.clone()),
+            created_at: now_ms(),
+        };
+        match self.store.volumes().insert_within_quota(&row).await {
+            Ok(()) => {}
+            Err(StoreError::Conflict) => return Err(VolumeError::Exists(req.name.clone())),
+            Err(e) => return Err(e.into()),
+        }
+        let bytes = size_gb as u64 * GIB;
+        let made = match &from {
+            From::Empty => self.host.create_volume(&row.id, bytes).await,
+            From::Snapshot(s) => self.host.volume_from_snapshot(&s.id, &row.id, bytes).await,
+            From::Backup(m) => self.host.volume_from_manifest(ws, m, &row.id, bytes).await,
+        };
+        if let Err(e) = made {
+            let _ = self.host.delete_volume(&row.id).await;
+            self.store.volumes().delete(&row.id).await?;
+            return Err(e.into());
+        }
+        self.store.volumes().set_ready(&row.id).await?;
+        let mut row = row;
+        row.state = VolumeState::Ready;
+        Ok(VolumeInfo {
+            row,
+            mounts: Vec::new(),
+        })
+    }
+
+    pub async fn get(&self, ws: &str, name: &str) -> Result<VolumeInfo, VolumeError> {
+        let row = self.row(ws, name).await?;
+        self.info(row).await
+    }
+
+    /// A page of volumes by name (one more than `limit` when there are more).
+    pub async fn list(
+        &self,
+        ws: &str,
+        after: Option<String>,
+        limit: u32,
+    ) -> Result<Vec<VolumeInfo>, VolumeError> {
+        let rows = self.store.volumes().list(ws, after, limit).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows.into_iter().filter(|r| r.state == VolumeState::Ready) {
+            out.push(self.info(r).await?);
+        }
+        Ok(out)
+    }
+
+    /// Grows a volume no sandbox has mounted read-write (read-only mounts are of copies).
+    pub async fn grow(
+        &self,
+        ws: &str,
+        name: &str,
+        size_gb: i64,
+    ) -> Result<VolumeInfo, VolumeError> {
+        let row = self.row(ws, name).await?;
+        if size_gb < row.size_gb {
+            return Err(VolumeError::Shrink {
+                volume: name.into(),
+                size_gb: row.size_gb,
+                asked_gb: size_gb,
+            });
+        }
+        if size_gb > row.size_gb {
+            // The row first (within the quota, refused while mounted), then the file; a failed
+            // grow puts the row back (the host leaves the file as it was).
+            if let Some(m) = self.store.volumes().grow(&row, size_gb).await? {
+                return Err(VolumeError::Busy {
+                    volume: name.into(),
+                    sandbox: m.sandbox_id,
+                });
+            }
+            if let Err(e) = self.host.grow_volume(&row.id, size_gb as u64 * GIB).await {
+                let _ = self.store.volumes().grow(&row, row.size_gb).await;
+                return Err(e.into());
+            }
+        }
+        self.get(ws, name).await
+    }
+
+    /// Deletes a volume and its snapshots (backups stay in the object store). Refused while a
+    /// sandbox has it mounted read-write.
+    pub async fn delete(&self, ws: &str, name: &str) -> Result<(), VolumeError> {
+        let row = self.row(ws, name).await?;
+        let snaps = match self.store.volumes().delete_unless_mounted(&row).await? {
+            Ok(snaps) => snaps,
+            Err(m) => {
+                return Err(VolumeError::Busy {
+                    volume: name.into(),
+                    sandbox: m.sandbox_id,
+                })
+            }
+        };
+        self.host.delete_volume(&row.id).await?;
+        for s in snaps {
+            self.host.delete_volume_snapshot(&s).await?;
+        }
+        Ok(())
+    }
+
+    /// The running sandbox that has volume `row` mounted read-write, to freeze for a copy.
+    async fn holder(&self, row: &VolumeRow) -> Result<Option<VolumeHolder>, VolumeError> {
+        let mounts = self.store.volumes().mounts(&row.id).await?;
+        Ok(self
+            .running_holder(&row.workspace_id, mounts.into_iter().find(|m| !m.read_only))
+            .await)
+    }
+
+    async fn running_holder(&self, ws: &str, writer: Option<MountRow>) -> Option<VolumeHolder> {
+        let w = writer?;
+        match self.store.sandboxes().get(ws, &w.sandbox_id).await {
+            Ok(s) if s.state == SandboxState::Running => Some(VolumeHolder {
+                sandbox_id: w.sandbox_id,
+                path: w.path,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Takes a volume snapshot: a reflink of the volume's file, the file system of a running
+    /// sandbox that has it mounted read-write frozen for the moment of the copy.
+    pub async fn snapshot(&self, ws: &str, name: &str) -> Result<VolumeSnapshotRow, VolumeError> {
+        let row = self.row(ws, name).await?;
+        let s = self.take_snapshot(&row, false).await?;
+        self.store.volumes().insert_snapshot(&s).await?;
+        Ok(s)
+    }
+
+    /// The snapshot file of `row` (the row is not written).
+    async fn take_snapshot(
+        &self,
+        row: &VolumeRow,
+        internal: bool,
+    ) -> Result<VolumeSnapshotRow, VolumeError> {
+        let id = new_id("vs-");
+        let holder = self.holder(row).await?;
+        let view = self.host.snapshot_volume(&row.id, &id, holder).await?;
+        Ok(VolumeSnapshotRow {
+            id,
+            workspace_id: row.workspace_id.clone(),
+            volume_id: row.id.clone(),
+            host_id: self.host_id.clone(),
+            size_gb: row.size_gb,
+            frozen: view.frozen,
+            internal,
+            created_at: now_ms(),
+        })
+    }
+
+    pub async fn snapshots(
+        &self,
+        ws: &str,
+        name: &str,
+    ) -> Result<Vec<VolumeSnapshotRow>, VolumeError> {
+        let row = self.row(ws, name).await?;
+        Ok(self.store.volumes().snapshots(&row.id).await?)
+    }
+
+    pub async fn delete_snapshot(&self, ws: &str, name: &str, id: &str) -> Result<(), VolumeError> {
+        let row = self.row(ws, name).await?;
+        match self.store.volumes().snapshot(ws, id).await {
+            Ok(s) if s.volume_id == row.id => {}
+            Ok(_) | Err(StoreError::NotFound) => {
+                return Err(VolumeError::SnapshotNotFound(id.into()))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.store.volumes().delete_snapshot(id).await?;
+        self.host.delete_volume_snapshot(id).await?;
+        Ok(())
+    }
+
+    /// The volume mounts of a sandbox being created: claimed with its row (see
+    /// [`crate::Sandboxes::create_with_volumes`]), as the host is to mount them.
+    pub(crate) async fn host_mounts(&self, claimed: Vec<Claimed>) -> Vec<VolumeMount> {
+        let mut out = Vec::with_capacity(claimed.len());
+        for c in claimed {
+            let holder = if c.read_only {
+                self.running_holder(&c.volume.workspace_id, c.writer).await
+            } else {
+                None
+            };
+            out.push(VolumeMount {
+                volume_id: c.volume.id,
+                path: c.path,
+                read_only: c.read_only,
+                holder,
+                owner: None,
+            });
+        }
+        out
+    }
+
+    /// Start-up: removes this host's volume rows left `creating` by a crash (and their files),
+    /// and every volume or volume snapshot file no row names.
+    pub async fn reconcile(&self) -> Result<(), VolumeError> {
+        let rows = self.store.volumes().on_host(&self.host_id).await?;
+        let mut known = std::collections::HashSet::new();
+        for r in rows {
+            if r.state == VolumeState::Creating {
+                tracing::warn!(volume = %r.id, name = %r.name, "removing a volume whose create did not finish");
+                self.host.delete_volume(&r.id).await?;
+                self.store.volumes().delete(&r.id).await?;
+            } else {
+                known.insert(r.id);
+            }
+        }
+        for id in self.host.volume_ids().await? {
+            if !known.contains(&id) {
+                tracing::warn!(volume = %id, "removing a volume file no row names");
+                self.host.delete_volume(&id).await?;
+            }
+        }
+        let snaps: std::collections::HashSet<String> = self
+            .store
+            .volumes()
+            .snapshot_ids_on_host(&self.host_id)
+            .await?
+            .into_iter()
+            .collect();
+        for id in self.host.volume_snapshot_ids().await? {
+            if !snaps.contains(&id) {
+                tracing::warn!(snapshot = %id, "removing a volume snapshot file no row names");
+                self.host.delete_volume_snapshot(&id).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn attachment(m: MountRow) -> VolumeAttachment {
+    VolumeAttachment {
+        sandbox_id: m.sandbox_id,
+        path: m.path,
+        read_only: m.read_only,
+    }
+}
