@@ -39,6 +39,14 @@ with sync_playwright() as p:
     b.close()
 import os; print("screenshot bytes:", os.path.getsize("/tmp/shot.png"))
 PY'
+    [postgres]='pg_ctlcluster 17 main start && runuser -u postgres -- psql -v ON_ERROR_STOP=1 -qAt <<"SQL" && pgbackrest version && pgbouncer --version | head -1
+select $$PostgreSQL $$ || current_setting($$server_version$$);
+create extension vector;
+create extension pg_cron;
+create extension pg_stat_statements;
+select $$distance $$ || ($$[1,2,3]$$::vector <-> $$[1,2,4]$$::vector);
+select $$ext $$ || name || $$ $$ || default_version from pg_available_extensions order by name;
+SQL'
     [claude-agent]='python3 -c "import claude_agent_sdk; print(\"claude_agent_sdk\", claude_agent_sdk.__version__)" && NODE_PATH=/usr/local/lib/node_modules node -e "require.resolve(\"@anthropic-ai/claude-agent-sdk\"); console.log(\"ts sdk ok\")" && claude --version'
 )
 
@@ -80,6 +88,12 @@ for t in "${names[@]}"; do
     body=$(jq -n --arg c "${check[$t]:-true}" '{argv: ["/bin/bash", "-c", $c], timeout_seconds: 300}')
     res=$(api -X POST "$PANDASTACK_BASE_URL/v1/sandboxes/$id/exec" -d "$body")
     code=$(jq -r '.exit_code // "error"' <<<"$res")
+    # The postgres template's extension list is also recorded beside its spec (for the API).
+    if [[ $t == postgres && $code == 0 ]] && ! diff <(jq -r '.extensions[] | "\(.name) \(.default_version)"' templates/postgres.extensions.json) \
+        <(jq -r '.stdout' <<<"$res" | sed -n 's/^ext //p') >&2; then
+        echo "    the image's extensions differ from templates/postgres.extensions.json" >&2
+        code=extensions
+    fi
     first_line=$(jq -r '(.stdout // "") | split("\n") | map(select(length > 0)) | join("; ")' <<<"$res" | cut -c1-120)
     echo "    exit $code: $(jq -r '.stdout // ""' <<<"$res")$(jq -r '.stderr // ""' <<<"$res" | tail -5)" >&2
     api -X DELETE "$PANDASTACK_BASE_URL/v1/sandboxes/$id" >/dev/null

@@ -21,7 +21,7 @@
 # one for work inside (exec, files, code, ports, logs, snapshot, fork), one for pause, resume,
 # hibernate and wake, one for PATCH (a generated short TTL ends it), one for DELETE; a key for
 # `DELETE /v1/keys/{id}` (the key fuzzing uses is never the one given) — and whatever the
-# generated requests create. On exit it deletes every sandbox and snapshot and revokes every key
+# generated requests create. On exit it deletes every sandbox, snapshot and volume and revokes every key
 # that appeared during the run, so run it by hand only against a workspace nobody else is using
 # at the time.
 #
@@ -110,10 +110,12 @@ EOF
 }
 json() { "$venv/bin/python" -c "import json, sys; d = json.load(sys.stdin); print($1)"; }
 ids() { api GET "$1" | json '"\n".join(x["id"] for x in d["data"])'; }
+names() { api GET "$1" | json '"\n".join(x["name"] for x in d["data"])'; }
 
 ids "/v1/sandboxes?limit=1000" >"$work/sandboxes.before"
 ids "/v1/snapshots?limit=1000" >"$work/snapshots.before"
 ids /v1/keys >"$work/keys.before"
+names "/v1/volumes?limit=1000" >"$work/volumes.before"
 
 cleanup() {
   local n=0 id
@@ -124,6 +126,10 @@ cleanup() {
   done
   for id in $(ids "/v1/snapshots?limit=1000" | grep -vxFf "$work/snapshots.before" || true); do
     api DELETE "/v1/snapshots/$id" >/dev/null || log "could not delete snapshot $id"
+  done
+  # After the sandboxes: a volume mounted read-write cannot be deleted.
+  for name in $(names "/v1/volumes?limit=1000" | grep -vxFf "$work/volumes.before" || true); do
+    api DELETE "/v1/volumes/$name" >/dev/null || log "could not delete volume $name"
   done
   for id in $(ids /v1/keys | grep -vxFf "$work/keys.before" || true); do
     api DELETE "/v1/keys/$id" >/dev/null 2>&1 || true # already revoked is fine
@@ -140,9 +146,13 @@ lifecycle=$(sandbox lifecycle)
 patched=$(sandbox patch)
 victim=$(sandbox delete)
 victim_key=$(api POST /v1/keys '{"name":"fuzz-revoke"}' | json 'd["id"]')
+volume=fuzz-$seed victim_volume=fuzz-$seed-delete
+for v in "$volume" "$victim_volume"; do
+  api POST /v1/volumes "{\"name\":\"$v\",\"size_gb\":1}" >/dev/null
+done
 key=$(api POST /v1/keys '{"name":"fuzz"}' | json 'd["secret"]')
 avoid=$(api GET /v1/templates | json '",".join(t["name"] for t in d["data"] if t["state"] != "ready")')
-log "fixtures: sandboxes $fixture (work), $lifecycle (lifecycle), $patched (patch), $victim (delete), key $victim_key (revoke); not baked: ${avoid:-none}"
+log "fixtures: sandboxes $fixture (work), $lifecycle (lifecycle), $patched (patch), $victim (delete), key $victim_key (revoke), volumes $volume (work), $victim_volume (delete); not baked: ${avoid:-none}"
 
 cat >"$work/schemathesis.toml" <<EOF
 request-timeout = 60
@@ -192,13 +202,22 @@ include-operation-id = "delete_sandbox"
 parameters = { "path.id" = "$victim" }
 
 [[operations]]
+include-path-regex = '^/v1/volumes/\{name\}'
+exclude-operation-id = "delete_volume"
+parameters = { "path.name" = "$volume" }
+
+[[operations]]
+include-operation-id = "delete_volume"
+parameters = { "path.name" = "$victim_volume" }
+
+[[operations]]
 include-operation-id = "revoke_key"
 parameters = { "path.id" = "$victim_key" }
 EOF
 
 export SCHEMATHESIS_HOOKS=$here/scripts/fuzz_api_hooks.py
 export PANDASTACK_FUZZ_TEMPLATE=$template PANDASTACK_FUZZ_AVOID_TEMPLATES=$avoid
-checks=not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,negative_data_rejection,missing_required_header,unsupported_method,allow_header_conformance
+checks=no_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,negative_data_rejection,missing_required_header,unsupported_method,allow_header_conformance
 failed=0
 run() { # NAME AUTH-MODE [schemathesis args…]
   local name=$1 mode=$2 left

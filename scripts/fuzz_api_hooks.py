@@ -4,6 +4,11 @@
   (PANDASTACK_FUZZ_AUTH=none|wrong), every answer must be 401 `unauthorized` in the error
   envelope (405 in the envelope for a method the path does not serve), except the public paths
   (health and the OpenAPI document).
+- `no_server_error`: schemathesis' `not_a_server_error` (no 5xx), except the two documented
+  507 answers, which are a full quota or disk, not a failure of the server: `quota_exceeded`
+  (a workspace's volume quota; a fuzzer creating volumes of up to 1 TiB reaches it at once) and
+  `insufficient_storage` (a full disk in the guest). Any other 5xx, or a 507 with another code,
+  fails.
 - `before_call`: keeps fuzzing affordable on a real host. Creates never name a template that
   would have to be built first (PANDASTACK_FUZZ_AVOID_TEMPLATES, comma-separated: catalog
   templates not baked yet, whose first use bootstraps Debian for minutes); they get the fixture's
@@ -40,6 +45,25 @@ def auth_is_required(ctx, response, case):
     if expected == 401 and code != "unauthorized":
         raise AssertionError(f"401 with error.code {code!r}, expected 'unauthorized'")
     return None
+
+
+#: 507 is the documented answer to these error codes (a full quota or disk).
+STORAGE_CODES = {"quota_exceeded", "insufficient_storage"}
+
+
+@schemathesis.check
+def no_server_error(ctx, response, case):
+    """No 5xx, except 507 with one of STORAGE_CODES."""
+    if response.status_code < 500:
+        return None
+    if response.status_code == 507:
+        try:
+            code = response.json()["error"]["code"]
+        except Exception:  # noqa: BLE001 - any shape but the envelope fails
+            code = None
+        if code in STORAGE_CODES:
+            return None
+    raise AssertionError(f"server error {response.status_code}: {response.text[:300]}")
 
 
 #: Children a generated fork may ask for (each is a VM).

@@ -46,6 +46,10 @@ pub enum Error {
     /// The configuration is unusable (bad base URL, unreadable config file).
     #[error("{0}")]
     Config(String),
+    /// A wait for something the server does in the background (a volume backup) ran out of
+    /// time; the work goes on on the server.
+    #[error("{0}")]
+    Timeout(String),
 }
 
 /// An error answer of the API.

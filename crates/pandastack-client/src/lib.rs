@@ -1,7 +1,7 @@
 //! A typed async client for the PandaStack `/v1` API, used by the `pandastack` CLI, the tests
 //! and the benchmarks: sandboxes, exec (blocking and as Server-Sent Events), files (streamed
 //! from and to local files), snapshots, lifecycle, console logs, metrics, templates, keys and
-//! the PTY WebSocket.
+//! the PTY WebSocket; volumes, their snapshots and backups.
 //!
 //! Errors keep the server's envelope (`code`, `message`, `request_id`) in [`Error::Api`]; calls
 //! answered 429, 502 or 503 are retried with backoff (honouring `Retry-After`), and creates
@@ -17,6 +17,7 @@ mod pty;
 mod resources;
 mod sandboxes;
 mod sse;
+mod volumes;
 
 pub use config::{config_path, Config, ConfigFile, Sources, DEFAULT_BASE_URL};
 pub use error::{ApiError, Error};

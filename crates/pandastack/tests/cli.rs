@@ -2,8 +2,8 @@
 //! `template ls` run as real processes against a real server with real guests — login and
 //! status with a private config home, create/ls/info, exec with exit-code passthrough and
 //! separate stdout/stderr, a 5 MiB copy both ways, fork, snapshot, hibernate/wake, logs, kill,
-//! the error reports with their hints, and the interactive shell driven through a pseudo-
-//! terminal.
+//! the error reports with their hints, the interactive shell driven through a pseudo-
+//! terminal, and `volume …` with `sandbox create --volume`.
 
 mod common;
 
@@ -14,13 +14,34 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{free_port, start_with, Server};
-use pandastack_testkit::{bake, runtime, within, RuntimeGuard};
+use pandastack_runtime::DeviceProfile;
+use pandastack_testkit::{bake, fixtures, runtime, within, RuntimeGuard, TEST_SHAPE};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 async fn server() -> (Server, RuntimeGuard) {
     let guard = runtime().await;
     bake(&guard, "minimal").await;
+    let server = start_with(guard.dir.path(), free_port(), &["--network", "off"]).await;
+    (server, guard)
+}
+
+/// A server whose `minimal` template has two volume slots (its servers find no spec to bake it
+/// again from).
+async fn server_with_volume_slots() -> (Server, RuntimeGuard) {
+    let guard = runtime().await;
+    within(
+        Duration::from_secs(240),
+        "bake",
+        guard.bake_with(
+            "minimal",
+            &fixtures().rootfs,
+            TEST_SHAPE,
+            DeviceProfile { volume_slots: 2 },
+        ),
+    )
+    .await
+    .expect("bake minimal with volume slots");
     let server = start_with(guard.dir.path(), free_port(), &["--network", "off"]).await;
     (server, guard)
 }
@@ -441,4 +462,141 @@ async fn cli_shell_runs_through_a_pty() {
     let (_, err) = cli.fails(&["sb", "shell", "sb-0000000000000001"]).await;
     assert!(err.contains("sandbox_not_found"), "{err}");
     cli.ok(&["sb", "kill", &id]).await;
+}
+
+/// `pandastack volume …` and `sandbox create --volume`: create (and its 422/409 answers), ls,
+/// get, grow; a workspace written by one sandbox, busy for a second read-write mount while the
+/// first lives; snapshot and backup (`--wait`); restore from the backup and create from the
+/// snapshot, read back read-only in a new sandbox; rm.
+#[tokio::test(flavor = "multi_thread")]
+async fn cli_drives_volumes() {
+    let (server, _guard) = server_with_volume_slots().await;
+    let mut cli = Cli::new();
+    cli.env = vec![
+        ("PANDASTACK_BASE_URL".into(), server.url.clone()),
+        ("PANDASTACK_API_KEY".into(), server.key.clone()),
+    ];
+
+    assert_eq!(
+        cli.ok(&["volume", "create", "ws", "--size-gb", "1"]).await,
+        "ws\n"
+    );
+    let (_, err) = cli
+        .fails(&["volume", "create", "Not_A_Name", "--size-gb", "1"])
+        .await;
+    assert!(err.contains("invalid_argument"), "{err}");
+    let (_, err) = cli.fails(&["volume", "create", "nosize"]).await;
+    assert!(
+        err.contains("invalid_argument") && err.contains("size_gb"),
+        "{err}"
+    );
+    let (_, err) = cli.fails(&["vol", "create", "ws", "--size-gb", "1"]).await;
+    assert!(err.contains("conflict"), "{err}");
+    let (_, err) = cli.fails(&["volume", "get", "nope"]).await;
+    assert!(
+        err.contains("volume_not_found") && err.contains("pandastack volume ls"),
+        "{err}"
+    );
+
+    let table = cli.ok(&["volume", "ls"]).await;
+    assert!(
+        table.starts_with("NAME") && table.contains("\nws "),
+        "{table}"
+    );
+    let list: Value = serde_json::from_str(&cli.ok(&["volume", "ls", "--json"]).await).unwrap();
+    assert_eq!(list[0]["name"], "ws", "{list}");
+    assert_eq!(
+        cli.ok(&["volume", "grow", "ws", "--size-gb", "2"]).await,
+        "ws 2 GiB\n"
+    );
+    let v: Value = serde_json::from_str(&cli.ok(&["volume", "get", "ws", "--json"]).await).unwrap();
+    assert_eq!(v["size_gb"], 2, "{v}");
+
+    // A workspace: written by one sandbox; a second read-write mount is refused meanwhile.
+    let sb = |extra: &[&str]| {
+        let mut a = vec!["sandbox", "create", "--template", "minimal", "--ttl", "900"];
+        a.extend_from_slice(extra);
+        a.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let args = sb(&["--volume", "ws:/workspace"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let first = cli.ok(&args).await.trim().to_owned();
+    cli.ok(&[
+        "sb",
+        "exec",
+        &first,
+        "--shell",
+        "mkdir -p /workspace/repo && echo kept > /workspace/repo/f && sync",
+    ])
+    .await;
+    let info = cli.ok(&["sb", "info", &first]).await;
+    assert!(info.contains("ws:/workspace"), "{info}");
+    let (_, err) = cli.fails(&args).await;
+    assert!(err.contains("volume_busy") && err.contains(&first), "{err}");
+    let (_, err) = cli.fails(&["volume", "rm", "ws"]).await;
+    assert!(err.contains("volume_busy"), "{err}");
+    let v: Value = serde_json::from_str(&cli.ok(&["volume", "get", "ws", "--json"]).await).unwrap();
+    assert_eq!(v["attached_to"], first.as_str(), "{v}");
+
+    // Snapshot and backup while it is mounted.
+    let snap = cli
+        .ok(&["volume", "snapshot", "ws"])
+        .await
+        .trim()
+        .to_owned();
+    assert!(
+        cli.ok(&["volume", "snapshots", "ws"]).await.contains(&snap),
+        "{snap}"
+    );
+    let backup = cli
+        .ok(&["volume", "backup", "ws", "--wait"])
+        .await
+        .trim()
+        .to_owned();
+    let backups: Value =
+        serde_json::from_str(&cli.ok(&["volume", "backups", "ws", "--json"]).await).unwrap();
+    let b = backups
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["id"] == backup.as_str())
+        .unwrap_or_else(|| panic!("{backup} not in {backups}"));
+    assert_eq!(b["state"], "done", "{b}");
+    cli.ok(&["sb", "kill", &first]).await;
+
+    // Restore the backup, copy the snapshot; both have the file.
+    assert_eq!(
+        cli.ok(&["volume", "restore", "ws-restored", "--from-backup", &backup])
+            .await,
+        "ws-restored\n"
+    );
+    cli.ok(&["volume", "create", "ws-copy", "--from-snapshot", &snap])
+        .await;
+    let args = sb(&[
+        "--volume",
+        "ws-restored:/restored:ro",
+        "-v",
+        "ws-copy:/copy",
+        "--json",
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let second: Value = serde_json::from_str(&cli.ok(&args).await).unwrap();
+    let second = second["id"].as_str().unwrap().to_owned();
+    let out = cli
+        .ok(&[
+            "sb",
+            "exec",
+            &second,
+            "--shell",
+            "cat /restored/repo/f /copy/repo/f",
+        ])
+        .await;
+    assert_eq!(out, "kept\nkept\n");
+    cli.ok(&["sb", "kill", &second]).await;
+    assert_eq!(
+        cli.ok(&["volume", "rm", "ws", "ws-restored", "ws-copy"])
+            .await,
+        "ws\nws-restored\nws-copy\n"
+    );
+    assert_eq!(cli.ok(&["volume", "ls"]).await.lines().count(), 1);
 }

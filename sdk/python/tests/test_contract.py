@@ -27,6 +27,11 @@ from pandastack.types import (
     SandboxInfo,
     Snapshot,
     Template,
+    Volume,
+    VolumeAttachment,
+    VolumeBackup,
+    VolumeMount,
+    VolumeSnapshot,
 )
 
 pytestmark = pytest.mark.offline
@@ -45,6 +50,12 @@ PAIRS: Dict[str, type] = {
     "Key": APIKey,
     "CodeContext": CodeContext,
     "PortUrl": PortUrl,
+    "Volume": Volume,
+    "VolumeAttachment": VolumeAttachment,
+    "VolumeSnapshot": VolumeSnapshot,
+    "VolumeBackup": VolumeBackup,
+    # Also the `volumes` entries of a create request (VolumeMount.to_json).
+    "SandboxVolume": VolumeMount,
 }
 
 #: Schemas the SDK does not model as a type, and why.
@@ -61,6 +72,8 @@ NOT_MODELLED: Dict[str, str] = {
     "PatchSandboxRequest": "request body",
     "RenameRequest": "request body",
     "PortUpdate": "request body",
+    "CreateVolumeRequest": "request body",
+    "PatchVolumeRequest": "request body",
     # Envelopes the SDK unwraps.
     "ErrorBody": "raised as PandaStackError subclasses",
     "ErrorEnvelope": "raised as PandaStackError subclasses",
@@ -70,6 +83,9 @@ NOT_MODELLED: Dict[str, str] = {
     "List_Sandbox": "unwrapped into lists / Page",
     "List_Snapshot": "unwrapped into lists / Page",
     "List_Template": "unwrapped into lists / Page",
+    "List_Volume": "unwrapped into lists / Page",
+    "List_VolumeSnapshot": "unwrapped into lists / Page",
+    "List_VolumeBackup": "unwrapped into lists / Page",
     "ForkResponse": "unwrapped into Sandbox objects",
     "CreatedKey": "CreatedAPIKey = Key + secret (allOf)",
     # Streams: decoded into events, not returned as these objects.
@@ -91,6 +107,7 @@ NOT_MODELLED: Dict[str, str] = {
     # Enums the SDK keeps as strings.
     "OnTimeout": "a str field",
     "SandboxState": "a str field",
+    "BackupState": "a str field (VolumeBackup.state)",
 }
 
 

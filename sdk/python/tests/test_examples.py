@@ -15,6 +15,14 @@ EXPECT = {
     "parallel_fixes.py": ["candidate 2", "PASS", "kept sb-"],
     "streaming_output.py": ["out: step 1", "exit 0, 6 stdout lines", "tick 0\ntick 1\ntick 2\nexit 0 after"],
     "interactive.py": ["process said: running total: 42", "final: 42 | exit 0", "shell exit code: 7"],
+    "agent_workspace.py": [
+        "wrote the project; fib(10) = 55",
+        "sandbox 1 deleted; volume attached to: None",
+        "found: step 1 done: fib(10) = 55",
+        "progress now: step 1 done: fib(10) = 55 | step 2 done: fib(20) = 6765",
+        ": done,",
+        "done",
+    ],
     "async_quickstart.py": ["'job 0', 'job 1', 'job 2', 'job 3'", "hello from asyncio"],
     "code_interpreter.py": [
         "stdout: sorting 8 numbers | result: [1, 1, 2, 3, 4, 5, 6, 9]",

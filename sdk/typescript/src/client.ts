@@ -1,7 +1,7 @@
 /**
  * The client: configuration (explicit options, else `PANDASTACK_API_KEY`/`PANDASTACK_TOKEN` and
  * `PANDASTACK_BASE_URL`) and the resource collections `sandboxes`, `snapshots`, `templates`
- * (including template builds).
+ * (including template builds) and `volumes` (in volumes.ts).
  */
 
 import {
@@ -25,7 +25,9 @@ import {
   type SandboxState,
   type SnapshotInfo,
   type TemplateInfo,
+  type VolumeMount,
 } from "./types.js";
+import { Volumes, volumeMountsToWire } from "./volumes.js";
 
 export const DEFAULT_BASE_URL = "http://localhost:8080";
 export const DEFAULT_TIMEOUT_MS = 60_000;
@@ -68,6 +70,12 @@ export interface CreateSandboxOptions extends CallOptions {
   metadata?: Record<string, string>;
   /** Environment variables of every command in the sandbox. */
   env?: Record<string, string>;
+  /**
+   * Volumes to mount before the create resolves (up to 3; not with `snapshotId`). A read-write
+   * volume is mounted by one sandbox at a time (a second throws {@link VolumeBusyError});
+   * `readOnly` mounts a copy as of now, in any number of sandboxes.
+   */
+  volumes?: VolumeMount[];
   /** Default: a fresh random key, reused on retries, so a retried create never makes two. */
   idempotencyKey?: string;
 }
@@ -87,6 +95,7 @@ export class PandaStack {
   readonly sandboxes: Sandboxes;
   readonly snapshots: Snapshots;
   readonly templates: Templates;
+  readonly volumes: Volumes;
   readonly baseUrl: string;
   /** @internal */
   readonly http: HttpClient;
@@ -115,6 +124,7 @@ export class PandaStack {
     this.sandboxes = new Sandboxes(this.ctx);
     this.snapshots = new Snapshots(this.http);
     this.templates = new Templates(this.http);
+    this.volumes = new Volumes(this.http, newIdempotencyKey);
   }
 }
 
@@ -132,6 +142,7 @@ export class Sandboxes {
     if (opts.onTimeout !== undefined) body.on_timeout = opts.onTimeout;
     if (opts.metadata !== undefined) body.metadata = opts.metadata;
     if (opts.env !== undefined) body.env = opts.env;
+    if (opts.volumes !== undefined) body.volumes = volumeMountsToWire(opts.volumes);
     const w = await this.ctx.http.request<Record<string, unknown>>({
       method: "POST",
       path: "/v1/sandboxes",

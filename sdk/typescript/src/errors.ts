@@ -9,7 +9,7 @@
  * ```
  */
 
-import type { ExecResult, TemplateInfo } from "./types.js";
+import type { ExecResult, TemplateInfo, VolumeBackupInfo } from "./types.js";
 
 export interface PandaStackErrorOptions {
   code?: string;
@@ -50,6 +50,16 @@ export class NotFoundError extends PandaStackError {}
 
 /** 409: a conflicting state (`conflict`, `sandbox_state`), e.g. resuming a running sandbox. */
 export class ConflictError extends PandaStackError {}
+
+/**
+ * 409 `volume_busy`: the volume is mounted read-write by a sandbox (the message names it), so
+ * it cannot be mounted read-write again, grown or deleted until that sandbox is gone. Mount it
+ * `readOnly` to share a copy.
+ */
+export class VolumeBusyError extends ConflictError {}
+
+/** 507 `quota_exceeded`: the workspace's volume quota (total size) would be exceeded. */
+export class QuotaExceededError extends PandaStackError {}
 
 /** 400/413/422: the request was rejected; the message names the offending field. */
 export class InvalidArgumentError extends PandaStackError {}
@@ -153,6 +163,35 @@ export class TemplateBuildTimeoutError extends TemplateBuildError {
   }
 }
 
+/**
+ * A backup waited for with `client.volumes.waitBackup()` (or `backup(name, { wait: true })`)
+ * ended `failed`. {@link backup} is the backup as the server reported it; {@link error} the
+ * server's reason.
+ */
+export class VolumeBackupError extends PandaStackError {
+  readonly backup: VolumeBackupInfo;
+
+  constructor(message: string, backup: VolumeBackupInfo, options: PandaStackErrorOptions = {}) {
+    super(message, { code: "volume_backup_failed", ...options });
+    this.backup = backup;
+  }
+
+  /** Why the backup failed (`backup.error`). */
+  get error(): string | null {
+    return this.backup.error;
+  }
+}
+
+/**
+ * `client.volumes.waitBackup(…, { timeoutSeconds })` gave up: the upload had not ended in
+ * time. It goes on on the server; {@link VolumeBackupError.backup} is its last known state.
+ */
+export class VolumeBackupTimeoutError extends VolumeBackupError {
+  constructor(message: string, backup: VolumeBackupInfo, options: PandaStackErrorOptions = {}) {
+    super(message, backup, { code: "volume_backup_timeout", ...options });
+  }
+}
+
 /** Parses a `Retry-After` header (delta-seconds or an HTTP date) into seconds. */
 export function parseRetryAfter(value: string | null | undefined): number | undefined {
   if (value == null || value.trim() === "") return undefined;
@@ -198,8 +237,12 @@ export function errorFromResponse(status: number, headers: Headers, bodyText: st
       return new PermissionDeniedError(text, opts);
     case status === 404:
       return new NotFoundError(text, opts);
+    case status === 409 && opts.code === "volume_busy":
+      return new VolumeBusyError(text, opts);
     case status === 409:
       return new ConflictError(text, opts);
+    case opts.code === "quota_exceeded":
+      return new QuotaExceededError(text, opts);
     case status === 429:
       return new RateLimitError(text, { ...opts, retryAfter: parseRetryAfter(headers.get("retry-after")) });
     case status === 400 || status === 413 || status === 422:

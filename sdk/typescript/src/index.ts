@@ -39,6 +39,13 @@ export {
   type ForkResult,
   type RunCodeOptions,
 } from "./sandbox.js";
+export {
+  Volumes,
+  type BackupOptions,
+  type CreateVolumeOptions,
+  type ListVolumesOptions,
+  type WaitBackupOptions,
+} from "./volumes.js";
 export { Filesystem, type FileCallOptions, type FileContent, type WriteInfo } from "./filesystem.js";
 export { Paginator, type Page } from "./pagination.js";
 export {
@@ -47,6 +54,8 @@ export {
   PermissionDeniedError,
   NotFoundError,
   ConflictError,
+  VolumeBusyError,
+  QuotaExceededError,
   InvalidArgumentError,
   RateLimitError,
   ServerError,
@@ -56,10 +65,13 @@ export {
   CommandExitError,
   TemplateBuildError,
   TemplateBuildTimeoutError,
+  VolumeBackupError,
+  VolumeBackupTimeoutError,
   type PandaStackErrorOptions,
 } from "./errors.js";
 export { Execution, Result, ACCESS_TOKEN_HEADER } from "./types.js";
 export type {
+  BackupState,
   CodeContext,
   ExecEvent,
   ExecResult,
@@ -73,6 +85,11 @@ export type {
   SandboxState,
   SnapshotInfo,
   TemplateInfo,
+  VolumeAttachment,
+  VolumeBackupInfo,
+  VolumeInfo,
+  VolumeMount,
+  VolumeSnapshotInfo,
 } from "./types.js";
 export type { FetchLike } from "./http.js";
 export { VERSION } from "./version.js";

@@ -34,6 +34,7 @@ import {
   type ExecResult,
   type ExecutionError,
   type SandboxInfo,
+  type VolumeMount,
   type SandboxMetrics,
   type SandboxState,
   type SnapshotInfo,
@@ -167,6 +168,10 @@ export class Sandbox {
   }
   get metadata(): Record<string, string> {
     return this._data.metadata;
+  }
+  /** The volumes mounted in the sandbox (from its create). */
+  get volumes(): VolumeMount[] {
+    return this._data.volumes;
   }
 
   private get path(): string {

@@ -32,6 +32,78 @@ export interface SandboxInfo {
   /** The snapshot this sandbox was created or forked from. */
   snapshotId: string | null;
   host: string;
+  /** Volumes mounted in it (from its create). */
+  volumes: VolumeMount[];
+}
+
+/**
+ * A volume mounted in a sandbox: pass these as `volumes` of {@link Sandboxes.create}
+ * ({@link SandboxInfo.volumes} lists them). `readOnly` mounts a copy of the volume as of the
+ * create (any number of sandboxes may); otherwise the volume itself is mounted read-write, by
+ * one sandbox at a time.
+ */
+export interface VolumeMount {
+  /** Volume name. */
+  name: string;
+  /** Absolute mount point inside the sandbox (created if missing). */
+  path: string;
+  /** Default `false`. */
+  readOnly?: boolean;
+}
+
+/** A sandbox that has a volume mounted (`readOnly`: a copy of it as of the sandbox's create). */
+export interface VolumeAttachment {
+  sandboxId: string;
+  path: string;
+  readOnly: boolean;
+}
+
+/** A durable volume: an ext4 disk that outlives the sandboxes that mount it. */
+export interface VolumeInfo {
+  id: string;
+  name: string;
+  sizeGb: number;
+  /** The sandbox that has it mounted read-write (at most one). */
+  attachedTo: string | null;
+  /** Every sandbox that has it (or a read-only copy of it) mounted. */
+  attachments: VolumeAttachment[];
+  /** The volume snapshot or backup it was restored from. */
+  source: string | null;
+  /** The host its file is on. */
+  host: string;
+  /** RFC 3339. */
+  createdAt: string;
+}
+
+/** A volume's content as of one instant; restore it with `volumes.create({ name, fromSnapshot: id })`. */
+export interface VolumeSnapshotInfo {
+  id: string;
+  /** The volume's name. */
+  volume: string;
+  sizeGb: number;
+  /** A sandbox's file system on the volume was frozen for the copy. */
+  frozen: boolean;
+  createdAt: string;
+}
+
+/** Where a volume backup is: `uploading`, `done` (restorable anywhere) or `failed`. */
+export type BackupState = "uploading" | "done" | "failed";
+
+/** A volume backup in the object store; restore it with `volumes.create({ name, fromBackup: id })` once `done`. */
+export interface VolumeBackupInfo {
+  id: string;
+  /** The volume's name. */
+  volume: string;
+  sizeGb: number;
+  state: BackupState;
+  /** Bytes this backup sent (chunks earlier backups had stored are not sent again). */
+  bytesUploaded: number | null;
+  /** Chunks of the volume with data. */
+  chunks: number | null;
+  /** Why it failed. */
+  error: string | null;
+  createdAt: string;
+  finishedAt: string | null;
 }
 
 /** The outcome of a command. A non-zero `exitCode` is data, not an error (see `check`). */
@@ -257,6 +329,59 @@ export function sandboxFromWire(w: Wire): SandboxInfo {
     bootMode: str(w.boot_mode),
     snapshotId: optStr(w.snapshot_id),
     host: str(w.host),
+    volumes: objects(w.volumes).map(volumeMountFromWire),
+  };
+}
+
+const objects = (v: unknown): Wire[] => (Array.isArray(v) ? v.filter((x): x is Wire => !!x && typeof x === "object") : []);
+
+/** @internal */
+export function volumeMountFromWire(w: Wire): VolumeMount {
+  return { name: str(w.name), path: str(w.path), readOnly: w.read_only === true };
+}
+
+/** @internal */
+export function volumeAttachmentFromWire(w: Wire): VolumeAttachment {
+  return { sandboxId: str(w.sandbox_id), path: str(w.path), readOnly: w.read_only === true };
+}
+
+/** @internal */
+export function volumeFromWire(w: Wire): VolumeInfo {
+  return {
+    id: str(w.id),
+    name: str(w.name),
+    sizeGb: num(w.size_gb),
+    attachedTo: optStr(w.attached_to),
+    attachments: objects(w.attachments).map(volumeAttachmentFromWire),
+    source: optStr(w.source),
+    host: str(w.host),
+    createdAt: str(w.created_at),
+  };
+}
+
+/** @internal */
+export function volumeSnapshotFromWire(w: Wire): VolumeSnapshotInfo {
+  return {
+    id: str(w.id),
+    volume: str(w.volume),
+    sizeGb: num(w.size_gb),
+    frozen: w.frozen === true,
+    createdAt: str(w.created_at),
+  };
+}
+
+/** @internal */
+export function volumeBackupFromWire(w: Wire): VolumeBackupInfo {
+  return {
+    id: str(w.id),
+    volume: str(w.volume),
+    sizeGb: num(w.size_gb),
+    state: str(w.state, "uploading") as BackupState,
+    bytesUploaded: optNum(w.bytes_uploaded),
+    chunks: optNum(w.chunks),
+    error: optStr(w.error),
+    createdAt: str(w.created_at),
+    finishedAt: optStr(w.finished_at),
   };
 }
 

@@ -30,6 +30,12 @@ const PAIRS = {
   CodeContext: ["CodeContext", "codeContextFromWire"],
   PortUrl: ["PortUrl", "portUrlFromWire"],
   PortUpdate: ["PortUpdate", null],
+  Volume: ["VolumeInfo", "volumeFromWire"],
+  VolumeAttachment: ["VolumeAttachment", "volumeAttachmentFromWire"],
+  VolumeSnapshot: ["VolumeSnapshotInfo", "volumeSnapshotFromWire"],
+  VolumeBackup: ["VolumeBackupInfo", "volumeBackupFromWire"],
+  // Also the `volumes` entries of a create request (volumeMountsToWire).
+  SandboxVolume: ["VolumeMount", "volumeMountFromWire"],
 };
 
 const REQUEST = "request body: built from options";
@@ -49,6 +55,8 @@ const NOT_MODELLED = {
   MkdirRequest: REQUEST,
   PatchSandboxRequest: REQUEST,
   RenameRequest: REQUEST,
+  CreateVolumeRequest: REQUEST,
+  PatchVolumeRequest: REQUEST,
   ErrorBody: "thrown as PandaStackError subclasses",
   ErrorEnvelope: "thrown as PandaStackError subclasses",
   ErrorCode: "PandaStackError.code is the string",
@@ -56,6 +64,9 @@ const NOT_MODELLED = {
   List_Sandbox: "unwrapped into arrays / Paginator",
   List_Snapshot: "unwrapped into arrays / Paginator",
   List_Template: "unwrapped into arrays / Paginator",
+  List_Volume: "unwrapped into arrays / Paginator",
+  List_VolumeSnapshot: "unwrapped into arrays / Paginator",
+  List_VolumeBackup: "unwrapped into arrays / Paginator",
   ForkResponse: "unwrapped into Sandbox objects (ForkResult)",
   CodeResult: "decoded into Execution",
   CodeOutput: "decoded into Result",
@@ -74,10 +85,11 @@ const NOT_MODELLED = {
   LogEnd: "SSE event of logs streams",
   OnTimeout: "a string union type (OnTimeout)",
   SandboxState: "a string union type (SandboxState)",
+  BackupState: "a string union type (BackupState)",
 };
 
 /** Type aliases of src/types.ts that stand for a JSON string. */
-const STRING_ALIASES = new Set(["SandboxState", "OnTimeout"]);
+const STRING_ALIASES = new Set(["SandboxState", "OnTimeout", "BackupState"]);
 
 const camel = (s) => s.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
 

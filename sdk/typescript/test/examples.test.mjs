@@ -66,3 +66,13 @@ test("code-interpreter", async () => {
   assert.match(out, /context \S+ sees data: False/);
   assert.match(out, /done/);
 });
+
+test("agent-workspace", async () => {
+  const out = await example("agent-workspace.mjs");
+  assert.match(out, /wrote the project; fib\(10\) = 55/);
+  assert.match(out, /sandbox 1 deleted; volume attached to: null/);
+  assert.match(out, /found: step 1 done: fib\(10\) = 55/);
+  assert.match(out, /progress now: step 1 done: fib\(10\) = 55 \| step 2 done: fib\(20\) = 6765/);
+  assert.match(out, /backup vb-\S+: done, \d+ bytes uploaded/);
+  assert.match(out, /\ndone\n/);
+});

@@ -10,7 +10,13 @@ import {
   TemplateBuildError,
   TemplateBuildTimeoutError,
   isBuilding,
+  VolumeBusyError,
+  VolumeBackupError,
   type BuildTemplateOptions,
+  type VolumeBackupInfo,
+  type VolumeInfo,
+  type VolumeMount,
+  type VolumeSnapshotInfo,
   type TemplateInfo,
   type CodeContext,
   type ExecEvent,
@@ -92,4 +98,36 @@ export async function templates(client: PandaStack): Promise<void> {
   const one: TemplateInfo = await client.templates.get("my-app");
   for await (const t of client.templates.list()) void t.name;
   void [log, baked, gone, one];
+}
+
+export async function volumes(client: PandaStack): Promise<void> {
+  const v: VolumeInfo = await client.volumes.create({ name: "ws", sizeGb: 10 });
+  await client.volumes.create({ name: "copy", fromSnapshot: "vs-1" });
+  await client.volumes.create({ name: "restored", fromBackup: "vb-1", sizeGb: 20 });
+  const attachedTo: string | null = v.attachedTo;
+  void [attachedTo, v.attachments[0]?.sandboxId, v.source, v.sizeGb];
+  const mounts: VolumeMount[] = [{ name: "ws", path: "/workspace" }, { name: "ref", path: "/ref", readOnly: true }];
+  try {
+    await using sb = await client.sandboxes.create({ template: "base", volumes: mounts });
+    const mine: VolumeMount[] = sb.volumes;
+    void [mine, sb.data.volumes];
+  } catch (e) {
+    if (e instanceof VolumeBusyError) void e.message;
+  }
+  for await (const x of client.volumes.list({ limit: 10 })) void x.name;
+  const grown: VolumeInfo = await client.volumes.grow("ws", 20);
+  const snap: VolumeSnapshotInfo = await client.volumes.snapshot("ws");
+  for await (const s of client.volumes.snapshots("ws")) void s.frozen;
+  const deleted: boolean = await client.volumes.deleteSnapshot("ws", snap.id);
+  try {
+    const b: VolumeBackupInfo = await client.volumes.backup("ws", { wait: true, timeoutSeconds: 600 });
+    const again: VolumeBackupInfo = await client.volumes.waitBackup("ws", b.id);
+    void [b.state, again.bytesUploaded, again.finishedAt];
+  } catch (e) {
+    if (e instanceof VolumeBackupError) void (e.error ?? e.backup.state);
+  }
+  for await (const b of client.volumes.backups("ws")) void b.id;
+  const one: VolumeBackupInfo = await client.volumes.getBackup("ws", "vb-1");
+  const gone: boolean = await client.volumes.delete("ws");
+  void [grown, deleted, one, gone];
 }

@@ -21,6 +21,10 @@ import {
   Result,
   TemplateBuildError,
   TemplateBuildTimeoutError,
+  QuotaExceededError,
+  VolumeBackupError,
+  VolumeBackupTimeoutError,
+  VolumeBusyError,
   isBuilding,
 } from "../dist/index.js";
 import { parseSse } from "../dist/sse.js";
@@ -739,6 +743,157 @@ test("preview URLs: getUrl, getPort, setPortPublic; bad ports refused before any
       await assert.rejects(sb.setPortPublic(bad), InvalidArgumentError);
     }
     assert.equal(srv.requests.length, before);
+  } finally {
+    await srv.close();
+  }
+});
+
+// ---- volumes
+
+const VOL = {
+  id: "vol-1",
+  name: "ws",
+  size_gb: 2,
+  attached_to: null,
+  attachments: [{ sandbox_id: "sb-1", path: "/w", read_only: true }],
+  source: null,
+  host: "local",
+  created_at: "2026-01-01T00:00:00Z",
+};
+const backupWire = (state, extra = {}) => ({
+  id: "vb-1", volume: "ws", size_gb: 2, state, bytes_uploaded: null, chunks: null, error: null,
+  created_at: "t", finished_at: null, ...extra,
+});
+
+test("volumes: create, list, get, grow, delete send the documented requests", async () => {
+  const srv = await mockServer((req, res, body) => {
+    const u = new URL(req.url, "http://x");
+    if (req.method === "POST" && u.pathname === "/v1/volumes") return json(res, 201, { ...VOL, name: JSON.parse(body).name });
+    if (req.method === "GET" && u.pathname === "/v1/volumes") {
+      return u.searchParams.get("cursor") === "c1"
+        ? json(res, 200, { data: [{ ...VOL, name: "b" }], next_cursor: null })
+        : json(res, 200, { data: [{ ...VOL, name: "a" }], next_cursor: "c1" });
+    }
+    if (req.method === "GET" && u.pathname === "/v1/volumes/ws") return json(res, 200, VOL);
+    if (req.method === "PATCH" && u.pathname === "/v1/volumes/ws") return json(res, 200, { ...VOL, size_gb: JSON.parse(body).size_gb });
+    if (req.method === "DELETE" && u.pathname === "/v1/volumes/ws") return res.writeHead(204).end();
+    if (req.method === "DELETE" && u.pathname === "/v1/volumes/gone") {
+      return json(res, 404, { error: { code: "volume_not_found", message: "no volume gone", request_id: "r" } });
+    }
+    json(res, 404, { error: { code: "not_found", message: "no route", request_id: "r" } });
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    const v = await c.volumes.create({ name: "ws", sizeGb: 2 });
+    assert.deepEqual(v, {
+      id: "vol-1", name: "ws", sizeGb: 2, attachedTo: null,
+      attachments: [{ sandboxId: "sb-1", path: "/w", readOnly: true }],
+      source: null, host: "local", createdAt: "2026-01-01T00:00:00Z",
+    });
+    await c.volumes.create({ name: "r", fromBackup: "vb-1" });
+    await c.volumes.create({ name: "s", fromSnapshot: "vs-1", sizeGb: 4 });
+    const posts = srv.requests.filter((r) => r.method === "POST");
+    assert.deepEqual(posts.map((r) => JSON.parse(r.body)), [
+      { name: "ws", size_gb: 2 },
+      { name: "r", from_backup: "vb-1" },
+      { name: "s", size_gb: 4, from_snapshot: "vs-1" },
+    ]);
+    assert.ok(posts.every((r) => r.headers["idempotency-key"]));
+    await assert.rejects(c.volumes.create({ name: "x", fromSnapshot: "a", fromBackup: "b" }), InvalidArgumentError);
+    assert.deepEqual((await c.volumes.list({ limit: 1 }).toArray()).map((x) => x.name), ["a", "b"]);
+    assert.equal((await c.volumes.get("ws")).name, "ws");
+    assert.equal((await c.volumes.grow("ws", 8)).sizeGb, 8);
+    assert.deepEqual(JSON.parse(srv.requests.find((r) => r.method === "PATCH").body), { size_gb: 8 });
+    assert.equal(await c.volumes.delete("ws"), true);
+    assert.equal(await c.volumes.delete("gone"), false);
+  } finally {
+    await srv.close();
+  }
+});
+
+test("volumes: volume_busy and quota_exceeded have their own error classes", async () => {
+  const srv = await mockServer((req, res) => {
+    if (req.url === "/v1/sandboxes") return json(res, 409, { error: { code: "volume_busy", message: "volume ws is mounted by sb-1", request_id: "r" } });
+    if (req.url === "/v1/volumes") return json(res, 507, { error: { code: "quota_exceeded", message: "quota", request_id: "r" } });
+    return json(res, 409, { error: { code: "conflict", message: "name in use", request_id: "r" } });
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    const busy = await c.sandboxes.create({ volumes: [{ name: "ws", path: "/w" }] }).catch((e) => e);
+    assert.ok(busy instanceof VolumeBusyError && busy instanceof ConflictError, String(busy));
+    assert.equal(busy.code, "volume_busy");
+    assert.equal(busy.status, 409);
+    const quota = await c.volumes.create({ name: "big", sizeGb: 1024 }).catch((e) => e);
+    assert.ok(quota instanceof QuotaExceededError, String(quota));
+    assert.equal(quota.status, 507);
+    const conflict = await c.volumes.grow("ws", 3).catch((e) => e);
+    assert.ok(conflict instanceof ConflictError && !(conflict instanceof VolumeBusyError));
+  } finally {
+    await srv.close();
+  }
+});
+
+test("volumes: sandbox create sends volumes and reads them back", async () => {
+  const mounted = [{ name: "ws", path: "/workspace", read_only: false }, { name: "ref", path: "/ref", read_only: true }];
+  const srv = await mockServer((req, res) => json(res, 201, { id: "sb-1", template: "minimal", state: "running", volumes: mounted }));
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    const sb = await c.sandboxes.create({ volumes: [{ name: "ws", path: "/workspace" }, { name: "ref", path: "/ref", readOnly: true }] });
+    assert.deepEqual(JSON.parse(srv.requests[0].body).volumes, mounted);
+    assert.deepEqual(sb.volumes, [{ name: "ws", path: "/workspace", readOnly: false }, { name: "ref", path: "/ref", readOnly: true }]);
+    await assert.rejects(c.sandboxes.create({ volumes: [{ name: "ws" }] }), InvalidArgumentError);
+    const plain = await c.sandboxes.create({});
+    assert.equal("volumes" in JSON.parse(srv.requests.at(-1).body), false);
+    assert.deepEqual(plain.volumes, mounted.map((m) => ({ name: m.name, path: m.path, readOnly: m.read_only })));
+  } finally {
+    await srv.close();
+  }
+});
+
+test("volumes: snapshots, backups and waiting for a backup", async () => {
+  const snap = { id: "vs-1", volume: "ws", size_gb: 2, frozen: true, created_at: "t" };
+  let polls = 0;
+  let mode = "done";
+  const srv = await mockServer((req, res) => {
+    const u = new URL(req.url, "http://x");
+    if (req.method === "POST" && u.pathname === "/v1/volumes/ws/snapshots") return json(res, 201, snap);
+    if (req.method === "GET" && u.pathname === "/v1/volumes/ws/snapshots") return json(res, 200, { data: [snap], next_cursor: null });
+    if (req.method === "DELETE" && u.pathname === "/v1/volumes/ws/snapshots/vs-1") return res.writeHead(204).end();
+    if (req.method === "POST" && u.pathname === "/v1/volumes/ws/backups") return json(res, 202, backupWire("uploading"));
+    if (req.method === "GET" && u.pathname === "/v1/volumes/ws/backups") return json(res, 200, { data: [backupWire("done")], next_cursor: null });
+    if (req.method === "GET" && u.pathname === "/v1/volumes/ws/backups/vb-1") {
+      polls += 1;
+      if (mode === "stuck" || polls < 3) return json(res, 200, backupWire("uploading"));
+      if (mode === "failed") return json(res, 200, backupWire("failed", { error: "s3 said no" }));
+      return json(res, 200, backupWire("done", { bytes_uploaded: 20, chunks: 3, finished_at: "t2" }));
+    }
+    json(res, 404, { error: { code: "not_found", message: "no route", request_id: "r" } });
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    const s = await c.volumes.snapshot("ws");
+    assert.deepEqual(s, { id: "vs-1", volume: "ws", sizeGb: 2, frozen: true, createdAt: "t" });
+    assert.deepEqual((await c.volumes.snapshots("ws").toArray()).map((x) => x.id), ["vs-1"]);
+    assert.equal(await c.volumes.deleteSnapshot("ws", "vs-1"), true);
+
+    const started = await c.volumes.backup("ws");
+    assert.equal(started.state, "uploading");
+    const done = await c.volumes.waitBackup("ws", started.id, { pollMs: 10 });
+    assert.deepEqual([done.state, done.bytesUploaded, done.chunks, done.finishedAt], ["done", 20, 3, "t2"]);
+    assert.equal(polls, 3);
+    assert.deepEqual((await c.volumes.backups("ws").toArray()).map((x) => x.state), ["done"]);
+
+    polls = 0;
+    mode = "failed";
+    const failed = await c.volumes.backup("ws", { wait: true, pollMs: 10 }).catch((e) => e);
+    assert.ok(failed instanceof VolumeBackupError, String(failed));
+    assert.equal(failed.error, "s3 said no");
+    assert.match(failed.message, /s3 said no/);
+
+    mode = "stuck";
+    const stuck = await c.volumes.waitBackup("ws", "vb-1", { timeoutSeconds: 0.2, pollMs: 20 }).catch((e) => e);
+    assert.ok(stuck instanceof VolumeBackupTimeoutError && stuck instanceof VolumeBackupError, String(stuck));
+    assert.equal(stuck.backup.state, "uploading");
   } finally {
     await srv.close();
   }

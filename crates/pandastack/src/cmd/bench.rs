@@ -27,6 +27,8 @@ enum BenchWhat {
     Api(super::bench_api::ApiArgs),
     /// Object storage: first, incremental and unchanged upload and download of one file.
     Objects(super::bench_objects::ObjectsArgs),
+    /// Durable volumes: create, create a sandbox with one, snapshots, backups, restore.
+    Volumes(super::bench_volumes::VolumesArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -91,6 +93,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchWhat::Runtime(a) => runtime(a).await,
         BenchWhat::Api(a) => super::bench_api::run(a).await,
         BenchWhat::Objects(a) => super::bench_objects::run(a).await,
+        BenchWhat::Volumes(a) => super::bench_volumes::run(a).await,
     }
 }
 

@@ -1,4 +1,4 @@
-//! What the API-calling subcommands (`auth`, `sandbox`, `template ls`) share: the connection
+//! What the API-calling subcommands (`auth`, `sandbox`, `volume`, `template ls`) share: the connection
 //! flags and their precedence, error reports with a hint, a progress spinner and plain tables.
 
 use std::io::{IsTerminal, Write};
@@ -72,6 +72,9 @@ pub fn hint(e: &pandastack_client::Error, base_url: &str) -> Option<String> {
         }
         Some(404) if e.code() == Some(pandastack_client::types::ErrorCode::SandboxNotFound) => {
             Some("list your sandboxes with `pandastack sandbox ls`".into())
+        }
+        Some(404) if e.code() == Some(pandastack_client::types::ErrorCode::VolumeNotFound) => {
+            Some("list your volumes with `pandastack volume ls`".into())
         }
         _ => None,
     }

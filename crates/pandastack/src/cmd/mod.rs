@@ -6,6 +6,7 @@ pub mod auth;
 pub mod bench;
 mod bench_api;
 mod bench_objects;
+mod bench_volumes;
 mod client_util;
 pub mod doctor;
 pub mod host;
@@ -19,6 +20,7 @@ mod shell;
 pub mod template;
 mod template_ls;
 mod template_remote;
+pub mod volume;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -41,6 +43,9 @@ pub enum Command {
     /// Sandboxes on a running server: create, ls, exec, shell, cp, fork, snapshot, kill, …
     #[command(visible_alias = "sb")]
     Sandbox(sandbox::SandboxArgs),
+    /// Durable volumes on a running server: create, ls, get, grow, rm, snapshot, backup, restore
+    #[command(visible_alias = "vol")]
+    Volume(volume::VolumeArgs),
     /// Helper processes of the server.
     #[command(hide = true)]
     Internal(internal::InternalArgs),
@@ -57,6 +62,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Template(args) => template::run(args).await,
         Command::Auth(args) => auth::run(args).await,
         Command::Sandbox(args) => sandbox::run(args).await,
+        Command::Volume(args) => volume::run(args).await,
         Command::Internal(args) => tokio::task::spawn_blocking(move || internal::run(args)).await?,
     }
 }

@@ -107,6 +107,10 @@ struct CreateArgs {
     /// Start from this snapshot instead of the template.
     #[arg(long, value_name = "ID")]
     from_snapshot: Option<String>,
+    /// Mount a volume: `NAME:/path` read-write, `NAME:/path:ro` a read-only copy (repeatable, up
+    /// to 3).
+    #[arg(long = "volume", short = 'v', value_name = "NAME:/PATH[:ro]")]
+    volumes: Vec<String>,
     /// Print the sandbox as JSON instead of its id.
     #[arg(long)]
     json: bool,
@@ -229,6 +233,11 @@ async fn create(c: &Client, a: CreateArgs) -> anyhow::Result<()> {
         idle_timeout_seconds: a.idle_timeout,
         metadata: parse_pairs("meta", &a.meta)?,
         env: parse_pairs("env", &a.env)?,
+        volumes: a
+            .volumes
+            .iter()
+            .map(|v| super::volume::parse_mount(v))
+            .collect::<anyhow::Result<_>>()?,
         ..Default::default()
     };
     if let Some(t) = a.template {
@@ -287,6 +296,24 @@ fn meta_text(s: &Sandbox) -> String {
         .join(",")
 }
 
+fn volumes_text(s: &Sandbox) -> String {
+    if s.volumes.is_empty() {
+        return "-".into();
+    }
+    s.volumes
+        .iter()
+        .map(|v| {
+            format!(
+                "{}:{}{}",
+                v.name,
+                v.path,
+                if v.read_only { ":ro" } else { "" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// One sandbox, as JSON or as `field: value` lines.
 fn show(sb: &Sandbox, json: bool) -> anyhow::Result<()> {
     if json {
@@ -309,6 +336,7 @@ fn show(sb: &Sandbox, json: bool) -> anyhow::Result<()> {
         ("snapshot_id", opt(&sb.snapshot_id)),
         ("host", sb.host.clone()),
         ("metadata", meta_text(sb)),
+        ("volumes", volumes_text(sb)),
     ] {
         println!("{k:<13} {v}");
     }

@@ -16,8 +16,9 @@ from ._async import (
     AsyncProcess,
     AsyncPty,
     AsyncSandbox,
+    AsyncVolumes,
 )
-from ._sync import ExecStream, Filesystem, Paginator, PandaStack, Process, Pty, Sandbox
+from ._sync import ExecStream, Filesystem, Paginator, PandaStack, Process, Pty, Sandbox, Volumes
 from ._ws import WebSocketClosed
 from ._version import __version__
 from .errors import (
@@ -41,6 +42,11 @@ from .errors import (
     TemplateBuildError,
     TemplateBuildTimeoutError,
     TemplateNotFoundError,
+    QuotaExceededError,
+    VolumeBackupError,
+    VolumeBackupTimeoutError,
+    VolumeBusyError,
+    VolumeNotFoundError,
 )
 from .types import (
     APIKey,
@@ -61,6 +67,11 @@ from .types import (
     StderrEvent,
     StdoutEvent,
     Template,
+    Volume,
+    VolumeAttachment,
+    VolumeBackup,
+    VolumeMount,
+    VolumeSnapshot,
     WriteInfo,
 )
 
@@ -81,6 +92,8 @@ __all__ = [
     "AsyncProcess",
     "Pty",
     "AsyncPty",
+    "Volumes",
+    "AsyncVolumes",
     # data
     "SandboxInfo",
     "ExecResult",
@@ -101,6 +114,11 @@ __all__ = [
     "Result",
     "ExecutionError",
     "CodeContext",
+    "Volume",
+    "VolumeAttachment",
+    "VolumeMount",
+    "VolumeSnapshot",
+    "VolumeBackup",
     # errors
     "PandaStackError",
     "APIError",
@@ -110,8 +128,11 @@ __all__ = [
     "SandboxNotFoundError",
     "TemplateNotFoundError",
     "SnapshotNotFoundError",
+    "VolumeNotFoundError",
     "ConflictError",
     "SandboxStateError",
+    "VolumeBusyError",
+    "QuotaExceededError",
     "InvalidArgumentError",
     "RateLimitError",
     "ServerError",
@@ -122,5 +143,7 @@ __all__ = [
     "StreamError",
     "TemplateBuildError",
     "TemplateBuildTimeoutError",
+    "VolumeBackupError",
+    "VolumeBackupTimeoutError",
     "WebSocketClosed",
 ]

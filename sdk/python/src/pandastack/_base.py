@@ -26,6 +26,8 @@ from .errors import (
     StreamError,
     TemplateBuildError,
     TemplateBuildTimeoutError,
+    VolumeBackupError,
+    VolumeBackupTimeoutError,
     error_for_status,
 )
 from .types import (
@@ -39,6 +41,8 @@ from .types import (
     StderrEvent,
     StdoutEvent,
     Template,
+    VolumeBackup,
+    VolumeMount,
 )
 
 DEFAULT_BASE_URL = "http://localhost:8080"
@@ -274,6 +278,7 @@ def create_body(
     on_timeout: Optional[str],
     metadata: Optional[Mapping[str, str]],
     env: Optional[Mapping[str, str]],
+    volumes: Optional[Sequence[VolumeMountLike]] = None,
 ) -> Dict[str, Any]:
     return drop_none(
         {
@@ -284,7 +289,88 @@ def create_body(
             "on_timeout": on_timeout,
             "metadata": dict(metadata) if metadata is not None else None,
             "env": dict(env) if env is not None else None,
+            "volumes": volume_mounts(volumes) if volumes is not None else None,
         }
+    )
+
+
+#: What ``volumes=`` of a sandbox create takes: :class:`~pandastack.VolumeMount` objects or
+#: dicts ``{"name", "path", "read_only"?}``.
+VolumeMountLike = Union[VolumeMount, Mapping[str, Any]]
+
+
+def volume_mounts(volumes: Sequence[VolumeMountLike]) -> List[Dict[str, Any]]:
+    """The ``volumes`` of a create request; each entry checked for shape (the server checks
+    names, paths and counts)."""
+    if isinstance(volumes, (str, bytes, Mapping, VolumeMount)):
+        raise InvalidArgumentError(
+            "volumes: a list of VolumeMount or {'name', 'path', 'read_only'} dicts",
+            code="invalid_argument",
+        )
+    out: List[Dict[str, Any]] = []
+    for i, v in enumerate(volumes):
+        if isinstance(v, VolumeMount):
+            out.append(v.to_json())
+            continue
+        if not isinstance(v, Mapping) or not isinstance(v.get("name"), str) or not isinstance(v.get("path"), str):
+            raise InvalidArgumentError(
+                f"volumes[{i}]: a VolumeMount or a dict with str 'name' and 'path', got {v!r}",
+                code="invalid_argument",
+            )
+        extra = set(v) - {"name", "path", "read_only"}
+        if extra:
+            raise InvalidArgumentError(
+                f"volumes[{i}]: unknown keys {sorted(extra)} (name, path, read_only)",
+                code="invalid_argument",
+            )
+        out.append({"name": v["name"], "path": v["path"], "read_only": bool(v.get("read_only", False))})
+    return out
+
+
+def volume_body(
+    name: str,
+    size_gb: Optional[int],
+    from_snapshot: Optional[str],
+    from_backup: Optional[str],
+) -> Dict[str, Any]:
+    """The body of ``POST /v1/volumes``."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"expected a volume name, got {name!r}", code="invalid_argument")
+    if from_snapshot is not None and from_backup is not None:
+        raise InvalidArgumentError(
+            "give from_snapshot or from_backup, not both", code="invalid_argument"
+        )
+    return drop_none(
+        {
+            "name": name,
+            "size_gb": int(size_gb) if size_gb is not None else None,
+            "from_snapshot": from_snapshot,
+            "from_backup": from_backup,
+        }
+    )
+
+
+#: How often ``volumes.wait_backup`` asks about an upload under way, seconds.
+BACKUP_POLL_INTERVAL = 0.5
+#: How long ``volumes.wait_backup`` waits by default, seconds.
+DEFAULT_BACKUP_TIMEOUT = 3600.0
+
+
+def backup_outcome(name: str, backup: VolumeBackup) -> VolumeBackup:
+    """A finished backup, or :class:`~pandastack.VolumeBackupError` if it failed."""
+    if backup.state == "failed":
+        raise VolumeBackupError(
+            f"backup {backup.id} of volume {name} failed: {backup.error or 'no reason given'}",
+            backup=backup,
+        )
+    return backup
+
+
+def backup_timeout(name: str, backup: VolumeBackup, timeout: float) -> VolumeBackupTimeoutError:
+    return VolumeBackupTimeoutError(
+        f"backup {backup.id} of volume {name} still uploading after {timeout:g} s; the upload "
+        "goes on on the server (volumes.get_backup shows its state)",
+        backup=backup,
     )
 
 
@@ -985,3 +1071,17 @@ class BuildFollower:
             template=latest,
             code="template_build_ended",
         )
+
+
+class BackupWait:
+    """The clock of ``volumes.wait_backup``: a deadline and the pause between two polls."""
+
+    def __init__(self, timeout: Optional[float]) -> None:
+        self.timeout = DEFAULT_BACKUP_TIMEOUT if timeout is None else float(timeout)
+        self.deadline = time.monotonic() + self.timeout
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def pause(self) -> float:
+        return max(0.0, min(BACKUP_POLL_INTERVAL, self.deadline - time.monotonic()))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, Optional, Type
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .types import ExecResult, Template
+    from .types import ExecResult, Template, VolumeBackup
 
 __all__ = [
     "PandaStackError",
@@ -25,8 +25,11 @@ __all__ = [
     "SandboxNotFoundError",
     "TemplateNotFoundError",
     "SnapshotNotFoundError",
+    "VolumeNotFoundError",
     "ConflictError",
     "SandboxStateError",
+    "VolumeBusyError",
+    "QuotaExceededError",
     "InvalidArgumentError",
     "RateLimitError",
     "ServerError",
@@ -37,6 +40,8 @@ __all__ = [
     "StreamError",
     "TemplateBuildError",
     "TemplateBuildTimeoutError",
+    "VolumeBackupError",
+    "VolumeBackupTimeoutError",
 ]
 
 
@@ -110,6 +115,11 @@ class SnapshotNotFoundError(NotFoundError):
     """404 ``snapshot_not_found``."""
 
 
+class VolumeNotFoundError(NotFoundError):
+    """404 ``volume_not_found``: no volume of that name in the workspace (or, for a create
+    ``from_snapshot`` / ``from_backup``, no such snapshot or backup)."""
+
+
 class ConflictError(APIError):
     """409: e.g. an ``Idempotency-Key`` reused with a different body, or a state conflict."""
 
@@ -117,6 +127,16 @@ class ConflictError(APIError):
 class SandboxStateError(ConflictError):
     """409 ``sandbox_state``: the operation is not valid in the sandbox's current state (for
     example ``resume`` on a running sandbox)."""
+
+
+class VolumeBusyError(ConflictError):
+    """409 ``volume_busy``: the volume is mounted read-write by a sandbox (the message names
+    it), so it cannot be mounted read-write again, grown or deleted until that sandbox is
+    gone. Mount it ``read_only`` to share a copy."""
+
+
+class QuotaExceededError(APIError):
+    """507 ``quota_exceeded``: the workspace's volume quota (total size) would be exceeded."""
 
 
 class InvalidArgumentError(APIError):
@@ -215,11 +235,38 @@ class TemplateBuildTimeoutError(TemplateBuildError):
         super().__init__(message, template=template, **kw)
 
 
+class VolumeBackupError(PandaStackError):
+    """A backup waited for with ``volumes.wait_backup`` (or ``volumes.backup(..., wait=True)``)
+    ended ``failed``. ``backup`` is the backup as the server reported it; ``error`` the
+    server's reason."""
+
+    def __init__(self, message: str, *, backup: "VolumeBackup", **kw: Any) -> None:
+        kw.setdefault("code", "volume_backup_failed")
+        super().__init__(message, **kw)
+        self.backup = backup
+
+    @property
+    def error(self) -> Optional[str]:
+        return self.backup.error
+
+
+class VolumeBackupTimeoutError(VolumeBackupError):
+    """``volumes.wait_backup(..., timeout=…)`` gave up: the upload had not ended in time. It
+    goes on on the server; ``backup`` is its last known state."""
+
+    def __init__(self, message: str, *, backup: "VolumeBackup", **kw: Any) -> None:
+        kw.setdefault("code", "volume_backup_timeout")
+        super().__init__(message, backup=backup, **kw)
+
+
 _BY_CODE: Dict[str, Type[APIError]] = {
     "sandbox_not_found": SandboxNotFoundError,
     "template_not_found": TemplateNotFoundError,
     "snapshot_not_found": SnapshotNotFoundError,
     "sandbox_state": SandboxStateError,
+    "volume_not_found": VolumeNotFoundError,
+    "volume_busy": VolumeBusyError,
+    "quota_exceeded": QuotaExceededError,
 }
 
 

@@ -28,14 +28,43 @@ __all__ = [
     "ExecutionError",
     "Execution",
     "CodeContext",
+    "VolumeMount",
+    "VolumeAttachment",
+    "Volume",
+    "VolumeSnapshot",
+    "VolumeBackup",
+    "BackupState",
 ]
 
 SandboxState = Literal["starting", "running", "paused", "hibernated", "stopped", "failed"]
+BackupState = Literal["uploading", "done", "failed"]
 
 
 def _s(d: Mapping[str, Any], k: str, default: Any = None) -> Any:
     v = d.get(k, default)
     return default if v is None else v
+
+
+@dataclass
+class VolumeMount:
+    """A volume mounted in a sandbox: pass a list of these (or of dicts with the same keys) as
+    ``volumes=`` to :meth:`~pandastack.PandaStack.sandboxes.create`; :attr:`SandboxInfo.volumes`
+    lists them.
+
+    ``path`` is the absolute mount point inside the sandbox (created if missing). ``read_only``
+    mounts a copy of the volume as of the create (any number of sandboxes may); otherwise the
+    volume itself is mounted read-write, by one sandbox at a time."""
+
+    name: str
+    path: str
+    read_only: bool = False
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "VolumeMount":
+        return cls(name=_s(d, "name", ""), path=_s(d, "path", ""), read_only=bool(_s(d, "read_only", False)))
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"name": self.name, "path": self.path, "read_only": bool(self.read_only)}
 
 
 @dataclass
@@ -57,6 +86,7 @@ class SandboxInfo:
     boot_mode: str = ""
     snapshot_id: Optional[str] = None
     host: str = ""
+    volumes: List[VolumeMount] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -77,6 +107,7 @@ class SandboxInfo:
             boot_mode=_s(d, "boot_mode", ""),
             snapshot_id=d.get("snapshot_id"),
             host=_s(d, "host", ""),
+            volumes=[VolumeMount.from_json(v) for v in _s(d, "volumes", []) if isinstance(v, Mapping)],
             raw=dict(d),
         )
 
@@ -459,6 +490,124 @@ class CodeContext:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "CodeContext":
         return cls(id=d["id"], language=_s(d, "language", "python"))
+
+
+@dataclass
+class VolumeAttachment:
+    """A sandbox that has a volume mounted (``read_only``: a copy of it as of the sandbox's
+    create)."""
+
+    sandbox_id: str
+    path: str = ""
+    read_only: bool = False
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "VolumeAttachment":
+        return cls(
+            sandbox_id=_s(d, "sandbox_id", ""),
+            path=_s(d, "path", ""),
+            read_only=bool(_s(d, "read_only", False)),
+        )
+
+
+@dataclass
+class Volume:
+    """A durable volume: an ext4 disk that outlives the sandboxes that mount it.
+
+    ``attached_to`` is the sandbox that has it mounted read-write (at most one), ``attachments``
+    every sandbox that has it (or a read-only copy of it) mounted; ``source`` the volume
+    snapshot or backup it was restored from."""
+
+    id: str
+    name: str
+    size_gb: int = 0
+    attached_to: Optional[str] = None
+    attachments: List[VolumeAttachment] = field(default_factory=list)
+    source: Optional[str] = None
+    host: str = ""
+    created_at: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Volume":
+        return cls(
+            id=_s(d, "id", ""),
+            name=_s(d, "name", ""),
+            size_gb=int(_s(d, "size_gb", 0)),
+            attached_to=d.get("attached_to"),
+            attachments=[
+                VolumeAttachment.from_json(a) for a in _s(d, "attachments", []) if isinstance(a, Mapping)
+            ],
+            source=d.get("source"),
+            host=_s(d, "host", ""),
+            created_at=_s(d, "created_at", ""),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class VolumeSnapshot:
+    """A volume's content as of one instant, on the volume's host; restore it with
+    ``client.volumes.create(name, from_snapshot=snap.id)``. ``frozen``: a sandbox's file
+    system on the volume was frozen for the copy."""
+
+    id: str
+    volume: str = ""
+    size_gb: int = 0
+    frozen: bool = False
+    created_at: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "VolumeSnapshot":
+        return cls(
+            id=_s(d, "id", ""),
+            volume=_s(d, "volume", ""),
+            size_gb=int(_s(d, "size_gb", 0)),
+            frozen=bool(_s(d, "frozen", False)),
+            created_at=_s(d, "created_at", ""),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class VolumeBackup:
+    """A volume backup in the object store; restore it (on any host) with
+    ``client.volumes.create(name, from_backup=backup.id)`` once ``state`` is ``"done"``.
+
+    ``state`` is ``"uploading"``, ``"done"`` or ``"failed"`` (``error`` says why);
+    ``bytes_uploaded`` counts only the chunks earlier backups had not stored."""
+
+    id: str
+    volume: str = ""
+    size_gb: int = 0
+    state: str = "uploading"
+    bytes_uploaded: Optional[int] = None
+    chunks: Optional[int] = None
+    error: Optional[str] = None
+    created_at: str = ""
+    finished_at: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def finished(self) -> bool:
+        """``True`` once the upload has ended (``done`` or ``failed``)."""
+        return self.state != "uploading"
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "VolumeBackup":
+        return cls(
+            id=_s(d, "id", ""),
+            volume=_s(d, "volume", ""),
+            size_gb=int(_s(d, "size_gb", 0)),
+            state=_s(d, "state", "uploading"),
+            bytes_uploaded=d.get("bytes_uploaded"),
+            chunks=d.get("chunks"),
+            error=d.get("error"),
+            created_at=_s(d, "created_at", ""),
+            finished_at=d.get("finished_at"),
+            raw=dict(d),
+        )
 
 
 def _list_data(body: Any) -> List[Mapping[str, Any]]:
