@@ -78,9 +78,47 @@ impl Drop for OwnServer {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        // Its sandboxes (and warm VMs) outlive it by design; a throwaway server's must go with it.
+        // Its sandboxes (and warm VMs) outlive it by design; a throwaway server's must go with it,
+        // and so must its network objects (a server leaves them for its next start).
         kill_processes_under(self.dir.path());
+        remove_network(NET_NAME);
     }
+}
+
+/// `--net-name` of the servers this command starts.
+const NET_NAME: &str = "psbv";
+
+/// Deletes the namespaces (`<name>-N`, their veths with them), leftover host veths
+/// (`<name>vN`) and the nftables table of a server's network named `name`.
+fn remove_network(name: &str) {
+    let out = |args: &[&str]| {
+        std::process::Command::new(args[0])
+            .args(&args[1..])
+            .stderr(Stdio::null())
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    let netns = out(&["ip", "netns", "list"]);
+    for ns in netns.lines().filter_map(|l| l.split_whitespace().next()) {
+        if ns.strip_prefix(name).is_some_and(|r| r.starts_with('-')) {
+            out(&["ip", "netns", "del", ns]);
+        }
+    }
+    let links = out(&["ip", "-o", "link", "show"]);
+    for l in links.lines().filter_map(|l| l.split(": ").nth(1)) {
+        let l = l.split('@').next().unwrap_or_default();
+        if l.strip_prefix(name).is_some_and(|r| r.starts_with('v')) {
+            out(&["ip", "link", "del", l]);
+        }
+    }
+    out(&[
+        "nft",
+        "delete",
+        "table",
+        "inet",
+        &format!("pandastack_{name}"),
+    ]);
 }
 
 /// SIGKILLs processes whose working directory is below `dir` (QEMU runs in its run directory)
@@ -107,8 +145,8 @@ fn kill_processes_under(dir: &Path) {
 }
 
 /// Starts `pandastack server` on a new temporary data directory under `parent`, with
-/// `--pool-size pool_size` and its own network names (so it does not meet another server on
-/// this host).
+/// `--pool-size pool_size` and its own network names and range (so that it does not meet a
+/// server with the defaults on this host).
 async fn start_server(parent: &Path, pool_size: usize) -> anyhow::Result<OwnServer> {
     std::fs::create_dir_all(parent)?;
     let dir = tempfile::Builder::new()
@@ -130,7 +168,7 @@ async fn start_server(parent: &Path, pool_size: usize) -> anyhow::Result<OwnServ
         .arg("--key-file")
         .arg(&key_file)
         .args(["--pool-size", &pool_size.to_string()])
-        .args(["--net-name", "psbv", "--net-base", "10.213.0.0/16"])
+        .args(["--net-name", NET_NAME, "--net-base", "10.213.0.0/16"])
         .args([
             "--max-sandboxes",
             "100000",
