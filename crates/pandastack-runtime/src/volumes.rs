@@ -157,19 +157,22 @@ const MOUNT_TIMEOUT: Duration = Duration::from_secs(30);
 /// restore), mounts it and hands its root directory to the owner.
 const MOUNT_SCRIPT: &str = r#"serial=$1 dir=$2 opts=$3 owner=$4
 dev= i=0
-while [ -z "$dev" ]; do
+while :; do
   for d in /sys/block/vd*; do
-    if [ "$(cat "$d/serial" 2>/dev/null)" = "$serial" ] && [ "$(cat "$d/size")" != 0 ]; then
-      dev=/dev/${d##*/}
-    fi
+    # `read` is a builtin (no process); it fails at an end of file without a newline, as
+    # `serial` has, after setting the variable.
+    s= n=0
+    read -r s 2>/dev/null <"$d/serial"
+    [ "$s" = "$serial" ] || continue
+    read -r n 2>/dev/null <"$d/size"
+    [ "$n" != 0 ] && dev=/dev/${d##*/}
   done
-  if [ -z "$dev" ]; then
-    i=$((i + 1))
-    [ "$i" -lt 200 ] || { echo "no disk with serial $serial and a size" >&2; exit 3; }
-    sleep 0.05
-  fi
+  [ -n "$dev" ] && break
+  i=$((i + 1))
+  [ "$i" -lt 1000 ] || { echo "no disk with serial $serial and a size" >&2; exit 3; }
+  sleep 0.01
 done
-mkdir -p "$dir" || exit 4
+[ -d "$dir" ] || mkdir -p "$dir" || exit 4
 mount -t ext4 -o "$opts" "$dev" "$dir" || exit 5
 if [ -n "$owner" ]; then chown "$owner" "$dir" || exit 6; fi
 "#;
