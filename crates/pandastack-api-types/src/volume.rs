@@ -331,3 +331,40 @@ mod tests {
         }
     }
 }
+
+/// What a workspace uses against its limits (`GET /v1/usage`).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Usage {
+    pub sandboxes: SandboxUsage,
+    pub volumes: VolumeUsage,
+    pub snapshots: SnapshotUsage,
+}
+
+/// Sandboxes of a workspace: those not hibernated count against `limit`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SandboxUsage {
+    pub running: u64,
+    pub hibernated: u64,
+    /// Most sandboxes that are not hibernated at a time.
+    pub limit: u64,
+    /// Most sandbox creates a minute.
+    pub creates_per_minute: u64,
+}
+
+/// Volumes of a workspace: their total size counts against `quota_gb`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct VolumeUsage {
+    pub count: u64,
+    pub size_gb: u64,
+    pub quota_gb: u64,
+    /// Volume snapshots (backups are in the object store and not counted here).
+    pub snapshots: u64,
+}
+
+/// Sandbox snapshots of a workspace.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotUsage {
+    pub count: u64,
+    /// Host disk their own files take.
+    pub bytes: u64,
+}

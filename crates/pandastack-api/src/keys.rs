@@ -1,4 +1,4 @@
-//! API keys of the caller's workspace.
+//! API keys of the caller's workspace, and its usage against its limits.
 
 use std::sync::Arc;
 
@@ -89,4 +89,38 @@ pub async fn revoke(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// What the caller's workspace uses against its limits: sandboxes (running ones count against
+/// the limit, hibernated ones do not), volumes against the volume quota, snapshots.
+#[utoipa::path(
+    get,
+    path = "/v1/usage",
+    operation_id = "get_usage",
+    tag = "keys",
+    responses((status = 200, description = "The workspace's usage and limits", body = wire::Usage))
+)]
+pub async fn usage(State(app): State<Arc<App>>, caller: Caller) -> ApiResult<Json<wire::Usage>> {
+    let ws = app.store.keys().workspace(caller.ws()).await?;
+    let quota = app.store.keys().volume_quota(caller.ws()).await?;
+    let c = app.store.keys().counts(caller.ws()).await?;
+    let n = |v: i64| v.max(0) as u64;
+    Ok(Json(wire::Usage {
+        sandboxes: wire::SandboxUsage {
+            running: n(c.running),
+            hibernated: n(c.hibernated),
+            limit: n(ws.max_sandboxes),
+            creates_per_minute: n(ws.creates_per_minute),
+        },
+        volumes: wire::VolumeUsage {
+            count: n(c.volumes),
+            size_gb: n(c.volume_gb),
+            quota_gb: n(quota),
+            snapshots: n(c.volume_snapshots),
+        },
+        snapshots: wire::SnapshotUsage {
+            count: n(c.snapshots),
+            bytes: n(c.snapshot_bytes),
+        },
+    }))
 }

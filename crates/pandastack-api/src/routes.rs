@@ -96,7 +96,7 @@ macro_rules! route_table {
                 (name = "snapshots", description = "Snapshots and forks"),
                 (name = "templates", description = "Templates"),
                 (name = "volumes", description = "Durable volumes: disks that outlive sandboxes, their snapshots and backups to the object store"),
-                (name = "keys", description = "API keys of the caller's workspace"),
+                (name = "keys", description = "API keys of the caller's workspace, and what it uses against its limits"),
                 (name = "meta", description = "Health and this document"),
             )
         )]
@@ -190,4 +190,5 @@ route_table! {
     keys::list,
     keys::create,
     keys::revoke,
+    keys::usage,
 }

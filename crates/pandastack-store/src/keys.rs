@@ -237,3 +237,35 @@ impl Keys<'_> {
         found(done)
     }
 }
+
+/// Counts of a workspace's things, for its usage.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub running: i64,
+    pub hibernated: i64,
+    pub volumes: i64,
+    pub volume_gb: i64,
+    pub volume_snapshots: i64,
+    pub snapshots: i64,
+    pub snapshot_bytes: i64,
+}
+
+impl Keys<'_> {
+    /// What workspace `ws` holds: sandboxes (not hibernated / hibernated), volumes and their
+    /// size, volume snapshots (not a backup's own), sandbox snapshots and their bytes.
+    pub async fn counts(&self, ws: &str) -> Result<Counts, StoreError> {
+        let one = |sql: &'static str| async move {
+            let r = sqlx::query(sql).bind(ws).fetch_one(self.pool).await?;
+            col::<i64>(&r, "n")
+        };
+        Ok(Counts {
+            running: one("SELECT COUNT(*) AS n FROM sandboxes WHERE workspace_id = $1 AND state <> 'hibernated'").await?,
+            hibernated: one("SELECT COUNT(*) AS n FROM sandboxes WHERE workspace_id = $1 AND state = 'hibernated'").await?,
+            volumes: one("SELECT COUNT(*) AS n FROM volumes WHERE workspace_id = $1").await?,
+            volume_gb: one("SELECT CAST(COALESCE(SUM(size_gb), 0) AS BIGINT) AS n FROM volumes WHERE workspace_id = $1").await?,
+            volume_snapshots: one("SELECT COUNT(*) AS n FROM volume_snapshots WHERE workspace_id = $1 AND internal = 0").await?,
+            snapshots: one("SELECT COUNT(*) AS n FROM snapshots WHERE workspace_id = $1").await?,
+            snapshot_bytes: one("SELECT CAST(COALESCE(SUM(size_bytes), 0) AS BIGINT) AS n FROM snapshots WHERE workspace_id = $1").await?,
+        })
+    }
+}

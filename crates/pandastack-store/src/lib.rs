@@ -24,7 +24,7 @@ mod volumes;
 pub use hosts::{HostRow, Hosts};
 pub use idempotency::{Idempotency, IdempotencyRecord, Reservation};
 pub use jobs::{JobRow, JobState, Jobs, NewJob};
-pub use keys::{KeyRow, Keys, Workspace};
+pub use keys::{Counts, KeyRow, Keys, Workspace};
 pub use pandastack_api_types::{OnTimeout, SandboxState};
 pub use sandboxes::{Filter, SandboxRow, Sandboxes};
 pub use snapshots::{SnapshotRow, Snapshots};

@@ -786,3 +786,77 @@ async fn a_sandbox_refuses_what_the_document_does() {
     let (st, _) = call(&s, "DELETE", &format!("/v1/sandboxes/{id}"), None).await;
     assert_eq!(st, StatusCode::NO_CONTENT);
 }
+
+/// `GET /v1/usage` counts what the workspace holds against its limits, and a create asking for
+/// more volumes than its template has slots (the fake template has none) is refused with the
+/// field named, leaving no row and no mount.
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_counts_sandboxes_volumes_and_snapshots() {
+    let s = fake_stack(Duration::from_secs(10)).await;
+    let (st, u) = call(&s, "GET", "/v1/usage", None).await;
+    assert_eq!(st, StatusCode::OK, "{u}");
+    assert_eq!(u["sandboxes"]["running"], json!(0));
+    assert_eq!(u["sandboxes"]["limit"], json!(50));
+    assert_eq!(u["volumes"]["quota_gb"], json!(100));
+    let (st, v) = call(
+        &s,
+        "POST",
+        "/v1/volumes",
+        Some(json!({"name": "v", "size_gb": 2})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let (st, v) = call(
+        &s,
+        "POST",
+        "/v1/sandboxes",
+        Some(json!({"template": "fake", "volumes": [{"name": "v", "path": "/v"}]})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("volumes:"),
+        "{v}"
+    );
+    assert_eq!(rows(&s).await, 0);
+    let (_, vol) = call(&s, "GET", "/v1/volumes/v", None).await;
+    assert_eq!(vol["attachments"], json!([]), "{vol}");
+
+    let (st, a) = create(&s).await;
+    assert_eq!(st, StatusCode::CREATED, "{a}");
+    let (st, b) = create(&s).await;
+    assert_eq!(st, StatusCode::CREATED, "{b}");
+    let b = b["id"].as_str().unwrap();
+    let (st, _) = call(&s, "POST", &format!("/v1/sandboxes/{b}/hibernate"), None).await;
+    assert_eq!(st, StatusCode::OK);
+    let (st, snap) = call(
+        &s,
+        "POST",
+        &format!("/v1/sandboxes/{}/snapshots", a["id"].as_str().unwrap()),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED, "{snap}");
+    let (st, vs) = call(&s, "POST", "/v1/volumes/v/snapshots", None).await;
+    assert_eq!(st, StatusCode::CREATED, "{vs}");
+    let (_, u) = call(&s, "GET", "/v1/usage", None).await;
+    assert_eq!(
+        (&u["sandboxes"]["running"], &u["sandboxes"]["hibernated"]),
+        (&json!(1), &json!(1)),
+        "{u}"
+    );
+    assert_eq!(
+        (
+            &u["volumes"]["count"],
+            &u["volumes"]["size_gb"],
+            &u["volumes"]["snapshots"]
+        ),
+        (&json!(1), &json!(2), &json!(1)),
+        "{u}"
+    );
+    assert_eq!(u["snapshots"]["count"], json!(1), "{u}");
+    assert!(u["snapshots"]["bytes"].as_u64().unwrap() > 0, "{u}");
+}
