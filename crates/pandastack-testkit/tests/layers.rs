@@ -12,7 +12,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("pandastack-api-types", &[]),
     ("pandastack-guest-proto", &[]),
     ("pandastack-vm", &[]),
-    ("pandastack-host", &[]),
+    // The boundary's volume calls carry object-store manifests (`pandastack-objects` is a leaf:
+    // it names no other workspace crate).
+    ("pandastack-host", &["pandastack-objects"]),
     ("pandastack-net", &[]),
     ("pandastack-image", &[]),
     ("pandastack-objects", &[]),
@@ -35,17 +37,19 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "pandastack-runtime",
             "pandastack-image",
             "pandastack-guest-proto",
+            "pandastack-objects",
         ],
     ),
     // The API speaks HTTP over the store and the host boundary; it names no agent, VM, runtime,
     // image or guest-protocol crate.
-    // The control plane works over the store and the host boundary.
+    // The control plane works over the store, the host boundary and the object store.
     (
         "pandastack-control",
         &[
             "pandastack-api-types",
             "pandastack-store",
             "pandastack-host",
+            "pandastack-objects",
         ],
     ),
     (
@@ -55,6 +59,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "pandastack-store",
             "pandastack-host",
             "pandastack-control",
+            "pandastack-objects",
         ],
     ),
 ];
