@@ -14,6 +14,7 @@ mod keys;
 mod logs;
 mod meta;
 pub mod openapi;
+mod page;
 mod ports;
 pub mod proxy;
 mod pty;

@@ -236,22 +236,7 @@ pub async fn list(
     caller: Caller,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<List<wire::Sandbox>>> {
-    let limit = match q.get("limit") {
-        Some(l) => l
-            .parse::<u32>()
-            .ok()
-            .filter(|l| (1..=1000).contains(l))
-            .ok_or_else(|| ApiError::new(ErrorCode::InvalidArgument, "limit: 1 to 1000"))?,
-        None => 100,
-    };
-    let after = match q.get("cursor") {
-        Some(c) => {
-            let c = Cursor::decode(c)
-                .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
-            Some((c.created_at_ms, c.id))
-        }
-        None => None,
-    };
+    let page = crate::page::Page::of(&q)?;
     let state = match q.get("state") {
         Some(s) => Some(wire::SandboxState::parse(s).ok_or_else(|| {
             ApiError::new(
@@ -271,20 +256,17 @@ pub async fn list(
     let mut rows = app
         .store
         .sandboxes()
-        .list(caller.ws(), &filter, after, limit)
+        .list(
+            caller.ws(),
+            &filter,
+            page.after.clone().map(|c| (c.created_at_ms, c.id)),
+            page.limit,
+        )
         .await?;
-    let next_cursor = if rows.len() > limit as usize {
-        rows.truncate(limit as usize);
-        rows.last().map(|r| {
-            Cursor {
-                created_at_ms: r.created_at,
-                id: r.id.clone(),
-            }
-            .encode()
-        })
-    } else {
-        None
-    };
+    let next_cursor = page.cut(&mut rows, |r| Cursor {
+        created_at_ms: r.created_at,
+        id: r.id.clone(),
+    });
     Ok(Json(List {
         data: rows.iter().map(|r| to_wire(r, &app.host_name)).collect(),
         next_cursor,

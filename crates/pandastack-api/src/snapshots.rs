@@ -157,36 +157,20 @@ pub async fn list(
     caller: Caller,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<List<wire::Snapshot>>> {
-    let limit = q
-        .get("limit")
-        .map(|l| l.parse::<u32>().ok().filter(|l| (1..=1000).contains(l)))
-        .unwrap_or(Some(100))
-        .ok_or_else(|| ApiError::new(ErrorCode::InvalidArgument, "limit: 1 to 1000"))?;
-    let after = match q.get("cursor") {
-        Some(c) => {
-            let c = Cursor::decode(c)
-                .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
-            Some((c.created_at_ms, c.id))
-        }
-        None => None,
-    };
+    let page = crate::page::Page::of(&q)?;
     let mut rows = app
         .store
         .snapshots()
-        .list(caller.ws(), after, limit)
+        .list(
+            caller.ws(),
+            page.after.clone().map(|c| (c.created_at_ms, c.id)),
+            page.limit,
+        )
         .await?;
-    let next_cursor = if rows.len() > limit as usize {
-        rows.truncate(limit as usize);
-        rows.last().map(|r| {
-            Cursor {
-                created_at_ms: r.created_at,
-                id: r.id.clone(),
-            }
-            .encode()
-        })
-    } else {
-        None
-    };
+    let next_cursor = page.cut(&mut rows, |r| Cursor {
+        created_at_ms: r.created_at,
+        id: r.id.clone(),
+    });
     Ok(Json(List {
         data: rows.iter().map(snap_wire).collect(),
         next_cursor,

@@ -126,32 +126,15 @@ pub async fn list(
     caller: Caller,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<List<wire::Volume>>> {
-    let limit = q
-        .get("limit")
-        .map(|l| l.parse::<u32>().ok().filter(|l| (1..=1000).contains(l)))
-        .unwrap_or(Some(100))
-        .ok_or_else(|| ApiError::new(ErrorCode::InvalidArgument, "limit: 1 to 1000"))?;
-    let after = match q.get("cursor") {
-        Some(c) => {
-            let c = wire::Cursor::decode(c)
-                .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, e.to_string()))?;
-            Some(c.id)
-        }
-        None => None,
-    };
-    let mut rows = app.volumes.list(caller.ws(), after, limit).await?;
-    let next_cursor = if rows.len() > limit as usize {
-        rows.truncate(limit as usize);
-        rows.last().map(|v| {
-            wire::Cursor {
-                created_at_ms: 0,
-                id: v.row.name.clone(),
-            }
-            .encode()
-        })
-    } else {
-        None
-    };
+    let page = crate::page::Page::of(&q)?;
+    let mut rows = app
+        .volumes
+        .list(caller.ws(), page.after.clone().map(|c| c.id), page.limit)
+        .await?;
+    let next_cursor = page.cut(&mut rows, |v| wire::Cursor {
+        created_at_ms: 0,
+        id: v.row.name.clone(),
+    });
     Ok(Json(List {
         data: rows
             .iter()

@@ -10,6 +10,7 @@
 
 mod activity;
 mod code;
+mod jobs;
 mod reaper;
 mod reconcile;
 mod sandboxes;

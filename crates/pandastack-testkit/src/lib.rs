@@ -247,6 +247,26 @@ pub async fn bake(rt: &Runtime<QemuDriver>, name: &str) -> Template {
     .expect("bake template")
 }
 
+/// Bakes the test image as template `name` in `rt` with `slots` volume slots.
+pub async fn bake_with_slots(rt: &Runtime<QemuDriver>, name: &str, slots: u32) -> Template {
+    let t = within(
+        Duration::from_secs(240),
+        "bake",
+        rt.bake_with(
+            name,
+            &fixtures().rootfs,
+            TEST_SHAPE,
+            pandastack_runtime::DeviceProfile {
+                volume_slots: slots,
+            },
+        ),
+    )
+    .await
+    .expect("bake template with volume slots");
+    assert_eq!(t.volume_slots, slots);
+    t
+}
+
 /// Opens a guest agent session (waits for the agent to come up).
 pub async fn agent(vm: &QemuVm, timeout: Duration) -> Channel {
     match pandastack_guest_proto::host::connect(vm.agent_socket(), timeout).await {

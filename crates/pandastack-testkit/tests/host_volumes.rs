@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 use pandastack_agent::{AgentConfig, HostAgent, LocalHost, Objects};
 use pandastack_host::{Host, HostError, VolumeHolder, VolumeMount, VolumeView};
 use pandastack_qemu::QemuDriver;
-use pandastack_runtime::DeviceProfile;
-use pandastack_testkit::{exec, exec_as, fixtures, runtime, within, RuntimeGuard, TEST_SHAPE};
+use pandastack_testkit::{exec, exec_as, runtime, within, RuntimeGuard};
 use tonic::transport::Channel;
 
 const STEP: Duration = Duration::from_secs(120);
@@ -85,19 +84,7 @@ impl Stack {
 /// A runtime with a template `vols` baked with two volume slots, and the host agent over it.
 async fn stack(objects: Option<Objects>) -> Stack {
     let guard = runtime().await;
-    let t = within(
-        Duration::from_secs(240),
-        "bake",
-        guard.bake_with(
-            "vols",
-            &fixtures().rootfs,
-            TEST_SHAPE,
-            DeviceProfile { volume_slots: 2 },
-        ),
-    )
-    .await
-    .expect("bake with two volume slots");
-    assert_eq!(t.volume_slots, 2);
+    pandastack_testkit::bake_with_slots(&guard, "vols", 2).await;
     let cfg = AgentConfig {
         // No specs: the template above is used as baked.
         templates_dir: "/nonexistent".into(),

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use pandastack_qemu::QemuVm;
 use pandastack_runtime::{
-    create_volume_file, CreateError, DeviceProfile, MountError, Sandbox, Template, VolumeDisk,
+    create_volume_file, CreateError, MountError, Sandbox, Template, VolumeDisk,
 };
-use pandastack_testkit::{exec, exec_as, fixtures, runtime, within, RuntimeGuard, TEST_SHAPE};
+use pandastack_testkit::{exec, exec_as, runtime, within, RuntimeGuard};
 
 const STEP: Duration = Duration::from_secs(120);
 /// The unprivileged user the tests write volumes as (the `minimal` image has no named user).
@@ -17,20 +17,7 @@ const USER: &str = "1000";
 const OWNER: &str = "1000:1000";
 
 async fn bake_two_slots(rt: &RuntimeGuard, name: &str) -> Template {
-    let t = within(
-        Duration::from_secs(240),
-        "bake",
-        rt.bake_with(
-            name,
-            &fixtures().rootfs,
-            TEST_SHAPE,
-            DeviceProfile { volume_slots: 2 },
-        ),
-    )
-    .await
-    .expect("bake with two volume slots");
-    assert_eq!(t.volume_slots, 2);
-    t
+    pandastack_testkit::bake_with_slots(rt, name, 2).await
 }
 
 /// A new ext4 volume of `mib` MiB in the test's data directory.

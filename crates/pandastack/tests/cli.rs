@@ -14,8 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{free_port, start_with, Server};
-use pandastack_runtime::DeviceProfile;
-use pandastack_testkit::{bake, fixtures, runtime, within, RuntimeGuard, TEST_SHAPE};
+use pandastack_testkit::{bake, runtime, within, RuntimeGuard};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -30,18 +29,7 @@ async fn server() -> (Server, RuntimeGuard) {
 /// again from).
 async fn server_with_volume_slots() -> (Server, RuntimeGuard) {
     let guard = runtime().await;
-    within(
-        Duration::from_secs(240),
-        "bake",
-        guard.bake_with(
-            "minimal",
-            &fixtures().rootfs,
-            TEST_SHAPE,
-            DeviceProfile { volume_slots: 2 },
-        ),
-    )
-    .await
-    .expect("bake minimal with volume slots");
+    pandastack_testkit::bake_with_slots(&guard, "minimal", 2).await;
     let server = start_with(guard.dir.path(), free_port(), &["--network", "off"]).await;
     (server, guard)
 }

@@ -9,26 +9,14 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{free_port, start_with, Api, Server};
-use pandastack_runtime::DeviceProfile;
-use pandastack_testkit::{fixtures, runtime, within, TEST_SHAPE};
+use pandastack_testkit::{runtime, within};
 use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
 
 /// Bakes `minimal` with two volume slots in `rt`'s data directory (the servers of these tests
 /// find no spec to bake it again from).
 async fn bake_with_slots(rt: &pandastack_testkit::RuntimeGuard) {
-    within(
-        Duration::from_secs(240),
-        "bake",
-        rt.bake_with(
-            "minimal",
-            &fixtures().rootfs,
-            TEST_SHAPE,
-            DeviceProfile { volume_slots: 2 },
-        ),
-    )
-    .await
-    .expect("bake minimal with volume slots");
+    pandastack_testkit::bake_with_slots(rt, "minimal", 2).await;
 }
 
 fn api(s: &Server) -> Api<'_> {

@@ -13,9 +13,6 @@ use super::files::{BuildLog, IMAGE, LOG, UPLOAD};
 use super::queue::{BuildJob, JOB_KIND};
 use super::{TemplateError, Templates};
 
-/// A running build renews its lease this often; a lease lasts three times as long.
-const LEASE_RENEW: Duration = Duration::from_secs(10);
-
 /// Why a build failed, as its row and log say it.
 type Failure = String;
 
@@ -31,53 +28,19 @@ impl Templates {
     /// Runs this host's build jobs one after another, for the life of the process. Call
     /// [`Templates::recover`] first.
     pub async fn worker(self) {
-        let owner = format!("{}/{}", self.host_id, std::process::id());
-        let lease = (LEASE_RENEW * 3).as_millis() as i64;
-        loop {
-            let job = match self
-                .store
-                .jobs()
-                .claim_kind(&self.host_id, &owner, lease, JOB_KIND)
-                .await
-            {
-                Ok(Some(j)) => j,
-                Ok(None) => {
-                    let _ =
-                        tokio::time::timeout(Duration::from_secs(5), self.wake.notified()).await;
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!(error = &e as &dyn std::error::Error, "claim a build job");
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                    continue;
-                }
-            };
-            let renew = {
-                let (store, id, owner) = (self.store.clone(), job.id.clone(), owner.clone());
-                tokio::spawn(async move {
-                    loop {
-                        tokio::time::sleep(LEASE_RENEW).await;
-                        if let Err(e) = store.jobs().renew(&id, &owner, lease).await {
-                            tracing::warn!(job = %id, error = &e as &dyn std::error::Error, "renew build lease");
-                        }
-                    }
-                })
-            };
-            let result = self.run_job(&job).await;
-            renew.abort();
-            let done = match result {
-                Ok(()) => self.store.jobs().complete(&job.id, &owner).await,
-                Err(message) => self
-                    .store
-                    .jobs()
-                    .fail(&job.id, &owner, &message, Some(now_ms() + 10_000))
-                    .await
-                    .map(|_| ()),
-            };
-            if let Err(e) = done {
-                tracing::warn!(job = %job.id, error = &e as &dyn std::error::Error, "finish build job");
-            }
-        }
+        let runner = crate::jobs::Runner {
+            store: self.store.clone(),
+            host_id: self.host_id.clone(),
+            kind: JOB_KIND,
+            wake: Arc::clone(&self.wake),
+            retry_after: Duration::from_secs(10),
+        };
+        runner
+            .run(|job| {
+                let me = self.clone();
+                async move { me.run_job(&job).await }
+            })
+            .await
     }
 
     /// Runs one build job: the build, from its start, whatever an earlier attempt left.

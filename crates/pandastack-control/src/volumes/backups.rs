@@ -5,6 +5,7 @@
 //! be listed and restored from the object store alone, by this host or another, after this
 //! host's data directory is gone.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use pandastack_api_types::BackupState;
@@ -19,8 +20,6 @@ use super::{VolumeError, Volumes};
 pub const BACKUP_JOB_KIND: &str = "volume_backup";
 /// Object store kind of backup manifests and records.
 const KIND: &str = "volume-backups";
-/// A running upload renews its lease this often; a lease lasts three times as long.
-const LEASE_RENEW: Duration = Duration::from_secs(10);
 /// Attempts of an upload before the backup is failed.
 const ATTEMPTS: i64 = 3;
 
@@ -268,62 +267,30 @@ impl Volumes {
     /// Runs this host's backup uploads one after another, for the life of the process. Call
     /// [`Volumes::recover_backups`] first.
     pub async fn worker(self) {
-        let owner = format!("{}/{}/backups", self.host_id, std::process::id());
-        let lease = (LEASE_RENEW * 3).as_millis() as i64;
-        loop {
-            let job = match self
-                .store
-                .jobs()
-                .claim_kind(&self.host_id, &owner, lease, BACKUP_JOB_KIND)
-                .await
-            {
-                Ok(Some(j)) => j,
-                Ok(None) => {
-                    let _ =
-                        tokio::time::timeout(Duration::from_secs(5), self.wake.notified()).await;
-                    continue;
-                }
-                Err(e) => {
-                    tracing::warn!(error = &e as &dyn std::error::Error, "claim a backup job");
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                    continue;
-                }
-            };
-            let renew = {
-                let (store, id, owner) = (self.store.clone(), job.id.clone(), owner.clone());
-                tokio::spawn(async move {
-                    loop {
-                        tokio::time::sleep(LEASE_RENEW).await;
-                        if let Err(e) = store.jobs().renew(&id, &owner, lease).await {
-                            tracing::warn!(job = %id, error = &e as &dyn std::error::Error, "renew backup lease");
+        let runner = crate::jobs::Runner {
+            store: self.store.clone(),
+            host_id: self.host_id.clone(),
+            kind: BACKUP_JOB_KIND,
+            wake: Arc::clone(&self.wake),
+            retry_after: Duration::from_secs(5),
+        };
+        runner
+            .run(|job| {
+                let me = self.clone();
+                async move {
+                    let result = me.run_job(&job).await;
+                    if let Err(message) = &result {
+                        // The last attempt: the backup has failed for good.
+                        if job.attempts >= job.max_attempts {
+                            if let Ok(b) = me.backup_row(&job).await {
+                                me.end(b, Err(message.clone())).await;
+                            }
                         }
                     }
-                })
-            };
-            let result = self.run_job(&job).await;
-            renew.abort();
-            let done = match result {
-                Ok(()) => self.store.jobs().complete(&job.id, &owner).await,
-                Err(message) => {
-                    let last = job.attempts >= job.max_attempts;
-                    let r = self
-                        .store
-                        .jobs()
-                        .fail(&job.id, &owner, &message, Some(now_ms() + 5_000))
-                        .await
-                        .map(|_| ());
-                    if last {
-                        if let Ok(b) = self.backup_row(&job).await {
-                            self.end(b, Err(message)).await;
-                        }
-                    }
-                    r
+                    result
                 }
-            };
-            if let Err(e) = done {
-                tracing::warn!(job = %job.id, error = &e as &dyn std::error::Error, "finish backup job");
-            }
-        }
+            })
+            .await
     }
 
     async fn backup_row(&self, job: &JobRow) -> Result<VolumeBackupRow, String> {
