@@ -268,14 +268,6 @@ impl Volumes<'_> {
         row(&r)
     }
 
-    pub async fn by_id(&self, id: &str) -> Result<VolumeRow, StoreError> {
-        let r = sqlx::query(&format!("SELECT {COLUMNS} FROM volumes WHERE id = $1"))
-            .bind(id)
-            .fetch_one(self.pool)
-            .await?;
-        row(&r)
-    }
-
     /// A page of a workspace's volumes, by name after `after`.
     pub async fn list(
         &self,

@@ -309,6 +309,7 @@ impl Volumes {
         let id = new_id("vs-");
         let holder = self.holder(row).await?;
         let view = self.host.snapshot_volume(&row.id, &id, holder).await?;
+        tracing::debug!(volume = %row.id, snapshot = %id, frozen = view.frozen, copy_ms = view.copy_ms, "volume snapshot");
         Ok(VolumeSnapshotRow {
             id,
             workspace_id: row.workspace_id.clone(),
