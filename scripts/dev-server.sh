@@ -43,10 +43,12 @@ start)
     for attempt in 1 2 3; do
         port=${3:-$(free_port)}
         proxy_port=$(free_port)
+        db_port=$(free_port)
         stop
         mkdir -p "$dir"
         "$bin" server --data-dir "$dir" --key-file "$dir/admin.key" --listen "127.0.0.1:$port" \
             --proxy-listen "127.0.0.1:$proxy_port" --preview-url "http://localhost:$proxy_port" \
+            --db-listen "127.0.0.1:$db_port" \
             --network "${PANDASTACK_DEV_NETWORK:-off}" ${PANDASTACK_DEV_SERVER_ARGS:-} >"$dir/server.log" 2>&1 &
         echo $! >"$dir/server.pid"
         for _ in $(seq 600); do
@@ -54,6 +56,7 @@ start)
                 echo "export PANDASTACK_BASE_URL=http://127.0.0.1:$port"
                 echo "export PANDASTACK_API_KEY=$(cat "$dir/admin.key")"
                 echo "export PANDASTACK_PROXY=127.0.0.1:$proxy_port"
+                echo "export PANDASTACK_DB_FRONT=127.0.0.1:$db_port"
                 exit 0
             fi
             kill -0 "$(cat "$dir/server.pid")" 2>/dev/null || break

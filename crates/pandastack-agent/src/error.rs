@@ -12,6 +12,8 @@ pub enum AgentError {
     SandboxNotFound(String),
     #[error("template {0} not found")]
     TemplateNotFound(String),
+    #[error("sandbox {0}'s VM has exited")]
+    VmExited(String),
     #[error("sandbox {id} is {state:?}: cannot {op}")]
     InvalidState {
         id: String,
@@ -48,6 +50,7 @@ impl From<AgentError> for HostError {
         match e {
             AgentError::SandboxNotFound(id) => HostError::SandboxNotFound(id),
             AgentError::TemplateNotFound(name) => HostError::TemplateNotFound(name),
+            AgentError::VmExited(id) => HostError::VmExited(id),
             AgentError::InvalidState { id, state, op } => HostError::InvalidState { id, state, op },
             AgentError::Snapshot(pandastack_runtime::SnapshotError::NotFound(id)) => {
                 HostError::SnapshotNotFound(id)

@@ -219,6 +219,9 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         e.publish(&slot);
         woke?;
         match &*slot {
+            // A process that died under us (killed, crashed) leaves a session that can never
+            // answer: say so, so callers can replace the sandbox instead of waiting on it.
+            SandboxVm::Running(sb) if !self.rt.is_alive(sb) => Err(AgentError::VmExited(id.into())),
             SandboxVm::Running(sb) => Ok(sb.agent.clone()),
             SandboxVm::Paused(_) => Err(AgentError::InvalidState {
                 id: id.into(),

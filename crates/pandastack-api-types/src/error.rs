@@ -9,6 +9,7 @@ pub enum ErrorCode {
     TemplateNotFound,
     SnapshotNotFound,
     VolumeNotFound,
+    DatabaseNotFound,
     KeyNotFound,
     NotFound,
     InvalidArgument,
@@ -32,6 +33,8 @@ pub enum ErrorCode {
     VolumeBusy,
     /// The workspace's quota (total volume size) would be exceeded.
     QuotaExceeded,
+    /// PostgreSQL refused a query (the message starts with its SQLSTATE).
+    QueryFailed,
 }
 
 impl ErrorCode {
@@ -42,9 +45,11 @@ impl ErrorCode {
             | ErrorCode::TemplateNotFound
             | ErrorCode::SnapshotNotFound
             | ErrorCode::VolumeNotFound
+            | ErrorCode::DatabaseNotFound
             | ErrorCode::KeyNotFound
             | ErrorCode::NotFound => 404,
             ErrorCode::InvalidArgument => 422,
+            ErrorCode::QueryFailed => 400,
             ErrorCode::InvalidJson => 400,
             ErrorCode::Unauthorized => 401,
             ErrorCode::RateLimited => 429,

@@ -5,6 +5,7 @@
 
 mod code;
 mod cursor;
+mod database;
 mod error;
 mod ports;
 mod sandbox;
@@ -13,6 +14,7 @@ mod volume;
 
 pub use code::*;
 pub use cursor::{Cursor, CursorError};
+pub use database::*;
 pub use error::{ErrorBody, ErrorCode, ErrorEnvelope};
 pub use ports::*;
 pub use sandbox::*;

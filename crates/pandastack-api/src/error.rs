@@ -182,6 +182,10 @@ impl From<HostError> for ApiError {
                 Self::new(ErrorCode::InvalidArgument, format!("volumes: {e}"))
             }
             HostError::InvalidState { .. } => Self::new(ErrorCode::SandboxState, e.to_string()),
+            HostError::VmExited(_) => Self::new(
+                ErrorCode::SandboxState,
+                format!("{e}: delete the sandbox (its files and volumes are released)"),
+            ),
             HostError::Guest { kind, message } => {
                 let code = match kind {
                     GuestErrorKind::NotFound => ErrorCode::NotFound,

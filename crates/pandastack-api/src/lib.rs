@@ -6,6 +6,8 @@
 //! through [`error::ApiError`]. It must not start VMs itself or know which hypervisor runs them.
 
 mod code;
+mod databases;
+pub mod db_front;
 mod error;
 mod exec_ws;
 mod extract;
@@ -28,6 +30,7 @@ mod volumes;
 mod workload;
 mod ws;
 
+pub use db_front::serve_db_front;
 pub use error::{ApiError, ApiResult};
 pub use openapi::{document, ApiDoc};
 pub use pandastack_control::BuildConfig;
@@ -75,6 +78,8 @@ pub struct App {
     pub code: pandastack_control::CodeContexts,
     /// The volume service of the control plane (volumes, their snapshots and backups).
     pub volumes: pandastack_control::Volumes,
+    /// The managed-database service of the control plane.
+    pub databases: pandastack_control::Databases,
 }
 
 impl App {
@@ -87,14 +92,28 @@ impl App {
         preview: PreviewConfig,
         objects: pandastack_objects::Objects,
     ) -> Self {
+        let volumes = pandastack_control::Volumes::new(
+            store.clone(),
+            Arc::clone(&host),
+            objects,
+            host_id.clone(),
+        );
+        let sandboxes = pandastack_control::Sandboxes::new(store.clone(), Arc::clone(&host));
         Self {
-            volumes: pandastack_control::Volumes::new(
+            databases: pandastack_control::Databases::new(
                 store.clone(),
                 Arc::clone(&host),
-                objects,
+                sandboxes.clone(),
+                volumes.clone(),
                 host_id.clone(),
+                pandastack_control::DatabaseAddress {
+                    domain: "db.localhost".into(),
+                    port: 5432,
+                    api_url: "http://127.0.0.1:8080".into(),
+                },
             ),
-            sandboxes: pandastack_control::Sandboxes::new(store.clone(), Arc::clone(&host)),
+            volumes,
+            sandboxes,
             templates: pandastack_control::Templates::new(
                 store.clone(),
                 Arc::clone(&host),
@@ -114,6 +133,18 @@ impl App {
             rate: Mutex::new(HashMap::new()),
             preview,
         }
+    }
+
+    /// How connection strings and `http_url` name databases (the front's domain and port, the
+    /// API's URL); the default is `db.localhost:5432` and `http://127.0.0.1:8080`.
+    pub fn with_database_address(mut self, address: pandastack_control::DatabaseAddress) -> Self {
+        self.databases.address = address;
+        self
+    }
+
+    /// Settles what database creates cut off by a previous server process left.
+    pub async fn recover_databases(&self) -> Result<(), pandastack_control::DatabaseError> {
+        self.databases.reconcile().await
     }
 
     /// Settles what a previous server process left of template builds: build jobs it was

@@ -18,7 +18,7 @@ pub const BEARER: &str = "bearer";
 /// Name of the shared error response in `components.responses`.
 pub const ERROR_RESPONSE: &str = "Error";
 /// Paths served without an API key.
-pub const PUBLIC_PATHS: &[&str] = &["/v1/health", "/v1/openapi.json"];
+pub const PUBLIC_PATHS: &[&str] = &["/v1/health", "/v1/openapi.json", "/v1/databases/{id}/sql"];
 /// Operations whose JSON body may be left out: the body extractor reads an empty body as `{}`,
 /// and every field of these requests has a default.
 pub const OPTIONAL_BODIES: &[&str] = &[
@@ -27,6 +27,7 @@ pub const OPTIONAL_BODIES: &[&str] = &[
     "fork_sandbox",
     "create_key",
     "create_code_context",
+    "branch_database",
 ];
 
 /// Adds the bearer scheme, the shared error response on every operation, marks the public paths

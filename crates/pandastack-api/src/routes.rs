@@ -16,7 +16,8 @@ use crate::openapi::Conventions;
 use crate::App;
 #[allow(unused_imports)] // named by the table through the macro
 use crate::{
-    code, exec_ws, keys, logs, meta, ports, pty, sandboxes, snapshots, templates, volumes, workload,
+    code, databases, exec_ws, keys, logs, meta, ports, pty, sandboxes, snapshots, templates,
+    volumes, workload,
 };
 
 /// The axum method filter for an OpenAPI method.
@@ -95,6 +96,7 @@ macro_rules! route_table {
                 (name = "ports", description = "Preview URLs of ports inside a sandbox, served by the server's preview proxy"),
                 (name = "snapshots", description = "Snapshots and forks"),
                 (name = "templates", description = "Templates"),
+                (name = "databases", description = "Managed PostgreSQL: a database per microVM on a durable volume, TLS connection strings, PgBouncer, branches, backups and SQL over HTTP"),
                 (name = "volumes", description = "Durable volumes: disks that outlive sandboxes, their snapshots and backups to the object store"),
                 (name = "keys", description = "API keys of the caller's workspace, and what it uses against its limits"),
                 (name = "meta", description = "Health and this document"),
@@ -187,6 +189,17 @@ route_table! {
     volumes::backup,
     volumes::backups,
     volumes::get_backup,
+    databases::create,
+    databases::list,
+    databases::extensions,
+    databases::get,
+    databases::delete,
+    databases::password,
+    databases::branch,
+    databases::backup,
+    databases::backups,
+    databases::query,
+    databases::sql,
     keys::list,
     keys::create,
     keys::revoke,

@@ -41,7 +41,7 @@ fn snapshot_wire(s: &VolumeSnapshotRow, volume: &str) -> wire::VolumeSnapshot {
     }
 }
 
-fn backup_wire(b: &BackupInfo) -> wire::VolumeBackup {
+pub(crate) fn backup_wire(b: &BackupInfo) -> wire::VolumeBackup {
     wire::VolumeBackup {
         id: b.id.clone(),
         volume: b.volume.clone(),

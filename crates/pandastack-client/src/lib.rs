@@ -1,7 +1,7 @@
 //! A typed async client for the PandaStack `/v1` API, used by the `pandastack` CLI, the tests
 //! and the benchmarks: sandboxes, exec (blocking and as Server-Sent Events), files (streamed
 //! from and to local files), snapshots, lifecycle, console logs, metrics, templates, keys and
-//! the PTY WebSocket; volumes, their snapshots and backups.
+//! the PTY WebSocket; volumes, their snapshots and backups; managed PostgreSQL databases.
 //!
 //! Errors keep the server's envelope (`code`, `message`, `request_id`) in [`Error::Api`]; calls
 //! answered 429, 502 or 503 are retried with backoff (honouring `Retry-After`), and creates
@@ -9,6 +9,7 @@
 //! must not depend on the server's crates beyond the wire types.
 
 mod config;
+mod databases;
 mod error;
 mod exec;
 mod files;

@@ -10,6 +10,7 @@
 
 mod activity;
 mod code;
+mod databases;
 mod jobs;
 mod reaper;
 mod reconcile;
@@ -20,6 +21,10 @@ mod volumes;
 
 pub use activity::{busy, Activity, BUSY_SHARE};
 pub use code::{CodeContextError, CodeContexts, CodeEvent};
+pub use databases::{
+    Credentials, DatabaseAddress, DatabaseError, DatabaseInfo, Databases, QueryError, QueryLimits,
+    DATABASE_METADATA, DATABASE_TEMPLATE, DB_PORT, POOLER_PORT,
+};
 pub use reaper::Reaper;
 pub use reconcile::{reconcile_rows, Reconciled};
 pub use sandboxes::{ControlError, Sandboxes, Source, Verb};

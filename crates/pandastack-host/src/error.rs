@@ -47,6 +47,10 @@ pub enum HostError {
         state: VmState,
         op: &'static str,
     },
+    /// The sandbox's VM process has exited (killed, crashed): nothing in it can answer; delete
+    /// the sandbox.
+    #[error("sandbox {0}'s VM has exited")]
+    VmExited(String),
     /// The guest agent answered a data-plane call with an error.
     #[error("guest: {message}")]
     Guest {

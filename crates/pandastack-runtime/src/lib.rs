@@ -81,6 +81,11 @@ impl<D: VmDriver> Runtime<D> {
         &self.data
     }
 
+    /// Whether `sb`'s VM process is still alive (a cheap check, no control connection).
+    pub fn is_alive(&self, sb: &Sandbox<D::Vm>) -> bool {
+        self.driver.is_running(&sb.dir)
+    }
+
     pub fn kernel(&self) -> &std::path::Path {
         &self.kernel
     }

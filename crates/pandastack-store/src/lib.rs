@@ -12,6 +12,7 @@
 //! carry the id of that host, and every query a host runs about "its" things is filtered by it.
 //! This crate stores rows; it does not start VMs or speak HTTP.
 
+mod databases;
 mod hosts;
 mod idempotency;
 mod jobs;
@@ -21,6 +22,7 @@ mod snapshots;
 mod templates;
 mod volumes;
 
+pub use databases::{DatabaseRow, DatabaseRowState, Databases};
 pub use hosts::{HostRow, Hosts};
 pub use idempotency::{Idempotency, IdempotencyRecord, Reservation};
 pub use jobs::{JobRow, JobState, Jobs, NewJob};
@@ -141,6 +143,10 @@ impl Store {
 
     pub fn keys(&self) -> Keys<'_> {
         Keys { pool: &self.pool }
+    }
+
+    pub fn databases(&self) -> Databases<'_> {
+        Databases { pool: &self.pool }
     }
 
     pub fn hosts(&self) -> Hosts<'_> {

@@ -18,6 +18,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("pandastack-net", &[]),
     ("pandastack-image", &[]),
     ("pandastack-objects", &[]),
+    // PostgreSQL's wire protocol (the database front, the query broker's client): a leaf.
+    ("pandastack-pgwire", &[]),
     ("pandastack-guest", &["pandastack-guest-proto"]),
     ("pandastack-store", &["pandastack-api-types"]),
     ("pandastack-client", &["pandastack-api-types"]),
@@ -50,6 +52,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "pandastack-store",
             "pandastack-host",
             "pandastack-objects",
+            "pandastack-pgwire",
         ],
     ),
     (
@@ -60,6 +63,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "pandastack-host",
             "pandastack-control",
             "pandastack-objects",
+            "pandastack-pgwire",
         ],
     ),
 ];

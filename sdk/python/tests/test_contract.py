@@ -21,9 +21,14 @@ import pytest
 from pandastack.types import (
     APIKey,
     CodeContext,
+    Database,
+    DatabaseExtension,
+    DatabaseExtensions,
     ExecResult,
     FileInfo,
     PortUrl,
+    QueryField,
+    QueryResult,
     SandboxInfo,
     Snapshot,
     Template,
@@ -56,6 +61,11 @@ PAIRS: Dict[str, type] = {
     "VolumeBackup": VolumeBackup,
     # Also the `volumes` entries of a create request (VolumeMount.to_json).
     "SandboxVolume": VolumeMount,
+    "Database": Database,
+    "QueryField": QueryField,
+    "QueryResponse": QueryResult,
+    "DatabaseExtension": DatabaseExtension,
+    "DatabaseExtensions": DatabaseExtensions,
 }
 
 #: Schemas the SDK does not model as a type, and why.
@@ -74,6 +84,12 @@ NOT_MODELLED: Dict[str, str] = {
     "PortUpdate": "request body",
     "CreateVolumeRequest": "request body",
     "PatchVolumeRequest": "request body",
+    "CreateDatabaseRequest": "request body",
+    "CreateBranchRequest": "request body",
+    "QueryRequest": "request body",
+    # The Neon-compatible `POST /v1/databases/{id}/sql` is for Neon's drivers, not this SDK.
+    "SqlRequest": "request body of the Neon-compatible /sql endpoint (Neon's drivers)",
+    "SqlQuery": "request body of the Neon-compatible /sql endpoint (Neon's drivers)",
     # Envelopes the SDK unwraps.
     "ErrorBody": "raised as PandaStackError subclasses",
     "ErrorEnvelope": "raised as PandaStackError subclasses",
@@ -86,6 +102,7 @@ NOT_MODELLED: Dict[str, str] = {
     "List_Volume": "unwrapped into lists / Page",
     "List_VolumeSnapshot": "unwrapped into lists / Page",
     "List_VolumeBackup": "unwrapped into lists / Page",
+    "List_Database": "unwrapped into lists / Page",
     "ForkResponse": "unwrapped into Sandbox objects",
     # GET /v1/usage: not in the SDK yet (an operator's view; curl or the CLI's JSON).
     "Usage": "GET /v1/usage is not in the SDK yet",
@@ -113,6 +130,7 @@ NOT_MODELLED: Dict[str, str] = {
     "OnTimeout": "a str field",
     "SandboxState": "a str field",
     "BackupState": "a str field (VolumeBackup.state)",
+    "DatabaseState": "a str field (Database.state)",
 }
 
 
@@ -130,6 +148,12 @@ def _resolve(s: Dict[str, Any]) -> Dict[str, Any]:
     if ref:
         return _schemas()[ref.rsplit("/", 1)[1]]
     return s
+
+
+def _map_of_arrays(prop: Dict[str, Any]) -> bool:
+    """Whether a property is an object whose values are arrays (``{"17": [...]}``)."""
+    extra = _resolve(prop).get("additionalProperties")
+    return isinstance(extra, dict) and _resolve(extra).get("type") == "array"
 
 
 def _kind(prop: Dict[str, Any]) -> Tuple[str, bool]:
@@ -192,7 +216,7 @@ def check(schema_name: str, cls: type) -> list:
     sample = {}
     for i, (name, prop) in enumerate(sorted(props.items())):
         t, nullable = _kind(prop)
-        sample[name] = _sample(name, t, i)
+        sample[name] = {"k": []} if t == "object" and _map_of_arrays(prop) else _sample(name, t, i)
         if name not in fields:
             continue
         ann, optional = _base(hints[name])

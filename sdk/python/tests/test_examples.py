@@ -23,6 +23,12 @@ EXPECT = {
         ": done,",
         "done",
     ],
+    "agent_database.py": [
+        "stored 4 documents",
+        "nearest neighbour: rust borrow checker explained (distance 0.087)",
+        "database deleted",
+        "done",
+    ],
     "async_quickstart.py": ["'job 0', 'job 1', 'job 2', 'job 3'", "hello from asyncio"],
     "code_interpreter.py": [
         "stdout: sorting 8 numbers | result: [1, 1, 2, 3, 4, 5, 6, 9]",
@@ -41,10 +47,20 @@ def test_every_example_is_covered():
     assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(EXPECT)
 
 
+#: Examples that create a managed database: they need the server's database front (skipped
+#: without PANDASTACK_DB_FRONT, like tests/test_databases.py) and get longer (the first database
+#: create on a server bakes the `postgres` template).
+DATABASE_EXAMPLES = {"agent_database.py"}
+
+
 @pytest.mark.parametrize("name", sorted(EXPECT))
 def test_example_runs(name, client, template):
+    uses_db = name in DATABASE_EXAMPLES
+    if uses_db and not os.environ.get("PANDASTACK_DB_FRONT"):
+        pytest.skip("PANDASTACK_DB_FRONT is not set (scripts/dev-server.sh prints it)")
     before = {s.id for s in client.sandboxes.list()}
     snaps_before = {s.id for s in client.snapshots.list()}
+    dbs_before = {d.id for d in client.databases.list()} if uses_db else set()
     env = dict(os.environ)
     env["PANDASTACK_TEMPLATE"] = template
     src = str(Path(__file__).resolve().parents[1] / "src")
@@ -55,7 +71,7 @@ def test_example_runs(name, client, template):
             env=env,
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=1200 if uses_db else 600,
         )
         out = p.stdout + p.stderr
         assert p.returncode == 0, out
@@ -70,5 +86,9 @@ def test_example_runs(name, client, template):
         left_snaps = [s.id for s in client.snapshots.list() if s.id not in snaps_before]
         for sid in left_snaps:
             client.snapshots.delete(sid)
+        left_dbs = [d.id for d in client.databases.list() if d.id not in dbs_before] if uses_db else []
+        for did in left_dbs:
+            client.databases.delete(did)
     assert not left, f"{name} left sandboxes behind: {[s.id for s in left]}"
+    assert not left_dbs, f"{name} left databases behind: {left_dbs}"
     assert not left_snaps, f"{name} left snapshots behind: {left_snaps}"

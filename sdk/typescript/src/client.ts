@@ -1,7 +1,7 @@
 /**
  * The client: configuration (explicit options, else `PANDASTACK_API_KEY`/`PANDASTACK_TOKEN` and
  * `PANDASTACK_BASE_URL`) and the resource collections `sandboxes`, `snapshots`, `templates`
- * (including template builds) and `volumes` (in volumes.ts).
+ * (including template builds), `volumes` (in volumes.ts) and `databases` (in databases.ts).
  */
 
 import {
@@ -27,6 +27,7 @@ import {
   type TemplateInfo,
   type VolumeMount,
 } from "./types.js";
+import { Databases } from "./databases.js";
 import { Volumes, volumeMountsToWire } from "./volumes.js";
 
 export const DEFAULT_BASE_URL = "http://localhost:8080";
@@ -96,6 +97,7 @@ export class PandaStack {
   readonly snapshots: Snapshots;
   readonly templates: Templates;
   readonly volumes: Volumes;
+  readonly databases: Databases;
   readonly baseUrl: string;
   /** @internal */
   readonly http: HttpClient;
@@ -125,6 +127,7 @@ export class PandaStack {
     this.snapshots = new Snapshots(this.http);
     this.templates = new Templates(this.http);
     this.volumes = new Volumes(this.http, newIdempotencyKey);
+    this.databases = new Databases(this.http, newIdempotencyKey);
   }
 }
 

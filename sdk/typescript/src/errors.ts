@@ -48,6 +48,9 @@ export class PermissionDeniedError extends PandaStackError {}
  */
 export class NotFoundError extends PandaStackError {}
 
+/** 404 `database_not_found`: no database of that id or name in the workspace. */
+export class DatabaseNotFoundError extends NotFoundError {}
+
 /** 409: a conflicting state (`conflict`, `sandbox_state`), e.g. resuming a running sandbox. */
 export class ConflictError extends PandaStackError {}
 
@@ -60,6 +63,33 @@ export class VolumeBusyError extends ConflictError {}
 
 /** 507 `quota_exceeded`: the workspace's volume quota (total size) would be exceeded. */
 export class QuotaExceededError extends PandaStackError {}
+
+const PG_ERROR = /^([A-Z]+) ([0-9A-Z]{5}): ([\s\S]*)$/;
+
+/**
+ * 400 `query_failed`: PostgreSQL refused a query of `client.databases.query()` (a syntax error,
+ * a constraint violation, a missing table, …). The statement did not take effect.
+ *
+ * {@link sqlstate} is PostgreSQL's five-character error code (`"42601"` syntax error, `"23505"`
+ * unique violation, `"42P01"` undefined table, …), {@link severity} its severity (`"ERROR"`) and
+ * {@link pgMessage} PostgreSQL's own message, parsed from the server's message
+ * `"ERROR 42601: syntax error at or near …"` (`undefined` if it has another shape).
+ */
+export class QueryError extends PandaStackError {
+  readonly sqlstate: string | undefined;
+  readonly severity: string | undefined;
+  readonly pgMessage: string;
+
+  /** `serverMessage`: the server's `error.message` when `message` adds to it. */
+  constructor(message: string, options: PandaStackErrorOptions & { serverMessage?: string } = {}) {
+    super(message, { code: "query_failed", ...options });
+    const raw = options.serverMessage ?? message;
+    const m = PG_ERROR.exec(raw);
+    this.severity = m?.[1];
+    this.sqlstate = m?.[2];
+    this.pgMessage = m?.[3] ?? raw;
+  }
+}
 
 /** 400/413/422: the request was rejected; the message names the offending field. */
 export class InvalidArgumentError extends PandaStackError {}
@@ -235,6 +265,8 @@ export function errorFromResponse(status: number, headers: Headers, bodyText: st
       return new AuthenticationError(text, opts);
     case status === 403:
       return new PermissionDeniedError(text, opts);
+    case status === 404 && opts.code === "database_not_found":
+      return new DatabaseNotFoundError(text, opts);
     case status === 404:
       return new NotFoundError(text, opts);
     case status === 409 && opts.code === "volume_busy":
@@ -243,6 +275,8 @@ export function errorFromResponse(status: number, headers: Headers, bodyText: st
       return new ConflictError(text, opts);
     case opts.code === "quota_exceeded":
       return new QuotaExceededError(text, opts);
+    case opts.code === "query_failed":
+      return new QueryError(text, { ...opts, serverMessage: message });
     case status === 429:
       return new RateLimitError(text, { ...opts, retryAfter: parseRetryAfter(headers.get("retry-after")) });
     case status === 400 || status === 413 || status === 422:

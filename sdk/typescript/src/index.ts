@@ -46,6 +46,14 @@ export {
   type ListVolumesOptions,
   type WaitBackupOptions,
 } from "./volumes.js";
+export {
+  Databases,
+  DATABASE_CREATE_TIMEOUT_MS,
+  type BranchDatabaseOptions,
+  type CreateDatabaseOptions,
+  type ListDatabasesOptions,
+  type QueryOptions,
+} from "./databases.js";
 export { Filesystem, type FileCallOptions, type FileContent, type WriteInfo } from "./filesystem.js";
 export { Paginator, type Page } from "./pagination.js";
 export {
@@ -53,9 +61,11 @@ export {
   AuthenticationError,
   PermissionDeniedError,
   NotFoundError,
+  DatabaseNotFoundError,
   ConflictError,
   VolumeBusyError,
   QuotaExceededError,
+  QueryError,
   InvalidArgumentError,
   RateLimitError,
   ServerError,
@@ -73,6 +83,10 @@ export { Execution, Result, ACCESS_TOKEN_HEADER } from "./types.js";
 export type {
   BackupState,
   CodeContext,
+  DatabaseExtension,
+  DatabaseExtensions,
+  DatabaseInfo,
+  DatabaseState,
   ExecEvent,
   ExecResult,
   ExecutionError,
@@ -80,6 +94,8 @@ export type {
   OnTimeout,
   PortUpdate,
   PortUrl,
+  QueryField,
+  QueryResult,
   SandboxInfo,
   SandboxMetrics,
   SandboxState,

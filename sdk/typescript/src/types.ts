@@ -106,6 +106,81 @@ export interface VolumeBackupInfo {
   finishedAt: string | null;
 }
 
+/** Where a database is in its life. */
+export type DatabaseState = "creating" | "ready" | "hibernated" | "stopped";
+
+/**
+ * A managed PostgreSQL database: its own microVM, its data on a durable volume.
+ *
+ * `connectionUri` (`postgres://user:password@<id>.<domain>:<port>/<name>?sslmode=require`) is
+ * what any PostgreSQL driver connects with, through the server's TLS front; `pooledUri` the
+ * same through PgBouncer (transaction pooling). On the server's own machine the default domain
+ * `db.localhost` does not resolve: connect to 127.0.0.1 and keep `<id>.db.localhost` as the TLS
+ * server name (node-postgres: `ssl: { servername }`).
+ */
+export interface DatabaseInfo {
+  id: string;
+  /** The database's name, also its owner role's. */
+  name: string;
+  /** PostgreSQL major version. */
+  version: number;
+  /** `hibernated`: idle for `idleSeconds`, the next connection or query wakes it; `stopped`: its VM is gone, the next one starts a new VM on the same data. */
+  state: DatabaseState;
+  /** Owner role (also in the URIs). */
+  user: string;
+  connectionUri: string;
+  /** The same through PgBouncer: `<id>-pooler.<domain>`. */
+  pooledUri: string;
+  /** Base of the HTTP query endpoints (`POST {httpUrl}/sql`, Neon-compatible). */
+  httpUrl: string;
+  sizeGb: number;
+  /** Idle seconds before it hibernates (`0`: never). */
+  idleSeconds: number;
+  /** The database this one was branched from. */
+  parent: string | null;
+  /** The sandbox (VM) serving it now, if any. */
+  sandboxId: string | null;
+  /** The durable volume holding its data. */
+  volume: string;
+  host: string;
+  /** RFC 3339. */
+  createdAt: string;
+}
+
+/** A result column: its name and its type's OID (`pg_type.oid`: 23 `int4`, 25 `text`, …). */
+export interface QueryField {
+  name: string;
+  dataTypeId: number;
+}
+
+/**
+ * What {@link Databases.query} resolves with. `rows` are arrays in field order, values
+ * converted to JSON by the server: booleans, small integers and floats as numbers, `json`/`jsonb`
+ * as JSON, arrays as arrays, everything else (`int8` and `numeric` included, to keep their
+ * precision) as PostgreSQL's text; NULL is `null`.
+ */
+export interface QueryResult {
+  /** The command tag's verb: `SELECT`, `INSERT`, … */
+  command: string;
+  /** Rows returned or touched (`null` for commands without a count). */
+  rowCount: number | null;
+  fields: QueryField[];
+  rows: unknown[][];
+}
+
+/** An extension `CREATE EXTENSION` can load. */
+export interface DatabaseExtension {
+  name: string;
+  defaultVersion: string;
+}
+
+/** The extensions databases can load, per PostgreSQL major version (`"17"`). */
+export interface DatabaseExtensions {
+  versions: Record<string, DatabaseExtension[]>;
+  /** Libraries loaded at start (`shared_preload_libraries`). */
+  preloaded: string[];
+}
+
 /** The outcome of a command. A non-zero `exitCode` is data, not an error (see `check`). */
 export interface ExecResult {
   stdout: string;
@@ -382,6 +457,61 @@ export function volumeBackupFromWire(w: Wire): VolumeBackupInfo {
     error: optStr(w.error),
     createdAt: str(w.created_at),
     finishedAt: optStr(w.finished_at),
+  };
+}
+
+/** @internal */
+export function databaseFromWire(w: Wire): DatabaseInfo {
+  return {
+    id: str(w.id),
+    name: str(w.name),
+    version: num(w.version),
+    state: str(w.state, "creating") as DatabaseState,
+    user: str(w.user),
+    connectionUri: str(w.connection_uri),
+    pooledUri: str(w.pooled_uri),
+    httpUrl: str(w.http_url),
+    sizeGb: num(w.size_gb),
+    idleSeconds: num(w.idle_seconds),
+    parent: optStr(w.parent),
+    sandboxId: optStr(w.sandbox_id),
+    volume: str(w.volume),
+    host: str(w.host),
+    createdAt: str(w.created_at),
+  };
+}
+
+/** @internal */
+export function queryFieldFromWire(w: Wire): QueryField {
+  return { name: str(w.name), dataTypeId: num(w.data_type_id) };
+}
+
+/** @internal */
+export function queryResultFromWire(w: Wire): QueryResult {
+  return {
+    command: str(w.command),
+    rowCount: optNum(w.row_count),
+    fields: objects(w.fields).map(queryFieldFromWire),
+    rows: Array.isArray(w.rows) ? w.rows.filter((r): r is unknown[] => Array.isArray(r)) : [],
+  };
+}
+
+/** @internal */
+export function databaseExtensionFromWire(w: Wire): DatabaseExtension {
+  return { name: str(w.name), defaultVersion: str(w.default_version) };
+}
+
+/** @internal */
+export function databaseExtensionsFromWire(w: Wire): DatabaseExtensions {
+  const versions: Record<string, DatabaseExtension[]> = {};
+  if (w.versions && typeof w.versions === "object" && !Array.isArray(w.versions)) {
+    for (const [k, v] of Object.entries(w.versions as Wire)) {
+      if (Array.isArray(v)) versions[k] = objects(v).map(databaseExtensionFromWire);
+    }
+  }
+  return {
+    versions,
+    preloaded: Array.isArray(w.preloaded) ? w.preloaded.filter((x): x is string => typeof x === "string") : [],
   };
 }
 

@@ -36,6 +36,11 @@ const PAIRS = {
   VolumeBackup: ["VolumeBackupInfo", "volumeBackupFromWire"],
   // Also the `volumes` entries of a create request (volumeMountsToWire).
   SandboxVolume: ["VolumeMount", "volumeMountFromWire"],
+  Database: ["DatabaseInfo", "databaseFromWire"],
+  QueryField: ["QueryField", "queryFieldFromWire"],
+  QueryResponse: ["QueryResult", "queryResultFromWire"],
+  DatabaseExtension: ["DatabaseExtension", "databaseExtensionFromWire"],
+  DatabaseExtensions: ["DatabaseExtensions", "databaseExtensionsFromWire"],
 };
 
 const REQUEST = "request body: built from options";
@@ -57,6 +62,11 @@ const NOT_MODELLED = {
   RenameRequest: REQUEST,
   CreateVolumeRequest: REQUEST,
   PatchVolumeRequest: REQUEST,
+  CreateDatabaseRequest: REQUEST,
+  CreateBranchRequest: REQUEST,
+  QueryRequest: REQUEST,
+  SqlRequest: "request body of the Neon-compatible /sql endpoint (Neon's drivers)",
+  SqlQuery: "request body of the Neon-compatible /sql endpoint (Neon's drivers)",
   ErrorBody: "thrown as PandaStackError subclasses",
   ErrorEnvelope: "thrown as PandaStackError subclasses",
   ErrorCode: "PandaStackError.code is the string",
@@ -67,6 +77,7 @@ const NOT_MODELLED = {
   List_Volume: "unwrapped into arrays / Paginator",
   List_VolumeSnapshot: "unwrapped into arrays / Paginator",
   List_VolumeBackup: "unwrapped into arrays / Paginator",
+  List_Database: "unwrapped into arrays / Paginator",
   ForkResponse: "unwrapped into Sandbox objects (ForkResult)",
   Usage: "GET /v1/usage is not in the SDK yet",
   SandboxUsage: "GET /v1/usage is not in the SDK yet",
@@ -90,10 +101,11 @@ const NOT_MODELLED = {
   OnTimeout: "a string union type (OnTimeout)",
   SandboxState: "a string union type (SandboxState)",
   BackupState: "a string union type (BackupState)",
+  DatabaseState: "a string union type (DatabaseState)",
 };
 
 /** Type aliases of src/types.ts that stand for a JSON string. */
-const STRING_ALIASES = new Set(["SandboxState", "OnTimeout", "BackupState"]);
+const STRING_ALIASES = new Set(["SandboxState", "OnTimeout", "BackupState", "DatabaseState"]);
 
 const camel = (s) => s.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
 
@@ -121,6 +133,12 @@ function kind(prop) {
   }
   if (p.enum) t = "string";
   return [t, nullable];
+}
+
+/** Whether a property is an object whose values are arrays (`{"17": […]}`). */
+function mapOfArrays(prop) {
+  const extra = resolve(prop).additionalProperties;
+  return !!extra && typeof extra === "object" && resolve(extra).type === "array";
 }
 
 function sample(name, t, i) {
@@ -192,7 +210,7 @@ export function check(schemaName, iface, decoder, ifaces = interfaces()) {
     .sort()
     .forEach((name, i) => {
       const [t, nullable] = kind(props[name]);
-      sampleWire[name] = sample(name, t, i);
+      sampleWire[name] = t === "object" && mapOfArrays(props[name]) ? { k: [] } : sample(name, t, i);
       const f = fields[camel(name)];
       if (!f) return;
       if (!fits(f.type, t)) problems.push(`${where}: \`${name}\` is ${t} on the wire but \`${f.type}\` in the SDK`);

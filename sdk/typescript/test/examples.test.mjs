@@ -14,16 +14,26 @@ const examples = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..",
 
 const ps = client();
 
-/** Runs an example; afterwards deletes the snapshots its forks left behind (their sandboxes are gone). */
-async function example(name) {
+/**
+ * Runs an example; afterwards deletes the snapshots its forks left behind (their sandboxes are
+ * gone) and, with `databases`, the databases it left behind (and fails if there were any).
+ */
+async function example(name, { databases = false } = {}) {
   const before = new Set((await ps.snapshots.list().toArray()).map((s) => s.id));
+  const dbsBefore = databases ? new Set((await ps.databases.list().toArray()).map((d) => d.id)) : new Set();
   try {
     const { stdout } = await run(process.execPath, [join(examples, name)], {
       env: { ...process.env, PANDASTACK_TEMPLATE: TEMPLATE },
-      timeout: 600_000,
+      // A database create may bake the `postgres` template first (minutes).
+      timeout: databases ? 1_200_000 : 600_000,
     });
     return stdout;
   } finally {
+    if (databases) {
+      const left = (await ps.databases.list().toArray()).filter((d) => !dbsBefore.has(d.id));
+      for (const d of left) await ps.databases.delete(d.id);
+      assert.deepEqual(left.map((d) => d.id), [], `${name} left databases behind`);
+    }
     for (const s of await ps.snapshots.list().toArray()) {
       if (before.has(s.id)) continue;
       const parentAlive = await ps.sandboxes.get(s.sandboxId).then(() => true, () => false);
@@ -76,3 +86,15 @@ test("agent-workspace", async () => {
   assert.match(out, /backup vb-\S+: done, \d+ bytes uploaded/);
   assert.match(out, /\ndone\n/);
 });
+
+test(
+  "agent-database",
+  { skip: process.env.PANDASTACK_DB_FRONT ? false : "PANDASTACK_DB_FRONT is not set (scripts/dev-server.sh prints it)" },
+  async () => {
+    const out = await example("agent-database.mjs", { databases: true });
+    assert.match(out, /database agent_\S+ \(\S+\): PostgreSQL 17, ready/);
+    assert.match(out, /stored 4 documents/);
+    assert.match(out, /nearest neighbour: rust borrow checker explained \(distance 0\.087\)/);
+    assert.match(out, /database deleted\ndone\n/);
+  },
+);

@@ -12,7 +12,13 @@ import {
   isBuilding,
   VolumeBusyError,
   VolumeBackupError,
+  DatabaseNotFoundError,
+  QueryError,
   type BuildTemplateOptions,
+  type DatabaseExtensions,
+  type DatabaseInfo,
+  type DatabaseState,
+  type QueryResult,
   type VolumeBackupInfo,
   type VolumeInfo,
   type VolumeMount,
@@ -130,4 +136,34 @@ export async function volumes(client: PandaStack): Promise<void> {
   const one: VolumeBackupInfo = await client.volumes.getBackup("ws", "vb-1");
   const gone: boolean = await client.volumes.delete("ws");
   void [grown, deleted, one, gone];
+}
+
+export async function databases(client: PandaStack): Promise<void> {
+  const db: DatabaseInfo = await client.databases.create({ name: "app", version: 17, sizeGb: 1, idleSeconds: 0 });
+  const state: DatabaseState = db.state;
+  const parent: string | null = db.parent;
+  void [state, parent, db.connectionUri, db.pooledUri, db.httpUrl, db.sandboxId, db.volume, db.user];
+  for await (const d of client.databases.list({ limit: 10 })) void d.name;
+  const same: DatabaseInfo = await client.databases.get("app");
+  const r: QueryResult = await client.databases.query(db.id, "select $1::int as n", [1], { statementTimeoutMs: 5000 });
+  const first: unknown = r.rows[0]?.[0];
+  const n: number | null = r.rowCount;
+  void [first, n, r.command, r.fields[0]?.name, r.fields[0]?.dataTypeId];
+  await client.databases.query(db.id, "select 1");
+  try {
+    await client.databases.query(db.id, "selec 1");
+  } catch (e) {
+    if (e instanceof QueryError) void [e.sqlstate, e.severity, e.pgMessage, e.status];
+    if (e instanceof DatabaseNotFoundError) void e.code;
+  }
+  const branch: DatabaseInfo = await client.databases.branch(db.id, { name: "app_br", idleSeconds: 60 });
+  await client.databases.branch(db.id);
+  const rotated: DatabaseInfo = await client.databases.rotatePassword(db.id);
+  const ext: DatabaseExtensions = await client.databases.extensions();
+  const names: string[] = (ext.versions["17"] ?? []).map((x) => `${x.name} ${x.defaultVersion}`);
+  const bk: VolumeBackupInfo = await client.databases.backup(db.id, { wait: true, timeoutSeconds: 600 });
+  await client.databases.waitBackup(db.id, bk.id, { pollMs: 100 });
+  for await (const b of client.databases.backups(db.id)) void b.state;
+  const gone: boolean = await client.databases.delete(db.id);
+  void [same, branch, rotated, names, ext.preloaded, gone];
 }

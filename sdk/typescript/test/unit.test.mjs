@@ -22,6 +22,9 @@ import {
   TemplateBuildError,
   TemplateBuildTimeoutError,
   QuotaExceededError,
+  QueryError,
+  DatabaseNotFoundError,
+  DATABASE_CREATE_TIMEOUT_MS,
   VolumeBackupError,
   VolumeBackupTimeoutError,
   VolumeBusyError,
@@ -894,6 +897,169 @@ test("volumes: snapshots, backups and waiting for a backup", async () => {
     const stuck = await c.volumes.waitBackup("ws", "vb-1", { timeoutSeconds: 0.2, pollMs: 20 }).catch((e) => e);
     assert.ok(stuck instanceof VolumeBackupTimeoutError && stuck instanceof VolumeBackupError, String(stuck));
     assert.equal(stuck.backup.state, "uploading");
+  } finally {
+    await srv.close();
+  }
+});
+
+// ---- databases
+
+const URI = "postgres://app:s3cret@db-1.db.localhost:5432/app?sslmode=require";
+const DB = {
+  id: "db-1", name: "app", version: 17, state: "ready", user: "app", connection_uri: URI,
+  pooled_uri: URI.replace("db-1.", "db-1-pooler."), http_url: "http://127.0.0.1:8080/v1/databases/db-1",
+  size_gb: 1, idle_seconds: 300, parent: null, sandbox_id: "sb-9", volume: "pgdata-db-1", host: "local",
+  created_at: "2026-01-01T00:00:00Z",
+};
+const RESULT = {
+  command: "SELECT", row_count: 2,
+  fields: [{ name: "id", data_type_id: 23 }, { name: "note", data_type_id: 25 }],
+  rows: [[1, "one"], [2, null]],
+};
+
+test("databases: create, list, get, branch, password, delete send the documented requests", async () => {
+  const srv = await mockServer((req, res, body) => {
+    const u = new URL(req.url, "http://x");
+    if (req.method === "POST" && u.pathname === "/v1/databases") return json(res, 201, { ...DB, name: JSON.parse(body).name });
+    if (req.method === "GET" && u.pathname === "/v1/databases") {
+      return u.searchParams.get("cursor") === "a"
+        ? json(res, 200, { data: [{ ...DB, id: "db-2", name: "b" }], next_cursor: null })
+        : json(res, 200, { data: [{ ...DB, name: "a" }], next_cursor: "a" });
+    }
+    if (req.method === "GET" && u.pathname === "/v1/databases/app") return json(res, 200, DB);
+    if (req.method === "POST" && u.pathname === "/v1/databases/db-1/branches") return json(res, 201, { ...DB, id: "db-2", parent: "db-1" });
+    if (req.method === "POST" && u.pathname === "/v1/databases/db-1/password") return json(res, 200, { ...DB, connection_uri: URI.replace("s3cret", "n3w") });
+    if (req.method === "DELETE" && u.pathname === "/v1/databases/db-1") return res.writeHead(204).end();
+    if (u.pathname === "/v1/databases/gone") {
+      return json(res, 404, { error: { code: "database_not_found", message: "no database gone", request_id: "r" } });
+    }
+    json(res, 404, { error: { code: "not_found", message: "no route", request_id: "r" } });
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    const d = await c.databases.create({ name: "app" });
+    assert.deepEqual(d, {
+      id: "db-1", name: "app", version: 17, state: "ready", user: "app", connectionUri: URI,
+      pooledUri: URI.replace("db-1.", "db-1-pooler."), httpUrl: "http://127.0.0.1:8080/v1/databases/db-1",
+      sizeGb: 1, idleSeconds: 300, parent: null, sandboxId: "sb-9", volume: "pgdata-db-1", host: "local",
+      createdAt: "2026-01-01T00:00:00Z",
+    });
+    await c.databases.create({ name: "big", version: 17, sizeGb: 4, idleSeconds: 0, idempotencyKey: "k-1" });
+    await assert.rejects(c.databases.create({ name: "" }), InvalidArgumentError);
+    const posts = srv.requests.filter((r) => r.method === "POST");
+    assert.deepEqual(posts.map((r) => JSON.parse(r.body)), [{ name: "app" }, { name: "big", version: 17, size_gb: 4, idle_seconds: 0 }]);
+    assert.ok(posts[0].headers["idempotency-key"]);
+    assert.equal(posts[1].headers["idempotency-key"], "k-1");
+    assert.deepEqual((await c.databases.list({ limit: 1 }).toArray()).map((x) => x.name), ["a", "b"]);
+    assert.equal((await c.databases.get("app")).id, "db-1");
+    const br = await c.databases.branch("db-1");
+    assert.equal(br.parent, "db-1");
+    await c.databases.branch("db-1", { name: "feature_x", idleSeconds: 60 });
+    const branches = srv.requests.filter((r) => r.url === "/v1/databases/db-1/branches");
+    assert.deepEqual(branches.map((r) => JSON.parse(r.body)), [{}, { name: "feature_x", idle_seconds: 60 }]);
+    assert.ok(branches.every((r) => r.headers["idempotency-key"]));
+    assert.match((await c.databases.rotatePassword("db-1")).connectionUri, /n3w/);
+    assert.equal(await c.databases.delete("db-1"), true);
+    assert.equal(await c.databases.delete("gone"), false);
+    const nf = await c.databases.get("gone").catch((e) => e);
+    assert.ok(nf instanceof DatabaseNotFoundError && nf instanceof NotFoundError, String(nf));
+    assert.equal(nf.code, "database_not_found");
+    assert.ok(DATABASE_CREATE_TIMEOUT_MS >= 900_000, "the first create bakes the postgres template: minutes");
+  } finally {
+    await srv.close();
+  }
+});
+
+test("databases: query sends sql and params, reads the result; query_failed is a QueryError with the SQLSTATE", async () => {
+  let fail = null;
+  const srv = await mockServer((req, res) => {
+    if (fail) return json(res, fail.status, { error: { code: fail.code, message: fail.message, request_id: "req_q" } });
+    json(res, 200, RESULT);
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    const r = await c.databases.query("db-1", "select id, note from t where id = any($1)", ["{1,2}"]);
+    assert.deepEqual(r, {
+      command: "SELECT", rowCount: 2,
+      fields: [{ name: "id", dataTypeId: 23 }, { name: "note", dataTypeId: 25 }],
+      rows: [[1, "one"], [2, null]],
+    });
+    const when = new Date(Date.UTC(2026, 0, 2, 3, 4, 5));
+    await c.databases.query("db-1", "insert …", [7, 1.5, true, null, undefined, "x", [0.1, 0.2, 0.3], { a: 1 }, when, 12n, new Uint8Array([0, 255])], {
+      statementTimeoutMs: 5000,
+    });
+    await c.databases.query("db-1", "select 1");
+    await assert.rejects(c.databases.query("db-1", "  "), InvalidArgumentError);
+    await assert.rejects(c.databases.query("db-1", "select $1", [Symbol("x")]), InvalidArgumentError);
+    assert.deepEqual(srv.requests.map((x) => [x.url, JSON.parse(x.body)]), [
+      ["/v1/databases/db-1/query", { sql: "select id, note from t where id = any($1)", params: ["{1,2}"] }],
+      ["/v1/databases/db-1/query", {
+        sql: "insert …",
+        params: [7, 1.5, true, null, null, "x", "[0.1,0.2,0.3]", '{"a":1}', "2026-01-02T03:04:05.000Z", "12", "\\x00ff"],
+        timeout_ms: 5000,
+      }],
+      ["/v1/databases/db-1/query", { sql: "select 1" }],
+    ]);
+
+    fail = { status: 400, code: "query_failed", message: 'ERROR 42601: syntax error at or near "selec"' };
+    const e = await c.databases.query("db-1", "selec 1").catch((x) => x);
+    assert.ok(e instanceof QueryError && !(e instanceof InvalidArgumentError), String(e));
+    assert.deepEqual([e.status, e.code, e.sqlstate, e.severity, e.requestId], [400, "query_failed", "42601", "ERROR", "req_q"]);
+    assert.equal(e.pgMessage, 'syntax error at or near "selec"');
+    fail = { status: 400, code: "query_failed", message: "something else" };
+    const odd = await c.databases.query("db-1", "select 1").catch((x) => x);
+    assert.ok(odd instanceof QueryError);
+    assert.equal(odd.sqlstate, undefined);
+    assert.equal(odd.pgMessage, "something else");
+    fail = { status: 413, code: "payload_too_large", message: "more than 10000 rows" };
+    const big = await c.databases.query("db-1", "select generate_series(1, 100000)").catch((x) => x);
+    assert.ok(big instanceof InvalidArgumentError, String(big));
+  } finally {
+    await srv.close();
+  }
+});
+
+test("databases: extensions, backups and waiting for a backup", async () => {
+  const bk = (state, extra = {}) => backupWire(state, { volume: "pgdata-db-1", ...extra });
+  let lists = 0;
+  let mode = "done";
+  const srv = await mockServer((req, res) => {
+    const u = new URL(req.url, "http://x");
+    if (u.pathname === "/v1/databases/extensions") {
+      return json(res, 200, { versions: { 17: [{ name: "vector", default_version: "0.8.0" }] }, preloaded: ["pg_stat_statements"] });
+    }
+    if (req.method === "POST" && u.pathname === "/v1/databases/db-1/backups") return json(res, 202, bk("uploading"));
+    if (req.method === "GET" && u.pathname === "/v1/databases/db-1/backups") {
+      lists += 1;
+      if (mode === "stuck" || lists < 3) return json(res, 200, { data: [bk("uploading")], next_cursor: null });
+      if (mode === "failed") return json(res, 200, { data: [bk("failed", { error: "s3 said no" })], next_cursor: null });
+      return json(res, 200, { data: [bk("done", { id: "vb-0" }), bk("done", { bytes_uploaded: 20, finished_at: "t2" })], next_cursor: null });
+    }
+    json(res, 404, { error: { code: "not_found", message: "no route", request_id: "r" } });
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    assert.deepEqual(await c.databases.extensions(), {
+      versions: { 17: [{ name: "vector", defaultVersion: "0.8.0" }] },
+      preloaded: ["pg_stat_statements"],
+    });
+    const started = await c.databases.backup("db-1");
+    assert.equal(started.state, "uploading");
+    const done = await c.databases.waitBackup("db-1", started.id, { pollMs: 10 });
+    assert.deepEqual([done.id, done.state, done.bytesUploaded, done.finishedAt], ["vb-1", "done", 20, "t2"]);
+    assert.equal(lists, 3);
+    assert.deepEqual((await c.databases.backups("db-1").toArray()).map((x) => x.id), ["vb-0", "vb-1"]);
+    const missing = await c.databases.waitBackup("db-1", "vb-nope", { pollMs: 10 }).catch((e) => e);
+    assert.ok(missing instanceof NotFoundError, String(missing));
+
+    lists = 0;
+    mode = "failed";
+    const failed = await c.databases.backup("db-1", { wait: true, pollMs: 10 }).catch((e) => e);
+    assert.ok(failed instanceof VolumeBackupError, String(failed));
+    assert.match(failed.message, /database db-1 failed: s3 said no/);
+    mode = "stuck";
+    const stuck = await c.databases.waitBackup("db-1", "vb-1", { timeoutSeconds: 0.2, pollMs: 20 }).catch((e) => e);
+    assert.ok(stuck instanceof VolumeBackupTimeoutError, String(stuck));
   } finally {
     await srv.close();
   }

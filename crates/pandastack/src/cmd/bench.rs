@@ -29,6 +29,8 @@ enum BenchWhat {
     Objects(super::bench_objects::ObjectsArgs),
     /// Durable volumes: create, create a sandbox with one, snapshots, backups, restore.
     Volumes(super::bench_volumes::VolumesArgs),
+    /// Managed PostgreSQL: create, connect, wake, branch, HTTP query, pgbench, a killed VM.
+    Databases(super::bench_databases::DatabasesArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -94,6 +96,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchWhat::Api(a) => super::bench_api::run(a).await,
         BenchWhat::Objects(a) => super::bench_objects::run(a).await,
         BenchWhat::Volumes(a) => super::bench_volumes::run(a).await,
+        BenchWhat::Databases(a) => super::bench_databases::run(a).await,
     }
 }
 

@@ -103,6 +103,7 @@ async fn start_server(a: &ApiArgs) -> anyhow::Result<(OwnServer, String, String,
     let child = std::process::Command::new(std::env::current_exe()?)
         .args(["server", "--listen", &format!("127.0.0.1:{port}")])
         .args(["--proxy-listen", &format!("127.0.0.1:{proxy_port}")])
+        .args(["--db-listen", "127.0.0.1:0"])
         .args(["--preview-url", &format!("http://localhost:{proxy_port}")])
         .arg("--data-dir")
         .arg(dir.path())

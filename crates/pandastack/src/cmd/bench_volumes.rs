@@ -58,11 +58,11 @@ const CHANGED: u64 = 10 << 20;
 
 /// The server this command started; stopped (with its VMs) and its data directory removed on
 /// drop.
-struct OwnServer {
+pub(crate) struct OwnServer {
     child: Child,
-    dir: tempfile::TempDir,
-    url: String,
-    key: String,
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) url: String,
+    pub(crate) key: String,
 }
 
 impl Drop for OwnServer {
@@ -146,8 +146,12 @@ fn kill_processes_under(dir: &Path) {
 
 /// Starts `pandastack server` on a new temporary data directory under `parent`, with
 /// `--pool-size pool_size` and its own network names and range (so that it does not meet a
-/// server with the defaults on this host).
-async fn start_server(parent: &Path, pool_size: usize) -> anyhow::Result<OwnServer> {
+/// server with the defaults on this host), and `extra` arguments.
+pub(crate) async fn start_server(
+    parent: &Path,
+    pool_size: usize,
+    extra: &[&str],
+) -> anyhow::Result<OwnServer> {
     std::fs::create_dir_all(parent)?;
     let dir = tempfile::Builder::new()
         .prefix("bench-volumes-")
@@ -159,10 +163,14 @@ async fn start_server(parent: &Path, pool_size: usize) -> anyhow::Result<OwnServ
     let proxy_port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
+    let db_port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let key_file = dir.path().join("key");
     let child = std::process::Command::new(std::env::current_exe()?)
         .args(["server", "--listen", &format!("127.0.0.1:{port}")])
         .args(["--proxy-listen", &format!("127.0.0.1:{proxy_port}")])
+        .args(["--db-listen", &format!("127.0.0.1:{db_port}")])
         .arg("--data-dir")
         .arg(dir.path())
         .arg("--key-file")
@@ -175,6 +183,7 @@ async fn start_server(parent: &Path, pool_size: usize) -> anyhow::Result<OwnServ
             "--creates-per-minute",
             "1000000",
         ])
+        .args(extra)
         .env("PANDASTACK_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()
@@ -418,7 +427,7 @@ pub(crate) async fn run(a: VolumesArgs) -> anyhow::Result<ExitCode> {
 
     // Phase 1: the server as configured (the one this command starts: warm pool 1).
     let server = if own {
-        Some(start_server(&parent, 1).await?)
+        Some(start_server(&parent, 1, &[]).await?)
     } else {
         None
     };
@@ -438,7 +447,7 @@ pub(crate) async fn run(a: VolumesArgs) -> anyhow::Result<ExitCode> {
     // Phase 2: a server with no warm pool, so that both creates restore.
     if own && !a.skip_nopool {
         eprintln!("phase 2: a server with --pool-size 0");
-        let server = start_server(&parent, 0).await?;
+        let server = start_server(&parent, 0, &[]).await?;
         let mut api = Api::new(&server.url, &server.key, &a.template);
         let r = phase_nopool(&mut api, &a, &run_id, &mut s).await;
         api.clean_up().await;
@@ -517,7 +526,7 @@ fn target(k: &str, m: &Metric) -> String {
 }
 
 /// The same boot probe the server runs (for a server elsewhere, this host's answer).
-async fn accel() -> (String, String) {
+pub(crate) async fn accel() -> (String, String) {
     let kernel = std::env::var_os("PANDASTACK_KERNEL")
         .map(PathBuf::from)
         .or_else(super::doctor::cached_kernel);

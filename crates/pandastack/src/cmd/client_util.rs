@@ -1,5 +1,6 @@
-//! What the API-calling subcommands (`auth`, `sandbox`, `volume`, `template ls`) share: the connection
-//! flags and their precedence, error reports with a hint, a progress spinner and plain tables.
+//! What the API-calling subcommands (`auth`, `sandbox`, `volume`, `db`, `template ls`) share: the
+//! connection flags and their precedence, error reports with a hint, a progress spinner and plain
+//! tables.
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -75,6 +76,9 @@ pub fn hint(e: &pandastack_client::Error, base_url: &str) -> Option<String> {
         }
         Some(404) if e.code() == Some(pandastack_client::types::ErrorCode::VolumeNotFound) => {
             Some("list your volumes with `pandastack volume ls`".into())
+        }
+        Some(404) if e.code() == Some(pandastack_client::types::ErrorCode::DatabaseNotFound) => {
+            Some("list your databases with `pandastack db ls`".into())
         }
         _ => None,
     }

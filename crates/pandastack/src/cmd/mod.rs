@@ -5,9 +5,11 @@ use std::process::ExitCode;
 pub mod auth;
 pub mod bench;
 mod bench_api;
+mod bench_databases;
 mod bench_objects;
 mod bench_volumes;
 mod client_util;
+pub mod db;
 pub mod doctor;
 pub mod host;
 mod internal;
@@ -35,7 +37,8 @@ pub enum Command {
     /// Run one command in a fresh local sandbox (no server needed) and destroy it.
     Run(run::RunArgs),
     /// Serve the REST API: control plane and host agent in one process.
-    Server(server::ServerArgs),
+    // Boxed: its flags make it much larger than the other variants (clippy::large_enum_variant).
+    Server(Box<server::ServerArgs>),
     /// Build template images from specs.
     Template(template::TemplateArgs),
     /// Log in to a server: store its URL and an API key for the client commands.
@@ -46,6 +49,9 @@ pub enum Command {
     /// Durable volumes on a running server: create, ls, get, grow, rm, snapshot, backup, restore
     #[command(visible_alias = "vol")]
     Volume(volume::VolumeArgs),
+    /// Managed PostgreSQL on a running server: create, ls, get, psql, branch, password, query, rm, backup
+    #[command(name = "db", visible_alias = "database")]
+    Db(db::DbArgs),
     /// Helper processes of the server.
     #[command(hide = true)]
     Internal(internal::InternalArgs),
@@ -58,11 +64,12 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Host(args) => host::run(args).await,
         Command::Keys(args) => keys::run(args).await,
         Command::Run(args) => run::run(args).await,
-        Command::Server(args) => server::run(args).await,
+        Command::Server(args) => server::run(*args).await,
         Command::Template(args) => template::run(args).await,
         Command::Auth(args) => auth::run(args).await,
         Command::Sandbox(args) => sandbox::run(args).await,
         Command::Volume(args) => volume::run(args).await,
+        Command::Db(args) => db::run(args).await,
         Command::Internal(args) => tokio::task::spawn_blocking(move || internal::run(args)).await?,
     }
 }

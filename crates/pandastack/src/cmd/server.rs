@@ -36,6 +36,30 @@ pub struct ServerArgs {
     /// with `Retry-After`.
     #[arg(long, default_value_t = 30)]
     preview_wake_timeout_seconds: u64,
+    /// Address the database connection front listens on (`postgres://…@<database id>.<db
+    /// domain>`, TLS required).
+    #[arg(long, env = "PANDASTACK_DB_LISTEN", default_value = "127.0.0.1:5432")]
+    db_listen: SocketAddr,
+    /// Domain of databases' host names: `<id>.<domain>` (PostgreSQL) and `<id>-pooler.<domain>`
+    /// (PgBouncer). Point a wildcard DNS record `*.<domain>` at this host.
+    #[arg(long, env = "PANDASTACK_DB_DOMAIN", default_value = "db.localhost")]
+    db_domain: String,
+    /// Port in connection strings (default: the `--db-listen` port).
+    #[arg(long, env = "PANDASTACK_DB_PORT")]
+    db_port: Option<u16>,
+    /// PEM certificate chain and key of the database front (default: a self-signed certificate
+    /// for `*.<db domain>`, made once in `<data-dir>/db-tls/`).
+    #[arg(long, env = "PANDASTACK_DB_TLS_CERT", requires = "db_tls_key")]
+    db_tls_cert: Option<PathBuf>,
+    #[arg(long, env = "PANDASTACK_DB_TLS_KEY", requires = "db_tls_cert")]
+    db_tls_key: Option<PathBuf>,
+    /// Longest a connection waits for its database to wake (or get a new VM) before it is told
+    /// to retry (`57P03`).
+    #[arg(long, default_value_t = 60)]
+    db_wake_timeout_seconds: u64,
+    /// Base URL of this API in databases' `http_url` (default: `http://<listen>`).
+    #[arg(long, env = "PANDASTACK_PUBLIC_URL")]
+    public_url: Option<String>,
     /// Data directory (templates, sandboxes, snapshots, state.db); reflink-capable is best.
     #[arg(
         long,
@@ -257,15 +281,26 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         Duration::from_secs(a.preview_wake_timeout_seconds),
     )
     .map_err(anyhow::Error::msg)?;
-    let app = Arc::new(App::new(
-        store.clone(),
-        Arc::clone(&host),
-        host_name,
-        host_id.clone(),
-        builds,
-        preview,
-        objects,
-    ));
+    let db_front = db_tls(&a)?;
+    let app = Arc::new(
+        App::new(
+            store.clone(),
+            Arc::clone(&host),
+            host_name,
+            host_id.clone(),
+            builds,
+            preview,
+            objects,
+        )
+        .with_database_address(pandastack_control::DatabaseAddress {
+            domain: a.db_domain.to_ascii_lowercase(),
+            port: a.db_port.unwrap_or(a.db_listen.port()),
+            api_url: a
+                .public_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{}", a.listen)),
+        }),
+    );
     app.recover_builds()
         .await
         .context("settle template builds")?;
@@ -274,6 +309,7 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         .await
         .context("settle volumes and backups")?;
     app.start_backup_worker();
+    app.recover_databases().await.context("settle databases")?;
     tokio::spawn(pandastack_control::Reaper::new(store.clone(), host, host_id).run());
 
     let listener = tokio::net::TcpListener::bind(a.listen)
@@ -282,6 +318,14 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     let proxy_listener = tokio::net::TcpListener::bind(a.proxy_listen)
         .await
         .with_context(|| format!("listen on {} (preview proxy)", a.proxy_listen))?;
+    let db_listener = tokio::net::TcpListener::bind(a.db_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "listen on {} (database front; choose another with --db-listen)",
+                a.db_listen
+            )
+        })?;
     let url = format!("http://{}", a.listen);
     print_usage(
         &url,
@@ -295,12 +339,23 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         a.proxy_listen,
         app.preview.url(8080, "<sandbox id>")
     );
+    println!(
+        "Databases: postgres://…@<database id>.{}:{} (TLS front on {})",
+        app.databases.address.domain, app.databases.address.port, a.db_listen
+    );
+    let db = tokio::spawn(pandastack_api::serve_db_front(
+        Arc::clone(&app),
+        db_listener,
+        Arc::new(db_front),
+        Duration::from_secs(a.db_wake_timeout_seconds),
+    ));
     let proxy_app = pandastack_api::proxy_router(Arc::clone(&app));
     let proxy = tokio::spawn(async move { axum::serve(proxy_listener, proxy_app).await });
     axum::serve(listener, pandastack_api::router(app))
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     proxy.abort();
+    db.abort();
     tracing::info!("shutting down");
     agent.shutdown().await;
     if a.hibernate_on_shutdown {
@@ -464,4 +519,48 @@ async fn shutdown_signal() {
         _ = tokio::signal::ctrl_c() => {},
         _ = term.recv() => {},
     }
+}
+
+/// The database front's TLS: the given certificate, or a self-signed one for `*.<db domain>`
+/// made at first start and kept in `<data-dir>/db-tls/`.
+fn db_tls(a: &ServerArgs) -> anyhow::Result<pandastack_pgwire::front::Front> {
+    if let (Some(cert), Some(key)) = (&a.db_tls_cert, &a.db_tls_key) {
+        let cert =
+            std::fs::read_to_string(cert).with_context(|| format!("read {}", cert.display()))?;
+        let key =
+            std::fs::read_to_string(key).with_context(|| format!("read {}", key.display()))?;
+        return pandastack_pgwire::front::Front::new(&cert, &key).context("database front TLS");
+    }
+    let dir = a.data_dir.join("db-tls");
+    let domain = a.db_domain.to_ascii_lowercase();
+    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let names_path = dir.join("names");
+    let names = format!("*.{domain}\n{domain}\n");
+    if std::fs::read_to_string(&names_path).ok().as_deref() == Some(names.as_str()) {
+        if let (Ok(c), Ok(k)) = (
+            std::fs::read_to_string(&cert_path),
+            std::fs::read_to_string(&key_path),
+        ) {
+            return pandastack_pgwire::front::Front::new(&c, &k).context("database front TLS");
+        }
+    }
+    let (front, cert, key) =
+        pandastack_pgwire::front::Front::self_signed(&[format!("*.{domain}"), domain.clone()])
+            .context("self-signed certificate for the database front")?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    std::fs::write(&cert_path, cert).with_context(|| format!("write {}", cert_path.display()))?;
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&key_path)
+            .with_context(|| format!("write {}", key_path.display()))?;
+        f.write_all(key.as_bytes())?;
+    }
+    std::fs::write(&names_path, names)?;
+    Ok(front)
 }

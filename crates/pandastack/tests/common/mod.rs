@@ -19,6 +19,8 @@ pub struct Server {
     /// The preview proxy's address (`127.0.0.1:port`); preview hosts are
     /// `<port>-<id>.localhost:<proxy port>`.
     pub proxy: String,
+    /// The database front's address (`127.0.0.1:port`).
+    pub db: String,
 }
 
 impl Drop for Server {
@@ -67,6 +69,13 @@ pub async fn start_with(data: &Path, port: u16, extra: &[&str]) -> Server {
         "--preview-url",
         preview.as_str(),
     ]);
+    let db = match extra.iter().position(|a| *a == "--db-listen") {
+        Some(i) => extra[i + 1].to_owned(),
+        None => format!("127.0.0.1:{}", free_port()),
+    };
+    if !extra.contains(&"--db-listen") {
+        args.extend(["--db-listen", db.as_str()]);
+    }
     let child = Command::new(env!("CARGO_BIN_EXE_pandastack"))
         .args(args)
         .arg("--data-dir")
@@ -105,6 +114,7 @@ pub async fn start_with(data: &Path, port: u16, extra: &[&str]) -> Server {
         url,
         key,
         proxy,
+        db,
     }
 }
 

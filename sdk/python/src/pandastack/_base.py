@@ -3,6 +3,7 @@ request bodies and the Server-Sent Events decoder. No I/O happens here."""
 
 from __future__ import annotations
 
+import decimal
 import email.utils
 import json
 import os
@@ -356,22 +357,116 @@ BACKUP_POLL_INTERVAL = 0.5
 DEFAULT_BACKUP_TIMEOUT = 3600.0
 
 
-def backup_outcome(name: str, backup: VolumeBackup) -> VolumeBackup:
+def backup_outcome(name: str, backup: VolumeBackup, what: str = "volume") -> VolumeBackup:
     """A finished backup, or :class:`~pandastack.VolumeBackupError` if it failed."""
     if backup.state == "failed":
         raise VolumeBackupError(
-            f"backup {backup.id} of volume {name} failed: {backup.error or 'no reason given'}",
+            f"backup {backup.id} of {what} {name} failed: {backup.error or 'no reason given'}",
             backup=backup,
         )
     return backup
 
 
-def backup_timeout(name: str, backup: VolumeBackup, timeout: float) -> VolumeBackupTimeoutError:
+def backup_timeout(
+    name: str, backup: VolumeBackup, timeout: float, what: str = "volume"
+) -> VolumeBackupTimeoutError:
+    follow = "volumes.get_backup" if what == "volume" else "databases.backups"
     return VolumeBackupTimeoutError(
-        f"backup {backup.id} of volume {name} still uploading after {timeout:g} s; the upload "
-        "goes on on the server (volumes.get_backup shows its state)",
+        f"backup {backup.id} of {what} {name} still uploading after {timeout:g} s; the upload "
+        f"goes on on the server ({follow} shows its state)",
         backup=backup,
     )
+
+
+# ---------------------------------------------------------------- databases
+
+#: A database create (and a branch) may build and bake the ``postgres`` template first, which
+#: takes minutes: it gets at least this long, seconds.
+DATABASE_CREATE_TIMEOUT = 900.0
+#: The server's statement timeout of a query when ``timeout_ms`` is not given, seconds.
+SERVER_DEFAULT_QUERY_TIMEOUT = 30.0
+#: Extra time the HTTP request of a query gets beyond its statement timeout: a hibernated
+#: database wakes, a stopped one gets a new VM, before the query runs.
+QUERY_HTTP_MARGIN = 300.0
+
+
+def database_body(
+    name: str,
+    version: Optional[int],
+    size_gb: Optional[int],
+    idle_seconds: Optional[int],
+) -> Dict[str, Any]:
+    """The body of ``POST /v1/databases``."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"expected a database name, got {name!r}", code="invalid_argument")
+    return drop_none(
+        {
+            "name": name,
+            "version": int(version) if version is not None else None,
+            "size_gb": int(size_gb) if size_gb is not None else None,
+            "idle_seconds": int(idle_seconds) if idle_seconds is not None else None,
+        }
+    )
+
+
+def branch_body(name: Optional[str], idle_seconds: Optional[int]) -> Dict[str, Any]:
+    """The body of ``POST /v1/databases/{id}/branches``."""
+    if name is not None and (not isinstance(name, str) or not name):
+        raise InvalidArgumentError(f"expected a branch name, got {name!r}", code="invalid_argument")
+    return drop_none(
+        {"name": name, "idle_seconds": int(idle_seconds) if idle_seconds is not None else None}
+    )
+
+
+def query_param(i: int, v: Any) -> Any:
+    """One query parameter as the wire takes it (a string, number, boolean or null; the server
+    sends each to PostgreSQL as text). Lists and dicts become compact JSON text (what ``json``,
+    ``jsonb`` and pgvector's ``vector`` read); dates, times, decimals and UUIDs their text."""
+    if v is None or isinstance(v, (str, bool, int)):
+        return v
+    if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            return str(v).replace("inf", "Infinity").replace("nan", "NaN")
+        return v
+    if isinstance(v, (list, tuple, dict)):
+        try:
+            return json.dumps(v, separators=(",", ":"), allow_nan=False, default=str)
+        except ValueError as e:
+            raise InvalidArgumentError(f"params[{i}]: {e}", code="invalid_argument") from None
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return "\\x" + bytes(v).hex()
+    iso = getattr(v, "isoformat", None)
+    if callable(iso):
+        return iso()
+    if isinstance(v, (decimal.Decimal, uuid.UUID)):
+        return str(v)
+    raise InvalidArgumentError(
+        f"params[{i}]: a str, int, float, bool, None, list or dict, got {type(v).__name__}",
+        code="invalid_argument",
+    )
+
+
+def query_body(sql: str, params: Optional[Sequence[Any]], timeout_ms: Optional[int]) -> Dict[str, Any]:
+    """The body of ``POST /v1/databases/{id}/query``."""
+    if not isinstance(sql, str) or not sql.strip():
+        raise InvalidArgumentError("sql: a non-empty SQL statement", code="invalid_argument")
+    if params is not None and (isinstance(params, (str, bytes, Mapping)) or not hasattr(params, "__iter__")):
+        raise InvalidArgumentError(
+            f"params: a list of values for $1, $2, ..., got {type(params).__name__}",
+            code="invalid_argument",
+        )
+    body: Dict[str, Any] = {"sql": sql}
+    if params is not None:
+        body["params"] = [query_param(i, v) for i, v in enumerate(params)]
+    if timeout_ms is not None:
+        body["timeout_ms"] = int(timeout_ms)
+    return body
+
+
+def query_http_timeout(timeout_ms: Optional[int], default: float) -> httpx.Timeout:
+    """The HTTP timeout of a query: its statement timeout plus time for the database to wake."""
+    statement = SERVER_DEFAULT_QUERY_TIMEOUT if timeout_ms is None else max(0, int(timeout_ms)) / 1000
+    return timeout_for(None, max(default, statement + QUERY_HTTP_MARGIN))
 
 
 def exec_body(

@@ -11,6 +11,7 @@ A command that exits non-zero is *data* (:class:`~pandastack.ExecResult`), not a
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Dict, Optional, Type
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,10 +27,12 @@ __all__ = [
     "TemplateNotFoundError",
     "SnapshotNotFoundError",
     "VolumeNotFoundError",
+    "DatabaseNotFoundError",
     "ConflictError",
     "SandboxStateError",
     "VolumeBusyError",
     "QuotaExceededError",
+    "QueryError",
     "InvalidArgumentError",
     "RateLimitError",
     "ServerError",
@@ -120,6 +123,10 @@ class VolumeNotFoundError(NotFoundError):
     ``from_snapshot`` / ``from_backup``, no such snapshot or backup)."""
 
 
+class DatabaseNotFoundError(NotFoundError):
+    """404 ``database_not_found``: no database of that id or name in the workspace."""
+
+
 class ConflictError(APIError):
     """409: e.g. an ``Idempotency-Key`` reused with a different body, or a state conflict."""
 
@@ -137,6 +144,32 @@ class VolumeBusyError(ConflictError):
 
 class QuotaExceededError(APIError):
     """507 ``quota_exceeded``: the workspace's volume quota (total size) would be exceeded."""
+
+
+_PG_ERROR = re.compile(r"^(?P<severity>[A-Z]+) (?P<sqlstate>[0-9A-Z]{5}): (?P<text>.*)$", re.DOTALL)
+
+
+class QueryError(APIError):
+    """400 ``query_failed``: PostgreSQL refused a query of ``databases.query`` (a syntax error,
+    a constraint violation, a missing table, ...). The statement did not take effect.
+
+    ``sqlstate`` is PostgreSQL's five-character error code (``"42601"`` syntax error,
+    ``"23505"`` unique violation, ``"42P01"`` undefined table, ...), ``severity`` its severity
+    (``"ERROR"``) and ``pg_message`` PostgreSQL's own message; all three are parsed from the
+    server's message ``"ERROR 42601: syntax error at or near ..."`` (``None`` if it has another
+    shape)."""
+
+    sqlstate: Optional[str]
+    severity: Optional[str]
+    pg_message: str
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        kw.setdefault("code", "query_failed")
+        super().__init__(message, **kw)
+        m = _PG_ERROR.match(message or "")
+        self.severity = m.group("severity") if m else None
+        self.sqlstate = m.group("sqlstate") if m else None
+        self.pg_message = m.group("text") if m else (message or "")
 
 
 class InvalidArgumentError(APIError):
@@ -267,6 +300,8 @@ _BY_CODE: Dict[str, Type[APIError]] = {
     "volume_not_found": VolumeNotFoundError,
     "volume_busy": VolumeBusyError,
     "quota_exceeded": QuotaExceededError,
+    "database_not_found": DatabaseNotFoundError,
+    "query_failed": QueryError,
 }
 
 

@@ -34,10 +34,17 @@ __all__ = [
     "VolumeSnapshot",
     "VolumeBackup",
     "BackupState",
+    "DatabaseState",
+    "Database",
+    "QueryField",
+    "QueryResult",
+    "DatabaseExtension",
+    "DatabaseExtensions",
 ]
 
 SandboxState = Literal["starting", "running", "paused", "hibernated", "stopped", "failed"]
 BackupState = Literal["uploading", "done", "failed"]
+DatabaseState = Literal["creating", "ready", "hibernated", "stopped"]
 
 
 def _s(d: Mapping[str, Any], k: str, default: Any = None) -> Any:
@@ -606,6 +613,167 @@ class VolumeBackup:
             error=d.get("error"),
             created_at=_s(d, "created_at", ""),
             finished_at=d.get("finished_at"),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class Database:
+    """A managed PostgreSQL database: its own microVM, its data on a durable volume.
+
+    ``connection_uri`` (``postgres://user:password@<id>.<domain>:<port>/<name>?sslmode=require``)
+    is what any PostgreSQL driver connects with, through the server's TLS front; ``pooled_uri``
+    the same through PgBouncer (transaction pooling). On the server's own machine the default
+    domain ``db.localhost`` does not resolve: add libpq's ``hostaddr=127.0.0.1`` (the TLS server
+    name still comes from the host name), e.g. ``psycopg.connect(db.connection_uri,
+    hostaddr="127.0.0.1")``.
+
+    ``state`` is ``"creating"``, ``"ready"``, ``"hibernated"`` (idle for ``idle_seconds``: the
+    next connection or query wakes it) or ``"stopped"`` (its VM is gone: the next connection or
+    query starts a new one on the same data). ``parent`` is the database it was branched from;
+    ``volume`` the durable volume holding its data; ``sandbox_id`` the VM serving it now."""
+
+    id: str
+    name: str = ""
+    version: int = 0
+    state: str = "creating"
+    user: str = ""
+    connection_uri: str = ""
+    pooled_uri: str = ""
+    http_url: str = ""
+    size_gb: int = 0
+    idle_seconds: int = 0
+    parent: Optional[str] = None
+    sandbox_id: Optional[str] = None
+    volume: str = ""
+    host: str = ""
+    created_at: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        # The connection strings carry the password: keep them out of logs of the object.
+        return (
+            f"Database(id={self.id!r}, name={self.name!r}, version={self.version!r}, "
+            f"state={self.state!r}, parent={self.parent!r})"
+        )
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Database":
+        return cls(
+            id=_s(d, "id", ""),
+            name=_s(d, "name", ""),
+            version=int(_s(d, "version", 0)),
+            state=_s(d, "state", "creating"),
+            user=_s(d, "user", ""),
+            connection_uri=_s(d, "connection_uri", ""),
+            pooled_uri=_s(d, "pooled_uri", ""),
+            http_url=_s(d, "http_url", ""),
+            size_gb=int(_s(d, "size_gb", 0)),
+            idle_seconds=int(_s(d, "idle_seconds", 0)),
+            parent=d.get("parent"),
+            sandbox_id=d.get("sandbox_id"),
+            volume=_s(d, "volume", ""),
+            host=_s(d, "host", ""),
+            created_at=_s(d, "created_at", ""),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class QueryField:
+    """A result column: its ``name`` and its type's OID (``pg_type.oid``: 23 ``int4``, 25
+    ``text``, 16 ``bool``, …)."""
+
+    name: str
+    data_type_id: int = 0
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "QueryField":
+        return cls(name=_s(d, "name", ""), data_type_id=int(_s(d, "data_type_id", 0)))
+
+
+@dataclass
+class QueryResult:
+    """What :meth:`~pandastack.PandaStack.databases.query` returns.
+
+    ``rows`` are lists in field order, values converted to JSON by the server: booleans, small
+    integers and floats as numbers, ``json``/``jsonb`` as JSON, arrays as lists, everything else
+    (``int8`` and ``numeric`` included, to keep their precision) as PostgreSQL's text; NULL is
+    ``None``. ``command`` is the command tag's verb (``SELECT``, ``INSERT``, ...), ``row_count``
+    the rows it returned or touched (``None`` for commands without a count)."""
+
+    command: str = ""
+    row_count: Optional[int] = None
+    fields: List[QueryField] = field(default_factory=list)
+    rows: List[List[Any]] = field(default_factory=list)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def columns(self) -> List[str]:
+        """The field names, in order."""
+        return [f.name for f in self.fields]
+
+    def dicts(self) -> List[Dict[str, Any]]:
+        """The rows as ``{column: value}`` dicts (a later column wins over an earlier one of the
+        same name)."""
+        names = self.columns
+        return [dict(zip(names, r)) for r in self.rows]
+
+    def scalar(self) -> Any:
+        """The first column of the first row (``None`` when there is no row)."""
+        return self.rows[0][0] if self.rows and self.rows[0] else None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "QueryResult":
+        rc = d.get("row_count")
+        return cls(
+            command=_s(d, "command", ""),
+            row_count=int(rc) if rc is not None else None,
+            fields=[QueryField.from_json(f) for f in _s(d, "fields", []) if isinstance(f, Mapping)],
+            rows=[list(r) for r in _s(d, "rows", []) if isinstance(r, list)],
+            raw=dict(d),
+        )
+
+
+@dataclass
+class DatabaseExtension:
+    """An extension ``CREATE EXTENSION`` can load (``vector``, ``pg_trgm``, ...)."""
+
+    name: str
+    default_version: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "DatabaseExtension":
+        return cls(name=_s(d, "name", ""), default_version=_s(d, "default_version", ""))
+
+
+@dataclass
+class DatabaseExtensions:
+    """The extensions databases can load: ``versions`` maps a PostgreSQL major version (as a
+    string, ``"17"``) to its extensions; ``preloaded`` lists the libraries loaded at start
+    (``shared_preload_libraries``)."""
+
+    versions: Dict[str, List[DatabaseExtension]] = field(default_factory=dict)
+    preloaded: List[str] = field(default_factory=list)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def names(self, version: Optional[Union[int, str]] = None) -> List[str]:
+        """The extension names of one PostgreSQL major version (default: the newest)."""
+        if not self.versions:
+            return []
+        key = str(version) if version is not None else max(self.versions, key=lambda v: (len(v), v))
+        return [e.name for e in self.versions.get(key, [])]
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "DatabaseExtensions":
+        versions = _s(d, "versions", {})
+        return cls(
+            versions={
+                str(k): [DatabaseExtension.from_json(e) for e in v if isinstance(e, Mapping)]
+                for k, v in (versions.items() if isinstance(versions, Mapping) else [])
+                if isinstance(v, list)
+            },
+            preloaded=[str(x) for x in _s(d, "preloaded", []) if isinstance(x, str)],
             raw=dict(d),
         )
 

@@ -1,0 +1,567 @@
+//! The managed-database service: a PostgreSQL cluster per database, its data on a durable
+//! volume of its own, served by a sandbox of the `postgres` template that mounts it.
+//!
+//! The volume is the database; the VM is replaceable. A database whose VM was deleted or died
+//! gets a new one on the same volume at its next use ([`Databases::running`]): PostgreSQL
+//! recovers from its WAL like after a power cut, so every acknowledged commit (synchronous
+//! commit, `fsync` on) is there. An idle database hibernates (its sandbox's idle timeout, with
+//! connections counted as activity by the connection front) and wakes on the next use.
+//!
+//! Order of writes, so that a crash at any point leaves nothing a restart cannot settle: the
+//! database row is written `creating` first, then its volume (named after the row), then its
+//! VM (a sandbox row naming it in `metadata`), then the cluster is brought up and the row set
+//! `ready`. Start-up ([`Databases::reconcile`]) removes what a `creating` row left. A delete
+//! removes the VM, the row and then the volume.
+
+mod query;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pandastack_api_types::{
+    CreateBranchRequest, CreateDatabaseRequest, CreateVolumeRequest, OnTimeout, SandboxState,
+    SandboxVolume, DEFAULT_DATABASE_GB, DEFAULT_DATABASE_IDLE_SECONDS,
+};
+use pandastack_host::{ExecSpec, Host, HostError};
+use pandastack_store::{
+    new_id, now_ms, DatabaseRow, DatabaseRowState, MountClaim, SandboxRow, Store, StoreError,
+};
+
+use crate::{ControlError, Sandboxes, VolumeError, Volumes};
+
+pub use query::{Credentials, QueryError, QueryLimits, DB_PORT, POOLER_PORT};
+
+/// The template every database VM is made from.
+pub const DATABASE_TEMPLATE: &str = "postgres";
+/// Sandbox metadata key naming the database a VM serves.
+pub const DATABASE_METADATA: &str = "pandastack.database";
+/// Where a database VM mounts its data volume.
+const DATA_PATH: &str = "/var/lib/pandastack-db";
+/// The script that brings the cluster up (and sets the owner's password).
+const BOOTSTRAP: &str = include_str!("bootstrap.sh");
+/// Longest the bootstrap may take (a first `initdb` under TCG takes seconds, a recovery after a
+/// crash can take longer).
+const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Why a database operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DatabaseError {
+    #[error("database {0} not found")]
+    NotFound(String),
+    #[error("database {0} exists")]
+    Exists(String),
+    #[error("database {0} is being created")]
+    NotReady(String),
+    /// The cluster did not come up in its VM (the message is the script's output).
+    #[error("database {database}: PostgreSQL did not start: {detail}")]
+    Bootstrap { database: String, detail: String },
+    #[error(transparent)]
+    Volume(#[from] VolumeError),
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error(transparent)]
+    Query(#[from] QueryError),
+}
+
+/// How users reach databases (what the connection strings say).
+#[derive(Debug, Clone)]
+pub struct DatabaseAddress {
+    /// `<id>.<domain>` is a database, `<id>-pooler.<domain>` its PgBouncer.
+    pub domain: String,
+    /// Port of the connection front in the strings.
+    pub port: u16,
+    /// The API's base URL (`http_url` is `<base>/v1/databases/<id>`).
+    pub api_url: String,
+}
+
+impl DatabaseAddress {
+    fn uri(&self, row: &DatabaseRow, host: &str) -> String {
+        format!(
+            "postgres://{}:{}@{host}.{}:{}/{}?sslmode=require",
+            row.role_name, row.password, self.domain, self.port, row.role_name
+        )
+    }
+
+    /// The direct connection string.
+    pub fn connection_uri(&self, row: &DatabaseRow) -> String {
+        self.uri(row, &row.id)
+    }
+
+    /// The connection string through PgBouncer.
+    pub fn pooled_uri(&self, row: &DatabaseRow) -> String {
+        self.uri(row, &format!("{}-pooler", row.id))
+    }
+
+    pub fn http_url(&self, row: &DatabaseRow) -> String {
+        format!(
+            "{}/v1/databases/{}",
+            self.api_url.trim_end_matches('/'),
+            row.id
+        )
+    }
+}
+
+/// A database and the sandbox serving it now (if any).
+#[derive(Debug, Clone)]
+pub struct DatabaseInfo {
+    pub row: DatabaseRow,
+    pub sandbox: Option<SandboxRow>,
+}
+
+/// Databases of one host.
+#[derive(Clone)]
+pub struct Databases {
+    store: Store,
+    host: Arc<dyn Host>,
+    sandboxes: Sandboxes,
+    volumes: Volumes,
+    host_id: String,
+    pub address: DatabaseAddress,
+    /// One start (wake or new VM) at a time per database.
+    starting: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+/// A fresh password: 24 of `[A-Za-z0-9]` (safe in a URI unescaped).
+fn new_password() -> String {
+    use rand::Rng;
+    rand::rng()
+        .sample_iter(&rand::distr::Alphanumeric)
+        .take(24)
+        .map(char::from)
+        .collect()
+}
+
+/// The volume that holds database `id`'s data.
+fn volume_name(id: &str) -> String {
+    format!("pgdata-{id}")
+}
+
+impl Databases {
+    pub fn new(
+        store: Store,
+        host: Arc<dyn Host>,
+        sandboxes: Sandboxes,
+        volumes: Volumes,
+        host_id: String,
+        address: DatabaseAddress,
+    ) -> Self {
+        Self {
+            store,
+            host,
+            sandboxes,
+            volumes,
+            host_id,
+            address,
+            starting: Arc::default(),
+        }
+    }
+
+    /// A workspace's ready database by id or name.
+    pub async fn row(&self, ws: &str, id: &str) -> Result<DatabaseRow, DatabaseError> {
+        match self.store.databases().get(ws, id).await {
+            Ok(r) if r.state == DatabaseRowState::Ready => Ok(r),
+            Ok(_) => Err(DatabaseError::NotReady(id.into())),
+            Err(StoreError::NotFound) => Err(DatabaseError::NotFound(id.into())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Any workspace's ready database by id (the connection front knows no workspace).
+    pub async fn by_id(&self, id: &str) -> Result<DatabaseRow, DatabaseError> {
+        match self.store.databases().by_id(id).await {
+            Ok(r) if r.state == DatabaseRowState::Ready => Ok(r),
+            Ok(_) => Err(DatabaseError::NotReady(id.into())),
+            Err(StoreError::NotFound) => Err(DatabaseError::NotFound(id.into())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub async fn info(&self, row: DatabaseRow) -> Result<DatabaseInfo, DatabaseError> {
+        let sandbox = match &row.sandbox_id {
+            Some(id) => match self.store.sandboxes().by_id(id).await {
+                Ok(s) => Some(s),
+                Err(StoreError::NotFound) => None,
+                Err(e) => return Err(e.into()),
+            },
+            None => None,
+        };
+        Ok(DatabaseInfo { row, sandbox })
+    }
+
+    pub async fn get(&self, ws: &str, id: &str) -> Result<DatabaseInfo, DatabaseError> {
+        let row = self.row(ws, id).await?;
+        self.info(row).await
+    }
+
+    /// A page of a workspace's databases by name (one more than `limit` when there are more).
+    pub async fn list(
+        &self,
+        ws: &str,
+        after: Option<String>,
+        limit: u32,
+    ) -> Result<Vec<DatabaseInfo>, DatabaseError> {
+        let rows = self.store.databases().list(ws, after, limit).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            out.push(self.info(r).await?);
+        }
+        Ok(out)
+    }
+
+    /// Creates a database: its row, an empty volume, a VM with the volume mounted, a new
+    /// cluster with the owner role and database. Anything made is removed if a step fails.
+    pub async fn create(
+        &self,
+        ws: &str,
+        req: &CreateDatabaseRequest,
+    ) -> Result<DatabaseInfo, DatabaseError> {
+        let row = DatabaseRow {
+            id: new_id("db-"),
+            workspace_id: ws.to_owned(),
+            name: req.name.clone(),
+            version: i64::from(req.version.unwrap_or(17)),
+            host_id: self.host_id.clone(),
+            state: DatabaseRowState::Creating,
+            volume_id: String::new(),
+            sandbox_id: None,
+            role_name: req.name.clone(),
+            password: new_password(),
+            size_gb: i64::from(req.size_gb.unwrap_or(DEFAULT_DATABASE_GB)),
+            idle_seconds: req.idle_seconds.unwrap_or(DEFAULT_DATABASE_IDLE_SECONDS) as i64,
+            parent_id: None,
+            created_at: now_ms(),
+        };
+        let volume = CreateVolumeRequest {
+            name: volume_name(&row.id),
+            size_gb: Some(row.size_gb as u32),
+            ..Default::default()
+        };
+        self.make(row, volume).await
+    }
+
+    /// A branch of database `id` as of now: a new database on a copy-on-write copy of its
+    /// volume (taken with the parent's file system frozen, so the copy is what a power cut at
+    /// that instant would leave; PostgreSQL recovers it), with the same owner role and its own
+    /// password.
+    pub async fn branch(
+        &self,
+        ws: &str,
+        id: &str,
+        req: &CreateBranchRequest,
+    ) -> Result<DatabaseInfo, DatabaseError> {
+        let parent = self.row(ws, id).await?;
+        let pvol = volume_name(&parent.id);
+        let snap = self.volumes.snapshot(ws, &pvol).await?;
+        let branch_id = new_id("db-");
+        let name = req
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("{}_{}", parent.name, &branch_id[branch_id.len() - 6..]));
+        let row = DatabaseRow {
+            id: branch_id,
+            workspace_id: ws.to_owned(),
+            name,
+            version: parent.version,
+            host_id: self.host_id.clone(),
+            state: DatabaseRowState::Creating,
+            volume_id: String::new(),
+            sandbox_id: None,
+            role_name: parent.role_name.clone(),
+            password: new_password(),
+            size_gb: parent.size_gb,
+            idle_seconds: req
+                .idle_seconds
+                .map(|s| s as i64)
+                .unwrap_or(parent.idle_seconds),
+            parent_id: Some(parent.id.clone()),
+            created_at: now_ms(),
+        };
+        let volume = CreateVolumeRequest {
+            name: volume_name(&row.id),
+            from_snapshot: Some(snap.id.clone()),
+            ..Default::default()
+        };
+        let made = self.make(row, volume).await;
+        if let Err(e) = self.volumes.delete_snapshot(ws, &pvol, &snap.id).await {
+            tracing::warn!(snapshot = %snap.id, error = %e, "could not remove a branch's volume snapshot");
+        }
+        made
+    }
+
+    /// Writes `row` (`creating`), makes its volume and VM, brings the cluster up, sets the
+    /// row `ready`; undoes everything on failure.
+    async fn make(
+        &self,
+        mut row: DatabaseRow,
+        volume: CreateVolumeRequest,
+    ) -> Result<DatabaseInfo, DatabaseError> {
+        match self.store.databases().insert(&row).await {
+            Ok(()) => {}
+            Err(StoreError::Conflict) => return Err(DatabaseError::Exists(row.name)),
+            Err(e) => return Err(e.into()),
+        }
+        let made = async {
+            let v = self.volumes.create(&row.workspace_id, &volume).await?;
+            row.volume_id = v.row.id.clone();
+            self.store
+                .databases()
+                .set_volume(&row.id, &row.volume_id)
+                .await?;
+            let sandbox = self.start_vm(&row).await?;
+            self.store.databases().set_ready(&row.id).await?;
+            row.state = DatabaseRowState::Ready;
+            Ok::<_, DatabaseError>(sandbox)
+        }
+        .await;
+        match made {
+            Ok(sandbox) => Ok(DatabaseInfo {
+                row,
+                sandbox: Some(sandbox),
+            }),
+            Err(e) => {
+                tracing::warn!(database = %row.id, error = %e, "database create failed: removing what it made");
+                if let Err(c) = self.remove(&row).await {
+                    tracing::warn!(database = %row.id, error = %c, "could not remove a failed database");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// A new VM for database `row` with its volume mounted, the cluster up; the row names it.
+    async fn start_vm(&self, row: &DatabaseRow) -> Result<SandboxRow, DatabaseError> {
+        let now = now_ms();
+        let vol = volume_name(&row.id);
+        let sandbox = SandboxRow {
+            id: new_id("sb-"),
+            workspace_id: row.workspace_id.clone(),
+            host_id: self.host_id.clone(),
+            template: DATABASE_TEMPLATE.into(),
+            state: SandboxState::Starting,
+            vcpus: 0,
+            memory_mib: 0,
+            metadata: BTreeMap::from([(DATABASE_METADATA.to_owned(), row.id.clone())]),
+            env: BTreeMap::new(),
+            ttl_seconds: None,
+            idle_timeout_seconds: (row.idle_seconds > 0).then_some(row.idle_seconds),
+            on_timeout: OnTimeout::Hibernate,
+            created_at: now,
+            expires_at: None,
+            last_activity_at: now,
+            boot_ms: 0,
+            boot_mode: "restore".into(),
+            snapshot_id: None,
+            parent_id: None,
+            access_token: pandastack_store::new_token(),
+            public_ports: Default::default(),
+            volumes: vec![SandboxVolume {
+                name: vol.clone(),
+                path: DATA_PATH.into(),
+                read_only: false,
+            }],
+        };
+        let claims = [MountClaim {
+            name: vol,
+            path: DATA_PATH.into(),
+            read_only: false,
+        }];
+        let sandbox = self
+            .sandboxes
+            .create_with_volumes(sandbox, DATABASE_TEMPLATE, &claims, &self.volumes)
+            .await?;
+        self.store
+            .databases()
+            .set_sandbox(&row.id, Some(&sandbox.id))
+            .await?;
+        if let Err(e) = self.bootstrap(row, &sandbox.id, "start").await {
+            let _ = self.store.databases().set_sandbox(&row.id, None).await;
+            if let Err(d) = self.sandboxes.delete(&sandbox).await {
+                tracing::warn!(sandbox = %sandbox.id, error = %d, "could not remove a database VM that failed to start");
+            }
+            return Err(e);
+        }
+        Ok(sandbox)
+    }
+
+    /// Runs the bootstrap script in the database's VM (`start` or `password`).
+    async fn bootstrap(
+        &self,
+        row: &DatabaseRow,
+        sandbox: &str,
+        mode: &str,
+    ) -> Result<(), DatabaseError> {
+        let env = HashMap::from([
+            ("PS_VOLUME".to_owned(), DATA_PATH.to_owned()),
+            ("PS_ROLE".to_owned(), row.role_name.clone()),
+            ("PS_PASSWORD".to_owned(), row.password.clone()),
+            ("PS_MODE".to_owned(), mode.to_owned()),
+        ]);
+        let started = std::time::Instant::now();
+        let out = self
+            .host
+            .exec(
+                sandbox,
+                ExecSpec {
+                    shell: BOOTSTRAP.into(),
+                    env,
+                    timeout: BOOTSTRAP_TIMEOUT,
+                    max_output_bytes: 64 * 1024,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        if out.exit_code != 0 || out.timed_out {
+            let mut detail = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+            if out.timed_out {
+                detail = format!("timed out after {BOOTSTRAP_TIMEOUT:?}; {detail}");
+            }
+            let tail: String = detail
+                .chars()
+                .rev()
+                .take(2000)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            return Err(DatabaseError::Bootstrap {
+                database: row.id.clone(),
+                detail: tail,
+            });
+        }
+        tracing::info!(database = %row.id, sandbox, mode, ms = started.elapsed().as_millis() as u64, "database bootstrap");
+        Ok(())
+    }
+
+    /// The database's VM ready for connections: woken if it hibernated, a new one on the same
+    /// volume if it has none (deleted, or its VM died). One start at a time per database.
+    pub async fn running(&self, row: &DatabaseRow) -> Result<SandboxRow, DatabaseError> {
+        let lock = {
+            let mut m = self.starting.lock().unwrap_or_else(|p| p.into_inner());
+            Arc::clone(m.entry(row.id.clone()).or_default())
+        };
+        let _held = lock.lock().await;
+        let row = self.store.databases().by_id(&row.id).await?;
+        if let Some(sb) = &row.sandbox_id {
+            match self.store.sandboxes().by_id(sb).await {
+                Ok(s) => match self.sandboxes.awake(s.clone()).await {
+                    Ok(s) => return Ok(s),
+                    Err(ControlError::Host(
+                        HostError::SandboxNotFound(_) | HostError::VmExited(_),
+                    )) => {
+                        tracing::warn!(database = %row.id, sandbox = %sb, "database VM is gone: starting a new one on its volume");
+                        self.sandboxes.delete(&s).await?;
+                    }
+                    Err(e) => return Err(e.into()),
+                },
+                Err(StoreError::NotFound) => {}
+                Err(e) => return Err(e.into()),
+            }
+            self.store.databases().set_sandbox(&row.id, None).await?;
+        }
+        tracing::info!(database = %row.id, "starting a VM for a database");
+        self.start_vm(&row).await
+    }
+
+    /// Rotates the owner role's password (in the cluster and PgBouncer, then the row).
+    pub async fn rotate_password(&self, ws: &str, id: &str) -> Result<DatabaseInfo, DatabaseError> {
+        let mut row = self.row(ws, id).await?;
+        let sandbox = self.running(&row).await?;
+        row.password = new_password();
+        self.bootstrap(&row, &sandbox.id, "password").await?;
+        self.store
+            .databases()
+            .set_password(&row.id, &row.password)
+            .await?;
+        row.sandbox_id = Some(sandbox.id.clone());
+        Ok(DatabaseInfo {
+            row,
+            sandbox: Some(sandbox),
+        })
+    }
+
+    /// Deletes a database: its VM, its row, its volume (backups stay in the object store).
+    pub async fn delete(&self, ws: &str, id: &str) -> Result<(), DatabaseError> {
+        let row = match self.store.databases().get(ws, id).await {
+            Ok(r) => r,
+            Err(StoreError::NotFound) => return Err(DatabaseError::NotFound(id.into())),
+            Err(e) => return Err(e.into()),
+        };
+        self.remove(&row).await
+    }
+
+    /// Removes whatever database `row` has: VMs serving it, the row, the volume.
+    async fn remove(&self, row: &DatabaseRow) -> Result<(), DatabaseError> {
+        if let Some(sb) = &row.sandbox_id {
+            match self.store.sandboxes().by_id(sb).await {
+                Ok(s) => self.sandboxes.delete(&s).await?,
+                Err(StoreError::NotFound) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // A VM made by a create that crashed before the row named it.
+        let filter = pandastack_store::Filter {
+            state: None,
+            metadata: vec![(DATABASE_METADATA.to_owned(), row.id.clone())],
+        };
+        for s in self
+            .store
+            .sandboxes()
+            .list(&row.workspace_id, &filter, None, 1000)
+            .await?
+        {
+            self.sandboxes.delete(&s).await?;
+        }
+        self.store.databases().delete(&row.id).await?;
+        match self
+            .volumes
+            .delete(&row.workspace_id, &volume_name(&row.id))
+            .await
+        {
+            Ok(()) | Err(VolumeError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Start-up: removes what creates interrupted by a crash left (rows still `creating`, with
+    /// their VMs and volumes).
+    pub async fn reconcile(&self) -> Result<(), DatabaseError> {
+        for r in self.store.databases().on_host(&self.host_id).await? {
+            if r.state == DatabaseRowState::Creating {
+                tracing::warn!(database = %r.id, name = %r.name, "removing a database whose create did not finish");
+                self.remove(&r).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Backups of the database's volume (to the object store, as durable jobs).
+    pub async fn backup(&self, ws: &str, id: &str) -> Result<crate::BackupInfo, DatabaseError> {
+        let row = self.row(ws, id).await?;
+        Ok(self.volumes.backup(ws, &volume_name(&row.id)).await?)
+    }
+
+    pub async fn backups(
+        &self,
+        ws: &str,
+        id: &str,
+    ) -> Result<Vec<crate::BackupInfo>, DatabaseError> {
+        let row = self.row(ws, id).await?;
+        Ok(self.volumes.backups(ws, &volume_name(&row.id)).await?)
+    }
+
+    /// Counts a use of the database (a connection, a query) as activity of its VM.
+    pub async fn touch(&self, sandbox: &str) {
+        if let Err(e) = self.store.sandboxes().touch(sandbox, now_ms()).await {
+            tracing::debug!(sandbox, error = %e, "could not record database activity");
+        }
+    }
+
+    pub fn host(&self) -> &Arc<dyn Host> {
+        &self.host
+    }
+}

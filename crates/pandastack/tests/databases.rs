@@ -1,0 +1,448 @@
+//! Managed PostgreSQL through the real server, real guests (the `postgres` template: Debian's
+//! PostgreSQL 17 with pgvector and PgBouncer) and real clients: `psql` through the TLS front
+//! (by SNI and by `options=endpoint=`, direct and pooled), the HTTP query broker and its
+//! Neon-compatible `/sql`, password rotation, branches, hibernate and wake on connect, a VM
+//! killed under a database (acknowledged commits kept), a server restart, backups, and every
+//! refusal as a clear error with nothing left behind.
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{free_port, start_with, Api, Server};
+use pandastack_testkit::{runtime, within};
+use reqwest::{Client, StatusCode};
+use serde_json::{json, Value};
+
+fn api(s: &Server) -> Api<'_> {
+    Api {
+        s,
+        c: Client::new(),
+    }
+}
+
+fn code(v: &Value) -> &str {
+    v["error"]["code"].as_str().unwrap_or_default()
+}
+
+/// Puts the `postgres` spec in the test server's (otherwise empty) catalog directory: the
+/// first database create builds the image (cached in `$PANDASTACK_CACHE`) and bakes it.
+fn catalog(data: &Path) {
+    let dir = data.join("no-specs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates/postgres.toml");
+    std::fs::copy(spec, dir.join("postgres.toml")).unwrap();
+}
+
+/// `psql -XAt -c SQL` against `uri` (the front is on 127.0.0.1: `hostaddr` connects there,
+/// while the URI's host name is what TLS sends as SNI). Returns (success, stdout, stderr).
+async fn psql(uri: &str, sql: &str) -> (bool, String, String) {
+    let out = tokio::process::Command::new("psql")
+        .arg(uri)
+        .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql])
+        .env("PGCONNECT_TIMEOUT", "120")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run psql");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+    )
+}
+
+/// The URI as given, connected to the front at `front` (`127.0.0.1:port`).
+fn via(uri: &str, front: &str) -> String {
+    let port = front.rsplit_once(':').unwrap().1;
+    assert!(
+        uri.contains(&format!(":{port}/")),
+        "{uri} names port {port}"
+    );
+    format!("{uri}&hostaddr=127.0.0.1")
+}
+
+async fn ok_psql(uri: &str, sql: &str) -> String {
+    let (ok, out, err) = psql(uri, sql).await;
+    assert!(ok, "psql {sql:?} failed: {err}");
+    out
+}
+
+async fn create_db(api: &Api<'_>, body: Value) -> Value {
+    let resp = api
+        .c
+        .post(format!("{}/v1/databases", api.s.url))
+        .bearer_auth(&api.s.key)
+        .json(&body)
+        .timeout(Duration::from_secs(900))
+        .send()
+        .await
+        .expect("create database");
+    let st = resp.status();
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    assert_eq!(v["state"], "ready", "{v}");
+    v
+}
+
+async fn get_db(api: &Api<'_>, id: &str) -> Value {
+    let (st, v) = api.call("GET", &format!("/v1/databases/{id}"), None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    v
+}
+
+async fn query(api: &Api<'_>, id: &str, sql: &str, params: Value) -> (StatusCode, Value) {
+    api.call(
+        "POST",
+        &format!("/v1/databases/{id}/query"),
+        Some(json!({ "sql": sql, "params": params })),
+    )
+    .await
+}
+
+async fn neon_sql(api: &Api<'_>, id: &str, conn: &str, body: Value) -> (StatusCode, Value) {
+    let resp = api
+        .c
+        .post(format!("{}/v1/databases/{id}/sql", api.s.url))
+        .header("Neon-Connection-String", conn)
+        .json(&body)
+        .timeout(Duration::from_secs(180))
+        .send()
+        .await
+        .unwrap();
+    let st = resp.status();
+    (st, resp.json().await.unwrap())
+}
+
+async fn counts(api: &Api<'_>) -> (usize, usize, usize) {
+    let mut out = Vec::new();
+    for path in ["/v1/databases", "/v1/sandboxes", "/v1/volumes"] {
+        let (st, v) = api.call("GET", path, None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        out.push(v["data"].as_array().unwrap().len());
+    }
+    (out[0], out[1], out[2])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn databases_end_to_end() {
+    let guard = runtime().await;
+    let data = guard.dir.path();
+    catalog(data);
+    let port = free_port();
+    let db_listen = format!("127.0.0.1:{}", free_port());
+    let args = [
+        "--db-listen",
+        db_listen.as_str(),
+        "--network",
+        "off",
+        "--pool-size",
+        "0",
+    ];
+    let server = start_with(data, port, &args).await;
+    let api = api(&server);
+
+    // Bad input: clear errors, nothing made.
+    for (body, field) in [
+        (json!({"name": "Bad-Name"}), "name"),
+        (json!({"name": "postgres"}), "name"),
+        (json!({"name": "app", "version": 15}), "version"),
+        (json!({"name": "app", "size_gb": 0}), "size_gb"),
+    ] {
+        let (st, v) = api.call("POST", "/v1/databases", Some(body)).await;
+        assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(field),
+            "{v}"
+        );
+    }
+    let (st, v) = api.call("GET", "/v1/databases/db-nope", None).await;
+    assert_eq!(
+        (st, code(&v)),
+        (StatusCode::NOT_FOUND, "database_not_found")
+    );
+    assert_eq!(counts(&api).await, (0, 0, 0));
+
+    // Extensions as the template lists them.
+    let (st, ext) = api.call("GET", "/v1/databases/extensions", None).await;
+    assert_eq!(st, StatusCode::OK, "{ext}");
+    let names: Vec<&str> = ext["versions"]["17"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    for want in ["vector", "pg_stat_statements", "pgcrypto", "pg_cron"] {
+        assert!(names.contains(&want), "{want} missing: {names:?}");
+    }
+
+    // A database, reachable with its connection string as given (SNI routes it).
+    let db = create_db(&api, json!({"name": "app", "idle_seconds": 0})).await;
+    let id = db["id"].as_str().unwrap().to_owned();
+    let uri = db["connection_uri"].as_str().unwrap().to_owned();
+    assert!(
+        uri.starts_with("postgres://app:")
+            && uri.contains(&format!("@{id}.db.localhost:"))
+            && uri.ends_with("/app?sslmode=require"),
+        "{uri}"
+    );
+    let (st, v) = api
+        .call("POST", "/v1/databases", Some(json!({"name": "app"})))
+        .await;
+    assert_eq!((st, code(&v)), (StatusCode::CONFLICT, "conflict"), "{v}");
+
+    let direct = via(&uri, &server.db);
+    assert!(ok_psql(&direct, "select version()")
+        .await
+        .contains("PostgreSQL 17"));
+    ok_psql(
+        &direct,
+        "create extension vector; \
+         create table items (id int primary key, note text, embedding vector(3)); \
+         insert into items values (1, 'a', '[1,0,0]'), (2, 'b', '[0,1,0]'), (3, 'c', '[0,0,1]')",
+    )
+    .await;
+    assert_eq!(
+        ok_psql(
+            &direct,
+            "select note from items order by embedding <-> '[0.1,0.9,0]' limit 1"
+        )
+        .await,
+        "b"
+    );
+    // Without SNI (an IP address as host): Neon's endpoint option routes it.
+    let password = uri.split(':').nth(2).unwrap().split('@').next().unwrap();
+    let no_sni = format!(
+        "host=127.0.0.1 port={} user=app password={password} dbname=app sslmode=require options=endpoint={id}",
+        server.db.rsplit_once(':').unwrap().1
+    );
+    assert_eq!(ok_psql(&no_sni, "select count(*) from items").await, "3");
+    // Through PgBouncer (transaction pooling).
+    let pooled = via(db["pooled_uri"].as_str().unwrap(), &server.db);
+    assert!(
+        pooled.contains(&format!("@{id}-pooler.db.localhost:")),
+        "{pooled}"
+    );
+    assert_eq!(ok_psql(&pooled, "select count(*) from items").await, "3");
+    // Refusals are PostgreSQL errors, not dropped sockets.
+    let wrong = direct.replace(password, "wrong-password");
+    let (ok, _, err) = psql(&wrong, "select 1").await;
+    assert!(
+        !ok && err.contains("password authentication failed"),
+        "{err}"
+    );
+    let unknown = direct.replace(&format!("@{id}."), "@db-0000000000000000.");
+    let (ok, _, err) = psql(&unknown, "select 1").await;
+    assert!(!ok && err.contains("does not exist"), "{err}");
+    let plain = direct.replace("sslmode=require", "sslmode=disable");
+    let (ok, _, err) = psql(&plain, "select 1").await;
+    assert!(!ok && err.contains("requires TLS"), "{err}");
+
+    // The HTTP query broker.
+    let (st, v) = query(
+        &api,
+        &id,
+        "select id, note, $1::int + 1 as n, true as t from items where id <= $2 order by id",
+        json!([41, 2]),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        v["rows"],
+        json!([[1, "a", 42, true], [2, "b", 42, true]]),
+        "{v}"
+    );
+    assert_eq!(v["fields"][0]["name"], "id");
+    let (st, v) = query(&api, &id, "selec 1", json!([])).await;
+    assert_eq!(
+        (st, code(&v)),
+        (StatusCode::BAD_REQUEST, "query_failed"),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("42601"),
+        "{v}"
+    );
+    let (st, v) = query(&api, &id, "select pg_sleep(5)", json!([])).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let (st, v) = api
+        .call(
+            "POST",
+            &format!("/v1/databases/{id}/query"),
+            Some(json!({"sql": "select pg_sleep(5)", "timeout_ms": 300})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("57014"),
+        "{v}"
+    );
+
+    // Neon-compatible /sql: the connection string's credentials log in.
+    let (st, v) = neon_sql(
+        &api,
+        &id,
+        &uri,
+        json!({"query": "select note from items where id = $1", "params": ["3"]}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["rows"], json!([{"note": "c"}]), "{v}");
+    assert_eq!(v["command"], "SELECT");
+    let (st, v) = neon_sql(
+        &api,
+        &id,
+        &uri,
+        json!({"queries": [
+            {"query": "insert into items values (4, 'd', '[1,1,1]')"},
+            {"query": "insert into items values (4, 'dup', '[1,1,1]')"}
+        ]}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["code"], "23505", "{v}");
+    assert_eq!(
+        ok_psql(&direct, "select count(*) from items").await,
+        "3",
+        "the failed batch rolled back"
+    );
+    let (st, v) = neon_sql(
+        &api,
+        &id,
+        &uri.replace(password, "nope"),
+        json!({"query": "select 1"}),
+    )
+    .await;
+    assert_eq!(
+        (st, v["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("28P01")),
+        "{v}"
+    );
+
+    // Password rotation: the old one stops working.
+    let (st, rotated) = api
+        .call("POST", &format!("/v1/databases/{id}/password"), None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{rotated}");
+    let new_uri = rotated["connection_uri"].as_str().unwrap().to_owned();
+    assert_ne!(new_uri, uri);
+    let (ok, _, err) = psql(&direct, "select 1").await;
+    assert!(
+        !ok && err.contains("password authentication failed"),
+        "{err}"
+    );
+    let direct = via(&new_uri, &server.db);
+    assert_eq!(ok_psql(&direct, "select count(*) from items").await, "3");
+    let pooled = via(rotated["pooled_uri"].as_str().unwrap(), &server.db);
+    assert_eq!(ok_psql(&pooled, "select count(*) from items").await, "3");
+
+    // A branch: the data as of now, its own password; writes stay on their side.
+    let t = std::time::Instant::now();
+    let (st, br) = api
+        .call(
+            "POST",
+            &format!("/v1/databases/{id}/branches"),
+            Some(json!({"name": "app_branch", "idle_seconds": 0})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{br}");
+    eprintln!("branch ready in {:?}", t.elapsed());
+    assert_eq!(br["parent"], json!(id));
+    let br_id = br["id"].as_str().unwrap().to_owned();
+    let branch = via(br["connection_uri"].as_str().unwrap(), &server.db);
+    assert_eq!(ok_psql(&branch, "select count(*) from items").await, "3");
+    ok_psql(
+        &branch,
+        "insert into items values (10, 'branch only', '[1,1,0]')",
+    )
+    .await;
+    assert_eq!(ok_psql(&branch, "select count(*) from items").await, "4");
+    assert_eq!(ok_psql(&direct, "select count(*) from items").await, "3");
+
+    // Hibernate (as the idle timeout would) and wake on the next connection.
+    let sandbox = get_db(&api, &id).await["sandbox_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (st, v) = api
+        .call("POST", &format!("/v1/sandboxes/{sandbox}/hibernate"), None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(get_db(&api, &id).await["state"], "hibernated");
+    let t = std::time::Instant::now();
+    assert_eq!(ok_psql(&direct, "select count(*) from items").await, "3");
+    eprintln!("hibernated database answered in {:?}", t.elapsed());
+    assert_eq!(get_db(&api, &id).await["state"], "ready");
+
+    // The VM killed under the database: a committed row is there on the next VM.
+    ok_psql(
+        &direct,
+        "insert into items values (5, 'acknowledged', '[0,1,1]')",
+    )
+    .await;
+    let pid = std::fs::read_to_string(data.join("sandboxes").join(&sandbox).join("qemu.pid"))
+        .expect("the VM's qemu.pid");
+    let st = std::process::Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill -9 of {sandbox}'s QEMU ({pid})");
+    within(Duration::from_secs(300), "a new VM after the kill", async {
+        loop {
+            let (st, v) = query(&api, &id, "select note from items where id = 5", json!([])).await;
+            if st == StatusCode::OK {
+                assert_eq!(v["rows"], json!([["acknowledged"]]), "{v}");
+                return;
+            }
+            eprintln!("after the kill: {st} {v}");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+    .await;
+    let after = get_db(&api, &id).await;
+    assert_eq!(after["state"], "ready");
+    assert_ne!(after["sandbox_id"].as_str().unwrap(), sandbox, "a new VM");
+
+    // A backup of the database to the object store.
+    let (st, b) = api
+        .call("POST", &format!("/v1/databases/{id}/backups"), None)
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{b}");
+    within(Duration::from_secs(120), "backup done", async {
+        loop {
+            let (st, v) = api
+                .call("GET", &format!("/v1/databases/{id}/backups"), None)
+                .await;
+            assert_eq!(st, StatusCode::OK, "{v}");
+            let b = &v["data"][0];
+            match b["state"].as_str().unwrap() {
+                "uploading" => tokio::time::sleep(Duration::from_millis(300)).await,
+                "done" => return,
+                other => panic!("backup {other}: {v}"),
+            }
+        }
+    })
+    .await;
+
+    // A server restart: the database answers again with the same connection string.
+    drop(server);
+    let server = start_with(data, port, &args).await;
+    let api = self::api(&server);
+    assert_eq!(ok_psql(&direct, "select count(*) from items").await, "4");
+    let (st, list) = api.call("GET", "/v1/databases", None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(list["data"].as_array().unwrap().len(), 2, "{list}");
+
+    // Deletes leave nothing: no database, sandbox or volume.
+    for d in [&br_id, &id] {
+        let (st, v) = api
+            .call("DELETE", &format!("/v1/databases/{d}"), None)
+            .await;
+        assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+    }
+    let (ok, _, err) = psql(&direct, "select 1").await;
+    assert!(!ok && err.contains("does not exist"), "{err}");
+    assert_eq!(counts(&api).await, (0, 0, 0));
+}
