@@ -122,6 +122,8 @@ pub struct Databases {
     volumes: Volumes,
     host_id: String,
     pub address: DatabaseAddress,
+    /// Idle sessions of the HTTP query broker.
+    sessions: Arc<query::SessionPool>,
     /// One start (wake or new VM) at a time per database.
     starting: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
 }
@@ -157,6 +159,7 @@ impl Databases {
             volumes,
             host_id,
             address,
+            sessions: Arc::default(),
             starting: Arc::default(),
         }
     }
@@ -477,6 +480,7 @@ impl Databases {
             .databases()
             .set_password(&row.id, &row.password)
             .await?;
+        self.sessions.forget(&row.id);
         row.sandbox_id = Some(sandbox.id.clone());
         Ok(DatabaseInfo {
             row,
@@ -496,6 +500,7 @@ impl Databases {
 
     /// Removes whatever database `row` has: VMs serving it, the row, the volume.
     async fn remove(&self, row: &DatabaseRow) -> Result<(), DatabaseError> {
+        self.sessions.forget(&row.id);
         if let Some(sb) = &row.sandbox_id {
             match self.store.sandboxes().by_id(sb).await {
                 Ok(s) => self.sandboxes.delete(&s).await?,
