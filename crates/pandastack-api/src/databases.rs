@@ -445,15 +445,27 @@ pub struct SqlQuery {
     params: Vec<serde_json::Value>,
 }
 
-/// A Neon-style error: `{message, code, detail, hint, position, …}`.
+/// A Neon-style error — `{message, code, detail, hint, position, …}` at the top level, as
+/// Neon's driver reads it — that is also this API's error envelope (`error: {code, message,
+/// request_id}`), so one body satisfies both.
 fn neon_error(
     status: StatusCode,
     message: String,
     db: Option<&pandastack_pgwire::client::DbError>,
 ) -> Response {
-    let mut body = serde_json::json!({ "message": message });
-    if let Some(d) = db {
-        let o = body.as_object_mut().expect("an object");
+    let code = match (status, db) {
+        (_, Some(_)) => ErrorCode::QueryFailed,
+        (StatusCode::NOT_FOUND, None) => ErrorCode::DatabaseNotFound,
+        _ => ErrorCode::InvalidArgument,
+    };
+    let request_id = crate::error::REQUEST_ID
+        .try_with(|id| id.clone())
+        .unwrap_or_default();
+    let mut body = serde_json::json!({
+        "message": message,
+        "error": { "code": code, "message": message, "request_id": request_id },
+    });
+    if let (Some(d), Some(o)) = (db, body.as_object_mut()) {
         o.insert("code".into(), d.code.clone().into());
         o.insert("severity".into(), d.severity.clone().into());
         for (k, v) in [

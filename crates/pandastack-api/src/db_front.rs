@@ -8,15 +8,21 @@
 //! client as a PostgreSQL error (unknown database `3D000`, waking too long `57P03`), not a
 //! dropped socket. Open connections count as activity, so a database in use never hibernates.
 //!
-//! Not handled: cancel requests (answered by closing: a `CancelRequest` carries no database
-//! name, and the front does not map backend keys to databases yet).
+//! **Cancel requests** (a driver's "cancel this query", psql's Ctrl-C) arrive on a new
+//! connection, usually without TLS, and name no database: only the backend's process id and
+//! secret key, which the server sent in `BackendKeyData` when the connection started. The front
+//! reads the server's messages up to the first `ReadyForQuery` of every connection it joins
+//! (forwarding them unchanged), keeps each key with the VM and port it came from while the
+//! connection is open, and forwards a matching `CancelRequest` there. An unknown key is
+//! dropped, as PostgreSQL itself does.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pandastack_control::{DatabaseError, DB_PORT, POOLER_PORT};
 use pandastack_pgwire::front::{self, Front, Incoming};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::App;
@@ -26,6 +32,38 @@ const TOUCH_EVERY: Duration = Duration::from_secs(5);
 /// Longest a client may take to finish TLS and send its startup message.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Longest message before the first `ReadyForQuery` the front reads (authentication and
+/// parameter messages are small; a longer one ends the connection).
+const MAX_STARTUP_MESSAGE: usize = 1 << 20;
+
+/// A backend's cancel key: its process id and secret.
+type CancelKey = (i32, Vec<u8>);
+
+/// Cancel keys of the connections open through the front: the VM and port of each backend.
+#[derive(Default)]
+struct CancelKeys(Mutex<HashMap<CancelKey, (String, u16)>>);
+
+impl CancelKeys {
+    fn insert(&self, key: CancelKey, target: (String, u16)) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, target);
+    }
+
+    fn remove(&self, key: &CancelKey) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+    }
+
+    fn get(&self, key: &CancelKey) -> Option<(String, u16)> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .cloned()
+    }
+}
+
 /// Serves the front on `listener` until the task is dropped.
 pub async fn serve_db_front(
     app: Arc<App>,
@@ -33,6 +71,7 @@ pub async fn serve_db_front(
     front: Arc<Front>,
     wake_timeout: Duration,
 ) {
+    let keys = Arc::new(CancelKeys::default());
     loop {
         let (tcp, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -43,9 +82,9 @@ pub async fn serve_db_front(
             }
         };
         let _ = tcp.set_nodelay(true);
-        let (app, front) = (Arc::clone(&app), Arc::clone(&front));
+        let (app, front, keys) = (Arc::clone(&app), Arc::clone(&front), Arc::clone(&keys));
         tokio::spawn(async move {
-            if let Err(e) = connection(&app, &front, tcp, wake_timeout).await {
+            if let Err(e) = connection(&app, &front, &keys, tcp, wake_timeout).await {
                 tracing::debug!(%peer, error = %e, "database front: connection ended");
             }
         });
@@ -63,6 +102,7 @@ fn route(label: &str) -> (String, u16) {
 async fn connection(
     app: &Arc<App>,
     front: &Front,
+    keys: &CancelKeys,
     tcp: tokio::net::TcpStream,
     wake_timeout: Duration,
 ) -> anyhow::Result<()> {
@@ -72,7 +112,9 @@ async fn connection(
     };
     let mut accepted = match incoming {
         Incoming::Startup(a) => a,
-        Incoming::Cancel { .. } => return Ok(()),
+        Incoming::Cancel { pid, secret, .. } => {
+            return cancel(app, keys, (pid, secret.to_vec())).await
+        }
     };
     let domain = &app.databases.address.domain;
     let label = accepted
@@ -162,19 +204,110 @@ async fn connection(
             dbs.touch(&sb).await;
         }
     });
-    let joined = join(&mut accepted.stream, &mut upstream).await;
+    let mut key = None;
+    let joined = join(&mut accepted.stream, upstream, |k| {
+        keys.insert(k.clone(), (sandbox.id.clone(), port));
+        key = Some(k);
+    })
+    .await;
+    if let Some(k) = &key {
+        keys.remove(k);
+    }
     ticker.abort();
     app.databases.touch(&sandbox.id).await;
     joined
 }
 
-async fn join<A, B>(a: &mut A, b: &mut B) -> anyhow::Result<()>
-where
-    A: AsyncRead + AsyncWrite + Unpin + ?Sized,
-    B: AsyncRead + AsyncWrite + Unpin + ?Sized,
-{
-    tokio::io::copy_bidirectional(a, b).await?;
+/// Forwards a `CancelRequest` to the backend whose key it names (nothing for an unknown key).
+async fn cancel(app: &App, keys: &CancelKeys, key: CancelKey) -> anyhow::Result<()> {
+    let Some((sandbox, port)) = keys.get(&key) else {
+        tracing::debug!(
+            pid = key.0,
+            "database front: cancel request with an unknown key"
+        );
+        return Ok(());
+    };
+    let mut s = app.host.connect_port(&sandbox, port).await?;
+    s.write_all(&pandastack_pgwire::startup::encode_cancel_request(
+        key.0, &key.1,
+    ))
+    .await?;
+    s.flush().await?;
+    // PostgreSQL answers a cancel request by closing the connection.
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;
     Ok(())
+}
+
+/// Joins client and upstream both ways until both ends are done. The server's messages up to
+/// the first `ReadyForQuery` are read one by one on the way (and forwarded unchanged) so that
+/// the backend's cancel key is seen (`on_key`).
+async fn join<C>(
+    client: &mut C,
+    upstream: Box<dyn pandastack_host::PortIo>,
+    on_key: impl FnOnce(CancelKey),
+) -> anyhow::Result<()>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+{
+    let (mut cr, mut cw) = tokio::io::split(client);
+    let (mut ur, mut uw) = tokio::io::split(upstream);
+    let up = async {
+        let r = tokio::io::copy(&mut cr, &mut uw).await;
+        let _ = uw.shutdown().await;
+        r
+    };
+    let down = async {
+        if let Some(k) = until_ready(&mut ur, &mut cw).await? {
+            on_key(k);
+        }
+        let r = tokio::io::copy(&mut ur, &mut cw).await;
+        let _ = cw.shutdown().await;
+        r
+    };
+    let (a, b) = tokio::join!(up, down);
+    a?;
+    b?;
+    Ok(())
+}
+
+/// Forwards the server's messages up to and including the first `ReadyForQuery` (or the end
+/// of the stream); returns the `BackendKeyData` key if one went by.
+async fn until_ready<R, W>(from: &mut R, to: &mut W) -> std::io::Result<Option<CancelKey>>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut key = None;
+    loop {
+        let mut head = [0u8; 5];
+        match from.read_exact(&mut head).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(key),
+            Err(e) => return Err(e),
+        }
+        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        if !(4..=MAX_STARTUP_MESSAGE).contains(&len) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("server message of {len} bytes before ReadyForQuery"),
+            ));
+        }
+        let mut body = vec![0u8; len - 4];
+        from.read_exact(&mut body).await?;
+        to.write_all(&head).await?;
+        to.write_all(&body).await?;
+        // The client answers some of these (SASL): they must reach it now.
+        to.flush().await?;
+        match head[0] {
+            b'K' if body.len() >= 8 => {
+                let pid = i32::from_be_bytes([body[0], body[1], body[2], body[3]]);
+                key = Some((pid, body[4..].to_vec()));
+            }
+            b'Z' => return Ok(key),
+            _ => {}
+        }
+    }
 }
 
 async fn refuse<S: AsyncRead + AsyncWrite + Unpin>(

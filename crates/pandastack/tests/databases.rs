@@ -226,6 +226,52 @@ async fn databases_end_to_end() {
         "{pooled}"
     );
     assert_eq!(ok_psql(&pooled, "select count(*) from items").await, "3");
+    // A cancel request (psql's Ctrl-C: a new plaintext connection naming only the backend's
+    // key) reaches the backend through the front.
+    let sleeper = tokio::process::Command::new("psql")
+        .arg(&direct)
+        .args(["-X", "-c", "select pg_sleep(60)"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    within(Duration::from_secs(60), "the sleep running", async {
+        loop {
+            let (st, v) = query(
+                &api,
+                &id,
+                "select count(*)::int from pg_stat_activity where query = 'select pg_sleep(60)'",
+                json!([]),
+            )
+            .await;
+            assert_eq!(st, StatusCode::OK, "{v}");
+            if v["rows"] == json!([[1]]) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    let pid = sleeper.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let out = within(
+        Duration::from_secs(30),
+        "psql after its cancel",
+        sleeper.wait_with_output(),
+    )
+    .await
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("canceling statement due to user request"),
+        "{err}"
+    );
+
     // Refusals are PostgreSQL errors, not dropped sockets.
     let wrong = direct.replace(password, "wrong-password");
     let (ok, _, err) = psql(&wrong, "select 1").await;
@@ -344,7 +390,7 @@ async fn databases_end_to_end() {
         .call(
             "POST",
             &format!("/v1/databases/{id}/branches"),
-            Some(json!({"name": "app_branch", "idle_seconds": 0})),
+            Some(json!({"name": "app_branch", "idle_seconds": 8})),
         )
         .await;
     assert_eq!(st, StatusCode::CREATED, "{br}");
@@ -360,6 +406,24 @@ async fn databases_end_to_end() {
     .await;
     assert_eq!(ok_psql(&branch, "select count(*) from items").await, "4");
     assert_eq!(ok_psql(&direct, "select count(*) from items").await, "3");
+
+    // The branch hibernates by itself after its idle_seconds without connections or queries,
+    // and the next connection wakes it.
+    within(
+        Duration::from_secs(120),
+        "the idle branch hibernated",
+        async {
+            loop {
+                if get_db(&api, &br_id).await["state"] == "hibernated" {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        },
+    )
+    .await;
+    assert_eq!(ok_psql(&branch, "select count(*) from items").await, "4");
+    assert_eq!(get_db(&api, &br_id).await["state"], "ready");
 
     // Hibernate (as the idle timeout would) and wake on the next connection.
     let sandbox = get_db(&api, &id).await["sandbox_id"]
