@@ -58,7 +58,7 @@ pub(crate) fn database_wire(app: &App, d: &DatabaseInfo) -> wire::Database {
         idle_seconds: d.row.idle_seconds as u64,
         parent: d.row.parent_id.clone(),
         sandbox_id: d.sandbox.as_ref().map(|s| s.id.clone()),
-        volume: format!("pgdata-{}", d.row.id),
+        volume: pandastack_control::database_volume_name(&d.row.id),
         host: app.host_name.clone(),
         created_at: rfc3339(d.row.created_at),
     }

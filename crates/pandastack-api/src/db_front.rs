@@ -194,7 +194,7 @@ async fn connection(
     upstream
         .write_all(&accepted.startup.encode_for_upstream())
         .await?;
-    app.databases.touch(&sandbox.id).await;
+    // `running` recorded this use; the ticker records the connection while it is open.
     let (dbs, sb) = (app.databases.clone(), sandbox.id.clone());
     let ticker = tokio::spawn(async move {
         let mut every = tokio::time::interval(TOUCH_EVERY);

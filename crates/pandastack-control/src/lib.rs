@@ -22,8 +22,8 @@ mod volumes;
 pub use activity::{busy, Activity, BUSY_SHARE};
 pub use code::{CodeContextError, CodeContexts, CodeEvent};
 pub use databases::{
-    Credentials, DatabaseAddress, DatabaseError, DatabaseInfo, Databases, QueryError, QueryLimits,
-    DATABASE_METADATA, DATABASE_TEMPLATE, DB_PORT, POOLER_PORT,
+    volume_name as database_volume_name, Credentials, DatabaseAddress, DatabaseError, DatabaseInfo,
+    Databases, QueryError, QueryLimits, DATABASE_METADATA, DATABASE_TEMPLATE, DB_PORT, POOLER_PORT,
 };
 pub use reaper::Reaper;
 pub use reconcile::{reconcile_rows, Reconciled};

@@ -139,7 +139,7 @@ fn new_password() -> String {
 }
 
 /// The volume that holds database `id`'s data.
-fn volume_name(id: &str) -> String {
+pub fn volume_name(id: &str) -> String {
     format!("pgdata-{id}")
 }
 
@@ -501,6 +501,10 @@ impl Databases {
     /// Removes whatever database `row` has: VMs serving it, the row, the volume.
     async fn remove(&self, row: &DatabaseRow) -> Result<(), DatabaseError> {
         self.sessions.forget(&row.id);
+        self.starting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&row.id);
         if let Some(sb) = &row.sandbox_id {
             match self.store.sandboxes().by_id(sb).await {
                 Ok(s) => self.sandboxes.delete(&s).await?,
@@ -564,9 +568,5 @@ impl Databases {
         if let Err(e) = self.store.sandboxes().touch(sandbox, now_ms()).await {
             tracing::debug!(sandbox, error = %e, "could not record database activity");
         }
-    }
-
-    pub fn host(&self) -> &Arc<dyn Host> {
-        &self.host
     }
 }

@@ -154,8 +154,8 @@ impl Databases {
         creds: &Credentials,
         limits: &QueryLimits,
     ) -> Result<Session, DatabaseError> {
+        // `running` records the use (a wake or a new VM counts as activity).
         let sandbox = self.running(row).await?;
-        self.touch(&sandbox.id).await;
         let key = SessionKey::new(row, creds, limits);
         while let Some(mut s) = self.sessions.take(&key) {
             let probe = Limits {
@@ -169,7 +169,7 @@ impl Databases {
                 return Ok(s);
             }
         }
-        let stream = self.host().connect_port(&sandbox.id, DB_PORT).await?;
+        let stream = self.host.connect_port(&sandbox.id, DB_PORT).await?;
         let opts = ConnectOptions {
             user: creds.user.clone(),
             password: Some(creds.password.clone()),

@@ -12,7 +12,7 @@ use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use reqwest::{Client, Method, StatusCode};
+use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
@@ -52,56 +52,14 @@ type Samples = BTreeMap<&'static str, Vec<f64>>;
 
 /// A minimal client for what the benchmark calls.
 struct Api {
-    c: Client,
-    url: String,
-    key: String,
+    http: super::bench_volumes::Http,
 }
 
 impl Api {
-    async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> anyhow::Result<(StatusCode, Value)> {
-        let mut req = self
-            .c
-            .request(method, format!("{}{path}", self.url))
-            .bearer_auth(&self.key)
-            .timeout(Duration::from_secs(3600));
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await?;
-        let status = resp.status();
-        let text = resp.text().await?;
-        Ok((
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        ))
-    }
-
-    /// `call`, timed, failing unless the answer is `want`.
-    async fn expect(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-        want: StatusCode,
-    ) -> anyhow::Result<(Value, Duration)> {
-        let what = format!("{method} {path}");
-        let t = Instant::now();
-        let (st, v) = self.call(method, path, body).await?;
-        let took = t.elapsed();
-        if st != want {
-            bail!("{what}: {st} {v}");
-        }
-        Ok((v, took))
-    }
-
     /// Creates a database that never hibernates by itself; answers when it is ready.
     async fn create_db(&self, name: &str) -> anyhow::Result<(Db, Duration)> {
         let (v, took) = self
+            .http
             .expect(
                 Method::POST,
                 "/v1/databases",
@@ -114,6 +72,7 @@ impl Api {
 
     async fn delete_db(&self, id: &str) -> anyhow::Result<Duration> {
         let (_, took) = self
+            .http
             .expect(
                 Method::DELETE,
                 &format!("/v1/databases/{id}"),
@@ -127,6 +86,7 @@ impl Api {
     async fn get_db(&self, id: &str) -> anyhow::Result<Value> {
         let path = format!("/v1/databases/{id}");
         Ok(self
+            .http
             .expect(Method::GET, &path, None, StatusCode::OK)
             .await?
             .0)
@@ -142,12 +102,13 @@ impl Api {
     }
 
     async fn query(&self, id: &str, sql: &str) -> anyhow::Result<(StatusCode, Value)> {
-        self.call(
-            Method::POST,
-            &format!("/v1/databases/{id}/query"),
-            Some(json!({"sql": sql, "params": []})),
-        )
-        .await
+        self.http
+            .call(
+                Method::POST,
+                &format!("/v1/databases/{id}/query"),
+                Some(json!({"sql": sql, "params": []})),
+            )
+            .await
     }
 }
 
@@ -398,9 +359,7 @@ pub(crate) async fn run(a: DatabasesArgs) -> anyhow::Result<ExitCode> {
     )
     .await?;
     let api = Api {
-        c: Client::new(),
-        url: server.url.clone(),
-        key: server.key.clone(),
+        http: super::bench_volumes::Http::new(&server.url, &server.key),
     };
     let mut s = Samples::new();
     // The server goes (its VMs and data directory with it) when this returns.
@@ -462,6 +421,7 @@ async fn measure(
     eprintln!("baking the postgres template (minutes if its image is not cached)…");
     let t = Instant::now();
     let (st, v) = api
+        .http
         .call(Method::POST, "/v1/templates/postgres/bake", None)
         .await?;
     if st != StatusCode::OK {
@@ -530,6 +490,7 @@ async fn measure(
 
     for i in 0..a.iterations {
         let (v, took) = api
+            .http
             .expect(
                 Method::POST,
                 &format!("/v1/databases/{}/branches", db.id),
@@ -549,6 +510,7 @@ async fn measure(
     for _ in 0..a.iterations {
         let sandbox = api.sandbox_of(&db.id).await?;
         let (_, took) = api
+            .http
             .expect(
                 Method::POST,
                 &format!("/v1/sandboxes/{sandbox}/hibernate"),

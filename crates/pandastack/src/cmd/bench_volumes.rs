@@ -215,28 +215,23 @@ pub(crate) async fn start_server(
 
 /// A minimal client for what the benchmark calls; remembers what it created so that a failed
 /// run against someone else's server leaves nothing behind.
-struct Api {
+/// The REST API of a bench's server: a call, and a timed call that must get one status.
+pub(crate) struct Http {
     c: Client,
     url: String,
     key: String,
-    template: String,
-    sandboxes: Vec<String>,
-    volumes: Vec<String>,
 }
 
-impl Api {
-    fn new(url: &str, key: &str, template: &str) -> Self {
-        Api {
+impl Http {
+    pub(crate) fn new(url: &str, key: &str) -> Self {
+        Self {
             c: Client::new(),
             url: url.trim_end_matches('/').to_owned(),
             key: key.to_owned(),
-            template: template.to_owned(),
-            sandboxes: Vec::new(),
-            volumes: Vec::new(),
         }
     }
 
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: Method,
         path: &str,
@@ -246,7 +241,7 @@ impl Api {
             .c
             .request(method, format!("{}{path}", self.url))
             .bearer_auth(&self.key)
-            .timeout(Duration::from_secs(900));
+            .timeout(Duration::from_secs(3600));
         if let Some(b) = body {
             req = req.json(&b);
         }
@@ -260,7 +255,7 @@ impl Api {
     }
 
     /// `call`, timed, failing unless the answer is `want`.
-    async fn expect(
+    pub(crate) async fn expect(
         &self,
         method: Method,
         path: &str,
@@ -276,6 +271,24 @@ impl Api {
         }
         Ok((v, took))
     }
+}
+
+struct Api {
+    http: Http,
+    template: String,
+    sandboxes: Vec<String>,
+    volumes: Vec<String>,
+}
+
+impl Api {
+    fn new(url: &str, key: &str, template: &str) -> Self {
+        Api {
+            http: Http::new(url, key),
+            template: template.to_owned(),
+            sandboxes: Vec::new(),
+            volumes: Vec::new(),
+        }
+    }
 
     /// Creates a sandbox of the template, with `volume` mounted read-write at /data if given.
     async fn create_sandbox(&mut self, volume: Option<&str>) -> anyhow::Result<(String, Duration)> {
@@ -284,6 +297,7 @@ impl Api {
             body["volumes"] = json!([{"name": v, "path": "/data"}]);
         }
         let (v, took) = self
+            .http
             .expect(
                 Method::POST,
                 "/v1/sandboxes",
@@ -298,6 +312,7 @@ impl Api {
 
     async fn delete_sandbox(&mut self, id: &str) -> anyhow::Result<()> {
         let (st, v) = self
+            .http
             .call(Method::DELETE, &format!("/v1/sandboxes/{id}"), None)
             .await?;
         if st != StatusCode::NO_CONTENT && st != StatusCode::NOT_FOUND {
@@ -310,6 +325,7 @@ impl Api {
     async fn create_volume(&mut self, body: Value) -> anyhow::Result<(Value, Duration)> {
         let name = body["name"].as_str().unwrap_or_default().to_owned();
         let r = self
+            .http
             .expect(Method::POST, "/v1/volumes", Some(body), StatusCode::CREATED)
             .await?;
         self.volumes.push(name);
@@ -318,6 +334,7 @@ impl Api {
 
     async fn delete_volume(&mut self, name: &str) -> anyhow::Result<Duration> {
         let (_, took) = self
+            .http
             .expect(
                 Method::DELETE,
                 &format!("/v1/volumes/{name}"),
@@ -332,6 +349,7 @@ impl Api {
     /// Runs a shell command in a sandbox, failing unless it exits 0.
     async fn sh(&self, id: &str, cmd: &str) -> anyhow::Result<()> {
         let (v, _) = self
+            .http
             .expect(
                 Method::POST,
                 &format!("/v1/sandboxes/{id}/exec"),
@@ -350,16 +368,18 @@ impl Api {
     async fn snapshot(&self, volume: &str) -> anyhow::Result<(Duration, bool)> {
         let path = format!("/v1/volumes/{volume}/snapshots");
         let (v, took) = self
+            .http
             .expect(Method::POST, &path, None, StatusCode::CREATED)
             .await?;
         let id = v["id"].as_str().context("snapshot: no id")?;
-        self.expect(
-            Method::DELETE,
-            &format!("{path}/{id}"),
-            None,
-            StatusCode::NO_CONTENT,
-        )
-        .await?;
+        self.http
+            .expect(
+                Method::DELETE,
+                &format!("{path}/{id}"),
+                None,
+                StatusCode::NO_CONTENT,
+            )
+            .await?;
         Ok((took, v["frozen"] == json!(true)))
     }
 
@@ -369,11 +389,13 @@ impl Api {
         let path = format!("/v1/volumes/{volume}/backups");
         let t = Instant::now();
         let (v, _) = self
+            .http
             .expect(Method::POST, &path, None, StatusCode::ACCEPTED)
             .await?;
         let id = v["id"].as_str().context("backup: no id")?.to_owned();
         loop {
             let (b, _) = self
+                .http
                 .expect(Method::GET, &format!("{path}/{id}"), None, StatusCode::OK)
                 .await?;
             match b["state"].as_str() {
