@@ -8,6 +8,9 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 export PANDASTACK_CACHE=${PANDASTACK_CACHE:-/var/cache/pandastack}
 step() { printf '\n==> %s\n' "$*" >&2; }
+# A clean clone gains nothing from incremental compilation, and its caches would double the
+# target directory's size.
+if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 
 step "host setup (packages, guest kernel)"
 scripts/setup-host.sh
@@ -47,6 +50,16 @@ echo "rootfs: $PANDASTACK_TEST_ROOTFS" >&2
 step "PostgreSQL for the store's suite and the client suite's server"
 eval "$(scripts/test-postgres.sh start ci)"
 trap 'scripts/test-postgres.sh stop ci' EXIT
+
+step "database bootstrap script: WAL archiving, base backup, point-in-time recovery"
+# The script the database VMs run, driven on the host's PostgreSQL with the host's part played
+# by shell (crates/pandastack-control/tests/bootstrap-pitr.sh); the e2e suite runs it in VMs.
+pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+pgmajor=$(basename "$(dirname "$pgbin")")
+if [ ! -e "/usr/lib/postgresql/$pgmajor/lib/pg_cron.so" ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "postgresql-$pgmajor-cron" >/dev/null
+fi
+PS_PG_BIN=$pgbin bash crates/pandastack-control/tests/bootstrap-pitr.sh
 
 step "S3 API server (moto) for the object storage suite"
 trap 'scripts/test-postgres.sh stop ci; scripts/test-s3.sh stop ci' EXIT

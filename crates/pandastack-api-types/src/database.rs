@@ -102,8 +102,10 @@ pub struct CreateBranchRequest {
     #[serde(default)]
     #[schema(pattern = "^[a-z][a-z0-9_]{0,39}$")]
     pub name: Option<String>,
-    /// RFC 3339: branch from the archive as of this time (needs WAL archiving: not yet).
+    /// RFC 3339: branch from the archive as of this time (point-in-time: the newest base
+    /// backup before it plus the archived WAL). Omitted: a copy-on-write copy as of now.
     #[serde(default)]
+    #[schema(format = DateTime)]
     pub from_time: Option<String>,
     #[serde(default)]
     #[schema(maximum = 604800)]
@@ -115,17 +117,49 @@ impl CreateBranchRequest {
         if let Some(n) = &self.name {
             validate_database_name("name", n)?;
         }
-        if self.from_time.is_some() {
-            return Err(field_error(
-                "from_time",
-                "branches from a past time need continuous WAL archiving, which this server \
-                 does not have yet; omit from_time to branch from now",
-            ));
+        if let Some(t) = &self.from_time {
+            validate_time("from_time", t)?;
         }
         if self.idle_seconds.is_some_and(|s| s > 604_800) {
             return Err(field_error("idle_seconds", "at most 604800"));
         }
         Ok(())
+    }
+}
+
+/// `POST /v1/databases/{id}/restore`: the database's data as of a past time, in place.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreDatabaseRequest {
+    /// RFC 3339, inside the restore window (from the oldest base backup kept to now).
+    #[schema(format = DateTime)]
+    pub to_time: String,
+}
+
+impl RestoreDatabaseRequest {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        validate_time("to_time", &self.to_time)
+    }
+}
+
+/// A cheap shape check of an RFC 3339 time (the control plane parses it).
+fn validate_time(field: &'static str, t: &str) -> Result<(), FieldError> {
+    let ok = (20..=40).contains(&t.len())
+        && t.as_bytes()[..10].iter().enumerate().all(|(i, b)| {
+            if i == 4 || i == 7 {
+                *b == b'-'
+            } else {
+                b.is_ascii_digit()
+            }
+        })
+        && matches!(t.as_bytes()[10], b'T' | b't' | b' ');
+    if ok {
+        Ok(())
+    } else {
+        Err(field_error(
+            field,
+            "an RFC 3339 time, like 2026-11-25T17:40:01.250Z",
+        ))
     }
 }
 
@@ -283,6 +317,17 @@ mod tests {
             from_time: Some("2026-01-01T00:00:00Z".into()),
             ..Default::default()
         };
-        assert_eq!(b.validate().unwrap_err().field, "from_time");
+        assert!(b.validate().is_ok());
+        for bad in ["yesterday", "2026-01-01", "", "2026/01/01T00:00:00Z"] {
+            let b = CreateBranchRequest {
+                from_time: Some(bad.into()),
+                ..Default::default()
+            };
+            assert_eq!(b.validate().unwrap_err().field, "from_time", "{bad}");
+            let r = RestoreDatabaseRequest {
+                to_time: bad.into(),
+            };
+            assert_eq!(r.validate().unwrap_err().field, "to_time", "{bad}");
+        }
     }
 }

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use pandastack_api_types::{
     self as wire, CreateBranchRequest, CreateDatabaseRequest, DatabaseState, ErrorCode, List,
-    QueryRequest,
+    QueryRequest, RestoreDatabaseRequest,
 };
 use pandastack_control::{Credentials, DatabaseError, DatabaseInfo, QueryError, QueryLimits};
 use pandastack_pgwire::client::{ClientError, QueryResult};
@@ -95,6 +95,13 @@ impl From<DatabaseError> for ApiError {
             DatabaseError::Store(e) => e.into(),
             DatabaseError::Host(e) => e.into(),
             DatabaseError::Query(e) => query_error(e),
+            e @ (DatabaseError::BadTime { .. } | DatabaseError::OutsideWindow { .. }) => {
+                Self::new(ErrorCode::InvalidArgument, e.to_string())
+            }
+            e @ DatabaseError::Archive(_) => {
+                tracing::error!(error = %e, "database archive");
+                Self::new(ErrorCode::Unavailable, e.to_string())
+            }
         }
     }
 }
@@ -306,8 +313,51 @@ pub async fn branch(
     .await
 }
 
-/// Back a database up to the object store now: a crash-consistent copy of its data volume
-/// (frozen for the instant of the copy), uploaded incrementally as a durable job.
+/// Restore a database in place to a past time: the same id, name, password and connection
+/// strings, its data as of `to_time` (the newest base backup before it plus the archived WAL,
+/// replayed to that time), on a new timeline. Connections to the old data are closed.
+#[utoipa::path(
+    post,
+    path = "/v1/databases/{id}/restore",
+    operation_id = "restore_database",
+    tag = "databases",
+    params(
+        ("id" = String, Path, description = "Database id or name"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe (at most 128 bytes)")
+    ),
+    request_body = RestoreDatabaseRequest,
+    responses((status = 200, description = "The restored database, ready", body = wire::Database))
+)]
+pub async fn restore(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Body(req): Body<RestoreDatabaseRequest>,
+) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
+    id_of(&id)?;
+    req.validate()?;
+    let scope = format!("POST /v1/databases/{id}/restore");
+    let idem = match idempotency::begin(&app, caller.ws(), &headers, &scope, &req).await? {
+        Begin::Replay(status, body) => return Ok((status, body)),
+        Begin::Proceed(idem) => idem,
+    };
+    idempotency::to_completion(async move {
+        let result = async {
+            let to_ms = pandastack_control::parse_database_time("to_time", &req.to_time)?;
+            let d = app.databases.restore(caller.ws(), &id, to_ms).await?;
+            Ok((StatusCode::OK, database_wire(&app, &d)))
+        }
+        .await;
+        idem.finish(&app, caller.ws(), result).await
+    })
+    .await
+}
+
+/// Take a base backup now: the database's data volume copied between `pg_backup_start` and
+/// `pg_backup_stop` (its file system frozen for the instant of the copy) and uploaded
+/// incrementally as a durable job; with the archived WAL it is a base for point-in-time
+/// restore. One is taken when a database first runs and then every backup interval.
 #[utoipa::path(
     post,
     path = "/v1/databases/{id}/backups",

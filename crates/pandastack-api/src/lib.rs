@@ -142,9 +142,21 @@ impl App {
         self
     }
 
-    /// Settles what database creates cut off by a previous server process left.
+    /// When databases' base backups are taken and how long their archive is kept.
+    pub fn with_database_archive(mut self, settings: pandastack_control::ArchiveSettings) -> Self {
+        self.databases = self.databases.with_archive(settings);
+        self
+    }
+
+    /// Settles what database creates and restores cut off by a previous server process left.
     pub async fn recover_databases(&self) -> Result<(), pandastack_control::DatabaseError> {
         self.databases.reconcile().await
+    }
+
+    /// Starts the task that archives running databases' WAL to the object store and takes
+    /// their scheduled base backups.
+    pub fn start_database_archiver(self: &Arc<Self>) {
+        tokio::spawn(self.databases.clone().archiver());
     }
 
     /// Settles what a previous server process left of template builds: build jobs it was

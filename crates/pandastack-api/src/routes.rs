@@ -196,6 +196,7 @@ route_table! {
     databases::delete,
     databases::password,
     databases::branch,
+    databases::restore,
     databases::backup,
     databases::backups,
     databases::query,

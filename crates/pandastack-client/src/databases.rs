@@ -1,12 +1,13 @@
 //! Managed PostgreSQL databases: create (with an `Idempotency-Key`), list (with cursors), get,
-//! delete, branch, rotate the owner's password, run a query over HTTP, back up to the object
-//! store (and wait for the upload), and the extensions the `postgres` template offers.
+//! delete, branch (as of now or a past time), restore in place to a past time, rotate the
+//! owner's password, run a query over HTTP, take a base backup to the object store (and wait
+//! for the upload), and the extensions the `postgres` template offers.
 
 use std::time::Duration;
 
 use pandastack_api_types::{
     BackupState, CreateBranchRequest, CreateDatabaseRequest, Database, DatabaseExtensions,
-    ErrorCode, List, QueryRequest, QueryResponse, VolumeBackup,
+    ErrorCode, List, QueryRequest, QueryResponse, RestoreDatabaseRequest, VolumeBackup,
 };
 use reqwest::Method;
 
@@ -69,13 +70,29 @@ impl Client {
     }
 
     /// `POST /v1/databases/{id}/branches`, with an `Idempotency-Key`: a new database on a
-    /// copy of this one's data as of now, answered once ready.
+    /// copy of this one's data as of now, or as of `from_time` (point-in-time, from the
+    /// archive), answered once ready.
     pub async fn branch_database(
         &self,
         id: &str,
         req: &CreateBranchRequest,
     ) -> Result<Database, Error> {
         let call = Call::new(Method::POST, database_path(id, "/branches"))
+            .payload(Payload::json(req)?)
+            .idempotent();
+        self.json(call).await
+    }
+
+    /// `POST /v1/databases/{id}/restore`, with an `Idempotency-Key`: the database's data as of
+    /// `to_time`, in place (same id and connection strings, a new timeline; connections to the
+    /// old data are closed), answered once ready. A time outside the restore window is
+    /// [`Error::Api`] 422 `invalid_argument` whose message names the window.
+    pub async fn restore_database(
+        &self,
+        id: &str,
+        req: &RestoreDatabaseRequest,
+    ) -> Result<Database, Error> {
+        let call = Call::new(Method::POST, database_path(id, "/restore"))
             .payload(Payload::json(req)?)
             .idempotent();
         self.json(call).await
@@ -106,8 +123,9 @@ impl Client {
             .await
     }
 
-    /// `POST /v1/databases/{id}/backups`: the upload runs on the server; the answer is the
-    /// backup `uploading` (see [`Client::wait_database_backup`]).
+    /// `POST /v1/databases/{id}/backups`: a base backup (where a point-in-time restore or
+    /// branch starts); the upload runs on the server; the answer is the backup `uploading`
+    /// (see [`Client::wait_database_backup`]).
     pub async fn create_database_backup(&self, id: &str) -> Result<VolumeBackup, Error> {
         self.json(Call::new(Method::POST, database_path(id, "/backups")))
             .await

@@ -1,12 +1,14 @@
 //! The database calls against a scripted local HTTP server: the paths and bodies they send, the
-//! typed answers, `query_failed` and `database_not_found` as API errors with their codes, and
-//! `wait_database_backup` polling the backup list until the upload ends.
+//! typed answers, `query_failed`, `database_not_found` and a restore outside the window as API
+//! errors with their codes, and `wait_database_backup` polling the backup list until the upload
+//! ends.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pandastack_client::types::{
-    BackupState, CreateBranchRequest, CreateDatabaseRequest, DatabaseState, ErrorCode, QueryRequest,
+    BackupState, CreateBranchRequest, CreateDatabaseRequest, DatabaseState, ErrorCode,
+    QueryRequest, RestoreDatabaseRequest,
 };
 use pandastack_client::{Client, Config, Error};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -111,6 +113,11 @@ async fn database_calls_send_what_the_api_defines() {
         "DELETE /v1/databases/db-1" => (204, String::new()),
         "POST /v1/databases/db-1/branches" => (201, DATABASE.replace(r#""parent":null"#, r#""parent":"db-1""#)),
         "POST /v1/databases/db-1/password" => (200, DATABASE.replace(":pw@", ":new@")),
+        "POST /v1/databases/db-1/restore" if n == 0 => (200, DATABASE.into()),
+        "POST /v1/databases/db-1/restore" => (
+            422,
+            r#"{"error":{"code":"invalid_argument","message":"2001-01-01T00:00:00Z is outside the restore window of database db-1 (from 2026-01-01T00:00:00Z to 2026-01-02T00:00:00Z)","request_id":"r3"}}"#.into(),
+        ),
         "POST /v1/databases/db-1/query" if n == 0 => (
             200,
             r#"{"command":"SELECT","row_count":1,"fields":[{"name":"n","data_type_id":23}],"rows":[[1]]}"#.into(),
@@ -150,6 +157,28 @@ async fn database_calls_send_what_the_api_defines() {
         .await
         .unwrap();
     assert_eq!(b.parent.as_deref(), Some("db-1"));
+    c.branch_database(
+        "db-1",
+        &CreateBranchRequest {
+            from_time: Some("2026-01-01T12:00:00Z".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let restore = |t: &str| RestoreDatabaseRequest { to_time: t.into() };
+    let d = c
+        .restore_database("db-1", &restore("2026-01-01T12:30:00Z"))
+        .await
+        .unwrap();
+    assert_eq!(d.id, "db-1");
+    let e = c
+        .restore_database("db-1", &restore("2001-01-01T00:00:00Z"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::InvalidArgument));
+    assert_eq!(e.status(), Some(422));
+    assert!(e.to_string().contains("restore window"), "{e}");
     assert!(c
         .rotate_database_password("db-1")
         .await
@@ -183,6 +212,8 @@ async fn database_calls_send_what_the_api_defines() {
     for want in [
         r#"POST /v1/databases {"name":"app","version":null,"size_gb":null,"idle_seconds":0}"#,
         "GET /v1/databases?cursor=app",
+        r#"POST /v1/databases/db-1/branches {"name":null,"from_time":"2026-01-01T12:00:00Z","idle_seconds":null}"#,
+        r#"POST /v1/databases/db-1/restore {"to_time":"2026-01-01T12:30:00Z"}"#,
         r#"POST /v1/databases/db-1/query {"sql":"select $1::int as n","params":[1],"timeout_ms":5000}"#,
     ] {
         assert!(log.contains(&want.to_owned()), "{want} not in {log:?}");

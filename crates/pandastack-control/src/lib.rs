@@ -22,8 +22,9 @@ mod volumes;
 pub use activity::{busy, Activity, BUSY_SHARE};
 pub use code::{CodeContextError, CodeContexts, CodeEvent};
 pub use databases::{
-    volume_name as database_volume_name, Credentials, DatabaseAddress, DatabaseError, DatabaseInfo,
-    Databases, QueryError, QueryLimits, DATABASE_METADATA, DATABASE_TEMPLATE, DB_PORT, POOLER_PORT,
+    parse_time as parse_database_time, volume_name as database_volume_name, ArchiveSettings,
+    BaseBackup, Credentials, DatabaseAddress, DatabaseError, DatabaseInfo, Databases, QueryError,
+    QueryLimits, ARCHIVE_POLL, DATABASE_METADATA, DATABASE_TEMPLATE, DB_PORT, POOLER_PORT,
 };
 pub use reaper::Reaper;
 pub use reconcile::{reconcile_rows, Reconciled};

@@ -8,6 +8,7 @@
 //! ws/<workspace id>/chunks/<first 2 hex>/<sha256 hex>      content-addressed chunk
 //! ws/<workspace id>/manifests/<kind>/<id>.json             a file: chunk size, length, chunks
 //! ws/<workspace id>/records/<kind>/<id>.json               what a manifest is (JSON)
+//! ws/<workspace id>/blobs/<kind>/<group>/<name>            a named blob (archived WAL)
 //! ```
 //!
 //! Guarantees:
@@ -28,6 +29,7 @@
 //! until its manifest is written (e.g. by touching it or by pending-manifest markers). This
 //! crate knows nothing about volumes, VMs or the state store.
 
+mod blobs;
 mod error;
 mod files;
 mod manifest;
@@ -40,6 +42,7 @@ use std::sync::Arc;
 
 use object_store::ObjectStore;
 
+pub use blobs::BlobInfo;
 pub use error::ObjectsError;
 pub use files::{DownloadStats, Upload, UploadStats};
 pub use manifest::{

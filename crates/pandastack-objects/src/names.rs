@@ -113,6 +113,26 @@ impl Keys {
         )))
     }
 
+    /// `ws/<ws>/blobs/<kind>/<group>`, for listing.
+    pub(crate) fn blobs(&self, ws: &str, kind: &str, group: &str) -> Result<Path, ObjectsError> {
+        check("blob kind", kind)?;
+        check("blob group", group)?;
+        Ok(self.key(&format!("{}/blobs/{kind}/{group}", Self::workspace(ws)?)))
+    }
+
+    /// `ws/<ws>/blobs/<kind>/<group>/<name>`.
+    pub(crate) fn blob(
+        &self,
+        ws: &str,
+        kind: &str,
+        group: &str,
+        name: &str,
+    ) -> Result<Path, ObjectsError> {
+        let dir = self.blobs(ws, kind, group)?;
+        check("blob name", name)?;
+        Ok(Path::from(format!("{dir}/{name}")))
+    }
+
     /// A key outside every workspace, for [`crate::Objects::check`].
     pub(crate) fn probe(&self) -> Path {
         self.key("pandastack-probe")

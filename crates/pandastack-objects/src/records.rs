@@ -3,6 +3,7 @@
 //! the object store alone. Written create-if-absent like manifests.
 
 use bytes::Bytes;
+use object_store::ObjectStoreExt;
 
 use crate::{names, Objects, ObjectsError};
 
@@ -60,5 +61,14 @@ impl Objects {
             .collect();
         out.sort();
         Ok(out)
+    }
+
+    /// Removes a record (absent is success).
+    pub async fn delete_record(&self, ws: &str, kind: &str, id: &str) -> Result<(), ObjectsError> {
+        let key = self.keys.record(ws, kind, id)?;
+        match self.store.delete(&key).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(ObjectsError::store("delete", &key)(e)),
+        }
     }
 }

@@ -566,3 +566,104 @@ fn bad_urls_are_refused_with_clear_messages() {
     assert!(dir.is_dir());
     assert_eq!(o.describe(), format!("local directory {}", dir.display()));
 }
+
+#[tokio::test]
+async fn blobs_are_create_if_absent_listed_by_group_and_deleted() {
+    for c in cases() {
+        let o = &c.objects;
+        let seg = bytes::Bytes::from(noise(70_000, 11));
+        o.put_blob(
+            "ws-a",
+            "wal",
+            "db-1",
+            "000000010000000000000001",
+            seg.clone(),
+        )
+        .await
+        .unwrap();
+        // The same bytes again are success; other bytes are refused and change nothing.
+        o.put_blob(
+            "ws-a",
+            "wal",
+            "db-1",
+            "000000010000000000000001",
+            seg.clone(),
+        )
+        .await
+        .unwrap();
+        let other = bytes::Bytes::from(noise(70_000, 12));
+        assert!(matches!(
+            o.put_blob("ws-a", "wal", "db-1", "000000010000000000000001", other)
+                .await,
+            Err(ObjectsError::Conflict { .. })
+        ));
+        o.put_blob(
+            "ws-a",
+            "wal",
+            "db-1",
+            "00000002.history",
+            "1\t0/3000000\tno recovery target\n".into(),
+        )
+        .await
+        .unwrap();
+        o.put_blob(
+            "ws-a",
+            "wal",
+            "db-2",
+            "000000010000000000000009",
+            seg.clone(),
+        )
+        .await
+        .unwrap();
+        let names: Vec<(String, u64)> = o
+            .list_blobs("ws-a", "wal", "db-1")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|b| (b.name, b.size))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("000000010000000000000001".to_owned(), 70_000),
+                ("00000002.history".to_owned(), 32),
+            ],
+            "{}",
+            c.backend
+        );
+        assert_eq!(
+            o.get_blob("ws-a", "wal", "db-1", "000000010000000000000001")
+                .await
+                .unwrap(),
+            seg
+        );
+        // Another workspace sees nothing of it.
+        assert!(o
+            .list_blobs("ws-b", "wal", "db-1")
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(matches!(
+            o.get_blob("ws-b", "wal", "db-1", "000000010000000000000001")
+                .await,
+            Err(ObjectsError::NotFound { .. })
+        ));
+        for bad in ["", "..", "a/b", "x y"] {
+            assert!(matches!(
+                o.put_blob("ws-a", "wal", bad, "n", seg.clone()).await,
+                Err(ObjectsError::InvalidName { .. })
+            ));
+            assert!(matches!(
+                o.get_blob("ws-a", "wal", "db-1", bad).await,
+                Err(ObjectsError::InvalidName { .. })
+            ));
+        }
+        o.delete_blob("ws-a", "wal", "db-1", "000000010000000000000001")
+            .await
+            .unwrap();
+        o.delete_blob("ws-a", "wal", "db-1", "000000010000000000000001")
+            .await
+            .unwrap();
+        assert_eq!(o.list_blobs("ws-a", "wal", "db-1").await.unwrap().len(), 1);
+    }
+}

@@ -132,6 +132,45 @@ impl Databases<'_> {
         )
     }
 
+    /// Puts a restored volume in place of database `id`'s, in one transaction: volume
+    /// `current` is renamed `retired_name` (to be deleted), volume `restored` takes the name
+    /// `name`, and the row names `restored` and the VM `sandbox_id` that serves it.
+    pub async fn swap_volume(
+        &self,
+        id: &str,
+        current: &str,
+        retired_name: &str,
+        restored: &str,
+        name: &str,
+        sandbox_id: &str,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        found(
+            sqlx::query("UPDATE volumes SET name = $2 WHERE id = $1")
+                .bind(current)
+                .bind(retired_name)
+                .execute(&mut *tx)
+                .await?,
+        )?;
+        found(
+            sqlx::query("UPDATE volumes SET name = $2 WHERE id = $1")
+                .bind(restored)
+                .bind(name)
+                .execute(&mut *tx)
+                .await?,
+        )?;
+        found(
+            sqlx::query("UPDATE databases SET volume_id = $2, sandbox_id = $3 WHERE id = $1")
+                .bind(id)
+                .bind(restored)
+                .bind(sandbox_id)
+                .execute(&mut *tx)
+                .await?,
+        )?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     pub async fn set_password(&self, id: &str, password: &str) -> Result<(), StoreError> {
         found(
             sqlx::query("UPDATE databases SET password = $2 WHERE id = $1")

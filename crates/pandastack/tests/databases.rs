@@ -480,21 +480,129 @@ async fn databases_end_to_end() {
                 .call("GET", &format!("/v1/databases/{id}/backups"), None)
                 .await;
             assert_eq!(st, StatusCode::OK, "{v}");
-            let b = &v["data"][0];
-            match b["state"].as_str().unwrap() {
-                "uploading" => tokio::time::sleep(Duration::from_millis(300)).await,
-                "done" => return,
-                other => panic!("backup {other}: {v}"),
+            let all = v["data"].as_array().unwrap();
+            assert!(all.iter().any(|x| x["id"] == b["id"]), "{v}");
+            if all.iter().all(|x| x["state"] == "done") {
+                return;
             }
+            assert!(all.iter().all(|x| x["state"] != "failed"), "{v}");
+            tokio::time::sleep(Duration::from_millis(300)).await;
         }
     })
     .await;
+
+    // Point in time: rows written before and after a moment T; a branch from T and a restore
+    // in place to T have the first and not the second (the base backup above plus the WAL
+    // archived since). The restored database keeps its id and connection string and takes
+    // writes on its new timeline.
+    ok_psql(
+        &direct,
+        "insert into items values (20, 'before T', '[0,0,1]')",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let t = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    ok_psql(
+        &direct,
+        "insert into items values (21, 'after T', '[1,0,1]')",
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let (st, pitr) = api
+        .call(
+            "POST",
+            &format!("/v1/databases/{id}/branches"),
+            Some(json!({"name": "app_at_t", "from_time": t})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{pitr}");
+    eprintln!("branch from {t} ready in {:?}", started.elapsed());
+    let pitr_id = pitr["id"].as_str().unwrap().to_owned();
+    let at_t = via(pitr["connection_uri"].as_str().unwrap(), &server.db);
+    assert_eq!(
+        ok_psql(
+            &at_t,
+            "select string_agg(id::text, ',' order by id) from items where id >= 20"
+        )
+        .await,
+        "20"
+    );
+    let started = std::time::Instant::now();
+    let (st, restored) = api
+        .call(
+            "POST",
+            &format!("/v1/databases/{id}/restore"),
+            Some(json!({"to_time": t})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{restored}");
+    eprintln!("restore to {t} in {:?}", started.elapsed());
+    assert_eq!(restored["id"], json!(id));
+    assert_eq!(
+        restored["connection_uri"],
+        get_db(&api, &id).await["connection_uri"]
+    );
+    assert_eq!(
+        ok_psql(
+            &direct,
+            "select string_agg(id::text, ',' order by id) from items"
+        )
+        .await,
+        "1,2,3,5,20"
+    );
+    ok_psql(
+        &direct,
+        "insert into items values (22, 'new timeline', '[1,1,1]')",
+    )
+    .await;
+    assert!(
+        ok_psql(&direct, "select timeline_id from pg_control_checkpoint()")
+            .await
+            .parse::<u32>()
+            .unwrap()
+            >= 2
+    );
+    let (st, v) = api
+        .call("DELETE", &format!("/v1/databases/{pitr_id}"), None)
+        .await;
+    assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+    // Outside the window (before the first base backup, in the future) and bad times: 422.
+    for (path, body) in [
+        ("restore", json!({"to_time": "2001-01-01T00:00:00Z"})),
+        ("restore", json!({"to_time": "2999-01-01T00:00:00Z"})),
+        ("restore", json!({"to_time": "yesterday"})),
+        ("branches", json!({"from_time": "2001-01-01T00:00:00Z"})),
+    ] {
+        let (st, v) = api
+            .call(
+                "POST",
+                &format!("/v1/databases/{id}/{path}"),
+                Some(body.clone()),
+            )
+            .await;
+        assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {v}");
+        assert_eq!(code(&v), "invalid_argument", "{v}");
+    }
+    let (_, v) = api
+        .call(
+            "POST",
+            &format!("/v1/databases/{id}/restore"),
+            Some(json!({"to_time": "2001-01-01T00:00:00Z"})),
+        )
+        .await;
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("window"),
+        "{v}"
+    );
 
     // A server restart: the database answers again with the same connection string.
     drop(server);
     let server = start_with(data, port, &args).await;
     let api = self::api(&server);
-    assert_eq!(ok_psql(&direct, "select count(*) from items").await, "4");
+    assert_eq!(ok_psql(&direct, "select count(*) from items").await, "6");
     let (st, list) = api.call("GET", "/v1/databases", None).await;
     assert_eq!(st, StatusCode::OK);
     assert_eq!(list["data"].as_array().unwrap().len(), 2, "{list}");

@@ -86,6 +86,7 @@ NOT_MODELLED: Dict[str, str] = {
     "PatchVolumeRequest": "request body",
     "CreateDatabaseRequest": "request body",
     "CreateBranchRequest": "request body",
+    "RestoreDatabaseRequest": "request body",
     "QueryRequest": "request body",
     # The Neon-compatible `POST /v1/databases/{id}/sql` is for Neon's drivers, not this SDK.
     "SqlRequest": "request body of the Neon-compatible /sql endpoint (Neon's drivers)",

@@ -2,8 +2,8 @@
 (creates are slow under emulation; the first one on a server bakes the ``postgres`` template),
 deleted at the end also when a test fails. Queries over HTTP with parameters, SQL errors as
 :class:`QueryError` with their SQLSTATE, a real driver (psycopg 3) through the TLS front,
-the pooled connection string, a branch that sees the parent's data, a password rotation and a
-backup.
+the pooled connection string, a branch that sees the parent's data, a restore outside the
+restore window refused, a password rotation and a backup.
 
 Needs ``PANDASTACK_DB_FRONT`` (``host:port`` of the server's database front, printed by
 ``scripts/dev-server.sh``); without it the module is skipped. The connection strings name
@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import datetime, timezone
 from typing import Iterator, List, Tuple
 
 import pytest
 
 from conftest import RUN_ID
-from pandastack import Database, DatabaseNotFoundError, PandaStack, QueryError
+from pandastack import Database, DatabaseNotFoundError, InvalidArgumentError, PandaStack, QueryError
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("PANDASTACK_DB_FRONT"),
@@ -153,6 +154,14 @@ def test_branch_sees_the_data_and_diverges(client, shared):
     assert client.databases.delete(br.id) is True
     with pytest.raises(DatabaseNotFoundError):
         client.databases.get(br.id)
+
+
+def test_restore_outside_the_window_names_it(client, shared):
+    """No archive needed: 2001 is before any base backup, so the server refuses it (422)."""
+    with pytest.raises(InvalidArgumentError) as ei:
+        client.databases.restore(shared.db.id, datetime(2001, 1, 1, tzinfo=timezone.utc))
+    assert ei.value.status == 422 and ei.value.code == "invalid_argument"
+    assert "window" in str(ei.value) or "base backup" in str(ei.value), str(ei.value)
 
 
 def test_rotate_password(client, shared):

@@ -1,7 +1,8 @@
 """Databases against a fake local HTTP server (no PandaStack server needed): what each call of
 ``client.databases`` sends and how it reads the answers, the error classes of
 ``database_not_found`` and ``query_failed`` (with the SQLSTATE parsed), query parameters, the
-long HTTP timeouts of creates and queries, and waiting for a backup. Sync and async."""
+long HTTP timeouts of creates and queries, the times of restore and point-in-time branches,
+and waiting for a backup. Sync and async."""
 
 from __future__ import annotations
 
@@ -254,6 +255,29 @@ def test_branch_password_extensions(fake):
     assert all(r["headers"].get("idempotency-key") for r in calls)
 
 
+def test_restore_and_point_in_time_branch_send_rfc3339_times(fake):
+    window = "database db-1: 2001-01-01T00:00:00Z is outside the restore window (from 2026-01-01T00:00:00Z to 2026-01-02T00:00:00Z)"
+    fake.on("POST", "/v1/databases/db-1/restore", reply(200, db()), error(422, "invalid_argument", window))
+    fake.on("POST", "/v1/databases/db-1/branches", reply(201, db(id="db-2", parent="db-1")))
+    plus2 = datetime.timezone(datetime.timedelta(hours=2))
+    with make(fake) as c:
+        d = c.databases.restore("db-1", datetime.datetime(2026, 1, 1, 12, 30))  # naive: UTC
+        assert isinstance(d, Database) and d.id == "db-1" and d.connection_uri == URI
+        with pytest.raises(InvalidArgumentError) as ei:
+            c.databases.restore("db-1", "2001-01-01T00:00:00Z")
+        assert ei.value.status == 422 and ei.value.code == "invalid_argument"
+        assert "restore window" in str(ei.value)
+        with pytest.raises(InvalidArgumentError):
+            c.databases.restore("db-1", datetime.date(2026, 1, 1))  # type: ignore[arg-type]
+        c.databases.branch("db-1", "pitr", from_time=datetime.datetime(2026, 1, 1, 14, 30, 0, 250000, tzinfo=plus2))
+    calls = fake.calls("POST", "/v1/databases/db-1/restore")
+    assert [body(r) for r in calls] == [{"to_time": "2026-01-01T12:30:00+00:00"}, {"to_time": "2001-01-01T00:00:00Z"}]
+    assert all(r["headers"].get("idempotency-key") for r in calls)
+    assert [body(r) for r in fake.calls("POST", "/v1/databases/db-1/branches")] == [
+        {"name": "pitr", "from_time": "2026-01-01T14:30:00.250000+02:00"}
+    ]
+
+
 def test_backup_wait_polls_the_list_until_done(fake):
     fake.on("POST", "/v1/databases/db-1/backups", reply(202, backup()))
     fake.on(
@@ -301,9 +325,11 @@ def test_creates_and_queries_get_long_http_timeouts():
     with PandaStack(api_key="pds_test", base_url="http://fake", http_client=http, max_retries=0) as c:
         c.databases.create("app")
         c.databases.branch("db-1")
+        c.databases.restore("db-1", "2026-01-01T00:00:00Z")
         c.databases.query("db-1", "select 1", timeout_ms=120_000)
     assert seen["/v1/databases"] >= 900, "the first create bakes the postgres template: minutes"
     assert seen["/v1/databases/db-1/branches"] >= 900
+    assert seen["/v1/databases/db-1/restore"] >= 900, "a restore replays WAL and starts a VM"
     assert seen["/v1/databases/db-1/query"] >= 120 + 60, "the statement timeout plus a wake"
 
 

@@ -60,8 +60,19 @@ export interface CreateDatabaseOptions extends CallOptions {
 export interface BranchDatabaseOptions extends CallOptions {
   /** The branch's name (default `<name>_<6 hex>`). */
   name?: string;
+  /**
+   * Branch from the archive as of this time (a `Date`, or an RFC 3339 string) instead of now:
+   * point-in-time, inside the restore window.
+   */
+  fromTime?: Date | string;
   /** Seconds without connections or queries before the branch hibernates. */
   idleSeconds?: number;
+  /** Default: a fresh random key, reused on retries. */
+  idempotencyKey?: string;
+}
+
+/** Options of {@link Databases.restore}. */
+export interface RestoreDatabaseOptions extends CallOptions {
   /** Default: a fresh random key, reused on retries. */
   idempotencyKey?: string;
 }
@@ -144,14 +155,39 @@ export class Databases {
   /**
    * Branches a database as of now: a new database (`parent` set) on a copy-on-write copy of its
    * data, with the same owner role, its own password and its own VM; resolves once ready.
+   * With `fromTime`, the branch has the data as of that time instead (point-in-time, from the
+   * database's base backups and archived WAL); a time outside the restore window throws
+   * {@link InvalidArgumentError} (422) whose message names the window.
    */
   async branch(id: string, opts: BranchDatabaseOptions = {}): Promise<DatabaseInfo> {
     const body: Record<string, unknown> = {};
     if (opts.name !== undefined) body.name = opts.name;
+    if (opts.fromTime !== undefined) body.from_time = rfc3339("fromTime", opts.fromTime);
     if (opts.idleSeconds !== undefined) body.idle_seconds = opts.idleSeconds;
     const w = await this.http.request<Record<string, unknown>>({
       method: "POST",
       path: databasePath(id, "/branches"),
+      json: body,
+      idempotencyKey: opts.idempotencyKey ?? (await this.newIdempotencyKey()),
+      retry: "safe",
+      timeoutMs: opts.timeoutMs ?? Math.max(this.http.timeoutMs, DATABASE_CREATE_TIMEOUT_MS),
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+    return databaseFromWire(w ?? {});
+  }
+
+  /**
+   * Restores a database in place to its data as of `toTime` (a `Date`, or an RFC 3339 string)
+   * and resolves with it ready: the same id, password and connection strings, on a new
+   * timeline (open connections to the old data are closed). The restore window runs from the
+   * oldest base backup kept to now; a time outside it throws {@link InvalidArgumentError}
+   * (422, `invalid_argument`) whose message names the window.
+   */
+  async restore(id: string, toTime: Date | string, opts: RestoreDatabaseOptions = {}): Promise<DatabaseInfo> {
+    const body = { to_time: rfc3339("toTime", toTime) };
+    const w = await this.http.request<Record<string, unknown>>({
+      method: "POST",
+      path: databasePath(id, "/restore"),
       json: body,
       idempotencyKey: opts.idempotencyKey ?? (await this.newIdempotencyKey()),
       retry: "safe",
@@ -217,8 +253,10 @@ export class Databases {
   }
 
   /**
-   * Backs a database up to the object store: a crash-consistent copy of its data volume (its
-   * file system frozen for the instant of the copy), uploaded in the background. Resolves with
+   * Takes a base backup of a database to the object store (where {@link restore} and a
+   * point-in-time {@link branch} start): a copy of its data volume between `pg_backup_start`
+   * and `pg_backup_stop` (its file system frozen for the instant of the copy), uploaded in the
+   * background. Resolves with
    * the backup `uploading`; with `wait: true`, once it is `done` (see {@link waitBackup}).
    */
   async backup(id: string, opts: BackupOptions = {}): Promise<VolumeBackupInfo> {
@@ -304,6 +342,18 @@ export function queryParam(v: unknown, i: number): string | number | boolean | n
         code: "invalid_argument",
       });
   }
+}
+
+/** A time as the wire takes it (RFC 3339): a `Date` by `toISOString()` (UTC), a string as it is (the server checks it). @internal */
+export function rfc3339(field: string, t: Date | string): string {
+  if (t instanceof Date) {
+    if (Number.isNaN(t.getTime())) {
+      throw new InvalidArgumentError(`${field}: an invalid Date`, { code: "invalid_argument" });
+    }
+    return t.toISOString();
+  }
+  if (typeof t === "string" && t !== "") return t;
+  throw new InvalidArgumentError(`${field}: a Date or an RFC 3339 string, got ${JSON.stringify(t)}`, { code: "invalid_argument" });
 }
 
 function databasePath(id: string, rest = ""): string {

@@ -53,6 +53,7 @@ export {
   type CreateDatabaseOptions,
   type ListDatabasesOptions,
   type QueryOptions,
+  type RestoreDatabaseOptions,
 } from "./databases.js";
 export { Filesystem, type FileCallOptions, type FileContent, type WriteInfo } from "./filesystem.js";
 export { Paginator, type Page } from "./pagination.js";

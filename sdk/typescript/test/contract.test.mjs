@@ -64,6 +64,7 @@ const NOT_MODELLED = {
   PatchVolumeRequest: REQUEST,
   CreateDatabaseRequest: REQUEST,
   CreateBranchRequest: REQUEST,
+  RestoreDatabaseRequest: REQUEST,
   QueryRequest: REQUEST,
   SqlRequest: "request body of the Neon-compatible /sql endpoint (Neon's drivers)",
   SqlQuery: "request body of the Neon-compatible /sql endpoint (Neon's drivers)",

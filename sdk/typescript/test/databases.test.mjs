@@ -1,7 +1,9 @@
 // Managed PostgreSQL against a real server with real guests: ONE database for the file (creates
 // are slow under emulation; the first one on a server bakes the `postgres` template), deleted at
 // the end also when a test fails. Queries over HTTP with parameters, a SQL error as QueryError
-// with its SQLSTATE, node-postgres through the TLS front, and the delete.
+// with its SQLSTATE, node-postgres through the TLS front, Neon's own driver
+// (`@neondatabase/serverless`, HTTP mode) against the Neon-compatible `/sql`, a restore outside
+// the restore window refused, and the delete.
 //
 // Needs PANDASTACK_DB_FRONT (host:port of the server's database front, printed by
 // scripts/dev-server.sh); without it the tests are skipped. The connection string names
@@ -10,10 +12,11 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 
+import { neon, neonConfig } from "@neondatabase/serverless";
 import pg from "pg";
 
 import { DatabaseNotFoundError, InvalidArgumentError, QueryError } from "../dist/index.js";
-import { RUN_ID, client } from "./helpers.mjs";
+import { BASE_URL, RUN_ID, client } from "./helpers.mjs";
 
 const FRONT = process.env.PANDASTACK_DB_FRONT;
 const skip = FRONT ? false : "PANDASTACK_DB_FRONT is not set (scripts/dev-server.sh prints it)";
@@ -98,6 +101,37 @@ describe("databases", { skip }, () => {
     }
     const seen = await ps.databases.query(db.id, "select body from notes where id = 3");
     assert.deepEqual(seen.rows, [["from node-postgres"]], "what the driver wrote, the HTTP query sees");
+  });
+
+  test("@neondatabase/serverless in HTTP mode, unmodified, against the database's /sql", async () => {
+    // The driver posts to `https://<host>/sql`; here the API serves it at `<http_url>/sql` on
+    // plain HTTP, which is what `fetchEndpoint` is for. The password in the connection string
+    // is what logs in: no API key.
+    neonConfig.fetchEndpoint = () => `${db.httpUrl}/sql`;
+    assert.ok(db.httpUrl.startsWith(BASE_URL), `${db.httpUrl} is served by ${BASE_URL}`);
+    const sql = neon(db.connectionUri);
+    assert.deepEqual(await sql`select body from notes where id = ${1}`, [{ body: "first" }]);
+    const [ins, count] = await sql.transaction([
+      sql`insert into notes (id, body) values (${4}, ${"from the Neon driver"})`,
+      sql`select count(*)::int as n from notes`,
+    ]);
+    assert.deepEqual([ins, count], [[], [{ n: 4 }]]);
+    const full = await neon(db.connectionUri, { fullResults: true, arrayMode: true })`select id, body from notes where id = ${4}`;
+    assert.deepEqual(full.rows, [[4, "from the Neon driver"]]);
+    assert.deepEqual(full.fields.map((f) => f.name), ["id", "body"]);
+    const bad = await sql`selec 1`.catch((x) => x);
+    assert.equal(bad.code, "42601", String(bad));
+    const wrong = db.connectionUri.replace(/:[^:@]+@/, ":wrong@");
+    const denied = await neon(wrong)`select 1`.catch((x) => x);
+    assert.equal(denied.code, "28P01", String(denied));
+  });
+
+  test("a restore outside the restore window is refused (422) and names the window", async () => {
+    // No archive needed: 2001 is before any base backup.
+    const e = await ps.databases.restore(db.id, new Date(Date.UTC(2001, 0, 1))).catch((x) => x);
+    assert.ok(e instanceof InvalidArgumentError, String(e));
+    assert.deepEqual([e.status, e.code], [422, "invalid_argument"]);
+    assert.match(e.message, /window|base backup/);
   });
 
   test("delete, then it is gone", async () => {

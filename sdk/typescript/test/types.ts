@@ -158,6 +158,11 @@ export async function databases(client: PandaStack): Promise<void> {
   }
   const branch: DatabaseInfo = await client.databases.branch(db.id, { name: "app_br", idleSeconds: 60 });
   await client.databases.branch(db.id);
+  await client.databases.branch(db.id, { fromTime: new Date(), name: "app_pitr" });
+  await client.databases.branch(db.id, { fromTime: "2026-01-01T00:00:00Z" });
+  const restored: DatabaseInfo = await client.databases.restore(db.id, new Date(Date.now() - 3_600_000));
+  await client.databases.restore(db.id, "2026-01-01T00:00:00Z", { idempotencyKey: "k", timeoutMs: 60_000 });
+  void restored;
   const rotated: DatabaseInfo = await client.databases.rotatePassword(db.id);
   const ext: DatabaseExtensions = await client.databases.extensions();
   const names: string[] = (ext.versions["17"] ?? []).map((x) => `${x.name} ${x.defaultVersion}`);

@@ -917,7 +917,7 @@ const RESULT = {
   rows: [[1, "one"], [2, null]],
 };
 
-test("databases: create, list, get, branch, password, delete send the documented requests", async () => {
+test("databases: create, list, get, branch, restore, password, delete send the documented requests", async () => {
   const srv = await mockServer((req, res, body) => {
     const u = new URL(req.url, "http://x");
     if (req.method === "POST" && u.pathname === "/v1/databases") return json(res, 201, { ...DB, name: JSON.parse(body).name });
@@ -929,6 +929,11 @@ test("databases: create, list, get, branch, password, delete send the documented
     if (req.method === "GET" && u.pathname === "/v1/databases/app") return json(res, 200, DB);
     if (req.method === "POST" && u.pathname === "/v1/databases/db-1/branches") return json(res, 201, { ...DB, id: "db-2", parent: "db-1" });
     if (req.method === "POST" && u.pathname === "/v1/databases/db-1/password") return json(res, 200, { ...DB, connection_uri: URI.replace("s3cret", "n3w") });
+    if (req.method === "POST" && u.pathname === "/v1/databases/db-1/restore") {
+      return JSON.parse(body).to_time.startsWith("2001-")
+        ? json(res, 422, { error: { code: "invalid_argument", message: "2001-01-01T00:00:00Z is outside the restore window (from 2026-01-01T00:00:00Z to now)", request_id: "r" } })
+        : json(res, 200, DB);
+    }
     if (req.method === "DELETE" && u.pathname === "/v1/databases/db-1") return res.writeHead(204).end();
     if (u.pathname === "/v1/databases/gone") {
       return json(res, 404, { error: { code: "database_not_found", message: "no database gone", request_id: "r" } });
@@ -955,9 +960,27 @@ test("databases: create, list, get, branch, password, delete send the documented
     const br = await c.databases.branch("db-1");
     assert.equal(br.parent, "db-1");
     await c.databases.branch("db-1", { name: "feature_x", idleSeconds: 60 });
+    await c.databases.branch("db-1", { name: "pitr", fromTime: new Date(Date.UTC(2026, 0, 1, 12, 30, 0, 250)) });
+    await c.databases.branch("db-1", { fromTime: "2026-01-01T14:30:00+02:00" });
+    await assert.rejects(c.databases.branch("db-1", { fromTime: new Date(NaN) }), InvalidArgumentError);
     const branches = srv.requests.filter((r) => r.url === "/v1/databases/db-1/branches");
-    assert.deepEqual(branches.map((r) => JSON.parse(r.body)), [{}, { name: "feature_x", idle_seconds: 60 }]);
+    assert.deepEqual(branches.map((r) => JSON.parse(r.body)), [
+      {},
+      { name: "feature_x", idle_seconds: 60 },
+      { name: "pitr", from_time: "2026-01-01T12:30:00.250Z" },
+      { from_time: "2026-01-01T14:30:00+02:00" },
+    ]);
     assert.ok(branches.every((r) => r.headers["idempotency-key"]));
+    const restored = await c.databases.restore("db-1", new Date(Date.UTC(2026, 0, 1, 12, 30)));
+    assert.deepEqual([restored.id, restored.connectionUri], ["db-1", URI]);
+    const outside = await c.databases.restore("db-1", "2001-01-01T00:00:00Z").catch((e) => e);
+    assert.ok(outside instanceof InvalidArgumentError, String(outside));
+    assert.deepEqual([outside.status, outside.code], [422, "invalid_argument"]);
+    assert.match(outside.message, /restore window/);
+    await assert.rejects(c.databases.restore("db-1", ""), InvalidArgumentError);
+    const restores = srv.requests.filter((r) => r.url === "/v1/databases/db-1/restore");
+    assert.deepEqual(restores.map((r) => JSON.parse(r.body)), [{ to_time: "2026-01-01T12:30:00.000Z" }, { to_time: "2001-01-01T00:00:00Z" }]);
+    assert.ok(restores.every((r) => r.headers["idempotency-key"]));
     assert.match((await c.databases.rotatePassword("db-1")).connectionUri, /n3w/);
     assert.equal(await c.databases.delete("db-1"), true);
     assert.equal(await c.databases.delete("gone"), false);

@@ -13,6 +13,8 @@
 //! `ready`. Start-up ([`Databases::reconcile`]) removes what a `creating` row left. A delete
 //! removes the VM, the row and then the volume.
 
+mod archive;
+mod pitr;
 mod query;
 
 use std::collections::{BTreeMap, HashMap};
@@ -30,6 +32,8 @@ use pandastack_store::{
 
 use crate::{ControlError, Sandboxes, VolumeError, Volumes};
 
+pub use archive::{ArchiveSettings, BaseBackup, POLL as ARCHIVE_POLL};
+pub use pitr::parse_time;
 pub use query::{Credentials, QueryError, QueryLimits, DB_PORT, POOLER_PORT};
 
 /// The template every database VM is made from.
@@ -37,12 +41,14 @@ pub const DATABASE_TEMPLATE: &str = "postgres";
 /// Sandbox metadata key naming the database a VM serves.
 pub const DATABASE_METADATA: &str = "pandastack.database";
 /// Where a database VM mounts its data volume.
-const DATA_PATH: &str = "/var/lib/pandastack-db";
+pub(crate) const DATA_PATH: &str = "/var/lib/pandastack-db";
 /// The script that brings the cluster up (and sets the owner's password).
 const BOOTSTRAP: &str = include_str!("bootstrap.sh");
 /// Longest the bootstrap may take (a first `initdb` under TCG takes seconds, a recovery after a
 /// crash can take longer).
 const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(300);
+/// Longest a point-in-time recovery may take.
+const RECOVER_TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// Why a database operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +62,19 @@ pub enum DatabaseError {
     /// The cluster did not come up in its VM (the message is the script's output).
     #[error("database {database}: PostgreSQL did not start: {detail}")]
     Bootstrap { database: String, detail: String },
+    /// WAL archiving or a base backup failed (object store, guest).
+    #[error("archive: {0}")]
+    Archive(String),
+    /// A time that is not RFC 3339.
+    #[error("invalid {field}: {reason}")]
+    BadTime { field: String, reason: String },
+    /// A point-in-time restore to a time no base backup and archive reach.
+    #[error("{time} is outside the restore window of database {database}: {window}")]
+    OutsideWindow {
+        database: String,
+        time: String,
+        window: String,
+    },
     #[error(transparent)]
     Volume(#[from] VolumeError),
     #[error(transparent)]
@@ -126,6 +145,19 @@ pub struct Databases {
     sessions: Arc<query::SessionPool>,
     /// One start (wake or new VM) at a time per database.
     starting: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    archive: ArchiveSettings,
+    /// The newest base backup's stop time per database (unix ms), once looked up.
+    bases: Arc<Mutex<HashMap<String, i64>>>,
+}
+
+/// How a database VM brings its cluster up.
+pub(crate) enum Boot {
+    /// Start (a new cluster is made on an empty volume).
+    Start,
+    /// Start a branch's copy of its parent: the parent's unarchived WAL is not the branch's.
+    Branch,
+    /// Point-in-time recovery from a base backup and the archive.
+    Recover(Box<pitr::Recovery>),
 }
 
 /// A fresh password: 24 of `[A-Za-z0-9]` (safe in a URI unescaped).
@@ -161,7 +193,15 @@ impl Databases {
             address,
             sessions: Arc::default(),
             starting: Arc::default(),
+            archive: ArchiveSettings::default(),
+            bases: Arc::default(),
         }
+    }
+
+    /// When base backups are taken and how long the archive is kept.
+    pub fn with_archive(mut self, settings: ArchiveSettings) -> Self {
+        self.archive = settings;
+        self
     }
 
     /// A workspace's ready database by id or name.
@@ -244,10 +284,11 @@ impl Databases {
             size_gb: Some(row.size_gb as u32),
             ..Default::default()
         };
-        self.make(row, volume).await
+        self.make(row, volume, Boot::Start).await
     }
 
-    /// A branch of database `id` as of now: a new database on a copy-on-write copy of its
+    /// A branch of database `id` as of now (or of `from_time`, from the archive: see
+    /// [`pitr`]): a new database on a copy-on-write copy of its
     /// volume (taken with the parent's file system frozen, so the copy is what a power cut at
     /// that instant would leave; PostgreSQL recovers it), with the same owner role and its own
     /// password.
@@ -258,6 +299,10 @@ impl Databases {
         req: &CreateBranchRequest,
     ) -> Result<DatabaseInfo, DatabaseError> {
         let parent = self.row(ws, id).await?;
+        if let Some(t) = &req.from_time {
+            let from_ms = pitr::parse_time("from_time", t)?;
+            return self.branch_at(ws, parent, from_ms, req).await;
+        }
         let pvol = volume_name(&parent.id);
         let snap = self.volumes.snapshot(ws, &pvol).await?;
         let branch_id = new_id("db-");
@@ -289,7 +334,7 @@ impl Databases {
             from_snapshot: Some(snap.id.clone()),
             ..Default::default()
         };
-        let made = self.make(row, volume).await;
+        let made = self.make(row, volume, Boot::Branch).await;
         if let Err(e) = self.volumes.delete_snapshot(ws, &pvol, &snap.id).await {
             tracing::warn!(snapshot = %snap.id, error = %e, "could not remove a branch's volume snapshot");
         }
@@ -302,6 +347,7 @@ impl Databases {
         &self,
         mut row: DatabaseRow,
         volume: CreateVolumeRequest,
+        boot: Boot,
     ) -> Result<DatabaseInfo, DatabaseError> {
         match self.store.databases().insert(&row).await {
             Ok(()) => {}
@@ -315,7 +361,7 @@ impl Databases {
                 .databases()
                 .set_volume(&row.id, &row.volume_id)
                 .await?;
-            let sandbox = self.start_vm(&row).await?;
+            let sandbox = self.start_vm(&row, &volume.name, &boot).await?;
             self.store.databases().set_ready(&row.id).await?;
             row.state = DatabaseRowState::Ready;
             Ok::<_, DatabaseError>(sandbox)
@@ -336,10 +382,16 @@ impl Databases {
         }
     }
 
-    /// A new VM for database `row` with its volume mounted, the cluster up; the row names it.
-    async fn start_vm(&self, row: &DatabaseRow) -> Result<SandboxRow, DatabaseError> {
+    /// A new VM for database `row` with volume `vol` mounted, the cluster up; the row names
+    /// it unless it is a restore's (which names it when it swaps the volume in).
+    async fn start_vm(
+        &self,
+        row: &DatabaseRow,
+        vol: &str,
+        boot: &Boot,
+    ) -> Result<SandboxRow, DatabaseError> {
         let now = now_ms();
-        let vol = volume_name(&row.id);
+        let vol = vol.to_owned();
         let sandbox = SandboxRow {
             id: new_id("sb-"),
             workspace_id: row.workspace_id.clone(),
@@ -377,12 +429,25 @@ impl Databases {
             .sandboxes
             .create_with_volumes(sandbox, DATABASE_TEMPLATE, &claims, &self.volumes)
             .await?;
-        self.store
-            .databases()
-            .set_sandbox(&row.id, Some(&sandbox.id))
-            .await?;
-        if let Err(e) = self.bootstrap(row, &sandbox.id, "start").await {
-            let _ = self.store.databases().set_sandbox(&row.id, None).await;
+        let restoring = matches!(boot, Boot::Recover(r) if r.in_place);
+        if !restoring {
+            self.store
+                .databases()
+                .set_sandbox(&row.id, Some(&sandbox.id))
+                .await?;
+        }
+        let booted = match boot {
+            Boot::Start => self.script(row, &sandbox.id, "start", &[]).await.map(drop),
+            Boot::Branch => self
+                .script(row, &sandbox.id, "start", &[("PS_NEW_ARCHIVE", "1")])
+                .await
+                .map(drop),
+            Boot::Recover(r) => self.recover(row, &sandbox.id, r).await,
+        };
+        if let Err(e) = booted {
+            if !restoring {
+                let _ = self.store.databases().set_sandbox(&row.id, None).await;
+            }
             if let Err(d) = self.sandboxes.delete(&sandbox).await {
                 tracing::warn!(sandbox = %sandbox.id, error = %d, "could not remove a database VM that failed to start");
             }
@@ -391,19 +456,34 @@ impl Databases {
         Ok(sandbox)
     }
 
-    /// Runs the bootstrap script in the database's VM (`start` or `password`).
-    async fn bootstrap(
+    /// Runs the bootstrap script in the database's VM in `mode` (`start`, `password`,
+    /// `recover`, `backup-start`, `backup-stop`, `flush-archive`) with extra environment;
+    /// returns its standard output.
+    pub(crate) async fn script(
         &self,
         row: &DatabaseRow,
         sandbox: &str,
         mode: &str,
-    ) -> Result<(), DatabaseError> {
-        let env = HashMap::from([
+        extra: &[(&str, &str)],
+    ) -> Result<String, DatabaseError> {
+        let mut env = HashMap::from([
             ("PS_VOLUME".to_owned(), DATA_PATH.to_owned()),
             ("PS_ROLE".to_owned(), row.role_name.clone()),
             ("PS_PASSWORD".to_owned(), row.password.clone()),
             ("PS_MODE".to_owned(), mode.to_owned()),
         ]);
+        env.extend(
+            extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        // A recovery replays as much WAL as was archived (two attempts when the target is
+        // after the last commit); everything else is a start or a quick statement.
+        let timeout = if mode == "recover" {
+            RECOVER_TIMEOUT
+        } else {
+            BOOTSTRAP_TIMEOUT
+        };
         let started = std::time::Instant::now();
         let out = self
             .host
@@ -412,7 +492,7 @@ impl Databases {
                 ExecSpec {
                     shell: BOOTSTRAP.into(),
                     env,
-                    timeout: BOOTSTRAP_TIMEOUT,
+                    timeout,
                     max_output_bytes: 64 * 1024,
                     ..Default::default()
                 },
@@ -421,7 +501,7 @@ impl Databases {
         if out.exit_code != 0 || out.timed_out {
             let mut detail = String::from_utf8_lossy(&out.stderr).trim().to_owned();
             if out.timed_out {
-                detail = format!("timed out after {BOOTSTRAP_TIMEOUT:?}; {detail}");
+                detail = format!("timed out after {timeout:?}; {detail}");
             }
             let tail: String = detail
                 .chars()
@@ -437,16 +517,13 @@ impl Databases {
             });
         }
         tracing::info!(database = %row.id, sandbox, mode, ms = started.elapsed().as_millis() as u64, "database bootstrap");
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// The database's VM ready for connections: woken if it hibernated, a new one on the same
     /// volume if it has none (deleted, or its VM died). One start at a time per database.
     pub async fn running(&self, row: &DatabaseRow) -> Result<SandboxRow, DatabaseError> {
-        let lock = {
-            let mut m = self.starting.lock().unwrap_or_else(|p| p.into_inner());
-            Arc::clone(m.entry(row.id.clone()).or_default())
-        };
+        let lock = self.start_lock(&row.id);
         let _held = lock.lock().await;
         let row = self.store.databases().by_id(&row.id).await?;
         if let Some(sb) = &row.sandbox_id {
@@ -467,7 +544,14 @@ impl Databases {
             self.store.databases().set_sandbox(&row.id, None).await?;
         }
         tracing::info!(database = %row.id, "starting a VM for a database");
-        self.start_vm(&row).await
+        self.start_vm(&row, &volume_name(&row.id), &Boot::Start)
+            .await
+    }
+
+    /// The lock that makes starts (and a restore's swap) of database `id` one at a time.
+    fn start_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.starting.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(m.entry(id.to_owned()).or_default())
     }
 
     /// Rotates the owner role's password (in the cluster and PgBouncer, then the row).
@@ -475,7 +559,7 @@ impl Databases {
         let mut row = self.row(ws, id).await?;
         let sandbox = self.running(&row).await?;
         row.password = new_password();
-        self.bootstrap(&row, &sandbox.id, "password").await?;
+        self.script(&row, &sandbox.id, "password", &[]).await?;
         self.store
             .databases()
             .set_password(&row.id, &row.password)
@@ -526,6 +610,9 @@ impl Databases {
             self.sandboxes.delete(&s).await?;
         }
         self.store.databases().delete(&row.id).await?;
+        if let Err(e) = self.remove_archive(row).await {
+            tracing::warn!(database = %row.id, error = %e, "could not remove a database's WAL archive");
+        }
         match self
             .volumes
             .delete(&row.workspace_id, &volume_name(&row.id))
@@ -537,21 +624,25 @@ impl Databases {
     }
 
     /// Start-up: removes what creates interrupted by a crash left (rows still `creating`, with
-    /// their VMs and volumes).
+    /// their VMs and volumes) and what an interrupted restore left.
     pub async fn reconcile(&self) -> Result<(), DatabaseError> {
         for r in self.store.databases().on_host(&self.host_id).await? {
             if r.state == DatabaseRowState::Creating {
                 tracing::warn!(database = %r.id, name = %r.name, "removing a database whose create did not finish");
                 self.remove(&r).await?;
+            } else {
+                self.remove_strays(&r).await?;
             }
         }
         Ok(())
     }
 
-    /// Backups of the database's volume (to the object store, as durable jobs).
+    /// A base backup: the database's volume backed up (to the object store, as a durable
+    /// job) between `pg_backup_start` and `pg_backup_stop`, usable for point-in-time restore.
     pub async fn backup(&self, ws: &str, id: &str) -> Result<crate::BackupInfo, DatabaseError> {
         let row = self.row(ws, id).await?;
-        Ok(self.volumes.backup(ws, &volume_name(&row.id)).await?)
+        let sandbox = self.running(&row).await?;
+        self.base_backup(&row, &sandbox.id).await
     }
 
     pub async fn backups(

@@ -36,6 +36,9 @@ pub enum QueryError {
     Timeout(Duration),
 }
 
+/// Longest a broker session's login may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Bounds of one HTTP query.
 #[derive(Debug, Clone, Copy)]
 pub struct QueryLimits {
@@ -180,9 +183,12 @@ impl Databases {
             )),
             application_name: Some("pandastack-http".into()),
         };
-        match tokio::time::timeout(limits.timeout, Client::connect(stream, &opts)).await {
+        // The statement timeout bounds the statement, not the login: a short one (a few
+        // hundred ms) must not fail a SCRAM handshake on a busy or just-woken VM.
+        let bound = limits.timeout.max(CONNECT_TIMEOUT);
+        match tokio::time::timeout(bound, Client::connect(stream, &opts)).await {
             Ok(c) => Ok(c.map_err(QueryError::from)?),
-            Err(_) => Err(QueryError::Timeout(limits.timeout).into()),
+            Err(_) => Err(QueryError::Timeout(bound).into()),
         }
     }
 

@@ -109,6 +109,11 @@ impl Volumes {
         }
     }
 
+    /// The object store backups go to (managed databases archive their WAL there too).
+    pub(crate) fn objects(&self) -> &Objects {
+        &self.objects
+    }
+
     async fn row(&self, ws: &str, name: &str) -> Result<VolumeRow, VolumeError> {
         match self.store.volumes().get(ws, name).await {
             Ok(v) if v.state == VolumeState::Ready => Ok(v),

@@ -371,7 +371,7 @@ pub(crate) async fn run(a: DatabasesArgs) -> anyhow::Result<ExitCode> {
         let unit = match k {
             "template_bake_s" => "s",
             k if k.starts_with("pgbench_tps") => "tps",
-            "rpo_vm_kill_lost_commits" => "commits",
+            "rpo_vm_kill_lost_commits" | "rpo_archive_lost_commits" => "commits",
             _ => "ms",
         };
         metrics.insert(k, metric(v, unit));
@@ -527,9 +527,236 @@ async fn measure(
     }
     eprintln!("wakes done");
 
+    pitr(api, a, pg, &db, s).await?;
+    rpo_archive(api, a, pg, data_dir, &db, s).await?;
     rpo(api, a, pg, data_dir, &db, s).await?;
     api.delete_db(&db.id).await?;
     Ok(())
+}
+
+/// Now, RFC 3339 (the database's clock is the host's: the guest's is set from it).
+fn now_rfc3339() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default();
+    pandastack_api::rfc3339(ms)
+}
+
+/// Waits until every backup of database `id` has finished uploading.
+async fn backups_done(api: &Api, id: &str) -> anyhow::Result<()> {
+    let t = Instant::now();
+    loop {
+        let (v, _) = api
+            .http
+            .expect(
+                Method::GET,
+                &format!("/v1/databases/{id}/backups"),
+                None,
+                StatusCode::OK,
+            )
+            .await?;
+        let all = v["data"].as_array().context("backups: no data")?;
+        if all.iter().any(|b| b["state"] == "failed") {
+            bail!("a backup failed: {v}");
+        }
+        if all.iter().all(|b| b["state"] == "done") {
+            return Ok(());
+        }
+        if t.elapsed() > Duration::from_secs(600) {
+            bail!("backups not done after 600 s: {v}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Point-in-time restore: a base backup (on demand, waited for), pgbench's tables changed
+/// after it, then a restore in place and a branch to a time between two marker rows; each
+/// must have the first and not the second. The database is pgbench's scale 1 (~23 MiB), not
+/// the 1 GiB: the figure is dominated by VM start and WAL replay, which scale with
+/// the WAL since the backup, not with the data.
+async fn pitr(
+    api: &Api,
+    a: &DatabasesArgs,
+    pg: &Path,
+    db: &Db,
+    s: &mut Samples,
+) -> anyhow::Result<()> {
+    let (_, took) = api
+        .http
+        .expect(
+            Method::POST,
+            &format!("/v1/databases/{}/backups", db.id),
+            None,
+            StatusCode::ACCEPTED,
+        )
+        .await?;
+    push(s, "db_base_backup_start_ms", ms(took));
+    backups_done(api, &db.id).await?;
+    psql(pg, &db.direct, "create table if not exists marks (i int)").await?;
+    let short = ["-c", "2", "-j", "2", "-T", "5", "-M", "simple"];
+    for i in 0..a.iterations.min(3) {
+        pgbench(pg, &db.direct, &short).await?;
+        psql(
+            pg,
+            &db.direct,
+            &format!("insert into marks values ({})", 2 * i),
+        )
+        .await?;
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let at = now_rfc3339();
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        psql(
+            pg,
+            &db.direct,
+            &format!("insert into marks values ({})", 2 * i + 1),
+        )
+        .await?;
+        let want = (0..=2 * i)
+            .step_by(2)
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+
+        let (v, took) = api
+            .http
+            .expect(
+                Method::POST,
+                &format!("/v1/databases/{}/branches", db.id),
+                Some(json!({"name": format!("bench_p{i}"), "from_time": at, "idle_seconds": 0})),
+                StatusCode::CREATED,
+            )
+            .await?;
+        push(s, "db_branch_pitr_ms", ms(took));
+        let branch = Db::from_wire(&v)?;
+        let (_, got) = psql(
+            pg,
+            &branch.direct,
+            "select string_agg(i::text, ',' order by i) from marks",
+        )
+        .await?;
+        anyhow::ensure!(got == want, "branch at {at}: marks {got:?}, want {want:?}");
+        api.delete_db(&branch.id).await?;
+
+        let (_, took) = api
+            .http
+            .expect(
+                Method::POST,
+                &format!("/v1/databases/{}/restore", db.id),
+                Some(json!({"to_time": at})),
+                StatusCode::OK,
+            )
+            .await?;
+        push(s, "db_restore_pitr_ms", ms(took));
+        let (_, got) = psql(
+            pg,
+            &db.direct,
+            "select string_agg(i::text, ',' order by i) from marks",
+        )
+        .await?;
+        anyhow::ensure!(got == want, "restore to {at}: marks {got:?}, want {want:?}");
+        eprintln!("point in time {i}: branch and restore hold marks {want}");
+    }
+    Ok(())
+}
+
+/// What the object store holds when the host is lost: commits (each acknowledged, stamped
+/// with `clock_timestamp()`) go in for a few seconds, the VM is killed at once after the last
+/// acknowledgement (so nothing more leaves it), and a branch as of now is made from the
+/// archive alone. Lost = acknowledged rows missing from it; the window = the last
+/// acknowledged commit's time minus the newest one archived.
+async fn rpo_archive(
+    api: &Api,
+    a: &DatabasesArgs,
+    pg: &Path,
+    data_dir: &Path,
+    db: &Db,
+    s: &mut Samples,
+) -> anyhow::Result<()> {
+    psql(
+        pg,
+        &db.direct,
+        "create table rpo_archive (i int, t timestamptz default clock_timestamp())",
+    )
+    .await?;
+    let script: String = (0..a.rpo_rows)
+        .map(|i| format!("insert into rpo_archive (i) values ({i}); select pg_sleep(0.02);\n"))
+        .collect();
+    let mut child = tokio::process::Command::new(pg.join("psql"))
+        .arg(&db.direct)
+        .args(["-XAtq", "-v", "ON_ERROR_STOP=1"])
+        .env("PGCONNECT_TIMEOUT", "120")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("run psql")?;
+    let mut stdin = child.stdin.take().context("psql stdin")?;
+    stdin.write_all(script.as_bytes()).await?;
+    drop(stdin);
+    let out = child.wait_with_output().await?;
+    if !out.status.success() {
+        bail!(
+            "psql inserts: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    kill_vm(api, data_dir, &db.id).await?;
+    let at = now_rfc3339();
+    let (v, _) = api
+        .http
+        .expect(
+            Method::POST,
+            &format!("/v1/databases/{}/branches", db.id),
+            Some(json!({"name": "bench_rpo", "from_time": at, "idle_seconds": 0})),
+            StatusCode::CREATED,
+        )
+        .await?;
+    let branch = Db::from_wire(&v)?;
+    let epoch = "coalesce(extract(epoch from max(t)) * 1000, 0)::bigint";
+    let (_, got) = psql(
+        pg,
+        &branch.direct,
+        &format!("select count(*) || ' ' || {epoch} from rpo_archive"),
+    )
+    .await?;
+    api.delete_db(&branch.id).await?;
+    // The source's new VM has every acknowledged commit (the volume keeps them).
+    let (_, all) = psql(
+        pg,
+        &db.direct,
+        &format!("select count(*) || ' ' || {epoch} from rpo_archive"),
+    )
+    .await?;
+    let parse = |x: &str| -> anyhow::Result<(f64, f64)> {
+        let (c, t) = x.split_once(' ').with_context(|| format!("{x:?}"))?;
+        Ok((c.parse()?, t.parse()?))
+    };
+    let (archived, archived_t) = parse(&got)?;
+    let (acked, acked_t) = parse(&all)?;
+    push(s, "rpo_archive_lost_commits", acked - archived);
+    push(s, "rpo_archive_window_ms", (acked_t - archived_t).max(0.0));
+    eprintln!(
+        "host-loss RPO: {archived} of {acked} acknowledged commits in the archive, {:.0} ms behind",
+        acked_t - archived_t
+    );
+    Ok(())
+}
+
+/// `kill -9` of the QEMU serving database `id`.
+async fn kill_vm(api: &Api, data_dir: &Path, id: &str) -> anyhow::Result<String> {
+    let sandbox = api.sandbox_of(id).await?;
+    let pid_file = data_dir.join("sandboxes").join(&sandbox).join("qemu.pid");
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .with_context(|| format!("{}", pid_file.display()))?
+        .trim()
+        .parse()?;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .with_context(|| format!("kill -9 {pid} ({sandbox}'s QEMU)"))?;
+    Ok(sandbox)
 }
 
 /// `rpo_rows` inserts, each committed and acknowledged, through one psql session; then the VM's
@@ -567,17 +794,7 @@ async fn rpo(
         );
     }
 
-    let sandbox = api.sandbox_of(&db.id).await?;
-    let pid_file = data_dir.join("sandboxes").join(&sandbox).join("qemu.pid");
-    let pid: i32 = std::fs::read_to_string(&pid_file)
-        .with_context(|| format!("{}", pid_file.display()))?
-        .trim()
-        .parse()?;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .with_context(|| format!("kill -9 {pid} ({sandbox}'s QEMU)"))?;
+    let sandbox = kill_vm(api, data_dir, &db.id).await?;
     let t = Instant::now();
     let (mut failures, mut last) = (0, String::new());
     let count = loop {

@@ -1,6 +1,7 @@
 //! `pandastack db …` (alias `database`): managed PostgreSQL databases on a running server
 //! through the `/v1` API — create, ls, get, psql (runs the real `psql` on the connection
-//! string), branch, password, query (SQL over HTTP), rm, backup, backups and extensions.
+//! string), branch (as of now or `--from-time`), restore (in place, to a past time), password,
+//! query (SQL over HTTP), rm, backup (a base backup), backups and extensions.
 
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use pandastack_client::types::{
     BackupState, CreateBranchRequest, CreateDatabaseRequest, Database, QueryRequest, QueryResponse,
-    VolumeBackup,
+    RestoreDatabaseRequest, VolumeBackup,
 };
 use pandastack_client::Client;
 
@@ -33,16 +34,20 @@ enum DbCmd {
     Get(IdJson),
     /// Run `psql` on a database: `pandastack db psql NAME -- -c 'select 1'`.
     Psql(PsqlArgs),
-    /// Branch a database as of now (a copy-on-write copy of its data, its own VM); prints the
-    /// branch's connection string.
+    /// Branch a database as of now (a copy-on-write copy of its data, its own VM) or as of
+    /// `--from-time` (from its archive); prints the branch's connection string.
     Branch(BranchArgs),
+    /// Restore a database in place to a past time (same id and connection string, a new
+    /// timeline; open connections are closed); prints its connection string.
+    Restore(RestoreArgs),
     /// Give the owner role a new password; prints the new connection string.
     Password(IdJson),
     /// Run one SQL statement over HTTP (no driver needed).
     Query(QueryArgs),
     /// Delete databases: their VMs and data (backups stay in the object store).
     Rm(RmArgs),
-    /// Back a database up to the object store; prints the backup id (`--wait`: once uploaded).
+    /// Take a base backup of a database to the object store (a starting point for restore and
+    /// point-in-time branches); prints the backup id (`--wait`: once uploaded).
     Backup(BackupArgs),
     /// List a database's backups.
     Backups(IdJson),
@@ -91,10 +96,27 @@ struct BranchArgs {
     /// The branch's name (default `<name>_<6 hex>`).
     #[arg(long)]
     name: Option<String>,
+    /// Branch from the archive as of this time (RFC 3339, e.g. 2026-11-25T17:40:01Z) instead
+    /// of now; it must be inside the restore window.
+    #[arg(long, value_name = "RFC3339")]
+    from_time: Option<String>,
     /// Seconds without connections or queries before the branch hibernates.
     #[arg(long, value_name = "SECONDS")]
     idle_seconds: Option<u64>,
     /// Print the branch as JSON instead of its connection string.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct RestoreArgs {
+    /// The database to restore (id or name).
+    id: String,
+    /// The time to restore to (RFC 3339, e.g. 2026-11-25T17:40:01Z), inside the restore
+    /// window (from the oldest base backup kept to now).
+    #[arg(long, value_name = "RFC3339")]
+    to_time: String,
+    /// Print the database as JSON instead of its connection string.
     #[arg(long)]
     json: bool,
 }
@@ -209,12 +231,20 @@ async fn dispatch(c: Client, cmd: DbCmd) -> anyhow::Result<ExitCode> {
         DbCmd::Branch(a) => {
             let req = CreateBranchRequest {
                 name: a.name,
-                from_time: None,
+                from_time: a.from_time,
                 idle_seconds: a.idle_seconds,
             };
             let d = {
                 let _s = Spinner::start("branching");
                 c.branch_database(&a.id, &req).await?
+            };
+            print_uri(&d, a.json)?;
+        }
+        DbCmd::Restore(a) => {
+            let req = RestoreDatabaseRequest { to_time: a.to_time };
+            let d = {
+                let _s = Spinner::start("restoring");
+                c.restore_database(&a.id, &req).await?
             };
             print_uri(&d, a.json)?;
         }

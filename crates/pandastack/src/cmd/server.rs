@@ -57,6 +57,13 @@ pub struct ServerArgs {
     /// to retry (`57P03`).
     #[arg(long, default_value_t = 60)]
     db_wake_timeout_seconds: u64,
+    /// A base backup of each running database this often (the first when it first runs);
+    /// with its archived WAL it is where a point-in-time restore starts.
+    #[arg(long, default_value_t = 86_400)]
+    db_backup_interval_seconds: u64,
+    /// How far back point-in-time restore reaches: older archived WAL and base backups go.
+    #[arg(long, default_value_t = 7)]
+    db_retention_days: u64,
     /// Base URL of this API in databases' `http_url` (default: `http://<listen>`).
     #[arg(long, env = "PANDASTACK_PUBLIC_URL")]
     public_url: Option<String>,
@@ -299,6 +306,10 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
                 .public_url
                 .clone()
                 .unwrap_or_else(|| format!("http://{}", a.listen)),
+        })
+        .with_database_archive(pandastack_control::ArchiveSettings {
+            backup_interval: Duration::from_secs(a.db_backup_interval_seconds.max(60)),
+            retention: Duration::from_secs(a.db_retention_days.max(1) * 86_400),
         }),
     );
     app.recover_builds()
@@ -310,6 +321,7 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         .context("settle volumes and backups")?;
     app.start_backup_worker();
     app.recover_databases().await.context("settle databases")?;
+    app.start_database_archiver();
     tokio::spawn(pandastack_control::Reaper::new(store.clone(), host, host_id).run());
 
     let listener = tokio::net::TcpListener::bind(a.listen)

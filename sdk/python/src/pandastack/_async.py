@@ -17,6 +17,7 @@ import collections
 import json as _json
 import os
 import tempfile
+from datetime import datetime
 from typing import (
     IO,
     Any,
@@ -1843,18 +1844,51 @@ class AsyncDatabases:
         name: Optional[str] = None,
         idle_seconds: Optional[int] = None,
         *,
+        from_time: Optional[Union[datetime, str]] = None,
         idempotency_key: Optional[str] = None,
         timeout: Optional[float] = None,
     ) -> Database:
         """Branches a database as of now: a new database (``parent`` set) on a copy-on-write
         copy of its data, with the same owner role, its own password and its own VM; returned
-        ready. ``name`` defaults to ``<name>_<6 hex>``. Writes to either side stay there."""
-        body = b.branch_body(name, idle_seconds)
+        ready. ``name`` defaults to ``<name>_<6 hex>``. Writes to either side stay there.
+
+        With ``from_time`` (a ``datetime``, naive taken as UTC, or an RFC 3339 string) the
+        branch has the data as of that time instead (point-in-time, from the database's base
+        backups and archived WAL); a time outside the restore window raises
+        :class:`~pandastack.InvalidArgumentError` (422) whose message names the window."""
+        body = b.branch_body(name, idle_seconds, from_time)
         key = idempotency_key or b.new_idempotency_key()
         return Database.from_json(
             await self._t.json(
                 "POST",
                 self._p(database, "/branches"),
+                json=body,
+                headers={"Idempotency-Key": key},
+                retry=b.RETRY_IDEMPOTENT,
+                timeout=b.timeout_for(timeout, max(self._t.cfg.timeout, b.DATABASE_CREATE_TIMEOUT)),
+            )
+        )
+
+    async def restore(
+        self,
+        database: str,
+        to_time: Union[datetime, str],
+        *,
+        idempotency_key: Optional[str] = None,
+        timeout: Optional[float] = None,
+    ) -> Database:
+        """Restores a database in place to its data as of ``to_time`` (a ``datetime``, naive
+        taken as UTC, or an RFC 3339 string) and returns it ready: the same id, password and
+        connection strings, on a new timeline (open connections to the old data are closed).
+        The restore window runs from the oldest base backup kept to now; a time outside it
+        raises :class:`~pandastack.InvalidArgumentError` (422, ``invalid_argument``) whose
+        message names the window."""
+        body = b.restore_body(to_time)
+        key = idempotency_key or b.new_idempotency_key()
+        return Database.from_json(
+            await self._t.json(
+                "POST",
+                self._p(database, "/restore"),
                 json=body,
                 headers={"Idempotency-Key": key},
                 retry=b.RETRY_IDEMPOTENT,
@@ -1911,8 +1945,10 @@ class AsyncDatabases:
     async def backup(
         self, database: str, *, wait: bool = False, timeout: Optional[float] = None
     ) -> VolumeBackup:
-        """Backs a database up to the object store: a crash-consistent copy of its data volume
-        (its file system frozen for the instant of the copy), uploaded in the background.
+        """Takes a base backup of a database to the object store (where :meth:`restore` and
+        point-in-time :meth:`branch` start): a copy of its data volume between
+        ``pg_backup_start`` and ``pg_backup_stop`` (its file system frozen for the instant of
+        the copy), uploaded in the background.
         Returns the backup ``uploading``; with ``wait=True``, once it is ``done`` (see
         :meth:`wait_backup`)."""
         backup = VolumeBackup.from_json(

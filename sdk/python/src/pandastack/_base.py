@@ -3,6 +3,7 @@ request bodies and the Server-Sent Events decoder. No I/O happens here."""
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import email.utils
 import json
@@ -409,13 +410,40 @@ def database_body(
     )
 
 
-def branch_body(name: Optional[str], idle_seconds: Optional[int]) -> Dict[str, Any]:
+def rfc3339(field: str, t: Union[datetime.datetime, str]) -> str:
+    """A time as the wire takes it (RFC 3339): a ``datetime`` by ``isoformat()``, a naive one
+    taken as UTC; a string as it is (the server checks it)."""
+    if isinstance(t, datetime.datetime):
+        if t.tzinfo is None or t.utcoffset() is None:
+            t = t.replace(tzinfo=datetime.timezone.utc)
+        return t.isoformat()
+    if isinstance(t, str) and t:
+        return t
+    raise InvalidArgumentError(
+        f"{field}: expected a datetime or an RFC 3339 string, got {t!r}", code="invalid_argument"
+    )
+
+
+def branch_body(
+    name: Optional[str],
+    idle_seconds: Optional[int],
+    from_time: Optional[Union[datetime.datetime, str]] = None,
+) -> Dict[str, Any]:
     """The body of ``POST /v1/databases/{id}/branches``."""
     if name is not None and (not isinstance(name, str) or not name):
         raise InvalidArgumentError(f"expected a branch name, got {name!r}", code="invalid_argument")
     return drop_none(
-        {"name": name, "idle_seconds": int(idle_seconds) if idle_seconds is not None else None}
+        {
+            "name": name,
+            "from_time": rfc3339("from_time", from_time) if from_time is not None else None,
+            "idle_seconds": int(idle_seconds) if idle_seconds is not None else None,
+        }
     )
+
+
+def restore_body(to_time: Union[datetime.datetime, str]) -> Dict[str, Any]:
+    """The body of ``POST /v1/databases/{id}/restore``."""
+    return {"to_time": rfc3339("to_time", to_time)}
 
 
 def query_param(i: int, v: Any) -> Any:
