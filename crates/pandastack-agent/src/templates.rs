@@ -28,7 +28,12 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     /// slots than the agent's is re-baked when the template's spec is at hand, else used as it
     /// is.
     pub async fn template(&self, name: &str) -> Result<Template, AgentError> {
-        let spec_path = self.cfg.templates_dir.join(format!("{name}.toml"));
+        // `<catalog name>-m<MiB>`: that catalog template with another memory size.
+        let (spec_name, memory) = match self.memory_variant(name) {
+            Some((base, mib)) => (base, Some(mib)),
+            None => (name, None),
+        };
+        let spec_path = self.cfg.templates_dir.join(format!("{spec_name}.toml"));
         let usable = |t: &Template| {
             (t.network == self.rt.network().is_some() && t.volume_slots == self.cfg.volume_slots)
                 || !spec_path.is_file()
@@ -52,8 +57,11 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         if !spec_path.is_file() {
             return Err(AgentError::TemplateNotFound(name.into()));
         }
-        let (image, shape) = self.spec_image(name, spec_path).await?;
-        tracing::info!(template = name, image = %image.display(), "baking");
+        let (image, mut shape) = self.spec_image(spec_name, spec_path).await?;
+        if let Some(mib) = memory {
+            shape.memory_mib = mib;
+        }
+        tracing::info!(template = name, image = %image.display(), memory_mib = shape.memory_mib, "baking");
         let t = self
             .rt
             .bake_with(name, &image, shape, self.profile())
@@ -169,6 +177,16 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         let lock = self.bake_lock(name).await;
         let _baking = lock.lock().await;
         Ok(self.rt.remove_template(name).await?)
+    }
+
+    /// `<catalog name>-m<MiB>` (MiB from 128 to 65536, written without leading zeros) names
+    /// that catalog template baked with another memory size (a managed database's
+    /// `memory_mb`): its base name and size. The image is the base's; only the bake differs.
+    pub fn memory_variant<'a>(&self, name: &'a str) -> Option<(&'a str, u32)> {
+        let (base, mib) = name.rsplit_once("-m")?;
+        let n: u32 = mib.parse().ok()?;
+        (n.to_string() == mib && (128..=65_536).contains(&n) && self.is_catalog(base))
+            .then_some((base, n))
     }
 
     /// Whether `name` is a catalog template (a spec in the templates directory).

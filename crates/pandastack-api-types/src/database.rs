@@ -12,6 +12,10 @@ use crate::{field_error, FieldError};
 pub const DATABASE_VERSIONS: &[u32] = &[17];
 /// Default size of a database's data volume, GiB.
 pub const DEFAULT_DATABASE_GB: u32 = 1;
+/// Default memory of a database's VM, MiB (the `postgres` template's own size).
+pub const DEFAULT_DATABASE_MEMORY_MB: u32 = 1024;
+/// Memory sizes a database's VM can have, MiB (multiples of 256).
+pub const DATABASE_MEMORY_MB: std::ops::RangeInclusive<u32> = 256..=16_384;
 /// Default idle time before a database hibernates, seconds (`0`: never).
 pub const DEFAULT_DATABASE_IDLE_SECONDS: u64 = 300;
 /// Names a database (and its owner role) cannot take.
@@ -61,6 +65,11 @@ pub struct CreateDatabaseRequest {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 1024)]
     pub size_gb: Option<u32>,
+    /// Memory of the database's VM, MiB (default 1024; a multiple of 256 from 256 to 16384).
+    /// The first database of a size bakes the `postgres` template at that size (seconds).
+    #[serde(default)]
+    #[schema(minimum = 256, maximum = 16384, multiple_of = 256)]
+    pub memory_mb: Option<u32>,
     /// Seconds without connections or queries before the database hibernates (default 300;
     /// `0`: never). The next connection wakes it.
     #[serde(default)]
@@ -84,6 +93,14 @@ impl CreateDatabaseRequest {
                 return Err(field_error(
                     "size_gb",
                     format!("between 1 and {}", crate::MAX_VOLUME_GB),
+                ));
+            }
+        }
+        if let Some(mb) = self.memory_mb {
+            if !DATABASE_MEMORY_MB.contains(&mb) || mb % 256 != 0 {
+                return Err(field_error(
+                    "memory_mb",
+                    "a multiple of 256 from 256 to 16384",
                 ));
             }
         }
@@ -195,6 +212,8 @@ pub struct Database {
     /// Base of the HTTP query endpoints (`POST {http_url}/sql`, Neon-compatible).
     pub http_url: String,
     pub size_gb: u32,
+    /// Memory of its VM, MiB.
+    pub memory_mb: u32,
     pub idle_seconds: u64,
     /// The database this one was branched from.
     pub parent: Option<String>,

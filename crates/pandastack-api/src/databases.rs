@@ -55,6 +55,7 @@ pub(crate) fn database_wire(app: &App, d: &DatabaseInfo) -> wire::Database {
         pooled_uri: a.pooled_uri(&d.row),
         http_url: a.http_url(&d.row),
         size_gb: d.row.size_gb as u32,
+        memory_mb: d.row.memory_mb as u32,
         idle_seconds: d.row.idle_seconds as u64,
         parent: d.row.parent_id.clone(),
         sandbox_id: d.sandbox.as_ref().map(|s| s.id.clone()),

@@ -14,7 +14,7 @@ use pandastack_client::{Client, Config, Error};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-const DATABASE: &str = r#"{"id":"db-1","name":"app","version":17,"state":"ready","user":"app","connection_uri":"postgres://app:pw@db-1.db.localhost:5432/app?sslmode=require","pooled_uri":"postgres://app:pw@db-1-pooler.db.localhost:5432/app?sslmode=require","http_url":"http://x/v1/databases/db-1","size_gb":1,"idle_seconds":300,"parent":null,"sandbox_id":"sb-1","volume":"pgdata-db-1","host":"local","created_at":"t"}"#;
+const DATABASE: &str = r#"{"id":"db-1","name":"app","version":17,"state":"ready","user":"app","connection_uri":"postgres://app:pw@db-1.db.localhost:5432/app?sslmode=require","pooled_uri":"postgres://app:pw@db-1-pooler.db.localhost:5432/app?sslmode=require","http_url":"http://x/v1/databases/db-1","size_gb":1,"memory_mb":1024,"idle_seconds":300,"parent":null,"sandbox_id":"sb-1","volume":"pgdata-db-1","host":"local","created_at":"t"}"#;
 
 fn backup(state: &str) -> String {
     format!(
@@ -138,14 +138,15 @@ async fn database_calls_send_what_the_api_defines() {
     let d = c
         .create_database(&CreateDatabaseRequest {
             name: "app".into(),
+            memory_mb: Some(512),
             idle_seconds: Some(0),
             ..Default::default()
         })
         .await
         .unwrap();
     assert_eq!(
-        (d.id.as_str(), d.version, d.state),
-        ("db-1", 17, DatabaseState::Ready)
+        (d.id.as_str(), d.version, d.state, d.memory_mb),
+        ("db-1", 17, DatabaseState::Ready, 1024)
     );
     assert_eq!(c.list_all_databases().await.unwrap().len(), 2);
     assert_eq!(c.get_database("app").await.unwrap().id, "db-1");
@@ -210,7 +211,7 @@ async fn database_calls_send_what_the_api_defines() {
     );
     let log = log.lock().unwrap().clone();
     for want in [
-        r#"POST /v1/databases {"name":"app","version":null,"size_gb":null,"idle_seconds":0}"#,
+        r#"POST /v1/databases {"name":"app","version":null,"size_gb":null,"memory_mb":512,"idle_seconds":0}"#,
         "GET /v1/databases?cursor=app",
         r#"POST /v1/databases/db-1/branches {"name":null,"from_time":"2026-01-01T12:00:00Z","idle_seconds":null}"#,
         r#"POST /v1/databases/db-1/restore {"to_time":"2026-01-01T12:30:00Z"}"#,

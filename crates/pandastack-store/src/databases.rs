@@ -45,6 +45,8 @@ pub struct DatabaseRow {
     pub role_name: String,
     pub password: String,
     pub size_gb: i64,
+    /// Memory of its VM (MiB).
+    pub memory_mb: i64,
     pub idle_seconds: i64,
     pub parent_id: Option<String>,
     pub created_at: i64,
@@ -55,7 +57,7 @@ pub struct Databases<'a> {
 }
 
 const COLUMNS: &str = "id, workspace_id, name, version, host_id, state, volume_id, sandbox_id, \
-                       role_name, password, size_gb, idle_seconds, parent_id, created_at";
+                       role_name, password, size_gb, idle_seconds, parent_id, created_at, memory_mb";
 
 fn row(r: &sqlx::any::AnyRow) -> Result<DatabaseRow, StoreError> {
     Ok(DatabaseRow {
@@ -73,6 +75,7 @@ fn row(r: &sqlx::any::AnyRow) -> Result<DatabaseRow, StoreError> {
         idle_seconds: col(r, "idle_seconds")?,
         parent_id: col(r, "parent_id")?,
         created_at: col(r, "created_at")?,
+        memory_mb: col(r, "memory_mb")?,
     })
 }
 
@@ -81,7 +84,7 @@ impl Databases<'_> {
     pub async fn insert(&self, d: &DatabaseRow) -> Result<(), StoreError> {
         sqlx::query(&format!(
             "INSERT INTO databases ({COLUMNS}) VALUES \
-             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
         ))
         .bind(&d.id)
         .bind(&d.workspace_id)
@@ -97,6 +100,7 @@ impl Databases<'_> {
         .bind(d.idle_seconds)
         .bind(&d.parent_id)
         .bind(d.created_at)
+        .bind(d.memory_mb)
         .execute(self.pool)
         .await?;
         Ok(())

@@ -150,6 +150,8 @@ async fn databases_end_to_end() {
         (json!({"name": "postgres"}), "name"),
         (json!({"name": "app", "version": 15}), "version"),
         (json!({"name": "app", "size_gb": 0}), "size_gb"),
+        (json!({"name": "app", "memory_mb": 100}), "memory_mb"),
+        (json!({"name": "app", "memory_mb": 1000}), "memory_mb"),
     ] {
         let (st, v) = api.call("POST", "/v1/databases", Some(body)).await;
         assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
@@ -178,8 +180,14 @@ async fn databases_end_to_end() {
         assert!(names.contains(&want), "{want} missing: {names:?}");
     }
 
-    // A database, reachable with its connection string as given (SNI routes it).
-    let db = create_db(&api, json!({"name": "app", "idle_seconds": 0})).await;
+    // A database, reachable with its connection string as given (SNI routes it). Its VM has
+    // the memory asked for (the template baked at that size on first use).
+    let db = create_db(
+        &api,
+        json!({"name": "app", "idle_seconds": 0, "memory_mb": 768}),
+    )
+    .await;
+    assert_eq!(db["memory_mb"], 768, "{db}");
     let id = db["id"].as_str().unwrap().to_owned();
     let uri = db["connection_uri"].as_str().unwrap().to_owned();
     assert!(
@@ -193,6 +201,19 @@ async fn databases_end_to_end() {
         .await;
     assert_eq!((st, code(&v)), (StatusCode::CONFLICT, "conflict"), "{v}");
 
+    let (st, mem) = api
+        .call(
+            "POST",
+            &format!("/v1/sandboxes/{}/exec", db["sandbox_id"].as_str().unwrap()),
+            Some(json!({"cmd": "awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo"})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{mem}");
+    let total: u32 = mem["stdout"].as_str().unwrap().trim().parse().unwrap();
+    assert!(
+        (640..=768).contains(&total),
+        "MemTotal {total} MiB in a 768 MiB VM"
+    );
     let direct = via(&uri, &server.db);
     assert!(ok_psql(&direct, "select version()")
         .await
@@ -396,6 +417,10 @@ async fn databases_end_to_end() {
     assert_eq!(st, StatusCode::CREATED, "{br}");
     eprintln!("branch ready in {:?}", t.elapsed());
     assert_eq!(br["parent"], json!(id));
+    assert_eq!(
+        br["memory_mb"], 768,
+        "a branch keeps its parent's size: {br}"
+    );
     let br_id = br["id"].as_str().unwrap().to_owned();
     let branch = via(br["connection_uri"].as_str().unwrap(), &server.db);
     assert_eq!(ok_psql(&branch, "select count(*) from items").await, "3");
@@ -530,6 +555,17 @@ async fn databases_end_to_end() {
         .await,
         "20"
     );
+    // A session open on the old data during the restore is told why it ends.
+    let open = tokio::process::Command::new("psql")
+        .arg(&direct)
+        .args(["-X", "-A", "-t", "-c", "select pg_sleep(600)"])
+        .env("PGCONNECT_TIMEOUT", "120")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run psql");
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let started = std::time::Instant::now();
     let (st, restored) = api
         .call(
@@ -541,6 +577,18 @@ async fn databases_end_to_end() {
     assert_eq!(st, StatusCode::OK, "{restored}");
     eprintln!("restore to {t} in {:?}", started.elapsed());
     assert_eq!(restored["id"], json!(id));
+    let out = within(
+        Duration::from_secs(60),
+        "the open session ended",
+        open.wait_with_output(),
+    )
+    .await
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("administrator command"),
+        "{err}"
+    );
     assert_eq!(
         restored["connection_uri"],
         get_db(&api, &id).await["connection_uri"]

@@ -50,6 +50,7 @@ def db(**kw):
         "pooled_uri": URI.replace("db-1.", "db-1-pooler."),
         "http_url": "http://127.0.0.1:8080/v1/databases/db-1",
         "size_gb": 1,
+        "memory_mb": 1024,
         "idle_seconds": 300,
         "parent": None,
         "sandbox_id": "sb-9",
@@ -110,16 +111,23 @@ def test_create_sends_only_what_was_given_and_reads_the_database(fake):
         assert isinstance(d, Database)
         assert (d.id, d.name, d.version, d.state, d.user) == ("db-1", "app", 17, "ready", "app")
         assert d.connection_uri == URI and "-pooler." in d.pooled_uri
-        assert (d.size_gb, d.idle_seconds, d.parent, d.sandbox_id, d.volume) == (1, 300, None, "sb-9", "pgdata-db-1")
+        assert (d.size_gb, d.memory_mb, d.idle_seconds, d.parent, d.sandbox_id, d.volume) == (
+            1,
+            1024,
+            300,
+            None,
+            "sb-9",
+            "pgdata-db-1",
+        )
         assert d.http_url.endswith("/v1/databases/db-1") and d.host == "local" and d.created_at
         assert "s3cret" not in repr(d), "the password stays out of reprs"
-        c.databases.create("big", version=17, size_gb=4, idle_seconds=0, idempotency_key="k-1")
+        c.databases.create("big", version=17, size_gb=4, memory_mb=2048, idle_seconds=0, idempotency_key="k-1")
         with pytest.raises(InvalidArgumentError):
             c.databases.create("")
     calls = fake.calls("POST", "/v1/databases")
     assert [body(r) for r in calls] == [
         {"name": "app"},
-        {"name": "big", "version": 17, "size_gb": 4, "idle_seconds": 0},
+        {"name": "big", "version": 17, "size_gb": 4, "memory_mb": 2048, "idle_seconds": 0},
     ]
     assert calls[0]["headers"].get("idempotency-key")
     assert calls[1]["headers"].get("idempotency-key") == "k-1"

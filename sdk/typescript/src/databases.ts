@@ -50,6 +50,11 @@ export interface CreateDatabaseOptions extends CallOptions {
   version?: number;
   /** Size of its data volume, GiB (default 1). */
   sizeGb?: number;
+  /**
+   * Memory of its VM, MiB: a multiple of 256 from 256 to 16384 (default 1024). The first
+   * database of a size bakes the `postgres` template at that size.
+   */
+  memoryMb?: number;
   /** Seconds without connections or queries before it hibernates (default 300; `0`: never). */
   idleSeconds?: number;
   /** Default: a fresh random key, reused on retries, so a retried create never makes two. */
@@ -101,8 +106,8 @@ export class Databases {
   /**
    * Creates a database and resolves once it is ready for connections. The first create on a
    * server builds and bakes the `postgres` template, which takes minutes: the request waits up
-   * to `timeoutMs` (default 15 minutes). A name in use throws {@link ConflictError}; a bad name
-   * or version {@link InvalidArgumentError}.
+   * to `timeoutMs` (default 15 minutes). A name in use throws {@link ConflictError}; a bad name,
+   * version or size {@link InvalidArgumentError}.
    */
   async create(opts: CreateDatabaseOptions): Promise<DatabaseInfo> {
     if (typeof opts?.name !== "string" || opts.name === "") {
@@ -111,6 +116,7 @@ export class Databases {
     const body: Record<string, unknown> = { name: opts.name };
     if (opts.version !== undefined) body.version = opts.version;
     if (opts.sizeGb !== undefined) body.size_gb = opts.sizeGb;
+    if (opts.memoryMb !== undefined) body.memory_mb = opts.memoryMb;
     if (opts.idleSeconds !== undefined) body.idle_seconds = opts.idleSeconds;
     const w = await this.http.request<Record<string, unknown>>({
       method: "POST",

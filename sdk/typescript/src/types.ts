@@ -134,6 +134,8 @@ export interface DatabaseInfo {
   /** Base of the HTTP query endpoints (`POST {httpUrl}/sql`, Neon-compatible). */
   httpUrl: string;
   sizeGb: number;
+  /** Memory of its VM, MiB. */
+  memoryMb: number;
   /** Idle seconds before it hibernates (`0`: never). */
   idleSeconds: number;
   /** The database this one was branched from. */
@@ -472,6 +474,7 @@ export function databaseFromWire(w: Wire): DatabaseInfo {
     pooledUri: str(w.pooled_uri),
     httpUrl: str(w.http_url),
     sizeGb: num(w.size_gb),
+    memoryMb: num(w.memory_mb),
     idleSeconds: num(w.idle_seconds),
     parent: optStr(w.parent),
     sandboxId: optStr(w.sandbox_id),

@@ -139,10 +139,11 @@ export async function volumes(client: PandaStack): Promise<void> {
 }
 
 export async function databases(client: PandaStack): Promise<void> {
-  const db: DatabaseInfo = await client.databases.create({ name: "app", version: 17, sizeGb: 1, idleSeconds: 0 });
+  const db: DatabaseInfo = await client.databases.create({ name: "app", version: 17, sizeGb: 1, memoryMb: 1024, idleSeconds: 0 });
   const state: DatabaseState = db.state;
   const parent: string | null = db.parent;
-  void [state, parent, db.connectionUri, db.pooledUri, db.httpUrl, db.sandboxId, db.volume, db.user];
+  const memoryMb: number = db.memoryMb;
+  void [state, parent, memoryMb, db.connectionUri, db.pooledUri, db.httpUrl, db.sandboxId, db.volume, db.user];
   for await (const d of client.databases.list({ limit: 10 })) void d.name;
   const same: DatabaseInfo = await client.databases.get("app");
   const r: QueryResult = await client.databases.query(db.id, "select $1::int as n", [1], { statementTimeoutMs: 5000 });

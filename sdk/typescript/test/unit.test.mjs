@@ -908,7 +908,7 @@ const URI = "postgres://app:s3cret@db-1.db.localhost:5432/app?sslmode=require";
 const DB = {
   id: "db-1", name: "app", version: 17, state: "ready", user: "app", connection_uri: URI,
   pooled_uri: URI.replace("db-1.", "db-1-pooler."), http_url: "http://127.0.0.1:8080/v1/databases/db-1",
-  size_gb: 1, idle_seconds: 300, parent: null, sandbox_id: "sb-9", volume: "pgdata-db-1", host: "local",
+  size_gb: 1, memory_mb: 1024, idle_seconds: 300, parent: null, sandbox_id: "sb-9", volume: "pgdata-db-1", host: "local",
   created_at: "2026-01-01T00:00:00Z",
 };
 const RESULT = {
@@ -946,13 +946,13 @@ test("databases: create, list, get, branch, restore, password, delete send the d
     assert.deepEqual(d, {
       id: "db-1", name: "app", version: 17, state: "ready", user: "app", connectionUri: URI,
       pooledUri: URI.replace("db-1.", "db-1-pooler."), httpUrl: "http://127.0.0.1:8080/v1/databases/db-1",
-      sizeGb: 1, idleSeconds: 300, parent: null, sandboxId: "sb-9", volume: "pgdata-db-1", host: "local",
+      sizeGb: 1, memoryMb: 1024, idleSeconds: 300, parent: null, sandboxId: "sb-9", volume: "pgdata-db-1", host: "local",
       createdAt: "2026-01-01T00:00:00Z",
     });
-    await c.databases.create({ name: "big", version: 17, sizeGb: 4, idleSeconds: 0, idempotencyKey: "k-1" });
+    await c.databases.create({ name: "big", version: 17, sizeGb: 4, memoryMb: 2048, idleSeconds: 0, idempotencyKey: "k-1" });
     await assert.rejects(c.databases.create({ name: "" }), InvalidArgumentError);
     const posts = srv.requests.filter((r) => r.method === "POST");
-    assert.deepEqual(posts.map((r) => JSON.parse(r.body)), [{ name: "app" }, { name: "big", version: 17, size_gb: 4, idle_seconds: 0 }]);
+    assert.deepEqual(posts.map((r) => JSON.parse(r.body)), [{ name: "app" }, { name: "big", version: 17, size_gb: 4, memory_mb: 2048, idle_seconds: 0 }]);
     assert.ok(posts[0].headers["idempotency-key"]);
     assert.equal(posts[1].headers["idempotency-key"], "k-1");
     assert.deepEqual((await c.databases.list({ limit: 1 }).toArray()).map((x) => x.name), ["a", "b"]);

@@ -38,9 +38,9 @@ pub(crate) const WAL_KIND: &str = "wal";
 /// Object store record kind of base backups (`<database>.<volume backup>`).
 const BASE_KIND: &str = "database-backups";
 /// How often the outboxes of running databases are looked at.
-pub const POLL: Duration = Duration::from_millis(500);
+pub const POLL: Duration = Duration::from_millis(250);
 /// How often base backups are due-checked and retention applied (in polls).
-const SCHEDULE_EVERY: u64 = 20;
+const SCHEDULE_EVERY: u64 = 40;
 /// The biggest WAL file the archiver takes (segments are 1 MiB; 16 MiB for clusters made
 /// with PostgreSQL's default).
 const MAX_SEGMENT: usize = 64 << 20;

@@ -5,7 +5,8 @@
 # Environment: PS_VOLUME (mount point of the data volume), PS_ROLE (owner role, also the
 # database's name), PS_PASSWORD (the role's password), PS_MODE:
 #   start         initdb if needed, WAL archiving set up, PostgreSQL, owner role, PgBouncer;
-#                 prints `ready`.
+#                 prints `ready`. PS_NEW_ARCHIVE=1 (a branch): the outbox copied from the
+#                 parent is emptied first.
 #   password      the owner role's password (and PgBouncer's userlist); prints `ready`.
 #   backup-start  PS_BACKUP_DIR (not on the volume): opens a session held in the background
 #                 in `pg_backup_start`; prints the start LSN once it is in backup mode.
@@ -19,6 +20,7 @@
 #                 snapshot taken during a base backup, with the archived WAL (and every
 #                 `*.history`) in `wal-restore/`; then like `start`. Prints `ready`, then
 #                 `recovered <timeline> <last replayed commit time, UTC, or empty>`.
+#   stop          a fast shutdown (clients told why) before the VM is removed.
 # Overridable for tests on another host: PS_PG_BIN, PS_PG_PORT, PS_PG_SOCKET_DIR, and
 # PS_SKIP_PGBOUNCER=1 (skips PgBouncer when it is not installed).
 set -eu
@@ -138,11 +140,22 @@ sync "$out"
 SH
   chmod 0755 "$PS_VOLUME/bin/archive-wal.new"
   mv "$PS_VOLUME/bin/archive-wal.new" "$PS_VOLUME/bin/archive-wal"
+  # WAL must not be what fills the volume: PostgreSQL's default max_wal_size (1 GB) is the
+  # whole of a default 1 GiB volume. An eighth of the volume, between 64 MB and 4 GB; the outbox
+  # (at most 256 segments) comes on top. A full volume then fails the statement that filled it
+  # (53100, "could not extend file") instead of stopping the server for want of WAL space.
+  vol_mb=$(df -Pm "$PS_VOLUME" | awk 'NR == 2 {print $2}')
+  wal_mb=$((vol_mb / 8))
+  [ "$wal_mb" -ge 64 ] || wal_mb=64
+  [ "$wal_mb" -le 4096 ] || wal_mb=4096
   put_conf "$D/pandastack-archive.conf" <<CONF
-# PandaStack: continuous WAL archiving (rewritten by the bootstrap script on every start).
+# PandaStack: continuous WAL archiving and WAL sizing (rewritten by the bootstrap script on
+# every start).
 archive_mode = on
 archive_timeout = 1s
 archive_command = '$PS_VOLUME/bin/archive-wal %p %f'
+max_wal_size = ${wal_mb}MB
+min_wal_size = 32MB
 CONF
   include_conf pandastack-archive.conf
 }
@@ -220,6 +233,16 @@ start)
   fi
   ;;
 password) ;;
+stop)
+  # Before the VM is removed (a restore swapped its volume out, or a delete): a fast shutdown
+  # tells every connected client why (57P01, "terminating connection due to administrator
+  # command") instead of a dropped socket, and leaves a clean cluster.
+  if running; then
+    as_pg "$B/pg_ctl" -D "$D" -m fast -w -t 30 stop >/dev/null 2>&1 || true
+  fi
+  echo stopped
+  exit 0
+  ;;
 backup-start)
   # PostgreSQL's non-exclusive backup API needs one session from pg_backup_start to
   # pg_backup_stop, while the host snapshots the volume between two exec calls: a psql held

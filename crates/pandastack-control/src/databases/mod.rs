@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use pandastack_api_types::{
     CreateBranchRequest, CreateDatabaseRequest, CreateVolumeRequest, OnTimeout, SandboxState,
-    SandboxVolume, DEFAULT_DATABASE_GB, DEFAULT_DATABASE_IDLE_SECONDS,
+    SandboxVolume, DEFAULT_DATABASE_GB, DEFAULT_DATABASE_IDLE_SECONDS, DEFAULT_DATABASE_MEMORY_MB,
 };
 use pandastack_host::{ExecSpec, Host, HostError};
 use pandastack_store::{
@@ -170,6 +170,16 @@ fn new_password() -> String {
         .collect()
 }
 
+/// The template of a database VM with `memory_mb` of memory: `postgres`, or `postgres-m<MiB>`
+/// (the same image baked with that memory; the host bakes it on first use).
+pub fn database_template(memory_mb: i64) -> String {
+    if memory_mb == i64::from(DEFAULT_DATABASE_MEMORY_MB) {
+        DATABASE_TEMPLATE.to_owned()
+    } else {
+        format!("{DATABASE_TEMPLATE}-m{memory_mb}")
+    }
+}
+
 /// The volume that holds database `id`'s data.
 pub fn volume_name(id: &str) -> String {
     format!("pgdata-{id}")
@@ -275,6 +285,7 @@ impl Databases {
             role_name: req.name.clone(),
             password: new_password(),
             size_gb: i64::from(req.size_gb.unwrap_or(DEFAULT_DATABASE_GB)),
+            memory_mb: i64::from(req.memory_mb.unwrap_or(DEFAULT_DATABASE_MEMORY_MB)),
             idle_seconds: req.idle_seconds.unwrap_or(DEFAULT_DATABASE_IDLE_SECONDS) as i64,
             parent_id: None,
             created_at: now_ms(),
@@ -322,6 +333,7 @@ impl Databases {
             role_name: parent.role_name.clone(),
             password: new_password(),
             size_gb: parent.size_gb,
+            memory_mb: parent.memory_mb,
             idle_seconds: req
                 .idle_seconds
                 .map(|s| s as i64)
@@ -392,11 +404,12 @@ impl Databases {
     ) -> Result<SandboxRow, DatabaseError> {
         let now = now_ms();
         let vol = vol.to_owned();
+        let template = database_template(row.memory_mb);
         let sandbox = SandboxRow {
             id: new_id("sb-"),
             workspace_id: row.workspace_id.clone(),
             host_id: self.host_id.clone(),
-            template: DATABASE_TEMPLATE.into(),
+            template: template.clone(),
             state: SandboxState::Starting,
             vcpus: 0,
             memory_mib: 0,
@@ -427,7 +440,7 @@ impl Databases {
         }];
         let sandbox = self
             .sandboxes
-            .create_with_volumes(sandbox, DATABASE_TEMPLATE, &claims, &self.volumes)
+            .create_with_volumes(sandbox, &template, &claims, &self.volumes)
             .await?;
         let restoring = matches!(boot, Boot::Recover(r) if r.in_place);
         if !restoring {
@@ -552,6 +565,19 @@ impl Databases {
     fn start_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut m = self.starting.lock().unwrap_or_else(|p| p.into_inner());
         Arc::clone(m.entry(id.to_owned()).or_default())
+    }
+
+    /// A fast shutdown of the cluster in a running VM about to be removed (a restore swapped its
+    /// volume out), so its clients get
+    /// PostgreSQL's "terminating connection due to administrator command" (57P01) rather than
+    /// a dropped socket. Best effort.
+    async fn shut_down(&self, row: &DatabaseRow, sandbox: &SandboxRow) {
+        if sandbox.state != SandboxState::Running {
+            return;
+        }
+        if let Err(e) = self.script(row, &sandbox.id, "stop", &[]).await {
+            tracing::debug!(database = %row.id, sandbox = %sandbox.id, error = %e, "no clean shutdown before removing a database VM");
+        }
     }
 
     /// Rotates the owner role's password (in the cluster and PgBouncer, then the row).

@@ -120,6 +120,7 @@ impl Databases {
             role_name: parent.role_name.clone(),
             password: new_password(),
             size_gb: parent.size_gb,
+            memory_mb: parent.memory_mb,
             idle_seconds: req
                 .idle_seconds
                 .map(|s| s as i64)
@@ -220,11 +221,13 @@ impl Databases {
         })
     }
 
-    /// After a swap: the old VM and the old (renamed) volume go.
+    /// After a swap: the old VM (its clients told why by a fast shutdown) and the old
+    /// (renamed) volume go.
     async fn remove_retired(&self, old: &DatabaseRow) {
         if let Some(sb) = &old.sandbox_id {
             match self.store.sandboxes().by_id(sb).await {
                 Ok(s) => {
+                    self.shut_down(old, &s).await;
                     if let Err(e) = self.sandboxes.delete(&s).await {
                         tracing::warn!(sandbox = %sb, error = %e, "could not remove a restored database's old VM");
                     }

@@ -81,6 +81,9 @@ struct CreateArgs {
     /// Size of its data volume in GiB (default 1).
     #[arg(long, value_name = "GB")]
     size_gb: Option<u32>,
+    /// Memory of its VM in MiB: a multiple of 256 from 256 to 16384 (default 1024).
+    #[arg(long, value_name = "MB")]
+    memory_mb: Option<u32>,
     /// Seconds without connections or queries before it hibernates (default 300; 0: never).
     #[arg(long, value_name = "SECONDS")]
     idle_seconds: Option<u64>,
@@ -204,6 +207,7 @@ async fn dispatch(c: Client, cmd: DbCmd) -> anyhow::Result<ExitCode> {
                 name: a.name,
                 version: a.version,
                 size_gb: a.size_gb,
+                memory_mb: a.memory_mb,
                 idle_seconds: a.idle_seconds,
             };
             let d = {
@@ -220,7 +224,15 @@ async fn dispatch(c: Client, cmd: DbCmd) -> anyhow::Result<ExitCode> {
                 let rows: Vec<Vec<String>> = all.iter().map(database_row).collect();
                 print_table(
                     &[
-                        "ID", "NAME", "VERSION", "STATE", "SIZE_GB", "PARENT", "HOST", "CREATED",
+                        "ID",
+                        "NAME",
+                        "VERSION",
+                        "STATE",
+                        "SIZE_GB",
+                        "MEMORY_MB",
+                        "PARENT",
+                        "HOST",
+                        "CREATED",
                     ],
                     &rows,
                 );
@@ -543,6 +555,7 @@ fn database_row(d: &Database) -> Vec<String> {
         d.version.to_string(),
         state(d),
         d.size_gb.to_string(),
+        d.memory_mb.to_string(),
         opt(&d.parent),
         d.host.clone(),
         d.created_at.clone(),
@@ -576,6 +589,7 @@ fn show(d: &Database, json: bool) -> anyhow::Result<()> {
         ("pooled_uri", d.pooled_uri.clone()),
         ("http_url", d.http_url.clone()),
         ("size_gb", d.size_gb.to_string()),
+        ("memory_mb", d.memory_mb.to_string()),
         (
             "idle_seconds",
             if d.idle_seconds == 0 {

@@ -1784,6 +1784,7 @@ class AsyncDatabases:
         *,
         version: Optional[int] = None,
         size_gb: Optional[int] = None,
+        memory_mb: Optional[int] = None,
         idle_seconds: Optional[int] = None,
         idempotency_key: Optional[str] = None,
         timeout: Optional[float] = None,
@@ -1791,14 +1792,16 @@ class AsyncDatabases:
         """Creates a database and returns it ready for connections. ``name`` (1-40 of
         ``[a-z0-9_]``, starting with a letter) names the database and its owner role;
         ``version`` is the PostgreSQL major (default and only choice today: 17); ``size_gb``
-        the size of its data volume (default 1); ``idle_seconds`` the idle time before it
-        hibernates (default 300, ``0``: never).
+        the size of its data volume in GiB (default 1); ``memory_mb`` the memory of its VM in
+        MiB (a multiple of 256 from 256 to 16384, default 1024; the first database of a size
+        bakes the template at that size); ``idle_seconds`` the idle time before it hibernates
+        (default 300, ``0``: never).
 
         The first create on a server builds and bakes the ``postgres`` template, which takes
         minutes: the request waits up to ``timeout`` seconds (default 900). A name in use
-        raises :class:`~pandastack.ConflictError`; a bad name or version
+        raises :class:`~pandastack.ConflictError`; a bad name, version or size
         :class:`~pandastack.InvalidArgumentError`."""
-        body = b.database_body(name, version, size_gb, idle_seconds)
+        body = b.database_body(name, version, size_gb, idle_seconds, memory_mb)
         key = idempotency_key or b.new_idempotency_key()
         return Database.from_json(
             await self._t.json(

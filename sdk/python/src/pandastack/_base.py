@@ -396,6 +396,7 @@ def database_body(
     version: Optional[int],
     size_gb: Optional[int],
     idle_seconds: Optional[int],
+    memory_mb: Optional[int] = None,
 ) -> Dict[str, Any]:
     """The body of ``POST /v1/databases``."""
     if not isinstance(name, str) or not name:
@@ -405,6 +406,7 @@ def database_body(
             "name": name,
             "version": int(version) if version is not None else None,
             "size_gb": int(size_gb) if size_gb is not None else None,
+            "memory_mb": int(memory_mb) if memory_mb is not None else None,
             "idle_seconds": int(idle_seconds) if idle_seconds is not None else None,
         }
     )

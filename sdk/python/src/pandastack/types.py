@@ -642,6 +642,7 @@ class Database:
     pooled_uri: str = ""
     http_url: str = ""
     size_gb: int = 0
+    memory_mb: int = 0
     idle_seconds: int = 0
     parent: Optional[str] = None
     sandbox_id: Optional[str] = None
@@ -669,6 +670,7 @@ class Database:
             pooled_uri=_s(d, "pooled_uri", ""),
             http_url=_s(d, "http_url", ""),
             size_gb=int(_s(d, "size_gb", 0)),
+            memory_mb=int(_s(d, "memory_mb", 0)),
             idle_seconds=int(_s(d, "idle_seconds", 0)),
             parent=d.get("parent"),
             sandbox_id=d.get("sandbox_id"),
