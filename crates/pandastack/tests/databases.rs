@@ -613,6 +613,56 @@ async fn databases_end_to_end() {
             .unwrap()
             >= 2
     );
+    // A full volume (a file fills all but 40 MiB of it): the statement that runs out of space
+    // fails with PostgreSQL's own message, the cluster restarts itself consistent (crash
+    // recovery) and answers, and once space is freed it takes writes again.
+    let pitr_sb = pitr["sandbox_id"].as_str().unwrap().to_owned();
+    let fill = "avail=$(df -Pk /var/lib/pandastack-db | awk 'NR == 2 {print $4}'); \
+                fallocate -l $(( (avail - 40 * 1024) * 1024 )) /var/lib/pandastack-db/ballast";
+    let (st, v) = api
+        .call(
+            "POST",
+            &format!("/v1/sandboxes/{pitr_sb}/exec"),
+            Some(json!({ "cmd": fill })),
+        )
+        .await;
+    assert_eq!((st, &v["exit_code"]), (StatusCode::OK, &json!(0)), "{v}");
+    let (ok, _, err) = psql(
+        &at_t,
+        "create table fill (x text); alter table fill alter x set storage external; \
+         insert into fill select repeat(md5(i::text), 64) from generate_series(1, 100000) i",
+    )
+    .await;
+    assert!(!ok && err.contains("No space left on device"), "{err}");
+    within(
+        Duration::from_secs(120),
+        "answers after the disk filled",
+        async {
+            loop {
+                let (ok, out, err) = psql(&at_t, "select count(*) from items where id >= 20").await;
+                if ok {
+                    assert_eq!(out, "1");
+                    return;
+                }
+                eprintln!("full volume: {err}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        },
+    )
+    .await;
+    let (st, v) = api
+        .call(
+            "POST",
+            &format!("/v1/sandboxes/{pitr_sb}/exec"),
+            Some(json!({"cmd": "rm /var/lib/pandastack-db/ballast"})),
+        )
+        .await;
+    assert_eq!((st, &v["exit_code"]), (StatusCode::OK, &json!(0)), "{v}");
+    ok_psql(
+        &at_t,
+        "insert into items values (30, 'after the disk filled', '[0,0,0]')",
+    )
+    .await;
     let (st, v) = api
         .call("DELETE", &format!("/v1/databases/{pitr_id}"), None)
         .await;
