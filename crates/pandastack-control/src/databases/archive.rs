@@ -161,6 +161,9 @@ impl Databases {
         row: &DatabaseRow,
         sandbox: &str,
     ) -> Result<usize, DatabaseError> {
+        // One pull at a time (the archiver's and a restore's flush): a segment read but not
+        // yet stored by one must not look archived to the other.
+        let _one = self.archiving.lock().await;
         let dir = format!("{DATA_PATH}/wal-outbox");
         let mut files = self.host.list_dir(sandbox, &dir, 1).await?;
         files.retain(|f| !f.name.starts_with('.') && f.size as usize <= MAX_SEGMENT);

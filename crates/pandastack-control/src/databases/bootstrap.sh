@@ -142,8 +142,9 @@ SH
   mv "$PS_VOLUME/bin/archive-wal.new" "$PS_VOLUME/bin/archive-wal"
   # WAL must not be what fills the volume: PostgreSQL's default max_wal_size (1 GB) is the
   # whole of a default 1 GiB volume. An eighth of the volume, between 64 MB and 4 GB; the outbox
-  # (at most 256 segments) comes on top. A full volume then fails the statement that filled it
-  # (53100, "could not extend file") instead of stopping the server for want of WAL space.
+  # (at most 256 segments) comes on top. A volume full anyway fails the statement with "No space
+  # left on device": an ERROR when a data file cannot grow, a PANIC when WAL cannot be written,
+  # after which the server restarts itself by crash recovery (seconds), consistent.
   vol_mb=$(df -Pm "$PS_VOLUME" | awk 'NR == 2 {print $2}')
   wal_mb=$((vol_mb / 8))
   [ "$wal_mb" -ge 64 ] || wal_mb=64

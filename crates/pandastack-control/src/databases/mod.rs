@@ -146,6 +146,8 @@ pub struct Databases {
     /// One start (wake or new VM) at a time per database.
     starting: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
     archive: ArchiveSettings,
+    /// Held while an outbox is being moved to the object store.
+    archiving: Arc<tokio::sync::Mutex<()>>,
     /// The newest base backup's stop time per database (unix ms), once looked up.
     bases: Arc<Mutex<HashMap<String, i64>>>,
 }
@@ -204,6 +206,7 @@ impl Databases {
             sessions: Arc::default(),
             starting: Arc::default(),
             archive: ArchiveSettings::default(),
+            archiving: Arc::default(),
             bases: Arc::default(),
         }
     }
