@@ -319,12 +319,28 @@ impl Databases {
         }
         let pvol = volume_name(&parent.id);
         let snap = self.volumes.snapshot(ws, &pvol).await?;
+        let row = self.branch_row(ws, &parent, req);
+        let volume = CreateVolumeRequest {
+            name: volume_name(&row.id),
+            from_snapshot: Some(snap.id.clone()),
+            ..Default::default()
+        };
+        let made = self.make(row, volume, Boot::Branch).await;
+        if let Err(e) = self.volumes.delete_snapshot(ws, &pvol, &snap.id).await {
+            tracing::warn!(snapshot = %snap.id, error = %e, "could not remove a branch's volume snapshot");
+        }
+        made
+    }
+
+    /// The row of a new branch of `parent` (`creating`): the parent's version, owner role and
+    /// sizes, its own id, name (default `<parent>_<6 hex>`) and password.
+    fn branch_row(&self, ws: &str, parent: &DatabaseRow, req: &CreateBranchRequest) -> DatabaseRow {
         let branch_id = new_id("db-");
         let name = req
             .name
             .clone()
             .unwrap_or_else(|| format!("{}_{}", parent.name, &branch_id[branch_id.len() - 6..]));
-        let row = DatabaseRow {
+        DatabaseRow {
             id: branch_id,
             workspace_id: ws.to_owned(),
             name,
@@ -343,17 +359,7 @@ impl Databases {
                 .unwrap_or(parent.idle_seconds),
             parent_id: Some(parent.id.clone()),
             created_at: now_ms(),
-        };
-        let volume = CreateVolumeRequest {
-            name: volume_name(&row.id),
-            from_snapshot: Some(snap.id.clone()),
-            ..Default::default()
-        };
-        let made = self.make(row, volume, Boot::Branch).await;
-        if let Err(e) = self.volumes.delete_snapshot(ws, &pvol, &snap.id).await {
-            tracing::warn!(snapshot = %snap.id, error = %e, "could not remove a branch's volume snapshot");
         }
-        made
     }
 
     /// Writes `row` (`creating`), makes its volume and VM, brings the cluster up, sets the

@@ -12,12 +12,12 @@
 
 use bytes::Bytes;
 use pandastack_api_types::{CreateBranchRequest, CreateVolumeRequest};
-use pandastack_store::{new_id, now_ms, DatabaseRow, DatabaseRowState, StoreError};
+use pandastack_store::{now_ms, DatabaseRow, StoreError};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use super::archive::{gunzip, label_segment, segment_position, window, BaseBackup, WAL_KIND};
-use super::{new_password, volume_name, Boot, DatabaseError, DatabaseInfo, Databases, DATA_PATH};
+use super::{volume_name, Boot, DatabaseError, DatabaseInfo, Databases, DATA_PATH};
 use crate::VolumeError;
 
 /// What a VM recovers: a base backup of database `source` replayed to `target`.
@@ -103,31 +103,7 @@ impl Databases {
         req: &CreateBranchRequest,
     ) -> Result<DatabaseInfo, DatabaseError> {
         let base = self.plan(&parent, from_ms).await?;
-        let branch_id = new_id("db-");
-        let name = req
-            .name
-            .clone()
-            .unwrap_or_else(|| format!("{}_{}", parent.name, &branch_id[branch_id.len() - 6..]));
-        let row = DatabaseRow {
-            id: branch_id,
-            workspace_id: ws.to_owned(),
-            name,
-            version: parent.version,
-            host_id: self.host_id.clone(),
-            state: DatabaseRowState::Creating,
-            volume_id: String::new(),
-            sandbox_id: None,
-            role_name: parent.role_name.clone(),
-            password: new_password(),
-            size_gb: parent.size_gb,
-            memory_mb: parent.memory_mb,
-            idle_seconds: req
-                .idle_seconds
-                .map(|s| s as i64)
-                .unwrap_or(parent.idle_seconds),
-            parent_id: Some(parent.id.clone()),
-            created_at: now_ms(),
-        };
+        let row = self.branch_row(ws, &parent, req);
         let volume = CreateVolumeRequest {
             name: volume_name(&row.id),
             from_backup: Some(base.backup.clone()),

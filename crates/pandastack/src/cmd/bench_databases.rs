@@ -682,25 +682,7 @@ async fn rpo_archive(
     let script: String = (0..a.rpo_rows)
         .map(|i| format!("insert into rpo_archive (i) values ({i}); select pg_sleep(0.02);\n"))
         .collect();
-    let mut child = tokio::process::Command::new(pg.join("psql"))
-        .arg(&db.direct)
-        .args(["-XAtq", "-v", "ON_ERROR_STOP=1"])
-        .env("PGCONNECT_TIMEOUT", "120")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("run psql")?;
-    let mut stdin = child.stdin.take().context("psql stdin")?;
-    stdin.write_all(script.as_bytes()).await?;
-    drop(stdin);
-    let out = child.wait_with_output().await?;
-    if !out.status.success() {
-        bail!(
-            "psql inserts: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
+    psql_script(pg, &db.direct, &script).await?;
     kill_vm(api, data_dir, &db.id).await?;
     let at = now_rfc3339();
     let (v, _) = api
@@ -743,6 +725,30 @@ async fn rpo_archive(
     Ok(())
 }
 
+/// Runs `script` through one psql session (each statement its own acknowledged commit).
+async fn psql_script(pg: &Path, uri: &str, script: &str) -> anyhow::Result<()> {
+    let mut child = tokio::process::Command::new(pg.join("psql"))
+        .arg(uri)
+        .args(["-XAtq", "-v", "ON_ERROR_STOP=1"])
+        .env("PGCONNECT_TIMEOUT", "120")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("run psql")?;
+    let mut stdin = child.stdin.take().context("psql stdin")?;
+    stdin.write_all(script.as_bytes()).await?;
+    drop(stdin);
+    let out = child.wait_with_output().await?;
+    if !out.status.success() {
+        bail!(
+            "psql inserts: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
 /// `kill -9` of the QEMU serving database `id`.
 async fn kill_vm(api: &Api, data_dir: &Path, id: &str) -> anyhow::Result<String> {
     let sandbox = api.sandbox_of(id).await?;
@@ -771,28 +777,10 @@ async fn rpo(
     s: &mut Samples,
 ) -> anyhow::Result<()> {
     psql(pg, &db.direct, "create table rpo (i int)").await?;
-    let mut child = tokio::process::Command::new(pg.join("psql"))
-        .arg(&db.direct)
-        .args(["-XAtq", "-v", "ON_ERROR_STOP=1"])
-        .env("PGCONNECT_TIMEOUT", "120")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("run psql")?;
-    let mut stdin = child.stdin.take().context("psql stdin")?;
     let script: String = (0..a.rpo_rows)
         .map(|i| format!("insert into rpo values ({i});\n"))
         .collect();
-    stdin.write_all(script.as_bytes()).await?;
-    drop(stdin);
-    let out = child.wait_with_output().await?;
-    if !out.status.success() {
-        bail!(
-            "psql inserts: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
+    psql_script(pg, &db.direct, &script).await?;
 
     let sandbox = kill_vm(api, data_dir, &db.id).await?;
     let t = Instant::now();
