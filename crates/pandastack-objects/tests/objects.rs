@@ -569,6 +569,7 @@ fn bad_urls_are_refused_with_clear_messages() {
 
 #[tokio::test]
 async fn blobs_are_create_if_absent_listed_by_group_and_deleted() {
+    const HISTORY: &str = "1\t0/3000000\tno recovery target\n";
     for c in cases() {
         let o = &c.objects;
         let seg = bytes::Bytes::from(noise(70_000, 11));
@@ -597,15 +598,9 @@ async fn blobs_are_create_if_absent_listed_by_group_and_deleted() {
                 .await,
             Err(ObjectsError::Conflict { .. })
         ));
-        o.put_blob(
-            "ws-a",
-            "wal",
-            "db-1",
-            "00000002.history",
-            "1\t0/3000000\tno recovery target\n".into(),
-        )
-        .await
-        .unwrap();
+        o.put_blob("ws-a", "wal", "db-1", "00000002.history", HISTORY.into())
+            .await
+            .unwrap();
         o.put_blob(
             "ws-a",
             "wal",
@@ -626,7 +621,7 @@ async fn blobs_are_create_if_absent_listed_by_group_and_deleted() {
             names,
             vec![
                 ("000000010000000000000001".to_owned(), 70_000),
-                ("00000002.history".to_owned(), 32),
+                ("00000002.history".to_owned(), HISTORY.len() as u64),
             ],
             "{}",
             c.backend
