@@ -10,6 +10,7 @@ pub enum ErrorCode {
     SnapshotNotFound,
     VolumeNotFound,
     DatabaseNotFound,
+    AppNotFound,
     KeyNotFound,
     NotFound,
     InvalidArgument,
@@ -46,6 +47,7 @@ impl ErrorCode {
             | ErrorCode::SnapshotNotFound
             | ErrorCode::VolumeNotFound
             | ErrorCode::DatabaseNotFound
+            | ErrorCode::AppNotFound
             | ErrorCode::KeyNotFound
             | ErrorCode::NotFound => 404,
             ErrorCode::InvalidArgument => 422,

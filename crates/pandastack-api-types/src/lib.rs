@@ -3,6 +3,7 @@
 //! codes and HTTP statuses, and opaque list cursors. Shared by the server, the Rust client and
 //! the tests. It must not depend on an HTTP framework or a runtime.
 
+mod app;
 mod code;
 mod cursor;
 mod database;
@@ -12,6 +13,7 @@ mod sandbox;
 mod stream;
 mod volume;
 
+pub use app::*;
 pub use code::*;
 pub use cursor::{Cursor, CursorError};
 pub use database::*;

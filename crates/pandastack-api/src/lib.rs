@@ -5,6 +5,7 @@
 //! workspace against the store, and hand lifecycle work to the host agent; every error goes
 //! through [`error::ApiError`]. It must not start VMs itself or know which hypervisor runs them.
 
+mod apps;
 mod code;
 mod databases;
 pub mod db_front;
@@ -80,6 +81,8 @@ pub struct App {
     pub volumes: pandastack_control::Volumes,
     /// The managed-database service of the control plane.
     pub databases: pandastack_control::Databases,
+    /// App hosting: apps deployed from git, served by the proxy at `<name>.<domain>`.
+    pub apps: pandastack_control::Apps,
 }
 
 impl App {
@@ -95,11 +98,26 @@ impl App {
         let volumes = pandastack_control::Volumes::new(
             store.clone(),
             Arc::clone(&host),
-            objects,
+            objects.clone(),
             host_id.clone(),
         );
         let sandboxes = pandastack_control::Sandboxes::new(store.clone(), Arc::clone(&host));
+        // Deploys keep their files beside the template builds' (`<data>/deploys/<id>/`).
+        let deploys_dir = builds.dir.with_file_name("deploys");
         Self {
+            apps: pandastack_control::Apps::new(
+                store.clone(),
+                Arc::clone(&host),
+                sandboxes.clone(),
+                host_id.clone(),
+                deploys_dir,
+                pandastack_control::AppAddress {
+                    scheme: preview.scheme.clone(),
+                    domain: preview.domain.clone(),
+                    port: preview.port,
+                },
+                objects.clone(),
+            ),
             databases: pandastack_control::Databases::new(
                 store.clone(),
                 Arc::clone(&host),
@@ -176,6 +194,15 @@ impl App {
     pub async fn recover_volumes(&self) -> Result<(), pandastack_control::VolumeError> {
         self.volumes.reconcile().await?;
         self.volumes.recover_backups().await
+    }
+
+    /// Removes deploy files no deploy owns, then starts the task that runs this host's deploy
+    /// jobs, one at a time (jobs cut off by a previous process are queued again by
+    /// [`App::recover_builds`]'s requeue of this host's running jobs).
+    pub async fn start_deploy_worker(self: &Arc<Self>) -> Result<(), pandastack_control::AppError> {
+        self.apps.remove_strays().await?;
+        tokio::spawn(self.apps.clone().worker());
+        Ok(())
     }
 
     /// Starts the task that runs this host's backup uploads, one at a time.

@@ -105,17 +105,28 @@ impl PreviewConfig {
         }
     }
 
-    /// The port and sandbox id a request's host names (`None`: not a preview host).
-    fn route(&self, host: &str) -> Option<(u16, String)> {
+    /// The app a request's host names (`<app>.<domain>`, the app name starting with a letter).
+    fn app_name(&self, host: &str) -> Option<String> {
+        let label = self.label(host)?;
+        pandastack_api_types::validate_app_name("host", &label)
+            .is_ok()
+            .then_some(label)
+    }
+
+    /// The one label a request's host has under the domain (port and case aside).
+    fn label(&self, host: &str) -> Option<String> {
         let host = host.to_ascii_lowercase();
         let name = match host.rsplit_once(':') {
             Some((n, p)) if p.bytes().all(|b| b.is_ascii_digit()) => n,
             _ => host.as_str(),
         };
         let label = name.strip_suffix(&self.domain)?.strip_suffix('.')?;
-        if label.contains('.') {
-            return None;
-        }
+        (!label.contains('.')).then(|| label.to_owned())
+    }
+
+    /// The port and sandbox id a request's host names (`None`: not a preview host).
+    fn route(&self, host: &str) -> Option<(u16, String)> {
+        let label = self.label(host)?;
         let (port, id) = label.split_once('-')?;
         let port = port.parse::<u16>().ok().filter(|p| *p != 0)?;
         (!id.is_empty()).then(|| (port, id.to_owned()))
@@ -159,11 +170,14 @@ async fn forward(app: &Arc<App>, mut req: Request) -> ApiResult<Response> {
         })
         .unwrap_or_default();
     let Some((port, id)) = app.preview.route(&host) else {
+        if let Some(name) = app.preview.app_name(&host) {
+            return forward_app(app, &name, req).await;
+        }
         return Err(ApiError::new(
             ErrorCode::NotFound,
             format!(
-                "{host:?} is not a preview host: use <port>-<sandbox id>.{}",
-                app.preview.domain
+                "{host:?} is not a preview host: use <port>-<sandbox id>.{} or <app>.{}",
+                app.preview.domain, app.preview.domain
             ),
         ));
     };
@@ -192,6 +206,21 @@ async fn forward(app: &Arc<App>, mut req: Request) -> ApiResult<Response> {
         crate::ws::touch(app, &row.id).await;
     }
     send(app, &row.id, port, req).await
+}
+
+/// A request for app `name`: to its live version's VM, woken if it hibernated. Apps are
+/// public; nothing is taken off the request.
+async fn forward_app(app: &Arc<App>, name: &str, req: Request) -> ApiResult<Response> {
+    let Some(route) = app.apps.route(name).await? else {
+        return Err(ApiError::not_found(ErrorCode::AppNotFound, "app", name));
+    };
+    let mut row = route.sandbox;
+    if row.state == SandboxState::Hibernated {
+        row = wake(app, row).await?;
+    } else if now_ms() - row.last_activity_at >= ACTIVITY_EVERY_MS {
+        crate::ws::touch(app, &row.id).await;
+    }
+    send(app, &row.id, route.port, req).await
 }
 
 /// Whether `req` may reach `port` of `row`.

@@ -16,7 +16,7 @@ use crate::openapi::Conventions;
 use crate::App;
 #[allow(unused_imports)] // named by the table through the macro
 use crate::{
-    code, databases, exec_ws, keys, logs, meta, ports, pty, sandboxes, snapshots, templates,
+    apps, code, databases, exec_ws, keys, logs, meta, ports, pty, sandboxes, snapshots, templates,
     volumes, workload,
 };
 
@@ -97,6 +97,7 @@ macro_rules! route_table {
                 (name = "snapshots", description = "Snapshots and forks"),
                 (name = "templates", description = "Templates"),
                 (name = "databases", description = "Managed PostgreSQL: a database per microVM on a durable volume, TLS connection strings, PgBouncer, branches, backups and SQL over HTTP"),
+                (name = "apps", description = "Apps deployed from git: detected, built in a VM, health-checked, served at `<name>.<domain>` by the proxy; blue-green with rollback, scale to zero, push-to-deploy webhooks"),
                 (name = "volumes", description = "Durable volumes: disks that outlive sandboxes, their snapshots and backups to the object store"),
                 (name = "keys", description = "API keys of the caller's workspace, and what it uses against its limits"),
                 (name = "meta", description = "Health and this document"),
@@ -201,6 +202,19 @@ route_table! {
     databases::backups,
     databases::query,
     databases::sql,
+    apps::create,
+    apps::list,
+    apps::get,
+    apps::update,
+    apps::delete,
+    apps::deploy,
+    apps::deploys,
+    apps::get_deploy,
+    apps::deploy_logs,
+    apps::rollback,
+    apps::app_logs,
+    apps::webhook_github,
+    apps::webhook_generic,
     keys::list,
     keys::create,
     keys::revoke,

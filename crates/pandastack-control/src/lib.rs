@@ -9,6 +9,7 @@
 //! tarball queued as durable jobs and run one at a time by its worker, re-bake, delete).
 
 mod activity;
+pub mod apps;
 mod code;
 mod databases;
 mod jobs;
@@ -20,6 +21,7 @@ mod templates;
 mod volumes;
 
 pub use activity::{busy, Activity, BUSY_SHARE};
+pub use apps::{AppAddress, AppError, AppInfo, AppRoute, Apps};
 pub use code::{CodeContextError, CodeContexts, CodeEvent};
 pub use databases::{
     parse_time as parse_database_time, volume_name as database_volume_name, ArchiveSettings,

@@ -12,6 +12,7 @@
 //! carry the id of that host, and every query a host runs about "its" things is filtered by it.
 //! This crate stores rows; it does not start VMs or speak HTTP.
 
+mod apps;
 mod databases;
 mod hosts;
 mod idempotency;
@@ -22,6 +23,7 @@ mod snapshots;
 mod templates;
 mod volumes;
 
+pub use apps::{AppRow, Apps, DeployRow};
 pub use databases::{DatabaseRow, DatabaseRowState, Databases};
 pub use hosts::{HostRow, Hosts};
 pub use idempotency::{Idempotency, IdempotencyRecord, Reservation};
@@ -143,6 +145,10 @@ impl Store {
 
     pub fn keys(&self) -> Keys<'_> {
         Keys { pool: &self.pool }
+    }
+
+    pub fn apps(&self) -> Apps<'_> {
+        Apps { pool: &self.pool }
     }
 
     pub fn databases(&self) -> Databases<'_> {

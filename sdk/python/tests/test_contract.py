@@ -91,6 +91,18 @@ NOT_MODELLED: Dict[str, str] = {
     # The Neon-compatible `POST /v1/databases/{id}/sql` is for Neon's drivers, not this SDK.
     "SqlRequest": "request body of the Neon-compatible /sql endpoint (Neon's drivers)",
     "SqlQuery": "request body of the Neon-compatible /sql endpoint (Neon's drivers)",
+    # App hosting (issue #17) is in the API; the SDKs' `apps` client is not written yet.
+    "App": "apps are not in the SDK yet (issue #17)",
+    "AppGit": "apps are not in the SDK yet (issue #17)",
+    "AppBuild": "apps are not in the SDK yet (issue #17)",
+    "AppStart": "apps are not in the SDK yet (issue #17)",
+    "Deploy": "apps are not in the SDK yet (issue #17)",
+    "DeployState": "apps are not in the SDK yet (issue #17)",
+    "WebhookResult": "answer to git hosts' webhooks, not to SDK calls",
+    "CreateAppRequest": "request body",
+    "UpdateAppRequest": "request body",
+    "CreateDeployRequest": "request body",
+    "RollbackRequest": "request body",
     # Envelopes the SDK unwraps.
     "ErrorBody": "raised as PandaStackError subclasses",
     "ErrorEnvelope": "raised as PandaStackError subclasses",

@@ -165,13 +165,13 @@ where
 }
 
 /// A build's log file, line by line with the time since the build started.
-pub(super) struct BuildLog {
+pub(crate) struct BuildLog {
     file: Option<std::fs::File>,
     started: Instant,
 }
 
 impl BuildLog {
-    pub(super) fn open(path: &Path) -> Self {
+    pub(crate) fn open(path: &Path) -> Self {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -192,7 +192,7 @@ impl BuildLog {
         }
     }
 
-    pub(super) fn line(&mut self, text: &str) {
+    pub(crate) fn line(&mut self, text: &str) {
         if let Some(f) = self.file.as_mut() {
             let _ = writeln!(f, "[{:7.1}s] {text}", self.started.elapsed().as_secs_f64());
         }

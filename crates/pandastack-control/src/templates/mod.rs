@@ -17,6 +17,8 @@ mod files;
 mod queue;
 mod worker;
 
+pub(crate) use files::BuildLog;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};

@@ -322,6 +322,9 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     app.start_backup_worker();
     app.recover_databases().await.context("settle databases")?;
     app.start_database_archiver();
+    app.start_deploy_worker()
+        .await
+        .context("settle app deploys")?;
     tokio::spawn(pandastack_control::Reaper::new(store.clone(), host, host_id).run());
 
     let listener = tokio::net::TcpListener::bind(a.listen)

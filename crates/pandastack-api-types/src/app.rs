@@ -1,0 +1,558 @@
+//! Apps deployed from git: a repository is cloned, its framework detected, built in a VM and
+//! served at `<name>.<domain>` through the proxy; new versions are health-checked before the
+//! traffic switches, and the previous one stays hibernated for an instant rollback.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::{field_error, FieldError};
+
+/// Default memory of an app's VM, MiB (the `app` template's own size).
+pub const DEFAULT_APP_MEMORY_MB: u32 = 1024;
+/// Memory sizes an app's VM can have, MiB (multiples of 256).
+pub const APP_MEMORY_MB: std::ops::RangeInclusive<u32> = 256..=16_384;
+/// Default idle time before an app with `min_instances: 0` hibernates, seconds.
+pub const DEFAULT_APP_IDLE_SECONDS: u64 = 300;
+/// Default branch deployed when a request names none.
+pub const DEFAULT_APP_REF: &str = "main";
+/// Default path of the health check.
+pub const DEFAULT_HEALTH_PATH: &str = "/";
+/// Most env and secret entries an app can have (each).
+const MAX_ENV: usize = 256;
+
+/// An app name: 1-40 of `[a-z0-9-]`, starting with a letter, not ending with `-`. It is the
+/// app's host name (`<name>.<domain>`), so names are unique across workspaces.
+pub fn validate_app_name(field: &str, name: &str) -> Result<(), FieldError> {
+    let ok = !name.is_empty()
+        && name.len() <= 40
+        && name.as_bytes()[0].is_ascii_lowercase()
+        && !name.ends_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(field_error(
+            field,
+            "1-40 of [a-z0-9-], starting with a letter and not ending with '-'",
+        ))
+    }
+}
+
+/// A git ref as `git` accepts it (a branch, tag or commit), checked for what would let it be
+/// taken for an option or reach outside the refs namespace.
+pub fn validate_git_ref(field: &str, r: &str) -> Result<(), FieldError> {
+    let ok = !r.is_empty()
+        && r.len() <= 200
+        && !r.starts_with('-')
+        && !r.contains("..")
+        && !r.ends_with('/')
+        && !r.ends_with(".lock")
+        && r.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'/' | b'-' | b'_' | b'.' | b'+' | b'@')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(field_error(
+            field,
+            "a branch, tag or commit: 1-200 of [A-Za-z0-9/_.+@-], not starting with '-', no '..'",
+        ))
+    }
+}
+
+/// Where an app's code comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AppGit {
+    /// Anything `git clone` accepts on the host: `https://…`, `ssh://…`, `file://…` or an
+    /// absolute path.
+    pub url: String,
+    /// Branch, tag or commit to deploy (default `main`); pushes to this branch deploy.
+    #[serde(default, rename = "ref")]
+    pub git_ref: Option<String>,
+}
+
+/// How to build an app (overrides what detection chose).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AppBuild {
+    /// Shell command run in the app's directory after the install.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// Directory of a static build's output, served as files.
+    #[serde(default)]
+    pub output_dir: Option<String>,
+}
+
+/// How to start an app (overrides what detection chose).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AppStart {
+    /// Shell command that serves HTTP on `$PORT`.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// The port it listens on (also in `$PORT`).
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 65535)]
+    pub port: Option<u16>,
+}
+
+/// `POST /v1/apps`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateAppRequest {
+    /// The app's name and host name: 1-40 of `[a-z0-9-]`, starting with a letter.
+    #[schema(pattern = "^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")]
+    pub name: String,
+    pub git: AppGit,
+    /// Environment of the build and of the running app.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Like `env`, but never shown by the API (only their names).
+    #[serde(default)]
+    pub secrets: BTreeMap<String, String>,
+    #[serde(default)]
+    pub build: Option<AppBuild>,
+    #[serde(default)]
+    pub start: Option<AppStart>,
+    /// Memory of the app's VM, MiB (default 1024; a multiple of 256 from 256 to 16384).
+    #[serde(default)]
+    #[schema(minimum = 256, maximum = 16384, multiple_of = 256)]
+    pub memory_mb: Option<u32>,
+    /// `0` (default): hibernate after `idle_seconds` without requests, wake on the next;
+    /// `1`: always running.
+    #[serde(default)]
+    #[schema(maximum = 1)]
+    pub min_instances: Option<u32>,
+    /// Seconds without requests before an app with `min_instances: 0` hibernates (default 300).
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 604800)]
+    pub idle_seconds: Option<u64>,
+    /// Path the health check asks for (default `/`); 2xx or 3xx is healthy.
+    #[serde(default)]
+    pub health_path: Option<String>,
+    /// Deploy at once (default true).
+    #[serde(default)]
+    pub deploy: Option<bool>,
+}
+
+/// `PATCH /v1/apps/{name}`: the fields given replace the app's; the next deploy uses them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateAppRequest {
+    #[serde(default)]
+    pub git: Option<AppGit>,
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub secrets: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub build: Option<AppBuild>,
+    #[serde(default)]
+    pub start: Option<AppStart>,
+    #[serde(default)]
+    #[schema(minimum = 256, maximum = 16384, multiple_of = 256)]
+    pub memory_mb: Option<u32>,
+    #[serde(default)]
+    #[schema(maximum = 1)]
+    pub min_instances: Option<u32>,
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 604800)]
+    pub idle_seconds: Option<u64>,
+    #[serde(default)]
+    pub health_path: Option<String>,
+}
+
+/// What an app is configured as (stored; the API shows it without secret values).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppConfig {
+    pub git: AppGit,
+    pub env: BTreeMap<String, String>,
+    pub secrets: BTreeMap<String, String>,
+    pub build: AppBuild,
+    pub start: AppStart,
+    pub memory_mb: u32,
+    pub min_instances: u32,
+    pub idle_seconds: u64,
+    pub health_path: String,
+}
+
+impl AppConfig {
+    /// The branch, tag or commit deployed.
+    pub fn git_ref(&self) -> &str {
+        self.git.git_ref.as_deref().unwrap_or(DEFAULT_APP_REF)
+    }
+}
+
+fn validate_env(field: &str, env: &BTreeMap<String, String>) -> Result<(), FieldError> {
+    if env.len() > MAX_ENV {
+        return Err(field_error(field, format!("at most {MAX_ENV} entries")));
+    }
+    for (k, v) in env {
+        let ok = !k.is_empty()
+            && k.len() <= 128
+            && !k.as_bytes()[0].is_ascii_digit()
+            && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !ok {
+            return Err(field_error(
+                format!("{field}.{k}"),
+                "names are 1-128 of [A-Za-z0-9_], not starting with a digit",
+            ));
+        }
+        if v.len() > 32 * 1024 || v.contains('\0') {
+            return Err(field_error(
+                format!("{field}.{k}"),
+                "values are at most 32 KiB, without NUL",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_git(git: &AppGit) -> Result<(), FieldError> {
+    let u = git.url.as_str();
+    let scheme_ok = ["https://", "http://", "ssh://", "git://", "file://"]
+        .iter()
+        .any(|s| u.starts_with(s))
+        || u.starts_with('/');
+    if u.is_empty() || u.len() > 2048 || !scheme_ok || u.chars().any(char::is_control) {
+        return Err(field_error(
+            "git.url",
+            "an https://, http://, ssh://, git:// or file:// URL, or an absolute path",
+        ));
+    }
+    if let Some(r) = &git.git_ref {
+        validate_git_ref("git.ref", r)?;
+    }
+    Ok(())
+}
+
+fn validate_sizes(
+    memory_mb: Option<u32>,
+    min_instances: Option<u32>,
+    idle_seconds: Option<u64>,
+    health_path: Option<&str>,
+) -> Result<(), FieldError> {
+    if let Some(mb) = memory_mb {
+        if !APP_MEMORY_MB.contains(&mb) || mb % 256 != 0 {
+            return Err(field_error(
+                "memory_mb",
+                "a multiple of 256 from 256 to 16384",
+            ));
+        }
+    }
+    if min_instances.is_some_and(|n| n > 1) {
+        return Err(field_error("min_instances", "0 or 1"));
+    }
+    if idle_seconds.is_some_and(|s| s == 0 || s > 604_800) {
+        return Err(field_error("idle_seconds", "from 1 to 604800"));
+    }
+    if let Some(p) = health_path {
+        if !p.starts_with('/') || p.len() > 1024 || p.chars().any(|c| c.is_control() || c == ' ') {
+            return Err(field_error(
+                "health_path",
+                "a path starting with '/', without spaces",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_overrides(
+    build: Option<&AppBuild>,
+    start: Option<&AppStart>,
+) -> Result<(), FieldError> {
+    if let Some(d) = build.and_then(|b| b.output_dir.as_deref()) {
+        if d.is_empty() || d.starts_with('/') || d.split('/').any(|c| c == "..") {
+            return Err(field_error(
+                "build.output_dir",
+                "a relative path inside the repository",
+            ));
+        }
+    }
+    if start.and_then(|s| s.port) == Some(0) {
+        return Err(field_error("start.port", "from 1 to 65535"));
+    }
+    Ok(())
+}
+
+impl CreateAppRequest {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        validate_app_name("name", &self.name)?;
+        validate_git(&self.git)?;
+        validate_env("env", &self.env)?;
+        validate_env("secrets", &self.secrets)?;
+        validate_overrides(self.build.as_ref(), self.start.as_ref())?;
+        validate_sizes(
+            self.memory_mb,
+            self.min_instances,
+            self.idle_seconds,
+            self.health_path.as_deref(),
+        )
+    }
+
+    /// The configuration to store, defaults filled in.
+    pub fn config(&self) -> AppConfig {
+        AppConfig {
+            git: self.git.clone(),
+            env: self.env.clone(),
+            secrets: self.secrets.clone(),
+            build: self.build.clone().unwrap_or_default(),
+            start: self.start.clone().unwrap_or_default(),
+            memory_mb: self.memory_mb.unwrap_or(DEFAULT_APP_MEMORY_MB),
+            min_instances: self.min_instances.unwrap_or(0),
+            idle_seconds: self.idle_seconds.unwrap_or(DEFAULT_APP_IDLE_SECONDS),
+            health_path: self
+                .health_path
+                .clone()
+                .unwrap_or_else(|| DEFAULT_HEALTH_PATH.to_owned()),
+        }
+    }
+}
+
+impl UpdateAppRequest {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if let Some(g) = &self.git {
+            validate_git(g)?;
+        }
+        if let Some(e) = &self.env {
+            validate_env("env", e)?;
+        }
+        if let Some(s) = &self.secrets {
+            validate_env("secrets", s)?;
+        }
+        validate_overrides(self.build.as_ref(), self.start.as_ref())?;
+        validate_sizes(
+            self.memory_mb,
+            self.min_instances,
+            self.idle_seconds,
+            self.health_path.as_deref(),
+        )
+    }
+
+    /// `config` with this request's fields in place of its own.
+    pub fn apply(&self, mut config: AppConfig) -> AppConfig {
+        if let Some(g) = &self.git {
+            config.git = g.clone();
+        }
+        if let Some(e) = &self.env {
+            config.env = e.clone();
+        }
+        if let Some(s) = &self.secrets {
+            config.secrets = s.clone();
+        }
+        if let Some(b) = &self.build {
+            config.build = b.clone();
+        }
+        if let Some(s) = &self.start {
+            config.start = s.clone();
+        }
+        if let Some(m) = self.memory_mb {
+            config.memory_mb = m;
+        }
+        if let Some(n) = self.min_instances {
+            config.min_instances = n;
+        }
+        if let Some(s) = self.idle_seconds {
+            config.idle_seconds = s;
+        }
+        if let Some(p) = &self.health_path {
+            config.health_path = p.clone();
+        }
+        config
+    }
+}
+
+/// Where a deploy is: `queued → cloning → building → baking → checking → live`, or `failed`
+/// at any step. A live deploy that a newer one replaced is `standby` (hibernated, ready for a
+/// rollback); `superseded` is a queued deploy a newer one replaced before it ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DeployState {
+    Queued,
+    Cloning,
+    Building,
+    Baking,
+    Checking,
+    Live,
+    Standby,
+    Failed,
+    Superseded,
+}
+
+impl DeployState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeployState::Queued => "queued",
+            DeployState::Cloning => "cloning",
+            DeployState::Building => "building",
+            DeployState::Baking => "baking",
+            DeployState::Checking => "checking",
+            DeployState::Live => "live",
+            DeployState::Standby => "standby",
+            DeployState::Failed => "failed",
+            DeployState::Superseded => "superseded",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "queued" => DeployState::Queued,
+            "cloning" => DeployState::Cloning,
+            "building" => DeployState::Building,
+            "baking" => DeployState::Baking,
+            "checking" => DeployState::Checking,
+            "live" => DeployState::Live,
+            "standby" => DeployState::Standby,
+            "failed" => DeployState::Failed,
+            "superseded" => DeployState::Superseded,
+            _ => return None,
+        })
+    }
+
+    /// Still on its way (queued or running).
+    pub fn active(self) -> bool {
+        matches!(
+            self,
+            DeployState::Queued
+                | DeployState::Cloning
+                | DeployState::Building
+                | DeployState::Baking
+                | DeployState::Checking
+        )
+    }
+}
+
+/// An app resource.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct App {
+    pub id: String,
+    pub name: String,
+    /// Where the app answers.
+    pub url: String,
+    pub git: AppGit,
+    pub env: BTreeMap<String, String>,
+    /// Names of its secrets (values are never shown).
+    pub secret_names: Vec<String>,
+    pub build: AppBuild,
+    pub start: AppStart,
+    pub memory_mb: u32,
+    pub min_instances: u32,
+    pub idle_seconds: u64,
+    pub health_path: String,
+    /// Signs webhook deliveries (`X-Hub-Signature-256`: HMAC-SHA256 of the body).
+    pub webhook_secret: String,
+    /// The deploy serving traffic (`None` until one passes its health check).
+    pub live_deploy: Option<String>,
+    /// The state of the live deploy's VM (`running`, `hibernated`…), if there is one.
+    pub instance_state: Option<crate::SandboxState>,
+    /// RFC 3339.
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// A deploy resource.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Deploy {
+    pub id: String,
+    pub app: String,
+    /// 1, 2, 3… per app.
+    pub number: u64,
+    #[serde(rename = "ref")]
+    pub git_ref: String,
+    /// The commit built (once cloned).
+    pub commit: Option<String>,
+    pub state: DeployState,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// What detection decided (framework, package manager, commands, port).
+    #[schema(value_type = Option<Object>)]
+    pub plan: Option<serde_json::Value>,
+    /// Milliseconds spent in each phase (`clone`, `install`, `build`, `bake`, `check`, `switch`).
+    pub phases_ms: BTreeMap<String, u64>,
+    /// The VM that built and serves this version.
+    pub sandbox_id: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// `POST /v1/apps/{name}/deploys`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateDeployRequest {
+    /// Branch, tag or commit (default: the app's `git.ref`).
+    #[serde(default, rename = "ref")]
+    pub git_ref: Option<String>,
+}
+
+impl CreateDeployRequest {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        match &self.git_ref {
+            Some(r) => validate_git_ref("ref", r),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `POST /v1/apps/{name}/rollback`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackRequest {
+    /// The deploy to go back to (default: the newest `standby` one).
+    #[serde(default)]
+    pub deploy_id: Option<String>,
+}
+
+/// Answer of a webhook delivery.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct WebhookResult {
+    /// `deployed`, `duplicate` (this delivery was seen) or `ignored` (not the tracked branch,
+    /// or not a push).
+    pub status: String,
+    /// The deploy it queued (or queued before, for a duplicate).
+    pub deploy_id: Option<String>,
+    pub reason: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_refs() {
+        assert!(validate_app_name("n", "my-app2").is_ok());
+        for bad in ["", "2app", "app-", "App", "a_b", &"a".repeat(41)] {
+            assert!(validate_app_name("n", bad).is_err(), "{bad}");
+        }
+        assert!(validate_git_ref("r", "feature/x-1").is_ok());
+        for bad in ["", "-x", "a..b", "a b", "x.lock", "a/"] {
+            assert!(validate_git_ref("r", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn create_defaults_and_refusals() {
+        let mut r: CreateAppRequest =
+            serde_json::from_str(r#"{"name":"web","git":{"url":"/srv/web.git"}}"#).unwrap();
+        r.validate().unwrap();
+        let c = r.config();
+        assert_eq!(
+            (c.git_ref(), c.min_instances, c.memory_mb),
+            ("main", 0, 1024)
+        );
+        r.git.url = "--upload-pack=evil".into();
+        assert_eq!(r.validate().unwrap_err().field, "git.url");
+        r.git.url = "file:///srv/x".into();
+        r.env.insert("1X".into(), "v".into());
+        assert_eq!(r.validate().unwrap_err().field, "env.1X");
+        assert!(serde_json::from_str::<CreateAppRequest>(
+            r#"{"name":"web","git":{"url":"/x"},"bogus":1}"#
+        )
+        .is_err());
+    }
+}

@@ -1,0 +1,751 @@
+//! One deploy, as its job runs it: fetch → plan → a VM of its own installs and builds it →
+//! its server starts (bake) → health check → the traffic switches. Each phase's milliseconds go
+//! into the row (`phases`) and every decision and command output into the deploy log.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use pandastack_api_types::{AppConfig, DeployState, OnTimeout, SandboxState};
+use pandastack_host::{error_chain, ExecEvent, ExecSpec};
+use pandastack_store::{new_id, now_ms, AppRow, DeployRow, JobRow, SandboxRow, StoreError};
+
+use super::check::{until_healthy, Probe};
+use super::detect::{self, BuildPlan, Overrides};
+use super::{
+    app_env, config_of, deps, source, AppError, Apps, APP_DIR, APP_LOG, APP_METADATA, APP_TEMPLATE,
+    DEPLOY_METADATA,
+};
+use crate::templates::BuildLog;
+use crate::{Source, Verb};
+
+/// The host's CA bundle (Debian's path) unless `SSL_CERT_FILE` names another.
+const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// Where the host's CA bundle goes in an app's VM.
+const VM_CA_BUNDLE: &str = "/usr/local/share/pandastack/host-ca.crt";
+/// Proxy settings of the host passed on to builds and servers.
+const PROXY_VARS: &[&str] = &[
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+];
+
+/// Port of a plan that names none (never, in practice: detection always sets one).
+pub(crate) const DEFAULT_PORT: u16 = 3000;
+/// Longest an install or a build may take.
+const STEP_TIMEOUT: Duration = Duration::from_secs(1800);
+/// Longest a new version's server may take to listen on its port.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest a listening server may take to answer its health check with 2xx/3xx.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(60);
+/// Requests in flight on the old version get this long before its VM hibernates.
+const DRAIN: Duration = Duration::from_secs(10);
+/// Standby versions whose VMs are kept for a rollback (older ones are removed).
+const KEEP_STANDBY: usize = 3;
+
+/// The port of a deploy's plan.
+pub(crate) fn plan_port(d: &DeployRow) -> Option<u16> {
+    d.plan
+        .as_ref()?
+        .get("port")?
+        .as_u64()
+        .and_then(|p| u16::try_from(p).ok())
+}
+
+/// The template of an app VM with `memory_mb` of memory.
+fn app_template(memory_mb: u32) -> String {
+    if memory_mb == pandastack_api_types::DEFAULT_APP_MEMORY_MB {
+        APP_TEMPLATE.to_owned()
+    } else {
+        format!("{APP_TEMPLATE}-m{memory_mb}")
+    }
+}
+
+/// The last `n` characters of `s`.
+fn tail(s: &str, n: usize) -> String {
+    let count = s.chars().count();
+    s.chars().skip(count.saturating_sub(n)).collect()
+}
+
+/// A deploy under way: its row, the app's configuration and its log.
+struct Run {
+    app: AppRow,
+    config: AppConfig,
+    row: DeployRow,
+    log: BuildLog,
+    phases: BTreeMap<String, u64>,
+}
+
+impl Apps {
+    /// Runs one deploy job (from the start, whatever an earlier attempt left).
+    pub(crate) async fn run_job(&self, job: &JobRow) -> Result<(), String> {
+        let id = job
+            .payload
+            .get("deploy")
+            .and_then(|d| d.as_str())
+            .ok_or("job payload names no deploy")?
+            .to_owned();
+        let row = match self.store.apps().deploy(&id).await {
+            Ok(r) if r.state.active() => r,
+            Ok(_) | Err(StoreError::NotFound) => return Ok(()),
+            Err(e) => return Err(format!("state store: {}", error_chain(&e))),
+        };
+        let app = match self.store.apps().by_id(&row.app_id).await {
+            Ok(a) => a,
+            Err(StoreError::NotFound) => return Ok(()),
+            Err(e) => return Err(format!("state store: {}", error_chain(&e))),
+        };
+        let dir = self.deploy_dir(&row.id);
+        let _ = std::fs::create_dir_all(&dir);
+        let log = BuildLog::open(&self.log_path(&row.id));
+        let mut run = Run {
+            config: config_of(&app).map_err(|e| e.to_string())?,
+            app,
+            row,
+            log,
+            phases: BTreeMap::new(),
+        };
+        if job.attempts > 1 {
+            run.log.line(&format!(
+                "attempt {}: the previous one was cut off; starting over",
+                job.attempts
+            ));
+            if let Err(e) = self.remove_vm(&run.row).await {
+                tracing::warn!(deploy = %run.row.id, error = %e, "remove a cut-off deploy's VM");
+            }
+            run.row.sandbox_id = None;
+        }
+        if self
+            .store
+            .apps()
+            .newer_queued(&run.app.id, run.row.seq)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            run.log
+                .line("superseded: a newer deploy of this app is queued");
+            run.row.error = Some("superseded by a newer deploy".into());
+            return self
+                .set(&mut run, DeployState::Superseded)
+                .await
+                .map_err(|e| e.to_string());
+        }
+        let result = self.pipeline(&mut run).await;
+        let _ = std::fs::remove_dir_all(dir.join("src"));
+        let _ = std::fs::remove_file(dir.join("src.tar.gz"));
+        if let Err(message) = result {
+            run.log.line(&format!("failed: {message}"));
+            tracing::info!(deploy = %run.row.id, app = %run.app.name, error = %message, "deploy failed");
+            if let Err(e) = self.remove_vm(&run.row).await {
+                tracing::warn!(deploy = %run.row.id, error = %e, "remove a failed deploy's VM");
+            }
+            run.row.sandbox_id = None;
+            run.row.error = Some(message);
+            self.set(&mut run, DeployState::Failed)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    async fn set(&self, run: &mut Run, state: DeployState) -> Result<(), StoreError> {
+        run.row.state = state;
+        run.row.updated_at = now_ms();
+        run.row.phases = serde_json::to_value(&run.phases).unwrap_or_default();
+        self.store.apps().update_deploy(&run.row).await
+    }
+
+    /// Records how long `phase` took and writes the row.
+    async fn phase_done(&self, run: &mut Run, phase: &str, started: Instant) -> Result<(), String> {
+        let ms = started.elapsed().as_millis() as u64;
+        run.phases.insert(phase.to_owned(), ms);
+        run.log.line(&format!("{phase}: {ms} ms"));
+        let state = run.row.state;
+        self.set(run, state).await.map_err(|e| e.to_string())
+    }
+
+    async fn pipeline(&self, run: &mut Run) -> Result<(), String> {
+        // ---- clone -------------------------------------------------------------------------
+        self.set(run, DeployState::Cloning)
+            .await
+            .map_err(|e| e.to_string())?;
+        let t = Instant::now();
+        run.log.line(&format!(
+            "deploy #{} of {}: fetching {} at {}",
+            run.row.seq, run.app.name, run.config.git.url, run.row.git_ref
+        ));
+        let dir = self.deploy_dir(&run.row.id);
+        let fetched = source::fetch(&run.config.git.url, &run.row.git_ref, &dir)
+            .await
+            .map_err(|e| error_chain(&e))?;
+        run.row.commit_sha = Some(fetched.commit.clone());
+        run.log.line(&format!("commit {}", fetched.commit));
+        let overrides = Overrides {
+            build_command: run.config.build.command.clone(),
+            output_dir: run.config.build.output_dir.clone(),
+            start_command: run.config.start.command.clone(),
+            port: run.config.start.port,
+        };
+        let plan = detect::plan(&fetched.dir, &overrides).map_err(|e| format!("detect: {e}"))?;
+        for d in &plan.decisions {
+            run.log.line(&format!("plan: {d}"));
+        }
+        run.row.plan = Some(serde_json::to_value(&plan).map_err(|e| e.to_string())?);
+        let tarball = source::pack(&fetched.dir, &dir)
+            .await
+            .map_err(|e| error_chain(&e))?;
+        self.phase_done(run, "clone", t).await?;
+
+        // ---- build -------------------------------------------------------------------------
+        self.set(run, DeployState::Building)
+            .await
+            .map_err(|e| e.to_string())?;
+        let t = Instant::now();
+        let sandbox = self.new_vm(run).await?;
+        run.row.sandbox_id = Some(sandbox.id.clone());
+        self.set(run, DeployState::Building)
+            .await
+            .map_err(|e| e.to_string())?;
+        run.log
+            .line(&format!("VM {} ({}) ready", sandbox.id, sandbox.template));
+        self.phase_done(run, "vm", t).await?;
+        let t = Instant::now();
+        self.upload(&sandbox.id, &tarball).await?;
+        let mut env = app_env(&run.config, plan.port);
+        env.extend(self.host_trust(&sandbox.id).await?);
+        if let Some(cmd) = plan.setup.as_deref() {
+            let t = Instant::now();
+            self.step(run, &sandbox.id, "setup", cmd, &env).await?;
+            self.phase_done(run, "setup", t).await?;
+        }
+        let key = deps::key(&plan, &fetched.dir);
+        if !self.restore_deps(run, &sandbox.id, key.as_deref()).await? {
+            if let Some(cmd) = plan.install.as_deref() {
+                let t = Instant::now();
+                self.step(run, &sandbox.id, "install", cmd, &env).await?;
+                self.phase_done(run, "install", t).await?;
+                if let Some(key) = &key {
+                    self.save_deps(run, &sandbox.id, key, &plan).await;
+                }
+            }
+        }
+        if let Some(cmd) = plan.build.as_deref() {
+            let t = Instant::now();
+            self.step(run, &sandbox.id, "build", cmd, &env).await?;
+            self.phase_done(run, "build", t).await?;
+        }
+        self.phase_done(run, "build_total", t).await?;
+
+        // ---- bake: the server starts and listens ------------------------------------------
+        self.set(run, DeployState::Baking)
+            .await
+            .map_err(|e| e.to_string())?;
+        let t = Instant::now();
+        self.start_server(run, &sandbox.id, &plan, &env).await?;
+        self.phase_done(run, "bake", t).await?;
+
+        // ---- check -------------------------------------------------------------------------
+        self.set(run, DeployState::Checking)
+            .await
+            .map_err(|e| e.to_string())?;
+        let t = Instant::now();
+        let probe = until_healthy(
+            self.host.as_ref(),
+            &sandbox.id,
+            plan.port,
+            &run.config.health_path,
+            &run.app.name,
+            CHECK_TIMEOUT,
+        )
+        .await;
+        if !probe.healthy() {
+            let out = self.app_output(&sandbox.id).await;
+            return Err(format!(
+                "health check GET {} on port {}: {probe} (within {CHECK_TIMEOUT:?}); the app's output ends with:\n{out}",
+                run.config.health_path, plan.port
+            ));
+        }
+        run.log.line(&format!(
+            "health check GET {}: {probe}",
+            run.config.health_path
+        ));
+        self.phase_done(run, "check", t).await?;
+
+        // ---- switch ------------------------------------------------------------------------
+        let t = Instant::now();
+        let app = self
+            .store
+            .apps()
+            .by_id(&run.app.id)
+            .await
+            .map_err(|e| e.to_string())?;
+        let previous = app.live_deploy_id.clone();
+        self.set_scaling(sandbox, &run.config)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.store
+            .apps()
+            .switch_live(&app.id, &run.row.id, previous.as_deref(), now_ms())
+            .await
+            .map_err(|e| e.to_string())?;
+        run.row.state = DeployState::Live;
+        run.phases
+            .insert("switch".into(), t.elapsed().as_millis() as u64);
+        run.log.line(&format!(
+            "live: {} now serves {}",
+            run.row.id,
+            self.address.url(&app.name)
+        ));
+        self.set(run, DeployState::Live)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(p) = previous.filter(|p| *p != run.row.id) {
+            self.retire(&app, p);
+        }
+        Ok(())
+    }
+
+    /// The host's CA bundle, copied into the VM, and its proxy settings, as the environment of
+    /// the build and the server: package registries and other HTTPS services are reached the
+    /// way the host reaches them (on hosts behind a TLS-inspecting proxy, its CA is in that
+    /// bundle, as it is for the template builder).
+    async fn host_trust(&self, sandbox: &str) -> Result<BTreeMap<String, String>, String> {
+        let mut env: BTreeMap<String, String> = PROXY_VARS
+            .iter()
+            .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
+        let bundle = std::env::var_os("SSL_CERT_FILE")
+            .map(std::path::PathBuf::from)
+            .into_iter()
+            .chain([std::path::PathBuf::from(HOST_CA_BUNDLE)])
+            .find(|p| p.is_file());
+        if let Some(path) = bundle {
+            let bytes = tokio::fs::read(&path)
+                .await
+                .map_err(|e| format!("read the host's CA bundle {}: {e}", path.display()))?;
+            let body =
+                futures::stream::once(async move { Ok::<_, String>(bytes::Bytes::from(bytes)) })
+                    .boxed();
+            self.host
+                .write_file(sandbox, VM_CA_BUNDLE, body)
+                .await
+                .map_err(|e| format!("copy the host's CA bundle: {}", error_chain(&e)))?;
+            for k in [
+                "SSL_CERT_FILE",
+                "REQUESTS_CA_BUNDLE",
+                "PIP_CERT",
+                "NODE_EXTRA_CA_CERTS",
+                "CURL_CA_BUNDLE",
+                "GIT_SSL_CAINFO",
+            ] {
+                env.insert(k.into(), VM_CA_BUNDLE.into());
+            }
+        }
+        Ok(env)
+    }
+
+    /// Unpacks the app's dependency cache `key` into the VM; `false` when there is none (or
+    /// it cannot be read: then the install runs).
+    async fn restore_deps(
+        &self,
+        run: &mut Run,
+        sandbox: &str,
+        key: Option<&str>,
+    ) -> Result<bool, String> {
+        let Some(key) = key else {
+            return Ok(false);
+        };
+        let t = Instant::now();
+        let ws = run.app.workspace_id.clone();
+        match deps::restore(
+            &self.objects,
+            self.host.as_ref(),
+            &ws,
+            &run.app.id,
+            sandbox,
+            key,
+        )
+        .await
+        {
+            Ok(true) => {
+                run.log.line(&format!(
+                    "dependencies: cache {} hit, install skipped",
+                    &key[..12]
+                ));
+                self.phase_done(run, "deps_restore", t).await?;
+                Ok(true)
+            }
+            Ok(false) => {
+                run.log
+                    .line(&format!("dependencies: no cache {} yet", &key[..12]));
+                Ok(false)
+            }
+            Err(e) => {
+                run.log
+                    .line(&format!("dependencies: cache unusable ({e}); installing"));
+                Ok(false)
+            }
+        }
+    }
+
+    /// Stores what the install made as the app's dependency cache `key` (a failure only logs).
+    async fn save_deps(&self, run: &mut Run, sandbox: &str, key: &str, plan: &BuildPlan) {
+        let t = Instant::now();
+        let ws = run.app.workspace_id.clone();
+        match deps::save(
+            &self.objects,
+            self.host.as_ref(),
+            &ws,
+            &run.app.id,
+            sandbox,
+            key,
+            plan,
+        )
+        .await
+        {
+            Ok(Some(n)) => run.log.line(&format!(
+                "dependencies: cached as {} ({:.1} MiB, {} ms)",
+                &key[..12],
+                n as f64 / 1048576.0,
+                t.elapsed().as_millis()
+            )),
+            Ok(None) => run.log.line("dependencies: too large to cache"),
+            Err(e) => run.log.line(&format!("dependencies: not cached: {e}")),
+        }
+    }
+
+    /// A new VM for the deploy (no idle timeout while it builds).
+    async fn new_vm(&self, run: &Run) -> Result<SandboxRow, String> {
+        let now = now_ms();
+        let template = app_template(run.config.memory_mb);
+        let row = SandboxRow {
+            id: new_id("sb-"),
+            workspace_id: run.app.workspace_id.clone(),
+            host_id: self.host_id.clone(),
+            template: template.clone(),
+            state: SandboxState::Starting,
+            vcpus: 0,
+            memory_mib: 0,
+            metadata: BTreeMap::from([
+                (APP_METADATA.to_owned(), run.app.name.clone()),
+                (DEPLOY_METADATA.to_owned(), run.row.id.clone()),
+            ]),
+            env: BTreeMap::new(),
+            ttl_seconds: None,
+            idle_timeout_seconds: None,
+            on_timeout: OnTimeout::Hibernate,
+            created_at: now,
+            expires_at: None,
+            last_activity_at: now,
+            boot_ms: 0,
+            boot_mode: "restore".into(),
+            snapshot_id: None,
+            parent_id: None,
+            access_token: pandastack_store::new_token(),
+            public_ports: Default::default(),
+            volumes: Vec::new(),
+        };
+        self.sandboxes
+            .create(row, Source::Template(template))
+            .await
+            .map_err(|e| {
+                format!(
+                    "VM of template {}: {}",
+                    app_template(run.config.memory_mb),
+                    error_chain(&e)
+                )
+            })
+    }
+
+    /// Puts the source tarball into the VM and unpacks it in [`APP_DIR`].
+    async fn upload(&self, sandbox: &str, tarball: &std::path::Path) -> Result<(), String> {
+        let file = tokio::fs::File::open(tarball)
+            .await
+            .map_err(|e| format!("open the source tarball: {e}"))?;
+        let body = tokio_util_stream(file);
+        self.host
+            .write_file(sandbox, "/tmp/pandastack-src.tar.gz", body)
+            .await
+            .map_err(|e| format!("copy the source into the VM: {}", error_chain(&e)))?;
+        let out = self
+            .host
+            .exec(
+                sandbox,
+                ExecSpec {
+                    shell: format!(
+                        "mkdir -p {APP_DIR} && tar -xzf /tmp/pandastack-src.tar.gz -C {APP_DIR} && rm /tmp/pandastack-src.tar.gz"
+                    ),
+                    timeout: Duration::from_secs(300),
+                    max_output_bytes: 64 * 1024,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| format!("unpack the source: {}", error_chain(&e)))?;
+        if out.exit_code != 0 {
+            return Err(format!(
+                "unpack the source: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs one build step in the VM, its output into the log; a non-zero exit fails it.
+    async fn step(
+        &self,
+        run: &mut Run,
+        sandbox: &str,
+        phase: &str,
+        cmd: &str,
+        env: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        run.log.line(&format!("{phase}: $ {cmd}"));
+        let mut env: HashMap<String, String> = env.clone().into_iter().collect();
+        env.insert("CI".into(), "1".into());
+        let mut events = self
+            .host
+            .exec_stream(
+                sandbox,
+                ExecSpec {
+                    shell: cmd.to_owned(),
+                    env,
+                    cwd: APP_DIR.into(),
+                    timeout: STEP_TIMEOUT,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| format!("{phase}: {}", error_chain(&e)))?;
+        let mut partial = Vec::new();
+        let mut last = String::new();
+        while let Some(ev) = events.next().await {
+            match ev.map_err(|e| format!("{phase}: {}", error_chain(&e)))? {
+                ExecEvent::Stdout(b) | ExecEvent::Stderr(b) => {
+                    partial.extend_from_slice(&b);
+                    while let Some(i) = partial.iter().position(|c| *c == b'\n') {
+                        let line: Vec<u8> = partial.drain(..=i).collect();
+                        let text = String::from_utf8_lossy(&line).trim_end().to_owned();
+                        run.log.line(&format!("  {text}"));
+                        last.push_str(&text);
+                        last.push('\n');
+                        if last.len() > 8192 {
+                            last = tail(&last, 4096);
+                        }
+                    }
+                }
+                ExecEvent::Exit {
+                    exit_code,
+                    timed_out,
+                    ..
+                } => {
+                    if !partial.is_empty() {
+                        let text = String::from_utf8_lossy(&partial).trim_end().to_owned();
+                        run.log.line(&format!("  {text}"));
+                        last.push_str(&text);
+                    }
+                    if timed_out {
+                        return Err(format!("{phase} ({cmd}) timed out after {STEP_TIMEOUT:?}"));
+                    }
+                    if exit_code != 0 {
+                        return Err(format!(
+                            "{phase} ({cmd}) failed with exit code {exit_code}; its output ends with:\n{}",
+                            tail(&last, 1500)
+                        ));
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        Err(format!(
+            "{phase}: the command's stream ended without an exit status"
+        ))
+    }
+
+    /// Starts the app's server in its own session (it outlives the exec that starts it),
+    /// output to [`APP_LOG`], and waits until something listens on its port.
+    async fn start_server(
+        &self,
+        run: &mut Run,
+        sandbox: &str,
+        plan: &BuildPlan,
+        env: &BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        run.log
+            .line(&format!("start: $ {} (port {})", plan.start, plan.port));
+        let mut env: HashMap<String, String> = env.clone().into_iter().collect();
+        env.insert("NODE_ENV".into(), "production".into());
+        env.insert("PS_START".into(), plan.start.clone());
+        let out = self
+            .host
+            .exec(
+                sandbox,
+                ExecSpec {
+                    shell: format!(
+                        "setsid -f /bin/sh -c 'exec /bin/sh -c \"$PS_START\"' >>{APP_LOG} 2>&1 </dev/null"
+                    ),
+                    env,
+                    cwd: APP_DIR.into(),
+                    timeout: Duration::from_secs(30),
+                    max_output_bytes: 64 * 1024,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| format!("start: {}", error_chain(&e)))?;
+        if out.exit_code != 0 {
+            return Err(format!(
+                "start: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let deadline = Instant::now() + LISTEN_TIMEOUT;
+        loop {
+            let p = super::check::probe(
+                self.host.as_ref(),
+                sandbox,
+                plan.port,
+                &run.config.health_path,
+                &run.app.name,
+            )
+            .await;
+            if p != Probe::NotListening {
+                run.log.line(&format!("listening on port {}", plan.port));
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let out = self.app_output(sandbox).await;
+                return Err(format!(
+                    "nothing listened on port {} within {LISTEN_TIMEOUT:?} of `{}`; the app's output ends with:\n{out}",
+                    plan.port, plan.start
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The end of the app's own output in its VM.
+    async fn app_output(&self, sandbox: &str) -> String {
+        match self
+            .host
+            .exec(
+                sandbox,
+                ExecSpec {
+                    argv: vec!["tail".into(), "-c".into(), "1500".into(), APP_LOG.into()],
+                    timeout: Duration::from_secs(10),
+                    max_output_bytes: 4096,
+                    ..Default::default()
+                },
+            )
+            .await
+        {
+            Ok(o) => String::from_utf8_lossy(&o.stdout).into_owned(),
+            Err(e) => format!("(could not read it: {})", error_chain(&e)),
+        }
+    }
+
+    /// Makes `target` (a standby deploy) the live one: wakes and checks its VM, switches, and
+    /// retires the current one.
+    pub(crate) async fn go_live(
+        &self,
+        app: &AppRow,
+        target: DeployRow,
+    ) -> Result<DeployRow, AppError> {
+        let config = config_of(app)?;
+        let sb_id = target
+            .sandbox_id
+            .clone()
+            .ok_or_else(|| AppError::Conflict(format!("deploy {} has no VM", target.id)))?;
+        let sb = self.store.sandboxes().by_id(&sb_id).await?;
+        let sb = self.sandboxes.awake(sb).await?;
+        let port = plan_port(&target).unwrap_or(DEFAULT_PORT);
+        let probe = until_healthy(
+            self.host.as_ref(),
+            &sb.id,
+            port,
+            &config.health_path,
+            &app.name,
+            CHECK_TIMEOUT,
+        )
+        .await;
+        if !probe.healthy() {
+            return Err(AppError::Conflict(format!(
+                "deploy {} did not pass its health check after waking: {probe}",
+                target.id
+            )));
+        }
+        self.set_scaling(sb, &config).await?;
+        let previous = app.live_deploy_id.clone();
+        self.store
+            .apps()
+            .switch_live(&app.id, &target.id, previous.as_deref(), now_ms())
+            .await?;
+        if let Some(p) = previous.filter(|p| *p != target.id) {
+            self.retire(app, p);
+        }
+        Ok(self.store.apps().deploy(&target.id).await?)
+    }
+
+    /// After the drain pause, hibernates the VM of deploy `id` (now standby) and removes the
+    /// VMs of standby versions beyond the newest [`KEEP_STANDBY`].
+    fn retire(&self, app: &AppRow, id: String) {
+        let me = self.clone();
+        let app_id = app.id.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(DRAIN).await;
+            if let Err(e) = me.retire_now(&app_id, &id).await {
+                tracing::warn!(deploy = %id, error = %e, "retire an app's previous version");
+            }
+        });
+    }
+
+    async fn retire_now(&self, app_id: &str, id: &str) -> Result<(), AppError> {
+        let d = self.store.apps().deploy(id).await?;
+        if d.state == DeployState::Standby {
+            if let Some(sb) = &d.sandbox_id {
+                if let Ok(mut s) = self.store.sandboxes().by_id(sb).await {
+                    s.idle_timeout_seconds = None;
+                    self.store.sandboxes().update(&s).await?;
+                    if s.state != SandboxState::Hibernated {
+                        self.sandboxes.lifecycle(s, Verb::Hibernate).await?;
+                    }
+                }
+            }
+        }
+        let all = self.store.apps().deploys(app_id, None, 1000).await?;
+        let standby: Vec<_> = all
+            .into_iter()
+            .filter(|d| d.state == DeployState::Standby && d.sandbox_id.is_some())
+            .collect();
+        for mut old in standby.into_iter().skip(KEEP_STANDBY) {
+            self.remove_vm(&old).await?;
+            old.sandbox_id = None;
+            old.updated_at = now_ms();
+            self.store.apps().update_deploy(&old).await?;
+        }
+        Ok(())
+    }
+}
+
+/// A file as a byte stream for [`pandastack_host::Host::write_file`].
+fn tokio_util_stream(
+    file: tokio::fs::File,
+) -> pandastack_host::BoxStream<Result<bytes::Bytes, String>> {
+    use tokio::io::AsyncReadExt;
+    Box::pin(futures::stream::unfold(Some(file), |f| async move {
+        let mut f = f?;
+        let mut buf = vec![0u8; 256 * 1024];
+        match f.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(bytes::Bytes::from(buf)), Some(f)))
+            }
+            Err(e) => Some((Err(e.to_string()), None)),
+        }
+    }))
+}

@@ -1,0 +1,98 @@
+//! The repository's files: at most [`MAX_READ`] bytes of a few files near the top, never
+//! through a symlink.
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use super::node::PackageJson;
+use super::procfile::web_line;
+use super::python::Python;
+use super::DetectError;
+
+/// The most of any one file that is read.
+pub(super) const MAX_READ: u64 = 1 << 20;
+
+/// What was read of the repository.
+pub(super) struct Facts {
+    root: PathBuf,
+    pub(super) package: Option<PackageJson>,
+    pub(super) python: Option<Python>,
+    /// None: no Procfile; Some(None): one without a `web:` line.
+    pub(super) procfile: Option<Option<String>>,
+    /// Decisions made while reading.
+    pub(super) notes: Vec<String>,
+}
+
+/// The text of a file, at most [`MAX_READ`] bytes of it, invalid UTF-8 replaced.
+pub(super) struct Text {
+    pub(super) text: String,
+    pub(super) whole: bool,
+}
+
+impl Facts {
+    pub(super) fn load(root: &Path) -> Result<Facts, DetectError> {
+        if !fs::metadata(root).is_ok_and(|m| m.is_dir()) {
+            return Err(DetectError::NotADirectory(root.to_path_buf()));
+        }
+        let mut f = Facts {
+            root: root.to_path_buf(),
+            package: None,
+            python: None,
+            procfile: None,
+            notes: Vec::new(),
+        };
+        if let Some(t) = f.read("package.json") {
+            if !t.whole {
+                return Err(DetectError::PackageJsonTooLarge);
+            }
+            f.package = Some(PackageJson::parse(&t.text)?);
+        }
+        if f.read("requirements.txt").is_some_and(|t| !t.whole) {
+            f.notes
+                .push("requirements.txt: larger than 1 MiB; read the first 1 MiB".into());
+        }
+        f.python = Python::load(&f);
+        f.procfile = f.read("Procfile").map(|t| web_line(&t.text));
+        Ok(f)
+    }
+
+    pub(super) fn pkg(&self) -> Option<&PackageJson> {
+        self.package.as_ref()
+    }
+
+    pub(super) fn requires(&self, name: &str) -> bool {
+        self.python.as_ref().is_some_and(|p| p.names.contains(name))
+    }
+
+    pub(super) fn has(&self, name: &str) -> bool {
+        regular_file(&self.root, name).is_some()
+    }
+
+    pub(super) fn read(&self, name: &str) -> Option<Text> {
+        let path = regular_file(&self.root, name)?;
+        let mut bytes = Vec::new();
+        let file = fs::File::open(path).ok()?;
+        file.take(MAX_READ + 1).read_to_end(&mut bytes).ok()?;
+        let whole = bytes.len() as u64 <= MAX_READ;
+        bytes.truncate(MAX_READ as usize);
+        let text = String::from_utf8_lossy(&bytes);
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text).to_string();
+        Some(Text { text, whole })
+    }
+}
+
+/// `root/name` if it is a regular file reached through directories only (no symlinks).
+fn regular_file(root: &Path, name: &str) -> Option<PathBuf> {
+    let mut path = root.to_path_buf();
+    let mut parts = name.split('/').peekable();
+    while let Some(part) = parts.next() {
+        path.push(part);
+        let meta = fs::symlink_metadata(&path).ok()?;
+        let last = parts.peek().is_none();
+        if (last && !meta.is_file()) || (!last && !meta.is_dir()) {
+            return None;
+        }
+    }
+    Some(path)
+}

@@ -1,0 +1,152 @@
+//! An app's source on the host: one commit of a git repository fetched into a directory of
+//! the deploy's own, and packed as a gzip tarball for the build VM.
+//!
+//! Only `git` and `tar` run on the host, never anything from the repository: hooks are off,
+//! `protocol.file.allow` stays git's default, and nothing asks for credentials on a terminal.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::Command;
+
+/// Longest a fetch may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Why the source could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// `git` failed (its own message).
+    #[error("git {what}: {message}")]
+    Git { what: &'static str, message: String },
+    #[error("{what}: {source}")]
+    Io {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A fetched commit: its directory (the work tree, without `.git`) and its id.
+pub struct Fetched {
+    pub dir: PathBuf,
+    pub commit: String,
+}
+
+async fn git(dir: &Path, what: &'static str, args: &[&str]) -> Result<String, SourceError> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "advice.detachedHead=false",
+        ])
+        .args(args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_ASKPASS", "/bin/false")
+        .env("SSH_ASKPASS", "/bin/false")
+        .env(
+            "GIT_SSH_COMMAND",
+            "ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new",
+        )
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(FETCH_TIMEOUT, out)
+        .await
+        .map_err(|_| SourceError::Git {
+            what,
+            message: format!("timed out after {FETCH_TIMEOUT:?}"),
+        })?
+        .map_err(|source| SourceError::Io {
+            what: "run git",
+            source,
+        })?;
+    if !out.status.success() {
+        let message = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+        return Err(SourceError::Git {
+            what,
+            message: if message.is_empty() {
+                format!("exit status {}", out.status)
+            } else {
+                message
+            },
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// Fetches `git_ref` (branch, tag or commit) of `url` into `dir/src` (replacing what is
+/// there): one commit, no history where the server allows it.
+pub async fn fetch(url: &str, git_ref: &str, dir: &Path) -> Result<Fetched, SourceError> {
+    let src = dir.join("src");
+    let _ = std::fs::remove_dir_all(&src);
+    std::fs::create_dir_all(&src).map_err(|source| SourceError::Io {
+        what: "source directory",
+        source,
+    })?;
+    git(&src, "init", &["init", "--quiet"]).await?;
+    // `--` ends the options: a URL or ref cannot be taken for one (both are validated too).
+    let shallow = git(
+        &src,
+        "fetch",
+        &["fetch", "--quiet", "--depth", "1", "--", url, git_ref],
+    )
+    .await;
+    if let Err(e) = shallow {
+        // A commit id a server does not serve by itself: fetch everything, then look it up.
+        let is_commit = git_ref.len() >= 7 && git_ref.bytes().all(|b| b.is_ascii_hexdigit());
+        if !is_commit {
+            return Err(e);
+        }
+        git(
+            &src,
+            "fetch",
+            &[
+                "fetch",
+                "--quiet",
+                "--",
+                url,
+                "+refs/heads/*:refs/remotes/origin/*",
+            ],
+        )
+        .await?;
+        git(&src, "checkout", &["checkout", "--quiet", git_ref]).await?;
+    } else {
+        git(&src, "checkout", &["checkout", "--quiet", "FETCH_HEAD"]).await?;
+    }
+    let commit = git(&src, "rev-parse", &["rev-parse", "HEAD"]).await?;
+    std::fs::remove_dir_all(src.join(".git")).map_err(|source| SourceError::Io {
+        what: "remove .git",
+        source,
+    })?;
+    Ok(Fetched { dir: src, commit })
+}
+
+/// Packs `src` as `dir/src.tar.gz` (numeric owners root, so the VM's tar makes them root's).
+pub async fn pack(src: &Path, dir: &Path) -> Result<PathBuf, SourceError> {
+    let tarball = dir.join("src.tar.gz");
+    let out = Command::new("tar")
+        .arg("-C")
+        .arg(src)
+        .args(["--numeric-owner", "--owner=0", "--group=0", "-czf"])
+        .arg(&tarball)
+        .arg(".")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|source| SourceError::Io {
+            what: "run tar",
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(SourceError::Git {
+            what: "pack",
+            message: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
+    }
+    Ok(tarball)
+}

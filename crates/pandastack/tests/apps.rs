@@ -1,0 +1,440 @@
+//! App hosting through the real server and real guests (the `app` template: Debian trixie with
+//! Node.js 20 and Python 3): apps deployed from local bare git repositories, detected, built in
+//! a VM, health-checked and served at `<app>.<domain>` by the proxy; a second version switched
+//! in blue-green, a rollback, a deploy that fails leaving the live version alone, the signed
+//! webhook (bad signature, push, redelivery), an Express app installed with npm over the
+//! sandbox network, scale to zero and wake on a request, and delete leaving nothing behind.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{free_port, start_with, Api, Server};
+use pandastack_testkit::net::NetNames;
+use pandastack_testkit::runtime;
+use reqwest::{Client, StatusCode};
+use serde_json::{json, Value};
+
+/// Longest a deploy may take here: the first one builds and bakes the `app` template.
+const DEPLOY_TIMEOUT: Duration = Duration::from_secs(1500);
+
+fn api(s: &Server) -> Api<'_> {
+    Api {
+        s,
+        c: Client::new(),
+    }
+}
+
+/// Puts the `app` spec in the test server's catalog: the first deploy builds the image
+/// (cached in `$PANDASTACK_CACHE`) and bakes it.
+fn catalog(data: &Path) {
+    let dir = data.join("no-specs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates/app.toml");
+    std::fs::copy(spec, dir.join("app.toml")).unwrap();
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A bare repository `<root>/<name>.git` and a work tree `<root>/<name>` pushing to it.
+fn repo(root: &Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let bare = root.join(format!("{name}.git"));
+    let work = root.join(name);
+    std::fs::create_dir_all(&bare).unwrap();
+    std::fs::create_dir_all(&work).unwrap();
+    git(
+        &bare,
+        &["init", "--quiet", "--bare", "--initial-branch=main"],
+    );
+    git(&work, &["init", "--quiet", "--initial-branch=main"]);
+    git(&work, &["remote", "add", "origin", bare.to_str().unwrap()]);
+    (bare, work)
+}
+
+/// Writes `files` into `work`, commits everything and pushes `main`.
+fn commit(work: &Path, files: &[(&str, &str)], message: &str) {
+    for (path, text) in files {
+        let p = work.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    git(work, &["add", "-A"]);
+    git(work, &["commit", "--quiet", "-m", message]);
+    git(work, &["push", "--quiet", "origin", "main"]);
+}
+
+/// Waits until deploy `id` of `app` leaves the active states; returns it.
+async fn settled(api: &Api<'_>, app: &str, id: &str) -> Value {
+    let t = Instant::now();
+    loop {
+        let (st, v) = api
+            .call("GET", &format!("/v1/apps/{app}/deploys/{id}"), None)
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        let state = v["state"].as_str().unwrap().to_owned();
+        if !["queued", "cloning", "building", "baking", "checking"].contains(&state.as_str()) {
+            return v;
+        }
+        assert!(t.elapsed() < DEPLOY_TIMEOUT, "deploy {id} still {state}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The deploy's log as text.
+async fn deploy_log(api: &Api<'_>, app: &str, id: &str) -> String {
+    api.c
+        .get(format!("{}/v1/apps/{app}/deploys/{id}/logs", api.s.url))
+        .bearer_auth(&api.s.key)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Waits for deploy `id` to go live (failing with its log if it does not).
+async fn live(api: &Api<'_>, app: &str, id: &str) -> Value {
+    let v = settled(api, app, id).await;
+    if v["state"] != "live" {
+        panic!(
+            "deploy {id} is {}: {}\n{}",
+            v["state"],
+            v["error"],
+            deploy_log(api, app, id).await
+        );
+    }
+    v
+}
+
+/// `GET path` of app `name` through the proxy (its host name resolved to the proxy).
+async fn visit(s: &Server, name: &str, path: &str) -> (StatusCode, String) {
+    let port = s.proxy.rsplit_once(':').unwrap().1;
+    let r = Client::new()
+        .get(format!("http://{}{path}", s.proxy))
+        .header("Host", format!("{name}.localhost:{port}"))
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+        .expect("request through the proxy");
+    let st = r.status();
+    (st, r.text().await.unwrap_or_default())
+}
+
+async fn deploys(api: &Api<'_>, app: &str) -> Vec<Value> {
+    let (st, v) = api
+        .call("GET", &format!("/v1/apps/{app}/deploys"), None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    v["data"].as_array().unwrap().clone()
+}
+
+fn sign(secret: &str, body: &[u8]) -> String {
+    pandastack_control::apps::sign_webhook(secret, body)
+}
+
+async fn webhook(
+    s: &Server,
+    app: &str,
+    sig: &str,
+    delivery: &str,
+    body: &[u8],
+) -> (StatusCode, Value) {
+    let r = Client::new()
+        .post(format!("{}/v1/apps/{app}/webhooks/github", s.url))
+        .header("X-Hub-Signature-256", sig)
+        .header("X-GitHub-Event", "push")
+        .header("X-GitHub-Delivery", delivery)
+        .header("Content-Type", "application/json")
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    let st = r.status();
+    (st, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn apps_end_to_end() {
+    let guard = runtime().await;
+    let data = guard.dir.path();
+    catalog(data);
+    let repos = tempfile::tempdir().unwrap();
+    let names = NetNames::new("tsap");
+    names.clean();
+    let port = free_port();
+    let server = start_with(
+        data,
+        port,
+        &[
+            "--pool-size",
+            "0",
+            "--network",
+            "on",
+            "--net-name",
+            "tsap",
+            "--net-base",
+            "10.204.0.0/24",
+            "--net-spare",
+            "1",
+        ],
+    )
+    .await;
+    let api = api(&server);
+
+    // Bad input: clear errors, nothing made.
+    for (body, field) in [
+        (json!({"name": "Bad_Name", "git": {"url": "/x"}}), "name"),
+        (
+            json!({"name": "ok", "git": {"url": "--upload-pack=x"}}),
+            "git.url",
+        ),
+        (
+            json!({"name": "ok", "git": {"url": "/x", "ref": "-x"}}),
+            "git.ref",
+        ),
+        (
+            json!({"name": "ok", "git": {"url": "/x"}, "min_instances": 2}),
+            "min_instances",
+        ),
+        (
+            json!({"name": "ok", "git": {"url": "/x"}, "memory_mb": 1000}),
+            "memory_mb",
+        ),
+    ] {
+        let (st, v) = api.call("POST", "/v1/apps", Some(body)).await;
+        assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(field),
+            "{v}"
+        );
+    }
+    let (st, v) = api.call("GET", "/v1/apps", None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["data"].as_array().unwrap().len(), 0, "{v}");
+
+    // A static site: detected, built, live at its host name.
+    let (bare, work) = repo(repos.path(), "site");
+    commit(&work, &[("index.html", "<h1>hello v1</h1>\n")], "v1");
+    let url = format!("file://{}", bare.display());
+    let (st, app) = api
+        .call(
+            "POST",
+            "/v1/apps",
+            Some(json!({"name": "site", "git": {"url": url}, "idle_seconds": 3600})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{app}");
+    assert!(
+        app["url"]
+            .as_str()
+            .unwrap()
+            .starts_with("http://site.localhost:"),
+        "{app}"
+    );
+    let (st, v) = api
+        .call(
+            "POST",
+            "/v1/apps",
+            Some(json!({"name": "site", "git": {"url": "/x"}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CONFLICT, "{v}");
+    let first = deploys(&api, "site").await;
+    assert_eq!(first.len(), 1);
+    let d1 = first[0]["id"].as_str().unwrap().to_owned();
+    let v1 = live(&api, "site", &d1).await;
+    assert_eq!(v1["plan"]["framework"], "static", "{v1}");
+    let log = deploy_log(&api, "site", &d1).await;
+    assert!(log.contains("plan: "), "{log}");
+    assert!(log.contains("health check GET /: HTTP 200"), "{log}");
+    let (st, body) = visit(&server, "site", "/").await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    assert!(body.contains("hello v1"), "{body}");
+    let (st, _) = visit(&server, "nosuch", "/").await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+
+    // Version 2, blue-green: the new VM is checked before the switch; v1 stays as standby.
+    commit(&work, &[("index.html", "<h1>hello v2</h1>\n")], "v2");
+    let (st, d) = api
+        .call("POST", "/v1/apps/site/deploys", Some(json!({})))
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{d}");
+    let d2 = d["id"].as_str().unwrap().to_owned();
+    let v2 = live(&api, "site", &d2).await;
+    for phase in ["clone", "bake", "check", "switch"] {
+        assert!(v2["phases_ms"][phase].is_u64(), "{phase}: {v2}");
+    }
+    let (_, body) = visit(&server, "site", "/").await;
+    assert!(body.contains("hello v2"), "{body}");
+    let (_, v) = api
+        .call("GET", &format!("/v1/apps/site/deploys/{d1}"), None)
+        .await;
+    assert_eq!(v["state"], "standby", "{v}");
+
+    // A deploy that fails (nothing to detect) leaves v2 serving.
+    git(&work, &["rm", "--quiet", "index.html"]);
+    commit(&work, &[("README.md", "nothing to serve\n")], "broken");
+    let (_, d) = api
+        .call("POST", "/v1/apps/site/deploys", Some(json!({})))
+        .await;
+    let bad = settled(&api, "site", d["id"].as_str().unwrap()).await;
+    assert_eq!(bad["state"], "failed", "{bad}");
+    assert!(bad["error"].as_str().unwrap().contains("detect"), "{bad}");
+    assert!(bad["sandbox_id"].is_null(), "{bad}");
+    let (_, body) = visit(&server, "site", "/").await;
+    assert!(body.contains("hello v2"), "{body}");
+
+    // Rollback: v1's VM wakes and takes the traffic; no rebuild.
+    let t = Instant::now();
+    let (st, r) = api
+        .call("POST", "/v1/apps/site/rollback", Some(json!({})))
+        .await;
+    let rollback_ms = t.elapsed().as_millis();
+    assert_eq!(st, StatusCode::OK, "{r}");
+    assert_eq!(r["id"], d1.as_str(), "{r}");
+    let (_, body) = visit(&server, "site", "/").await;
+    assert!(body.contains("hello v1"), "{body}");
+    eprintln!("rollback: {rollback_ms} ms");
+
+    // Webhook: a bad signature deploys nothing; a good one deploys; a redelivery is a duplicate.
+    let (_, a) = api.call("GET", "/v1/apps/site", None).await;
+    let secret = a["webhook_secret"].as_str().unwrap().to_owned();
+    commit(&work, &[("index.html", "<h1>hello v3</h1>\n")], "v3");
+    let before = deploys(&api, "site").await.len();
+    let push = br#"{"ref":"refs/heads/main","after":"x"}"#;
+    let (st, v) = webhook(&server, "site", &sign("wrong", push), "d-1", push).await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED, "{v}");
+    assert_eq!(deploys(&api, "site").await.len(), before);
+    let (st, v) = webhook(&server, "site", &sign(&secret, push), "d-1", push).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "deployed", "{v}");
+    let d3 = v["deploy_id"].as_str().unwrap().to_owned();
+    let (st, v) = webhook(&server, "site", &sign(&secret, push), "d-1", push).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["status"], "duplicate", "{v}");
+    assert_eq!(v["deploy_id"], d3.as_str(), "{v}");
+    let other = br#"{"ref":"refs/heads/feature"}"#;
+    let (_, v) = webhook(&server, "site", &sign(&secret, other), "d-2", other).await;
+    assert_eq!(v["status"], "ignored", "{v}");
+    assert_eq!(deploys(&api, "site").await.len(), before + 1);
+    live(&api, "site", &d3).await;
+    let (_, body) = visit(&server, "site", "/").await;
+    assert!(body.contains("hello v3"), "{body}");
+
+    // An Express app: npm installs its dependency in the build VM over the sandbox network;
+    // it scales to zero and a request wakes it.
+    let (bare, work) = repo(repos.path(), "api");
+    commit(
+        &work,
+        &[
+            (
+                "package.json",
+                r#"{"name":"api","version":"1.0.0","main":"server.js","scripts":{"start":"node server.js"},"dependencies":{"express":"^4.21.0"}}"#,
+            ),
+            (
+                "server.js",
+                "const express = require('express');\nconst app = express();\napp.get('/', (req, res) => res.json({ hello: 'express', pid: process.pid }));\napp.listen(process.env.PORT, () => console.log('listening on ' + process.env.PORT));\n",
+            ),
+        ],
+        "express",
+    );
+    let url = format!("file://{}", bare.display());
+    let (st, v) = api
+        .call(
+            "POST",
+            "/v1/apps",
+            Some(json!({"name": "api", "git": {"url": url}, "idle_seconds": 5})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let d = deploys(&api, "api").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dv = live(&api, "api", &d).await;
+    assert_eq!(dv["plan"]["runtime"], "node", "{dv}");
+    assert!(dv["phases_ms"]["install"].is_u64(), "{dv}");
+    let (st, body) = visit(&server, "api", "/").await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    assert!(body.contains("\"hello\":\"express\""), "{body}");
+    let logs = api
+        .c
+        .get(format!("{}/v1/apps/api/logs", server.url))
+        .bearer_auth(&server.key)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(logs.contains("listening on"), "{logs}");
+    // A redeploy with the same dependencies unpacks the cache instead of installing.
+    commit(
+        &work,
+        &[(
+            "server.js",
+            "const express = require('express');\nconst app = express();\napp.get('/', (req, res) => res.json({ hello: 'express v2' }));\napp.listen(process.env.PORT, () => console.log('listening on ' + process.env.PORT));\n",
+        )],
+        "v2",
+    );
+    let (_, d) = api
+        .call("POST", "/v1/apps/api/deploys", Some(json!({})))
+        .await;
+    let d = d["id"].as_str().unwrap().to_owned();
+    let dv2 = live(&api, "api", &d).await;
+    assert!(dv2["phases_ms"]["deps_restore"].is_u64(), "{dv2}");
+    assert!(dv2["phases_ms"]["install"].is_null(), "{dv2}");
+    let log = deploy_log(&api, "api", &d).await;
+    assert!(log.contains("install skipped"), "{log}");
+    let (_, body) = visit(&server, "api", "/").await;
+    assert!(body.contains("express v2"), "{body}");
+
+    // Idle: the reaper hibernates it; the next request wakes it and is answered.
+    let t = Instant::now();
+    loop {
+        let (_, v) = api.call("GET", "/v1/apps/api", None).await;
+        if v["instance_state"] == "hibernated" {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "never hibernated: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let t = Instant::now();
+    let (st, body) = visit(&server, "api", "/").await;
+    eprintln!("wake to first answer: {} ms", t.elapsed().as_millis());
+    assert_eq!(st, StatusCode::OK, "{body}");
+    assert!(body.contains("express v2"), "{body}");
+
+    // Delete: every VM of every version, the rows; the host name stops answering.
+    for name in ["site", "api"] {
+        let (st, v) = api.call("DELETE", &format!("/v1/apps/{name}"), None).await;
+        assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+        let (st, _) = api.call("GET", &format!("/v1/apps/{name}"), None).await;
+        assert_eq!(st, StatusCode::NOT_FOUND);
+    }
+    let (_, v) = api.call("GET", "/v1/sandboxes", None).await;
+    assert_eq!(v["data"].as_array().unwrap().len(), 0, "{v}");
+    let (st, _) = visit(&server, "site", "/").await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    drop(server);
+    names.clean();
+}
