@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -43,6 +43,8 @@ impl From<AppError> for ApiError {
             AppError::Control(e) => e.into(),
             AppError::Store(e) => e.into(),
             AppError::Host(e) => e.into(),
+            e @ AppError::Upload(_) => Self::new(ErrorCode::InvalidArgument, e.to_string()),
+            e @ AppError::TooLarge(_) => Self::new(ErrorCode::PayloadTooLarge, e.to_string()),
             AppError::Config(e) => Self::internal("app configuration", &e),
         }
     }
@@ -208,26 +210,71 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Deploy the app again (its `git.ref`, or `ref`): queued; one deploy runs at a time per
-/// host, and a queued deploy that a newer one of the same app overtakes is `superseded`.
+/// Deploy the app again: a JSON body `{"ref"?}` fetches its `git.ref` (or `ref`); a body with
+/// `Content-Type: application/gzip` is a gzip tarball of the app's files (what `pandastack app
+/// deploy --dir` sends), deployed as `ref` `upload` — regular files and directories only, at
+/// most 512 MiB. Queued; one deploy runs at a time per host, and a queued deploy that a newer
+/// one of the same app overtakes is `superseded`.
 #[utoipa::path(
     post,
     path = "/v1/apps/{name}/deploys",
     operation_id = "create_deploy",
     tag = "apps",
     params(("name" = String, Path, description = "App name or id")),
-    request_body = CreateDeployRequest,
+    request_body(content(
+        (CreateDeployRequest = "application/json"),
+        (Vec<u8> = "application/gzip"),
+    )),
     responses((status = 202, description = "The queued deploy", body = wire::Deploy))
 )]
 pub async fn deploy(
     State(app): State<Arc<App>>,
     caller: Caller,
     Path(name): Path<String>,
-    Body(req): Body<CreateDeployRequest>,
+    req: Request,
 ) -> ApiResult<(StatusCode, Json<wire::Deploy>)> {
-    name_of(&name)?;
-    req.validate()?;
-    let d = app.apps.deploy(caller.ws(), &name, &req).await?;
+    let ctype = req
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    let d = match ctype.as_str() {
+        "application/json" => {
+            let bytes = axum::body::to_bytes(req.into_body(), crate::MAX_JSON_BODY)
+                .await
+                .map_err(|_| ApiError::new(ErrorCode::PayloadTooLarge, "request body too large"))?;
+            let body: CreateDeployRequest = if bytes.is_empty() {
+                CreateDeployRequest::default()
+            } else {
+                crate::extract::json(&bytes)?
+            };
+            name_of(&name)?;
+            body.validate()?;
+            app.apps.deploy(caller.ws(), &name, &body).await?
+        }
+        "application/gzip" | "application/x-gzip" | "application/x-tar+gzip" => {
+            let upload = req.into_body().into_data_stream();
+            if let Err(e) = name_of(&name) {
+                pandastack_control::drain_upload(upload).await;
+                return Err(e);
+            }
+            app.apps.deploy_upload(caller.ws(), &name, upload).await?
+        }
+        other => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "Content-Type {other}: send application/json ({{\"ref\"}}) or \
+                     application/gzip (a tarball of the app's files)"
+                ),
+            ))
+        }
+    };
     let a = app.apps.get(caller.ws(), &name).await?;
     Ok((StatusCode::ACCEPTED, Json(deploy_wire(&a.row.name, &d))))
 }

@@ -207,7 +207,7 @@ route_table! {
     apps::get,
     apps::update,
     apps::delete,
-    apps::deploy,
+    apps::deploy => DefaultBodyLimit::disable(),
     apps::deploys,
     apps::get_deploy,
     apps::deploy_logs,

@@ -337,6 +337,68 @@ async fn apps_end_to_end() {
     let (_, body) = visit(&server, "site", "/").await;
     assert!(body.contains("hello v3"), "{body}");
 
+    // A tarball upload as the source: files and directories only (the symlink is skipped).
+    let tarball = {
+        let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
+            Vec::new(),
+            flate2::Compression::fast(),
+        ));
+        let page = b"<h1>hello upload</h1>\n";
+        let mut h = tar::Header::new_gnu();
+        h.set_size(page.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, "index.html", &page[..]).unwrap();
+        let mut l = tar::Header::new_gnu();
+        l.set_entry_type(tar::EntryType::Symlink);
+        l.set_size(0);
+        b.append_link(&mut l, "leak.txt", "/etc/passwd").unwrap();
+        b.into_inner().unwrap().finish().unwrap()
+    };
+    let r = api
+        .c
+        .post(format!("{}/v1/apps/site/deploys", server.url))
+        .bearer_auth(&server.key)
+        .header("Content-Type", "application/gzip")
+        .body(tarball)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let d: Value = r.json().await.unwrap();
+    assert_eq!(d["ref"], "upload", "{d}");
+    let up = live(&api, "site", d["id"].as_str().unwrap()).await;
+    assert!(
+        up["commit"].as_str().unwrap().starts_with("upload:"),
+        "{up}"
+    );
+    let log = deploy_log(&api, "site", d["id"].as_str().unwrap()).await;
+    assert!(log.contains("1 links and special files skipped"), "{log}");
+    let (_, body) = visit(&server, "site", "/").await;
+    assert!(body.contains("hello upload"), "{body}");
+    let (st, body) = visit(&server, "site", "/leak.txt").await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{body}");
+    let r = api
+        .c
+        .post(format!("{}/v1/apps/site/deploys", server.url))
+        .bearer_auth(&server.key)
+        .header("Content-Type", "application/gzip")
+        .body("not a tarball")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let d: Value = r.json().await.unwrap();
+    let bad = settled(&api, "site", d["id"].as_str().unwrap()).await;
+    assert_eq!(bad["state"], "failed", "{bad}");
+    assert!(
+        bad["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a gzip tarball"),
+        "{bad}"
+    );
+
     // An Express app: npm installs its dependency in the build VM over the sandbox network;
     // it scales to zero and a request wakes it.
     let (bare, work) = repo(repos.path(), "api");

@@ -4,8 +4,10 @@
 For each response schema the SDK models (``PAIRS``): the dataclass has exactly the schema's
 fields (plus ``raw``), each of a compatible type; a field the server may send as ``null`` is
 ``Optional``; a field the server may leave out has a default; and ``from_json`` of a sample
-built from the schema reads every field from the right key. Every other schema of the document
-must be named in ``NOT_MODELLED`` with the reason, so a new schema is a decision, not a gap.
+built from the schema reads every field from the right key. A field whose schema is another
+modelled schema (``App.git`` is an ``AppGit``) is that schema's SDK type, read with its
+``from_json``. Every other schema of the document must be named in ``NOT_MODELLED`` with the
+reason, so a new schema is a decision, not a gap.
 """
 
 from __future__ import annotations
@@ -20,10 +22,15 @@ import pytest
 
 from pandastack.types import (
     APIKey,
+    App,
+    AppBuild,
+    AppGit,
+    AppStart,
     CodeContext,
     Database,
     DatabaseExtension,
     DatabaseExtensions,
+    Deploy,
     ExecResult,
     FileInfo,
     PortUrl,
@@ -66,6 +73,12 @@ PAIRS: Dict[str, type] = {
     "QueryResponse": QueryResult,
     "DatabaseExtension": DatabaseExtension,
     "DatabaseExtensions": DatabaseExtensions,
+    "App": App,
+    # Also the `git`, `build` and `start` of create and update requests (to_json).
+    "AppGit": AppGit,
+    "AppBuild": AppBuild,
+    "AppStart": AppStart,
+    "Deploy": Deploy,
 }
 
 #: Schemas the SDK does not model as a type, and why.
@@ -91,13 +104,6 @@ NOT_MODELLED: Dict[str, str] = {
     # The Neon-compatible `POST /v1/databases/{id}/sql` is for Neon's drivers, not this SDK.
     "SqlRequest": "request body of the Neon-compatible /sql endpoint (Neon's drivers)",
     "SqlQuery": "request body of the Neon-compatible /sql endpoint (Neon's drivers)",
-    # App hosting (issue #17) is in the API; the SDKs' `apps` client is not written yet.
-    "App": "apps are not in the SDK yet (issue #17)",
-    "AppGit": "apps are not in the SDK yet (issue #17)",
-    "AppBuild": "apps are not in the SDK yet (issue #17)",
-    "AppStart": "apps are not in the SDK yet (issue #17)",
-    "Deploy": "apps are not in the SDK yet (issue #17)",
-    "DeployState": "apps are not in the SDK yet (issue #17)",
     "WebhookResult": "answer to git hosts' webhooks, not to SDK calls",
     "CreateAppRequest": "request body",
     "UpdateAppRequest": "request body",
@@ -116,6 +122,8 @@ NOT_MODELLED: Dict[str, str] = {
     "List_VolumeSnapshot": "unwrapped into lists / Page",
     "List_VolumeBackup": "unwrapped into lists / Page",
     "List_Database": "unwrapped into lists / Page",
+    "List_App": "unwrapped into lists / Page",
+    "List_Deploy": "unwrapped into lists / Page",
     "ForkResponse": "unwrapped into Sandbox objects",
     # GET /v1/usage: not in the SDK yet (an operator's view; curl or the CLI's JSON).
     "Usage": "GET /v1/usage is not in the SDK yet",
@@ -144,6 +152,7 @@ NOT_MODELLED: Dict[str, str] = {
     "SandboxState": "a str field",
     "BackupState": "a str field (VolumeBackup.state)",
     "DatabaseState": "a str field (Database.state)",
+    "DeployState": "a str field (Deploy.state)",
 }
 
 
@@ -163,10 +172,21 @@ def _resolve(s: Dict[str, Any]) -> Dict[str, Any]:
     return s
 
 
-def _map_of_arrays(prop: Dict[str, Any]) -> bool:
-    """Whether a property is an object whose values are arrays (``{"17": [...]}``)."""
-    extra = _resolve(prop).get("additionalProperties")
-    return isinstance(extra, dict) and _resolve(extra).get("type") == "array"
+def _ref(prop: Dict[str, Any]) -> Any:
+    """The name of the schema a property is (``$ref``, also as the one non-null alternative of
+    ``oneOf``/``anyOf`` or the first of ``allOf``), else ``None``."""
+    for key in ("oneOf", "anyOf", "allOf"):
+        alts = [a for a in prop.get(key, []) if a.get("type") != "null"]
+        if alts:
+            prop = alts[0]
+    ref = prop.get("$ref")
+    return ref.rsplit("/", 1)[1] if ref else None
+
+
+def _modelled(prop: Dict[str, Any]) -> Any:
+    """The modelled schema (in ``PAIRS``) an object property is, else ``None``."""
+    name = _ref(prop)
+    return name if name in PAIRS and _kind(prop)[0] == "object" else None
 
 
 def _kind(prop: Dict[str, Any]) -> Tuple[str, bool]:
@@ -201,6 +221,25 @@ def _sample(name: str, t: str, i: int) -> Any:
     }[t]
 
 
+def sample_of(schema_name: str) -> Dict[str, Any]:
+    """A wire object of the schema with every property set, each to a value of its own: a
+    modelled schema's property to a sample of that schema, a map's to ``{"k": <a value of the
+    map's value type>}``."""
+    props = _resolve(_schemas()[schema_name]).get("properties", {})
+    out: Dict[str, Any] = {}
+    for i, (name, prop) in enumerate(sorted(props.items())):
+        t, _ = _kind(prop)
+        nested = _modelled(prop)
+        extra = _resolve(prop).get("additionalProperties")
+        if nested is not None:
+            out[name] = sample_of(nested)
+        elif t == "object" and isinstance(extra, dict) and extra:
+            out[name] = {"k": _sample(name, _kind(extra)[0], i)}
+        else:
+            out[name] = _sample(name, t, i)
+    return out
+
+
 PY_TYPES = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list, "object": dict}
 
 
@@ -226,16 +265,20 @@ def check(schema_name: str, cls: type) -> list:
         problems.append(f"{where}: the server sends `{missing}`, the SDK type has no such field")
     for extra in sorted(set(fields) - set(props)):
         problems.append(f"{where}: the SDK field `{extra}` is not in the server's schema")
-    sample = {}
-    for i, (name, prop) in enumerate(sorted(props.items())):
+    sample = sample_of(schema_name)
+    expected = dict(sample)
+    for name, prop in sorted(props.items()):
         t, nullable = _kind(prop)
-        sample[name] = {"k": []} if t == "object" and _map_of_arrays(prop) else _sample(name, t, i)
         if name not in fields:
             continue
         ann, optional = _base(hints[name])
         origin = typing.get_origin(ann) or ann
         want = PY_TYPES[t]
         ok = origin is want or (want is float and origin in (int, float)) or ann is Any
+        nested = _modelled(prop)
+        if nested is not None and ann is PAIRS[nested]:
+            ok = True
+            expected[name] = PAIRS[nested].from_json(sample[name])
         if not ok:
             problems.append(f"{where}: `{name}` is {t} on the wire but {ann!r} in the SDK")
         if nullable and not optional:
@@ -246,7 +289,7 @@ def check(schema_name: str, cls: type) -> list:
             problems.append(f"{where}: `{name}` may be absent on the wire but has no default in the SDK")
     if not problems:
         parsed = cls.from_json(sample)
-        for name, value in sample.items():
+        for name, value in expected.items():
             got = getattr(parsed, name)
             if got != value:
                 problems.append(f"{where}: from_json read `{name}` as {got!r}, the wire had {value!r}")
@@ -300,3 +343,18 @@ def test_the_check_sees_drift() -> None:
             return cls(url=d["token"], port=d["port"], public=d["public"], token=d["url"])
 
     assert any("read `url`" in p for p in check("PortUrl", Swapped))
+
+    @dataclasses.dataclass
+    class Crossed(App):
+        @classmethod
+        def from_json(cls, d: Any) -> "Crossed":
+            a = App.from_json({**d, "build": d["start"], "start": d["build"]})
+            return cls(**{f.name: getattr(a, f.name) for f in dataclasses.fields(App)})
+
+    assert any("read `build`" in p for p in check("App", Crossed)), "a nested object from the wrong key"
+
+    @dataclasses.dataclass
+    class Untyped(App):
+        git: str = ""  # type: ignore[assignment]
+
+    assert any("`git` is object" in p for p in check("App", Untyped))

@@ -1,21 +1,20 @@
 /**
  * The client: configuration (explicit options, else `PANDASTACK_API_KEY`/`PANDASTACK_TOKEN` and
  * `PANDASTACK_BASE_URL`) and the resource collections `sandboxes`, `snapshots`, `templates`
- * (including template builds), `volumes` (in volumes.ts) and `databases` (in databases.ts).
+ * (including template builds), `volumes` (in volumes.ts), `databases` (in databases.ts) and
+ * `apps` (in apps.ts).
  */
 
 import {
-  APIConnectionError,
   AuthenticationError,
   InvalidArgumentError,
   NotFoundError,
-  PandaStackError,
   TemplateBuildError,
   TemplateBuildTimeoutError,
 } from "./errors.js";
 import { HttpClient, type FetchLike, type Query, type RequestOptions } from "./http.js";
 import { Paginator, type Page } from "./pagination.js";
-import { parseSse } from "./sse.js";
+import { LogFollower, abortReason } from "./follow.js";
 import { LONG_OPERATION_TIMEOUT_MS, Sandbox, type CallOptions, type SandboxContext } from "./sandbox.js";
 import {
   sandboxFromWire,
@@ -27,6 +26,7 @@ import {
   type TemplateInfo,
   type VolumeMount,
 } from "./types.js";
+import { Apps } from "./apps.js";
 import { Databases } from "./databases.js";
 import { Volumes, volumeMountsToWire } from "./volumes.js";
 
@@ -98,6 +98,7 @@ export class PandaStack {
   readonly templates: Templates;
   readonly volumes: Volumes;
   readonly databases: Databases;
+  readonly apps: Apps;
   readonly baseUrl: string;
   /** @internal */
   readonly http: HttpClient;
@@ -128,6 +129,7 @@ export class PandaStack {
     this.templates = new Templates(this.http);
     this.volumes = new Volumes(this.http, newIdempotencyKey);
     this.databases = new Databases(this.http, newIdempotencyKey);
+    this.apps = new Apps(this.http);
   }
 }
 
@@ -268,12 +270,6 @@ export interface TemplateLogsOptions extends CallOptions {
 
 /** States of a template build still under way. */
 const BUILD_ACTIVE_STATES = new Set(["queued", "building", "baking"]);
-/** A followed build log carries a keep-alive at least every 15 s: this long without a byte means the connection is gone. */
-const FOLLOW_IDLE_MS = 60_000;
-/** Pause before reopening a broken build-log stream. */
-const FOLLOW_RETRY_DELAY_MS = 1_000;
-/** Reopenings in a row without new log text before giving up. */
-const FOLLOW_MAX_FAILURES = 5;
 /** The short request that fetches the template's state when a wait runs out of time. */
 const PEEK_TIMEOUT_MS = 10_000;
 
@@ -345,15 +341,18 @@ export class Templates {
   /** Follows a build to its end through its log stream; see {@link build}. */
   private async follow(queued: TemplateInfo, opts: BuildTemplateOptions): Promise<TemplateInfo> {
     const deadline = opts.timeoutSeconds === undefined ? undefined : Date.now() + opts.timeoutSeconds * 1000;
-    const expired = () => deadline !== undefined && Date.now() >= deadline;
-    const query = { follow: 1, version: queued.version ?? undefined };
-    let seen = 0; // characters of log passed on; a new connection sends the log from the top
-    let failures = 0;
+    const f = new LogFollower(
+      this.http,
+      `${templatePath(queued.name)}/logs`,
+      { follow: 1, version: queued.version ?? undefined },
+      `build log of template ${queued.name}`,
+      deadline,
+    );
     let reason: string | undefined;
     let settled: TemplateInfo | undefined; // the template as fetched when the time ran out
     while (reason === undefined) {
       if (opts.signal?.aborted) throw abortReason(opts.signal);
-      if (expired()) {
+      if (f.expired()) {
         const latest = await this.peek(queued);
         const ours = queued.version === null || latest.version === queued.version;
         if (ours && (latest.state === "ready" || latest.state === "failed")) {
@@ -367,85 +366,8 @@ export class Templates {
           latest,
         );
       }
-      const ctl = new AbortController();
-      const onAbort = () => ctl.abort(opts.signal?.reason);
-      opts.signal?.addEventListener("abort", onAbort, { once: true });
-      let idle: ReturnType<typeof setTimeout> | undefined;
-      const arm = () => {
-        if (idle !== undefined) clearTimeout(idle);
-        idle = setTimeout(() => ctl.abort(), FOLLOW_IDLE_MS);
-      };
-      const stop = deadline === undefined ? undefined : setTimeout(() => ctl.abort(), Math.max(0, deadline - Date.now()));
-      const seenAtStart = seen;
-      let offset = 0;
-      let callbackError: { e: unknown } | undefined;
-      let broken: unknown;
-      try {
-        arm();
-        const res = await this.http.request({
-          method: "GET",
-          path: `${templatePath(queued.name)}/logs`,
-          query,
-          responseType: "stream",
-          timeoutMs: FOLLOW_IDLE_MS,
-          signal: ctl.signal,
-        });
-        if (!res.body) throw new APIConnectionError("build log stream: empty response", { code: "stream_incomplete" });
-        // Any byte (keep-alives included) shows the connection is alive.
-        const body = res.body.pipeThrough(
-          new TransformStream<Uint8Array, Uint8Array>({
-            transform(chunk, c) {
-              arm();
-              c.enqueue(chunk);
-            },
-          }),
-        );
-        for await (const msg of parseSse(body)) {
-          const payload = jsonObject(msg.data);
-          if (msg.event === "end") {
-            reason = typeof payload.reason === "string" && payload.reason ? payload.reason : "ended";
-            break;
-          }
-          if (msg.event !== "log") continue;
-          const text = typeof payload.data === "string" ? payload.data : "";
-          const start = offset;
-          offset += text.length;
-          if (offset <= seen) continue;
-          const piece = text.slice(Math.max(0, seen - start));
-          seen = offset;
-          if (opts.onLog) {
-            try {
-              await opts.onLog(piece);
-            } catch (e) {
-              callbackError = { e };
-              throw e;
-            }
-          }
-        }
-      } catch (e) {
-        if (callbackError) throw callbackError.e;
-        if (opts.signal?.aborted) throw abortReason(opts.signal);
-        // A stream torn down by the deadline or the idle watchdog, or a broken connection, is
-        // reopened; an answer from the server (404, 5xx after retries, …) is final.
-        if (e instanceof PandaStackError && !(e instanceof APIConnectionError)) throw e;
-        broken = e;
-      } finally {
-        if (idle !== undefined) clearTimeout(idle);
-        if (stop !== undefined) clearTimeout(stop);
-        opts.signal?.removeEventListener("abort", onAbort);
-      }
-      if (reason !== undefined || expired()) continue;
-      if (seen > seenAtStart) failures = 0;
-      failures += 1;
-      if (failures > FOLLOW_MAX_FAILURES) {
-        if (broken instanceof PandaStackError) throw broken;
-        throw new APIConnectionError(
-          `build log of template ${queued.name}: ${broken === undefined ? "the stream keeps ending without an end event" : describeError(broken)}`,
-          { code: broken === undefined ? "stream_incomplete" : "connection_error", cause: broken },
-        );
-      }
-      const wait = deadline === undefined ? FOLLOW_RETRY_DELAY_MS : Math.max(0, Math.min(FOLLOW_RETRY_DELAY_MS, deadline - Date.now()));
-      await sleep(wait, opts.signal);
+      await f.once(opts.onLog, opts.signal);
+      reason = f.reason;
     }
     const latest =
       settled ?? (reason === "deleted" ? queued : await this.get(queued.name, opts.signal ? { signal: opts.signal } : {}));
@@ -598,39 +520,6 @@ async function buildRequest(opts: BuildTemplateOptions): Promise<Omit<RequestOpt
     contentType: head[0] === 0x1f && head[1] === 0x8b ? "application/gzip" : "application/x-tar",
     timeoutMs: opts.timeoutMs ?? 0,
   };
-}
-
-function jsonObject(data: string): Record<string, unknown> {
-  try {
-    const v = JSON.parse(data) as unknown;
-    if (v !== null && typeof v === "object") return v as Record<string, unknown>;
-  } catch {
-    // not JSON: the text itself
-  }
-  return { data };
-}
-
-function abortReason(signal: AbortSignal): unknown {
-  return signal.reason ?? new DOMException("This operation was aborted", "AbortError");
-}
-
-function describeError(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
-}
-
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(abortReason(signal));
-    const onAbort = () => {
-      clearTimeout(t);
-      reject(abortReason(signal!));
-    };
-    const t = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
 }
 
 interface WirePage {

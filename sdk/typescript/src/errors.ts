@@ -9,7 +9,7 @@
  * ```
  */
 
-import type { ExecResult, TemplateInfo, VolumeBackupInfo } from "./types.js";
+import type { DeployInfo, ExecResult, TemplateInfo, VolumeBackupInfo } from "./types.js";
 
 export interface PandaStackErrorOptions {
   code?: string;
@@ -50,6 +50,9 @@ export class NotFoundError extends PandaStackError {}
 
 /** 404 `database_not_found`: no database of that id or name in the workspace. */
 export class DatabaseNotFoundError extends NotFoundError {}
+
+/** 404 `app_not_found`: no app of that name or id in the workspace. */
+export class AppNotFoundError extends NotFoundError {}
 
 /** 409: a conflicting state (`conflict`, `sandbox_state`), e.g. resuming a running sandbox. */
 export class ConflictError extends PandaStackError {}
@@ -222,6 +225,20 @@ export class VolumeBackupTimeoutError extends VolumeBackupError {
   }
 }
 
+/**
+ * `client.apps.waitForDeploy(…, { timeoutSeconds })` (or `deploy(name, { wait: true })`) gave
+ * up: the deploy was still under way. It goes on on the server; {@link deploy} is its last
+ * known state (follow it with `apps.getDeploy(name, deploy.id)`).
+ */
+export class DeployTimeoutError extends PandaStackError {
+  readonly deploy: DeployInfo;
+
+  constructor(message: string, deploy: DeployInfo, options: PandaStackErrorOptions = {}) {
+    super(message, { code: "deploy_timeout", ...options });
+    this.deploy = deploy;
+  }
+}
+
 /** Parses a `Retry-After` header (delta-seconds or an HTTP date) into seconds. */
 export function parseRetryAfter(value: string | null | undefined): number | undefined {
   if (value == null || value.trim() === "") return undefined;
@@ -267,6 +284,8 @@ export function errorFromResponse(status: number, headers: Headers, bodyText: st
       return new PermissionDeniedError(text, opts);
     case status === 404 && opts.code === "database_not_found":
       return new DatabaseNotFoundError(text, opts);
+    case status === 404 && opts.code === "app_not_found":
+      return new AppNotFoundError(text, opts);
     case status === 404:
       return new NotFoundError(text, opts);
     case status === 409 && opts.code === "volume_busy":

@@ -55,6 +55,20 @@ export {
   type QueryOptions,
   type RestoreDatabaseOptions,
 } from "./databases.js";
+export {
+  Apps,
+  isDeployActive,
+  type AppConfigOptions,
+  type AppLogsOptions,
+  type CreateAppOptions,
+  type DeployDirectoryOptions,
+  type DeployOptions,
+  type ListAppsOptions,
+  type RollbackOptions,
+  type UpdateAppOptions,
+  type WaitDeployOptions,
+} from "./apps.js";
+export type { LogCallback } from "./follow.js";
 export { Filesystem, type FileCallOptions, type FileContent, type WriteInfo } from "./filesystem.js";
 export { Paginator, type Page } from "./pagination.js";
 export {
@@ -63,6 +77,7 @@ export {
   PermissionDeniedError,
   NotFoundError,
   DatabaseNotFoundError,
+  AppNotFoundError,
   ConflictError,
   VolumeBusyError,
   QuotaExceededError,
@@ -78,16 +93,23 @@ export {
   TemplateBuildTimeoutError,
   VolumeBackupError,
   VolumeBackupTimeoutError,
+  DeployTimeoutError,
   type PandaStackErrorOptions,
 } from "./errors.js";
 export { Execution, Result, ACCESS_TOKEN_HEADER } from "./types.js";
 export type {
+  AppBuild,
+  AppGit,
+  AppInfo,
+  AppStart,
   BackupState,
   CodeContext,
   DatabaseExtension,
   DatabaseExtensions,
   DatabaseInfo,
   DatabaseState,
+  DeployInfo,
+  DeployState,
   ExecEvent,
   ExecResult,
   ExecutionError,

@@ -183,6 +183,108 @@ export interface DatabaseExtensions {
   preloaded: string[];
 }
 
+/**
+ * Where a deploy is: `queued → cloning → building → baking → checking → live`, or `failed` at
+ * any step. A live deploy a newer one replaced is `standby` (hibernated, ready for a rollback);
+ * `superseded` is a queued deploy a newer one replaced before it ran.
+ */
+export type DeployState =
+  | "queued"
+  | "cloning"
+  | "building"
+  | "baking"
+  | "checking"
+  | "live"
+  | "standby"
+  | "failed"
+  | "superseded";
+
+/**
+ * Where an app's code comes from: `url` is anything `git clone` accepts on the server's host
+ * (`https://…`, `ssh://…`, `file://…` or an absolute path); `ref` the branch, tag or commit to
+ * deploy (default `main`), whose pushes deploy (through the app's webhook).
+ */
+export interface AppGit {
+  url: string;
+  ref?: string | null;
+}
+
+/** How to build an app, overriding what detection chose (unset: detected). */
+export interface AppBuild {
+  /** Shell command run in the app's directory after the install. */
+  command?: string | null;
+  /** Directory of a static build's output, served as files. */
+  outputDir?: string | null;
+}
+
+/** How to start an app, overriding what detection chose (unset: detected). */
+export interface AppStart {
+  /** Shell command that serves HTTP on `$PORT`. */
+  command?: string | null;
+  /** The port it listens on (also in `$PORT`). */
+  port?: number | null;
+}
+
+/**
+ * An app deployed from git (or from uploaded directories): built in a VM, health-checked and
+ * served at `url` (`<name>.<domain>`) by the server's proxy.
+ */
+export interface AppInfo {
+  id: string;
+  /** Also its host name. */
+  name: string;
+  /** Where the app answers. */
+  url: string;
+  git: AppGit;
+  /** Environment of the build and of the running app. */
+  env: Record<string, string>;
+  /** Names of its secrets (their values are never shown). */
+  secretNames: string[];
+  build: AppBuild;
+  start: AppStart;
+  /** Memory of its VM, MiB. */
+  memoryMb: number;
+  /** `0`: hibernates after `idleSeconds` without requests (the next one wakes it); `1`: always running. */
+  minInstances: number;
+  idleSeconds: number;
+  /** The path the health check asks for. */
+  healthPath: string;
+  /** Signs webhook deliveries of git hosts (`X-Hub-Signature-256`: HMAC-SHA256 of the body). */
+  webhookSecret: string;
+  /** The deploy serving traffic (`null` until one passes its health check). */
+  liveDeploy: string | null;
+  /** The state of the live deploy's VM (`running`, `hibernated`, …), if there is one. */
+  instanceState: SandboxState | null;
+  /** RFC 3339. */
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** One deploy of an app. */
+export interface DeployInfo {
+  id: string;
+  /** The app's name. */
+  app: string;
+  /** 1, 2, 3… per app. */
+  number: number;
+  /** The branch, tag or commit deployed (`upload` for an uploaded directory). */
+  ref: string;
+  /** The commit built (once cloned). */
+  commit: string | null;
+  state: DeployState;
+  /** Why it failed. */
+  error: string | null;
+  /** What detection decided (framework, package manager, commands, port). */
+  plan: Record<string, unknown> | null;
+  /** Milliseconds spent in each phase (`clone`, `install`, `build`, `bake`, `check`, `switch`). */
+  phasesMs: Record<string, number>;
+  /** The VM that built and serves this version. */
+  sandboxId: string | null;
+  /** RFC 3339. */
+  createdAt: string;
+  updatedAt: string;
+}
+
 /** The outcome of a command. A non-zero `exitCode` is data, not an error (see `check`). */
 export interface ExecResult {
   stdout: string;
@@ -515,6 +617,66 @@ export function databaseExtensionsFromWire(w: Wire): DatabaseExtensions {
   return {
     versions,
     preloaded: Array.isArray(w.preloaded) ? w.preloaded.filter((x): x is string => typeof x === "string") : [],
+  };
+}
+
+/** @internal */
+export function appGitFromWire(w: Wire): AppGit {
+  return { url: str(w.url), ref: optStr(w.ref) };
+}
+
+/** @internal */
+export function appBuildFromWire(w: Wire): AppBuild {
+  return { command: optStr(w.command), outputDir: optStr(w.output_dir) };
+}
+
+/** @internal */
+export function appStartFromWire(w: Wire): AppStart {
+  return { command: optStr(w.command), port: optNum(w.port) };
+}
+
+const object = (v: unknown): Wire => (v && typeof v === "object" && !Array.isArray(v) ? (v as Wire) : {});
+
+/** @internal */
+export function appFromWire(w: Wire): AppInfo {
+  return {
+    id: str(w.id),
+    name: str(w.name),
+    url: str(w.url),
+    git: appGitFromWire(object(w.git)),
+    env: strMap(w.env),
+    secretNames: Array.isArray(w.secret_names) ? w.secret_names.filter((x): x is string => typeof x === "string") : [],
+    build: appBuildFromWire(object(w.build)),
+    start: appStartFromWire(object(w.start)),
+    memoryMb: num(w.memory_mb),
+    minInstances: num(w.min_instances),
+    idleSeconds: num(w.idle_seconds),
+    healthPath: str(w.health_path, "/"),
+    webhookSecret: str(w.webhook_secret),
+    liveDeploy: optStr(w.live_deploy),
+    instanceState: optStr(w.instance_state) as SandboxState | null,
+    createdAt: str(w.created_at),
+    updatedAt: str(w.updated_at),
+  };
+}
+
+/** @internal */
+export function deployFromWire(w: Wire): DeployInfo {
+  const phases: Record<string, number> = {};
+  for (const [k, v] of Object.entries(object(w.phases_ms))) if (typeof v === "number") phases[k] = v;
+  return {
+    id: str(w.id),
+    app: str(w.app),
+    number: num(w.number),
+    ref: str(w.ref),
+    commit: optStr(w.commit),
+    state: str(w.state, "queued") as DeployState,
+    error: optStr(w.error),
+    plan: w.plan && typeof w.plan === "object" && !Array.isArray(w.plan) ? { ...(w.plan as Wire) } : null,
+    phasesMs: phases,
+    sandboxId: optStr(w.sandbox_id),
+    createdAt: str(w.created_at),
+    updatedAt: str(w.updated_at),
   };
 }
 

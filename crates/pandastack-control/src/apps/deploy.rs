@@ -14,7 +14,7 @@ use super::check::{until_healthy, Probe};
 use super::detect::{self, BuildPlan, Overrides};
 use super::{
     app_env, config_of, deps, source, AppError, Apps, APP_DIR, APP_LOG, APP_METADATA, APP_TEMPLATE,
-    DEPLOY_METADATA,
+    DEPLOY_METADATA, UPLOAD, UPLOAD_REF,
 };
 use crate::templates::BuildLog;
 use crate::{Source, Verb};
@@ -136,6 +136,7 @@ impl Apps {
         let result = self.pipeline(&mut run).await;
         let _ = std::fs::remove_dir_all(dir.join("src"));
         let _ = std::fs::remove_file(dir.join("src.tar.gz"));
+        let _ = std::fs::remove_file(dir.join(UPLOAD));
         if let Err(message) = result {
             run.log.line(&format!("failed: {message}"));
             tracing::info!(deploy = %run.row.id, app = %run.app.name, error = %message, "deploy failed");
@@ -174,13 +175,34 @@ impl Apps {
             .map_err(|e| e.to_string())?;
         let t = Instant::now();
         run.log.line(&format!(
-            "deploy #{} of {}: fetching {} at {}",
-            run.row.seq, run.app.name, run.config.git.url, run.row.git_ref
+            "deploy #{} of {}: {}",
+            run.row.seq,
+            run.app.name,
+            if run.row.git_ref == UPLOAD_REF {
+                "from an uploaded tarball".to_owned()
+            } else {
+                format!("fetching {} at {}", run.config.git.url, run.row.git_ref)
+            }
         ));
         let dir = self.deploy_dir(&run.row.id);
-        let fetched = source::fetch(&run.config.git.url, &run.row.git_ref, &dir)
-            .await
-            .map_err(|e| error_chain(&e))?;
+        let fetched = if run.row.git_ref == UPLOAD_REF {
+            let d = dir.clone();
+            let (fetched, skipped) =
+                tokio::task::spawn_blocking(move || source::unpack_upload(&d.join(UPLOAD), &d))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| error_chain(&e))?;
+            if skipped > 0 {
+                run.log.line(&format!(
+                    "upload: {skipped} links and special files skipped (only files and directories are taken)"
+                ));
+            }
+            fetched
+        } else {
+            source::fetch(&run.config.git.url, &run.row.git_ref, &dir)
+                .await
+                .map_err(|e| error_chain(&e))?
+        };
         run.row.commit_sha = Some(fetched.commit.clone());
         run.log.line(&format!("commit {}", fetched.commit));
         let overrides = Overrides {

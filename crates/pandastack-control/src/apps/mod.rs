@@ -44,6 +44,10 @@ pub const DEPLOY_METADATA: &str = "pandastack.deploy";
 pub const DEPLOY_JOB_KIND: &str = "app_deploy";
 /// Where the app lives in its VM.
 pub(crate) const APP_DIR: &str = "/app";
+/// `ref` of a deploy built from an uploaded tarball.
+pub const UPLOAD_REF: &str = "upload";
+/// An uploaded source in its deploy's directory.
+pub(crate) const UPLOAD: &str = "upload.tar.gz";
 /// The app's own output (its server's stdout and stderr) in its VM.
 pub const APP_LOG: &str = "/var/log/pandastack-app.log";
 
@@ -71,6 +75,11 @@ pub enum AppError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Host(#[from] HostError),
+    /// An uploaded source that could not be taken.
+    #[error("upload: {0}")]
+    Upload(String),
+    #[error("upload larger than {0} bytes")]
+    TooLarge(u64),
     #[error("stored app configuration: {0}")]
     Config(#[from] serde_json::Error),
 }
@@ -325,9 +334,20 @@ impl Apps {
         git_ref: &str,
         delivery: Option<String>,
     ) -> Result<DeployRow, AppError> {
+        self.queue_as(new_id("dep-"), app, git_ref, delivery).await
+    }
+
+    /// [`Apps::queue`] with the deploy's id chosen by the caller.
+    async fn queue_as(
+        &self,
+        id: String,
+        app: &AppRow,
+        git_ref: &str,
+        delivery: Option<String>,
+    ) -> Result<DeployRow, AppError> {
         let now = now_ms();
         let mut d = DeployRow {
-            id: new_id("dep-"),
+            id,
             app_id: app.id.clone(),
             workspace_id: app.workspace_id.clone(),
             host_id: app.host_id.clone(),
@@ -381,6 +401,65 @@ impl Apps {
             .clone()
             .unwrap_or_else(|| config.git_ref().to_owned());
         self.queue(&row, &git_ref, None).await
+    }
+
+    /// `POST …/deploys` with a gzip tarball: the upload is kept as the deploy's source
+    /// (`ref` `upload`) and the deploy queued. An upload over [`source::MAX_UPLOAD_BYTES`], or
+    /// one cut off, leaves nothing behind.
+    pub async fn deploy_upload<S, E>(
+        &self,
+        ws: &str,
+        name: &str,
+        upload: S,
+    ) -> Result<DeployRow, AppError>
+    where
+        S: futures::Stream<Item = Result<bytes::Bytes, E>> + Send,
+        E: std::fmt::Display,
+    {
+        use futures::StreamExt;
+        use tokio::io::AsyncWriteExt;
+        let row = match self.row(ws, name).await {
+            Ok(r) => r,
+            Err(e) => {
+                crate::drain_upload(upload).await;
+                return Err(e);
+            }
+        };
+        let id = new_id("dep-");
+        let dir = self.deploy_dir(&id);
+        // Removed on any early return (a failed write, a client that went away).
+        struct Cleanup(Option<PathBuf>);
+        impl Drop for Cleanup {
+            fn drop(&mut self) {
+                if let Some(d) = self.0.take() {
+                    let _ = std::fs::remove_dir_all(d);
+                }
+            }
+        }
+        let mut cleanup = Cleanup(Some(dir.clone()));
+        let io = |e: std::io::Error| AppError::Upload(format!("store the upload: {e}"));
+        tokio::fs::create_dir_all(&dir).await.map_err(io)?;
+        let mut file = tokio::fs::File::create(dir.join(UPLOAD))
+            .await
+            .map_err(io)?;
+        let mut upload = std::pin::pin!(upload);
+        let mut size = 0u64;
+        while let Some(piece) = upload.next().await {
+            let piece =
+                piece.map_err(|e| AppError::Upload(format!("the upload broke off: {e}")))?;
+            size += piece.len() as u64;
+            if size > source::MAX_UPLOAD_BYTES {
+                return Err(AppError::TooLarge(source::MAX_UPLOAD_BYTES));
+            }
+            file.write_all(&piece).await.map_err(io)?;
+        }
+        file.sync_all().await.map_err(io)?;
+        if size == 0 {
+            return Err(AppError::Upload("the upload is empty".into()));
+        }
+        let d = self.queue_as(id, &row, UPLOAD_REF, None).await?;
+        cleanup.0 = None;
+        Ok(d)
     }
 
     /// A page of an app's deploys, newest first.

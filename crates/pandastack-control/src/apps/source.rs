@@ -150,3 +150,82 @@ pub async fn pack(src: &Path, dir: &Path) -> Result<PathBuf, SourceError> {
     }
     Ok(tarball)
 }
+
+/// Largest upload a deploy takes (compressed), and largest tree it may unpack to.
+pub const MAX_UPLOAD_BYTES: u64 = 512 << 20;
+const MAX_UNPACKED_BYTES: u64 = 2 << 30;
+const MAX_ENTRIES: usize = 200_000;
+
+/// Unpacks an uploaded gzip tarball into `dir/src` (replacing what is there), as the host
+/// unpacks untrusted input: regular files and directories only (symlinks, hard links, devices
+/// and FIFOs are skipped and counted), no path outside the tree (`tar`'s `unpack_in` refuses
+/// `..` and absolute paths), modes without setuid/setgid/sticky bits, bounded in entries and
+/// bytes. Returns the tree and a pseudo commit id (the SHA-256 of the upload).
+pub fn unpack_upload(tarball: &Path, dir: &Path) -> Result<(Fetched, usize), SourceError> {
+    use sha2::{Digest, Sha256};
+    let io = |what: &'static str| move |source: std::io::Error| SourceError::Io { what, source };
+    let bad = |message: String| SourceError::Git {
+        what: "upload",
+        message,
+    };
+    let src = dir.join("src");
+    let _ = std::fs::remove_dir_all(&src);
+    std::fs::create_dir_all(&src).map_err(io("source directory"))?;
+    let mut hash = Sha256::new();
+    let bytes = std::fs::read(tarball).map_err(io("read the upload"))?;
+    hash.update(&bytes);
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(&bytes[..]));
+    let (mut entries, mut total, mut skipped) = (0usize, 0u64, 0usize);
+    for entry in archive
+        .entries()
+        .map_err(|e| bad(format!("not a gzip tarball: {e}")))?
+    {
+        let mut entry = entry.map_err(|e| bad(format!("not a gzip tarball: {e}")))?;
+        entries += 1;
+        if entries > MAX_ENTRIES {
+            return Err(bad(format!("more than {MAX_ENTRIES} entries")));
+        }
+        let kind = entry.header().entry_type();
+        if !(kind.is_file() || kind.is_dir()) {
+            skipped += 1;
+            continue;
+        }
+        total += entry.header().size().unwrap_or(0);
+        if total > MAX_UNPACKED_BYTES {
+            return Err(bad(format!(
+                "unpacks to more than {} MiB",
+                MAX_UNPACKED_BYTES >> 20
+            )));
+        }
+        let mode = entry.header().mode().unwrap_or(0o644) & 0o777;
+        entry.set_preserve_permissions(false);
+        entry.set_unpack_xattrs(false);
+        entry.set_preserve_mtime(true);
+        let path = entry
+            .path()
+            .map_err(|e| bad(format!("entry name: {e}")))?
+            .into_owned();
+        let unpacked = entry
+            .unpack_in(&src)
+            .map_err(|e| bad(format!("{}: {e}", path.display())))?;
+        if unpacked && kind.is_file() {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(
+                src.join(&path),
+                std::fs::Permissions::from_mode(mode | 0o600),
+            );
+        }
+    }
+    let commit = hash
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>();
+    Ok((
+        Fetched {
+            dir: src,
+            commit: format!("upload:{}", &commit[..16]),
+        },
+        skipped,
+    ))
+}

@@ -9,6 +9,7 @@
 """
 
 from ._async import (
+    AsyncApps,
     AsyncExecStream,
     AsyncFilesystem,
     AsyncPaginator,
@@ -20,6 +21,7 @@ from ._async import (
     AsyncVolumes,
 )
 from ._sync import (
+    Apps,
     Databases,
     ExecStream,
     Filesystem,
@@ -35,11 +37,13 @@ from ._version import __version__
 from .errors import (
     APIConnectionError,
     APIError,
+    AppNotFoundError,
     AuthenticationError,
     CommandExitError,
     CommandTimeoutError,
     ConflictError,
     DatabaseNotFoundError,
+    DeployTimeoutError,
     InvalidArgumentError,
     NotFoundError,
     PandaStackError,
@@ -63,11 +67,17 @@ from .errors import (
 )
 from .types import (
     APIKey,
+    App,
+    AppBuild,
+    AppGit,
+    AppStart,
     CodeContext,
     CreatedAPIKey,
     Database,
     DatabaseExtension,
     DatabaseExtensions,
+    Deploy,
+    DeployState,
     ExecEvent,
     ExecResult,
     Execution,
@@ -114,6 +124,8 @@ __all__ = [
     "AsyncVolumes",
     "Databases",
     "AsyncDatabases",
+    "Apps",
+    "AsyncApps",
     # data
     "SandboxInfo",
     "ExecResult",
@@ -144,6 +156,12 @@ __all__ = [
     "DatabaseExtensions",
     "QueryField",
     "QueryResult",
+    "App",
+    "AppGit",
+    "AppBuild",
+    "AppStart",
+    "Deploy",
+    "DeployState",
     # errors
     "PandaStackError",
     "APIError",
@@ -155,6 +173,7 @@ __all__ = [
     "SnapshotNotFoundError",
     "VolumeNotFoundError",
     "DatabaseNotFoundError",
+    "AppNotFoundError",
     "ConflictError",
     "SandboxStateError",
     "VolumeBusyError",
@@ -172,5 +191,6 @@ __all__ = [
     "TemplateBuildTimeoutError",
     "VolumeBackupError",
     "VolumeBackupTimeoutError",
+    "DeployTimeoutError",
     "WebSocketClosed",
 ]

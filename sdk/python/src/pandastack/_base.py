@@ -21,6 +21,7 @@ from ._version import __version__
 from .errors import (
     APIConnectionError,
     AuthenticationError,
+    DeployTimeoutError,
     InvalidArgumentError,
     NotFoundError,
     PandaStackError,
@@ -33,7 +34,11 @@ from .errors import (
     error_for_status,
 )
 from .types import (
+    AppBuild,
+    AppGit,
+    AppStart,
     CodeContext,
+    Deploy,
     ExecEvent,
     ExecResult,
     Execution,
@@ -1058,24 +1063,32 @@ def template_logs_params(version: Optional[int], follow: bool = False) -> Dict[s
     return p
 
 
-class BuildFollower:
-    """Follows one build to its end through ``GET /v1/templates/{name}/logs?follow=1&version=N``
-    (Server-Sent Events: ``log`` events with the log from its start, then one ``end`` event with
-    the reason, ``ready``, ``failed`` or ``deleted``). Kept across reconnections: a new
-    connection sends the log from the top again, and the text already passed on is skipped.
-    No I/O here; the clients drive it."""
+class LogFollower:
+    """Follows one log to its end through ``GET …/logs?follow=1`` (Server-Sent Events: ``log``
+    events with the log from its start, then one ``end`` event with the reason the log ended).
+    Kept across reconnections: a new connection sends the log from the top again, and the text
+    already passed on is skipped. No I/O here; the clients drive it.
 
-    def __init__(self, queued: Template, timeout_seconds: Optional[float]) -> None:
-        self.queued = queued
-        self.name = queued.name
-        self.version = queued.version
+    ``what`` names the log in errors; ``timeout_seconds`` (``None``: none) is the deadline of
+    the whole follow."""
+
+    def __init__(
+        self,
+        path: str,
+        params: Mapping[str, str],
+        what: str,
+        timeout_seconds: Optional[float] = None,
+    ) -> None:
+        self.path = path
+        self._params = dict(params)
+        self.what = what
         self.timeout_seconds = timeout_seconds
         self.deadline = (
             None if timeout_seconds is None else time.monotonic() + float(timeout_seconds)
         )
         #: Characters of log passed on so far.
         self.seen = 0
-        #: Why the build ended (``None`` while it runs).
+        #: Why the log ended (``None`` while it goes on).
         self.reason: Optional[str] = None
         self.failures = 0
         self._offset = 0
@@ -1083,15 +1096,11 @@ class BuildFollower:
         self._dec = SSEDecoder()
 
     @property
-    def path(self) -> str:
-        return f"/v1/templates/{seg(self.name)}/logs"
-
-    @property
     def done(self) -> bool:
         return self.reason is not None
 
     def params(self) -> Dict[str, str]:
-        return template_logs_params(self.version, follow=True)
+        return dict(self._params)
 
     def remaining(self) -> Optional[float]:
         return None if self.deadline is None else self.deadline - time.monotonic()
@@ -1155,9 +1164,25 @@ class BuildFollower:
         self.failures += 1
         if self.failures > BUILD_FOLLOW_MAX_FAILURES:
             raise err or StreamError(
-                f"build log of template {self.name}: the stream keeps ending without an end event",
+                f"{self.what}: the stream keeps ending without an end event",
                 code="stream_incomplete",
             )
+
+
+class BuildFollower(LogFollower):
+    """Follows one build to its end through ``GET /v1/templates/{name}/logs?follow=1&version=N``
+    (its ``end`` event's reason is ``ready``, ``failed`` or ``deleted``)."""
+
+    def __init__(self, queued: Template, timeout_seconds: Optional[float]) -> None:
+        super().__init__(
+            f"/v1/templates/{seg(queued.name)}/logs",
+            template_logs_params(queued.version, follow=True),
+            f"build log of template {queued.name}",
+            timeout_seconds,
+        )
+        self.queued = queued
+        self.name = queued.name
+        self.version = queued.version
 
     def _what(self) -> str:
         v = f" version {self.version}" if self.version is not None else ""
@@ -1199,14 +1224,211 @@ class BuildFollower:
 
 
 class BackupWait:
-    """The clock of ``volumes.wait_backup``: a deadline and the pause between two polls."""
+    """The clock of ``volumes.wait_backup`` (and of ``apps.wait_for_deploy``): a deadline and
+    the pause between two polls."""
 
-    def __init__(self, timeout: Optional[float]) -> None:
-        self.timeout = DEFAULT_BACKUP_TIMEOUT if timeout is None else float(timeout)
+    def __init__(
+        self,
+        timeout: Optional[float],
+        default: float = DEFAULT_BACKUP_TIMEOUT,
+        interval: float = BACKUP_POLL_INTERVAL,
+    ) -> None:
+        self.timeout = default if timeout is None else float(timeout)
+        self.interval = interval
         self.deadline = time.monotonic() + self.timeout
 
     def expired(self) -> bool:
         return time.monotonic() >= self.deadline
 
     def pause(self) -> float:
-        return max(0.0, min(BACKUP_POLL_INTERVAL, self.deadline - time.monotonic()))
+        return max(0.0, min(self.interval, self.deadline - time.monotonic()))
+
+
+# ---------------------------------------------------------------- apps
+
+#: How often ``apps.wait_for_deploy`` asks about a deploy under way, seconds.
+DEPLOY_POLL_INTERVAL = 1.0
+#: How long ``apps.wait_for_deploy`` waits by default, seconds (a first deploy clones,
+#: installs, builds, bakes and health-checks).
+DEFAULT_DEPLOY_TIMEOUT = 1800.0
+#: A rollback wakes a hibernated VM and health-checks it before it answers: at least this
+#: long, seconds.
+ROLLBACK_TIMEOUT = DEFAULT_LIFECYCLE_TIMEOUT
+#: Names ``apps.deploy_directory`` leaves out of the upload, at any depth.
+UPLOAD_EXCLUDES = frozenset({".git", "node_modules"})
+
+#: What ``git=`` of ``apps.create`` / ``apps.update`` takes: the repository's URL, an
+#: :class:`~pandastack.AppGit`, or a dict ``{"url", "ref"?}``.
+AppGitLike = Union[str, AppGit, Mapping[str, Any]]
+#: What ``build=`` takes: an :class:`~pandastack.AppBuild` or a dict ``{"command"?, "output_dir"?}``.
+AppBuildLike = Union[AppBuild, Mapping[str, Any]]
+#: What ``start=`` takes: an :class:`~pandastack.AppStart` or a dict ``{"command"?, "port"?}``.
+AppStartLike = Union[AppStart, Mapping[str, Any]]
+
+
+def app_git(git: AppGitLike, ref: Optional[str]) -> Dict[str, Any]:
+    """The ``git`` object of an app request; ``ref`` (when given) overrides the one in ``git``."""
+    if isinstance(git, str):
+        if not git:
+            raise InvalidArgumentError("git: the repository's URL (or path)", code="invalid_argument")
+        out: Dict[str, Any] = {"url": git}
+    elif isinstance(git, AppGit):
+        out = git.to_json()
+    elif isinstance(git, Mapping):
+        out = _app_part("git", git, ("url", "ref"))
+        if not isinstance(out.get("url"), str) or not out["url"]:
+            raise InvalidArgumentError(
+                f"git: a dict with a str 'url', got {dict(git)!r}", code="invalid_argument"
+            )
+    else:
+        raise InvalidArgumentError(
+            f"git: a URL, an AppGit or a {{'url', 'ref'}} dict, not {type(git).__name__}",
+            code="invalid_argument",
+        )
+    if ref is not None:
+        out["ref"] = str(ref)
+    return out
+
+
+def _app_part(field: str, v: Any, keys: Sequence[str]) -> Dict[str, Any]:
+    """A dict given for ``git``, ``build`` or ``start``: only its known keys, ``None``s left out."""
+    extra = set(v) - set(keys)
+    if extra:
+        raise InvalidArgumentError(
+            f"{field}: unknown keys {sorted(extra)} ({', '.join(keys)})", code="invalid_argument"
+        )
+    return {k: v[k] for k in keys if v.get(k) is not None}
+
+
+def _app_build(build: AppBuildLike) -> Dict[str, Any]:
+    if isinstance(build, AppBuild):
+        return build.to_json()
+    if isinstance(build, Mapping):
+        return _app_part("build", build, ("command", "output_dir"))
+    raise InvalidArgumentError(
+        f"build: an AppBuild or a {{'command', 'output_dir'}} dict, not {type(build).__name__}",
+        code="invalid_argument",
+    )
+
+
+def _app_start(start: AppStartLike) -> Dict[str, Any]:
+    if isinstance(start, AppStart):
+        out = start.to_json()
+    elif isinstance(start, Mapping):
+        out = _app_part("start", start, ("command", "port"))
+    else:
+        raise InvalidArgumentError(
+            f"start: an AppStart or a {{'command', 'port'}} dict, not {type(start).__name__}",
+            code="invalid_argument",
+        )
+    if "port" in out:
+        out["port"] = port(out["port"])
+    return out
+
+
+def app_config(
+    env: Optional[Mapping[str, str]],
+    secrets: Optional[Mapping[str, str]],
+    build: Optional[AppBuildLike],
+    start: Optional[AppStartLike],
+    memory_mb: Optional[int],
+    min_instances: Optional[int],
+    idle_seconds: Optional[int],
+    health_path: Optional[str],
+) -> Dict[str, Any]:
+    """The configuration fields shared by ``POST /v1/apps`` and ``PATCH /v1/apps/{name}``; what
+    is ``None`` is left out."""
+    return drop_none(
+        {
+            "env": wire_env(env) if env is not None else None,
+            "secrets": wire_env(secrets) if secrets is not None else None,
+            "build": _app_build(build) if build is not None else None,
+            "start": _app_start(start) if start is not None else None,
+            "memory_mb": int(memory_mb) if memory_mb is not None else None,
+            "min_instances": int(min_instances) if min_instances is not None else None,
+            "idle_seconds": int(idle_seconds) if idle_seconds is not None else None,
+            "health_path": health_path,
+        }
+    )
+
+
+def app_body(
+    name: str,
+    git: AppGitLike,
+    ref: Optional[str],
+    deploy: Optional[bool],
+    config: Dict[str, Any],
+) -> Dict[str, Any]:
+    """The body of ``POST /v1/apps``."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"expected an app name, got {name!r}", code="invalid_argument")
+    body: Dict[str, Any] = {"name": name, "git": app_git(git, ref)}
+    body.update(config)
+    if deploy is not None:
+        body["deploy"] = bool(deploy)
+    return body
+
+
+def app_update_body(
+    git: Optional[AppGitLike], ref: Optional[str], config: Dict[str, Any]
+) -> Dict[str, Any]:
+    """The body of ``PATCH /v1/apps/{name}``."""
+    body: Dict[str, Any] = {}
+    if git is not None:
+        body["git"] = app_git(git, ref)
+    elif ref is not None:
+        raise InvalidArgumentError(
+            "ref: give git= with it (an update replaces the app's git whole)",
+            code="invalid_argument",
+        )
+    body.update(config)
+    return body
+
+
+def deploy_body(ref: Optional[str]) -> Dict[str, Any]:
+    """The body of ``POST /v1/apps/{name}/deploys`` (JSON)."""
+    return {"ref": str(ref)} if ref is not None else {}
+
+
+def pack_directory(path: Union[str, "os.PathLike[str]"]) -> bytes:
+    """A gzip'd tar of a directory's content, as ``apps.deploy_directory`` uploads it: entries
+    named relative to the directory, ``.git`` and ``node_modules`` left out at any depth,
+    symbolic links kept as links (the server skips them). The same tree gives the same bytes
+    (sorted entries, no owner names, no gzip time stamp), so the same pseudo commit."""
+    import gzip
+    import io
+    import posixpath
+    import tarfile
+
+    root = os.fspath(path)
+    if not os.path.isdir(root):
+        raise InvalidArgumentError(f"path: {root!r} is not a directory", code="invalid_argument")
+
+    def anonymous(ti: tarfile.TarInfo) -> tarfile.TarInfo:
+        ti.uid = ti.gid = 0
+        ti.uname = ti.gname = ""
+        return ti
+
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0) as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for dirpath, dirnames, filenames in os.walk(root):
+                dirnames[:] = sorted(d for d in dirnames if d not in UPLOAD_EXCLUDES)
+                rel = os.path.relpath(dirpath, root)
+                prefix = "" if rel == os.curdir else posixpath.join(*rel.split(os.sep))
+                for entry in sorted(dirnames + [f for f in filenames if f not in UPLOAD_EXCLUDES]):
+                    # Directories are added here, each before what os.walk then finds in it; a
+                    # link to a directory is added as the link (os.walk does not follow it).
+                    arcname = posixpath.join(prefix, entry) if prefix else entry
+                    tar.add(
+                        os.path.join(dirpath, entry), arcname=arcname, recursive=False, filter=anonymous
+                    )
+    return buf.getvalue()
+
+
+def deploy_timeout(name: str, deploy: Deploy, timeout: float) -> DeployTimeoutError:
+    return DeployTimeoutError(
+        f"deploy {deploy.id} of app {name} still {deploy.state} after {timeout:g} s; the deploy "
+        "goes on on the server (apps.get_deploy shows its state)",
+        deploy=deploy,
+    )

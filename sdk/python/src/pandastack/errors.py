@@ -15,7 +15,7 @@ import re
 from typing import TYPE_CHECKING, Any, Dict, Optional, Type
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .types import ExecResult, Template, VolumeBackup
+    from .types import Deploy, ExecResult, Template, VolumeBackup
 
 __all__ = [
     "PandaStackError",
@@ -28,6 +28,7 @@ __all__ = [
     "SnapshotNotFoundError",
     "VolumeNotFoundError",
     "DatabaseNotFoundError",
+    "AppNotFoundError",
     "ConflictError",
     "SandboxStateError",
     "VolumeBusyError",
@@ -45,6 +46,7 @@ __all__ = [
     "TemplateBuildTimeoutError",
     "VolumeBackupError",
     "VolumeBackupTimeoutError",
+    "DeployTimeoutError",
 ]
 
 
@@ -125,6 +127,10 @@ class VolumeNotFoundError(NotFoundError):
 
 class DatabaseNotFoundError(NotFoundError):
     """404 ``database_not_found``: no database of that id or name in the workspace."""
+
+
+class AppNotFoundError(NotFoundError):
+    """404 ``app_not_found``: no app of that name or id in the workspace."""
 
 
 class ConflictError(APIError):
@@ -292,6 +298,17 @@ class VolumeBackupTimeoutError(VolumeBackupError):
         super().__init__(message, backup=backup, **kw)
 
 
+class DeployTimeoutError(PandaStackError):
+    """``apps.wait_for_deploy(..., timeout=…)`` (or ``apps.deploy(..., wait=True)``) gave up:
+    the deploy was still under way. It goes on on the server; ``deploy`` is its last known
+    state (follow it with ``apps.get_deploy(name, deploy.id)``)."""
+
+    def __init__(self, message: str, *, deploy: "Deploy", **kw: Any) -> None:
+        kw.setdefault("code", "deploy_timeout")
+        super().__init__(message, **kw)
+        self.deploy = deploy
+
+
 _BY_CODE: Dict[str, Type[APIError]] = {
     "sandbox_not_found": SandboxNotFoundError,
     "template_not_found": TemplateNotFoundError,
@@ -302,6 +319,7 @@ _BY_CODE: Dict[str, Type[APIError]] = {
     "quota_exceeded": QuotaExceededError,
     "database_not_found": DatabaseNotFoundError,
     "query_failed": QueryError,
+    "app_not_found": AppNotFoundError,
 }
 
 

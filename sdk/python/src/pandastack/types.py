@@ -40,11 +40,22 @@ __all__ = [
     "QueryResult",
     "DatabaseExtension",
     "DatabaseExtensions",
+    "AppGit",
+    "AppBuild",
+    "AppStart",
+    "App",
+    "DeployState",
+    "Deploy",
 ]
 
 SandboxState = Literal["starting", "running", "paused", "hibernated", "stopped", "failed"]
 BackupState = Literal["uploading", "done", "failed"]
 DatabaseState = Literal["creating", "ready", "hibernated", "stopped"]
+DeployState = Literal[
+    "queued", "cloning", "building", "baking", "checking", "live", "standby", "failed", "superseded"
+]
+#: The states of a deploy still under way (any other is where it ended).
+DEPLOY_ACTIVE_STATES = ("queued", "cloning", "building", "baking", "checking")
 
 
 def _s(d: Mapping[str, Any], k: str, default: Any = None) -> Any:
@@ -776,6 +787,177 @@ class DatabaseExtensions:
                 if isinstance(v, list)
             },
             preloaded=[str(x) for x in _s(d, "preloaded", []) if isinstance(x, str)],
+            raw=dict(d),
+        )
+
+
+@dataclass
+class AppGit:
+    """Where an app's code comes from: ``url`` is anything ``git clone`` accepts on the
+    server's host (``https://…``, ``ssh://…``, ``file://…`` or an absolute path); ``ref`` the
+    branch, tag or commit to deploy (``None``: the server's default, ``main``). Pushes to that
+    branch deploy (through the app's webhook)."""
+
+    url: str
+    ref: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "AppGit":
+        return cls(url=_s(d, "url", ""), ref=d.get("ref"))
+
+    def to_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"url": self.url}
+        if self.ref is not None:
+            out["ref"] = self.ref
+        return out
+
+
+@dataclass
+class AppBuild:
+    """How to build an app, overriding what the server's detection chose: ``command`` runs in
+    the app's directory after the install; ``output_dir`` is the directory of a static build's
+    output, served as files. ``None``: detected."""
+
+    command: Optional[str] = None
+    output_dir: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "AppBuild":
+        return cls(command=d.get("command"), output_dir=d.get("output_dir"))
+
+    def to_json(self) -> Dict[str, Any]:
+        return {k: v for k, v in (("command", self.command), ("output_dir", self.output_dir)) if v is not None}
+
+
+@dataclass
+class AppStart:
+    """How to start an app, overriding what the server's detection chose: ``command`` serves
+    HTTP on ``$PORT``; ``port`` is the port it listens on (also in ``$PORT``). ``None``:
+    detected."""
+
+    command: Optional[str] = None
+    port: Optional[int] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "AppStart":
+        return cls(command=d.get("command"), port=d.get("port"))
+
+    def to_json(self) -> Dict[str, Any]:
+        return {k: v for k, v in (("command", self.command), ("port", self.port)) if v is not None}
+
+
+@dataclass
+class App:
+    """An app deployed from git (or from uploaded directories): built in a VM, health-checked
+    and served at ``url`` (``<name>.<domain>``) by the server's proxy.
+
+    ``env`` is the environment of its build and of the running app; ``secret_names`` the names
+    of its secrets (their values are never shown). ``min_instances`` ``0`` hibernates it after
+    ``idle_seconds`` without requests (the next request wakes it), ``1`` keeps it running.
+    ``live_deploy`` is the deploy serving traffic (``None`` until one passes its health check on
+    ``health_path``) and ``instance_state`` the state of that deploy's VM (``running``,
+    ``hibernated``, …). ``webhook_secret`` signs webhook deliveries of git hosts."""
+
+    id: str
+    name: str = ""
+    url: str = ""
+    git: AppGit = field(default_factory=lambda: AppGit(""))
+    env: Dict[str, str] = field(default_factory=dict)
+    secret_names: List[str] = field(default_factory=list)
+    build: AppBuild = field(default_factory=AppBuild)
+    start: AppStart = field(default_factory=AppStart)
+    memory_mb: int = 0
+    min_instances: int = 0
+    idle_seconds: int = 0
+    health_path: str = "/"
+    webhook_secret: str = ""
+    live_deploy: Optional[str] = None
+    instance_state: Optional[str] = None
+    created_at: str = ""
+    updated_at: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        # The webhook secret signs deliveries: keep it out of logs of the object.
+        return (
+            f"App(id={self.id!r}, name={self.name!r}, url={self.url!r}, "
+            f"live_deploy={self.live_deploy!r}, instance_state={self.instance_state!r})"
+        )
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "App":
+        git, build, start = d.get("git"), d.get("build"), d.get("start")
+        return cls(
+            id=_s(d, "id", ""),
+            name=_s(d, "name", ""),
+            url=_s(d, "url", ""),
+            git=AppGit.from_json(git) if isinstance(git, Mapping) else AppGit(""),
+            env=dict(_s(d, "env", {})),
+            secret_names=[str(x) for x in _s(d, "secret_names", [])],
+            build=AppBuild.from_json(build) if isinstance(build, Mapping) else AppBuild(),
+            start=AppStart.from_json(start) if isinstance(start, Mapping) else AppStart(),
+            memory_mb=int(_s(d, "memory_mb", 0)),
+            min_instances=int(_s(d, "min_instances", 0)),
+            idle_seconds=int(_s(d, "idle_seconds", 0)),
+            health_path=_s(d, "health_path", "/"),
+            webhook_secret=_s(d, "webhook_secret", ""),
+            live_deploy=d.get("live_deploy"),
+            instance_state=d.get("instance_state"),
+            created_at=_s(d, "created_at", ""),
+            updated_at=_s(d, "updated_at", ""),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class Deploy:
+    """One deploy of an app: ``number`` 1, 2, 3… per app, of ``ref`` (``"upload"`` for an
+    uploaded directory) at ``commit``.
+
+    ``state`` goes ``queued → cloning → building → baking → checking → live``, or ``failed``
+    at any step (``error`` says why; the deploy's log says more). A live deploy a newer one
+    replaced is ``standby`` (its VM hibernated, ready for a rollback); ``superseded`` is a
+    queued deploy a newer one replaced before it ran. ``plan`` is what detection decided
+    (framework, package manager, commands, port), ``phases_ms`` the milliseconds spent in each
+    phase (``clone``, ``install``, ``build``, ``bake``, ``check``, ``switch``), ``sandbox_id``
+    the VM that built and serves this version."""
+
+    id: str
+    app: str = ""
+    number: int = 0
+    ref: str = ""
+    state: str = "queued"
+    commit: Optional[str] = None
+    error: Optional[str] = None
+    plan: Optional[Dict[str, Any]] = None
+    phases_ms: Dict[str, int] = field(default_factory=dict)
+    sandbox_id: Optional[str] = None
+    created_at: str = ""
+    updated_at: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def active(self) -> bool:
+        """``True`` while the deploy is under way (``queued``, ``cloning``, ``building``,
+        ``baking`` or ``checking``)."""
+        return self.state in DEPLOY_ACTIVE_STATES
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Deploy":
+        plan = d.get("plan")
+        return cls(
+            id=_s(d, "id", ""),
+            app=_s(d, "app", ""),
+            number=int(_s(d, "number", 0)),
+            ref=_s(d, "ref", ""),
+            state=_s(d, "state", "queued"),
+            commit=d.get("commit"),
+            error=d.get("error"),
+            plan=dict(plan) if isinstance(plan, Mapping) else None,
+            phases_ms=dict(_s(d, "phases_ms", {})),
+            sandbox_id=d.get("sandbox_id"),
+            created_at=_s(d, "created_at", ""),
+            updated_at=_s(d, "updated_at", ""),
             raw=dict(d),
         )
 
