@@ -1,7 +1,7 @@
 """Apps against a real server, only what needs no VM: an app created without its first deploy
 (``deploy=False``), read back by name and by id, listed, updated (environment and scaling),
-refused for a bad field or a name in use, with no deploys; then deleted, after which it is
-:class:`AppNotFoundError`. Builds and deploys need the ``app`` template and minutes of VM time:
+refused for a bad field or a name in use, with no deploys; deploys (from git and uploaded) to
+an unknown app refused; then deleted, after which it is :class:`AppNotFoundError`. Builds and deploys need the ``app`` template and minutes of VM time:
 the server's own end-to-end tests cover them."""
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def test_update_env_and_scaling(client, created):
     assert back.min_instances == 0 and back.build.command == "npm run build"
 
 
-def test_refusals(client, created):
+def test_refusals(client, created, tmp_path):
     with pytest.raises(ConflictError):
         client.apps.create(NAME, GIT, deploy=False)
     with pytest.raises(InvalidArgumentError) as ei:
@@ -89,6 +89,11 @@ def test_refusals(client, created):
     with pytest.raises(AppNotFoundError) as nf:
         client.apps.get(f"nope-{RUN_ID}")
     assert nf.value.status == 404 and nf.value.code == "app_not_found"
+    with pytest.raises(AppNotFoundError):
+        client.apps.deploy(f"nope-{RUN_ID}")
+    (tmp_path / "index.html").write_text("hello")
+    with pytest.raises(AppNotFoundError):
+        client.apps.deploy_directory(f"nope-{RUN_ID}", tmp_path)  # the upload is read and dropped
 
 
 def test_delete_then_gone(client, created):

@@ -4,8 +4,10 @@
 // For each response schema the SDK models (PAIRS): the interface in src/types.ts (parsed with the
 // TypeScript compiler) has exactly the schema's fields in camelCase, each of a compatible type; a
 // field the server may send as null admits null (or is optional); and the SDK's `…FromWire` of a
-// sample built from the schema reads every field from the right key. Every other schema must be
-// named in NOT_MODELLED with the reason, so a new schema is a decision, not a gap.
+// sample built from the schema reads every field from the right key. A field whose schema is
+// another modelled schema (`AppInfo.git` is an `AppGit`) is that schema's interface, read with its
+// decoder. Every other schema must be named in NOT_MODELLED with the reason, so a new schema is a
+// decision, not a gap.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -41,6 +43,12 @@ const PAIRS = {
   QueryResponse: ["QueryResult", "queryResultFromWire"],
   DatabaseExtension: ["DatabaseExtension", "databaseExtensionFromWire"],
   DatabaseExtensions: ["DatabaseExtensions", "databaseExtensionsFromWire"],
+  App: ["AppInfo", "appFromWire"],
+  // Also the `git`, `build` and `start` of create and update requests (gitToWire, configToWire).
+  AppGit: ["AppGit", "appGitFromWire"],
+  AppBuild: ["AppBuild", "appBuildFromWire"],
+  AppStart: ["AppStart", "appStartFromWire"],
+  Deploy: ["DeployInfo", "deployFromWire"],
 };
 
 const REQUEST = "request body: built from options";
@@ -68,6 +76,11 @@ const NOT_MODELLED = {
   QueryRequest: REQUEST,
   SqlRequest: "request body of the Neon-compatible /sql endpoint (Neon's drivers)",
   SqlQuery: "request body of the Neon-compatible /sql endpoint (Neon's drivers)",
+  CreateAppRequest: REQUEST,
+  UpdateAppRequest: REQUEST,
+  CreateDeployRequest: REQUEST,
+  RollbackRequest: REQUEST,
+  WebhookResult: "answer to git hosts' webhooks, not to SDK calls",
   ErrorBody: "thrown as PandaStackError subclasses",
   ErrorEnvelope: "thrown as PandaStackError subclasses",
   ErrorCode: "PandaStackError.code is the string",
@@ -79,6 +92,8 @@ const NOT_MODELLED = {
   List_VolumeSnapshot: "unwrapped into arrays / Paginator",
   List_VolumeBackup: "unwrapped into arrays / Paginator",
   List_Database: "unwrapped into arrays / Paginator",
+  List_App: "unwrapped into arrays / Paginator",
+  List_Deploy: "unwrapped into arrays / Paginator",
   ForkResponse: "unwrapped into Sandbox objects (ForkResult)",
   Usage: "GET /v1/usage is not in the SDK yet",
   SandboxUsage: "GET /v1/usage is not in the SDK yet",
@@ -103,10 +118,11 @@ const NOT_MODELLED = {
   SandboxState: "a string union type (SandboxState)",
   BackupState: "a string union type (BackupState)",
   DatabaseState: "a string union type (DatabaseState)",
+  DeployState: "a string union type (DeployState)",
 };
 
 /** Type aliases of src/types.ts that stand for a JSON string. */
-const STRING_ALIASES = new Set(["SandboxState", "OnTimeout", "BackupState", "DatabaseState"]);
+const STRING_ALIASES = new Set(["SandboxState", "OnTimeout", "BackupState", "DatabaseState", "DeployState"]);
 
 const camel = (s) => s.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
 
@@ -136,10 +152,20 @@ function kind(prop) {
   return [t, nullable];
 }
 
-/** Whether a property is an object whose values are arrays (`{"17": […]}`). */
-function mapOfArrays(prop) {
-  const extra = resolve(prop).additionalProperties;
-  return !!extra && typeof extra === "object" && resolve(extra).type === "array";
+/** The name of the schema a property is (`$ref`, also as the one non-null alternative of `oneOf`/`anyOf` or the first of `allOf`). */
+function refName(prop) {
+  let p = prop;
+  for (const key of ["oneOf", "anyOf", "allOf"]) {
+    const alts = (p[key] ?? []).filter((a) => a.type !== "null");
+    if (alts.length) p = alts[0];
+  }
+  return p.$ref ? p.$ref.split("/").pop() : undefined;
+}
+
+/** The modelled schema (in PAIRS) an object property is, else undefined. */
+function modelled(prop) {
+  const name = refName(prop);
+  return name in PAIRS && kind(prop)[0] === "object" ? name : undefined;
 }
 
 function sample(name, t, i) {
@@ -151,6 +177,26 @@ function sample(name, t, i) {
     array: [],
     object: { k: `${name}-v` },
   }[t];
+}
+
+/**
+ * A wire object of the schema with every property set, each to a value of its own: a modelled
+ * schema's property to a sample of that schema, a map's to `{ k: <a value of the map's value type> }`.
+ */
+function sampleOf(schemaName) {
+  const props = resolve(SCHEMAS[schemaName]).properties ?? {};
+  const out = {};
+  Object.keys(props)
+    .sort()
+    .forEach((name, i) => {
+      const [t] = kind(props[name]);
+      const nested = modelled(props[name]);
+      const extra = resolve(props[name]).additionalProperties;
+      if (nested) out[name] = sampleOf(nested);
+      else if (t === "object" && extra && typeof extra === "object" && Object.keys(extra).length) out[name] = { k: sample(name, kind(extra)[0], i) };
+      else out[name] = sample(name, t, i);
+    });
+  return out;
 }
 
 /** Properties of each exported interface of src/types.ts: name → { type text, optional }. */
@@ -206,22 +252,27 @@ export function check(schemaName, iface, decoder, ifaces = interfaces()) {
   for (const f of Object.keys(fields)) {
     if (!wire.has(f)) problems.push(`${where}: the SDK field \`${f}\` is not in the server's schema`);
   }
-  const sampleWire = {};
+  const sampleWire = sampleOf(schemaName);
+  const expected = { ...sampleWire };
   Object.keys(props)
     .sort()
-    .forEach((name, i) => {
+    .forEach((name) => {
       const [t, nullable] = kind(props[name]);
-      sampleWire[name] = t === "object" && mapOfArrays(props[name]) ? { k: [] } : sample(name, t, i);
       const f = fields[camel(name)];
       if (!f) return;
-      if (!fits(f.type, t)) problems.push(`${where}: \`${name}\` is ${t} on the wire but \`${f.type}\` in the SDK`);
+      const nested = modelled(props[name]);
+      if (nested && f.type === PAIRS[nested][0]) {
+        expected[name] = types[PAIRS[nested][1]](sampleWire[name]);
+      } else if (!fits(f.type, t)) {
+        problems.push(`${where}: \`${name}\` is ${t} on the wire but \`${f.type}\` in the SDK`);
+      }
       if (nullable && !f.optional && !/\bnull\b/.test(f.type)) {
         problems.push(`${where}: \`${name}\` may be null on the wire but \`${camel(name)}: ${f.type}\` does not admit null`);
       }
     });
   if (!problems.length && decoder) {
     const got = decoder(sampleWire);
-    for (const [name, value] of Object.entries(sampleWire)) {
+    for (const [name, value] of Object.entries(expected)) {
       try {
         assert.deepEqual(got[camel(name)], value);
       } catch {
@@ -259,4 +310,8 @@ test("the check sees drift (it can fail)", () => {
   assert.ok(check("PortUrl", "PortUrl", swapped).some((p) => p.includes("read `url`")));
   const notNull = { ...ifaces, SandboxInfo: { ...ifaces.SandboxInfo, expiresAt: { type: "string", optional: false } } };
   assert.ok(check("Sandbox", "SandboxInfo", null, notNull).some((p) => p.includes("may be null")));
+  const crossed = (w) => types.appFromWire({ ...w, build: w.start, start: w.build });
+  assert.ok(check("App", "AppInfo", crossed).some((p) => p.includes("read `build`")), "a nested object from the wrong key");
+  const untyped = { ...ifaces, AppInfo: { ...ifaces.AppInfo, git: { type: "string", optional: false } } };
+  assert.ok(check("App", "AppInfo", null, untyped).some((p) => p.includes("`git` is object")));
 });

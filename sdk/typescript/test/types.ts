@@ -14,6 +14,13 @@ import {
   VolumeBackupError,
   DatabaseNotFoundError,
   QueryError,
+  AppNotFoundError,
+  DeployTimeoutError,
+  isDeployActive,
+  type AppInfo,
+  type AppGit,
+  type DeployInfo,
+  type DeployState,
   type BuildTemplateOptions,
   type DatabaseExtensions,
   type DatabaseInfo,
@@ -172,4 +179,40 @@ export async function databases(client: PandaStack): Promise<void> {
   for await (const b of client.databases.backups(db.id)) void b.state;
   const gone: boolean = await client.databases.delete(db.id);
   void [same, branch, rotated, names, ext.preloaded, gone];
+}
+
+export async function apps(client: PandaStack): Promise<void> {
+  const app: AppInfo = await client.apps.create({
+    name: "web", git: "https://github.com/me/web.git", ref: "main", env: { A: "1" }, secrets: { T: "t" },
+    build: { command: "npm run build", outputDir: "dist" }, start: { command: "node server.js", port: 3000 },
+    memoryMb: 1024, minInstances: 0, idleSeconds: 300, healthPath: "/", deploy: false,
+  });
+  const git: AppGit = app.git;
+  const live: string | null = app.liveDeploy;
+  void [git.url, git.ref, live, app.url, app.secretNames, app.webhookSecret, app.instanceState, app.build.outputDir, app.start.port];
+  await client.apps.create({ name: "other", git: { url: "/srv/git/other.git", ref: "dev" } });
+  for await (const a of client.apps.list({ limit: 10 })) void a.name;
+  const same: AppInfo = await client.apps.get("web");
+  const updated: AppInfo = await client.apps.update("web", { env: { A: "2" }, minInstances: 1, git: "https://github.com/me/web2.git", ref: "v2" });
+  const d: DeployInfo = await client.apps.deploy("web", { ref: "main" });
+  const state: DeployState = d.state;
+  const phases: Record<string, number> = d.phasesMs;
+  void [state, phases, d.commit, d.plan, d.number, isDeployActive(d)];
+  try {
+    const up: DeployInfo = await client.apps.deployDirectory("web", "./web", { wait: true, timeoutSeconds: 600, pollMs: 500 });
+    const waited: DeployInfo = await client.apps.waitForDeploy("web", up.id, { timeoutSeconds: 60 });
+    void waited;
+  } catch (e) {
+    if (e instanceof DeployTimeoutError) void e.deploy.state;
+    if (e instanceof AppNotFoundError) void e.code;
+  }
+  for await (const x of client.apps.deploys("web")) void x.id;
+  const one: DeployInfo = await client.apps.getDeploy("web", d.id);
+  const text: string = await client.apps.deployLogs("web", d.id);
+  const all: string = await client.apps.deployLogs("web", d.id, { follow: true, onLog: (s: string) => void s });
+  const out: string = await client.apps.logs("web", { follow: true, onLog: async (s: string) => void s, signal: AbortSignal.timeout(1000) });
+  const back: DeployInfo = await client.apps.rollback("web", { deployId: d.id });
+  await client.apps.rollback("web");
+  const gone: boolean = await client.apps.delete("web");
+  void [same, updated, one, text, all, out, back, gone];
 }

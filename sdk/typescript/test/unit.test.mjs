@@ -25,6 +25,9 @@ import {
   QueryError,
   DatabaseNotFoundError,
   DATABASE_CREATE_TIMEOUT_MS,
+  AppNotFoundError,
+  DeployTimeoutError,
+  isDeployActive,
   VolumeBackupError,
   VolumeBackupTimeoutError,
   VolumeBusyError,
@@ -1083,6 +1086,250 @@ test("databases: extensions, backups and waiting for a backup", async () => {
     mode = "stuck";
     const stuck = await c.databases.waitBackup("db-1", "vb-1", { timeoutSeconds: 0.2, pollMs: 20 }).catch((e) => e);
     assert.ok(stuck instanceof VolumeBackupTimeoutError, String(stuck));
+  } finally {
+    await srv.close();
+  }
+});
+
+// ---- apps
+
+const APP = {
+  id: "app-1", name: "web", url: "http://web.apps.localhost:8080",
+  git: { url: "https://git.example/web.git", ref: "main" }, env: { NODE_ENV: "production" }, secret_names: ["DB_PASSWORD"],
+  build: { command: "npm run build", output_dir: null }, start: { command: null, port: 3000 },
+  memory_mb: 1024, min_instances: 0, idle_seconds: 300, health_path: "/healthz", webhook_secret: "whsec-s3cret",
+  live_deploy: null, instance_state: null, created_at: "2026-01-01T00:00:00Z", updated_at: "2026-01-01T00:00:00Z",
+};
+const deployWire = (state = "queued", extra = {}) => ({
+  id: "dep-1", app: "web", number: 1, ref: "main", commit: null, state, error: null, plan: null, phases_ms: {},
+  sandbox_id: null, created_at: "2026-01-01T00:00:00Z", updated_at: "2026-01-01T00:00:00Z", ...extra,
+});
+const notFoundApp = (res, name) => json(res, 404, { error: { code: "app_not_found", message: `app ${name} not found`, request_id: "r" } });
+
+/** The entries of a tar archive (ustar/GNU/pax headers; long names by prefix or `L` records): name → { type, data }. */
+function tarEntries(buf) {
+  const out = new Map();
+  let longName;
+  for (let off = 0; off + 512 <= buf.length; ) {
+    const h = buf.subarray(off, off + 512);
+    if (h.every((b) => b === 0)) break;
+    const field = (a, b) => h.subarray(a, b).toString("utf8").replace(/\0.*$/s, "");
+    const size = parseInt(field(124, 136).trim() || "0", 8);
+    const type = field(156, 157) || "0";
+    const data = buf.subarray(off + 512, off + 512 + size);
+    off += 512 + Math.ceil(size / 512) * 512;
+    if (type === "L") { longName = data.toString("utf8").replace(/\0.*$/s, ""); continue; }
+    if (type === "x" || type === "g") continue;
+    const prefix = h.subarray(257, 263).toString() === "ustar\0" || h.subarray(257, 262).toString() === "ustar" ? field(345, 500) : "";
+    let name = longName ?? (prefix ? `${prefix}/${field(0, 100)}` : field(0, 100));
+    longName = undefined;
+    name = name.replace(/^\.\//, "").replace(/\/$/, "");
+    if (name === "." || name === "") continue;
+    out.set(name, { type, data: Buffer.from(data) });
+  }
+  return out;
+}
+
+test("apps: create, list, get, update, delete send the documented requests and read the app", async () => {
+  const srv = await mockServer((req, res, body) => {
+    const u = new URL(req.url, "http://x");
+    if (req.method === "POST" && u.pathname === "/v1/apps") return json(res, 201, { ...APP, name: JSON.parse(body).name });
+    if (req.method === "GET" && u.pathname === "/v1/apps") {
+      return u.searchParams.get("cursor") === "a"
+        ? json(res, 200, { data: [{ ...APP, id: "app-2", name: "b" }], next_cursor: null })
+        : json(res, 200, { data: [{ ...APP, name: "a" }], next_cursor: "a" });
+    }
+    if (req.method === "GET" && u.pathname === "/v1/apps/web") return json(res, 200, { ...APP, live_deploy: "dep-1", instance_state: "running" });
+    if (req.method === "PATCH" && u.pathname === "/v1/apps/web") {
+      const { secrets, ...rest } = JSON.parse(body);
+      void secrets;
+      return json(res, 200, { ...APP, ...rest });
+    }
+    if (req.method === "DELETE" && u.pathname === "/v1/apps/web") return res.writeHead(204).end();
+    if (u.pathname === "/v1/apps/gone") return notFoundApp(res, "gone");
+    json(res, 404, envelope("not_found", "no route"));
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    const a = await c.apps.create({ name: "web", git: "https://git.example/web.git" });
+    assert.deepEqual(a, {
+      id: "app-1", name: "web", url: "http://web.apps.localhost:8080",
+      git: { url: "https://git.example/web.git", ref: "main" }, env: { NODE_ENV: "production" }, secretNames: ["DB_PASSWORD"],
+      build: { command: "npm run build", outputDir: null }, start: { command: null, port: 3000 },
+      memoryMb: 1024, minInstances: 0, idleSeconds: 300, healthPath: "/healthz", webhookSecret: "whsec-s3cret",
+      liveDeploy: null, instanceState: null, createdAt: "2026-01-01T00:00:00Z", updatedAt: "2026-01-01T00:00:00Z",
+    });
+    await c.apps.create({
+      name: "full", git: { url: "https://git.example/full.git", ref: "v1" }, env: { A: "1" }, secrets: { TOKEN: "t" },
+      build: { command: "make", outputDir: "dist" }, start: { command: "node server.js", port: 8080 },
+      memoryMb: 2048, minInstances: 1, idleSeconds: 60, healthPath: "/up", deploy: false,
+    });
+    await c.apps.create({ name: "refd", git: { url: "/srv/git/refd.git", ref: null }, ref: "dev", start: { port: 5000 }, deploy: true });
+    await assert.rejects(c.apps.create({ name: "", git: "https://x" }), InvalidArgumentError);
+    await assert.rejects(c.apps.create({ name: "x", git: "" }), InvalidArgumentError);
+    await assert.rejects(c.apps.create({ name: "x", git: "u", start: { port: 0 } }), InvalidArgumentError);
+    const posts = srv.requests.filter((r) => r.method === "POST");
+    assert.deepEqual(posts.map((r) => JSON.parse(r.body)), [
+      { name: "web", git: { url: "https://git.example/web.git" } },
+      {
+        name: "full", git: { url: "https://git.example/full.git", ref: "v1" }, env: { A: "1" }, secrets: { TOKEN: "t" },
+        build: { command: "make", output_dir: "dist" }, start: { command: "node server.js", port: 8080 },
+        memory_mb: 2048, min_instances: 1, idle_seconds: 60, health_path: "/up", deploy: false,
+      },
+      { name: "refd", git: { url: "/srv/git/refd.git", ref: "dev" }, start: { port: 5000 }, deploy: true },
+    ]);
+    assert.equal(posts[0].headers["content-type"], "application/json");
+
+    assert.deepEqual((await c.apps.list({ limit: 1 }).toArray()).map((x) => x.name), ["a", "b"]);
+    const lists = srv.requests.filter((r) => r.method === "GET" && pathOf(r) === "/v1/apps");
+    assert.deepEqual(lists.map(query), [{ limit: "1" }, { limit: "1", cursor: "a" }]);
+    const got = await c.apps.get("web");
+    assert.deepEqual([got.liveDeploy, got.instanceState], ["dep-1", "running"]);
+    const u = await c.apps.update("web", { env: { NODE_ENV: "staging" }, minInstances: 1 });
+    assert.deepEqual([u.env, u.minInstances], [{ NODE_ENV: "staging" }, 1]);
+    await c.apps.update("web", { git: "https://git.example/other.git", ref: "release", secrets: {}, idleSeconds: 30 });
+    await c.apps.update("web", { build: { outputDir: "out" }, start: { command: "serve" }, memoryMb: 512, healthPath: "/" });
+    await c.apps.update("web", { env: {} });
+    await assert.rejects(c.apps.update("web", { ref: "main" }), InvalidArgumentError);
+    assert.deepEqual(srv.requests.filter((r) => r.method === "PATCH").map((r) => JSON.parse(r.body)), [
+      { env: { NODE_ENV: "staging" }, min_instances: 1 },
+      { git: { url: "https://git.example/other.git", ref: "release" }, secrets: {}, idle_seconds: 30 },
+      { build: { output_dir: "out" }, start: { command: "serve" }, memory_mb: 512, health_path: "/" },
+      { env: {} },
+    ]);
+    assert.equal(await c.apps.delete("web"), true);
+    assert.equal(await c.apps.delete("gone"), false);
+    const nf = await c.apps.get("gone").catch((e) => e);
+    assert.ok(nf instanceof AppNotFoundError && nf instanceof NotFoundError, String(nf));
+    assert.deepEqual([nf.status, nf.code], [404, "app_not_found"]);
+    await assert.rejects(c.apps.get(""), InvalidArgumentError);
+  } finally {
+    await srv.close();
+  }
+});
+
+test("apps: deploy, deploys, getDeploy, rollback; waitForDeploy polls to the end and times out", async () => {
+  let polls = 0;
+  const srv = await mockServer((req, res, body) => {
+    const u = new URL(req.url, "http://x");
+    if (req.method === "POST" && u.pathname === "/v1/apps/web/deploys") return json(res, 202, deployWire("queued", { ref: JSON.parse(body).ref ?? "main" }));
+    if (req.method === "GET" && u.pathname === "/v1/apps/web/deploys") {
+      return u.searchParams.get("cursor") === "c2"
+        ? json(res, 200, { data: [deployWire("standby")], next_cursor: null })
+        : json(res, 200, { data: [deployWire("live", { id: "dep-2", number: 2 })], next_cursor: "c2" });
+    }
+    if (u.pathname === "/v1/apps/web/deploys/dep-1") {
+      polls += 1;
+      return json(res, 200, polls < 3 ? deployWire(polls === 1 ? "cloning" : "building") : deployWire("failed", { error: "build: npm ERR!" }));
+    }
+    if (u.pathname === "/v1/apps/web/deploys/dep-2") {
+      return json(res, 200, deployWire("live", { id: "dep-2", number: 2, commit: "abc123", plan: { framework: "next" }, phases_ms: { clone: 120, build: 9000 }, sandbox_id: "sb-7" }));
+    }
+    if (u.pathname === "/v1/apps/web/deploys/dep-9") return json(res, 200, deployWire("checking", { id: "dep-9" }));
+    if (u.pathname === "/v1/apps/web/deploys/nope") return json(res, 404, envelope("not_found", "deploy nope not found"));
+    if (u.pathname === "/v1/apps/web/rollback") return json(res, 200, deployWire("live"));
+    if (u.pathname.startsWith("/v1/apps/gone")) return notFoundApp(res, "gone");
+    json(res, 404, envelope("not_found", "no route"));
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    const d = await c.apps.deploy("web");
+    assert.deepEqual([d.id, d.state, d.ref, isDeployActive(d)], ["dep-1", "queued", "main", true]);
+    assert.equal((await c.apps.deploy("web", { ref: "feature-x" })).ref, "feature-x");
+    assert.deepEqual(srv.requests.filter((r) => r.method === "POST").map((r) => JSON.parse(r.body)), [{}, { ref: "feature-x" }]);
+    assert.deepEqual((await c.apps.deploys("web", { limit: 1 }).toArray()).map((x) => [x.id, x.number, x.state]), [["dep-2", 2, "live"], ["dep-1", 1, "standby"]]);
+    const g = await c.apps.getDeploy("web", "dep-2");
+    assert.deepEqual([g.commit, g.plan, g.phasesMs, g.sandboxId, isDeployActive(g)], ["abc123", { framework: "next" }, { clone: 120, build: 9000 }, "sb-7", false]);
+    await assert.rejects(c.apps.getDeploy("web", "nope"), (e) => e instanceof NotFoundError && !(e instanceof AppNotFoundError));
+    await assert.rejects(c.apps.deploy("gone"), AppNotFoundError);
+
+    const ended = await c.apps.deploy("web", { wait: true, pollMs: 10 });
+    assert.deepEqual([ended.state, ended.error, polls], ["failed", "build: npm ERR!", 3]);
+    const stuck = await c.apps.waitForDeploy("web", "dep-9", { timeoutSeconds: 0.2, pollMs: 20 }).catch((e) => e);
+    assert.ok(stuck instanceof DeployTimeoutError && stuck instanceof PandaStackError, String(stuck));
+    assert.deepEqual([stuck.code, stuck.deploy.id, stuck.deploy.state], ["deploy_timeout", "dep-9", "checking"]);
+    assert.match(stuck.message, /dep-9 of app web still checking after timeoutSeconds=0.2/);
+
+    assert.equal((await c.apps.rollback("web")).state, "live");
+    await c.apps.rollback("web", { deployId: "dep-1" });
+    const rb = srv.requests.filter((r) => pathOf(r) === "/v1/apps/web/rollback");
+    assert.deepEqual(rb.map((r) => JSON.parse(r.body)), [{}, { deploy_id: "dep-1" }]);
+  } finally {
+    await srv.close();
+  }
+});
+
+test("apps: deployDirectory uploads a gzip tar of the directory without .git and node_modules", async () => {
+  const { mkdtemp, mkdir, writeFile, rm } = await import("node:fs/promises");
+  const { tmpdir } = await import("node:os");
+  const { join } = await import("node:path");
+  const { gunzipSync } = await import("node:zlib");
+  const dir = await mkdtemp(join(tmpdir(), "pandastack-app-"));
+  for (const d of ["src/lib", ".git/objects", "node_modules/left-pad", "src/node_modules/x"]) await mkdir(join(dir, d), { recursive: true });
+  const files = {
+    "package.json": '{"name": "web"}', "src/index.js": "console.log('hi')", "src/lib/util.js": "export {}", ".env.example": "A=1",
+    ".git/HEAD": "ref: refs/heads/main", "node_modules/left-pad/index.js": "module.exports = 1", "src/node_modules/x/i.js": "x",
+  };
+  for (const [name, text] of Object.entries(files)) await writeFile(join(dir, name), text);
+  let polls = 0;
+  const srv = await mockServer((req, res) => {
+    if (req.method === "POST") return json(res, 202, deployWire("queued", { ref: "upload" }));
+    polls += 1;
+    json(res, 200, deployWire(polls < 2 ? "baking" : "live", { ref: "upload" }));
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    const d = await c.apps.deployDirectory("web", dir);
+    assert.deepEqual([d.ref, d.state], ["upload", "queued"]);
+    const up = srv.requests[0];
+    assert.equal(pathOf(up), "/v1/apps/web/deploys");
+    assert.equal(up.headers["content-type"], "application/gzip");
+    assert.deepEqual([...up.raw.subarray(0, 2)], [0x1f, 0x8b], "gzip");
+    const entries = tarEntries(gunzipSync(up.raw));
+    assert.deepEqual([...entries.keys()].filter((n) => entries.get(n).type === "0").sort(), [".env.example", "package.json", "src/index.js", "src/lib/util.js"]);
+    assert.ok(![...entries.keys()].some((n) => n.split("/").includes(".git") || n.split("/").includes("node_modules")));
+    assert.equal(entries.get("src/lib/util.js").data.toString(), "export {}");
+    assert.equal(entries.get("src").type, "5");
+    const live = await c.apps.deployDirectory("web", dir, { wait: true, pollMs: 10 });
+    assert.equal(live.state, "live");
+    await assert.rejects(c.apps.deployDirectory("web", join(dir, "package.json")), InvalidArgumentError);
+    await assert.rejects(c.apps.deployDirectory("web", join(dir, "missing")), InvalidArgumentError);
+    assert.equal(srv.requests.filter((r) => r.method === "POST").length, 2);
+  } finally {
+    await srv.close();
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test("apps: logs plain and followed (a broken stream reopened without repeats); onLog throwing stops", async () => {
+  let deployFollows = 0;
+  const srv = await mockServer((req, res) => {
+    const p = pathOf(req);
+    const follow = query(req).follow === "1";
+    if (!follow) return res.writeHead(200, { "content-type": "text/plain" }).end(p.includes("/deploys/") ? "clone\nbuild\n" : "listening on 3000\n");
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    if (p === "/v1/apps/web/deploys/dep-1/logs") {
+      if (++deployFollows === 1) return res.end(":\n\n" + sse(["log", { data: "clone\n" }], ["log", { data: "bui" }]));
+      return res.end(sse(["log", { data: "clone\nbuild\n" }], ["log", { data: "live\n" }], ["end", { reason: "live" }]));
+    }
+    if (p === "/v1/apps/web/logs") return res.end(sse(["log", { data: "GET / 200\n" }], ["log", { data: "GET /a 200\n" }], ["end", { reason: "stopped" }]));
+    res.end();
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    assert.equal(await c.apps.deployLogs("web", "dep-1"), "clone\nbuild\n");
+    assert.equal(await c.apps.logs("web"), "listening on 3000\n");
+    assert.ok(srv.requests.every((r) => /text\/plain/.test(r.headers.accept)));
+    const seen = [];
+    assert.equal(await c.apps.deployLogs("web", "dep-1", { follow: true, onLog: (t) => { seen.push(t); } }), "clone\nbuild\nlive\n");
+    assert.deepEqual(seen, ["clone\n", "bui", "ld\n", "live\n"]);
+    assert.equal(deployFollows, 2);
+    assert.equal(await c.apps.logs("web", { follow: true }), "GET / 200\nGET /a 200\n");
+    const followed = srv.requests.filter((r) => query(r).follow === "1");
+    assert.equal(followed.length, 3);
+    assert.ok(followed.every((r) => /text\/event-stream/.test(r.headers.accept)));
+    await assert.rejects(c.apps.logs("web", { follow: true, onLog: () => { throw new Error("enough"); } }), /enough/);
+    assert.equal(srv.requests.filter((r) => query(r).follow === "1").length, 4, "not reopened after the callback threw");
   } finally {
     await srv.close();
   }
