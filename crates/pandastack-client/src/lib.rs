@@ -1,13 +1,15 @@
 //! A typed async client for the PandaStack `/v1` API, used by the `pandastack` CLI, the tests
 //! and the benchmarks: sandboxes, exec (blocking and as Server-Sent Events), files (streamed
 //! from and to local files), snapshots, lifecycle, console logs, metrics, templates, keys and
-//! the PTY WebSocket; volumes, their snapshots and backups; managed PostgreSQL databases.
+//! the PTY WebSocket; volumes, their snapshots and backups; managed PostgreSQL databases; apps
+//! deployed from git or an uploaded tarball, their deploys and logs.
 //!
 //! Errors keep the server's envelope (`code`, `message`, `request_id`) in [`Error::Api`]; calls
 //! answered 429, 502 or 503 are retried with backoff (honouring `Retry-After`), and creates
 //! carry an `Idempotency-Key` so a retry cannot create twice. This crate speaks HTTP only; it
 //! must not depend on the server's crates beyond the wire types.
 
+mod apps;
 mod config;
 mod databases;
 mod error;
@@ -20,6 +22,7 @@ mod sandboxes;
 mod sse;
 mod volumes;
 
+pub use apps::AppLogStream;
 pub use config::{config_path, Config, ConfigFile, Sources, DEFAULT_BASE_URL};
 pub use error::{ApiError, Error};
 pub use exec::{ExecEvent, ExecExit, ExecStream};

@@ -21,6 +21,8 @@ use super::APP_DIR;
 const KIND: &str = "app-deps";
 /// Largest cache kept (a bigger install is simply not cached).
 const MAX_BYTES: usize = 1 << 30;
+/// Largest piece of a cache sent to the VM at once.
+const PIECE: usize = 1 << 20;
 /// Where the cache is packed and unpacked in the VM.
 const VM_TARBALL: &str = "/tmp/pandastack-deps.tar.gz";
 
@@ -70,7 +72,12 @@ pub async fn restore(
         Err(ObjectsError::NotFound { .. }) => return Ok(false),
         Err(e) => return Err(format!("read the dependency cache: {}", error_chain(&e))),
     };
-    let body = futures::stream::once(async move { Ok::<_, String>(blob) }).boxed();
+    // In pieces: one message to the guest agent carries at most a few MiB.
+    let pieces: Vec<Result<Bytes, String>> = (0..blob.len())
+        .step_by(PIECE)
+        .map(|i| Ok(blob.slice(i..(i + PIECE).min(blob.len()))))
+        .collect();
+    let body = futures::stream::iter(pieces).boxed();
     host.write_file(sandbox, VM_TARBALL, body)
         .await
         .map_err(|e| format!("copy the dependency cache: {}", error_chain(&e)))?;
@@ -121,11 +128,15 @@ pub async fn save(
     }
     let _ = run(host, sandbox, &format!("rm -f {VM_TARBALL}")).await;
     let size = buf.len();
-    objects
+    match objects
         .put_blob(ws, KIND, app, &format!("{key}.tar.gz"), Bytes::from(buf))
         .await
-        .map_err(|e| format!("store the dependency cache: {}", error_chain(&e)))?;
-    Ok(Some(size))
+    {
+        // Another deploy of the same dependencies stored its own packing first (a tarball's
+        // bytes differ with file times): that one serves.
+        Ok(()) | Err(ObjectsError::Conflict { .. }) => Ok(Some(size)),
+        Err(e) => Err(format!("store the dependency cache: {}", error_chain(&e))),
+    }
 }
 
 /// Removes every cache of an app.

@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+pub mod app;
 pub mod auth;
 pub mod bench;
 mod bench_api;
@@ -52,6 +53,9 @@ pub enum Command {
     /// Managed PostgreSQL on a running server: create, ls, get, psql, branch, password, query, rm, backup
     #[command(name = "db", visible_alias = "database")]
     Db(db::DbArgs),
+    /// Apps from git on a running server: create, deploy (a ref or --dir), logs, rollback, ls, get, deploys, rm
+    #[command(visible_alias = "apps")]
+    App(app::AppArgs),
     /// Helper processes of the server.
     #[command(hide = true)]
     Internal(internal::InternalArgs),
@@ -70,6 +74,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Sandbox(args) => sandbox::run(args).await,
         Command::Volume(args) => volume::run(args).await,
         Command::Db(args) => db::run(args).await,
+        Command::App(args) => app::run(args).await,
         Command::Internal(args) => tokio::task::spawn_blocking(move || internal::run(args)).await?,
     }
 }
