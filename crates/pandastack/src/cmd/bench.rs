@@ -31,6 +31,8 @@ enum BenchWhat {
     Volumes(super::bench_volumes::VolumesArgs),
     /// Managed PostgreSQL: create, connect, wake, branch, HTTP query, pgbench, a killed VM.
     Databases(super::bench_databases::DatabasesArgs),
+    /// App hosting: static and Vite deploys, rollback, wake on a request, the app proxy.
+    Apps(super::bench_apps::AppsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -97,6 +99,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchWhat::Objects(a) => super::bench_objects::run(a).await,
         BenchWhat::Volumes(a) => super::bench_volumes::run(a).await,
         BenchWhat::Databases(a) => super::bench_databases::run(a).await,
+        BenchWhat::Apps(a) => super::bench_apps::run(a).await,
     }
 }
 

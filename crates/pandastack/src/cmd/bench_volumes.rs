@@ -63,6 +63,8 @@ pub(crate) struct OwnServer {
     pub(crate) dir: tempfile::TempDir,
     pub(crate) url: String,
     pub(crate) key: String,
+    /// Where its preview (and app) proxy listens: `127.0.0.1:<port>`.
+    pub(crate) proxy: String,
 }
 
 impl Drop for OwnServer {
@@ -193,6 +195,7 @@ pub(crate) async fn start_server(
         dir,
         url: format!("http://127.0.0.1:{port}"),
         key: String::new(),
+        proxy: format!("127.0.0.1:{proxy_port}"),
     };
     let c = Client::new();
     for _ in 0..600 {

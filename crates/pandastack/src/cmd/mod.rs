@@ -6,6 +6,7 @@ pub mod app;
 pub mod auth;
 pub mod bench;
 mod bench_api;
+mod bench_apps;
 mod bench_databases;
 mod bench_objects;
 mod bench_volumes;
