@@ -1,5 +1,6 @@
 //! App hosting through the real server and real guests (the `app` template: Debian trixie with
-//! Node.js 20 and Python 3): apps deployed from local bare git repositories, detected, built in
+//! Node.js 20 and Python 3): apps deployed from local bare git repositories (over `file://` and
+//! served by `git daemon`) and from an uploaded tarball, detected, built in
 //! a VM, health-checked and served at `<app>.<domain>` by the proxy; a second version switched
 //! in blue-green, a rollback, a deploy that fails leaving the live version alone, the signed
 //! webhook (bad signature, push, redelivery), an Express app installed with npm over the
@@ -167,6 +168,16 @@ async fn webhook(
         .unwrap();
     let st = r.status();
     (st, r.json().await.unwrap_or(Value::Null))
+}
+
+/// A `git daemon`, killed when dropped.
+struct GitDaemon(std::process::Child);
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -401,7 +412,7 @@ async fn apps_end_to_end() {
 
     // An Express app: npm installs its dependency in the build VM over the sandbox network;
     // it scales to zero and a request wakes it.
-    let (bare, work) = repo(repos.path(), "api");
+    let (_, work) = repo(repos.path(), "api");
     commit(
         &work,
         &[
@@ -416,7 +427,31 @@ async fn apps_end_to_end() {
         ],
         "express",
     );
-    let url = format!("file://{}", bare.display());
+    // Served by `git daemon` (the git:// protocol), as a git host would.
+    let daemon_port = free_port();
+    let _daemon = GitDaemon(
+        Command::new("git")
+            .args([
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--listen=127.0.0.1",
+                &format!("--port={daemon_port}"),
+                &format!("--base-path={}", repos.path().display()),
+            ])
+            .arg(repos.path())
+            .spawn()
+            .expect("start git daemon"),
+    );
+    let t = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", daemon_port)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "git daemon did not listen"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let url = format!("git://127.0.0.1:{daemon_port}/api.git");
     let (st, v) = api
         .call(
             "POST",
