@@ -233,16 +233,7 @@ pub async fn deploy(
     Path(name): Path<String>,
     req: Request,
 ) -> ApiResult<(StatusCode, Json<wire::Deploy>)> {
-    let ctype = req
-        .headers()
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json")
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
+    let ctype = crate::extract::media_type(req.headers());
     let d = match ctype.as_str() {
         "application/json" => {
             let bytes = axum::body::to_bytes(req.into_body(), crate::MAX_JSON_BODY)

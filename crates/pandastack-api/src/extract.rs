@@ -145,3 +145,17 @@ impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
             })
     }
 }
+
+/// A request's media type (`Content-Type` without parameters, lower case; `application/json`
+/// when absent).
+pub(crate) fn media_type(headers: &axum::http::HeaderMap) -> String {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}

@@ -147,16 +147,7 @@ pub async fn create(
     caller: Caller,
     req: Request,
 ) -> ApiResult<Response> {
-    let ctype = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json")
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
+    let ctype = crate::extract::media_type(req.headers());
     let row = match ctype.as_str() {
         "application/json" => {
             let bytes = axum::body::to_bytes(req.into_body(), MAX_JSON_BODY)
