@@ -21,6 +21,32 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// Output of a step kept for the log (each of stdout and stderr).
 const STEP_OUTPUT: u64 = 256 * 1024;
 
+/// Where the host's CA bundle is put in the builder VM for the steps (under /tmp, which the
+/// last step empties, so the image keeps its own CA store): pip, npm and curl in the VM then
+/// trust what the host trusts — on a host behind a TLS-inspecting proxy, its CA — as the
+/// host-side bootstrap does.
+const BUILD_CA: &str = "/tmp/pandastack-build-ca.crt";
+/// The variables that name [`BUILD_CA`] to the tools of the steps.
+const CA_VARS: &[&str] = &[
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "PIP_CERT",
+    "NODE_EXTRA_CA_CERTS",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+];
+
+/// The host's CA bundle (`SSL_CERT_FILE`, else Debian's), if it has one.
+fn host_ca_bundle() -> Option<Vec<u8>> {
+    std::env::var_os("SSL_CERT_FILE")
+        .map(std::path::PathBuf::from)
+        .into_iter()
+        .chain([std::path::PathBuf::from(
+            "/etc/ssl/certs/ca-certificates.crt",
+        )])
+        .find_map(|p| std::fs::read(p).ok())
+}
+
 /// One command of the builder VM, and how the log names it.
 struct Step {
     what: String,
@@ -129,18 +155,37 @@ pub(crate) async fn run<D: VmDriver + 'static>(
             .create(&temp, &sandbox)
             .await
             .map_err(|e| format!("builder VM: {}", error_chain(&e)))?;
-        for step in steps(spec) {
+        let ca = host_ca_bundle();
+        let mut all = Vec::new();
+        if let Some(bundle) = &ca {
+            all.push(Step {
+                what: "the host's CA bundle".into(),
+                argv: ["install", "-D", "-m", "0644", "/dev/stdin", BUILD_CA]
+                    .map(String::from)
+                    .to_vec(),
+                stdin: Some(bundle.clone()),
+            });
+        }
+        all.extend(steps(spec));
+        for step in all {
             log(&format!("step: {}", step.what));
             let ch = agent
                 .channel(&sandbox)
                 .await
                 .map_err(|e| format!("builder VM: {}", error_chain(&e)))?;
-            let env = HashMap::from([
+            let mut env = HashMap::from([
                 ("HOME".to_owned(), "/root".to_owned()),
                 ("DEBIAN_FRONTEND".to_owned(), "noninteractive".to_owned()),
                 ("PIP_ROOT_USER_ACTION".to_owned(), "ignore".to_owned()),
                 ("PIP_DISABLE_PIP_VERSION_CHECK".to_owned(), "1".to_owned()),
             ]);
+            if ca.is_some() {
+                env.extend(
+                    CA_VARS
+                        .iter()
+                        .map(|k| ((*k).to_owned(), BUILD_CA.to_owned())),
+                );
+            }
             let out = rpc::exec(
                 ch,
                 ExecSpec {
