@@ -163,17 +163,6 @@ impl Apps<'_> {
         rows.iter().map(app_row).collect()
     }
 
-    /// Every app on host `host_id`.
-    pub async fn on_host(&self, host_id: &str) -> Result<Vec<AppRow>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {APP_COLUMNS} FROM apps WHERE host_id = $1"
-        ))
-        .bind(host_id)
-        .fetch_all(self.pool)
-        .await?;
-        rows.iter().map(app_row).collect()
-    }
-
     pub async fn set_config(
         &self,
         id: &str,
@@ -365,40 +354,5 @@ impl Apps<'_> {
         .await?;
         let n: i64 = col(&r, "n")?;
         Ok(n > 0)
-    }
-
-    /// Every deploy on host `host_id` in one of `states`, for start-up reconciliation.
-    pub async fn deploys_on_host(
-        &self,
-        host_id: &str,
-        states: &[DeployState],
-    ) -> Result<Vec<DeployRow>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {DEPLOY_COLUMNS} FROM app_deploys WHERE host_id = $1 ORDER BY seq"
-        ))
-        .bind(host_id)
-        .fetch_all(self.pool)
-        .await?;
-        Ok(rows
-            .iter()
-            .map(deploy_row)
-            .collect::<Result<Vec<_>, _>>()?
-            .into_iter()
-            .filter(|d| states.contains(&d.state))
-            .collect())
-    }
-
-    /// The deploy whose VM is `sandbox_id`, if any.
-    pub async fn deploy_by_sandbox(
-        &self,
-        sandbox_id: &str,
-    ) -> Result<Option<DeployRow>, StoreError> {
-        let r = sqlx::query(&format!(
-            "SELECT {DEPLOY_COLUMNS} FROM app_deploys WHERE sandbox_id = $1"
-        ))
-        .bind(sandbox_id)
-        .fetch_optional(self.pool)
-        .await?;
-        r.as_ref().map(deploy_row).transpose()
     }
 }

@@ -488,7 +488,7 @@ impl Apps {
         let file = tokio::fs::File::open(tarball)
             .await
             .map_err(|e| format!("open the source tarball: {e}"))?;
-        let body = tokio_util_stream(file);
+        let body = file_stream(file);
         self.host
             .write_file(sandbox, "/tmp/pandastack-src.tar.gz", body)
             .await
@@ -754,9 +754,7 @@ impl Apps {
 }
 
 /// A file as a byte stream for [`pandastack_host::Host::write_file`].
-fn tokio_util_stream(
-    file: tokio::fs::File,
-) -> pandastack_host::BoxStream<Result<bytes::Bytes, String>> {
+fn file_stream(file: tokio::fs::File) -> pandastack_host::BoxStream<Result<bytes::Bytes, String>> {
     use tokio::io::AsyncReadExt;
     Box::pin(futures::stream::unfold(Some(file), |f| async move {
         let mut f = f?;
