@@ -34,7 +34,7 @@ fi
 want_backports=(qemu-system-x86 linux-source-6.12)
 want=(bc bison flex libelf-dev libssl-dev cpio make gcc
       mmdebstrap e2fsprogs xfsprogs iproute2 iptables nftables
-      python3 python3-venv curl jq busybox-static git)
+      python3 python3-venv curl jq busybox-static git openssh-client)
 missing=()
 for p in "${want_backports[@]}" "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

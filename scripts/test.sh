@@ -47,6 +47,12 @@ PANDASTACK_TEST_ROOTFS=$(target/debug/pandastack template build minimal --agent 
 echo "kernel: $PANDASTACK_KERNEL" >&2
 echo "rootfs: $PANDASTACK_TEST_ROOTFS" >&2
 
+step "test-only packages: pebble (ACME test CA), openssh-server (ssh git sources)"
+for p in pebble openssh-server; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null
+done
+
 step "PostgreSQL for the store's suite and the client suite's server"
 eval "$(scripts/test-postgres.sh start ci)"
 trap 'scripts/test-postgres.sh stop ci' EXIT

@@ -21,6 +21,8 @@ pub const DEFAULT_APP_REF: &str = "main";
 pub const DEFAULT_HEALTH_PATH: &str = "/";
 /// Most env and secret entries an app can have (each).
 const MAX_ENV: usize = 256;
+/// Most custom domains an app can have.
+pub const MAX_APP_DOMAINS: usize = 20;
 
 /// An app name: 1-40 of `[a-z0-9-]`, starting with a letter, not ending with `-`. It is the
 /// app's host name (`<name>.<domain>`), so names are unique across workspaces.
@@ -64,12 +66,59 @@ pub fn validate_git_ref(field: &str, r: &str) -> Result<(), FieldError> {
     }
 }
 
+/// A custom domain: a DNS name of 2 to 127 labels of `[a-z0-9-]` (1-63 each, not starting or
+/// ending with `-`), at most 253 characters, lower case, without a trailing dot (IDNs in their
+/// `xn--` form), not an IP address.
+pub fn validate_domain(field: &str, d: &str) -> Result<(), FieldError> {
+    let labels: Vec<&str> = d.split('.').collect();
+    let ok = !d.is_empty()
+        && d.len() <= 253
+        && labels.len() >= 2
+        && labels.iter().all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
+        // The last label of a name is never all digits: that is an IPv4 address.
+        && !labels[labels.len() - 1].bytes().all(|b| b.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(field_error(
+            field,
+            "a lower-case DNS name such as shop.example.com: labels of 1-63 [a-z0-9-], \
+             at most 253 characters, no trailing dot (IDNs as xn--)",
+        ))
+    }
+}
+
+fn validate_domains(domains: &[String]) -> Result<(), FieldError> {
+    if domains.len() > MAX_APP_DOMAINS {
+        return Err(field_error(
+            "domains",
+            format!("at most {MAX_APP_DOMAINS} domains"),
+        ));
+    }
+    for (i, d) in domains.iter().enumerate() {
+        validate_domain(&format!("domains[{i}]"), d)?;
+        if domains[..i].contains(d) {
+            return Err(field_error(format!("domains[{i}]"), "listed twice"));
+        }
+    }
+    Ok(())
+}
+
 /// Where an app's code comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AppGit {
-    /// Anything `git clone` accepts on the host: `https://…`, `ssh://…`, `file://…` or an
-    /// absolute path.
+    /// Anything `git clone` accepts on the host: `https://…`, `http://…`, `git://…`,
+    /// `ssh://…` or scp-like `git@host:path` (fetched with the app's `deploy_key`),
+    /// `file://…` or an absolute path.
     pub url: String,
     /// Branch, tag or commit to deploy (default `main`); pushes to this branch deploy.
     #[serde(default, rename = "ref")]
@@ -138,6 +187,12 @@ pub struct CreateAppRequest {
     /// Deploy at once (default true).
     #[serde(default)]
     pub deploy: Option<bool>,
+    /// Extra host names the app answers at, besides `<name>.<domain>` (point their DNS at
+    /// the proxy). With TLS on the proxy, each gets a certificate from the certificate
+    /// directory or, failing that, from ACME.
+    #[serde(default)]
+    #[schema(max_items = 20)]
+    pub domains: Vec<String>,
 }
 
 /// `PATCH /v1/apps/{name}`: the fields given replace the app's; the next deploy uses them.
@@ -165,6 +220,10 @@ pub struct UpdateAppRequest {
     pub idle_seconds: Option<u64>,
     #[serde(default)]
     pub health_path: Option<String>,
+    /// Replaces the app's custom domains (`[]` removes them all).
+    #[serde(default)]
+    #[schema(max_items = 20)]
+    pub domains: Option<Vec<String>>,
 }
 
 /// What an app is configured as (stored; the API shows it without secret values).
@@ -213,17 +272,117 @@ fn validate_env(field: &str, env: &BTreeMap<String, String>) -> Result<(), Field
     Ok(())
 }
 
+/// git's scp-like syntax, `[user@]host:path` (`git@github.com:org/repo.git`): a colon before
+/// any slash and no `://` (git's own rule for telling it from a local path); its `user@host`
+/// and path. A bracketed IPv6 host (`git@[::1]:repo`) is one too.
+pub fn scp_like_git_url(u: &str) -> Option<(&str, &str)> {
+    if u.contains("://") || u.starts_with('/') {
+        return None;
+    }
+    // The colon that ends the host: after a bracketed host's `]`, else the first one.
+    let colon = match (u.find('['), u.find(']')) {
+        (Some(open), Some(close)) if open < close && !u[..open].contains(['/', ':']) => {
+            close + u[close..].find(':')?
+        }
+        _ => u.find(':')?,
+    };
+    let (host, path) = (&u[..colon], &u[colon + 1..]);
+    if host.contains('/') {
+        return None;
+    }
+    Some((host, path))
+}
+
+/// Whether git reaches the repository at `url` over SSH: an `ssh://` URL or an scp-like one
+/// (`[user@]host:path`). Those are fetched with the app's deploy key.
+pub fn git_url_uses_ssh(url: &str) -> bool {
+    url.starts_with("ssh://") || scp_like_git_url(url).is_some()
+}
+
+/// The `[user@]host` of an SSH URL, checked for what `ssh` could take for an option or that
+/// is no host name: user and host not starting with `-`, of `[A-Za-z0-9._~-]` (the host also
+/// `[…]` around an IPv6 address; the user also `%+`).
+fn ssh_authority_ok(authority: &str) -> bool {
+    let (user, host) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let user_ok = user.is_none_or(|u| {
+        !u.is_empty()
+            && !u.starts_with('-')
+            && u.bytes().all(|b| {
+                b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'~' | b'%' | b'+')
+            })
+    });
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => {
+            !v6.is_empty()
+                && v6
+                    .bytes()
+                    .all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'))
+        }
+        None => {
+            !host.is_empty()
+                && !host.starts_with('-')
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+        }
+    };
+    user_ok && host_ok
+}
+
+/// `[user@]host` of `[user@]host[:port]` (`None`: a port that is not one).
+fn without_port(authority: &str) -> Option<&str> {
+    // A bracketed IPv6 host has colons of its own: the port's is after its `]`.
+    let host_end = authority.rfind(']').map_or(0, |i| i + 1);
+    match authority[host_end..].rfind(':') {
+        None => Some(authority),
+        Some(i) => {
+            let (head, port) = authority.split_at(host_end + i);
+            port[1..].parse::<u16>().ok().map(|_| head)
+        }
+    }
+}
+
 fn validate_git(git: &AppGit) -> Result<(), FieldError> {
     let u = git.url.as_str();
-    let scheme_ok = ["https://", "http://", "ssh://", "git://", "file://"]
+    let bad = || {
+        field_error(
+            "git.url",
+            "an https://, http://, ssh://, git:// or file:// URL, an scp-like user@host:path, \
+             or an absolute path",
+        )
+    };
+    if u.is_empty() || u.len() > 2048 || u.starts_with('-') || u.chars().any(char::is_control) {
+        return Err(bad());
+    }
+    if ["https://", "http://", "git://", "file://"]
         .iter()
         .any(|s| u.starts_with(s))
-        || u.starts_with('/');
-    if u.is_empty() || u.len() > 2048 || !scheme_ok || u.chars().any(char::is_control) {
-        return Err(field_error(
-            "git.url",
-            "an https://, http://, ssh://, git:// or file:// URL, or an absolute path",
-        ));
+        || u.starts_with('/')
+    {
+        // As before: git parses these; `--` ends its options.
+    } else if let Some(rest) = u.strip_prefix("ssh://") {
+        // `ssh://[user@]host[:port]/path`: the part `ssh` sees is checked.
+        let authority = rest.split('/').next().unwrap_or_default();
+        let ok = !u.chars().any(char::is_whitespace)
+            && rest.contains('/')
+            && without_port(authority).is_some_and(ssh_authority_ok);
+        if !ok {
+            return Err(bad());
+        }
+    } else if let Some((authority, path)) = scp_like_git_url(u) {
+        // `name::address` would be git's remote-helper syntax (`ext::…`), not a host.
+        let ok = !path.is_empty()
+            && !path.starts_with(':')
+            && !u.chars().any(char::is_whitespace)
+            && ssh_authority_ok(authority);
+        if !ok {
+            return Err(bad());
+        }
+    } else {
+        return Err(bad());
     }
     if let Some(r) = &git.git_ref {
         validate_git_ref("git.ref", r)?;
@@ -287,6 +446,7 @@ impl CreateAppRequest {
         validate_env("env", &self.env)?;
         validate_env("secrets", &self.secrets)?;
         validate_overrides(self.build.as_ref(), self.start.as_ref())?;
+        validate_domains(&self.domains)?;
         validate_sizes(
             self.memory_mb,
             self.min_instances,
@@ -326,6 +486,9 @@ impl UpdateAppRequest {
             validate_env("secrets", s)?;
         }
         validate_overrides(self.build.as_ref(), self.start.as_ref())?;
+        if let Some(d) = &self.domains {
+            validate_domains(d)?;
+        }
         validate_sizes(
             self.memory_mb,
             self.min_instances,
@@ -446,13 +609,49 @@ pub struct App {
     pub health_path: String,
     /// Signs webhook deliveries (`X-Hub-Signature-256`: HMAC-SHA256 of the body).
     pub webhook_secret: String,
+    /// The public half of the app's own SSH deploy key (ed25519, one OpenSSH
+    /// `authorized_keys` line with the comment `pandastack-app-<name>`): add this as a
+    /// read-only deploy key on the repository, and the server fetches an `ssh://` or
+    /// `git@host:path` URL with it. The private half never leaves the server;
+    /// `POST /v1/apps/{name}/deploy-key` replaces the pair.
+    #[schema(read_only)]
+    pub deploy_key: String,
     /// The deploy serving traffic (`None` until one passes its health check).
     pub live_deploy: Option<String>,
     /// The state of the live deploy's VM (`running`, `hibernated`…), if there is one.
     pub instance_state: Option<crate::SandboxState>,
+    /// Custom domains and their TLS certificates.
+    pub domains: Vec<AppDomain>,
     /// RFC 3339.
     pub created_at: String,
     pub updated_at: String,
+}
+
+/// Where a custom domain's TLS certificate comes from, or why it has none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DomainTls {
+    /// The proxy serves no TLS, or nothing provides a certificate for the name.
+    None,
+    /// A certificate from the server's certificate directory.
+    Files,
+    /// An ACME order is under way.
+    Pending,
+    /// Issued by ACME (renewed before it ends).
+    Issued,
+    /// The last ACME order failed (`tls_error`); retried later.
+    Failed,
+}
+
+/// A custom domain of an app.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AppDomain {
+    pub name: String,
+    pub tls: DomainTls,
+    /// End of the certificate's validity (RFC 3339), when known.
+    pub tls_expires_at: Option<String>,
+    /// Why the last ACME order failed.
+    pub tls_error: Option<String>,
 }
 
 /// A deploy resource.
@@ -533,6 +732,88 @@ mod tests {
         for bad in ["", "-x", "a..b", "a b", "x.lock", "a/"] {
             assert!(validate_git_ref("r", bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn domains() {
+        for ok in [
+            "shop.example.com",
+            "a.b",
+            "xn--bcher-kva.example",
+            "1.example.com",
+        ] {
+            assert!(validate_domain("d", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "localhost",
+            "Shop.example.com",
+            "shop.example.com.",
+            "-a.example.com",
+            "a-.example.com",
+            "a..example.com",
+            "*.example.com",
+            "10.0.0.1",
+            "a_b.example.com",
+            &format!("{}.com", "a".repeat(64)),
+        ] {
+            assert!(validate_domain("d", bad).is_err(), "{bad}");
+        }
+        let twice = vec!["a.example.com".to_owned(), "a.example.com".to_owned()];
+        assert_eq!(validate_domains(&twice).unwrap_err().field, "domains[1]");
+        let many: Vec<String> = (0..21).map(|i| format!("d{i}.example.com")).collect();
+        assert_eq!(validate_domains(&many).unwrap_err().field, "domains");
+    }
+
+    #[test]
+    fn ssh_urls() {
+        let git = |url: &str| AppGit {
+            url: url.into(),
+            git_ref: None,
+        };
+        for ok in [
+            "git@github.com:org/repo.git",
+            "github.com:repo",
+            "deploy@10.0.0.2:/srv/repo.git",
+            "git@[::1]:repo.git",
+            "ssh://git@example.com/org/repo.git",
+            "ssh://git@example.com:2222/srv/repo.git",
+            "ssh://[::1]:22/repo",
+            "https://example.com/a b.git",
+            "/srv/my repo.git",
+        ] {
+            assert!(validate_git(&git(ok)).is_ok(), "{ok}");
+        }
+        for bad in [
+            "-oProxyCommand=x:repo",
+            "git@-oProxyCommand=x:repo",
+            "-x@host:repo",
+            "git@host:",
+            "git@host:a b",
+            "git@ho st:repo",
+            "git@host:a\tb",
+            "ssh://-oProxyCommand=x/repo",
+            "ssh://git@-host/repo",
+            "ssh://host:notaport/repo",
+            "ssh://host",
+            "ssh://git@host/a b",
+            "relative/path",
+            "ext::sh -c x",
+            "ext::sh",
+            "fd::3",
+            "host:repo\n",
+        ] {
+            assert!(validate_git(&git(bad)).is_err(), "{bad}");
+        }
+        assert!(git_url_uses_ssh("git@github.com:org/repo.git"));
+        assert!(git_url_uses_ssh("ssh://h/r"));
+        for not in ["/srv/a:b", "file:///x", "https://h/r", "./a:b"] {
+            assert!(!git_url_uses_ssh(not), "{not}");
+        }
+        assert_eq!(
+            scp_like_git_url("git@[::1]:r.git"),
+            Some(("git@[::1]", "r.git"))
+        );
     }
 
     #[test]

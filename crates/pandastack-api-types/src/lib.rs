@@ -10,6 +10,7 @@ mod database;
 mod error;
 mod ports;
 mod sandbox;
+mod schedule;
 mod stream;
 mod volume;
 
@@ -20,6 +21,7 @@ pub use database::*;
 pub use error::{ErrorBody, ErrorCode, ErrorEnvelope};
 pub use ports::*;
 pub use sandbox::*;
+pub use schedule::*;
 pub use stream::*;
 pub use volume::*;
 

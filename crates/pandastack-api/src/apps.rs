@@ -46,6 +46,9 @@ impl From<AppError> for ApiError {
             e @ AppError::Upload(_) => Self::new(ErrorCode::InvalidArgument, e.to_string()),
             e @ AppError::TooLarge(_) => Self::new(ErrorCode::PayloadTooLarge, e.to_string()),
             AppError::Config(e) => Self::internal("app configuration", &e),
+            e @ AppError::DeployKey(_) => Self::internal("app deploy key", &e),
+            e @ AppError::BadDomain(_) => Self::new(ErrorCode::InvalidArgument, e.to_string()),
+            e @ AppError::DomainTaken(_) => Self::new(ErrorCode::Conflict, e.to_string()),
         }
     }
 }
@@ -83,8 +86,10 @@ fn app_wire(app: &App, a: &AppInfo) -> wire::App {
         idle_seconds: c.idle_seconds,
         health_path: c.health_path.clone(),
         webhook_secret: a.row.webhook_secret.clone(),
+        deploy_key: a.deploy_key.clone(),
         live_deploy: a.row.live_deploy_id.clone(),
         instance_state: a.instance.as_ref().map(|s| s.state),
+        domains: a.domains.iter().map(|d| app.apps.domain_view(d)).collect(),
         created_at: rfc3339(a.row.created_at),
         updated_at: rfc3339(a.row.updated_at),
     }
@@ -363,6 +368,29 @@ pub async fn deploy_logs(
         async move { apps.deploy_ended(&id).await }
     })
     .await)
+}
+
+/// Replace the app's SSH deploy key with a new ed25519 pair; the answer carries the new
+/// public key (`deploy_key`) to put on the repository. Deploys from now on fetch with the new
+/// key; the old one stops working once it is taken off the repository.
+#[utoipa::path(
+    post,
+    path = "/v1/apps/{name}/deploy-key",
+    operation_id = "rotate_app_deploy_key",
+    tag = "apps",
+    params(("name" = String, Path, description = "App name or id")),
+    responses((status = 200, description = "The app with its new deploy key", body = wire::App))
+)]
+pub async fn rotate_deploy_key(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<wire::App>> {
+    let a = app
+        .apps
+        .rotate_deploy_key(caller.ws(), name_of(&name)?)
+        .await?;
+    Ok(Json(app_wire(&app, &a)))
 }
 
 /// Put an earlier version back: its hibernated VM is woken, checked and takes the traffic (no

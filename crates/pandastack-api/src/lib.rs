@@ -23,9 +23,12 @@ pub mod proxy;
 mod pty;
 mod routes;
 mod sandboxes;
+mod schedules;
 mod schemas;
 mod snapshots;
 mod templates;
+pub mod tls;
+mod upstream;
 mod utf8;
 mod volumes;
 mod workload;
@@ -38,6 +41,7 @@ pub use pandastack_control::BuildConfig;
 pub use proxy::{proxy_router, PreviewConfig};
 pub use routes::operations;
 pub use sandboxes::wire_state;
+pub use tls::{serve_proxy_tls, ProxyTls};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -83,6 +87,10 @@ pub struct App {
     pub databases: pandastack_control::Databases,
     /// App hosting: apps deployed from git, served by the proxy at `<name>.<domain>`.
     pub apps: pandastack_control::Apps,
+    /// Schedules (cron): fired once per due time by this host's scheduler.
+    pub schedules: pandastack_control::Schedules,
+    /// The proxy's idle kept-alive connections into sandboxes.
+    upstreams: upstream::Upstreams,
 }
 
 impl App {
@@ -104,7 +112,20 @@ impl App {
         let sandboxes = pandastack_control::Sandboxes::new(store.clone(), Arc::clone(&host));
         // Deploys keep their files beside the template builds' (`<data>/deploys/<id>/`).
         let deploys_dir = builds.dir.with_file_name("deploys");
+        let templates = pandastack_control::Templates::new(
+            store.clone(),
+            Arc::clone(&host),
+            host_id.clone(),
+            builds,
+        );
         Self {
+            schedules: pandastack_control::Schedules::new(
+                store.clone(),
+                Arc::clone(&host),
+                sandboxes.clone(),
+                templates.clone(),
+                host_id.clone(),
+            ),
             apps: pandastack_control::Apps::new(
                 store.clone(),
                 Arc::clone(&host),
@@ -132,12 +153,7 @@ impl App {
             ),
             volumes,
             sandboxes,
-            templates: pandastack_control::Templates::new(
-                store.clone(),
-                Arc::clone(&host),
-                host_id.clone(),
-                builds,
-            ),
+            templates,
             code: pandastack_control::CodeContexts::new(Arc::clone(&host)),
             snapshots: pandastack_control::Snapshots::new(
                 store.clone(),
@@ -150,11 +166,18 @@ impl App {
             host_id,
             rate: Mutex::new(HashMap::new()),
             preview,
+            upstreams: upstream::Upstreams::default(),
         }
     }
 
     /// How connection strings and `http_url` name databases (the front's domain and port, the
     /// API's URL); the default is `db.localhost:5432` and `http://127.0.0.1:8080`.
+    /// Custom domains of apps get TLS certificates from `certs` (files or ACME).
+    pub fn with_certificates(mut self, certs: pandastack_control::Certificates) -> Self {
+        self.apps = self.apps.with_certificates(certs);
+        self
+    }
+
     pub fn with_database_address(mut self, address: pandastack_control::DatabaseAddress) -> Self {
         self.databases.address = address;
         self
@@ -203,6 +226,13 @@ impl App {
         self.apps.remove_strays().await?;
         tokio::spawn(self.apps.clone().worker());
         Ok(())
+    }
+
+    /// Starts this host's scheduler and the runners of its schedules' runs (runs cut off by a
+    /// previous process are queued again by [`App::recover_builds`]'s requeue of this host's
+    /// running jobs).
+    pub fn start_scheduler(&self) {
+        self.schedules.start();
     }
 
     /// Starts the task that runs this host's backup uploads, one at a time.

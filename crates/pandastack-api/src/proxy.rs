@@ -11,9 +11,10 @@
 //! - **Wake.** A request to a hibernated sandbox wakes it and waits up to the configured bound;
 //!   past it the answer is 503 with `Retry-After` (the wake goes on).
 //! - **Activity.** Proxied requests count as activity for the idle timeout.
-//! - **Protocols.** Clients speak HTTP/1.1 or HTTP/2; the sandbox is spoken to in HTTP/1.1, one
-//!   connection per request, bodies streamed both ways, and WebSocket (any `Upgrade`) requests
-//!   are joined end to end once the sandbox answers 101.
+//! - **Protocols.** Clients speak HTTP/1.1 or HTTP/2; the sandbox is spoken to in HTTP/1.1 over
+//!   connections kept alive between requests ([`crate::upstream`]), bodies streamed both ways,
+//!   and WebSocket (any `Upgrade`) requests are joined end to end, over a connection of their
+//!   own, once the sandbox answers 101.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -173,13 +174,7 @@ async fn forward(app: &Arc<App>, mut req: Request) -> ApiResult<Response> {
         if let Some(name) = app.preview.app_name(&host) {
             return forward_app(app, &name, req).await;
         }
-        return Err(ApiError::new(
-            ErrorCode::NotFound,
-            format!(
-                "{host:?} is not a preview host: use <port>-<sandbox id>.{} or <app>.{}",
-                app.preview.domain, app.preview.domain
-            ),
-        ));
+        return forward_domain(app, &host, req).await;
     };
     let mut row = match app.store.sandboxes().by_id(&id).await {
         Ok(r) => r,
@@ -205,7 +200,7 @@ async fn forward(app: &Arc<App>, mut req: Request) -> ApiResult<Response> {
     } else if now_ms() - row.last_activity_at >= ACTIVITY_EVERY_MS {
         crate::ws::touch(app, &row.id).await;
     }
-    send(app, &row.id, port, req).await
+    send(app, &row, port, req).await
 }
 
 /// A request for app `name`: to its live version's VM, woken if it hibernated. Apps are
@@ -218,10 +213,48 @@ async fn forward_app(app: &Arc<App>, name: &str, req: Request) -> ApiResult<Resp
     if row.state == SandboxState::Hibernated {
         row = wake(app, row).await?;
     } else if now_ms() - row.last_activity_at >= ACTIVITY_EVERY_MS {
-        crate::ws::touch(app, &row.id).await;
+        // A write to the store: off the request's path (the cached route learns of it, so the
+        // next requests do not write again).
+        app.apps.note_activity(name, &row.id, now_ms());
+        let (app, id) = (Arc::clone(app), row.id.clone());
+        tokio::spawn(async move { crate::ws::touch(&app, &id).await });
     }
-    send(app, &row.id, route.port, req).await
+    send(app, &row, route.port, req).await
 }
+
+/// A request for a host that is neither a preview host nor `<app>.<domain>`: an app's custom
+/// domain, or an ACME CA fetching the HTTP-01 challenge of one.
+async fn forward_domain(app: &Arc<App>, host: &str, req: Request) -> ApiResult<Response> {
+    let name = host
+        .rsplit_once(':')
+        .filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(host, |(name, _)| name)
+        .trim_end_matches('.')
+        .to_ascii_lowercase();
+    if let Some(token) = req.uri().path().strip_prefix(ACME_CHALLENGE) {
+        if let Some(key_auth) = app.apps.acme_challenge(token).await? {
+            return Ok((
+                [(header::CONTENT_TYPE, "application/octet-stream")],
+                key_auth,
+            )
+                .into_response());
+        }
+    }
+    match app.apps.app_for_domain(&name).await? {
+        Some(app_name) => forward_app(app, &app_name, req).await,
+        None => Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!(
+                "{host:?} is not a preview host or an app's domain: use <port>-<sandbox id>.{} \
+                 or <app>.{}, or add the domain to an app",
+                app.preview.domain, app.preview.domain
+            ),
+        )),
+    }
+}
+
+/// Where ACME CAs fetch HTTP-01 challenges (RFC 8555 §8.3).
+const ACME_CHALLENGE: &str = "/.well-known/acme-challenge/";
 
 /// Whether `req` may reach `port` of `row`.
 async fn authorize(
@@ -374,28 +407,11 @@ async fn wake(app: &Arc<App>, row: SandboxRow) -> ApiResult<SandboxRow> {
     }
 }
 
-/// Sends `req` to `port` in sandbox `id` over a connection of its own, and the answer back.
-async fn send(app: &App, id: &str, port: u16, mut req: Request) -> ApiResult<Response> {
-    let io = app.host.connect_port(id, port).await.map_err(|e| match e {
-        HostError::Guest {
-            kind: GuestErrorKind::Unavailable,
-            message,
-        } => ApiError::new(
-            ErrorCode::PortNotListening,
-            format!("sandbox {id}, port {port}: {message}"),
-        ),
-        e => e.into(),
-    })?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Body>(TokioIo::new(io))
-        .await
-        .map_err(|e| upstream(id, port, &e))?;
-    tokio::spawn(async move {
-        if let Err(e) = conn.with_upgrades().await {
-            tracing::debug!(error = &e as &dyn std::error::Error, "preview connection");
-        }
-    });
-    let upgrading = req.headers().contains_key(header::UPGRADE);
-    let client_side = upgrading.then(|| hyper::upgrade::on(&mut req));
+/// Sends `req` to `port` of sandbox `row`, and the answer back: over a kept-alive connection
+/// of the proxy's pool when there is one (see [`crate::upstream`]), else over a new one; an
+/// upgrade (WebSocket) always over a new one, joined end to end once the sandbox answers 101.
+async fn send(app: &App, row: &SandboxRow, port: u16, mut req: Request) -> ApiResult<Response> {
+    let id = row.id.as_str();
     // HTTP/2 clients name the host in `:authority`; the sandbox hears HTTP/1.1 with a Host.
     if !req.headers().contains_key(header::HOST) {
         if let Some(v) = req
@@ -415,36 +431,117 @@ async fn send(app: &App, id: &str, port: u16, mut req: Request) -> ApiResult<Res
         .parse()
         .unwrap_or_else(|_| Uri::from_static("/"));
     *req.version_mut() = Version::HTTP_11;
+    if req.headers().contains_key(header::UPGRADE) {
+        return send_upgrade(app, id, port, req).await;
+    }
+    crate::upstream::strip_hop_by_hop(req.headers_mut());
+    // A paused sandbox's request goes through the dial, which answers for its state.
+    let pooled = row.state == SandboxState::Running;
+    let mut again = crate::upstream::replayable(&req);
+    while let Some(mut conn) = pooled.then(|| app.upstreams.take(id, port)).flatten() {
+        match conn.try_send_request(req).await {
+            Ok(resp) => {
+                app.upstreams.recycle(id, port, conn);
+                return Ok(answer(resp));
+            }
+            Err(mut e) => match e.take_message() {
+                // Not written: the next idle connection, or a new one.
+                Some(r) => req = r,
+                // Written when the connection failed (its server closing it just then): a
+                // request safe to repeat goes once more, on a new connection.
+                None => match again.take() {
+                    Some(r) => {
+                        req = r;
+                        break;
+                    }
+                    None => return Err(upstream(id, port, e.error())),
+                },
+            },
+        }
+    }
+    let (mut conn, task) = dial(app, id, port).await?;
+    tokio::spawn(async move {
+        if let Err(e) = task.await {
+            tracing::debug!(error = &e as &dyn std::error::Error, "preview connection");
+        }
+    });
+    let resp = conn
+        .send_request(req)
+        .await
+        .map_err(|e| upstream(id, port, &e))?;
+    if pooled {
+        app.upstreams.recycle(id, port, conn);
+    }
+    Ok(answer(resp))
+}
+
+/// The sandbox's answer to a request that is not an upgrade, without the headers that were
+/// about the connection into the sandbox.
+fn answer(mut resp: Response<hyper::body::Incoming>) -> Response {
+    for h in [
+        header::CONNECTION,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        HeaderName::from_static("keep-alive"),
+        HeaderName::from_static("proxy-connection"),
+    ] {
+        resp.headers_mut().remove(h);
+    }
+    resp.map(Body::new)
+}
+
+/// A connection request with an `Upgrade`: over a connection of its own (never pooled), the
+/// two sides joined once the sandbox answers 101.
+async fn send_upgrade(app: &App, id: &str, port: u16, mut req: Request) -> ApiResult<Response> {
+    let (mut sender, conn) = dial(app, id, port).await?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            tracing::debug!(error = &e as &dyn std::error::Error, "preview connection");
+        }
+    });
+    let client_side = hyper::upgrade::on(&mut req);
     let mut resp = sender
         .send_request(req)
         .await
         .map_err(|e| upstream(id, port, &e))?;
-    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-        if let Some(client_side) = client_side {
-            let sandbox_side = hyper::upgrade::on(&mut resp);
-            tokio::spawn(async move {
-                let (Ok(client), Ok(sandbox)) = tokio::join!(client_side, sandbox_side) else {
-                    return;
-                };
-                let _ = tokio::io::copy_bidirectional(
-                    &mut TokioIo::new(client),
-                    &mut TokioIo::new(sandbox),
-                )
-                .await;
-            });
-        }
-    } else {
-        for h in [
-            header::CONNECTION,
-            header::TRANSFER_ENCODING,
-            header::UPGRADE,
-            HeaderName::from_static("keep-alive"),
-            HeaderName::from_static("proxy-connection"),
-        ] {
-            resp.headers_mut().remove(h);
-        }
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return Ok(answer(resp));
     }
+    let sandbox_side = hyper::upgrade::on(&mut resp);
+    tokio::spawn(async move {
+        let (Ok(client), Ok(sandbox)) = tokio::join!(client_side, sandbox_side) else {
+            return;
+        };
+        let _ =
+            tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(sandbox))
+                .await;
+    });
     Ok(resp.map(Body::new))
+}
+
+/// A new HTTP/1.1 connection to `port` in sandbox `id` (one port stream through the host
+/// boundary): its sender and the task that drives it (to be spawned).
+async fn dial(
+    app: &App,
+    id: &str,
+    port: u16,
+) -> ApiResult<(
+    hyper::client::conn::http1::SendRequest<Body>,
+    hyper::client::conn::http1::Connection<TokioIo<Box<dyn pandastack_host::PortIo>>, Body>,
+)> {
+    let io = app.host.connect_port(id, port).await.map_err(|e| match e {
+        HostError::Guest {
+            kind: GuestErrorKind::Unavailable,
+            message,
+        } => ApiError::new(
+            ErrorCode::PortNotListening,
+            format!("sandbox {id}, port {port}: {message}"),
+        ),
+        e => e.into(),
+    })?;
+    hyper::client::conn::http1::handshake::<_, Body>(TokioIo::new(io))
+        .await
+        .map_err(|e| upstream(id, port, &e))
 }
 
 fn upstream(id: &str, port: u16, e: &hyper::Error) -> ApiError {

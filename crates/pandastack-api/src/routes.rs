@@ -16,8 +16,8 @@ use crate::openapi::Conventions;
 use crate::App;
 #[allow(unused_imports)] // named by the table through the macro
 use crate::{
-    apps, code, databases, exec_ws, keys, logs, meta, ports, pty, sandboxes, snapshots, templates,
-    volumes, workload,
+    apps, code, databases, exec_ws, keys, logs, meta, ports, pty, sandboxes, schedules, snapshots,
+    templates, volumes, workload,
 };
 
 /// The axum method filter for an OpenAPI method.
@@ -98,6 +98,7 @@ macro_rules! route_table {
                 (name = "templates", description = "Templates"),
                 (name = "databases", description = "Managed PostgreSQL: a database per microVM on a durable volume, TLS connection strings, PgBouncer, branches, backups and SQL over HTTP"),
                 (name = "apps", description = "Apps deployed from git: detected, built in a VM, health-checked, served at `<name>.<domain>` by the proxy; blue-green with rollback, scale to zero, push-to-deploy webhooks"),
+                (name = "schedules", description = "Schedules (cron): a cron expression in a time zone runs a command in a fresh sandbox at each due time, once per due time; run history, manual runs, pause and resume"),
                 (name = "volumes", description = "Durable volumes: disks that outlive sandboxes, their snapshots and backups to the object store"),
                 (name = "keys", description = "API keys of the caller's workspace, and what it uses against its limits"),
                 (name = "meta", description = "Health and this document"),
@@ -212,9 +213,20 @@ route_table! {
     apps::get_deploy,
     apps::deploy_logs,
     apps::rollback,
+    apps::rotate_deploy_key,
     apps::app_logs,
     apps::webhook_github,
     apps::webhook_generic,
+    schedules::create,
+    schedules::list,
+    schedules::get,
+    schedules::update,
+    schedules::delete,
+    schedules::pause,
+    schedules::resume,
+    schedules::run_now,
+    schedules::runs,
+    schedules::get_run,
     keys::list,
     keys::create,
     keys::revoke,

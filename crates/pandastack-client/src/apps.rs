@@ -174,6 +174,13 @@ impl Client {
         self.json(call).await
     }
 
+    /// `POST /v1/apps/{name}/deploy-key`: a new SSH deploy key pair replaces the app's; the
+    /// answer's `deploy_key` is the public key to put on the repository.
+    pub async fn rotate_app_deploy_key(&self, name: &str) -> Result<App, Error> {
+        self.json(Call::new(Method::POST, app_path(name, "/deploy-key")))
+            .await
+    }
+
     /// `GET /v1/apps/{name}/logs`: the newest MiB of the running app's own output.
     pub async fn app_logs(&self, name: &str) -> Result<String, Error> {
         self.plain_text(Call::new(Method::GET, app_path(name, "/logs")))

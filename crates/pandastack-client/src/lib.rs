@@ -2,7 +2,7 @@
 //! and the benchmarks: sandboxes, exec (blocking and as Server-Sent Events), files (streamed
 //! from and to local files), snapshots, lifecycle, console logs, metrics, templates, keys and
 //! the PTY WebSocket; volumes, their snapshots and backups; managed PostgreSQL databases; apps
-//! deployed from git or an uploaded tarball, their deploys and logs.
+//! deployed from git or an uploaded tarball, their deploys and logs; schedules (cron) and runs.
 //!
 //! Errors keep the server's envelope (`code`, `message`, `request_id`) in [`Error::Api`]; calls
 //! answered 429, 502 or 503 are retried with backoff (honouring `Retry-After`), and creates
@@ -19,6 +19,7 @@ mod http;
 mod pty;
 mod resources;
 mod sandboxes;
+mod schedules;
 mod sse;
 mod volumes;
 

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-const APP: &str = r#"{"id":"app-1","name":"web","url":"http://web.apps.localhost:8080","git":{"url":"file:///srv/web.git","ref":"main"},"env":{"A":"1"},"secret_names":["S"],"build":{"command":null,"output_dir":null},"start":{"command":null,"port":null},"memory_mb":1024,"min_instances":0,"idle_seconds":300,"health_path":"/","webhook_secret":"whs","live_deploy":"dep-1","instance_state":"running","created_at":"t","updated_at":"t"}"#;
+const APP: &str = r#"{"id":"app-1","name":"web","url":"http://web.apps.localhost:8080","git":{"url":"file:///srv/web.git","ref":"main"},"env":{"A":"1"},"secret_names":["S"],"build":{"command":null,"output_dir":null},"start":{"command":null,"port":null},"memory_mb":1024,"min_instances":0,"idle_seconds":300,"health_path":"/","webhook_secret":"whs","deploy_key":"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK pandastack-app-web","live_deploy":"dep-1","instance_state":"running","domains":[{"name":"shop.example.com","tls":"issued","tls_expires_at":"t","tls_error":null}],"created_at":"t","updated_at":"t"}"#;
 
 fn deploy(id: &str, number: u64, git_ref: &str, state: &str) -> String {
     format!(
@@ -215,6 +215,7 @@ async fn app_calls_send_what_the_api_defines() {
         "GET /v1/apps/web/deploys/dep-2/logs" => (200, TEXT, "cloning…\nbuilding\n".into()),
         "GET /v1/apps/web/logs" => (200, TEXT, "listening on 3000\n".into()),
         "POST /v1/apps/web/rollback" => (200, JSON, deploy("dep-1", 1, "main", "live")),
+        "POST /v1/apps/web/deploy-key" => (200, JSON, APP.into()),
         _ => (
             404,
             JSON,
@@ -240,6 +241,7 @@ async fn app_calls_send_what_the_api_defines() {
         min_instances: Some(1),
         idle_seconds: None,
         health_path: Some("/healthz".into()),
+        domains: vec!["shop.example.com".into()],
         deploy: Some(false),
     };
     let a = c.create_app(&req).await.unwrap();
@@ -254,6 +256,14 @@ async fn app_calls_send_what_the_api_defines() {
     let created = find(&log, "POST /v1/apps");
     assert!(created.idempotency_key.is_some());
     let body = created.json();
+    assert_eq!(body["domains"], json!(["shop.example.com"]));
+    assert_eq!(
+        (a.domains[0].name.as_str(), a.domains[0].tls),
+        (
+            "shop.example.com",
+            pandastack_client::types::DomainTls::Issued
+        )
+    );
     assert_eq!(
         body["git"],
         json!({"url": "file:///srv/web.git", "ref": "main"})
@@ -366,6 +376,10 @@ async fn app_calls_send_what_the_api_defines() {
         find(&log, "POST /v1/apps/web/rollback").json(),
         json!({"deploy_id": "dep-1"})
     );
+
+    let a = c.rotate_app_deploy_key("web").await.unwrap();
+    assert!(a.deploy_key.starts_with("ssh-ed25519 "), "{a:?}");
+    find(&log, "POST /v1/apps/web/deploy-key");
 
     c.delete_app("web").await.unwrap();
     assert_eq!(

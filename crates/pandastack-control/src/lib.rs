@@ -7,21 +7,25 @@
 //! Python kernels inside a sandbox, streamed or collected; contexts created and deleted).
 //! The template service ([`Templates`]: resolve for creates, list, builds from a spec or an OCI
 //! tarball queued as durable jobs and run one at a time by its worker, re-bake, delete).
+//! Schedules ([`Schedules`]: cron expressions fired once per due time, runs as durable jobs).
 
 mod activity;
 pub mod apps;
+pub mod certs;
 mod code;
 mod databases;
 mod jobs;
 mod reaper;
 mod reconcile;
 mod sandboxes;
+pub mod schedules;
 mod snapshots;
 mod templates;
 mod volumes;
 
 pub use activity::{busy, Activity, BUSY_SHARE};
 pub use apps::{AppAddress, AppError, AppInfo, AppRoute, Apps};
+pub use certs::{AcmeConfig, CertConfig, Certificates};
 pub use code::{CodeContextError, CodeContexts, CodeEvent};
 pub use databases::{
     parse_time as parse_database_time, volume_name as database_volume_name, ArchiveSettings,
@@ -31,6 +35,7 @@ pub use databases::{
 pub use reaper::Reaper;
 pub use reconcile::{reconcile_rows, Reconciled};
 pub use sandboxes::{ControlError, Sandboxes, Source, Verb};
+pub use schedules::{ScheduleError, ScheduleInfo, Schedules};
 pub use snapshots::{Forked, Snapshots};
 pub use templates::{
     drain_upload, BuildConfig, BuildLogRef, Built, Resolved, TemplateError, TemplateInfo, Templates,

@@ -17,6 +17,9 @@ pub struct AppRow {
     /// The app's configuration (`pandastack_api_types::AppConfig` as JSON).
     pub config: serde_json::Value,
     pub webhook_secret: String,
+    /// The private half of its SSH deploy key (OpenSSH format; `None` for an app made before
+    /// keys were, until the server makes one). Never shown by the API.
+    pub deploy_private_key: Option<String>,
     /// The deploy its traffic goes to.
     pub live_deploy_id: Option<String>,
     pub created_at: i64,
@@ -53,7 +56,8 @@ pub struct Apps<'a> {
 }
 
 const APP_COLUMNS: &str =
-    "id, workspace_id, name, host_id, config, webhook_secret, live_deploy_id, created_at, updated_at";
+    "id, workspace_id, name, host_id, config, webhook_secret, live_deploy_id, \
+     created_at, updated_at, deploy_private_key";
 const DEPLOY_COLUMNS: &str = "id, app_id, workspace_id, host_id, seq, git_ref, commit_sha, state, \
      sandbox_id, plan, error, delivery_id, phases, created_at, updated_at";
 
@@ -66,6 +70,7 @@ fn app_row(r: &sqlx::any::AnyRow) -> Result<AppRow, StoreError> {
         host_id: col(r, "host_id")?,
         config: serde_json::from_str(&config)?,
         webhook_secret: col(r, "webhook_secret")?,
+        deploy_private_key: col(r, "deploy_private_key")?,
         live_deploy_id: col(r, "live_deploy_id")?,
         created_at: col(r, "created_at")?,
         updated_at: col(r, "updated_at")?,
@@ -98,7 +103,7 @@ impl Apps<'_> {
     /// Inserts a new app; [`StoreError::Conflict`] when any workspace has the name.
     pub async fn insert(&self, a: &AppRow) -> Result<(), StoreError> {
         sqlx::query(&format!(
-            "INSERT INTO apps ({APP_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+            "INSERT INTO apps ({APP_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
         ))
         .bind(&a.id)
         .bind(&a.workspace_id)
@@ -109,9 +114,40 @@ impl Apps<'_> {
         .bind(&a.live_deploy_id)
         .bind(a.created_at)
         .bind(a.updated_at)
+        .bind(&a.deploy_private_key)
         .execute(self.pool)
         .await?;
         Ok(())
+    }
+
+    /// Sets the app's SSH deploy key (private half). With `only_if_missing`, only an app that
+    /// has none gets it (two readers making a key at once: the first one stays); `false` when
+    /// nothing changed.
+    pub async fn set_deploy_key(
+        &self,
+        id: &str,
+        private_key: &str,
+        only_if_missing: bool,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let r = if only_if_missing {
+            sqlx::query(
+                "UPDATE apps SET deploy_private_key = $2 \
+                 WHERE id = $1 AND deploy_private_key IS NULL",
+            )
+            .bind(id)
+            .bind(private_key)
+            .execute(self.pool)
+            .await?
+        } else {
+            sqlx::query("UPDATE apps SET deploy_private_key = $2, updated_at = $3 WHERE id = $1")
+                .bind(id)
+                .bind(private_key)
+                .bind(now)
+                .execute(self.pool)
+                .await?
+        };
+        Ok(r.rows_affected() > 0)
     }
 
     /// A workspace's app by name or id.
@@ -215,9 +251,13 @@ impl Apps<'_> {
         Ok(())
     }
 
-    /// Removes an app and its deploy rows.
+    /// Removes an app, its deploy rows and its domains.
     pub async fn delete(&self, id: &str) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM app_domains WHERE app_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("DELETE FROM app_deploys WHERE app_id = $1")
             .bind(id)
             .execute(&mut *tx)

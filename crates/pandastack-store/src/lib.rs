@@ -14,23 +14,27 @@
 
 mod apps;
 mod databases;
+mod domains;
 mod hosts;
 mod idempotency;
 mod jobs;
 mod keys;
 mod sandboxes;
+mod schedules;
 mod snapshots;
 mod templates;
 mod volumes;
 
 pub use apps::{AppRow, Apps, DeployRow};
 pub use databases::{DatabaseRow, DatabaseRowState, Databases};
+pub use domains::{CertState, DomainRow, Domains};
 pub use hosts::{HostRow, Hosts};
 pub use idempotency::{Idempotency, IdempotencyRecord, Reservation};
 pub use jobs::{JobRow, JobState, Jobs, NewJob};
 pub use keys::{Counts, KeyRow, Keys, Workspace};
 pub use pandastack_api_types::{OnTimeout, SandboxState};
 pub use sandboxes::{Filter, SandboxRow, Sandboxes};
+pub use schedules::{Fired, Firing, RunRow, ScheduleRow, Schedules};
 pub use snapshots::{SnapshotRow, Snapshots};
 pub use templates::{BuildStatus, SourceKind, TemplateBuildRow, TemplateBuilds};
 pub use volumes::{
@@ -151,6 +155,10 @@ impl Store {
         Apps { pool: &self.pool }
     }
 
+    pub fn domains(&self) -> Domains<'_> {
+        Domains { pool: &self.pool }
+    }
+
     pub fn databases(&self) -> Databases<'_> {
         Databases { pool: &self.pool }
     }
@@ -161,6 +169,10 @@ impl Store {
 
     pub fn sandboxes(&self) -> Sandboxes<'_> {
         Sandboxes { pool: &self.pool }
+    }
+
+    pub fn schedules(&self) -> Schedules<'_> {
+        Schedules { pool: &self.pool }
     }
 
     pub fn snapshots(&self) -> Snapshots<'_> {

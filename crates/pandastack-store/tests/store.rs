@@ -685,3 +685,51 @@ async fn volume_quota_mounts_and_their_release() {
         ));
     }
 }
+
+/// An app's SSH deploy key: stored with the row, made later for a row without one (the
+/// first writer wins a race), replaced by a rotation.
+#[tokio::test]
+async fn app_deploy_keys() {
+    for case in stores().await {
+        let s = &case.store;
+        let ws = s.keys().create_workspace("w", 3, 60).await.unwrap();
+        let mut app = pandastack_store::AppRow {
+            id: "app-1".into(),
+            workspace_id: ws.id.clone(),
+            name: "web".into(),
+            host_id: "h1".into(),
+            config: serde_json::json!({}),
+            webhook_secret: "whs".into(),
+            deploy_private_key: Some("K1".into()),
+            live_deploy_id: None,
+            created_at: 1,
+            updated_at: 1,
+        };
+        s.apps().insert(&app).await.unwrap();
+        assert_eq!(
+            s.apps().by_id("app-1").await.unwrap(),
+            app,
+            "{}",
+            case.backend
+        );
+        // A row from before keys: the first key made for it stays.
+        app.id = "app-2".into();
+        app.name = "old".into();
+        app.deploy_private_key = None;
+        s.apps().insert(&app).await.unwrap();
+        let apps = s.apps();
+        assert!(apps.set_deploy_key("app-2", "K2", true, 5).await.unwrap());
+        assert!(!apps.set_deploy_key("app-2", "K3", true, 6).await.unwrap());
+        let got = apps.get(&ws.id, "old").await.unwrap();
+        assert_eq!(got.deploy_private_key.as_deref(), Some("K2"));
+        assert_eq!(got.updated_at, 1, "{}", case.backend);
+        // A rotation replaces it.
+        assert!(apps.set_deploy_key("app-2", "K4", false, 7).await.unwrap());
+        let got = apps.by_name("old").await.unwrap();
+        assert_eq!(
+            (got.deploy_private_key.as_deref(), got.updated_at),
+            (Some("K4"), 7)
+        );
+        assert!(!apps.set_deploy_key("nope", "K", false, 8).await.unwrap());
+    }
+}

@@ -5,6 +5,8 @@
 //! in blue-green, a rollback, a deploy that fails leaving the live version alone, the signed
 //! webhook (bad signature, push, redelivery), an Express app installed with npm over the
 //! sandbox network, scale to zero and wake on a request, and delete leaving nothing behind.
+//! A second test (a server of its own) takes a WebSocket echo and a slowly streamed answer
+//! through the app proxy, then plain requests on its kept-alive connections into the VM.
 
 mod common;
 
@@ -531,6 +533,221 @@ async fn apps_end_to_end() {
     let (_, v) = api.call("GET", "/v1/sandboxes", None).await;
     assert_eq!(v["data"].as_array().unwrap().len(), 0, "{v}");
     let (st, _) = visit(&server, "site", "/").await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    drop(server);
+    names.clean();
+}
+
+/// A `node:http` server with no dependencies: `/stream` writes five lines 400 ms apart (a
+/// chunked answer), `/ws` is a WebSocket echo (the handshake and the frames written out here:
+/// text comes back as `echo: <text>`, binary as is, a ping as a pong, a close as a close).
+const LIVE_SERVER_JS: &str = r#"const http = require('node:http');
+const crypto = require('node:crypto');
+const server = http.createServer((req, res) => {
+  if (req.url === '/stream') {
+    res.writeHead(200, { 'Content-Type': 'text/plain' });
+    let i = 0;
+    const t = setInterval(() => {
+      res.write(`chunk ${i}\n`);
+      if (++i === 5) { clearInterval(t); res.end('done\n'); }
+    }, 400);
+    return;
+  }
+  res.end('ok\n');
+});
+function frame(socket, op, payload) {
+  const n = payload.length;
+  let head;
+  if (n < 126) head = Buffer.from([0x80 | op, n]);
+  else if (n < 65536) head = Buffer.from([0x80 | op, 126, n >> 8, n & 255]);
+  else { head = Buffer.alloc(10); head[0] = 0x80 | op; head[1] = 127; head.writeBigUInt64BE(BigInt(n), 2); }
+  socket.write(Buffer.concat([head, payload]));
+}
+server.on('upgrade', (req, socket) => {
+  const accept = crypto.createHash('sha1')
+    .update(req.headers['sec-websocket-key'] + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11')
+    .digest('base64');
+  socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n' +
+    `Sec-WebSocket-Accept: ${accept}\r\n\r\n`);
+  let buf = Buffer.alloc(0);
+  socket.on('data', (d) => {
+    buf = Buffer.concat([buf, d]);
+    for (;;) {
+      if (buf.length < 2) return;
+      const op = buf[0] & 0x0f;
+      let len = buf[1] & 0x7f, off = 2;
+      if (len === 126) { if (buf.length < 4) return; len = buf.readUInt16BE(2); off = 4; }
+      else if (len === 127) { if (buf.length < 10) return; len = Number(buf.readBigUInt64BE(2)); off = 10; }
+      const masked = (buf[1] & 0x80) !== 0;
+      const mask = masked ? buf.subarray(off, off + 4) : null;
+      if (masked) off += 4;
+      if (buf.length < off + len) return;
+      const payload = Buffer.from(buf.subarray(off, off + len));
+      buf = buf.subarray(off + len);
+      if (mask) for (let i = 0; i < payload.length; i++) payload[i] ^= mask[i % 4];
+      if (op === 8) { frame(socket, 8, Buffer.alloc(0)); socket.end(); return; }
+      if (op === 9) frame(socket, 10, payload);
+      else if (op === 1) frame(socket, 1, Buffer.from('echo: ' + payload.toString()));
+      else if (op === 2) frame(socket, 2, payload);
+    }
+  });
+  socket.on('error', () => {});
+});
+server.listen(process.env.PORT, () => console.log('listening on ' + process.env.PORT));
+"#;
+
+/// WebSocket and a slowly streamed answer through the app proxy (issue #17): a WebSocket echo
+/// round-trips at `<app>.localhost:<proxy port>`, and the chunks of a streamed answer arrive
+/// as the app writes them, not when it ends. Then plain requests, sequential and concurrent,
+/// on the proxy's kept-alive connections into the VM.
+#[tokio::test(flavor = "multi_thread")]
+async fn app_websocket_and_streaming() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let guard = runtime().await;
+    let data = guard.dir.path();
+    catalog(data);
+    let repos = tempfile::tempdir().unwrap();
+    let names = NetNames::new("tsws");
+    names.clean();
+    let port = free_port();
+    let server = start_with(
+        data,
+        port,
+        &[
+            "--pool-size",
+            "0",
+            "--network",
+            "on",
+            "--net-name",
+            "tsws",
+            "--net-base",
+            "10.204.67.0/24",
+            "--net-spare",
+            "1",
+        ],
+    )
+    .await;
+    let api = api(&server);
+    let (bare, work) = repo(repos.path(), "live");
+    commit(
+        &work,
+        &[
+            ("Procfile", "web: node server.js\n"),
+            ("server.js", LIVE_SERVER_JS),
+        ],
+        "v1",
+    );
+    let url = format!("file://{}", bare.display());
+    let (st, v) = api
+        .call(
+            "POST",
+            "/v1/apps",
+            Some(json!({"name": "live", "git": {"url": url}, "min_instances": 1})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let d = deploys(&api, "live").await[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    live(&api, "live", &d).await;
+    let proxy_port = server.proxy.rsplit_once(':').unwrap().1.to_owned();
+    let host = format!("live.localhost:{proxy_port}");
+
+    // A streamed answer: each line as the app writes it (400 ms apart), not all at the end.
+    let t = Instant::now();
+    let mut r = Client::new()
+        .get(format!("http://{}/stream", server.proxy))
+        .header("Host", &host)
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+        .expect("GET /stream through the proxy");
+    assert_eq!(r.status(), StatusCode::OK);
+    let mut pieces = Vec::new();
+    while let Some(piece) = r.chunk().await.expect("the stream") {
+        pieces.push((t.elapsed(), String::from_utf8_lossy(&piece).into_owned()));
+    }
+    let text: String = pieces.iter().map(|(_, p)| p.as_str()).collect();
+    assert_eq!(
+        text, "chunk 0\nchunk 1\nchunk 2\nchunk 3\nchunk 4\ndone\n",
+        "{pieces:?}"
+    );
+    let first = pieces[0].0;
+    let end = pieces.last().unwrap().0;
+    assert!(
+        pieces.len() >= 3 && end - first >= Duration::from_millis(1000),
+        "the chunks came together, not as written: {pieces:?}"
+    );
+    eprintln!(
+        "stream: first chunk after {first:?}, end after {end:?}, {} pieces",
+        pieces.len()
+    );
+
+    // A WebSocket echo through the proxy: text, a large binary message, a ping, a close.
+    let tcp = tokio::net::TcpStream::connect(&server.proxy).await.unwrap();
+    let req = format!("ws://{host}/ws").into_client_request().unwrap();
+    let (mut ws, resp) = tokio_tungstenite::client_async(req, tcp)
+        .await
+        .expect("WebSocket handshake through the proxy");
+    assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
+    async fn next(
+        ws: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+    ) -> Option<Result<Message, tokio_tungstenite::tungstenite::Error>> {
+        tokio::time::timeout(Duration::from_secs(30), ws.next())
+            .await
+            .expect("an answer within 30 s")
+    }
+    for text in ["one", "two"] {
+        ws.send(Message::text(text)).await.unwrap();
+        match next(&mut ws).await {
+            Some(Ok(Message::Text(t))) => assert_eq!(t.as_str(), format!("echo: {text}")),
+            other => panic!("{other:?}"),
+        }
+    }
+    let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    ws.send(Message::binary(big.clone())).await.unwrap();
+    match next(&mut ws).await {
+        Some(Ok(Message::Binary(b))) => assert!(b[..] == big[..], "binary echo differs"),
+        other => panic!("{other:?}"),
+    }
+    ws.send(Message::Ping(b"p".to_vec().into())).await.unwrap();
+    match next(&mut ws).await {
+        Some(Ok(Message::Pong(p))) => assert_eq!(&p[..], b"p"),
+        other => panic!("{other:?}"),
+    }
+    ws.close(None).await.unwrap();
+
+    // Plain requests: sequential ones reuse the proxy's connection into the VM, concurrent
+    // ones each get one; every answer is right.
+    let c = Client::new();
+    for _ in 0..20 {
+        let (st, body) = visit(&server, "live", "/").await;
+        assert_eq!((st, body.as_str()), (StatusCode::OK, "ok\n"));
+    }
+    let many = (0..16).map(|_| {
+        let (c, proxy, host) = (c.clone(), server.proxy.clone(), host.clone());
+        tokio::spawn(async move {
+            let r = c
+                .get(format!("http://{proxy}/"))
+                .header("Host", host)
+                .send()
+                .await
+                .unwrap();
+            (r.status(), r.text().await.unwrap())
+        })
+    });
+    for task in many.collect::<Vec<_>>() {
+        let (st, body) = task.await.unwrap();
+        assert_eq!((st, body.as_str()), (StatusCode::OK, "ok\n"));
+    }
+
+    let (st, v) = api.call("DELETE", "/v1/apps/live", None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+    let (st, _) = visit(&server, "live", "/").await;
     assert_eq!(st, StatusCode::NOT_FOUND);
     drop(server);
     names.clean();

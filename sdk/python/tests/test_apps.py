@@ -1,7 +1,8 @@
 """Apps against a real server, only what needs no VM: an app created without its first deploy
 (``deploy=False``), read back by name and by id, listed, updated (environment and scaling),
 refused for a bad field or a name in use, with no deploys; deploys (from git and uploaded) to
-an unknown app refused; then deleted, after which it is :class:`AppNotFoundError`. Builds and deploys need the ``app`` template and minutes of VM time:
+an unknown app refused; custom domains set, refused (bad, or another app's) and removed; then
+deleted, after which it is :class:`AppNotFoundError`. Builds and deploys need the ``app`` template and minutes of VM time:
 the server's own end-to-end tests cover them."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from conftest import RUN_ID
 from pandastack import (
     App,
     AppBuild,
+    AppDomain,
     AppGit,
     AppNotFoundError,
     AppStart,
@@ -94,6 +96,36 @@ def test_refusals(client, created, tmp_path):
     (tmp_path / "index.html").write_text("hello")
     with pytest.raises(AppNotFoundError):
         client.apps.deploy_directory(f"nope-{RUN_ID}", tmp_path)  # the upload is read and dropped
+
+
+def test_custom_domains(client):
+    name, other = f"py-{RUN_ID}-dom", f"py-{RUN_ID}-dom2"
+    domain = f"{name}.example.test"
+    try:
+        a = client.apps.create(name, GIT, deploy=False, domains=[domain])
+        # The client suite's server has no TLS listener: no certificate, and no error.
+        assert a.domains == [AppDomain(domain, "none", None, None)]
+        assert client.apps.get(name).domains == a.domains
+        with pytest.raises(ConflictError) as taken:
+            client.apps.create(other, GIT, deploy=False, domains=[domain])
+        assert taken.value.status == 409
+        with pytest.raises(AppNotFoundError):
+            client.apps.get(other)  # a refused domain refuses the app: nothing left behind
+        with pytest.raises(InvalidArgumentError) as bad:
+            client.apps.update(name, domains=[f"ok-{domain}", "Not A Domain"])
+        assert bad.value.status == 422 and "domains[1]" in str(bad.value)
+        assert client.apps.get(name).domains == a.domains, "a refused update changes nothing"
+        assert client.apps.update(name, min_instances=0).domains == a.domains, "not given: they stay"
+        assert client.apps.update(name, domains=[]).domains == []
+        assert client.apps.get(name).domains == []
+        b = client.apps.create(other, GIT, deploy=False, domains=[domain])  # free again
+        assert [d.name for d in b.domains] == [domain]
+    finally:
+        for n in (name, other):
+            try:
+                client.apps.delete(n)
+            except Exception as e:  # pragma: no cover - report, do not mask the test result
+                print(f"cleanup of app {n} failed: {e!r}", file=sys.stderr)
 
 
 def test_delete_then_gone(client, created):

@@ -21,6 +21,7 @@ from fakeserver import FakeServer, error, reply
 from pandastack import (
     App,
     AppBuild,
+    AppDomain,
     AppGit,
     AppNotFoundError,
     AppStart,
@@ -52,6 +53,7 @@ def app(**kw):
         "idle_seconds": 300,
         "health_path": "/healthz",
         "webhook_secret": "whsec-s3cret",
+        "deploy_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK1 pandastack-app-web",
         "live_deploy": None,
         "instance_state": None,
         "created_at": "2026-01-01T00:00:00Z",
@@ -117,6 +119,7 @@ def test_create_sends_only_what_was_given_and_reads_the_app(fake):
         assert (a.env, a.secret_names) == ({"NODE_ENV": "production"}, ["DB_PASSWORD"])
         assert (a.memory_mb, a.min_instances, a.idle_seconds, a.health_path) == (1024, 0, 300, "/healthz")
         assert (a.live_deploy, a.instance_state, a.webhook_secret) == (None, None, "whsec-s3cret")
+        assert a.deploy_key == "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK1 pandastack-app-web"
         assert a.created_at and a.updated_at and a.raw["id"] == "app-1"
         assert "s3cret" not in repr(a), "the webhook secret stays out of reprs"
         c.apps.create(
@@ -177,6 +180,8 @@ def test_list_follows_cursors_get_update_and_delete(fake):
     fake.on("GET", "/v1/apps/web", reply(200, app(live_deploy="dep-1", instance_state="running")))
     fake.on_call("PATCH", "/v1/apps/web", lambda r: reply(200, app(**{k: v for k, v in body(r).items() if k != "secrets"})))
     fake.on("DELETE", "/v1/apps/web", reply(204), error(404, "app_not_found", "app web not found"))
+    new_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK2 pandastack-app-web"
+    fake.on("POST", "/v1/apps/web/deploy-key", reply(200, app(deploy_key=new_key)))
     with make(fake) as c:
         assert [a.name for a in c.apps.list(limit=1)] == ["a", "b"]
         assert [query(r) for r in fake.calls("GET", "/v1/apps")] == [{"limit": "1"}, {"limit": "1", "cursor": "a"}]
@@ -191,6 +196,8 @@ def test_list_follows_cursors_get_update_and_delete(fake):
         c.apps.update("web", env={})
         with pytest.raises(InvalidArgumentError):
             c.apps.update("web", ref="main")  # a ref alone cannot be sent: git is replaced whole
+        assert c.apps.rotate_deploy_key("web").deploy_key == new_key
+        assert [body(r) for r in fake.calls("POST", "/v1/apps/web/deploy-key")] == [None]
         assert c.apps.delete("web") is True
         assert c.apps.delete("web") is False
     assert [body(r) for r in fake.calls("PATCH", "/v1/apps/web")] == [
@@ -199,6 +206,62 @@ def test_list_follows_cursors_get_update_and_delete(fake):
         {"build": {"output_dir": "out"}, "start": {"command": "serve"}, "memory_mb": 512, "health_path": "/"},
         {"env": {}},
     ]
+
+
+def with_domains(req_body):
+    """An app as the server returns it after a request: its ``domains`` those the request
+    named, each without TLS (the client suite's server has no TLS listener)."""
+    names = (req_body or {}).get("domains", [])
+    return app(domains=[{"name": n, "tls": "none", "tls_expires_at": None, "tls_error": None} for n in names])
+
+
+def test_domains_are_sent_when_given_and_read_back(fake):
+    fake.on_call("POST", "/v1/apps", lambda r: reply(201, with_domains(body(r))))
+    fake.on_call("PATCH", "/v1/apps/web", lambda r: reply(200, with_domains(body(r))))
+    with make(fake) as c:
+        a = c.apps.create("web", "https://git.example/web.git", domains=["shop.example.com", "www.example.com"])
+        assert a.domains == [AppDomain("shop.example.com", "none"), AppDomain("www.example.com", "none")]
+        assert c.apps.create("web", "https://git.example/web.git").domains == []
+        assert c.apps.update("web", domains=("shop.example.com",)).domains == [AppDomain("shop.example.com")]
+        assert c.apps.update("web", domains=[]).domains == []
+        c.apps.update("web", min_instances=1)
+        for bad in (
+            lambda: c.apps.create("x", "u", domains="shop.example.com"),  # a str, not a list of them
+            lambda: c.apps.create("x", "u", domains=[""]),
+            lambda: c.apps.update("web", domains=["ok.example.com", 42]),  # type: ignore[list-item]
+            lambda: c.apps.update("web", domains={"shop.example.com": 1}),  # type: ignore[arg-type]
+        ):
+            with pytest.raises(InvalidArgumentError):
+                bad()
+    assert [body(r) for r in fake.calls("POST", "/v1/apps")] == [
+        {"name": "web", "git": {"url": "https://git.example/web.git"}, "domains": ["shop.example.com", "www.example.com"]},
+        {"name": "web", "git": {"url": "https://git.example/web.git"}},
+    ]
+    assert [body(r) for r in fake.calls("PATCH", "/v1/apps/web")] == [
+        {"domains": ["shop.example.com"]},
+        {"domains": []},  # [] is sent: it removes them all
+        {"min_instances": 1},  # not given: left out, the domains stay
+    ]
+
+
+def test_app_reads_domains_and_their_tls():
+    a = App.from_json(
+        app(
+            domains=[
+                {"name": "shop.example.com", "tls": "issued", "tls_expires_at": "2026-04-01T00:00:00Z", "tls_error": None},
+                {"name": "www.example.com", "tls": "failed", "tls_error": "dns: NXDOMAIN", "since": "unknown field"},
+                {"name": "files.example.com", "tls": "files"},
+                "not an object",
+            ]
+        )
+    )
+    assert a.domains == [
+        AppDomain("shop.example.com", "issued", "2026-04-01T00:00:00Z", None),
+        AppDomain("www.example.com", "failed", None, "dns: NXDOMAIN"),
+        AppDomain("files.example.com", "files"),
+    ]
+    assert App.from_json(app()).domains == [] and App.from_json(app(domains=None)).domains == []
+    assert AppDomain.from_json({"name": "x.example.com"}) == AppDomain("x.example.com", "none")
 
 
 @pytest.mark.parametrize(
@@ -422,8 +485,10 @@ def test_async_apps(fake, tmp_path):
 
     async def main():
         async with AsyncPandaStack(api_key="pds_test", base_url=fake.url, max_retries=0) as c:
-            a = await c.apps.create("web", "https://git.example/web.git", deploy=False)
+            a = await c.apps.create("web", "https://git.example/web.git", deploy=False, domains=["shop.example.com"])
             assert a.name == "web" and a.git.ref == "main"
+            with pytest.raises(InvalidArgumentError):
+                await c.apps.update("web", domains=[None])  # type: ignore[list-item]
             assert [x.name async for x in c.apps.list()] == ["web"]
             assert (await c.apps.update("web", min_instances=1)).min_instances == 1
             d = await c.apps.deploy_directory("web", tmp_path, wait=True, timeout=30)
@@ -441,6 +506,7 @@ def test_async_apps(fake, tmp_path):
             assert await c.apps.delete("web") is True
 
     asyncio.run(main())
+    assert body(fake.calls("POST", "/v1/apps")[0])["domains"] == ["shop.example.com"]
     upload = fake.calls("POST", "/v1/apps/web/deploys")[0]
     assert upload["headers"]["content-type"] == "application/gzip"
     assert ".git/HEAD" not in _members(upload["body"]) and "src/index.js" in _members(upload["body"])

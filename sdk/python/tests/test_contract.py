@@ -24,6 +24,7 @@ from pandastack.types import (
     APIKey,
     App,
     AppBuild,
+    AppDomain,
     AppGit,
     AppStart,
     CodeContext,
@@ -78,6 +79,7 @@ PAIRS: Dict[str, type] = {
     "AppGit": AppGit,
     "AppBuild": AppBuild,
     "AppStart": AppStart,
+    "AppDomain": AppDomain,
     "Deploy": Deploy,
 }
 
@@ -130,6 +132,18 @@ NOT_MODELLED: Dict[str, str] = {
     "SandboxUsage": "GET /v1/usage is not in the SDK yet",
     "VolumeUsage": "GET /v1/usage is not in the SDK yet",
     "SnapshotUsage": "GET /v1/usage is not in the SDK yet",
+    # /v1/schedules (cron): not in the SDK yet (the CLI's `pandastack cron` and the Rust client).
+    "ConcurrencyPolicy": "schedules are not in the SDK yet",
+    "CreateScheduleRequest": "schedules are not in the SDK yet",
+    "List_Schedule": "schedules are not in the SDK yet",
+    "List_ScheduleRun": "schedules are not in the SDK yet",
+    "RunState": "schedules are not in the SDK yet",
+    "RunTrigger": "schedules are not in the SDK yet",
+    "SandboxExecTarget": "schedules are not in the SDK yet",
+    "Schedule": "schedules are not in the SDK yet",
+    "ScheduleRun": "schedules are not in the SDK yet",
+    "ScheduleTarget": "schedules are not in the SDK yet",
+    "UpdateScheduleRequest": "schedules are not in the SDK yet",
     "CreatedKey": "CreatedAPIKey = Key + secret (allOf)",
     # Streams: decoded into events, not returned as these objects.
     "CodeResult": "decoded into Execution (results, logs, error)",
@@ -153,6 +167,7 @@ NOT_MODELLED: Dict[str, str] = {
     "BackupState": "a str field (VolumeBackup.state)",
     "DatabaseState": "a str field (Database.state)",
     "DeployState": "a str field (Deploy.state)",
+    "DomainTls": "AppDomain.tls is the string",
 }
 
 

@@ -57,6 +57,14 @@ export interface AppConfigOptions {
   idleSeconds?: number;
   /** Path the health check asks for (default `/`); 2xx or 3xx is healthy. */
   healthPath?: string;
+  /**
+   * Extra host names the app answers at, besides `<name>.<domain>`: lower-case DNS names (at
+   * most 20, none under the server's own domain, none another app has); point their DNS at the
+   * server's proxy. With TLS on the proxy each gets a certificate, from the operator's
+   * certificate directory or else from ACME: see `AppInfo.domains[i].tls`. An update replaces
+   * them whole (`[]` removes them all).
+   */
+  domains?: string[];
 }
 
 /** Options of {@link Apps.create}. */
@@ -140,7 +148,8 @@ export class Apps {
   /**
    * Creates an app and queues its first deploy (unless `deploy: false`); resolves with the app
    * at once ({@link deploys} lists the queued deploy, {@link waitForDeploy} waits for it). A
-   * name in use throws {@link ConflictError}; a bad field {@link InvalidArgumentError} naming it.
+   * name in use, or a domain another app has, throws {@link ConflictError}; a bad field
+   * {@link InvalidArgumentError} naming it (`domains[i]`).
    */
   async create(opts: CreateAppOptions): Promise<AppInfo> {
     if (typeof opts?.name !== "string" || opts.name === "") {
@@ -165,8 +174,9 @@ export class Apps {
 
   /**
    * Changes an app's configuration and resolves with the app: each field given replaces the
-   * app's (`env` and `secrets` whole; `ref` needs `git`). The next deploy builds with it;
-   * `minInstances` and `idleSeconds` apply to the running version at once.
+   * app's (`env`, `secrets` and `domains` whole, `domains: []` removes them all; `ref` needs
+   * `git`). The next deploy builds with it; `minInstances` and `idleSeconds` apply to the
+   * running version at once, and `domains` to the proxy at once.
    */
   async update(name: string, opts: UpdateAppOptions): Promise<AppInfo> {
     const body: Record<string, unknown> = {};
@@ -194,6 +204,20 @@ export class Apps {
       if (e instanceof NotFoundError) return false;
       throw e;
     }
+  }
+
+  /**
+   * Replaces the app's SSH deploy key with a new ed25519 pair and resolves with the app, its
+   * `deployKey` the new public key to put on the repository (as a read-only deploy key).
+   * Deploys from then on fetch with the new key.
+   */
+  async rotateDeployKey(name: string, opts: CallOptions = {}): Promise<AppInfo> {
+    const w = await this.http.request<Record<string, unknown>>({
+      method: "POST",
+      path: appPath(name, "/deploy-key"),
+      ...call(opts),
+    });
+    return appFromWire(w ?? {});
   }
 
   /**
@@ -386,6 +410,18 @@ export function configToWire(o: AppConfigOptions): Record<string, unknown> {
   if (o.minInstances !== undefined) body.min_instances = o.minInstances;
   if (o.idleSeconds !== undefined) body.idle_seconds = o.idleSeconds;
   if (o.healthPath !== undefined) body.health_path = o.healthPath;
+  if (o.domains !== undefined) {
+    const d: unknown = o.domains;
+    if (!Array.isArray(d)) {
+      throw new InvalidArgumentError(`domains: an array of host names, got ${typeof d}`, { code: "invalid_argument" });
+    }
+    d.forEach((x, i) => {
+      if (typeof x !== "string" || x === "") {
+        throw new InvalidArgumentError(`domains[${i}]: a non-empty host name, got ${JSON.stringify(x)}`, { code: "invalid_argument" });
+      }
+    });
+    body.domains = [...d];
+  }
   return body;
 }
 

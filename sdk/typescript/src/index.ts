@@ -99,6 +99,7 @@ export {
 export { Execution, Result, ACCESS_TOKEN_HEADER } from "./types.js";
 export type {
   AppBuild,
+  AppDomain,
   AppGit,
   AppInfo,
   AppStart,
@@ -110,6 +111,7 @@ export type {
   DatabaseState,
   DeployInfo,
   DeployState,
+  DomainTls,
   ExecEvent,
   ExecResult,
   ExecutionError,

@@ -226,6 +226,26 @@ export interface AppStart {
 }
 
 /**
+ * Where a custom domain's TLS certificate comes from, or why it has none: `none` (the proxy
+ * serves no TLS, or nothing covers the name), `files` (a certificate from the operator's
+ * directory), `pending` (an ACME order is under way), `issued` (by ACME) or `failed` (the last
+ * ACME order failed: `tlsError` says why).
+ */
+export type DomainTls = "none" | "files" | "pending" | "issued" | "failed";
+
+/** A custom domain of an app ({@link AppInfo.domains}). */
+export interface AppDomain {
+  /** The host name (its DNS pointed at the server's proxy). */
+  name: string;
+  /** Where its TLS certificate comes from. */
+  tls: DomainTls;
+  /** End of the certificate's validity (RFC 3339), when known. */
+  tlsExpiresAt: string | null;
+  /** Why the last ACME order failed (`tls: "failed"`). */
+  tlsError: string | null;
+}
+
+/**
  * An app deployed from git (or from uploaded directories): built in a VM, health-checked and
  * served at `url` (`<name>.<domain>`) by the server's proxy.
  */
@@ -251,6 +271,18 @@ export interface AppInfo {
   healthPath: string;
   /** Signs webhook deliveries of git hosts (`X-Hub-Signature-256`: HMAC-SHA256 of the body). */
   webhookSecret: string;
+  /**
+   * The public half of the app's own SSH deploy key (one OpenSSH `authorized_keys` line,
+   * `ssh-ed25519 … pandastack-app-<name>`): add this as a read-only deploy key on the
+   * repository to deploy from an `ssh://` or `git@host:path` URL. The private half never
+   * leaves the server; `client.apps.rotateDeployKey(name)` replaces the pair.
+   */
+  deployKey: string;
+  /**
+   * Its custom domains: extra host names it answers at besides `<name>.<domain>`, each with
+   * where its TLS certificate comes from.
+   */
+  domains: AppDomain[];
   /** The deploy serving traffic (`null` until one passes its health check). */
   liveDeploy: string | null;
   /** The state of the live deploy's VM (`running`, `hibernated`, …), if there is one. */
@@ -638,6 +670,16 @@ export function appStartFromWire(w: Wire): AppStart {
 const object = (v: unknown): Wire => (v && typeof v === "object" && !Array.isArray(v) ? (v as Wire) : {});
 
 /** @internal */
+export function appDomainFromWire(w: Wire): AppDomain {
+  return {
+    name: str(w.name),
+    tls: str(w.tls, "none") as DomainTls,
+    tlsExpiresAt: optStr(w.tls_expires_at),
+    tlsError: optStr(w.tls_error),
+  };
+}
+
+/** @internal */
 export function appFromWire(w: Wire): AppInfo {
   return {
     id: str(w.id),
@@ -653,6 +695,8 @@ export function appFromWire(w: Wire): AppInfo {
     idleSeconds: num(w.idle_seconds),
     healthPath: str(w.health_path, "/"),
     webhookSecret: str(w.webhook_secret),
+    deployKey: str(w.deploy_key),
+    domains: objects(w.domains).map(appDomainFromWire),
     liveDeploy: optStr(w.live_deploy),
     instanceState: optStr(w.instance_state) as SandboxState | null,
     createdAt: str(w.created_at),

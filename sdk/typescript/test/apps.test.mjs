@@ -1,7 +1,8 @@
 // Apps against a real server, only what needs no VM: an app created without its first deploy
 // (`deploy: false`), read back by name and by id, listed, updated (environment and scaling),
 // refused for a bad field or a name in use, with no deploys; deploys (from git and uploaded) to
-// an unknown app refused; then deleted, after which it is AppNotFoundError. Builds and deploys need the `app` template and minutes of VM time: the
+// an unknown app refused; custom domains set, refused (bad, or another app's) and removed; then
+// deleted, after which it is AppNotFoundError. Builds and deploys need the `app` template and minutes of VM time: the
 // server's own end-to-end tests cover them.
 import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
@@ -22,6 +23,8 @@ describe("apps", () => {
   after(async () => {
     // Also after a failed test: nothing this run made may outlive it.
     await ps.apps.delete(name);
+    await ps.apps.delete(`${name}-dom`);
+    await ps.apps.delete(`${name}-dom2`);
   });
 
   test("created without a deploy", async () => {
@@ -75,6 +78,31 @@ describe("apps", () => {
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
+  });
+
+  test("custom domains: set, refused when bad or another app's, removed", async () => {
+    const dom = `${name}-dom`;
+    const other = `${name}-dom2`;
+    const domain = `${dom}.example.test`;
+    const a = await ps.apps.create({ name: dom, git: GIT, deploy: false, domains: [domain] });
+    // The client suite's server has no TLS listener: no certificate, and no error.
+    assert.deepEqual(a.domains, [{ name: domain, tls: "none", tlsExpiresAt: null, tlsError: null }]);
+    assert.deepEqual((await ps.apps.get(dom)).domains, a.domains);
+    const taken = await ps.apps.create({ name: other, git: GIT, deploy: false, domains: [domain] }).catch((e) => e);
+    assert.ok(taken instanceof ConflictError, String(taken));
+    assert.equal(taken.status, 409);
+    // A refused domain refuses the app: nothing is left behind.
+    await assert.rejects(ps.apps.get(other), AppNotFoundError);
+    const bad = await ps.apps.update(dom, { domains: [`ok-${domain}`, "Not A Domain"] }).catch((e) => e);
+    assert.ok(bad instanceof InvalidArgumentError, String(bad));
+    assert.equal(bad.status, 422);
+    assert.match(bad.message, /domains\[1\]/);
+    assert.deepEqual((await ps.apps.get(dom)).domains, a.domains, "a refused update changes nothing");
+    assert.deepEqual((await ps.apps.update(dom, { minInstances: 0 })).domains, a.domains, "not given: they stay");
+    assert.deepEqual((await ps.apps.update(dom, { domains: [] })).domains, []);
+    assert.deepEqual((await ps.apps.get(dom)).domains, []);
+    const b = await ps.apps.create({ name: other, git: GIT, deploy: false, domains: [domain] }); // free again
+    assert.deepEqual(b.domains.map((d) => d.name), [domain]);
   });
 
   test("delete, then it is gone", async () => {

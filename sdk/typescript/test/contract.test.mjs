@@ -48,6 +48,7 @@ const PAIRS = {
   AppGit: ["AppGit", "appGitFromWire"],
   AppBuild: ["AppBuild", "appBuildFromWire"],
   AppStart: ["AppStart", "appStartFromWire"],
+  AppDomain: ["AppDomain", "appDomainFromWire"],
   Deploy: ["DeployInfo", "deployFromWire"],
 };
 
@@ -99,6 +100,17 @@ const NOT_MODELLED = {
   SandboxUsage: "GET /v1/usage is not in the SDK yet",
   VolumeUsage: "GET /v1/usage is not in the SDK yet",
   SnapshotUsage: "GET /v1/usage is not in the SDK yet",
+  ConcurrencyPolicy: "schedules are not in the SDK yet",
+  CreateScheduleRequest: "schedules are not in the SDK yet",
+  List_Schedule: "schedules are not in the SDK yet",
+  List_ScheduleRun: "schedules are not in the SDK yet",
+  RunState: "schedules are not in the SDK yet",
+  RunTrigger: "schedules are not in the SDK yet",
+  SandboxExecTarget: "schedules are not in the SDK yet",
+  Schedule: "schedules are not in the SDK yet",
+  ScheduleRun: "schedules are not in the SDK yet",
+  ScheduleTarget: "schedules are not in the SDK yet",
+  UpdateScheduleRequest: "schedules are not in the SDK yet",
   CodeResult: "decoded into Execution",
   CodeOutput: "decoded into Result",
   CodeError: "decoded into ExecutionError",
@@ -119,10 +131,11 @@ const NOT_MODELLED = {
   BackupState: "a string union type (BackupState)",
   DatabaseState: "a string union type (DatabaseState)",
   DeployState: "a string union type (DeployState)",
+  DomainTls: "a string union type (DomainTls)",
 };
 
 /** Type aliases of src/types.ts that stand for a JSON string. */
-const STRING_ALIASES = new Set(["SandboxState", "OnTimeout", "BackupState", "DatabaseState", "DeployState"]);
+const STRING_ALIASES = new Set(["SandboxState", "OnTimeout", "BackupState", "DatabaseState", "DeployState", "DomainTls"]);
 
 const camel = (s) => s.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
 

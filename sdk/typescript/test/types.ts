@@ -18,9 +18,11 @@ import {
   DeployTimeoutError,
   isDeployActive,
   type AppInfo,
+  type AppDomain,
   type AppGit,
   type DeployInfo,
   type DeployState,
+  type DomainTls,
   type BuildTemplateOptions,
   type DatabaseExtensions,
   type DatabaseInfo,
@@ -189,10 +191,16 @@ export async function apps(client: PandaStack): Promise<void> {
   });
   const git: AppGit = app.git;
   const live: string | null = app.liveDeploy;
-  void [git.url, git.ref, live, app.url, app.secretNames, app.webhookSecret, app.instanceState, app.build.outputDir, app.start.port];
+  void [git.url, git.ref, live, app.url, app.secretNames, app.webhookSecret, app.deployKey, app.instanceState, app.build.outputDir, app.start.port];
   await client.apps.create({ name: "other", git: { url: "/srv/git/other.git", ref: "dev" } });
   for await (const a of client.apps.list({ limit: 10 })) void a.name;
   const same: AppInfo = await client.apps.get("web");
+  const domains: AppDomain[] = (await client.apps.update("web", { domains: ["shop.example.com"] })).domains;
+  const tls: DomainTls = domains[0].tls;
+  await client.apps.create({ name: "dom", git: "https://github.com/me/web.git", domains: ["www.example.com"], deploy: false });
+  void [tls, domains[0].name, domains[0].tlsExpiresAt, domains[0].tlsError];
+  const rekeyed: string = (await client.apps.rotateDeployKey("web")).deployKey;
+  void rekeyed;
   const updated: AppInfo = await client.apps.update("web", { env: { A: "2" }, minInstances: 1, git: "https://github.com/me/web2.git", ref: "v2" });
   const d: DeployInfo = await client.apps.deploy("web", { ref: "main" });
   const state: DeployState = d.state;

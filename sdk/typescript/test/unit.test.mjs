@@ -1098,6 +1098,7 @@ const APP = {
   git: { url: "https://git.example/web.git", ref: "main" }, env: { NODE_ENV: "production" }, secret_names: ["DB_PASSWORD"],
   build: { command: "npm run build", output_dir: null }, start: { command: null, port: 3000 },
   memory_mb: 1024, min_instances: 0, idle_seconds: 300, health_path: "/healthz", webhook_secret: "whsec-s3cret",
+  deploy_key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK1 pandastack-app-web",
   live_deploy: null, instance_state: null, created_at: "2026-01-01T00:00:00Z", updated_at: "2026-01-01T00:00:00Z",
 };
 const deployWire = (state = "queued", extra = {}) => ({
@@ -1146,6 +1147,9 @@ test("apps: create, list, get, update, delete send the documented requests and r
       return json(res, 200, { ...APP, ...rest });
     }
     if (req.method === "DELETE" && u.pathname === "/v1/apps/web") return res.writeHead(204).end();
+    if (req.method === "POST" && u.pathname === "/v1/apps/web/deploy-key") {
+      return json(res, 200, { ...APP, deploy_key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK2 pandastack-app-web" });
+    }
     if (u.pathname === "/v1/apps/gone") return notFoundApp(res, "gone");
     json(res, 404, envelope("not_found", "no route"));
   });
@@ -1157,6 +1161,7 @@ test("apps: create, list, get, update, delete send the documented requests and r
       git: { url: "https://git.example/web.git", ref: "main" }, env: { NODE_ENV: "production" }, secretNames: ["DB_PASSWORD"],
       build: { command: "npm run build", outputDir: null }, start: { command: null, port: 3000 },
       memoryMb: 1024, minInstances: 0, idleSeconds: 300, healthPath: "/healthz", webhookSecret: "whsec-s3cret",
+      deployKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK1 pandastack-app-web", domains: [],
       liveDeploy: null, instanceState: null, createdAt: "2026-01-01T00:00:00Z", updatedAt: "2026-01-01T00:00:00Z",
     });
     await c.apps.create({
@@ -1191,6 +1196,9 @@ test("apps: create, list, get, update, delete send the documented requests and r
     await c.apps.update("web", { build: { outputDir: "out" }, start: { command: "serve" }, memoryMb: 512, healthPath: "/" });
     await c.apps.update("web", { env: {} });
     await assert.rejects(c.apps.update("web", { ref: "main" }), InvalidArgumentError);
+    const rotated = await c.apps.rotateDeployKey("web");
+    assert.equal(rotated.deployKey, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK2 pandastack-app-web");
+    assert.equal(srv.requests.filter((r) => r.method === "POST" && pathOf(r) === "/v1/apps/web/deploy-key").length, 1);
     assert.deepEqual(srv.requests.filter((r) => r.method === "PATCH").map((r) => JSON.parse(r.body)), [
       { env: { NODE_ENV: "staging" }, min_instances: 1 },
       { git: { url: "https://git.example/other.git", ref: "release" }, secrets: {}, idle_seconds: 30 },
@@ -1203,6 +1211,65 @@ test("apps: create, list, get, update, delete send the documented requests and r
     assert.ok(nf instanceof AppNotFoundError && nf instanceof NotFoundError, String(nf));
     assert.deepEqual([nf.status, nf.code], [404, "app_not_found"]);
     await assert.rejects(c.apps.get(""), InvalidArgumentError);
+  } finally {
+    await srv.close();
+  }
+});
+
+test("apps: domains are sent when given (an update's [] too) and read back with their TLS", async () => {
+  // The server's answer: the domains the request named, without TLS (the client suite's server has none).
+  const withDomains = (body) => ({
+    ...APP,
+    domains: (JSON.parse(body).domains ?? []).map((name) => ({ name, tls: "none", tls_expires_at: null, tls_error: null })),
+  });
+  const srv = await mockServer((req, res, body) => {
+    const u = new URL(req.url, "http://x");
+    if (req.method === "POST" && u.pathname === "/v1/apps") return json(res, 201, withDomains(body));
+    if (req.method === "PATCH" && u.pathname === "/v1/apps/web") return json(res, 200, withDomains(body));
+    if (req.method === "GET" && u.pathname === "/v1/apps/web") {
+      return json(res, 200, {
+        ...APP,
+        domains: [
+          { name: "shop.example.com", tls: "issued", tls_expires_at: "2026-04-01T00:00:00Z", tls_error: null },
+          { name: "www.example.com", tls: "failed", tls_error: "dns: NXDOMAIN", since: "an unknown field" },
+          { name: "files.example.com", tls: "files" },
+          "not an object",
+        ],
+      });
+    }
+    json(res, 404, envelope("not_found", "no route"));
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    const a = await c.apps.create({ name: "web", git: "https://git.example/web.git", domains: ["shop.example.com", "www.example.com"] });
+    assert.deepEqual(a.domains, [
+      { name: "shop.example.com", tls: "none", tlsExpiresAt: null, tlsError: null },
+      { name: "www.example.com", tls: "none", tlsExpiresAt: null, tlsError: null },
+    ]);
+    assert.deepEqual((await c.apps.create({ name: "web", git: "https://git.example/web.git" })).domains, []);
+    assert.deepEqual((await c.apps.update("web", { domains: ["shop.example.com"] })).domains.map((d) => d.name), ["shop.example.com"]);
+    assert.deepEqual((await c.apps.update("web", { domains: [] })).domains, []);
+    await c.apps.update("web", { minInstances: 1 });
+    assert.deepEqual((await c.apps.get("web")).domains, [
+      { name: "shop.example.com", tls: "issued", tlsExpiresAt: "2026-04-01T00:00:00Z", tlsError: null },
+      { name: "www.example.com", tls: "failed", tlsExpiresAt: null, tlsError: "dns: NXDOMAIN" },
+      { name: "files.example.com", tls: "files", tlsExpiresAt: null, tlsError: null },
+    ]);
+    const before = srv.requests.length;
+    await assert.rejects(c.apps.create({ name: "x", git: "u", domains: "shop.example.com" }), InvalidArgumentError);
+    await assert.rejects(c.apps.create({ name: "x", git: "u", domains: [""] }), InvalidArgumentError);
+    const bad = await c.apps.update("web", { domains: ["ok.example.com", 42] }).catch((e) => e);
+    assert.ok(bad instanceof InvalidArgumentError && /domains\[1\]/.test(bad.message), String(bad));
+    assert.equal(srv.requests.length, before, "refused before any request");
+    assert.deepEqual(srv.requests.filter((r) => r.method === "POST").map((r) => JSON.parse(r.body)), [
+      { name: "web", git: { url: "https://git.example/web.git" }, domains: ["shop.example.com", "www.example.com"] },
+      { name: "web", git: { url: "https://git.example/web.git" } },
+    ]);
+    assert.deepEqual(srv.requests.filter((r) => r.method === "PATCH").map((r) => JSON.parse(r.body)), [
+      { domains: ["shop.example.com"] },
+      { domains: [] }, // [] is sent: it removes them all
+      { min_instances: 1 }, // not given: left out, the domains stay
+    ]);
   } finally {
     await srv.close();
   }

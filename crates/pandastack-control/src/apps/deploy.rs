@@ -137,6 +137,8 @@ impl Apps {
         let _ = std::fs::remove_dir_all(dir.join("src"));
         let _ = std::fs::remove_file(dir.join("src.tar.gz"));
         let _ = std::fs::remove_file(dir.join(UPLOAD));
+        // Written only for a fetch and removed after it; this is for a fetch cut off.
+        let _ = std::fs::remove_file(dir.join(source::KEY_FILE));
         if let Err(message) = result {
             run.log.line(&format!("failed: {message}"));
             tracing::info!(deploy = %run.row.id, app = %run.app.name, error = %message, "deploy failed");
@@ -199,7 +201,25 @@ impl Apps {
             }
             fetched
         } else {
-            source::fetch(&run.config.git.url, &run.row.git_ref, &dir)
+            let url = run.config.git.url.clone();
+            let known_hosts = self.known_hosts(&run.app.id);
+            let ssh = if pandastack_api_types::git_url_uses_ssh(&url) {
+                self.ensure_deploy_key(&mut run.app)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let key = run.app.deploy_private_key.as_deref().unwrap_or_default();
+                run.log.line(&format!(
+                    "ssh: with the app's deploy key ({}); host keys trusted on first use",
+                    super::deploy_key_fingerprint(key)
+                ));
+                Some(source::SshAuth {
+                    private_key: key,
+                    known_hosts: &known_hosts,
+                })
+            } else {
+                None
+            };
+            source::fetch(&url, &run.row.git_ref, &dir, ssh)
                 .await
                 .map_err(|e| error_chain(&e))?
         };
@@ -313,6 +333,7 @@ impl Apps {
             .switch_live(&app.id, &run.row.id, previous.as_deref(), now_ms())
             .await
             .map_err(|e| e.to_string())?;
+        self.routes.invalidate(&app.name);
         run.row.state = DeployState::Live;
         run.phases
             .insert("switch".into(), t.elapsed().as_millis() as u64);
@@ -706,6 +727,7 @@ impl Apps {
             .apps()
             .switch_live(&app.id, &target.id, previous.as_deref(), now_ms())
             .await?;
+        self.routes.invalidate(&app.name);
         if let Some(p) = previous.filter(|p| *p != target.id) {
             self.retire(app, p);
         }

@@ -15,6 +15,8 @@ mod check;
 mod deploy;
 mod deps;
 pub mod detect;
+mod domains;
+mod routes;
 mod source;
 mod webhook;
 
@@ -26,7 +28,7 @@ use pandastack_api_types::{
     AppConfig, CreateAppRequest, CreateDeployRequest, DeployState, RollbackRequest,
     UpdateAppRequest, WebhookResult,
 };
-use pandastack_host::{Host, HostError};
+use pandastack_host::{Host, HostError, VmState};
 use pandastack_objects::Objects;
 use pandastack_store::{new_id, now_ms, AppRow, DeployRow, NewJob, SandboxRow, Store, StoreError};
 use tokio::sync::Notify;
@@ -82,6 +84,15 @@ pub enum AppError {
     TooLarge(u64),
     #[error("stored app configuration: {0}")]
     Config(#[from] serde_json::Error),
+    /// An SSH deploy key that could not be made or read.
+    #[error("deploy key: {0}")]
+    DeployKey(String),
+    /// A custom domain the platform cannot give an app.
+    #[error("{0}")]
+    BadDomain(String),
+    /// A custom domain another app has.
+    #[error("domain {0} belongs to another app")]
+    DomainTaken(String),
 }
 
 /// Where apps answer (what their URLs say).
@@ -111,6 +122,10 @@ pub struct AppInfo {
     pub row: AppRow,
     pub config: AppConfig,
     pub instance: Option<SandboxRow>,
+    /// The public half of its SSH deploy key (one OpenSSH `authorized_keys` line).
+    pub deploy_key: String,
+    /// Its custom domains, by name.
+    pub domains: Vec<pandastack_store::DomainRow>,
 }
 
 /// Where the proxy sends an app's request.
@@ -133,6 +148,10 @@ pub struct Apps {
     pub(crate) wake: Arc<Notify>,
     /// Where dependency caches are kept.
     pub(crate) objects: Objects,
+    /// Certificates of custom domains (`None`: the proxy serves no TLS).
+    pub(crate) certs: Option<crate::Certificates>,
+    /// The proxy's routes to live VMs, cached (shared by clones).
+    pub(crate) routes: Arc<routes::RouteCache>,
 }
 
 /// `config` of a stored app.
@@ -148,6 +167,39 @@ fn new_secret() -> String {
         .take(32)
         .map(char::from)
         .collect()
+}
+
+/// A new SSH deploy key for app `name`: an ed25519 pair, the private half in OpenSSH's
+/// format (unencrypted: the store keeps it), commented `pandastack-app-<name>`.
+pub(crate) fn new_deploy_key(name: &str) -> Result<String, AppError> {
+    use rand::TryRngCore;
+    let mut seed = [0u8; 32];
+    rand::rngs::OsRng
+        .try_fill_bytes(&mut seed)
+        .map_err(|e| AppError::DeployKey(format!("random bytes: {e}")))?;
+    let pair = ssh_key::private::Ed25519Keypair::from_seed(&seed);
+    seed.fill(0);
+    let mut key = ssh_key::PrivateKey::from(pair);
+    key.set_comment(format!("pandastack-app-{name}"));
+    let pem = key
+        .to_openssh(ssh_key::LineEnding::LF)
+        .map_err(|e| AppError::DeployKey(e.to_string()))?;
+    Ok(pem.as_str().to_owned())
+}
+
+/// The public half of a stored deploy key, as an `authorized_keys` line.
+pub(crate) fn public_deploy_key(private_key: &str) -> Result<String, AppError> {
+    ssh_key::PrivateKey::from_openssh(private_key)
+        .and_then(|k| k.public_key().to_openssh())
+        .map_err(|e| AppError::DeployKey(e.to_string()))
+}
+
+/// The SHA-256 fingerprint of a stored deploy key (`SHA256:…`, as `ssh-keygen -l` shows it).
+pub(crate) fn deploy_key_fingerprint(private_key: &str) -> String {
+    match ssh_key::PrivateKey::from_openssh(private_key) {
+        Ok(k) => k.fingerprint(ssh_key::HashAlg::Sha256).to_string(),
+        Err(e) => format!("unreadable: {e}"),
+    }
 }
 
 impl Apps {
@@ -169,12 +221,60 @@ impl Apps {
             address,
             wake: Arc::default(),
             objects,
+            certs: None,
+            routes: Arc::default(),
         }
+    }
+
+    /// Custom domains get TLS certificates from `certs` (files or ACME).
+    pub fn with_certificates(mut self, certs: crate::Certificates) -> Self {
+        self.certs = Some(certs);
+        self
     }
 
     /// The directory of a deploy's files.
     pub(crate) fn deploy_dir(&self, deploy: &str) -> PathBuf {
         self.dir.join(deploy)
+    }
+
+    /// App `app_id`'s own `known_hosts` file (SSH host keys trusted on first use):
+    /// `<data>/app-known-hosts/<app id>`, beside the deploys' directory.
+    pub(crate) fn known_hosts(&self, app_id: &str) -> PathBuf {
+        self.dir.with_file_name("app-known-hosts").join(app_id)
+    }
+
+    /// Makes `row`'s deploy key if it has none (an app made before apps had keys); two
+    /// callers at once keep the first one stored.
+    pub(crate) async fn ensure_deploy_key(&self, row: &mut AppRow) -> Result<(), AppError> {
+        if row.deploy_private_key.is_some() {
+            return Ok(());
+        }
+        let key = new_deploy_key(&row.name)?;
+        if self
+            .store
+            .apps()
+            .set_deploy_key(&row.id, &key, true, now_ms())
+            .await?
+        {
+            row.deploy_private_key = Some(key);
+        } else {
+            row.deploy_private_key = self.store.apps().by_id(&row.id).await?.deploy_private_key;
+        }
+        Ok(())
+    }
+
+    /// `POST /v1/apps/{name}/deploy-key`: a new deploy key pair replaces the app's (the old
+    /// public key stops working once removed from the repository's deploy keys; deploys
+    /// from now on use the new one).
+    pub async fn rotate_deploy_key(&self, ws: &str, name: &str) -> Result<AppInfo, AppError> {
+        let row = self.row(ws, name).await?;
+        let key = new_deploy_key(&row.name)?;
+        self.store
+            .apps()
+            .set_deploy_key(&row.id, &key, false, now_ms())
+            .await?;
+        let row = self.store.apps().by_id(&row.id).await?;
+        self.info(row).await
     }
 
     /// A deploy's log file (it may not exist yet).
@@ -190,8 +290,10 @@ impl Apps {
         }
     }
 
-    async fn info(&self, row: AppRow) -> Result<AppInfo, AppError> {
+    async fn info(&self, mut row: AppRow) -> Result<AppInfo, AppError> {
         let config = config_of(&row)?;
+        self.ensure_deploy_key(&mut row).await?;
+        let deploy_key = public_deploy_key(row.deploy_private_key.as_deref().unwrap_or_default())?;
         let instance = match &row.live_deploy_id {
             Some(d) => match self.store.apps().deploy(d).await?.sandbox_id {
                 Some(sb) => match self.store.sandboxes().by_id(&sb).await {
@@ -203,10 +305,13 @@ impl Apps {
             },
             None => None,
         };
+        let domains = self.domains_of(&row.id).await?;
         Ok(AppInfo {
             row,
             config,
             instance,
+            deploy_key,
+            domains,
         })
     }
 
@@ -238,6 +343,8 @@ impl Apps {
     ) -> Result<(AppInfo, Option<DeployRow>), AppError> {
         let config = req.config();
         let now = now_ms();
+        let private_key = new_deploy_key(&req.name)?;
+        let deploy_key = public_deploy_key(&private_key)?;
         let row = AppRow {
             id: new_id("app-"),
             workspace_id: ws.to_owned(),
@@ -245,6 +352,7 @@ impl Apps {
             host_id: self.host_id.clone(),
             config: serde_json::to_value(&config)?,
             webhook_secret: new_secret(),
+            deploy_private_key: Some(private_key),
             live_deploy_id: None,
             created_at: now,
             updated_at: now,
@@ -254,6 +362,14 @@ impl Apps {
             Err(StoreError::Conflict) => return Err(AppError::Exists(req.name.clone())),
             Err(e) => return Err(e.into()),
         }
+        if !req.domains.is_empty() {
+            // A refused domain refuses the app: nothing is left behind.
+            if let Err(e) = self.set_domains(&row, &req.domains).await {
+                self.store.apps().delete(&row.id).await?;
+                return Err(e);
+            }
+        }
+        let domains = self.domains_of(&row.id).await?;
         let deploy = if req.deploy.unwrap_or(true) {
             Some(self.queue(&row, config.git_ref(), None).await?)
         } else {
@@ -264,6 +380,8 @@ impl Apps {
                 row,
                 config,
                 instance: None,
+                deploy_key,
+                domains,
             },
             deploy,
         ))
@@ -278,6 +396,9 @@ impl Apps {
     ) -> Result<AppInfo, AppError> {
         let row = self.row(ws, name).await?;
         let config = req.apply(config_of(&row)?);
+        if let Some(domains) = &req.domains {
+            self.set_domains(&row, domains).await?;
+        }
         self.store
             .apps()
             .set_config(&row.id, &serde_json::to_value(&config)?, now_ms())
@@ -303,12 +424,14 @@ impl Apps {
             self.remove_vm(d).await?;
         }
         self.store.apps().delete(&row.id).await?;
+        self.routes.invalidate(&row.name);
         if let Err(e) = deps::forget(&self.objects, ws, &row.id).await {
             tracing::warn!(app = %row.id, error = %e, "remove an app's dependency caches");
         }
         for d in &deploys {
             let _ = std::fs::remove_dir_all(self.deploy_dir(&d.id));
         }
+        let _ = std::fs::remove_file(self.known_hosts(&row.id));
         Ok(())
     }
 
@@ -507,8 +630,32 @@ impl Apps {
             .ok_or_else(|| AppError::Conflict(format!("app {name} has no live deploy yet")))
     }
 
-    /// Where the proxy sends a request for app `name` (`Ok(None)`: no such app).
+    /// Where the proxy sends a request for app `name` (`Ok(None)`: no such app). Cached (see
+    /// `routes`): a warm app's request reads nothing from the store while its host reports the
+    /// live VM running.
     pub async fn route(&self, name: &str) -> Result<Option<AppRoute>, AppError> {
+        if let Some(c) = self.routes.get(name) {
+            if c.row_usable
+                && matches!(self.host.get(&c.sandbox.id).await, Ok(v) if v.state == VmState::Running)
+            {
+                return Ok(Some(AppRoute {
+                    sandbox: c.sandbox,
+                    port: c.port,
+                }));
+            }
+            match self.store.sandboxes().by_id(&c.sandbox.id).await {
+                Ok(sandbox) => {
+                    self.routes.refresh_row(name, &sandbox);
+                    return Ok(Some(AppRoute {
+                        sandbox,
+                        port: c.port,
+                    }));
+                }
+                Err(StoreError::NotFound) => self.routes.invalidate(name),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let generation = self.routes.generation();
         let row = match self.store.apps().by_name(name).await {
             Ok(r) => r,
             Err(StoreError::NotFound) => return Ok(None),
@@ -535,7 +682,13 @@ impl Apps {
             }
             Err(e) => return Err(e.into()),
         };
+        self.routes.insert(name, &sandbox, port, generation);
         Ok(Some(AppRoute { sandbox, port }))
+    }
+
+    /// The proxy wrote `at` (ms) as the activity time of `sandbox`, app `name`'s live VM.
+    pub fn note_activity(&self, name: &str, sandbox: &str, at: i64) {
+        self.routes.note_activity(name, sandbox, at);
     }
 
     /// Goes back to an earlier version (`deploy_id`, default the newest `standby` one): its
@@ -701,4 +854,24 @@ pub(crate) fn app_env(config: &AppConfig, port: u16) -> BTreeMap<String, String>
     env.extend(config.secrets.clone());
     env.insert("PORT".into(), port.to_string());
     env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deploy_keys() {
+        let private = new_deploy_key("web").unwrap();
+        assert!(private.starts_with("-----BEGIN OPENSSH PRIVATE KEY-----\n"));
+        let public = public_deploy_key(&private).unwrap();
+        assert!(public.starts_with("ssh-ed25519 AAAA"), "{public}");
+        assert!(public.ends_with(" pandastack-app-web"), "{public}");
+        assert!(!public.contains('\n'));
+        assert!(deploy_key_fingerprint(&private).starts_with("SHA256:"));
+        // Every key is new.
+        let other = public_deploy_key(&new_deploy_key("web").unwrap()).unwrap();
+        assert_ne!(public, other);
+        assert!(public_deploy_key("not a key").is_err());
+    }
 }

@@ -3,6 +3,12 @@
 //!
 //! Only `git` and `tar` run on the host, never anything from the repository: hooks are off,
 //! `protocol.file.allow` stays git's default, and nothing asks for credentials on a terminal.
+//!
+//! An `ssh://` or scp-like (`git@host:path`) URL is fetched with the app's deploy key: the
+//! private key is written to a 0600 file in the deploy's directory for the fetch and removed
+//! after it, and `ssh` is told to use that key alone (`IdentitiesOnly`, no agent), never to
+//! ask (`BatchMode`), and to trust a server's host key the first time it sees it and only
+//! that key after, in the app's own `known_hosts` file.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -33,9 +39,65 @@ pub struct Fetched {
     pub commit: String,
 }
 
-async fn git(dir: &Path, what: &'static str, args: &[&str]) -> Result<String, SourceError> {
-    let out = Command::new("git")
-        .arg("-C")
+/// How `ssh` authenticates a fetch: the app's deploy key and its `known_hosts` file.
+pub struct SshAuth<'a> {
+    /// The private key, OpenSSH format.
+    pub private_key: &'a str,
+    /// The app's own `known_hosts` (made on first use; its directory too).
+    pub known_hosts: &'a Path,
+}
+
+/// `s` quoted for the shell git runs `GIT_SSH_COMMAND` with.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The deploy key's file in a deploy's directory while a fetch runs.
+pub const KEY_FILE: &str = "deploy_key";
+
+/// The app's deploy key in a 0600 file for the length of a fetch (removed when dropped).
+struct KeyFile(PathBuf);
+
+impl KeyFile {
+    fn write(dir: &Path, key: &str) -> Result<Self, SourceError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = dir.join(KEY_FILE);
+        let _ = std::fs::remove_file(&path);
+        let io = |source| SourceError::Io {
+            what: "write the deploy key",
+            source,
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io)?;
+        let file = Self(path);
+        f.write_all(key.as_bytes()).map_err(io)?;
+        // `ssh` reads a key file only when its last line ends.
+        if !key.ends_with('\n') {
+            f.write_all(b"\n").map_err(io)?;
+        }
+        Ok(file)
+    }
+}
+
+impl Drop for KeyFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+async fn git(
+    dir: &Path,
+    what: &'static str,
+    args: &[&str],
+    ssh_command: &str,
+) -> Result<String, SourceError> {
+    let mut cmd = Command::new("git");
+    cmd.arg("-C")
         .arg(dir)
         .args([
             "-c",
@@ -47,13 +109,12 @@ async fn git(dir: &Path, what: &'static str, args: &[&str]) -> Result<String, So
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_ASKPASS", "/bin/false")
         .env("SSH_ASKPASS", "/bin/false")
-        .env(
-            "GIT_SSH_COMMAND",
-            "ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new",
-        )
+        .env("GIT_SSH_COMMAND", ssh_command)
+        // Only the deploy key authenticates: not the host's agent.
+        .env_remove("SSH_AUTH_SOCK")
         .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
+        .kill_on_drop(true);
+    let out = cmd.output();
     let out = tokio::time::timeout(FETCH_TIMEOUT, out)
         .await
         .map_err(|_| SourceError::Git {
@@ -78,21 +139,52 @@ async fn git(dir: &Path, what: &'static str, args: &[&str]) -> Result<String, So
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
+/// `GIT_SSH_COMMAND` of a fetch without a deploy key (never asks, trusts on first use).
+const SSH_PLAIN: &str = "ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new";
+
 /// Fetches `git_ref` (branch, tag or commit) of `url` into `dir/src` (replacing what is
-/// there): one commit, no history where the server allows it.
-pub async fn fetch(url: &str, git_ref: &str, dir: &Path) -> Result<Fetched, SourceError> {
+/// there): one commit, no history where the server allows it. `ssh` is the app's deploy key,
+/// used when the URL is an SSH one (`ssh://`, `git@host:path`).
+pub async fn fetch(
+    url: &str,
+    git_ref: &str,
+    dir: &Path,
+    ssh: Option<SshAuth<'_>>,
+) -> Result<Fetched, SourceError> {
     let src = dir.join("src");
     let _ = std::fs::remove_dir_all(&src);
     std::fs::create_dir_all(&src).map_err(|source| SourceError::Io {
         what: "source directory",
         source,
     })?;
-    git(&src, "init", &["init", "--quiet"]).await?;
+    // The key file lives as long as this call (removed on every way out).
+    let (_key, ssh_command) = match ssh.filter(|_| pandastack_api_types::git_url_uses_ssh(url)) {
+        Some(auth) => {
+            if let Some(parent) = auth.known_hosts.parent() {
+                std::fs::create_dir_all(parent).map_err(|source| SourceError::Io {
+                    what: "known_hosts directory",
+                    source,
+                })?;
+            }
+            let key = KeyFile::write(dir, auth.private_key)?;
+            let command = format!(
+                "ssh -i {} -o IdentitiesOnly=yes -o BatchMode=yes \
+                 -o StrictHostKeyChecking=accept-new -o UserKnownHostsFile={} -o LogLevel=ERROR",
+                sh_quote(&key.0.to_string_lossy()),
+                sh_quote(&auth.known_hosts.to_string_lossy()),
+            );
+            (Some(key), command)
+        }
+        None => (None, SSH_PLAIN.to_owned()),
+    };
+    let ssh = ssh_command.as_str();
+    git(&src, "init", &["init", "--quiet"], ssh).await?;
     // `--` ends the options: a URL or ref cannot be taken for one (both are validated too).
     let shallow = git(
         &src,
         "fetch",
         &["fetch", "--quiet", "--depth", "1", "--", url, git_ref],
+        ssh,
     )
     .await;
     if let Err(e) = shallow {
@@ -111,13 +203,20 @@ pub async fn fetch(url: &str, git_ref: &str, dir: &Path) -> Result<Fetched, Sour
                 url,
                 "+refs/heads/*:refs/remotes/origin/*",
             ],
+            ssh,
         )
         .await?;
-        git(&src, "checkout", &["checkout", "--quiet", git_ref]).await?;
+        git(&src, "checkout", &["checkout", "--quiet", git_ref], ssh).await?;
     } else {
-        git(&src, "checkout", &["checkout", "--quiet", "FETCH_HEAD"]).await?;
+        git(
+            &src,
+            "checkout",
+            &["checkout", "--quiet", "FETCH_HEAD"],
+            ssh,
+        )
+        .await?;
     }
-    let commit = git(&src, "rev-parse", &["rev-parse", "HEAD"]).await?;
+    let commit = git(&src, "rev-parse", &["rev-parse", "HEAD"], ssh).await?;
     std::fs::remove_dir_all(src.join(".git")).map_err(|source| SourceError::Io {
         what: "remove .git",
         source,
@@ -228,4 +327,51 @@ pub fn unpack_upload(tarball: &Path, dir: &Path) -> Result<(Fetched, usize), Sou
         },
         skipped,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_file_is_private_and_goes_away() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let f = KeyFile::write(d.path(), "KEY").unwrap();
+        let meta = std::fs::metadata(&f.0).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&f.0).unwrap(), "KEY\n");
+        drop(f);
+        assert!(!d.path().join(KEY_FILE).exists());
+        assert_eq!(sh_quote("/a b/it's"), r"'/a b/it'\''s'");
+    }
+
+    /// An SSH fetch that cannot reach its server fails with ssh's reason and leaves no key
+    /// file behind; the app's known_hosts directory is made for it.
+    #[tokio::test]
+    async fn ssh_fetch_failure_cleans_up() {
+        let d = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let known = d.path().join("kh").join("app-1");
+        let key = crate::apps::new_deploy_key("t").unwrap();
+        let err = fetch(
+            &format!("ssh://git@127.0.0.1:{port}/srv/x.git"),
+            "main",
+            d.path(),
+            Some(SshAuth {
+                private_key: &key,
+                known_hosts: &known,
+            }),
+        )
+        .await
+        .err()
+        .expect("nothing listens there");
+        assert!(err.to_string().contains("git fetch"), "{err}");
+        assert!(!d.path().join(KEY_FILE).exists());
+        assert!(known.parent().unwrap().is_dir());
+    }
 }

@@ -125,6 +125,9 @@ struct CreateArgs {
     /// Path the health check asks for (default /); 2xx or 3xx is healthy.
     #[arg(long, value_name = "PATH")]
     health_path: Option<String>,
+    /// A custom domain the app also answers at (repeat for more); point its DNS at the proxy.
+    #[arg(long = "domain", value_name = "NAME")]
+    domains: Vec<String>,
     /// Create the app without deploying it.
     #[arg(long)]
     no_deploy: bool,
@@ -294,6 +297,7 @@ async fn create(c: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         idle_seconds: a.idle_seconds,
         health_path: a.health_path.clone(),
         deploy: a.no_deploy.then_some(false),
+        domains: a.domains.clone(),
     };
     let app = {
         let _s = Spinner::start("creating app");
@@ -452,6 +456,10 @@ fn print_app(app: &App, json: bool) -> anyhow::Result<ExitCode> {
         print_json(app)?;
     } else {
         println!("{}", app.url);
+        for d in &app.domains {
+            let tls = serde_json::to_value(d.tls)?;
+            println!("{} (tls: {})", d.name, tls.as_str().unwrap_or("?"));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -632,6 +640,7 @@ fn show(a: &App, json: bool) -> anyhow::Result<()> {
         ("live_deploy", opt(a.live_deploy.as_deref())),
         ("instance", instance(a)),
         ("webhook_secret", a.webhook_secret.clone()),
+        ("deploy_key", a.deploy_key.clone()),
         ("created_at", a.created_at.clone()),
         ("updated_at", a.updated_at.clone()),
     ] {

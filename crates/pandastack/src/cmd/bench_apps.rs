@@ -13,9 +13,16 @@
 //!   page served through the proxy must then be that version's;
 //! - `wake_first_byte_ms`: the live VM hibernated, then a `GET /` through the proxy until the
 //!   response headers;
-//! - `proxy_get_ms` and `api_health_ms`: sequential GETs of the warm page through the proxy
-//!   and of `/v1/health` on the API (a local HTTP round trip on this machine); their p50
-//!   difference is `proxy_overhead_ms`; `proxy_rps`: 16 concurrent clients for 5 s;
+//! - `proxy_get_ms` and `direct_get_ms`: the same `GET /` of the warm page (same `Host`, same
+//!   client library, keep-alive on the client's side), in alternation: through the proxy
+//!   (`<app>.localhost:<proxy port>`), and straight to the app's server in its VM over the
+//!   sandbox network — the most direct path into the VM there is: a socket made inside the live
+//!   VM's network namespace (`/run/netns/<net name>-<slot>`, the slot from the sandbox's
+//!   `sandbox.json`) connects to the guest's address (`10.88.0.2`, every guest's) and the app's
+//!   port, over the TAP; nothing of the platform is on that path. `proxy_overhead_ms` is the
+//!   difference of their p50s: what the proxy adds over calling the VM directly (#17's ≤ 1 ms).
+//!   `api_health_ms` (`GET /v1/health` on the API) is the floor of a local HTTP round trip;
+//!   `proxy_rps`: 16 concurrent clients for 5 s;
 //! - unless `--skip-vite`: `deploy_vite_cold_s` (a `create-vite` React project: npm install in
 //!   the build VM, `vite build`, plus the bake of the `app-m1024` template) and
 //!   `deploy_vite_warm_s` (only `src/App.jsx` changed: the dependency cache replaces the
@@ -33,7 +40,7 @@ use reqwest::{Client, Method, StatusCode};
 use serde_json::{json, Value};
 
 use super::bench::{host_info, metric, ms, Metric};
-use super::bench_volumes::{accel, start_server, Http};
+use super::bench_volumes::{accel, start_server, Http, NET_NAME};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct AppsArgs {
@@ -99,6 +106,8 @@ struct Bench {
     proxy: String,
     proxy_port: String,
     c: Client,
+    /// The server's data directory (where `sandboxes/<id>/sandbox.json` names a VM's slot).
+    data: PathBuf,
 }
 
 impl Bench {
@@ -227,6 +236,18 @@ impl Bench {
         }
     }
 
+    /// The network namespace the running VM of sandbox `id` is in (`/run/netns/<net name>-<slot>`).
+    fn netns_of(&self, id: &str) -> anyhow::Result<PathBuf> {
+        let path = self.data.join("sandboxes").join(id).join("sandbox.json");
+        let info: Value = serde_json::from_slice(
+            &std::fs::read(&path).with_context(|| format!("read {}", path.display()))?,
+        )?;
+        let slot = info["net_slot"]
+            .as_u64()
+            .with_context(|| format!("sandbox {id} holds no network slot: {info}"))?;
+        Ok(PathBuf::from(format!("/run/netns/{NET_NAME}-{slot}")))
+    }
+
     async fn delete_app(&self, name: &str) -> anyhow::Result<()> {
         let path = format!("/v1/apps/{name}");
         self.req(Method::DELETE, &path, None, StatusCode::NO_CONTENT)
@@ -346,6 +367,7 @@ pub(crate) async fn run(a: AppsArgs) -> anyhow::Result<ExitCode> {
         proxy: server.proxy.clone(),
         proxy_port,
         c: Client::builder().timeout(PROXY_TIMEOUT).build()?,
+        data: server.dir.path().to_owned(),
     };
     let repos = tempfile::Builder::new()
         .prefix("ps-bench-apps-")
@@ -505,16 +527,27 @@ async fn wakes(
     Ok(())
 }
 
-/// Sequential GETs through the proxy and of the API's health (the baseline), each one off
-/// the clock first.
+/// Sequential GETs of the warm page, through the proxy and straight to the VM in alternation
+/// (so that whatever else the machine does weighs on both alike), each path's first one off
+/// the clock; then the API's health (the floor of a local HTTP round trip).
 async fn proxy_latency(b: &Bench, s: &mut Samples) -> anyhow::Result<()> {
+    let live = b.live_deploy(STATIC_APP).await?;
+    let sandbox = str_of(&live, "sandbox_id")?;
+    let port = live["plan"]["port"]
+        .as_u64()
+        .and_then(|p| u16::try_from(p).ok())
+        .with_context(|| format!("no port in the live deploy's plan: {live}"))?;
+    let host = format!("{STATIC_APP}.localhost:{}", b.proxy_port);
+    let direct = Direct::start(&b.netns_of(&sandbox)?, port, &host)?;
     b.visit(STATIC_APP, "/").await?;
-    let mut proxy = Vec::new();
+    direct.get().await?;
+    let (mut proxy, mut straight) = (Vec::new(), Vec::new());
     for _ in 0..SEQUENTIAL_GETS {
         let t = Instant::now();
         let (st, _, _) = b.visit(STATIC_APP, "/").await?;
         anyhow::ensure!(st == StatusCode::OK, "proxy GET: {st}");
         proxy.push(ms(t.elapsed()));
+        straight.push(direct.get().await?);
     }
     let health = format!("{}/v1/health", b.api_url);
     let mut api = Vec::new();
@@ -528,12 +561,95 @@ async fn proxy_latency(b: &Bench, s: &mut Samples) -> anyhow::Result<()> {
             api.push(ms(t.elapsed()));
         }
     }
-    let overhead = metric(proxy.clone(), "ms").p50 - metric(api.clone(), "ms").p50;
-    push(s, "proxy_overhead_ms", overhead);
+    let (p, d) = (
+        metric(proxy.clone(), "ms").p50,
+        metric(straight.clone(), "ms").p50,
+    );
+    push(s, "proxy_overhead_ms", p - d);
     s.insert("proxy_get_ms".into(), proxy);
+    s.insert("direct_get_ms".into(), straight);
     s.insert("api_health_ms".into(), api);
-    eprintln!("proxy GETs done (p50 overhead over the API's health: {overhead:.2} ms)");
+    eprintln!(
+        "proxy GETs done: p50 {p:.2} ms through the proxy, {d:.2} ms direct (overhead {:.2} ms)",
+        p - d
+    );
     Ok(())
+}
+
+/// One timed `GET /` straight to the VM: its status and milliseconds, or why not.
+type DirectReply = tokio::sync::oneshot::Sender<anyhow::Result<(StatusCode, f64)>>;
+
+/// A client of an app's server over the sandbox network: a thread of its own inside the VM's
+/// network namespace (sockets belong to the namespace of the thread that makes them) with a
+/// runtime of its own, timing the GETs it is asked for. It ends when this is dropped.
+struct Direct {
+    ask: tokio::sync::mpsc::Sender<DirectReply>,
+}
+
+impl Direct {
+    fn start(netns: &Path, port: u16, host: &str) -> anyhow::Result<Self> {
+        let ns = std::fs::File::open(netns)
+            .with_context(|| format!("open the VM's network namespace {}", netns.display()))?;
+        let url = format!("http://{}:{port}/", pandastack_net::GUEST_IP);
+        let host = host.to_owned();
+        let (ask, mut asked) = tokio::sync::mpsc::channel::<DirectReply>(1);
+        std::thread::Builder::new()
+            .name("bench-direct".into())
+            .spawn(move || {
+                use std::os::fd::AsFd;
+                let ready = pandastack_net::setns_fd(ns.as_fd())
+                    .context("enter the VM's network namespace")
+                    .and_then(|()| {
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()?;
+                        let c = Client::builder()
+                            .no_proxy()
+                            .timeout(PROXY_TIMEOUT)
+                            .build()?;
+                        Ok((rt, c))
+                    });
+                let (rt, c) = match ready {
+                    Ok(v) => v,
+                    Err(e) => {
+                        let e = format!("{e:#}");
+                        while let Some(reply) = asked.blocking_recv() {
+                            let _ = reply.send(Err(anyhow::anyhow!("{e}")));
+                        }
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    while let Some(reply) = asked.recv().await {
+                        let t = Instant::now();
+                        let r = async {
+                            let r = c.get(&url).header("Host", &host).send().await?;
+                            let st = r.status();
+                            r.text().await?;
+                            Ok::<_, anyhow::Error>((st, ms(t.elapsed())))
+                        }
+                        .await
+                        .with_context(|| format!("GET {url} in the VM's network namespace"));
+                        let _ = reply.send(r);
+                    }
+                });
+            })?;
+        Ok(Self { ask })
+    }
+
+    /// A `GET /` that must answer 200: its milliseconds.
+    async fn get(&self) -> anyhow::Result<f64> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.ask
+            .send(tx)
+            .await
+            .map_err(|_| anyhow::anyhow!("the direct client's thread ended"))?;
+        let (st, took) = rx
+            .await
+            .map_err(|_| anyhow::anyhow!("the direct client's thread ended"))??;
+        anyhow::ensure!(st == StatusCode::OK, "direct GET: {st}");
+        Ok(took)
+    }
 }
 
 /// Requests/s of the static page through the proxy: `RPS_CLIENTS` loops for `RPS_SECONDS`.

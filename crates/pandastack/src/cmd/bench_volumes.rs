@@ -88,7 +88,7 @@ impl Drop for OwnServer {
 }
 
 /// `--net-name` of the servers this command starts.
-const NET_NAME: &str = "psbv";
+pub(crate) const NET_NAME: &str = "psbv";
 
 /// Deletes the namespaces (`<name>-N`, their veths with them), leftover host veths
 /// (`<name>vN`) and the nftables table of a server's network named `name`.

@@ -11,6 +11,7 @@ mod bench_databases;
 mod bench_objects;
 mod bench_volumes;
 mod client_util;
+pub mod cron;
 pub mod db;
 pub mod doctor;
 pub mod host;
@@ -57,6 +58,9 @@ pub enum Command {
     /// Apps from git on a running server: create, deploy (a ref or --dir), logs, rollback, ls, get, deploys, rm
     #[command(visible_alias = "apps")]
     App(app::AppArgs),
+    /// Schedules (cron) on a running server: add, ls, get, runs, run, pause, resume, rm
+    #[command(visible_alias = "schedule")]
+    Cron(cron::CronArgs),
     /// Helper processes of the server.
     #[command(hide = true)]
     Internal(internal::InternalArgs),
@@ -76,6 +80,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Volume(args) => volume::run(args).await,
         Command::Db(args) => db::run(args).await,
         Command::App(args) => app::run(args).await,
+        Command::Cron(args) => cron::run(args).await,
         Command::Internal(args) => tokio::task::spawn_blocking(move || internal::run(args)).await?,
     }
 }

@@ -32,6 +32,33 @@ pub struct ServerArgs {
     /// which browsers resolve to this machine). Put TLS in front for `https`.
     #[arg(long, env = "PANDASTACK_PREVIEW_URL")]
     preview_url: Option<String>,
+    /// Address of the proxy's HTTPS listener (none unless given): apps' custom domains with
+    /// certificates from `--tls-cert-dir` or ACME, any other name with `--proxy-tls-cert`.
+    #[arg(long, env = "PANDASTACK_PROXY_TLS_LISTEN")]
+    proxy_tls_listen: Option<SocketAddr>,
+    /// Default certificate chain (PEM) of the HTTPS listener, for names without one of their
+    /// own (e.g. a wildcard for the preview domain).
+    #[arg(long, env = "PANDASTACK_PROXY_TLS_CERT", requires_all = ["proxy_tls_key", "proxy_tls_listen"])]
+    proxy_tls_cert: Option<PathBuf>,
+    #[arg(long, env = "PANDASTACK_PROXY_TLS_KEY", requires = "proxy_tls_cert")]
+    proxy_tls_key: Option<PathBuf>,
+    /// Certificates of custom domains from files: `<dir>/<domain>/fullchain.pem` and
+    /// `privkey.pem` (the layout of certbot's `/etc/letsencrypt/live`). Read when a client
+    /// names the domain; a replaced file is served within seconds.
+    #[arg(long, env = "PANDASTACK_TLS_CERT_DIR", requires = "proxy_tls_listen")]
+    tls_cert_dir: Option<PathBuf>,
+    /// ACME directory for custom domains that no file covers (e.g.
+    /// `https://acme-v02.api.letsencrypt.org/directory`). Validation is HTTP-01: port 80 of
+    /// each domain must reach the proxy's plain listener.
+    #[arg(long, env = "PANDASTACK_ACME_DIRECTORY", requires = "proxy_tls_listen")]
+    acme_directory: Option<String>,
+    /// Contact of the ACME account (an e-mail address or a URI).
+    #[arg(long, env = "PANDASTACK_ACME_CONTACT")]
+    acme_contact: Option<String>,
+    /// PEM CA certificate to trust for the ACME directory's HTTPS instead of the system's
+    /// roots (a test CA, such as pebble's).
+    #[arg(long, env = "PANDASTACK_ACME_CA")]
+    acme_ca: Option<PathBuf>,
     /// Longest a preview request waits for a hibernated sandbox to wake before answering 503
     /// with `Retry-After`.
     #[arg(long, default_value_t = 30)]
@@ -289,29 +316,66 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     )
     .map_err(anyhow::Error::msg)?;
     let db_front = db_tls(&a)?;
-    let app = Arc::new(
-        App::new(
+    let certs = a.proxy_tls_listen.map(|_| {
+        pandastack_control::Certificates::new(
             store.clone(),
-            Arc::clone(&host),
-            host_name,
             host_id.clone(),
-            builds,
-            preview,
-            objects,
+            pandastack_control::CertConfig {
+                dir: a.tls_cert_dir.clone(),
+                acme: a
+                    .acme_directory
+                    .clone()
+                    .map(|directory| pandastack_control::AcmeConfig {
+                        directory,
+                        contact: a.acme_contact.clone(),
+                        root: a.acme_ca.clone(),
+                    }),
+            },
         )
-        .with_database_address(pandastack_control::DatabaseAddress {
-            domain: a.db_domain.to_ascii_lowercase(),
-            port: a.db_port.unwrap_or(a.db_listen.port()),
-            api_url: a
-                .public_url
-                .clone()
-                .unwrap_or_else(|| format!("http://{}", a.listen)),
-        })
-        .with_database_archive(pandastack_control::ArchiveSettings {
-            backup_interval: Duration::from_secs(a.db_backup_interval_seconds.max(60)),
-            retention: Duration::from_secs(a.db_retention_days.max(1) * 86_400),
-        }),
-    );
+    });
+    let proxy_tls = match (&certs, &a.proxy_tls_cert, &a.proxy_tls_key) {
+        (None, _, _) => None,
+        (Some(c), cert, key) => {
+            let default = match (cert, key) {
+                (Some(cert), Some(key)) => Some(
+                    pandastack_api::tls::config_from_files(cert, key)
+                        .context("--proxy-tls-cert/--proxy-tls-key")?,
+                ),
+                _ => None,
+            };
+            Some(Arc::new(pandastack_api::ProxyTls::new(
+                store.clone(),
+                Arc::clone(&c.config),
+                default,
+            )))
+        }
+    };
+    let mut app = App::new(
+        store.clone(),
+        Arc::clone(&host),
+        host_name,
+        host_id.clone(),
+        builds,
+        preview,
+        objects,
+    )
+    .with_database_address(pandastack_control::DatabaseAddress {
+        domain: a.db_domain.to_ascii_lowercase(),
+        port: a.db_port.unwrap_or(a.db_listen.port()),
+        api_url: a
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", a.listen)),
+    })
+    .with_database_archive(pandastack_control::ArchiveSettings {
+        backup_interval: Duration::from_secs(a.db_backup_interval_seconds.max(60)),
+        retention: Duration::from_secs(a.db_retention_days.max(1) * 86_400),
+    });
+    if let Some(c) = &certs {
+        app = app.with_certificates(c.clone());
+        c.start();
+    }
+    let app = Arc::new(app);
     app.recover_builds()
         .await
         .context("settle template builds")?;
@@ -325,6 +389,7 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     app.start_deploy_worker()
         .await
         .context("settle app deploys")?;
+    app.start_scheduler();
     tokio::spawn(pandastack_control::Reaper::new(store.clone(), host, host_id).run());
 
     let listener = tokio::net::TcpListener::bind(a.listen)
@@ -364,6 +429,30 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         Arc::new(db_front),
         Duration::from_secs(a.db_wake_timeout_seconds),
     ));
+    if let (Some(addr), Some(tls)) = (a.proxy_tls_listen, proxy_tls) {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listen on {addr} (proxy, TLS)"))?;
+        println!(
+            "HTTPS proxy on {addr}: custom domains of apps ({}){}",
+            match (&a.tls_cert_dir, &a.acme_directory) {
+                (Some(d), Some(u)) => format!("certificates from {} or ACME at {u}", d.display()),
+                (Some(d), None) => format!("certificates from {}", d.display()),
+                (None, Some(u)) => format!("certificates from ACME at {u}"),
+                (None, None) => "no certificate source: only the default certificate".into(),
+            },
+            if a.proxy_tls_cert.is_some() {
+                "; other names get the default certificate"
+            } else {
+                ""
+            }
+        );
+        tokio::spawn(pandastack_api::serve_proxy_tls(
+            Arc::clone(&app),
+            listener,
+            tls,
+        ));
+    }
     let proxy_app = pandastack_api::proxy_router(Arc::clone(&app));
     let proxy = tokio::spawn(async move { axum::serve(proxy_listener, proxy_app).await });
     axum::serve(listener, pandastack_api::router(app))

@@ -69,6 +69,7 @@ from .types import (
     APIKey,
     App,
     AppBuild,
+    AppDomain,
     AppGit,
     AppStart,
     CodeContext,
@@ -160,6 +161,7 @@ __all__ = [
     "AppGit",
     "AppBuild",
     "AppStart",
+    "AppDomain",
     "Deploy",
     "DeployState",
     # errors

@@ -2054,6 +2054,7 @@ class AsyncApps:
         min_instances: Optional[int] = None,
         idle_seconds: Optional[int] = None,
         health_path: Optional[str] = None,
+        domains: Optional[Sequence[str]] = None,
         deploy: Optional[bool] = None,
     ) -> App:
         """Creates an app and queues its first deploy (unless ``deploy=False``); returns the
@@ -2071,10 +2072,16 @@ class AsyncApps:
         ``idle_seconds``, default 300, without requests) or ``1`` (always running);
         ``health_path`` the path the health check asks for (default ``/``).
 
-        A name in use raises :class:`~pandastack.ConflictError`; a bad field
-        :class:`~pandastack.InvalidArgumentError` naming it."""
+        ``domains`` are extra host names the app answers at, besides ``<name>.<domain>``
+        (lower-case DNS names, at most 20, not under the server's own domain): point their DNS
+        at the server's proxy. With TLS on the proxy each gets a certificate, from the
+        operator's certificate directory or else from ACME: see ``App.domains[i].tls``
+        (:class:`~pandastack.AppDomain`).
+
+        A name in use, or a domain another app has, raises :class:`~pandastack.ConflictError`;
+        a bad field :class:`~pandastack.InvalidArgumentError` naming it (``domains[i]``)."""
         config = b.app_config(
-            env, secrets, build, start, memory_mb, min_instances, idle_seconds, health_path
+            env, secrets, build, start, memory_mb, min_instances, idle_seconds, health_path, domains
         )
         body = b.app_body(name, git, ref, deploy, config)
         return App.from_json(await self._t.json("POST", "/v1/apps", json=body))
@@ -2109,13 +2116,17 @@ class AsyncApps:
         min_instances: Optional[int] = None,
         idle_seconds: Optional[int] = None,
         health_path: Optional[str] = None,
+        domains: Optional[Sequence[str]] = None,
     ) -> App:
         """Changes an app's configuration and returns the app: each argument given replaces
-        the app's (``env`` and ``secrets`` whole; ``ref`` needs ``git``); the others stay. The
-        next deploy builds with it; ``min_instances`` and ``idle_seconds`` apply to the running
-        version at once. The arguments are those of :meth:`create`."""
+        the app's (``env``, ``secrets`` and ``domains`` whole, ``domains=[]`` removes them
+        all; ``ref`` needs ``git``); the others stay. The next deploy builds with it;
+        ``min_instances`` and ``idle_seconds`` apply to the running version at once, and
+        ``domains`` to the proxy at once (extra host names the app answers at: point their DNS
+        at the proxy; with TLS on the proxy each gets a certificate from files or ACME, see
+        ``App.domains[i].tls``). The arguments are those of :meth:`create`."""
         config = b.app_config(
-            env, secrets, build, start, memory_mb, min_instances, idle_seconds, health_path
+            env, secrets, build, start, memory_mb, min_instances, idle_seconds, health_path, domains
         )
         body = b.app_update_body(git, ref, config)
         return App.from_json(await self._t.json("PATCH", self._p(app), json=body))
@@ -2130,6 +2141,12 @@ class AsyncApps:
             return True
         except NotFoundError:
             return False
+
+    async def rotate_deploy_key(self, app: str) -> App:
+        """Replaces the app's SSH deploy key with a new ed25519 pair and returns the app, its
+        ``deploy_key`` the new public key to put on the repository (as a read-only deploy
+        key). Deploys from then on fetch with the new key."""
+        return App.from_json(await self._t.json("POST", self._p(app, "/deploy-key")))
 
     # ---- deploys
     async def deploy(

@@ -1326,6 +1326,23 @@ def _app_start(start: AppStartLike) -> Dict[str, Any]:
     return out
 
 
+def app_domains(domains: Sequence[str]) -> List[str]:
+    """The ``domains`` of an app request: a list of non-empty host names (the server checks
+    that they are DNS names, how many there are and that no other app has them)."""
+    if isinstance(domains, (str, bytes, Mapping)) or not hasattr(domains, "__iter__"):
+        raise InvalidArgumentError(
+            f"domains: a list of host names, got {type(domains).__name__}", code="invalid_argument"
+        )
+    out: List[str] = []
+    for i, d in enumerate(domains):
+        if not isinstance(d, str) or not d:
+            raise InvalidArgumentError(
+                f"domains[{i}]: a non-empty host name, got {d!r}", code="invalid_argument"
+            )
+        out.append(d)
+    return out
+
+
 def app_config(
     env: Optional[Mapping[str, str]],
     secrets: Optional[Mapping[str, str]],
@@ -1335,9 +1352,10 @@ def app_config(
     min_instances: Optional[int],
     idle_seconds: Optional[int],
     health_path: Optional[str],
+    domains: Optional[Sequence[str]] = None,
 ) -> Dict[str, Any]:
     """The configuration fields shared by ``POST /v1/apps`` and ``PATCH /v1/apps/{name}``; what
-    is ``None`` is left out."""
+    is ``None`` is left out (an empty ``domains`` is sent: it removes them all)."""
     return drop_none(
         {
             "env": wire_env(env) if env is not None else None,
@@ -1348,6 +1366,7 @@ def app_config(
             "min_instances": int(min_instances) if min_instances is not None else None,
             "idle_seconds": int(idle_seconds) if idle_seconds is not None else None,
             "health_path": health_path,
+            "domains": app_domains(domains) if domains is not None else None,
         }
     )
 

@@ -847,6 +847,30 @@ class AppStart:
 
 
 @dataclass
+class AppDomain:
+    """A custom domain of an app (:attr:`App.domains`): ``name`` is the host name (its DNS
+    pointed at the server's proxy), ``tls`` where its certificate comes from: ``"none"`` (the
+    proxy serves no TLS, or nothing covers the name), ``"files"`` (the operator's certificate
+    directory), ``"pending"`` (an ACME order is under way), ``"issued"`` (by ACME) or
+    ``"failed"`` (the last ACME order failed: ``tls_error`` says why). ``tls_expires_at`` is
+    the end of the certificate's validity (RFC 3339), when known."""
+
+    name: str
+    tls: str = "none"
+    tls_expires_at: Optional[str] = None
+    tls_error: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "AppDomain":
+        return cls(
+            name=_s(d, "name", ""),
+            tls=_s(d, "tls", "none"),
+            tls_expires_at=d.get("tls_expires_at"),
+            tls_error=d.get("tls_error"),
+        )
+
+
+@dataclass
 class App:
     """An app deployed from git (or from uploaded directories): built in a VM, health-checked
     and served at ``url`` (``<name>.<domain>``) by the server's proxy.
@@ -856,7 +880,12 @@ class App:
     ``idle_seconds`` without requests (the next request wakes it), ``1`` keeps it running.
     ``live_deploy`` is the deploy serving traffic (``None`` until one passes its health check on
     ``health_path``) and ``instance_state`` the state of that deploy's VM (``running``,
-    ``hibernated``, …). ``webhook_secret`` signs webhook deliveries of git hosts."""
+    ``hibernated``, …). ``webhook_secret`` signs webhook deliveries of git hosts.
+    ``deploy_key`` is the public half of the app's own SSH key (one OpenSSH
+    ``authorized_keys`` line, ``ssh-ed25519 … pandastack-app-<name>``): add it as a read-only
+    deploy key on the repository to deploy from an ``ssh://`` or ``git@host:path`` URL.
+    ``domains`` are its custom domains (:class:`AppDomain`), each with where its TLS
+    certificate comes from."""
 
     id: str
     name: str = ""
@@ -871,6 +900,8 @@ class App:
     idle_seconds: int = 0
     health_path: str = "/"
     webhook_secret: str = ""
+    deploy_key: str = ""
+    domains: List[AppDomain] = field(default_factory=list)
     live_deploy: Optional[str] = None
     instance_state: Optional[str] = None
     created_at: str = ""
@@ -901,6 +932,8 @@ class App:
             idle_seconds=int(_s(d, "idle_seconds", 0)),
             health_path=_s(d, "health_path", "/"),
             webhook_secret=_s(d, "webhook_secret", ""),
+            deploy_key=_s(d, "deploy_key", ""),
+            domains=[AppDomain.from_json(x) for x in _s(d, "domains", []) if isinstance(x, Mapping)],
             live_deploy=d.get("live_deploy"),
             instance_state=d.get("instance_state"),
             created_at=_s(d, "created_at", ""),
