@@ -1,10 +1,11 @@
 //! Frameworks of the detection table deployed from a local git repository and answering at their
-//! URL, with projects made by the frameworks' own generators from the npm registry
-//! (`create-vite`, `express-generator`) and Python apps on Flask and FastAPI from PyPI, all built
-//! in VMs of the `app` template with sandbox networking. Slow by nature (npm and pip under TCG):
-//! one server, one deploy after another. Next.js is not here yet: a `create-next-app` project
-//! deploys (by hand, on this machine) but its cold deploy takes over ten minutes under TCG
-//! (docs/ARCHITECTURE.md, "App hosting").
+//! URL, with projects made by the frameworks' own generators from the npm registry on the host
+//! (`create-vite`, `express-generator`, `create-next-app`, `create-react-app`) and Python apps on
+//! Flask and FastAPI from PyPI, all built in VMs of the `app` template with sandbox networking.
+//! Slow by nature (npm, pip, `next build` and webpack under TCG), so two tests that run side by
+//! side, each with a server and network namespaces of its own and one deploy after another:
+//! Vite, Flask, FastAPI and Express in one; Next.js and Create React App, the two long builds,
+//! in the other (timings in docs/ARCHITECTURE.md, "App hosting").
 
 mod common;
 
@@ -44,8 +45,13 @@ fn git(dir: &Path, args: &[&str]) {
 }
 
 /// Commits the project in `work` and pushes it to a new bare repository; its `file://` URL.
+/// A repository the generator made (`create-react-app` commits its project) is replaced.
 fn publish(work: &Path) -> String {
     let bare = work.with_extension("git");
+    let own = work.join(".git");
+    if own.exists() {
+        std::fs::remove_dir_all(own).unwrap();
+    }
     git(work, &["init", "--quiet", "--initial-branch=main"]);
     git(work, &["add", "-A"]);
     git(work, &["commit", "--quiet", "-m", "generated"]);
@@ -69,6 +75,64 @@ fn write(dir: &Path, files: &[(&str, &str)]) -> PathBuf {
         std::fs::write(dir.join(name), text).unwrap();
     }
     dir.to_owned()
+}
+
+/// A server over `data` that builds the `app` template from its spec, with sandbox networking on
+/// namespaces named `net` and addresses from `base` (each test has its own: they run side by
+/// side).
+async fn app_server(data: &Path, net: &str, base: &str) -> Server {
+    let specs = data.join("no-specs");
+    std::fs::create_dir_all(&specs).unwrap();
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates/app.toml");
+    std::fs::copy(spec, specs.join("app.toml")).unwrap();
+    start_with(
+        data,
+        free_port(),
+        &[
+            "--pool-size",
+            "0",
+            "--network",
+            "on",
+            "--net-name",
+            net,
+            "--net-base",
+            base,
+            "--net-spare",
+            "1",
+        ],
+    )
+    .await
+}
+
+/// One project to deploy.
+struct Case {
+    app: &'static str,
+    project: PathBuf,
+    /// More fields of the create request (`memory_mb`, `env`).
+    extra: Value,
+    /// The framework detection must pick.
+    framework: &'static str,
+    /// Text the page at `/` has (compared without spaces).
+    marker: &'static str,
+}
+
+/// Publishes the project, deploys it as a new app, checks the plan's framework and the page
+/// served through the proxy, and deletes the app (one app VM at a time).
+async fn deploy_and_visit(api: &Api<'_>, case: Case) {
+    let name = case.app;
+    let url = publish(&case.project);
+    let d = deploy(api, name, &url, case.extra).await;
+    assert_eq!(d["plan"]["framework"], case.framework, "{name}: {d}");
+    let (st, body) = visit(api.s, name, "/").await;
+    assert_eq!(st, StatusCode::OK, "{name}: {body}");
+    assert!(
+        body.replace(' ', "")
+            .contains(&case.marker.replace(' ', "")),
+        "{name}: {:?} not in {body}",
+        case.marker
+    );
+    let (st, v) = api.call("DELETE", &format!("/v1/apps/{name}"), None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
 }
 
 /// Creates app `name` from `url` and waits for its first deploy; returns the live deploy.
@@ -133,30 +197,9 @@ async fn visit(s: &Server, name: &str, path: &str) -> (StatusCode, String) {
 #[tokio::test(flavor = "multi_thread")]
 async fn generated_projects_of_every_framework_deploy_and_answer() {
     let guard = runtime().await;
-    let data = guard.dir.path();
-    let specs = data.join("no-specs");
-    std::fs::create_dir_all(&specs).unwrap();
-    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates/app.toml");
-    std::fs::copy(spec, specs.join("app.toml")).unwrap();
     let names = NetNames::new("tsfw");
     names.clean();
-    let server = start_with(
-        data,
-        free_port(),
-        &[
-            "--pool-size",
-            "0",
-            "--network",
-            "on",
-            "--net-name",
-            "tsfw",
-            "--net-base",
-            "10.204.64.0/24",
-            "--net-spare",
-            "1",
-        ],
-    )
-    .await;
+    let server = app_server(guard.dir.path(), "tsfw", "10.204.64.0/24").await;
     let api = Api {
         s: &server,
         c: Client::new(),
@@ -199,45 +242,113 @@ async fn generated_projects_of_every_framework_deploy_and_answer() {
         ],
     );
 
-    // (app, project, extra request fields, framework detection must pick, text the page has)
-    let cases: Vec<(&str, PathBuf, Value, &str, &str)> = vec![
-        (
-            "vite",
-            root.join("vite-app"),
-            json!({}),
-            "vite",
-            "<div id=\"root\">",
-        ),
-        ("flask", flask, json!({}), "flask", "\"hello\":\"flask\""),
-        (
-            "fastapi",
-            fastapi,
-            json!({}),
-            "fastapi",
-            "\"hello\":\"fastapi\"",
-        ),
-        (
-            "express",
-            root.join("express-app"),
-            json!({}),
-            "node",
-            "Welcome to Express",
-        ),
+    let cases = [
+        Case {
+            app: "vite",
+            project: root.join("vite-app"),
+            extra: json!({}),
+            framework: "vite",
+            marker: "<div id=\"root\">",
+        },
+        Case {
+            app: "flask",
+            project: flask,
+            extra: json!({}),
+            framework: "flask",
+            marker: "\"hello\":\"flask\"",
+        },
+        Case {
+            app: "fastapi",
+            project: fastapi,
+            extra: json!({}),
+            framework: "fastapi",
+            marker: "\"hello\":\"fastapi\"",
+        },
+        Case {
+            app: "express",
+            project: root.join("express-app"),
+            extra: json!({}),
+            framework: "node",
+            marker: "Welcome to Express",
+        },
     ];
-    for (name, dir, extra, framework, marker) in cases {
-        let url = publish(&dir);
-        let d = deploy(&api, name, &url, extra).await;
-        assert_eq!(d["plan"]["framework"], framework, "{name}: {d}");
-        let (st, body) = visit(&server, name, "/").await;
-        assert_eq!(st, StatusCode::OK, "{name}: {body}");
-        assert!(
-            body.replace(' ', "").contains(&marker.replace(' ', "")),
-            "{name}: {marker:?} not in {body}"
-        );
-        // One VM per app at a time: this one is done.
-        let (st, v) = api.call("DELETE", &format!("/v1/apps/{name}"), None).await;
-        assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+    for case in cases {
+        deploy_and_visit(&api, case).await;
     }
     drop(server);
     names.clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn next_and_create_react_app_projects_deploy_and_answer() {
+    let started = Instant::now();
+    let guard = runtime().await;
+    let names = NetNames::new("tsnx");
+    names.clean();
+    let server = app_server(guard.dir.path(), "tsnx", "10.204.65.0/24").await;
+    let api = Api {
+        s: &server,
+        c: Client::new(),
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+
+    // `--empty` is create-next-app's own minimal App Router project (a "Hello World!" page and
+    // three dependencies: next, react, react-dom). It is also the template without
+    // `next/font/google`, which fetches its fonts from Google during `next build`: the build
+    // VMs reach the package registries and nothing else of the internet on CI hosts, so the
+    // default template's build fails there. JavaScript, no Tailwind, no ESLint: the smallest
+    // install, because every package costs time under TCG.
+    run(
+        root,
+        "npx",
+        &[
+            "-y",
+            "create-next-app@latest",
+            "next-app",
+            "--yes",
+            "--use-npm",
+            "--js",
+            "--no-tailwind",
+            "--no-eslint",
+            "--app",
+            "--no-src-dir",
+            "--empty",
+            "--disable-git",
+            "--no-agent-feedback",
+        ],
+    );
+    // Deprecated, but still the generator of react-scripts projects (its own template, React
+    // from the registry).
+    run(root, "npx", &["-y", "create-react-app", "cra-app"]);
+
+    // 2 GiB for the compilers (`next build`, webpack), the size a Next.js deploy was first
+    // measured with; the same size for both bakes one template (app-m2048), not two. CRA, the
+    // longer deploy, goes first: by the time Next.js starts (it has two minutes to listen) the
+    // other test's VMs are gone.
+    let cases = [
+        Case {
+            app: "cra",
+            project: root.join("cra-app"),
+            extra: json!({"memory_mb": 2048}),
+            framework: "cra",
+            marker: "<title>React App</title>",
+        },
+        Case {
+            app: "next",
+            project: root.join("next-app"),
+            extra: json!({"memory_mb": 2048, "env": {"NEXT_TELEMETRY_DISABLED": "1"}}),
+            framework: "next",
+            marker: "Hello World!",
+        },
+    ];
+    for case in cases {
+        deploy_and_visit(&api, case).await;
+    }
+    drop(server);
+    names.clean();
+    eprintln!(
+        "next and cra: {:.0} s in all",
+        started.elapsed().as_secs_f64()
+    );
 }

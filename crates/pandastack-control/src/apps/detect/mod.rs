@@ -89,7 +89,8 @@ pub struct BuildPlan {
     pub node_major: Option<u32>,
     /// Installs the package manager itself, when it is not npm: `npm install -g pnpm@9`.
     pub setup: Option<String>,
-    /// Installs the dependencies: `npm ci`, `pnpm install --frozen-lockfile`,
+    /// Installs the dependencies: `npm ci` (then `npm install` if it fails),
+    /// `pnpm install --frozen-lockfile`,
     /// `python3 -m venv .venv && .venv/bin/pip install -r requirements.txt`.
     pub install: Option<String>,
     /// Builds the app: `npm run build`.

@@ -252,7 +252,7 @@ impl Manager {
     fn install(&self) -> String {
         let locked = self.lockfile.is_some();
         match self.pm {
-            Pm::Npm if locked => "npm ci".into(),
+            Pm::Npm if locked => NPM_CI.into(),
             Pm::Pnpm if locked => "pnpm install --frozen-lockfile".into(),
             Pm::Yarn if locked && self.berry => "yarn install --immutable".into(),
             Pm::Yarn if locked => "yarn install --frozen-lockfile".into(),
@@ -261,6 +261,17 @@ impl Manager {
         }
     }
 }
+
+/// The install of an npm project with a lockfile: `npm ci`, and `npm install` if it fails.
+/// npm versions disagree on which optional peer dependencies a lockfile lists (a lockfile that
+/// npm 11 writes can lack one that npm 9 and 10 want: `create-react-app`'s lacks tailwindcss's
+/// `yaml@2`), and `npm ci` refuses a lockfile it finds incomplete ("Missing: yaml@2.9.1 from
+/// lock file"), so the image's npm 9 would refuse projects locked with a newer npm. `npm
+/// install` keeps the locked versions and adds what this npm finds missing.
+pub(super) const NPM_CI: &str = concat!(
+    "npm ci || { echo 'npm ci failed (a lockfile from another npm version can lack optional ",
+    "peers this one wants); installing with npm install'; npm install; }"
+);
 
 /// A version from `packageManager` (`9.1.0+sha512.…` → `9.1.0`) if it is safe in a command.
 fn plain_version(v: &str) -> Option<String> {

@@ -1,5 +1,9 @@
 //! Node.js frameworks, package managers and versions.
 
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+use super::super::node::NPM_CI;
 use super::*;
 
 #[test]
@@ -13,7 +17,7 @@ fn vite_react_is_a_static_site_built_into_dist() {
     assert_eq!(p.runtime, Runtime::Static);
     assert_eq!(p.package_manager.as_deref(), Some("npm"));
     assert_eq!(p.setup, None);
-    assert_eq!(p.install.as_deref(), Some("npm ci"));
+    assert_eq!(p.install.as_deref(), Some(NPM_CI));
     assert_eq!(p.build.as_deref(), Some("npm run build"));
     assert_eq!(p.output_dir.as_deref(), Some("dist"));
     assert_eq!(p.start, format!("node {STATIC_SERVER} dist"));
@@ -199,8 +203,8 @@ fn astro_is_static_unless_it_has_the_node_adapter() {
 fn each_lockfile_names_its_package_manager() {
     let pkg = r#"{"scripts": {"start": "node index.js"}}"#;
     let cases = [
-        ("package-lock.json", "npm", None, "npm ci"),
-        ("npm-shrinkwrap.json", "npm", None, "npm ci"),
+        ("package-lock.json", "npm", None, NPM_CI),
+        ("npm-shrinkwrap.json", "npm", None, NPM_CI),
         (
             "pnpm-lock.yaml",
             "pnpm",
@@ -242,6 +246,34 @@ fn each_lockfile_names_its_package_manager() {
         ("bun.lock", ""),
     ]);
     assert_eq!(p.start, "bun run start");
+}
+
+/// What `npm` commands the npm install line runs, with an `npm` whose `ci` and `install` exit
+/// with these codes; and the line's own exit code.
+fn npm_install_runs(ci: u8, install: u8) -> (String, i32) {
+    let dir = tempfile::tempdir().unwrap();
+    let npm = dir.path().join("npm");
+    let script = format!(
+        "#!/bin/sh\necho \"npm $*\" >>calls\ncase $1 in ci) exit {ci};; install) exit {install};; esac\n"
+    );
+    fs::write(&npm, script).unwrap();
+    fs::set_permissions(&npm, fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new("/bin/sh")
+        .args(["-c", NPM_CI])
+        .current_dir(dir.path())
+        .env("PATH", format!("{}:/usr/bin:/bin", dir.path().display()))
+        .output()
+        .unwrap();
+    let calls = fs::read_to_string(dir.path().join("calls")).unwrap();
+    (calls, out.status.code().unwrap())
+}
+
+#[test]
+fn npm_ci_falls_back_to_npm_install_when_it_fails() {
+    assert_eq!(npm_install_runs(0, 0), ("npm ci\n".into(), 0));
+    // A lockfile the image's npm finds incomplete: `npm ci` refuses it, `npm install` works.
+    assert_eq!(npm_install_runs(1, 0), ("npm ci\nnpm install\n".into(), 0));
+    assert_eq!(npm_install_runs(1, 1), ("npm ci\nnpm install\n".into(), 1));
 }
 
 #[test]
