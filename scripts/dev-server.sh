@@ -11,7 +11,11 @@
 # reflink data dir (`pandastack host init`). Templates come from ./templates and are baked on
 # first use; tests use `minimal`. Sandbox networking is off unless PANDASTACK_DEV_NETWORK=auto|on
 # (servers started side by side would otherwise share one network pool's names).
-# PANDASTACK_DEV_SERVER_ARGS adds `pandastack server` flags (split on spaces), e.g. limits.
+# PANDASTACK_DEV_SERVER_ARGS adds `pandastack server` flags (split on spaces), e.g. limits; with
+# networking on, give each server names and addresses of its own there (`--net-name tscl
+# --net-base 10.204.80.0/24`): `stop` then also removes the network objects of that name —
+# namespaces `<name>-N`, host links `<name>vN`, nftables table `pandastack_<name>` — which the
+# server leaves behind when it stops. The default name (`ps`, a real server's) is never removed.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +26,30 @@ name=${2:?usage: dev-server.sh start|stop NAME [PORT]}
 dir=/var/lib/pandastack/$name
 bin=${PANDASTACK_BIN:-$here/target/release/pandastack}
 
+# The --net-name in PANDASTACK_DEV_SERVER_ARGS (`--net-name X` or `--net-name=X`), if any.
+net_name_arg() {
+    local prev="" w
+    for w in ${PANDASTACK_DEV_SERVER_ARGS:-}; do
+        [[ $prev == --net-name ]] && { echo "$w"; return; }
+        [[ $w == --net-name=* ]] && { echo "${w#--net-name=}"; return; }
+        prev=$w
+    done
+    return 0
+}
+
+# Removes the network objects named NAME (what `pandastack server --net-name NAME` makes).
+clean_net() {
+    local n=$1 x
+    [[ $n =~ ^[A-Za-z0-9_]+$ && $n != ps ]] || return 0
+    for x in $(ip netns list 2>/dev/null | awk '{print $1}'); do
+        if [[ $x == "$n-"* ]]; then ip netns del "$x" 2>/dev/null || true; fi
+    done
+    for x in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1); do
+        if [[ $x == "${n}v"* ]]; then ip link del "$x" 2>/dev/null || true; fi
+    done
+    nft delete table inet "pandastack_$n" 2>/dev/null || true
+}
+
 stop() {
     if [[ -f $dir/server.pid ]]; then
         pid=$(cat "$dir/server.pid")
@@ -31,6 +59,8 @@ stop() {
     fi
     # Sandboxes outlive the server by design; a throwaway server's must go with it.
     pkill -9 -f -- "$dir/" 2>/dev/null || true
+    # Its network objects, once no VM uses them (start wrote the name down).
+    if [[ -s $dir/net-name ]]; then clean_net "$(cat "$dir/net-name")"; fi
     rm -rf "$dir"
 }
 
@@ -46,6 +76,13 @@ start)
         db_port=$(free_port)
         stop
         mkdir -p "$dir"
+        if [[ ${PANDASTACK_DEV_NETWORK:-off} != off ]]; then
+            net=$(net_name_arg)
+            if [[ -n $net ]]; then
+                clean_net "$net" # left by a run that did not stop its server
+                echo "$net" >"$dir/net-name"
+            fi
+        fi
         "$bin" server --data-dir "$dir" --key-file "$dir/admin.key" --listen "127.0.0.1:$port" \
             --proxy-listen "127.0.0.1:$proxy_port" --preview-url "http://localhost:$proxy_port" \
             --db-listen "127.0.0.1:$db_port" \

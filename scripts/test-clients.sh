@@ -29,6 +29,13 @@ if [ -n "${PANDASTACK_TEST_POSTGRES:-}" ] && [ "$PANDASTACK_TEST_POSTGRES" != sk
 fi
 export PANDASTACK_BIN=${PANDASTACK_BIN:-$here/target/debug/pandastack}
 export PANDASTACK_GUEST_AGENT=${PANDASTACK_GUEST_AGENT:-$here/target/release/pandastack-guest}
+# Sandbox networking on: examples/python/agent_deploys_app.py deploys a Vite app, and its build
+# VM runs `npm install` against the npm registry. Under names and addresses no other test uses
+# (`tscl`, 10.204.80.0/24; the Rust suites' pools take other /24s of 10.201-10.204, and they
+# run before this suite, not beside it), with few spare slots on 2 cores. `dev-server.sh stop` (the EXIT trap)
+# removes the namespaces, links and nftables table the server leaves behind.
+export PANDASTACK_DEV_NETWORK=on
+export PANDASTACK_DEV_SERVER_ARGS="${PANDASTACK_DEV_SERVER_ARGS:+$PANDASTACK_DEV_SERVER_ARGS }--net-name tscl --net-base 10.204.80.0/24 --net-spare 2"
 eval "$(scripts/dev-server.sh start clients-test)"
 trap 'scripts/dev-server.sh stop clients-test' EXIT
 export PANDASTACK_TEST_TEMPLATE=minimal PANDASTACK_TEMPLATE=minimal

@@ -29,6 +29,17 @@ EXPECT = {
         "database deleted",
         "done",
     ],
+    "agent_deploys_app.py": [
+        "agent wrote 6 files and committed",
+        "read the commit out as a git bundle:",
+        "pushed to file://",
+        "framework: vite (install: npm install",
+        "phases: clone",
+        "the app's page: Agent-built app, script /assets/",
+        'the app serves: "Built by an agent in sandbox sb-',
+        "app agent-app-",
+        "done",
+    ],
     "async_quickstart.py": ["'job 0', 'job 1', 'job 2', 'job 3'", "hello from asyncio"],
     "code_interpreter.py": [
         "stdout: sorting 8 numbers | result: [1, 1, 2, 3, 4, 5, 6, 9]",
@@ -52,17 +63,30 @@ def test_every_example_is_covered():
 #: create on a server bakes the `postgres` template).
 DATABASE_EXAMPLES = {"agent_database.py"}
 
+#: Examples that deploy an app: its build VM installs from the npm registry, so the server needs
+#: sandbox networking (PANDASTACK_DEV_NETWORK=on|auto, which scripts/test-clients.sh sets for its
+#: server; skipped otherwise). The first use bakes the `app` template, and `npm install` plus
+#: `vite build` take minutes under TCG.
+APP_EXAMPLES = {"agent_deploys_app.py"}
+
+TIMEOUTS = {"agent_database.py": 1200, "agent_deploys_app.py": 1800}
+
 
 @pytest.mark.parametrize("name", sorted(EXPECT))
 def test_example_runs(name, client, template):
     uses_db = name in DATABASE_EXAMPLES
+    uses_apps = name in APP_EXAMPLES
     if uses_db and not os.environ.get("PANDASTACK_DB_FRONT"):
         pytest.skip("PANDASTACK_DB_FRONT is not set (scripts/dev-server.sh prints it)")
+    if uses_apps and os.environ.get("PANDASTACK_DEV_NETWORK", "off") == "off":
+        pytest.skip("needs a server with sandbox networking: set PANDASTACK_DEV_NETWORK=on for it")
     before = {s.id for s in client.sandboxes.list()}
     snaps_before = {s.id for s in client.snapshots.list()}
     dbs_before = {d.id for d in client.databases.list()} if uses_db else set()
+    apps_before = {a.name for a in client.apps.list()} if uses_apps else set()
     env = dict(os.environ)
     env["PANDASTACK_TEMPLATE"] = template
+    env.pop("PANDASTACK_EXAMPLE_REPO", None)  # agent_deploys_app.py pushes to a local repository
     src = str(Path(__file__).resolve().parents[1] / "src")
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     try:
@@ -71,7 +95,7 @@ def test_example_runs(name, client, template):
             env=env,
             capture_output=True,
             text=True,
-            timeout=1200 if uses_db else 600,
+            timeout=TIMEOUTS.get(name, 600),
         )
         out = p.stdout + p.stderr
         assert p.returncode == 0, out
@@ -89,6 +113,10 @@ def test_example_runs(name, client, template):
         left_dbs = [d.id for d in client.databases.list() if d.id not in dbs_before] if uses_db else []
         for did in left_dbs:
             client.databases.delete(did)
+        left_apps = [a.name for a in client.apps.list() if a.name not in apps_before] if uses_apps else []
+        for app in left_apps:
+            client.apps.delete(app)
     assert not left, f"{name} left sandboxes behind: {[s.id for s in left]}"
     assert not left_dbs, f"{name} left databases behind: {left_dbs}"
+    assert not left_apps, f"{name} left apps behind: {left_apps}"
     assert not left_snaps, f"{name} left snapshots behind: {left_snaps}"
