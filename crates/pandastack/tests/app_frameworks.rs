@@ -4,8 +4,10 @@
 //! Flask and FastAPI from PyPI, all built in VMs of the `app` template with sandbox networking.
 //! Slow by nature (npm, pip, `next build` and webpack under TCG), so two tests that run side by
 //! side, each with a server and network namespaces of its own and one deploy after another:
-//! Vite, Flask, FastAPI and Express in one; Next.js and Create React App, the two long builds,
-//! in the other (timings in docs/ARCHITECTURE.md, "App hosting").
+//! Vite, Flask, FastAPI and Express in one; Next.js, the long build, in the other. Create React
+//! App runs there too only with `PANDASTACK_TEST_CRA=1`: its 1,306 packages take 17 minutes of
+//! `npm install` under TCG, which the suite's 90-minute budget cannot carry (timings in
+//! docs/ARCHITECTURE.md, "App hosting").
 
 mod common;
 
@@ -280,7 +282,7 @@ async fn generated_projects_of_every_framework_deploy_and_answer() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn next_and_create_react_app_projects_deploy_and_answer() {
+async fn next_and_optionally_cra_projects_deploy_and_answer() {
     let started = Instant::now();
     let guard = runtime().await;
     let names = NetNames::new("tsnx");
@@ -319,36 +321,39 @@ async fn next_and_create_react_app_projects_deploy_and_answer() {
         ],
     );
     // Deprecated, but still the generator of react-scripts projects (its own template, React
-    // from the registry).
-    run(root, "npx", &["-y", "create-react-app", "cra-app"]);
+    // from the registry). Only on request: see the module's doc.
+    let with_cra = std::env::var("PANDASTACK_TEST_CRA").is_ok_and(|v| v == "1");
+    if with_cra {
+        run(root, "npx", &["-y", "create-react-app", "cra-app"]);
+    } else {
+        eprintln!("create-react-app skipped: set PANDASTACK_TEST_CRA=1 to deploy it too");
+    }
 
     // 2 GiB for the compilers (`next build`, webpack), the size a Next.js deploy was first
-    // measured with; the same size for both bakes one template (app-m2048), not two. CRA, the
-    // longer deploy, goes first: by the time Next.js starts (it has two minutes to listen) the
-    // other test's VMs are gone.
-    let cases = [
-        Case {
+    // measured with; the same size for both bakes one template (app-m2048), not two.
+    let mut cases = vec![Case {
+        app: "next",
+        project: root.join("next-app"),
+        extra: json!({"memory_mb": 2048, "env": {"NEXT_TELEMETRY_DISABLED": "1"}}),
+        framework: "next",
+        marker: "Hello World!",
+    }];
+    if with_cra {
+        cases.push(Case {
             app: "cra",
             project: root.join("cra-app"),
             extra: json!({"memory_mb": 2048}),
             framework: "cra",
             marker: "<title>React App</title>",
-        },
-        Case {
-            app: "next",
-            project: root.join("next-app"),
-            extra: json!({"memory_mb": 2048, "env": {"NEXT_TELEMETRY_DISABLED": "1"}}),
-            framework: "next",
-            marker: "Hello World!",
-        },
-    ];
+        });
+    }
     for case in cases {
         deploy_and_visit(&api, case).await;
     }
     drop(server);
     names.clean();
     eprintln!(
-        "next and cra: {:.0} s in all",
+        "next (and cra if asked): {:.0} s in all",
         started.elapsed().as_secs_f64()
     );
 }

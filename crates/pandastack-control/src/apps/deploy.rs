@@ -37,8 +37,9 @@ const PROXY_VARS: &[&str] = &[
 pub(crate) const DEFAULT_PORT: u16 = 3000;
 /// Longest an install or a build may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(1800);
-/// Longest a new version's server may take to listen on its port.
-const LISTEN_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest a new version's server may take to listen on its port (`next start` took 122 s in a
+/// 1-vCPU VM under TCG on a loaded host).
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(300);
 /// Longest a listening server may take to answer its health check with 2xx/3xx.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(60);
 /// Requests in flight on the old version get this long before its VM hibernates.
