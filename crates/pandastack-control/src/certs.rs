@@ -207,7 +207,7 @@ impl Certificates {
                 Ok(())
             }
             Err(e) => {
-                let message = chain(&e);
+                let message = pandastack_host::error_chain(&e);
                 tracing::warn!(%domain, attempt = job.attempts, error = %message, "certificate order");
                 let last = job.attempts >= job.max_attempts;
                 let state = if last {
@@ -348,19 +348,4 @@ pub fn not_after(chain_pem: &str) -> Result<i64, CertError> {
         .parse_x509()
         .map_err(|e| CertError::Parse(e.to_string()))?;
     Ok(cert.validity().not_after.timestamp() * 1000)
-}
-
-/// An error and its causes, `: `-separated (what the domain's `tls_error` shows).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let text = c.to_string();
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        cause = c.source();
-    }
-    s
 }

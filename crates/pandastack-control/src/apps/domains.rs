@@ -94,7 +94,7 @@ impl Apps {
             name: d.domain.clone(),
             tls,
             tls_expires_at: match tls {
-                DomainTls::Issued => d.not_after.map(rfc3339),
+                DomainTls::Issued => d.not_after.map(crate::databases::rfc3339),
                 _ => None,
             },
             tls_error: match tls {
@@ -103,15 +103,4 @@ impl Apps {
             },
         }
     }
-}
-
-/// Unix ms as RFC 3339 (UTC).
-fn rfc3339(ms: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default()
 }

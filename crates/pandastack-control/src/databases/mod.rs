@@ -15,6 +15,7 @@
 
 mod archive;
 mod pitr;
+pub(crate) use pitr::rfc3339;
 mod query;
 
 use std::collections::{BTreeMap, HashMap};

@@ -40,7 +40,8 @@ pub fn parse_time(field: &str, value: &str) -> Result<i64, DatabaseError> {
     Ok((t.unix_timestamp_nanos() / 1_000_000) as i64)
 }
 
-fn rfc3339(ms: i64) -> String {
+/// Unix ms as RFC 3339 (UTC); the number itself if out of range.
+pub(crate) fn rfc3339(ms: i64) -> String {
     OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .ok()
         .and_then(|t| t.format(&Rfc3339).ok())
