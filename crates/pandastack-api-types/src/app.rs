@@ -238,6 +238,12 @@ pub struct AppConfig {
     pub min_instances: u32,
     pub idle_seconds: u64,
     pub health_path: String,
+    /// Set for a function: its runtime, handler and limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<crate::FunctionConfig>,
+    /// A function's source (its files travel with it; each version builds from them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function_source: Option<crate::FunctionSource>,
 }
 
 impl AppConfig {
@@ -247,7 +253,7 @@ impl AppConfig {
     }
 }
 
-fn validate_env(field: &str, env: &BTreeMap<String, String>) -> Result<(), FieldError> {
+pub(crate) fn validate_env(field: &str, env: &BTreeMap<String, String>) -> Result<(), FieldError> {
     if env.len() > MAX_ENV {
         return Err(field_error(field, format!("at most {MAX_ENV} entries")));
     }
@@ -345,7 +351,7 @@ fn without_port(authority: &str) -> Option<&str> {
     }
 }
 
-fn validate_git(git: &AppGit) -> Result<(), FieldError> {
+pub(crate) fn validate_git(git: &AppGit) -> Result<(), FieldError> {
     let u = git.url.as_str();
     let bad = || {
         field_error(
@@ -470,6 +476,8 @@ impl CreateAppRequest {
                 .health_path
                 .clone()
                 .unwrap_or_else(|| DEFAULT_HEALTH_PATH.to_owned()),
+            function: None,
+            function_source: None,
         }
     }
 }

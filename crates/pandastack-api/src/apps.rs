@@ -49,6 +49,8 @@ impl From<AppError> for ApiError {
             e @ AppError::DeployKey(_) => Self::internal("app deploy key", &e),
             e @ AppError::BadDomain(_) => Self::new(ErrorCode::InvalidArgument, e.to_string()),
             e @ AppError::DomainTaken(_) => Self::new(ErrorCode::Conflict, e.to_string()),
+            e @ AppError::Busy(_) => Self::new(ErrorCode::Unavailable, e.to_string()),
+            e @ AppError::BadEvent(_) => Self::new(ErrorCode::InvalidArgument, e.to_string()),
         }
     }
 }

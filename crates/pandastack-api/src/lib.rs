@@ -12,6 +12,7 @@ pub mod db_front;
 mod error;
 mod exec_ws;
 mod extract;
+mod functions;
 mod idempotency;
 mod keys;
 mod logs;
@@ -224,7 +225,9 @@ impl App {
     /// [`App::recover_builds`]'s requeue of this host's running jobs).
     pub async fn start_deploy_worker(self: &Arc<Self>) -> Result<(), pandastack_control::AppError> {
         self.apps.remove_strays().await?;
+        self.apps.remove_stray_instances().await?;
         tokio::spawn(self.apps.clone().worker());
+        tokio::spawn(self.apps.clone().instance_sweeper());
         Ok(())
     }
 

@@ -206,6 +206,11 @@ async fn forward(app: &Arc<App>, mut req: Request) -> ApiResult<Response> {
 /// A request for app `name`: to its live version's VM, woken if it hibernated. Apps are
 /// public; nothing is taken off the request.
 async fn forward_app(app: &Arc<App>, name: &str, req: Request) -> ApiResult<Response> {
+    if name.starts_with(pandastack_api_types::FUNCTION_HOST_PREFIX) {
+        if let Some((lease, port)) = app.apps.function_lease(name).await? {
+            return forward_function(app, lease, port, req).await;
+        }
+    }
     let Some(route) = app.apps.route(name).await? else {
         return Err(ApiError::not_found(ErrorCode::AppNotFound, "app", name));
     };
@@ -220,6 +225,29 @@ async fn forward_app(app: &Arc<App>, name: &str, req: Request) -> ApiResult<Resp
         tokio::spawn(async move { crate::ws::touch(&app, &id).await });
     }
     send(app, &row, route.port, req).await
+}
+
+/// A request for a public function's endpoint (`fn-<name>.<domain>`): to an instance of its
+/// live version (restored from the baked snapshot when none is warm), bounded by the
+/// function's time limit; an instance that runs past it is discarded.
+async fn forward_function(
+    app: &Arc<App>,
+    lease: pandastack_control::apps::function::FunctionLease,
+    port: u16,
+    req: Request,
+) -> ApiResult<Response> {
+    let row = lease.sandbox().clone();
+    match tokio::time::timeout(lease.timeout, send(app, &row, port, req)).await {
+        Ok(r) => r,
+        Err(_) => {
+            let limit = lease.timeout;
+            lease.discard().await;
+            Err(ApiError::new(
+                ErrorCode::Unavailable,
+                format!("the function did not answer within {limit:?}; its instance was discarded"),
+            ))
+        }
+    }
 }
 
 /// A request for a host that is neither a preview host nor `<app>.<domain>`: an app's custom

@@ -16,8 +16,8 @@ use crate::openapi::Conventions;
 use crate::App;
 #[allow(unused_imports)] // named by the table through the macro
 use crate::{
-    apps, code, databases, exec_ws, keys, logs, meta, ports, pty, sandboxes, schedules, snapshots,
-    templates, volumes, workload,
+    apps, code, databases, exec_ws, functions, keys, logs, meta, ports, pty, sandboxes, schedules,
+    snapshots, templates, volumes, workload,
 };
 
 /// The axum method filter for an OpenAPI method.
@@ -217,6 +217,17 @@ route_table! {
     apps::app_logs,
     apps::webhook_github,
     apps::webhook_generic,
+    functions::create,
+    functions::list,
+    functions::get,
+    functions::update,
+    functions::delete,
+    functions::create_version,
+    functions::versions,
+    functions::get_version,
+    functions::version_logs,
+    functions::rollback,
+    functions::invoke => DefaultBodyLimit::max(pandastack_api_types::MAX_INVOKE_PAYLOAD_BYTES + 1),
     schedules::create,
     schedules::list,
     schedules::get,

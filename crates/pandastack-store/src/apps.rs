@@ -24,6 +24,8 @@ pub struct AppRow {
     pub live_deploy_id: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// `app`, or `function` (a function's versions are its deploys).
+    pub kind: String,
 }
 
 /// One deploy as stored.
@@ -57,7 +59,7 @@ pub struct Apps<'a> {
 
 const APP_COLUMNS: &str =
     "id, workspace_id, name, host_id, config, webhook_secret, live_deploy_id, \
-     created_at, updated_at, deploy_private_key";
+     created_at, updated_at, deploy_private_key, kind";
 const DEPLOY_COLUMNS: &str = "id, app_id, workspace_id, host_id, seq, git_ref, commit_sha, state, \
      sandbox_id, plan, error, delivery_id, phases, created_at, updated_at";
 
@@ -74,6 +76,7 @@ fn app_row(r: &sqlx::any::AnyRow) -> Result<AppRow, StoreError> {
         live_deploy_id: col(r, "live_deploy_id")?,
         created_at: col(r, "created_at")?,
         updated_at: col(r, "updated_at")?,
+        kind: col(r, "kind")?,
     })
 }
 
@@ -103,7 +106,7 @@ impl Apps<'_> {
     /// Inserts a new app; [`StoreError::Conflict`] when any workspace has the name.
     pub async fn insert(&self, a: &AppRow) -> Result<(), StoreError> {
         sqlx::query(&format!(
-            "INSERT INTO apps ({APP_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+            "INSERT INTO apps ({APP_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
         ))
         .bind(&a.id)
         .bind(&a.workspace_id)
@@ -115,6 +118,7 @@ impl Apps<'_> {
         .bind(a.created_at)
         .bind(a.updated_at)
         .bind(&a.deploy_private_key)
+        .bind(&a.kind)
         .execute(self.pool)
         .await?;
         Ok(())
@@ -179,19 +183,21 @@ impl Apps<'_> {
         app_row(&r)
     }
 
-    /// A page of a workspace's apps by name after `after` (one more than `limit` when there
-    /// are more).
+    /// A page of a workspace's apps of `kind` by name after `after` (one more than `limit`
+    /// when there are more).
     pub async fn list(
         &self,
         workspace_id: &str,
+        kind: &str,
         after: Option<String>,
         limit: u32,
     ) -> Result<Vec<AppRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {APP_COLUMNS} FROM apps WHERE workspace_id = $1 AND name > $2 \
-             ORDER BY name LIMIT $3"
+            "SELECT {APP_COLUMNS} FROM apps WHERE workspace_id = $1 AND kind = $2 AND name > $3 \
+             ORDER BY name LIMIT $4"
         ))
         .bind(workspace_id)
+        .bind(kind)
         .bind(after.unwrap_or_default())
         .bind(i64::from(limit) + 1)
         .fetch_all(self.pool)

@@ -17,6 +17,7 @@ mod databases;
 mod domains;
 mod hosts;
 mod idempotency;
+mod invocations;
 mod jobs;
 mod keys;
 mod sandboxes;
@@ -30,6 +31,7 @@ pub use databases::{DatabaseRow, DatabaseRowState, Databases};
 pub use domains::{CertState, DomainRow, Domains};
 pub use hosts::{HostRow, Hosts};
 pub use idempotency::{Idempotency, IdempotencyRecord, Reservation};
+pub use invocations::{InvocationRow, Invocations};
 pub use jobs::{JobRow, JobState, Jobs, NewJob};
 pub use keys::{Counts, KeyRow, Keys, Workspace};
 pub use pandastack_api_types::{OnTimeout, SandboxState};
@@ -169,6 +171,10 @@ impl Store {
 
     pub fn sandboxes(&self) -> Sandboxes<'_> {
         Sandboxes { pool: &self.pool }
+    }
+
+    pub fn invocations(&self) -> Invocations<'_> {
+        Invocations { pool: &self.pool }
     }
 
     pub fn schedules(&self) -> Schedules<'_> {

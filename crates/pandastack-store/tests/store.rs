@@ -704,6 +704,7 @@ async fn app_deploy_keys() {
             live_deploy_id: None,
             created_at: 1,
             updated_at: 1,
+            kind: "app".into(),
         };
         s.apps().insert(&app).await.unwrap();
         assert_eq!(

@@ -146,6 +146,7 @@ impl Apps {
             if let Err(e) = self.remove_vm(&run.row).await {
                 tracing::warn!(deploy = %run.row.id, error = %e, "remove a failed deploy's VM");
             }
+            self.remove_bake(&run.row).await;
             run.row.sandbox_id = None;
             run.row.error = Some(message);
             self.set(&mut run, DeployState::Failed)
@@ -226,10 +227,20 @@ impl Apps {
         };
         run.row.commit_sha = Some(fetched.commit.clone());
         run.log.line(&format!("commit {}", fetched.commit));
+        let mut start_command = run.config.start.command.clone();
+        if let Some(f) = &run.config.function {
+            super::function::prepare(&fetched.dir, f, run.config.function_source.as_ref())?;
+            start_command = Some(super::function::start_command(&fetched.dir, f));
+            run.log.line(&format!(
+                "function: {} runtime, handler {}",
+                f.runtime.as_str(),
+                f.handler
+            ));
+        }
         let overrides = Overrides {
             build_command: run.config.build.command.clone(),
             output_dir: run.config.build.output_dir.clone(),
-            start_command: run.config.start.command.clone(),
+            start_command,
             port: run.config.start.port,
         };
         let plan = detect::plan(&fetched.dir, &overrides).map_err(|e| format!("detect: {e}"))?;
@@ -317,6 +328,25 @@ impl Apps {
         ));
         self.phase_done(run, "check", t).await?;
 
+        // ---- a function's bake: the VM with its handler imported, snapshotted -------------
+        if run.config.function.is_some() {
+            let t = Instant::now();
+            let snap = format!("fnsnap-{}", &run.row.id);
+            self.host
+                .snapshot(&sandbox.id, &snap)
+                .await
+                .map_err(|e| format!("snapshot the baked function: {}", error_chain(&e)))?;
+            super::function::set_bake_snapshot(&mut run.row.plan, &snap);
+            run.log.line(&format!(
+                "baked: snapshot {snap} (instances are restored from it)"
+            ));
+            self.phase_done(run, "snapshot", t).await?;
+            if let Err(e) = self.remove_vm(&run.row).await {
+                tracing::warn!(deploy = %run.row.id, error = %e, "remove a function's build VM");
+            }
+            run.row.sandbox_id = None;
+        }
+
         // ---- switch ------------------------------------------------------------------------
         let t = Instant::now();
         let app = self
@@ -326,9 +356,11 @@ impl Apps {
             .await
             .map_err(|e| e.to_string())?;
         let previous = app.live_deploy_id.clone();
-        self.set_scaling(sandbox, &run.config)
-            .await
-            .map_err(|e| e.to_string())?;
+        if run.config.function.is_none() {
+            self.set_scaling(sandbox, &run.config)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
         self.store
             .apps()
             .switch_live(&app.id, &run.row.id, previous.as_deref(), now_ms())
@@ -338,11 +370,19 @@ impl Apps {
         run.row.state = DeployState::Live;
         run.phases
             .insert("switch".into(), t.elapsed().as_millis() as u64);
-        run.log.line(&format!(
-            "live: {} now serves {}",
-            run.row.id,
-            self.address.url(&app.name)
-        ));
+        if run.config.function.is_some() {
+            run.log.line(&format!(
+                "live: version {} of function {}",
+                run.row.seq,
+                super::function::public_name(&app.name)
+            ));
+        } else {
+            run.log.line(&format!(
+                "live: {} now serves {}",
+                run.row.id,
+                self.address.url(&app.name)
+            ));
+        }
         self.set(run, DeployState::Live)
             .await
             .map_err(|e| e.to_string())?;
@@ -648,7 +688,20 @@ impl Apps {
             ));
         }
         let deadline = Instant::now() + LISTEN_TIMEOUT;
+        let mut tries = 0u32;
         loop {
+            tries += 1;
+            // A function's runtime that cannot import the handler says so and exits: fail
+            // now, naming the cause, rather than wait for a listener that will not come.
+            if run.config.function.is_some()
+                && tries.is_multiple_of(5)
+                && self.import_failed(sandbox).await
+            {
+                let out = self.app_output(sandbox).await;
+                return Err(format!(
+                    "the handler could not be imported; the runtime's output ends with:\n{out}"
+                ));
+            }
             let p = super::check::probe(
                 self.host.as_ref(),
                 sandbox,
@@ -670,6 +723,28 @@ impl Apps {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// Whether a function's runtime reported that it could not import the handler.
+    async fn import_failed(&self, sandbox: &str) -> bool {
+        let probe = self
+            .host
+            .exec(
+                sandbox,
+                ExecSpec {
+                    argv: vec![
+                        "grep".into(),
+                        "-q".into(),
+                        "pandastack: cannot import the handler".into(),
+                        APP_LOG.into(),
+                    ],
+                    timeout: Duration::from_secs(10),
+                    max_output_bytes: 1024,
+                    ..Default::default()
+                },
+            )
+            .await;
+        matches!(probe, Ok(o) if o.exit_code == 0)
     }
 
     /// The end of the app's own output in its VM.
@@ -764,10 +839,19 @@ impl Apps {
         let all = self.store.apps().deploys(app_id, None, 1000).await?;
         let standby: Vec<_> = all
             .into_iter()
-            .filter(|d| d.state == DeployState::Standby && d.sandbox_id.is_some())
+            .filter(|d| {
+                d.state == DeployState::Standby
+                    && (d.sandbox_id.is_some() || super::function::bake_snapshot(d).is_some())
+            })
             .collect();
         for mut old in standby.into_iter().skip(KEEP_STANDBY) {
             self.remove_vm(&old).await?;
+            if super::function::bake_snapshot(&old).is_some() {
+                self.remove_bake(&old).await;
+                if let Some(p) = old.plan.as_mut().and_then(|p| p.as_object_mut()) {
+                    p.remove("bake_snapshot");
+                }
+            }
             old.sandbox_id = None;
             old.updated_at = now_ms();
             self.store.apps().update_deploy(&old).await?;

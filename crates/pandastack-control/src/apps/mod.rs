@@ -16,6 +16,8 @@ mod deploy;
 mod deps;
 pub mod detect;
 mod domains;
+pub mod function;
+pub mod instances;
 mod routes;
 mod source;
 mod webhook;
@@ -93,6 +95,12 @@ pub enum AppError {
     /// A custom domain another app has.
     #[error("domain {0} belongs to another app")]
     DomainTaken(String),
+    /// Every instance of a function is busy and none could be added in time.
+    #[error("{0}")]
+    Busy(String),
+    /// An invoke's event the runtime refused (not JSON).
+    #[error("{0}")]
+    BadEvent(String),
 }
 
 /// Where apps answer (what their URLs say).
@@ -152,6 +160,8 @@ pub struct Apps {
     pub(crate) certs: Option<crate::Certificates>,
     /// The proxy's routes to live VMs, cached (shared by clones).
     pub(crate) routes: Arc<routes::RouteCache>,
+    /// Function instances of this host (shared by clones).
+    pub(crate) instances: Arc<instances::Pool>,
 }
 
 /// `config` of a stored app.
@@ -160,7 +170,7 @@ fn config_of(row: &AppRow) -> Result<AppConfig, AppError> {
 }
 
 /// A fresh webhook secret: 32 of `[A-Za-z0-9]`.
-fn new_secret() -> String {
+pub(crate) fn new_secret() -> String {
     use rand::Rng;
     rand::rng()
         .sample_iter(&rand::distr::Alphanumeric)
@@ -223,6 +233,7 @@ impl Apps {
             objects,
             certs: None,
             routes: Arc::default(),
+            instances: Arc::default(),
         }
     }
 
@@ -284,8 +295,8 @@ impl Apps {
 
     async fn row(&self, ws: &str, name: &str) -> Result<AppRow, AppError> {
         match self.store.apps().get(ws, name).await {
-            Ok(r) => Ok(r),
-            Err(StoreError::NotFound) => Err(AppError::NotFound(name.into())),
+            Ok(r) if r.kind != function::FUNCTION_KIND => Ok(r),
+            Ok(_) | Err(StoreError::NotFound) => Err(AppError::NotFound(name.into())),
             Err(e) => Err(e.into()),
         }
     }
@@ -327,7 +338,7 @@ impl Apps {
         after: Option<String>,
         limit: u32,
     ) -> Result<Vec<AppInfo>, AppError> {
-        let rows = self.store.apps().list(ws, after, limit).await?;
+        let rows = self.store.apps().list(ws, "app", after, limit).await?;
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             out.push(self.info(r).await?);
@@ -356,6 +367,7 @@ impl Apps {
             live_deploy_id: None,
             created_at: now,
             updated_at: now,
+            kind: "app".into(),
         };
         match self.store.apps().insert(&row).await {
             Ok(()) => {}
@@ -451,7 +463,7 @@ impl Apps {
     }
 
     /// Queues a deploy of `git_ref` (the durable job runs it on the app's host).
-    async fn queue(
+    pub(crate) async fn queue(
         &self,
         app: &AppRow,
         git_ref: &str,
@@ -461,7 +473,7 @@ impl Apps {
     }
 
     /// [`Apps::queue`] with the deploy's id chosen by the caller.
-    async fn queue_as(
+    pub(crate) async fn queue_as(
         &self,
         id: String,
         app: &AppRow,
@@ -657,6 +669,8 @@ impl Apps {
         }
         let generation = self.routes.generation();
         let row = match self.store.apps().by_name(name).await {
+            // A function is served through its instances (`function_lease`), never a route.
+            Ok(r) if r.kind == function::FUNCTION_KIND => return Ok(None),
             Ok(r) => r,
             Err(StoreError::NotFound) => return Ok(None),
             Err(e) => return Err(e.into()),

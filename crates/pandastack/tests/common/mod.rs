@@ -30,12 +30,31 @@ impl Drop for Server {
     }
 }
 
+/// A port nothing listens on, for a server this test starts.
+///
+/// Not `bind(":0")`: that hands out ports from the kernel's ephemeral range, where the
+/// outgoing connections of every test running beside this one also get theirs, so the port
+/// could be taken between this call and the server's bind (CI saw the database front fail
+/// with "Address already in use"). Ports come from below that range (20000–32767), start at
+/// a per-process offset and are never handed out twice by one test binary.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_768;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let seed = std::process::id().wrapping_mul(7_919)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+    let _ = NEXT.compare_exchange(u32::MAX, seed % SPAN, Ordering::SeqCst, Ordering::SeqCst);
+    for _ in 0..SPAN {
+        let port = (LOW + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..{}", LOW + SPAN)
 }
 
 /// Starts the server on `data` and waits until it answers; the key is the first workspace's.
@@ -94,8 +113,12 @@ pub async fn start_with(data: &Path, port: u16, extra: &[&str]) -> Server {
         .expect("start server");
     let url = format!("http://127.0.0.1:{port}");
     let client = Client::new();
+    let mut child = child;
     within(Duration::from_secs(60), "server health", async {
         loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("the server exited before answering ({status}); its stderr is above");
+            }
             if let Ok(r) = client.get(format!("{url}/v1/health")).send().await {
                 if r.status().is_success() {
                     return;

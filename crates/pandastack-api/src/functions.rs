@@ -1,0 +1,375 @@
+//! Functions: handlers built and baked into a VM snapshot, invoked over HTTP. Handlers parse,
+//! call the control plane's [`pandastack_control::Apps`] (a function is an app of kind
+//! `function`) and map.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use pandastack_api_types::{
+    self as wire, CreateFunctionRequest, CreateVersionRequest, ErrorCode, FunctionRollbackRequest,
+    List, UpdateFunctionRequest,
+};
+use pandastack_control::apps::function::FunctionInfo;
+use pandastack_store::DeployRow;
+
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{Body, Caller};
+use crate::{rfc3339, App};
+
+/// A function name from a path, or 404.
+fn name_of(name: &str) -> ApiResult<&str> {
+    if wire::validate_function_name("name", name).is_ok() {
+        Ok(name)
+    } else {
+        Err(ApiError::not_found(ErrorCode::NotFound, "function", name))
+    }
+}
+
+fn function_wire(app: &App, f: &FunctionInfo) -> wire::Function {
+    let c = &f.config;
+    wire::Function {
+        id: f.row.id.clone(),
+        name: pandastack_control::apps::function::public_name(&f.row.name).to_owned(),
+        runtime: f.function.runtime,
+        handler: f.function.handler.clone(),
+        url: app.apps.address.url(&f.row.name),
+        public: f.function.public,
+        env: c.env.clone(),
+        secret_names: c.secrets.keys().cloned().collect(),
+        memory_mb: c.memory_mb,
+        timeout_seconds: f.function.timeout_seconds,
+        concurrency: f.function.concurrency,
+        max_instances: f.function.max_instances,
+        idle_seconds: c.idle_seconds,
+        live_version: f.live_version,
+        warm_instances: f.warm_instances,
+        created_at: rfc3339(f.row.created_at),
+        updated_at: rfc3339(f.row.updated_at),
+    }
+}
+
+fn version_wire(name: &str, d: &DeployRow) -> wire::FunctionVersion {
+    let mut phases: BTreeMap<String, u64> =
+        serde_json::from_value(d.phases.clone()).unwrap_or_default();
+    phases.remove("build_total");
+    wire::FunctionVersion {
+        id: d.id.clone(),
+        function: name.to_owned(),
+        version: d.seq as u64,
+        state: d.state,
+        error: d.error.clone(),
+        handler: None,
+        phases_ms: phases,
+        created_at: rfc3339(d.created_at),
+        updated_at: rfc3339(d.updated_at),
+    }
+}
+
+/// Create a function: its first version is built at once (follow it with
+/// `GET …/versions`); it goes live when its handler has been imported and baked.
+#[utoipa::path(
+    post,
+    path = "/v1/functions",
+    operation_id = "create_function",
+    tag = "functions",
+    request_body = CreateFunctionRequest,
+    responses((status = 201, description = "The function (its first version building)", body = wire::Function))
+)]
+pub async fn create(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Body(req): Body<CreateFunctionRequest>,
+) -> ApiResult<(StatusCode, Json<wire::Function>)> {
+    req.validate()?;
+    let (info, _version) = app.apps.create_function(caller.ws(), &req).await?;
+    Ok((StatusCode::CREATED, Json(function_wire(&app, &info))))
+}
+
+/// List the workspace's functions by name.
+#[utoipa::path(
+    get,
+    path = "/v1/functions",
+    operation_id = "list_functions",
+    tag = "functions",
+    params(
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "1 to 1000 (default 100)"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+    ),
+    responses((status = 200, description = "A page of functions", body = List<wire::Function>))
+)]
+pub async fn list(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> ApiResult<Json<List<wire::Function>>> {
+    let page = crate::page::Page::of(&q)?;
+    let mut rows = app
+        .apps
+        .functions(caller.ws(), page.after.clone().map(|c| c.id), page.limit)
+        .await?;
+    let next_cursor = page.cut(&mut rows, |f| wire::Cursor {
+        created_at_ms: 0,
+        id: pandastack_control::apps::function::public_name(&f.row.name).to_owned(),
+    });
+    Ok(Json(List {
+        data: rows.iter().map(|f| function_wire(&app, f)).collect(),
+        next_cursor,
+    }))
+}
+
+/// One function.
+#[utoipa::path(
+    get,
+    path = "/v1/functions/{name}",
+    operation_id = "get_function",
+    tag = "functions",
+    params(("name" = String, Path, description = "Function name")),
+    responses((status = 200, description = "The function", body = wire::Function))
+)]
+pub async fn get(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<wire::Function>> {
+    let f = app.apps.function(caller.ws(), name_of(&name)?).await?;
+    Ok(Json(function_wire(&app, &f)))
+}
+
+/// Change a function's limits or visibility (no rebuild; the next call uses them).
+#[utoipa::path(
+    patch,
+    path = "/v1/functions/{name}",
+    operation_id = "update_function",
+    tag = "functions",
+    params(("name" = String, Path, description = "Function name")),
+    request_body = UpdateFunctionRequest,
+    responses((status = 200, description = "The function", body = wire::Function))
+)]
+pub async fn update(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Path(name): Path<String>,
+    Body(req): Body<UpdateFunctionRequest>,
+) -> ApiResult<Json<wire::Function>> {
+    name_of(&name)?;
+    req.validate()?;
+    let f = app.apps.update_function(caller.ws(), &name, &req).await?;
+    Ok(Json(function_wire(&app, &f)))
+}
+
+/// Delete a function: its instances, its versions' snapshots and logs.
+#[utoipa::path(
+    delete,
+    path = "/v1/functions/{name}",
+    operation_id = "delete_function",
+    tag = "functions",
+    params(("name" = String, Path, description = "Function name")),
+    responses((status = 204, description = "Deleted"))
+)]
+pub async fn delete(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> ApiResult<StatusCode> {
+    app.apps
+        .delete_function(caller.ws(), name_of(&name)?)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Build a new version (new files, handler or environment; the rest as before). It goes
+/// live once its handler imports; a version that fails leaves the live one serving.
+#[utoipa::path(
+    post,
+    path = "/v1/functions/{name}/versions",
+    operation_id = "create_function_version",
+    tag = "functions",
+    params(("name" = String, Path, description = "Function name")),
+    request_body = CreateVersionRequest,
+    responses((status = 202, description = "The version, building", body = wire::FunctionVersion))
+)]
+pub async fn create_version(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Path(name): Path<String>,
+    Body(req): Body<CreateVersionRequest>,
+) -> ApiResult<(StatusCode, Json<wire::FunctionVersion>)> {
+    name_of(&name)?;
+    req.validate()?;
+    let d = app.apps.create_version(caller.ws(), &name, &req).await?;
+    Ok((StatusCode::ACCEPTED, Json(version_wire(&name, &d))))
+}
+
+/// A function's versions, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/functions/{name}/versions",
+    operation_id = "list_function_versions",
+    tag = "functions",
+    params(
+        ("name" = String, Path, description = "Function name"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "1 to 1000 (default 100)"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+    ),
+    responses((status = 200, description = "A page of versions", body = List<wire::FunctionVersion>))
+)]
+pub async fn versions(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Path(name): Path<String>,
+    Query(q): Query<BTreeMap<String, String>>,
+) -> ApiResult<Json<List<wire::FunctionVersion>>> {
+    let page = crate::page::Page::of(&q)?;
+    let before = page.after.as_ref().map(|c| c.created_at_ms);
+    let mut rows = app
+        .apps
+        .versions(caller.ws(), name_of(&name)?, before, page.limit)
+        .await?;
+    let next_cursor = page.cut(&mut rows, |d| wire::Cursor {
+        created_at_ms: d.seq,
+        id: d.id.clone(),
+    });
+    Ok(Json(List {
+        data: rows.iter().map(|d| version_wire(&name, d)).collect(),
+        next_cursor,
+    }))
+}
+
+/// One version.
+#[utoipa::path(
+    get,
+    path = "/v1/functions/{name}/versions/{version}",
+    operation_id = "get_function_version",
+    tag = "functions",
+    params(
+        ("name" = String, Path, description = "Function name"),
+        ("version" = u64, Path, description = "Version number"),
+    ),
+    responses((status = 200, description = "The version", body = wire::FunctionVersion))
+)]
+pub async fn get_version(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Path((name, version)): Path<(String, u64)>,
+) -> ApiResult<Json<wire::FunctionVersion>> {
+    let d = app
+        .apps
+        .version(caller.ws(), name_of(&name)?, version)
+        .await?;
+    Ok(Json(version_wire(&name, &d)))
+}
+
+/// A version's build log (plain text: fetch, install, the runtime's import, bake).
+#[utoipa::path(
+    get,
+    path = "/v1/functions/{name}/versions/{version}/logs",
+    operation_id = "function_version_logs",
+    tag = "functions",
+    params(
+        ("name" = String, Path, description = "Function name"),
+        ("version" = u64, Path, description = "Version number"),
+    ),
+    responses((status = 200, description = "The build log", content_type = "text/plain", body = String))
+)]
+pub async fn version_logs(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Path((name, version)): Path<(String, u64)>,
+) -> ApiResult<Response> {
+    let d = app
+        .apps
+        .version(caller.ws(), name_of(&name)?, version)
+        .await?;
+    let text = tokio::fs::read(app.apps.log_path(&d.id))
+        .await
+        .unwrap_or_default();
+    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+}
+
+/// Make an earlier version live again (default: the one before the live one); nothing is
+/// rebuilt, its baked snapshot serves the next call.
+#[utoipa::path(
+    post,
+    path = "/v1/functions/{name}/rollback",
+    operation_id = "rollback_function",
+    tag = "functions",
+    params(("name" = String, Path, description = "Function name")),
+    request_body = FunctionRollbackRequest,
+    responses((status = 200, description = "The version now live", body = wire::FunctionVersion))
+)]
+pub async fn rollback(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Path(name): Path<String>,
+    Body(req): Body<FunctionRollbackRequest>,
+) -> ApiResult<Json<wire::FunctionVersion>> {
+    name_of(&name)?;
+    let d = app.apps.rollback_function(caller.ws(), &name, &req).await?;
+    Ok(Json(version_wire(&name, &d)))
+}
+
+/// Call the function. The body is the event: JSON (any value) with a JSON or no
+/// `Content-Type`, else the body as a string (UTF-8). The answer is the outcome: the
+/// handler's return value, or its error with the traceback, what it printed, and whether a
+/// new instance was restored for it (`cold`). A call past the function's `timeout_seconds`
+/// ends with status `timeout` and its instance is discarded.
+#[utoipa::path(
+    post,
+    path = "/v1/functions/{name}/invoke",
+    operation_id = "invoke_function",
+    tag = "functions",
+    params(("name" = String, Path, description = "Function name")),
+    request_body(content(
+        (Object = "application/json"),
+        (String = "text/plain"),
+    )),
+    responses((status = 200, description = "The outcome", body = wire::Invocation))
+)]
+pub async fn invoke(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<wire::Invocation>> {
+    name_of(&name)?;
+    let event = event_of(&headers, body)?;
+    let inv = app.apps.invoke(caller.ws(), &name, event, None).await?;
+    Ok(Json(inv))
+}
+
+/// The event a request body makes: JSON as sent, anything else as a JSON string.
+fn event_of(headers: &HeaderMap, body: Bytes) -> ApiResult<Bytes> {
+    let ctype = crate::extract::media_type(headers);
+    let json_body = ctype.is_empty() || ctype == "application/json" || ctype.ends_with("+json");
+    if body.len() > wire::MAX_INVOKE_PAYLOAD_BYTES {
+        return Err(ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            "an event is at most 6 MiB",
+        ));
+    }
+    if json_body {
+        if body.is_empty() {
+            return Ok(Bytes::from_static(b"null"));
+        }
+        serde_json::from_slice::<serde::de::IgnoredAny>(&body).map_err(|e| {
+            ApiError::new(
+                ErrorCode::InvalidJson,
+                format!("the event is not JSON: {e}"),
+            )
+        })?;
+        return Ok(body);
+    }
+    let text = std::str::from_utf8(&body).map_err(|_| {
+        ApiError::new(
+            ErrorCode::InvalidArgument,
+            "a non-JSON event must be UTF-8 text (send JSON, e.g. base64 in a string, for bytes)",
+        )
+    })?;
+    Ok(Bytes::from(serde_json::to_vec(text).unwrap_or_default()))
+}

@@ -1,0 +1,421 @@
+//! Functions through the real server and real guests (the `app` template): a Python function
+//! with a dependency installed from PyPI over the sandbox network, built and baked with its
+//! handler imported, then invoked — cold (restored from the baked snapshot) and warm, JSON and
+//! text events, the handler's exception as data with its traceback, a call past its time
+//! limit discarding the instance, fresh randomness in each restored instance, the public
+//! endpoint through the proxy; builds that fail naming the cause (a syntax error, a handler
+//! that does not exist); a second version, a rollback, a Node.js function, and delete leaving
+//! no instance behind.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{free_port, start_with, Api, Server};
+use pandastack_testkit::net::NetNames;
+use pandastack_testkit::runtime;
+use reqwest::{Client, StatusCode};
+use serde_json::{json, Value};
+
+/// Longest a build may take here: the first one builds and bakes the `app` template.
+const BUILD_TIMEOUT: Duration = Duration::from_secs(1500);
+
+fn catalog(data: &Path) {
+    let dir = data.join("no-specs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates/app.toml");
+    std::fs::copy(spec, dir.join("app.toml")).unwrap();
+}
+
+/// Waits until version `v` of `name` leaves the building states; returns it.
+async fn settled(api: &Api<'_>, name: &str, v: u64) -> Value {
+    let t = Instant::now();
+    loop {
+        let (st, body) = api
+            .call("GET", &format!("/v1/functions/{name}/versions/{v}"), None)
+            .await;
+        assert_eq!(st, StatusCode::OK, "{body}");
+        let state = body["state"].as_str().unwrap().to_owned();
+        if !["queued", "cloning", "building", "baking", "checking"].contains(&state.as_str()) {
+            return body;
+        }
+        assert!(
+            t.elapsed() < BUILD_TIMEOUT,
+            "version {v} of {name} still {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn build_log(api: &Api<'_>, name: &str, v: u64) -> String {
+    api.c
+        .get(format!(
+            "{}/v1/functions/{name}/versions/{v}/logs",
+            api.s.url
+        ))
+        .bearer_auth(&api.s.key)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+async fn live(api: &Api<'_>, name: &str, v: u64) -> Value {
+    let body = settled(api, name, v).await;
+    if body["state"] != "live" {
+        panic!(
+            "version {v} of {name} is {}: {}\n{}",
+            body["state"],
+            body["error"],
+            build_log(api, name, v).await
+        );
+    }
+    body
+}
+
+async fn invoke(api: &Api<'_>, name: &str, event: Value) -> Value {
+    let (st, v) = api
+        .call("POST", &format!("/v1/functions/{name}/invoke"), Some(event))
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    v
+}
+
+/// Sandboxes of the workspace that are instances of function `name`.
+async fn instances(api: &Api<'_>, name: &str) -> usize {
+    let (st, v) = api.call("GET", "/v1/sandboxes?limit=1000", None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["metadata"]["pandastack.function"] == name)
+        .count()
+}
+
+const MAIN_PY: &str = r#"import random
+import time
+
+import six
+
+STATE = {"calls": 0}
+
+
+def handler(event, context):
+    STATE["calls"] += 1
+    print("got", event)
+    if isinstance(event, dict) and event.get("fail"):
+        raise ValueError("asked to fail")
+    if isinstance(event, dict) and event.get("sleep"):
+        time.sleep(event["sleep"])
+    return {
+        "echo": event,
+        "calls": STATE["calls"],
+        "rand": random.random(),
+        "six": six.__version__,
+        "version": "v1",
+    }
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn functions_end_to_end() {
+    let guard = runtime().await;
+    let data = guard.dir.path();
+    catalog(data);
+    let names = NetNames::new("tsfn");
+    names.clean();
+    let port = free_port();
+    let server: Server = start_with(
+        data,
+        port,
+        &[
+            "--pool-size",
+            "0",
+            "--network",
+            "on",
+            "--net-name",
+            "tsfn",
+            "--net-base",
+            "10.204.68.0/24",
+            "--net-spare",
+            "1",
+        ],
+    )
+    .await;
+    let api = Api {
+        s: &server,
+        c: Client::new(),
+    };
+
+    // Bad input: clear errors, nothing made.
+    for (body, field) in [
+        (
+            json!({"name": "x", "runtime": "ruby", "handler": "a.b", "files": {"a.rb": ""}}),
+            "body",
+        ),
+        (
+            json!({"name": "x", "runtime": "python", "handler": "main", "files": {"main.py": ""}}),
+            "handler",
+        ),
+        (
+            json!({"name": "x", "runtime": "python", "handler": "main.h"}),
+            "files",
+        ),
+        (
+            json!({"name": "x", "runtime": "python", "handler": "main.h", "files": {"../a.py": ""}}),
+            "files",
+        ),
+        (
+            json!({"name": "Bad", "runtime": "python", "handler": "main.h", "files": {"main.py": ""}}),
+            "name",
+        ),
+    ] {
+        let (st, v) = api.call("POST", "/v1/functions", Some(body.clone())).await;
+        assert!(
+            st == StatusCode::UNPROCESSABLE_ENTITY || st == StatusCode::BAD_REQUEST,
+            "{body}: {st} {v}"
+        );
+        if field != "body" {
+            assert!(
+                v["error"]["message"].as_str().unwrap().contains(field),
+                "{v}"
+            );
+        }
+    }
+    let (_, list) = api.call("GET", "/v1/functions", None).await;
+    assert_eq!(list["data"], json!([]));
+
+    // A Python function with a dependency from PyPI.
+    let (st, f) = api
+        .call(
+            "POST",
+            "/v1/functions",
+            Some(json!({
+                "name": "hello",
+                "runtime": "python",
+                "handler": "main.handler",
+                "files": {"main.py": MAIN_PY},
+                "dependencies": "six\n",
+                "timeout_seconds": 5,
+                "public": true,
+            })),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{f}");
+    assert_eq!(f["name"], "hello");
+    assert!(f["url"].as_str().unwrap().contains("fn-hello."), "{f}");
+    let v1 = live(&api, "hello", 1).await;
+    assert!(v1["phases_ms"]["snapshot"].as_u64().is_some(), "{v1}");
+    let log = build_log(&api, "hello", 1).await;
+    assert!(log.contains("handler main.handler"), "{log}");
+    let (_, f) = api.call("GET", "/v1/functions/hello", None).await;
+    assert_eq!(f["live_version"], 1, "{f}");
+    // The build VM is gone: instances come from the snapshot.
+    assert_eq!(instances(&api, "hello").await, 0);
+
+    // Cold, then warm: the warm instance keeps its module state.
+    let first = invoke(&api, "hello", json!({"x": 1})).await;
+    assert_eq!(first["status"], "ok", "{first}");
+    assert_eq!(first["cold"], true, "{first}");
+    assert_eq!(first["result"]["echo"], json!({"x": 1}));
+    assert_eq!(first["result"]["calls"], 1);
+    assert_eq!(first["version"], 1);
+    assert!(first["result"]["six"].as_str().is_some(), "{first}");
+    assert!(
+        first["stdout"].as_str().unwrap().contains("got {'x': 1}"),
+        "{first}"
+    );
+    let second = invoke(&api, "hello", json!({"x": 2})).await;
+    assert_eq!(second["cold"], false, "{second}");
+    assert_eq!(second["result"]["calls"], 2, "{second}");
+    assert_eq!(instances(&api, "hello").await, 1);
+
+    // Text events, bad JSON, the handler's exception as data.
+    let r = api
+        .c
+        .post(format!("{}/v1/functions/hello/invoke", server.url))
+        .bearer_auth(&server.key)
+        .header("Content-Type", "text/plain")
+        .body("plain words")
+        .send()
+        .await
+        .unwrap();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["result"]["echo"], "plain words", "{v}");
+    let r = api
+        .c
+        .post(format!("{}/v1/functions/hello/invoke", server.url))
+        .bearer_auth(&server.key)
+        .header("Content-Type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let failed = invoke(&api, "hello", json!({"fail": true})).await;
+    assert_eq!(failed["status"], "error", "{failed}");
+    assert_eq!(failed["error"]["type"], "ValueError", "{failed}");
+    assert!(failed["error"]["traceback"]
+        .as_str()
+        .unwrap()
+        .contains("asked to fail"));
+    assert!(failed["error"]["traceback"]
+        .as_str()
+        .unwrap()
+        .contains("main.py"));
+
+    // Past the time limit: a timeout result, the instance discarded; the next call restores
+    // a fresh one (module state from the bake) with randomness of its own.
+    let t = Instant::now();
+    let slow = invoke(&api, "hello", json!({"sleep": 30})).await;
+    assert_eq!(slow["status"], "timeout", "{slow}");
+    assert!(t.elapsed() < Duration::from_secs(25), "{:?}", t.elapsed());
+    let fresh = invoke(&api, "hello", json!({"x": 3})).await;
+    assert_eq!(fresh["status"], "ok", "{fresh}");
+    assert_eq!(fresh["cold"], true, "{fresh}");
+    assert_eq!(fresh["result"]["calls"], 1, "{fresh}");
+    assert_ne!(
+        fresh["result"]["rand"], first["result"]["rand"],
+        "two instances restored from one snapshot drew the same random number"
+    );
+
+    // The public endpoint: an HTTP-style call through the proxy.
+    let proxy_port = server.proxy.rsplit_once(':').unwrap().1;
+    let r = Client::new()
+        .get(format!("http://{}/some/path?q=1", server.proxy))
+        .header("Host", format!("fn-hello.localhost:{proxy_port}"))
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["echo"]["path"], "/some/path", "{v}");
+    assert_eq!(v["echo"]["query"]["q"], "1", "{v}");
+    // Private again: the endpoint no longer answers.
+    let (st, _) = api
+        .call(
+            "PATCH",
+            "/v1/functions/hello",
+            Some(json!({"public": false})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    let r = Client::new()
+        .get(format!("http://{}/", server.proxy))
+        .header("Host", format!("fn-hello.localhost:{proxy_port}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+
+    // Builds that fail name the cause and leave the live version alone.
+    let (st, v) = api
+        .call(
+            "POST",
+            "/v1/functions/hello/versions",
+            Some(json!({"files": {"main.py": "def handler(event:\n"}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{v}");
+    let bad = settled(&api, "hello", 2).await;
+    assert_eq!(bad["state"], "failed", "{bad}");
+    assert!(
+        bad["error"].as_str().unwrap().contains("SyntaxError"),
+        "{bad}"
+    );
+    let (st, _) = api
+        .call(
+            "POST",
+            "/v1/functions",
+            Some(
+                json!({"name": "nohandler", "runtime": "python", "handler": "main.nope",
+                        "files": {"main.py": "def handler(e):\n    return e\n"}}),
+            ),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+    let bad = settled(&api, "nohandler", 1).await;
+    assert_eq!(bad["state"], "failed", "{bad}");
+    assert!(bad["error"].as_str().unwrap().contains("nope"), "{bad}");
+    let (st, v) = api
+        .call("POST", "/v1/functions/nohandler/invoke", Some(json!({})))
+        .await;
+    assert_eq!(st, StatusCode::CONFLICT, "{v}");
+
+    // A good second version goes live; rollback brings the first back.
+    let (st, _) = api
+        .call(
+            "POST",
+            "/v1/functions/hello/versions",
+            Some(
+                json!({"files": {"main.py": MAIN_PY.replace("\"v1\"", "\"v2\"")},
+                        "dependencies": "six\n"}),
+            ),
+        )
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED);
+    live(&api, "hello", 3).await;
+    let v = invoke(&api, "hello", json!(null)).await;
+    assert_eq!(v["result"]["version"], "v2", "{v}");
+    assert_eq!(v["version"], 3);
+    let (st, v) = api
+        .call(
+            "POST",
+            "/v1/functions/hello/rollback",
+            Some(json!({"version": 1})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let v = invoke(&api, "hello", json!(null)).await;
+    assert_eq!(v["result"]["version"], "v1", "{v}");
+    let (_, versions) = api.call("GET", "/v1/functions/hello/versions", None).await;
+    let states: Vec<&str> = versions["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["standby", "failed", "live"], "{versions}");
+
+    // Node.js.
+    let (st, v) = api
+        .call(
+            "POST",
+            "/v1/functions",
+            Some(json!({
+                "name": "nodefn",
+                "runtime": "node",
+                "handler": "index.handler",
+                "files": {"index.mjs": "export async function handler(event) {\n  console.log('node got', JSON.stringify(event));\n  return { sum: event.a + event.b };\n}\n"},
+            })),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    live(&api, "nodefn", 1).await;
+    let v = invoke(&api, "nodefn", json!({"a": 2, "b": 3})).await;
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(v["result"]["sum"], 5, "{v}");
+    assert!(v["stdout"].as_str().unwrap().contains("node got"), "{v}");
+
+    // Delete: instances, versions and the row go.
+    for name in ["hello", "nohandler", "nodefn"] {
+        let (st, v) = api
+            .call("DELETE", &format!("/v1/functions/{name}"), None)
+            .await;
+        assert_eq!(st, StatusCode::NO_CONTENT, "{name}: {v}");
+        let (st, _) = api
+            .call("GET", &format!("/v1/functions/{name}"), None)
+            .await;
+        assert_eq!(st, StatusCode::NOT_FOUND);
+    }
+    assert_eq!(instances(&api, "hello").await, 0);
+    assert_eq!(instances(&api, "nodefn").await, 0);
+    let (_, list) = api.call("GET", "/v1/functions", None).await;
+    assert_eq!(list["data"], json!([]));
+    drop(server);
+    names.clean();
+}
