@@ -49,6 +49,17 @@ pub enum ScheduleTarget {
     /// A command in a new sandbox of `template`, deleted when the command ends. The schedule's
     /// `payload` is the environment variable `PANDASTACK_PAYLOAD` (JSON).
     SandboxExec(SandboxExecTarget),
+    /// A call of function `name` of the schedule's workspace; the schedule's `payload` is the
+    /// event. A run succeeds when the handler returns, fails when it raises or times out.
+    Function(FunctionTarget),
+}
+
+/// `{"type": "function", "name": …}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionTarget {
+    /// The function to call.
+    pub name: String,
 }
 
 /// `{"type": "sandbox_exec", …}`.
@@ -75,6 +86,7 @@ fn default_timeout() -> u64 {
 impl ScheduleTarget {
     pub fn validate(&self) -> Result<(), FieldError> {
         match self {
+            ScheduleTarget::Function(t) => crate::validate_function_name("target.name", &t.name),
             ScheduleTarget::SandboxExec(t) => {
                 if !crate::valid_name(&t.template, 128) {
                     return Err(field_error("target.template", "a template name"));
@@ -410,7 +422,9 @@ mod tests {
             r#"{"type":"sandbox_exec","template":"minimal","command":"echo hi"}"#,
         )
         .unwrap();
-        let ScheduleTarget::SandboxExec(e) = &t;
+        let ScheduleTarget::SandboxExec(e) = &t else {
+            panic!("not sandbox_exec: {t:?}");
+        };
         assert_eq!(e.timeout_seconds, DEFAULT_RUN_TIMEOUT_SECONDS);
         assert!(serde_json::from_str::<ScheduleTarget>(
             r#"{"type":"sandbox_exec","template":"minimal","command":"x","bogus":1}"#
@@ -422,6 +436,12 @@ mod tests {
         .is_err());
         let back = serde_json::to_value(&t).unwrap();
         assert_eq!(back["type"], "sandbox_exec");
+        let f: ScheduleTarget =
+            serde_json::from_str(r#"{"type":"function","name":"hello"}"#).unwrap();
+        assert!(f.validate().is_ok());
+        let bad: ScheduleTarget =
+            serde_json::from_str(r#"{"type":"function","name":"No"}"#).unwrap();
+        assert_eq!(bad.validate().unwrap_err().field, "target.name");
     }
 
     #[test]

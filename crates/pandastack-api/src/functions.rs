@@ -318,28 +318,80 @@ pub async fn rollback(
 /// handler's return value, or its error with the traceback, what it printed, and whether a
 /// new instance was restored for it (`cold`). A call past the function's `timeout_seconds`
 /// ends with status `timeout` and its instance is discarded.
+///
+/// With `async=1` the call is queued (202, its `id`): it runs on the function's host even
+/// across a restart, is tried again up to `retries` times (default 2) when it ends in `error`
+/// or `timeout`, and its outcome is fetched with `GET …/invocations/{id}`.
 #[utoipa::path(
     post,
     path = "/v1/functions/{name}/invoke",
     operation_id = "invoke_function",
     tag = "functions",
-    params(("name" = String, Path, description = "Function name")),
+    params(
+        ("name" = String, Path, description = "Function name"),
+        ("async" = Option<bool>, Query, description = "Queue the call and answer at once (202)"),
+        ("retries" = Option<u32>, Query, minimum = 0, maximum = 10, description = "Asynchronous: further attempts after a failed one (default 2)"),
+    ),
     request_body(content(
         (Object = "application/json"),
         (String = "text/plain"),
     )),
-    responses((status = 200, description = "The outcome", body = wire::Invocation))
+    responses(
+        (status = 200, description = "The outcome", body = wire::Invocation),
+        (status = 202, description = "Queued (async=1)", body = wire::Invocation),
+    )
 )]
 pub async fn invoke(
     State(app): State<Arc<App>>,
     caller: Caller,
     Path(name): Path<String>,
+    Query(q): Query<BTreeMap<String, String>>,
     headers: HeaderMap,
     body: Bytes,
-) -> ApiResult<Json<wire::Invocation>> {
+) -> ApiResult<(StatusCode, Json<wire::Invocation>)> {
     name_of(&name)?;
+    let run_async = crate::extract::bool_param(&q, "async")?;
+    let retries = match q.get("retries") {
+        None => wire::DEFAULT_ASYNC_RETRIES,
+        Some(r) => r
+            .parse()
+            .ok()
+            .filter(|r| *r <= 10)
+            .ok_or_else(|| ApiError::new(ErrorCode::InvalidArgument, "retries: 0 to 10"))?,
+    };
     let event = event_of(&headers, body)?;
+    if run_async {
+        let inv = app
+            .apps
+            .invoke_async(caller.ws(), &name, event, retries)
+            .await?;
+        return Ok((StatusCode::ACCEPTED, Json(inv)));
+    }
     let inv = app.apps.invoke(caller.ws(), &name, event, None).await?;
+    Ok((StatusCode::OK, Json(inv)))
+}
+
+/// An asynchronous call: `queued`/`running` until it ends, then its outcome.
+#[utoipa::path(
+    get,
+    path = "/v1/functions/{name}/invocations/{id}",
+    operation_id = "get_invocation",
+    tag = "functions",
+    params(
+        ("name" = String, Path, description = "Function name"),
+        ("id" = String, Path, description = "Invocation id"),
+    ),
+    responses((status = 200, description = "The invocation", body = wire::Invocation))
+)]
+pub async fn invocation(
+    State(app): State<Arc<App>>,
+    caller: Caller,
+    Path((name, id)): Path<(String, String)>,
+) -> ApiResult<Json<wire::Invocation>> {
+    let inv = app
+        .apps
+        .invocation(caller.ws(), name_of(&name)?, &id)
+        .await?;
     Ok(Json(inv))
 }
 

@@ -119,27 +119,29 @@ impl App {
             host_id.clone(),
             builds,
         );
+        let apps = pandastack_control::Apps::new(
+            store.clone(),
+            Arc::clone(&host),
+            sandboxes.clone(),
+            host_id.clone(),
+            deploys_dir,
+            pandastack_control::AppAddress {
+                scheme: preview.scheme.clone(),
+                domain: preview.domain.clone(),
+                port: preview.port,
+            },
+            objects.clone(),
+        );
         Self {
             schedules: pandastack_control::Schedules::new(
                 store.clone(),
                 Arc::clone(&host),
                 sandboxes.clone(),
                 templates.clone(),
+                apps.clone(),
                 host_id.clone(),
             ),
-            apps: pandastack_control::Apps::new(
-                store.clone(),
-                Arc::clone(&host),
-                sandboxes.clone(),
-                host_id.clone(),
-                deploys_dir,
-                pandastack_control::AppAddress {
-                    scheme: preview.scheme.clone(),
-                    domain: preview.domain.clone(),
-                    port: preview.port,
-                },
-                objects.clone(),
-            ),
+            apps,
             databases: pandastack_control::Databases::new(
                 store.clone(),
                 Arc::clone(&host),
@@ -228,6 +230,7 @@ impl App {
         self.apps.remove_stray_instances().await?;
         tokio::spawn(self.apps.clone().worker());
         tokio::spawn(self.apps.clone().instance_sweeper());
+        self.apps.start_invoke_runners();
         Ok(())
     }
 

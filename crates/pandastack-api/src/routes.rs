@@ -227,6 +227,7 @@ route_table! {
     functions::get_version,
     functions::version_logs,
     functions::rollback,
+    functions::invocation,
     functions::invoke => DefaultBodyLimit::max(pandastack_api_types::MAX_INVOKE_PAYLOAD_BYTES + 1),
     schedules::create,
     schedules::list,

@@ -76,6 +76,29 @@ async fn live(api: &Api<'_>, name: &str, v: u64) -> Value {
     body
 }
 
+/// Waits for asynchronous call `id` to finish; returns it.
+async fn until_finished(api: &Api<'_>, name: &str, id: &str) -> Value {
+    let t = Instant::now();
+    loop {
+        let (st, v) = api
+            .call(
+                "GET",
+                &format!("/v1/functions/{name}/invocations/{id}"),
+                None,
+            )
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        if !["queued", "running"].contains(&v["status"].as_str().unwrap()) {
+            return v;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "invocation {id}: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn invoke(api: &Api<'_>, name: &str, event: Value) -> Value {
     let (st, v) = api
         .call("POST", &format!("/v1/functions/{name}/invoke"), Some(event))
@@ -311,6 +334,87 @@ async fn functions_end_to_end() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
+
+    // Asynchronous: queued at once, run by the host's job runner, fetched later; a failing
+    // call is tried again `retries` times.
+    let (st, queued) = api
+        .call(
+            "POST",
+            "/v1/functions/hello/invoke?async=1",
+            Some(json!({"x": "later"})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{queued}");
+    let id = queued["id"].as_str().unwrap().to_owned();
+    let done = until_finished(&api, "hello", &id).await;
+    assert_eq!(done["status"], "ok", "{done}");
+    assert_eq!(done["result"]["echo"], json!({"x": "later"}), "{done}");
+    assert_eq!(done["attempts"], 1, "{done}");
+    let (st, queued) = api
+        .call(
+            "POST",
+            "/v1/functions/hello/invoke?async=1&retries=1",
+            Some(json!({"fail": true})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{queued}");
+    let done = until_finished(&api, "hello", queued["id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "error", "{done}");
+    assert_eq!(done["attempts"], 2, "{done}");
+    assert_eq!(done["error"]["type"], "ValueError", "{done}");
+    let (st, _) = api
+        .call("GET", "/v1/functions/hello/invocations/inv-nope", None)
+        .await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+
+    // Cron: a schedule whose target is the function, the payload its event.
+    let (st, v) = api
+        .call(
+            "POST",
+            "/v1/schedules",
+            Some(json!({"name": "tick", "cron": "*/2 * * * * *",
+                        "target": {"type": "function", "name": "hello"},
+                        "payload": {"from": "cron"}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let t = Instant::now();
+    let runs = loop {
+        let (st, v) = api
+            .call("GET", "/v1/schedules/tick/runs?limit=100", None)
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        let ok: Vec<Value> = v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["state"] == "succeeded")
+            .cloned()
+            .collect();
+        if ok.len() >= 2 {
+            break ok;
+        }
+        assert!(t.elapsed() < Duration::from_secs(120), "runs: {v}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(
+        runs[0]["output"]
+            .as_str()
+            .unwrap()
+            .contains(r#""from":"cron""#),
+        "{runs:?}"
+    );
+    let (st, _) = api.call("DELETE", "/v1/schedules/tick", None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    let (st, v) = api
+        .call(
+            "POST",
+            "/v1/schedules",
+            Some(json!({"name": "bad", "cron": "* * * * *",
+                        "target": {"type": "function", "name": "Not A Name"}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
 
     // Builds that fail name the cause and leave the live version alone.
     let (st, v) = api

@@ -145,7 +145,7 @@ fn limits_of(config: &AppConfig, f: &FunctionConfig) -> Limits {
 }
 
 impl Apps {
-    async fn fn_row(&self, ws: &str, name: &str) -> Result<AppRow, AppError> {
+    pub(crate) async fn fn_row(&self, ws: &str, name: &str) -> Result<AppRow, AppError> {
         match self.store.apps().get(ws, &stored_name(name)).await {
             Ok(r) if r.kind == FUNCTION_KIND => Ok(r),
             Ok(_) | Err(StoreError::NotFound) => {

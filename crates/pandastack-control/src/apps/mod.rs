@@ -18,6 +18,7 @@ pub mod detect;
 mod domains;
 pub mod function;
 pub mod instances;
+pub mod invocations;
 mod routes;
 mod source;
 mod webhook;
@@ -162,6 +163,8 @@ pub struct Apps {
     pub(crate) routes: Arc<routes::RouteCache>,
     /// Function instances of this host (shared by clones).
     pub(crate) instances: Arc<instances::Pool>,
+    /// Wakes the runners of asynchronous function calls.
+    pub(crate) invoke_wake: Arc<Notify>,
 }
 
 /// `config` of a stored app.
@@ -234,6 +237,7 @@ impl Apps {
             certs: None,
             routes: Arc::default(),
             instances: Arc::default(),
+            invoke_wake: Arc::default(),
         }
     }
 

@@ -78,6 +78,8 @@ pub struct Schedules {
     host: Arc<dyn Host>,
     sandboxes: Sandboxes,
     templates: Templates,
+    /// Functions a `function` target calls.
+    apps: crate::Apps,
     host_id: String,
     /// Wakes the scheduler (a schedule changed).
     tick: Arc<Notify>,
@@ -95,6 +97,7 @@ impl Schedules {
         host: Arc<dyn Host>,
         sandboxes: Sandboxes,
         templates: Templates,
+        apps: crate::Apps,
         host_id: String,
     ) -> Self {
         Self {
@@ -102,6 +105,7 @@ impl Schedules {
             host,
             sandboxes,
             templates,
+            apps,
             host_id,
             tick: Arc::default(),
             wake: Arc::default(),

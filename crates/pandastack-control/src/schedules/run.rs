@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use pandastack_api_types::{
-    OnTimeout, RunState, SandboxExecTarget, SandboxState, ScheduleTarget, PAYLOAD_ENV,
+    FunctionTarget, InvocationStatus, OnTimeout, RunState, SandboxExecTarget, SandboxState,
+    ScheduleTarget, PAYLOAD_ENV,
 };
 use pandastack_host::ExecSpec;
 use pandastack_store::{new_id, now_ms, JobRow, RunRow, SandboxRow, ScheduleRow, StoreError};
@@ -105,6 +106,9 @@ impl Schedules {
             ScheduleTarget::SandboxExec(t) => {
                 self.sandbox_exec(&schedule, &run, t, &spec.payload).await
             }
+            ScheduleTarget::Function(t) => {
+                self.call_function(&schedule, &run, t, &spec.payload).await
+            }
         };
         let last = job.attempts >= job.max_attempts;
         let state = match (&outcome.error, last) {
@@ -137,6 +141,53 @@ impl Schedules {
         match (recorded, outcome.error) {
             (false, _) | (true, None) => Ok(()),
             (true, Some(e)) => Err(e),
+        }
+    }
+
+    /// One call of the target function with the payload as its event; the output is the
+    /// result (or the error's traceback) and what the call printed.
+    async fn call_function(
+        &self,
+        schedule: &ScheduleRow,
+        run: &RunRow,
+        t: &FunctionTarget,
+        payload: &serde_json::Value,
+    ) -> Outcome {
+        let event = bytes::Bytes::from(payload.to_string());
+        match self
+            .apps
+            .invoke(&schedule.workspace_id, &t.name, event, Some(&run.id))
+            .await
+        {
+            Err(e) => Outcome {
+                exit_code: None,
+                output: None,
+                error: Some(format!("function {}: {}", t.name, chain(&e))),
+            },
+            Ok(inv) => {
+                let mut out = match (&inv.result, &inv.error) {
+                    (Some(r), _) => format!("{r}\n"),
+                    (None, Some(e)) => format!("{}: {}\n{}", e.kind, e.message, e.traceback),
+                    (None, None) => "null\n".to_owned(),
+                };
+                out.push_str(&inv.stdout);
+                out.push_str(&inv.stderr);
+                Outcome {
+                    exit_code: None,
+                    output: Some(bounded_output(out.as_bytes(), b"")),
+                    error: match inv.status {
+                        InvocationStatus::Ok => None,
+                        s => Some(format!(
+                            "function {}: {}{}",
+                            t.name,
+                            s.as_str(),
+                            inv.error
+                                .map(|e| format!(" ({}: {})", e.kind, e.message))
+                                .unwrap_or_default()
+                        )),
+                    },
+                }
+            }
         }
     }
 

@@ -33,6 +33,8 @@ enum BenchWhat {
     Databases(super::bench_databases::DatabasesArgs),
     /// App hosting: static and Vite deploys, rollback, wake on a request, the app proxy.
     Apps(super::bench_apps::AppsArgs),
+    /// Functions: a NumPy deploy, cold and warm calls, 16 at once, cron dispatch jitter.
+    Functions(super::bench_functions::FunctionsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -100,6 +102,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchWhat::Volumes(a) => super::bench_volumes::run(a).await,
         BenchWhat::Databases(a) => super::bench_databases::run(a).await,
         BenchWhat::Apps(a) => super::bench_apps::run(a).await,
+        BenchWhat::Functions(a) => super::bench_functions::run(a).await,
     }
 }
 

@@ -321,7 +321,7 @@ fn page(version: usize) -> String {
 }
 
 /// The templates directory given, or the first default one with `app.toml`; canonical.
-fn templates_dir(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+pub(crate) fn templates_dir(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     let dir = match given {
         Some(d) => d.to_owned(),
         None => super::template::template_dirs()
