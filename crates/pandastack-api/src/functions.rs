@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -20,6 +20,10 @@ use pandastack_store::DeployRow;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
 use crate::{rfc3339, App};
+
+/// Largest JSON body carrying a function's files (their 4 MiB, escaped, and the rest).
+pub(crate) const MAX_SOURCE_BODY: usize =
+    2 * pandastack_api_types::MAX_FUNCTION_SOURCE_BYTES + (1 << 20);
 
 /// A function name from a path, or 404.
 fn name_of(name: &str) -> ApiResult<&str> {
@@ -183,25 +187,62 @@ pub async fn delete(
 }
 
 /// Build a new version (new files, handler or environment; the rest as before). It goes
-/// live once its handler imports; a version that fails leaves the live one serving.
+/// live once its handler imports; a version that fails leaves the live one serving. A body
+/// with `Content-Type: application/gzip` is a gzip tarball of the function's files instead
+/// (regular files and directories only, at most 512 MiB).
 #[utoipa::path(
     post,
     path = "/v1/functions/{name}/versions",
     operation_id = "create_function_version",
     tag = "functions",
     params(("name" = String, Path, description = "Function name")),
-    request_body = CreateVersionRequest,
+    request_body(content(
+        (CreateVersionRequest = "application/json"),
+        (Vec<u8> = "application/gzip"),
+    )),
     responses((status = 202, description = "The version, building", body = wire::FunctionVersion))
 )]
 pub async fn create_version(
     State(app): State<Arc<App>>,
     caller: Caller,
     Path(name): Path<String>,
-    Body(req): Body<CreateVersionRequest>,
+    req: Request,
 ) -> ApiResult<(StatusCode, Json<wire::FunctionVersion>)> {
-    name_of(&name)?;
-    req.validate()?;
-    let d = app.apps.create_version(caller.ws(), &name, &req).await?;
+    let ctype = crate::extract::media_type(req.headers());
+    let d = match ctype.as_str() {
+        "application/gzip" | "application/x-gzip" | "application/x-tar+gzip" => {
+            let upload = req.into_body().into_data_stream();
+            if let Err(e) = name_of(&name) {
+                pandastack_control::drain_upload(upload).await;
+                return Err(e);
+            }
+            app.apps
+                .create_version_upload(caller.ws(), &name, upload)
+                .await?
+        }
+        "" | "application/json" => {
+            let bytes = axum::body::to_bytes(req.into_body(), MAX_SOURCE_BODY)
+                .await
+                .map_err(|_| ApiError::new(ErrorCode::PayloadTooLarge, "request body too large"))?;
+            let body: CreateVersionRequest = if bytes.is_empty() {
+                CreateVersionRequest::default()
+            } else {
+                crate::extract::json(&bytes)?
+            };
+            name_of(&name)?;
+            body.validate()?;
+            app.apps.create_version(caller.ws(), &name, &body).await?
+        }
+        other => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "Content-Type {other}: send application/json (files, handler, env…) or \
+                     application/gzip (a tarball of the function's files)"
+                ),
+            ))
+        }
+    };
     Ok((StatusCode::ACCEPTED, Json(version_wire(&name, &d))))
 }
 

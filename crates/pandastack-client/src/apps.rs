@@ -221,7 +221,7 @@ impl Client {
     }
 
     /// Sends `call` and returns its body as text (lossy UTF-8).
-    async fn plain_text(&self, call: Call<'_>) -> Result<String, Error> {
+    pub(crate) async fn plain_text(&self, call: Call<'_>) -> Result<String, Error> {
         let body = self.send(call).await?.bytes().await.map_err(Error::Http)?;
         Ok(String::from_utf8_lossy(&body).into_owned())
     }

@@ -52,6 +52,8 @@ pub(crate) enum Payload {
     File(PathBuf),
     /// Bytes in memory, sent as `application/octet-stream`.
     Bytes(bytes::Bytes),
+    /// UTF-8 text, sent as `text/plain; charset=utf-8`.
+    Text(String),
 }
 
 impl Payload {
@@ -127,6 +129,9 @@ impl Client {
                 Payload::Bytes(b) => req
                     .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
                     .body(b.clone()),
+                Payload::Text(t) => req
+                    .header(reqwest::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                    .body(t.clone()),
                 Payload::File(p) => {
                     let f = tokio::fs::File::open(p)
                         .await

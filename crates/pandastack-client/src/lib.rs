@@ -2,7 +2,8 @@
 //! and the benchmarks: sandboxes, exec (blocking and as Server-Sent Events), files (streamed
 //! from and to local files), snapshots, lifecycle, console logs, metrics, templates, keys and
 //! the PTY WebSocket; volumes, their snapshots and backups; managed PostgreSQL databases; apps
-//! deployed from git or an uploaded tarball, their deploys and logs; schedules (cron) and runs.
+//! deployed from git or an uploaded tarball, their deploys and logs; schedules (cron) and runs;
+//! functions, their versions and build logs, rollback and invoke.
 //!
 //! Errors keep the server's envelope (`code`, `message`, `request_id`) in [`Error::Api`]; calls
 //! answered 429, 502 or 503 are retried with backoff (honouring `Retry-After`), and creates
@@ -15,6 +16,7 @@ mod databases;
 mod error;
 mod exec;
 mod files;
+mod functions;
 mod http;
 mod pty;
 mod resources;

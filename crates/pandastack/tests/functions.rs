@@ -76,6 +76,20 @@ async fn live(api: &Api<'_>, name: &str, v: u64) -> Value {
     body
 }
 
+/// A gzip tarball of `files`.
+fn tarball(files: &[(&str, &str)]) -> Vec<u8> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut tar = tar::Builder::new(gz);
+    for (path, body) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(body.len() as u64);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        tar.append_data(&mut h, path, body.as_bytes()).unwrap();
+    }
+    tar.into_inner().unwrap().finish().unwrap()
+}
+
 /// Waits for asynchronous call `id` to finish; returns it.
 async fn until_finished(api: &Api<'_>, name: &str, id: &str) -> Value {
     let t = Instant::now();
@@ -485,6 +499,47 @@ async fn functions_end_to_end() {
         .collect();
     assert_eq!(states, ["standby", "failed", "live"], "{versions}");
 
+    // A version from a tarball of the function's files.
+    let r = api
+        .c
+        .post(format!("{}/v1/functions/hello/versions", server.url))
+        .bearer_auth(&server.key)
+        .header("Content-Type", "application/gzip")
+        .body(tarball(&[
+            ("main.py", &MAIN_PY.replace("\"v1\"", "\"v4\"")),
+            ("requirements.txt", "six\n"),
+        ]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    live(&api, "hello", 4).await;
+    let v = invoke(&api, "hello", json!(null)).await;
+    assert_eq!(v["result"]["version"], "v4", "{v}");
+
+    // A dependency that does not install fails the build, naming it.
+    let (st, _) = api
+        .call(
+            "POST",
+            "/v1/functions",
+            Some(
+                json!({"name": "baddeps", "runtime": "python", "handler": "main.handler",
+                        "files": {"main.py": "def handler(e):\n    return e\n"},
+                        "dependencies": "pandastack-no-such-package-xyz\n"}),
+            ),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED);
+    let bad = settled(&api, "baddeps", 1).await;
+    assert_eq!(bad["state"], "failed", "{bad}");
+    assert!(
+        bad["error"]
+            .as_str()
+            .unwrap()
+            .contains("pandastack-no-such-package-xyz"),
+        "{bad}"
+    );
+
     // Node.js.
     let (st, v) = api
         .call(
@@ -506,7 +561,7 @@ async fn functions_end_to_end() {
     assert!(v["stdout"].as_str().unwrap().contains("node got"), "{v}");
 
     // Delete: instances, versions and the row go.
-    for name in ["hello", "nohandler", "nodefn"] {
+    for name in ["hello", "nohandler", "nodefn", "baddeps"] {
         let (st, v) = api
             .call("DELETE", &format!("/v1/functions/{name}"), None)
             .await;

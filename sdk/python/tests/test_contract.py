@@ -5,7 +5,8 @@ For each response schema the SDK models (``PAIRS``): the dataclass has exactly t
 fields (plus ``raw``), each of a compatible type; a field the server may send as ``null`` is
 ``Optional``; a field the server may leave out has a default; and ``from_json`` of a sample
 built from the schema reads every field from the right key. A field whose schema is another
-modelled schema (``App.git`` is an ``AppGit``) is that schema's SDK type, read with its
+modelled schema (``App.git`` is an ``AppGit``; ``Schedule.target``, a tagged union, is its
+first variant, a ``SandboxExecTarget``) is that schema's SDK type, read with its
 ``from_json``. Every other schema of the document must be named in ``NOT_MODELLED`` with the
 reason, so a new schema is a decision, not a gap.
 """
@@ -34,10 +35,18 @@ from pandastack.types import (
     Deploy,
     ExecResult,
     FileInfo,
+    Function,
+    FunctionTarget,
+    FunctionVersion,
+    Invocation,
+    InvocationError,
     PortUrl,
     QueryField,
     QueryResult,
+    SandboxExecTarget,
     SandboxInfo,
+    Schedule,
+    ScheduleRun,
     Snapshot,
     Template,
     Volume,
@@ -81,6 +90,15 @@ PAIRS: Dict[str, type] = {
     "AppStart": AppStart,
     "AppDomain": AppDomain,
     "Deploy": Deploy,
+    "Function": Function,
+    "FunctionVersion": FunctionVersion,
+    "Invocation": Invocation,
+    "InvocationError": InvocationError,
+    "Schedule": Schedule,
+    "ScheduleRun": ScheduleRun,
+    # Also the `target` of schedule requests (their to_json adds the `type`).
+    "SandboxExecTarget": SandboxExecTarget,
+    "FunctionTarget": FunctionTarget,
 }
 
 #: Schemas the SDK does not model as a type, and why.
@@ -111,6 +129,12 @@ NOT_MODELLED: Dict[str, str] = {
     "UpdateAppRequest": "request body",
     "CreateDeployRequest": "request body",
     "RollbackRequest": "request body",
+    "CreateFunctionRequest": "request body",
+    "CreateVersionRequest": "request body",
+    "UpdateFunctionRequest": "request body",
+    "FunctionRollbackRequest": "request body",
+    "CreateScheduleRequest": "request body",
+    "UpdateScheduleRequest": "request body",
     # Envelopes the SDK unwraps.
     "ErrorBody": "raised as PandaStackError subclasses",
     "ErrorEnvelope": "raised as PandaStackError subclasses",
@@ -126,24 +150,18 @@ NOT_MODELLED: Dict[str, str] = {
     "List_Database": "unwrapped into lists / Page",
     "List_App": "unwrapped into lists / Page",
     "List_Deploy": "unwrapped into lists / Page",
+    "List_Function": "unwrapped into lists / Page",
+    "List_FunctionVersion": "unwrapped into lists / Page",
+    "List_Schedule": "unwrapped into lists / Page",
+    "List_ScheduleRun": "unwrapped into lists / Page",
     "ForkResponse": "unwrapped into Sandbox objects",
     # GET /v1/usage: not in the SDK yet (an operator's view; curl or the CLI's JSON).
     "Usage": "GET /v1/usage is not in the SDK yet",
     "SandboxUsage": "GET /v1/usage is not in the SDK yet",
     "VolumeUsage": "GET /v1/usage is not in the SDK yet",
     "SnapshotUsage": "GET /v1/usage is not in the SDK yet",
-    # /v1/schedules (cron): not in the SDK yet (the CLI's `pandastack cron` and the Rust client).
-    "ConcurrencyPolicy": "schedules are not in the SDK yet",
-    "CreateScheduleRequest": "schedules are not in the SDK yet",
-    "List_Schedule": "schedules are not in the SDK yet",
-    "List_ScheduleRun": "schedules are not in the SDK yet",
-    "RunState": "schedules are not in the SDK yet",
-    "RunTrigger": "schedules are not in the SDK yet",
-    "SandboxExecTarget": "schedules are not in the SDK yet",
-    "Schedule": "schedules are not in the SDK yet",
-    "ScheduleRun": "schedules are not in the SDK yet",
-    "ScheduleTarget": "schedules are not in the SDK yet",
-    "UpdateScheduleRequest": "schedules are not in the SDK yet",
+    # A tagged union: Schedule.target is the SDK type of its `type` (SandboxExecTarget, ...).
+    "ScheduleTarget": "Schedule.target is a SandboxExecTarget or a FunctionTarget, by its `type`",
     "CreatedKey": "CreatedAPIKey = Key + secret (allOf)",
     # Streams: decoded into events, not returned as these objects.
     "CodeResult": "decoded into Execution (results, logs, error)",
@@ -168,6 +186,11 @@ NOT_MODELLED: Dict[str, str] = {
     "DatabaseState": "a str field (Database.state)",
     "DeployState": "a str field (Deploy.state)",
     "DomainTls": "AppDomain.tls is the string",
+    "FunctionRuntime": "a str field (Function.runtime)",
+    "InvocationStatus": "a str field (Invocation.status)",
+    "ConcurrencyPolicy": "a str field (Schedule.concurrency_policy)",
+    "RunState": "a str field (ScheduleRun.state)",
+    "RunTrigger": "a str field (ScheduleRun.trigger)",
 }
 
 
@@ -189,13 +212,20 @@ def _resolve(s: Dict[str, Any]) -> Dict[str, Any]:
 
 def _ref(prop: Dict[str, Any]) -> Any:
     """The name of the schema a property is (``$ref``, also as the one non-null alternative of
-    ``oneOf``/``anyOf`` or the first of ``allOf``), else ``None``."""
+    ``oneOf``/``anyOf`` or the first of ``allOf``), else ``None``. A reference to a union that is
+    not modelled itself (a tagged enum: ``ScheduleTarget``) is the schema of its first variant."""
     for key in ("oneOf", "anyOf", "allOf"):
         alts = [a for a in prop.get(key, []) if a.get("type") != "null"]
         if alts:
             prop = alts[0]
     ref = prop.get("$ref")
-    return ref.rsplit("/", 1)[1] if ref else None
+    if not ref:
+        return None
+    name = ref.rsplit("/", 1)[1]
+    target = _schemas()[name]
+    if name not in PAIRS and any(k in target for k in ("oneOf", "anyOf", "allOf")):
+        return _ref(target) or name
+    return name
 
 
 def _modelled(prop: Dict[str, Any]) -> Any:
@@ -206,16 +236,17 @@ def _modelled(prop: Dict[str, Any]) -> Any:
 
 def _kind(prop: Dict[str, Any]) -> Tuple[str, bool]:
     """The JSON type of a property and whether it may be null."""
-    prop = dict(prop)
+    prop = _resolve(dict(prop))
     nullable = False
-    for key in ("oneOf", "anyOf"):
-        if key in prop:
-            alts = [a for a in prop[key] if a.get("type") != "null"]
-            nullable = nullable or len(alts) < len(prop[key])
-            prop = _resolve(alts[0]) if alts else {"type": "null"}
-    if "allOf" in prop:
+    while True:  # through references to unions (a tagged enum is a oneOf of allOfs)
+        for key in ("oneOf", "anyOf"):
+            if key in prop:
+                alts = [a for a in prop[key] if a.get("type") != "null"]
+                nullable = nullable or len(alts) < len(prop[key])
+                prop = _resolve(alts[0]) if alts else {"type": "null"}
+        if "allOf" not in prop:
+            break
         prop = _resolve(prop["allOf"][0])
-    prop = _resolve(prop)
     t = prop.get("type", "object" if "properties" in prop or "additionalProperties" in prop else "string")
     if isinstance(t, list):
         nullable = nullable or "null" in t

@@ -1,8 +1,8 @@
 /**
  * The client: configuration (explicit options, else `PANDASTACK_API_KEY`/`PANDASTACK_TOKEN` and
  * `PANDASTACK_BASE_URL`) and the resource collections `sandboxes`, `snapshots`, `templates`
- * (including template builds), `volumes` (in volumes.ts), `databases` (in databases.ts) and
- * `apps` (in apps.ts).
+ * (including template builds), `volumes` (in volumes.ts), `databases` (in databases.ts),
+ * `apps` (in apps.ts), `functions` (in functions.ts) and `schedules` (in schedules.ts).
  */
 
 import {
@@ -28,6 +28,8 @@ import {
 } from "./types.js";
 import { Apps } from "./apps.js";
 import { Databases } from "./databases.js";
+import { Functions } from "./functions.js";
+import { Schedules } from "./schedules.js";
 import { Volumes, volumeMountsToWire } from "./volumes.js";
 
 export const DEFAULT_BASE_URL = "http://localhost:8080";
@@ -99,6 +101,8 @@ export class PandaStack {
   readonly volumes: Volumes;
   readonly databases: Databases;
   readonly apps: Apps;
+  readonly functions: Functions;
+  readonly schedules: Schedules;
   readonly baseUrl: string;
   /** @internal */
   readonly http: HttpClient;
@@ -130,6 +134,8 @@ export class PandaStack {
     this.volumes = new Volumes(this.http, newIdempotencyKey);
     this.databases = new Databases(this.http, newIdempotencyKey);
     this.apps = new Apps(this.http);
+    this.functions = new Functions(this.http);
+    this.schedules = new Schedules(this.http);
   }
 }
 

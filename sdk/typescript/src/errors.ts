@@ -9,7 +9,7 @@
  * ```
  */
 
-import type { DeployInfo, ExecResult, TemplateInfo, VolumeBackupInfo } from "./types.js";
+import type { DeployInfo, ExecResult, FunctionVersionInfo, TemplateInfo, VolumeBackupInfo } from "./types.js";
 
 export interface PandaStackErrorOptions {
   code?: string;
@@ -236,6 +236,20 @@ export class DeployTimeoutError extends PandaStackError {
   constructor(message: string, deploy: DeployInfo, options: PandaStackErrorOptions = {}) {
     super(message, { code: "deploy_timeout", ...options });
     this.deploy = deploy;
+  }
+}
+
+/**
+ * `functions.waitForVersion(…, { timeoutSeconds })` (or `functions.createVersion` with `wait`)
+ * gave up: the version was still being built. The build goes on on the server; {@link version}
+ * is its last known state (follow it with `functions.getVersion(name, version.version)`).
+ */
+export class FunctionVersionTimeoutError extends PandaStackError {
+  readonly version: FunctionVersionInfo;
+
+  constructor(message: string, version: FunctionVersionInfo, options: PandaStackErrorOptions = {}) {
+    super(message, { code: "function_version_timeout", ...options });
+    this.version = version;
   }
 }
 

@@ -68,6 +68,28 @@ export {
   type UpdateAppOptions,
   type WaitDeployOptions,
 } from "./apps.js";
+export {
+  Functions,
+  INVOKE_TIMEOUT_MS,
+  isVersionBuilding,
+  type CreateFunctionOptions,
+  type CreateVersionOptions,
+  type FunctionLimitOptions,
+  type FunctionSourceOptions,
+  type ListFunctionsOptions,
+  type RollbackFunctionOptions,
+  type SubmitOptions,
+  type UpdateFunctionOptions,
+  type WaitVersionOptions,
+} from "./functions.js";
+export {
+  Schedules,
+  type CreateScheduleOptions,
+  type ListSchedulesOptions,
+  type ScheduleConfigOptions,
+  type ScheduleTargetInput,
+  type UpdateScheduleOptions,
+} from "./schedules.js";
 export type { LogCallback } from "./follow.js";
 export { Filesystem, type FileCallOptions, type FileContent, type WriteInfo } from "./filesystem.js";
 export { Paginator, type Page } from "./pagination.js";
@@ -94,6 +116,7 @@ export {
   VolumeBackupError,
   VolumeBackupTimeoutError,
   DeployTimeoutError,
+  FunctionVersionTimeoutError,
   type PandaStackErrorOptions,
 } from "./errors.js";
 export { Execution, Result, ACCESS_TOKEN_HEADER } from "./types.js";
@@ -105,6 +128,7 @@ export type {
   AppStart,
   BackupState,
   CodeContext,
+  ConcurrencyPolicy,
   DatabaseExtension,
   DatabaseExtensions,
   DatabaseInfo,
@@ -116,14 +140,27 @@ export type {
   ExecResult,
   ExecutionError,
   FileInfo,
+  FunctionInfo,
+  FunctionRuntime,
+  FunctionTarget,
+  FunctionVersionInfo,
+  Invocation,
+  InvocationError,
+  InvocationStatus,
   OnTimeout,
   PortUpdate,
   PortUrl,
   QueryField,
   QueryResult,
+  RunState,
+  RunTrigger,
+  SandboxExecTarget,
   SandboxInfo,
   SandboxMetrics,
   SandboxState,
+  ScheduleInfo,
+  ScheduleRunInfo,
+  ScheduleTarget,
   SnapshotInfo,
   TemplateInfo,
   VolumeAttachment,

@@ -317,6 +317,190 @@ export interface DeployInfo {
   updatedAt: string;
 }
 
+/** The language of a function's handler. */
+export type FunctionRuntime = "python" | "node";
+
+/**
+ * A function: a handler in Python or Node.js, built with its dependencies in a VM, baked with
+ * the handler imported (a VM snapshot), and called with `client.functions.invoke`.
+ */
+export interface FunctionInfo {
+  id: string;
+  name: string;
+  runtime: FunctionRuntime;
+  /**
+   * `module.function`: `main.handler` is `handler` in `main.py`; Node.js: `index.handler` is the
+   * export `handler` of `index.js` or `index.mjs`.
+   */
+  handler: string;
+  /** Its public endpoint, `fn-<name>.<domain>` (answers only when `public`). */
+  url: string;
+  public: boolean;
+  /** Environment of its builds and calls. */
+  env: Record<string, string>;
+  /** Names of its secrets (their values are never shown). */
+  secretNames: string[];
+  /** Memory of an instance, MiB. */
+  memoryMb: number;
+  /** Per-call time limit: a call past it ends with status `timeout`. */
+  timeoutSeconds: number;
+  /** Calls one instance serves at once. */
+  concurrency: number;
+  /** Most instances at once. */
+  maxInstances: number;
+  /** Seconds a warm instance is kept without calls. */
+  idleSeconds: number;
+  /** The version calls go to (`null` until one is built). */
+  liveVersion: number | null;
+  /** Instances warm now. */
+  warmInstances: number;
+  /** RFC 3339. */
+  createdAt: string;
+  updatedAt: string;
+}
+
+/**
+ * One version of a function: one build. `state` goes `queued → cloning → building → baking →
+ * checking → live`, or `failed` (`error` says why; the live version keeps serving); a live
+ * version a newer one replaced is `standby`.
+ */
+export interface FunctionVersionInfo {
+  id: string;
+  /** The function's name. */
+  function: string;
+  /** 1, 2, 3… per function. */
+  version: number;
+  state: DeployState;
+  /** Why the build failed (the handler's import error, a dependency that did not install…). */
+  error: string | null;
+  handler: string | null;
+  /** Milliseconds per phase (`install`, `bake`, `snapshot`…). */
+  phasesMs: Record<string, number>;
+  /** RFC 3339. */
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** How a call ended: `ok`, `error` (the handler raised), `timeout`; `queued`/`running` while a queued call (`functions.submit`) is under way. */
+export type InvocationStatus = "queued" | "running" | "ok" | "error" | "timeout";
+
+/** What a handler raised, as data. */
+export interface InvocationError {
+  /** The exception's class (`ValueError`, `TypeError`…), or `Timeout`. */
+  type: string;
+  message: string;
+  /** The traceback / stack, as the runtime prints it. */
+  traceback: string;
+}
+
+/**
+ * The outcome of a call: `status` `ok` (`result` is the handler's return value, any JSON),
+ * `error` (the handler raised: `error`) or `timeout`. A handler's error is data, not a thrown
+ * error of the SDK.
+ */
+export interface Invocation {
+  /** Set for queued calls (`functions.submit`). */
+  id: string | null;
+  /** The function's name. */
+  function: string;
+  status: InvocationStatus;
+  /** The handler's return value (JSON). */
+  result: unknown;
+  error: InvocationError | null;
+  /** What the call printed (each at most 64 KiB, the end kept). */
+  stdout: string;
+  stderr: string;
+  /** The version that ran it. */
+  version: number | null;
+  /** Time in the handler. */
+  durationMs: number | null;
+  /** The call needed a new instance (restored from the baked snapshot). */
+  cold: boolean;
+  /** Queued calls: tries made so far. */
+  attempts: number;
+  /** RFC 3339 (queued calls). */
+  createdAt: string | null;
+  finishedAt: string | null;
+}
+
+/**
+ * A schedule target: `command` runs with `/bin/sh -c` in a new sandbox of `template` (deleted
+ * when it ends), with `env` and the schedule's payload in `$PANDASTACK_PAYLOAD` (JSON); killed
+ * after `timeoutSeconds`.
+ */
+export interface SandboxExecTarget {
+  template: string;
+  command: string;
+  env: Record<string, string>;
+  timeoutSeconds: number;
+}
+
+/** A schedule target: a call of function `name` of the workspace, the schedule's payload as the event. */
+export interface FunctionTarget {
+  name: string;
+}
+
+/** What a schedule runs, by its `type`. */
+export type ScheduleTarget = ({ type: "sandbox_exec" } & SandboxExecTarget) | ({ type: "function" } & FunctionTarget);
+
+/** What a due time does while a previous run is under way: run alongside, skip, or cancel the old one. */
+export type ConcurrencyPolicy = "allow" | "forbid" | "replace";
+
+/** Where a schedule run stands. */
+export type RunState = "queued" | "running" | "succeeded" | "failed" | "skipped" | "missed" | "cancelled";
+
+/** How a run came about: a due time (`scheduled`) or `schedules.run` (`manual`). */
+export type RunTrigger = "scheduled" | "manual";
+
+/**
+ * A schedule: `cron` read in `timezone` runs `target` at each due time, each due time once.
+ */
+export interface ScheduleInfo {
+  id: string;
+  name: string;
+  cron: string;
+  /** IANA time zone the expression is read in. */
+  timezone: string;
+  /** What runs (`null` for a kind of target this SDK does not know). */
+  target: ScheduleTarget | null;
+  /** The JSON each run gets. */
+  payload: unknown;
+  concurrencyPolicy: ConcurrencyPolicy;
+  /** A due time found this late (the server was down) is recorded `missed`. */
+  startingDeadlineSeconds: number | null;
+  /** Further attempts after a failed run. */
+  retries: number;
+  paused: boolean;
+  /** The next due time (RFC 3339, UTC); `null` while paused. */
+  nextRunAt: string | null;
+  /** RFC 3339. */
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** One run of a schedule. */
+export interface ScheduleRunInfo {
+  id: string;
+  /** The schedule's name. */
+  schedule: string;
+  /** The due time it is for (RFC 3339, UTC); for a manual run, when it was asked for. */
+  dueAt: string;
+  trigger: RunTrigger;
+  state: RunState;
+  /** Attempts so far (retries count). */
+  attempt: number;
+  /** The sandbox of its latest attempt (deleted when the attempt ends). */
+  sandboxId: string | null;
+  startedAt: string | null;
+  endedAt: string | null;
+  exitCode: number | null;
+  /** Stdout then stderr of the command (at most 64 KiB, from the start). */
+  output: string | null;
+  error: string | null;
+  /** When the run was recorded. */
+  createdAt: string;
+}
+
 /** The outcome of a command. A non-zero `exitCode` is data, not an error (see `check`). */
 export interface ExecResult {
   stdout: string;
@@ -721,6 +905,126 @@ export function deployFromWire(w: Wire): DeployInfo {
     sandboxId: optStr(w.sandbox_id),
     createdAt: str(w.created_at),
     updatedAt: str(w.updated_at),
+  };
+}
+
+/** @internal */
+export function functionFromWire(w: Wire): FunctionInfo {
+  return {
+    id: str(w.id),
+    name: str(w.name),
+    runtime: str(w.runtime, "python") as FunctionRuntime,
+    handler: str(w.handler),
+    url: str(w.url),
+    public: w.public === true,
+    env: strMap(w.env),
+    secretNames: Array.isArray(w.secret_names) ? w.secret_names.filter((x): x is string => typeof x === "string") : [],
+    memoryMb: num(w.memory_mb),
+    timeoutSeconds: num(w.timeout_seconds),
+    concurrency: num(w.concurrency),
+    maxInstances: num(w.max_instances),
+    idleSeconds: num(w.idle_seconds),
+    liveVersion: optNum(w.live_version),
+    warmInstances: num(w.warm_instances),
+    createdAt: str(w.created_at),
+    updatedAt: str(w.updated_at),
+  };
+}
+
+/** @internal */
+export function functionVersionFromWire(w: Wire): FunctionVersionInfo {
+  const phases: Record<string, number> = {};
+  for (const [k, v] of Object.entries(object(w.phases_ms))) if (typeof v === "number") phases[k] = v;
+  return {
+    id: str(w.id),
+    function: str(w.function),
+    version: num(w.version),
+    state: str(w.state, "queued") as DeployState,
+    error: optStr(w.error),
+    handler: optStr(w.handler),
+    phasesMs: phases,
+    createdAt: str(w.created_at),
+    updatedAt: str(w.updated_at),
+  };
+}
+
+/** @internal */
+export function invocationErrorFromWire(w: Wire): InvocationError {
+  return { type: str(w.type), message: str(w.message), traceback: str(w.traceback) };
+}
+
+/** @internal */
+export function invocationFromWire(w: Wire): Invocation {
+  return {
+    id: optStr(w.id),
+    function: str(w.function),
+    status: str(w.status, "ok") as InvocationStatus,
+    result: w.result === undefined ? null : w.result,
+    error: w.error && typeof w.error === "object" && !Array.isArray(w.error) ? invocationErrorFromWire(w.error as Wire) : null,
+    stdout: str(w.stdout),
+    stderr: str(w.stderr),
+    version: optNum(w.version),
+    durationMs: optNum(w.duration_ms),
+    cold: w.cold === true,
+    attempts: num(w.attempts),
+    createdAt: optStr(w.created_at),
+    finishedAt: optStr(w.finished_at),
+  };
+}
+
+/** @internal */
+export function sandboxExecTargetFromWire(w: Wire): SandboxExecTarget {
+  return { template: str(w.template), command: str(w.command), env: strMap(w.env), timeoutSeconds: num(w.timeout_seconds, 300) };
+}
+
+/** @internal */
+export function functionTargetFromWire(w: Wire): FunctionTarget {
+  return { name: str(w.name) };
+}
+
+/** A schedule's target by its `type` (none: `sandbox_exec`); `null` for a kind this SDK does not know. @internal */
+export function scheduleTargetFromWire(w: Wire): ScheduleTarget | null {
+  const type = w.type ?? "sandbox_exec";
+  if (type === "sandbox_exec") return { type: "sandbox_exec", ...sandboxExecTargetFromWire(w) };
+  if (type === "function") return { type: "function", ...functionTargetFromWire(w) };
+  return null;
+}
+
+/** @internal */
+export function scheduleFromWire(w: Wire): ScheduleInfo {
+  return {
+    id: str(w.id),
+    name: str(w.name),
+    cron: str(w.cron),
+    timezone: str(w.timezone, "UTC"),
+    target: w.target && typeof w.target === "object" && !Array.isArray(w.target) ? scheduleTargetFromWire(w.target as Wire) : null,
+    payload: w.payload === undefined ? null : w.payload,
+    concurrencyPolicy: str(w.concurrency_policy, "allow") as ConcurrencyPolicy,
+    startingDeadlineSeconds: optNum(w.starting_deadline_seconds),
+    retries: num(w.retries),
+    paused: w.paused === true,
+    nextRunAt: optStr(w.next_run_at),
+    createdAt: str(w.created_at),
+    updatedAt: str(w.updated_at),
+  };
+}
+
+/** @internal */
+export function scheduleRunFromWire(w: Wire): ScheduleRunInfo {
+  return {
+    id: str(w.id),
+    schedule: str(w.schedule),
+    dueAt: str(w.due_at),
+    trigger: str(w.trigger, "scheduled") as RunTrigger,
+    state: str(w.state, "queued") as RunState,
+    attempt: num(w.attempt),
+    sandboxId: optStr(w.sandbox_id),
+    startedAt: optStr(w.started_at),
+    endedAt: optStr(w.ended_at),
+    exitCode: optNum(w.exit_code),
+    output: optStr(w.output),
+    error: optStr(w.error),
+    createdAt: str(w.created_at),
   };
 }
 

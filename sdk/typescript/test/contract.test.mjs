@@ -6,8 +6,10 @@
 // field the server may send as null admits null (or is optional); and the SDK's `…FromWire` of a
 // sample built from the schema reads every field from the right key. A field whose schema is
 // another modelled schema (`AppInfo.git` is an `AppGit`) is that schema's interface, read with its
-// decoder. Every other schema must be named in NOT_MODELLED with the reason, so a new schema is a
-// decision, not a gap.
+// decoder. A tagged union (`ScheduleInfo.target` is a `ScheduleTarget`) is a type alias of
+// src/types.ts read with its decoder (UNIONS), sampled as its first variant with its `type`. A
+// field of any JSON (`unknown`) fits every wire type. Every other schema must be named in
+// NOT_MODELLED with the reason, so a new schema is a decision, not a gap.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -50,6 +52,20 @@ const PAIRS = {
   AppStart: ["AppStart", "appStartFromWire"],
   AppDomain: ["AppDomain", "appDomainFromWire"],
   Deploy: ["DeployInfo", "deployFromWire"],
+  Function: ["FunctionInfo", "functionFromWire"],
+  FunctionVersion: ["FunctionVersionInfo", "functionVersionFromWire"],
+  Invocation: ["Invocation", "invocationFromWire"],
+  InvocationError: ["InvocationError", "invocationErrorFromWire"],
+  Schedule: ["ScheduleInfo", "scheduleFromWire"],
+  ScheduleRun: ["ScheduleRunInfo", "scheduleRunFromWire"],
+  // The variants of ScheduleTarget; also the `target` of schedule requests (targetToWire).
+  SandboxExecTarget: ["SandboxExecTarget", "sandboxExecTargetFromWire"],
+  FunctionTarget: ["FunctionTarget", "functionTargetFromWire"],
+};
+
+/** Tagged unions (`oneOf` of `allOf: [variant, {type}]`) → [type alias in src/types.ts, its decoder]. */
+const UNIONS = {
+  ScheduleTarget: ["ScheduleTarget", "scheduleTargetFromWire"],
 };
 
 const REQUEST = "request body: built from options";
@@ -81,6 +97,12 @@ const NOT_MODELLED = {
   UpdateAppRequest: REQUEST,
   CreateDeployRequest: REQUEST,
   RollbackRequest: REQUEST,
+  CreateFunctionRequest: REQUEST,
+  CreateVersionRequest: REQUEST,
+  UpdateFunctionRequest: REQUEST,
+  FunctionRollbackRequest: REQUEST,
+  CreateScheduleRequest: REQUEST,
+  UpdateScheduleRequest: REQUEST,
   WebhookResult: "answer to git hosts' webhooks, not to SDK calls",
   ErrorBody: "thrown as PandaStackError subclasses",
   ErrorEnvelope: "thrown as PandaStackError subclasses",
@@ -95,22 +117,15 @@ const NOT_MODELLED = {
   List_Database: "unwrapped into arrays / Paginator",
   List_App: "unwrapped into arrays / Paginator",
   List_Deploy: "unwrapped into arrays / Paginator",
+  List_Function: "unwrapped into arrays / Paginator",
+  List_FunctionVersion: "unwrapped into arrays / Paginator",
+  List_Schedule: "unwrapped into arrays / Paginator",
+  List_ScheduleRun: "unwrapped into arrays / Paginator",
   ForkResponse: "unwrapped into Sandbox objects (ForkResult)",
   Usage: "GET /v1/usage is not in the SDK yet",
   SandboxUsage: "GET /v1/usage is not in the SDK yet",
   VolumeUsage: "GET /v1/usage is not in the SDK yet",
   SnapshotUsage: "GET /v1/usage is not in the SDK yet",
-  ConcurrencyPolicy: "schedules are not in the SDK yet",
-  CreateScheduleRequest: "schedules are not in the SDK yet",
-  List_Schedule: "schedules are not in the SDK yet",
-  List_ScheduleRun: "schedules are not in the SDK yet",
-  RunState: "schedules are not in the SDK yet",
-  RunTrigger: "schedules are not in the SDK yet",
-  SandboxExecTarget: "schedules are not in the SDK yet",
-  Schedule: "schedules are not in the SDK yet",
-  ScheduleRun: "schedules are not in the SDK yet",
-  ScheduleTarget: "schedules are not in the SDK yet",
-  UpdateScheduleRequest: "schedules are not in the SDK yet",
   CodeResult: "decoded into Execution",
   CodeOutput: "decoded into Result",
   CodeError: "decoded into ExecutionError",
@@ -132,10 +147,27 @@ const NOT_MODELLED = {
   DatabaseState: "a string union type (DatabaseState)",
   DeployState: "a string union type (DeployState)",
   DomainTls: "a string union type (DomainTls)",
+  FunctionRuntime: "a string union type (FunctionRuntime)",
+  InvocationStatus: "a string union type (InvocationStatus)",
+  ConcurrencyPolicy: "a string union type (ConcurrencyPolicy)",
+  RunState: "a string union type (RunState)",
+  RunTrigger: "a string union type (RunTrigger)",
 };
 
 /** Type aliases of src/types.ts that stand for a JSON string. */
-const STRING_ALIASES = new Set(["SandboxState", "OnTimeout", "BackupState", "DatabaseState", "DeployState", "DomainTls"]);
+const STRING_ALIASES = new Set([
+  "SandboxState",
+  "OnTimeout",
+  "BackupState",
+  "DatabaseState",
+  "DeployState",
+  "DomainTls",
+  "FunctionRuntime",
+  "InvocationStatus",
+  "ConcurrencyPolicy",
+  "RunState",
+  "RunTrigger",
+]);
 
 const camel = (s) => s.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
 
@@ -181,6 +213,19 @@ function modelled(prop) {
   return name in PAIRS && kind(prop)[0] === "object" ? name : undefined;
 }
 
+/** The union (in UNIONS) a property is, else undefined. */
+function union(prop) {
+  const name = refName(prop);
+  return name in UNIONS ? name : undefined;
+}
+
+/** A wire object of a tagged union: its first variant's sample with the variant's `type`. */
+function unionSample(name) {
+  const [variant] = SCHEMAS[name].oneOf;
+  const [ref, tag] = variant.allOf;
+  return { ...sampleOf(ref.$ref.split("/").pop()), type: tag.properties.type.enum[0] };
+}
+
 function sample(name, t, i) {
   return {
     string: `${name}-value`,
@@ -204,8 +249,10 @@ function sampleOf(schemaName) {
     .forEach((name, i) => {
       const [t] = kind(props[name]);
       const nested = modelled(props[name]);
+      const u = union(props[name]);
       const extra = resolve(props[name]).additionalProperties;
       if (nested) out[name] = sampleOf(nested);
+      else if (u) out[name] = unionSample(u);
       else if (t === "object" && extra && typeof extra === "object" && Object.keys(extra).length) out[name] = { k: sample(name, kind(extra)[0], i) };
       else out[name] = sample(name, t, i);
     });
@@ -232,6 +279,7 @@ function interfaces(path = TYPES_TS) {
 function fits(text, t) {
   const parts = text.split("|").map((p) => p.trim()).filter((p) => p !== "null" && p !== "undefined");
   return parts.every((p) => {
+    if (p === "unknown") return true; // any JSON
     switch (t) {
       case "string":
         return p === "string" || /^"[^"]*"$/.test(p) || STRING_ALIASES.has(p);
@@ -274,12 +322,16 @@ export function check(schemaName, iface, decoder, ifaces = interfaces()) {
       const f = fields[camel(name)];
       if (!f) return;
       const nested = modelled(props[name]);
-      if (nested && f.type === PAIRS[nested][0]) {
+      const u = union(props[name]);
+      const alias = f.type.split("|").map((p) => p.trim()).filter((p) => p !== "null");
+      if (nested && alias.length === 1 && alias[0] === PAIRS[nested][0]) {
         expected[name] = types[PAIRS[nested][1]](sampleWire[name]);
+      } else if (u && alias.length === 1 && alias[0] === UNIONS[u][0]) {
+        expected[name] = types[UNIONS[u][1]](sampleWire[name]);
       } else if (!fits(f.type, t)) {
         problems.push(`${where}: \`${name}\` is ${t} on the wire but \`${f.type}\` in the SDK`);
       }
-      if (nullable && !f.optional && !/\bnull\b/.test(f.type)) {
+      if (nullable && !f.optional && !/\bnull\b|^unknown$/.test(f.type)) {
         problems.push(`${where}: \`${name}\` may be null on the wire but \`${camel(name)}: ${f.type}\` does not admit null`);
       }
     });
@@ -296,6 +348,22 @@ export function check(schemaName, iface, decoder, ifaces = interfaces()) {
   return problems;
 }
 
+for (const [schemaName, [alias, decoderName]] of Object.entries(UNIONS)) {
+  test(`${schemaName} is the SDK's ${alias}, one variant per \`type\``, () => {
+    const decoder = types[decoderName];
+    assert.equal(typeof decoder, "function", `dist/types.js exports ${decoderName}`);
+    for (const variant of SCHEMAS[schemaName].oneOf) {
+      const [ref, tag] = variant.allOf;
+      const name = ref.$ref.split("/").pop();
+      const type = tag.properties.type.enum[0];
+      assert.ok(name in PAIRS, `the variant ${name} is modelled`);
+      const w = { ...sampleOf(name), type };
+      assert.deepEqual(decoder(w), { type, ...types[PAIRS[name][1]](w) }, `${type}: read as ${PAIRS[name][0]} with its type`);
+    }
+    assert.equal(decoder({ type: "a-kind-to-come" }), null, "an unknown kind is null");
+  });
+}
+
 for (const [schemaName, [iface, decoderName]] of Object.entries(PAIRS)) {
   test(`${schemaName} matches the SDK's ${iface}`, () => {
     const decoder = decoderName ? types[decoderName] : null;
@@ -307,7 +375,7 @@ for (const [schemaName, [iface, decoderName]] of Object.entries(PAIRS)) {
 
 test("every schema is modelled or explained", () => {
   const names = new Set(Object.keys(SCHEMAS));
-  const known = new Set([...Object.keys(PAIRS), ...Object.keys(NOT_MODELLED)]);
+  const known = new Set([...Object.keys(PAIRS), ...Object.keys(UNIONS), ...Object.keys(NOT_MODELLED)]);
   assert.deepEqual([...names].filter((n) => !known.has(n)).sort(), [], "schemas neither modelled nor explained");
   assert.deepEqual([...known].filter((n) => !names.has(n)).sort(), [], "names the document no longer has");
 });
@@ -327,4 +395,6 @@ test("the check sees drift (it can fail)", () => {
   assert.ok(check("App", "AppInfo", crossed).some((p) => p.includes("read `build`")), "a nested object from the wrong key");
   const untyped = { ...ifaces, AppInfo: { ...ifaces.AppInfo, git: { type: "string", optional: false } } };
   assert.ok(check("App", "AppInfo", null, untyped).some((p) => p.includes("`git` is object")));
+  const untagged = (w) => ({ ...types.scheduleFromWire(w), target: types.sandboxExecTargetFromWire(w.target) });
+  assert.ok(check("Schedule", "ScheduleInfo", untagged).some((p) => p.includes("read `target`")), "a union without its type");
 });

@@ -17,6 +17,16 @@ import {
   AppNotFoundError,
   DeployTimeoutError,
   isDeployActive,
+  FunctionVersionTimeoutError,
+  isVersionBuilding,
+  type FunctionInfo,
+  type FunctionVersionInfo,
+  type Invocation,
+  type InvocationStatus,
+  type ScheduleInfo,
+  type ScheduleRunInfo,
+  type ScheduleTarget,
+  type RunState,
   type AppInfo,
   type AppDomain,
   type AppGit,
@@ -223,4 +233,65 @@ export async function apps(client: PandaStack): Promise<void> {
   await client.apps.rollback("web");
   const gone: boolean = await client.apps.delete("web");
   void [same, updated, one, text, all, out, back, gone];
+}
+
+export async function functions(client: PandaStack): Promise<void> {
+  const f: FunctionInfo = await client.functions.create({
+    name: "hello",
+    runtime: "python",
+    handler: "main.handler",
+    files: { "main.py": "def handler(event, context):\n    return event\n" },
+    dependencies: "requests\n",
+    timeoutSeconds: 30,
+    public: true,
+  });
+  const live: number | null = f.liveVersion;
+  for await (const x of client.functions.list({ limit: 10 })) void x.name;
+  const updated: FunctionInfo = await client.functions.update("hello", { concurrency: 2, public: false });
+  try {
+    const v: FunctionVersionInfo = await client.functions.createVersion("hello", { files: { "main.py": "" }, wait: true, timeoutSeconds: 600 });
+    void [v.state, v.error, v.phasesMs, isVersionBuilding(v)];
+  } catch (e) {
+    if (e instanceof FunctionVersionTimeoutError) void e.version.state;
+  }
+  for await (const v of client.functions.versions("hello")) void v.version;
+  const one: FunctionVersionInfo = await client.functions.waitForVersion("hello", 1, { timeoutSeconds: 60 });
+  const log: string = await client.functions.versionLogs("hello", one.version);
+  const back: FunctionVersionInfo = await client.functions.rollback("hello", { version: 1 });
+  const r: Invocation = await client.functions.invoke("hello", { n: 1 });
+  const status: InvocationStatus = r.status;
+  const result: unknown = r.result;
+  if (r.error) void [r.error.type, r.error.message, r.error.traceback];
+  await client.functions.invoke("hello", undefined, { timeoutMs: 5000 });
+  const queued: Invocation = await client.functions.submit("hello", { n: 2 }, { retries: 3 });
+  const later: Invocation = await client.functions.getInvocation("hello", queued.id ?? "");
+  void later.status;
+  const gone: boolean = await client.functions.delete("hello");
+  void [live, updated, log, back, status, result, r.cold, r.durationMs, gone];
+}
+
+export async function schedules(client: PandaStack): Promise<void> {
+  const s: ScheduleInfo = await client.schedules.create({
+    name: "nightly",
+    cron: "0 3 * * *",
+    timezone: "Europe/Berlin",
+    target: { type: "sandbox_exec", template: "minimal", command: "echo hi" },
+    payload: { full: true },
+    concurrencyPolicy: "forbid",
+    retries: 2,
+  });
+  await client.schedules.create({ name: "calls", cron: "@hourly", target: { type: "function", name: "hello" } });
+  const target: ScheduleTarget | null = s.target;
+  if (target?.type === "sandbox_exec") void [target.command, target.timeoutSeconds];
+  if (target?.type === "function") void target.name;
+  for await (const x of client.schedules.list()) void x.nextRunAt;
+  await client.schedules.update("nightly", { cron: "0 4 * * *", startingDeadlineSeconds: 0 });
+  await client.schedules.pause("nightly");
+  await client.schedules.resume("nightly");
+  const run: ScheduleRunInfo = await client.schedules.run("nightly");
+  const state: RunState = run.state;
+  for await (const x of client.schedules.runs("nightly", { limit: 5 })) void x.exitCode;
+  const again: ScheduleRunInfo = await client.schedules.getRun("nightly", run.id);
+  const gone: boolean = await client.schedules.delete("nightly");
+  void [state, again.output, gone];
 }

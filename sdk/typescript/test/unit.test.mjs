@@ -28,6 +28,9 @@ import {
   AppNotFoundError,
   DeployTimeoutError,
   isDeployActive,
+  FunctionVersionTimeoutError,
+  INVOKE_TIMEOUT_MS,
+  isVersionBuilding,
   VolumeBackupError,
   VolumeBackupTimeoutError,
   VolumeBusyError,
@@ -1397,6 +1400,381 @@ test("apps: logs plain and followed (a broken stream reopened without repeats); 
     assert.ok(followed.every((r) => /text\/event-stream/.test(r.headers.accept)));
     await assert.rejects(c.apps.logs("web", { follow: true, onLog: () => { throw new Error("enough"); } }), /enough/);
     assert.equal(srv.requests.filter((r) => query(r).follow === "1").length, 4, "not reopened after the callback threw");
+  } finally {
+    await srv.close();
+  }
+});
+
+// ---- functions
+
+const FUNCTION = {
+  id: "app-f1", name: "hello", runtime: "python", handler: "main.handler", url: "http://fn-hello.apps.localhost:8080",
+  public: false, env: { A: "1" }, secret_names: ["TOKEN"], memory_mb: 1024, timeout_seconds: 60, concurrency: 1,
+  max_instances: 4, idle_seconds: 300, live_version: null, warm_instances: 0,
+  created_at: "2026-01-01T00:00:00Z", updated_at: "2026-01-01T00:00:00Z",
+};
+const versionWire = (state = "queued", version = 1, extra = {}) => ({
+  id: `dep-${version}`, function: "hello", version, state, error: null, handler: null, phases_ms: {},
+  created_at: "2026-01-01T00:00:00Z", updated_at: "2026-01-01T00:00:00Z", ...extra,
+});
+const outcomeWire = (status = "ok", extra = {}) => ({
+  id: null, function: "hello", status, result: null, error: null, stdout: "", stderr: "", version: 1, duration_ms: 1.5,
+  cold: false, attempts: 1, created_at: null, finished_at: null, ...extra,
+});
+const MAIN_PY = "def handler(event, context):\n    return {'hi': event}\n";
+
+test("functions: create, list, get, update, delete send the documented requests and read the function", async () => {
+  const srv = await mockServer((req, res, body) => {
+    const u = new URL(req.url, "http://x");
+    if (req.method === "POST" && u.pathname === "/v1/functions") return json(res, 201, { ...FUNCTION, name: JSON.parse(body).name });
+    if (req.method === "GET" && u.pathname === "/v1/functions") {
+      return u.searchParams.get("cursor") === "a"
+        ? json(res, 200, { data: [{ ...FUNCTION, id: "app-f2", name: "b" }], next_cursor: null })
+        : json(res, 200, { data: [{ ...FUNCTION, name: "a" }], next_cursor: "a" });
+    }
+    if (req.method === "GET" && u.pathname === "/v1/functions/hello") return json(res, 200, { ...FUNCTION, live_version: 2, warm_instances: 1 });
+    if (req.method === "PATCH" && u.pathname === "/v1/functions/hello") return json(res, 200, { ...FUNCTION, ...JSON.parse(body) });
+    if (req.method === "DELETE" && u.pathname === "/v1/functions/hello") return res.writeHead(204).end();
+    if (u.pathname === "/v1/functions/gone") return json(res, 404, envelope("app_not_found", "app function gone not found"));
+    json(res, 404, envelope("not_found", "no route"));
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    const f = await c.functions.create({ name: "hello", runtime: "python", handler: "main.handler", files: { "main.py": MAIN_PY } });
+    assert.deepEqual(f, {
+      id: "app-f1", name: "hello", runtime: "python", handler: "main.handler", url: "http://fn-hello.apps.localhost:8080",
+      public: false, env: { A: "1" }, secretNames: ["TOKEN"], memoryMb: 1024, timeoutSeconds: 60, concurrency: 1,
+      maxInstances: 4, idleSeconds: 300, liveVersion: null, warmInstances: 0,
+      createdAt: "2026-01-01T00:00:00Z", updatedAt: "2026-01-01T00:00:00Z",
+    });
+    await c.functions.create({
+      name: "full", runtime: "node", handler: "index.handler", files: { "index.mjs": "export const handler = (e) => e;\n" },
+      dependencies: '{"dependencies": {"lodash": "4"}}', env: { A: "1" }, secrets: { TOKEN: "t" }, memoryMb: 512,
+      timeoutSeconds: 30, concurrency: 4, maxInstances: 2, idleSeconds: 60, public: true,
+    });
+    await c.functions.create({ name: "fromgit", runtime: "python", handler: "app.main", git: "https://git.example/fn.git", ref: "v1" });
+    const before = srv.requests.length;
+    for (const bad of [
+      { name: "", runtime: "python", handler: "main.handler", files: { "main.py": "" } },
+      { name: "x", runtime: "ruby", handler: "main.handler", files: { "main.rb": "" } },
+      { name: "x", runtime: "python", handler: "", files: { "main.py": "" } },
+      { name: "x", runtime: "python", handler: "main.handler" },
+      { name: "x", runtime: "python", handler: "main.handler", files: {} },
+      { name: "x", runtime: "python", handler: "main.handler", files: { "main.py": 1 } },
+      { name: "x", runtime: "python", handler: "m.h", files: { "m.py": "" }, git: "https://g/x.git" },
+      { name: "x", runtime: "python", handler: "m.h", files: { "m.py": "" }, ref: "main" },
+    ]) {
+      await assert.rejects(c.functions.create(bad), InvalidArgumentError, JSON.stringify(bad));
+    }
+    assert.equal(srv.requests.length, before, "refused before any request");
+    const posts = srv.requests.filter((r) => r.method === "POST");
+    assert.deepEqual(posts.map((r) => JSON.parse(r.body)), [
+      { name: "hello", runtime: "python", handler: "main.handler", files: { "main.py": MAIN_PY } },
+      {
+        name: "full", runtime: "node", handler: "index.handler", files: { "index.mjs": "export const handler = (e) => e;\n" },
+        dependencies: '{"dependencies": {"lodash": "4"}}', env: { A: "1" }, secrets: { TOKEN: "t" }, memory_mb: 512,
+        timeout_seconds: 30, concurrency: 4, max_instances: 2, idle_seconds: 60, public: true,
+      },
+      { name: "fromgit", runtime: "python", handler: "app.main", git: { url: "https://git.example/fn.git", ref: "v1" } },
+    ]);
+    assert.equal(posts[0].headers["content-type"], "application/json");
+
+    assert.deepEqual((await c.functions.list({ limit: 1 }).toArray()).map((x) => x.name), ["a", "b"]);
+    const lists = srv.requests.filter((r) => r.method === "GET" && pathOf(r) === "/v1/functions");
+    assert.deepEqual(lists.map(query), [{ limit: "1" }, { limit: "1", cursor: "a" }]);
+    const got = await c.functions.get("hello");
+    assert.deepEqual([got.liveVersion, got.warmInstances], [2, 1]);
+    const u = await c.functions.update("hello", { timeoutSeconds: 120, public: true });
+    assert.deepEqual([u.timeoutSeconds, u.public], [120, true]);
+    await c.functions.update("hello", { concurrency: 8, maxInstances: 2, idleSeconds: 30 });
+    assert.deepEqual(srv.requests.filter((r) => r.method === "PATCH").map((r) => JSON.parse(r.body)), [
+      { timeout_seconds: 120, public: true },
+      { concurrency: 8, max_instances: 2, idle_seconds: 30 },
+    ]);
+    assert.equal(await c.functions.delete("hello"), true);
+    assert.equal(await c.functions.delete("gone"), false);
+    const nf = await c.functions.get("gone").catch((e) => e);
+    assert.ok(nf instanceof AppNotFoundError && nf instanceof NotFoundError, String(nf));
+    await assert.rejects(c.functions.get(""), InvalidArgumentError);
+  } finally {
+    await srv.close();
+  }
+});
+
+test("functions: versions, getVersion, versionLogs, rollback; waitForVersion polls to the end and times out", async () => {
+  let polls = 0;
+  const srv = await mockServer((req, res, body) => {
+    const u = new URL(req.url, "http://x");
+    if (req.method === "POST" && u.pathname === "/v1/functions/hello/versions") {
+      return json(res, 202, versionWire("queued", 2, { handler: JSON.parse(body).handler ?? null }));
+    }
+    if (req.method === "GET" && u.pathname === "/v1/functions/hello/versions") {
+      return u.searchParams.get("cursor") === "c2"
+        ? json(res, 200, { data: [versionWire("standby", 1)], next_cursor: null })
+        : json(res, 200, { data: [versionWire("live", 2)], next_cursor: "c2" });
+    }
+    if (u.pathname === "/v1/functions/hello/versions/2") {
+      polls += 1;
+      return json(res, 200, polls < 3 ? versionWire(polls === 1 ? "building" : "baking", 2) : versionWire("failed", 2, { error: "ImportError: six" }));
+    }
+    if (u.pathname === "/v1/functions/hello/versions/3") return json(res, 200, versionWire("checking", 3));
+    if (u.pathname === "/v1/functions/hello/versions/2/logs") return res.writeHead(200, { "content-type": "text/plain" }).end("installing six\n");
+    if (u.pathname === "/v1/functions/hello/versions/9") return json(res, 404, envelope("not_found", "version 9 of hello not found"));
+    if (u.pathname === "/v1/functions/hello/rollback") return json(res, 200, versionWire("live", 1));
+    json(res, 404, envelope("not_found", "no route"));
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    const v = await c.functions.createVersion("hello", { files: { "main.py": MAIN_PY }, dependencies: "six\n", env: { B: "2" } });
+    assert.deepEqual([v.version, v.state, isVersionBuilding(v)], [2, "queued", true]);
+    assert.equal((await c.functions.createVersion("hello", { handler: "main.other" })).handler, "main.other");
+    await c.functions.createVersion("hello");
+    await c.functions.createVersion("hello", { git: { url: "https://git.example/fn.git" }, secrets: {} });
+    await assert.rejects(c.functions.createVersion("hello", { ref: "main" }), InvalidArgumentError);
+    assert.deepEqual(srv.requests.filter((r) => r.method === "POST").map((r) => JSON.parse(r.body)), [
+      { files: { "main.py": MAIN_PY }, dependencies: "six\n", env: { B: "2" } },
+      { handler: "main.other" },
+      {},
+      { git: { url: "https://git.example/fn.git" }, secrets: {} },
+    ]);
+    assert.deepEqual((await c.functions.versions("hello", { limit: 1 }).toArray()).map((x) => [x.version, x.state]), [[2, "live"], [1, "standby"]]);
+    await assert.rejects(c.functions.getVersion("hello", 9), NotFoundError);
+    for (const bad of [0, -1, 1.5, "2"]) await assert.rejects(c.functions.getVersion("hello", bad), InvalidArgumentError);
+    const ended = await c.functions.createVersion("hello", { files: { "main.py": MAIN_PY }, wait: true, pollMs: 10 });
+    assert.deepEqual([ended.state, ended.error, polls, isVersionBuilding(ended)], ["failed", "ImportError: six", 3, false]);
+    const stuck = await c.functions.waitForVersion("hello", 3, { timeoutSeconds: 0.2, pollMs: 20 }).catch((e) => e);
+    assert.ok(stuck instanceof FunctionVersionTimeoutError && stuck instanceof PandaStackError, String(stuck));
+    assert.deepEqual([stuck.code, stuck.version.version, stuck.version.state], ["function_version_timeout", 3, "checking"]);
+    assert.match(stuck.message, /version 3 of function hello still checking after timeoutSeconds=0.2/);
+    assert.equal(await c.functions.versionLogs("hello", 2), "installing six\n");
+    assert.ok(/text\/plain/.test(srv.requests.find((r) => pathOf(r).endsWith("/logs")).headers.accept));
+    assert.equal((await c.functions.rollback("hello")).version, 1);
+    await c.functions.rollback("hello", { version: 1 });
+    const rb = srv.requests.filter((r) => pathOf(r) === "/v1/functions/hello/rollback");
+    assert.deepEqual(rb.map((r) => JSON.parse(r.body)), [{}, { version: 1 }]);
+  } finally {
+    await srv.close();
+  }
+});
+
+test("functions: invoke sends any JSON event and resolves with the handler's error as data", async () => {
+  const srv = await mockServer((req, res, body) => {
+    const p = pathOf(req);
+    if (p === "/v1/functions/idle/invoke") return json(res, 409, envelope("conflict", "function idle has no live version"));
+    if (p === "/v1/functions/busy/invoke") return json(res, 502, envelope("bad_gateway", "the instance went away"));
+    const event = body ? JSON.parse(body) : null;
+    if (event && event.fail) {
+      return json(res, 200, outcomeWire("error", { error: { type: "ValueError", message: "asked to fail", traceback: "Traceback ...\nValueError: asked to fail\n" }, stderr: "oops\n" }));
+    }
+    if (event && event.sleep) return json(res, 200, outcomeWire("timeout", { error: { type: "Timeout", message: "past 1 s", traceback: "" } }));
+    json(res, 200, outcomeWire("ok", { result: { echo: event }, stdout: "got it\n", cold: true, duration_ms: 2 }));
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 3 });
+    const r = await c.functions.invoke("hello", { name: "x" });
+    assert.deepEqual(r, {
+      id: null, function: "hello", status: "ok", result: { echo: { name: "x" } }, error: null, stdout: "got it\n", stderr: "",
+      version: 1, durationMs: 2, cold: true, attempts: 1, createdAt: null, finishedAt: null,
+    });
+    assert.deepEqual((await c.functions.invoke("hello", [1, 2])).result, { echo: [1, 2] });
+    assert.deepEqual((await c.functions.invoke("hello", "plain words")).result, { echo: "plain words" });
+    assert.deepEqual((await c.functions.invoke("hello", null)).result, { echo: null });
+    assert.deepEqual((await c.functions.invoke("hello")).result, { echo: null });
+    const sent = srv.requests.filter((r) => pathOf(r) === "/v1/functions/hello/invoke");
+    assert.deepEqual(sent.slice(0, 4).map((r) => JSON.parse(r.body)), [{ name: "x" }, [1, 2], "plain words", null]);
+    assert.equal(sent[0].headers["content-type"], "application/json");
+    assert.equal(sent[4].body, "", "no event: no body (the server reads it as null)");
+    const failed = await c.functions.invoke("hello", { fail: true });
+    assert.deepEqual([failed.status, failed.result, failed.stderr], ["error", null, "oops\n"]);
+    assert.deepEqual(failed.error, { type: "ValueError", message: "asked to fail", traceback: "Traceback ...\nValueError: asked to fail\n" });
+    const slow = await c.functions.invoke("hello", { sleep: 5 });
+    assert.deepEqual([slow.status, slow.error.type], ["timeout", "Timeout"]);
+    await assert.rejects(c.functions.invoke("idle", {}), ConflictError);
+    await assert.rejects(c.functions.invoke("busy", {}), ServerError);
+    assert.equal(srv.requests.filter((r) => pathOf(r) === "/v1/functions/busy/invoke").length, 1, "not retried: the handler may have run");
+  } finally {
+    await srv.close();
+  }
+});
+
+test("functions: invoke waits as long as a call may run; timeoutMs overrides", async () => {
+  const seen = [];
+  const fetch = async (url, init) => {
+    seen.push(init.signal);
+    return new Response(JSON.stringify(outcomeWire()), { status: 200, headers: { "content-type": "application/json" } });
+  };
+  const c = new PandaStack({ apiKey: "pds_x", baseUrl: "http://fake", maxRetries: 0, fetch });
+  assert.ok(INVOKE_TIMEOUT_MS >= 900_000, "a call may run 900 s");
+  // The request timer each call arms (and clears once answered).
+  const slowTimers = [];
+  const realSetTimeout = globalThis.setTimeout;
+  globalThis.setTimeout = (fn, ms, ...rest) => {
+    slowTimers.push(ms);
+    return realSetTimeout(fn, ms, ...rest);
+  };
+  try {
+    await c.functions.invoke("hello", {});
+    await c.functions.invoke("hello", {}, { timeoutMs: 5000 });
+  } finally {
+    globalThis.setTimeout = realSetTimeout;
+  }
+  assert.ok(slowTimers.includes(INVOKE_TIMEOUT_MS), String(slowTimers));
+  assert.ok(slowTimers.includes(5000), String(slowTimers));
+  assert.equal(seen.length, 2);
+});
+
+test("functions: submit queues a call; getInvocation fetches it", async () => {
+  let polls = 0;
+  const srv = await mockServer((req, res) => {
+    const p = pathOf(req);
+    if (p === "/v1/functions/hello/invoke") return json(res, 202, outcomeWire("queued", { id: "inv-1", version: null, duration_ms: null, attempts: 0, created_at: "t" }));
+    if (p === "/v1/functions/hello/invocations/inv-1") {
+      polls += 1;
+      return json(res, 200, polls === 1 ? outcomeWire("running", { id: "inv-1" }) : outcomeWire("ok", { id: "inv-1", result: [1, 2], attempts: 2, finished_at: "t2" }));
+    }
+    json(res, 404, envelope("not_found", "invocation not found"));
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    const q = await c.functions.submit("hello", { n: 1 });
+    assert.deepEqual([q.id, q.status, q.attempts, q.version, q.durationMs], ["inv-1", "queued", 0, null, null]);
+    await c.functions.submit("hello", undefined, { retries: 5 });
+    assert.equal((await c.functions.getInvocation("hello", "inv-1")).status, "running");
+    const done = await c.functions.getInvocation("hello", "inv-1");
+    assert.deepEqual([done.status, done.result, done.attempts, done.finishedAt], ["ok", [1, 2], 2, "t2"]);
+    await assert.rejects(c.functions.getInvocation("hello", "nope"), NotFoundError);
+    await assert.rejects(c.functions.getInvocation("hello", ""), InvalidArgumentError);
+    const posts = srv.requests.filter((r) => r.method === "POST");
+    assert.deepEqual(posts.map(query), [{ async: "1" }, { async: "1", retries: "5" }]);
+    assert.deepEqual([JSON.parse(posts[0].body), posts[1].body], [{ n: 1 }, ""]);
+  } finally {
+    await srv.close();
+  }
+});
+
+// ---- schedules
+
+const TARGET = { type: "sandbox_exec", template: "minimal", command: "echo hi", env: {}, timeout_seconds: 300 };
+const SCHEDULE = {
+  id: "sch-1", name: "nightly", cron: "0 3 * * *", timezone: "UTC", target: TARGET, payload: null, concurrency_policy: "allow",
+  starting_deadline_seconds: null, retries: 0, paused: false, next_run_at: "2026-01-02T03:00:00Z",
+  created_at: "2026-01-01T00:00:00Z", updated_at: "2026-01-01T00:00:00Z",
+};
+const runWire = (state = "queued", extra = {}) => ({
+  id: "run-1", schedule: "nightly", due_at: "2026-01-02T03:00:00Z", trigger: "scheduled", state, attempt: 1, sandbox_id: null,
+  started_at: null, ended_at: null, exit_code: null, output: null, error: null, created_at: "2026-01-02T03:00:00Z", ...extra,
+});
+
+test("schedules: create, list, get, update, pause, resume, delete send the documented requests", async () => {
+  const srv = await mockServer((req, res, body) => {
+    const u = new URL(req.url, "http://x");
+    if (req.method === "POST" && u.pathname === "/v1/schedules") {
+      const { paused, ...rest } = JSON.parse(body);
+      return json(res, 201, { ...SCHEDULE, ...rest, paused: paused === true });
+    }
+    if (req.method === "GET" && u.pathname === "/v1/schedules") {
+      return u.searchParams.get("cursor") === "a"
+        ? json(res, 200, { data: [{ ...SCHEDULE, id: "sch-2", name: "b" }], next_cursor: null })
+        : json(res, 200, { data: [{ ...SCHEDULE, name: "a" }], next_cursor: "a" });
+    }
+    if (req.method === "GET" && u.pathname === "/v1/schedules/nightly") return json(res, 200, SCHEDULE);
+    if (req.method === "GET" && u.pathname === "/v1/schedules/other") return json(res, 200, { ...SCHEDULE, target: { type: "webhook", url: "u" } });
+    if (req.method === "PATCH" && u.pathname === "/v1/schedules/nightly") return json(res, 200, { ...SCHEDULE, ...JSON.parse(body) });
+    if (u.pathname === "/v1/schedules/nightly/pause") return json(res, 200, { ...SCHEDULE, paused: true, next_run_at: null });
+    if (u.pathname === "/v1/schedules/nightly/resume") return json(res, 200, SCHEDULE);
+    if (req.method === "DELETE" && u.pathname === "/v1/schedules/nightly") return res.writeHead(204).end();
+    json(res, 404, envelope("not_found", "schedule not found"));
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    const s = await c.schedules.create({ name: "nightly", cron: "0 3 * * *", target: { type: "sandbox_exec", template: "minimal", command: "echo hi" } });
+    assert.deepEqual(s, {
+      id: "sch-1", name: "nightly", cron: "0 3 * * *", timezone: "UTC",
+      target: { type: "sandbox_exec", template: "minimal", command: "echo hi", env: {}, timeoutSeconds: 300 },
+      payload: null, concurrencyPolicy: "allow", startingDeadlineSeconds: null, retries: 0, paused: false,
+      nextRunAt: "2026-01-02T03:00:00Z", createdAt: "2026-01-01T00:00:00Z", updatedAt: "2026-01-01T00:00:00Z",
+    });
+    const full = await c.schedules.create({
+      name: "every-5", cron: "*/5 * * * *", timezone: "Europe/Berlin",
+      target: { type: "sandbox_exec", template: "minimal", command: "python3 job.py", env: { MODE: "full" }, timeoutSeconds: 60 },
+      payload: { full: true }, concurrencyPolicy: "forbid", startingDeadlineSeconds: 120, retries: 2, paused: true,
+    });
+    assert.deepEqual([full.timezone, full.payload, full.concurrencyPolicy, full.startingDeadlineSeconds, full.retries, full.paused], [
+      "Europe/Berlin", { full: true }, "forbid", 120, 2, true,
+    ]);
+    const f = await c.schedules.create({ name: "calls", cron: "@hourly", target: { type: "function", name: "hello" }, payload: [1, 2] });
+    assert.deepEqual(f.target, { type: "function", name: "hello" });
+    const before = srv.requests.length;
+    for (const bad of [
+      { name: "", cron: "@daily", target: { type: "function", name: "f" } },
+      { name: "x", cron: " ", target: { type: "function", name: "f" } },
+      { name: "x", cron: "@daily" },
+      { name: "x", cron: "@daily", target: { template: "minimal", command: "true" } },
+      { name: "x", cron: "@daily", target: { type: "function", name: "f" }, concurrencyPolicy: "queue" },
+    ]) {
+      await assert.rejects(c.schedules.create(bad), InvalidArgumentError, JSON.stringify(bad));
+    }
+    assert.equal(srv.requests.length, before, "refused before any request");
+    assert.deepEqual(srv.requests.filter((r) => r.method === "POST").map((r) => JSON.parse(r.body)), [
+      { name: "nightly", cron: "0 3 * * *", target: { type: "sandbox_exec", template: "minimal", command: "echo hi" } },
+      {
+        name: "every-5", cron: "*/5 * * * *", timezone: "Europe/Berlin",
+        target: { type: "sandbox_exec", template: "minimal", command: "python3 job.py", env: { MODE: "full" }, timeout_seconds: 60 },
+        payload: { full: true }, concurrency_policy: "forbid", starting_deadline_seconds: 120, retries: 2, paused: true,
+      },
+      { name: "calls", cron: "@hourly", target: { type: "function", name: "hello" }, payload: [1, 2] },
+    ]);
+
+    assert.deepEqual((await c.schedules.list({ limit: 1 }).toArray()).map((x) => x.name), ["a", "b"]);
+    assert.equal((await c.schedules.get("nightly")).cron, "0 3 * * *");
+    assert.equal((await c.schedules.get("other")).target, null, "a kind of target this SDK does not know");
+    await assert.rejects(c.schedules.get("nope"), NotFoundError);
+    const u = await c.schedules.update("nightly", { cron: "0 4 * * *", timezone: "Asia/Tokyo", retries: 1 });
+    assert.deepEqual([u.cron, u.timezone, u.retries], ["0 4 * * *", "Asia/Tokyo", 1]);
+    await c.schedules.update("nightly", { target: { type: "function", name: "hello" }, payload: { n: 1 }, startingDeadlineSeconds: 0 });
+    assert.deepEqual(srv.requests.filter((r) => r.method === "PATCH").map((r) => JSON.parse(r.body)), [
+      { timezone: "Asia/Tokyo", retries: 1, cron: "0 4 * * *" },
+      { target: { type: "function", name: "hello" }, payload: { n: 1 }, starting_deadline_seconds: 0 },
+    ]);
+    const p = await c.schedules.pause("nightly");
+    assert.deepEqual([p.paused, p.nextRunAt], [true, null]);
+    assert.equal((await c.schedules.resume("nightly")).paused, false);
+    assert.equal(await c.schedules.delete("nightly"), true);
+    assert.equal(await c.schedules.delete("nope"), false);
+  } finally {
+    await srv.close();
+  }
+});
+
+test("schedules: run, runs, getRun", async () => {
+  const srv = await mockServer((req, res) => {
+    const u = new URL(req.url, "http://x");
+    if (u.pathname === "/v1/schedules/nightly/run") return json(res, 202, runWire("queued", { id: "run-9", trigger: "manual" }));
+    if (u.pathname === "/v1/schedules/nightly/runs") {
+      return u.searchParams.get("cursor") === "c2"
+        ? json(res, 200, { data: [runWire("missed")], next_cursor: null })
+        : json(res, 200, { data: [runWire("running", { id: "run-2", sandbox_id: "sb-7" })], next_cursor: "c2" });
+    }
+    if (u.pathname === "/v1/schedules/nightly/runs/run-2") {
+      return json(res, 200, runWire("failed", { id: "run-2", attempt: 3, exit_code: 2, output: "boom\n", error: "exit 2", started_at: "s", ended_at: "e" }));
+    }
+    if (u.pathname === "/v1/schedules/busy/run") return json(res, 409, envelope("conflict", "busy"));
+    json(res, 404, envelope("not_found", "no route"));
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    const r = await c.schedules.run("nightly");
+    assert.deepEqual([r.id, r.state, r.trigger], ["run-9", "queued", "manual"]);
+    assert.deepEqual((await c.schedules.runs("nightly", { limit: 1 }).toArray()).map((x) => [x.id, x.state, x.sandboxId]), [
+      ["run-2", "running", "sb-7"],
+      ["run-1", "missed", null],
+    ]);
+    assert.deepEqual(await c.schedules.getRun("nightly", "run-2"), {
+      id: "run-2", schedule: "nightly", dueAt: "2026-01-02T03:00:00Z", trigger: "scheduled", state: "failed", attempt: 3,
+      sandboxId: null, startedAt: "s", endedAt: "e", exitCode: 2, output: "boom\n", error: "exit 2", createdAt: "2026-01-02T03:00:00Z",
+    });
+    await assert.rejects(c.schedules.run("busy"), ConflictError);
+    await assert.rejects(c.schedules.getRun("nightly", ""), InvalidArgumentError);
   } finally {
     await srv.close();
   }

@@ -182,14 +182,16 @@ impl Apps {
             "deploy #{} of {}: {}",
             run.row.seq,
             run.app.name,
-            if run.row.git_ref == UPLOAD_REF {
+            if run.row.git_ref == UPLOAD_REF || run.row.git_ref == super::function::INLINE_REF {
                 "from an uploaded tarball".to_owned()
             } else {
                 format!("fetching {} at {}", run.config.git.url, run.row.git_ref)
             }
         ));
         let dir = self.deploy_dir(&run.row.id);
-        let fetched = if run.row.git_ref == UPLOAD_REF {
+        let fetched = if run.row.git_ref == UPLOAD_REF
+            || run.row.git_ref == super::function::INLINE_REF
+        {
             let d = dir.clone();
             let (fetched, skipped) =
                 tokio::task::spawn_blocking(move || source::unpack_upload(&d.join(UPLOAD), &d))
@@ -229,7 +231,14 @@ impl Apps {
         run.log.line(&format!("commit {}", fetched.commit));
         let mut start_command = run.config.start.command.clone();
         if let Some(f) = &run.config.function {
-            super::function::prepare(&fetched.dir, f, run.config.function_source.as_ref())?;
+            // A tarball brings its own dependency file; inline files and git sources get the
+            // request's `dependencies`.
+            let deps = run
+                .config
+                .function_source
+                .as_ref()
+                .filter(|_| run.row.git_ref != UPLOAD_REF);
+            super::function::prepare(&fetched.dir, f, deps)?;
             start_command = Some(super::function::start_command(&fetched.dir, f));
             run.log.line(&format!(
                 "function: {} runtime, handler {}",

@@ -21,7 +21,7 @@ use pandastack_api_types::{
 use pandastack_store::{new_id, now_ms, AppRow, DeployRow, StoreError};
 
 use super::instances::{Lease, LeaseError, Limits};
-use super::{config_of, AppError, Apps, UPLOAD, UPLOAD_REF};
+use super::{config_of, AppError, Apps, UPLOAD};
 
 /// `kind` of a function's app row.
 pub const FUNCTION_KIND: &str = "function";
@@ -34,6 +34,8 @@ const PY_RUNTIME: &str = include_str!("runtime/python.py");
 const NODE_RUNTIME: &str = include_str!("runtime/node.mjs");
 /// Where the runtime goes in the function's directory.
 const RUNTIME_DIR: &str = ".pandastack";
+/// `ref` of a version built from the function's inline files (packed like an upload).
+pub const INLINE_REF: &str = "inline";
 /// Key of a version's baked snapshot in its deploy's `plan`.
 const BAKE_KEY: &str = "bake_snapshot";
 /// Extra time past `timeout_seconds` before the host gives up on a call (the runtime's own
@@ -215,7 +217,7 @@ impl Apps {
         let config = AppConfig {
             git: source.git.clone().unwrap_or(AppGit {
                 url: "inline".into(),
-                git_ref: Some(UPLOAD_REF.into()),
+                git_ref: Some(INLINE_REF.into()),
             }),
             env: req.env.clone(),
             secrets: req.secrets.clone(),
@@ -288,7 +290,7 @@ impl Apps {
             let _ = std::fs::remove_dir_all(&dir);
             AppError::Upload(format!("pack the function's files: {e}"))
         })?;
-        match self.queue_as(id, row, UPLOAD_REF, None).await {
+        match self.queue_as(id, row, INLINE_REF, None).await {
             Ok(d) => Ok(d),
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
@@ -314,7 +316,7 @@ impl Apps {
         if let Some(s) = req.source() {
             config.git = s.git.clone().unwrap_or(AppGit {
                 url: "inline".into(),
-                git_ref: Some(UPLOAD_REF.into()),
+                git_ref: Some(INLINE_REF.into()),
             });
             config.function_source = Some(s);
         }
@@ -329,6 +331,29 @@ impl Apps {
             .set_config(&row.id, &serde_json::to_value(&config)?, now_ms())
             .await?;
         self.queue_version(&row, &config).await
+    }
+
+    /// `POST …/versions` with a gzip tarball of the function's files: a version built from
+    /// it (the function's handler and environment as they are). A later version without a
+    /// source builds the last source given as JSON, not the tarball.
+    pub async fn create_version_upload<S, E>(
+        &self,
+        ws: &str,
+        name: &str,
+        upload: S,
+    ) -> Result<DeployRow, AppError>
+    where
+        S: futures::Stream<Item = Result<bytes::Bytes, E>> + Send,
+        E: std::fmt::Display,
+    {
+        let row = match self.fn_row(ws, name).await {
+            Ok(r) => r,
+            Err(e) => {
+                crate::drain_upload(upload).await;
+                return Err(e);
+            }
+        };
+        self.queue_upload(&row, upload).await
     }
 
     /// `PATCH /v1/functions/{name}`.

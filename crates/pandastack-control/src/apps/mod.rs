@@ -555,8 +555,6 @@ impl Apps {
         S: futures::Stream<Item = Result<bytes::Bytes, E>> + Send,
         E: std::fmt::Display,
     {
-        use futures::StreamExt;
-        use tokio::io::AsyncWriteExt;
         let row = match self.row(ws, name).await {
             Ok(r) => r,
             Err(e) => {
@@ -564,6 +562,22 @@ impl Apps {
                 return Err(e);
             }
         };
+        self.queue_upload(&row, upload).await
+    }
+
+    /// Keeps `upload` as a new deploy's source and queues the deploy of `row` (an app, or a
+    /// function's version).
+    pub(crate) async fn queue_upload<S, E>(
+        &self,
+        row: &AppRow,
+        upload: S,
+    ) -> Result<DeployRow, AppError>
+    where
+        S: futures::Stream<Item = Result<bytes::Bytes, E>> + Send,
+        E: std::fmt::Display,
+    {
+        use futures::StreamExt;
+        use tokio::io::AsyncWriteExt;
         let id = new_id("dep-");
         let dir = self.deploy_dir(&id);
         // Removed on any early return (a failed write, a client that went away).
@@ -596,7 +610,7 @@ impl Apps {
         if size == 0 {
             return Err(AppError::Upload("the upload is empty".into()));
         }
-        let d = self.queue_as(id, &row, UPLOAD_REF, None).await?;
+        let d = self.queue_as(id, row, UPLOAD_REF, None).await?;
         cleanup.0 = None;
         Ok(d)
     }

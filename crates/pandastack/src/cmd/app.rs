@@ -552,7 +552,7 @@ async fn pack_dir(dir: &Path) -> anyhow::Result<tempfile::NamedTempFile> {
     Ok(out)
 }
 
-fn opt<T: ToString>(v: Option<T>) -> String {
+pub(super) fn opt<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
@@ -573,7 +573,7 @@ fn app_row(a: &App) -> Vec<String> {
 }
 
 /// At most `n` characters of `s`, with `…` when cut.
-fn cut(s: &str, n: usize) -> String {
+pub(super) fn cut(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_owned()
     } else {

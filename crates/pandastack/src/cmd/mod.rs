@@ -8,12 +8,14 @@ pub mod bench;
 mod bench_api;
 mod bench_apps;
 mod bench_databases;
+mod bench_functions;
 mod bench_objects;
 mod bench_volumes;
 mod client_util;
 pub mod cron;
 pub mod db;
 pub mod doctor;
+pub mod function;
 pub mod host;
 mod internal;
 pub mod keys;
@@ -61,6 +63,9 @@ pub enum Command {
     /// Schedules (cron) on a running server: add, ls, get, runs, run, pause, resume, rm
     #[command(visible_alias = "schedule")]
     Cron(cron::CronArgs),
+    /// Functions on a running server: deploy (local files), invoke, logs, ls, get, versions, rollback, rm
+    #[command(name = "fn", visible_alias = "function")]
+    Function(function::FunctionArgs),
     /// Helper processes of the server.
     #[command(hide = true)]
     Internal(internal::InternalArgs),
@@ -81,6 +86,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Db(args) => db::run(args).await,
         Command::App(args) => app::run(args).await,
         Command::Cron(args) => cron::run(args).await,
+        Command::Function(args) => function::run(args).await,
         Command::Internal(args) => tokio::task::spawn_blocking(move || internal::run(args)).await?,
     }
 }

@@ -22,6 +22,7 @@ from .errors import (
     APIConnectionError,
     AuthenticationError,
     DeployTimeoutError,
+    FunctionVersionTimeoutError,
     InvalidArgumentError,
     NotFoundError,
     PandaStackError,
@@ -44,7 +45,10 @@ from .types import (
     Execution,
     ExecutionError,
     ExitEvent,
+    FunctionTarget,
+    FunctionVersion,
     Result,
+    SandboxExecTarget,
     StderrEvent,
     StdoutEvent,
     Template,
@@ -1451,3 +1455,219 @@ def deploy_timeout(name: str, deploy: Deploy, timeout: float) -> DeployTimeoutEr
         "goes on on the server (apps.get_deploy shows its state)",
         deploy=deploy,
     )
+
+
+# ---------------------------------------------------------------- functions
+
+#: A call may run up to the function's ``timeout_seconds`` (at most 900), and waits up to 60 s
+#: for a free instance (and for a restore): ``functions.invoke`` waits at least this long,
+#: seconds.
+INVOKE_TIMEOUT = 1020.0
+#: How long ``functions.wait_for_version`` waits by default, seconds (the first build on a
+#: server builds the ``app`` template too).
+DEFAULT_VERSION_TIMEOUT = DEFAULT_DEPLOY_TIMEOUT
+FUNCTION_RUNTIMES = ("python", "node")
+
+
+def function_files(files: Mapping[str, str]) -> Dict[str, str]:
+    """The ``files`` of a function request: relative paths to UTF-8 text (``bytes`` are
+    decoded)."""
+    if not isinstance(files, Mapping):
+        raise InvalidArgumentError(
+            f"files: a dict of relative path -> text, got {type(files).__name__}", code="invalid_argument"
+        )
+    out: Dict[str, str] = {}
+    for k, v in files.items():
+        if not isinstance(k, str) or not k:
+            raise InvalidArgumentError(f"files: a path must be a non-empty str, got {k!r}", code="invalid_argument")
+        if isinstance(v, (bytes, bytearray)):
+            try:
+                v = bytes(v).decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidArgumentError(f"files.{k}: not UTF-8 text", code="invalid_argument") from None
+        if not isinstance(v, str):
+            raise InvalidArgumentError(f"files.{k}: text (str), got {type(v).__name__}", code="invalid_argument")
+        out[k] = v
+    return out
+
+
+def function_source(
+    files: Optional[Mapping[str, str]],
+    git: Optional[AppGitLike],
+    ref: Optional[str],
+    dependencies: Optional[str],
+) -> Dict[str, Any]:
+    """The source fields of a function create or a new version; what is ``None`` is left out."""
+    if files is not None and git is not None:
+        raise InvalidArgumentError("give files= or git=, not both", code="invalid_argument")
+    if ref is not None and git is None:
+        raise InvalidArgumentError("ref: give git= with it", code="invalid_argument")
+    body: Dict[str, Any] = {}
+    if files is not None:
+        body["files"] = function_files(files)
+    if git is not None:
+        body["git"] = app_git(git, ref)
+    if dependencies is not None:
+        body["dependencies"] = str(dependencies)
+    return body
+
+
+def function_body(
+    name: str,
+    runtime: str,
+    handler: str,
+    source: Dict[str, Any],
+    env: Optional[Mapping[str, str]],
+    secrets: Optional[Mapping[str, str]],
+    limits: Dict[str, Any],
+    public: Optional[bool],
+) -> Dict[str, Any]:
+    """The body of ``POST /v1/functions``."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"expected a function name, got {name!r}", code="invalid_argument")
+    if runtime not in FUNCTION_RUNTIMES:
+        raise InvalidArgumentError(
+            f"runtime: 'python' or 'node', got {runtime!r}", code="invalid_argument"
+        )
+    if not isinstance(handler, str) or not handler:
+        raise InvalidArgumentError(
+            f"handler: 'module.function', e.g. 'main.handler', got {handler!r}", code="invalid_argument"
+        )
+    if not source.get("files") and "git" not in source:
+        raise InvalidArgumentError(
+            "files: give the handler's files (or git=)", code="invalid_argument"
+        )
+    body: Dict[str, Any] = {"name": name, "runtime": runtime, "handler": handler}
+    body.update(source)
+    if env is not None:
+        body["env"] = wire_env(env)
+    if secrets is not None:
+        body["secrets"] = wire_env(secrets)
+    body.update(limits)
+    if public is not None:
+        body["public"] = bool(public)
+    return body
+
+
+def function_limits(
+    memory_mb: Optional[int] = None,
+    timeout_seconds: Optional[int] = None,
+    concurrency: Optional[int] = None,
+    max_instances: Optional[int] = None,
+    idle_seconds: Optional[int] = None,
+) -> Dict[str, Any]:
+    """The limits of a function create or update (the server checks their ranges)."""
+    return drop_none(
+        {
+            "memory_mb": int(memory_mb) if memory_mb is not None else None,
+            "timeout_seconds": int(timeout_seconds) if timeout_seconds is not None else None,
+            "concurrency": int(concurrency) if concurrency is not None else None,
+            "max_instances": int(max_instances) if max_instances is not None else None,
+            "idle_seconds": int(idle_seconds) if idle_seconds is not None else None,
+        }
+    )
+
+
+def version_body(
+    handler: Optional[str],
+    source: Dict[str, Any],
+    env: Optional[Mapping[str, str]],
+    secrets: Optional[Mapping[str, str]],
+) -> Dict[str, Any]:
+    """The body of ``POST /v1/functions/{name}/versions``."""
+    body: Dict[str, Any] = {}
+    if handler is not None:
+        body["handler"] = str(handler)
+    body.update(source)
+    if env is not None:
+        body["env"] = wire_env(env)
+    if secrets is not None:
+        body["secrets"] = wire_env(secrets)
+    return body
+
+
+def version_number(version: Any) -> int:
+    """A version number (1, 2, 3…), checked before any request."""
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise InvalidArgumentError(
+            f"version: a version number (1 or more), got {version!r}", code="invalid_argument"
+        )
+    return version
+
+
+def version_timeout(name: str, version: FunctionVersion, timeout: float) -> FunctionVersionTimeoutError:
+    return FunctionVersionTimeoutError(
+        f"version {version.version} of function {name} still {version.state} after {timeout:g} s; "
+        "the build goes on on the server (functions.get_version shows its state)",
+        version=version,
+    )
+
+
+# ---------------------------------------------------------------- schedules
+
+#: What ``target=`` of ``schedules.create`` / ``schedules.update`` takes: a
+#: :class:`~pandastack.SandboxExecTarget`, a :class:`~pandastack.FunctionTarget`, or a dict
+#: with its ``type`` (``{"type": "sandbox_exec", "template", "command", ...}``).
+ScheduleTargetLike = Union[SandboxExecTarget, FunctionTarget, Mapping[str, Any]]
+CONCURRENCY_POLICIES = ("allow", "forbid", "replace")
+
+
+def schedule_target(target: ScheduleTargetLike) -> Dict[str, Any]:
+    """The ``target`` object of a schedule request."""
+    if isinstance(target, (SandboxExecTarget, FunctionTarget)):
+        return target.to_json()
+    if isinstance(target, Mapping):
+        if not isinstance(target.get("type"), str):
+            raise InvalidArgumentError(
+                f"target: a dict with its 'type' ('sandbox_exec' or 'function'), got {dict(target)!r}",
+                code="invalid_argument",
+            )
+        return dict(target)
+    raise InvalidArgumentError(
+        f"target: a SandboxExecTarget, a FunctionTarget or a dict, not {type(target).__name__}",
+        code="invalid_argument",
+    )
+
+
+def schedule_fields(
+    timezone: Optional[str],
+    target: Optional[ScheduleTargetLike],
+    payload: Any,
+    concurrency_policy: Optional[str],
+    starting_deadline_seconds: Optional[int],
+    retries: Optional[int],
+) -> Dict[str, Any]:
+    """The fields shared by ``POST /v1/schedules`` and ``PATCH /v1/schedules/{name}``; what is
+    ``None`` is left out."""
+    if concurrency_policy is not None and concurrency_policy not in CONCURRENCY_POLICIES:
+        raise InvalidArgumentError(
+            f"concurrency_policy: 'allow', 'forbid' or 'replace', got {concurrency_policy!r}",
+            code="invalid_argument",
+        )
+    return drop_none(
+        {
+            "timezone": timezone,
+            "target": schedule_target(target) if target is not None else None,
+            "payload": payload,
+            "concurrency_policy": concurrency_policy,
+            "starting_deadline_seconds": int(starting_deadline_seconds)
+            if starting_deadline_seconds is not None
+            else None,
+            "retries": int(retries) if retries is not None else None,
+        }
+    )
+
+
+def schedule_body(name: str, cron: str, fields: Dict[str, Any], paused: Optional[bool]) -> Dict[str, Any]:
+    """The body of ``POST /v1/schedules``."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"expected a schedule name, got {name!r}", code="invalid_argument")
+    if not isinstance(cron, str) or not cron.strip():
+        raise InvalidArgumentError(f"cron: a cron expression, got {cron!r}", code="invalid_argument")
+    if "target" not in fields:
+        raise InvalidArgumentError("target: what the schedule runs", code="invalid_argument")
+    body: Dict[str, Any] = {"name": name, "cron": cron}
+    body.update(fields)
+    if paused is not None:
+        body["paused"] = bool(paused)
+    return body

@@ -15,7 +15,7 @@ import re
 from typing import TYPE_CHECKING, Any, Dict, Optional, Type
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .types import Deploy, ExecResult, Template, VolumeBackup
+    from .types import Deploy, ExecResult, FunctionVersion, Template, VolumeBackup
 
 __all__ = [
     "PandaStackError",
@@ -47,6 +47,7 @@ __all__ = [
     "VolumeBackupError",
     "VolumeBackupTimeoutError",
     "DeployTimeoutError",
+    "FunctionVersionTimeoutError",
 ]
 
 
@@ -307,6 +308,18 @@ class DeployTimeoutError(PandaStackError):
         kw.setdefault("code", "deploy_timeout")
         super().__init__(message, **kw)
         self.deploy = deploy
+
+
+class FunctionVersionTimeoutError(PandaStackError):
+    """``functions.wait_for_version(..., timeout=…)`` (or ``functions.create_version(...,
+    wait=True)``) gave up: the version was still being built. The build goes on on the server;
+    ``version`` is its last known state (follow it with ``functions.get_version(name,
+    version.version)``)."""
+
+    def __init__(self, message: str, *, version: "FunctionVersion", **kw: Any) -> None:
+        kw.setdefault("code", "function_version_timeout")
+        super().__init__(message, **kw)
+        self.version = version
 
 
 _BY_CODE: Dict[str, Type[APIError]] = {

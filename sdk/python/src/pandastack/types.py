@@ -46,6 +46,16 @@ __all__ = [
     "App",
     "DeployState",
     "Deploy",
+    "FunctionRuntime",
+    "Function",
+    "FunctionVersion",
+    "InvocationStatus",
+    "InvocationError",
+    "Invocation",
+    "SandboxExecTarget",
+    "FunctionTarget",
+    "Schedule",
+    "ScheduleRun",
 ]
 
 SandboxState = Literal["starting", "running", "paused", "hibernated", "stopped", "failed"]
@@ -56,6 +66,12 @@ DeployState = Literal[
 ]
 #: The states of a deploy still under way (any other is where it ended).
 DEPLOY_ACTIVE_STATES = ("queued", "cloning", "building", "baking", "checking")
+FunctionRuntime = Literal["python", "node"]
+InvocationStatus = Literal["queued", "running", "ok", "error", "timeout"]
+ConcurrencyPolicy = Literal["allow", "forbid", "replace"]
+RunState = Literal["queued", "running", "succeeded", "failed", "skipped", "missed", "cancelled"]
+#: The states of a schedule run not over yet.
+RUN_ACTIVE_STATES = ("queued", "running")
 
 
 def _s(d: Mapping[str, Any], k: str, default: Any = None) -> Any:
@@ -991,6 +1007,335 @@ class Deploy:
             sandbox_id=d.get("sandbox_id"),
             created_at=_s(d, "created_at", ""),
             updated_at=_s(d, "updated_at", ""),
+            raw=dict(d),
+        )
+
+
+def _opt_int(v: Any) -> Optional[int]:
+    return None if v is None else int(v)
+
+
+@dataclass
+class Function:
+    """A function: a handler in Python or Node.js (``runtime``), built with its dependencies
+    in a VM, baked with the handler imported (a VM snapshot), and called with
+    :meth:`~pandastack.PandaStack.functions.invoke`.
+
+    ``handler`` is ``module.function`` (``main.handler``: ``handler`` in ``main.py``;
+    Node.js: the export ``handler`` of ``index.js``/``index.mjs`` for ``index.handler``).
+    ``url`` is its public endpoint (``fn-<name>.<domain>``), answering only when ``public``.
+    ``env`` is the environment of its builds and calls; ``secret_names`` the names of its
+    secrets (their values are never shown). Each call may run ``timeout_seconds``; an instance
+    serves ``concurrency`` calls at once, at most ``max_instances`` instances run at once, and
+    one without calls for ``idle_seconds`` is removed. ``live_version`` is the version calls go
+    to (``None`` until one is built); ``warm_instances`` how many instances are warm now."""
+
+    id: str
+    name: str = ""
+    runtime: str = "python"
+    handler: str = ""
+    url: str = ""
+    public: bool = False
+    env: Dict[str, str] = field(default_factory=dict)
+    secret_names: List[str] = field(default_factory=list)
+    memory_mb: int = 0
+    timeout_seconds: int = 0
+    concurrency: int = 0
+    max_instances: int = 0
+    idle_seconds: int = 0
+    live_version: Optional[int] = None
+    warm_instances: int = 0
+    created_at: str = ""
+    updated_at: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Function":
+        return cls(
+            id=_s(d, "id", ""),
+            name=_s(d, "name", ""),
+            runtime=_s(d, "runtime", "python"),
+            handler=_s(d, "handler", ""),
+            url=_s(d, "url", ""),
+            public=bool(d.get("public", False)),
+            env=dict(_s(d, "env", {})),
+            secret_names=[str(x) for x in _s(d, "secret_names", [])],
+            memory_mb=int(_s(d, "memory_mb", 0)),
+            timeout_seconds=int(_s(d, "timeout_seconds", 0)),
+            concurrency=int(_s(d, "concurrency", 0)),
+            max_instances=int(_s(d, "max_instances", 0)),
+            idle_seconds=int(_s(d, "idle_seconds", 0)),
+            live_version=_opt_int(d.get("live_version")),
+            warm_instances=int(_s(d, "warm_instances", 0)),
+            created_at=_s(d, "created_at", ""),
+            updated_at=_s(d, "updated_at", ""),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class FunctionVersion:
+    """One version of a function: one build, numbered 1, 2, 3… per function.
+
+    ``state`` goes ``queued → cloning → building → baking → checking → live`` (calls go to
+    it), or ``failed`` (``error`` says why: the handler's import error, a dependency that did
+    not install…; the live version, if any, keeps serving). A live version a newer one
+    replaced is ``standby`` (ready for a rollback). ``phases_ms`` is the milliseconds spent in
+    each phase (``install``, ``bake``, ``snapshot``…)."""
+
+    id: str
+    function: str = ""
+    version: int = 0
+    state: str = "queued"
+    error: Optional[str] = None
+    handler: Optional[str] = None
+    phases_ms: Dict[str, int] = field(default_factory=dict)
+    created_at: str = ""
+    updated_at: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def active(self) -> bool:
+        """``True`` while the version is being built (``queued``, ``cloning``, ``building``,
+        ``baking`` or ``checking``)."""
+        return self.state in DEPLOY_ACTIVE_STATES
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "FunctionVersion":
+        return cls(
+            id=_s(d, "id", ""),
+            function=_s(d, "function", ""),
+            version=int(_s(d, "version", 0)),
+            state=_s(d, "state", "queued"),
+            error=d.get("error"),
+            handler=d.get("handler"),
+            phases_ms=dict(_s(d, "phases_ms", {})),
+            created_at=_s(d, "created_at", ""),
+            updated_at=_s(d, "updated_at", ""),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class InvocationError:
+    """What a handler raised, as data: ``type`` is the exception's class (``ValueError``…, or
+    ``Timeout`` for a call past the function's time limit), ``traceback`` the traceback (or
+    stack) as the runtime prints it."""
+
+    type: str
+    message: str = ""
+    traceback: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "InvocationError":
+        return cls(
+            type=_s(d, "type", ""), message=_s(d, "message", ""), traceback=_s(d, "traceback", "")
+        )
+
+
+@dataclass
+class Invocation:
+    """The outcome of a call of a function: ``status`` is ``ok`` (``result`` is the handler's
+    return value, any JSON), ``error`` (the handler raised: ``error``) or ``timeout`` (it ran
+    past the function's ``timeout_seconds``; its instance was discarded). A handler's error is
+    data, not an exception of the SDK.
+
+    ``stdout`` and ``stderr`` are what the call printed (each at most 64 KiB, the end kept),
+    ``version`` the version that ran it, ``duration_ms`` the time in the handler, ``cold``
+    whether the call needed a new instance (restored from the baked snapshot). ``id``,
+    ``attempts``, ``created_at`` and ``finished_at`` are set for queued calls
+    (``functions.submit``), whose ``status`` is ``queued`` or ``running`` until they end."""
+
+    function: str
+    status: str = "ok"
+    result: Optional[Any] = None
+    error: Optional[InvocationError] = None
+    stdout: str = ""
+    stderr: str = ""
+    version: Optional[int] = None
+    duration_ms: Optional[float] = None
+    cold: bool = False
+    attempts: int = 0
+    id: Optional[str] = None
+    created_at: Optional[str] = None
+    finished_at: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        """``True`` when the handler returned (``status == "ok"``)."""
+        return self.status == "ok"
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Invocation":
+        err = d.get("error")
+        dur = d.get("duration_ms")
+        return cls(
+            function=_s(d, "function", ""),
+            status=_s(d, "status", "ok"),
+            result=d.get("result"),
+            error=InvocationError.from_json(err) if isinstance(err, Mapping) else None,
+            stdout=_s(d, "stdout", ""),
+            stderr=_s(d, "stderr", ""),
+            version=_opt_int(d.get("version")),
+            duration_ms=None if dur is None else float(dur),
+            cold=bool(d.get("cold", False)),
+            attempts=int(_s(d, "attempts", 0)),
+            id=d.get("id"),
+            created_at=d.get("created_at"),
+            finished_at=d.get("finished_at"),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class SandboxExecTarget:
+    """A schedule target (``type: "sandbox_exec"``): ``command`` runs with ``/bin/sh -c`` in a
+    new sandbox of ``template`` (deleted when it ends), with ``env`` and the schedule's payload
+    in ``$PANDASTACK_PAYLOAD`` (JSON); it is killed after ``timeout_seconds``."""
+
+    template: str
+    command: str = ""
+    env: Dict[str, str] = field(default_factory=dict)
+    timeout_seconds: int = 300
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "SandboxExecTarget":
+        return cls(
+            template=_s(d, "template", ""),
+            command=_s(d, "command", ""),
+            env=dict(_s(d, "env", {})),
+            timeout_seconds=int(_s(d, "timeout_seconds", 300)),
+        )
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "type": "sandbox_exec",
+            "template": self.template,
+            "command": self.command,
+            "env": dict(self.env),
+            "timeout_seconds": int(self.timeout_seconds),
+        }
+
+
+@dataclass
+class FunctionTarget:
+    """A schedule target (``type: "function"``): a call of function ``name`` of the workspace,
+    the schedule's payload as the event; a run succeeds when the handler returns."""
+
+    name: str
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "FunctionTarget":
+        return cls(name=_s(d, "name", ""))
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"type": "function", "name": self.name}
+
+
+def _target(v: Any) -> Optional[Union[SandboxExecTarget, FunctionTarget]]:
+    if not isinstance(v, Mapping):
+        return None
+    kind = v.get("type", "sandbox_exec")
+    if kind == "sandbox_exec":
+        return SandboxExecTarget.from_json(v)
+    if kind == "function":
+        return FunctionTarget.from_json(v)
+    return None
+
+
+@dataclass
+class Schedule:
+    """A schedule: ``cron`` (5 fields, 6 with seconds first, or ``@hourly``-style macros) read
+    in ``timezone`` runs ``target`` at each due time, each due time once. ``target`` is a
+    :class:`SandboxExecTarget` or a :class:`FunctionTarget` (``None`` for a kind this SDK does
+    not know: see ``raw``); ``payload`` is the JSON each run gets.
+
+    ``concurrency_policy`` says what a due time does while a previous run is under way:
+    ``allow`` (run alongside), ``forbid`` (the new run is ``skipped``) or ``replace`` (cancel
+    the old one). A due time found ``starting_deadline_seconds`` late (the server was down) is
+    ``missed``. A failed run is tried ``retries`` more times. ``next_run_at`` is the next due
+    time (RFC 3339, UTC; ``None`` while ``paused``)."""
+
+    id: str
+    name: str = ""
+    cron: str = ""
+    timezone: str = "UTC"
+    target: Optional[Union[SandboxExecTarget, FunctionTarget]] = None
+    payload: Any = None
+    concurrency_policy: str = "allow"
+    starting_deadline_seconds: Optional[int] = None
+    retries: int = 0
+    paused: bool = False
+    next_run_at: Optional[str] = None
+    created_at: str = ""
+    updated_at: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Schedule":
+        return cls(
+            id=_s(d, "id", ""),
+            name=_s(d, "name", ""),
+            cron=_s(d, "cron", ""),
+            timezone=_s(d, "timezone", "UTC"),
+            target=_target(d.get("target")),
+            payload=d.get("payload"),
+            concurrency_policy=_s(d, "concurrency_policy", "allow"),
+            starting_deadline_seconds=_opt_int(d.get("starting_deadline_seconds")),
+            retries=int(_s(d, "retries", 0)),
+            paused=bool(d.get("paused", False)),
+            next_run_at=d.get("next_run_at"),
+            created_at=_s(d, "created_at", ""),
+            updated_at=_s(d, "updated_at", ""),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class ScheduleRun:
+    """One run of a schedule, for the due time ``due_at`` (a ``manual`` run's: when it was
+    asked for). ``state`` is ``queued``, ``running``, ``succeeded``, ``failed`` (non-zero exit,
+    timeout or error, after ``retries``), ``skipped`` (``forbid``), ``missed`` or
+    ``cancelled``; ``attempt`` counts its tries. ``sandbox_id`` is the sandbox of its latest
+    attempt, ``exit_code`` the command's, ``output`` its stdout then stderr (at most 64 KiB)."""
+
+    id: str
+    schedule: str = ""
+    due_at: str = ""
+    trigger: str = "scheduled"
+    state: str = "queued"
+    attempt: int = 0
+    sandbox_id: Optional[str] = None
+    started_at: Optional[str] = None
+    ended_at: Optional[str] = None
+    exit_code: Optional[int] = None
+    output: Optional[str] = None
+    error: Optional[str] = None
+    created_at: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def active(self) -> bool:
+        """``True`` while the run is ``queued`` or ``running``."""
+        return self.state in RUN_ACTIVE_STATES
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ScheduleRun":
+        return cls(
+            id=_s(d, "id", ""),
+            schedule=_s(d, "schedule", ""),
+            due_at=_s(d, "due_at", ""),
+            trigger=_s(d, "trigger", "scheduled"),
+            state=_s(d, "state", "queued"),
+            attempt=int(_s(d, "attempt", 0)),
+            sandbox_id=d.get("sandbox_id"),
+            started_at=d.get("started_at"),
+            ended_at=d.get("ended_at"),
+            exit_code=_opt_int(d.get("exit_code")),
+            output=d.get("output"),
+            error=d.get("error"),
+            created_at=_s(d, "created_at", ""),
             raw=dict(d),
         )
 
