@@ -40,6 +40,25 @@ EXPECT = {
         "app agent-app-",
         "done",
     ],
+    "function_numpy.py": [
+        "building version 1",
+        "version 1 is live",
+        "call 1 (cold): det 6.0, eigenvalues [2.0, 3.0]",
+        "it printed: a 2x2 matrix",
+        "call 2 (warm): det 10.0, eigenvalues [2.0, 5.0]",
+        "a non-square matrix: error, LinAlgError:",
+        "function deleted",
+        "done",
+    ],
+    "nightly_agent_schedule.py": [
+        "'0 3 * * *' in Europe/Berlin, next at 20",
+        "(manual): succeeded, exit 0",
+        "  agent task: nightly dependency audit",
+        "  report: lockfile: ok; licenses: ok; tests: ok",
+        "history: 1 run(s)",
+        "schedule deleted",
+        "done",
+    ],
     "async_quickstart.py": ["'job 0', 'job 1', 'job 2', 'job 3'", "hello from asyncio"],
     "code_interpreter.py": [
         "stdout: sorting 8 numbers | result: [1, 1, 2, 3, 4, 5, 6, 9]",
@@ -67,9 +86,9 @@ DATABASE_EXAMPLES = {"agent_database.py"}
 #: sandbox networking (PANDASTACK_DEV_NETWORK=on|auto, which scripts/test-clients.sh sets for its
 #: server; skipped otherwise). The first use bakes the `app` template, and `npm install` plus
 #: `vite build` take minutes under TCG.
-APP_EXAMPLES = {"agent_deploys_app.py"}
+APP_EXAMPLES = {"agent_deploys_app.py", "function_numpy.py"}
 
-TIMEOUTS = {"agent_database.py": 1200, "agent_deploys_app.py": 1800}
+TIMEOUTS = {"agent_database.py": 1200, "agent_deploys_app.py": 1800, "function_numpy.py": 1800}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECT))
@@ -84,6 +103,7 @@ def test_example_runs(name, client, template):
     snaps_before = {s.id for s in client.snapshots.list()}
     dbs_before = {d.id for d in client.databases.list()} if uses_db else set()
     apps_before = {a.name for a in client.apps.list()} if uses_apps else set()
+    fns_before = {f.name for f in client.functions.list()} if uses_apps else set()
     env = dict(os.environ)
     env["PANDASTACK_TEMPLATE"] = template
     env.pop("PANDASTACK_EXAMPLE_REPO", None)  # agent_deploys_app.py pushes to a local repository
@@ -116,7 +136,11 @@ def test_example_runs(name, client, template):
         left_apps = [a.name for a in client.apps.list() if a.name not in apps_before] if uses_apps else []
         for app in left_apps:
             client.apps.delete(app)
+        left_fns = [f.name for f in client.functions.list() if f.name not in fns_before] if uses_apps else []
+        for fn in left_fns:
+            client.functions.delete(fn)
     assert not left, f"{name} left sandboxes behind: {[s.id for s in left]}"
     assert not left_dbs, f"{name} left databases behind: {left_dbs}"
     assert not left_apps, f"{name} left apps behind: {left_apps}"
+    assert not left_fns, f"{name} left functions behind: {left_fns}"
     assert not left_snaps, f"{name} left snapshots behind: {left_snaps}"

@@ -15,7 +15,11 @@
 //! - `invoke_concurrent16_ms`: 16 calls at once (concurrency 4 × 4 instances, warmed first),
 //!   each call's time;
 //! - `cron_jitter_ms`: a schedule firing every second with the function as its target, over
-//!   `--firings` runs: each run's `started_at - due_at`.
+//!   `--firings` runs: each run's `started_at - due_at`;
+//! - `firings_lost` / `firings_doubled`: `--restarts` times `kill -9` of the server (its VMs
+//!   keep running) and a restart on the same data, 1.5-3.5 s apart, while a schedule calls the
+//!   function every second: due seconds without a run, and due seconds with more than one
+//!   (`restart_ms`: a restart until the health check answers).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,7 +32,7 @@ use serde_json::{json, Value};
 
 use super::bench::{host_info, metric, ms, Metric};
 use super::bench_apps::templates_dir;
-use super::bench_volumes::{accel, start_server, Http};
+use super::bench_volumes::{accel, start_server, Http, OwnServer};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct FunctionsArgs {
@@ -57,6 +61,9 @@ pub(crate) struct FunctionsArgs {
     /// Functions deployed (each a NumPy install).
     #[arg(long, default_value_t = 2)]
     deploys: usize,
+    /// `kill -9` restarts of the server with a schedule firing every second (0: none).
+    #[arg(long, default_value_t = 50)]
+    restarts: usize,
 }
 
 type Samples = BTreeMap<String, Vec<f64>>;
@@ -270,7 +277,7 @@ async fn measure(b: &Bench, a: &FunctionsArgs, s: &mut Samples) -> anyhow::Resul
             .as_array()
             .context("runs: no data")?
             .iter()
-            .filter(|r| r["state"] == "succeeded" && r["trigger"] == "schedule")
+            .filter(|r| r["state"] == "succeeded" && r["trigger"] == "scheduled")
             .cloned()
             .collect();
         if done.len() >= a.firings {
@@ -298,9 +305,111 @@ async fn measure(b: &Bench, a: &FunctionsArgs, s: &mut Samples) -> anyhow::Resul
         let started = rfc3339_ms(r["started_at"].as_str().context("run without started_at")?)?;
         push(s, "cron_jitter_ms", started - due);
     }
-    let path = format!("/v1/functions/{name}");
+    Ok(())
+}
+
+/// `kill -9` of the server `restarts` times, 1.5-3.5 s apart, while a schedule calls the
+/// function every second; then every due second between the first and the last firing must
+/// have exactly one run (succeeded, failed or recorded `missed`): `firings_lost` and
+/// `firings_doubled` count the others. `restart_ms`: from the new process's start to its
+/// health check.
+async fn restarts(
+    server: &mut OwnServer,
+    b: &Bench,
+    function: &str,
+    restarts: usize,
+    s: &mut Samples,
+) -> anyhow::Result<()> {
+    if restarts == 0 {
+        return Ok(());
+    }
+    eprintln!("{restarts} kill -9 restarts with a schedule firing every second…");
+    let body = json!({
+        "name": "bench-restarts", "cron": "* * * * * *",
+        "target": {"type": "function", "name": function}, "payload": {"n": 2},
+    });
     b.http
-        .expect(Method::DELETE, &path, None, StatusCode::NO_CONTENT)
+        .expect(
+            Method::POST,
+            "/v1/schedules",
+            Some(body),
+            StatusCode::CREATED,
+        )
+        .await?;
+    for i in 0..restarts {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let pause = Duration::from_millis(1500 + u64::from(nanos % 2000));
+        tokio::time::sleep(pause).await;
+        let t = Instant::now();
+        server
+            .kill9_restart()
+            .await
+            .with_context(|| format!("restart {}", i + 1))?;
+        push(s, "restart_ms", ms(t.elapsed()));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    b.http
+        .expect(
+            Method::POST,
+            "/v1/schedules/bench-restarts/pause",
+            None,
+            StatusCode::OK,
+        )
+        .await?;
+    let t = Instant::now();
+    let runs = loop {
+        let v = b
+            .get("/v1/schedules/bench-restarts/runs?limit=1000")
+            .await?;
+        let runs = v["data"].as_array().context("runs: no data")?.clone();
+        if runs
+            .iter()
+            .all(|r| r["state"] != "queued" && r["state"] != "running")
+        {
+            break runs;
+        }
+        if t.elapsed() > Duration::from_secs(300) {
+            bail!("runs still under way after 300 s");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let mut seconds = Vec::new();
+    for r in runs.iter().filter(|r| r["trigger"] == "scheduled") {
+        let due = rfc3339_ms(r["due_at"].as_str().context("run without due_at")?)?;
+        seconds.push((due / 1000.0).round() as i64);
+    }
+    seconds.sort_unstable();
+    let total = seconds.len();
+    seconds.dedup();
+    let doubled = total - seconds.len();
+    let lost = match (seconds.first(), seconds.last()) {
+        (Some(a), Some(z)) => (z - a + 1) as usize - seconds.len(),
+        _ => 0,
+    };
+    let states = runs
+        .iter()
+        .fold(BTreeMap::<String, usize>::new(), |mut m, r| {
+            *m.entry(r["state"].as_str().unwrap_or("?").to_owned())
+                .or_default() += 1;
+            m
+        });
+    eprintln!(
+        "restarts: {total} runs over {} due seconds: lost {lost}, doubled {doubled}; {states:?}",
+        seconds.len()
+    );
+    push(s, "firings_lost", lost as f64);
+    push(s, "firings_doubled", doubled as f64);
+    push(s, "firings_total", total as f64);
+    b.http
+        .expect(
+            Method::DELETE,
+            "/v1/schedules/bench-restarts",
+            None,
+            StatusCode::NO_CONTENT,
+        )
         .await?;
     Ok(())
 }
@@ -320,16 +429,33 @@ pub(crate) async fn run(a: FunctionsArgs) -> anyhow::Result<ExitCode> {
         &["--network", "on", "--templates-dir", templates_arg],
     )
     .await?;
+    let mut server = server;
     let bench = Bench {
         http: Http::new(&server.url, &server.key),
     };
     let mut s = Samples::new();
     measure(&bench, &a, &mut s).await?;
+    restarts(&mut server, &bench, "bench-numpy", a.restarts, &mut s).await?;
+    bench
+        .http
+        .expect(
+            Method::DELETE,
+            "/v1/functions/bench-numpy",
+            None,
+            StatusCode::NO_CONTENT,
+        )
+        .await?;
     drop(server);
 
     let mut metrics: BTreeMap<String, Metric> = BTreeMap::new();
     for (k, v) in s {
-        let unit = if k.ends_with("_s") { "s" } else { "ms" };
+        let unit = if k.ends_with("_s") {
+            "s"
+        } else if k.starts_with("firings_") {
+            "count"
+        } else {
+            "ms"
+        };
         metrics.insert(k, metric(v, unit));
     }
     println!("accelerator: {accel} ({accel_reason})");

@@ -65,6 +65,8 @@ pub(crate) struct OwnServer {
     pub(crate) key: String,
     /// Where its preview (and app) proxy listens: `127.0.0.1:<port>`.
     pub(crate) proxy: String,
+    /// Its command line (for a restart).
+    args: Vec<String>,
 }
 
 impl Drop for OwnServer {
@@ -169,51 +171,91 @@ pub(crate) async fn start_server(
         .local_addr()?
         .port();
     let key_file = dir.path().join("key");
-    let child = std::process::Command::new(std::env::current_exe()?)
-        .args(["server", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--proxy-listen", &format!("127.0.0.1:{proxy_port}")])
-        .args(["--db-listen", &format!("127.0.0.1:{db_port}")])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .arg("--key-file")
-        .arg(&key_file)
-        .args(["--pool-size", &pool_size.to_string()])
-        .args(["--net-name", NET_NAME, "--net-base", "10.213.0.0/16"])
-        .args([
-            "--max-sandboxes",
-            "100000",
-            "--creates-per-minute",
-            "1000000",
-        ])
-        .args(extra)
-        .env("PANDASTACK_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .context("start pandastack server")?;
+    let data = dir
+        .path()
+        .to_str()
+        .context("data dir: not UTF-8")?
+        .to_owned();
+    let mut args: Vec<String> = [
+        "server",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--proxy-listen",
+        &format!("127.0.0.1:{proxy_port}"),
+        "--db-listen",
+        &format!("127.0.0.1:{db_port}"),
+        "--data-dir",
+        &data,
+        "--key-file",
+        &format!("{data}/key"),
+        "--pool-size",
+        &pool_size.to_string(),
+        "--net-name",
+        NET_NAME,
+        "--net-base",
+        "10.213.0.0/16",
+        "--max-sandboxes",
+        "100000",
+        "--creates-per-minute",
+        "1000000",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let child = spawn_server(&args)?;
     let mut server = OwnServer {
         child,
         dir,
         url: format!("http://127.0.0.1:{port}"),
         key: String::new(),
         proxy: format!("127.0.0.1:{proxy_port}"),
+        args,
     };
-    let c = Client::new();
-    for _ in 0..600 {
-        if let Ok(Some(st)) = server.child.try_wait() {
-            bail!("the server exited at start: {st}");
+    server.until_up(&key_file).await?;
+    Ok(server)
+}
+
+fn spawn_server(args: &[String]) -> anyhow::Result<Child> {
+    std::process::Command::new(std::env::current_exe()?)
+        .args(args)
+        .env("PANDASTACK_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .context("start pandastack server")
+}
+
+impl OwnServer {
+    /// Waits until the server answers its health check (and has written its key).
+    async fn until_up(&mut self, key_file: &Path) -> anyhow::Result<()> {
+        let c = Client::new();
+        for _ in 0..600 {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                bail!("the server exited at start: {st}");
+            }
+            if key_file.is_file()
+                && c.get(format!("{}/v1/health", self.url))
+                    .send()
+                    .await
+                    .is_ok()
+            {
+                self.key = std::fs::read_to_string(key_file)?.trim().to_owned();
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        if key_file.is_file()
-            && c.get(format!("{}/v1/health", server.url))
-                .send()
-                .await
-                .is_ok()
-        {
-            server.key = std::fs::read_to_string(&key_file)?.trim().to_owned();
-            return Ok(server);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        bail!("the server did not come up")
     }
-    bail!("the server did not come up")
+
+    /// SIGKILLs the server process (its VMs keep running, as after a crash) and starts it
+    /// again with the same arguments on the same data directory; waits until it answers.
+    pub(crate) async fn kill9_restart(&mut self) -> anyhow::Result<()> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn_server(&self.args)?;
+        let key_file = self.dir.path().join("key");
+        self.until_up(&key_file).await
+    }
 }
 
 /// A minimal client for what the benchmark calls; remembers what it created so that a failed
