@@ -506,6 +506,27 @@ pub struct Invocation {
     pub finished_at: Option<String>,
 }
 
+impl Invocation {
+    /// An outcome of function `function` with `status` and nothing else yet.
+    pub fn new(function: &str, status: InvocationStatus) -> Self {
+        Self {
+            id: None,
+            function: function.to_owned(),
+            status,
+            result: None,
+            error: None,
+            stdout: String::new(),
+            stderr: String::new(),
+            version: None,
+            duration_ms: None,
+            cold: false,
+            attempts: 0,
+            created_at: None,
+            finished_at: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,6 +38,45 @@ pub struct SandboxRow {
     pub volumes: Vec<pandastack_api_types::SandboxVolume>,
 }
 
+impl SandboxRow {
+    /// A new sandbox the platform makes for its own services (an app's or a database's VM, a
+    /// function instance, a schedule run's sandbox) before its create: state `starting`, the
+    /// sizes its template gives, no environment, TTL or idle timeout, `kill` on timeout, a new
+    /// id and access token. Callers set what differs.
+    pub fn service(
+        workspace_id: &str,
+        host_id: &str,
+        template: &str,
+        metadata: BTreeMap<String, String>,
+    ) -> Self {
+        let now = crate::now_ms();
+        Self {
+            id: crate::new_id("sb-"),
+            workspace_id: workspace_id.to_owned(),
+            host_id: host_id.to_owned(),
+            template: template.to_owned(),
+            state: SandboxState::Starting,
+            vcpus: 0,
+            memory_mib: 0,
+            metadata,
+            env: BTreeMap::new(),
+            ttl_seconds: None,
+            idle_timeout_seconds: None,
+            on_timeout: OnTimeout::Kill,
+            created_at: now,
+            expires_at: None,
+            last_activity_at: now,
+            boot_ms: 0,
+            boot_mode: "restore".into(),
+            snapshot_id: None,
+            parent_id: None,
+            access_token: crate::new_token(),
+            public_ports: BTreeSet::new(),
+            volumes: Vec::new(),
+        }
+    }
+}
+
 /// List filters.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {

@@ -23,15 +23,6 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 /// Longest a deploy may take here: the first one builds and bakes the `app` template.
 const DEPLOY_TIMEOUT: Duration = Duration::from_secs(1500);
 
-/// Puts the `app` spec in the test server's catalog: the first deploy builds the image
-/// (cached in `$PANDASTACK_CACHE`) and bakes it.
-fn catalog(data: &Path) {
-    let dir = data.join("no-specs");
-    std::fs::create_dir_all(&dir).unwrap();
-    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates/app.toml");
-    std::fs::copy(spec, dir.join("app.toml")).unwrap();
-}
-
 fn run(program: &str, args: &[&str], dir: &Path) -> String {
     let out = Command::new(program)
         .current_dir(dir)
@@ -422,7 +413,7 @@ async fn vms_of(api: &Api<'_>, name: &str) -> Vec<Value> {
 async fn apps_from_smart_http_and_ssh() {
     let guard = runtime().await;
     let data = guard.dir.path();
-    catalog(data);
+    common::catalog(data, "app");
     let repos = tempfile::tempdir().unwrap();
     let names = NetNames::new("tsgt");
     names.clean();

@@ -30,15 +30,6 @@ fn api(s: &Server) -> Api<'_> {
     }
 }
 
-/// Puts the `app` spec in the test server's catalog: the first deploy builds the image
-/// (cached in `$PANDASTACK_CACHE`) and bakes it.
-fn catalog(data: &Path) {
-    let dir = data.join("no-specs");
-    std::fs::create_dir_all(&dir).unwrap();
-    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates/app.toml");
-    std::fs::copy(spec, dir.join("app.toml")).unwrap();
-}
-
 fn git(dir: &Path, args: &[&str]) {
     let out = Command::new("git")
         .arg("-C")
@@ -186,7 +177,7 @@ impl Drop for GitDaemon {
 async fn apps_end_to_end() {
     let guard = runtime().await;
     let data = guard.dir.path();
-    catalog(data);
+    common::catalog(data, "app");
     let repos = tempfile::tempdir().unwrap();
     let names = NetNames::new("tsap");
     names.clean();
@@ -608,7 +599,7 @@ async fn app_websocket_and_streaming() {
 
     let guard = runtime().await;
     let data = guard.dir.path();
-    catalog(data);
+    common::catalog(data, "app");
     let repos = tempfile::tempdir().unwrap();
     let names = NetNames::new("tsws");
     names.clean();

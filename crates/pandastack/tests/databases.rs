@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -25,15 +24,6 @@ fn api(s: &Server) -> Api<'_> {
 
 fn code(v: &Value) -> &str {
     v["error"]["code"].as_str().unwrap_or_default()
-}
-
-/// Puts the `postgres` spec in the test server's (otherwise empty) catalog directory: the
-/// first database create builds the image (cached in `$PANDASTACK_CACHE`) and bakes it.
-fn catalog(data: &Path) {
-    let dir = data.join("no-specs");
-    std::fs::create_dir_all(&dir).unwrap();
-    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates/postgres.toml");
-    std::fs::copy(spec, dir.join("postgres.toml")).unwrap();
 }
 
 /// `psql -XAt -c SQL` against `uri` (the front is on 127.0.0.1: `hostaddr` connects there,
@@ -130,7 +120,7 @@ async fn counts(api: &Api<'_>) -> (usize, usize, usize) {
 async fn databases_end_to_end() {
     let guard = runtime().await;
     let data = guard.dir.path();
-    catalog(data);
+    common::catalog(data, "postgres");
     let port = free_port();
     let db_listen = format!("127.0.0.1:{}", free_port());
     let args = [

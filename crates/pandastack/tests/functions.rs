@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{free_port, start_with, Api, Server};
@@ -20,13 +19,6 @@ use serde_json::{json, Value};
 
 /// Longest a build may take here: the first one builds and bakes the `app` template.
 const BUILD_TIMEOUT: Duration = Duration::from_secs(1500);
-
-fn catalog(data: &Path) {
-    let dir = data.join("no-specs");
-    std::fs::create_dir_all(&dir).unwrap();
-    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates/app.toml");
-    std::fs::copy(spec, dir.join("app.toml")).unwrap();
-}
 
 /// Waits until version `v` of `name` leaves the building states; returns it.
 async fn settled(api: &Api<'_>, name: &str, v: u64) -> Value {
@@ -146,6 +138,8 @@ def handler(event, context):
     print("got", event)
     if isinstance(event, dict) and event.get("fail"):
         raise ValueError("asked to fail")
+    if isinstance(event, dict) and event.get("nan"):
+        return {"x": float("nan")}
     if isinstance(event, dict) and event.get("sleep"):
         time.sleep(event["sleep"])
     return {
@@ -161,7 +155,7 @@ def handler(event, context):
 async fn functions_end_to_end() {
     let guard = runtime().await;
     let data = guard.dir.path();
-    catalog(data);
+    common::catalog(data, "app");
     let names = NetNames::new("tsfn");
     names.clean();
     let port = free_port();
@@ -303,6 +297,10 @@ async fn functions_end_to_end() {
         .as_str()
         .unwrap()
         .contains("main.py"));
+    // A value JSON cannot carry is the handler's error, not a broken answer.
+    let nan = invoke(&api, "hello", json!({"nan": true})).await;
+    assert_eq!(nan["status"], "error", "{nan}");
+    assert_eq!(nan["error"]["type"], "ValueError", "{nan}");
 
     // Past the time limit: a timeout result, the instance discarded; the next call restores
     // a fresh one (module state from the bake) with randomness of its own.

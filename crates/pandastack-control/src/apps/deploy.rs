@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use pandastack_api_types::{AppConfig, DeployState, OnTimeout, SandboxState};
 use pandastack_host::{error_chain, ExecEvent, ExecSpec};
-use pandastack_store::{new_id, now_ms, AppRow, DeployRow, JobRow, SandboxRow, StoreError};
+use pandastack_store::{now_ms, AppRow, DeployRow, JobRow, SandboxRow, StoreError};
 
 use super::check::{until_healthy, Probe};
 use super::detect::{self, BuildPlan, Overrides};
@@ -513,35 +513,17 @@ impl Apps {
 
     /// A new VM for the deploy (no idle timeout while it builds).
     async fn new_vm(&self, run: &Run) -> Result<SandboxRow, String> {
-        let now = now_ms();
         let template = app_template(run.config.memory_mb);
-        let row = SandboxRow {
-            id: new_id("sb-"),
-            workspace_id: run.app.workspace_id.clone(),
-            host_id: self.host_id.clone(),
-            template: template.clone(),
-            state: SandboxState::Starting,
-            vcpus: 0,
-            memory_mib: 0,
-            metadata: BTreeMap::from([
+        let mut row = SandboxRow::service(
+            &run.app.workspace_id,
+            &self.host_id,
+            &template,
+            BTreeMap::from([
                 (APP_METADATA.to_owned(), run.app.name.clone()),
                 (DEPLOY_METADATA.to_owned(), run.row.id.clone()),
             ]),
-            env: BTreeMap::new(),
-            ttl_seconds: None,
-            idle_timeout_seconds: None,
-            on_timeout: OnTimeout::Hibernate,
-            created_at: now,
-            expires_at: None,
-            last_activity_at: now,
-            boot_ms: 0,
-            boot_mode: "restore".into(),
-            snapshot_id: None,
-            parent_id: None,
-            access_token: pandastack_store::new_token(),
-            public_ports: Default::default(),
-            volumes: Vec::new(),
-        };
+        );
+        row.on_timeout = OnTimeout::Hibernate;
         self.sandboxes
             .create(row, Source::Template(template))
             .await

@@ -527,21 +527,10 @@ impl Apps {
             .ok_or_else(|| AppError::Conflict(format!("{} is not a function", row.name)))?;
         let (d, snap) = self.live(row).await?;
         let name = public_name(&row.name).to_owned();
-        let mut inv = Invocation {
-            id: invocation_id.map(str::to_owned),
-            function: name.clone(),
-            status: InvocationStatus::Ok,
-            result: None,
-            error: None,
-            stdout: String::new(),
-            stderr: String::new(),
-            version: Some(d.seq as u64),
-            duration_ms: None,
-            cold: false,
-            attempts: 1,
-            created_at: None,
-            finished_at: None,
-        };
+        let mut inv = Invocation::new(&name, InvocationStatus::Ok);
+        inv.id = invocation_id.map(str::to_owned);
+        inv.version = Some(d.seq as u64);
+        inv.attempts = 1;
         let mut lease = match self.lease(row, &d.id, &snap, &limits_of(&config, &f)).await {
             Ok(l) => l,
             Err(e @ LeaseError::Busy(..)) => return Err(AppError::Busy(e.to_string())),
@@ -589,9 +578,18 @@ impl Apps {
                         String::from_utf8_lossy(resp.body()).into_owned(),
                     ));
                 }
-                let v: serde_json::Value = serde_json::from_slice(resp.body()).map_err(|e| {
-                    AppError::Conflict(format!("the runtime's answer is not JSON: {e}"))
-                })?;
+                let v: serde_json::Value = match serde_json::from_slice(resp.body()) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        inv.status = InvocationStatus::Error;
+                        inv.error = Some(InvocationError {
+                            kind: "RuntimeError".into(),
+                            message: format!("the runtime's answer is not JSON: {e}"),
+                            traceback: String::new(),
+                        });
+                        return Ok(inv);
+                    }
+                };
                 inv.status = match v.get("status").and_then(|s| s.as_str()) {
                     Some("ok") => InvocationStatus::Ok,
                     _ => InvocationStatus::Error,

@@ -17,9 +17,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
-use pandastack_api_types::{OnTimeout, SandboxState};
 use pandastack_host::error_chain;
-use pandastack_store::{new_id, now_ms, SandboxRow, StoreError};
+use pandastack_store::{SandboxRow, StoreError};
 use tokio::sync::Notify;
 
 use super::{Apps, APP_METADATA, DEPLOY_METADATA};
@@ -213,36 +212,17 @@ impl Apps {
         deploy: &str,
         snapshot: &str,
     ) -> Result<SandboxRow, String> {
-        let now = now_ms();
         let public = super::function::public_name(&app.name).to_owned();
-        let row = SandboxRow {
-            id: new_id("sb-"),
-            workspace_id: app.workspace_id.clone(),
-            host_id: self.host_id.clone(),
-            template: super::APP_TEMPLATE.to_owned(),
-            state: SandboxState::Starting,
-            vcpus: 0,
-            memory_mib: 0,
-            metadata: BTreeMap::from([
+        let row = SandboxRow::service(
+            &app.workspace_id,
+            &self.host_id,
+            super::APP_TEMPLATE,
+            BTreeMap::from([
                 (APP_METADATA.to_owned(), app.name.clone()),
                 (DEPLOY_METADATA.to_owned(), deploy.to_owned()),
                 (INSTANCE_METADATA.to_owned(), public),
             ]),
-            env: BTreeMap::new(),
-            ttl_seconds: None,
-            idle_timeout_seconds: None,
-            on_timeout: OnTimeout::Kill,
-            created_at: now,
-            expires_at: None,
-            last_activity_at: now,
-            boot_ms: 0,
-            boot_mode: "restore".into(),
-            snapshot_id: None,
-            parent_id: None,
-            access_token: pandastack_store::new_token(),
-            public_ports: Default::default(),
-            volumes: Vec::new(),
-        };
+        );
         self.sandboxes
             .create(row, Source::Snapshot(snapshot.to_owned()))
             .await

@@ -28,21 +28,7 @@ fn view(name: &str, row: &InvocationRow) -> Invocation {
         .outcome
         .as_ref()
         .and_then(|o| serde_json::from_value::<Invocation>(o.clone()).ok())
-        .unwrap_or(Invocation {
-            id: None,
-            function: name.to_owned(),
-            status: state,
-            result: None,
-            error: None,
-            stdout: String::new(),
-            stderr: String::new(),
-            version: None,
-            duration_ms: None,
-            cold: false,
-            attempts: 0,
-            created_at: None,
-            finished_at: None,
-        });
+        .unwrap_or_else(|| Invocation::new(name, state));
     inv.id = Some(row.id.clone());
     inv.function = name.to_owned();
     inv.status = state;
@@ -157,25 +143,17 @@ impl Apps {
         let event = Bytes::from(inv.payload.to_string());
         let outcome = match self.invoke_row(&app, event, Some(&inv.id)).await {
             Ok(o) => o,
-            Err(e) => Invocation {
-                id: Some(inv.id.clone()),
-                function: public_name(&app.name).to_owned(),
-                status: InvocationStatus::Error,
-                result: None,
-                error: Some(pandastack_api_types::InvocationError {
+            Err(e) => {
+                let mut failed = Invocation::new(public_name(&app.name), InvocationStatus::Error);
+                failed.id = Some(inv.id.clone());
+                failed.attempts = job.attempts as u32;
+                failed.error = Some(pandastack_api_types::InvocationError {
                     kind: "InvokeError".into(),
                     message: e.to_string(),
                     traceback: String::new(),
-                }),
-                stdout: String::new(),
-                stderr: String::new(),
-                version: None,
-                duration_ms: None,
-                cold: false,
-                attempts: job.attempts as u32,
-                created_at: None,
-                finished_at: None,
-            },
+                });
+                failed
+            }
         };
         let last = job.attempts >= job.max_attempts;
         let failed = outcome.status != InvocationStatus::Ok;

@@ -412,37 +412,21 @@ impl Databases {
         vol: &str,
         boot: &Boot,
     ) -> Result<SandboxRow, DatabaseError> {
-        let now = now_ms();
         let vol = vol.to_owned();
         let template = database_template(row.memory_mb);
-        let sandbox = SandboxRow {
-            id: new_id("sb-"),
-            workspace_id: row.workspace_id.clone(),
-            host_id: self.host_id.clone(),
-            template: template.clone(),
-            state: SandboxState::Starting,
-            vcpus: 0,
-            memory_mib: 0,
-            metadata: BTreeMap::from([(DATABASE_METADATA.to_owned(), row.id.clone())]),
-            env: BTreeMap::new(),
-            ttl_seconds: None,
-            idle_timeout_seconds: (row.idle_seconds > 0).then_some(row.idle_seconds),
-            on_timeout: OnTimeout::Hibernate,
-            created_at: now,
-            expires_at: None,
-            last_activity_at: now,
-            boot_ms: 0,
-            boot_mode: "restore".into(),
-            snapshot_id: None,
-            parent_id: None,
-            access_token: pandastack_store::new_token(),
-            public_ports: Default::default(),
-            volumes: vec![SandboxVolume {
-                name: vol.clone(),
-                path: DATA_PATH.into(),
-                read_only: false,
-            }],
-        };
+        let mut sandbox = SandboxRow::service(
+            &row.workspace_id,
+            &self.host_id,
+            &template,
+            BTreeMap::from([(DATABASE_METADATA.to_owned(), row.id.clone())]),
+        );
+        sandbox.idle_timeout_seconds = (row.idle_seconds > 0).then_some(row.idle_seconds);
+        sandbox.on_timeout = OnTimeout::Hibernate;
+        sandbox.volumes = vec![SandboxVolume {
+            name: vol.clone(),
+            path: DATA_PATH.into(),
+            read_only: false,
+        }];
         let claims = [MountClaim {
             name: vol,
             path: DATA_PATH.into(),

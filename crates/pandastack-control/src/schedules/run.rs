@@ -11,8 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use pandastack_api_types::{
-    FunctionTarget, InvocationStatus, OnTimeout, RunState, SandboxExecTarget, SandboxState,
-    ScheduleTarget, PAYLOAD_ENV,
+    FunctionTarget, InvocationStatus, RunState, SandboxExecTarget, ScheduleTarget, PAYLOAD_ENV,
 };
 use pandastack_host::ExecSpec;
 use pandastack_store::{new_id, now_ms, JobRow, RunRow, SandboxRow, ScheduleRow, StoreError};
@@ -225,36 +224,21 @@ impl Schedules {
             Ok(false) => return failed("cancelled".into()),
             Err(e) => return failed(chain(&e)),
         }
-        let now = now_ms();
-        let row = SandboxRow {
-            id: id.clone(),
-            workspace_id: schedule.workspace_id.clone(),
-            host_id: self.host_id.clone(),
-            template: t.template.clone(),
-            state: SandboxState::Starting,
-            vcpus: 0,
-            memory_mib: 0,
-            metadata: BTreeMap::from([
+        let mut row = SandboxRow::service(
+            &schedule.workspace_id,
+            &self.host_id,
+            &t.template,
+            BTreeMap::from([
                 (SCHEDULE_METADATA.to_owned(), schedule.name.clone()),
                 (RUN_METADATA.to_owned(), run.id.clone()),
             ]),
-            env: BTreeMap::new(),
-            // A safety net: the reaper removes a sandbox nobody deleted (the process died and
-            // the run was not attempted again).
-            ttl_seconds: Some((t.timeout_seconds + 600) as i64),
-            idle_timeout_seconds: None,
-            on_timeout: OnTimeout::Kill,
-            created_at: now,
-            expires_at: Some(now + ((t.timeout_seconds + 600) as i64) * 1000),
-            last_activity_at: now,
-            boot_ms: 0,
-            boot_mode: "restore".into(),
-            snapshot_id: None,
-            parent_id: None,
-            access_token: pandastack_store::new_token(),
-            public_ports: Default::default(),
-            volumes: Vec::new(),
-        };
+        );
+        row.id = id.clone();
+        // A safety net: the reaper removes a sandbox nobody deleted (the process died and the
+        // run was not attempted again).
+        let ttl = (t.timeout_seconds + 600) as i64;
+        row.ttl_seconds = Some(ttl);
+        row.expires_at = Some(row.created_at + ttl * 1000);
         if let Err(e) = self
             .sandboxes
             .create(row, Source::Template(resolved.baked.clone()))

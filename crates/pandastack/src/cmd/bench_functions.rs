@@ -71,7 +71,7 @@ type Samples = BTreeMap<String, Vec<f64>>;
 const HANDLER: &str = r#"import numpy as np
 
 def handler(event):
-    n = int((event or {}).get("n", 10))
+    n = max(1, int((event or {}).get("n", 10)))
     a = np.arange(n, dtype=np.float64)
     return {"sum": float(a.sum()), "mean": float(a.mean()), "numpy": np.__version__}
 "#;
@@ -232,7 +232,7 @@ async fn measure(b: &Bench, a: &FunctionsArgs, s: &mut Samples) -> anyhow::Resul
     eprintln!("{} warm calls…", a.warm);
     b.invoke(name, json!({"n": 1})).await?;
     for i in 0..a.warm {
-        let (v, took) = b.invoke(name, json!({"n": i})).await?;
+        let (v, took) = b.invoke(name, json!({"n": i + 1})).await?;
         if v["cold"] != false {
             bail!("a warm call restored an instance: {v}");
         }
@@ -246,7 +246,7 @@ async fn measure(b: &Bench, a: &FunctionsArgs, s: &mut Samples) -> anyhow::Resul
     b.patch(name, json!({"concurrency": 4, "max_instances": 4}))
         .await?;
     for round in 0..=a.rounds {
-        let calls: Vec<_> = (0..16).map(|i| b.invoke(name, json!({"n": i}))).collect();
+        let calls: Vec<_> = (1..=16).map(|i| b.invoke(name, json!({"n": i}))).collect();
         let results = futures::future::join_all(calls).await;
         for r in results {
             let (_, took) = r?;

@@ -57,6 +57,16 @@ pub fn free_port() -> u16 {
     panic!("no free port in {LOW}..{}", LOW + SPAN)
 }
 
+/// Puts the catalog spec `templates/<name>.toml` in the test server's catalog (the directory
+/// [`start_with`] passes as `--templates-dir`): its first use builds the image (cached in
+/// `$PANDASTACK_CACHE`) and bakes it.
+pub fn catalog(data: &Path, name: &str) {
+    let dir = data.join("no-specs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../templates/{name}.toml"));
+    std::fs::copy(spec, dir.join(format!("{name}.toml"))).unwrap();
+}
+
 /// Starts the server on `data` and waits until it answers; the key is the first workspace's.
 /// Test servers run side by side, so they get no network pool unless a test asks for one
 /// (with its own `--net-name`/`--net-base`).

@@ -127,7 +127,7 @@ def _call(event, context):
         r = _fn(event, context) if _takes_context else _fn(event)
         if inspect.isawaitable(r):
             r = asyncio.run(_await(r))
-        json.dumps(r)  # a value JSON cannot carry is the handler's error
+        json.dumps(r, allow_nan=False)  # a value JSON cannot carry is the handler's error
         status, result, error = "ok", r, None
     except BaseException as e:  # noqa: BLE001 - the handler's failure is data
         status, result = "error", None
