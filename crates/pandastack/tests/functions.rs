@@ -151,6 +151,13 @@ def handler(event, context):
     }
 "#;
 
+const NODE_INDEX: &str = r#"export async function handler(event) {
+  console.log('node got', JSON.stringify(event));
+  if (event.sleep) await new Promise((r) => setTimeout(r, event.sleep * 1000));
+  return { sum: event.a + event.b, rand: Math.random() };
+}
+"#;
+
 #[tokio::test(flavor = "multi_thread")]
 async fn functions_end_to_end() {
     let guard = runtime().await;
@@ -547,7 +554,8 @@ async fn functions_end_to_end() {
                 "name": "nodefn",
                 "runtime": "node",
                 "handler": "index.handler",
-                "files": {"index.mjs": "export async function handler(event) {\n  console.log('node got', JSON.stringify(event));\n  return { sum: event.a + event.b };\n}\n"},
+                "files": {"index.mjs": NODE_INDEX},
+                "timeout_seconds": 3,
             })),
         )
         .await;
@@ -555,8 +563,16 @@ async fn functions_end_to_end() {
     live(&api, "nodefn", 1).await;
     let v = invoke(&api, "nodefn", json!({"a": 2, "b": 3})).await;
     assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(v["cold"], true, "{v}");
     assert_eq!(v["result"]["sum"], 5, "{v}");
     assert!(v["stdout"].as_str().unwrap().contains("node got"), "{v}");
+    // Math.random of a second instance restored from the same snapshot differs (V8's own
+    // state, cloned with the process, would repeat the first instance's numbers).
+    let slow = invoke(&api, "nodefn", json!({"a": 0, "b": 0, "sleep": 20})).await;
+    assert_eq!(slow["status"], "timeout", "{slow}");
+    let other = invoke(&api, "nodefn", json!({"a": 1, "b": 1})).await;
+    assert_eq!(other["cold"], true, "{other}");
+    assert_ne!(other["result"]["rand"], v["result"]["rand"], "{other} {v}");
 
     // Delete: instances, versions and the row go.
     for name in ["hello", "nohandler", "nodefn", "baddeps"] {

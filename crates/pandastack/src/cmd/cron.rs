@@ -1,13 +1,13 @@
 //! `pandastack cron …` (alias `schedule`): schedules on a running server through the `/v1`
-//! API — add (a cron expression that runs a command in a fresh sandbox at each due time), ls,
-//! get, runs (the history, newest first), run (now), pause, resume and rm.
+//! API — add (a cron expression that runs a command in a fresh sandbox, or calls a function, at
+//! each due time), ls, get, runs (the history, newest first), run (now), pause, resume and rm.
 
 use std::process::ExitCode;
 
 use anyhow::Context;
 use pandastack_client::types::{
-    ConcurrencyPolicy, CreateScheduleRequest, SandboxExecTarget, Schedule, ScheduleRun,
-    ScheduleTarget, DEFAULT_RUN_TIMEOUT_SECONDS,
+    ConcurrencyPolicy, CreateScheduleRequest, FunctionTarget, SandboxExecTarget, Schedule,
+    ScheduleRun, ScheduleTarget, DEFAULT_RUN_TIMEOUT_SECONDS,
 };
 use pandastack_client::Client;
 
@@ -24,7 +24,8 @@ pub struct CronArgs {
 #[derive(Debug, clap::Subcommand)]
 enum CronCmd {
     /// Add a schedule: at each due time of --cron, --command runs in a new sandbox of
-    /// --template (deleted after), with --payload in $PANDASTACK_PAYLOAD.
+    /// --template (deleted after), with --payload in $PANDASTACK_PAYLOAD; or, with
+    /// --function, the function is called with --payload as its event.
     Add(AddArgs),
     /// List schedules with their next due time.
     Ls(Json),
@@ -79,8 +80,11 @@ struct AddArgs {
     #[arg(long, default_value = "minimal")]
     template: String,
     /// Shell command to run.
-    #[arg(long, value_name = "CMD")]
-    command: String,
+    #[arg(long, value_name = "CMD", required_unless_present = "function")]
+    command: Option<String>,
+    /// Call this function instead of running a command (the payload is its event).
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["command", "env"])]
+    function: Option<String>,
     /// JSON handed to each run as $PANDASTACK_PAYLOAD.
     #[arg(long, value_name = "JSON")]
     payload: Option<String>,
@@ -186,12 +190,15 @@ async fn dispatch(c: Client, cmd: CronCmd) -> anyhow::Result<ExitCode> {
                 name: a.name,
                 cron: a.cron,
                 timezone: a.timezone,
-                target: ScheduleTarget::SandboxExec(SandboxExecTarget {
-                    template: a.template,
-                    command: a.command,
-                    env: parse_pairs("env", &a.env)?,
-                    timeout_seconds: a.timeout,
-                }),
+                target: match (a.function, a.command) {
+                    (Some(name), _) => ScheduleTarget::Function(FunctionTarget { name }),
+                    (None, command) => ScheduleTarget::SandboxExec(SandboxExecTarget {
+                        template: a.template,
+                        command: command.unwrap_or_default(),
+                        env: parse_pairs("env", &a.env)?,
+                        timeout_seconds: a.timeout,
+                    }),
+                },
                 payload,
                 concurrency_policy: a.policy.map(|p| match p {
                     Policy::Allow => ConcurrencyPolicy::Allow,
@@ -247,4 +254,45 @@ async fn dispatch(c: Client, cmd: CronCmd) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: CronCmd,
+    }
+
+    fn add(args: &[&str]) -> Result<AddArgs, clap::Error> {
+        let mut argv = vec!["cron", "add"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv)?.cmd {
+            CronCmd::Add(a) => Ok(a),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn add_takes_a_command_or_a_function() {
+        let a = add(&["n", "--cron", "* * * * *", "--command", "echo hi"]).unwrap();
+        assert_eq!(a.command.as_deref(), Some("echo hi"));
+        let a = add(&["n", "--cron", "* * * * *", "--function", "stats"]).unwrap();
+        assert_eq!(a.function.as_deref(), Some("stats"));
+        assert!(add(&["n", "--cron", "* * * * *"]).is_err());
+        assert!(add(&[
+            "n",
+            "--cron",
+            "* * * * *",
+            "--command",
+            "x",
+            "--function",
+            "f"
+        ])
+        .is_err());
+    }
 }

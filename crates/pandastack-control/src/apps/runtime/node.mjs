@@ -7,9 +7,13 @@
 // HTTP-style call. What a call prints (console.*, process.stdout/stderr) is captured per
 // call through AsyncLocalStorage.
 //
-// Randomness: V8's Math.random cannot be reseeded from JavaScript, so two instances restored
-// from one snapshot start from the same Math.random state; crypto.randomUUID/getRandomValues
-// draw from OpenSSL, which the kernel reseeds. Use crypto for anything that must differ.
+// Randomness: instances restored from one snapshot share the memory of the baked process,
+// and V8's Math.random state with it (it cannot be reseeded from JavaScript). So the runtime
+// replaces Math.random, before the handler is imported, with numbers drawn from the kernel
+// (/dev/urandom, which the post-restore hook reseeds), 4 KiB at a time; the buffered bytes are
+// dropped when /run/pandastack/restored changes (a restore). `crypto` draws from OpenSSL's own
+// generator, which reseeds itself from the kernel only periodically: two instances restored
+// from one snapshot may repeat crypto.randomBytes/randomUUID output until it does.
 
 import http from "node:http";
 import fs from "node:fs";
@@ -21,6 +25,47 @@ const HANDLER = process.env.PANDASTACK_HANDLER || "index.handler";
 const PORT = Number(process.env.PORT || 8000);
 const MAX_OUTPUT = 64 * 1024;
 const calls = new AsyncLocalStorage();
+
+const RESTORED = "/run/pandastack/restored";
+const readMark = () => {
+  try {
+    return fs.readFileSync(RESTORED, "utf8");
+  } catch {
+    return null;
+  }
+};
+let seenRestore = readMark();
+let pool = Buffer.alloc(0);
+let at = 0;
+
+// A float in [0, 1) from 53 bits of the kernel's randomness.
+function kernelRandom() {
+  if (at + 7 > pool.length) {
+    pool = Buffer.alloc(4096);
+    const fd = fs.openSync("/dev/urandom", "r");
+    try {
+      fs.readSync(fd, pool, 0, pool.length, null);
+    } finally {
+      fs.closeSync(fd);
+    }
+    at = 0;
+  }
+  const hi = pool.readUIntBE(at, 3) & 0x1fffff;
+  const lo = pool.readUInt32BE(at + 3);
+  at += 7;
+  return (hi * 4294967296 + lo) / 9007199254740992;
+}
+Math.random = kernelRandom;
+
+// Before each call: after a restore, nothing buffered before it is used.
+function afterRestore() {
+  const mark = readMark();
+  if (mark !== seenRestore) {
+    seenRestore = mark;
+    pool = Buffer.alloc(0);
+    at = 0;
+  }
+}
 
 async function load() {
   const dot = HANDLER.lastIndexOf(".");
@@ -53,6 +98,7 @@ for (const [stream, key] of [[process.stdout, "out"], [process.stderr, "err"]]) 
 }
 
 async function call(event, context) {
+  afterRestore();
   const c = { out: "", err: "" };
   return calls.run(c, async () => {
     const t = performance.now();
