@@ -25,6 +25,12 @@ use crate::{rfc3339, App};
 pub(crate) const MAX_SOURCE_BODY: usize =
     2 * pandastack_api_types::MAX_FUNCTION_SOURCE_BYTES + (1 << 20);
 
+/// A version number from a path, or 404 (never axum's plain-text rejection).
+fn version_of(v: &str) -> ApiResult<u64> {
+    v.parse()
+        .map_err(|_| ApiError::not_found(ErrorCode::NotFound, "version", v))
+}
+
 /// A function name from a path, or 404.
 fn name_of(name: &str) -> ApiResult<&str> {
     if wire::validate_function_name("name", name).is_ok() {
@@ -296,11 +302,11 @@ pub async fn versions(
 pub async fn get_version(
     State(app): State<Arc<App>>,
     caller: Caller,
-    Path((name, version)): Path<(String, u64)>,
+    Path((name, version)): Path<(String, String)>,
 ) -> ApiResult<Json<wire::FunctionVersion>> {
     let d = app
         .apps
-        .version(caller.ws(), name_of(&name)?, version)
+        .version(caller.ws(), name_of(&name)?, version_of(&version)?)
         .await?;
     Ok(Json(version_wire(&name, &d)))
 }
@@ -320,11 +326,11 @@ pub async fn get_version(
 pub async fn version_logs(
     State(app): State<Arc<App>>,
     caller: Caller,
-    Path((name, version)): Path<(String, u64)>,
+    Path((name, version)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     let d = app
         .apps
-        .version(caller.ws(), name_of(&name)?, version)
+        .version(caller.ws(), name_of(&name)?, version_of(&version)?)
         .await?;
     let text = tokio::fs::read(app.apps.log_path(&d.id))
         .await

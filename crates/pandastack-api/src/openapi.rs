@@ -71,6 +71,7 @@ impl Modify for Conventions {
                     .build(),
             ),
         );
+        open_tagged_variants(components);
         for (path, item) in doc.paths.paths.iter_mut() {
             let public = PUBLIC_PATHS.contains(&path.as_str());
             let ops: [&mut Option<Operation>; 8] = [
@@ -103,6 +104,35 @@ impl Modify for Conventions {
     }
 }
 
+/// An internally tagged enum (`ScheduleTarget`) is `oneOf` of `allOf: [$ref Variant, {type}]`.
+/// A variant struct that refuses unknown fields has `additionalProperties: false`, which also
+/// forbids the `type` the other half requires: no body would satisfy the union (schema-driven
+/// clients and fuzzers cannot build one). The variants' own schemas leave other properties
+/// open; the server still refuses unknown fields (422).
+fn open_tagged_variants(components: &mut utoipa::openapi::Components) {
+    use utoipa::openapi::schema::Schema;
+    let mut variants = Vec::new();
+    for s in components.schemas.values() {
+        let RefOr::T(Schema::OneOf(one)) = s else {
+            continue;
+        };
+        for item in &one.items {
+            if let RefOr::T(Schema::AllOf(all)) = item {
+                if let Some(RefOr::Ref(r)) = all.items.first() {
+                    if let Some(name) = r.ref_location.rsplit('/').next() {
+                        variants.push(name.to_owned());
+                    }
+                }
+            }
+        }
+    }
+    for name in variants {
+        if let Some(RefOr::T(Schema::Object(o))) = components.schemas.get_mut(&name) {
+            o.additional_properties = None;
+        }
+    }
+}
+
 /// The document served at `GET /v1/openapi.json`.
 pub fn document() -> OpenApi {
     let mut doc = ApiDoc::openapi();
@@ -130,6 +160,26 @@ mod tests {
 
     fn doc() -> Value {
         serde_json::from_str(document_json()).expect("openapi.json parses")
+    }
+
+    /// Each variant of a tagged union can carry its `type`: the schema it refers to does not
+    /// forbid other properties (schemathesis could build no `POST /v1/schedules` body).
+    #[test]
+    fn tagged_union_variants_admit_their_tag() {
+        let d = doc();
+        let schemas = &d["components"]["schemas"];
+        let variants = schemas["ScheduleTarget"]["oneOf"].as_array().unwrap();
+        assert_eq!(variants.len(), 2);
+        for v in variants {
+            let r = v["allOf"][0]["$ref"].as_str().unwrap();
+            let name = r.rsplit('/').next().unwrap();
+            assert_ne!(
+                schemas[name]["additionalProperties"],
+                Value::Bool(false),
+                "{name}"
+            );
+            assert_eq!(v["allOf"][1]["required"][0], "type");
+        }
     }
 
     #[test]
