@@ -343,6 +343,19 @@ impl Apps<'_> {
         )
     }
 
+    /// Deploy number `seq` of app `app_id` (a function's version `seq`).
+    pub async fn deploy_by_seq(&self, app_id: &str, seq: i64) -> Result<DeployRow, StoreError> {
+        let r = sqlx::query(&format!(
+            "SELECT {DEPLOY_COLUMNS} FROM app_deploys WHERE app_id = $1 AND seq = $2"
+        ))
+        .bind(app_id)
+        .bind(seq)
+        .fetch_optional(self.pool)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+        deploy_row(&r)
+    }
+
     pub async fn deploy(&self, id: &str) -> Result<DeployRow, StoreError> {
         let r = sqlx::query(&format!(
             "SELECT {DEPLOY_COLUMNS} FROM app_deploys WHERE id = $1"

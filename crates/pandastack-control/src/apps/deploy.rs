@@ -65,6 +65,12 @@ fn app_template(memory_mb: u32) -> String {
     }
 }
 
+/// Whether a deploy of `git_ref` builds an uploaded tarball (an app's upload, or a function's
+/// inline files packed as one) rather than fetching git.
+fn from_upload(git_ref: &str) -> bool {
+    git_ref == UPLOAD_REF || git_ref == super::function::INLINE_REF
+}
+
 /// The last `n` characters of `s`.
 fn tail(s: &str, n: usize) -> String {
     let count = s.chars().count();
@@ -182,16 +188,14 @@ impl Apps {
             "deploy #{} of {}: {}",
             run.row.seq,
             run.app.name,
-            if run.row.git_ref == UPLOAD_REF || run.row.git_ref == super::function::INLINE_REF {
+            if from_upload(&run.row.git_ref) {
                 "from an uploaded tarball".to_owned()
             } else {
                 format!("fetching {} at {}", run.config.git.url, run.row.git_ref)
             }
         ));
         let dir = self.deploy_dir(&run.row.id);
-        let fetched = if run.row.git_ref == UPLOAD_REF
-            || run.row.git_ref == super::function::INLINE_REF
-        {
+        let fetched = if from_upload(&run.row.git_ref) {
             let d = dir.clone();
             let (fetched, skipped) =
                 tokio::task::spawn_blocking(move || source::unpack_upload(&d.join(UPLOAD), &d))

@@ -438,10 +438,23 @@ impl Apps {
     /// Version `version` (its number) of a function.
     pub async fn version(&self, ws: &str, name: &str, version: u64) -> Result<DeployRow, AppError> {
         let row = self.fn_row(ws, name).await?;
-        let all = self.store.apps().deploys(&row.id, None, 10_000).await?;
-        all.into_iter()
-            .find(|d| d.seq as u64 == version)
-            .ok_or_else(|| AppError::DeployNotFound(format!("version {version} of {name}")))
+        self.version_of(&row, name, version).await
+    }
+
+    async fn version_of(
+        &self,
+        row: &AppRow,
+        name: &str,
+        version: u64,
+    ) -> Result<DeployRow, AppError> {
+        let seq = i64::try_from(version).unwrap_or(i64::MAX);
+        match self.store.apps().deploy_by_seq(&row.id, seq).await {
+            Ok(d) => Ok(d),
+            Err(StoreError::NotFound) => Err(AppError::DeployNotFound(format!(
+                "version {version} of {name}"
+            ))),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// `POST …/rollback`: makes an earlier built version live (default: the newest standby
@@ -453,13 +466,13 @@ impl Apps {
         req: &FunctionRollbackRequest,
     ) -> Result<DeployRow, AppError> {
         let row = self.fn_row(ws, name).await?;
-        let all = self.store.apps().deploys(&row.id, None, 10_000).await?;
         let target = match req.version {
-            Some(v) => all
-                .into_iter()
-                .find(|d| d.seq as u64 == v)
-                .ok_or_else(|| AppError::DeployNotFound(format!("version {v} of {name}")))?,
-            None => all
+            Some(v) => self.version_of(&row, name, v).await?,
+            None => self
+                .store
+                .apps()
+                .deploys(&row.id, None, 1000)
+                .await?
                 .into_iter()
                 .find(|d| d.state == DeployState::Standby && bake_snapshot(d).is_some())
                 .ok_or_else(|| {
@@ -572,7 +585,7 @@ impl Apps {
                 });
             }
             Ok(Ok(resp)) => {
-                self.release(take_conn(lease), true).await;
+                self.release(lease, true).await;
                 if resp.status() == hyper::StatusCode::BAD_REQUEST {
                     return Err(AppError::BadEvent(
                         String::from_utf8_lossy(resp.body()).into_owned(),
@@ -641,21 +654,13 @@ impl Apps {
         };
         Ok(Some((
             FunctionLease {
-                lease: Some(take_conn(lease)),
+                lease: Some(lease),
                 apps: self.clone(),
                 timeout: Duration::from_secs(f.timeout_seconds) + TIMEOUT_GRACE,
             },
             FUNCTION_PORT,
         )))
     }
-}
-
-/// The lease without its kept connection (the proxy dials through its own pool).
-fn take_conn(mut l: Lease) -> Lease {
-    if l.conn.as_ref().is_some_and(|c| c.is_closed()) {
-        l.conn = None;
-    }
-    l
 }
 
 /// An instance the proxy holds for one request; released when dropped.
