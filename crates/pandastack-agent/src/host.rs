@@ -108,6 +108,14 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
         Ok(vm_view(v))
     }
 
+    async fn create_with_memory_file(&self, template: &str, id: &str) -> HostResult<VmView> {
+        let (template, id) = (template.to_owned(), id.to_owned());
+        let v = self
+            .detached(move |a| async move { a.create_with_memory_file(&template, &id).await })
+            .await?;
+        Ok(vm_view(v))
+    }
+
     async fn create_from_snapshot(&self, snapshot: &str, id: &str) -> HostResult<VmView> {
         let (snapshot, id) = (snapshot.to_owned(), id.to_owned());
         let v = self
@@ -202,7 +210,15 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
     }
 
     async fn delete_snapshot(&self, snapshot_id: &str) -> HostResult<()> {
-        Ok(self.0.delete_snapshot(snapshot_id)?)
+        Ok(self.0.delete_snapshot(snapshot_id).await?)
+    }
+
+    async fn keep_standby(&self, snapshot_id: &str, count: usize) -> HostResult<usize> {
+        let snapshot_id = snapshot_id.to_owned();
+        let n = self
+            .detached(move |a| async move { a.keep_standby(&snapshot_id, count).await })
+            .await?;
+        Ok(n)
     }
 
     async fn create_volume(&self, id: &str, size_bytes: u64) -> HostResult<VolumeView> {

@@ -161,6 +161,19 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         Ok(view)
     }
 
+    /// Creates sandbox `id` from `template` with its RAM in a file of its own, so that its
+    /// snapshots are device state plus a reflink and restore by mapping (see
+    /// [`Runtime::create_with_memory_file`]). Takes no pooled VM.
+    pub async fn create_with_memory_file(
+        &self,
+        template: &str,
+        id: &str,
+    ) -> Result<SandboxView, AgentError> {
+        let t = self.template(template).await?;
+        let sb = self.rt.create_with_memory_file(&t, id).await?;
+        Ok(self.insert(SandboxVm::Running(sb)).await)
+    }
+
     /// Creates sandbox `id` from snapshot `snapshot_id`.
     pub async fn create_from_snapshot(
         &self,
@@ -374,9 +387,17 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         Ok((fork.snapshot, views))
     }
 
-    /// Deletes a snapshot's files.
-    pub fn delete_snapshot(&self, snapshot_id: &str) -> Result<(), AgentError> {
+    /// Deletes a snapshot's files (its stand-by processes first).
+    pub async fn delete_snapshot(&self, snapshot_id: &str) -> Result<(), AgentError> {
+        self.rt.drop_standby(snapshot_id).await;
         Ok(self.rt.delete_snapshot(snapshot_id)?)
+    }
+
+    /// Keeps `count` processes started and waiting for restores from snapshot `snapshot_id`
+    /// (fewer are stopped); returns how many wait. See `pandastack_runtime`'s `standby`.
+    pub async fn keep_standby(&self, snapshot_id: &str, count: usize) -> Result<usize, AgentError> {
+        let snap = self.rt.get_snapshot(snapshot_id)?;
+        Ok(self.rt.keep_standby(&snap, count).await?)
     }
 
     /// Stops a sandbox and removes its files. Idempotent for unknown ids is the caller's choice:
@@ -430,8 +451,10 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         })
     }
 
-    /// Stops the pool's VMs (sandboxes keep running: they outlive the agent).
+    /// Stops the pool's VMs and stand-by processes (sandboxes keep running: they outlive the
+    /// agent).
     pub async fn shutdown(&self) {
         self.rt.drain_pool().await;
+        self.rt.drain_standby().await;
     }
 }

@@ -22,6 +22,9 @@ pub enum ControlError {
 pub enum Source {
     /// A baked template (its name on the host).
     Template(String),
+    /// A baked template, the sandbox's RAM a file of its own: snapshots of it restore by
+    /// mapping instead of loading RAM ([`Host::create_with_memory_file`]).
+    TemplateWithMemoryFile(String),
     /// A snapshot.
     Snapshot(String),
 }
@@ -62,6 +65,9 @@ impl Sandboxes {
             .await?;
         let created = match &source {
             Source::Template(t) => self.host.create(t, &row.id).await,
+            Source::TemplateWithMemoryFile(t) => {
+                self.host.create_with_memory_file(t, &row.id).await
+            }
             Source::Snapshot(s) => self.host.create_from_snapshot(s, &row.id).await,
         };
         match created {

@@ -58,6 +58,12 @@ impl Host for StubHost {
     async fn create_from_snapshot(&self, _: &str, _: &str) -> HostResult<VmView> {
         nope()
     }
+    async fn create_with_memory_file(&self, _: &str, _: &str) -> HostResult<VmView> {
+        nope()
+    }
+    async fn keep_standby(&self, _: &str, _: usize) -> HostResult<usize> {
+        nope()
+    }
     async fn create_with_volumes(
         &self,
         _: &str,

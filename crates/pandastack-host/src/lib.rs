@@ -65,6 +65,11 @@ pub trait Host: Send + Sync + 'static {
         id: &str,
         volumes: Vec<VolumeMount>,
     ) -> HostResult<VmView>;
+    /// Creates sandbox `id` from `template` with its RAM in a file of its own: its snapshots
+    /// save device state and reflink that file, and sandboxes created from them map the RAM
+    /// copy-on-write instead of loading it (fast restores, e.g. function instances). Costs a
+    /// file as large as its RAM and page-cache sharing with other sandboxes of the template.
+    async fn create_with_memory_file(&self, template: &str, id: &str) -> HostResult<VmView>;
     /// Creates sandbox `id` from snapshot `snapshot`.
     async fn create_from_snapshot(&self, snapshot: &str, id: &str) -> HostResult<VmView>;
     /// Pauses the vCPUs in place (wakes a hibernated sandbox first).
@@ -98,6 +103,10 @@ pub trait Host: Send + Sync + 'static {
     ) -> HostResult<(SnapshotView, Vec<VmView>)>;
     /// Deletes a snapshot's files.
     async fn delete_snapshot(&self, snapshot_id: &str) -> HostResult<()>;
+    /// Keeps `count` VM processes started and waiting for restores from snapshot `snapshot_id`
+    /// (0 stops them): a create from it then only loads the state. Returns how many wait (0
+    /// for a snapshot with volume copies, which cannot use them).
+    async fn keep_standby(&self, snapshot_id: &str, count: usize) -> HostResult<usize>;
 
     // ---- volumes -----------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 //! Hibernate and wake. Hibernating pauses the sandbox, writes its whole state (device state and
 //! RAM) into its own directory and stops the VM process: it then costs disk only. Waking restores
 //! that state with the same disk, steps the clock and reseeds the RNG; processes inside carry on
-//! where they were. Volume slots keep their bindings: wake binds the same files (the guest still
+//! where they were. A sandbox whose RAM is a file of its own saves device state only and wakes
+//! with the same file mapped again. Volume slots keep their bindings: wake binds the same files (the guest still
 //! has them mounted), and unbound slots their placeholders. Both are all-or-nothing: a failed hibernate leaves the sandbox running, a
 //! failed wake leaves it hibernated.
 
@@ -11,7 +12,7 @@ use std::time::Instant;
 use pandastack_vm::{Memory, Vm, VmDriver, VmError, VmSpec};
 
 use crate::identity::{identify, GuestReadyError, Identity};
-use crate::sandbox::{Sandbox, SandboxInfo, ROOTFS};
+use crate::sandbox::{Sandbox, SandboxInfo, MEMORY, ROOTFS};
 use crate::{volumes, Runtime};
 
 /// The hibernation image inside a sandbox directory.
@@ -107,7 +108,11 @@ impl<D: VmDriver> Runtime<D> {
             kernel: h.info.kernel.clone(),
             rootfs: h.dir.join(ROOTFS),
             kernel_args: vec![],
-            memory: Memory::Anonymous,
+            memory: if h.info.memory_file {
+                Memory::SharedFile(h.dir.join(MEMORY))
+            } else {
+                Memory::Anonymous
+            },
             net: lease.map(|l| l.attach),
             volumes: volumes::disks_in(&h.dir, &h.info.volumes),
             run_dir: h.dir.clone(),

@@ -19,6 +19,7 @@ mod net;
 mod pool;
 mod sandbox;
 mod snapshot;
+mod standby;
 mod template;
 pub mod volumes;
 
@@ -49,6 +50,7 @@ pub struct Runtime<D: VmDriver> {
     data: DataDir,
     kernel: PathBuf,
     pool: pool::Pool<D::Vm>,
+    standbys: standby::Standbys<D::Vm>,
     net: Option<std::sync::Arc<pandastack_net::NetPool>>,
     /// How long a restored guest may take to answer ([`RESTORE_TIMEOUT`] unless set).
     restore_timeout: Duration,
@@ -61,6 +63,7 @@ impl<D: VmDriver> Runtime<D> {
             data,
             kernel,
             pool: pool::Pool::default(),
+            standbys: standby::Standbys::default(),
             net: None,
             restore_timeout: RESTORE_TIMEOUT,
         }

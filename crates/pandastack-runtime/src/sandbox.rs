@@ -35,10 +35,17 @@ pub struct SandboxInfo {
     /// placeholder, `slot<N>.img` in the sandbox directory). Kept across hibernate and wake.
     #[serde(default)]
     pub volumes: Vec<Option<VolumeDisk>>,
+    /// RAM is the sandbox's own file ([`MEMORY`] in its directory), mapped shared: a snapshot
+    /// or hibernation saves device state only and the file holds the RAM (see
+    /// [`Runtime::create_with_memory_file`]).
+    #[serde(default)]
+    pub memory_file: bool,
 }
 
 pub(crate) const INFO_FILE: &str = "sandbox.json";
 pub(crate) const ROOTFS: &str = "rootfs.ext4";
+/// A sandbox's (or snapshot's) own RAM file.
+pub(crate) const MEMORY: &str = "mem";
 
 impl SandboxInfo {
     pub(crate) fn load(dir: &Path) -> std::io::Result<Self> {
@@ -176,10 +183,20 @@ fn move_file(from: &Path, to: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Where a new sandbox's RAM comes from.
+pub(crate) enum Ram {
+    /// Mapped as given: a template's or snapshot's file copy-on-write, or anonymous memory
+    /// loaded from the state file.
+    Map(Memory),
+    /// A reflink of this file (a template's or snapshot's RAM) becomes the sandbox's own RAM
+    /// file, mapped shared.
+    OwnCopyOf(PathBuf),
+}
+
 /// Where a new sandbox's disk, memory and state come from.
 pub(crate) struct Source {
     pub rootfs: PathBuf,
-    pub memory: Memory,
+    pub ram: Ram,
     pub state: PathBuf,
     pub template: String,
     pub shape: Shape,
@@ -248,7 +265,7 @@ impl<D: VmDriver> Runtime<D> {
     ) -> Result<Sandbox<D::Vm>, CreateError> {
         let source = Source {
             rootfs: template.rootfs(),
-            memory: Memory::PrivateFile(template.memory()),
+            ram: Ram::Map(Memory::PrivateFile(template.memory())),
             state: template.state(),
             template: template.name.clone(),
             shape: template.shape,
@@ -258,6 +275,32 @@ impl<D: VmDriver> Runtime<D> {
             volumes: template_slots(template.volume_slots as usize, bindings)?,
         };
         self.create_from(source, Some(template), id).await
+    }
+
+    /// [`Runtime::create`] with the sandbox's RAM in a file of its own (a reflink of the
+    /// template's, mapped shared) instead of a private mapping of the template's. Such a
+    /// sandbox costs page-cache sharing with its siblings and a file as large as its RAM, and
+    /// gains cheap saves: a snapshot (or hibernation) writes device state only and reflinks
+    /// the file, and sandboxes restored from that snapshot map its RAM copy-on-write instead of
+    /// loading it. For VMs that exist to be snapshotted (function bakes, fork parents). Never
+    /// takes a pooled VM.
+    pub async fn create_with_memory_file(
+        &self,
+        template: &Template,
+        id: &str,
+    ) -> Result<Sandbox<D::Vm>, CreateError> {
+        let source = Source {
+            rootfs: template.rootfs(),
+            ram: Ram::OwnCopyOf(template.memory()),
+            state: template.state(),
+            template: template.name.clone(),
+            shape: template.shape,
+            kernel: template.kernel.clone(),
+            snapshot: None,
+            network: template.network,
+            volumes: template_slots(template.volume_slots as usize, &[])?,
+        };
+        self.create_from(source, None, id).await
     }
 
     /// Creates sandbox `id` from `source`; with `pooled`, a pre-started VM for that template is
@@ -313,12 +356,42 @@ impl<D: VmDriver> Runtime<D> {
             None => None,
         };
         let from_pool = warm.is_some();
+        // A process waiting for this snapshot's state (see `standby.rs`).
+        let standby = match (&warm, &source.snapshot) {
+            (None, Some(snap)) if poolable => self.standbys.take(snap),
+            _ => None,
+        };
+        let memory_file = matches!(source.ram, Ram::OwnCopyOf(_));
         let mut bound = vec![None; source.volumes.len()];
-        let (vm, net_slot, warm_agent) = match warm {
+        let (vm, net_slot, warm_agent) = match (warm, standby) {
             // Already restored and running, session open: only the identity is left to do.
-            Some(a) => (a.vm, a.net_slot, Some(a.agent)),
-            None => {
+            (Some(a), _) => (a.vm, a.net_slot, Some(a.agent)),
+            // Started, disk cloned, slot held: only the state is left to load.
+            (None, Some(s)) => {
+                let (vm, slot) = match s.adopt(dir) {
+                    Ok(adopted) => adopted,
+                    Err((e, vm, slot)) => {
+                        let _ = vm.stop().await;
+                        self.net_release(slot).await;
+                        return Err(e.into());
+                    }
+                };
+                // On failure finish_restore stops the process itself.
+                if let Err(e) = self.driver.finish_restore(&vm, &source.state).await {
+                    self.net_release(slot).await;
+                    return Err(e.into());
+                }
+                (vm, slot, None)
+            }
+            (None, None) => {
                 clone_file(&source.rootfs, &dir.join(ROOTFS))?;
+                let memory = match &source.ram {
+                    Ram::Map(m) => m.clone(),
+                    Ram::OwnCopyOf(from) => {
+                        clone_file(from, &dir.join(MEMORY))?;
+                        Memory::SharedFile(dir.join(MEMORY))
+                    }
+                };
                 bound = bind_slots(&source.volumes, dir)?;
                 let lease = self.net_acquire(source.network).await?;
                 let spec = VmSpec {
@@ -328,7 +401,7 @@ impl<D: VmDriver> Runtime<D> {
                     kernel: source.kernel.clone(),
                     rootfs: dir.join(ROOTFS),
                     kernel_args: vec![],
-                    memory: source.memory.clone(),
+                    memory,
                     net: lease.as_ref().map(|l| l.attach.clone()),
                     volumes: volumes::disks_in(dir, &bound),
                     run_dir: dir.to_owned(),
@@ -365,6 +438,7 @@ impl<D: VmDriver> Runtime<D> {
             network: source.network,
             net_slot,
             volumes: bound,
+            memory_file,
         };
         let ready = async {
             let identity = Identity::New { hostname: id };

@@ -10,7 +10,13 @@
 //! sandbox restored from the snapshot, and so each fork child, gets a reflink of that copy in
 //! its own directory, never the live volume (see [`crate::volumes`]).
 //!
-//! Layout: `snapshots/<id>/{state, rootfs.ext4, vol<N>.img…, snapshot.json}`; built in
+//! A sandbox whose RAM is a file of its own ([`Runtime::create_with_memory_file`]) is saved
+//! differently: the state file holds device state only and the RAM file is reflinked into the
+//! snapshot (`mem`) in the same pause; sandboxes restored from such a snapshot map that file
+//! copy-on-write (read-only, like a template's) instead of loading RAM from the state, so a
+//! restore reads only the pages the guest touches.
+//!
+//! Layout: `snapshots/<id>/{state, rootfs.ext4, mem?, vol<N>.img…, snapshot.json}`; built in
 //! `<id>.partial` and renamed when complete, so a crash never leaves a snapshot that looks
 //! usable.
 
@@ -18,11 +24,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use pandastack_vm::{Memory, Vm, VmDriver, VmError, VolumeDisk};
+use pandastack_vm::{Vm, VmDriver, VmError, VolumeDisk};
 use serde::{Deserialize, Serialize};
 
 use crate::files::clone_file;
-use crate::sandbox::{now_unix_ms, CreateError, Sandbox, Source, ROOTFS};
+use crate::sandbox::{now_unix_ms, CreateError, Ram, Sandbox, Source, MEMORY, ROOTFS};
 use crate::template::Shape;
 use crate::volumes::{self, SlotSource, SnapshotVolume};
 use crate::{valid_id, Runtime};
@@ -45,6 +51,9 @@ pub struct Snapshot {
     /// is [`Snapshot::volume`]), `None` for a placeholder.
     #[serde(default)]
     pub volumes: Vec<Option<SnapshotVolume>>,
+    /// RAM is in the snapshot's own file ([`Snapshot::memory`]), not in the state file.
+    #[serde(default)]
+    pub memory_file: bool,
     pub created_unix_ms: u64,
     /// Disk space the snapshot's own files take (allocated blocks; the disk shares unchanged
     /// blocks with its sandbox through the reflink).
@@ -61,6 +70,10 @@ impl Snapshot {
     }
     pub fn rootfs(&self) -> PathBuf {
         self.dir.join(ROOTFS)
+    }
+    /// The RAM file (when [`Snapshot::memory_file`]).
+    pub fn memory(&self) -> PathBuf {
+        self.dir.join(MEMORY)
     }
     /// The snapshot's copy of the volume bound to slot `slot` (if one was).
     pub fn volume(&self, slot: usize) -> PathBuf {
@@ -144,7 +157,11 @@ impl<D: VmDriver> Runtime<D> {
         sandbox.vm.pause().await?;
         // Paused: vCPUs stopped and block requests drained, so state and disks agree.
         let captured = async {
+            // With a RAM file of its own, the state is device state only: the file is the RAM.
             sandbox.vm.save_state(&work.join(STATE)).await?;
+            if sandbox.info.memory_file {
+                clone_file(&sandbox.dir.join(MEMORY), &work.join(MEMORY))?;
+            }
             clone_file(&sandbox.rootfs(), &work.join(ROOTFS))?;
             for (slot, disk) in sandbox.info.volumes.iter().enumerate() {
                 if let Some(disk) = disk {
@@ -176,8 +193,10 @@ impl<D: VmDriver> Runtime<D> {
             kernel: sandbox.info.kernel.clone(),
             network: sandbox.info.network,
             volumes: volumes.clone(),
+            memory_file: sandbox.info.memory_file,
             created_unix_ms: now_unix_ms(),
             size_bytes: allocated(&work.join(STATE))
+                + allocated(&work.join(MEMORY))
                 + allocated(&work.join(ROOTFS))
                 + (0..volumes.len())
                     .map(|slot| allocated(&work.join(volumes::copy_name(slot))))
@@ -215,7 +234,8 @@ impl<D: VmDriver> Runtime<D> {
     }
 
     /// Deletes a snapshot's files. Sandboxes restored from it are unaffected (their disks are
-    /// reflinks, their RAM was loaded).
+    /// reflinks, their RAM was loaded or maps the file, which lives on while mapped). Stop its
+    /// stand-by processes first ([`Runtime::drop_standby`]).
     pub fn delete_snapshot(&self, snapshot_id: &str) -> Result<(), SnapshotError> {
         let s = self.get_snapshot(snapshot_id)?;
         std::fs::remove_dir_all(s.dir)?;
@@ -265,7 +285,7 @@ impl<D: VmDriver> Runtime<D> {
         }
         let source = Source {
             rootfs: snapshot.rootfs(),
-            memory: Memory::Anonymous,
+            ram: Ram::Map(crate::standby::memory_of(snapshot)),
             state: snapshot.state(),
             template: snapshot.template.clone(),
             shape: snapshot.shape,

@@ -1,5 +1,5 @@
-//! The sandbox runtime with real guests: snapshot and fork of a running sandbox, hibernate and
-//! wake, the pool of pre-started VMs, re-attach after a restart, and cleanup on bad input.
+//! The sandbox runtime with real guests: snapshot and fork of a running sandbox (also one whose
+//! RAM is a file of its own, and restores from stand-by processes), hibernate and wake, the pool of pre-started VMs, re-attach after a restart, and cleanup on bad input.
 
 use std::time::Duration;
 
@@ -185,6 +185,175 @@ async fn hibernate_then_wake_keeps_running_processes() {
     };
     assert_counting_from(&sb, before).await;
     rt.destroy(sb).await.unwrap();
+}
+
+/// sha256 of a file, hex.
+fn file_sha256(path: &std::path::Path) -> String {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).unwrap();
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_with_a_memory_file_snapshots_without_its_ram_and_children_map_it() {
+    let rt = runtime().await;
+    let t = bake(&rt, "memfile").await;
+    let template_mem = file_sha256(&t.memory());
+    let parent = within(STEP, "create", rt.create_with_memory_file(&t, "mf-parent"))
+        .await
+        .unwrap();
+    assert!(parent.info.memory_file);
+    assert!(
+        parent.dir.join("mem").is_file(),
+        "the sandbox's own RAM file"
+    );
+    start_counter(&parent).await;
+    let out = exec(
+        &parent.agent,
+        "echo disk > /root/before && head -c 8000000 /dev/urandom > /dev/shm/before && sync && sha256sum /dev/shm/before | cut -d' ' -f1",
+    )
+    .await;
+    let ram_sum = out.stdout.trim().to_owned();
+    assert_eq!(ram_sum.len(), 64, "{out:?}");
+    let at_fork = counter(&parent).await;
+
+    let ids = vec!["mf-a".to_owned(), "mf-b".to_owned()];
+    let fork = within(STEP, "fork", rt.fork(&parent, "mf-snap", &ids))
+        .await
+        .expect("fork");
+    let snap = fork.snapshot;
+    // The state file holds device state only; the RAM is the snapshot's reflinked file.
+    assert!(snap.memory_file);
+    let state_bytes = std::fs::metadata(snap.state()).unwrap().len();
+    assert!(
+        state_bytes < 8 << 20,
+        "state file of {state_bytes} bytes: RAM was written into it"
+    );
+    assert!(snap.memory().is_file());
+    eprintln!(
+        "fork of 2 with a memory file in {:?}; state {} KiB, parent paused {} ms",
+        fork.took,
+        state_bytes >> 10,
+        snap.paused_ms
+    );
+    let snap_mem = file_sha256(&snap.memory());
+    let [a, b]: [Sandbox<QemuVm>; 2] = fork.children.try_into().ok().expect("two children");
+    for child in [&a, &b] {
+        assert!(
+            !child.info.memory_file,
+            "children map the snapshot's file privately"
+        );
+        assert!(has(child, "/root/before").await, "{}: disk file", child.id);
+        let sum = exec(&child.agent, "sha256sum /dev/shm/before | cut -d' ' -f1").await;
+        assert_eq!(sum.stdout.trim(), ram_sum, "{}: RAM content", child.id);
+        assert_counting_from(child, at_fork).await;
+    }
+    assert_eq!(hostname(&a).await, "mf-a");
+
+    // Writes after the fork stay where they were made: the parent writes its own RAM file,
+    // children their private copies; neither reaches the snapshot's file.
+    exec(&parent.agent, "echo p > /dev/shm/p-late").await;
+    exec(
+        &a.agent,
+        "echo a > /dev/shm/a-only; head -c 64000000 /dev/zero > /dev/shm/fill; rm /dev/shm/fill; sync",
+    )
+    .await;
+    assert!(
+        !has(&b, "/dev/shm/a-only").await,
+        "sibling sees child's RAM"
+    );
+    assert!(
+        !has(&parent, "/dev/shm/a-only").await,
+        "parent sees child's RAM"
+    );
+    assert!(
+        !has(&a, "/dev/shm/p-late").await,
+        "child sees parent's later RAM"
+    );
+    let late = within(STEP, "restore", rt.create_from_snapshot(&snap, "mf-late"))
+        .await
+        .unwrap();
+    assert!(
+        !has(&late, "/dev/shm/p-late").await,
+        "snapshot took the parent's later write"
+    );
+    assert!(has(&late, "/dev/shm/before").await);
+    assert_eq!(
+        file_sha256(&snap.memory()),
+        snap_mem,
+        "the snapshot's RAM file changed"
+    );
+
+    // A stand-by process (started, disk cloned, waiting for the state) serves the next
+    // restore, which is still a restore from the snapshot with its own identity.
+    assert_eq!(rt.keep_standby(&snap, 1).await.unwrap(), 1);
+    assert_eq!(rt.standby_count(&snap.id), 1);
+    let stood = within(
+        STEP,
+        "restore",
+        rt.create_from_snapshot(&snap, "mf-standby"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        rt.standby_count(&snap.id),
+        0,
+        "the restore took the waiting process"
+    );
+    assert_eq!(hostname(&stood).await, "mf-standby");
+    assert!(!has(&stood, "/dev/shm/p-late").await);
+    assert_counting_from(&stood, at_fork).await;
+    assert_eq!(rt.keep_standby(&snap, 1).await.unwrap(), 1);
+    rt.drop_standby(&snap.id).await;
+    assert_eq!(rt.standby_count(&snap.id), 0);
+
+    // Hibernate saves device state only and wake maps the same file again.
+    let pid = parent.vm.pid();
+    let h = match within(STEP, "hibernate", rt.hibernate(parent)).await {
+        Ok(h) => h,
+        Err((e, _)) => panic!("hibernate: {e:#}"),
+    };
+    assert!(!alive(pid));
+    let hib_bytes = std::fs::metadata(h.state()).unwrap().len();
+    assert!(
+        hib_bytes < 8 << 20,
+        "hibernation image of {hib_bytes} bytes"
+    );
+    let parent = match within(STEP, "wake", rt.wake(h)).await {
+        Ok(sb) => sb,
+        Err((e, _)) => panic!("wake: {e:#}"),
+    };
+    assert!(has(&parent, "/dev/shm/p-late").await);
+    let sum = exec(&parent.agent, "sha256sum /dev/shm/before | cut -d' ' -f1").await;
+    assert_eq!(sum.stdout.trim(), ram_sum);
+    assert_counting_from(&parent, at_fork).await;
+
+    for sb in [parent, a, b, late, stood] {
+        rt.destroy(sb).await.unwrap();
+    }
+    rt.delete_snapshot(&snap.id).unwrap();
+    assert_eq!(
+        file_sha256(&t.memory()),
+        template_mem,
+        "the template's RAM file changed"
+    );
+    assert!(no_qemu_under(rt.data().root()));
+    let left: Vec<_> = std::fs::read_dir(rt.data().root().join("sandboxes"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -399,6 +399,9 @@ impl Apps {
         self.set(run, DeployState::Live)
             .await
             .map_err(|e| e.to_string())?;
+        if run.config.function.is_some() {
+            self.function_went_live(&run.row, previous.as_deref()).await;
+        }
         if let Some(p) = previous.filter(|p| *p != run.row.id) {
             self.retire(&app, p);
         }
@@ -515,7 +518,9 @@ impl Apps {
         }
     }
 
-    /// A new VM for the deploy (no idle timeout while it builds).
+    /// A new VM for the deploy (no idle timeout while it builds). A function's VM gets its RAM
+    /// in a file of its own, so its bake snapshot is that file (a reflink) and every instance
+    /// maps it instead of loading the whole RAM.
     async fn new_vm(&self, run: &Run) -> Result<SandboxRow, String> {
         let template = app_template(run.config.memory_mb);
         let mut row = SandboxRow::service(
@@ -528,16 +533,18 @@ impl Apps {
             ]),
         );
         row.on_timeout = OnTimeout::Hibernate;
-        self.sandboxes
-            .create(row, Source::Template(template))
-            .await
-            .map_err(|e| {
-                format!(
-                    "VM of template {}: {}",
-                    app_template(run.config.memory_mb),
-                    error_chain(&e)
-                )
-            })
+        let source = if run.config.function.is_some() {
+            Source::TemplateWithMemoryFile(template)
+        } else {
+            Source::Template(template)
+        };
+        self.sandboxes.create(row, source).await.map_err(|e| {
+            format!(
+                "VM of template {}: {}",
+                app_template(run.config.memory_mb),
+                error_chain(&e)
+            )
+        })
     }
 
     /// Puts the source tarball into the VM and unpacks it in [`APP_DIR`].

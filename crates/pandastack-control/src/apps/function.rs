@@ -495,7 +495,25 @@ impl Apps {
             .apps()
             .switch_live(&row.id, &target.id, row.live_deploy_id.as_deref(), now_ms())
             .await?;
+        self.function_went_live(&target, row.live_deploy_id.as_deref())
+            .await;
         Ok(self.store.apps().deploy(&target.id).await?)
+    }
+
+    /// Version `live` of a function went live in place of `previous`: its snapshot gets a
+    /// stand-by process, the previous one's is stopped.
+    pub(crate) async fn function_went_live(&self, live: &DeployRow, previous: Option<&str>) {
+        if let Some(s) = bake_snapshot(live) {
+            self.keep_standby(s, 1);
+        }
+        let Some(p) = previous.filter(|p| *p != live.id) else {
+            return;
+        };
+        if let Ok(d) = self.store.apps().deploy(p).await {
+            if let Some(s) = bake_snapshot(&d) {
+                self.keep_standby(s, 0);
+            }
+        }
     }
 
     /// The live version of a function and its snapshot.

@@ -6,6 +6,10 @@
 //! no longer live, are deleted by the sweeper; a call that runs past its time limit takes its
 //! instance with it (the handler may still be running: nothing else may use that VM).
 //!
+//! Each version that is live keeps one VM process started and waiting for its snapshot's state
+//! (a stand-by, see `pandastack_runtime`'s `standby`), refilled after every cold call, so a
+//! cold call skips process start; versions no longer live have theirs stopped.
+//!
 //! The pool is this process's memory: instance VMs are sandboxes of the function's workspace
 //! (rows with [`INSTANCE_METADATA`]), and a restarted server deletes the ones it finds, since
 //! it no longer knows who uses them.
@@ -48,6 +52,8 @@ struct Version {
     /// The function's idle time, for the sweeper.
     idle: Duration,
     app_id: String,
+    /// The version's baked snapshot.
+    snapshot: String,
 }
 
 /// Every function instance of this host, by version.
@@ -120,6 +126,7 @@ impl Apps {
                 let v = map.entry(deploy.to_owned()).or_default();
                 v.idle = limits.idle;
                 v.app_id.clone_from(&app.id);
+                v.snapshot = snapshot.to_owned();
                 if let Some(i) = v
                     .instances
                     .iter_mut()
@@ -146,6 +153,8 @@ impl Apps {
             }
         }
         let made = self.restore_instance(app, deploy, snapshot).await;
+        // The restore took the waiting process (if there was one): start the next.
+        self.keep_standby(snapshot, 1);
         let mut map = lock(&self.instances);
         let v = map.entry(deploy.to_owned()).or_default();
         v.starting = v.starting.saturating_sub(1);
@@ -204,6 +213,19 @@ impl Apps {
         if let Some(sb) = removed {
             self.delete_instance(&sb).await;
         }
+    }
+
+    /// Keeps `count` VM processes started and waiting for restores from `snapshot` on this
+    /// host (a cold call then only loads the state), in the background; a failure is logged
+    /// and calls restore without one.
+    pub(crate) fn keep_standby(&self, snapshot: &str, count: usize) {
+        let host = self.host.clone();
+        let snapshot = snapshot.to_owned();
+        tokio::spawn(async move {
+            if let Err(e) = host.keep_standby(&snapshot, count).await {
+                tracing::warn!(snapshot = %snapshot, count, error = %error_chain(&e), "stand-by processes for a function snapshot");
+            }
+        });
     }
 
     async fn restore_instance(
@@ -293,7 +315,11 @@ impl Apps {
                         !stale
                     });
                     if v.instances.is_empty() && v.starting == 0 {
-                        map.remove(&deploy);
+                        if let Some(v) = map.remove(&deploy) {
+                            if !live {
+                                self.keep_standby(&v.snapshot, 0);
+                            }
+                        }
                     }
                     out
                 };
@@ -355,6 +381,7 @@ impl Apps {
     }
 
     async fn dial(&self, sandbox: &str, port: u16) -> Result<Conn, String> {
+        let t = Instant::now();
         let io = self
             .host
             .connect_port(sandbox, port)
@@ -366,6 +393,12 @@ impl Apps {
         tokio::spawn(async move {
             let _ = conn.await;
         });
+        tracing::debug!(
+            sandbox,
+            port,
+            ms = t.elapsed().as_secs_f64() * 1e3,
+            "dialled the function runtime"
+        );
         Ok(send)
     }
 }

@@ -35,6 +35,9 @@ enum BenchWhat {
     Apps(super::bench_apps::AppsArgs),
     /// Functions: a NumPy deploy, cold and warm calls, 16 at once, cron dispatch jitter.
     Functions(super::bench_functions::FunctionsArgs),
+    /// The regression guard: a new run against the committed one (bench/<name>.json), each
+    /// metric's ratio, flagging any more than 1.25x worse (exit status 1).
+    Diff(super::bench_diff::DiffArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -103,6 +106,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchWhat::Databases(a) => super::bench_databases::run(a).await,
         BenchWhat::Apps(a) => super::bench_apps::run(a).await,
         BenchWhat::Functions(a) => super::bench_functions::run(a).await,
+        BenchWhat::Diff(a) => super::bench_diff::run(a),
     }
 }
 

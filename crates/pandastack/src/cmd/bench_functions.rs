@@ -10,6 +10,7 @@
 //!   `deploy_python_numpy_first_s` is kept apart when `--deploys` > 1;
 //! - `invoke_cold_ms`: `POST …/invoke` with no warm instance (the idle time set to 1 s and the
 //!   instances gone): the call restores an instance from the baked snapshot (`cold: true`);
+//!   `handler_cold_ms` is the handler's own time in those calls (its first run in a new VM);
 //! - `invoke_warm_ms`: sequential calls answered by a warm instance (`cold: false`);
 //!   `handler_ms` is the handler's own time as the runtime reports it;
 //! - `invoke_concurrent16_ms`: 16 calls at once (concurrency 4 × 4 instances, warmed first),
@@ -226,6 +227,9 @@ async fn measure(b: &Bench, a: &FunctionsArgs, s: &mut Samples) -> anyhow::Resul
             bail!("a call with no warm instance was not cold: {v}");
         }
         push(s, "invoke_cold_ms", took);
+        if let Some(h) = v["duration_ms"].as_f64() {
+            push(s, "handler_cold_ms", h);
+        }
     }
     b.patch(name, json!({"idle_seconds": 600})).await?;
 

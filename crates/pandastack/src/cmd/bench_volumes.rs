@@ -219,7 +219,12 @@ pub(crate) async fn start_server(
 fn spawn_server(args: &[String]) -> anyhow::Result<Child> {
     std::process::Command::new(std::env::current_exe()?)
         .args(args)
-        .env("PANDASTACK_LOG", "warn")
+        // The caller's PANDASTACK_LOG (e.g. `pandastack_runtime=debug` to see each restore's
+        // phases) reaches the server; warnings only otherwise.
+        .env(
+            "PANDASTACK_LOG",
+            std::env::var("PANDASTACK_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::null())
         .spawn()
         .context("start pandastack server")

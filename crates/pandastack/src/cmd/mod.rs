@@ -8,6 +8,7 @@ pub mod bench;
 mod bench_api;
 mod bench_apps;
 mod bench_databases;
+mod bench_diff;
 mod bench_functions;
 mod bench_objects;
 mod bench_volumes;

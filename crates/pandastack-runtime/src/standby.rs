@@ -1,0 +1,203 @@
+//! Stand-by VM processes for restores from one snapshot: the hypervisor process started with the
+//! snapshot's memory mapping, a clone of its disk and a network slot, waiting for device state
+//! (QEMU `-incoming`). Nothing of the snapshot has run in it: a restore that takes one only loads
+//! the state, and the guest starts from the snapshot exactly as in any other restore (new
+//! identity, fresh entropy). What it takes off the restore path is process start, the disk clone
+//! and the slot — for function instances, each restored from their version's snapshot, that is
+//! about half of the restore under TCG.
+//!
+//! Unlike the template pool (`pool.rs`), whose VMs are already running, stand-by processes hold
+//! no guest state, so a restore from one is still a restore ("cold"). Only snapshots without
+//! volume copies qualify (a stand-by process has every slot on a placeholder). Directories use
+//! the pool's prefix, so start-up reconciliation removes those a previous process left.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use pandastack_vm::{Memory, Vm, VmDriver, VmSpec};
+
+use crate::files::clone_file;
+use crate::pool::POOL_PREFIX;
+use crate::sandbox::{CreateError, ROOTFS};
+use crate::snapshot::Snapshot;
+use crate::{volumes, Runtime};
+
+/// One waiting process, its run directory and network slot.
+pub(crate) struct Standby<V> {
+    pub dir: PathBuf,
+    pub vm: V,
+    pub net_slot: Option<u32>,
+}
+
+/// Waiting processes by snapshot id.
+pub(crate) struct Standbys<V> {
+    by_snapshot: Mutex<HashMap<String, Vec<Standby<V>>>>,
+}
+
+impl<V> Default for Standbys<V> {
+    fn default() -> Self {
+        Self {
+            by_snapshot: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<V> Standbys<V> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Standby<V>>>> {
+        self.by_snapshot.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn take(&self, snapshot: &str) -> Option<Standby<V>> {
+        self.lock().get_mut(snapshot).and_then(Vec::pop)
+    }
+
+    fn put(&self, snapshot: &str, s: Standby<V>) {
+        self.lock().entry(snapshot.to_owned()).or_default().push(s);
+    }
+
+    fn len(&self, snapshot: &str) -> usize {
+        self.lock().get(snapshot).map_or(0, Vec::len)
+    }
+
+    fn take_snapshot(&self, snapshot: &str) -> Vec<Standby<V>> {
+        self.lock().remove(snapshot).unwrap_or_default()
+    }
+
+    fn take_all(&self) -> Vec<Standby<V>> {
+        self.lock().drain().flat_map(|(_, v)| v).collect()
+    }
+}
+
+/// Whether restores from `snapshot` can use stand-by processes (no volume copies to bind).
+pub(crate) fn qualifies(snapshot: &Snapshot) -> bool {
+    snapshot.volumes.iter().all(Option::is_none)
+}
+
+/// What a restore runs with: the snapshot's RAM file mapped copy-on-write, or anonymous RAM
+/// loaded from the state.
+pub(crate) fn memory_of(snapshot: &Snapshot) -> Memory {
+    if snapshot.memory_file {
+        Memory::PrivateFile(snapshot.memory())
+    } else {
+        Memory::Anonymous
+    }
+}
+
+impl<D: VmDriver> Runtime<D> {
+    /// Starts processes until `count` wait for restores from `snapshot` (fewer are stopped).
+    /// Returns how many wait. A snapshot with volume copies gets none.
+    pub async fn keep_standby(
+        &self,
+        snapshot: &Snapshot,
+        count: usize,
+    ) -> Result<usize, CreateError> {
+        if !qualifies(snapshot) {
+            return Ok(0);
+        }
+        while self.standbys.len(&snapshot.id) > count {
+            match self.standbys.take(&snapshot.id) {
+                Some(s) => self.discard_standby(s).await,
+                None => break,
+            }
+        }
+        while self.standbys.len(&snapshot.id) < count {
+            let s = self.start_standby(snapshot).await?;
+            self.standbys.put(&snapshot.id, s);
+        }
+        Ok(self.standbys.len(&snapshot.id))
+    }
+
+    /// Processes waiting for restores from `snapshot_id`.
+    pub fn standby_count(&self, snapshot_id: &str) -> usize {
+        self.standbys.len(snapshot_id)
+    }
+
+    /// Stops the processes waiting for `snapshot_id` (before its files go).
+    pub async fn drop_standby(&self, snapshot_id: &str) {
+        for s in self.standbys.take_snapshot(snapshot_id) {
+            self.discard_standby(s).await;
+        }
+    }
+
+    /// Stops every stand-by process (at shutdown).
+    pub async fn drain_standby(&self) {
+        for s in self.standbys.take_all() {
+            self.discard_standby(s).await;
+        }
+    }
+
+    pub(crate) async fn discard_standby(&self, s: Standby<D::Vm>) {
+        let _ = s.vm.stop().await;
+        self.net_release(s.net_slot).await;
+        let _ = std::fs::remove_dir_all(&s.dir);
+    }
+
+    async fn start_standby(&self, snapshot: &Snapshot) -> Result<Standby<D::Vm>, CreateError> {
+        let name = format!("{POOL_PREFIX}{:08x}", rand::random::<u32>());
+        let dir = self.data.sandbox(&name);
+        std::fs::create_dir(&dir)?;
+        let lease = match self.net_acquire(snapshot.network).await {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e.into());
+            }
+        };
+        let net_slot = lease.as_ref().map(|l| l.index);
+        let started = async {
+            clone_file(&snapshot.rootfs(), &dir.join(ROOTFS))?;
+            let volumes = (0..snapshot.volumes.len())
+                .map(|slot| volumes::placeholder(&dir, slot))
+                .collect::<Result<Vec<_>, _>>()?;
+            let spec = VmSpec {
+                id: name.clone(),
+                vcpus: snapshot.shape.vcpus,
+                memory_mib: snapshot.shape.memory_mib,
+                kernel: snapshot.kernel.clone(),
+                rootfs: dir.join(ROOTFS),
+                kernel_args: vec![],
+                memory: memory_of(snapshot),
+                net: lease.map(|l| l.attach),
+                volumes,
+                run_dir: dir.clone(),
+            };
+            Ok::<_, CreateError>(self.driver.prepare_restore(&spec).await?)
+        }
+        .await;
+        match started {
+            Ok(vm) => Ok(Standby { dir, vm, net_slot }),
+            Err(e) => {
+                self.net_release(net_slot).await;
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl<V: Vm> Standby<V> {
+    /// Moves the run directory to `dir` (an empty directory, replaced atomically); the process
+    /// keeps working across the rename (see `pool.rs`). On failure the directory is removed and
+    /// the process and slot are handed back for the caller to stop and release.
+    pub(crate) fn adopt(
+        self,
+        dir: &std::path::Path,
+    ) -> Result<(V, Option<u32>), (std::io::Error, V, Option<u32>)> {
+        let Standby {
+            dir: from,
+            mut vm,
+            net_slot,
+        } = self;
+        match std::fs::rename(&from, dir) {
+            Ok(()) => {
+                vm.relocate(dir.to_owned());
+                Ok((vm, net_slot))
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&from);
+                Err((e, vm, net_slot))
+            }
+        }
+    }
+}
