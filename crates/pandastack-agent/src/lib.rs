@@ -389,8 +389,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
 
     /// Deletes a snapshot's files (its stand-by processes first).
     pub async fn delete_snapshot(&self, snapshot_id: &str) -> Result<(), AgentError> {
-        self.rt.drop_standby(snapshot_id).await;
-        Ok(self.rt.delete_snapshot(snapshot_id)?)
+        Ok(self.rt.delete_snapshot_and_standby(snapshot_id).await?)
     }
 
     /// Keeps `count` processes started and waiting for restores from snapshot `snapshot_id`

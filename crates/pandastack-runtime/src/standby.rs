@@ -33,12 +33,16 @@ pub(crate) struct Standby<V> {
 /// Waiting processes by snapshot id.
 pub(crate) struct Standbys<V> {
     by_snapshot: Mutex<HashMap<String, Vec<Standby<V>>>>,
+    /// Held by changes of the set (start, stop), so a stop for a snapshot being deleted
+    /// cannot miss a process that a concurrent start is still bringing up.
+    changing: tokio::sync::Mutex<()>,
 }
 
 impl<V> Default for Standbys<V> {
     fn default() -> Self {
         Self {
             by_snapshot: Mutex::new(HashMap::new()),
+            changing: tokio::sync::Mutex::new(()),
         }
     }
 }
@@ -95,6 +99,11 @@ impl<D: VmDriver> Runtime<D> {
         if !qualifies(snapshot) {
             return Ok(0);
         }
+        let _changing = self.standbys.changing.lock().await;
+        if !snapshot.state().is_file() {
+            // Deleted meanwhile (its stand-by processes were stopped with it).
+            return Ok(0);
+        }
         while self.standbys.len(&snapshot.id) > count {
             match self.standbys.take(&snapshot.id) {
                 Some(s) => self.discard_standby(s).await,
@@ -115,13 +124,28 @@ impl<D: VmDriver> Runtime<D> {
 
     /// Stops the processes waiting for `snapshot_id` (before its files go).
     pub async fn drop_standby(&self, snapshot_id: &str) {
+        let _changing = self.standbys.changing.lock().await;
         for s in self.standbys.take_snapshot(snapshot_id) {
             self.discard_standby(s).await;
         }
     }
 
+    /// Stops the stand-by processes of `snapshot_id`, then deletes the snapshot's files, with
+    /// no start of another in between.
+    pub async fn delete_snapshot_and_standby(
+        &self,
+        snapshot_id: &str,
+    ) -> Result<(), crate::SnapshotError> {
+        let _changing = self.standbys.changing.lock().await;
+        for s in self.standbys.take_snapshot(snapshot_id) {
+            self.discard_standby(s).await;
+        }
+        self.delete_snapshot(snapshot_id)
+    }
+
     /// Stops every stand-by process (at shutdown).
     pub async fn drain_standby(&self) {
+        let _changing = self.standbys.changing.lock().await;
         for s in self.standbys.take_all() {
             self.discard_standby(s).await;
         }
@@ -176,14 +200,14 @@ impl<D: VmDriver> Runtime<D> {
     }
 }
 
+/// A failed adoption: the error, and the process and slot for the caller to stop and release.
+type AdoptError<V> = (std::io::Error, V, Option<u32>);
+
 impl<V: Vm> Standby<V> {
     /// Moves the run directory to `dir` (an empty directory, replaced atomically); the process
     /// keeps working across the rename (see `pool.rs`). On failure the directory is removed and
     /// the process and slot are handed back for the caller to stop and release.
-    pub(crate) fn adopt(
-        self,
-        dir: &std::path::Path,
-    ) -> Result<(V, Option<u32>), (std::io::Error, V, Option<u32>)> {
+    pub(crate) fn adopt(self, dir: &std::path::Path) -> Result<(V, Option<u32>), AdoptError<V>> {
         let Standby {
             dir: from,
             mut vm,

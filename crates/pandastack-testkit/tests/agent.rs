@@ -123,7 +123,7 @@ async fn lifecycle_auto_wake_fork_and_restart() {
         .map(|e| e.file_name())
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
-    agent.delete_snapshot("snap-one").unwrap();
+    agent.delete_snapshot("snap-one").await.unwrap();
 }
 
 /// A template whose memory image was changed after its bake (here: a hole punched into it, as a

@@ -24,6 +24,7 @@ import inspect
 import io
 import json
 import os
+import queue
 import sys
 import threading
 import time
@@ -173,9 +174,12 @@ class _Handler(BaseHTTPRequestHandler):
             if k.lower() not in ("content-length", "transfer-encoding", "connection"):
                 self.send_header(k, str(v))
         self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
+        # end_headers() by hand, with the body in the same write: one segment per answer, so
+        # the answer crosses the guest agent's port forwarding as one message, not two.
+        self._headers_buffer.append(b"\r\n")
         if self.command != "HEAD":
-            self.wfile.write(body)
+            self._headers_buffer.append(body)
+        self.flush_headers()
 
     def _body(self):
         n = int(self.headers.get("Content-Length") or 0)
@@ -257,8 +261,36 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _Server(ThreadingHTTPServer):
+    """A thread per connection, as ThreadingHTTPServer; but connections go first to spare
+    threads started before the snapshot, so the first call of a restored instance does not
+    create a thread (slow under emulation) — a new one is started only when none is free."""
+
     daemon_threads = True
     allow_reuse_address = True
+    spares = 2
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._handoff = queue.SimpleQueue()
+        self._free = 0
+        self._free_lock = threading.Lock()
+        for _ in range(self.spares):
+            threading.Thread(target=self._spare, daemon=True).start()
+
+    def _spare(self):
+        while True:
+            with self._free_lock:
+                self._free += 1
+            request, client_address = self._handoff.get()
+            self.process_request_thread(request, client_address)
+
+    def process_request(self, request, client_address):
+        with self._free_lock:
+            if self._free > 0:
+                self._free -= 1
+                self._handoff.put((request, client_address))
+                return
+        super().process_request(request, client_address)
 
 
 if __name__ == "__main__":
