@@ -12,7 +12,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 
-# QEMU >= 10 and linux-source-6.12 come from bookworm-backports. Use the same mirror as the
+# QEMU >= 10, linux-source-6.12 and gVisor's runsc (for `pandastack bench compare`; bookworm's
+# own is from 2022) come from bookworm-backports. Use the same mirror as the
 # host's existing Debian sources (never a hard-coded host).
 if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
   mirror=$(awk '/^URIs:/ && !/security/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
@@ -31,7 +32,7 @@ SRC
   apt-get update -qq
 fi
 
-want_backports=(qemu-system-x86 linux-source-6.12)
+want_backports=(qemu-system-x86 linux-source-6.12 runsc)
 want=(bc bison flex libelf-dev libssl-dev cpio make gcc
       mmdebstrap e2fsprogs xfsprogs iproute2 iptables nftables
       python3 python3-venv curl jq busybox-static git openssh-client)

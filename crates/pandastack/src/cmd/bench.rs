@@ -38,6 +38,9 @@ enum BenchWhat {
     /// The regression guard: a new run against the committed one (bench/<name>.json), each
     /// metric's ratio, flagging any more than 1.25x worse (exit status 1).
     Diff(super::bench_diff::DiffArgs),
+    /// Side by side with gVisor (runsc) on the same root filesystem: create + exec `true`,
+    /// create + Python, exec in a running sandbox; ratios of the p50s and p99s.
+    Compare(super::bench_compare::CompareArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -107,6 +110,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchWhat::Apps(a) => super::bench_apps::run(a).await,
         BenchWhat::Functions(a) => super::bench_functions::run(a).await,
         BenchWhat::Diff(a) => super::bench_diff::run(a),
+        BenchWhat::Compare(a) => super::bench_compare::run(a).await,
     }
 }
 
