@@ -15,14 +15,14 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use pandastack_vm::{Memory, Vm, VmDriver, VmSpec};
+use pandastack_vm::{Memory, Vm, VmDriver};
 use tonic::transport::Channel;
 
-use crate::files::clone_file;
 use crate::identity::{identify, Identity};
-use crate::sandbox::{CreateError, ROOTFS};
+use crate::sandbox::CreateError;
+use crate::standby::Waiting;
 use crate::template::Template;
-use crate::{volumes, Runtime};
+use crate::Runtime;
 
 /// Directory names of pooled VMs start with this (not a valid sandbox id).
 pub(crate) const POOL_PREFIX: &str = ".pool-";
@@ -169,56 +169,32 @@ impl<D: VmDriver> Runtime<D> {
     }
 
     async fn prepare(&self, t: &Template) -> Result<Prepared<D::Vm>, CreateError> {
-        let name = format!("{POOL_PREFIX}{:08x}", rand::random::<u32>());
-        let dir = self.data.sandbox(&name);
-        std::fs::create_dir(&dir)?;
-        let lease = match self.net_acquire(t.network).await {
-            Ok(l) => l,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e.into());
-            }
-        };
-        let net_slot = lease.as_ref().map(|l| l.index);
-        let result = async {
-            clone_file(&t.rootfs(), &dir.join(ROOTFS))?;
-            let volumes = (0..t.volume_slots as usize)
-                .map(|slot| volumes::placeholder(&dir, slot))
-                .collect::<Result<Vec<_>, _>>()?;
-            let spec = VmSpec {
-                id: name.clone(),
-                vcpus: t.shape.vcpus,
-                memory_mib: t.shape.memory_mib,
-                kernel: t.kernel.clone(),
-                rootfs: dir.join(ROOTFS),
-                kernel_args: vec![],
+        let waiting = self
+            .start_waiting(&Waiting {
+                rootfs: t.rootfs(),
                 memory: Memory::PrivateFile(t.memory()),
-                net: lease.map(|l| l.attach),
-                volumes,
-                run_dir: dir.clone(),
-            };
-            let vm = self.driver.prepare_restore(&spec).await?;
-            // On failure finish_restore stops the process itself.
-            self.driver.finish_restore(&vm, &t.state()).await?;
-            match identify(&vm, Identity::Same, self.restore_timeout).await {
-                Ok(agent) => Ok::<_, CreateError>((vm, agent)),
-                Err(e) => {
-                    let _ = vm.stop().await;
-                    Err(e.into())
-                }
-            }
-        }
-        .await;
-        match result {
-            Ok((vm, agent)) => Ok(Prepared {
-                dir,
-                vm,
+                shape: t.shape,
+                kernel: t.kernel.clone(),
+                network: t.network,
+                slots: t.volume_slots as usize,
+            })
+            .await?;
+        // On failure finish_restore stops the process itself.
+        let ready = match self.driver.finish_restore(&waiting.vm, &t.state()).await {
+            Ok(()) => identify(&waiting.vm, Identity::Same, self.restore_timeout)
+                .await
+                .map_err(CreateError::from),
+            Err(e) => Err(e.into()),
+        };
+        match ready {
+            Ok(agent) => Ok(Prepared {
+                dir: waiting.dir,
+                vm: waiting.vm,
                 agent,
-                net_slot,
+                net_slot: waiting.net_slot,
             }),
             Err(e) => {
-                self.net_release(net_slot).await;
-                let _ = std::fs::remove_dir_all(&dir);
+                self.discard_standby(waiting).await;
                 Err(e)
             }
         }

@@ -208,6 +208,25 @@ pub(crate) struct Source {
     pub volumes: Vec<SlotSource>,
 }
 
+/// A create from `template`'s bake with RAM from `ram` and the caller's volume `bindings`.
+fn template_source(
+    template: &Template,
+    ram: Ram,
+    bindings: &[SlotSource],
+) -> Result<Source, CreateError> {
+    Ok(Source {
+        rootfs: template.rootfs(),
+        ram,
+        state: template.state(),
+        template: template.name.clone(),
+        shape: template.shape,
+        kernel: template.kernel.clone(),
+        snapshot: None,
+        network: template.network,
+        volumes: template_slots(template.volume_slots as usize, bindings)?,
+    })
+}
+
 /// The slots of a create from a template with `slots` slots and the caller's `bindings`.
 pub(crate) fn template_slots(
     slots: usize,
@@ -263,17 +282,8 @@ impl<D: VmDriver> Runtime<D> {
         id: &str,
         bindings: &[SlotSource],
     ) -> Result<Sandbox<D::Vm>, CreateError> {
-        let source = Source {
-            rootfs: template.rootfs(),
-            ram: Ram::Map(Memory::PrivateFile(template.memory())),
-            state: template.state(),
-            template: template.name.clone(),
-            shape: template.shape,
-            kernel: template.kernel.clone(),
-            snapshot: None,
-            network: template.network,
-            volumes: template_slots(template.volume_slots as usize, bindings)?,
-        };
+        let ram = Ram::Map(Memory::PrivateFile(template.memory()));
+        let source = template_source(template, ram, bindings)?;
         self.create_from(source, Some(template), id).await
     }
 
@@ -289,17 +299,7 @@ impl<D: VmDriver> Runtime<D> {
         template: &Template,
         id: &str,
     ) -> Result<Sandbox<D::Vm>, CreateError> {
-        let source = Source {
-            rootfs: template.rootfs(),
-            ram: Ram::OwnCopyOf(template.memory()),
-            state: template.state(),
-            template: template.name.clone(),
-            shape: template.shape,
-            kernel: template.kernel.clone(),
-            snapshot: None,
-            network: template.network,
-            volumes: template_slots(template.volume_slots as usize, &[])?,
-        };
+        let source = template_source(template, Ram::OwnCopyOf(template.memory()), &[])?;
         self.create_from(source, None, id).await
     }
 

@@ -158,10 +158,25 @@ impl<D: VmDriver> Runtime<D> {
     }
 
     async fn start_standby(&self, snapshot: &Snapshot) -> Result<Standby<D::Vm>, CreateError> {
+        self.start_waiting(&Waiting {
+            rootfs: snapshot.rootfs(),
+            memory: memory_of(snapshot),
+            shape: snapshot.shape,
+            kernel: snapshot.kernel.clone(),
+            network: snapshot.network,
+            slots: snapshot.volumes.len(),
+        })
+        .await
+    }
+
+    /// Starts a VM process in a new directory under the pool's prefix, waiting for state: the
+    /// disk cloned from `w.rootfs`, every volume slot on a placeholder, a network slot held.
+    /// On failure nothing of it is left.
+    pub(crate) async fn start_waiting(&self, w: &Waiting) -> Result<Standby<D::Vm>, CreateError> {
         let name = format!("{POOL_PREFIX}{:08x}", rand::random::<u32>());
         let dir = self.data.sandbox(&name);
         std::fs::create_dir(&dir)?;
-        let lease = match self.net_acquire(snapshot.network).await {
+        let lease = match self.net_acquire(w.network).await {
             Ok(l) => l,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
@@ -170,18 +185,18 @@ impl<D: VmDriver> Runtime<D> {
         };
         let net_slot = lease.as_ref().map(|l| l.index);
         let started = async {
-            clone_file(&snapshot.rootfs(), &dir.join(ROOTFS))?;
-            let volumes = (0..snapshot.volumes.len())
+            clone_file(&w.rootfs, &dir.join(ROOTFS))?;
+            let volumes = (0..w.slots)
                 .map(|slot| volumes::placeholder(&dir, slot))
                 .collect::<Result<Vec<_>, _>>()?;
             let spec = VmSpec {
                 id: name.clone(),
-                vcpus: snapshot.shape.vcpus,
-                memory_mib: snapshot.shape.memory_mib,
-                kernel: snapshot.kernel.clone(),
+                vcpus: w.shape.vcpus,
+                memory_mib: w.shape.memory_mib,
+                kernel: w.kernel.clone(),
                 rootfs: dir.join(ROOTFS),
                 kernel_args: vec![],
-                memory: memory_of(snapshot),
+                memory: w.memory.clone(),
                 net: lease.map(|l| l.attach),
                 volumes,
                 run_dir: dir.clone(),
@@ -198,6 +213,16 @@ impl<D: VmDriver> Runtime<D> {
             }
         }
     }
+}
+
+/// What a waiting process is started for (a template's bake or a snapshot).
+pub(crate) struct Waiting {
+    pub rootfs: PathBuf,
+    pub memory: Memory,
+    pub shape: crate::Shape,
+    pub kernel: PathBuf,
+    pub network: bool,
+    pub slots: usize,
 }
 
 /// A failed adoption: the error, and the process and slot for the caller to stop and release.
