@@ -12,7 +12,7 @@
 //! `blockdev-reopen` on another file would bring volumes onto the pooled path; not done.)
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use pandastack_vm::{Memory, Vm, VmDriver};
@@ -20,19 +20,18 @@ use tonic::transport::Channel;
 
 use crate::identity::{identify, Identity};
 use crate::sandbox::CreateError;
-use crate::standby::Waiting;
+use crate::standby::{AdoptError, Standby, Waiting};
 use crate::template::Template;
 use crate::Runtime;
 
 /// Directory names of pooled VMs start with this (not a valid sandbox id).
 pub(crate) const POOL_PREFIX: &str = ".pool-";
 
-/// One warm VM, its run directory, its open agent session and the network slot it runs in.
+/// One warm VM: a process started as a stand-by one (run directory, network slot), its state
+/// loaded and its agent session open.
 pub(crate) struct Prepared<V> {
-    dir: PathBuf,
-    vm: V,
+    process: Standby<V>,
     agent: Channel,
-    net_slot: Option<u32>,
 }
 
 /// What a create takes over from the pool.
@@ -42,39 +41,18 @@ pub(crate) struct Adopted<V> {
     pub net_slot: Option<u32>,
 }
 
-/// A failed adoption: the error, and the VM and slot for the caller to stop and release.
-type AdoptError<V> = (std::io::Error, V, Option<u32>);
-
 impl<V: Vm> Prepared<V> {
-    /// Moves the pooled run directory to `dir` (an empty directory, replaced atomically) and
-    /// hands over the VM, its session and its slot. On failure the VM and slot are returned for
-    /// the caller to stop and release.
-    ///
-    /// The running QEMU keeps working across the rename: it holds its disk, memory and log
-    /// files open and its sockets move with the directory. The open agent session is kept (it
-    /// does not reconnect by path while the sandbox lives; a re-attach after a restart opens a
-    /// new one at the new path).
+    /// Moves the pooled run directory to `dir` and hands over the VM, its session and its slot
+    /// (see [`Standby::adopt`]). On failure the VM and slot are returned for the caller to stop
+    /// and release. The open agent session is kept (it does not reconnect by path while the
+    /// sandbox lives; a re-attach after a restart opens a new one at the new path).
     pub(crate) fn adopt(self, dir: &Path) -> Result<Adopted<V>, AdoptError<V>> {
-        let Prepared {
-            dir: from,
-            mut vm,
+        let agent = self.agent;
+        self.process.adopt(dir).map(|(vm, net_slot)| Adopted {
+            vm,
             agent,
             net_slot,
-        } = self;
-        match std::fs::rename(&from, dir) {
-            Ok(()) => {
-                vm.relocate(dir.to_owned());
-                Ok(Adopted {
-                    vm,
-                    agent,
-                    net_slot,
-                })
-            }
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&from);
-                Err((e, vm, net_slot))
-            }
-        }
+        })
     }
 }
 
@@ -163,9 +141,7 @@ impl<D: VmDriver> Runtime<D> {
     }
 
     async fn discard(&self, p: Prepared<D::Vm>) {
-        let _ = p.vm.stop().await;
-        self.net_release(p.net_slot).await;
-        let _ = std::fs::remove_dir_all(&p.dir);
+        self.discard_standby(p.process).await;
     }
 
     async fn prepare(&self, t: &Template) -> Result<Prepared<D::Vm>, CreateError> {
@@ -188,10 +164,8 @@ impl<D: VmDriver> Runtime<D> {
         };
         match ready {
             Ok(agent) => Ok(Prepared {
-                dir: waiting.dir,
-                vm: waiting.vm,
+                process: waiting,
                 agent,
-                net_slot: waiting.net_slot,
             }),
             Err(e) => {
                 self.discard_standby(waiting).await;

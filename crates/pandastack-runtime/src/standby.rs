@@ -125,6 +125,10 @@ impl<D: VmDriver> Runtime<D> {
     /// Stops the processes waiting for `snapshot_id` (before its files go).
     pub async fn drop_standby(&self, snapshot_id: &str) {
         let _changing = self.standbys.changing.lock().await;
+        self.discard_standbys(snapshot_id).await;
+    }
+
+    async fn discard_standbys(&self, snapshot_id: &str) {
         for s in self.standbys.take_snapshot(snapshot_id) {
             self.discard_standby(s).await;
         }
@@ -137,9 +141,7 @@ impl<D: VmDriver> Runtime<D> {
         snapshot_id: &str,
     ) -> Result<(), crate::SnapshotError> {
         let _changing = self.standbys.changing.lock().await;
-        for s in self.standbys.take_snapshot(snapshot_id) {
-            self.discard_standby(s).await;
-        }
+        self.discard_standbys(snapshot_id).await;
         self.delete_snapshot(snapshot_id)
     }
 
@@ -226,12 +228,13 @@ pub(crate) struct Waiting {
 }
 
 /// A failed adoption: the error, and the process and slot for the caller to stop and release.
-type AdoptError<V> = (std::io::Error, V, Option<u32>);
+pub(crate) type AdoptError<V> = (std::io::Error, V, Option<u32>);
 
 impl<V: Vm> Standby<V> {
-    /// Moves the run directory to `dir` (an empty directory, replaced atomically); the process
-    /// keeps working across the rename (see `pool.rs`). On failure the directory is removed and
-    /// the process and slot are handed back for the caller to stop and release.
+    /// Moves the run directory to `dir` (an empty directory, replaced atomically). The process
+    /// keeps working across the rename: QEMU holds its disk, memory and log files open and its
+    /// sockets move with the directory. On failure the directory is removed and the process
+    /// and slot are handed back for the caller to stop and release.
     pub(crate) fn adopt(self, dir: &std::path::Path) -> Result<(V, Option<u32>), AdoptError<V>> {
         let Standby {
             dir: from,
