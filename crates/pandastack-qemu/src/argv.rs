@@ -76,12 +76,18 @@ pub enum StartMode {
     Incoming,
 }
 
+/// Default TCG translation cache size, MiB.
+pub const DEFAULT_TCG_TB_SIZE_MIB: u32 = 256;
+
 /// Process-wide QEMU settings.
 #[derive(Debug, Clone)]
 pub struct QemuConfig {
     pub binary: std::path::PathBuf,
     pub accel: Accel,
-    /// TCG translation cache size; bounded so idle VMs stay small.
+    /// TCG translation cache size (`-accel tcg,tb-size=`). Only what a VM's code fills is
+    /// resident, so an idle VM stays small; a cache too small for what runs in the guest is
+    /// flushed and refilled over and over (at 32 MiB, `npm install` of a Vite project took 2.4x
+    /// as long as at 256; measured in docs/ARCHITECTURE.md, "Accelerator").
     pub tcg_tb_size_mib: u32,
     /// Enable QEMU's seccomp sandbox.
     pub seccomp: bool,
@@ -90,11 +96,20 @@ pub struct QemuConfig {
 }
 
 impl QemuConfig {
+    /// Memory a VM process may use for translated code: the translation cache under TCG,
+    /// nothing under KVM.
+    pub fn translation_cache_mib(&self) -> u32 {
+        match self.accel {
+            Accel::Kvm => 0,
+            Accel::Tcg => self.tcg_tb_size_mib,
+        }
+    }
+
     pub fn new(accel: Accel) -> Self {
         Self {
             binary: "qemu-system-x86_64".into(),
             accel,
-            tcg_tb_size_mib: 32,
+            tcg_tb_size_mib: DEFAULT_TCG_TB_SIZE_MIB,
             seccomp: true,
             cgroups: None,
         }
@@ -322,7 +337,7 @@ mod tests {
         assert!(a.contains("-kernel /k/vmlinux"));
         assert!(a.contains("mem-path=/t/mem,share=on"));
         assert!(a.contains("pandastack.hostname=x"));
-        assert!(a.contains("tcg,tb-size=32"));
+        assert!(a.contains("tcg,tb-size=256"));
         assert!(!a.contains("-incoming"));
         assert!(a.contains("ifname=tap0"));
         assert!(a.contains("-sandbox on"));

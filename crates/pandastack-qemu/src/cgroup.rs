@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 pub(crate) const CGROUP_FILE: &str = "cgroup";
 /// Parent cgroup of every VM, in every hierarchy used.
 const PARENT: &str = "pandastack";
-/// Memory a VM process may use beyond its guest RAM: QEMU itself, the TCG translation cache,
+/// Memory a VM process may use beyond its guest RAM and its translation cache: QEMU itself,
 /// page tables, device buffers.
-const OVERHEAD_MIB: u64 = 384;
+const OVERHEAD_MIB: u64 = 352;
 /// Tasks per VM process (vCPU threads, I/O and RCU threads, migration).
 const PIDS_MAX: u32 = 256;
 const CPU_PERIOD_US: u64 = 100_000;
@@ -47,10 +47,12 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// Limits for a VM of `vcpus` and `memory_mib` guest RAM.
-    pub fn for_vm(vcpus: u32, memory_mib: u32) -> Self {
+    /// Limits for a VM of `vcpus` and `memory_mib` guest RAM whose QEMU translates guest code
+    /// into a cache of up to `translation_cache_mib` (0 under KVM).
+    pub fn for_vm(vcpus: u32, memory_mib: u32, translation_cache_mib: u32) -> Self {
+        let memory_mib = u64::from(memory_mib) + u64::from(translation_cache_mib) + OVERHEAD_MIB;
         Self {
-            memory_bytes: (u64::from(memory_mib) + OVERHEAD_MIB) << 20,
+            memory_bytes: memory_mib << 20,
             cpu_quota_us: u64::from(vcpus.max(1)) * CPU_PERIOD_US,
             pids_max: PIDS_MAX,
         }
@@ -278,8 +280,8 @@ mod tests {
 
     #[test]
     fn limits_scale_with_shape() {
-        let l = Limits::for_vm(2, 512);
-        assert_eq!(l.memory_bytes, (512 + OVERHEAD_MIB) << 20);
+        let l = Limits::for_vm(2, 512, 256);
+        assert_eq!(l.memory_bytes, (512 + 256 + OVERHEAD_MIB) << 20);
         assert_eq!(l.cpu_quota_us, 200_000);
     }
 

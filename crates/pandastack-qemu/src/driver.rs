@@ -51,7 +51,14 @@ impl QemuDriver {
             Some(c) => {
                 let name = cgroup::new_name();
                 let procs = c
-                    .create(&name, Limits::for_vm(spec.vcpus, spec.memory_mib))
+                    .create(
+                        &name,
+                        Limits::for_vm(
+                            spec.vcpus,
+                            spec.memory_mib,
+                            self.cfg.translation_cache_mib(),
+                        ),
+                    )
                     .map_err(|e| VmError::Spawn(std::io::Error::other(e)))?;
                 if let Err(e) = cgroup::record(&spec.run_dir, &name) {
                     c.remove(&name);

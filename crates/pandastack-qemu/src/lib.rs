@@ -13,6 +13,6 @@ mod driver;
 pub mod process;
 pub mod qmp;
 
-pub use argv::QemuConfig;
+pub use argv::{QemuConfig, DEFAULT_TCG_TB_SIZE_MIB};
 pub use cgroup::Cgroups;
 pub use driver::{QemuDriver, QemuVm};
