@@ -96,6 +96,9 @@ impl<V: Vm> SandboxVm<V> {
 pub(crate) struct Entry<V: Vm> {
     /// Held for the whole of each operation on this sandbox.
     pub(crate) slot: Mutex<SandboxVm<V>>,
+    /// The host's connections to the guest over its network, shut down when the VM stops
+    /// running (see [`crate::dialed`]).
+    pub(crate) dialed: std::sync::Arc<crate::dialed::Dialed>,
     /// The state as of the last finished operation: readers never wait behind a long one.
     view: std::sync::Mutex<Option<SandboxView>>,
 }
@@ -105,6 +108,7 @@ impl<V: Vm> Entry<V> {
         let view = slot.view();
         Self {
             slot: Mutex::new(slot),
+            dialed: Default::default(),
             view: std::sync::Mutex::new(view),
         }
     }
@@ -113,8 +117,12 @@ impl<V: Vm> Entry<V> {
         self.view.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Records the state after an operation (call with the slot lock held).
+    /// Records the state after an operation (call with the slot lock held); a VM that no
+    /// longer runs (hibernated, gone) takes the host's connections to its guest with it.
     pub(crate) fn publish(&self, slot: &SandboxVm<V>) {
+        if slot.sandbox().is_none() {
+            self.dialed.shut_all();
+        }
         *self.view.lock().unwrap_or_else(|e| e.into_inner()) = slot.view();
     }
 }

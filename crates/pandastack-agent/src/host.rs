@@ -375,8 +375,19 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
         guest::rename(ch, from.to_owned(), to.to_owned(), overwrite).await
     }
 
+    /// Over the sandbox's network when it has one (a socket in its slot's namespace connecting
+    /// to the guest's address: the guest's kernel answers, nothing relays the bytes), else —
+    /// and for servers that listen on the guest's loopback only, which refuse that connection —
+    /// a port stream on the guest agent's channel.
     async fn connect_port(&self, id: &str, port: u16) -> HostResult<Box<dyn PortIo>> {
-        let ch = self.channel(id).await?;
+        let owned = id.to_owned();
+        let route = self
+            .detached(move |a| async move { a.port_route(&owned, Some(port)).await })
+            .await?;
+        let ch = match route {
+            crate::dialed::PortRoute::Network(conn) => return Ok(Box::new(conn)),
+            crate::dialed::PortRoute::Agent(ch) => ch,
+        };
         let stream = pandastack_guest_proto::connect_port(ch, port)
             .await
             .map_err(guest::status)?;

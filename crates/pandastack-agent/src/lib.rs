@@ -20,6 +20,7 @@
 
 mod builds;
 mod console;
+mod dialed;
 mod entry;
 mod error;
 mod guest;
@@ -47,6 +48,7 @@ use pandastack_vm::{Vm, VmDriver};
 use tokio::sync::{Mutex, RwLock};
 use tonic::transport::Channel;
 
+use dialed::PortRoute;
 use entry::{Entry, SandboxVm};
 
 /// Host agent settings.
@@ -226,6 +228,24 @@ impl<D: VmDriver + 'static> HostAgent<D> {
 
     /// The guest agent session of a sandbox, waking it first if it is hibernated.
     pub async fn channel(&self, id: &str) -> Result<Channel, AgentError> {
+        match self.port_route(id, None).await? {
+            PortRoute::Agent(ch) => Ok(ch),
+            PortRoute::Network(_) => unreachable!("no port asked for"),
+        }
+    }
+
+    /// How to reach `port` of sandbox `id`'s guest (woken first if it is hibernated): with
+    /// `Some(port)` and a network slot, a TCP connection to the guest's address over the
+    /// slot's TAP when the guest accepts one within `NETWORK_DIAL_TIMEOUT` (servers bound to
+    /// the guest's loopback refuse it); else the agent session. The connection is made with
+    /// the sandbox's lock held, so no hibernate or delete can hand its slot to another sandbox
+    /// meanwhile, and is recorded in the entry, which shuts it down when the VM stops running
+    /// (see [`dialed`]).
+    pub(crate) async fn port_route(
+        &self,
+        id: &str,
+        port: Option<u16>,
+    ) -> Result<PortRoute, AgentError> {
         let e = self.entry(id).await?;
         let mut slot = e.slot.lock().await;
         let woke = self.ensure_awake(&mut slot).await;
@@ -235,7 +255,23 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             // A process that died under us (killed, crashed) leaves a session that can never
             // answer: say so, so callers can replace the sandbox instead of waiting on it.
             SandboxVm::Running(sb) if !self.rt.is_alive(sb) => Err(AgentError::VmExited(id.into())),
-            SandboxVm::Running(sb) => Ok(sb.agent.clone()),
+            SandboxVm::Running(sb) => {
+                let netns = (sb.info.net_slot)
+                    .zip(self.rt.network())
+                    .map(|(slot, pool)| pool.netns_path(slot));
+                if let (Some(port), Some(netns)) = (port, netns) {
+                    match dialed::dial(&e.dialed, &netns, port).await {
+                        Ok(conn) => return Ok(PortRoute::Network(conn)),
+                        Err(err) => tracing::debug!(
+                            sandbox = id,
+                            port,
+                            error = %error_chain(err.as_ref()),
+                            "no connection over the sandbox's network: the agent's port stream"
+                        ),
+                    }
+                }
+                Ok(PortRoute::Agent(sb.agent.clone()))
+            }
             SandboxVm::Paused(_) => Err(AgentError::InvalidState {
                 id: id.into(),
                 state: VmState::Paused,

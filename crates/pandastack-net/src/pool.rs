@@ -652,6 +652,11 @@ impl NetPool {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The network namespace of slot `index` (`/run/netns/<prefix><index>`).
+    pub fn netns_path(&self, index: u32) -> PathBuf {
+        self.geom(index).ns_path
+    }
+
     fn geom(&self, index: u32) -> Geom {
         geom_of(
             self.cfg.base,

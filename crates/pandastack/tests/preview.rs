@@ -1,7 +1,9 @@
 //! Preview URLs end to end: a real HTTP server inside a real guest, reached through the server's
 //! preview proxy at the URL the API hands out — access control (token header, cookie, API key,
 //! public ports), streamed bodies both ways, WebSocket, HTTP/2 from the client, a port nobody
-//! listens on, and a hibernated sandbox woken by a request with the mapping intact.
+//! listens on, and a hibernated sandbox woken by a request with the mapping intact; with
+//! sandbox networking, the proxy's connections over the sandbox's network (and through the
+//! agent to servers on the guest's loopback), ended with the VM.
 
 mod common;
 
@@ -10,7 +12,8 @@ use std::time::Duration;
 
 use common::{free_port, start_with, Api, Server};
 use futures::{SinkExt, StreamExt};
-use pandastack_testkit::{bake, runtime, within, RuntimeGuard};
+use pandastack_testkit::net::{net_pool, NetNames};
+use pandastack_testkit::{bake, runtime, runtime_with_network, within, RuntimeGuard};
 use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -505,4 +508,146 @@ async fn get_with_token(c: &Client, url: &str, token: &str) -> reqwest::Response
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A server that answers every GET with the address and port its client connected from, over
+/// HTTP/1.1 keep-alive (one connection, one port).
+const WHO: &str = r#"
+import http.server, socketserver, sys
+
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        body = f"{self.client_address[0]} {self.client_address[1]}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+class S(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+
+S((sys.argv[1], int(sys.argv[2])), H).serve_forever()
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_networking_the_proxy_connects_over_the_sandbox_network_and_the_vm_ends_it() {
+    // Bake with a NIC (a short-lived pool of its own), then serve with the server's own pool.
+    let bake_net = net_pool("tspb", "10.203.4.0/24").await;
+    let guard = runtime_with_network(&bake_net).await;
+    assert!(bake(&guard, "minimal").await.network);
+    drop(bake_net);
+    let names = NetNames::new("tspx");
+    names.clean();
+    let server = start_with(
+        guard.dir.path(),
+        free_port(),
+        &[
+            "--network",
+            "on",
+            "--net-name",
+            "tspx",
+            "--net-base",
+            "10.203.5.0/24",
+            "--net-spare",
+            "2",
+        ],
+    )
+    .await;
+    let api = Api {
+        s: &server,
+        c: Client::new(),
+    };
+    let id = api.create(json!({"template": "minimal"})).await;
+    let r = api
+        .c
+        .put(format!(
+            "{}/v1/sandboxes/{id}/fs?path=/srv/who.py",
+            server.url
+        ))
+        .bearer_auth(&server.key)
+        .body(WHO)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    // One server on every address of the guest, one on its loopback only.
+    for (addr, port) in [("0.0.0.0", 8000), ("127.0.0.1", 8001)] {
+        api.exec(
+            &id,
+            &format!(
+                "setsid python3 /srv/who.py {addr} {port} </dev/null >/tmp/who{port}.log 2>&1 &"
+            ),
+        )
+        .await;
+    }
+    within(Duration::from_secs(60), "servers listening", async {
+        loop {
+            let r = api
+                .exec(&id, "python3 -c \"import socket; [socket.create_connection(('127.0.0.1', p)) for p in (8000, 8001)]\"")
+                .await;
+            if r["exit_code"] == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+
+    let who = |port: u16| {
+        let api = &api;
+        let server = &server;
+        let id = id.clone();
+        async move {
+            let p = port_url(api, &id, port).await;
+            let (url, token) = (p["url"].as_str().unwrap(), p["token"].as_str().unwrap());
+            let c = preview_client(server, url, false);
+            let r = tokio::time::timeout(
+                Duration::from_secs(20),
+                get_with_token(&c, &format!("{url}/"), token),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("GET port {port} through the proxy: no answer in 20 s"));
+            assert_eq!(r.status(), StatusCode::OK);
+            r.text().await.unwrap()
+        }
+    };
+    // The server on every address is reached over the sandbox's network: its client is the
+    // guest's gateway, the slot's end of the TAP. The one on the loopback refuses that and is
+    // reached through the guest agent, from the guest's own loopback.
+    let first = who(8000).await;
+    assert!(first.starts_with("10.88.0.1 "), "{first}");
+    let looped = who(8001).await;
+    assert!(looped.starts_with("127.0.0.1 "), "{looped}");
+    // The proxy keeps the connection for the next request.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(who(8000).await, first);
+
+    // A hibernation ends it (the proxy would otherwise keep it for seconds, and its next request
+    // would go to a VM process that is gone, through a slot that another sandbox may hold): after
+    // a wake, the next request comes on a new connection and is answered at once.
+    let (st, v) = api
+        .call("POST", &format!("/v1/sandboxes/{id}/hibernate"), None)
+        .await;
+    assert_eq!(
+        (st, v["state"].as_str()),
+        (StatusCode::OK, Some("hibernated")),
+        "{v}"
+    );
+    assert_eq!(api.exec(&id, "true").await["exit_code"], 0);
+    let after = who(8000).await;
+    assert!(after.starts_with("10.88.0.1 ") && after != first, "{after}");
+
+    let (st, _) = api
+        .call("DELETE", &format!("/v1/sandboxes/{id}"), None)
+        .await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    drop(server);
+    drop(guard);
+    names.clean();
 }

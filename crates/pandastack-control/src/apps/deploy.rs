@@ -518,9 +518,10 @@ impl Apps {
         }
     }
 
-    /// A new VM for the deploy (no idle timeout while it builds). A function's VM gets its RAM
-    /// in a file of its own, so its bake snapshot is that file (a reflink) and every instance
-    /// maps it instead of loading the whole RAM.
+    /// A new VM for the deploy (no idle timeout while it builds), with its RAM in a file of its
+    /// own: an app's VM hibernates by writing its device state only and wakes by mapping that
+    /// file again (the wake is a request's latency), and a function's bake snapshot is that file
+    /// (a reflink), which every instance maps instead of loading the whole RAM.
     async fn new_vm(&self, run: &Run) -> Result<SandboxRow, String> {
         let template = app_template(run.config.memory_mb);
         let mut row = SandboxRow::service(
@@ -533,11 +534,7 @@ impl Apps {
             ]),
         );
         row.on_timeout = OnTimeout::Hibernate;
-        let source = if run.config.function.is_some() {
-            Source::TemplateWithMemoryFile(template)
-        } else {
-            Source::Template(template)
-        };
+        let source = Source::TemplateWithMemoryFile(template);
         self.sandboxes.create(row, source).await.map_err(|e| {
             format!(
                 "VM of template {}: {}",
