@@ -51,7 +51,12 @@ async fn vm_process_runs_in_its_own_limited_cgroup() {
         .trim()
         .parse()
         .unwrap();
-    assert_eq!(limit, (256 + 384) << 20, "guest RAM + QEMU overhead");
+    let cache = u64::from(d.config().translation_cache_mib());
+    assert_eq!(
+        limit,
+        (256 + cache + 352) << 20,
+        "guest RAM + translation cache + QEMU overhead"
+    );
 
     // The guest works under the limits.
     let ch = agent(&vm, Duration::from_secs(120)).await;
