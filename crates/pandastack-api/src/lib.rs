@@ -92,6 +92,8 @@ pub struct App {
     pub schedules: pandastack_control::Schedules,
     /// The proxy's idle kept-alive connections into sandboxes.
     upstreams: upstream::Upstreams,
+    /// Plain-HTTP requests for certified custom domains redirected to HTTPS (`None`: served).
+    https_redirect: Option<tls::HttpsRedirect>,
 }
 
 impl App {
@@ -170,12 +172,20 @@ impl App {
             rate: Mutex::new(HashMap::new()),
             preview,
             upstreams: upstream::Upstreams::default(),
+            https_redirect: None,
         }
     }
 
     /// How connection strings and `http_url` name databases (the front's domain and port, the
     /// API's URL); the default is `db.localhost:5432` and `http://127.0.0.1:8080`.
     /// Custom domains of apps get TLS certificates from `certs` (files or ACME).
+    /// Answers plain-HTTP requests for apps' custom domains that have a certificate of their
+    /// own with a redirect to HTTPS (see [`tls::HttpsRedirect`]).
+    pub fn with_https_redirect(mut self, redirect: tls::HttpsRedirect) -> Self {
+        self.https_redirect = Some(redirect);
+        self
+    }
+
     pub fn with_certificates(mut self, certs: pandastack_control::Certificates) -> Self {
         self.apps = self.apps.with_certificates(certs);
         self

@@ -269,7 +269,14 @@ async fn forward_domain(app: &Arc<App>, host: &str, req: Request) -> ApiResult<R
         }
     }
     match app.apps.app_for_domain(&name).await? {
-        Some(app_name) => forward_app(app, &app_name, req).await,
+        Some(app_name) => {
+            match https_redirect(app, &name, &req.uri().clone(), over_tls(&req)).await {
+                Some(to) => {
+                    Ok((StatusCode::PERMANENT_REDIRECT, [(header::LOCATION, to)]).into_response())
+                }
+                None => forward_app(app, &app_name, req).await,
+            }
+        }
         None => Err(ApiError::new(
             ErrorCode::NotFound,
             format!(
@@ -279,6 +286,18 @@ async fn forward_domain(app: &Arc<App>, host: &str, req: Request) -> ApiResult<R
             ),
         )),
     }
+}
+
+/// Where `req`, for custom domain `name`, is redirected to over HTTPS: with
+/// `--https-redirect`, when it came over plain HTTP and the name has a certificate of its own.
+async fn https_redirect(app: &App, name: &str, uri: &Uri, over_tls: bool) -> Option<String> {
+    let r = app.https_redirect.as_ref()?;
+    (!over_tls && r.tls.has_own(name).await).then(|| crate::tls::https_location(name, r.port, uri))
+}
+
+/// Whether `req` came over the proxy's TLS listener.
+fn over_tls(req: &Request) -> bool {
+    req.extensions().get::<crate::tls::OverTls>().is_some()
 }
 
 /// Where ACME CAs fetch HTTP-01 challenges (RFC 8555 §8.3).

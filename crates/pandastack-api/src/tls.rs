@@ -127,9 +127,21 @@ impl ProxyTls {
 
     /// The configuration for a client that named `sni` (`None`: no certificate covers it).
     pub async fn config_for(&self, sni: Option<&str>) -> Option<Arc<ServerConfig>> {
-        let Some(name) = sni.map(str::to_ascii_lowercase) else {
+        let Some(name) = sni else {
             return self.default.clone();
         };
+        self.own(name).await.or_else(|| self.default.clone())
+    }
+
+    /// Whether `name` has a certificate of its own (from files or ACME; the default one does
+    /// not count).
+    pub async fn has_own(&self, name: &str) -> bool {
+        self.own(name).await.is_some()
+    }
+
+    /// `name`'s own certificate's configuration, looked up at most every few seconds.
+    async fn own(&self, name: &str) -> Option<Arc<ServerConfig>> {
+        let name = name.to_ascii_lowercase();
         {
             let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(c) = cache.get(&name) {
@@ -139,7 +151,7 @@ impl ProxyTls {
                     MISS_FRESH
                 };
                 if c.at.elapsed() < fresh {
-                    return c.config.clone().or_else(|| self.default.clone());
+                    return c.config.clone();
                 }
             }
         }
@@ -161,7 +173,7 @@ impl ProxyTls {
                 at: Instant::now(),
             },
         );
-        found.or_else(|| self.default.clone())
+        found
     }
 
     /// `name`'s own certificate: from files, else issued by ACME.
@@ -204,12 +216,37 @@ impl ProxyTls {
     }
 }
 
+/// Marks a request that came over the TLS listener.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OverTls;
+
+/// Plain-HTTP requests for the custom domains of apps that have a certificate of their own are
+/// answered with `308` to the same URL over HTTPS (`--https-redirect`); ACME's HTTP-01
+/// challenges are not.
+#[derive(Clone)]
+pub struct HttpsRedirect {
+    pub tls: Arc<ProxyTls>,
+    /// The HTTPS port in the redirect's URL (left out when 443).
+    pub port: u16,
+}
+
+/// Where a plain request for `name` to `uri` goes: `https://name[:port]/path?query`, the port
+/// left out when it is 443.
+pub(crate) fn https_location(name: &str, port: u16, uri: &axum::http::Uri) -> String {
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    match port {
+        443 => format!("https://{name}{path}"),
+        port => format!("https://{name}:{port}{path}"),
+    }
+}
+
 /// Serves the proxy over TLS on `listener` for the life of the process.
 pub async fn serve_proxy_tls(app: Arc<App>, listener: TcpListener, tls: Arc<ProxyTls>) {
     let router = crate::proxy_router(app).layer(axum::middleware::map_request(
         |mut req: Request| async move {
             req.headers_mut()
                 .insert("x-forwarded-proto", HeaderValue::from_static("https"));
+            req.extensions_mut().insert(OverTls);
             req
         },
     ));
@@ -234,6 +271,19 @@ pub async fn serve_proxy_tls(app: Arc<App>, listener: TcpListener, tls: Arc<Prox
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redirects_keep_path_and_query_and_name_the_port_unless_443() {
+        let uri: axum::http::Uri = "/a/b?c=d&e".parse().unwrap();
+        assert_eq!(
+            https_location("shop.example.com", 443, &uri),
+            "https://shop.example.com/a/b?c=d&e"
+        );
+        assert_eq!(
+            https_location("shop.example.com", 8443, &"/".parse().unwrap()),
+            "https://shop.example.com:8443/"
+        );
+    }
 
     #[test]
     fn pem_pairs_load_and_bad_ones_say_why() {

@@ -1,6 +1,6 @@
 //! Custom domains of apps through the real server and a real guest: a static site deployed
-//! from a local repository answers at its extra host names over plain HTTP and over the
-//! proxy's TLS listener — one name with a certificate from the operator's directory, one with
+//! from a local repository answers at its extra host names over the proxy's TLS listener, and
+//! plain HTTP to them is redirected there (`--https-redirect`) — one name with a certificate from the operator's directory, one with
 //! a certificate issued over ACME by Debian's `pebble` (the ACME test CA), which validates the
 //! HTTP-01 challenge by fetching it from the proxy; names resolve through
 //! `pebble-challtestsrv`'s DNS, which answers 127.0.0.1 for everything. Bad domains are refused
@@ -230,16 +230,32 @@ fn site_repo(root: &Path, text: &str) -> String {
     format!("file://{}", bare.display())
 }
 
-/// `GET /` with `Host: <host>` on the proxy's plain listener.
+/// `GET /` with `Host: <host>` on the proxy's plain listener (redirects not followed).
 async fn plain(s: &Server, host: &str) -> (StatusCode, String) {
-    let r = Client::new()
-        .get(format!("http://{}/", s.proxy))
+    plain_to(s, host, "/").await
+}
+
+/// `GET <path>` with `Host: <host>` on the proxy's plain listener; a redirect's body is its
+/// `Location`.
+async fn plain_to(s: &Server, host: &str, path: &str) -> (StatusCode, String) {
+    let r = Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(format!("http://{}{path}", s.proxy))
         .header("Host", host)
         .timeout(Duration::from_secs(120))
         .send()
         .await
         .expect("request through the proxy");
     let st = r.status();
+    if st.is_redirection() {
+        let to = r
+            .headers()
+            .get("location")
+            .map(|v| v.to_str().unwrap().to_owned());
+        return (st, to.unwrap_or_default());
+    }
     (st, r.text().await.unwrap_or_default())
 }
 
@@ -317,6 +333,7 @@ async fn custom_domains_serve_http_and_tls_from_files_and_acme() {
             ca_file.to_str().unwrap(),
             "--acme-contact",
             "ops@example.test",
+            "--https-redirect",
         ],
     )
     .await;
@@ -451,14 +468,18 @@ async fn custom_domains_serve_http_and_tls_from_files_and_acme() {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 
-    // Plain HTTP by host name (any case, with a port).
-    for host in [
-        "shop.example.test".to_owned(),
-        format!("FILES.example.test:{proxy_port}"),
+    // Plain HTTP by host name (any case, with a port): both names have a certificate, so
+    // `--https-redirect` sends the request to the same path and query over HTTPS.
+    for (host, name) in [
+        ("shop.example.test".to_owned(), "shop.example.test"),
+        (
+            format!("FILES.example.test:{proxy_port}"),
+            "files.example.test",
+        ),
     ] {
-        let (st, body) = plain(&server, &host).await;
-        assert_eq!(st, StatusCode::OK, "{host}: {body}");
-        assert!(body.contains("hello from the custom domain"), "{body}");
+        let (st, to) = plain_to(&server, &host, "/a/b?c=d").await;
+        assert_eq!(st, StatusCode::PERMANENT_REDIRECT, "{host}: {to}");
+        assert_eq!(to, format!("https://{name}:{tls_port}/a/b?c=d"));
     }
     let (st, body) = plain(&server, "unknown.example.test").await;
     assert_eq!(st, StatusCode::NOT_FOUND, "{body}");

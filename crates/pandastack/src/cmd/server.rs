@@ -52,6 +52,19 @@ pub struct ServerArgs {
     /// each domain must reach the proxy's plain listener.
     #[arg(long, env = "PANDASTACK_ACME_DIRECTORY", requires = "proxy_tls_listen")]
     acme_directory: Option<String>,
+    /// Answer plain-HTTP requests for apps' custom domains that have a certificate of their own
+    /// (from files or ACME) with `308` to the same URL over HTTPS; ACME's HTTP-01 challenges and
+    /// names without a certificate are served as they are.
+    #[arg(long, env = "PANDASTACK_HTTPS_REDIRECT", requires = "proxy_tls_listen")]
+    https_redirect: bool,
+    /// The HTTPS port in those redirects (default: the port of `--proxy-tls-listen`; a port
+    /// forwarded to it from 443 is given as 443).
+    #[arg(
+        long,
+        env = "PANDASTACK_HTTPS_REDIRECT_PORT",
+        requires = "https_redirect"
+    )]
+    https_redirect_port: Option<u16>,
     /// Contact of the ACME account (an e-mail address or a URI).
     #[arg(long, env = "PANDASTACK_ACME_CONTACT")]
     acme_contact: Option<String>,
@@ -382,6 +395,12 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     if let Some(c) = &certs {
         app = app.with_certificates(c.clone());
         c.start();
+    }
+    if let (true, Some(tls), Some(listen)) = (a.https_redirect, &proxy_tls, a.proxy_tls_listen) {
+        app = app.with_https_redirect(pandastack_api::tls::HttpsRedirect {
+            tls: Arc::clone(tls),
+            port: a.https_redirect_port.unwrap_or(listen.port()),
+        });
     }
     let app = Arc::new(app);
     app.recover_builds()
