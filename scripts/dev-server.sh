@@ -57,8 +57,14 @@ stop() {
         for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -9 "$pid" 2>/dev/null || true
     fi
-    # Sandboxes outlive the server by design; a throwaway server's must go with it.
+    # Sandboxes outlive the server by design; a throwaway server's must go with it: processes
+    # naming the data dir, and VM processes running in it (a woken VM's command line has only
+    # paths relative to its sandbox directory).
     pkill -9 -f -- "$dir/" 2>/dev/null || true
+    local p
+    for p in $(pgrep -x qemu-system-x86_64 || true); do
+        if [[ $(readlink "/proc/$p/cwd" 2>/dev/null) == "$dir/"* ]]; then kill -9 "$p" 2>/dev/null || true; fi
+    done
     # Its network objects, once no VM uses them (start wrote the name down).
     if [[ -s $dir/net-name ]]; then clean_net "$(cat "$dir/net-name")"; fi
     rm -rf "$dir"

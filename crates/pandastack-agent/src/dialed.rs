@@ -1,5 +1,5 @@
 //! Connections the host made to a sandbox's guest over its network
-//! ([`pandastack_net::connect_guest`]). They are the guest kernel's, not the VM process's:
+//! ([`pandastack_runtime::Runtime::connect_guest`]). They are the guest kernel's, not the VM process's:
 //! when the process ends nothing ends them (the slot's TAP stays, so a write would be
 //! retransmitted into nothing for minutes), unlike streams on the agent's channel, which end
 //! with it. So each sandbox's entry keeps a handle on every such connection and shuts them all
@@ -27,14 +27,18 @@ pub(crate) enum PortRoute {
     Agent(tonic::transport::Channel),
 }
 
-/// Connects to `port` of the guest in namespace `netns` and records the connection in `owner`.
-pub(crate) async fn dial(
+/// Connects to `port` of `sandbox`'s guest over its network and records the connection in
+/// `owner`; `None` when the sandbox has no network.
+pub(crate) async fn dial<D: pandastack_vm::VmDriver>(
+    rt: &pandastack_runtime::Runtime<D>,
+    sandbox: &pandastack_runtime::Sandbox<D::Vm>,
     owner: &Arc<Dialed>,
-    netns: &std::path::Path,
     port: u16,
-) -> Result<GuestConn, Box<dyn std::error::Error + Send + Sync>> {
-    let s = pandastack_net::connect_guest(netns, port, NETWORK_DIAL_TIMEOUT).await?;
-    Ok(owner.adopt(s)?)
+) -> Result<Option<GuestConn>, Box<dyn std::error::Error + Send + Sync>> {
+    match rt.connect_guest(sandbox, port, NETWORK_DIAL_TIMEOUT).await {
+        Some(s) => Ok(Some(owner.adopt(s?)?)),
+        None => Ok(None),
+    }
 }
 
 /// One sandbox's open connections over its network: a second handle on each socket, to shut it

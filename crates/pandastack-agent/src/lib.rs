@@ -256,12 +256,10 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             // answer: say so, so callers can replace the sandbox instead of waiting on it.
             SandboxVm::Running(sb) if !self.rt.is_alive(sb) => Err(AgentError::VmExited(id.into())),
             SandboxVm::Running(sb) => {
-                let netns = (sb.info.net_slot)
-                    .zip(self.rt.network())
-                    .map(|(slot, pool)| pool.netns_path(slot));
-                if let (Some(port), Some(netns)) = (port, netns) {
-                    match dialed::dial(&e.dialed, &netns, port).await {
-                        Ok(conn) => return Ok(PortRoute::Network(conn)),
+                if let Some(port) = port {
+                    match dialed::dial(&self.rt, sb, &e.dialed, port).await {
+                        Ok(Some(conn)) => return Ok(PortRoute::Network(conn)),
+                        Ok(None) => {}
                         Err(err) => tracing::debug!(
                             sandbox = id,
                             port,

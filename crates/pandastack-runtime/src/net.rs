@@ -84,6 +84,19 @@ impl<D: VmDriver> Runtime<D> {
         }))
     }
 
+    /// A TCP connection to `port` of `sandbox`'s guest over its network slot (a socket made in
+    /// the slot's namespace, see [`pandastack_net::connect_guest`]), non-blocking; `None` when
+    /// the sandbox has no slot.
+    pub async fn connect_guest(
+        &self,
+        sandbox: &crate::Sandbox<D::Vm>,
+        port: u16,
+        timeout: std::time::Duration,
+    ) -> Option<Result<std::net::TcpStream, pandastack_net::NetError>> {
+        let (slot, pool) = sandbox.info.net_slot.zip(self.net.as_ref())?;
+        Some(pandastack_net::connect_guest(&pool.netns_path(slot), port, timeout).await)
+    }
+
     /// Returns a slot to the pool (after its VM process has exited). Failures are logged: the
     /// pool's reconcile at the next start cleans up what could not be released now.
     pub(crate) async fn net_release(&self, index: Option<u32>) {
