@@ -62,7 +62,7 @@ stop() {
     # paths relative to its sandbox directory).
     pkill -9 -f -- "$dir/" 2>/dev/null || true
     local p
-    for p in $(pgrep -x qemu-system-x86_64 || true); do
+    for p in $(pgrep -f -- '^qemu-system-' || true); do
         if [[ $(readlink "/proc/$p/cwd" 2>/dev/null) == "$dir/"* ]]; then kill -9 "$p" 2>/dev/null || true; fi
     done
     # Its network objects, once no VM uses them (start wrote the name down).
