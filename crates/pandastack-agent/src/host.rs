@@ -382,7 +382,7 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
     async fn connect_port(&self, id: &str, port: u16) -> HostResult<Box<dyn PortIo>> {
         let owned = id.to_owned();
         let route = self
-            .detached(move |a| async move { a.port_route(&owned, Some(port)).await })
+            .detached(move |a| async move { a.port_route(&owned, port).await })
             .await?;
         let ch = match route {
             crate::dialed::PortRoute::Network(conn) => return Ok(Box::new(conn)),

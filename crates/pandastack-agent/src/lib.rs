@@ -228,48 +228,57 @@ impl<D: VmDriver + 'static> HostAgent<D> {
 
     /// The guest agent session of a sandbox, waking it first if it is hibernated.
     pub async fn channel(&self, id: &str) -> Result<Channel, AgentError> {
-        match self.port_route(id, None).await? {
-            PortRoute::Agent(ch) => Ok(ch),
-            PortRoute::Network(_) => unreachable!("no port asked for"),
-        }
+        let e = self.entry(id).await?;
+        let slot = self.awake(&e).await?;
+        Ok(self.running(id, &slot)?.agent.clone())
     }
 
-    /// How to reach `port` of sandbox `id`'s guest (woken first if it is hibernated): with
-    /// `Some(port)` and a network slot, a TCP connection to the guest's address over the
-    /// slot's TAP when the guest accepts one within `NETWORK_DIAL_TIMEOUT` (servers bound to
-    /// the guest's loopback refuse it); else the agent session. The connection is made with
-    /// the sandbox's lock held, so no hibernate or delete can hand its slot to another sandbox
-    /// meanwhile, and is recorded in the entry, which shuts it down when the VM stops running
-    /// (see [`dialed`]).
-    pub(crate) async fn port_route(
-        &self,
-        id: &str,
-        port: Option<u16>,
-    ) -> Result<PortRoute, AgentError> {
+    /// How to reach `port` of sandbox `id`'s guest (woken first if it is hibernated): with a
+    /// network slot, a TCP connection to the guest's address over the slot's TAP when the
+    /// guest accepts one within `NETWORK_DIAL_TIMEOUT` (servers bound to the guest's loopback
+    /// refuse it); else the agent session. The connection is made with the sandbox's lock
+    /// held, so no hibernate or delete can hand its slot to another sandbox meanwhile, and is
+    /// recorded in the entry, which shuts it down when the VM stops running (see [`dialed`]).
+    pub(crate) async fn port_route(&self, id: &str, port: u16) -> Result<PortRoute, AgentError> {
         let e = self.entry(id).await?;
+        let slot = self.awake(&e).await?;
+        let sb = self.running(id, &slot)?;
+        match dialed::dial(&self.rt, sb, &e.dialed, port).await {
+            Ok(Some(conn)) => return Ok(PortRoute::Network(conn)),
+            Ok(None) => {}
+            Err(err) => tracing::debug!(
+                sandbox = id,
+                port,
+                error = %error_chain(err.as_ref()),
+                "no connection over the sandbox's network: the agent's port stream"
+            ),
+        }
+        Ok(PortRoute::Agent(sb.agent.clone()))
+    }
+
+    /// Entry `e`'s slot, locked, after waking a hibernated VM (its state published either way).
+    async fn awake<'a>(
+        &self,
+        e: &'a Entry<D::Vm>,
+    ) -> Result<tokio::sync::MutexGuard<'a, SandboxVm<D::Vm>>, AgentError> {
         let mut slot = e.slot.lock().await;
         let woke = self.ensure_awake(&mut slot).await;
         e.publish(&slot);
         woke?;
-        match &*slot {
+        Ok(slot)
+    }
+
+    /// The running sandbox in `slot`, or why there is none to talk to.
+    fn running<'a>(
+        &self,
+        id: &str,
+        slot: &'a SandboxVm<D::Vm>,
+    ) -> Result<&'a pandastack_runtime::Sandbox<D::Vm>, AgentError> {
+        match slot {
             // A process that died under us (killed, crashed) leaves a session that can never
             // answer: say so, so callers can replace the sandbox instead of waiting on it.
             SandboxVm::Running(sb) if !self.rt.is_alive(sb) => Err(AgentError::VmExited(id.into())),
-            SandboxVm::Running(sb) => {
-                if let Some(port) = port {
-                    match dialed::dial(&self.rt, sb, &e.dialed, port).await {
-                        Ok(Some(conn)) => return Ok(PortRoute::Network(conn)),
-                        Ok(None) => {}
-                        Err(err) => tracing::debug!(
-                            sandbox = id,
-                            port,
-                            error = %error_chain(err.as_ref()),
-                            "no connection over the sandbox's network: the agent's port stream"
-                        ),
-                    }
-                }
-                Ok(PortRoute::Agent(sb.agent.clone()))
-            }
+            SandboxVm::Running(sb) => Ok(sb),
             SandboxVm::Paused(_) => Err(AgentError::InvalidState {
                 id: id.into(),
                 state: VmState::Paused,

@@ -269,14 +269,12 @@ async fn forward_domain(app: &Arc<App>, host: &str, req: Request) -> ApiResult<R
         }
     }
     match app.apps.app_for_domain(&name).await? {
-        Some(app_name) => {
-            match https_redirect(app, &name, &req.uri().clone(), over_tls(&req)).await {
-                Some(to) => {
-                    Ok((StatusCode::PERMANENT_REDIRECT, [(header::LOCATION, to)]).into_response())
-                }
-                None => forward_app(app, &app_name, req).await,
+        Some(app_name) => match https_redirect(app, &name, req.uri(), over_tls(&req)).await {
+            Some(to) => {
+                Ok((StatusCode::PERMANENT_REDIRECT, [(header::LOCATION, to)]).into_response())
             }
-        }
+            None => forward_app(app, &app_name, req).await,
+        },
         None => Err(ApiError::new(
             ErrorCode::NotFound,
             format!(
