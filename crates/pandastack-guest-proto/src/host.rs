@@ -10,7 +10,9 @@ use tokio::net::UnixStream;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use crate::session::{hello_line, Scan, Scanner};
+use crate::session::{
+    hello_line, parse_restored, Restore, Scan, Scanner, LINE_PREFIX, MAX_RESTORE_LINE,
+};
 
 /// An unanswered HELLO is sent again after 10 ms, then every 20 ms. A restored guest may still
 /// be inside the session it had when it was snapshotted and swallow the first HELLO as garbage;
@@ -36,11 +38,40 @@ pub enum ConnectError {
     Timeout(Duration),
     #[error("guest closed the connection during the handshake")]
     Closed,
+    #[error("guest agent refused the restore line: {0}")]
+    Restore(String),
+}
+
+/// What a session opened with a [`Restore`] did with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restored {
+    /// The guest applied it and stepped its clock by this many milliseconds.
+    Applied { clock_step_ms: i64 },
+    /// The guest's agent predates RESTORE lines: the caller must make the `PostRestore` call.
+    NotOffered,
 }
 
 /// Connects to `path` and opens a session, retrying the connection until `timeout` (the socket
 /// may not exist yet while QEMU starts). Returns a stream ready for HTTP/2.
 pub async fn open_session(path: &Path, timeout: Duration) -> Result<UnixStream, ConnectError> {
+    Ok(open(path, timeout, None).await?.0)
+}
+
+/// Like [`open_session`], and hands `restore` to the guest before HTTP/2 if its agent takes
+/// RESTORE lines (see [`crate::session`]).
+pub async fn open_session_restoring(
+    path: &Path,
+    timeout: Duration,
+    restore: &Restore,
+) -> Result<(UnixStream, Restored), ConnectError> {
+    open(path, timeout, Some(restore)).await
+}
+
+async fn open(
+    path: &Path,
+    timeout: Duration,
+    restore: Option<&Restore>,
+) -> Result<(UnixStream, Restored), ConnectError> {
     let deadline = Instant::now() + timeout;
     let mut stream = loop {
         match UnixStream::connect(path).await {
@@ -56,8 +87,12 @@ pub async fn open_session(path: &Path, timeout: Duration) -> Result<UnixStream, 
             }
         }
     };
-    handshake(&mut stream, deadline, timeout).await?;
-    Ok(stream)
+    let offered = handshake(&mut stream, deadline, timeout).await?;
+    let restored = match restore {
+        Some(r) if offered => send_restore(&mut stream, r, deadline, timeout).await?,
+        _ => Restored::NotOffered,
+    };
+    Ok((stream, restored))
 }
 
 fn retryable(e: &std::io::Error) -> bool {
@@ -67,11 +102,13 @@ fn retryable(e: &std::io::Error) -> bool {
     )
 }
 
+/// Sends HELLO until a READY for one of its nonces comes back. Returns whether the guest offered
+/// to take a RESTORE line.
 async fn handshake(
     stream: &mut UnixStream,
     deadline: Instant,
     timeout: Duration,
-) -> Result<(), ConnectError> {
+) -> Result<bool, ConnectError> {
     let mut sent: Vec<u64> = Vec::new();
     let mut scanner = Scanner::ready();
     let mut byte = [0u8; 1];
@@ -90,15 +127,56 @@ async fn handshake(
                 Err(_) => break,
                 Ok(Ok(0)) => return Err(ConnectError::Closed),
                 Ok(Ok(_)) => {
-                    if let Scan::Found { nonce, .. } = scanner.feed(&byte) {
+                    if let Scan::Found { nonce, extra, .. } = scanner.feed(&byte) {
                         if sent.contains(&nonce) {
-                            return Ok(());
+                            return Ok(extra.split(' ').any(|w| w == "restore"));
                         }
                     }
                 }
                 Ok(Err(e)) => return Err(e.into()),
             }
         }
+    }
+}
+
+/// Sends the RESTORE line and reads the guest's answer (the next line it writes: nothing else
+/// comes from the guest between READY and HTTP/2).
+async fn send_restore(
+    stream: &mut UnixStream,
+    restore: &Restore,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<Restored, ConnectError> {
+    let nonce = rand::random::<u64>();
+    stream.write_all(&restore.line(nonce)).await?;
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        // One byte at a time, as in the handshake: HTTP/2 follows the line.
+        match tokio::time::timeout_at(deadline, stream.read(&mut byte)).await {
+            Err(_) => return Err(ConnectError::Timeout(timeout)),
+            Ok(Ok(0)) => return Err(ConnectError::Closed),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e.into()),
+        }
+        line.push(byte[0]);
+        if byte[0] != b'\n' && line.len() < MAX_RESTORE_LINE {
+            continue;
+        }
+        if !line.starts_with(LINE_PREFIX) {
+            return Err(ConnectError::Restore(format!(
+                "unexpected answer {:?}",
+                String::from_utf8_lossy(&line)
+            )));
+        }
+        return match parse_restored(&line) {
+            Some((n, Ok(clock_step_ms))) if n == nonce => Ok(Restored::Applied { clock_step_ms }),
+            Some((n, Err(why))) if n == nonce => Err(ConnectError::Restore(why)),
+            _ => Err(ConnectError::Restore(format!(
+                "unexpected answer {:?}",
+                String::from_utf8_lossy(&line)
+            ))),
+        };
     }
 }
 
@@ -120,6 +198,31 @@ pub fn channel(path: PathBuf, connect_timeout: Duration) -> Channel {
 /// Connects eagerly: returns once a session is open and the channel is ready for calls.
 pub async fn connect(path: PathBuf, timeout: Duration) -> Result<Channel, ConnectError> {
     let stream = open_session(&path, timeout).await?;
+    channel_over(path, stream, timeout).await
+}
+
+/// Opens a session handing `restore` to the guest (see [`open_session_restoring`]) and returns
+/// a channel over it. The channel's HTTP/2 connection starts with its first call: a woken VM
+/// spends no time on the agent's HTTP/2 code until something asks the agent for something.
+pub async fn connect_restoring(
+    path: PathBuf,
+    timeout: Duration,
+    restore: &Restore,
+) -> Result<(Channel, Restored), ConnectError> {
+    let (stream, restored) = open_session_restoring(&path, timeout, restore).await?;
+    let channel = match restored {
+        Restored::Applied { .. } => lazy_channel_over(path, stream, timeout),
+        Restored::NotOffered => channel_over(path, stream, timeout).await?,
+    };
+    Ok((channel, restored))
+}
+
+/// A channel whose first connection is `stream`; later ones open new sessions.
+async fn channel_over(
+    path: PathBuf,
+    stream: UnixStream,
+    timeout: Duration,
+) -> Result<Channel, ConnectError> {
     let mut first = Some(stream);
     let endpoint = Endpoint::from_static("http://guest.pandastack");
     endpoint
@@ -136,4 +239,22 @@ pub async fn connect(path: PathBuf, timeout: Duration) -> Result<Channel, Connec
         }))
         .await
         .map_err(|e| ConnectError::Io(std::io::Error::other(e)))
+}
+
+/// Like [`channel_over`], connecting on the first call.
+fn lazy_channel_over(path: PathBuf, stream: UnixStream, timeout: Duration) -> Channel {
+    let mut first = Some(stream);
+    Endpoint::from_static("http://guest.pandastack")
+        .http2_keep_alive_interval(Duration::from_secs(3600))
+        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            let ready = first.take();
+            async move {
+                let stream = match ready {
+                    Some(s) => s,
+                    None => open_session(&path, timeout).await?,
+                };
+                Ok::<_, ConnectError>(TokioIo::new(stream))
+            }
+        }))
 }

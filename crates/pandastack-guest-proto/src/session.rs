@@ -6,48 +6,199 @@
 //! HTTP/2 byte is sent:
 //!
 //! ```text
-//! host  -> guest   PANDASTACK/1 HELLO <nonce>\n     (resent until answered)
-//! guest -> host    PANDASTACK/1 READY <nonce>\n
+//! host  -> guest   PANDASTACK/1 HELLO <nonce>\n          (resent until answered)
+//! guest -> host    PANDASTACK/1 READY <nonce> restore\n
+//! host  -> guest   PANDASTACK/1 RESTORE <nonce> ...\n    (optional, see [`Restore`])
+//! guest -> host    PANDASTACK/1 RESTORED <nonce> ok <clock step ms>\n
 //! host  <-> guest  HTTP/2 (host is the client)
 //! ```
 //!
 //! The guest ignores everything that is not a HELLO line while it waits for one, and the host
 //! ignores everything that is not a READY line for a nonce it sent, so stale bytes of an earlier
 //! session on either side never reach the HTTP/2 codec.
+//!
+//! The word `restore` after READY's nonce says the guest takes a RESTORE line before HTTP/2: a
+//! restored VM's identity (clock, entropy, hostname, machine id) applied by the small line code
+//! instead of a first gRPC call, whose HTTP/2 and gRPC code paths are a large part of a restore's
+//! time under TCG (they run for the first time in a VM whose translation cache starts empty).
+//! Agents built before it answer a bare READY, and the host makes the gRPC call instead.
 
 const HELLO: &[u8] = b"PANDASTACK/1 HELLO ";
 const READY: &[u8] = b"PANDASTACK/1 READY ";
+const RESTORE: &[u8] = b"PANDASTACK/1 RESTORE ";
+const RESTORED: &[u8] = b"PANDASTACK/1 RESTORED ";
+/// What every line of the handshake starts with.
+pub const LINE_PREFIX: &[u8] = b"PANDASTACK/1 ";
+/// The word after READY's nonce by which a guest offers to take a RESTORE line.
+const CAN_RESTORE: &str = "restore";
 
 /// Longest line either side will buffer while scanning; longer runs of garbage are discarded.
 pub const MAX_LINE: usize = 128;
+/// Longest RESTORE or RESTORED line.
+pub const MAX_RESTORE_LINE: usize = 1024;
 
 /// The HELLO line for `nonce`.
 pub fn hello_line(nonce: u64) -> Vec<u8> {
-    line(HELLO, nonce)
+    line(HELLO, nonce, "")
 }
 
-/// The READY line for `nonce`.
+/// The READY line for `nonce`, as agents that do not take RESTORE lines answer.
 pub fn ready_line(nonce: u64) -> Vec<u8> {
-    line(READY, nonce)
+    line(READY, nonce, "")
 }
 
-fn line(prefix: &[u8], nonce: u64) -> Vec<u8> {
+/// The READY line for `nonce` of an agent that takes a RESTORE line before HTTP/2.
+pub fn ready_line_restorable(nonce: u64) -> Vec<u8> {
+    line(READY, nonce, CAN_RESTORE)
+}
+
+fn line(prefix: &[u8], nonce: u64, extra: &str) -> Vec<u8> {
     let mut v = prefix.to_vec();
-    v.extend_from_slice(format!("{nonce:016x}\n").as_bytes());
+    v.extend_from_slice(format!("{nonce:016x}").as_bytes());
+    if !extra.is_empty() {
+        v.push(b' ');
+        v.extend_from_slice(extra.as_bytes());
+    }
+    v.push(b'\n');
     v
 }
 
-fn parse(prefix: &[u8], line: &[u8]) -> Option<u64> {
+/// The nonce and the words after it (empty if none) of a `prefix` line.
+fn parse(prefix: &[u8], line: &[u8]) -> Option<(u64, String)> {
     // The line may start with stale bytes that had no newline of their own.
     let start = line.windows(prefix.len()).rposition(|w| w == prefix)?;
     let rest = &line[start + prefix.len()..];
-    let hex = std::str::from_utf8(rest)
+    let rest = std::str::from_utf8(rest)
         .ok()?
         .trim_end_matches(['\n', '\r']);
+    let (hex, extra) = rest.split_once(' ').unwrap_or((rest, ""));
     if hex.len() != 16 {
         return None;
     }
-    u64::from_str_radix(hex, 16).ok()
+    Some((u64::from_str_radix(hex, 16).ok()?, extra.to_owned()))
+}
+
+/// The nonce of a whole HELLO line (with or without its newline).
+pub fn parse_hello(line: &[u8]) -> Option<u64> {
+    line.starts_with(HELLO)
+        .then(|| parse(HELLO, line))
+        .flatten()
+        .map(|(nonce, _)| nonce)
+}
+
+/// What a restored guest becomes: the post-restore hook (`Agent.PostRestore` without a network
+/// change) as one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restore {
+    /// Host wall clock; the guest steps its clock to it.
+    pub unix_time_ns: i64,
+    /// Mixed into the guest kernel's RNG and credited (at least 32 bytes, at most 256).
+    pub entropy: Vec<u8>,
+    /// New hostname, or empty to keep it.
+    pub hostname: String,
+    /// New machine id, or empty to keep it.
+    pub machine_id: String,
+}
+
+impl Restore {
+    /// `PANDASTACK/1 RESTORE <nonce> <unix ns> <entropy hex> <hostname or -> <machine id or ->`.
+    /// Hostnames and machine ids never contain spaces (the guest checks both as it would for
+    /// the gRPC call).
+    pub fn line(&self, nonce: u64) -> Vec<u8> {
+        let word = |s: &str| {
+            if s.is_empty() {
+                "-".to_owned()
+            } else {
+                s.to_owned()
+            }
+        };
+        let mut v = RESTORE.to_vec();
+        v.extend_from_slice(
+            format!(
+                "{nonce:016x} {} {} {} {}\n",
+                self.unix_time_ns,
+                hex(&self.entropy),
+                word(&self.hostname),
+                word(&self.machine_id)
+            )
+            .as_bytes(),
+        );
+        v
+    }
+
+    /// Parses a whole RESTORE line (with or without its newline).
+    pub fn parse_line(line: &[u8]) -> Option<(u64, Restore)> {
+        let rest = line.strip_prefix(RESTORE)?;
+        let rest = std::str::from_utf8(rest)
+            .ok()?
+            .trim_end_matches(['\n', '\r']);
+        let mut words = rest.split(' ');
+        let nonce = words.next().filter(|w| w.len() == 16)?;
+        let nonce = u64::from_str_radix(nonce, 16).ok()?;
+        let unix_time_ns = words.next()?.parse().ok()?;
+        let entropy = unhex(words.next()?)?;
+        if entropy.len() > 256 {
+            return None;
+        }
+        let word = |w: &str| {
+            if w == "-" {
+                String::new()
+            } else {
+                w.to_owned()
+            }
+        };
+        let hostname = word(words.next()?);
+        let machine_id = word(words.next()?);
+        if words.next().is_some() {
+            return None;
+        }
+        Some((
+            nonce,
+            Restore {
+                unix_time_ns,
+                entropy,
+                hostname,
+                machine_id,
+            },
+        ))
+    }
+}
+
+/// The guest's answer to a RESTORE line: applied with the clock stepped by `Ok(ms)`, or refused
+/// with a one-line reason.
+pub fn restored_line(nonce: u64, result: Result<i64, &str>) -> Vec<u8> {
+    let mut v = RESTORED.to_vec();
+    let text = match result {
+        Ok(ms) => format!("{nonce:016x} ok {ms}\n"),
+        Err(why) => format!("{nonce:016x} error {}\n", why.replace(['\n', '\r'], " ")),
+    };
+    v.extend_from_slice(text.as_bytes());
+    v
+}
+
+/// Parses a RESTORED line: its nonce and what it says.
+pub fn parse_restored(line: &[u8]) -> Option<(u64, Result<i64, String>)> {
+    let (nonce, extra) = parse(RESTORED, line)?;
+    let result = match extra.split_once(' ') {
+        Some(("ok", ms)) => Ok(ms.parse().ok()?),
+        Some(("error", why)) => Err(why.to_owned()),
+        _ => return None,
+    };
+    Some((nonce, result))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// What a scanner found after being fed some bytes.
@@ -55,8 +206,13 @@ fn parse(prefix: &[u8], line: &[u8]) -> Option<u64> {
 pub enum Scan {
     /// No complete matching line yet; feed more bytes.
     NeedMore,
-    /// A matching line with this nonce; `rest` are the bytes that followed it in the input.
-    Found { nonce: u64, rest: Vec<u8> },
+    /// A matching line with this nonce; `extra` are the words after the nonce on the line (see
+    /// [`ready_line_restorable`]), `rest` the bytes that followed the line in the input.
+    Found {
+        nonce: u64,
+        extra: String,
+        rest: Vec<u8>,
+    },
 }
 
 /// Incremental line scanner that finds the next HELLO (guest side) or READY (host side) line in a
@@ -91,9 +247,10 @@ impl Scanner {
                 self.line.push(b);
                 let found = parse(self.prefix, &self.line);
                 self.line.clear();
-                if let Some(nonce) = found {
+                if let Some((nonce, extra)) = found {
                     return Scan::Found {
                         nonce,
+                        extra,
                         rest: bytes[i + 1..].to_vec(),
                     };
                 }
@@ -124,6 +281,7 @@ mod tests {
             s.feed(&input),
             Scan::Found {
                 nonce: 0xabc,
+                extra: String::new(),
                 rest: b"PRI * HTTP/2.0".to_vec()
             }
         );
@@ -138,6 +296,7 @@ mod tests {
             s.feed(&l[7..]),
             Scan::Found {
                 nonce: 42,
+                extra: String::new(),
                 rest: vec![]
             }
         );
@@ -163,6 +322,7 @@ mod tests {
             s.feed(&input),
             Scan::Found {
                 nonce: 9,
+                extra: String::new(),
                 rest: vec![]
             }
         );
@@ -177,8 +337,71 @@ mod tests {
             s.feed(&hello_line(7)),
             Scan::Found {
                 nonce: 7,
+                extra: String::new(),
                 rest: vec![]
             }
+        );
+    }
+
+    #[test]
+    fn ready_may_offer_restore() {
+        let mut s = Scanner::ready();
+        assert_eq!(
+            s.feed(&ready_line_restorable(5)),
+            Scan::Found {
+                nonce: 5,
+                extra: "restore".into(),
+                rest: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn restore_lines_round_trip_and_reject_garbage() {
+        let r = Restore {
+            unix_time_ns: 1_790_000_000_123_456_789,
+            entropy: (0..64).collect(),
+            hostname: "sb-1".into(),
+            machine_id: "0123456789abcdef0123456789abcdef".into(),
+        };
+        let line = r.line(0xfeed);
+        assert!(line.len() < MAX_RESTORE_LINE);
+        assert_eq!(Restore::parse_line(&line), Some((0xfeed, r.clone())));
+        let same = Restore {
+            hostname: String::new(),
+            machine_id: String::new(),
+            ..r
+        };
+        assert_eq!(Restore::parse_line(&same.line(1)), Some((1, same)));
+        for bad in [
+            &b"PANDASTACK/1 RESTORE 0000000000000001 12 zz - -\n"[..],
+            b"PANDASTACK/1 RESTORE 0000000000000001 12 00 - - extra\n",
+            b"PANDASTACK/1 RESTORE 0000000000000001 x 00 - -\n",
+            b"PANDASTACK/1 RESTORE 01 12 00 - -\n",
+            b"PANDASTACK/1 HELLO 0000000000000001\n",
+        ] {
+            assert_eq!(
+                Restore::parse_line(bad),
+                None,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn restored_lines_carry_the_result() {
+        assert_eq!(
+            parse_restored(&restored_line(3, Ok(-25))),
+            Some((3, Ok(-25)))
+        );
+        assert_eq!(
+            parse_restored(&restored_line(4, Err("set clock: EPERM\nmore"))),
+            Some((4, Err("set clock: EPERM more".into())))
+        );
+        assert_eq!(
+            parse_restored(b"PANDASTACK/1 RESTORED 0000000000000004 maybe\n"),
+            None
         );
     }
 }

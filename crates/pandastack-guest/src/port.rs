@@ -111,7 +111,7 @@ impl Port {
             match (&self.file).read(&mut buf) {
                 Ok(0) => {}
                 Ok(n) => {
-                    if let Scan::Found { nonce, rest } = scanner.feed(&buf[..n]) {
+                    if let Scan::Found { nonce, rest, .. } = scanner.feed(&buf[..n]) {
                         return Ok((nonce, rest));
                     }
                     continue;

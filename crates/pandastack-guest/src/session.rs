@@ -11,7 +11,11 @@ use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
-use pandastack_guest_proto::session::{hello_line, ready_line, Scan, Scanner};
+use pandastack_guest_proto::session::{
+    parse_hello, ready_line_restorable, restored_line, Restore, Scan, Scanner, LINE_PREFIX,
+    MAX_RESTORE_LINE,
+};
+use pandastack_guest_proto::v1;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::Notify;
 
@@ -76,7 +80,7 @@ pub async fn read_hello<IO: AsyncRead + Unpin>(
         if n == 0 {
             return Ok(None);
         }
-        if let Scan::Found { nonce, rest } = scanner.feed(&buf[..n]) {
+        if let Scan::Found { nonce, rest, .. } = scanner.feed(&buf[..n]) {
             return Ok(Some((nonce, rest)));
         }
     }
@@ -88,9 +92,12 @@ pub async fn serve<IO>(mut io: IO, nonce: u64, rest: Vec<u8>, state: State) -> a
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    io.write_all(&ready_line(nonce)).await?;
+    io.write_all(&ready_line_restorable(nonce)).await?;
     io.flush().await?;
-    let rest = skip_hellos(&mut io, rest).await?;
+    let Some(rest) = preamble(&mut io, rest, &state).await? else {
+        // The host went away before HTTP/2 (a session opened for a restore and never used).
+        return Ok(());
+    };
     let detach = Arc::new(Notify::new());
     let service = TowerToHyperService::new(state.routes(detach.clone()));
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
@@ -112,35 +119,69 @@ where
 /// How long a detaching session waits for in-flight calls to finish.
 const DETACH_GRACE: Duration = Duration::from_secs(1);
 
-/// Drops further HELLO lines that precede the HTTP/2 preface: a host that resent HELLO before
-/// our READY reached it has them in the stream ahead of its first HTTP/2 byte.
-async fn skip_hellos<IO: AsyncRead + Unpin>(
+/// Handles the handshake's lines that precede the HTTP/2 preface and returns the bytes from the
+/// preface on, or `None` if the session is over before HTTP/2: the host went away, or a new
+/// host said HELLO. Further HELLO lines before a RESTORE are the host resending HELLO before
+/// our READY reached it, and are dropped; a RESTORE line is applied and answered (see
+/// `pandastack_guest_proto::session`). A HELLO after a RESTORE comes from a new host — this
+/// session was opened for a restore, never used, and the VM was saved and restored again with
+/// it — and ends the session: the new host's next HELLO finds the agent waiting for one.
+async fn preamble<IO: AsyncRead + AsyncWrite + Unpin>(
     io: &mut IO,
     mut buf: Vec<u8>,
-) -> std::io::Result<Vec<u8>> {
-    let hello = &hello_line(0)[..HELLO_PREFIX_LEN];
+    state: &State,
+) -> std::io::Result<Option<Vec<u8>>> {
     let mut chunk = [0u8; 512];
+    let mut restored = false;
     loop {
-        let n = buf.len().min(hello.len());
-        if buf[..n] != hello[..n] {
-            return Ok(buf);
+        let n = buf.len().min(LINE_PREFIX.len());
+        if n > 0 && buf[..n] != LINE_PREFIX[..n] {
+            return Ok(Some(buf));
         }
-        if n == hello.len() {
+        if n == LINE_PREFIX.len() {
             if let Some(end) = buf.iter().position(|&b| b == b'\n') {
-                buf.drain(..=end);
+                let line: Vec<u8> = buf.drain(..=end).collect();
+                if let Some((nonce, restore)) = Restore::parse_line(&line) {
+                    let answer = match apply(restore, state).await {
+                        Ok(step_ms) => restored_line(nonce, Ok(step_ms)),
+                        Err(why) => restored_line(nonce, Err(&why)),
+                    };
+                    io.write_all(&answer).await?;
+                    io.flush().await?;
+                    restored = true;
+                } else if restored && parse_hello(&line).is_some() {
+                    return Ok(None);
+                }
                 continue;
+            }
+            if buf.len() > MAX_RESTORE_LINE {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "handshake line too long",
+                ));
             }
         }
         let got = io.read(&mut chunk).await?;
         if got == 0 {
-            return Ok(buf);
+            return Ok(None);
         }
         buf.extend_from_slice(&chunk[..got]);
     }
 }
 
-/// Length of "PANDASTACK/1 HELLO ".
-const HELLO_PREFIX_LEN: usize = 19;
+/// Applies a RESTORE line as `Agent.PostRestore` would; the error is the call's message.
+async fn apply(r: Restore, state: &State) -> Result<i64, String> {
+    let req = v1::PostRestoreRequest {
+        unix_time_ns: r.unix_time_ns,
+        entropy: r.entropy,
+        hostname: r.hostname,
+        machine_id: r.machine_id,
+        network: None,
+    };
+    crate::services::apply_post_restore(state, req)
+        .await
+        .map_err(|s| s.message().to_owned())
+}
 
 /// Serves sessions on a unix socket: every accepted connection scans for HELLO and becomes one
 /// session; connections are served concurrently. For tests and local debugging outside a VM.
@@ -183,20 +224,90 @@ pub async fn serve_unix(path: &Path, state: State) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
+    use pandastack_guest_proto::session::{hello_line, parse_restored};
+
     #[tokio::test]
     async fn resent_hellos_before_the_preface_are_skipped() {
+        let state = State::new(false);
         let mut more = hello_line(2);
         more.extend(b"PRI * HTTP/2.0");
         let mut rest = hello_line(1);
         rest.extend(&more[..5]);
-        let mut io: &[u8] = &more[5..];
-        let out = skip_hellos(&mut io, rest).await.unwrap();
-        assert_eq!(out, b"PRI * HTTP/2.0");
-        let mut empty: &[u8] = b"";
+        let (mut io, mut peer) = tokio::io::duplex(4096);
+        peer.write_all(&more[5..]).await.unwrap();
+        let out = preamble(&mut io, rest, &state).await.unwrap();
+        assert_eq!(out.as_deref(), Some(&b"PRI * HTTP/2.0"[..]));
+        let (mut io, _peer) = tokio::io::duplex(16);
         assert_eq!(
-            skip_hellos(&mut empty, b"PRI".to_vec()).await.unwrap(),
-            b"PRI"
+            preamble(&mut io, b"PRI".to_vec(), &state).await.unwrap(),
+            Some(b"PRI".to_vec())
         );
+        // The host goes away before its preface: no HTTP/2 connection is started.
+        let (mut io, peer) = tokio::io::duplex(16);
+        drop(peer);
+        assert_eq!(
+            preamble(&mut io, hello_line(3), &state).await.unwrap(),
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn a_restore_line_is_answered_before_the_preface() {
+        let state = State::new(false);
+        let (mut io, mut peer) = tokio::io::duplex(4096);
+        let good = Restore {
+            unix_time_ns: 0,
+            entropy: vec![7; 32],
+            hostname: String::new(),
+            machine_id: String::new(),
+        };
+        let bad = Restore {
+            hostname: "-no".into(),
+            ..good.clone()
+        };
+        let mut input = hello_line(1);
+        input.extend(bad.line(8));
+        input.extend(good.line(9));
+        input.extend(b"PRI * HTTP/2.0");
+        peer.write_all(&input).await.unwrap();
+        let out = preamble(&mut io, Vec::new(), &state).await.unwrap();
+        assert_eq!(out.as_deref(), Some(&b"PRI * HTTP/2.0"[..]));
+        drop(io);
+        let mut answers = String::new();
+        peer.read_to_string(&mut answers).await.unwrap();
+        let lines: Vec<_> = answers.lines().collect();
+        assert_eq!(lines.len(), 2, "{answers}");
+        let (nonce, result) = parse_restored(lines[0].as_bytes()).unwrap();
+        assert_eq!(nonce, 8);
+        assert!(result.unwrap_err().contains("hostname"));
+        assert_eq!(parse_restored(lines[1].as_bytes()), Some((9, Ok(0))));
+    }
+
+    #[tokio::test]
+    async fn a_hello_after_a_restore_ends_the_session() {
+        let state = State::new(false);
+        let (mut io, mut peer) = tokio::io::duplex(4096);
+        let r = Restore {
+            unix_time_ns: 0,
+            entropy: vec![7; 32],
+            hostname: String::new(),
+            machine_id: String::new(),
+        };
+        let mut input = r.line(1);
+        input.extend(hello_line(2));
+        input.extend(b"PRI * HTTP/2.0");
+        peer.write_all(&input).await.unwrap();
+        assert_eq!(preamble(&mut io, Vec::new(), &state).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn an_endless_handshake_line_is_refused() {
+        let state = State::new(false);
+        let (mut io, mut peer) = tokio::io::duplex(8192);
+        let mut input = LINE_PREFIX.to_vec();
+        input.extend(vec![b'x'; 2 * MAX_RESTORE_LINE]);
+        peer.write_all(&input).await.unwrap();
+        assert!(preamble(&mut io, Vec::new(), &state).await.is_err());
     }
 
     #[tokio::test]

@@ -8,7 +8,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{connect, sh, start, PtyPort, AGENT};
-use pandastack_guest_proto::session::{hello_line, ready_line};
+use pandastack_guest_proto::host::{ConnectError, Restored};
+use pandastack_guest_proto::session::{hello_line, ready_line_restorable, Restore};
 use pandastack_guest_proto::v1::{self, agent_client::AgentClient};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -125,9 +126,9 @@ async fn garbage_before_hello_is_ignored() {
         .await
         .unwrap();
     stream.write_all(&hello_line(0x1234)).await.unwrap();
-    let mut line = vec![0u8; ready_line(0x1234).len()];
+    let mut line = vec![0u8; ready_line_restorable(0x1234).len()];
     stream.read_exact(&mut line).await.unwrap();
-    assert_eq!(line, ready_line(0x1234));
+    assert_eq!(line, ready_line_restorable(0x1234));
     // The host may have resent HELLO before it saw READY; those lines are skipped, and the
     // session then speaks HTTP/2 on this very stream.
     stream.write_all(&hello_line(0x5678)).await.unwrap();
@@ -137,6 +138,39 @@ async fn garbage_before_hello_is_ignored() {
         .unwrap()
         .into_inner();
     assert_eq!(h.protocol_version, pandastack_guest_proto::PROTOCOL_VERSION);
+}
+
+/// The post-restore hook as the session's RESTORE line: applied before any HTTP/2, answered,
+/// and the session then serves calls; a line the agent refuses fails the open with its reason.
+#[tokio::test]
+async fn a_restore_line_is_applied_when_the_session_opens() {
+    let a = start();
+    let timeout = Duration::from_secs(10);
+    let restore = Restore {
+        unix_time_ns: 0,
+        entropy: vec![42; 64],
+        hostname: String::new(),
+        machine_id: String::new(),
+    };
+    let (ch, restored) =
+        pandastack_guest_proto::host::connect_restoring(a.socket.clone(), timeout, &restore)
+            .await
+            .expect("session with a restore line");
+    // Outside a VM the agent does not step the clock.
+    assert_eq!(restored, Restored::Applied { clock_step_ms: 0 });
+    assert_eq!(
+        sh(&ch, "echo after restore").await.stdout(),
+        "after restore\n"
+    );
+    let bad = Restore {
+        entropy: vec![1; 8],
+        ..restore
+    };
+    match pandastack_guest_proto::host::connect_restoring(a.socket.clone(), timeout, &bad).await {
+        Err(ConnectError::Restore(why)) => assert!(why.contains("entropy"), "{why}"),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("8 bytes of entropy were taken"),
+    }
 }
 
 /// `serve --port` on a pty: the same byte pipe carries one session after another, as the

@@ -7,7 +7,7 @@
 //! failed wake leaves it hibernated.
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pandastack_vm::{Memory, Vm, VmDriver, VmError, VmSpec};
 
@@ -56,6 +56,8 @@ impl<D: VmDriver> Runtime<D> {
         sandbox: Sandbox<D::Vm>,
     ) -> Result<Hibernated, (HibernateError, Sandbox<D::Vm>)> {
         let t = Instant::now();
+        let mut sandbox = sandbox;
+        end_session(&mut sandbox, self.restore_timeout).await;
         let state = sandbox.dir.join(HIBERNATE_STATE);
         let saved = async {
             sandbox.vm.pause().await?;
@@ -156,5 +158,29 @@ impl<D: VmDriver> Runtime<D> {
             agent,
             ready_in: t.elapsed(),
         })
+    }
+}
+
+/// How long a hibernate waits for the agent session's connection to close.
+const SESSION_CLOSE_WAIT: Duration = Duration::from_millis(500);
+/// Time given to the guest, once its host hung up, to end the session and wait for a new one.
+const SESSION_END_GRACE: Duration = Duration::from_millis(30);
+
+/// Closes the sandbox's agent session before its state is saved, so that the image holds a
+/// guest agent waiting for a new host: a woken guest then answers the first HELLO instead of
+/// first finding out that its old session is gone (which cost it the first HELLO and a run of
+/// the session's teardown code). Best effort: a caller still holding a clone of the channel
+/// (a running exec stream) keeps the connection open, and the guest ends that session after
+/// the wake instead. The sandbox gets a channel that connects on its next call.
+async fn end_session<V: Vm>(sandbox: &mut Sandbox<V>, connect_timeout: Duration) {
+    let lazy = pandastack_guest_proto::host::channel(sandbox.vm.agent_socket(), connect_timeout);
+    drop(std::mem::replace(&mut sandbox.agent, lazy));
+    match sandbox.vm.agent_disconnected(SESSION_CLOSE_WAIT).await {
+        Ok(()) => tokio::time::sleep(SESSION_END_GRACE).await,
+        Err(e) => tracing::debug!(
+            sandbox = %sandbox.id,
+            error = &e as &dyn std::error::Error,
+            "agent session still open at hibernate"
+        ),
     }
 }

@@ -4,6 +4,8 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use pandastack_guest_proto::host::Restored;
+use pandastack_guest_proto::session::Restore;
 use pandastack_guest_proto::v1::{self, agent_client::AgentClient};
 use pandastack_vm::Vm;
 use tonic::transport::Channel;
@@ -28,6 +30,11 @@ const FIRST_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connects to the restored guest and runs its post-restore hook. Returns the agent session.
 ///
+/// The hook rides on the session's opening lines (a RESTORE line, see
+/// `pandastack_guest_proto::session`) when the guest's agent takes them: then nothing of the
+/// agent's HTTP/2 and gRPC code runs until the first call, which a woken app may never make.
+/// Older agents get the `PostRestore` call.
+///
 /// Guest agents baked before the port fix in `pandastack-guest` (`wait_host_connected`) could
 /// drop their first session right after answering its HELLO; the host then waited forever on a
 /// call nobody read. A session whose first call goes unanswered is therefore closed and a new
@@ -41,14 +48,22 @@ pub(crate) async fn identify<V: Vm>(
     loop {
         attempt += 1;
         let t = Instant::now();
-        let channel = pandastack_guest_proto::host::connect(vm.agent_socket(), timeout)
-            .await
-            .map_err(|e| GuestReadyError(Box::new(e)))?;
+        let (channel, restored) = pandastack_guest_proto::host::connect_restoring(
+            vm.agent_socket(),
+            timeout,
+            &restore_for(identity),
+        )
+        .await
+        .map_err(|e| GuestReadyError(Box::new(e)))?;
         tracing::debug!(
             vm = vm.id(),
             connect_ms = t.elapsed().as_secs_f64() * 1e3,
+            ?restored,
             "agent session open"
         );
+        if let Restored::Applied { .. } = restored {
+            return Ok(channel);
+        }
         match tokio::time::timeout(
             FIRST_CALL_TIMEOUT.min(timeout),
             post_restore(&channel, identity),
@@ -75,12 +90,8 @@ pub(crate) async fn identify<V: Vm>(
     }
 }
 
-/// Runs the post-restore hook over an open session: clock step, RNG reseed and, for a new
-/// sandbox, hostname and machine id.
-pub(crate) async fn post_restore(
-    channel: &Channel,
-    identity: Identity<'_>,
-) -> Result<(), GuestReadyError> {
+/// The post-restore hook's data for `identity`, taken now (clock) and fresh (entropy).
+fn restore_for(identity: Identity<'_>) -> Restore {
     let mut entropy = vec![0u8; 64];
     rand::fill(&mut entropy[..]);
     let now = SystemTime::now()
@@ -90,12 +101,27 @@ pub(crate) async fn post_restore(
         Identity::New { hostname } => (hostname.to_owned(), machine_id()),
         Identity::Same => (String::new(), String::new()),
     };
+    Restore {
+        unix_time_ns: now.as_nanos() as i64,
+        entropy,
+        hostname,
+        machine_id,
+    }
+}
+
+/// Runs the post-restore hook over an open session: clock step, RNG reseed and, for a new
+/// sandbox, hostname and machine id.
+pub(crate) async fn post_restore(
+    channel: &Channel,
+    identity: Identity<'_>,
+) -> Result<(), GuestReadyError> {
+    let r = restore_for(identity);
     AgentClient::new(channel.clone())
         .post_restore(v1::PostRestoreRequest {
-            unix_time_ns: now.as_nanos() as i64,
-            entropy,
-            hostname,
-            machine_id,
+            unix_time_ns: r.unix_time_ns,
+            entropy: r.entropy,
+            hostname: r.hostname,
+            machine_id: r.machine_id,
             network: None,
         })
         .await

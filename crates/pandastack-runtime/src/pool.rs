@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use pandastack_vm::{Memory, Vm, VmDriver};
 use tonic::transport::Channel;
 
-use crate::identity::{identify, Identity};
+use crate::identity::{identify, post_restore, GuestReadyError, Identity};
 use crate::sandbox::CreateError;
 use crate::standby::{AdoptError, Standby, Waiting};
 use crate::template::Template;
@@ -144,6 +144,22 @@ impl<D: VmDriver> Runtime<D> {
         self.discard_standby(p.process).await;
     }
 
+    /// Connects to a pooled VM and makes one `PostRestore` call on the session, off the clock:
+    /// the create that takes the VM makes the same call (with the sandbox's identity), and finds
+    /// the agent's HTTP/2 and gRPC code already run once.
+    async fn identify_warm(&self, vm: &D::Vm) -> Result<Channel, CreateError> {
+        let agent = identify(vm, Identity::Same, self.restore_timeout).await?;
+        tokio::time::timeout(self.restore_timeout, post_restore(&agent, Identity::Same))
+            .await
+            .map_err(|_| {
+                GuestReadyError(Box::new(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "pooled VM: post-restore call did not answer",
+                )))
+            })??;
+        Ok(agent)
+    }
+
     async fn prepare(&self, t: &Template) -> Result<Prepared<D::Vm>, CreateError> {
         let waiting = self
             .start_waiting(&Waiting {
@@ -157,9 +173,7 @@ impl<D: VmDriver> Runtime<D> {
             .await?;
         // On failure finish_restore stops the process itself.
         let ready = match self.driver.finish_restore(&waiting.vm, &t.state()).await {
-            Ok(()) => identify(&waiting.vm, Identity::Same, self.restore_timeout)
-                .await
-                .map_err(CreateError::from),
+            Ok(()) => self.identify_warm(&waiting.vm).await,
             Err(e) => Err(e.into()),
         };
         match ready {

@@ -174,7 +174,8 @@ async fn hibernate_then_wake_keeps_running_processes() {
     assert_counting_from(&sb, before).await;
     assert!(!sb.dir.join("hibernate.state").exists());
 
-    // A second round trip from a woken (anonymous-memory) VM works too.
+    // More round trips from a woken (anonymous-memory) VM: one whose session was used, then
+    // one whose session, opened for the wake, never carried a call.
     let h = match rt.hibernate(sb).await {
         Ok(h) => h,
         Err((e, _)) => panic!("hibernate again: {e:#}"),
@@ -183,6 +184,30 @@ async fn hibernate_then_wake_keeps_running_processes() {
         Ok(sb) => sb,
         Err((e, _)) => panic!("wake again: {e:#}"),
     };
+    let h = match rt.hibernate(sb).await {
+        Ok(h) => h,
+        Err((e, _)) => panic!("hibernate a third time: {e:#}"),
+    };
+    // Long enough asleep that a clock nobody stepped would be seconds behind.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let sb = match rt.wake(h).await {
+        Ok(sb) => sb,
+        Err((e, _)) => panic!("wake a third time: {e:#}"),
+    };
+    let guest_ms: i64 = exec(&sb.agent, "date +%s%3N")
+        .await
+        .stdout
+        .trim()
+        .parse()
+        .unwrap();
+    let host_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(
+        (host_ms - guest_ms).abs() < 1500,
+        "guest clock {guest_ms} ms vs host {host_ms} ms after the wake"
+    );
     assert_counting_from(&sb, before).await;
     rt.destroy(sb).await.unwrap();
 }

@@ -52,53 +52,7 @@ impl Agent for AgentService {
         &self,
         req: Request<v1::PostRestoreRequest>,
     ) -> Result<Response<v1::PostRestoreResponse>, Status> {
-        let req = req.into_inner();
-        if req.entropy.len() < 32 {
-            return Err(Status::invalid_argument(
-                "entropy: at least 32 bytes required",
-            ));
-        }
-        if !req.machine_id.is_empty() && !valid_machine_id(&req.machine_id) {
-            return Err(Status::invalid_argument(
-                "machine_id: 32 lowercase hex characters",
-            ));
-        }
-        if !req.hostname.is_empty() && !valid_hostname(&req.hostname) {
-            return Err(Status::invalid_argument(
-                "hostname: 1-63 characters of [A-Za-z0-9-], not starting with '-'",
-            ));
-        }
-        if let Some(net) = &req.network {
-            super::net::check(net)?;
-        }
-        // Outside a VM (`serve`, the host-side tests and the test kit's fake VMs) the clock is
-        // the host's: it is not stepped.
-        let step_ms = if req.unix_time_ns > 0 && self.state.pid1() {
-            step_clock(req.unix_time_ns).map_err(|e| io_status("set clock", e))?
-        } else {
-            0
-        };
-        reseed(&req.entropy).map_err(|e| io_status("reseed rng", e))?;
-        if self.state.pid1() {
-            // Processes restored with the VM (a function's runtime) reseed their own
-            // generators when this changes: a clone of a baked process shares its RNG state.
-            let mark = format!("{}-{}\n", req.unix_time_ns, hex8(&req.entropy));
-            let _ = std::fs::create_dir_all("/run/pandastack");
-            if let Err(e) = std::fs::write(RESTORED_MARK, mark) {
-                tracing::warn!(error = %e, "write {RESTORED_MARK}");
-            }
-        }
-        if !req.hostname.is_empty() {
-            set_hostname(&req.hostname).map_err(|e| io_status("set hostname", e))?;
-        }
-        if !req.machine_id.is_empty() {
-            std::fs::write("/etc/machine-id", format!("{}\n", req.machine_id))
-                .map_err(|e| io_status("write /etc/machine-id", e))?;
-        }
-        if let Some(net) = req.network {
-            super::net::configure(&net).await?;
-        }
-        tracing::info!(step_ms, hostname = %req.hostname, "post-restore identity applied");
+        let step_ms = apply_post_restore(&self.state, req.into_inner()).await?;
         Ok(Response::new(v1::PostRestoreResponse {
             clock_step_ms: step_ms,
         }))
@@ -142,6 +96,59 @@ impl Agent for AgentService {
         });
         Ok(Response::new(v1::Empty {}))
     }
+}
+
+/// The post-restore hook: checks `req`, steps the clock, reseeds the RNG, marks the restore and
+/// applies a new hostname, machine id and network if given. Returns the clock step in ms. Run
+/// by `Agent.PostRestore` and by a session's RESTORE line (`crate::session`).
+pub async fn apply_post_restore(state: &State, req: v1::PostRestoreRequest) -> Result<i64, Status> {
+    if req.entropy.len() < 32 {
+        return Err(Status::invalid_argument(
+            "entropy: at least 32 bytes required",
+        ));
+    }
+    if !req.machine_id.is_empty() && !valid_machine_id(&req.machine_id) {
+        return Err(Status::invalid_argument(
+            "machine_id: 32 lowercase hex characters",
+        ));
+    }
+    if !req.hostname.is_empty() && !valid_hostname(&req.hostname) {
+        return Err(Status::invalid_argument(
+            "hostname: 1-63 characters of [A-Za-z0-9-], not starting with '-'",
+        ));
+    }
+    if let Some(net) = &req.network {
+        super::net::check(net)?;
+    }
+    // Outside a VM (`serve`, the host-side tests and the test kit's fake VMs) the clock is
+    // the host's: it is not stepped.
+    let step_ms = if req.unix_time_ns > 0 && state.pid1() {
+        step_clock(req.unix_time_ns).map_err(|e| io_status("set clock", e))?
+    } else {
+        0
+    };
+    reseed(&req.entropy).map_err(|e| io_status("reseed rng", e))?;
+    if state.pid1() {
+        // Processes restored with the VM (a function's runtime) reseed their own
+        // generators when this changes: a clone of a baked process shares its RNG state.
+        let mark = format!("{}-{}\n", req.unix_time_ns, hex8(&req.entropy));
+        let _ = std::fs::create_dir_all("/run/pandastack");
+        if let Err(e) = std::fs::write(RESTORED_MARK, mark) {
+            tracing::warn!(error = %e, "write {RESTORED_MARK}");
+        }
+    }
+    if !req.hostname.is_empty() {
+        set_hostname(&req.hostname).map_err(|e| io_status("set hostname", e))?;
+    }
+    if !req.machine_id.is_empty() {
+        std::fs::write("/etc/machine-id", format!("{}\n", req.machine_id))
+            .map_err(|e| io_status("write /etc/machine-id", e))?;
+    }
+    if let Some(net) = req.network {
+        super::net::configure(&net).await?;
+    }
+    tracing::info!(step_ms, hostname = %req.hostname, "post-restore identity applied");
+    Ok(step_ms)
 }
 
 fn io_status(what: &str, e: std::io::Error) -> Status {

@@ -11,6 +11,8 @@ mod net;
 mod ports;
 mod pty;
 
+pub use agent::apply_post_restore;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
