@@ -216,7 +216,9 @@ async fn forward_app(app: &Arc<App>, name: &str, req: Request) -> ApiResult<Resp
     };
     let mut row = route.sandbox;
     if row.state == SandboxState::Hibernated {
+        let t = std::time::Instant::now();
         row = wake(app, row).await?;
+        tracing::debug!(app = name, sandbox = %row.id, ms = t.elapsed().as_millis() as u64, "woken for a request");
     } else if now_ms() - row.last_activity_at >= ACTIVITY_EVERY_MS {
         // A write to the store: off the request's path (the cached route learns of it, so the
         // next requests do not write again).
@@ -504,7 +506,14 @@ async fn send(app: &App, row: &SandboxRow, port: u16, mut req: Request) -> ApiRe
             },
         }
     }
+    let t = std::time::Instant::now();
     let (mut conn, task) = dial(app, id, port).await?;
+    tracing::debug!(
+        sandbox = id,
+        port,
+        ms = t.elapsed().as_secs_f64() * 1e3,
+        "dialed"
+    );
     tokio::spawn(async move {
         if let Err(e) = task.await {
             tracing::debug!(error = &e as &dyn std::error::Error, "preview connection");
@@ -514,6 +523,12 @@ async fn send(app: &App, row: &SandboxRow, port: u16, mut req: Request) -> ApiRe
         .send_request(req)
         .await
         .map_err(|e| upstream(id, port, &e))?;
+    tracing::debug!(
+        sandbox = id,
+        port,
+        ms = t.elapsed().as_secs_f64() * 1e3,
+        "answered on a new connection"
+    );
     if pooled {
         app.upstreams.recycle(id, port, conn);
     }

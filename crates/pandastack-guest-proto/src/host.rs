@@ -148,7 +148,18 @@ async fn send_restore(
     timeout: Duration,
 ) -> Result<Restored, ConnectError> {
     let nonce = rand::random::<u64>();
-    stream.write_all(&restore.line(nonce)).await?;
+    // The clock the guest steps to is read now, not when the caller built `restore`: the
+    // handshake before this line can take a restored guest a hundred milliseconds under TCG.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(restore.unix_time_ns);
+    let line = Restore {
+        unix_time_ns: now.max(restore.unix_time_ns),
+        ..restore.clone()
+    }
+    .line(nonce);
+    stream.write_all(&line).await?;
     let mut line = Vec::new();
     let mut byte = [0u8; 1];
     loop {

@@ -90,7 +90,8 @@ pub fn parse_hello(line: &[u8]) -> Option<u64> {
 /// change) as one line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Restore {
-    /// Host wall clock; the guest steps its clock to it.
+    /// Host wall clock; the guest steps its clock to it. The host's connector writes its clock
+    /// at the moment it sends the line when that is later.
     pub unix_time_ns: i64,
     /// Mixed into the guest kernel's RNG and credited (at least 32 bytes, at most 256).
     pub entropy: Vec<u8>,

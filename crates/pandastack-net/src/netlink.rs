@@ -136,6 +136,23 @@ pub(crate) async fn add_addr(h: &Handle, index: u32, addr: Ipv4Addr, prefix: u8)
         .map_err(|e| NetError::netlink(format!("add {addr}/{prefix} to link {index}"), e))
 }
 
+/// Sets a permanent neighbour entry `addr` → `mac` on a link (`ip neigh replace … nud
+/// permanent`).
+pub(crate) async fn set_permanent_neighbour(
+    h: &Handle,
+    index: u32,
+    addr: Ipv4Addr,
+    mac: [u8; 6],
+) -> Result<()> {
+    h.neighbours()
+        .add(index, IpAddr::V4(addr))
+        .link_layer_address(&mac)
+        .replace()
+        .execute()
+        .await
+        .map_err(|e| NetError::netlink(format!("neighbour {addr} on link {index}"), e))
+}
+
 /// Deletes a link by index.
 pub(crate) async fn del_link(h: &Handle, index: u32) -> Result<()> {
     match h.link().del(index).execute().await {

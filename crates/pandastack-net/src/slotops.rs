@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use crate::conntrack::{self, ConntrackFlush};
 use crate::error::{NetError, Result};
 use crate::{netlink, nft, ns, tap};
-use crate::{GATEWAY_IP, GATEWAY_MAC, GUEST_MTU, GUEST_PREFIX_LEN, NS_UPLINK, TAP_NAME};
+use crate::{
+    GATEWAY_IP, GATEWAY_MAC, GUEST_IP, GUEST_MAC, GUEST_MTU, GUEST_PREFIX_LEN, NS_UPLINK, TAP_NAME,
+};
 
 /// Where slot N lives.
 #[derive(Clone, Debug)]
@@ -68,6 +70,9 @@ pub(crate) fn build(spec: &BuildSpec) -> Result<()> {
         let tap = netlink::link_index(&h, TAP_NAME).await?;
         netlink::set_link(&h, tap, Some(GUEST_MTU), Some(GATEWAY_MAC)).await?;
         netlink::add_addr(&h, tap, GATEWAY_IP, GUEST_PREFIX_LEN).await?;
+        // Every guest has the same address and MAC: the first connection to a restored guest
+        // needs no ARP exchange (which a guest just restored under TCG answers slowly).
+        netlink::set_permanent_neighbour(&h, tap, GUEST_IP, GUEST_MAC).await?;
         netlink::add_default_route(&h, eth, g.host_addr).await?;
         Ok::<(), NetError>(())
     })??;
@@ -213,7 +218,12 @@ pub(crate) fn reset(
     ns::enter(ns_path)?;
     let tap = netlink::block_on(async {
         let h = netlink::connect()?;
-        netlink::link(&h, TAP_NAME).await
+        let tap = netlink::link(&h, TAP_NAME).await?;
+        if let Some(t) = &tap {
+            // Slots built before the entry existed get it here (a no-op for the others).
+            netlink::set_permanent_neighbour(&h, t.index, GUEST_IP, GUEST_MAC).await?;
+        }
+        Ok::<_, NetError>(tap)
     })??;
     let Some(tap) = tap else {
         return Err(NetError::io(

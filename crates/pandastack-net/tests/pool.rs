@@ -207,6 +207,11 @@ async fn pool_builds_slots_and_reuses_indices() {
         !addrs.contains("inet6"),
         "IPv6 disabled in the slot: {addrs}"
     );
+    let neigh = sh(&format!("ip -n {ns} neigh show 10.88.0.2"));
+    assert!(
+        neigh.contains("lladdr 02:50:53:00:00:02") && neigh.contains("PERMANENT"),
+        "the guest's address needs no ARP: {neigh}"
+    );
     let routes = sh(&format!("ip -n {ns} route show default"));
     assert!(routes.contains("via 10.201.0.1 dev eth0"), "{routes}");
     let rules = sh(&format!(
