@@ -119,25 +119,47 @@ impl<D: VmDriver> Runtime<D> {
             volumes: volumes::disks_in(&h.dir, &h.info.volumes),
             run_dir: h.dir.clone(),
         };
-        let vm = match self.driver.restore(&spec, &h.state()).await {
+        if !h.state().is_file() {
+            self.net_release(net_slot).await;
+            return Err((VmError::MissingFile(h.state()).into(), h));
+        }
+        let vm = match self.driver.prepare_restore(&spec).await {
             Ok(vm) => vm,
             Err(e) => {
                 self.net_release(net_slot).await;
                 return Err((e.into(), h));
             }
         };
-        // The same files as before; a volume grown meanwhile shows its new size.
-        if let Err(e) = volumes::refresh_bound(&vm, &h.info.volumes).await {
-            let _ = vm.stop().await;
-            self.net_release(net_slot).await;
-            return Err((e.into(), h));
-        }
-        let agent = match identify(&vm, Identity::Same, self.restore_timeout).await {
+        // The session opens while the state loads: QEMU keeps the HELLO until the guest runs,
+        // which then finds it waiting, its port already connected. A failed load ends the
+        // wait for the guest at once.
+        let ready = tokio::try_join!(
+            async {
+                self.driver
+                    .finish_restore(&vm, &h.state())
+                    .await
+                    .map_err(HibernateError::from)
+            },
+            async {
+                identify(&vm, Identity::Same, self.restore_timeout)
+                    .await
+                    .map_err(HibernateError::from)
+            },
+        );
+        let agent = match ready {
+            // The same files as before; a volume grown meanwhile shows its new size.
+            Ok(((), agent)) => match volumes::refresh_bound(&vm, &h.info.volumes).await {
+                Ok(()) => Ok(agent),
+                Err(e) => Err(HibernateError::from(e)),
+            },
+            Err(e) => Err(e),
+        };
+        let agent = match agent {
             Ok(a) => a,
             Err(e) => {
                 let _ = vm.stop().await;
                 self.net_release(net_slot).await;
-                return Err((e.into(), h));
+                return Err((e, h));
             }
         };
         let mut h = h;
