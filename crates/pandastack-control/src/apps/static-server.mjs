@@ -3,11 +3,15 @@
 // index.html; a path that names no file and has no extension gets <dir>/index.html (single-page
 // apps). Nothing outside <dir> is served: paths are decoded and resolved before the check, and
 // so are symlinks; dot-files (.git, .env) are not served either, except /.well-known/.
+// A deploy's files do not change while it serves, so what a path resolves to is kept in memory
+// after its first request, with the bytes of small files (≤ 256 KiB each, 32 MiB in all): a
+// request after a wake from hibernation does no file system work (each call is a trip through
+// libuv's thread pool, slow in a VM whose translated code starts empty under TCG).
 // No dependencies. The app template installs it as /usr/local/lib/pandastack/static-server.mjs:
 // templates/app.toml holds a copy, which a test in apps/detect/tests/mod.rs keeps identical to this file.
 import { createServer, STATUS_CODES } from "node:http";
 import { createReadStream } from "node:fs";
-import { realpath, stat } from "node:fs/promises";
+import { readFile, realpath, stat } from "node:fs/promises";
 import { extname, join, resolve, sep } from "node:path";
 
 const TYPES = {
@@ -41,6 +45,34 @@ async function lookup(path) {
   return st.isFile() ? { file: real, size: st.size } : { refused: true };
 }
 
+const MAX_CACHED_FILE = 256 * 1024;
+const MAX_CACHED_BYTES = 32 * 1024 * 1024;
+const MAX_CACHED_PATHS = 10000;
+const served = new Map(); // decoded URL path -> { file, size, headers }
+const bodies = new Map(); // real file path -> Buffer
+let cachedBytes = 0;
+
+// The answer to a path that names a file: its headers and, for a small file, its bytes.
+async function answer(found) {
+  const headers = {
+    "Content-Type": TYPES[extname(found.file).toLowerCase()] ?? "application/octet-stream",
+    "Content-Length": found.size,
+    "X-Content-Type-Options": "nosniff",
+  };
+  if (found.file.endsWith(sep + "index.html")) headers["Cache-Control"] = "no-cache";
+  let body = bodies.get(found.file);
+  if (!body && found.size <= MAX_CACHED_FILE && cachedBytes + found.size <= MAX_CACHED_BYTES) {
+    body = await readFile(found.file).catch(() => undefined);
+    if (body && body.length === found.size) {
+      bodies.set(found.file, body);
+      cachedBytes += body.length;
+    } else {
+      body = undefined;
+    }
+  }
+  return { file: found.file, headers, body };
+}
+
 function send(res, status, headers = {}) {
   res.writeHead(status, { "Content-Type": "text/plain; charset=utf-8", ...headers });
   res.end(`${STATUS_CODES[status]}\n`); // Node sends no body for HEAD
@@ -53,24 +85,30 @@ async function handle(req, res) {
   try { path = decodeURIComponent(url.pathname); } catch { return send(res, 400); }
   if (path.includes("\0")) return send(res, 400);
   if (path.split("/").some((s) => s.startsWith(".") && s !== ".well-known")) return send(res, 404);
+  let hit = served.get(path);
+  if (!hit) {
+    const found = await resolvePath(url, path);
+    if (!found.file) return send(res, found.status, found.headers);
+    hit = await answer(found);
+    if (served.size < MAX_CACHED_PATHS) served.set(path, hit);
+  }
+  res.writeHead(200, hit.headers);
+  if (req.method === "HEAD") return res.end();
+  if (hit.body) return res.end(hit.body);
+  createReadStream(hit.file).on("error", () => res.destroy()).pipe(res);
+}
+
+// What `path` serves: { file, size }, or { status, headers } for an answer without a file.
+async function resolvePath(url, path) {
   let found = await lookup(path);
   if (found.dir) {
     const clean = "/" + url.pathname.replace(/^\/+/, ""); // never `//host`: no open redirect
-    if (!clean.endsWith("/")) return send(res, 301, { Location: clean + "/" + url.search });
+    if (!clean.endsWith("/")) return { status: 301, headers: { Location: clean + "/" + url.search } };
     found = await lookup(join(path, "index.html"));
     if (found.dir) found = { missing: true };
   }
   if (found.missing && extname(path) === "") found = await lookup("/index.html");
-  if (!found.file) return send(res, 404);
-  const headers = {
-    "Content-Type": TYPES[extname(found.file).toLowerCase()] ?? "application/octet-stream",
-    "Content-Length": found.size,
-    "X-Content-Type-Options": "nosniff",
-  };
-  if (found.file.endsWith(sep + "index.html")) headers["Cache-Control"] = "no-cache";
-  res.writeHead(200, headers);
-  if (req.method === "HEAD") return res.end();
-  createReadStream(found.file).on("error", () => res.destroy()).pipe(res);
+  return found.file ? found : { status: 404 };
 }
 
 const server = createServer((req, res) => {
