@@ -194,16 +194,39 @@ async fn send_restore(
 /// A lazily connecting gRPC channel to the guest behind `path`. Every (re)connection opens a new
 /// session; calls fail with `Unavailable` while the guest cannot be reached.
 pub fn channel(path: PathBuf, connect_timeout: Duration) -> Channel {
-    // The URI is required by tonic but never resolved: the connector below ignores it.
+    endpoint().connect_with_connector_lazy(sessions(path, None, connect_timeout))
+}
+
+/// The endpoint of every channel. The URI is required by tonic but never resolved: the
+/// connector ignores it.
+fn endpoint() -> Endpoint {
     Endpoint::from_static("http://guest.pandastack")
         .http2_keep_alive_interval(Duration::from_secs(3600))
-        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move {
-                let stream = open_session(&path, connect_timeout).await?;
-                Ok::<_, ConnectError>(TokioIo::new(stream))
-            }
-        }))
+}
+
+/// A connector whose first connection is `first` when given, and every other one a new session.
+fn sessions(
+    path: PathBuf,
+    mut first: Option<UnixStream>,
+    timeout: Duration,
+) -> impl tower::Service<
+    Uri,
+    Response = TokioIo<UnixStream>,
+    Error = ConnectError,
+    Future: Send + 'static,
+> + Send
+       + 'static {
+    tower::service_fn(move |_: Uri| {
+        let path = path.clone();
+        let ready = first.take();
+        async move {
+            let stream = match ready {
+                Some(s) => s,
+                None => open_session(&path, timeout).await?,
+            };
+            Ok::<_, ConnectError>(TokioIo::new(stream))
+        }
+    })
 }
 
 /// Connects eagerly: returns once a session is open and the channel is ready for calls.
@@ -234,38 +257,13 @@ async fn channel_over(
     stream: UnixStream,
     timeout: Duration,
 ) -> Result<Channel, ConnectError> {
-    let mut first = Some(stream);
-    let endpoint = Endpoint::from_static("http://guest.pandastack");
-    endpoint
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            let ready = first.take();
-            async move {
-                let stream = match ready {
-                    Some(s) => s,
-                    None => open_session(&path, timeout).await?,
-                };
-                Ok::<_, ConnectError>(TokioIo::new(stream))
-            }
-        }))
+    endpoint()
+        .connect_with_connector(sessions(path, Some(stream), timeout))
         .await
         .map_err(|e| ConnectError::Io(std::io::Error::other(e)))
 }
 
 /// Like [`channel_over`], connecting on the first call.
 fn lazy_channel_over(path: PathBuf, stream: UnixStream, timeout: Duration) -> Channel {
-    let mut first = Some(stream);
-    Endpoint::from_static("http://guest.pandastack")
-        .http2_keep_alive_interval(Duration::from_secs(3600))
-        .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            let ready = first.take();
-            async move {
-                let stream = match ready {
-                    Some(s) => s,
-                    None => open_session(&path, timeout).await?,
-                };
-                Ok::<_, ConnectError>(TokioIo::new(stream))
-            }
-        }))
+    endpoint().connect_with_connector_lazy(sessions(path, Some(stream), timeout))
 }

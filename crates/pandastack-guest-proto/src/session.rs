@@ -118,7 +118,7 @@ impl Restore {
             format!(
                 "{nonce:016x} {} {} {} {}\n",
                 self.unix_time_ns,
-                hex(&self.entropy),
+                hex::encode(&self.entropy),
                 word(&self.hostname),
                 word(&self.machine_id)
             )
@@ -137,7 +137,7 @@ impl Restore {
         let nonce = words.next().filter(|w| w.len() == 16)?;
         let nonce = u64::from_str_radix(nonce, 16).ok()?;
         let unix_time_ns = words.next()?.parse().ok()?;
-        let entropy = unhex(words.next()?)?;
+        let entropy = hex::decode(words.next()?).ok()?;
         if entropy.len() > 256 {
             return None;
         }
@@ -186,20 +186,6 @@ pub fn parse_restored(line: &[u8]) -> Option<(u64, Result<i64, String>)> {
         _ => return None,
     };
     Some((nonce, result))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// What a scanner found after being fed some bytes.

@@ -129,6 +129,23 @@ pub(crate) async fn post_restore(
     Ok(())
 }
 
+/// [`post_restore`] on a VM that is already running with its session open (a pooled one),
+/// bounded like a restore: a VM that stopped answering fails the caller instead of hanging it.
+pub(crate) async fn post_restore_within(
+    channel: &Channel,
+    identity: Identity<'_>,
+    timeout: Duration,
+) -> Result<(), GuestReadyError> {
+    tokio::time::timeout(timeout, post_restore(channel, identity))
+        .await
+        .map_err(|_| {
+            GuestReadyError(Box::new(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the post-restore call did not answer within {timeout:?}"),
+            )))
+        })?
+}
+
 /// A random 32-hex-digit machine id.
 fn machine_id() -> String {
     format!("{:032x}", rand::random::<u128>())

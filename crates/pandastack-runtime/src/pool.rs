@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use pandastack_vm::{Memory, Vm, VmDriver};
 use tonic::transport::Channel;
 
-use crate::identity::{identify, post_restore, GuestReadyError, Identity};
+use crate::identity::{identify, post_restore_within, Identity};
 use crate::sandbox::CreateError;
 use crate::standby::{AdoptError, Standby, Waiting};
 use crate::template::Template;
@@ -149,14 +149,7 @@ impl<D: VmDriver> Runtime<D> {
     /// the agent's HTTP/2 and gRPC code already run once.
     async fn identify_warm(&self, vm: &D::Vm) -> Result<Channel, CreateError> {
         let agent = identify(vm, Identity::Same, self.restore_timeout).await?;
-        tokio::time::timeout(self.restore_timeout, post_restore(&agent, Identity::Same))
-            .await
-            .map_err(|_| {
-                GuestReadyError(Box::new(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "pooled VM: post-restore call did not answer",
-                )))
-            })??;
+        post_restore_within(&agent, Identity::Same, self.restore_timeout).await?;
         Ok(agent)
     }
 

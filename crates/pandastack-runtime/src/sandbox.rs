@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tonic::transport::Channel;
 
 use crate::files::clone_file;
-use crate::identity::{identify, post_restore, GuestReadyError, Identity};
+use crate::identity::{identify, post_restore_within, GuestReadyError, Identity};
 use crate::template::{Shape, Template};
 use crate::volumes::{self, SlotSource};
 use crate::{valid_id, Runtime};
@@ -444,16 +444,7 @@ impl<D: VmDriver> Runtime<D> {
             let identity = Identity::New { hostname: id };
             let agent = match warm_agent {
                 Some(agent) => {
-                    // Bounded like the cold path: a warm VM that stopped answering must fail
-                    // the create, not hang it.
-                    tokio::time::timeout(self.restore_timeout, post_restore(&agent, identity))
-                        .await
-                        .map_err(|_| {
-                            GuestReadyError(Box::new(std::io::Error::new(
-                                std::io::ErrorKind::TimedOut,
-                                "warm VM: post-restore hook did not answer",
-                            )))
-                        })??;
+                    post_restore_within(&agent, identity, self.restore_timeout).await?;
                     agent
                 }
                 None => identify(&vm, identity, self.restore_timeout).await?,
