@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::session::{
-    hello_line, parse_restored, Restore, Scan, Scanner, LINE_PREFIX, MAX_RESTORE_LINE,
+    hello_line, offers_restore, parse_restored, Restore, Scan, Scanner, MAX_RESTORE_LINE,
 };
 
 /// An unanswered HELLO is sent again after 10 ms, then every 20 ms. A restored guest may still
@@ -129,7 +129,7 @@ async fn handshake(
                 Ok(Ok(_)) => {
                     if let Scan::Found { nonce, extra, .. } = scanner.feed(&byte) {
                         if sent.contains(&nonce) {
-                            return Ok(extra.split(' ').any(|w| w == "restore"));
+                            return Ok(offers_restore(&extra));
                         }
                     }
                 }
@@ -173,12 +173,6 @@ async fn send_restore(
         line.push(byte[0]);
         if byte[0] != b'\n' && line.len() < MAX_RESTORE_LINE {
             continue;
-        }
-        if !line.starts_with(LINE_PREFIX) {
-            return Err(ConnectError::Restore(format!(
-                "unexpected answer {:?}",
-                String::from_utf8_lossy(&line)
-            )));
         }
         return match parse_restored(&line) {
             Some((n, Ok(clock_step_ms))) if n == nonce => Ok(Restored::Applied { clock_step_ms }),

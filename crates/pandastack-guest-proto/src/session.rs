@@ -47,6 +47,11 @@ pub fn ready_line(nonce: u64) -> Vec<u8> {
     line(READY, nonce, "")
 }
 
+/// Whether the words after READY's nonce (`Scan::Found::extra`) offer to take a RESTORE line.
+pub fn offers_restore(extra: &str) -> bool {
+    extra.split(' ').any(|w| w == CAN_RESTORE)
+}
+
 /// The READY line for `nonce` of an agent that takes a RESTORE line before HTTP/2.
 pub fn ready_line_restorable(nonce: u64) -> Vec<u8> {
     line(READY, nonce, CAN_RESTORE)
@@ -162,6 +167,19 @@ impl Restore {
                 machine_id,
             },
         ))
+    }
+}
+
+/// The same hook as the `PostRestore` call, without a network change.
+impl From<Restore> for crate::v1::PostRestoreRequest {
+    fn from(r: Restore) -> Self {
+        Self {
+            unix_time_ns: r.unix_time_ns,
+            entropy: r.entropy,
+            hostname: r.hostname,
+            machine_id: r.machine_id,
+            network: None,
+        }
     }
 }
 
@@ -332,6 +350,7 @@ mod tests {
 
     #[test]
     fn ready_may_offer_restore() {
+        assert!(offers_restore("restore") && !offers_restore(""));
         let mut s = Scanner::ready();
         assert_eq!(
             s.feed(&ready_line_restorable(5)),

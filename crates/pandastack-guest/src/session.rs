@@ -15,7 +15,6 @@ use pandastack_guest_proto::session::{
     parse_hello, ready_line_restorable, restored_line, Restore, Scan, Scanner, LINE_PREFIX,
     MAX_RESTORE_LINE,
 };
-use pandastack_guest_proto::v1;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::Notify;
 
@@ -171,14 +170,7 @@ async fn preamble<IO: AsyncRead + AsyncWrite + Unpin>(
 
 /// Applies a RESTORE line as `Agent.PostRestore` would; the error is the call's message.
 async fn apply(r: Restore, state: &State) -> Result<i64, String> {
-    let req = v1::PostRestoreRequest {
-        unix_time_ns: r.unix_time_ns,
-        entropy: r.entropy,
-        hostname: r.hostname,
-        machine_id: r.machine_id,
-        network: None,
-    };
-    crate::services::apply_post_restore(state, req)
+    crate::services::apply_post_restore(state, r.into())
         .await
         .map_err(|s| s.message().to_owned())
 }
@@ -226,6 +218,16 @@ mod tests {
 
     use pandastack_guest_proto::session::{hello_line, parse_restored};
 
+    /// A RESTORE that the agent outside a VM accepts (no clock step, no new identity).
+    fn restore() -> Restore {
+        Restore {
+            unix_time_ns: 0,
+            entropy: vec![7; 32],
+            hostname: String::new(),
+            machine_id: String::new(),
+        }
+    }
+
     #[tokio::test]
     async fn resent_hellos_before_the_preface_are_skipped() {
         let state = State::new(false);
@@ -255,12 +257,7 @@ mod tests {
     async fn a_restore_line_is_answered_before_the_preface() {
         let state = State::new(false);
         let (mut io, mut peer) = tokio::io::duplex(4096);
-        let good = Restore {
-            unix_time_ns: 0,
-            entropy: vec![7; 32],
-            hostname: String::new(),
-            machine_id: String::new(),
-        };
+        let good = restore();
         let bad = Restore {
             hostname: "-no".into(),
             ..good.clone()
@@ -287,13 +284,7 @@ mod tests {
     async fn a_hello_after_a_restore_ends_the_session() {
         let state = State::new(false);
         let (mut io, mut peer) = tokio::io::duplex(4096);
-        let r = Restore {
-            unix_time_ns: 0,
-            entropy: vec![7; 32],
-            hostname: String::new(),
-            machine_id: String::new(),
-        };
-        let mut input = r.line(1);
+        let mut input = restore().line(1);
         input.extend(hello_line(2));
         input.extend(b"PRI * HTTP/2.0");
         peer.write_all(&input).await.unwrap();

@@ -115,15 +115,8 @@ pub(crate) async fn post_restore(
     channel: &Channel,
     identity: Identity<'_>,
 ) -> Result<(), GuestReadyError> {
-    let r = restore_for(identity);
     AgentClient::new(channel.clone())
-        .post_restore(v1::PostRestoreRequest {
-            unix_time_ns: r.unix_time_ns,
-            entropy: r.entropy,
-            hostname: r.hostname,
-            machine_id: r.machine_id,
-            network: None,
-        })
+        .post_restore(v1::PostRestoreRequest::from(restore_for(identity)))
         .await
         .map_err(|e| GuestReadyError(Box::new(e)))?;
     Ok(())
