@@ -37,7 +37,19 @@ export PANDASTACK_GUEST_AGENT=${PANDASTACK_GUEST_AGENT:-$here/target/release/pan
 export PANDASTACK_DEV_NETWORK=on
 export PANDASTACK_DEV_SERVER_ARGS="${PANDASTACK_DEV_SERVER_ARGS:+$PANDASTACK_DEV_SERVER_ARGS }--net-name tscl --net-base 10.204.80.0/24 --net-spare 2"
 eval "$(scripts/dev-server.sh start clients-test)"
-trap 'scripts/dev-server.sh stop clients-test' EXIT
+# On failure the server's warnings and errors and its last lines go to stderr before the stop
+# removes its directory: the log is what tells a hang in a guest from one in the server.
+on_exit() {
+  local rc=$? log=/var/lib/pandastack/clients-test/server.log
+  if [[ $rc -ne 0 && -f $log ]]; then
+    echo "clients: failed (exit $rc); the server's warnings and errors, then its last 60 lines:" >&2
+    sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E ' (WARN|ERROR) ' | tail -n 80 >&2 || true
+    echo "clients: ..." >&2
+    sed 's/\x1b\[[0-9;]*m//g' "$log" | tail -n 60 >&2
+  fi
+  scripts/dev-server.sh stop clients-test
+}
+trap on_exit EXIT
 export PANDASTACK_TEST_TEMPLATE=minimal PANDASTACK_TEMPLATE=minimal
 
 step "clients: Python SDK + examples"

@@ -34,6 +34,9 @@ RESTORE="$PS_VOLUME/wal-restore"
 export PGHOST="$SOCK" PGPORT="$PORT"
 as_pg() { runuser -u postgres -- "$@"; }
 die() { echo "bootstrap: $*" >&2; exit 1; }
+# Where the script is, on stderr: the host shows stderr only when the script fails, so a
+# timeout names the step that hung.
+at() { echo "bootstrap: $(date -u +%T) $*" >&2; }
 
 # Whether this cluster's postmaster runs: its pid file names a live process whose working
 # directory is the cluster (`pg_ctl status` only asks whether the pid is alive, and a stale pid
@@ -68,6 +71,7 @@ pg_start() {
 # every second under load, and each one is pulled and uploaded whole.
 init_cluster() {
   [ ! -s "$D/PG_VERSION" ] || return 0
+  at "initdb"
   rm -rf "$D.new"
   install -d -o postgres -g postgres -m 0700 "$D.new"
   as_pg "$B/initdb" -D "$D.new" -U postgres --locale C.UTF-8 -E UTF8 --data-checksums \
@@ -230,7 +234,13 @@ start)
     find "$OUTBOX" -mindepth 1 -delete
   fi
   if ! running; then
-    pg_start 300 >/dev/null
+    # Within the host's 300 s for the whole script, so that a start that does not finish
+    # ends here with PostgreSQL's own words instead of the host's timeout.
+    at "starting PostgreSQL"
+    if ! pg_start 240 >/dev/null; then
+      tail -n 30 "$LOG" >&2 2>/dev/null || true
+      die "PostgreSQL did not start within 240 s (log above)"
+    fi
   fi
   ;;
 password) ;;
@@ -370,6 +380,7 @@ esac
 # owner is a superuser of its own cluster: the VM is the tenant's isolation boundary (nothing
 # else runs in it), and extensions such as pgvector are not trusted ones, so only a superuser
 # can create them. `postgres` stays reachable over the local socket only.
+at "owner role and database"
 as_pg "$B/psql" -X -q -v ON_ERROR_STOP=1 -v role="$PS_ROLE" -v pw="$PS_PASSWORD" -d postgres <<'SQL'
 SELECT format('CREATE ROLE %I LOGIN SUPERUSER', :'role')
   WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :'role') \gexec
@@ -384,6 +395,7 @@ as_pg "$B/psql" -X -q -v ON_ERROR_STOP=1 -d "$PS_ROLE" -c 'CREATE EXTENSION IF N
 if [ "${PS_SKIP_PGBOUNCER:-}" = 1 ] && ! command -v pgbouncer >/dev/null 2>&1; then
   : # a test host without PgBouncer
 else
+  at "PgBouncer"
   install -d -o postgres -g postgres -m 0750 /etc/pgbouncer
   as_pg "$B/psql" -X -At -d postgres \
     -c "SELECT format('\"%s\" \"%s\"', rolname, rolpassword) FROM pg_authid WHERE rolcanlogin AND rolpassword LIKE 'SCRAM-SHA-256%'" \

@@ -48,6 +48,20 @@ const BOOTSTRAP: &str = include_str!("bootstrap.sh");
 /// Longest the bootstrap may take (a first `initdb` under TCG takes seconds, a recovery after a
 /// crash can take longer).
 const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(300);
+/// What [`Databases::log_failed_start`] runs in the VM: every process with its state and wait
+/// channel (from /proc: the image need not have `ps`), then the ends of the cluster's logs.
+const DIAGNOSE: &str = r#"for p in /proc/[0-9]*; do
+  [ -r "$p/stat" ] || continue
+  printf '%s %s %s %s\n' "${p#/proc/}" "$(cut -d' ' -f3 "$p/stat" 2>/dev/null)" \
+    "$(cat "$p/wchan" 2>/dev/null)" "$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | cut -c1-160)"
+done
+echo "--- $PS_VOLUME/log/postgresql.log"
+tail -n 30 "$PS_VOLUME/log/postgresql.log" 2>&1
+echo "--- $PS_VOLUME/initdb.log"
+tail -n 10 "$PS_VOLUME/initdb.log" 2>&1
+"#;
+/// Bound on that probe.
+const DIAGNOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a point-in-time recovery may take.
 const RECOVER_TIMEOUT: Duration = Duration::from_secs(1800);
 
@@ -62,7 +76,12 @@ pub enum DatabaseError {
     NotReady(String),
     /// The cluster did not come up in its VM (the message is the script's output).
     #[error("database {database}: PostgreSQL did not start: {detail}")]
-    Bootstrap { database: String, detail: String },
+    Bootstrap {
+        database: String,
+        detail: String,
+        /// The script ran out of time (rather than failing).
+        timed_out: bool,
+    },
     /// WAL archiving or a base backup failed (object store, guest).
     #[error("archive: {0}")]
     Archive(String),
@@ -406,7 +425,28 @@ impl Databases {
 
     /// A new VM for database `row` with volume `vol` mounted, the cluster up; the row names
     /// it unless it is a restore's (which names it when it swaps the volume in).
+    ///
+    /// A start whose bootstrap ran out of time is tried once more in a new VM (the failed one
+    /// is gone by then, and the script is idempotent): one CI run saw a bootstrap hang for its
+    /// whole 300 s with nothing on stderr, in a VM like any other. Recoveries are not retried.
     async fn start_vm(
+        &self,
+        row: &DatabaseRow,
+        vol: &str,
+        boot: &Boot,
+    ) -> Result<SandboxRow, DatabaseError> {
+        match self.start_vm_once(row, vol, boot).await {
+            Err(DatabaseError::Bootstrap {
+                timed_out: true, ..
+            }) if !matches!(boot, Boot::Recover(_)) => {
+                tracing::warn!(database = %row.id, "the bootstrap ran out of time: once more in a new VM");
+                self.start_vm_once(row, vol, boot).await
+            }
+            r => r,
+        }
+    }
+
+    async fn start_vm_once(
         &self,
         row: &DatabaseRow,
         vol: &str,
@@ -452,6 +492,7 @@ impl Databases {
             Boot::Recover(r) => self.recover(row, &sandbox.id, r).await,
         };
         if let Err(e) = booted {
+            self.log_failed_start(row, &sandbox.id, &e).await;
             if !restoring {
                 let _ = self.store.databases().set_sandbox(&row.id, None).await;
             }
@@ -461,6 +502,60 @@ impl Databases {
             return Err(e);
         }
         Ok(sandbox)
+    }
+
+    /// Logs what the VM of a database that did not come up shows before it is removed: its
+    /// processes (state and what each waits in), the end of PostgreSQL's and initdb's logs, and
+    /// the end of the VM's console (kernel messages such as hung tasks). Bounded: a VM that no
+    /// longer answers is reported as such.
+    async fn log_failed_start(&self, row: &DatabaseRow, sandbox: &str, error: &DatabaseError) {
+        let probe = ExecSpec {
+            shell: DIAGNOSE.into(),
+            env: HashMap::from([("PS_VOLUME".to_owned(), DATA_PATH.to_owned())]),
+            timeout: DIAGNOSE_TIMEOUT,
+            max_output_bytes: 16 * 1024,
+            ..Default::default()
+        };
+        let inside = match tokio::time::timeout(
+            DIAGNOSE_TIMEOUT + Duration::from_secs(5),
+            self.host.exec(sandbox, probe),
+        )
+        .await
+        {
+            Ok(Ok(out)) => String::from_utf8_lossy(&out.stdout).into_owned(),
+            Ok(Err(e)) => format!("(the probe failed: {e})"),
+            Err(_) => format!("(no answer within {DIAGNOSE_TIMEOUT:?})"),
+        };
+        let console = self.console_tail(sandbox, 4096).await;
+        tracing::warn!(
+            database = %row.id,
+            sandbox,
+            error = %error,
+            "database VM did not come up; inside it:\n{inside}\nthe end of its console:\n{console}"
+        );
+    }
+
+    /// The last `max` bytes of a sandbox's console (or why there are none).
+    async fn console_tail(&self, sandbox: &str, max: usize) -> String {
+        let mut tail = Vec::new();
+        let mut from = None;
+        // The console of a database VM is small (a restored VM logs little); bounded anyway.
+        for _ in 0..64 {
+            match self.host.console(sandbox, from, 64 * 1024).await {
+                Ok(chunk) if chunk.data.is_empty() => break,
+                Ok(chunk) => {
+                    tail.extend_from_slice(&chunk.data);
+                    let keep = tail.len().saturating_sub(max);
+                    tail.drain(..keep);
+                    from = chunk.next;
+                    if from.is_none() {
+                        break;
+                    }
+                }
+                Err(e) => return format!("(console: {e})"),
+            }
+        }
+        String::from_utf8_lossy(&tail).into_owned()
     }
 
     /// Runs the bootstrap script in the database's VM in `mode` (`start`, `password`,
@@ -521,6 +616,7 @@ impl Databases {
             return Err(DatabaseError::Bootstrap {
                 database: row.id.clone(),
                 detail: tail,
+                timed_out: out.timed_out,
             });
         }
         tracing::info!(database = %row.id, sandbox, mode, ms = started.elapsed().as_millis() as u64, "database bootstrap");
