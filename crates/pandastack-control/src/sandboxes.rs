@@ -132,12 +132,16 @@ impl Sandboxes {
         view: &VmView,
     ) -> Result<SandboxRow, ControlError> {
         let state = row_state(view.state);
-        if row.state != state {
-            self.store.sandboxes().set_state(&row.id, state).await?;
-            row.state = state;
-        }
         let now = now_ms();
-        self.store.sandboxes().touch(&row.id, now).await?;
+        if row.state != state {
+            self.store
+                .sandboxes()
+                .set_state_touched(&row.id, state, now)
+                .await?;
+            row.state = state;
+        } else {
+            self.store.sandboxes().touch(&row.id, now).await?;
+        }
         row.last_activity_at = now;
         Ok(row)
     }

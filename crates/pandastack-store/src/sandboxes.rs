@@ -260,6 +260,23 @@ impl Sandboxes<'_> {
         Ok(())
     }
 
+    /// [`Self::set_state`] and [`Self::touch`] in one statement (one commit: a wake on a
+    /// request's path waits for it).
+    pub async fn set_state_touched(
+        &self,
+        id: &str,
+        state: SandboxState,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE sandboxes SET state = $1, last_activity_at = $2 WHERE id = $3")
+            .bind(state.as_str())
+            .bind(now)
+            .bind(id)
+            .execute(self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// Records API activity (for the idle timeout).
     pub async fn touch(&self, id: &str, now: i64) -> Result<(), StoreError> {
         sqlx::query("UPDATE sandboxes SET last_activity_at = $1 WHERE id = $2")

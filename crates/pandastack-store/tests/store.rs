@@ -229,6 +229,19 @@ async fn unknown_stored_state_is_an_error_not_a_guess() {
             .await
             .unwrap();
         assert_eq!(store.sandboxes().get(&ws.id, "sb-1").await.unwrap(), row);
+        // State and activity in one statement (a wake).
+        row.state = SandboxState::Running;
+        row.last_activity_at += 5_000;
+        store
+            .sandboxes()
+            .set_state_touched("sb-1", SandboxState::Running, row.last_activity_at)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.sandboxes().get(&ws.id, "sb-1").await.unwrap(),
+            row,
+            "{backend}"
+        );
         case.raw("UPDATE sandboxes SET state = 'melted'").await;
         match store.sandboxes().get(&ws.id, "sb-1").await {
             Err(StoreError::Corrupt { column, value }) => {
