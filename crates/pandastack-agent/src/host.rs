@@ -52,6 +52,14 @@ fn snapshot_view(s: &pandastack_runtime::Snapshot) -> SnapshotView {
 }
 
 impl<D: VmDriver + 'static> LocalHost<D> {
+    /// Whether sandbox `id`'s VM has exited on its own (see [`pandastack_host::VmState::Exited`]).
+    async fn exited(&self, id: &str) -> bool {
+        self.0
+            .get(id)
+            .await
+            .is_ok_and(|v| v.state == pandastack_host::VmState::Exited)
+    }
+
     /// Runs `op` on the agent in a task of its own and waits for it. Operations that change a
     /// sandbox's VM (create, wake — which any call on a hibernated sandbox does —, hibernate,
     /// snapshot, delete, …) must not stop half-way because their caller went away (a client
@@ -313,7 +321,12 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
 
     async fn exec(&self, id: &str, spec: ExecSpec) -> HostResult<ExecOutcome> {
         let ch = self.channel(id).await?;
-        guest::exec(ch, spec).await
+        match guest::exec(ch, spec).await {
+            // The VM ended under the command (the command powered it off, a kill): say that,
+            // not what the broken connection looked like.
+            Err(_) if self.exited(id).await => Err(HostError::VmExited(id.into())),
+            r => r,
+        }
     }
 
     async fn exec_stream(

@@ -25,6 +25,7 @@ mod entry;
 mod error;
 mod guest;
 mod host;
+mod powered_off;
 mod steps;
 mod templates;
 mod volumes;
@@ -137,17 +138,32 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     pub async fn list(&self) -> Vec<SandboxView> {
         let entries: Vec<_> = self.sandboxes.read().await.values().cloned().collect();
         let mut out = Vec::with_capacity(entries.len());
-        out.extend(entries.iter().filter_map(|e| e.view()));
+        out.extend(entries.iter().filter_map(|e| self.observed(e)));
         out.sort_by(|a, b| a.id.cmp(&b.id));
         out
     }
 
     /// One sandbox's state.
     pub async fn get(&self, id: &str) -> Result<SandboxView, AgentError> {
-        self.entry(id)
-            .await?
-            .view()
+        let e = self.entry(id).await?;
+        self.observed(&e)
             .ok_or_else(|| AgentError::SandboxNotFound(id.into()))
+    }
+
+    /// The state of the last finished operation, except that a VM whose process has ended
+    /// since (the guest powered off or rebooted, a kill from outside) is reported
+    /// [`VmState::Exited`]. Only while no operation holds the sandbox: one in progress (a
+    /// hibernate stops the process before it publishes) says what it did when it ends.
+    fn observed(&self, e: &Entry<D::Vm>) -> Option<SandboxView> {
+        let mut view = e.view()?;
+        if matches!(view.state, VmState::Running | VmState::Paused) {
+            if let Ok(slot) = e.slot.try_lock() {
+                if slot.sandbox().is_some_and(|sb| !self.rt.is_alive(sb)) {
+                    view.state = VmState::Exited;
+                }
+            }
+        }
+        Some(view)
     }
 
     /// Creates sandbox `id` from `template` (baked on first use). Returns when it can exec.
@@ -268,6 +284,15 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         Ok(slot)
     }
 
+    /// Refuses an operation on a sandbox whose VM process has ended on its own (see
+    /// [`Self::observed`]): only a delete is left to do.
+    fn check_alive(&self, id: &str, slot: &SandboxVm<D::Vm>) -> Result<(), AgentError> {
+        match slot.sandbox() {
+            Some(sb) if !self.rt.is_alive(sb) => Err(AgentError::VmExited(id.into())),
+            _ => Ok(()),
+        }
+    }
+
     /// The running sandbox in `slot`, or why there is none to talk to.
     fn running<'a>(
         &self,
@@ -308,6 +333,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     pub async fn pause(&self, id: &str) -> Result<SandboxView, AgentError> {
         let e = self.entry(id).await?;
         let mut slot = e.slot.lock().await;
+        self.check_alive(id, &slot)?;
         let woke = self.ensure_awake(&mut slot).await;
         e.publish(&slot);
         woke?;
@@ -323,6 +349,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     pub async fn resume(&self, id: &str) -> Result<SandboxView, AgentError> {
         let e = self.entry(id).await?;
         let mut slot = e.slot.lock().await;
+        self.check_alive(id, &slot)?;
         let woke = self.ensure_awake(&mut slot).await;
         e.publish(&slot);
         woke?;
@@ -338,6 +365,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     pub async fn hibernate(&self, id: &str) -> Result<SandboxView, AgentError> {
         let e = self.entry(id).await?;
         let mut slot = e.slot.lock().await;
+        self.check_alive(id, &slot)?;
         let taken = std::mem::replace(&mut *slot, SandboxVm::Gone);
         let (sb, was_paused) = match taken {
             SandboxVm::Running(sb) => (sb, false),
@@ -386,6 +414,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     pub async fn wake(&self, id: &str) -> Result<SandboxView, AgentError> {
         let e = self.entry(id).await?;
         let mut slot = e.slot.lock().await;
+        self.check_alive(id, &slot)?;
         let woke = self.ensure_awake(&mut slot).await;
         e.publish(&slot);
         woke?;
@@ -396,6 +425,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     pub async fn snapshot(&self, id: &str, snapshot_id: &str) -> Result<Snapshot, AgentError> {
         let e = self.entry(id).await?;
         let mut slot = e.slot.lock().await;
+        self.check_alive(id, &slot)?;
         let woke = self.ensure_awake(&mut slot).await;
         e.publish(&slot);
         woke?;
@@ -415,6 +445,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         let e = self.entry(id).await?;
         let fork = {
             let mut slot = e.slot.lock().await;
+            self.check_alive(id, &slot)?;
             let woke = self.ensure_awake(&mut slot).await;
             e.publish(&slot);
             woke?;

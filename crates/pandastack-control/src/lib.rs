@@ -51,5 +51,8 @@ pub fn row_state(v: VmState) -> SandboxState {
         VmState::Running => SandboxState::Running,
         VmState::Paused => SandboxState::Paused,
         VmState::Hibernated => SandboxState::Hibernated,
+        // Not stopped by anyone who asked: the sandbox failed (its guest powered off, or its
+        // process was killed).
+        VmState::Exited => SandboxState::Failed,
     }
 }

@@ -1,11 +1,12 @@
 //! TTL and idle timeouts: every few seconds, the sandboxes of this host whose time is up are
 //! killed or hibernated, as each asked. Guest CPU counts as activity ([`crate::Activity`]).
+//! The same tick marks `failed` the sandboxes whose VM exited on its own.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use pandastack_api_types::{OnTimeout, SandboxState};
-use pandastack_host::{Host, HostError};
+use pandastack_host::{Host, HostError, VmState};
 use pandastack_store::{now_ms, SandboxRow, Store, StoreError};
 
 /// How often the reaper looks.
@@ -44,6 +45,7 @@ impl Reaper {
         let mut activity = crate::Activity::default();
         loop {
             tick.tick().await;
+            self.mark_exited().await;
             // Busy guests count as active (idle = no API calls and no guest work).
             activity.sample(&self.store, &*self.host).await;
             let due = match self
@@ -58,13 +60,44 @@ impl Reaper {
                     continue;
                 }
             };
-            for row in due {
+            // Nothing runs in a failed sandbox to hibernate: it stays for inspection until
+            // deleted (or until its time is up, when it asked to be killed then).
+            let hibernating_failed = |r: &SandboxRow| {
+                r.state == SandboxState::Failed && r.on_timeout == OnTimeout::Hibernate
+            };
+            for row in due.into_iter().filter(|r| !hibernating_failed(r)) {
                 let (id, action) = (row.id.clone(), row.on_timeout.as_str());
                 match self.apply(row).await {
                     Ok(()) => tracing::info!(sandbox = %id, action, "timeout"),
                     Err(e) => {
                         tracing::warn!(sandbox = %id, error = &e as &dyn std::error::Error, "reaper")
                     }
+                }
+            }
+        }
+    }
+
+    /// The rows of sandboxes whose VM exited without being stopped (see [`VmState::Exited`])
+    /// say `failed` from the next tick on, so the API never reports a dead VM as running.
+    async fn mark_exited(&self) {
+        let exited = self.host.list().await.into_iter();
+        for v in exited.filter(|v| v.state == VmState::Exited) {
+            match self.store.sandboxes().by_id(&v.id).await {
+                Ok(row) if row.state != SandboxState::Failed && row.host_id == self.host_id => {
+                    tracing::warn!(sandbox = %v.id, "its VM exited (the guest powered off or rebooted, or the process was killed): failed");
+                    if let Err(e) = self
+                        .store
+                        .sandboxes()
+                        .set_state(&v.id, SandboxState::Failed)
+                        .await
+                    {
+                        tracing::warn!(sandbox = %v.id, error = &e as &dyn std::error::Error, "mark failed");
+                    }
+                }
+                // Failed already; a row not made yet (a create in progress) or gone (a delete).
+                Ok(_) | Err(StoreError::NotFound) => {}
+                Err(e) => {
+                    tracing::warn!(sandbox = %v.id, error = &e as &dyn std::error::Error, "reaper: exited VM's row")
                 }
             }
         }

@@ -9,6 +9,10 @@ pub enum VmState {
     Running,
     Paused,
     Hibernated,
+    /// Its VM process ended without being stopped: the guest powered off, rebooted or lost
+    /// its PID 1 (`-no-reboot`, `panic=-1`), or the process was killed from outside. Nothing
+    /// runs; exec, files, fork and snapshot are refused; a delete releases everything.
+    Exited,
 }
 
 impl VmState {
@@ -17,6 +21,7 @@ impl VmState {
             VmState::Running => "running",
             VmState::Paused => "paused",
             VmState::Hibernated => "hibernated",
+            VmState::Exited => "exited",
         }
     }
 }

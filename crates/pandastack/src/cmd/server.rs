@@ -323,6 +323,7 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         });
     }
     tokio::spawn(Arc::clone(&agent).trim_consoles_forever(a.console_log_max_kb << 10));
+    tokio::spawn(Arc::clone(&agent).stop_powered_off_forever());
     let builds = pandastack_api::BuildConfig {
         dir: a.data_dir.join("builds"),
         max_upload_bytes: a.max_template_upload_mb << 20,
