@@ -10,6 +10,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -163,12 +164,15 @@ async fn webhook(
     (st, r.json().await.unwrap_or(Value::Null))
 }
 
-/// A `git daemon`, killed when dropped.
+/// A `git daemon` in a process group of its own, killed whole when dropped: `git` runs
+/// `git-daemon` as a child, which killing `git` alone leaves running (holding the test's
+/// output open).
 struct GitDaemon(std::process::Child);
 
 impl Drop for GitDaemon {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        let group = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
         let _ = self.0.wait();
     }
 }
@@ -433,6 +437,7 @@ async fn apps_end_to_end() {
                 &format!("--base-path={}", repos.path().display()),
             ])
             .arg(repos.path())
+            .process_group(0)
             .spawn()
             .expect("start git daemon"),
     );
