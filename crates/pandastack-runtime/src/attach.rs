@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use pandastack_vm::{RunState, Vm, VmDriver};
 
-use crate::hibernate::{Hibernated, HIBERNATE_STATE, STALE_STATE};
+use crate::hibernate::{Hibernated, HIBERNATE_STATE};
 use crate::pool::POOL_PREFIX;
 use crate::sandbox::{CreateError, Sandbox, SandboxInfo};
 use crate::{valid_id, Runtime, RESTORE_TIMEOUT};
@@ -99,8 +99,6 @@ impl<D: VmDriver> Runtime<D> {
         }
         let dir = self.data.sandbox(id);
         let mut info = SandboxInfo::load(&dir)?;
-        // An old image a wake had moved aside when the server stopped before unlinking it.
-        let _ = std::fs::remove_file(dir.join(STALE_STATE));
         let image = dir.join(HIBERNATE_STATE);
         if !self.driver.is_running(&dir) {
             if image.is_file() {
