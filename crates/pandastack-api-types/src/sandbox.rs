@@ -169,9 +169,7 @@ impl CreateSandboxRequest {
     }
 }
 
-/// Sandbox lifecycle states on the wire. `failed`: the sandbox's VM ended without being asked
-/// to (its guest powered off or rebooted, or its VM process was killed); exec, files,
-/// snapshot, fork and hibernate answer 409 `sandbox_state`, and a delete releases everything.
+/// Sandbox lifecycle states on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SandboxState {
