@@ -367,14 +367,22 @@ impl<D: VmDriver> Runtime<D> {
             // Already restored and running, session open: only the identity is left to do.
             (Some(a), _) => (a.vm, a.net_slot, Some(a.agent)),
             // Started, disk cloned, slot held: only the state is left to load.
-            (None, Some(s)) => match s.adopt(dir) {
-                Ok((vm, slot)) => (vm, slot, None),
-                Err((e, vm, slot)) => {
-                    let _ = vm.stop().await;
+            (None, Some(s)) => {
+                let (vm, slot) = match s.adopt(dir) {
+                    Ok(adopted) => adopted,
+                    Err((e, vm, slot)) => {
+                        let _ = vm.stop().await;
+                        self.net_release(slot).await;
+                        return Err(e.into());
+                    }
+                };
+                // On failure finish_restore stops the process itself.
+                if let Err(e) = self.driver.finish_restore(&vm, &source.state).await {
                     self.net_release(slot).await;
                     return Err(e.into());
                 }
-            },
+                (vm, slot, None)
+            }
             (None, None) => {
                 clone_file(&source.rootfs, &dir.join(ROOTFS))?;
                 let memory = match &source.ram {
@@ -399,15 +407,27 @@ impl<D: VmDriver> Runtime<D> {
                     run_dir: dir.to_owned(),
                 };
                 let slot = lease.map(|l| l.index);
-                match self.driver.prepare_restore(&spec).await {
-                    Ok(vm) => (vm, slot, None),
+                let vm = match self.driver.prepare_restore(&spec).await {
+                    Ok(vm) => vm,
                     Err(e) => {
                         self.net_release(slot).await;
                         return Err(e.into());
                     }
+                };
+                // On failure finish_restore stops the process itself.
+                if let Err(e) = self.driver.finish_restore(&vm, &source.state).await {
+                    self.net_release(slot).await;
+                    return Err(e.into());
                 }
+                if let Err(e) = volumes::refresh_bound(&vm, &bound).await {
+                    let _ = vm.stop().await;
+                    self.net_release(slot).await;
+                    return Err(e.into());
+                }
+                (vm, slot, None)
             }
         };
+        let restored_at = started.elapsed();
         let info = SandboxInfo {
             id: id.to_owned(),
             template: source.template.clone(),
@@ -420,42 +440,26 @@ impl<D: VmDriver> Runtime<D> {
             volumes: bound,
             memory_file,
         };
-        let identity = Identity::New { hostname: id };
-        let mut restored_at = started.elapsed();
-        let ready = match warm_agent {
-            Some(agent) => post_restore_within(&agent, identity, self.restore_timeout)
-                .await
-                .map(|()| agent)
-                .map_err(CreateError::from),
-            // The session opens while the state loads, as a wake's does: QEMU keeps the HELLO
-            // until the guest runs, which then finds it waiting. A failed load (which stops the
-            // process itself) ends the wait for the guest at once.
-            None => tokio::try_join!(
-                async {
-                    self.driver.finish_restore(&vm, &source.state).await?;
-                    volumes::refresh_bound(&vm, &info.volumes).await?;
-                    restored_at = started.elapsed();
-                    Ok::<_, CreateError>(())
-                },
-                async {
-                    identify(&vm, identity, self.restore_timeout)
-                        .await
-                        .map_err(CreateError::from)
-                },
-            )
-            .map(|((), agent)| agent),
-        };
-        let ready = match ready {
-            Ok(agent) => info.save(dir).map(|()| agent).map_err(CreateError::from),
-            Err(e) => Err(e),
-        };
+        let ready = async {
+            let identity = Identity::New { hostname: id };
+            let agent = match warm_agent {
+                Some(agent) => {
+                    post_restore_within(&agent, identity, self.restore_timeout).await?;
+                    agent
+                }
+                None => identify(&vm, identity, self.restore_timeout).await?,
+            };
+            info.save(dir)?;
+            Ok::<_, CreateError>(agent)
+        }
+        .await;
         match ready {
             Ok(agent) => {
                 tracing::debug!(
                     sandbox = id,
                     from_pool,
                     restore_ms = restored_at.as_secs_f64() * 1e3,
-                    ready_ms = started.elapsed().as_secs_f64() * 1e3,
+                    agent_ms = (started.elapsed() - restored_at).as_secs_f64() * 1e3,
                     "sandbox created"
                 );
                 Ok(Sandbox {
