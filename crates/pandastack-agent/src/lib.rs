@@ -286,23 +286,21 @@ impl<D: VmDriver + 'static> HostAgent<D> {
 
     /// Refuses an operation on a sandbox whose VM process has ended on its own (see
     /// [`Self::observed`]): only a delete is left to do.
-    fn check_alive(&self, id: &str, slot: &SandboxVm<D::Vm>) -> Result<(), AgentError> {
+    fn check_alive(&self, slot: &SandboxVm<D::Vm>) -> Result<(), AgentError> {
         match slot.sandbox() {
-            Some(sb) if !self.rt.is_alive(sb) => Err(AgentError::VmExited(id.into())),
+            Some(sb) if !self.rt.is_alive(sb) => Err(AgentError::VmExited(sb.id.clone())),
             _ => Ok(()),
         }
     }
 
-    /// The running sandbox in `slot`, or why there is none to talk to.
+    /// The running sandbox in `slot` (taken through [`Self::awake`], which refused a dead VM:
+    /// its session could never answer), or why there is none to talk to.
     fn running<'a>(
         &self,
         id: &str,
         slot: &'a SandboxVm<D::Vm>,
     ) -> Result<&'a pandastack_runtime::Sandbox<D::Vm>, AgentError> {
         match slot {
-            // A process that died under us (killed, crashed) leaves a session that can never
-            // answer: say so, so callers can replace the sandbox instead of waiting on it.
-            SandboxVm::Running(sb) if !self.rt.is_alive(sb) => Err(AgentError::VmExited(id.into())),
             SandboxVm::Running(sb) => Ok(sb),
             SandboxVm::Paused(_) => Err(AgentError::InvalidState {
                 id: id.into(),
@@ -313,7 +311,10 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         }
     }
 
+    /// Wakes a hibernated sandbox in `slot`; refuses one whose VM process has ended on its own
+    /// (every operation on the VM starts here, so none runs on a dead one).
     async fn ensure_awake(&self, slot: &mut SandboxVm<D::Vm>) -> Result<(), AgentError> {
+        self.check_alive(slot)?;
         if let SandboxVm::Hibernated(_) = slot {
             let SandboxVm::Hibernated(h) = std::mem::replace(slot, SandboxVm::Gone) else {
                 unreachable!()
@@ -333,7 +334,6 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     pub async fn pause(&self, id: &str) -> Result<SandboxView, AgentError> {
         let e = self.entry(id).await?;
         let mut slot = e.slot.lock().await;
-        self.check_alive(id, &slot)?;
         let woke = self.ensure_awake(&mut slot).await;
         e.publish(&slot);
         woke?;
@@ -349,7 +349,6 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     pub async fn resume(&self, id: &str) -> Result<SandboxView, AgentError> {
         let e = self.entry(id).await?;
         let mut slot = e.slot.lock().await;
-        self.check_alive(id, &slot)?;
         let woke = self.ensure_awake(&mut slot).await;
         e.publish(&slot);
         woke?;
@@ -365,7 +364,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     pub async fn hibernate(&self, id: &str) -> Result<SandboxView, AgentError> {
         let e = self.entry(id).await?;
         let mut slot = e.slot.lock().await;
-        self.check_alive(id, &slot)?;
+        self.check_alive(&slot)?;
         let taken = std::mem::replace(&mut *slot, SandboxVm::Gone);
         let (sb, was_paused) = match taken {
             SandboxVm::Running(sb) => (sb, false),
@@ -414,7 +413,6 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     pub async fn wake(&self, id: &str) -> Result<SandboxView, AgentError> {
         let e = self.entry(id).await?;
         let mut slot = e.slot.lock().await;
-        self.check_alive(id, &slot)?;
         let woke = self.ensure_awake(&mut slot).await;
         e.publish(&slot);
         woke?;
@@ -425,7 +423,6 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     pub async fn snapshot(&self, id: &str, snapshot_id: &str) -> Result<Snapshot, AgentError> {
         let e = self.entry(id).await?;
         let mut slot = e.slot.lock().await;
-        self.check_alive(id, &slot)?;
         let woke = self.ensure_awake(&mut slot).await;
         e.publish(&slot);
         woke?;
@@ -445,7 +442,6 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         let e = self.entry(id).await?;
         let fork = {
             let mut slot = e.slot.lock().await;
-            self.check_alive(id, &slot)?;
             let woke = self.ensure_awake(&mut slot).await;
             e.publish(&slot);
             woke?;
