@@ -93,6 +93,9 @@ pub struct QemuConfig {
     pub seccomp: bool,
     /// Put every VM process in its own cgroup with limits (`None`: leave it where it starts).
     pub cgroups: Option<crate::cgroup::Cgroups>,
+    /// Run every VM process as a uid of its own from this pool, chrooted into its run
+    /// directory (`None`: as the caller, unconfined). On by default when running as root.
+    pub identities: Option<std::sync::Arc<crate::confine::VmIdentities>>,
 }
 
 impl QemuConfig {
@@ -112,6 +115,7 @@ impl QemuConfig {
             tcg_tb_size_mib: DEFAULT_TCG_TB_SIZE_MIB,
             seccomp: true,
             cgroups: None,
+            identities: crate::confine::VmIdentities::default_if_root().map(std::sync::Arc::new),
         }
     }
 }
@@ -146,9 +150,25 @@ pub(crate) fn relative_to(run_dir: &Path, path: &Path) -> std::path::PathBuf {
 /// The arguments for volume slot `slot` backed by `disk`: its two block nodes (JSON, so no
 /// path needs escaping) and its device. The device set must match across save and load; the
 /// nodes' files and read-only flags may differ.
-fn volume_args(spec: &VmSpec, slot: usize, disk: &VolumeDisk) -> Vec<OsString> {
+fn volume_args(
+    spec: &VmSpec,
+    slot: usize,
+    disk: &VolumeDisk,
+    confined: Option<&Confined>,
+) -> Vec<OsString> {
     let mut argv = Vec::new();
-    for node in volume_nodes(slot, &in_run_dir(spec, &disk.path), disk.read_only) {
+    let fds = confined.and_then(|c| c.volume_fds.get(slot).copied().flatten());
+    let path = match fds {
+        Some(fds) => {
+            for fd in fds {
+                argv.push("-add-fd".into());
+                argv.push(format!("fd={fd},set={}", fdset(slot)).into());
+            }
+            fdset_path(slot)
+        }
+        None => in_run_dir(spec, &disk.path),
+    };
+    for node in volume_nodes(slot, &path, disk.read_only) {
         argv.push("-blockdev".into());
         argv.push(node.to_string().into());
     }
@@ -164,9 +184,38 @@ fn volume_args(spec: &VmSpec, slot: usize, disk: &VolumeDisk) -> Vec<OsString> {
     argv
 }
 
+/// The fd set (`-add-fd`) holding volume slot `slot`'s file when it is outside a confined VM's
+/// run directory.
+fn fdset(slot: usize) -> usize {
+    slot + 1
+}
+
+/// How a confined VM names the file of volume slot `slot` held in its fd set.
+pub(crate) fn fdset_path(slot: usize) -> std::path::PathBuf {
+    format!("/dev/fdset/{}", fdset(slot)).into()
+}
+
+/// A VM process that runs as its own uid, chrooted into its run directory.
+#[derive(Debug, Clone, Default)]
+pub struct Confined {
+    pub uid: u32,
+    /// Per volume slot whose file is outside the run directory (where the chrooted process
+    /// cannot name it): that file opened read-write and read-only by the host, inherited by
+    /// QEMU and named through an fd set, so a reopen in either mode needs no path.
+    pub volume_fds: Vec<Option<[std::os::fd::RawFd; 2]>>,
+}
+
 /// Builds the argument vector (without the binary) for `spec`. Relative paths are relative to
-/// `spec.run_dir`, which must be the process's working directory.
-pub fn build(cfg: &QemuConfig, spec: &VmSpec, mode: StartMode) -> Vec<OsString> {
+/// `spec.run_dir`, which must be the process's working directory. When `confined`, QEMU drops
+/// to that uid and gid and chroots into the run directory once it has opened its devices and
+/// files (see [`crate::confine`]).
+pub fn build(
+    cfg: &QemuConfig,
+    spec: &VmSpec,
+    mode: StartMode,
+    confined: Option<&Confined>,
+) -> Vec<OsString> {
+    let uid = confined.map(|c| c.uid);
     let mut argv = Vec::new();
     let mem = spec.memory_mib;
     push(
@@ -265,7 +314,7 @@ pub fn build(cfg: &QemuConfig, spec: &VmSpec, mode: StartMode) -> Vec<OsString> 
     }
 
     for (slot, disk) in spec.volumes.iter().enumerate() {
-        argv.extend(volume_args(spec, slot, disk));
+        argv.extend(volume_args(spec, slot, disk, confined));
     }
 
     // Console to a file, control over QMP.
@@ -284,14 +333,26 @@ pub fn build(cfg: &QemuConfig, spec: &VmSpec, mode: StartMode) -> Vec<OsString> 
     ));
     argv.push("-pidfile".into());
     argv.push(PID_FILE.into());
-    if cfg.seccomp {
-        push(
-            &mut argv,
-            &[
-                "-sandbox",
-                "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-            ],
+    if let Some(uid) = uid {
+        argv.push("-run-with".into());
+        argv.push(
+            format!(
+                "chroot={},user={uid}:{uid}",
+                crate::confine::opt_escape(&spec.run_dir)
+            )
+            .into(),
         );
+    }
+    if cfg.seccomp {
+        // QEMU drops to the VM's uid after its filter is in place, so set*uid stays allowed
+        // when it has one: without capabilities and with no_new_privs (which the filter
+        // sets) such a process can only give ids away, never gain one.
+        let sandbox = if uid.is_some() {
+            "on,obsolete=deny,spawn=deny,resourcecontrol=deny"
+        } else {
+            "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
+        };
+        push(&mut argv, &["-sandbox", sandbox]);
     }
     argv
 }
@@ -333,6 +394,7 @@ mod tests {
             &QemuConfig::new(Accel::Tcg),
             &spec(Memory::SharedFile("/t/mem".into())),
             StartMode::Boot,
+            None,
         ));
         assert!(a.contains("-kernel /k/vmlinux"));
         assert!(a.contains("mem-path=/t/mem,share=on"));
@@ -357,6 +419,7 @@ mod tests {
             &QemuConfig::new(Accel::Kvm),
             &spec(Memory::PrivateFile("/t/mem".into())),
             StartMode::Incoming,
+            None,
         ));
         assert!(!a.contains("-kernel"));
         assert!(a.contains("-incoming defer"));
@@ -377,7 +440,7 @@ mod tests {
                 read_only: true,
             },
         ];
-        let argv = build(&QemuConfig::new(Accel::Tcg), &s, StartMode::Incoming);
+        let argv = build(&QemuConfig::new(Accel::Tcg), &s, StartMode::Incoming, None);
         let a = joined(&argv);
         let net = a.find("virtio-net-device").unwrap();
         let vol0 = a.find("drive=vol0,serial=pandastack-vol0").unwrap();
@@ -400,7 +463,8 @@ mod tests {
         assert!(!joined(&build(
             &QemuConfig::new(Accel::Tcg),
             &spec(Memory::Anonymous),
-            StartMode::Incoming
+            StartMode::Incoming,
+            None
         ))
         .contains("-blockdev"));
     }
@@ -411,8 +475,65 @@ mod tests {
             &QemuConfig::new(Accel::Tcg),
             &spec(Memory::Anonymous),
             StartMode::Incoming,
+            None,
         ));
         assert!(a.contains("memory-backend-ram,id=ram,size=512M"));
         assert!(a.contains("memory-backend=ram"));
+    }
+
+    #[test]
+    fn a_confined_vm_drops_to_its_uid_in_its_run_dir() {
+        let mut s = spec(Memory::Anonymous);
+        s.run_dir = "/run/ps/a,b".into();
+        let a = joined(&build(
+            &QemuConfig::new(Accel::Tcg),
+            &s,
+            StartMode::Incoming,
+            Some(&Confined {
+                uid: 4_200_007,
+                volume_fds: vec![None, Some([17, 18])],
+            }),
+        ));
+        assert!(
+            a.contains("-run-with chroot=/run/ps/a,,b,user=4200007:4200007"),
+            "{a}"
+        );
+        assert!(a.contains("-sandbox on,obsolete=deny,spawn=deny"), "{a}");
+        assert!(!a.contains("elevateprivileges"), "{a}");
+        assert!(
+            !a.contains("-add-fd"),
+            "no volumes, no fd sets (slots follow the spec): {a}"
+        );
+        let mut v = s.clone();
+        v.volumes = vec![
+            VolumeDisk {
+                path: "/run/ps/a,b/slot0.img".into(),
+                read_only: false,
+            },
+            VolumeDisk {
+                path: "/vols/v.ext4".into(),
+                read_only: true,
+            },
+        ];
+        let a = joined(&build(
+            &QemuConfig::new(Accel::Tcg),
+            &v,
+            StartMode::Incoming,
+            Some(&Confined {
+                uid: 1,
+                volume_fds: vec![None, Some([17, 18])],
+            }),
+        ));
+        assert!(a.contains("-add-fd fd=17,set=2 -add-fd fd=18,set=2"), "{a}");
+        assert!(a.contains(r#""filename":"/dev/fdset/2""#), "{a}");
+        assert!(a.contains(r#""filename":"slot0.img""#), "{a}");
+        let plain = joined(&build(
+            &QemuConfig::new(Accel::Tcg),
+            &s,
+            StartMode::Incoming,
+            None,
+        ));
+        assert!(!plain.contains("-run-with"));
+        assert!(plain.contains("elevateprivileges=deny"));
     }
 }

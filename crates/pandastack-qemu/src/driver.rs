@@ -10,6 +10,7 @@ use crate::argv::{
     self, QemuConfig, StartMode, AGENT_SOCKET, CONSOLE_LOG, PID_FILE, QEMU_LOG, QMP_SOCKET,
 };
 use crate::cgroup::{self, Cgroups, Limits};
+use crate::confine;
 use crate::process::{self, Process};
 use crate::qmp::{self, Qmp, QmpError};
 
@@ -44,7 +45,27 @@ impl QemuDriver {
         for f in [QMP_SOCKET, AGENT_SOCKET, PID_FILE] {
             let _ = std::fs::remove_file(spec.run_dir.join(f));
         }
-        let args = argv::build(&self.cfg, spec, mode);
+        // The uid is claimed first: its lock goes to the process, or is dropped with an error.
+        let claim = self
+            .cfg
+            .identities
+            .as_ref()
+            .map(|ids| ids.claim())
+            .transpose()?;
+        let (confined, held) = match &claim {
+            Some(c) => {
+                let (confined, held) = confine::prepare(spec, c.uid)?;
+                (Some(confined), held)
+            }
+            None => (None, Vec::new()),
+        };
+        let inherit = claim.as_ref().map(|c| {
+            std::iter::once(&c.lock)
+                .chain(&held)
+                .map(std::os::fd::AsRawFd::as_raw_fd)
+                .collect::<Vec<_>>()
+        });
+        let args = argv::build(&self.cfg, spec, mode, confined.as_ref());
         let qemu_log = spec.run_dir.join(QEMU_LOG);
         let netns = spec.net.as_ref().and_then(|n| n.netns.as_deref());
         let (cgroup, procs) = match &self.cfg.cgroups {
@@ -73,14 +94,18 @@ impl QemuDriver {
                 c.remove(name);
             }
         };
-        let process = match Process::spawn(
+        let spawned = Process::spawn(
             &self.cfg.binary,
             &args,
             &spec.run_dir,
             &qemu_log,
             netns,
             procs,
-        ) {
+            inherit,
+        );
+        // The process holds its own copies now (or there is none).
+        drop(held);
+        let process = match spawned {
             Ok(p) => p,
             Err(e) => {
                 release(&cgroup);
@@ -94,6 +119,7 @@ impl QemuDriver {
                 process,
                 qmp,
                 cgroup,
+                uid: claim.map(|c| c.uid),
             }),
             Err(e) => {
                 // Never leave a half-started process behind.
@@ -308,14 +334,24 @@ impl VmDriver for QemuDriver {
     }
 
     async fn finish_restore(&self, vm: &QemuVm, state: &Path) -> Result<(), VmError> {
+        let mut link = None;
+        let linked = &mut link;
         let result = async {
             if !state.is_file() {
                 return Err(VmError::MissingFile(state.to_owned()));
             }
+            let uri = match vm.uid {
+                Some(_) => {
+                    let (name, link) = confine::loadable(&vm.run_dir, state)?;
+                    *linked = link;
+                    format!("file:{name}")
+                }
+                None => file_uri(state)?,
+            };
             let mut events = vm.qmp.events();
             vm.qmp
                 .execute(&qmp::MigrateIncoming {
-                    uri: file_uri(state)?,
+                    uri,
                     exit_on_error: false,
                 })
                 .await
@@ -333,6 +369,9 @@ impl VmDriver for QemuDriver {
             Ok(())
         }
         .await;
+        if let Some(link) = link {
+            let _ = std::fs::remove_file(link);
+        }
         if let Err(e) = result {
             // A QEMU that died says why in its log; that beats "connection closed".
             let e = if vm.process.alive() {
@@ -385,6 +424,7 @@ impl VmDriver for QemuDriver {
             process,
             qmp,
             cgroup,
+            uid: confine::uid_of(pid).filter(|&u| u != 0),
         })
     }
 }
@@ -405,6 +445,8 @@ pub struct QemuVm {
     qmp: Qmp,
     /// Its cgroup, removed once the process has exited.
     cgroup: Option<(Cgroups, String)>,
+    /// The uid it runs as when confined (chrooted into its run directory).
+    uid: Option<u32>,
 }
 
 impl QemuVm {
@@ -498,27 +540,42 @@ impl Vm for QemuVm {
     }
 
     async fn save_state(&self, state: &Path) -> Result<(), VmError> {
-        let tmp = state.with_extension("partial");
-        let _ = std::fs::remove_file(&tmp);
-        set_migration_options(&self.qmp).await?;
-        let mut events = self.qmp.events();
-        self.qmp
-            .execute(&qmp::Migrate {
-                uri: file_uri(&tmp)?,
-            })
-            .await
-            .map_err(control)?;
-        let result = wait_migration(self, &mut events, "snapshot").await;
-        match result {
-            Ok(()) => {
-                std::fs::rename(&tmp, state)?;
-                Ok(())
-            }
-            Err(e) => {
+        // A confined VM writes into a file of its own in its run directory, which becomes
+        // root's, readable but not writable by VM processes, once complete.
+        let (tmp, uri) = match self.uid {
+            Some(uid) => {
+                let tmp = self.run_dir.join(confine::SAVING);
                 let _ = std::fs::remove_file(&tmp);
-                Err(e)
+                std::fs::File::create(&tmp)?;
+                confine::give(&tmp, uid)?;
+                (tmp, format!("file:/{}", confine::SAVING))
             }
+            None => {
+                let tmp = state.with_extension("partial");
+                let _ = std::fs::remove_file(&tmp);
+                let uri = file_uri(&tmp)?;
+                (tmp, uri)
+            }
+        };
+        let result = async {
+            set_migration_options(&self.qmp).await?;
+            let mut events = self.qmp.events();
+            self.qmp
+                .execute(&qmp::Migrate { uri })
+                .await
+                .map_err(control)?;
+            wait_migration(self, &mut events, "snapshot").await?;
+            confine::move_file(&tmp, state)?;
+            if self.uid.is_some() {
+                confine::take_back(state)?;
+            }
+            Ok(())
         }
+        .await;
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
     }
 
     async fn agent_disconnected(&self, timeout: Duration) -> Result<(), VmError> {
@@ -574,7 +631,10 @@ impl Vm for QemuVm {
         if running {
             self.qmp.execute(&qmp::Stop {}).await.map_err(control)?;
         }
-        let named = argv::relative_to(&self.run_dir, &disk.path);
+        let named = match self.uid {
+            Some(_) if !confine::inside(&self.run_dir, &disk.path) => argv::fdset_path(slot),
+            _ => argv::relative_to(&self.run_dir, &disk.path),
+        };
         let reopen = |read_only| qmp::BlockdevReopen {
             options: argv::volume_nodes(slot, &named, read_only).into(),
         };

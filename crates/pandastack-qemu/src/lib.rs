@@ -9,10 +9,12 @@
 pub mod accel;
 pub mod argv;
 pub mod cgroup;
+pub mod confine;
 mod driver;
 pub mod process;
 pub mod qmp;
 
 pub use argv::{QemuConfig, DEFAULT_TCG_TB_SIZE_MIB};
 pub use cgroup::Cgroups;
+pub use confine::VmIdentities;
 pub use driver::{QemuDriver, QemuVm};

@@ -20,7 +20,9 @@ pub struct Process {
 impl Process {
     /// Spawns `binary argv` in `cwd` with stdout/stderr appended to `log`, inside the network
     /// namespace `netns` when given, joining the cgroups whose `cgroup.procs` files are given
-    /// before it runs.
+    /// before it runs. With `confined`, the process runs with `no_new_privs` and inherits
+    /// the given descriptors (which the caller keeps open until this returns): the lock of its
+    /// uid claim, held for as long as it lives, and the files it names through fd sets.
     pub fn spawn(
         binary: &Path,
         argv: &[std::ffi::OsString],
@@ -28,6 +30,7 @@ impl Process {
         log: &Path,
         netns: Option<&Path>,
         cgroup_procs: Vec<std::fs::File>,
+        confined: Option<Vec<std::os::fd::RawFd>>,
     ) -> Result<Self, VmError> {
         let out = std::fs::OpenOptions::new()
             .create(true)
@@ -60,6 +63,26 @@ impl Process {
                 cmd.pre_exec(move || {
                     nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET)
                         .map_err(std::io::Error::from)
+                });
+            }
+        }
+        if let Some(inherit) = confined {
+            // SAFETY: the closure runs in the forked child before exec and only makes the
+            // fcntl(2) and prctl(2) system calls, on fds the parent keeps open until spawn
+            // returns, reading a vector allocated before the fork; it allocates nothing and
+            // takes no locks, so it is async-signal-safe. Clearing close-on-exec in the child
+            // alone hands those descriptors to the new program and to no other.
+            unsafe {
+                cmd.pre_exec(move || {
+                    for &fd in &inherit {
+                        if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
                 });
             }
         }
@@ -219,6 +242,7 @@ mod tests {
             &dir.path().join("log"),
             None,
             Vec::new(),
+            None,
         )
         .unwrap();
         assert!(p.alive());

@@ -14,9 +14,16 @@ pub struct DataDir {
 }
 
 impl DataDir {
-    /// Uses `root`, creating the subdirectories.
+    /// Uses `root`, creating the subdirectories. `root` becomes root's alone (0700): the
+    /// host's processes run as root, and a VM process, which runs as a uid of its own,
+    /// starts chrooted in its run directory and never names a path above it.
     pub fn open(root: impl Into<PathBuf>) -> std::io::Result<Self> {
         let root = root.into();
+        std::fs::create_dir_all(&root)?;
+        if rustix::process::geteuid().is_root() {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))?;
+        }
         for sub in [
             "templates",
             "sandboxes",

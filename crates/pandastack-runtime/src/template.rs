@@ -380,8 +380,24 @@ impl<D: VmDriver> Runtime<D> {
         }
         .await;
         vm.stop().await?;
+        reclaim(work)?;
         result
     }
+}
+
+/// A bake's VM process ran as a uid of its own, which owned the files it may reopen: they
+/// become root's, so no VM process later given that uid can change a template.
+fn reclaim(dir: &Path) -> std::io::Result<()> {
+    if !rustix::process::geteuid().is_root() {
+        return Ok(());
+    }
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            std::os::unix::fs::chown(entry.path(), Some(0), Some(0))?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes `t`'s manifest into `dir` (atomically: a reader sees the old or the new one).

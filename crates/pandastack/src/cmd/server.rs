@@ -198,6 +198,12 @@ pub struct ServerArgs {
     #[arg(long, env = "PANDASTACK_TCG_TB_SIZE_MIB", default_value_t = pandastack_qemu::DEFAULT_TCG_TB_SIZE_MIB,
           value_parser = clap::value_parser!(u32).range(16..=4096))]
     tcg_tb_size_mib: u32,
+    /// The uids (each VM's gid is the same number) VM processes run as, one per process,
+    /// `FIRST-LAST`; each QEMU drops to its own once it has opened its devices and chroots
+    /// into its run directory. `off` runs them as this server's user (not for untrusted code).
+    /// Claims are shared by every server on the host (`/run/pandastack/vm-uids`).
+    #[arg(long, env = "PANDASTACK_VM_UIDS", default_value = "4200000-4265535")]
+    vm_uids: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -270,6 +276,7 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         .collect();
     let mut qemu = QemuConfig::new(choice.accel);
     qemu.tcg_tb_size_mib = a.tcg_tb_size_mib;
+    qemu.identities = vm_identities(&a.vm_uids)?;
     if a.cgroups == CgroupMode::Auto {
         match pandastack_qemu::Cgroups::detect() {
             Some(c) => {
@@ -695,4 +702,22 @@ fn db_tls(a: &ServerArgs) -> anyhow::Result<pandastack_pgwire::front::Front> {
     }
     std::fs::write(&names_path, names)?;
     Ok(front)
+}
+
+/// The VM uid pool of `--vm-uids`.
+fn vm_identities(spec: &str) -> anyhow::Result<Option<Arc<pandastack_qemu::VmIdentities>>> {
+    use pandastack_qemu::{confine, VmIdentities};
+    if spec == "off" {
+        tracing::warn!("--vm-uids off: VM processes run as this server's user, unconfined");
+        return Ok(None);
+    }
+    if !rustix::process::geteuid().is_root() {
+        tracing::warn!("not running as root: VM processes run as this server's user");
+        return Ok(None);
+    }
+    let (first, count) =
+        VmIdentities::parse_range(spec).map_err(|e| anyhow::anyhow!("--vm-uids: {e}"))?;
+    let ids = VmIdentities::new(first, count, confine::DEFAULT_LOCK_DIR)?;
+    tracing::info!(first, count, "VM processes run as their own uid, chrooted");
+    Ok(Some(Arc::new(ids)))
 }

@@ -1,0 +1,291 @@
+//! Unprivileged VM processes: every QEMU process runs as a uid/gid of its own, chrooted into its
+//! run directory, without capabilities and with `no_new_privs`.
+//!
+//! QEMU starts as root only for as long as it takes to open what it is given on its command
+//! line (its disk, RAM file, `/dev/kvm`, the TAP device in its network namespace, its sockets),
+//! then drops to the VM's identity itself (`-run-with chroot=<run dir>,user=<uid>:<gid>`) before
+//! the guest runs a single instruction. After that, the only files it can open by name are the
+//! ones in its run directory that belong to its uid (its disk and volume copies, the file a
+//! snapshot is written to) or that the host made readable for it (the state a restore loads).
+//!
+//! A uid is claimed by taking an exclusive `flock` on `<lock dir>/<uid>`; the lock's file
+//! descriptor is inherited by the QEMU process, so the claim lasts exactly as long as the
+//! process does, across restarts of the server and between servers on one host, with no table
+//! to keep in step.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use pandastack_vm::{VmError, VmSpec};
+
+use crate::argv::Confined;
+
+/// Default uids (and gids: each VM's gid equals its uid), chosen far from the ranges
+/// distributions hand out to people (1000+) and to user namespaces (`/etc/subuid`, 100000+).
+pub const DEFAULT_FIRST_UID: u32 = 4_200_000;
+pub const DEFAULT_UID_COUNT: u32 = 65_536;
+/// Where the uid claims live: a tmpfs, so nothing outlives a reboot.
+pub const DEFAULT_LOCK_DIR: &str = "/run/pandastack/vm-uids";
+
+/// The pool of identities VM processes run as.
+#[derive(Debug)]
+pub struct VmIdentities {
+    first: u32,
+    count: u32,
+    lock_dir: PathBuf,
+    /// Where the next search starts, so recently freed uids are reused last.
+    next: AtomicU32,
+}
+
+/// A uid held for one VM process until that process (which inherits `lock`) exits.
+#[derive(Debug)]
+pub struct Claim {
+    pub uid: u32,
+    pub lock: OwnedFd,
+}
+
+impl VmIdentities {
+    /// Uids `first..first+count` with their claims in `lock_dir` (created if missing).
+    pub fn new(first: u32, count: u32, lock_dir: impl Into<PathBuf>) -> Result<Self, VmError> {
+        if first == 0 || count == 0 || first.checked_add(count).is_none() {
+            return Err(VmError::InvalidSpec(format!(
+                "vm uid range {first}+{count} is empty, includes root or overflows"
+            )));
+        }
+        let lock_dir = lock_dir.into();
+        std::fs::create_dir_all(&lock_dir)?;
+        std::fs::set_permissions(
+            &lock_dir,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )?;
+        Ok(Self {
+            first,
+            count,
+            lock_dir,
+            next: AtomicU32::new(0),
+        })
+    }
+
+    /// The default pool when this process can switch uids (runs as root), else none.
+    pub fn default_if_root() -> Option<Self> {
+        if !rustix::process::geteuid().is_root() {
+            return None;
+        }
+        match Self::new(DEFAULT_FIRST_UID, DEFAULT_UID_COUNT, DEFAULT_LOCK_DIR) {
+            Ok(ids) => Some(ids),
+            Err(e) => {
+                tracing::warn!(error = %e, "vm processes will run as root");
+                None
+            }
+        }
+    }
+
+    /// `FIRST-LAST` (inclusive).
+    pub fn parse_range(s: &str) -> Result<(u32, u32), String> {
+        let (a, b) = s
+            .split_once('-')
+            .ok_or_else(|| format!("{s:?}: expected FIRST-LAST, e.g. 4200000-4265535"))?;
+        let a: u32 = a.trim().parse().map_err(|e| format!("{a:?}: {e}"))?;
+        let b: u32 = b.trim().parse().map_err(|e| format!("{b:?}: {e}"))?;
+        if a == 0 || b < a {
+            return Err(format!("{s:?}: FIRST must be above 0 and not above LAST"));
+        }
+        Ok((a, b - a + 1))
+    }
+
+    pub fn first(&self) -> u32 {
+        self.first
+    }
+
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Claims a uid no live VM process holds.
+    pub fn claim(&self) -> Result<Claim, VmError> {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        for i in 0..self.count {
+            let uid = self.first + (start.wrapping_add(i) % self.count);
+            let path = self.lock_dir.join(uid.to_string());
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)?;
+            let fd = OwnedFd::from(file);
+            match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => {
+                    self.next
+                        .store(start.wrapping_add(i).wrapping_add(1), Ordering::Relaxed);
+                    return Ok(Claim { uid, lock: fd });
+                }
+                Err(rustix::io::Errno::WOULDBLOCK) => continue,
+                Err(e) => return Err(VmError::Io(e.into())),
+            }
+        }
+        Err(VmError::Spawn(std::io::Error::other(format!(
+            "all {} vm uids from {} are in use",
+            self.count, self.first
+        ))))
+    }
+}
+
+/// The name, inside a confined VM's run directory, of the state file being written.
+pub(crate) const SAVING: &str = ".state.partial";
+/// The name, inside a confined VM's run directory, of a link to the state being loaded.
+pub(crate) const LOADING: &str = ".state.incoming";
+
+/// Readies `spec`'s run directory for a VM process running as `uid`: the directory becomes
+/// searchable (it is the process's root), files in it that QEMU may reopen by name become the
+/// uid's own, and volume files outside it are opened here, to be inherited and named through fd
+/// sets. Returns the command-line view of that and the descriptors to hand over.
+pub(crate) fn prepare(spec: &VmSpec, uid: u32) -> Result<(Confined, Vec<OwnedFd>), VmError> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&spec.run_dir, std::fs::Permissions::from_mode(0o711))?;
+    if inside(&spec.run_dir, &spec.rootfs) {
+        give(&spec.rootfs, uid)?;
+    }
+    let mut held = Vec::new();
+    let mut volume_fds = Vec::with_capacity(spec.volumes.len());
+    for disk in &spec.volumes {
+        if inside(&spec.run_dir, &disk.path) {
+            give(&disk.path, uid)?;
+            volume_fds.push(None);
+            continue;
+        }
+        // Read-write too for a read-only volume: its node is reopened writable for a resize.
+        let rw = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&disk.path)?;
+        let ro = std::fs::File::open(&disk.path)?;
+        volume_fds.push(Some([rw.as_raw_fd(), ro.as_raw_fd()]));
+        held.push(OwnedFd::from(rw));
+        held.push(OwnedFd::from(ro));
+    }
+    Ok((Confined { uid, volume_fds }, held))
+}
+
+/// True when `path` is directly inside `dir`.
+pub(crate) fn inside(dir: &Path, path: &Path) -> bool {
+    path.parent() == Some(dir)
+}
+
+/// Makes `state` loadable by a confined VM in `run_dir`: returns the name the chrooted
+/// process opens and the copy made for it (to remove once loaded), if one was needed. A state
+/// outside the run directory is reflinked in (copied where the file system cannot): a copy,
+/// not a hard link, so the shared file's inode is not touched (its ctime is how tests see that
+/// no VM wrote it). Either is root's and readable by others: nothing but root's processes and
+/// the VM whose directory holds it can reach it.
+pub(crate) fn loadable(run_dir: &Path, state: &Path) -> Result<(String, Option<PathBuf>), VmError> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(state)?;
+    if meta.permissions().mode() & 0o004 == 0 {
+        take_back(state)?;
+    }
+    if let (true, Some(name)) = (inside(run_dir, state), state.file_name()) {
+        return Ok((format!("/{}", name.to_string_lossy()), None));
+    }
+    let copy = run_dir.join(LOADING);
+    let _ = std::fs::remove_file(&copy);
+    let cloned = (|| {
+        let src = std::fs::File::open(state)?;
+        let dst = std::fs::File::create(&copy)?;
+        rustix::fs::ioctl_ficlone(&dst, &src).map_err(std::io::Error::from)
+    })();
+    if cloned.is_err() {
+        std::fs::copy(state, &copy)?;
+    }
+    take_back(&copy)?;
+    Ok((format!("/{LOADING}"), Some(copy)))
+}
+
+/// Moves `from` to `to` (replacing it): a rename, or a copy across file systems.
+pub(crate) fn move_file(from: &Path, to: &Path) -> std::io::Result<()> {
+    match std::fs::rename(from, to) {
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            std::fs::copy(from, to)?;
+            std::fs::remove_file(from)
+        }
+        other => other,
+    }
+}
+
+/// `path` escaped for a QEMU option value (a comma is written twice).
+pub(crate) fn opt_escape(path: &Path) -> String {
+    path.to_string_lossy().replace(',', ",,")
+}
+
+/// Gives `path` to `uid` (its gid is the same number), readable and writable by it alone.
+pub(crate) fn give(path: &Path, uid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::os::unix::fs::chown(path, Some(uid), Some(uid))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+}
+
+/// Takes `path` back for root, readable by everyone who can reach it (a snapshot's state is
+/// loaded by VM processes of other uids, each through a link in its own run directory) and
+/// writable by nobody else.
+pub(crate) fn take_back(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::os::unix::fs::chown(path, Some(0), Some(0))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
+}
+
+/// The uid of a running process, from `/proc`.
+pub(crate) fn uid_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ranges() {
+        assert_eq!(
+            VmIdentities::parse_range("4200000-4265535"),
+            Ok((4_200_000, 65_536))
+        );
+        assert_eq!(VmIdentities::parse_range("7-7"), Ok((7, 1)));
+        assert!(VmIdentities::parse_range("0-10").is_err());
+        assert!(VmIdentities::parse_range("10-9").is_err());
+        assert!(VmIdentities::parse_range("10").is_err());
+    }
+
+    #[test]
+    fn a_claimed_uid_is_not_handed_out_again_until_its_lock_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids = VmIdentities::new(5000, 2, dir.path()).unwrap();
+        let a = ids.claim().unwrap();
+        let b = ids.claim().unwrap();
+        assert_ne!(a.uid, b.uid);
+        assert!(ids.claim().is_err(), "both uids are held");
+        let freed = a.uid;
+        drop(a);
+        let c = ids.claim().unwrap();
+        assert_eq!(c.uid, freed);
+        // A second pool over the same lock directory (another server) sees the same claims.
+        let other = VmIdentities::new(5000, 2, dir.path()).unwrap();
+        assert!(
+            other.claim().is_err(),
+            "both uids are held by the first pool"
+        );
+        drop(b);
+        assert_eq!(other.claim().unwrap().uid, 5000 + 5001 - c.uid);
+    }
+
+    #[test]
+    fn escapes_commas() {
+        assert_eq!(opt_escape(Path::new("/a,b/c")), "/a,,b/c");
+    }
+}
