@@ -196,14 +196,15 @@ pub async fn read(
     }
     let stream = app.host.read_file(&id, &path).await?;
     let body = HttpBody::from_stream(stream.map(|r| r.map_err(std::io::Error::other)));
-    Ok((
-        [
-            (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
-            (header::CONTENT_LENGTH, info.size.to_string()),
-        ],
-        body,
-    )
-        .into_response())
+    let mut response = ([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response();
+    // A file that reports no size (`/proc`, `/sys`) still has bytes (the guest reads up to
+    // 1 MiB of it): no length is promised for it.
+    if info.size > 0 {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_LENGTH, header::HeaderValue::from(info.size));
+    }
+    Ok(response)
 }
 
 /// Upload a guest file (streamed, any size); it is replaced atomically, parents are created.

@@ -380,3 +380,93 @@ async fn symlinks_are_not_followed() {
     assert_eq!(err.code(), tonic::Code::NotFound);
     assert!(err.message().contains("missing"), "{}", err.message());
 }
+
+/// Reads `path` whole, within `secs` seconds: `Err` is the call's or stream's status.
+async fn read_within(
+    f: &mut FilesClient<tonic::transport::Channel>,
+    path: &str,
+    secs: u64,
+) -> Result<Vec<u8>, tonic::Status> {
+    let read = async {
+        let mut s = f
+            .read(v1::ReadRequest {
+                path: path.into(),
+                offset: 0,
+                length: 0,
+            })
+            .await?
+            .into_inner();
+        let mut out = Vec::new();
+        while let Some(c) = s.message().await? {
+            out.extend_from_slice(&c.data);
+        }
+        Ok(out)
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(secs), read)
+        .await
+        .unwrap_or_else(|_| panic!("reading {path} did not end within {secs} s"))
+}
+
+/// Files that have no end or make a reader wait: a FIFO without a writer (opening it would
+/// block), a character device with endless bytes, `/proc` files that report no size, a file
+/// that grows while it is read. Each read ends at once, bounded.
+#[tokio::test]
+async fn reads_of_devices_fifos_and_growing_files_end() {
+    let a = start();
+    let ch = connect(&a).await;
+    let mut f = FilesClient::new(ch);
+    let fifo = a.dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    for path in [fifo.to_str().unwrap(), "/dev/zero", "/dev/urandom"] {
+        let err = read_within(&mut f, path, 5).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{path}: {err}");
+        assert!(
+            err.message().contains("not a regular file"),
+            "{path}: {err}"
+        );
+    }
+    // /proc reports size 0 and has bytes: some of them, bounded.
+    let status = read_within(&mut f, "/proc/self/status", 5).await.unwrap();
+    assert!(
+        status.starts_with(b"Name:"),
+        "{:?}",
+        String::from_utf8_lossy(&status)
+    );
+    assert!(status.len() <= 1 << 20);
+    // A file written faster than it is read ends at the size it had when the read opened it.
+    let growing = a.dir.path().join("growing");
+    std::fs::write(&growing, vec![b'x'; 4 << 20]).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (path, stop) = (growing.clone(), stop.clone());
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut w = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+            let block = vec![b'y'; 1 << 20];
+            // At most 1 GiB, whatever happens to the reader.
+            for _ in 0..1024 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                w.write_all(&block).unwrap();
+            }
+        })
+    };
+    // The writer is under way before the read opens the file.
+    let mut before = std::fs::metadata(&growing).unwrap().len();
+    while before <= 4 << 20 {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        before = std::fs::metadata(&growing).unwrap().len();
+    }
+    let read = read_within(&mut f, growing.to_str().unwrap(), 20).await;
+    let after = std::fs::metadata(&growing).unwrap().len();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    let read = read.unwrap();
+    assert!(
+        read.len() as u64 >= before && (read.len() as u64) < after,
+        "read {} bytes of a file of {before} then {after}",
+        read.len()
+    );
+    let _ = std::fs::remove_file(&growing);
+}

@@ -175,10 +175,10 @@ pub(crate) fn inside(dir: &Path, path: &Path) -> bool {
 
 /// Makes `state` loadable by a confined VM in `run_dir`: returns the name the chrooted
 /// process opens and the copy made for it (to remove once loaded), if one was needed. A state
-/// outside the run directory is reflinked in (copied where the file system cannot): a copy,
-/// not a hard link, so the shared file's inode is not touched (its ctime is how tests see that
-/// no VM wrote it). Either is root's and readable by others: nothing but root's processes and
-/// the VM whose directory holds it can reach it.
+/// outside the run directory is reflinked in — a copy, not a hard link, so the shared file's
+/// inode is not touched (its ctime is how tests see that no VM wrote it) — or hard-linked where
+/// the file system has no reflinks, or copied across file systems. It is root's and readable
+/// by others: nothing but root's processes and the VM whose directory holds it can reach it.
 pub(crate) fn loadable(run_dir: &Path, state: &Path) -> Result<(String, Option<PathBuf>), VmError> {
     use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::metadata(state)?;
@@ -196,7 +196,12 @@ pub(crate) fn loadable(run_dir: &Path, state: &Path) -> Result<(String, Option<P
         rustix::fs::ioctl_ficlone(&dst, &src).map_err(std::io::Error::from)
     })();
     if cloned.is_err() {
-        std::fs::copy(state, &copy)?;
+        // No reflinks here: a hard link (the shared inode's ctime moves, nothing else), and
+        // only across file systems a copy.
+        let _ = std::fs::remove_file(&copy);
+        if std::fs::hard_link(state, &copy).is_err() {
+            std::fs::copy(state, &copy)?;
+        }
     }
     take_back(&copy)?;
     Ok((format!("/{LOADING}"), Some(copy)))

@@ -1,6 +1,7 @@
 //! `pandastack server` with sandbox networking on: guests get NAT to the outside but cannot reach
-//! the server's own API port on the host or cloud metadata, and 200 create/delete cycles over
-//! HTTP leave no network namespace, link, VM process or file behind. Needs root and nftables.
+//! the server's own API port on the host or cloud metadata, and 300 create/delete cycles over
+//! HTTP leave no network namespace, link, VM process or file behind, nor does a `kill -9` of the
+//! server holding 20 sandboxes. Needs root and nftables.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 
 use common::{free_port, start_with, Api};
 use pandastack_testkit::net::{host_ip, net_pool, NetNames};
-use pandastack_testkit::{bake, runtime_with_network};
+use pandastack_testkit::{bake, runtime_with_network, within};
 use reqwest::{Client, StatusCode};
 use serde_json::json;
 
@@ -116,16 +117,20 @@ async fn networked_sandboxes_reach_out_not_in_and_cycles_leak_nothing() {
         .await;
     assert_eq!(st, StatusCode::NO_CONTENT);
 
-    // 200 create/delete cycles: slots are reused, nothing accumulates.
+    // 300 create/delete cycles: slots are reused, nothing accumulates.
     let cycles: usize = std::env::var("PANDASTACK_LEAK_CYCLES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+        .unwrap_or(300);
     let sandboxes = guard.dir.path().join("sandboxes");
+    let mut cgroups = Vec::new();
     for i in 0..cycles {
         let id = api.create(json!({"template": "minimal"})).await;
         if i % 50 == 0 {
             assert_eq!(api.exec(&id, "true").await["exit_code"], 0);
+            let c = std::fs::read_to_string(sandboxes.join(&id).join("cgroup")).unwrap();
+            assert!(!cgroup_dirs(c.trim()).is_empty(), "{id} has its cgroup");
+            cgroups.push(c.trim().to_owned());
         }
         let (st, v) = api
             .call("DELETE", &format!("/v1/sandboxes/{id}"), None)
@@ -151,6 +156,12 @@ async fn networked_sandboxes_reach_out_not_in_and_cycles_leak_nothing() {
         left.len(),
         "VM processes other than the warm pool's"
     );
+    for c in &cgroups {
+        assert!(
+            cgroup_dirs(c).is_empty(),
+            "cgroup {c} left after its sandbox"
+        );
+    }
     let (ns, links, table) = names.present();
     assert!(table, "host table present while the server runs");
     // Free spare slots + the warm VM's slot; a leak would grow with the cycles.
@@ -159,6 +170,174 @@ async fn networked_sandboxes_reach_out_not_in_and_cycles_leak_nothing() {
         "netns {ns}, links {links} after {cycles} cycles"
     );
 
+    drop(server);
+    drop(guard);
+    names.clean();
+    assert_eq!(names.present(), (0, 0, false));
+}
+
+/// The cgroup directories of VM cgroup `name` that exist (v2, or each v1 hierarchy).
+fn cgroup_dirs(name: &str) -> Vec<std::path::PathBuf> {
+    ["", "memory", "cpu", "pids"]
+        .iter()
+        .map(|h| {
+            Path::new("/sys/fs/cgroup")
+                .join(h)
+                .join("pandastack")
+                .join(name)
+        })
+        .filter(|p| p.is_dir())
+        .collect()
+}
+
+/// `kill -9` of the server while it holds 20 sandboxes — running, hibernated and two in the
+/// middle of their create — then a restart: every running and hibernated sandbox is still there
+/// and execs (the hibernated ones wake), a cut-off create is either whole or gone, and deleting
+/// everything leaves no row, directory, VM process, cgroup, network namespace or link.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_with_twenty_sandboxes_keeps_them_and_leaks_nothing() {
+    let bake_net = net_pool("tkbk", "10.203.3.0/24").await;
+    let guard = runtime_with_network(&bake_net).await;
+    assert!(bake(&guard, "minimal").await.network);
+    drop(bake_net);
+    let names = NetNames::new("tkil");
+    names.clean();
+    let data = guard.dir.path();
+    let sandboxes = data.join("sandboxes");
+    let port = free_port();
+    let args = [
+        "--network",
+        "on",
+        "--net-name",
+        "tkil",
+        "--net-base",
+        "10.203.4.0/24",
+        "--net-spare",
+        "2",
+        "--pool-size",
+        "0",
+    ];
+    let mut server = start_with(data, port, &args).await;
+    let api = Api {
+        s: &server,
+        c: Client::new(),
+    };
+    let mut kept = Vec::new();
+    for _ in 0..18 {
+        kept.push(api.create(json!({"template": "minimal"})).await);
+    }
+    for id in &kept[14..] {
+        api.hibernate(id).await;
+    }
+    // Each running VM's cgroup, to look for after the deletes.
+    let cgroups: Vec<String> = kept[..14]
+        .iter()
+        .filter_map(|id| std::fs::read_to_string(sandboxes.join(id).join("cgroup")).ok())
+        .map(|s| s.trim().to_owned())
+        .collect();
+    assert_eq!(cgroups.len(), 14, "every running VM has a cgroup");
+    assert!(cgroups.iter().all(|c| !cgroup_dirs(c).is_empty()));
+
+    // Two creates under way, then SIGKILL once both have started their VM process.
+    let before: Vec<String> = std::fs::read_dir(&sandboxes)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    for _ in 0..2 {
+        let req = api
+            .c
+            .post(format!("{}/v1/sandboxes", server.url))
+            .bearer_auth(&server.key)
+            .json(&json!({"template": "minimal"}));
+        tokio::spawn(async move {
+            let _ = req.send().await;
+        });
+    }
+    within(
+        Duration::from_secs(60),
+        "both creates start their VMs",
+        async {
+            loop {
+                let started = std::fs::read_dir(&sandboxes)
+                    .unwrap()
+                    .flatten()
+                    .filter(|e| !before.contains(&e.file_name().to_string_lossy().into_owned()))
+                    .filter(|e| e.path().join("qemu.pid").is_file())
+                    .count();
+                if started >= 2 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        },
+    )
+    .await;
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    drop(server);
+
+    let server = start_with(data, port, &args).await;
+    let api = Api {
+        s: &server,
+        c: Client::new(),
+    };
+    let (st, v) = api.call("GET", "/v1/sandboxes?limit=100", None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let listed: Vec<(String, String)> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_str().unwrap().to_owned(),
+                s["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for (i, id) in kept.iter().enumerate() {
+        let state = listed
+            .iter()
+            .find(|(l, _)| l == id)
+            .map(|(_, s)| s.as_str());
+        let want = if i < 14 { "running" } else { "hibernated" };
+        assert_eq!(state, Some(want), "{id} after the restart: {listed:?}");
+    }
+    let extra: Vec<&(String, String)> = listed.iter().filter(|(l, _)| !kept.contains(l)).collect();
+    assert!(
+        extra.len() <= 2 && extra.iter().all(|(_, s)| s == "running"),
+        "a cut-off create is whole or gone: {extra:?}"
+    );
+    let dirs: Vec<String> = std::fs::read_dir(&sandboxes)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(dirs.len(), listed.len(), "a directory per row: {dirs:?}");
+    for (id, _) in &listed {
+        let out = api.exec(id, "echo ok").await;
+        assert_eq!(out["stdout"], "ok\n", "{id}: {out}");
+    }
+
+    for (id, _) in &listed {
+        let (st, v) = api
+            .call("DELETE", &format!("/v1/sandboxes/{id}"), None)
+            .await;
+        assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+    }
+    let (_, v) = api.call("GET", "/v1/sandboxes", None).await;
+    assert_eq!(v["data"].as_array().unwrap().len(), 0, "{v}");
+    let left: Vec<_> = std::fs::read_dir(&sandboxes).unwrap().flatten().collect();
+    assert!(left.is_empty(), "directories left: {left:?}");
+    assert_eq!(vm_processes_under(&sandboxes), 0, "VM processes left");
+    for c in &cgroups {
+        assert!(cgroup_dirs(c).is_empty(), "cgroup {c} left");
+    }
+    let (ns, links, _) = names.present();
+    assert!(
+        ns <= 2 + 20 && links == ns,
+        "netns {ns}, links {links} after the deletes"
+    );
     drop(server);
     drop(guard);
     names.clean();

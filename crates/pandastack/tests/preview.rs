@@ -464,7 +464,7 @@ async fn a_request_wakes_a_hibernated_sandbox_and_counts_as_activity() {
     assert_eq!(state().await, "running");
 
     // Explicit hibernate, then a WebSocket as the first request.
-    hibernate(&api, &id).await;
+    api.hibernate(&id).await;
     let mut ws = ws_connect(&server, &id, &token).await;
     ws_echo(&mut ws, "after wake").await;
 }
@@ -495,17 +495,6 @@ async fn ws_echo(ws: &mut Ws, text: &str) {
 }
 
 /// Hibernates sandbox `id` through the API.
-async fn hibernate(api: &Api<'_>, id: &str) {
-    let (st, v) = api
-        .call("POST", &format!("/v1/sandboxes/{id}/hibernate"), None)
-        .await;
-    assert_eq!(
-        (st, v["state"].as_str()),
-        (StatusCode::OK, Some("hibernated")),
-        "{v}"
-    );
-}
-
 /// GET `url` with the sandbox's token.
 async fn get_with_token(c: &Client, url: &str, token: &str) -> reqwest::Response {
     c.get(url).header(TOKEN_HEADER, token).send().await.unwrap()
@@ -636,7 +625,7 @@ async fn with_networking_the_proxy_connects_over_the_sandbox_network_and_the_vm_
     // A hibernation ends it (the proxy would otherwise keep it for seconds, and its next request
     // would go to a VM process that is gone, through a slot that another sandbox may hold): after
     // a wake, the next request comes on a new connection and is answered at once.
-    hibernate(&api, &id).await;
+    api.hibernate(&id).await;
     assert_eq!(api.exec(&id, "true").await["exit_code"], 0);
     let after = who(8000).await;
     assert!(after.starts_with("10.88.0.1 ") && after != first, "{after}");

@@ -12,6 +12,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 const CHUNK: usize = 64 * 1024;
+/// How much of a file that reports no size (`/proc`, `/sys`) a whole-file read returns.
+const UNSIZED_READ_MAX: u64 = 1 << 20;
 
 pub struct FilesService;
 
@@ -130,23 +132,36 @@ impl Files for FilesService {
         let req = req.into_inner();
         let path = abs(&req.path)?;
         let p = path.clone();
-        let mut file = blocking(move || {
-            let f = std::fs::File::open(&p).map_err(|e| status(e, &p))?;
-            if f.metadata().map_err(|e| status(e, &p))?.is_dir() {
+        let (mut file, size) = blocking(move || {
+            // Non-blocking: opening a FIFO must not wait for a writer (the file type is checked
+            // right after, on the open file, so a swap between the two cannot fool it).
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&p)
+                .map_err(|e| status(e, &p))?;
+            let md = f.metadata().map_err(|e| status(e, &p))?;
+            if md.is_dir() {
                 return Err(Status::invalid_argument(format!(
                     "{}: is a directory",
                     p.display()
                 )));
             }
-            Ok(f)
+            if !md.is_file() {
+                return Err(Status::invalid_argument(format!(
+                    "{}: not a regular file (a device, FIFO or socket has no end to read to)",
+                    p.display()
+                )));
+            }
+            Ok((f, md.len()))
         })
         .await?;
         let (tx, rx) = mpsc::channel(4);
-        let mut remaining = if req.length == 0 {
-            u64::MAX
-        } else {
-            req.length
-        };
+        // A whole-file read ends at the size the file had when it was opened, so a file that
+        // grows as fast as it is read (a log being written) cannot keep a read going forever.
+        // Files that report no size (`/proc`, `/sys`) are read up to a bound.
+        let whole = if size == 0 { UNSIZED_READ_MAX } else { size };
+        let mut remaining = if req.length == 0 { whole } else { req.length };
         let offset = req.offset;
         tokio::task::spawn_blocking(move || {
             if offset > 0 {

@@ -220,4 +220,16 @@ impl Api<'_> {
         assert_eq!(st, StatusCode::CREATED, "{v}");
         v["id"].as_str().unwrap().to_owned()
     }
+
+    /// Hibernates sandbox `id`, asserting it is hibernated.
+    pub async fn hibernate(&self, id: &str) {
+        let (st, v) = self
+            .call("POST", &format!("/v1/sandboxes/{id}/hibernate"), None)
+            .await;
+        assert_eq!(
+            (st, v["state"].as_str()),
+            (StatusCode::OK, Some("hibernated")),
+            "{v}"
+        );
+    }
 }
