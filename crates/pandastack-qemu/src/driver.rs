@@ -509,6 +509,10 @@ impl Vm for QemuVm {
         self.process.pid()
     }
 
+    fn has_exited(&self) -> bool {
+        !self.process.alive()
+    }
+
     async fn pause(&self) -> Result<(), VmError> {
         self.qmp.execute(&qmp::Stop {}).await.map_err(control)?;
         Ok(())

@@ -140,6 +140,19 @@ impl<D: VmDriver> Runtime<D> {
         }
     }
 
+    /// A pooled VM of `t` whose process still runs. One that exited while it waited (killed,
+    /// crashed) is discarded on the way, so a create never waits out a restore timeout on it.
+    pub(crate) async fn take_pooled(&self, t: &Template) -> Option<Prepared<D::Vm>> {
+        while let Some(p) = self.pool.take(t) {
+            if !p.process.vm.has_exited() {
+                return Some(p);
+            }
+            tracing::warn!(template = %t.name, dir = %p.process.dir.display(), "a pooled VM had exited; discarded");
+            self.discard(p).await;
+        }
+        None
+    }
+
     async fn discard(&self, p: Prepared<D::Vm>) {
         self.discard_standby(p.process).await;
     }

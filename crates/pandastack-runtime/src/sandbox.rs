@@ -344,7 +344,11 @@ impl<D: VmDriver> Runtime<D> {
             .volumes
             .iter()
             .all(|v| matches!(v, SlotSource::Unbound));
-        let warm = match pooled.filter(|_| poolable).and_then(|t| self.pool.take(t)) {
+        let taken = match pooled.filter(|_| poolable) {
+            Some(t) => self.take_pooled(t).await,
+            None => None,
+        };
+        let warm = match taken {
             Some(p) => match p.adopt(dir) {
                 Ok(a) => Some(a),
                 Err((e, vm, slot)) => {
@@ -358,7 +362,7 @@ impl<D: VmDriver> Runtime<D> {
         let from_pool = warm.is_some();
         // A process waiting for this snapshot's state (see `standby.rs`).
         let standby = match (&warm, &source.snapshot) {
-            (None, Some(snap)) if poolable => self.standbys.take(snap),
+            (None, Some(snap)) if poolable => self.take_standby(snap).await,
             _ => None,
         };
         let memory_file = matches!(source.ram, Ram::OwnCopyOf(_));

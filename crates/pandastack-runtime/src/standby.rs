@@ -153,6 +153,19 @@ impl<D: VmDriver> Runtime<D> {
         }
     }
 
+    /// A stand-by process for `snapshot` that still runs; exited ones are discarded on the way
+    /// (as [`Runtime::take_pooled`] does for the pool).
+    pub(crate) async fn take_standby(&self, snapshot: &str) -> Option<Standby<D::Vm>> {
+        while let Some(s) = self.standbys.take(snapshot) {
+            if !s.vm.has_exited() {
+                return Some(s);
+            }
+            tracing::warn!(snapshot, dir = %s.dir.display(), "a stand-by VM had exited; discarded");
+            self.discard_standby(s).await;
+        }
+        None
+    }
+
     pub(crate) async fn discard_standby(&self, s: Standby<D::Vm>) {
         let _ = s.vm.stop().await;
         self.net_release(s.net_slot).await;

@@ -230,6 +230,13 @@ impl Vm for FakeVm {
         self.pid
     }
 
+    fn has_exited(&self) -> bool {
+        matches!(
+            kill(Pid::from_raw(self.pid as i32), None),
+            Err(nix::errno::Errno::ESRCH)
+        )
+    }
+
     async fn pause(&self) -> Result<(), VmError> {
         self.signal(Signal::SIGSTOP)
     }

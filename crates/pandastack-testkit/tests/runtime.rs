@@ -391,6 +391,39 @@ async fn pooled_vm_serves_a_create_and_a_restart_reattaches() {
         .unwrap();
     assert_eq!(rt.pool_size(&t), 0, "the create took the pooled vm");
     assert_eq!(hostname(&pooled).await, "pooled");
+    // A pooled VM that died while it waited is passed over: the create restores afresh.
+    rt.fill_pool(&t, 1).await.unwrap();
+    let pool_dirs = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(rt.data().root().join("sandboxes"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".pool-"))
+            .map(|e| e.path())
+            .collect()
+    };
+    let waiting = pool_dirs();
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    let pid: i32 = std::fs::read_to_string(waiting[0].join("qemu.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let fresh = within(STEP, "create past a dead pooled vm", rt.create(&t, "fresh"))
+        .await
+        .unwrap();
+    assert_eq!(hostname(&fresh).await, "fresh");
+    assert_eq!(rt.pool_size(&t), 0);
+    assert!(
+        pool_dirs().is_empty(),
+        "the dead pooled vm's directory is gone"
+    );
+    rt.destroy(fresh).await.unwrap();
     start_counter(&pooled).await;
     let before = counter(&pooled).await;
 

@@ -183,6 +183,8 @@ pub trait Vm: Send + Sync {
     /// Console (serial) log file.
     fn console_log(&self) -> PathBuf;
     fn pid(&self) -> u32;
+    /// True once the VM process has exited (crashed, killed, or its guest powered off).
+    fn has_exited(&self) -> bool;
     fn pause(&self) -> impl Future<Output = Result<(), VmError>> + Send;
     fn resume(&self) -> impl Future<Output = Result<(), VmError>> + Send;
     fn state(&self) -> impl Future<Output = Result<RunState, VmError>> + Send;
