@@ -11,7 +11,10 @@
 //! A uid is claimed by taking an exclusive `flock` on `<lock dir>/<uid>`; the lock's file
 //! descriptor is inherited by the QEMU process, so the claim lasts exactly as long as the
 //! process does, across restarts of the server and between servers on one host, with no table
-//! to keep in step.
+//! to keep in step. The flip side: a compromised QEMU that closes that descriptor gives its uid
+//! back while it still runs, and the next VM may get the same uid (each still in its own
+//! chroot, but signals between them become possible); a per-server table of live uids would
+//! narrow that.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
