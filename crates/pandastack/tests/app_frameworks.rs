@@ -19,8 +19,11 @@ use pandastack_testkit::runtime;
 use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
 
-/// Longest one deploy may take (a cold Next.js build under TCG takes minutes).
-const DEPLOY_TIMEOUT: Duration = Duration::from_secs(1800);
+/// Longest one deploy may take. Under TCG a cold Next.js build takes minutes, and the CRA
+/// project's install and build took 750–850 s in earlier CI runs but over 1800 s in two runs on
+/// 2026-11-28, when the whole machine was slower (Next.js ~12 min, a 2 GiB template seal ~100 s);
+/// each of the server's deploy steps has 1800 s of its own.
+const DEPLOY_TIMEOUT: Duration = Duration::from_secs(3000);
 
 fn run(dir: &Path, program: &str, args: &[&str]) {
     let out = Command::new(program)
