@@ -206,7 +206,7 @@ async fn deploy(api: &Api<'_>, name: &str, url: &str, extra: Value) -> Value {
                 );
                 return d;
             }
-            "failed" | "superseded" => {
+            state @ ("failed" | "superseded") => {
                 let log = api
                     .c
                     .get(format!("{}/v1/apps/{name}/deploys/{id}/logs", api.s.url))
@@ -217,11 +217,23 @@ async fn deploy(api: &Api<'_>, name: &str, url: &str, extra: Value) -> Value {
                     .text()
                     .await
                     .unwrap();
-                panic!("{name}: deploy {}: {}\n{log}", d["state"], d["error"]);
+                panic!("{name}: deploy {state}: {}\n{log}", d["error"]);
+            }
+            state if t.elapsed() >= DEPLOY_TIMEOUT => {
+                let log = api
+                    .c
+                    .get(format!("{}/v1/apps/{name}/deploys/{id}/logs", api.s.url))
+                    .bearer_auth(&api.s.key)
+                    .send()
+                    .await
+                    .unwrap()
+                    .text()
+                    .await
+                    .unwrap();
+                panic!("{name}: still {state:?} after {DEPLOY_TIMEOUT:?}\n{log}");
             }
             _ => {}
         }
-        assert!(t.elapsed() < DEPLOY_TIMEOUT, "{name}: still {}", d["state"]);
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
