@@ -207,35 +207,30 @@ async fn deploy(api: &Api<'_>, name: &str, url: &str, extra: Value) -> Value {
                 return d;
             }
             state @ ("failed" | "superseded") => {
-                let log = api
-                    .c
-                    .get(format!("{}/v1/apps/{name}/deploys/{id}/logs", api.s.url))
-                    .bearer_auth(&api.s.key)
-                    .send()
-                    .await
-                    .unwrap()
-                    .text()
-                    .await
-                    .unwrap();
+                let log = deploy_log(api, name, &id).await;
                 panic!("{name}: deploy {state}: {}\n{log}", d["error"]);
             }
             state if t.elapsed() >= DEPLOY_TIMEOUT => {
-                let log = api
-                    .c
-                    .get(format!("{}/v1/apps/{name}/deploys/{id}/logs", api.s.url))
-                    .bearer_auth(&api.s.key)
-                    .send()
-                    .await
-                    .unwrap()
-                    .text()
-                    .await
-                    .unwrap();
+                let log = deploy_log(api, name, &id).await;
                 panic!("{name}: still {state:?} after {DEPLOY_TIMEOUT:?}\n{log}");
             }
             _ => {}
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
+
+/// The build and runtime log of deploy `id` of app `name`.
+async fn deploy_log(api: &Api<'_>, name: &str, id: &str) -> String {
+    api.c
+        .get(format!("{}/v1/apps/{name}/deploys/{id}/logs", api.s.url))
+        .bearer_auth(&api.s.key)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
 
 async fn visit(s: &Server, name: &str, path: &str) -> (StatusCode, String) {
