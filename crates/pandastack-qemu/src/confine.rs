@@ -97,14 +97,6 @@ impl VmIdentities {
         Ok((a, b - a + 1))
     }
 
-    pub fn first(&self) -> u32 {
-        self.first
-    }
-
-    pub fn count(&self) -> u32 {
-        self.count
-    }
-
     /// Claims a uid no live VM process holds.
     pub fn claim(&self) -> Result<Claim, VmError> {
         let start = self.next.fetch_add(1, Ordering::Relaxed);
