@@ -15,6 +15,8 @@ pub struct SandboxView {
     pub info: SandboxInfo,
     /// Milliseconds the last create or wake took to exec-ready.
     pub ready_ms: u64,
+    /// Host disk the sandbox's files take while it is hibernated (0 otherwise).
+    pub image_bytes: u64,
 }
 
 /// What a sandbox's entry holds: its running or paused VM, its hibernation image, or nothing.
@@ -61,11 +63,11 @@ impl<V: Vm> SandboxVm<V> {
     }
 
     pub(crate) fn view(&self) -> Option<SandboxView> {
-        let (info, ready_ms) = match self {
+        let (info, ready_ms, image_bytes) = match self {
             SandboxVm::Running(sb) | SandboxVm::Paused(sb) => {
-                (sb.info.clone(), sb.ready_in.as_millis() as u64)
+                (sb.info.clone(), sb.ready_in.as_millis() as u64, 0)
             }
-            SandboxVm::Hibernated(h) => (h.info.clone(), 0),
+            SandboxVm::Hibernated(h) => (h.info.clone(), 0, h.image_bytes()),
             SandboxVm::Gone => return None,
         };
         Some(SandboxView {
@@ -73,6 +75,7 @@ impl<V: Vm> SandboxVm<V> {
             state: self.state()?,
             info,
             ready_ms,
+            image_bytes,
         })
     }
 

@@ -39,6 +39,7 @@ fn vm_view(v: SandboxView) -> VmView {
         template: v.info.template,
         shape: host_shape(v.info.shape),
         ready_ms: v.ready_ms,
+        image_bytes: v.image_bytes,
     }
 }
 

@@ -32,8 +32,13 @@ pub enum ErrorCode {
     MethodNotAllowed,
     /// A read-write volume is mounted by another sandbox (the message names it).
     VolumeBusy,
-    /// The workspace's quota (total volume size) would be exceeded.
+    /// A workspace quota on storage is full: the total size of its volumes, or the host disk
+    /// its snapshots, hibernated sandboxes and template builds take.
     QuotaExceeded,
+    /// The workspace keeps as many snapshots, hibernated sandboxes or template builds as its
+    /// quota allows (the message names which); delete some first. Not retried: it stays until
+    /// something is deleted.
+    LimitReached,
     /// PostgreSQL refused a query (the message starts with its SQLSTATE).
     QueryFailed,
 }
@@ -54,7 +59,7 @@ impl ErrorCode {
             ErrorCode::QueryFailed => 400,
             ErrorCode::InvalidJson => 400,
             ErrorCode::Unauthorized => 401,
-            ErrorCode::RateLimited => 429,
+            ErrorCode::RateLimited | ErrorCode::LimitReached => 429,
             ErrorCode::Conflict | ErrorCode::SandboxState | ErrorCode::VolumeBusy => 409,
             ErrorCode::QuotaExceeded => 507,
             ErrorCode::PayloadTooLarge => 413,

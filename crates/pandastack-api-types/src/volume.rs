@@ -338,6 +338,30 @@ pub struct Usage {
     pub sandboxes: SandboxUsage,
     pub volumes: VolumeUsage,
     pub snapshots: SnapshotUsage,
+    pub templates: TemplateUsage,
+    pub storage: StorageUsage,
+}
+
+/// Template builds of a workspace (every version kept, failed ones aside).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TemplateUsage {
+    pub builds: u64,
+    /// Most builds kept at a time (`limit_reached`, 429, past it).
+    pub limit: u64,
+    /// Host disk their images take.
+    pub bytes: u64,
+}
+
+/// Host disk a workspace's snapshots, hibernated sandboxes and template builds take together,
+/// against `quota_gb` (`quota_exceeded`, 507, once it is reached: the size of what a snapshot,
+/// hibernation or build adds is known only after it exists).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct StorageUsage {
+    pub bytes: u64,
+    pub quota_gb: u64,
+    pub snapshot_bytes: u64,
+    pub hibernated_bytes: u64,
+    pub template_bytes: u64,
 }
 
 /// Sandboxes of a workspace: those not hibernated count against `limit`.
@@ -347,6 +371,9 @@ pub struct SandboxUsage {
     pub hibernated: u64,
     /// Most sandboxes that are not hibernated at a time.
     pub limit: u64,
+    /// Most hibernated sandboxes at a time (`limit_reached`, 429, for a hibernate past it; an
+    /// idle timeout's hibernation waits, the sandbox running, until there is room).
+    pub hibernated_limit: u64,
     /// Most sandbox creates a minute.
     pub creates_per_minute: u64,
 }
@@ -365,6 +392,8 @@ pub struct VolumeUsage {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct SnapshotUsage {
     pub count: u64,
+    /// Most snapshots kept at a time (`limit_reached`, 429, for a snapshot or fork past it).
+    pub limit: u64,
     /// Host disk their own files take.
     pub bytes: u64,
 }

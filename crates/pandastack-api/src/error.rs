@@ -63,6 +63,13 @@ impl From<StoreError> for ApiError {
                 e.retry_after = Some(5);
                 e
             }
+            e @ StoreError::CountLimit { .. } => {
+                Self::new(ErrorCode::LimitReached, format!("{e}; delete some first"))
+            }
+            e @ StoreError::StorageQuota { .. } => Self::new(
+                ErrorCode::QuotaExceeded,
+                format!("{e}; delete snapshots, hibernated sandboxes or template versions first"),
+            ),
             StoreError::MissingVolume(name) => {
                 Self::not_found(ErrorCode::VolumeNotFound, "volume", &name)
             }

@@ -92,7 +92,9 @@ pub async fn revoke(
 }
 
 /// What the caller's workspace uses against its limits: sandboxes (running ones count against
-/// the limit, hibernated ones do not), volumes against the volume quota, snapshots.
+/// the limit, hibernated ones against their own), volumes against the volume quota, snapshots,
+/// template builds, and the host disk snapshots, hibernated sandboxes and template builds take
+/// against the storage quota.
 #[utoipa::path(
     get,
     path = "/v1/usage",
@@ -104,12 +106,15 @@ pub async fn usage(State(app): State<Arc<App>>, caller: Caller) -> ApiResult<Jso
     let ws = app.store.keys().workspace(caller.ws()).await?;
     let quota = app.store.keys().volume_quota(caller.ws()).await?;
     let c = app.store.keys().counts(caller.ws()).await?;
+    let q = app.store.quotas().get(caller.ws()).await?;
+    let s = app.store.quotas().used(caller.ws()).await?;
     let n = |v: i64| v.max(0) as u64;
     Ok(Json(wire::Usage {
         sandboxes: wire::SandboxUsage {
             running: n(c.running),
             hibernated: n(c.hibernated),
             limit: n(ws.max_sandboxes),
+            hibernated_limit: n(q.max_hibernated),
             creates_per_minute: n(ws.creates_per_minute),
         },
         volumes: wire::VolumeUsage {
@@ -120,7 +125,20 @@ pub async fn usage(State(app): State<Arc<App>>, caller: Caller) -> ApiResult<Jso
         },
         snapshots: wire::SnapshotUsage {
             count: n(c.snapshots),
+            limit: n(q.max_snapshots),
             bytes: n(c.snapshot_bytes),
+        },
+        templates: wire::TemplateUsage {
+            builds: n(s.template_builds),
+            limit: n(q.max_template_builds),
+            bytes: n(s.template_bytes),
+        },
+        storage: wire::StorageUsage {
+            bytes: n(s.bytes()),
+            quota_gb: n(q.max_storage_gb),
+            snapshot_bytes: n(s.snapshot_bytes),
+            hibernated_bytes: n(s.hibernated_bytes),
+            template_bytes: n(s.template_bytes),
         },
     }))
 }

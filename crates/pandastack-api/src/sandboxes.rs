@@ -364,7 +364,7 @@ macro_rules! verb {
             // A state change runs to the end even if the client leaves (see `to_completion`).
             idempotency::to_completion(async move {
                 let row = owned(&app, &caller, &id).await?;
-                let row = app.sandboxes.lifecycle(row, $verb).await?;
+                let row = app.sandboxes.requested(row, $verb).await?;
                 Ok(Json(to_wire(&row, &app.host_name)))
             })
             .await

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use pandastack_api_types::{OnTimeout, SandboxState};
 use pandastack_host::{Host, HostError, VmState};
-use pandastack_store::{now_ms, SandboxRow, Store, StoreError};
+use pandastack_store::{now_ms, Adding, SandboxRow, Store, StoreError};
 
 /// How often the reaper looks.
 const TICK: Duration = Duration::from_secs(2);
@@ -43,6 +43,8 @@ impl Reaper {
     pub async fn run(self) {
         let mut tick = tokio::time::interval(TICK);
         let mut activity = crate::Activity::default();
+        // Sandboxes whose hibernation waits for room in their workspace's quotas.
+        let mut deferred = std::collections::HashSet::new();
         loop {
             tick.tick().await;
             self.mark_exited().await;
@@ -68,7 +70,16 @@ impl Reaper {
             for row in due.into_iter().filter(|r| !hibernating_failed(r)) {
                 let (id, action) = (row.id.clone(), row.on_timeout.as_str());
                 match self.apply(row).await {
-                    Ok(()) => tracing::info!(sandbox = %id, action, "timeout"),
+                    Ok(Applied::Done) => {
+                        deferred.remove(&id);
+                        tracing::info!(sandbox = %id, action, "timeout")
+                    }
+                    // Tried again every tick; said once.
+                    Ok(Applied::Deferred(why)) => {
+                        if deferred.insert(id.clone()) {
+                            tracing::warn!(sandbox = %id, reason = %why, "timeout: not hibernated while the workspace is at its storage quota; it keeps running");
+                        }
+                    }
                     Err(e) => {
                         tracing::warn!(sandbox = %id, error = &e as &dyn std::error::Error, "reaper")
                     }
@@ -103,9 +114,27 @@ impl Reaper {
         }
     }
 
-    async fn apply(&self, mut row: SandboxRow) -> Result<(), ReapError> {
+    async fn apply(&self, mut row: SandboxRow) -> Result<Applied, ReapError> {
         if row.on_timeout == OnTimeout::Hibernate {
-            self.host.hibernate(&row.id).await?;
+            // A hibernation the workspace has no room for waits (the sandbox keeps running):
+            // idle timeouts must not let a workspace keep more than its quotas allow.
+            match self
+                .store
+                .quotas()
+                .check(&row.workspace_id, Adding::Hibernation)
+                .await
+            {
+                Ok(()) => {}
+                Err(e @ (StoreError::CountLimit { .. } | StoreError::StorageQuota { .. })) => {
+                    return Ok(Applied::Deferred(e.to_string()))
+                }
+                Err(e) => return Err(e.into()),
+            }
+            let view = self.host.hibernate(&row.id).await?;
+            self.store
+                .sandboxes()
+                .set_image_bytes(&row.id, view.image_bytes as i64)
+                .await?;
             // The absolute TTL is used up: a woken sandbox must not be hibernated again at once
             // (PATCH sets a new one); the idle clock restarts on wake.
             if row.expires_at.is_some_and(|t| t <= now_ms()) {
@@ -122,6 +151,13 @@ impl Reaper {
                 .delete(&row)
                 .await?;
         }
-        Ok(())
+        Ok(Applied::Done)
     }
+}
+
+/// What became of a timeout.
+enum Applied {
+    Done,
+    /// Not applied for now, and why.
+    Deferred(String),
 }

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use pandastack_host::{Host, HostError, VmView};
-use pandastack_store::{now_ms, MountClaim, SandboxRow, Store, StoreError};
+use pandastack_host::{Host, HostError, VmState, VmView};
+use pandastack_store::{now_ms, Adding, MountClaim, SandboxRow, SandboxState, Store, StoreError};
 
 use crate::row_state;
 
@@ -133,6 +133,12 @@ impl Sandboxes {
     ) -> Result<SandboxRow, ControlError> {
         let state = row_state(view.state);
         let now = now_ms();
+        if view.state == VmState::Hibernated {
+            self.store
+                .sandboxes()
+                .set_image_bytes(&row.id, view.image_bytes as i64)
+                .await?;
+        }
         if row.state != state {
             self.store
                 .sandboxes()
@@ -144,6 +150,20 @@ impl Sandboxes {
         }
         row.last_activity_at = now;
         Ok(row)
+    }
+
+    /// [`Self::lifecycle`] for a caller's request: a hibernation first checks the workspace's
+    /// storage quotas (count of hibernated sandboxes, storage; see
+    /// [`pandastack_store::Quotas`]). The platform's own hibernations (an app's idle VM) call
+    /// [`Self::lifecycle`] and are never refused.
+    pub async fn requested(&self, row: SandboxRow, verb: Verb) -> Result<SandboxRow, ControlError> {
+        if verb == Verb::Hibernate && row.state != SandboxState::Hibernated {
+            self.store
+                .quotas()
+                .check(&row.workspace_id, Adding::Hibernation)
+                .await?;
+        }
+        self.lifecycle(row, verb).await
     }
 
     /// Runs `verb` on the sandbox's VM and records the result.

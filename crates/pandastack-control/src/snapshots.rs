@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use pandastack_host::{Host, SnapshotView};
-use pandastack_store::{now_ms, SandboxRow, SnapshotRow, Store, StoreError};
+use pandastack_store::{now_ms, Adding, SandboxRow, SnapshotRow, Store, StoreError};
 
 use crate::{ControlError, Sandboxes};
 
@@ -36,8 +36,16 @@ impl Snapshots {
     }
 
     /// Records a snapshot the host took, in workspace `ws`; a row that cannot be written takes
-    /// the snapshot's files with it.
-    async fn save(&self, ws: &str, snap: &SnapshotView) -> Result<SnapshotRow, ControlError> {
+    /// the snapshot's files with it. `quota`: the row is written only if the workspace still
+    /// has room for it (its quotas may have filled meanwhile, see
+    /// [`pandastack_store::Quotas`]); a fork's snapshot, which its running children came from,
+    /// is written in any case (the check before the fork stands).
+    async fn save(
+        &self,
+        ws: &str,
+        snap: &SnapshotView,
+        quota: bool,
+    ) -> Result<SnapshotRow, ControlError> {
         let row = SnapshotRow {
             id: snap.id.clone(),
             workspace_id: ws.to_owned(),
@@ -47,7 +55,12 @@ impl Snapshots {
             size_bytes: snap.size_bytes as i64,
             created_at: now_ms(),
         };
-        if let Err(e) = self.store.snapshots().insert(&row).await {
+        let written = if quota {
+            self.store.snapshots().insert_within_quota(&row).await
+        } else {
+            self.store.snapshots().insert(&row).await
+        };
+        if let Err(e) = written {
             let _ = self.host.delete_snapshot(&snap.id).await;
             return Err(e.into());
         }
@@ -60,11 +73,15 @@ impl Snapshots {
         row: SandboxRow,
         snapshot_id: &str,
     ) -> Result<(SandboxRow, SnapshotRow), ControlError> {
+        self.store
+            .quotas()
+            .check(&row.workspace_id, Adding::Snapshot)
+            .await?;
         let snap = self.host.snapshot(&row.id, snapshot_id).await?;
         let view = self.host.get(&row.id).await?;
         let ws = row.workspace_id.clone();
         let row = self.sandboxes.record(row, &view).await?;
-        let snap = self.save(&ws, &snap).await?;
+        let snap = self.save(&ws, &snap, true).await?;
         Ok((row, snap))
     }
 
@@ -77,6 +94,10 @@ impl Snapshots {
         snapshot_id: &str,
         children: Vec<SandboxRow>,
     ) -> Result<Forked, ControlError> {
+        self.store
+            .quotas()
+            .check(&parent.workspace_id, Adding::Snapshot)
+            .await?;
         self.store
             .sandboxes()
             .insert_within_limit(&children)
@@ -94,7 +115,7 @@ impl Snapshots {
         let view = self.host.get(&parent.id).await?;
         let ws = parent.workspace_id.clone();
         let parent = self.sandboxes.record(parent, &view).await?;
-        let snapshot = self.save(&ws, &snap).await?;
+        let snapshot = self.save(&ws, &snap, false).await?;
         let mut made = Vec::with_capacity(children.len());
         for (r, v) in children.into_iter().zip(views.iter()) {
             made.push(self.sandboxes.finish(r, v).await?);

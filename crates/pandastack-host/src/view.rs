@@ -43,6 +43,8 @@ pub struct VmView {
     pub shape: Shape,
     /// Milliseconds the last create or wake took to exec-ready.
     pub ready_ms: u64,
+    /// Host disk the sandbox's files take while it is hibernated (0 otherwise).
+    pub image_bytes: u64,
 }
 
 /// A snapshot the host keeps.

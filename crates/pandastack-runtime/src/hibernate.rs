@@ -35,6 +35,21 @@ impl Hibernated {
     pub fn rootfs(&self) -> PathBuf {
         self.dir.join(ROOTFS)
     }
+
+    /// Host disk the hibernated sandbox's files take (its image, disk and the rest of its
+    /// directory), in allocated blocks: a sparse or reflinked file counts what it holds.
+    pub fn image_bytes(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        entries
+            .flatten()
+            .filter_map(|e| e.metadata().ok())
+            .filter(|m| m.is_file())
+            .map(|m| m.blocks() * 512)
+            .sum()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -20,6 +20,7 @@ mod idempotency;
 mod invocations;
 mod jobs;
 mod keys;
+mod quotas;
 mod sandboxes;
 mod schedules;
 mod snapshots;
@@ -35,6 +36,7 @@ pub use invocations::{InvocationRow, Invocations};
 pub use jobs::{JobRow, JobState, Jobs, NewJob};
 pub use keys::{Counts, KeyRow, Keys, Workspace};
 pub use pandastack_api_types::{OnTimeout, SandboxState};
+pub use quotas::{Adding, Quotas, StorageQuotas, StorageUse};
 pub use sandboxes::{Filter, SandboxRow, Sandboxes};
 pub use schedules::{Fired, Firing, RunRow, ScheduleRow, Schedules};
 pub use snapshots::{SnapshotRow, Snapshots};
@@ -60,6 +62,13 @@ pub enum StoreError {
     /// A workspace limit would be exceeded by the change (nothing was written).
     #[error("limit of {limit} reached")]
     LimitReached { limit: i64 },
+    /// The workspace keeps as many of `what` as its quota allows (nothing was written).
+    #[error("workspace limit of {limit} {what} reached")]
+    CountLimit { what: &'static str, limit: i64 },
+    /// The workspace's snapshots, hibernated sandboxes and template builds take its whole
+    /// storage quota (nothing was written).
+    #[error("workspace storage quota of {limit_gb} GiB reached ({used_bytes} bytes used by snapshots, hibernated sandboxes and template builds)")]
+    StorageQuota { limit_gb: i64, used_bytes: i64 },
     #[error("database")]
     Db(#[source] sqlx::Error),
     #[error("database migration")]
@@ -151,6 +160,10 @@ impl Store {
 
     pub fn keys(&self) -> Keys<'_> {
         Keys { pool: &self.pool }
+    }
+
+    pub fn quotas(&self) -> Quotas<'_> {
+        Quotas { pool: &self.pool }
     }
 
     pub fn apps(&self) -> Apps<'_> {

@@ -277,6 +277,16 @@ impl Sandboxes<'_> {
         Ok(())
     }
 
+    /// Records the host disk a hibernated sandbox's files take (its storage quota counts it).
+    pub async fn set_image_bytes(&self, id: &str, bytes: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE sandboxes SET image_bytes = $1 WHERE id = $2")
+            .bind(bytes)
+            .bind(id)
+            .execute(self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// Records API activity (for the idle timeout).
     pub async fn touch(&self, id: &str, now: i64) -> Result<(), StoreError> {
         sqlx::query("UPDATE sandboxes SET last_activity_at = $1 WHERE id = $2")

@@ -34,20 +34,37 @@ fn row(r: &sqlx::any::AnyRow) -> Result<SnapshotRow, StoreError> {
     })
 }
 
+async fn insert<'e, E>(exec: E, s: &SnapshotRow) -> Result<(), StoreError>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    sqlx::query(&format!(
+        "INSERT INTO snapshots ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+    ))
+    .bind(&s.id)
+    .bind(&s.workspace_id)
+    .bind(&s.host_id)
+    .bind(&s.sandbox_id)
+    .bind(&s.template)
+    .bind(s.size_bytes)
+    .bind(s.created_at)
+    .execute(exec)
+    .await?;
+    Ok(())
+}
+
 impl Snapshots<'_> {
     pub async fn insert(&self, s: &SnapshotRow) -> Result<(), StoreError> {
-        sqlx::query(&format!(
-            "INSERT INTO snapshots ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
-        ))
-        .bind(&s.id)
-        .bind(&s.workspace_id)
-        .bind(&s.host_id)
-        .bind(&s.sandbox_id)
-        .bind(&s.template)
-        .bind(s.size_bytes)
-        .bind(s.created_at)
-        .execute(self.pool)
-        .await?;
+        insert(self.pool, s).await
+    }
+
+    /// Inserts `s` if its workspace has room for one more snapshot (count and storage, see
+    /// [`crate::quotas`]), in one transaction; otherwise writes nothing.
+    pub async fn insert_within_quota(&self, s: &SnapshotRow) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        crate::quotas::check_locked(&mut tx, &s.workspace_id, crate::Adding::Snapshot).await?;
+        insert(&mut *tx, s).await?;
+        tx.commit().await?;
         Ok(())
     }
 

@@ -132,7 +132,8 @@ fn row(r: &sqlx::any::AnyRow) -> Result<TemplateBuildRow, StoreError> {
 impl TemplateBuilds<'_> {
     /// Inserts `b` as the next version of its template (its `version` and `id` are set here:
     /// `<name>-v<version>-<6 hex>`), unless a build of that template is still under way
-    /// ([`StoreError::Conflict`]).
+    /// ([`StoreError::Conflict`]) or the workspace has no room for another build (see
+    /// [`crate::quotas`]).
     pub async fn insert_next(&self, b: &mut TemplateBuildRow) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         // Serialise concurrent builds of one workspace (a write first: SQLite takes its write
@@ -141,6 +142,7 @@ impl TemplateBuilds<'_> {
             .bind(&b.workspace_id)
             .execute(&mut *tx)
             .await?;
+        crate::quotas::check_locked(&mut tx, &b.workspace_id, crate::Adding::TemplateBuild).await?;
         let rows = sqlx::query(
             "SELECT version, status FROM template_builds WHERE workspace_id = $1 AND name = $2",
         )

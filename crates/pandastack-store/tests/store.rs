@@ -747,3 +747,182 @@ async fn app_deploy_keys() {
         assert!(!apps.set_deploy_key("nope", "K", false, 8).await.unwrap());
     }
 }
+
+fn snapshot(ws: &str, id: &str, bytes: i64) -> pandastack_store::SnapshotRow {
+    pandastack_store::SnapshotRow {
+        id: id.into(),
+        workspace_id: ws.into(),
+        host_id: "h1".into(),
+        sandbox_id: "sb-x".into(),
+        template: "base".into(),
+        size_bytes: bytes,
+        created_at: 1,
+    }
+}
+
+/// Counts of snapshots, hibernated sandboxes and template builds stop at their limits, and
+/// their bytes together at the storage quota; concurrent snapshot rows never pass the limit;
+/// another workspace is not affected.
+#[tokio::test]
+async fn storage_quotas_count_and_stop_at_their_limits() {
+    use pandastack_store::{Adding, StorageQuotas};
+    for case in stores().await {
+        let Case { backend, store, .. } = &case;
+        let backend = *backend;
+        let ws = store.keys().create_workspace("w", 10, 60).await.unwrap();
+        let other = store.keys().create_workspace("o", 10, 60).await.unwrap();
+        let q = StorageQuotas {
+            max_snapshots: 3,
+            max_hibernated: 1,
+            max_template_builds: 2,
+            max_storage_gb: 1,
+        };
+        store.quotas().set_all(&q).await.unwrap();
+        assert_eq!(store.quotas().get(&ws.id).await.unwrap(), q, "{backend}");
+
+        // Snapshots: eight concurrent rows of 1 MiB, three fit.
+        let store = Arc::new(store.clone());
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let (store, ws) = (Arc::clone(&store), ws.id.clone());
+                tokio::spawn(async move {
+                    let s = snapshot(&ws, &format!("snap-{i}"), 1 << 20);
+                    store.snapshots().insert_within_quota(&s).await
+                })
+            })
+            .collect();
+        let (mut ok, mut limited) = (0, 0);
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(()) => ok += 1,
+                Err(StoreError::CountLimit {
+                    what: "snapshots",
+                    limit: 3,
+                }) => limited += 1,
+                Err(e) => panic!("{backend}: {e:?}"),
+            }
+        }
+        assert_eq!((ok, limited), (3, 5), "{backend}");
+        assert!(matches!(
+            store.quotas().check(&ws.id, Adding::Snapshot).await,
+            Err(StoreError::CountLimit { .. })
+        ));
+        // The other workspace has room.
+        store
+            .quotas()
+            .check(&other.id, Adding::Snapshot)
+            .await
+            .unwrap();
+
+        // Hibernated sandboxes: one may be kept, with the bytes its files take.
+        store
+            .quotas()
+            .check(&ws.id, Adding::Hibernation)
+            .await
+            .unwrap();
+        let mut hib = sandbox(&ws.id, "h1", "sb-hib", 1, "x");
+        hib.state = SandboxState::Hibernated;
+        store.sandboxes().insert(&hib).await.unwrap();
+        store
+            .sandboxes()
+            .set_image_bytes("sb-hib", 300 << 20)
+            .await
+            .unwrap();
+        assert!(matches!(
+            store.quotas().check(&ws.id, Adding::Hibernation).await,
+            Err(StoreError::CountLimit { limit: 1, .. })
+        ));
+
+        // Template builds: failed ones do not count; the third build is refused.
+        let mut b1 = build(&ws.id, "one");
+        store.template_builds().insert_next(&mut b1).await.unwrap();
+        b1.status = BuildStatus::Failed;
+        store.template_builds().update(&b1).await.unwrap();
+        let mut b2 = build(&ws.id, "two");
+        store.template_builds().insert_next(&mut b2).await.unwrap();
+        b2.status = BuildStatus::Ready;
+        b2.image_bytes = Some(200 << 20);
+        store.template_builds().update(&b2).await.unwrap();
+        let mut b3 = build(&ws.id, "three");
+        store.template_builds().insert_next(&mut b3).await.unwrap();
+        b3.status = BuildStatus::Ready;
+        store.template_builds().update(&b3).await.unwrap();
+        let mut b4 = build(&ws.id, "four");
+        assert!(
+            matches!(
+                store.template_builds().insert_next(&mut b4).await,
+                Err(StoreError::CountLimit {
+                    what: "template builds",
+                    limit: 2
+                })
+            ),
+            "{backend}"
+        );
+
+        let used = store.quotas().used(&ws.id).await.unwrap();
+        assert_eq!(
+            (used.snapshots, used.hibernated, used.template_builds),
+            (3, 1, 2),
+            "{backend}"
+        );
+        assert_eq!(
+            used.bytes(),
+            (3 << 20) + (300 << 20) + (200 << 20),
+            "{backend}"
+        );
+
+        // Storage: with room in the counts, bytes at the quota refuse everything.
+        store
+            .quotas()
+            .set_all(&StorageQuotas {
+                max_snapshots: 100,
+                max_hibernated: 100,
+                max_template_builds: 100,
+                max_storage_gb: 1,
+            })
+            .await
+            .unwrap();
+        store
+            .quotas()
+            .check(&ws.id, Adding::Snapshot)
+            .await
+            .unwrap();
+        store
+            .sandboxes()
+            .set_image_bytes("sb-hib", 1 << 30)
+            .await
+            .unwrap();
+        for adding in [Adding::Snapshot, Adding::Hibernation, Adding::TemplateBuild] {
+            assert!(
+                matches!(
+                    store.quotas().check(&ws.id, adding).await,
+                    Err(StoreError::StorageQuota { limit_gb: 1, .. })
+                ),
+                "{backend} {adding:?}"
+            );
+        }
+        assert!(matches!(
+            store
+                .snapshots()
+                .insert_within_quota(&snapshot(&ws.id, "snap-x", 1))
+                .await,
+            Err(StoreError::StorageQuota { .. })
+        ));
+        // A woken sandbox's image no longer counts.
+        store
+            .sandboxes()
+            .set_state("sb-hib", SandboxState::Running)
+            .await
+            .unwrap();
+        store
+            .quotas()
+            .check(&ws.id, Adding::Snapshot)
+            .await
+            .unwrap();
+        store
+            .quotas()
+            .check(&other.id, Adding::Snapshot)
+            .await
+            .unwrap();
+    }
+}

@@ -160,6 +160,8 @@ NOT_MODELLED: Dict[str, str] = {
     "SandboxUsage": "GET /v1/usage is not in the SDK yet",
     "VolumeUsage": "GET /v1/usage is not in the SDK yet",
     "SnapshotUsage": "GET /v1/usage is not in the SDK yet",
+    "TemplateUsage": "GET /v1/usage is not in the SDK yet",
+    "StorageUsage": "GET /v1/usage is not in the SDK yet",
     # A tagged union: Schedule.target is the SDK type of its `type` (SandboxExecTarget, ...).
     "ScheduleTarget": "Schedule.target is a SandboxExecTarget or a FunctionTarget, by its `type`",
     "CreatedKey": "CreatedAPIKey = Key + secret (allOf)",

@@ -126,6 +126,8 @@ const NOT_MODELLED = {
   SandboxUsage: "GET /v1/usage is not in the SDK yet",
   VolumeUsage: "GET /v1/usage is not in the SDK yet",
   SnapshotUsage: "GET /v1/usage is not in the SDK yet",
+  TemplateUsage: "GET /v1/usage is not in the SDK yet",
+  StorageUsage: "GET /v1/usage is not in the SDK yet",
   CodeResult: "decoded into Execution",
   CodeOutput: "decoded into Result",
   CodeError: "decoded into ExecutionError",

@@ -140,6 +140,20 @@ pub struct ServerArgs {
     /// start).
     #[arg(long, env = "PANDASTACK_MAX_VOLUME_GB", default_value_t = 100)]
     max_volume_gb: i64,
+    /// Snapshots each workspace may keep (set on every workspace at start).
+    #[arg(long, env = "PANDASTACK_MAX_SNAPSHOTS", default_value_t = 500)]
+    max_snapshots: i64,
+    /// Hibernated sandboxes each workspace may keep (set on every workspace at start).
+    #[arg(long, env = "PANDASTACK_MAX_HIBERNATED", default_value_t = 200)]
+    max_hibernated: i64,
+    /// Template builds (versions, failed ones aside) each workspace may keep (set on every
+    /// workspace at start).
+    #[arg(long, env = "PANDASTACK_MAX_TEMPLATE_BUILDS", default_value_t = 100)]
+    max_template_builds: i64,
+    /// Host disk each workspace's snapshots, hibernated sandboxes and template builds may take
+    /// together, GiB (set on every workspace at start).
+    #[arg(long, env = "PANDASTACK_MAX_STORAGE_GB", default_value_t = 500)]
+    max_storage_gb: i64,
     /// Pre-started VMs kept per baked template (0 disables the pool).
     #[arg(long, default_value_t = 1)]
     pool_size: usize,
@@ -264,6 +278,23 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--max-volume-gb: must be 0 or more");
     }
     store.keys().set_volume_quota_all(a.max_volume_gb).await?;
+    let quotas = pandastack_store::StorageQuotas {
+        max_snapshots: a.max_snapshots,
+        max_hibernated: a.max_hibernated,
+        max_template_builds: a.max_template_builds,
+        max_storage_gb: a.max_storage_gb,
+    };
+    for (flag, v) in [
+        ("--max-snapshots", quotas.max_snapshots),
+        ("--max-hibernated", quotas.max_hibernated),
+        ("--max-template-builds", quotas.max_template_builds),
+        ("--max-storage-gb", quotas.max_storage_gb),
+    ] {
+        if v < 0 {
+            anyhow::bail!("{flag}: must be 0 or more");
+        }
+    }
+    store.quotas().set_all(&quotas).await?;
 
     // Reconcile host and database: keep what has a row on this host, remove the rest; rows of
     // other hosts are theirs.
@@ -500,11 +531,16 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     if a.hibernate_on_shutdown {
         for v in agent.list().await {
             if v.state != pandastack_agent::VmState::Hibernated {
+                // The operator's choice, not the workspace's: never refused for its quotas.
                 match agent.hibernate(&v.id).await {
-                    Ok(_) => {
+                    Ok(h) => {
                         store
                             .sandboxes()
                             .set_state(&v.id, SandboxState::Hibernated)
+                            .await?;
+                        store
+                            .sandboxes()
+                            .set_image_bytes(&v.id, h.image_bytes as i64)
                             .await?
                     }
                     Err(e) => {
