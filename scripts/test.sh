@@ -7,7 +7,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 export PANDASTACK_CACHE=${PANDASTACK_CACHE:-/var/cache/pandastack}
-step() { printf '\n==> %s\n' "$*" >&2; }
+# Each step's header says when it started, in seconds since the suite did (the CI budget is 90
+# minutes; a slow step shows in the log).
+step() { printf '\n==> [%ss] %s\n' "$SECONDS" "$*" >&2; }
 # A clean clone gains nothing from incremental compilation, and its caches would double the
 # target directory's size.
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
