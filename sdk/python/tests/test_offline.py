@@ -26,6 +26,7 @@ from pandastack import (
     NotFoundError,
     PandaStack,
     PandaStackError,
+    LimitReachedError,
     RateLimitError,
     Result,
     SandboxNotFoundError,
@@ -112,6 +113,20 @@ def test_429_maps_to_rate_limit_error_after_retries(fake):
     assert e.status == 429 and e.code == "rate_limited" and e.retry_after == 0
     assert e.request_id == "req_fake_429" and "create rate" in e.message
     assert len(fake.calls("POST", "/v1/sandboxes")) == 3
+
+
+def test_limit_reached_is_a_rate_limit_error_and_not_retried(fake):
+    p = "/v1/sandboxes/sb-fake/snapshots"
+    fake.on("GET", "/v1/sandboxes/sb-fake", reply(200, SANDBOX))
+    fake.on("POST", p, error(429, "limit_reached", "workspace limit of 2 snapshots reached"))
+    with make(fake, max_retries=2) as c:
+        sb = c.sandboxes.get("sb-fake")
+        with pytest.raises(LimitReachedError) as ei:
+            sb.snapshot()
+    assert isinstance(ei.value, RateLimitError)
+    assert ei.value.code == "limit_reached" and "2 snapshots" in ei.value.message
+    # It lasts until something is deleted: asked once.
+    assert len(fake.calls("POST", p)) == 1
 
 
 def test_long_retry_after_is_not_waited_for(fake):

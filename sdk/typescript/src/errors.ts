@@ -64,7 +64,11 @@ export class ConflictError extends PandaStackError {}
  */
 export class VolumeBusyError extends ConflictError {}
 
-/** 507 `quota_exceeded`: the workspace's volume quota (total size) would be exceeded. */
+/**
+ * 507 `quota_exceeded`: a workspace storage quota is full: the total size of its volumes, or the
+ * host disk its snapshots, hibernated sandboxes and template builds take (the message says
+ * which).
+ */
 export class QuotaExceededError extends PandaStackError {}
 
 const PG_ERROR = /^([A-Z]+) ([0-9A-Z]{5}): ([\s\S]*)$/;
@@ -107,6 +111,13 @@ export class RateLimitError extends PandaStackError {
     this.retryAfter = options.retryAfter;
   }
 }
+
+/**
+ * 429 `limit_reached`: the workspace keeps as many snapshots, hibernated sandboxes or template
+ * builds as its quota allows (the message names which). It lasts until something is deleted, so
+ * the client does not retry it.
+ */
+export class LimitReachedError extends RateLimitError {}
 
 /** 5xx: the server failed. Retried automatically for 502 and 503. */
 export class ServerError extends PandaStackError {}
@@ -310,6 +321,8 @@ export function errorFromResponse(status: number, headers: Headers, bodyText: st
       return new QuotaExceededError(text, opts);
     case opts.code === "query_failed":
       return new QueryError(text, { ...opts, serverMessage: message });
+    case status === 429 && opts.code === "limit_reached":
+      return new LimitReachedError(text, opts);
     case status === 429:
       return new RateLimitError(text, { ...opts, retryAfter: parseRetryAfter(headers.get("retry-after")) });
     case status === 400 || status === 413 || status === 422:

@@ -7,6 +7,7 @@
 import {
   APIConnectionError,
   PandaStackError,
+  LimitReachedError,
   RateLimitError,
   RequestTimeoutError,
   errorFromResponse,
@@ -169,7 +170,8 @@ export class HttpClient {
         cleanup();
         const err = errorFromResponse(res.status, res.headers, text);
         const retryable =
-          res.status === 429 || (policy === "safe" && (res.status === 502 || res.status === 503));
+          (res.status === 429 && !(err instanceof LimitReachedError)) ||
+          (policy === "safe" && (res.status === 502 || res.status === 503));
         if (canRetry && retryable) {
           const after =
             err instanceof RateLimitError ? err.retryAfter : parseRetryAfter(res.headers.get("retry-after"));

@@ -105,6 +105,7 @@ export {
   QuotaExceededError,
   QueryError,
   InvalidArgumentError,
+  LimitReachedError,
   RateLimitError,
   ServerError,
   APIConnectionError,

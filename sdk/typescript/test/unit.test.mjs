@@ -11,6 +11,7 @@ import {
   NotFoundError,
   ConflictError,
   InvalidArgumentError,
+  LimitReachedError,
   RateLimitError,
   ServerError,
   APIConnectionError,
@@ -163,6 +164,25 @@ test("no retry of exec on 503 (it may have run); 429 is retried", async () => {
     assert.equal(r.stdout, "hi\n");
     assert.equal(srv.requests.length, 4);
     assert.deepEqual(JSON.parse(srv.requests[3].body), { argv: ["echo", "hi"], env: { A: "1" }, cwd: "/tmp", stdin: "x", timeout_seconds: 5 });
+  } finally {
+    await srv.close();
+  }
+});
+
+test("429 limit_reached is a LimitReachedError and is not retried", async () => {
+  const srv = await mockServer((req, res) =>
+    json(res, 429, envelope("limit_reached", "workspace limit of 2 snapshots reached; delete some first")),
+  );
+  try {
+    const c = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url, maxRetries: 2 });
+    await assert.rejects(c.sandboxes.create(), (e) => {
+      assert.ok(e instanceof LimitReachedError);
+      assert.ok(e instanceof RateLimitError);
+      assert.equal(e.code, "limit_reached");
+      assert.match(e.message, /2 snapshots/);
+      return true;
+    });
+    assert.equal(srv.requests.length, 1, "asked once: it lasts until something is deleted");
   } finally {
     await srv.close();
   }

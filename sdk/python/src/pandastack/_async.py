@@ -198,7 +198,11 @@ class _AsyncTransport:
                 finally:
                     await resp.aclose()
                 err = b.error_from_response(resp, data)
-                if attempt < cfg.max_retries and b.retryable_status(retry, resp.status_code):
+                if (
+                    attempt < cfg.max_retries
+                    and b.retryable_status(retry, resp.status_code)
+                    and err.code != "limit_reached"
+                ):
                     wait = b.backoff(cfg, attempt, getattr(err, "retry_after", None))
                     if wait is not None:
                         await asyncio.sleep(wait)

@@ -182,7 +182,11 @@ class _Transport:
                 finally:
                     resp.close()
                 err = b.error_from_response(resp, data)
-                if attempt < cfg.max_retries and b.retryable_status(retry, resp.status_code):
+                if (
+                    attempt < cfg.max_retries
+                    and b.retryable_status(retry, resp.status_code)
+                    and err.code != "limit_reached"
+                ):
                     wait = b.backoff(cfg, attempt, getattr(err, "retry_after", None))
                     if wait is not None:
                         time.sleep(wait)

@@ -36,6 +36,7 @@ __all__ = [
     "QueryError",
     "InvalidArgumentError",
     "RateLimitError",
+    "LimitReachedError",
     "ServerError",
     "APIConnectionError",
     "RequestTimeoutError",
@@ -150,7 +151,9 @@ class VolumeBusyError(ConflictError):
 
 
 class QuotaExceededError(APIError):
-    """507 ``quota_exceeded``: the workspace's volume quota (total size) would be exceeded."""
+    """507 ``quota_exceeded``: a workspace storage quota is full: the total size of its volumes,
+    or the host disk its snapshots, hibernated sandboxes and template builds take (the message
+    says which)."""
 
 
 _PG_ERROR = re.compile(r"^(?P<severity>[A-Z]+) (?P<sqlstate>[0-9A-Z]{5}): (?P<text>.*)$", re.DOTALL)
@@ -190,6 +193,12 @@ class RateLimitError(APIError):
     def __init__(self, message: str, *, retry_after: Optional[float] = None, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.retry_after = retry_after
+
+
+class LimitReachedError(RateLimitError):
+    """429 ``limit_reached``: the workspace keeps as many snapshots, hibernated sandboxes or
+    template builds as its quota allows (the message names which). It lasts until something is
+    deleted, so the client does not retry it."""
 
 
 class ServerError(APIError):
@@ -330,6 +339,7 @@ _BY_CODE: Dict[str, Type[APIError]] = {
     "volume_not_found": VolumeNotFoundError,
     "volume_busy": VolumeBusyError,
     "quota_exceeded": QuotaExceededError,
+    "limit_reached": LimitReachedError,
     "database_not_found": DatabaseNotFoundError,
     "query_failed": QueryError,
     "app_not_found": AppNotFoundError,
