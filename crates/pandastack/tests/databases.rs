@@ -604,8 +604,10 @@ async fn databases_end_to_end() {
             >= 2
     );
     // A full volume (a file fills all but 40 MiB of it): the statement that runs out of space
-    // fails with PostgreSQL's own message, the cluster restarts itself consistent (crash
-    // recovery) and answers, and once space is freed it takes writes again.
+    // fails — with PostgreSQL's own message when a table file could not grow, or with the
+    // cluster's restart when the WAL could not (its writer PANICs and every backend is ended:
+    // CI saw both) —, the cluster restarts itself consistent (crash recovery) and answers, and
+    // once space is freed it takes writes again.
     let pitr_sb = pitr["sandbox_id"].as_str().unwrap().to_owned();
     let fill = "avail=$(df -Pk /var/lib/pandastack-db | awk 'NR == 2 {print $4}'); \
                 fallocate -l $(( (avail - 40 * 1024) * 1024 )) /var/lib/pandastack-db/ballast";
@@ -623,7 +625,11 @@ async fn databases_end_to_end() {
          insert into fill select repeat(md5(i::text), 64) from generate_series(1, 100000) i",
     )
     .await;
-    assert!(!ok && err.contains("No space left on device"), "{err}");
+    assert!(
+        !ok && (err.contains("No space left on device")
+            || err.contains("crash of another server process")),
+        "{err}"
+    );
     within(
         Duration::from_secs(120),
         "answers after the disk filled",
