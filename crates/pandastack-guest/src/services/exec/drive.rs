@@ -189,12 +189,14 @@ async fn inputs(
     }
 }
 
-/// Runs the command to its end and reports it on `tx`.
+/// Runs the command to its end and reports it on `tx`; the exit's `duration_ms` counts from
+/// `started` (the start message's arrival, so spawning is included).
 pub(super) async fn drive(
     run: Running,
     input: Streaming<v1::ExecInput>,
     tx: OutTx,
     start: v1::ExecStart,
+    started: Instant,
 ) {
     let Running {
         mut tree,
@@ -204,7 +206,6 @@ pub(super) async fn drive(
         stderr,
         pty,
     } = run;
-    let started = Instant::now();
     let _ = tx
         .send(out(Output::Started(v1::Started {
             pid: tree.pid as u32,

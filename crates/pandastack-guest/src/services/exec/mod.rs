@@ -49,10 +49,11 @@ impl process_server::Process for ProcessService {
         let Some(Input::Start(start)) = first.input else {
             return Err(Status::invalid_argument("first input must be start"));
         };
+        let received = std::time::Instant::now();
         let (tx, rx) = mpsc::channel(32);
         match spawn::spawn(&self.state, &start)? {
             Ok(running) => {
-                tokio::spawn(drive::drive(running, input, tx, start));
+                tokio::spawn(drive::drive(running, input, tx, start, received));
             }
             Err(e) => {
                 // Not a call error: the caller gets what a shell would print and exit with.
