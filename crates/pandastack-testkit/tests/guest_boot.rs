@@ -39,14 +39,17 @@ async fn cold_boot_exec_and_file_round_trip() {
     );
     assert_eq!(out.exit_code, 3);
 
-    // PID 1 is the agent and the basic mounts are there.
+    // PID 1 is the agent and the basic mounts are there; cgroup2 with `favordynmods` (without
+    // it each command's move into its own cgroup waits for an RCU grace period), and this
+    // command runs in a cgroup of its own.
     let out = exec(
         &ch,
-        "cat /proc/1/comm; grep -c cgroup2 /proc/mounts; ls /dev/pts/ptmx",
+        "cat /proc/1/comm; grep -c 'cgroup2 .*favordynmods' /proc/mounts; ls /dev/pts/ptmx; \
+         cut -d/ -f2 /proc/self/cgroup",
     )
     .await;
     assert_eq!(
-        out.stdout, "pandastack-gues\n1\n/dev/pts/ptmx\n",
+        out.stdout, "pandastack-gues\n1\n/dev/pts/ptmx\npandastack\n",
         "stderr: {}",
         out.stderr
     );
