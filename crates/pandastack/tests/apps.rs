@@ -465,6 +465,13 @@ async fn apps_end_to_end() {
     let dv = live(&api, "api", &d).await;
     assert_eq!(dv["plan"]["runtime"], "node", "{dv}");
     assert!(dv["phases_ms"]["install"].is_u64(), "{dv}");
+    // npm neither audits the tree nor asks for funding in a build (npm_config_audit/fund).
+    let log = deploy_log(&api, "api", &d).await;
+    assert!(log.contains("npm"), "{log}");
+    assert!(
+        !log.contains("vulnerabilit") && !log.contains("funding"),
+        "{log}"
+    );
     let (st, body) = visit(&server, "api", "/").await;
     assert_eq!(st, StatusCode::OK, "{body}");
     assert!(body.contains("\"hello\":\"express\""), "{body}");

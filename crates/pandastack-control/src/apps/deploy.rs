@@ -35,6 +35,12 @@ const PROXY_VARS: &[&str] = &[
 
 /// Port of a plan that names none (never, in practice: detection always sets one).
 pub(crate) const DEFAULT_PORT: u16 = 3000;
+/// Environment of every build step unless the app sets the variable itself (see `step`).
+const NPM_QUIET: [(&str, &str); 3] = [
+    ("npm_config_audit", "false"),
+    ("npm_config_fund", "false"),
+    ("npm_config_update_notifier", "false"),
+];
 /// Longest an install or a build may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(1800);
 /// Longest a new version's server may take to listen on its port (`next start` took 122 s in a
@@ -605,6 +611,12 @@ impl Apps {
         run.log.line(&format!("{phase}: $ {cmd}"));
         let mut env: HashMap<String, String> = env.clone().into_iter().collect();
         env.insert("CI".into(), "1".into());
+        // npm's post-install audit (a request, then a walk of the whole tree), funding notice
+        // and update check are work nobody reads in a build log. The app's env can turn them
+        // back on.
+        for (k, v) in NPM_QUIET {
+            env.entry(k.into()).or_insert_with(|| v.into());
+        }
         let mut events = self
             .host
             .exec_stream(
