@@ -114,7 +114,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Measured execs of `exec_true_warm_ms` (after ten unmeasured ones).
+/// Unmeasured execs before those of `exec_true_warm_ms`, and the measured ones.
+const WARM_UP: usize = 10;
 const WARM_EXECS: usize = 100;
 
 /// Runs `true` through the agent: the round trip, and the agent's own `duration_ms` (start
@@ -202,9 +203,9 @@ async fn runtime(a: RuntimeArgs) -> anyhow::Result<ExitCode> {
     // Exec in a sandbox that has run a few commands already (its paths translated by TCG).
     let sb = rt.create(&template, "warm").await?;
     let (mut warm, mut inside) = (Vec::new(), Vec::new());
-    for i in 0..WARM_EXECS + 10 {
+    for i in 0..WARM_UP + WARM_EXECS {
         let (t, guest_ms) = exec_true(&sb.agent).await?;
-        if i >= 10 {
+        if i >= WARM_UP {
             warm.push(ms(t));
             inside.push(guest_ms);
         }
