@@ -73,12 +73,12 @@ step "S3 API server (moto) for the object storage suite"
 trap 'scripts/test-postgres.sh stop ci; scripts/test-s3.sh stop ci' EXIT
 eval "$(scripts/test-s3.sh start ci)"
 
-step "tests"
-# Guests run under TCG on 2 cores: keep VM-booting test binaries from oversubscribing the CPU.
-cargo test --workspace --locked -- --test-threads=2
-
-step "client SDKs and examples against a real server"
-scripts/test-clients.sh
+step "tests, and the client SDKs and examples against a real server"
+# Every test in a process of its own and the client suites as one more job, two at a time across
+# all of them, longest first (scripts/run-tests.py): guests run under TCG on 2 cores, so two is
+# the load the tests are written for, and `cargo test`'s one binary at a time left a core idle
+# beside every binary with a single long test.
+python3 scripts/run-tests.py --jobs 2 --also clients=scripts/test-clients.sh
 
 step "API fuzzing (schemathesis) against a real server"
 # A throwaway server of its own (limits, a catalog of `minimal` only), so nothing fuzzing does can

@@ -4,8 +4,8 @@
 //! Each test uses its own name prefixes, nft table name and slot range, so it can never touch a
 //! real pool (`ps-*`, `psv*`, table `pandastack`) on the same host, and a [`Guard`] removes
 //! everything with those prefixes when the test ends, even on panic. The tests also compare
-//! host-wide counts before and after, so they take [`SERIAL`] to run one at a time under any
-//! `--test-threads`.
+//! host-wide counts before and after, so they take a file lock ([`serial`]) to run one at a
+//! time under any `--test-threads` and across processes.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -24,8 +24,16 @@ fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-/// Held by every test for its whole run (host-wide before/after counts must not interleave).
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Taken by every test for its whole run: host-wide before/after counts must not interleave,
+/// whether the other test runs in this process or in another (scripts/run-tests.py runs each
+/// test in a process of its own). A lock on a file, released when the handle drops.
+fn serial() -> std::fs::File {
+    let path = std::env::temp_dir().join("pandastack-net-pool-tests.lock");
+    let file = std::fs::File::create(&path).expect("lock file");
+    // Blocks this test's thread; nothing else of this test runs while it waits.
+    file.lock().expect("lock");
+    file
+}
 
 macro_rules! require_root {
     () => {
@@ -33,7 +41,7 @@ macro_rules! require_root {
             eprintln!("skipped: needs root");
             return;
         }
-        let _serial = SERIAL.lock().await;
+        let _serial = serial();
     };
 }
 

@@ -532,7 +532,7 @@ S((sys.argv[1], int(sys.argv[2])), H).serve_forever()
 #[tokio::test(flavor = "multi_thread")]
 async fn with_networking_the_proxy_connects_over_the_sandbox_network_and_the_vm_ends_it() {
     // Bake with a NIC (a short-lived pool of its own), then serve with the server's own pool.
-    let bake_net = net_pool("tspb", "10.203.4.0/24").await;
+    let bake_net = net_pool("tspb", "10.203.6.0/24").await;
     let guard = runtime_with_network(&bake_net).await;
     assert!(bake(&guard, "minimal").await.network);
     drop(bake_net);

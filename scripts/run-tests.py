@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Runs the workspace's tests, each test in a process of its own, N at a time across all test
+binaries, longest first; plus whole commands given with --also (the client suites).
+
+`cargo test` runs one test binary at a time, so a binary holding one long test (a deploy, a
+database's life) keeps one of the two cores idle for its whole run, and the client suites after
+it keep the other idle. Here every test is a job in one queue: at most --jobs run at any moment
+(as with `--test-threads=2`, the load the tests are written for), and the queue is ordered by how
+long each job took last time (`scripts/test-times.json`, refreshed from a run's timings in
+$PANDASTACK_CACHE) so the long ones do not start last.
+
+A job's output is kept and printed only if it fails. At the end: the failures, the slowest jobs,
+and the timings written to $PANDASTACK_CACHE/test-times.json (and target/test-times.json).
+
+    scripts/run-tests.py [--jobs N] [--also NAME=COMMAND]... [--filter SUBSTRING]
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SEED = ROOT / "scripts" / "test-times.json"
+# A job with no timing on record: placed as if it took this long.
+UNKNOWN_SECS = 30.0
+# Lines of a failed job's output printed (its server's log can be long; the end says why).
+FAILED_TAIL_LINES = 3000
+
+T0 = time.monotonic()
+PRINT = threading.Lock()
+
+
+def say(msg: str) -> None:
+    with PRINT:
+        print(f"[{time.monotonic() - T0:6.0f}s] {msg}", flush=True)
+
+
+def test_binaries() -> list[dict]:
+    """Builds the workspace's test targets; one entry per test executable."""
+    out = subprocess.run(
+        ["cargo", "test", "--workspace", "--locked", "--no-run", "--message-format=json-render-diagnostics"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        check=True,
+        text=True,
+    ).stdout
+    bins = []
+    for line in out.splitlines():
+        msg = json.loads(line)
+        if msg.get("reason") != "compiler-artifact" or not msg.get("executable"):
+            continue
+        if not msg["profile"]["test"]:
+            continue
+        target = msg["target"]
+        pkg_dir = Path(msg["manifest_path"]).parent
+        kind = "lib" if target["kind"] in (["lib"], ["rlib"], ["proc-macro"]) else target["kind"][0]
+        bins.append(
+            {
+                "exe": msg["executable"],
+                "dir": str(pkg_dir),
+                "package": pkg_dir.name,
+                # "pandastack-store/store" for tests/store.rs, "pandastack-store/lib" for unit tests.
+                "label": f"{pkg_dir.name}/{target['name'] if kind == 'test' else kind}",
+            }
+        )
+    return bins
+
+
+def list_tests(b: dict, ignored: bool) -> list[str]:
+    args = [b["exe"], "--list", "--format", "terse"] + (["--ignored"] if ignored else [])
+    out = subprocess.run(args, cwd=b["dir"], stdout=subprocess.PIPE, check=True, text=True).stdout
+    return [line[: -len(": test")] for line in out.splitlines() if line.endswith(": test")]
+
+
+def jobs_of(bins: list[dict]) -> list[dict]:
+    jobs = []
+    for b in bins:
+        ignored = set(list_tests(b, ignored=True))
+        env = {"CARGO_MANIFEST_DIR": b["dir"], "CARGO_PKG_NAME": b["package"]}
+        for name in list_tests(b, ignored=False):
+            if name in ignored:
+                continue
+            jobs.append(
+                {
+                    "key": f"{b['label']}::{name}",
+                    "argv": [b["exe"], "--exact", name, "--test-threads=1"],
+                    "cwd": b["dir"],
+                    "env": env,
+                }
+            )
+    return jobs
+
+
+def load_times() -> dict[str, float]:
+    times: dict[str, float] = {}
+    for path in (SEED, cache_dir() / "test-times.json"):
+        try:
+            times.update(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            pass
+    return times
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("PANDASTACK_CACHE", "/var/cache/pandastack"))
+
+
+def run(job: dict) -> dict:
+    start = time.monotonic()
+    env = dict(os.environ, **job.get("env", {}))
+    p = subprocess.run(
+        job["argv"],
+        cwd=job["cwd"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        shell=isinstance(job["argv"], str),
+    )
+    secs = time.monotonic() - start
+    ok = p.returncode == 0
+    say(f"{'PASS' if ok else 'FAIL'} [{secs:7.1f}s] {job['key']}")
+    if not ok:
+        lines = p.stdout.decode(errors="replace").splitlines()
+        with PRINT:
+            print(f"\n--- output of {job['key']} (exit {p.returncode}), last {FAILED_TAIL_LINES} lines ---")
+            print("\n".join(lines[-FAILED_TAIL_LINES:]))
+            print(f"--- end of {job['key']} ---\n", flush=True)
+    return {"key": job["key"], "ok": ok, "secs": secs}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--also", action="append", default=[], metavar="NAME=COMMAND")
+    ap.add_argument("--filter", default="", help="only tests whose key contains this")
+    a = ap.parse_args()
+
+    jobs = [j for j in jobs_of(test_binaries()) if a.filter in j["key"]]
+    # Doctests are compiled and run by rustdoc, not listed by a test binary: one job for all.
+    jobs.append(
+        {"key": "doctests", "argv": ["cargo", "test", "--workspace", "--locked", "--doc"], "cwd": str(ROOT)}
+    )
+    for also in a.also:
+        name, _, cmd = also.partition("=")
+        jobs.append({"key": name, "argv": cmd, "cwd": str(ROOT)})
+    times = load_times()
+    jobs.sort(key=lambda j: times.get(j["key"], UNKNOWN_SECS), reverse=True)
+    say(f"{len(jobs)} jobs, {a.jobs} at a time, longest first by their last timings")
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
+        results = list(pool.map(run, jobs))
+
+    took = {r["key"]: round(r["secs"], 1) for r in results}
+    for path in (cache_dir() / "test-times.json", ROOT / "target" / "test-times.json"):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(took, indent=1, sort_keys=True) + "\n")
+        except OSError as e:
+            say(f"timings not written to {path}: {e}")
+    slowest = sorted(results, key=lambda r: r["secs"], reverse=True)[:15]
+    say("slowest: " + ", ".join(f"{r['key']} {r['secs']:.0f}s" for r in slowest))
+    failed = [r["key"] for r in results if not r["ok"]]
+    if failed:
+        say(f"{len(failed)} of {len(results)} jobs failed: " + ", ".join(failed))
+        return 1
+    say(f"all {len(results)} jobs passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
