@@ -32,8 +32,12 @@ UNKNOWN_SECS = 30.0
 # Lines of a failed job's output printed (its server's log can be long; the end says why).
 FAILED_TAIL_LINES = 3000
 
+# How often the jobs still running are named (a job that hangs shows in a log's last lines).
+RUNNING_EVERY_SECS = float(os.environ.get("RUN_TESTS_RUNNING_EVERY", "600"))
+
 T0 = time.monotonic()
 PRINT = threading.Lock()
+RUNNING: dict[str, float] = {}
 
 
 def say(msg: str) -> None:
@@ -111,8 +115,17 @@ def cache_dir() -> Path:
     return Path(os.environ.get("PANDASTACK_CACHE", "/var/cache/pandastack"))
 
 
+def name_running() -> None:
+    while True:
+        time.sleep(RUNNING_EVERY_SECS)
+        now = time.monotonic()
+        jobs = ", ".join(f"{k} ({now - t:.0f}s)" for k, t in list(RUNNING.items()))
+        say(f"running: {jobs}")
+
+
 def run(job: dict) -> dict:
     start = time.monotonic()
+    RUNNING[job["key"]] = start
     env = dict(os.environ, **job.get("env", {}))
     p = subprocess.run(
         job["argv"],
@@ -124,6 +137,7 @@ def run(job: dict) -> dict:
         shell=isinstance(job["argv"], str),
     )
     secs = time.monotonic() - start
+    RUNNING.pop(job["key"], None)
     ok = p.returncode == 0
     say(f"{'PASS' if ok else 'FAIL'} [{secs:7.1f}s] {job['key']}")
     if not ok:
@@ -154,10 +168,12 @@ def main() -> int:
     jobs.sort(key=lambda j: times.get(j["key"], UNKNOWN_SECS), reverse=True)
     say(f"{len(jobs)} jobs, {a.jobs} at a time, longest first by their last timings")
 
+    threading.Thread(target=name_running, daemon=True).start()
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
         results = list(pool.map(run, jobs))
 
-    took = {r["key"]: round(r["secs"], 1) for r in results}
+    # A partial run (--filter) updates the timings of what it ran and keeps the rest.
+    took = dict(times, **{r["key"]: round(r["secs"], 1) for r in results})
     for path in (cache_dir() / "test-times.json", ROOT / "target" / "test-times.json"):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
