@@ -156,11 +156,9 @@ def main() -> int:
     ap.add_argument("--filter", default="", help="only tests whose key contains this")
     a = ap.parse_args()
 
-    jobs = [j for j in jobs_of(test_binaries()) if a.filter in j["key"]]
     # Doctests are compiled and run by rustdoc, not listed by a test binary: one job for all.
-    jobs.append(
-        {"key": "doctests", "argv": ["cargo", "test", "--workspace", "--locked", "--doc"], "cwd": str(ROOT)}
-    )
+    doctests = {"key": "doctests", "argv": ["cargo", "test", "--workspace", "--locked", "--doc"], "cwd": str(ROOT)}
+    jobs = [j for j in jobs_of(test_binaries()) + [doctests] if a.filter in j["key"]]
     for also in a.also:
         name, _, cmd = also.partition("=")
         jobs.append({"key": name, "argv": cmd, "cwd": str(ROOT)})
