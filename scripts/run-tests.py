@@ -9,8 +9,11 @@ it keep the other idle. Here every test is a job in one queue: at most --jobs ru
 long each job took last time (`scripts/test-times.json`, refreshed from a run's timings in
 $PANDASTACK_CACHE) so the long ones do not start last.
 
-A job's output is kept and printed only if it fails. At the end: the failures, the slowest jobs,
-and the timings written to $PANDASTACK_CACHE/test-times.json (and target/test-times.json).
+What a passing test prints is its test harness's own report (`running 1 test`, `test NAME ... ok`,
+`test result: ok. ...`, as `cargo test` prints it); the rest of its output is kept and printed only
+if it fails. The --also commands and the doctests print their whole output when they end. At the
+end: a `test result:` line for the whole run, the failures, the slowest jobs, and the timings
+written to $PANDASTACK_CACHE/test-times.json (and target/test-times.json).
 
     scripts/run-tests.py [--jobs N] [--also NAME=COMMAND]... [--filter SUBSTRING]
 """
@@ -19,6 +22,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -35,9 +39,15 @@ FAILED_TAIL_LINES = 3000
 # How often the jobs still running are named (a job that hangs shows in a log's last lines).
 RUNNING_EVERY_SECS = float(os.environ.get("RUN_TESTS_RUNNING_EVERY", "600"))
 
+# The lines of libtest's report, echoed for a passing test (what a reader or a log scanner of
+# `cargo test` output looks for).
+LIBTEST_REPORT = re.compile(r"^(running \d+ tests?$|test .+ \.\.\. \w+$|test result: )")
+
 T0 = time.monotonic()
 PRINT = threading.Lock()
 RUNNING: dict[str, float] = {}
+# Tests marked #[ignore] across all binaries (run by hand with --ignored; counted in the summary).
+IGNORED = [0]
 
 
 def say(msg: str) -> None:
@@ -86,6 +96,7 @@ def jobs_of(bins: list[dict]) -> list[dict]:
     jobs = []
     for b in bins:
         ignored = set(list_tests(b, ignored=True))
+        IGNORED[0] += len(ignored)
         env = {"CARGO_MANIFEST_DIR": b["dir"], "CARGO_PKG_NAME": b["package"]}
         for name in list_tests(b, ignored=False):
             if name in ignored:
@@ -96,6 +107,7 @@ def jobs_of(bins: list[dict]) -> list[dict]:
                     "argv": [b["exe"], "--exact", name, "--test-threads=1"],
                     "cwd": b["dir"],
                     "env": env,
+                    "libtest": True,
                 }
             )
     return jobs
@@ -140,13 +152,22 @@ def run(job: dict) -> dict:
     RUNNING.pop(job["key"], None)
     ok = p.returncode == 0
     say(f"{'PASS' if ok else 'FAIL'} [{secs:7.1f}s] {job['key']}")
-    if not ok:
-        lines = p.stdout.decode(errors="replace").splitlines()
+    lines = p.stdout.decode(errors="replace").splitlines()
+    passed = sum(1 for line in lines if LIBTEST_REPORT.match(line) and line.endswith(" ... ok"))
+    if ok and job.get("libtest"):
+        with PRINT:
+            print("\n".join(line for line in lines if LIBTEST_REPORT.match(line)), flush=True)
+    elif ok:
+        with PRINT:
+            print(f"--- output of {job['key']} ---")
+            print("\n".join(lines))
+            print(f"--- end of {job['key']} ---", flush=True)
+    else:
         with PRINT:
             print(f"\n--- output of {job['key']} (exit {p.returncode}), last {FAILED_TAIL_LINES} lines ---")
             print("\n".join(lines[-FAILED_TAIL_LINES:]))
             print(f"--- end of {job['key']} ---\n", flush=True)
-    return {"key": job["key"], "ok": ok, "secs": secs}
+    return {"key": job["key"], "ok": ok, "secs": secs, "passed": passed if job.get("libtest") else 0}
 
 
 def main() -> int:
@@ -181,6 +202,14 @@ def main() -> int:
     slowest = sorted(results, key=lambda r: r["secs"], reverse=True)[:15]
     say("slowest: " + ", ".join(f"{r['key']} {r['secs']:.0f}s" for r in slowest))
     failed = [r["key"] for r in results if not r["ok"]]
+    tests_passed = sum(r["passed"] for r in results)
+    # The whole run's Rust tests in libtest's words (the doctests and --also suites report above).
+    with PRINT:
+        print(
+            f"\ntest result: {'FAILED' if failed else 'ok'}. {tests_passed} passed; {len(failed)} failed; "
+            f"{IGNORED[0]} ignored; 0 measured; 0 filtered out; finished in {time.monotonic() - T0:.2f}s",
+            flush=True,
+        )
     if failed:
         say(f"{len(failed)} of {len(results)} jobs failed: " + ", ".join(failed))
         return 1
