@@ -89,8 +89,13 @@ impl Keys<'_> {
             max_sandboxes,
             creates_per_minute,
         };
+        // Storage and volume quotas as the server last set them on every workspace.
         sqlx::query(
-            "INSERT INTO workspaces (id, name, created_at, max_sandboxes, creates_per_minute) VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO workspaces (id, name, created_at, max_sandboxes, creates_per_minute, \
+               max_volume_gb, max_snapshots, max_hibernated, max_template_builds, max_storage_gb) \
+             SELECT $1, $2, $3, $4, $5, \
+               max_volume_gb, max_snapshots, max_hibernated, max_template_builds, max_storage_gb \
+             FROM workspace_defaults WHERE id = 1",
         )
         .bind(&ws.id)
         .bind(&ws.name)
@@ -102,12 +107,17 @@ impl Keys<'_> {
         Ok(ws)
     }
 
-    /// Sets every workspace's quota on the total size of its volumes (GiB).
+    /// Sets every workspace's quota on the total size of its volumes (GiB), and the quota a
+    /// workspace created later starts with.
     pub async fn set_volume_quota_all(&self, max_volume_gb: i64) -> Result<(), StoreError> {
-        sqlx::query("UPDATE workspaces SET max_volume_gb = $1")
-            .bind(max_volume_gb)
-            .execute(self.pool)
-            .await?;
+        let mut tx = self.pool.begin().await?;
+        for table in ["workspaces", "workspace_defaults"] {
+            sqlx::query(&format!("UPDATE {table} SET max_volume_gb = $1"))
+                .bind(max_volume_gb)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 

@@ -61,18 +61,23 @@ pub struct Quotas<'a> {
 const GIB: i64 = 1 << 30;
 
 impl Quotas<'_> {
-    /// Sets every workspace's storage quotas (the server does at start, as for volumes).
+    /// Sets every workspace's storage quotas, and those a workspace created later starts with
+    /// (the server does at start, as for volumes).
     pub async fn set_all(&self, q: &StorageQuotas) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE workspaces SET max_snapshots = $1, max_hibernated = $2, \
-             max_template_builds = $3, max_storage_gb = $4",
-        )
-        .bind(q.max_snapshots)
-        .bind(q.max_hibernated)
-        .bind(q.max_template_builds)
-        .bind(q.max_storage_gb)
-        .execute(self.pool)
-        .await?;
+        let mut tx = self.pool.begin().await?;
+        for table in ["workspaces", "workspace_defaults"] {
+            sqlx::query(&format!(
+                "UPDATE {table} SET max_snapshots = $1, max_hibernated = $2, \
+                 max_template_builds = $3, max_storage_gb = $4"
+            ))
+            .bind(q.max_snapshots)
+            .bind(q.max_hibernated)
+            .bind(q.max_template_builds)
+            .bind(q.max_storage_gb)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 

@@ -760,6 +760,86 @@ fn snapshot(ws: &str, id: &str, bytes: i64) -> pandastack_store::SnapshotRow {
     }
 }
 
+/// A workspace created after the server set the quotas (`pandastack keys create
+/// --new-workspace` while it runs) starts with them, not with the columns' defaults; a later
+/// setting reaches it like every other workspace.
+#[tokio::test]
+async fn a_new_workspace_starts_with_the_quotas_last_set() {
+    use pandastack_store::StorageQuotas;
+    for case in stores().await {
+        let Case { backend, store, .. } = &case;
+        let before = store
+            .keys()
+            .create_workspace("before", 10, 60)
+            .await
+            .unwrap();
+        let q = StorageQuotas {
+            max_snapshots: 7,
+            max_hibernated: 2,
+            max_template_builds: 3,
+            max_storage_gb: 4,
+        };
+        store.quotas().set_all(&q).await.unwrap();
+        store.keys().set_volume_quota_all(5).await.unwrap();
+
+        let after = store
+            .keys()
+            .create_workspace("after", 10, 60)
+            .await
+            .unwrap();
+        for ws in [&before, &after] {
+            assert_eq!(
+                store.quotas().get(&ws.id).await.unwrap(),
+                q,
+                "{backend} {}",
+                ws.name
+            );
+            assert_eq!(
+                store.keys().volume_quota(&ws.id).await.unwrap(),
+                5,
+                "{backend} {}",
+                ws.name
+            );
+        }
+        let (with_key, _, _) = store
+            .keys()
+            .create_workspace_with_key("keyed", 10, 60)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.quotas().get(&with_key.id).await.unwrap(),
+            q,
+            "{backend}"
+        );
+
+        let q2 = StorageQuotas {
+            max_snapshots: 1,
+            ..q
+        };
+        store.quotas().set_all(&q2).await.unwrap();
+        assert_eq!(
+            store.quotas().get(&after.id).await.unwrap(),
+            q2,
+            "{backend}"
+        );
+        let later = store
+            .keys()
+            .create_workspace("later", 10, 60)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.quotas().get(&later.id).await.unwrap(),
+            q2,
+            "{backend}"
+        );
+        assert_eq!(
+            store.keys().volume_quota(&later.id).await.unwrap(),
+            5,
+            "{backend}"
+        );
+    }
+}
+
 /// Counts of snapshots, hibernated sandboxes and template builds stop at their limits, and
 /// their bytes together at the storage quota; concurrent snapshot rows never pass the limit;
 /// another workspace is not affected.
