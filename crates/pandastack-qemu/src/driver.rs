@@ -94,13 +94,19 @@ impl QemuDriver {
                 c.remove(name);
             }
         };
+        // A booting QEMU joins its cgroups before exec; one about to load a VM's state is moved
+        // into them while it starts, and the state is loaded only after (cgroup.rs).
+        let (join_now, join_beside) = match mode {
+            StartMode::Boot => (procs, Vec::new()),
+            StartMode::Incoming => (Vec::new(), procs),
+        };
         let spawned = Process::spawn(
             &self.cfg.binary,
             &args,
             &spec.run_dir,
             &qemu_log,
             netns,
-            procs,
+            join_now,
             inherit,
         );
         // The process holds its own copies now (or there is none).
@@ -112,7 +118,19 @@ impl QemuDriver {
                 return Err(e);
             }
         };
-        match connect_qmp(&process, &spec.run_dir, &qemu_log).await {
+        let pid = process.pid();
+        let joining = (!join_beside.is_empty())
+            .then(|| tokio::task::spawn_blocking(move || cgroup::join(&join_beside, pid)));
+        let connected = connect_qmp(&process, &spec.run_dir, &qemu_log).await;
+        let joined = match joining {
+            Some(task) => match task.await {
+                Ok(r) => r.map_err(VmError::Spawn),
+                Err(e) => Err(VmError::Spawn(std::io::Error::other(e))),
+            },
+            None => Ok(()),
+        };
+        // QEMU's own error (its log) first: a move fails too when QEMU is gone.
+        match connected.and_then(|qmp| joined.map(|()| qmp)) {
             Ok(qmp) => Ok(QemuVm {
                 id: spec.id.clone(),
                 run_dir: spec.run_dir.clone(),

@@ -71,3 +71,87 @@ async fn vm_process_runs_in_its_own_limited_cgroup() {
     again.stop().await.expect("stop");
     assert!(!mem.exists(), "cgroup removed after stop");
 }
+
+/// Threads of `pid` and the threads listed in a cgroup directory (v1 `tasks`, v2
+/// `cgroup.threads`).
+fn threads(pid: u32, dir: &Path) -> (Vec<u32>, Vec<u32>) {
+    let mut of_process: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let file = if dir.join("tasks").exists() {
+        "tasks"
+    } else {
+        "cgroup.threads"
+    };
+    let mut listed: Vec<u32> = std::fs::read_to_string(dir.join(file))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    of_process.sort_unstable();
+    listed.sort_unstable();
+    (of_process, listed)
+}
+
+/// A restoring QEMU is moved into its cgroup while it starts, not before exec; by the time
+/// `restore` returns (the state loaded, the guest running) it and every thread it has are in
+/// their cgroup, under the same limits as a booted VM's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restored_vm_is_in_its_cgroup_before_its_guest_runs() {
+    let cgroups = Cgroups::detect().expect("cgroup controllers memory, cpu, pids");
+    let mut cfg = driver().await.config().clone();
+    cfg.cgroups = Some(cgroups.clone());
+    let d = QemuDriver::new(cfg);
+
+    // A state to restore: a booted VM's, saved while paused (RAM stays in its shared file).
+    let base = vm_dir();
+    let rootfs = copy_rootfs(&fixtures().rootfs, base.path());
+    let mem = base.path().join("mem");
+    let booted = within(
+        Duration::from_secs(60),
+        "boot",
+        d.boot(&spec(base.path(), Memory::SharedFile(mem.clone()), rootfs)),
+    )
+    .await
+    .expect("boot");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    booted.pause().await.unwrap();
+    let state = base.path().join("state");
+    booted.save_state(&state).await.expect("save state");
+    booted.stop().await.unwrap();
+
+    let dir = vm_dir();
+    let rootfs = copy_rootfs(&base.path().join("rootfs.ext4"), dir.path());
+    let spec = spec(dir.path(), Memory::PrivateFile(mem), rootfs);
+    let vm = within(Duration::from_secs(60), "restore", d.restore(&spec, &state))
+        .await
+        .expect("restore");
+    let name = vm.cgroup().expect("vm has a cgroup").to_owned();
+    let mem_dir = cgroups.memory_dir(&name);
+    let pid = vm.stats().expect("stats").pid;
+    assert_eq!(
+        procs(&mem_dir),
+        vec![pid],
+        "QEMU (and only it) is in its cgroup"
+    );
+    let (of_process, listed) = threads(pid, &mem_dir);
+    assert_eq!(listed, of_process, "every QEMU thread is in the cgroup");
+    let limit_file = match cgroups.version() {
+        "v2" => "memory.max",
+        _ => "memory.limit_in_bytes",
+    };
+    let limit: u64 = std::fs::read_to_string(mem_dir.join(limit_file))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let cache = u64::from(d.config().translation_cache_mib());
+    assert_eq!(limit, (256 + cache + 352) << 20);
+
+    let ch = agent(&vm, Duration::from_secs(120)).await;
+    assert_eq!(exec(&ch, "echo ok").await.stdout, "ok\n");
+    drop(ch);
+    vm.stop().await.expect("stop");
+    assert!(!mem_dir.exists(), "cgroup removed after stop");
+}
