@@ -43,6 +43,8 @@ RUNNING_EVERY_SECS = float(os.environ.get("RUN_TESTS_RUNNING_EVERY", "600"))
 # `cargo test` output looks for).
 LIBTEST_REPORT = re.compile(r"^(running \d+ tests?$|test .+ \.\.\. \w+$|test result: )")
 
+PASSED = re.compile(r"^test result: ok\. (\d+) passed")
+
 T0 = time.monotonic()
 PRINT = threading.Lock()
 RUNNING: dict[str, float] = {}
@@ -153,7 +155,9 @@ def run(job: dict) -> dict:
     ok = p.returncode == 0
     say(f"{'PASS' if ok else 'FAIL'} [{secs:7.1f}s] {job['key']}")
     lines = p.stdout.decode(errors="replace").splitlines()
-    passed = sum(1 for line in lines if LIBTEST_REPORT.match(line) and line.endswith(" ... ok"))
+    # Counted from libtest's summary: a test whose child processes write to the same output can
+    # split its `test NAME ... ok` line.
+    passed = sum(int(m.group(1)) for line in lines if (m := PASSED.match(line)))
     if ok and job.get("libtest"):
         with PRINT:
             print("\n".join(line for line in lines if LIBTEST_REPORT.match(line)), flush=True)
