@@ -48,8 +48,6 @@ PASSED = re.compile(r"^test result: ok\. (\d+) passed")
 T0 = time.monotonic()
 PRINT = threading.Lock()
 RUNNING: dict[str, float] = {}
-# Tests marked #[ignore] across all binaries (run by hand with --ignored; counted in the summary).
-IGNORED = [0]
 
 
 def say(msg: str) -> None:
@@ -94,11 +92,13 @@ def list_tests(b: dict, ignored: bool) -> list[str]:
     return [line[: -len(": test")] for line in out.splitlines() if line.endswith(": test")]
 
 
-def jobs_of(bins: list[dict]) -> list[dict]:
+def jobs_of(bins: list[dict]) -> tuple[list[dict], int]:
+    """One job per test of `bins`, and how many tests are marked #[ignore] (run by hand)."""
     jobs = []
+    ignored_count = 0
     for b in bins:
         ignored = set(list_tests(b, ignored=True))
-        IGNORED[0] += len(ignored)
+        ignored_count += len(ignored)
         env = {"CARGO_MANIFEST_DIR": b["dir"], "CARGO_PKG_NAME": b["package"]}
         for name in list_tests(b, ignored=False):
             if name in ignored:
@@ -112,7 +112,7 @@ def jobs_of(bins: list[dict]) -> list[dict]:
                     "libtest": True,
                 }
             )
-    return jobs
+    return jobs, ignored_count
 
 
 def load_times() -> dict[str, float]:
@@ -183,7 +183,8 @@ def main() -> int:
 
     # Doctests are compiled and run by rustdoc, not listed by a test binary: one job for all.
     doctests = {"key": "doctests", "argv": ["cargo", "test", "--workspace", "--locked", "--doc"], "cwd": str(ROOT)}
-    jobs = [j for j in jobs_of(test_binaries()) + [doctests] if a.filter in j["key"]]
+    tests, ignored = jobs_of(test_binaries())
+    jobs = [j for j in tests + [doctests] if a.filter in j["key"]]
     for also in a.also:
         name, _, cmd = also.partition("=")
         jobs.append({"key": name, "argv": cmd, "cwd": str(ROOT)})
@@ -211,7 +212,7 @@ def main() -> int:
     with PRINT:
         print(
             f"\ntest result: {'FAILED' if failed else 'ok'}. {tests_passed} passed; {len(failed)} failed; "
-            f"{IGNORED[0]} ignored; 0 measured; 0 filtered out; finished in {time.monotonic() - T0:.2f}s",
+            f"{ignored} ignored; 0 measured; 0 filtered out; finished in {time.monotonic() - T0:.2f}s",
             flush=True,
         )
     if failed:

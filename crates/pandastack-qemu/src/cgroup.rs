@@ -245,7 +245,6 @@ impl Cgroups {
     }
 }
 
-/// A fresh VM cgroup name.
 /// Moves process `pid` (all its threads) into the cgroups whose `cgroup.procs` files are given.
 /// Blocks for as long as the host's cgroup core takes (see the module's docs).
 pub(crate) fn join(procs: &[File], pid: u32) -> std::io::Result<()> {
@@ -256,6 +255,7 @@ pub(crate) fn join(procs: &[File], pid: u32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A fresh VM cgroup name.
 pub(crate) fn new_name() -> String {
     format!("vm-{:016x}", rand_u64())
 }

@@ -17,12 +17,30 @@ fn procs(dir: &Path) -> Vec<u32> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn vm_process_runs_in_its_own_limited_cgroup() {
+/// The test driver with per-VM cgroups on.
+async fn limited_driver() -> (Cgroups, QemuDriver) {
     let cgroups = Cgroups::detect().expect("cgroup controllers memory, cpu, pids");
     let mut cfg = driver().await.config().clone();
     cfg.cgroups = Some(cgroups.clone());
-    let d = QemuDriver::new(cfg);
+    (cgroups, QemuDriver::new(cfg))
+}
+
+/// The memory limit of the VM cgroup whose memory directory is `dir`, bytes.
+fn memory_limit(cgroups: &Cgroups, dir: &Path) -> u64 {
+    let file = match cgroups.version() {
+        "v2" => "memory.max",
+        _ => "memory.limit_in_bytes",
+    };
+    std::fs::read_to_string(dir.join(file))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vm_process_runs_in_its_own_limited_cgroup() {
+    let (cgroups, d) = limited_driver().await;
 
     let dir = vm_dir();
     let rootfs = copy_rootfs(&fixtures().rootfs, dir.path());
@@ -42,15 +60,7 @@ async fn vm_process_runs_in_its_own_limited_cgroup() {
         vec![pid],
         "QEMU (and only it) is in its cgroup"
     );
-    let limit_file = match cgroups.version() {
-        "v2" => "memory.max",
-        _ => "memory.limit_in_bytes",
-    };
-    let limit: u64 = std::fs::read_to_string(mem.join(limit_file))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let limit = memory_limit(&cgroups, &mem);
     let cache = u64::from(d.config().translation_cache_mib());
     assert_eq!(
         limit,
@@ -99,10 +109,7 @@ fn threads(pid: u32, dir: &Path) -> (Vec<u32>, Vec<u32>) {
 /// their cgroup, under the same limits as a booted VM's.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restored_vm_is_in_its_cgroup_before_its_guest_runs() {
-    let cgroups = Cgroups::detect().expect("cgroup controllers memory, cpu, pids");
-    let mut cfg = driver().await.config().clone();
-    cfg.cgroups = Some(cgroups.clone());
-    let d = QemuDriver::new(cfg);
+    let (cgroups, d) = limited_driver().await;
 
     // A state to restore: a booted VM's, saved while paused (RAM stays in its shared file).
     let base = vm_dir();
@@ -137,15 +144,7 @@ async fn a_restored_vm_is_in_its_cgroup_before_its_guest_runs() {
     );
     let (of_process, listed) = threads(pid, &mem_dir);
     assert_eq!(listed, of_process, "every QEMU thread is in the cgroup");
-    let limit_file = match cgroups.version() {
-        "v2" => "memory.max",
-        _ => "memory.limit_in_bytes",
-    };
-    let limit: u64 = std::fs::read_to_string(mem_dir.join(limit_file))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let limit = memory_limit(&cgroups, &mem_dir);
     let cache = u64::from(d.config().translation_cache_mib());
     assert_eq!(limit, (256 + cache + 352) << 20);
 
