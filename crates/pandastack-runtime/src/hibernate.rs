@@ -113,6 +113,7 @@ impl<D: VmDriver> Runtime<D> {
         h: Hibernated,
     ) -> Result<Sandbox<D::Vm>, (HibernateError, Hibernated)> {
         let t = Instant::now();
+        let _busy = self.pool.busy();
         let lease = match self.net_acquire(h.info.network).await {
             Ok(l) => l,
             Err(e) => return Err((e.into(), h)),

@@ -27,6 +27,7 @@ pub use attach::{Attached, Found, FoundState, ReconcileReport};
 pub use hibernate::{HibernateError, Hibernated};
 pub use layout::DataDir;
 pub use net::SlotError;
+pub use pool::WARM_AFTER as POOL_WARM_AFTER;
 pub use sandbox::{CreateError, Sandbox, SandboxInfo};
 pub use snapshot::{Fork, Snapshot, SnapshotError};
 pub use template::{BakeError, DeviceProfile, Shape, Template, TemplateCheck, TemplateSeals};
@@ -54,6 +55,8 @@ pub struct Runtime<D: VmDriver> {
     net: Option<std::sync::Arc<pandastack_net::NetPool>>,
     /// How long a restored guest may take to answer ([`RESTORE_TIMEOUT`] unless set).
     restore_timeout: Duration,
+    /// How long a pooled VM waits untaken before its warm-up command; `None`: never.
+    pool_warm_up: Option<Duration>,
 }
 
 impl<D: VmDriver> Runtime<D> {
@@ -66,6 +69,7 @@ impl<D: VmDriver> Runtime<D> {
             standbys: standby::Standbys::default(),
             net: None,
             restore_timeout: RESTORE_TIMEOUT,
+            pool_warm_up: Some(POOL_WARM_AFTER),
         }
     }
 
@@ -73,6 +77,14 @@ impl<D: VmDriver> Runtime<D> {
     /// one).
     pub fn with_restore_timeout(mut self, t: Duration) -> Self {
         self.restore_timeout = t;
+        self
+    }
+
+    /// How long a pooled VM waits untaken before it runs its warm-up command
+    /// ([`POOL_WARM_AFTER`] unless set; `None`: pooled VMs are never warmed). See the pool's
+    /// documentation in `pool.rs`.
+    pub fn with_pool_warm_up(mut self, after: Option<Duration>) -> Self {
+        self.pool_warm_up = after;
         self
     }
 

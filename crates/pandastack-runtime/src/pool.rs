@@ -1,11 +1,20 @@
 //! A pool of warm VMs per template: each is a complete restore of the template — QEMU started
 //! with the template's memory mapped copy-on-write and a disk clone, device state loaded, running,
 //! with the guest agent session open and the post-restore hook run once (clock, RNG). Nothing
-//! but the template's own processes has run in it. A create that finds one renames the pooled
+//! but the template's own processes and the warm-up command below has run in it. A create that finds one renames the pooled
 //! directory to the sandbox's and runs the post-restore hook again with the sandbox's identity
 //! (hostname, machine id, fresh entropy, clock): process start, state load and the session open —
 //! and, under TCG, translating the agent's code paths for the first time — are all off the create
 //! path. The pool is refilled by the caller ([`Runtime::fill_pool`]), in the background.
+//!
+//! A warm VM still waiting [`WARM_AFTER`] (250 ms) after it joined the pool also runs one command,
+//! `echo; /bin/true` through `/bin/sh` as a create's `cmd` would, off the clock: under TCG each
+//! QEMU process translates the guest code it runs afresh, so the first command of a sandbox paid
+//! ~250–400 ms for the agent's exec path, the shell, the loader and the kernel's fork/exec paths
+//! being translated, against ~30–50 ms for the next one. The command waits while any create,
+//! wake or snapshot is under way, and a VM taken first (a burst, sustained creates) is not
+//! warmed, so those do not share the CPU with it; one taken while its command runs gets the
+//! command's last milliseconds concurrently with its own first calls.
 //!
 //! A warm VM's volume slots are all on placeholders, so only creates that bind no volume take
 //! one; a create with volumes restores on its own. (Rebinding a warm VM's slots with
@@ -13,7 +22,9 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use pandastack_vm::{Memory, Vm, VmDriver};
 use tonic::transport::Channel;
@@ -27,11 +38,24 @@ use crate::Runtime;
 /// Directory names of pooled VMs start with this (not a valid sandbox id).
 pub(crate) const POOL_PREFIX: &str = ".pool-";
 
+/// How long a warm VM waits untaken before it runs its warm-up command (unless
+/// [`Runtime::with_pool_warm_up`] says otherwise).
+pub const WARM_AFTER: Duration = Duration::from_millis(250);
+
+/// The warm-up command (`/bin/sh -c`): a builtin writing to the output pipe and a dynamically
+/// linked program started by the shell, as in most first commands.
+const WARM_COMMAND: &str = "echo; /bin/true";
+
+/// Longest the warm-up command may take.
+const WARM_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// One warm VM: a process started as a stand-by one (run directory, network slot), its state
 /// loaded and its agent session open.
 pub(crate) struct Prepared<V> {
     process: Standby<V>,
     agent: Channel,
+    /// Set when the VM leaves the pool (taken or discarded): its warm-up does not start then.
+    gone: Arc<AtomicBool>,
 }
 
 /// What a create takes over from the pool.
@@ -47,6 +71,7 @@ impl<V: Vm> Prepared<V> {
     /// and release. The open agent session is kept (it does not reconnect by path while the
     /// sandbox lives; a re-attach after a restart opens a new one at the new path).
     pub(crate) fn adopt(self, dir: &Path) -> Result<Adopted<V>, AdoptError<V>> {
+        self.gone.store(true, Ordering::Release);
         let agent = self.agent;
         self.process.adopt(dir).map(|(vm, net_slot)| Adopted {
             vm,
@@ -59,12 +84,27 @@ impl<V: Vm> Prepared<V> {
 pub(crate) struct Pool<V> {
     /// Keyed by template name and bake id: a re-bake makes older entries unusable.
     entries: Mutex<HashMap<String, Vec<Prepared<V>>>>,
+    /// Warm-up commands that ran to a zero exit.
+    warmed: Arc<AtomicU64>,
+    /// Creates, wakes and snapshots under way: warm-ups wait for none to be.
+    busy: Arc<AtomicUsize>,
+}
+
+/// Counts one create, wake or snapshot under way while it lives ([`Pool::busy`]).
+pub(crate) struct Busy(Arc<AtomicUsize>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl<V> Default for Pool<V> {
     fn default() -> Self {
         Self {
             entries: Mutex::new(HashMap::new()),
+            warmed: Arc::new(AtomicU64::new(0)),
+            busy: Arc::new(AtomicUsize::new(0)),
         }
     }
 }
@@ -74,6 +114,12 @@ fn key(t: &Template) -> String {
 }
 
 impl<V> Pool<V> {
+    /// Marks a create, wake or snapshot as under way until the guard is dropped.
+    pub(crate) fn busy(&self) -> Busy {
+        self.busy.fetch_add(1, Ordering::AcqRel);
+        Busy(Arc::clone(&self.busy))
+    }
+
     pub(crate) fn take(&self, t: &Template) -> Option<Prepared<V>> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         entries.get_mut(&key(t)).and_then(Vec::pop)
@@ -116,6 +162,15 @@ impl<D: VmDriver> Runtime<D> {
     pub async fn fill_pool(&self, template: &Template, size: usize) -> Result<usize, CreateError> {
         while self.pool.len(template) < size {
             let p = self.prepare(template).await?;
+            if let Some(after) = self.pool_warm_up {
+                warm_later(
+                    after,
+                    p.agent.clone(),
+                    Arc::clone(&p.gone),
+                    Arc::clone(&self.pool.busy),
+                    Arc::clone(&self.pool.warmed),
+                );
+            }
             self.pool.put(template, p);
         }
         Ok(self.pool.len(template))
@@ -124,6 +179,11 @@ impl<D: VmDriver> Runtime<D> {
     /// Number of warm VMs waiting for `template`.
     pub fn pool_size(&self, template: &Template) -> usize {
         self.pool.len(template)
+    }
+
+    /// How many pooled VMs have run their warm-up command (see the module's documentation).
+    pub fn pool_warmed(&self) -> u64 {
+        self.pool.warmed.load(Ordering::Acquire)
     }
 
     /// Stops every pooled VM and removes its directory.
@@ -154,6 +214,7 @@ impl<D: VmDriver> Runtime<D> {
     }
 
     async fn discard(&self, p: Prepared<D::Vm>) {
+        p.gone.store(true, Ordering::Release);
         self.discard_standby(p.process).await;
     }
 
@@ -186,6 +247,7 @@ impl<D: VmDriver> Runtime<D> {
             Ok(agent) => Ok(Prepared {
                 process: waiting,
                 agent,
+                gone: Arc::new(AtomicBool::new(false)),
             }),
             Err(e) => {
                 self.discard_standby(waiting).await;
@@ -193,4 +255,40 @@ impl<D: VmDriver> Runtime<D> {
             }
         }
     }
+}
+
+/// Runs the warm-up command on a pooled VM's session `after` it joined the pool, once no
+/// create, wake or snapshot is under way (checked every `after`), unless the VM has left the
+/// pool by then. Its outcome changes nothing but the log: a VM whose warm-up failed
+/// serves as well as one never warmed.
+fn warm_later(
+    after: Duration,
+    agent: Channel,
+    gone: Arc<AtomicBool>,
+    busy: Arc<AtomicUsize>,
+    warmed: Arc<AtomicU64>,
+) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(after).await;
+            if gone.load(Ordering::Acquire) {
+                return;
+            }
+            if busy.load(Ordering::Acquire) == 0 {
+                break;
+            }
+        }
+        let t = std::time::Instant::now();
+        let argv = ["/bin/sh", "-c", WARM_COMMAND];
+        match crate::volumes::run_as_root(&agent, &argv, WARM_TIMEOUT).await {
+            Ok((0, _)) => {
+                warmed.fetch_add(1, Ordering::AcqRel);
+                tracing::debug!(ms = t.elapsed().as_millis() as u64, "pooled VM warmed");
+            }
+            Ok((code, stderr)) => {
+                tracing::debug!(code, stderr = %stderr.trim(), "pooled VM warm-up failed")
+            }
+            Err(e) => tracing::debug!(error = %e, "pooled VM warm-up failed"),
+        }
+    });
 }

@@ -312,6 +312,7 @@ impl<D: VmDriver> Runtime<D> {
         id: &str,
     ) -> Result<Sandbox<D::Vm>, CreateError> {
         let started = Instant::now();
+        let _busy = self.pool.busy();
         if !valid_id(id) {
             return Err(CreateError::InvalidId(id.into()));
         }

@@ -120,6 +120,7 @@ impl<D: VmDriver> Runtime<D> {
         sandbox: &Sandbox<D::Vm>,
         snapshot_id: &str,
     ) -> Result<Snapshot, SnapshotError> {
+        let _busy = self.pool.busy();
         if !valid_id(snapshot_id) {
             return Err(SnapshotError::InvalidId(snapshot_id.into()));
         }

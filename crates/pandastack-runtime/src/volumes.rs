@@ -311,7 +311,7 @@ fn valid_owner(owner: &str) -> bool {
 }
 
 /// Runs `argv` as root in the guest; returns its exit code and standard error.
-async fn run_as_root(
+pub(crate) async fn run_as_root(
     agent: &Channel,
     argv: &[&str],
     timeout: Duration,

@@ -492,6 +492,54 @@ async fn pooled_vm_serves_a_create_and_a_restart_reattaches() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+/// Names of the guest's processes other than kernel threads (and this listing's shell), sorted.
+async fn user_processes(sb: &Sandbox<QemuVm>) -> Vec<String> {
+    // Builtins only, no pipeline: the listing adds nothing but its own shell.
+    let list = r#"for d in /proc/[0-9]*; do n= p=; while read -r k v; do case $k in Name:) n=$v;; PPid:) p=$v;; esac; done < $d/status; [ "${d#/proc/}" = 2 ] || [ "$p" = 2 ] || [ "${d#/proc/}" = $$ ] || echo "$n"; done"#;
+    let out = exec(&sb.agent, list).await;
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    let mut names: Vec<String> = out.stdout.lines().map(str::to_owned).collect();
+    names.sort();
+    names
+}
+
+/// A pooled VM left waiting runs its warm-up command once, and the sandbox made from it sees
+/// its own identity and none of the command's processes; a VM taken at once is not warmed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_pooled_vm_is_warmed_and_a_taken_one_is_not() {
+    let rt = runtime().await;
+    let t = bake(&rt, "warm").await;
+    assert_eq!(rt.pool_warmed(), 0);
+    rt.fill_pool(&t, 1).await.unwrap();
+    let taken = within(STEP, "create at once", rt.create(&t, "taken"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rt.pool_warmed(), 0, "a VM taken at once ran the warm-up");
+    let procs_of_unwarmed = user_processes(&taken).await;
+    rt.destroy(taken).await.unwrap();
+
+    rt.fill_pool(&t, 1).await.unwrap();
+    within(STEP, "warm-up", async {
+        while rt.pool_warmed() == 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let warmed = within(STEP, "create", rt.create(&t, "warmed"))
+        .await
+        .unwrap();
+    assert_eq!(hostname(&warmed).await, "warmed");
+    assert_eq!(
+        user_processes(&warmed).await,
+        procs_of_unwarmed,
+        "the warm-up left processes behind"
+    );
+    assert_eq!(exec(&warmed.agent, "echo hi").await.stdout, "hi\n");
+    assert_eq!(rt.pool_warmed(), 1, "a taken VM was warmed again");
+    rt.destroy(warmed).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_snapshots_and_ids_leave_nothing_behind() {
     let rt = runtime().await;

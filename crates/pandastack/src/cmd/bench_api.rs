@@ -197,6 +197,22 @@ impl Api {
     }
 }
 
+/// `POST …/exec` of `true` in sandbox `id`; milliseconds until the answer.
+async fn exec_true(api: &Api, id: &str) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let (st, v) = api
+        .call(
+            reqwest::Method::POST,
+            &format!("/v1/sandboxes/{id}/exec"),
+            Some(json!({"argv": ["true"]})),
+        )
+        .await?;
+    if st != StatusCode::OK || v["exit_code"] != 0 {
+        bail!("exec: {st} {v}");
+    }
+    Ok(ms(t.elapsed()))
+}
+
 pub async fn run(a: ApiArgs) -> anyhow::Result<ExitCode> {
     let (_own, url, key, proxy) = match (&a.base_url, &a.api_key) {
         (Some(u), Some(k)) => (None, u.trim_end_matches('/').to_owned(), k.clone(), None),
@@ -220,15 +236,18 @@ pub async fn run(a: ApiArgs) -> anyhow::Result<ExitCode> {
     api.delete(&id).await?;
     eprintln!("first create: {:.0} ms", ms(first));
 
-    // Serial creates, each after the warm pool has refilled.
+    // Serial creates, each after the warm pool has refilled, and each sandbox's first command.
     let mut serial = Vec::new();
+    let mut first_exec = Vec::new();
     for _ in 0..a.creates {
         tokio::time::sleep(Duration::from_millis(a.create_gap_ms)).await;
         let (id, took) = api.create(&a.template).await?;
         serial.push(ms(took));
+        first_exec.push(exec_true(&api, &id).await?);
         api.delete(&id).await?;
     }
     metrics.insert("api_create_ready_ms", metric(serial, "ms"));
+    metrics.insert("api_first_exec_ms", metric(first_exec, "ms"));
     eprintln!("serial creates done");
 
     // 8 at once.
@@ -259,18 +278,7 @@ pub async fn run(a: ApiArgs) -> anyhow::Result<ExitCode> {
     let (id, _) = api.create(&a.template).await?;
     let mut exec = Vec::new();
     for _ in 0..50 {
-        let t = Instant::now();
-        let (st, v) = api
-            .call(
-                reqwest::Method::POST,
-                &format!("/v1/sandboxes/{id}/exec"),
-                Some(json!({"argv": ["true"]})),
-            )
-            .await?;
-        if st != StatusCode::OK || v["exit_code"] != 0 {
-            bail!("exec: {st} {v}");
-        }
-        exec.push(ms(t.elapsed()));
+        exec.push(exec_true(&api, &id).await?);
     }
     metrics.insert("api_exec_ms", metric(exec, "ms"));
     let mut fork = Vec::new();

@@ -157,6 +157,10 @@ pub struct ServerArgs {
     /// Pre-started VMs kept per baked template (0 disables the pool).
     #[arg(long, default_value_t = 1)]
     pool_size: usize,
+    /// A pooled VM still untaken this long (ms) runs one shell command (`echo; /bin/true`), so
+    /// that under TCG the sandbox's first command finds the exec path translated; 0 never warms
+    #[arg(long, env = "PANDASTACK_POOL_WARM_UP_MS", default_value_t = 250)]
+    pool_warm_up_ms: u64,
     /// Volume slots baked into templates (0–3): how many volumes a sandbox can mount. Catalog
     /// templates baked with another number are baked again on first use.
     #[arg(
@@ -320,7 +324,8 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
             ),
         }
     }
-    let mut rt = Runtime::new(QemuDriver::new(qemu), data, kernel);
+    let warm_up = (a.pool_warm_up_ms > 0).then(|| Duration::from_millis(a.pool_warm_up_ms));
+    let mut rt = Runtime::new(QemuDriver::new(qemu), data, kernel).with_pool_warm_up(warm_up);
     if let Some(pool) = open_network(&a).await? {
         rt = rt.with_network(pool);
     }
