@@ -1,20 +1,21 @@
 //! A pool of warm VMs per template: each is a complete restore of the template — QEMU started
 //! with the template's memory mapped copy-on-write and a disk clone, device state loaded, running,
 //! with the guest agent session open and the post-restore hook run once (clock, RNG). Nothing
-//! but the template's own processes and the warm-up command below has run in it. A create that finds one renames the pooled
-//! directory to the sandbox's and runs the post-restore hook again with the sandbox's identity
-//! (hostname, machine id, fresh entropy, clock): process start, state load and the session open —
-//! and, under TCG, translating the agent's code paths for the first time — are all off the create
-//! path. The pool is refilled by the caller ([`Runtime::fill_pool`]), in the background.
+//! but the template's own processes and the warm-up command below has run in it. A create that
+//! finds one renames the pooled directory to the sandbox's and runs the post-restore hook again
+//! with the sandbox's identity (hostname, machine id, fresh entropy, clock): process start, state
+//! load and the session open — and, under TCG, translating the agent's code paths for the first
+//! time — are all off the create path. The pool is refilled by the caller
+//! ([`Runtime::fill_pool`]), in the background.
 //!
-//! A warm VM still waiting [`WARM_AFTER`] (250 ms) after it joined the pool also runs one command,
-//! `echo; /bin/true` through `/bin/sh` as a create's `cmd` would, off the clock: under TCG each
-//! QEMU process translates the guest code it runs afresh, so the first command of a sandbox paid
-//! ~250–400 ms for the agent's exec path, the shell, the loader and the kernel's fork/exec paths
-//! being translated, against ~30–50 ms for the next one. The command waits while any create,
-//! wake or snapshot is under way, and a VM taken first (a burst, sustained creates) is not
-//! warmed, so those do not share the CPU with it; one taken while its command runs gets the
-//! command's last milliseconds concurrently with its own first calls.
+//! A warm VM still waiting [`WARM_AFTER`] (250 ms) after it joined the pool also runs one
+//! command, `echo; /bin/true` through `/bin/sh` as a create's `cmd` would, off the clock: under
+//! TCG each QEMU process translates the guest code it runs afresh, so the first command of a
+//! sandbox paid ~250–400 ms for the agent's exec path, the shell, the loader and the kernel's
+//! fork/exec paths being translated, against ~30–50 ms for the next one. The command waits while
+//! any create, wake or snapshot is under way, and a VM taken first (a burst, sustained creates)
+//! is not warmed, so those do not share the CPU with it; one taken while its command runs gets
+//! the command's last milliseconds concurrently with its own first calls.
 //!
 //! A warm VM's volume slots are all on placeholders, so only creates that bind no volume take
 //! one; a create with volumes restores on its own. (Rebinding a warm VM's slots with
