@@ -85,18 +85,24 @@ impl<V: Vm> Prepared<V> {
 pub(crate) struct Pool<V> {
     /// Keyed by template name and bake id: a re-bake makes older entries unusable.
     entries: Mutex<HashMap<String, Vec<Prepared<V>>>>,
-    /// Warm-up commands that ran to a zero exit.
-    warmed: Arc<AtomicU64>,
+    warm_up: Arc<WarmUps>,
+}
+
+/// What the warm-ups share with the runtime.
+#[derive(Default)]
+struct WarmUps {
     /// Creates, wakes and snapshots under way: warm-ups wait for none to be.
-    busy: Arc<AtomicUsize>,
+    busy: AtomicUsize,
+    /// Warm-up commands that ran to a zero exit.
+    done: AtomicU64,
 }
 
 /// Counts one create, wake or snapshot under way while it lives ([`Pool::busy`]).
-pub(crate) struct Busy(Arc<AtomicUsize>);
+pub(crate) struct Busy(Arc<WarmUps>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.busy.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -104,8 +110,7 @@ impl<V> Default for Pool<V> {
     fn default() -> Self {
         Self {
             entries: Mutex::new(HashMap::new()),
-            warmed: Arc::new(AtomicU64::new(0)),
-            busy: Arc::new(AtomicUsize::new(0)),
+            warm_up: Arc::default(),
         }
     }
 }
@@ -117,8 +122,8 @@ fn key(t: &Template) -> String {
 impl<V> Pool<V> {
     /// Marks a create, wake or snapshot as under way until the guard is dropped.
     pub(crate) fn busy(&self) -> Busy {
-        self.busy.fetch_add(1, Ordering::AcqRel);
-        Busy(Arc::clone(&self.busy))
+        self.warm_up.busy.fetch_add(1, Ordering::AcqRel);
+        Busy(Arc::clone(&self.warm_up))
     }
 
     pub(crate) fn take(&self, t: &Template) -> Option<Prepared<V>> {
@@ -164,13 +169,8 @@ impl<D: VmDriver> Runtime<D> {
         while self.pool.len(template) < size {
             let p = self.prepare(template).await?;
             if let Some(after) = self.pool_warm_up {
-                warm_later(
-                    after,
-                    p.agent.clone(),
-                    Arc::clone(&p.gone),
-                    Arc::clone(&self.pool.busy),
-                    Arc::clone(&self.pool.warmed),
-                );
+                let shared = Arc::clone(&self.pool.warm_up);
+                warm_later(after, p.agent.clone(), Arc::clone(&p.gone), shared);
             }
             self.pool.put(template, p);
         }
@@ -184,7 +184,7 @@ impl<D: VmDriver> Runtime<D> {
 
     /// How many pooled VMs have run their warm-up command (see the module's documentation).
     pub fn pool_warmed(&self) -> u64 {
-        self.pool.warmed.load(Ordering::Acquire)
+        self.pool.warm_up.done.load(Ordering::Acquire)
     }
 
     /// Stops every pooled VM and removes its directory.
@@ -262,20 +262,14 @@ impl<D: VmDriver> Runtime<D> {
 /// create, wake or snapshot is under way (checked every `after`), unless the VM has left the
 /// pool by then. Its outcome changes nothing but the log: a VM whose warm-up failed
 /// serves as well as one never warmed.
-fn warm_later(
-    after: Duration,
-    agent: Channel,
-    gone: Arc<AtomicBool>,
-    busy: Arc<AtomicUsize>,
-    warmed: Arc<AtomicU64>,
-) {
+fn warm_later(after: Duration, agent: Channel, gone: Arc<AtomicBool>, shared: Arc<WarmUps>) {
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(after).await;
             if gone.load(Ordering::Acquire) {
                 return;
             }
-            if busy.load(Ordering::Acquire) == 0 {
+            if shared.busy.load(Ordering::Acquire) == 0 {
                 break;
             }
         }
@@ -283,7 +277,7 @@ fn warm_later(
         let argv = ["/bin/sh", "-c", WARM_COMMAND];
         match crate::volumes::run_as_root(&agent, &argv, WARM_TIMEOUT).await {
             Ok((0, _)) => {
-                warmed.fetch_add(1, Ordering::AcqRel);
+                shared.done.fetch_add(1, Ordering::AcqRel);
                 tracing::debug!(ms = t.elapsed().as_millis() as u64, "pooled VM warmed");
             }
             Ok((code, stderr)) => {
