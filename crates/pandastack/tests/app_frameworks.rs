@@ -4,9 +4,10 @@
 //! Flask and FastAPI from PyPI, all built in VMs of the `app` template with sandbox networking.
 //! Slow by nature (npm, pip, `next build` and webpack under TCG), so the tests have a server and
 //! network namespaces each and run two at a time (the suite's `--test-threads=2`): Vite, Flask,
-//! FastAPI and Express one after another beside Next.js. The Create React App project is
-//! planned in the suite; its deploy (1,305 packages, about 30 minutes under TCG) runs with
-//! `--ignored` (timings in docs/ARCHITECTURE.md, "App hosting").
+//! FastAPI and Express one after another, Next.js, and Create React App. Projects with an npm
+//! lockfile (Express, Next.js, CRA) install through the npm fast path (packages fetched on the
+//! host, unpacked in the VM); Vite's has none, so npm resolves it in the VM (timings in
+//! docs/ARCHITECTURE.md, "App hosting").
 
 mod common;
 
@@ -21,7 +22,7 @@ use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
 
 /// Longest one deploy may take. Under TCG a cold Next.js build takes minutes (about 12 in the
-/// slowest run seen); the CRA deploy, when run (`--ignored`), about 30.
+/// slowest run seen); the CRA deploy about 8 (about 30 before the npm fast path).
 const DEPLOY_TIMEOUT: Duration = Duration::from_secs(2400);
 
 fn run(dir: &Path, program: &str, args: &[&str]) {
@@ -158,6 +159,11 @@ struct Case {
     framework: &'static str,
     /// Text the page at `/` has (compared without spaces).
     marker: &'static str,
+    /// Another path and text it has.
+    also: Option<(&'static str, &'static str)>,
+    /// Whether the project has an npm lockfile, which the host fetches (the deploy log says
+    /// so) and the VM unpacks instead of `npm ci`.
+    npm_lockfile: bool,
 }
 
 /// Publishes the project, deploys it as a new app, checks the plan's framework and the page
@@ -167,14 +173,20 @@ async fn deploy_and_visit(api: &Api<'_>, case: Case) {
     let url = publish(&case.project);
     let d = deploy(api, name, &url, case.extra).await;
     assert_eq!(d["plan"]["framework"], case.framework, "{name}: {d}");
-    let (st, body) = visit(api.s, name, "/").await;
-    assert_eq!(st, StatusCode::OK, "{name}: {body}");
-    assert!(
-        body.replace(' ', "")
-            .contains(&case.marker.replace(' ', "")),
-        "{name}: {:?} not in {body}",
-        case.marker
+    let log = deploy_log(api, name, d["id"].as_str().unwrap()).await;
+    assert_eq!(
+        log.contains("fetched on the host"),
+        case.npm_lockfile,
+        "{name}: {log}"
     );
+    for (path, marker) in [("/", case.marker)].into_iter().chain(case.also) {
+        let (st, body) = visit(api.s, name, path).await;
+        assert_eq!(st, StatusCode::OK, "{name} {path}: {body}");
+        assert!(
+            body.replace(' ', "").contains(&marker.replace(' ', "")),
+            "{name} {path}: {marker:?} not in {body}"
+        );
+    }
     let (st, v) = api.call("DELETE", &format!("/v1/apps/{name}"), None).await;
     assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
 }
@@ -270,6 +282,21 @@ async fn generated_projects_of_every_framework_deploy_and_answer() {
         "npx",
         &["-y", "express-generator", "--no-view", "express-app"],
     );
+    // The Express project gets a lockfile (the npm fast path: packages fetched on the host)
+    // and a root postinstall script, which must still run in the VM; Vite's has none (`npm
+    // install` resolves it in the VM).
+    let express = root.join("express-app");
+    let manifest = express.join("package.json");
+    let mut pkg: Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    pkg["scripts"]["postinstall"] = json!(
+        "node -e \"require('fs').writeFileSync('public/postinstall.txt', 'postinstall ran in the VM')\""
+    );
+    std::fs::write(&manifest, serde_json::to_vec_pretty(&pkg).unwrap()).unwrap();
+    run(
+        &express,
+        "npm",
+        &["install", "--package-lock-only", "--no-audit", "--no-fund"],
+    );
     let flask = write(
         &root.join("flask-app"),
         &[
@@ -292,6 +319,8 @@ async fn generated_projects_of_every_framework_deploy_and_answer() {
             extra: json!({}),
             framework: "vite",
             marker: "<div id=\"root\">",
+            also: None,
+            npm_lockfile: false,
         },
         Case {
             app: "flask",
@@ -299,6 +328,8 @@ async fn generated_projects_of_every_framework_deploy_and_answer() {
             extra: json!({}),
             framework: "flask",
             marker: "\"hello\":\"flask\"",
+            also: None,
+            npm_lockfile: false,
         },
         Case {
             app: "fastapi",
@@ -306,13 +337,17 @@ async fn generated_projects_of_every_framework_deploy_and_answer() {
             extra: json!({}),
             framework: "fastapi",
             marker: "\"hello\":\"fastapi\"",
+            also: None,
+            npm_lockfile: false,
         },
         Case {
             app: "express",
-            project: root.join("express-app"),
+            project: express,
             extra: json!({}),
             framework: "node",
             marker: "Welcome to Express",
+            also: Some(("/postinstall.txt", "postinstall ran in the VM")),
+            npm_lockfile: true,
         },
     ];
     for case in cases {
@@ -362,6 +397,8 @@ async fn a_next_project_deploys_and_answers() {
             extra: json!({"memory_mb": 2048, "env": {"NEXT_TELEMETRY_DISABLED": "1"}}),
             framework: "next",
             marker: "Hello World!",
+            also: None,
+            npm_lockfile: true,
         },
     )
     .await;
@@ -370,17 +407,22 @@ async fn a_next_project_deploys_and_answers() {
     eprintln!("next: {:.0} s in all", started.elapsed().as_secs_f64());
 }
 
-/// A project `create-react-app` made is planned as CRA: `npm ci` from its lockfile, `npm run
-/// build`, the static server over `build`. Its deploy (below) is not in the suite's run.
-#[test]
-fn a_create_react_app_project_is_planned_as_cra() {
-    use pandastack_control::apps::detect::{plan, Overrides, Runtime};
-    let tmp = tempfile::tempdir().unwrap();
-    run(tmp.path(), "npx", &["-y", "create-react-app", "cra-app"]);
-    let root = tmp.path().join("cra-app");
-    let p = plan(&root, &Overrides::default()).unwrap();
+/// A project `create-react-app` made (1,305 packages in its lockfile) is planned as CRA — `npm
+/// ci` from its lockfile, `npm run build`, the static server over `build` — and deployed: its
+/// packages through the npm fast path (fetched on the host, unpacked in the VM, `npm rebuild`;
+/// the bin links `npm run build` needs come from there), built by webpack in the VM.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_react_app_project_deploys_and_answers() {
+    let started = Instant::now();
+    let site = Site::start("tscr", "10.204.69.0/24").await;
+    let (api, root) = (site.api(), site.root());
+    // Deprecated, but still the generator of react-scripts projects (its own template, React
+    // from the registry).
+    run(root, "npx", &["-y", "create-react-app", "cra-app"]);
+    let project = root.join("cra-app");
+    let p = pandastack_control::apps::detect::plan(&project, &Default::default()).unwrap();
     assert_eq!(p.framework, "cra", "{:?}", p.decisions);
-    assert_eq!(p.runtime, Runtime::Static);
+    assert_eq!(p.runtime, pandastack_control::apps::detect::Runtime::Static);
     assert_eq!(p.package_manager.as_deref(), Some("npm"));
     assert!(p.install.as_deref().unwrap().starts_with("npm ci"), "{p:?}");
     assert_eq!(p.build.as_deref(), Some("npm run build"));
@@ -390,32 +432,17 @@ fn a_create_react_app_project_is_planned_as_cra() {
         "{:?}",
         p.decisions
     );
-}
-
-/// The deploy of a Create React App project, 1,305 packages to install under TCG: 1,635 s alone
-/// on this 2-core host on 2026-11-28 (install 1,119 s, build 363 s), 1,784 s with npm 11's
-/// `npm ci` instead of npm 9's `npm install`, and past 1,800 s beside the rest of the suite,
-/// which its 90 minutes cannot carry. Run it with `cargo test -p pandastack --test
-/// app_frameworks -- --ignored` (on KVM it takes minutes). The other frameworks' deploys run
-/// in the suite; the CRA plan is checked there from a generated project (above).
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "about 30 minutes of CPU under TCG; run with --ignored"]
-async fn a_create_react_app_project_deploys_and_answers() {
-    let started = Instant::now();
-    let site = Site::start("tscr", "10.204.69.0/24").await;
-    let (api, root) = (site.api(), site.root());
-    // Deprecated, but still the generator of react-scripts projects (its own template, React
-    // from the registry).
-    run(root, "npx", &["-y", "create-react-app", "cra-app"]);
     // 2 GiB for webpack.
     deploy_and_visit(
         &api,
         Case {
             app: "cra",
-            project: root.join("cra-app"),
+            project,
             extra: json!({"memory_mb": 2048}),
             framework: "cra",
             marker: "<title>React App</title>",
+            also: None,
+            npm_lockfile: true,
         },
     )
     .await;

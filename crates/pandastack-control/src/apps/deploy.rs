@@ -87,12 +87,12 @@ fn tail(s: &str, n: usize) -> String {
 }
 
 /// A deploy under way: its row, the app's configuration and its log.
-struct Run {
-    app: AppRow,
-    config: AppConfig,
-    row: DeployRow,
-    log: BuildLog,
-    phases: BTreeMap<String, u64>,
+pub(super) struct Run {
+    pub(super) app: AppRow,
+    pub(super) config: AppConfig,
+    pub(super) row: DeployRow,
+    pub(super) log: BuildLog,
+    pub(super) phases: BTreeMap<String, u64>,
 }
 
 impl Apps {
@@ -179,7 +179,12 @@ impl Apps {
     }
 
     /// Records how long `phase` took and writes the row.
-    async fn phase_done(&self, run: &mut Run, phase: &str, started: Instant) -> Result<(), String> {
+    pub(super) async fn phase_done(
+        &self,
+        run: &mut Run,
+        phase: &str,
+        started: Instant,
+    ) -> Result<(), String> {
         let ms = started.elapsed().as_millis() as u64;
         run.phases.insert(phase.to_owned(), ms);
         run.log.line(&format!("{phase}: {ms} ms"));
@@ -301,6 +306,10 @@ impl Apps {
         if !self.restore_deps(run, &sandbox.id, key.as_deref()).await? {
             if let Some(cmd) = plan.install.as_deref() {
                 let t = Instant::now();
+                let fast = self
+                    .npm_fast_path(run, &sandbox.id, &plan, &fetched.dir, &env)
+                    .await?;
+                let cmd = fast.as_deref().unwrap_or(cmd);
                 self.step(run, &sandbox.id, "install", cmd, &env).await?;
                 self.phase_done(run, "install", t).await?;
                 if let Some(key) = &key {
@@ -567,32 +576,45 @@ impl Apps {
 
     /// Puts the source tarball into the VM and unpacks it in [`APP_DIR`].
     async fn upload(&self, sandbox: &str, tarball: &std::path::Path) -> Result<(), String> {
+        self.unpack_in_vm(sandbox, tarball, "source", "").await
+    }
+
+    /// Copies the gzip tarball `tarball` into the VM and unpacks it in [`APP_DIR`], after
+    /// the shell command `before` (`what` names it in errors).
+    pub(super) async fn unpack_in_vm(
+        &self,
+        sandbox: &str,
+        tarball: &std::path::Path,
+        what: &str,
+        before: &str,
+    ) -> Result<(), String> {
         let file = tokio::fs::File::open(tarball)
             .await
-            .map_err(|e| format!("open the source tarball: {e}"))?;
+            .map_err(|e| format!("open the {what} tarball: {e}"))?;
         let body = file_stream(file);
+        let vm_path = "/tmp/pandastack-unpack.tar.gz";
         self.host
-            .write_file(sandbox, "/tmp/pandastack-src.tar.gz", body)
+            .write_file(sandbox, vm_path, body)
             .await
-            .map_err(|e| format!("copy the source into the VM: {}", error_chain(&e)))?;
+            .map_err(|e| format!("copy the {what} into the VM: {}", error_chain(&e)))?;
         let out = self
             .host
             .exec(
                 sandbox,
                 ExecSpec {
                     shell: format!(
-                        "mkdir -p {APP_DIR} && tar -xzf /tmp/pandastack-src.tar.gz -C {APP_DIR} && rm /tmp/pandastack-src.tar.gz"
+                        "{before}mkdir -p {APP_DIR} && tar -xzf {vm_path} -C {APP_DIR} && rm {vm_path}"
                     ),
-                    timeout: Duration::from_secs(300),
+                    timeout: Duration::from_secs(900),
                     max_output_bytes: 64 * 1024,
                     ..Default::default()
                 },
             )
             .await
-            .map_err(|e| format!("unpack the source: {}", error_chain(&e)))?;
-        if out.exit_code != 0 {
+            .map_err(|e| format!("unpack the {what}: {}", error_chain(&e)))?;
+        if out.exit_code != 0 || out.timed_out {
             return Err(format!(
-                "unpack the source: {}",
+                "unpack the {what}: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }

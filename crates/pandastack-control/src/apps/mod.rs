@@ -19,6 +19,7 @@ mod domains;
 pub mod function;
 pub mod instances;
 pub mod invocations;
+pub mod npm_lock;
 mod routes;
 mod source;
 mod webhook;

@@ -30,6 +30,7 @@ use serde::Serialize;
 
 use files::Facts;
 use node::node_install;
+pub(crate) use node::NPM_CI;
 use python::python_install;
 use semver::Version;
 

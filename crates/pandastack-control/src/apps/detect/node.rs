@@ -268,7 +268,7 @@ impl Manager {
 /// `yaml@2`), and `npm ci` refuses a lockfile it finds incomplete ("Missing: yaml@2.9.1 from
 /// lock file"), so the image's npm 9 would refuse projects locked with a newer npm. `npm
 /// install` keeps the locked versions and adds what this npm finds missing.
-pub(super) const NPM_CI: &str = concat!(
+pub(crate) const NPM_CI: &str = concat!(
     "npm ci || { echo 'npm ci failed (a lockfile from another npm version can lack optional ",
     "peers this one wants); installing with npm install'; npm install; }"
 );
