@@ -26,7 +26,10 @@
 //! - unless `--skip-vite`: `deploy_vite_cold_s` (a `create-vite` React project: npm install in
 //!   the build VM, `vite build`, plus the bake of the `app-m1024` template) and
 //!   `deploy_vite_warm_s` (only `src/App.jsx` changed: the dependency cache replaces the
-//!   install), with `vite_cold_phase_*`/`vite_warm_phase_*`.
+//!   install), with `vite_cold_phase_*`/`vite_warm_phase_*`; then `deploy_vite_locked_cold_s`:
+//!   the same project with a lockfile (`npm install --package-lock-only` on the host), as a new
+//!   app with no dependency cache: the npm fast path installs it (packages fetched on the host,
+//!   unpacked in the VM, `npm rebuild`), with `vite_locked_phase_*`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -68,6 +71,7 @@ type R<T> = anyhow::Result<(T, Duration)>;
 
 const STATIC_APP: &str = "bench-static";
 const VITE_APP: &str = "bench-vite";
+const VITE_LOCKED_APP: &str = "bench-vite-locked";
 /// Longest a deploy may take (a first one may build the `app` image and bake it).
 const DEPLOY_TIMEOUT: Duration = Duration::from_secs(2400);
 /// Longest a replaced version's VM may take to be hibernated (the server waits 10 s).
@@ -432,6 +436,8 @@ async fn measure(b: &Bench, a: &AppsArgs, root: &Path, s: &mut Samples) -> anyho
     if !a.skip_vite {
         vite(b, root, s).await?;
         b.delete_app(VITE_APP).await?;
+        vite_locked(b, root, s).await?;
+        b.delete_app(VITE_LOCKED_APP).await?;
     }
     b.delete_app(STATIC_APP).await?;
     eprintln!("apps deleted");
@@ -709,6 +715,53 @@ async fn check_npm() -> anyhow::Result<()> {
         ),
         Err(e) => bail!("no npm on this host ({e}): the Vite deploys need it; pass --skip-vite"),
     }
+}
+
+/// The Vite project of [`vite`] with a lockfile, as a new app: a cold deploy through the npm
+/// fast path.
+async fn vite_locked(b: &Bench, root: &Path, s: &mut Samples) -> anyhow::Result<()> {
+    let (url, work) = repo(root, VITE_LOCKED_APP).await?;
+    let copy = format!(
+        "git -C '{}' archive HEAD | tar -x -C '{}' && npm install --package-lock-only --no-audit --no-fund",
+        root.join(VITE_APP).display(),
+        work.display()
+    );
+    let out = tokio::process::Command::new("sh")
+        .args(["-c", &copy])
+        .current_dir(&work)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .context("copy the Vite project and lock it")?;
+    if !out.status.success() {
+        bail!(
+            "lock the Vite project ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    commit(&work, &[], "create-vite with its lockfile").await?;
+    eprintln!("cold Vite deploy with a lockfile (the npm fast path)…");
+    let t = Instant::now();
+    let id = b
+        .create_app(json!({
+            "name": VITE_LOCKED_APP, "git": {"url": url}, "min_instances": 1, "memory_mb": 1024,
+        }))
+        .await?;
+    let cold = b.wait_live(VITE_LOCKED_APP, &id).await?;
+    let secs = t.elapsed().as_secs_f64();
+    push(s, "deploy_vite_locked_cold_s", secs);
+    push_phases(s, Some("vite_locked_phase"), &cold);
+    b.expect_page(VITE_LOCKED_APP, "<div id=\"root\">").await?;
+    eprintln!("locked cold Vite deploy: {secs:.1} s {}", cold["phases_ms"]);
+    if !cold["phases_ms"]["install_fetch"].is_u64() {
+        eprintln!(
+            "WARNING: the locked Vite deploy did not take the npm fast path (phases {}); see \
+             its deploy log",
+            cold["phases_ms"]
+        );
+    }
+    Ok(())
 }
 
 /// `npm create vite` (React) in `root`: the project's directory.

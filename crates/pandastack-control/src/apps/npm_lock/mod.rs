@@ -35,6 +35,8 @@ pub use pack::{pack, PackStats};
 /// The registry the fast path fetches from (npm's default; an app that names another takes
 /// the slow path).
 pub const REGISTRY: &str = "https://registry.npmjs.org/";
+/// Yarn's mirror of the npm registry, taken as the npm registry.
+const YARN_REGISTRY: &str = "https://registry.yarnpkg.com/";
 /// The lockfile the fast path reads.
 pub const LOCKFILE: &str = "package-lock.json";
 /// Largest lockfile read.
@@ -348,11 +350,16 @@ fn allows(list: &[Value], ours: &str) -> bool {
 /// else the registry's layout for its name and version.
 fn tarball_url(path: &str, entry: &Value, names: Vec<String>) -> Result<String, FastPathError> {
     if let Some(resolved) = entry.get("resolved").and_then(Value::as_str) {
-        let rest = resolved.strip_prefix(REGISTRY).ok_or_else(|| {
-            not_taken(format!(
-                "{path} comes from {resolved}, not the npm registry"
-            ))
-        })?;
+        // Yarn's registry serves npm's tarballs (lockfiles converted from Yarn name it); the
+        // hash makes sure the bytes are the ones locked.
+        let rest = resolved
+            .strip_prefix(REGISTRY)
+            .or_else(|| resolved.strip_prefix(YARN_REGISTRY))
+            .ok_or_else(|| {
+                not_taken(format!(
+                    "{path} comes from {resolved}, not the npm registry"
+                ))
+            })?;
         let safe = rest.ends_with(".tgz")
             && !rest.contains("..")
             && rest
@@ -363,7 +370,7 @@ fn tarball_url(path: &str, entry: &Value, names: Vec<String>) -> Result<String, 
                 "{path}: unexpected registry URL {resolved}"
             )));
         }
-        return Ok(resolved.to_owned());
+        return Ok(format!("{REGISTRY}{rest}"));
     }
     // An alias (`"x": "npm:y@1"`) lives at node_modules/x but is package y.
     let name = match entry.get("name").and_then(Value::as_str) {

@@ -41,6 +41,8 @@ fn urls_come_from_the_registry_layout_or_resolved() {
             "node_modules/alias": {"name": "real", "version": "2.0.0", "integrity": SOME_SHA},
             "node_modules/r": {"version": "1.0.0", "integrity": SOME_SHA,
                                "resolved": "https://registry.npmjs.org/r/-/r-1.0.0.tgz"},
+            "node_modules/y": {"version": "1.0.0", "integrity": SOME_SHA,
+                               "resolved": "https://registry.yarnpkg.com/y/-/y-1.0.0.tgz"},
         })),
         &json!({"dependencies": {"react": "^19"}}),
     )
@@ -72,6 +74,10 @@ fn urls_come_from_the_registry_layout_or_resolved() {
             (
                 "node_modules/react",
                 "https://registry.npmjs.org/react/-/react-19.3.1.tgz"
+            ),
+            (
+                "node_modules/y",
+                "https://registry.npmjs.org/y/-/y-1.0.0.tgz"
             ),
         ]
     );
