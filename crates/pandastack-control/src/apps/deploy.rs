@@ -153,6 +153,7 @@ impl Apps {
         let _ = std::fs::remove_dir_all(dir.join("src"));
         let _ = std::fs::remove_file(dir.join("src.tar.gz"));
         let _ = std::fs::remove_file(dir.join(UPLOAD));
+        let _ = std::fs::remove_file(dir.join(super::npm_lock::PACKED));
         // Written only for a fetch and removed after it; this is for a fetch cut off.
         let _ = std::fs::remove_file(dir.join(source::KEY_FILE));
         if let Err(message) = result {

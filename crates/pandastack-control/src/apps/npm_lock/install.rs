@@ -11,8 +11,9 @@ use crate::apps::deploy::Run;
 use crate::apps::detect::{BuildPlan, NPM_CI};
 use crate::apps::{Apps, APP_DIR};
 
-/// The repacked packages in the deploy's directory.
-const PACKED: &str = "node_modules.tar.gz";
+/// The repacked packages in the deploy's directory (removed after the upload, and by the
+/// deploy job's end for a job cut off).
+pub(crate) const PACKED: &str = "node_modules.tar.gz";
 /// Longest the registry may take to answer a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 

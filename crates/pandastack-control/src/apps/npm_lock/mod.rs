@@ -30,6 +30,7 @@ use base64::Engine;
 use serde_json::{Map, Value};
 
 pub use fetch::{fetch, FetchStats};
+pub(crate) use install::PACKED;
 pub use pack::{pack, PackStats};
 
 /// The registry the fast path fetches from (npm's default; an app that names another takes
