@@ -717,6 +717,31 @@ async fn check_npm() -> anyhow::Result<()> {
     }
 }
 
+/// Creates app `name` from `url` (a Vite project, 1 GiB) and times its first deploy to live
+/// as `deploy_<what>_s` (`vite_cold` → `deploy_vite_cold_s`), its phases as `<what>_phase_*`;
+/// the live deploy.
+async fn cold_vite_deploy(
+    b: &Bench,
+    s: &mut Samples,
+    name: &str,
+    url: &str,
+    what: &str,
+) -> anyhow::Result<Value> {
+    let t = Instant::now();
+    let id = b
+        .create_app(json!({
+            "name": name, "git": {"url": url}, "min_instances": 1, "memory_mb": 1024,
+        }))
+        .await?;
+    let cold = b.wait_live(name, &id).await?;
+    let secs = t.elapsed().as_secs_f64();
+    push(s, format!("deploy_{what}_s"), secs);
+    push_phases(s, Some(&format!("{what}_phase")), &cold);
+    b.expect_page(name, "<div id=\"root\">").await?;
+    eprintln!("{name}: first deploy {secs:.1} s {}", cold["phases_ms"]);
+    Ok(cold)
+}
+
 /// The Vite project of [`vite`] with a lockfile, as a new app: a cold deploy through the npm
 /// fast path.
 async fn vite_locked(b: &Bench, root: &Path, s: &mut Samples) -> anyhow::Result<()> {
@@ -742,18 +767,7 @@ async fn vite_locked(b: &Bench, root: &Path, s: &mut Samples) -> anyhow::Result<
     }
     commit(&work, &[], "create-vite with its lockfile").await?;
     eprintln!("cold Vite deploy with a lockfile (the npm fast path)…");
-    let t = Instant::now();
-    let id = b
-        .create_app(json!({
-            "name": VITE_LOCKED_APP, "git": {"url": url}, "min_instances": 1, "memory_mb": 1024,
-        }))
-        .await?;
-    let cold = b.wait_live(VITE_LOCKED_APP, &id).await?;
-    let secs = t.elapsed().as_secs_f64();
-    push(s, "deploy_vite_locked_cold_s", secs);
-    push_phases(s, Some("vite_locked_phase"), &cold);
-    b.expect_page(VITE_LOCKED_APP, "<div id=\"root\">").await?;
-    eprintln!("locked cold Vite deploy: {secs:.1} s {}", cold["phases_ms"]);
+    let cold = cold_vite_deploy(b, s, VITE_LOCKED_APP, &url, "vite_locked").await?;
     if !cold["phases_ms"]["install_fetch"].is_u64() {
         eprintln!(
             "WARNING: the locked Vite deploy did not take the npm fast path (phases {}); see \
@@ -796,18 +810,7 @@ async fn vite(b: &Bench, root: &Path, s: &mut Samples) -> anyhow::Result<()> {
     let (url, work) = repo(root, VITE_APP).await?;
     commit(&work, &[], "create-vite").await?;
     eprintln!("cold Vite deploy (npm install in the VM; may bake the app-m1024 template)…");
-    let t = Instant::now();
-    let id = b
-        .create_app(json!({
-            "name": VITE_APP, "git": {"url": url}, "min_instances": 1, "memory_mb": 1024,
-        }))
-        .await?;
-    let cold = b.wait_live(VITE_APP, &id).await?;
-    let secs = t.elapsed().as_secs_f64();
-    push(s, "deploy_vite_cold_s", secs);
-    push_phases(s, Some("vite_cold_phase"), &cold);
-    b.expect_page(VITE_APP, "<div id=\"root\">").await?;
-    eprintln!("cold Vite deploy: {secs:.1} s {}", cold["phases_ms"]);
+    cold_vite_deploy(b, s, VITE_APP, &url, "vite_cold").await?;
 
     let app_jsx = work.join("src/App.jsx");
     let text = std::fs::read_to_string(&app_jsx)
