@@ -718,14 +718,13 @@ async fn check_npm() -> anyhow::Result<()> {
 }
 
 /// Creates app `name` from `url` (a Vite project, 1 GiB) and times its first deploy to live
-/// as `deploy_<what>_s` (`vite_cold` → `deploy_vite_cold_s`), its phases as `<what>_phase_*`;
-/// the live deploy.
+/// as `metric`, its phases as `<phases>_*_ms`; the live deploy.
 async fn cold_vite_deploy(
     b: &Bench,
     s: &mut Samples,
     name: &str,
     url: &str,
-    what: &str,
+    (metric, phases): (&str, &str),
 ) -> anyhow::Result<Value> {
     let t = Instant::now();
     let id = b
@@ -735,8 +734,8 @@ async fn cold_vite_deploy(
         .await?;
     let cold = b.wait_live(name, &id).await?;
     let secs = t.elapsed().as_secs_f64();
-    push(s, format!("deploy_{what}_s"), secs);
-    push_phases(s, Some(&format!("{what}_phase")), &cold);
+    push(s, metric, secs);
+    push_phases(s, Some(phases), &cold);
     b.expect_page(name, "<div id=\"root\">").await?;
     eprintln!("{name}: first deploy {secs:.1} s {}", cold["phases_ms"]);
     Ok(cold)
@@ -767,7 +766,14 @@ async fn vite_locked(b: &Bench, root: &Path, s: &mut Samples) -> anyhow::Result<
     }
     commit(&work, &[], "create-vite with its lockfile").await?;
     eprintln!("cold Vite deploy with a lockfile (the npm fast path)…");
-    let cold = cold_vite_deploy(b, s, VITE_LOCKED_APP, &url, "vite_locked").await?;
+    let cold = cold_vite_deploy(
+        b,
+        s,
+        VITE_LOCKED_APP,
+        &url,
+        ("deploy_vite_locked_cold_s", "vite_locked_phase"),
+    )
+    .await?;
     if !cold["phases_ms"]["install_fetch"].is_u64() {
         eprintln!(
             "WARNING: the locked Vite deploy did not take the npm fast path (phases {}); see \
@@ -810,7 +816,14 @@ async fn vite(b: &Bench, root: &Path, s: &mut Samples) -> anyhow::Result<()> {
     let (url, work) = repo(root, VITE_APP).await?;
     commit(&work, &[], "create-vite").await?;
     eprintln!("cold Vite deploy (npm install in the VM; may bake the app-m1024 template)…");
-    cold_vite_deploy(b, s, VITE_APP, &url, "vite_cold").await?;
+    cold_vite_deploy(
+        b,
+        s,
+        VITE_APP,
+        &url,
+        ("deploy_vite_cold_s", "vite_cold_phase"),
+    )
+    .await?;
 
     let app_jsx = work.join("src/App.jsx");
     let text = std::fs::read_to_string(&app_jsx)
