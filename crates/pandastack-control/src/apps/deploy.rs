@@ -62,6 +62,9 @@ pub(crate) fn plan_port(d: &DeployRow) -> Option<u16> {
         .and_then(|p| u16::try_from(p).ok())
 }
 
+/// Where a tarball waits in the VM until it is unpacked in [`APP_DIR`].
+pub(super) const VM_UNPACK: &str = "/tmp/pandastack-unpack.tar.gz";
+
 /// Drops the guest's page cache after a build (see the pipeline).
 const RELEASE_BUILD_CACHE: &str = "sync && echo 3 > /proc/sys/vm/drop_caches";
 
@@ -593,7 +596,7 @@ impl Apps {
             .await
             .map_err(|e| format!("open the {what} tarball: {e}"))?;
         let body = file_stream(file);
-        let vm_path = "/tmp/pandastack-unpack.tar.gz";
+        let vm_path = VM_UNPACK;
         self.host
             .write_file(sandbox, vm_path, body)
             .await

@@ -148,7 +148,8 @@ pub async fn forget(objects: &Objects, ws: &str, app: &str) -> Result<(), Object
     Ok(())
 }
 
-async fn run(host: &dyn Host, sandbox: &str, shell: &str) -> Result<(), String> {
+/// Runs `shell` in the VM as root; a non-zero exit is an error with its stderr.
+pub(super) async fn run(host: &dyn Host, sandbox: &str, shell: &str) -> Result<(), String> {
     let out = host
         .exec(
             sandbox,

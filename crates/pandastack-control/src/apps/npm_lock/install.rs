@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use pandastack_host::error_chain;
 
 use super::{fetch, pack, FastPathError, Lock, LOCKFILE};
-use crate::apps::deploy::Run;
+use crate::apps::deploy::{Run, VM_UNPACK};
+use crate::apps::deps;
 use crate::apps::detect::{BuildPlan, NPM_CI};
 use crate::apps::{Apps, APP_DIR};
 
@@ -70,7 +71,9 @@ impl Apps {
         if let Err(e) = unpacked {
             run.log
                 .line(&format!("install: {e}; npm installs the lockfile itself"));
-            let _ = self.unpack_in_vm_cleanup(sandbox).await;
+            // npm then installs into a clean node_modules.
+            let clean = format!("rm -rf {APP_DIR}/node_modules {VM_UNPACK}");
+            let _ = deps::run(self.host.as_ref(), sandbox, &clean).await;
             return Ok(None);
         }
         self.phase_done(run, "install_unpack", t).await?;
@@ -96,10 +99,10 @@ impl Apps {
             })?;
         let cache = self.npm_cache();
         let got = fetch(&client, &lock.packages, &cache).await?;
-        let (lock, out_owned) = (lock, out.to_owned());
+        let out = out.to_owned();
         let (lock, packed) = tokio::task::spawn_blocking(move || {
-            let r = pack(&lock, &cache, &out_owned);
-            (lock, r)
+            let packed = pack(&lock, &cache, &out);
+            (lock, packed)
         })
         .await
         .map_err(|e| FastPathError::io("pack the packages", std::io::Error::other(e)))?;
@@ -131,26 +134,5 @@ impl Apps {
             lock.after_unpack()
         ));
         Ok((lock, note))
-    }
-
-    /// Removes what a failed unpack left (npm then installs into a clean node_modules).
-    async fn unpack_in_vm_cleanup(&self, sandbox: &str) -> Result<(), String> {
-        let out = self
-            .host
-            .exec(
-                sandbox,
-                pandastack_host::ExecSpec {
-                    shell: format!("rm -rf {APP_DIR}/node_modules /tmp/pandastack-unpack.tar.gz"),
-                    timeout: Duration::from_secs(300),
-                    max_output_bytes: 64 * 1024,
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| error_chain(&e))?;
-        if out.exit_code != 0 {
-            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-        }
-        Ok(())
     }
 }

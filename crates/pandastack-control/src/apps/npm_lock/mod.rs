@@ -218,7 +218,7 @@ impl Lock {
             if path.is_empty() {
                 continue;
             }
-            let names = package_names(path)
+            let dir_name = package_name(path)
                 .ok_or_else(|| not_taken(format!("{path}: not a package under node_modules")))?;
             let flag = |f: &str| entry.get(f).and_then(Value::as_bool).unwrap_or(false);
             if flag("link") {
@@ -240,7 +240,7 @@ impl Lock {
             }
             packages.push(Package {
                 path: path.clone(),
-                url: tarball_url(path, entry, names)?,
+                url: tarball_url(path, entry, dir_name)?,
                 sha512: sha512_of(path, entry)?,
             });
         }
@@ -286,11 +286,11 @@ impl Lock {
     }
 }
 
-/// The package names along a lockfile path (`node_modules/a/node_modules/@s/b` → `a`,
-/// `@s/b`); `None` for a path that is not `node_modules/<name>` repeated with valid names.
-fn package_names(path: &str) -> Option<Vec<String>> {
+/// The package a lockfile path installs (`node_modules/a/node_modules/@s/b` → `@s/b`); `None`
+/// for a path that is not `node_modules/<name>` repeated with valid names.
+fn package_name(path: &str) -> Option<String> {
     let parts: Vec<&str> = path.split('/').collect();
-    let mut names = Vec::new();
+    let mut last = None;
     let mut i = 0;
     while i < parts.len() {
         if parts[i] != "node_modules" {
@@ -311,9 +311,9 @@ fn package_names(path: &str) -> Option<Vec<String>> {
             i += 2;
             first.to_owned()
         };
-        names.push(name);
+        last = Some(name);
     }
-    (!names.is_empty()).then_some(names)
+    last
 }
 
 /// A package name or scope (without `@`): npm's URL-safe characters, no `.`/`..`.
@@ -349,7 +349,7 @@ fn allows(list: &[Value], ours: &str) -> bool {
 
 /// The registry URL of a package's tarball: its `resolved` when that is in [`REGISTRY`],
 /// else the registry's layout for its name and version.
-fn tarball_url(path: &str, entry: &Value, names: Vec<String>) -> Result<String, FastPathError> {
+fn tarball_url(path: &str, entry: &Value, dir_name: String) -> Result<String, FastPathError> {
     if let Some(resolved) = entry.get("resolved").and_then(Value::as_str) {
         // Yarn's registry serves npm's tarballs (lockfiles converted from Yarn name it); the
         // hash makes sure the bytes are the ones locked.
@@ -376,7 +376,7 @@ fn tarball_url(path: &str, entry: &Value, names: Vec<String>) -> Result<String, 
     // An alias (`"x": "npm:y@1"`) lives at node_modules/x but is package y.
     let name = match entry.get("name").and_then(Value::as_str) {
         Some(n) => n.to_owned(),
-        None => names.into_iter().next_back().unwrap_or_default(),
+        None => dir_name,
     };
     let valid_name = match name.strip_prefix('@').and_then(|n| n.split_once('/')) {
         Some((scope, base)) => name_part(scope) && name_part(base),

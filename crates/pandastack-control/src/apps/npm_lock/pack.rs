@@ -59,7 +59,6 @@ pub fn pack(lock: &Lock, cache: &Path, out: &Path) -> Result<PackStats, FastPath
     };
     w.dir("node_modules")?;
     for p in &lock.packages {
-        w.parents(&p.path)?;
         w.dir(&p.path)?;
         let path = cache.join(p.cache_name());
         let f = File::open(&path)
@@ -73,7 +72,7 @@ pub fn pack(lock: &Lock, cache: &Path, out: &Path) -> Result<PackStats, FastPath
             let rel = inside_package(&entry.path().map_err(bad)?);
             let (Some(rel), true) = (rel, kind.is_file() || kind.is_contiguous() || kind.is_dir())
             else {
-                // The top directory's own entry is not counted; pax headers are read by tar.
+                // Links, devices and paths out of the package; a pax global header is no file.
                 if !matches!(kind, EntryType::XGlobalHeader) && !entry.path_bytes().is_empty() {
                     w.stats.skipped += 1;
                 }
@@ -87,7 +86,6 @@ pub fn pack(lock: &Lock, cache: &Path, out: &Path) -> Result<PackStats, FastPath
             };
             let dest = format!("{}/{rel}", p.path);
             if kind.is_dir() {
-                w.parents(&dest)?;
                 w.dir(&dest)?;
                 continue;
             }
@@ -173,20 +171,17 @@ struct Writer<'a> {
 impl Writer<'_> {
     /// Entries for the directories above `path` not written yet.
     fn parents(&mut self, path: &str) -> Result<(), FastPathError> {
-        let mut end = 0;
-        while let Some(i) = path[end..].find('/') {
-            end += i;
-            if !self.dirs.contains(&path[..end]) {
-                let d = path[..end].to_owned();
-                self.dir(&d)?;
-            }
-            end += 1;
+        match path.rsplit_once('/') {
+            Some((up, _)) => self.dir(up),
+            None => Ok(()),
         }
-        Ok(())
     }
 
+    /// An entry for directory `path`, and for those above it, unless written already.
     fn dir(&mut self, path: &str) -> Result<(), FastPathError> {
-        if self.dirs.insert(path.to_owned()) {
+        if !self.dirs.contains(path) {
+            self.parents(path)?;
+            self.dirs.insert(path.to_owned());
             self.append(
                 &format!("{path}/"),
                 EntryType::Directory,
