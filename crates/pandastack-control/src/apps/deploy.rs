@@ -869,8 +869,20 @@ impl Apps {
         let app_id = app.id.clone();
         tokio::spawn(async move {
             tokio::time::sleep(DRAIN).await;
-            if let Err(e) = me.retire_now(&app_id, &id).await {
-                tracing::warn!(deploy = %id, error = %e, "retire an app's previous version");
+            match me.retire_now(&app_id, &id).await {
+                Ok(()) => {}
+                // The app was deleted during the drain: its deletion removed the VMs.
+                Err(_)
+                    if matches!(
+                        me.store.apps().by_id(&app_id).await,
+                        Err(StoreError::NotFound)
+                    ) =>
+                {
+                    tracing::debug!(deploy = %id, "app deleted before its previous version retired");
+                }
+                Err(e) => {
+                    tracing::warn!(deploy = %id, error = %e, "retire an app's previous version");
+                }
             }
         });
     }
