@@ -20,7 +20,9 @@
 # `/v1/sandboxes/{id}/…` operations are pointed at, so requests reach the guest rather than 404:
 # one for work inside (exec, files, code, ports, logs, snapshot, fork), one for pause, resume,
 # hibernate and wake, one for PATCH (a generated short TTL ends it), one for DELETE; a key for
-# `DELETE /v1/keys/{id}` (the key fuzzing uses is never the one given) — and whatever the
+# `DELETE /v1/keys/{id}` (the key fuzzing uses is never the one given), two schedules (one the
+# `/v1/schedules/{name}/…` operations are pointed at, one for DELETE; a yearly cron, so they fire
+# only when a generated `…/run` or PATCH makes them) — and whatever the
 # generated requests create. On exit it deletes every sandbox, snapshot and volume and revokes every key
 # that appeared during the run, so run it by hand only against a workspace nobody else is using
 # at the time.
@@ -116,10 +118,15 @@ ids "/v1/sandboxes?limit=1000" >"$work/sandboxes.before"
 ids "/v1/snapshots?limit=1000" >"$work/snapshots.before"
 ids /v1/keys >"$work/keys.before"
 names "/v1/volumes?limit=1000" >"$work/volumes.before"
+names "/v1/schedules?limit=1000" >"$work/schedules.before"
 
 cleanup() {
   local n=0 id
   key=$admin_key
+  # First: a schedule left behind would go on making sandboxes.
+  for name in $(names "/v1/schedules?limit=1000" | grep -vxFf "$work/schedules.before" || true); do
+    api DELETE "/v1/schedules/$name" >/dev/null || log "could not delete schedule $name"
+  done
   for id in $(ids "/v1/sandboxes?limit=1000" | grep -vxFf "$work/sandboxes.before" || true); do
     api DELETE "/v1/sandboxes/$id" >/dev/null || log "could not delete sandbox $id"
     n=$((n + 1))
@@ -150,9 +157,13 @@ volume=fuzz-$seed victim_volume=fuzz-$seed-delete
 for v in "$volume" "$victim_volume"; do
   api POST /v1/volumes "{\"name\":\"$v\",\"size_gb\":1}" >/dev/null
 done
+schedule=fuzz-$seed victim_schedule=fuzz-$seed-delete
+for v in "$schedule" "$victim_schedule"; do
+  api POST /v1/schedules "{\"name\":\"$v\",\"cron\":\"0 0 1 1 *\",\"target\":{\"type\":\"sandbox_exec\",\"template\":\"$template\",\"command\":\"true\"}}" >/dev/null
+done
 key=$(api POST /v1/keys '{"name":"fuzz"}' | json 'd["secret"]')
 avoid=$(api GET /v1/templates | json '",".join(t["name"] for t in d["data"] if t["state"] != "ready")')
-log "fixtures: sandboxes $fixture (work), $lifecycle (lifecycle), $patched (patch), $victim (delete), key $victim_key (revoke), volumes $volume (work), $victim_volume (delete); not baked: ${avoid:-none}"
+log "fixtures: sandboxes $fixture (work), $lifecycle (lifecycle), $patched (patch), $victim (delete), key $victim_key (revoke), volumes $volume (work), $victim_volume (delete), schedules $schedule (work), $victim_schedule (delete); not baked: ${avoid:-none}"
 
 cat >"$work/schemathesis.toml" <<EOF
 request-timeout = 60
@@ -209,6 +220,21 @@ parameters = { "path.name" = "$volume" }
 [[operations]]
 include-operation-id = "delete_volume"
 parameters = { "path.name" = "$victim_volume" }
+
+[[operations]]
+include-path-regex = '^/v1/schedules/\{name\}'
+exclude-operation-id = ["delete_schedule", "run_schedule"]
+parameters = { "path.name" = "$schedule" }
+
+# Each run makes a sandbox.
+[[operations]]
+include-operation-id = "run_schedule"
+parameters = { "path.name" = "$schedule" }
+generation = { max-examples = $vm_examples }
+
+[[operations]]
+include-operation-id = "delete_schedule"
+parameters = { "path.name" = "$victim_schedule" }
 
 [[operations]]
 include-operation-id = "revoke_key"

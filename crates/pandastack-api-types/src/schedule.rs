@@ -17,6 +17,8 @@ pub const DEFAULT_RUN_TIMEOUT_SECONDS: u64 = 300;
 pub const MAX_RUN_TIMEOUT_SECONDS: u64 = 86_400;
 /// Most retries of a failed run.
 pub const MAX_SCHEDULE_RETRIES: u32 = 10;
+/// Largest `starting_deadline_seconds`: a year.
+pub const MAX_STARTING_DEADLINE_SECONDS: u64 = 365 * 86_400;
 /// Largest `payload`, bytes of JSON (it travels in an environment variable).
 pub const MAX_PAYLOAD_BYTES: usize = 64 << 10;
 /// Largest command, bytes.
@@ -176,7 +178,7 @@ pub struct CreateScheduleRequest {
     /// instead of run; of several missed due times only the latest runs. Unset: the latest
     /// missed due time runs, however late.
     #[serde(default)]
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 31536000)]
     pub starting_deadline_seconds: Option<u64>,
     /// Attempts again after a failed run (non-zero exit, timeout, error), default 0, at most 10.
     #[serde(default)]
@@ -197,8 +199,11 @@ fn validate_common(
             return Err(field_error("payload", "at most 64 KiB of JSON"));
         }
     }
-    if deadline == Some(0) {
-        return Err(field_error("starting_deadline_seconds", "1 or more"));
+    if deadline.is_some_and(|d| d == 0 || d > MAX_STARTING_DEADLINE_SECONDS) {
+        return Err(field_error(
+            "starting_deadline_seconds",
+            "1 to 31536000 (a year)",
+        ));
     }
     if retries.is_some_and(|r| r > MAX_SCHEDULE_RETRIES) {
         return Err(field_error("retries", "0 to 10"));
@@ -249,8 +254,9 @@ pub struct UpdateScheduleRequest {
     pub payload: Option<serde_json::Value>,
     #[serde(default)]
     pub concurrency_policy: Option<ConcurrencyPolicy>,
-    /// `0` removes the deadline.
+    /// `0` removes the deadline; at most 31536000 (a year).
     #[serde(default)]
+    #[schema(maximum = 31536000)]
     pub starting_deadline_seconds: Option<u64>,
     #[serde(default)]
     #[schema(maximum = 10)]
@@ -262,7 +268,11 @@ impl UpdateScheduleRequest {
         if let Some(t) = &self.target {
             t.validate()?;
         }
-        validate_common(self.payload.as_ref(), None, self.retries)
+        validate_common(
+            self.payload.as_ref(),
+            self.starting_deadline_seconds.filter(|&d| d > 0),
+            self.retries,
+        )
     }
 
     /// `spec` with this request's fields.
@@ -455,6 +465,28 @@ mod tests {
         r.retries = Some(11);
         assert_eq!(r.validate().unwrap_err().field, "retries");
         r.retries = None;
+        for (d, ok) in [(0, false), (1, true), (MAX_STARTING_DEADLINE_SECONDS, true)] {
+            r.starting_deadline_seconds = Some(d);
+            assert_eq!(r.validate().is_ok(), ok, "{d}");
+        }
+        // Past a year (the fuzzer sent 2^63, which overflowed the scheduler's milliseconds).
+        for d in [MAX_STARTING_DEADLINE_SECONDS + 1, 1 << 63] {
+            r.starting_deadline_seconds = Some(d);
+            let e = r.validate().unwrap_err();
+            assert_eq!(e.field, "starting_deadline_seconds");
+            let patch = UpdateScheduleRequest {
+                starting_deadline_seconds: Some(d),
+                ..Default::default()
+            };
+            assert_eq!(patch.validate().unwrap_err().field, e.field);
+        }
+        // In a patch 0 removes the deadline.
+        let patch = UpdateScheduleRequest {
+            starting_deadline_seconds: Some(0),
+            ..Default::default()
+        };
+        patch.validate().unwrap();
+        r.starting_deadline_seconds = None;
         r.name = "Bad".into();
         assert_eq!(r.validate().unwrap_err().field, "name");
         assert!(serde_json::from_str::<CreateScheduleRequest>(

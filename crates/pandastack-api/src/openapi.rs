@@ -28,6 +28,11 @@ pub const OPTIONAL_BODIES: &[&str] = &[
     "create_key",
     "create_code_context",
     "branch_database",
+    "update_app",
+    "rollback_app",
+    "update_function",
+    "rollback_function",
+    "update_schedule",
 ];
 
 /// Adds the bearer scheme, the shared error response on every operation, marks the public paths

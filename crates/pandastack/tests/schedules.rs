@@ -213,6 +213,14 @@ async fn schedules_end_to_end() {
     let (st, manual) = a.call("POST", "/v1/schedules/tick/run", None).await;
     assert_eq!(st, StatusCode::ACCEPTED, "{manual}");
     assert_eq!(manual["trigger"], "manual");
+    // A PATCH without a body (the document says it is optional) changes nothing.
+    let (st, v) = a.call("PATCH", "/v1/schedules/tick", None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        (&v["paused"], &v["cron"]),
+        (&json!(true), &json!("*/2 * * * * *")),
+        "{v}"
+    );
     let id = manual["id"].as_str().unwrap().to_owned();
     until(&a, "tick", 120, |r| {
         r.iter()

@@ -76,7 +76,7 @@ impl Schedules {
         let next = cron.next_after(now);
         let latest = due.pop();
         let fire = latest.filter(|t| match spec.starting_deadline_seconds {
-            Some(d) => now - t <= (d as i64) * 1000,
+            Some(d) => now - t <= i64::try_from(d).unwrap_or(i64::MAX).saturating_mul(1000),
             None => true,
         });
         let mut missed: Vec<_> = due
