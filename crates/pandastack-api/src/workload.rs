@@ -17,7 +17,7 @@ use pandastack_api_types::{
     self as wire, validate_guest_path, ErrorCode, ExecRequest, ExecResult, MkdirRequest,
     RenameRequest,
 };
-use pandastack_host::{ExecEvent, ExecSpec, FileKind};
+use pandastack_host::{ExecEvent, ExecSpec, FileKind, GuestErrorKind, HostError};
 use pandastack_store::SandboxRow;
 
 use crate::error::{ApiError, ApiResult};
@@ -194,7 +194,26 @@ pub async fn read(
             format!("path: {path} is not a regular file"),
         ));
     }
-    let stream = app.host.read_file(&id, &path).await?;
+    let mut stream = app.host.read_file(&id, &path).await?;
+    // The first chunk is read before the status line: a body that fails before its first byte
+    // makes hyper close the connection with no answer at all, so a file that cannot be read
+    // (`/proc/self/mem` is EIO from its first byte) gets an error answer instead. A read error
+    // of a file that stat found is about the file, not the server: 422.
+    let first = match stream.next().await {
+        None => None,
+        Some(Ok(bytes)) => Some(bytes),
+        Some(Err(HostError::Guest {
+            kind: GuestErrorKind::Other,
+            message,
+        })) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidArgument,
+                format!("path: {path} cannot be read: {message}"),
+            ))
+        }
+        Some(Err(e)) => return Err(e.into()),
+    };
+    let stream = futures::stream::iter(first.map(Ok)).chain(stream);
     let body = HttpBody::from_stream(stream.map(|r| r.map_err(std::io::Error::other)));
     let mut response = ([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response();
     // A file that reports no size (`/proc`, `/sys`) still has bytes (the guest reads up to
