@@ -202,7 +202,7 @@ fn validate_common(
     if deadline.is_some_and(|d| d == 0 || d > MAX_STARTING_DEADLINE_SECONDS) {
         return Err(field_error(
             "starting_deadline_seconds",
-            "1 to 31536000 (a year)",
+            format!("1 to {MAX_STARTING_DEADLINE_SECONDS} (a year)"),
         ));
     }
     if retries.is_some_and(|r| r > MAX_SCHEDULE_RETRIES) {

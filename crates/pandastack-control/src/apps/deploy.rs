@@ -596,9 +596,8 @@ impl Apps {
             .await
             .map_err(|e| format!("open the {what} tarball: {e}"))?;
         let body = file_stream(file);
-        let vm_path = VM_UNPACK;
         self.host
-            .write_file(sandbox, vm_path, body)
+            .write_file(sandbox, VM_UNPACK, body)
             .await
             .map_err(|e| format!("copy the {what} into the VM: {}", error_chain(&e)))?;
         let out = self
@@ -607,7 +606,7 @@ impl Apps {
                 sandbox,
                 ExecSpec {
                     shell: format!(
-                        "{before}mkdir -p {APP_DIR} && tar -xzf {vm_path} -C {APP_DIR} && rm {vm_path}"
+                        "{before}mkdir -p {APP_DIR} && tar -xzf {VM_UNPACK} -C {APP_DIR} && rm {VM_UNPACK}"
                     ),
                     timeout: Duration::from_secs(900),
                     max_output_bytes: 64 * 1024,
