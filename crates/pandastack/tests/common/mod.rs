@@ -30,27 +30,47 @@ impl Drop for Server {
     }
 }
 
-/// A port nothing listens on, for a server this test starts.
+/// A port nothing listens on, for a server this test starts, held for this test process.
 ///
 /// Not `bind(":0")`: that hands out ports from the kernel's ephemeral range, where the
 /// outgoing connections of every test running beside this one also get theirs, so the port
 /// could be taken between this call and the server's bind (CI saw the database front fail
 /// with "Address already in use"). Ports come from below that range (20000–32767), start at
 /// a per-process offset and are never handed out twice by one test binary.
+///
+/// Tests run in processes of their own, side by side, and a test that kills its server and
+/// starts it again on the same port leaves that port free in between: CI saw another test's
+/// server take it there. So a port is also held for the whole life of the test process by
+/// an exclusive `flock` on `$TMPDIR/pandastack-test-ports/<port>`, which every test process
+/// skips; the kernel drops the lock when the process ends, however it ends.
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Mutex;
     const LOW: u32 = 20_000;
     const SPAN: u32 = 12_768;
     static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    static HELD: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
     let seed = std::process::id().wrapping_mul(7_919)
         ^ std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
     let _ = NEXT.compare_exchange(u32::MAX, seed % SPAN, Ordering::SeqCst, Ordering::SeqCst);
+    let locks = std::env::temp_dir().join("pandastack-test-ports");
+    std::fs::create_dir_all(&locks).expect("port lock directory");
     for _ in 0..SPAN {
         let port = (LOW + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(locks.join(port.to_string()))
+            .expect("port lock file");
+        if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            continue; // another test process holds it
+        }
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            HELD.lock().unwrap_or_else(|e| e.into_inner()).push(lock);
             return port;
         }
     }
@@ -129,7 +149,12 @@ pub async fn start_with(data: &Path, port: u16, extra: &[&str]) -> Server {
             if let Ok(Some(status)) = child.try_wait() {
                 panic!("the server exited before answering ({status}); its stderr is above");
             }
-            if let Ok(r) = client.get(format!("{url}/v1/health")).send().await {
+            // A bounded request: should something other than this server hold the port, the
+            // loop still notices the server's exit instead of waiting on an unanswered request.
+            let health = client
+                .get(format!("{url}/v1/health"))
+                .timeout(Duration::from_secs(5));
+            if let Ok(r) = health.send().await {
                 if r.status().is_success() {
                     return;
                 }
