@@ -725,6 +725,29 @@ async fn refusals_follow_the_document() {
     }
     let (st, v) = call(&s, "POST", "/v1/keys", None).await;
     assert_eq!(st, StatusCode::CREATED, "{v}");
+
+    // Whitespace alone is not an empty body but malformed JSON, and makes nothing.
+    let (_, before) = call(&s, "GET", "/v1/keys", None).await;
+    for body in ["\t", " ", "\r\n"] {
+        let req = Request::builder()
+            .method("POST")
+            .uri("/v1/keys")
+            .header("authorization", format!("Bearer {}", s.key))
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        let resp = s.router.clone().oneshot(req).await.unwrap();
+        let st = resp.status();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let v: Value = serde_json::from_slice(&bytes).expect("an error envelope");
+        assert_eq!(
+            (st, v["error"]["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("invalid_json")),
+            "{body:?}: {v}"
+        );
+    }
+    let (_, after) = call(&s, "GET", "/v1/keys", None).await;
+    assert_eq!(before["data"], after["data"]);
 }
 
 /// Findings of the API fuzzing on a sandbox: boolean query parameters are strict (`follow=null`
