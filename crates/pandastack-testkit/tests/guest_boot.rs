@@ -53,6 +53,12 @@ async fn cold_boot_exec_and_file_round_trip() {
         "stderr: {}",
         out.stderr
     );
+    // Commands back to back each run in a cgroup of their own: a finished command's clean-up
+    // once swept the next command's cgroup away before that command had entered it.
+    for i in 0..20 {
+        let out = exec(&ch, "cut -d/ -f2 /proc/self/cgroup").await;
+        assert_eq!(out.stdout, "pandastack\n", "command {i}: {}", out.stderr);
+    }
 
     // A 4 MiB file through the Files service, checked inside the guest and read back.
     let data: Vec<u8> = (0..4 * 1024 * 1024u32)

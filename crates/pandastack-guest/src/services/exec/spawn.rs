@@ -2,10 +2,12 @@
 //! its own session, the requested user, and (as PID 1) its own cgroup.
 
 use std::ffi::CString;
+use std::io::ErrorKind;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Mutex, PoisonError};
 
 use nix::sys::wait::WaitStatus;
 use nix::unistd::Uid;
@@ -92,25 +94,35 @@ impl Tree {
         let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(self.pid), sig);
     }
 
-    /// Removes the command's cgroup, and any earlier ones that have emptied since. A cgroup that
-    /// still has processes (background jobs of a command that exited) stays until a later sweep.
+    /// Removes the command's cgroup. One that still has processes (background jobs of a command
+    /// that exited) is kept in [`LEFTOVER`] and tried again at each later removal.
     pub fn remove_cgroup(&mut self) {
-        if let Some(cg) = self.cgroup.take() {
-            let _ = std::fs::remove_dir(&cg);
-            tokio::task::spawn_blocking(sweep_cgroups);
+        let Some(cg) = self.cgroup.take() else {
+            return;
+        };
+        let pending = {
+            let mut left = LEFTOVER.lock().unwrap_or_else(PoisonError::into_inner);
+            if std::fs::remove_dir(&cg).is_err() {
+                left.push(cg);
+            }
+            !left.is_empty()
+        };
+        if pending {
+            tokio::task::spawn_blocking(|| {
+                let mut left = LEFTOVER.lock().unwrap_or_else(PoisonError::into_inner);
+                left.retain(|c| {
+                    std::fs::remove_dir(c).is_err_and(|e| e.kind() != ErrorKind::NotFound)
+                });
+            });
         }
     }
 }
 
-fn sweep_cgroups() {
-    if let Ok(entries) = std::fs::read_dir(CGROUP_ROOT) {
-        for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with("exec-") {
-                let _ = std::fs::remove_dir(e.path());
-            }
-        }
-    }
-}
+/// Cgroups of exited commands that still held processes when their command ended. Only these
+/// are swept: sweeping every empty `exec-*` directory also removed the cgroup a starting command
+/// had just made and not yet entered, and that command then ran outside any cgroup of its own
+/// (seen in CI: `cold_boot_exec_and_file_round_trip`'s second command in the root cgroup).
+static LEFTOVER: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// A cgroup for command `n` when running as PID 1 with cgroup v2 set up by init.
 fn make_cgroup(state: &State, n: u64) -> Option<PathBuf> {
