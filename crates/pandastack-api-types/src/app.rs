@@ -116,9 +116,11 @@ fn validate_domains(domains: &[String]) -> Result<(), FieldError> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AppGit {
-    /// Anything `git clone` accepts on the host: `https://…`, `http://…`, `git://…`,
-    /// `ssh://…` or scp-like `git@host:path` (fetched with the app's `deploy_key`),
-    /// `file://…` or an absolute path.
+    /// A repository the server fetches over the network: `https://…`, `http://…`, `git://…`,
+    /// `ssh://…` or scp-like `git@host:path` (fetched with the app's `deploy_key`). Never a
+    /// path or `file://` on the server, nor an address on its loopback, link-local, private,
+    /// CGNAT or metadata ranges unless the operator allowed it (`--allow-internal-fetch`);
+    /// deploy a local directory by uploading it.
     pub url: String,
     /// Branch, tag or commit to deploy (default `main`); pushes to this branch deploy.
     #[serde(default, rename = "ref")]
@@ -356,17 +358,24 @@ pub(crate) fn validate_git(git: &AppGit) -> Result<(), FieldError> {
     let bad = || {
         field_error(
             "git.url",
-            "an https://, http://, ssh://, git:// or file:// URL, an scp-like user@host:path, \
-             or an absolute path",
+            "an https://, http://, ssh:// or git:// URL, or an scp-like user@host:path",
         )
     };
     if u.is_empty() || u.len() > 2048 || u.starts_with('-') || u.chars().any(char::is_control) {
         return Err(bad());
     }
-    if ["https://", "http://", "git://", "file://"]
+    let lower = u.to_ascii_lowercase();
+    if lower.starts_with("file:") || u.starts_with('/') || u.starts_with('.') || u.starts_with('~')
+    {
+        return Err(field_error(
+            "git.url",
+            "a path or file:// URL on the server is not fetched: sources come over the network \
+             (https://, http://, ssh://, git:// or user@host:path); upload a directory instead",
+        ));
+    }
+    if ["https://", "http://", "git://"]
         .iter()
-        .any(|s| u.starts_with(s))
-        || u.starts_with('/')
+        .any(|s| lower.starts_with(s))
     {
         // As before: git parses these; `--` ends its options.
     } else if let Some(rest) = u.strip_prefix("ssh://") {
@@ -788,7 +797,6 @@ mod tests {
             "ssh://git@example.com:2222/srv/repo.git",
             "ssh://[::1]:22/repo",
             "https://example.com/a b.git",
-            "/srv/my repo.git",
         ] {
             assert!(validate_git(&git(ok)).is_ok(), "{ok}");
         }
@@ -804,6 +812,7 @@ mod tests {
             "ssh://git@-host/repo",
             "ssh://host:notaport/repo",
             "ssh://host",
+            "/srv/my repo.git",
             "ssh://git@host/a b",
             "relative/path",
             "ext::sh -c x",
@@ -826,8 +835,10 @@ mod tests {
 
     #[test]
     fn create_defaults_and_refusals() {
-        let mut r: CreateAppRequest =
-            serde_json::from_str(r#"{"name":"web","git":{"url":"/srv/web.git"}}"#).unwrap();
+        let mut r: CreateAppRequest = serde_json::from_str(
+            r#"{"name":"web","git":{"url":"https://git.example.com/web.git"}}"#,
+        )
+        .unwrap();
         r.validate().unwrap();
         let c = r.config();
         assert_eq!(
@@ -836,7 +847,21 @@ mod tests {
         );
         r.git.url = "--upload-pack=evil".into();
         assert_eq!(r.validate().unwrap_err().field, "git.url");
-        r.git.url = "file:///srv/x".into();
+        for local in [
+            "file:///srv/x",
+            "FILE:///srv/x",
+            "/srv/web.git",
+            "./web",
+            "~/web",
+        ] {
+            r.git.url = local.into();
+            let e = r.validate().unwrap_err();
+            assert!(
+                e.field == "git.url" && e.message.contains("upload"),
+                "{local}: {e:?}"
+            );
+        }
+        r.git.url = "https://git.example.com/web.git".into();
         r.env.insert("1X".into(), "v".into());
         assert_eq!(r.validate().unwrap_err().field, "env.1X");
         assert!(serde_json::from_str::<CreateAppRequest>(

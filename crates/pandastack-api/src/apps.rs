@@ -47,7 +47,9 @@ impl From<AppError> for ApiError {
             e @ AppError::TooLarge(_) => Self::new(ErrorCode::PayloadTooLarge, e.to_string()),
             AppError::Config(e) => Self::internal("app configuration", &e),
             e @ AppError::DeployKey(_) => Self::internal("app deploy key", &e),
-            e @ AppError::BadDomain(_) => Self::new(ErrorCode::InvalidArgument, e.to_string()),
+            e @ (AppError::BadDomain(_) | AppError::BadSource(_)) => {
+                Self::new(ErrorCode::InvalidArgument, e.to_string())
+            }
             e @ AppError::DomainTaken(_) => Self::new(ErrorCode::Conflict, e.to_string()),
             e @ AppError::Busy(_) => Self::new(ErrorCode::Unavailable, e.to_string()),
             e @ AppError::BadEvent(_) => Self::new(ErrorCode::InvalidArgument, e.to_string()),

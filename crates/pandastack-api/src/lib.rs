@@ -186,6 +186,12 @@ impl App {
         self
     }
 
+    /// What app and function sources may be fetched from (default: public addresses only).
+    pub fn with_outbound(mut self, policy: pandastack_outbound::OutboundPolicy) -> Self {
+        self.apps = self.apps.with_outbound(policy);
+        self
+    }
+
     pub fn with_certificates(mut self, certs: pandastack_control::Certificates) -> Self {
         self.apps = self.apps.with_certificates(certs);
         self

@@ -20,6 +20,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("pandastack-objects", &[]),
     // PostgreSQL's wire protocol (the database front, the query broker's client): a leaf.
     ("pandastack-pgwire", &[]),
+    // What the host may connect to on a user's behalf: a leaf.
+    ("pandastack-outbound", &[]),
     ("pandastack-guest", &["pandastack-guest-proto"]),
     ("pandastack-store", &["pandastack-api-types"]),
     ("pandastack-client", &["pandastack-api-types"]),
@@ -53,6 +55,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "pandastack-host",
             "pandastack-objects",
             "pandastack-pgwire",
+            "pandastack-outbound",
         ],
     ),
     (
@@ -64,6 +67,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "pandastack-control",
             "pandastack-objects",
             "pandastack-pgwire",
+            "pandastack-outbound",
         ],
     ),
 ];

@@ -245,7 +245,7 @@ impl Apps {
             } else {
                 None
             };
-            source::fetch(&url, &run.row.git_ref, &dir, ssh)
+            source::fetch(&url, &run.row.git_ref, &dir, ssh, &self.outbound)
                 .await
                 .map_err(|e| error_chain(&e))?
         };

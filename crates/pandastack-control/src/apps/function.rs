@@ -213,6 +213,9 @@ impl Apps {
         req: &CreateFunctionRequest,
     ) -> Result<(FunctionInfo, DeployRow), AppError> {
         let source = req.source();
+        if let Some(git) = &source.git {
+            self.check_source(git)?;
+        }
         let function = req.config();
         let config = AppConfig {
             git: source.git.clone().unwrap_or(AppGit {
@@ -306,6 +309,9 @@ impl Apps {
         name: &str,
         req: &CreateVersionRequest,
     ) -> Result<DeployRow, AppError> {
+        if let Some(git) = req.source().and_then(|s| s.git) {
+            self.check_source(&git)?;
+        }
         let row = self.fn_row(ws, name).await?;
         let mut config = config_of(&row)?;
         if let Some(f) = config.function.as_mut() {

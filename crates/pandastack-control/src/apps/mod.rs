@@ -34,6 +34,7 @@ use pandastack_api_types::{
 };
 use pandastack_host::{Host, HostError, VmState};
 use pandastack_objects::Objects;
+use pandastack_outbound::OutboundPolicy;
 use pandastack_store::{new_id, now_ms, AppRow, DeployRow, NewJob, SandboxRow, Store, StoreError};
 use tokio::sync::Notify;
 
@@ -94,6 +95,9 @@ pub enum AppError {
     /// A custom domain the platform cannot give an app.
     #[error("{0}")]
     BadDomain(String),
+    /// A git source the host does not fetch (a local one, or an internal address).
+    #[error("git.url: {0}")]
+    BadSource(String),
     /// A custom domain another app has.
     #[error("domain {0} belongs to another app")]
     DomainTaken(String),
@@ -166,6 +170,8 @@ pub struct Apps {
     pub(crate) instances: Arc<instances::Pool>,
     /// Wakes the runners of asynchronous function calls.
     pub(crate) invoke_wake: Arc<Notify>,
+    /// What the host may fetch sources from (public addresses and the operator's exceptions).
+    pub(crate) outbound: Arc<OutboundPolicy>,
 }
 
 /// `config` of a stored app.
@@ -239,7 +245,23 @@ impl Apps {
             routes: Arc::default(),
             instances: Arc::default(),
             invoke_wake: Arc::default(),
+            outbound: Arc::default(),
         }
+    }
+
+    /// Lets sources be fetched from what `policy` allows (by default: public addresses only).
+    pub fn with_outbound(mut self, policy: OutboundPolicy) -> Self {
+        self.outbound = Arc::new(policy);
+        self
+    }
+
+    /// Refuses a git source the host will not fetch: a path or `file://`, a scheme or remote
+    /// helper git is not allowed, an IP literal (or `localhost`) the outbound policy refuses.
+    /// A name that resolves to a refused address fails its deploy at the fetch.
+    pub(crate) fn check_source(&self, git: &pandastack_api_types::AppGit) -> Result<(), AppError> {
+        source::GitTarget::parse(&git.url)
+            .and_then(|t| t.check_literal(&self.outbound))
+            .map_err(|e| AppError::BadSource(e.to_string()))
     }
 
     /// Custom domains get TLS certificates from `certs` (files or ACME).
@@ -357,6 +379,7 @@ impl Apps {
         ws: &str,
         req: &CreateAppRequest,
     ) -> Result<(AppInfo, Option<DeployRow>), AppError> {
+        self.check_source(&req.git)?;
         let config = req.config();
         let now = now_ms();
         let private_key = new_deploy_key(&req.name)?;
@@ -411,6 +434,9 @@ impl Apps {
         name: &str,
         req: &UpdateAppRequest,
     ) -> Result<AppInfo, AppError> {
+        if let Some(git) = &req.git {
+            self.check_source(git)?;
+        }
         let row = self.row(ws, name).await?;
         let config = req.apply(config_of(&row)?);
         if let Some(domains) = &req.domains {

@@ -222,6 +222,13 @@ pub struct ServerArgs {
     /// Claims are shared by every server on the host (`/run/pandastack/vm-uids`).
     #[arg(long, env = "PANDASTACK_VM_UIDS", default_value = "4200000-4265535")]
     vm_uids: String,
+    /// An internal destination the server may fetch from on a user's behalf (app and function
+    /// git sources): by default it fetches only from public addresses, never from loopback,
+    /// link-local, private, CGNAT or metadata ones. A host name (`git.corp`), an address
+    /// (`10.1.2.3`), either with a port (`git.corp:8443`), or a network (`10.1.0.0/16`);
+    /// repeat the flag, or separate with commas in the environment variable.
+    #[arg(long, env = "PANDASTACK_ALLOW_INTERNAL_FETCH", value_delimiter = ',')]
+    allow_internal_fetch: Vec<pandastack_outbound::Allowed>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -436,6 +443,17 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         backup_interval: Duration::from_secs(a.db_backup_interval_seconds.max(60)),
         retention: Duration::from_secs(a.db_retention_days.max(1) * 86_400),
     });
+    if !a.allow_internal_fetch.is_empty() {
+        let shown: Vec<String> = a
+            .allow_internal_fetch
+            .iter()
+            .map(|x| x.to_string())
+            .collect();
+        tracing::info!(allowed = %shown.join(","), "internal destinations sources may be fetched from");
+    }
+    app = app.with_outbound(pandastack_outbound::OutboundPolicy::new(
+        a.allow_internal_fetch.clone(),
+    ));
     if let Some(c) = &certs {
         app = app.with_certificates(c.clone());
         c.start();
