@@ -6,16 +6,18 @@ deployed from there and served through the server's proxy.
 2. The agent writes a small Vite project there with the files API and commits it with git.
 3. The sandbox holds no git credentials, and never will: the code running in it is untrusted.
    The orchestrator (this script) holds them. The agent packs its commit as a ``git bundle``;
-   the orchestrator reads the bundle out with the files API and pushes it with its own git and
-   its own credentials, so no push token ever enters the sandbox.
-   By default the target is a new bare repository in a temporary directory, deployed from its
-   ``file://`` URL (the server can read it when it runs on this host, as a dev server does).
-   ``--repo URL`` (or ``PANDASTACK_EXAMPLE_REPO``) pushes to a repository of yours instead,
-   with your git credentials, on a new branch ``agent/<app name>`` (nothing of yours is
-   overwritten; the branch stays there). The server fetches that URL itself, so it must be one
-   the server can read: a public ``https://`` repository (a private one needs the app's
-   ``deploy_key`` on it first: ``apps.create(..., deploy=False)``, add the key, ``apps.deploy``).
-4. ``client.apps.create`` deploys the pushed branch: the server clones it, detects Vite, runs
+   the orchestrator reads the bundle out with the files API.
+   ``--repo URL`` (or ``PANDASTACK_EXAMPLE_REPO``) pushes it to a repository of yours with
+   your own git and credentials, on a new branch ``agent/<app name>`` (nothing of yours is
+   overwritten; the branch stays there), so no push token ever enters the sandbox. The server
+   fetches that URL itself over the network, so it must be one the server can reach: a public
+   ``https://`` repository (a private one needs the app's ``deploy_key`` on it first:
+   ``apps.create(..., deploy=False)``, add the key, ``apps.deploy``) — never a path or
+   ``file://`` URL on the server, nor a loopback or private address unless its operator
+   allowed it (``--allow-internal-fetch``).
+   By default there is no repository: the orchestrator checks the commit out of the bundle
+   and uploads that tree (``apps.deploy_directory``) to an app created without a deploy.
+4. The deploy (of the pushed branch, or of the upload): the server detects Vite, runs
    ``npm install`` and ``vite build`` in a build VM (which needs the server's sandbox
    networking: the install fetches from the npm registry), serves ``dist/`` and checks it.
    The script follows the deploy's log, prints its phases, fetches the app through the proxy
@@ -132,23 +134,31 @@ with client.sandboxes.create(template="app", ttl_seconds=1800, metadata={"exampl
 # Leaving the `with` block deleted the sandbox: the code lives in the bundle now.
 
 with tempfile.TemporaryDirectory(prefix="agent-app-") as tmp:
-    # ---- 3. Push from the orchestrator's side, with its git and credentials.
+    # ---- 3. From the orchestrator's side, with its git and credentials.
     tmpdir = Path(tmp)
     (tmpdir / "site.bundle").write_bytes(bundle)
-    git("clone", "-q", "--bare", "site.bundle", "staging.git", cwd=tmpdir)
     if args.repo:
+        git("clone", "-q", "--bare", "site.bundle", "staging.git", cwd=tmpdir)
         repo_url, branch = args.repo, f"agent/{name}"
+        git("push", "-q", repo_url, f"main:refs/heads/{branch}", cwd=tmpdir / "staging.git")
+        print(f"pushed to {repo_url} (branch {branch})")
     else:
-        git("init", "-q", "--bare", "-b", "main", "site.git", cwd=tmpdir)
-        repo_url, branch = (tmpdir / "site.git").as_uri(), "main"
-    git("push", "-q", repo_url, f"main:refs/heads/{branch}", cwd=tmpdir / "staging.git")
-    print(f"pushed to {repo_url} (branch {branch})")
+        git("clone", "-q", "--branch", "main", "site.bundle", "site", cwd=tmpdir)
+        print(f"checked the commit out of the bundle: {tmpdir / 'site'}")
 
-    # ---- 4. Deploy from the repository, follow the deploy, visit the app.
-    app = client.apps.create(name, repo_url, ref=branch)
+    # ---- 4. Deploy (the pushed branch, or the checked-out tree), follow it, visit the app.
+    if args.repo:
+        app = client.apps.create(name, repo_url, ref=branch)
+        deploy = next(iter(client.apps.deploys(name)))
+    else:
+        # The app's repository is where its later pushes would come from; this deploy is an
+        # upload of the tree.
+        app = client.apps.create(name, f"https://git.example.invalid/{name}.git", deploy=False)
     try:
         print(f"app {app.name}: {app.url}")
-        deploy = next(iter(client.apps.deploys(name)))
+        if not args.repo:
+            deploy = client.apps.deploy_directory(name, tmpdir / "site")
+            print(f"uploaded the checked-out tree as deploy #{deploy.number}")
         print(f"deploy #{deploy.number} ({deploy.id}): following its log")
         pending = ""
 

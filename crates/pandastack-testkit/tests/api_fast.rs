@@ -883,3 +883,121 @@ async fn usage_counts_sandboxes_volumes_and_snapshots() {
     assert_eq!(u["snapshots"]["count"], json!(1), "{u}");
     assert!(u["snapshots"]["bytes"].as_u64().unwrap() > 0, "{u}");
 }
+
+/// Hardening 2, item 0: a git source on the server's own disk (`file://` or a path — here a
+/// root-only repository) or on its loopback, link-local or private addresses is refused at the
+/// request with a 422 naming `git.url`, for apps, functions and their updates; nothing is made
+/// and nothing is fetched (the loopback listener is never reached). A name that resolves to
+/// such an address, and redirects, are refused where the fetch connects (the control plane's
+/// `apps::source` tests and the real-guest `app_git` test).
+#[tokio::test(flavor = "multi_thread")]
+async fn git_sources_the_server_would_read_for_a_user_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = fake_stack(Duration::from_secs(10)).await;
+    let secret = s.dir.path().join("private").join("site.git");
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::set_permissions(
+        secret.parent().unwrap(),
+        std::fs::Permissions::from_mode(0o700),
+    )
+    .unwrap();
+    let out = std::process::Command::new("git")
+        .args(["init", "-q", "--bare"])
+        .arg(&secret)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let local = [
+        format!("file://{}", secret.display()),
+        secret.display().to_string(),
+        format!("http://127.0.0.1:{port}/site.git"),
+        format!("http://localhost:{port}/site.git"),
+        format!("https://[::1]:{port}/site.git"),
+        format!("git://127.0.0.1:{port}/site.git"),
+        "http://169.254.169.254/latest/meta-data/".to_owned(),
+        "ssh://git@10.0.0.1/srv/site.git".to_owned(),
+        "git@192.168.1.1:site.git".to_owned(),
+        "https://100.64.0.1/site.git".to_owned(),
+    ];
+    let refused = |st: StatusCode, v: &Value, what: &str| {
+        assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{what}: {v}");
+        assert_eq!(v["error"]["code"], "invalid_argument", "{what}: {v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains("git.url"),
+            "{what}: {v}"
+        );
+    };
+    for url in &local {
+        let (st, v) = call(
+            &s,
+            "POST",
+            "/v1/apps",
+            Some(json!({"name": "thief", "git": {"url": url}})),
+        )
+        .await;
+        refused(st, &v, url);
+        let (st, v) = call(
+            &s,
+            "POST",
+            "/v1/functions",
+            Some(
+                json!({"name": "thief", "runtime": "python", "handler": "main.handler",
+                        "git": {"url": url}}),
+            ),
+        )
+        .await;
+        refused(st, &v, url);
+    }
+    // Updates are held to the same rule, and change nothing when refused.
+    let public = "https://git.example.com/site.git";
+    let (st, v) = call(
+        &s,
+        "POST",
+        "/v1/apps",
+        Some(json!({"name": "web", "git": {"url": public}, "deploy": false})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let (st, v) = call(
+        &s,
+        "POST",
+        "/v1/functions",
+        Some(
+            json!({"name": "fn", "runtime": "python", "handler": "main.handler",
+                    "files": {"main.py": "def handler(event):\n    return 1\n"}}),
+        ),
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    for url in &local[..3] {
+        let (st, v) = call(
+            &s,
+            "PATCH",
+            "/v1/apps/web",
+            Some(json!({"git": {"url": url}})),
+        )
+        .await;
+        refused(st, &v, url);
+        let (st, v) = call(
+            &s,
+            "POST",
+            "/v1/functions/fn/versions",
+            Some(json!({"git": {"url": url}})),
+        )
+        .await;
+        refused(st, &v, url);
+    }
+    let (_, v) = call(&s, "GET", "/v1/apps/web", None).await;
+    assert_eq!(v["git"]["url"], public, "{v}");
+    let (_, v) = call(&s, "GET", "/v1/apps", None).await;
+    assert_eq!(v["data"].as_array().unwrap().len(), 1, "{v}");
+    let (_, v) = call(&s, "GET", "/v1/functions/thief", None).await;
+    assert_eq!(v["error"]["code"], "not_found", "{v}");
+    assert!(
+        listener.accept().is_err(),
+        "nothing connected to the loopback listener"
+    );
+}

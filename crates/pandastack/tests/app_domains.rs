@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, start_with, Api, Server};
+use common::{free_port, start_with, Api, GitDaemon, Server};
 use pandastack_testkit::runtime;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use reqwest::{Client, StatusCode};
@@ -209,8 +209,8 @@ fn git(dir: &Path, args: &[&str]) {
     );
 }
 
-/// A bare repository holding one commit of a static site; its `file://` URL.
-fn site_repo(root: &Path, text: &str) -> String {
+/// A bare repository holding one commit of a static site, served by `daemon`; its URL.
+fn site_repo(root: &Path, text: &str, daemon: &GitDaemon) -> String {
     let (bare, work) = (root.join("site.git"), root.join("site"));
     std::fs::create_dir_all(&work).unwrap();
     std::fs::write(work.join("index.html"), text).unwrap();
@@ -227,7 +227,7 @@ fn site_repo(root: &Path, text: &str) -> String {
             bare.to_str().unwrap(),
         ],
     );
-    format!("file://{}", bare.display())
+    daemon.url(&bare)
 }
 
 /// `GET /` with `Host: <host>` on the proxy's plain listener (redirects not followed).
@@ -299,6 +299,8 @@ async fn custom_domains_serve_http_and_tls_from_files_and_acme() {
     std::fs::copy(spec, specs.join("app.toml")).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
+    let daemon = GitDaemon::start(root);
+    let [allow, allowed] = daemon.allow_args();
 
     // The operator's certificate directory: one name covered by a CA of our own.
     let ours = TestPki::new("operator");
@@ -334,6 +336,8 @@ async fn custom_domains_serve_http_and_tls_from_files_and_acme() {
             "--acme-contact",
             "ops@example.test",
             "--https-redirect",
+            &allow,
+            &allowed,
         ],
     )
     .await;
@@ -373,7 +377,7 @@ async fn custom_domains_serve_http_and_tls_from_files_and_acme() {
             .call(
                 "POST",
                 "/v1/apps",
-                Some(json!({"name": "bad", "git": {"url": "/nowhere"}, "domains": domains})),
+                Some(json!({"name": "bad", "git": {"url": "https://git.example.com/nowhere.git"}, "domains": domains})),
             )
             .await;
         assert_eq!(st, status, "{domains}: {v}");
@@ -386,7 +390,7 @@ async fn custom_domains_serve_http_and_tls_from_files_and_acme() {
     }
 
     // A static site with two custom domains.
-    let url = site_repo(root, "<h1>hello from the custom domain</h1>\n");
+    let url = site_repo(root, "<h1>hello from the custom domain</h1>\n", &daemon);
     let (st, app) = api
         .call(
             "POST",
@@ -420,7 +424,7 @@ async fn custom_domains_serve_http_and_tls_from_files_and_acme() {
         .call(
             "POST",
             "/v1/apps",
-            Some(json!({"name": "thief", "git": {"url": "/nowhere"}, "domains": ["shop.example.test"]})),
+            Some(json!({"name": "thief", "git": {"url": "https://git.example.com/nowhere.git"}, "domains": ["shop.example.test"]})),
         )
         .await;
     assert_eq!(st, StatusCode::CONFLICT, "{v}");
@@ -532,7 +536,7 @@ async fn custom_domains_serve_http_and_tls_from_files_and_acme() {
             "POST",
             "/v1/apps",
             Some(
-                json!({"name": "next", "git": {"url": "/nowhere"}, "deploy": false,
+                json!({"name": "next", "git": {"url": "https://git.example.com/nowhere.git"}, "deploy": false,
                         "domains": ["files.example.test", "shop.example.test"]}),
             ),
         )

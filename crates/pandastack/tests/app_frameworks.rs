@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{free_port, start_with, Api, Server};
+use common::{free_port, start_with, Api, GitDaemon, Server};
 use pandastack_testkit::net::NetNames;
 use pandastack_testkit::runtime;
 use reqwest::{Client, StatusCode};
@@ -47,9 +47,10 @@ fn git(dir: &Path, args: &[&str]) {
     run(dir, "git", &all);
 }
 
-/// Commits the project in `work` and pushes it to a new bare repository; its `file://` URL.
-/// A repository the generator made (`create-react-app` commits its project) is replaced.
-fn publish(work: &Path) -> String {
+/// Commits the project in `work` and pushes it to a new bare repository served by `daemon`;
+/// its URL. A repository the generator made (`create-react-app` commits its project) is
+/// replaced.
+fn publish(work: &Path, daemon: &GitDaemon) -> String {
     let bare = work.with_extension("git");
     let own = work.join(".git");
     if own.exists() {
@@ -69,7 +70,7 @@ fn publish(work: &Path) -> String {
             bare.to_str().unwrap(),
         ],
     );
-    format!("file://{}", bare.display())
+    daemon.url(&bare)
 }
 
 fn write(dir: &Path, files: &[(&str, &str)]) -> PathBuf {
@@ -83,11 +84,12 @@ fn write(dir: &Path, files: &[(&str, &str)]) -> PathBuf {
 /// A server over `data` that builds the `app` template from its spec, with sandbox networking on
 /// namespaces named `net` and addresses from `base` (each test has its own: they run side by
 /// side).
-async fn app_server(data: &Path, net: &str, base: &str) -> Server {
+async fn app_server(data: &Path, net: &str, base: &str, daemon: &GitDaemon) -> Server {
     let specs = data.join("no-specs");
     std::fs::create_dir_all(&specs).unwrap();
     let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../templates/app.toml");
     std::fs::copy(spec, specs.join("app.toml")).unwrap();
+    let [allow, allowed] = daemon.allow_args();
     start_with(
         data,
         free_port(),
@@ -102,6 +104,8 @@ async fn app_server(data: &Path, net: &str, base: &str) -> Server {
             base,
             "--net-spare",
             "1",
+            &allow,
+            &allowed,
         ],
     )
     .await
@@ -113,6 +117,8 @@ struct Site {
     _guard: pandastack_testkit::RuntimeGuard,
     names: NetNames,
     server: Server,
+    /// Serves the repositories published under `tmp`.
+    daemon: GitDaemon,
     tmp: tempfile::TempDir,
 }
 
@@ -121,12 +127,15 @@ impl Site {
         let guard = runtime().await;
         let names = NetNames::new(net);
         names.clean();
-        let server = app_server(guard.dir.path(), net, base).await;
+        let tmp = tempfile::tempdir().unwrap();
+        let daemon = GitDaemon::start(tmp.path());
+        let server = app_server(guard.dir.path(), net, base, &daemon).await;
         Self {
             _guard: guard,
             names,
             server,
-            tmp: tempfile::tempdir().unwrap(),
+            daemon,
+            tmp,
         }
     }
 
@@ -168,9 +177,9 @@ struct Case {
 
 /// Publishes the project, deploys it as a new app, checks the plan's framework and the page
 /// served through the proxy, and deletes the app (one app VM at a time).
-async fn deploy_and_visit(api: &Api<'_>, case: Case) {
+async fn deploy_and_visit(api: &Api<'_>, daemon: &GitDaemon, case: Case) {
     let name = case.app;
-    let url = publish(&case.project);
+    let url = publish(&case.project, daemon);
     let d = deploy(api, name, &url, case.extra).await;
     assert_eq!(d["plan"]["framework"], case.framework, "{name}: {d}");
     let log = deploy_log(api, name, d["id"].as_str().unwrap()).await;
@@ -351,7 +360,7 @@ async fn generated_projects_of_every_framework_deploy_and_answer() {
         },
     ];
     for case in cases {
-        deploy_and_visit(&api, case).await;
+        deploy_and_visit(&api, &site.daemon, case).await;
     }
     drop(api);
     site.finish();
@@ -391,6 +400,7 @@ async fn a_next_project_deploys_and_answers() {
     // 2 GiB for the compiler (`next build`), the size a Next.js deploy was first measured with.
     deploy_and_visit(
         &api,
+        &site.daemon,
         Case {
             app: "next",
             project: root.join("next-app"),
@@ -435,6 +445,7 @@ async fn a_create_react_app_project_deploys_and_answers() {
     // 2 GiB for webpack.
     deploy_and_visit(
         &api,
+        &site.daemon,
         Case {
             app: "cra",
             project,

@@ -415,6 +415,19 @@ async fn apps_from_smart_http_and_ssh() {
     let data = guard.dir.path();
     common::catalog(data, "app");
     let repos = tempfile::tempdir().unwrap();
+    // The git servers listen on loopback before the server starts: it may fetch from their two
+    // addresses (`--allow-internal-fetch`) and no other loopback one.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http_port = listener.local_addr().unwrap().port();
+    let user = run("id", &["-un"], repos.path());
+    let sshd = Sshd::start(&repos.path().join("sshd"), &user);
+    // An allowed address whose server redirects to a loopback one that is not allowed.
+    let redirector = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let redirect_port = redirector.local_addr().unwrap().port();
+    let allowed = format!(
+        "127.0.0.1:{http_port},127.0.0.1:{},127.0.0.1:{redirect_port}",
+        sshd.port
+    );
     let names = NetNames::new("tsgt");
     names.clean();
     let port = free_port();
@@ -432,6 +445,8 @@ async fn apps_from_smart_http_and_ssh() {
             "10.204.66.0/24",
             "--net-spare",
             "1",
+            "--allow-internal-fetch",
+            &allowed,
         ],
     )
     .await;
@@ -471,8 +486,6 @@ async fn apps_from_smart_http_and_ssh() {
         "site",
         &[("index.html", "<h1>hello over smart http</h1>\n")],
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let http_port = listener.local_addr().unwrap().port();
     let seen: Seen = Arc::default();
     let backend = tokio::spawn(http_backend(
         listener,
@@ -510,6 +523,47 @@ async fn apps_from_smart_http_and_ssh() {
     );
     let log = deploy_log(&api, "web-http", &d).await;
     assert!(!log.contains("ssh:"), "no key for an http fetch: {log}");
+
+    // ---- (a') A redirect from an allowed address to a loopback one that is not allowed:
+    // the fetch is refused where the redirect is followed, the deploy fails saying why, and
+    // the redirect's target is never reached.
+    let trap = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let trap_port = trap.local_addr().unwrap().port();
+    let trapped = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let t = Arc::clone(&trapped);
+    let trapping = tokio::spawn(async move {
+        while let Ok(_conn) = trap.accept().await {
+            t.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    let redirects = tokio::spawn(async move {
+        while let Ok((mut c, _)) = redirector.accept().await {
+            let mut buf = vec![0; 4096];
+            let _ = c.read(&mut buf).await;
+            let reply = format!(
+                "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{trap_port}/site.git/info/refs?service=git-upload-pack\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let _ = c.write_all(reply.as_bytes()).await;
+        }
+    });
+    let url = format!("http://127.0.0.1:{redirect_port}/site.git");
+    let (st, v) = api
+        .call(
+            "POST",
+            "/v1/apps",
+            Some(json!({"name": "web-redirect", "git": {"url": url}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let d = newest_deploy(&api, "web-redirect").await;
+    let bad = settled(&api, "web-redirect", &d).await;
+    assert_eq!(bad["state"], "failed", "{bad}");
+    let error = bad["error"].as_str().unwrap();
+    assert!(error.contains("a loopback address"), "{bad}");
+    assert!(bad["sandbox_id"].is_null(), "{bad}");
+    assert_eq!(trapped.load(std::sync::atomic::Ordering::SeqCst), 0);
+    trapping.abort();
+    redirects.abort();
     backend.abort();
 
     // ---- (b) SSH with the app's deploy key.
@@ -518,8 +572,6 @@ async fn apps_from_smart_http_and_ssh() {
         "ssh-site",
         &[("index.html", "<h1>hello over ssh</h1>\n")],
     );
-    let user = run("id", &["-un"], repos.path());
-    let sshd = Sshd::start(&repos.path().join("sshd"), &user);
     let url = format!("ssh://{user}@127.0.0.1:{}{}", sshd.port, bare.display());
     let create = |name: &str| json!({"name": name, "git": {"url": url}, "idle_seconds": 3600, "deploy": false});
     let (st, a) = api.call("POST", "/v1/apps", Some(create("web-ssh"))).await;
@@ -621,7 +673,7 @@ async fn apps_from_smart_http_and_ssh() {
     assert_eq!(vms_of(&api, "web-ssh").await.len(), 2, "live and standby");
 
     // Delete: the app's known_hosts goes with it.
-    for name in ["web-http", "web-ssh", "web-nokey"] {
+    for name in ["web-http", "web-redirect", "web-ssh", "web-nokey"] {
         let (st, v) = api.call("DELETE", &format!("/v1/apps/{name}"), None).await;
         assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
     }

@@ -1,6 +1,6 @@
 //! App hosting through the real server and real guests (the `app` template: Debian trixie with
-//! Node.js 20 and Python 3): apps deployed from local bare git repositories (over `file://` and
-//! served by `git daemon`) and from an uploaded tarball, detected, built in
+//! Node.js 20 and Python 3): apps deployed from bare git repositories served by `git daemon` on
+//! an address the server is allowed to fetch from, and from an uploaded tarball, detected, built in
 //! a VM, health-checked and served at `<app>.<domain>` by the proxy; a second version switched
 //! in blue-green, a rollback, a deploy that fails leaving the live version alone, the signed
 //! webhook (bad signature, push, redelivery), an Express app installed with npm over the
@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{free_port, start_with, Api, Server};
+use common::{free_port, start_with, Api, GitDaemon, Server};
 use pandastack_testkit::net::NetNames;
 use pandastack_testkit::runtime;
 use reqwest::{Client, StatusCode};
@@ -164,25 +164,16 @@ async fn webhook(
     (st, r.json().await.unwrap_or(Value::Null))
 }
 
-/// A `git daemon` in a process group of its own, killed whole when dropped: `git` runs
-/// `git-daemon` as a child, which killing `git` alone leaves running (holding the test's
-/// output open).
-struct GitDaemon(std::process::Child);
-
-impl Drop for GitDaemon {
-    fn drop(&mut self) {
-        let group = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn apps_end_to_end() {
     let guard = runtime().await;
     let data = guard.dir.path();
     common::catalog(data, "app");
     let repos = tempfile::tempdir().unwrap();
+    // Sources come from `git daemon` (the git:// protocol), as from a git host; the server may
+    // fetch from its address (and no other loopback one).
+    let daemon = GitDaemon::start(repos.path());
+    let [allow, allowed] = daemon.allow_args();
     let names = NetNames::new("tsap");
     names.clean();
     let port = free_port();
@@ -200,6 +191,8 @@ async fn apps_end_to_end() {
             "10.204.0.0/24",
             "--net-spare",
             "1",
+            &allow,
+            &allowed,
         ],
     )
     .await;
@@ -207,21 +200,24 @@ async fn apps_end_to_end() {
 
     // Bad input: clear errors, nothing made.
     for (body, field) in [
-        (json!({"name": "Bad_Name", "git": {"url": "/x"}}), "name"),
+        (
+            json!({"name": "Bad_Name", "git": {"url": "https://git.example.com/x.git"}}),
+            "name",
+        ),
         (
             json!({"name": "ok", "git": {"url": "--upload-pack=x"}}),
             "git.url",
         ),
         (
-            json!({"name": "ok", "git": {"url": "/x", "ref": "-x"}}),
+            json!({"name": "ok", "git": {"url": "https://git.example.com/x.git", "ref": "-x"}}),
             "git.ref",
         ),
         (
-            json!({"name": "ok", "git": {"url": "/x"}, "min_instances": 2}),
+            json!({"name": "ok", "git": {"url": "https://git.example.com/x.git"}, "min_instances": 2}),
             "min_instances",
         ),
         (
-            json!({"name": "ok", "git": {"url": "/x"}, "memory_mb": 1000}),
+            json!({"name": "ok", "git": {"url": "https://git.example.com/x.git"}, "memory_mb": 1000}),
             "memory_mb",
         ),
     ] {
@@ -239,7 +235,7 @@ async fn apps_end_to_end() {
     // A static site: detected, built, live at its host name.
     let (bare, work) = repo(repos.path(), "site");
     commit(&work, &[("index.html", "<h1>hello v1</h1>\n")], "v1");
-    let url = format!("file://{}", bare.display());
+    let url = daemon.url(&bare);
     let (st, app) = api
         .call(
             "POST",
@@ -259,7 +255,7 @@ async fn apps_end_to_end() {
         .call(
             "POST",
             "/v1/apps",
-            Some(json!({"name": "site", "git": {"url": "/x"}})),
+            Some(json!({"name": "site", "git": {"url": "https://git.example.com/x.git"}})),
         )
         .await;
     assert_eq!(st, StatusCode::CONFLICT, "{v}");
@@ -424,32 +420,7 @@ async fn apps_end_to_end() {
         ],
         "express",
     );
-    // Served by `git daemon` (the git:// protocol), as a git host would.
-    let daemon_port = free_port();
-    let _daemon = GitDaemon(
-        Command::new("git")
-            .args([
-                "daemon",
-                "--reuseaddr",
-                "--export-all",
-                "--listen=127.0.0.1",
-                &format!("--port={daemon_port}"),
-                &format!("--base-path={}", repos.path().display()),
-            ])
-            .arg(repos.path())
-            .process_group(0)
-            .spawn()
-            .expect("start git daemon"),
-    );
-    let t = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", daemon_port)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "git daemon did not listen"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let url = format!("git://127.0.0.1:{daemon_port}/api.git");
+    let url = daemon.url(&repos.path().join("api.git"));
     let (st, v) = api
         .call(
             "POST",
@@ -613,6 +584,8 @@ async fn app_websocket_and_streaming() {
     let data = guard.dir.path();
     common::catalog(data, "app");
     let repos = tempfile::tempdir().unwrap();
+    let daemon = GitDaemon::start(repos.path());
+    let [allow, allowed] = daemon.allow_args();
     let names = NetNames::new("tsws");
     names.clean();
     let port = free_port();
@@ -630,6 +603,8 @@ async fn app_websocket_and_streaming() {
             "10.204.67.0/24",
             "--net-spare",
             "1",
+            &allow,
+            &allowed,
         ],
     )
     .await;
@@ -643,7 +618,7 @@ async fn app_websocket_and_streaming() {
         ],
         "v1",
     );
-    let url = format!("file://{}", bare.display());
+    let url = daemon.url(&bare);
     let (st, v) = api
         .call(
             "POST",

@@ -32,7 +32,8 @@ EXPECT = {
     "agent_deploys_app.py": [
         "agent wrote 6 files and committed",
         "read the commit out as a git bundle:",
-        "pushed to file://",
+        "checked the commit out of the bundle:",
+        "uploaded the checked-out tree as deploy #",
         "framework: vite (install: npm install",
         "phases: clone",
         "the app's page: Agent-built app, script /assets/",
@@ -106,7 +107,7 @@ def test_example_runs(name, client, template):
     fns_before = {f.name for f in client.functions.list()} if uses_apps else set()
     env = dict(os.environ)
     env["PANDASTACK_TEMPLATE"] = template
-    env.pop("PANDASTACK_EXAMPLE_REPO", None)  # agent_deploys_app.py pushes to a local repository
+    env.pop("PANDASTACK_EXAMPLE_REPO", None)  # agent_deploys_app.py uploads its tree
     src = str(Path(__file__).resolve().parents[1] / "src")
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     try:

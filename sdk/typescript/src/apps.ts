@@ -72,8 +72,9 @@ export interface CreateAppOptions extends AppConfigOptions, CallOptions {
   /** The app's name and host name: 1-40 of `[a-z0-9-]`, starting with a letter. */
   name: string;
   /**
-   * The repository: its URL (anything `git clone` accepts on the server's host: `https://…`,
-   * `ssh://…`, `file://…` or an absolute path), or `{ url, ref }`.
+   * The repository: its URL (fetched by the server over the network: `https://…`, `http://…`,
+   * `git://…`, `ssh://…` or `user@host:path` — never a path or `file://` on the server), or
+   * `{ url, ref }`.
    */
   git: string | AppGit;
   /** Branch, tag or commit to deploy (default `main`); overrides `git.ref`. */

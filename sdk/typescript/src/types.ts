@@ -200,9 +200,11 @@ export type DeployState =
   | "superseded";
 
 /**
- * Where an app's code comes from: `url` is anything `git clone` accepts on the server's host
- * (`https://…`, `ssh://…`, `file://…` or an absolute path); `ref` the branch, tag or commit to
- * deploy (default `main`), whose pushes deploy (through the app's webhook).
+ * Where an app's code comes from: `url` is a repository the server fetches over the network
+ * (`https://…`, `http://…`, `git://…`, `ssh://…` or `user@host:path`; never a path or `file://`
+ * on the server, nor a loopback or private address unless its operator allows it); `ref` the
+ * branch, tag or commit to deploy (default `main`), whose pushes deploy (through the app's
+ * webhook).
  */
 export interface AppGit {
   url: string;

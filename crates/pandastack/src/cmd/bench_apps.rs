@@ -112,6 +112,8 @@ struct Bench {
     c: Client,
     /// The server's data directory (where `sandboxes/<id>/sandbox.json` names a VM's slot).
     data: PathBuf,
+    /// Where `git daemon` serves the benchmark's repositories.
+    git_port: u16,
 }
 
 impl Bench {
@@ -292,9 +294,59 @@ async fn git(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `git daemon` serving the benchmark's repositories on `127.0.0.1` (the server is allowed to
+/// fetch from its address), in a process group of its own, killed whole when dropped (`git`
+/// runs `git-daemon` as a child).
+struct GitDaemon {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl GitDaemon {
+    fn start(root: &Path) -> anyhow::Result<Self> {
+        use std::os::unix::process::CommandExt;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = std::process::Command::new("git")
+            .args([
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--listen=127.0.0.1",
+                &format!("--port={port}"),
+                &format!("--base-path={}", root.display()),
+            ])
+            .arg(root)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .context("start git daemon")?;
+        let daemon = Self { child, port };
+        let t = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            anyhow::ensure!(
+                t.elapsed() < Duration::from_secs(10),
+                "git daemon: not listening on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(daemon)
+    }
+}
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        let group = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
 /// A bare repository `<root>/<name>.git` and a work tree `<root>/<name>` (made if absent)
-/// pushing to it; the app's `git.url`.
-async fn repo(root: &Path, name: &str) -> anyhow::Result<(String, PathBuf)> {
+/// pushing to it; the app's `git.url` (the repository through `git daemon` on `git_port`).
+async fn repo(root: &Path, name: &str, git_port: u16) -> anyhow::Result<(String, PathBuf)> {
     let bare = root.join(format!("{name}.git"));
     let work = root.join(name);
     std::fs::create_dir_all(&bare)?;
@@ -303,7 +355,7 @@ async fn repo(root: &Path, name: &str) -> anyhow::Result<(String, PathBuf)> {
     git(&work, &["init", "-q", "-b", "main"]).await?;
     let bare_s = bare.to_str().context("repository path: not UTF-8")?;
     git(&work, &["remote", "add", "origin", bare_s]).await?;
-    Ok((format!("file://{bare_s}"), work))
+    Ok((format!("git://127.0.0.1:{git_port}/{name}.git"), work))
 }
 
 /// Writes `files` into `work`, commits everything and pushes `main`.
@@ -354,10 +406,22 @@ pub(crate) async fn run(a: AppsArgs) -> anyhow::Result<ExitCode> {
     eprintln!("accelerator: {accel} ({accel_reason})");
 
     let templates_arg = templates.to_str().context("templates dir: not UTF-8")?;
+    let repos = tempfile::Builder::new()
+        .prefix("ps-bench-apps-")
+        .tempdir()?;
+    let daemon = GitDaemon::start(repos.path())?;
+    let allowed = format!("127.0.0.1:{}", daemon.port);
     let server = start_server(
         &parent,
         0,
-        &["--network", "on", "--templates-dir", templates_arg],
+        &[
+            "--network",
+            "on",
+            "--templates-dir",
+            templates_arg,
+            "--allow-internal-fetch",
+            &allowed,
+        ],
     )
     .await?;
     let proxy_port = server
@@ -372,10 +436,8 @@ pub(crate) async fn run(a: AppsArgs) -> anyhow::Result<ExitCode> {
         proxy_port,
         c: Client::builder().timeout(PROXY_TIMEOUT).build()?,
         data: server.dir.path().to_owned(),
+        git_port: daemon.port,
     };
-    let repos = tempfile::Builder::new()
-        .prefix("ps-bench-apps-")
-        .tempdir()?;
     let mut s = Samples::new();
     // The server goes (its VMs and data directory with it) when this returns.
     measure(&bench, &a, repos.path(), &mut s).await?;
@@ -452,7 +514,7 @@ async fn static_deploys(
     s: &mut Samples,
 ) -> anyhow::Result<HashMap<String, String>> {
     let mut pages = HashMap::new();
-    let (url, work) = repo(root, STATIC_APP).await?;
+    let (url, work) = repo(root, STATIC_APP, b.git_port).await?;
     commit(&work, &[("index.html", page(0))], "v0").await?;
     eprintln!("first static deploy (builds and bakes the app template if not cached)…");
     let t = Instant::now();
@@ -744,7 +806,7 @@ async fn cold_vite_deploy(
 /// The Vite project of [`vite`] with a lockfile, as a new app: a cold deploy through the npm
 /// fast path.
 async fn vite_locked(b: &Bench, root: &Path, s: &mut Samples) -> anyhow::Result<()> {
-    let (url, work) = repo(root, VITE_LOCKED_APP).await?;
+    let (url, work) = repo(root, VITE_LOCKED_APP, b.git_port).await?;
     let copy = format!(
         "git -C '{}' archive HEAD | tar -x -C '{}' && npm install --package-lock-only --no-audit --no-fund",
         root.join(VITE_APP).display(),
@@ -813,7 +875,7 @@ async fn create_vite(root: &Path) -> anyhow::Result<PathBuf> {
 async fn vite(b: &Bench, root: &Path, s: &mut Samples) -> anyhow::Result<()> {
     eprintln!("generating a Vite project with npm create vite…");
     create_vite(root).await?;
-    let (url, work) = repo(root, VITE_APP).await?;
+    let (url, work) = repo(root, VITE_APP, b.git_port).await?;
     commit(&work, &[], "create-vite").await?;
     eprintln!("cold Vite deploy (npm install in the VM; may bake the app-m1024 template)…");
     cold_vite_deploy(

@@ -4,6 +4,7 @@
 // Each test binary compiles this module and uses a different part of it.
 #![allow(dead_code)]
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -256,5 +257,75 @@ impl Api<'_> {
             (StatusCode::OK, Some("hibernated")),
             "{v}"
         );
+    }
+}
+
+/// A `git daemon` serving the repositories under a directory on `127.0.0.1` (killed on
+/// drop): where the tests' apps and functions fetch their sources from. A server fetches only
+/// from public addresses unless told otherwise, so a test's server is started with
+/// [`GitDaemon::allow_args`] — this daemon's address and no other loopback one. `git` runs
+/// `git-daemon` as a child, so the daemon runs in a process group of its own, killed whole.
+pub struct GitDaemon {
+    child: Child,
+    root: std::path::PathBuf,
+    pub port: u16,
+}
+
+impl GitDaemon {
+    /// Serves every repository under `root` (existing now or made later).
+    pub fn start(root: &Path) -> GitDaemon {
+        let port = free_port();
+        let child = Command::new("git")
+            .args([
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--listen=127.0.0.1",
+                &format!("--port={port}"),
+                &format!("--base-path={}", root.display()),
+            ])
+            .arg(root)
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("start git daemon");
+        let daemon = GitDaemon {
+            child,
+            root: root.to_owned(),
+            port,
+        };
+        let t = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "git daemon on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        daemon
+    }
+
+    /// The `git://` URL of the repository at `repo` (under the daemon's root).
+    pub fn url(&self, repo: &Path) -> String {
+        let rel = repo
+            .strip_prefix(&self.root)
+            .expect("a repository under the root");
+        format!("git://127.0.0.1:{}/{}", self.port, rel.display())
+    }
+
+    /// `pandastack server` arguments that let it fetch from this daemon.
+    pub fn allow_args(&self) -> [String; 2] {
+        [
+            "--allow-internal-fetch".into(),
+            format!("127.0.0.1:{}", self.port),
+        ]
+    }
+}
+
+impl Drop for GitDaemon {
+    fn drop(&mut self) {
+        let group = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+        let _ = self.child.wait();
     }
 }

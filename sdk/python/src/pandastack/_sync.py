@@ -1935,8 +1935,10 @@ class Apps:
         app at once (:meth:`deploys` lists the queued deploy, :meth:`wait_for_deploy` waits for
         it). ``name`` (1-40 of ``[a-z0-9-]``, starting with a letter) is also its host name.
 
-        ``git`` is the repository: its URL (anything ``git clone`` accepts on the server's
-        host), an :class:`~pandastack.AppGit` or a dict ``{"url", "ref"}``; ``ref`` the branch,
+        ``git`` is the repository: its URL (fetched by the server over the network: never a
+        path or ``file://`` on the server, nor a loopback or private address unless its
+        operator allows it; a local directory goes up with :meth:`deploy_directory`), an
+        :class:`~pandastack.AppGit` or a dict ``{"url", "ref"}``; ``ref`` the branch,
         tag or commit to deploy (default ``main``). ``env`` is the environment of the build
         and of the running app; ``secrets`` the same, never shown by the API (only their
         names). ``build`` (:class:`~pandastack.AppBuild` or ``{"command", "output_dir"}``) and
