@@ -13,6 +13,7 @@ use pandastack_host::{
 };
 use pandastack_vm::VmDriver;
 
+use crate::cut_off::explained;
 use crate::{guest, HostAgent, SandboxView};
 
 /// The host agent of this process as a [`Host`].
@@ -53,14 +54,6 @@ fn snapshot_view(s: &pandastack_runtime::Snapshot) -> SnapshotView {
 }
 
 impl<D: VmDriver + 'static> LocalHost<D> {
-    /// Whether sandbox `id`'s VM has exited on its own (see [`pandastack_host::VmState::Exited`]).
-    async fn exited(&self, id: &str) -> bool {
-        self.0
-            .get(id)
-            .await
-            .is_ok_and(|v| v.state == pandastack_host::VmState::Exited)
-    }
-
     /// Runs `op` on the agent in a task of its own and waits for it. Operations that change a
     /// sandbox's VM (create, wake — which any call on a hibernated sandbox does —, hibernate,
     /// snapshot, delete, …) must not stop half-way because their caller went away (a client
@@ -320,13 +313,14 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
         .await
     }
 
+    // A command cut off by what happened to its VM (a delete, a hibernate, the VM ending under
+    // it) fails with why, not with what the broken connection looked like (see `cut_off`).
+
     async fn exec(&self, id: &str, spec: ExecSpec) -> HostResult<ExecOutcome> {
         let ch = self.channel(id).await?;
         match guest::exec(ch, spec).await {
-            // The VM ended under the command (the command powered it off, a kill): say that,
-            // not what the broken connection looked like.
-            Err(_) if self.exited(id).await => Err(HostError::VmExited(id.into())),
-            r => r,
+            Err(e) => Err(self.0.cut_off(id, e).await),
+            ok => ok,
         }
     }
 
@@ -336,7 +330,10 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
         spec: ExecSpec,
     ) -> HostResult<BoxStream<HostResult<ExecEvent>>> {
         let ch = self.channel(id).await?;
-        guest::exec_stream(ch, spec).await
+        match guest::exec_stream(ch, spec).await {
+            Ok(events) => Ok(explained(Arc::clone(&self.0), id, events)),
+            Err(e) => Err(self.0.cut_off(id, e).await),
+        }
     }
 
     async fn exec_session(
@@ -346,7 +343,10 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
         inputs: BoxStream<ExecInput>,
     ) -> HostResult<BoxStream<HostResult<ExecEvent>>> {
         let ch = self.channel(id).await?;
-        guest::exec_session(ch, start, inputs).await
+        match guest::exec_session(ch, start, inputs).await {
+            Ok(events) => Ok(explained(Arc::clone(&self.0), id, events)),
+            Err(e) => Err(self.0.cut_off(id, e).await),
+        }
     }
 
     async fn read_file(&self, id: &str, path: &str) -> HostResult<BoxStream<HostResult<Bytes>>> {

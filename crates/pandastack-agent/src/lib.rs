@@ -20,6 +20,7 @@
 
 mod builds;
 mod console;
+mod cut_off;
 mod dialed;
 mod entry;
 mod error;
@@ -510,12 +511,21 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         })
     }
 
-    /// Host-side resource use of a sandbox's VM (`None` while hibernated).
+    /// Host-side resource use of a sandbox's VM (`None` while hibernated). A VM whose process
+    /// has ended has none: [`AgentError::VmExited`], as for any other operation on it.
     pub async fn stats(&self, id: &str) -> Result<Option<pandastack_vm::VmStats>, AgentError> {
         let e = self.entry(id).await?;
         let slot = e.slot.lock().await;
+        self.check_alive(&slot)?;
         Ok(match slot.sandbox() {
-            Some(sb) => Some(sb.vm.stats()?),
+            // The process may end between the check and the read of its `/proc` files.
+            Some(sb) => Some(sb.vm.stats().map_err(|err| {
+                if self.rt.is_alive(sb) {
+                    AgentError::Vm(err)
+                } else {
+                    AgentError::VmExited(id.into())
+                }
+            })?),
             None => None,
         })
     }

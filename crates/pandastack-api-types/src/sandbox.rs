@@ -96,11 +96,22 @@ pub fn validate_metadata(m: &BTreeMap<String, String>) -> Result<(), FieldError>
                 format!("keys are 1-{MAX_METADATA_KEY} bytes"),
             ));
         }
+        // Keys end up in logs, list filters and labels: no NUL, newline or other control
+        // character (the message quotes the key escaped, the field cannot name it as is).
+        if k.chars().any(char::is_control) {
+            return Err(field_error(
+                "metadata",
+                format!("key {k:?} contains a control character"),
+            ));
+        }
         if v.len() > MAX_METADATA_VALUE {
             return Err(field_error(
                 format!("metadata.{k}"),
                 format!("at most {MAX_METADATA_VALUE} bytes"),
             ));
+        }
+        if v.contains('\0') {
+            return Err(field_error(format!("metadata.{k}"), "contains a NUL byte"));
         }
     }
     Ok(())
@@ -346,6 +357,13 @@ pub struct ForkRequest {
     pub count: u32,
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
+    /// Keep the snapshot the fork takes (`snapshot_id` in the response) until it is deleted
+    /// with `DELETE /v1/snapshots/{id}`. By default (`false`) it is deleted, row and files, with
+    /// the last sandbox restored from it: the last of the children, or of the sandboxes created
+    /// from it since (`POST /v1/sandboxes` with `snapshot_id`). It counts toward the
+    /// workspace's snapshot and storage quotas while it exists.
+    #[serde(default)]
+    pub keep_snapshot: bool,
 }
 
 fn one() -> u32 {
@@ -357,6 +375,7 @@ impl Default for ForkRequest {
         Self {
             count: 1,
             metadata: BTreeMap::new(),
+            keep_snapshot: false,
         }
     }
 }
@@ -373,7 +392,15 @@ impl ForkRequest {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ForkResponse {
     pub parent_id: String,
+    /// The snapshot the fork took, which the children were restored from (their
+    /// `snapshot_id`).
     pub snapshot_id: String,
+    /// Whether that snapshot is kept (the request's `keep_snapshot`): `true`, until
+    /// `DELETE /v1/snapshots/{id}`; `false`, it is deleted with the last sandbox restored from
+    /// it.
+    #[serde(default)]
+    #[schema(required = true)]
+    pub keep_snapshot: bool,
     pub children: Vec<Sandbox>,
 }
 
@@ -590,6 +617,21 @@ mod tests {
     }
 
     #[test]
+    fn metadata_refuses_control_characters_in_keys_and_nul_in_values() {
+        let check = |k: &str, v: &str| {
+            validate_metadata(&BTreeMap::from([(k.to_owned(), v.to_owned())])).map_err(|e| e.field)
+        };
+        for k in ["a\0b", "a\nb", "a\rb", "\tx", "x\u{7f}", "x\u{85}"] {
+            assert_eq!(check(k, "v").unwrap_err(), "metadata", "{k:?}");
+        }
+        assert_eq!(check("k", "a\0b").unwrap_err(), "metadata.k");
+        assert!(check("team-a.b/c é", "line 1\nline 2\ttab").is_ok());
+        let patch: PatchSandboxRequest =
+            serde_json::from_str(r#"{"metadata":{"a\nb":"v"}}"#).unwrap();
+        assert!(patch.validate().unwrap_err().message.contains(r#""a\nb""#));
+    }
+
+    #[test]
     fn exec_requests() {
         let ok = |j: &str| {
             serde_json::from_str::<ExecRequest>(j)
@@ -613,6 +655,9 @@ mod tests {
         assert!(ForkRequest::default().validate().is_ok());
         let f: ForkRequest = serde_json::from_str(r#"{"count":17}"#).unwrap();
         assert_eq!(f.validate().unwrap_err().field, "count");
+        assert!(!f.keep_snapshot);
+        let f: ForkRequest = serde_json::from_str(r#"{"keep_snapshot":true}"#).unwrap();
+        assert!(f.keep_snapshot && f.count == 1);
         assert!(validate_guest_path("path", "/tmp/x").is_ok());
         assert!(validate_guest_path("path", "tmp/x").is_err());
         assert!(validate_guest_path("path", "/tmp/../etc/shadow").is_err());

@@ -1,7 +1,10 @@
 //! Managed PostgreSQL databases. Handlers parse, call the control plane's
 //! [`pandastack_control::Databases`] and map. Also the HTTP query broker: `POST …/query` (API
 //! key; runs as the owner role) and the Neon-compatible `POST …/sql` (no API key: the
-//! `Neon-Connection-String` header's credentials log in, checked by PostgreSQL itself).
+//! `Neon-Connection-String` header's credentials log in, checked by PostgreSQL itself — and
+//! the owner's password by the control plane first, so a wrong one wakes nothing). `/sql`
+//! answers an id of no database as a wrong password (PostgreSQL's `28P01`): it is no oracle of
+//! which database ids exist.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -87,6 +90,7 @@ impl From<DatabaseError> for ApiError {
             e @ (DatabaseError::Exists(_) | DatabaseError::NotReady(_)) => {
                 Self::new(ErrorCode::Conflict, e.to_string())
             }
+            e @ DatabaseError::LoginFailed(_) => Self::new(ErrorCode::Unauthorized, e.to_string()),
             e @ DatabaseError::Bootstrap { .. } => {
                 tracing::error!(error = %e, "database bootstrap");
                 Self::new(ErrorCode::Internal, e.to_string())
@@ -544,6 +548,17 @@ fn neon_failure(e: DatabaseError) -> Response {
         DatabaseError::Query(QueryError::Client(ClientError::Db(db))) => {
             neon_error(StatusCode::BAD_REQUEST, db.message.clone(), Some(&db))
         }
+        // What PostgreSQL answers a wrong password with, word for word: `/sql` answers an id of
+        // no database the same way.
+        e @ DatabaseError::LoginFailed(_) => {
+            let db = pandastack_pgwire::client::DbError {
+                severity: "FATAL".into(),
+                code: "28P01".into(),
+                message: e.to_string(),
+                ..Default::default()
+            };
+            neon_error(StatusCode::BAD_REQUEST, db.message.clone(), Some(&db))
+        }
         DatabaseError::NotFound(id) => neon_error(
             StatusCode::NOT_FOUND,
             format!("database {id} not found"),
@@ -633,7 +648,7 @@ pub async fn sql(
             None,
         );
     };
-    let row = match app.databases.by_id(&id).await {
+    let row = match app.databases.login(&id, &creds).await {
         Ok(r) => r,
         Err(e) => return neon_failure(e),
     };

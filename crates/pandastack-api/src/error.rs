@@ -188,7 +188,9 @@ impl From<HostError> for ApiError {
             HostError::TooManyVolumes { .. } => {
                 Self::new(ErrorCode::InvalidArgument, format!("volumes: {e}"))
             }
-            HostError::InvalidState { .. } => Self::new(ErrorCode::SandboxState, e.to_string()),
+            HostError::InvalidState { .. } | HostError::CutOff { .. } => {
+                Self::new(ErrorCode::SandboxState, e.to_string())
+            }
             HostError::VmExited(_) => Self::new(
                 ErrorCode::SandboxState,
                 format!("{e}: delete the sandbox (its files and volumes are released)"),

@@ -96,22 +96,7 @@ impl FromRequestParts<std::sync::Arc<App>> for Caller {
         parts: &mut Parts,
         app: &std::sync::Arc<App>,
     ) -> Result<Self, ApiError> {
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        // `?access_token=` only where a browser cannot set headers (SSE, WebSocket).
-        let query = || {
-            let q = parts.uri.query()?;
-            q.split('&').find_map(|kv| kv.strip_prefix("access_token="))
-        };
-        let streaming = parts.uri.path().ends_with("/stream")
-            || parts.uri.path().ends_with("/logs")
-            || parts.uri.path().ends_with("/ws")
-            || parts.uri.path().ends_with("/pty");
-        let secret = header.or_else(|| if streaming { query() } else { None });
+        let secret = bearer(&parts.headers).or_else(|| query_key(parts));
         let Some(secret) = secret else {
             return Err(ApiError::new(
                 ErrorCode::Unauthorized,
@@ -123,6 +108,40 @@ impl FromRequestParts<std::sync::Arc<App>> for Caller {
             None => Err(ApiError::new(ErrorCode::Unauthorized, "invalid API key")),
         }
     }
+}
+
+/// The credentials of an `Authorization: Bearer …` header. The scheme is case-insensitive
+/// (RFC 7235 §2.1): `bearer` and `BEARER` are `Bearer`.
+pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, credentials) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| credentials.trim())
+}
+
+/// Paths (by their last segment) of the routes a browser opens without being able to set
+/// headers: WebSocket upgrades (`…/exec/ws`, `…/pty`) and `EventSource` streams (`…/logs`).
+const HEADERLESS: &[&str] = &["/logs", "/ws", "/pty"];
+
+/// `?access_token=` of a request a browser makes without headers: a `GET` of a
+/// [`HEADERLESS`] route. Anywhere else a key in the URL is ignored, so it does not end up in
+/// access logs of calls that can send a header (a `POST …/exec/stream` with only
+/// `?access_token=` is unauthenticated).
+fn query_key(parts: &Parts) -> Option<&str> {
+    if parts.method != axum::http::Method::GET
+        || !HEADERLESS.iter().any(|s| parts.uri.path().ends_with(s))
+    {
+        return None;
+    }
+    parts
+        .uri
+        .query()?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("access_token="))
 }
 
 /// A WebSocket upgrade; a plain HTTP call gets `426 upgrade_required` in the error envelope.
@@ -156,4 +175,67 @@ pub(crate) fn media_type(headers: &axum::http::HeaderMap) -> String {
         .unwrap_or_default()
         .trim()
         .to_ascii_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::Request;
+
+    use super::*;
+
+    fn parts(method: &str, uri: &str, authorization: Option<&str>) -> Parts {
+        let mut req = Request::builder().method(method).uri(uri);
+        if let Some(a) = authorization {
+            req = req.header("authorization", a);
+        }
+        req.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for a in [
+            "Bearer pds_x",
+            "bearer pds_x",
+            "BEARER pds_x",
+            "bEaReR  pds_x ",
+        ] {
+            assert_eq!(
+                bearer(&parts("GET", "/", Some(a)).headers),
+                Some("pds_x"),
+                "{a}"
+            );
+        }
+        for a in ["Basic pds_x", "Bearerpds_x", "pds_x", "Bearer"] {
+            assert_eq!(bearer(&parts("GET", "/", Some(a)).headers), None, "{a}");
+        }
+    }
+
+    #[test]
+    fn a_query_key_counts_only_where_a_browser_cannot_send_a_header() {
+        let q = "?follow=1&access_token=pds_x";
+        for path in [
+            "/v1/sandboxes/sb-1/logs",
+            "/v1/sandboxes/sb-1/exec/ws",
+            "/v1/sandboxes/sb-1/pty",
+        ] {
+            assert_eq!(
+                query_key(&parts("GET", &format!("{path}{q}"), None)),
+                Some("pds_x"),
+                "{path}"
+            );
+        }
+        for (method, path) in [
+            ("POST", "/v1/sandboxes/sb-1/exec/stream"),
+            ("POST", "/v1/sandboxes/sb-1/code/stream"),
+            ("POST", "/v1/sandboxes/sb-1/logs"),
+            ("GET", "/v1/sandboxes/sb-1"),
+            ("HEAD", "/v1/sandboxes/sb-1/logs"),
+        ] {
+            assert_eq!(
+                query_key(&parts(method, &format!("{path}{q}"), None)),
+                None,
+                "{method} {path}"
+            );
+        }
+    }
 }

@@ -49,8 +49,9 @@ impl Modify for Conventions {
                     .scheme(HttpAuthScheme::Bearer)
                     .bearer_format("pds_<64 hex digits>")
                     .description(Some(
-                        "An API key (`pandastack keys create` or `POST /v1/keys`). Streaming \
-                         routes (SSE, WebSocket) also accept it as `?access_token=`.",
+                        "An API key (`pandastack keys create` or `POST /v1/keys`). The streams a \
+                         browser opens without headers (`GET` of SSE logs, WebSocket) also \
+                         accept it as `?access_token=`.",
                     ))
                     .build(),
             ),

@@ -329,12 +329,7 @@ async fn authorize(
     if header.is_some_and(ok) || cookie_token(headers).is_some_and(|t| ok(&t)) {
         return Ok(Access::Token);
     }
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    if let Some(secret) = bearer {
+    if let Some(secret) = crate::extract::bearer(headers) {
         if let Some(key) = app.store.keys().verify(secret).await? {
             if key.workspace_id == row.workspace_id {
                 return Ok(Access::Key);

@@ -86,7 +86,7 @@ macro_rules! route_table {
             security(("bearer" = [])),
             info(
                 title = "PandaStack API",
-                description = "Self-hostable microVM sandboxes. Authenticate with `Authorization: Bearer pds_…`; streams (SSE, WebSocket) also accept `?access_token=`. Every error is `{\"error\":{\"code\",\"message\",\"request_id\"}}`. Frame protocols of the streaming routes: docs/streams.md."
+                description = "Self-hostable microVM sandboxes. Authenticate with `Authorization: Bearer pds_…`; the streams a browser opens without headers (`GET` of SSE logs, WebSocket) also accept `?access_token=`. Every error is `{\"error\":{\"code\",\"message\",\"request_id\"}}`. Frame protocols of the streaming routes: docs/streams.md."
             ),
             tags(
                 (name = "sandboxes", description = "Sandbox lifecycle"),

@@ -81,7 +81,10 @@ impl PartialSchema for ExecEvents {
                 ),
                 (
                     "error",
-                    object(&["message"], json!({"message": {"type": "string"}})),
+                    object(
+                        &["code", "message"],
+                        json!({"code": component("ErrorCode"), "message": {"type": "string"}}),
+                    ),
                 ),
             ],
         )

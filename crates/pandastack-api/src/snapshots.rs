@@ -62,6 +62,10 @@ pub async fn create(
 
 /// Fork a sandbox into `count` running children that start from its current state (all or
 /// nothing).
+///
+/// The children are restored from a snapshot the fork takes (`snapshot_id` in the response).
+/// That snapshot is deleted, row and files, with the last sandbox restored from it, unless the
+/// request sets `keep_snapshot` (the response says which).
 #[utoipa::path(
     post,
     path = "/v1/sandboxes/{id}/fork",
@@ -124,7 +128,10 @@ async fn fork_sandbox(
         }
         rows.push(r);
     }
-    let forked = app.snapshots.fork(parent, &snap_id, rows).await?;
+    let forked = app
+        .snapshots
+        .fork(parent, &snap_id, rows, req.keep_snapshot)
+        .await?;
     let children = forked
         .children
         .iter()
@@ -134,6 +141,7 @@ async fn fork_sandbox(
         StatusCode::CREATED,
         ForkResponse {
             parent_id: forked.parent.id,
+            keep_snapshot: !forked.snapshot.auto_delete,
             snapshot_id: forked.snapshot.id,
             children,
         },

@@ -108,7 +108,7 @@ pub async fn exec(
     tag = "exec",
     params(("id" = String, Path, description = "Sandbox id")),
     request_body = ExecRequest,
-    responses((status = 200, description = "Server-Sent Events: `stdout` and `stderr` `{\"data\": text}` as produced, then one `exit` `{\"exit_code\", \"timed_out\", \"truncated\", \"duration_ms\"}`, or `error` `{\"message\"}`. Closing the stream kills the command.", content_type = "text/event-stream", body = inline(crate::schemas::ExecEvents)))
+    responses((status = 200, description = "Server-Sent Events: `stdout` and `stderr` `{\"data\": text}` as produced, then one `exit` `{\"exit_code\", \"timed_out\", \"truncated\", \"duration_ms\"}`, or `error` `{\"code\", \"message\"}` (`code` as the error envelope would carry it). Closing the stream kills the command.", content_type = "text/event-stream", body = inline(crate::schemas::ExecEvents)))
 )]
 pub async fn exec_stream(
     State(app): State<Arc<App>>,
@@ -148,9 +148,7 @@ pub async fn exec_stream(
                 })));
                 v
             }
-            Err(s) => vec![Event::default()
-                .event("error")
-                .json_data(serde_json::json!({ "message": s.event_message() }))],
+            Err(e) => vec![error_event(e)],
         };
         futures::stream::iter(
             events
@@ -159,6 +157,17 @@ pub async fn exec_stream(
         )
     });
     Ok(Sse::new(sse).keep_alive(KeepAlive::default()))
+}
+
+/// The `error` event that ends an exec stream: the code `POST …/exec` would answer the same
+/// failure with (a command cut off by a delete is `sandbox_not_found`, by a hibernate or the VM
+/// ending `sandbox_state`), the guest's own words for its errors.
+fn error_event(e: HostError) -> Result<Event, axum::Error> {
+    let message = e.event_message();
+    let code = ApiError::from(e).code;
+    Event::default()
+        .event("error")
+        .json_data(serde_json::json!({ "code": code, "message": message }))
 }
 
 fn path_param(q: &BTreeMap<String, String>, name: &str) -> ApiResult<String> {

@@ -184,13 +184,17 @@ impl Sandboxes {
     }
 
     /// Stops the sandbox's VM, removes its files and its row. A VM the host does not have
-    /// (already gone) is not an error.
+    /// (already gone) is not an error. The snapshot it was restored from goes too if it was a
+    /// fork's, not kept, and this was the last sandbox using it (see [`crate::Snapshots`]).
     pub async fn delete(&self, row: &SandboxRow) -> Result<(), ControlError> {
         match self.host.destroy(&row.id).await {
             Ok(()) | Err(HostError::SandboxNotFound(_)) => {}
             Err(e) => return Err(e.into()),
         }
         self.store.sandboxes().delete(&row.id).await?;
+        if let Some(snapshot) = &row.snapshot_id {
+            crate::snapshots::release(&self.store, &*self.host, snapshot).await;
+        }
         Ok(())
     }
 }

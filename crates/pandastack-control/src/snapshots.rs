@@ -1,4 +1,13 @@
 //! The snapshot service: snapshots and forks of a sandbox, their rows and files in step.
+//!
+//! A fork's snapshot goes with its sandboxes unless the fork asked to keep it: its row is
+//! [`SnapshotRow::auto_delete`], and the delete of the last sandbox whose row names it
+//! (`snapshot_id`: the fork's children, or sandboxes created from it since) deletes its row and
+//! files ([`release`]). "Last" is what the store says at that moment, so it holds across
+//! restarts and concurrent deletes. Nothing else pins it: a hibernated child's image holds its
+//! whole RAM and its disk is a reflink in its own directory, and a running child keeps the RAM
+//! file it maps. Explicit snapshots and kept forks' are deleted only by
+//! `DELETE /v1/snapshots/{id}` ([`Snapshots::delete`]).
 
 use std::sync::Arc;
 
@@ -39,12 +48,14 @@ impl Snapshots {
     /// the snapshot's files with it. `quota`: the row is written only if the workspace still
     /// has room for it (its quotas may have filled meanwhile, see
     /// [`pandastack_store::Quotas`]); a fork's snapshot, which its running children came from,
-    /// is written in any case (the check before the fork stands).
+    /// is written in any case (the check before the fork stands). `auto_delete`: see
+    /// [`SnapshotRow::auto_delete`].
     async fn save(
         &self,
         ws: &str,
         snap: &SnapshotView,
         quota: bool,
+        auto_delete: bool,
     ) -> Result<SnapshotRow, ControlError> {
         let row = SnapshotRow {
             id: snap.id.clone(),
@@ -54,6 +65,7 @@ impl Snapshots {
             template: snap.template.clone(),
             size_bytes: snap.size_bytes as i64,
             created_at: now_ms(),
+            auto_delete,
         };
         let written = if quota {
             self.store.snapshots().insert_within_quota(&row).await
@@ -81,18 +93,21 @@ impl Snapshots {
         let view = self.host.get(&row.id).await?;
         let ws = row.workspace_id.clone();
         let row = self.sandboxes.record(row, &view).await?;
-        let snap = self.save(&ws, &snap, true).await?;
+        let snap = self.save(&ws, &snap, true, false).await?;
         Ok((row, snap))
     }
 
     /// Forks `parent` through snapshot `snapshot_id` into the sandboxes of `children` (rows in
     /// state `starting`, built by the caller). All or nothing: the children's rows go in first,
     /// within the workspace's limit in one transaction, and come out again if the fork fails.
+    /// The snapshot is deleted with the last sandbox restored from it unless `keep_snapshot`
+    /// (see the module docs); the children's rows must name it (`snapshot_id`).
     pub async fn fork(
         &self,
         parent: SandboxRow,
         snapshot_id: &str,
         children: Vec<SandboxRow>,
+        keep_snapshot: bool,
     ) -> Result<Forked, ControlError> {
         self.store
             .quotas()
@@ -115,7 +130,7 @@ impl Snapshots {
         let view = self.host.get(&parent.id).await?;
         let ws = parent.workspace_id.clone();
         let parent = self.sandboxes.record(parent, &view).await?;
-        let snapshot = self.save(&ws, &snap, false).await?;
+        let snapshot = self.save(&ws, &snap, false, !keep_snapshot).await?;
         let mut made = Vec::with_capacity(children.len());
         for (r, v) in children.into_iter().zip(views.iter()) {
             made.push(self.sandboxes.finish(r, v).await?);
@@ -131,9 +146,49 @@ impl Snapshots {
     /// the files is logged; the row is what makes it exist).
     pub async fn delete(&self, ws: &str, id: &str) -> Result<(), StoreError> {
         self.store.snapshots().delete(ws, id).await?;
-        if let Err(e) = self.host.delete_snapshot(id).await {
-            tracing::warn!(snapshot = %id, error = &e as &dyn std::error::Error, "snapshot files");
-        }
+        remove_files(&*self.host, id).await;
         Ok(())
+    }
+
+    /// Deletes the fork snapshots of this host that no sandbox uses any more (see [`release`]);
+    /// at start, for those a crash left between a sandbox's delete and its snapshot's, or
+    /// whose last sandbox's row start-up reconciliation removed. Returns their ids.
+    pub async fn release_unused(&self) -> Result<Vec<String>, StoreError> {
+        let mut released = Vec::new();
+        for id in self.store.snapshots().unused_on_host(&self.host_id).await? {
+            if release(&self.store, &*self.host, &id).await {
+                released.push(id);
+            }
+        }
+        Ok(released)
+    }
+}
+
+/// Removes snapshot `id`'s files once its row is gone; a failure is logged (the row is what
+/// makes a snapshot exist).
+async fn remove_files(host: &dyn Host, id: &str) {
+    if let Err(e) = host.delete_snapshot(id).await {
+        tracing::warn!(snapshot = %id, error = &e as &dyn std::error::Error, "snapshot files");
+    }
+}
+
+/// Deletes snapshot `id` if it goes with its sandboxes ([`SnapshotRow::auto_delete`]) and no
+/// sandbox row names it any more: the row in one conditional delete, so that of callers racing
+/// (two last children deleted at once) exactly one deletes it, then its files as
+/// [`Snapshots::delete`] removes them. Called after a sandbox's row is deleted. Never fails its
+/// caller, whose sandbox is gone either way: a store error is logged and the snapshot is left
+/// to [`Snapshots::release_unused`] at the next start. Returns whether it was deleted.
+pub(crate) async fn release(store: &Store, host: &dyn Host, id: &str) -> bool {
+    match store.snapshots().delete_unused(id).await {
+        Ok(true) => {
+            remove_files(host, id).await;
+            tracing::debug!(snapshot = %id, "fork snapshot deleted with its last sandbox");
+            true
+        }
+        Ok(false) => false,
+        Err(e) => {
+            tracing::warn!(snapshot = %id, error = &e as &dyn std::error::Error, "release snapshot");
+            false
+        }
     }
 }

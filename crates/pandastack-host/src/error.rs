@@ -51,6 +51,10 @@ pub enum HostError {
     /// the sandbox.
     #[error("sandbox {0}'s VM has exited")]
     VmExited(String),
+    /// A call inside the sandbox was cut off by an operation that stopped its VM (a
+    /// hibernate); `state` is the sandbox's state since.
+    #[error("sandbox {id} was {} during the call", state.as_str())]
+    CutOff { id: String, state: VmState },
     /// The guest agent answered a data-plane call with an error.
     #[error("guest: {message}")]
     Guest {

@@ -96,8 +96,13 @@ pub fn trim_log(path: &Path, max: u64) -> std::io::Result<u64> {
     // Collapsing works in whole blocks and must leave at least one byte behind.
     let block = meta.blksize().max(1);
     let len = meta.len();
-    let cut = (len - max / 2) / block * block;
-    if cut == 0 || cut >= len {
+    // Whole blocks, rounded up so the file ends under its bound (rounding down left a log
+    // bounded at one or two blocks over it), but never the whole file.
+    let mut cut = (len - max / 2).div_ceil(block) * block;
+    if cut >= len {
+        cut = (len - 1) / block * block;
+    }
+    if cut == 0 {
         return Ok(0);
     }
     let before = trimmed(&file);
@@ -213,6 +218,23 @@ mod tests {
         // Under the bound: nothing to do.
         assert_eq!(trim_log(&path, 256 << 10).unwrap(), 0);
         collapsed
+    }
+
+    /// A bound of a block or two is kept too: the cut rounds up to whole blocks (it rounded
+    /// down, and a 10 KiB log bounded at 4 KiB stayed at 5.8 KiB).
+    #[test]
+    fn small_bounds_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("qemu.log");
+        append(&path, 0, 772); // 10,036 bytes
+        assert!(trim_log(&path, 4096).unwrap() > 0);
+        let kept = std::fs::metadata(&path).unwrap().len();
+        assert!(kept <= 4096, "{kept} bytes kept");
+        let all = read_log(&path, None, usize::MAX).unwrap();
+        assert!(
+            all.data.ends_with(b"line 0000771\n"),
+            "the newest part is kept"
+        );
     }
 
     #[test]

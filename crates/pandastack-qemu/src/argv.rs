@@ -96,6 +96,8 @@ pub struct QemuConfig {
     /// Run every VM process as a uid of its own from this pool, chrooted into its run
     /// directory (`None`: as the caller, unconfined). On by default when running as root.
     pub identities: Option<std::sync::Arc<crate::confine::VmIdentities>>,
+    /// The size each VM process's own log (`qemu.log`, its stderr) is kept near, in bytes.
+    pub log_max_bytes: u64,
 }
 
 impl QemuConfig {
@@ -116,6 +118,7 @@ impl QemuConfig {
             seccomp: true,
             cgroups: None,
             identities: crate::confine::VmIdentities::default_if_root().map(std::sync::Arc::new),
+            log_max_bytes: crate::driver::QEMU_LOG_MAX,
         }
     }
 }

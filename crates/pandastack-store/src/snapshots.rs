@@ -14,13 +14,17 @@ pub struct SnapshotRow {
     pub template: String,
     pub size_bytes: i64,
     pub created_at: i64,
+    /// Deleted with the last sandbox restored from it (a fork's snapshot the fork did not ask
+    /// to keep): see [`Snapshots::delete_unused`]. Never set for a snapshot a user took.
+    pub auto_delete: bool,
 }
 
 pub struct Snapshots<'a> {
     pub(crate) pool: &'a AnyPool,
 }
 
-const COLUMNS: &str = "id, workspace_id, host_id, sandbox_id, template, size_bytes, created_at";
+const COLUMNS: &str =
+    "id, workspace_id, host_id, sandbox_id, template, size_bytes, created_at, auto_delete";
 
 fn row(r: &sqlx::any::AnyRow) -> Result<SnapshotRow, StoreError> {
     Ok(SnapshotRow {
@@ -31,6 +35,7 @@ fn row(r: &sqlx::any::AnyRow) -> Result<SnapshotRow, StoreError> {
         template: col(r, "template")?,
         size_bytes: col(r, "size_bytes")?,
         created_at: col(r, "created_at")?,
+        auto_delete: col::<i64>(r, "auto_delete")? != 0,
     })
 }
 
@@ -39,7 +44,7 @@ where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
     sqlx::query(&format!(
-        "INSERT INTO snapshots ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+        "INSERT INTO snapshots ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
     ))
     .bind(&s.id)
     .bind(&s.workspace_id)
@@ -48,6 +53,7 @@ where
     .bind(&s.template)
     .bind(s.size_bytes)
     .bind(s.created_at)
+    .bind(i64::from(s.auto_delete))
     .execute(exec)
     .await?;
     Ok(())
@@ -107,6 +113,34 @@ impl Snapshots<'_> {
             .execute(self.pool)
             .await?;
         found(done)
+    }
+
+    /// Deletes snapshot `id` if it is [`SnapshotRow::auto_delete`] and no sandbox row names it
+    /// (`sandboxes.snapshot_id`) any more, in one statement: of callers racing to release it
+    /// (the last two children deleted at once) exactly one gets `true`, and a sandbox whose row
+    /// is in keeps it. `false`: kept, or already deleted.
+    pub async fn delete_unused(&self, id: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "DELETE FROM snapshots WHERE id = $1 AND auto_delete = 1 \
+             AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE snapshot_id = $1)",
+        )
+        .bind(id)
+        .execute(self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Ids of the [`SnapshotRow::auto_delete`] snapshots on host `host_id` that no sandbox row
+    /// names: left behind by a crash between a sandbox's delete and its snapshot's.
+    pub async fn unused_on_host(&self, host_id: &str) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id FROM snapshots s WHERE host_id = $1 AND auto_delete = 1 \
+             AND NOT EXISTS (SELECT 1 FROM sandboxes b WHERE b.snapshot_id = s.id) ORDER BY id",
+        )
+        .bind(host_id)
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(|r| col(r, "id")).collect()
     }
 
     /// Ids of every snapshot on host `host_id` (all workspaces).

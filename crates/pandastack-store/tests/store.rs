@@ -757,6 +757,7 @@ fn snapshot(ws: &str, id: &str, bytes: i64) -> pandastack_store::SnapshotRow {
         template: "base".into(),
         size_bytes: bytes,
         created_at: 1,
+        auto_delete: false,
     }
 }
 
@@ -1004,5 +1005,97 @@ async fn storage_quotas_count_and_stop_at_their_limits() {
             .check(&other.id, Adding::Snapshot)
             .await
             .unwrap();
+    }
+}
+
+/// A fork's snapshot (`auto_delete`) goes with the last sandbox row that names it, exactly once
+/// when released concurrently; a kept or explicit snapshot never does, nor one still named.
+#[tokio::test]
+async fn fork_snapshots_go_once_with_the_last_sandbox_that_names_them() {
+    for case in stores().await {
+        let Case { backend, store, .. } = &case;
+        let ws = store.keys().create_workspace("w", 10, 60).await.unwrap();
+        let fork = pandastack_store::SnapshotRow {
+            auto_delete: true,
+            ..snapshot(&ws.id, "snap-fork", 1 << 20)
+        };
+        store.snapshots().insert(&fork).await.unwrap();
+        store
+            .snapshots()
+            .insert(&snapshot(&ws.id, "snap-kept", 1 << 20))
+            .await
+            .unwrap();
+        let kids: Vec<SandboxRow> = (0..3)
+            .map(|i| SandboxRow {
+                snapshot_id: Some(if i < 2 { "snap-fork" } else { "snap-kept" }.into()),
+                ..sandbox(&ws.id, "h1", &format!("sb-{i}"), i, "t")
+            })
+            .collect();
+        store.sandboxes().insert_within_limit(&kids).await.unwrap();
+        assert_eq!(
+            store.snapshots().get(&ws.id, "snap-fork").await.unwrap(),
+            fork,
+            "{backend}"
+        );
+        let snaps = store.snapshots();
+        assert!(
+            !snaps.delete_unused("snap-fork").await.unwrap(),
+            "{backend}"
+        );
+        store.sandboxes().delete("sb-0").await.unwrap();
+        assert!(
+            !snaps.delete_unused("snap-fork").await.unwrap(),
+            "{backend}"
+        );
+        assert!(
+            store
+                .snapshots()
+                .unused_on_host("h1")
+                .await
+                .unwrap()
+                .is_empty(),
+            "{backend}"
+        );
+        store.sandboxes().delete("sb-1").await.unwrap();
+        assert_eq!(
+            store.snapshots().unused_on_host("h1").await.unwrap(),
+            ["snap-fork"],
+            "{backend}"
+        );
+        assert!(
+            store
+                .snapshots()
+                .unused_on_host("h2")
+                .await
+                .unwrap()
+                .is_empty(),
+            "{backend}"
+        );
+        let store = Arc::new(store.clone());
+        let racing: Vec<_> = (0..8)
+            .map(|_| {
+                let store = Arc::clone(&store);
+                tokio::spawn(async move { store.snapshots().delete_unused("snap-fork").await })
+            })
+            .collect();
+        let mut won = 0;
+        for t in racing {
+            won += usize::from(t.await.unwrap().unwrap());
+        }
+        assert_eq!(won, 1, "{backend}");
+        assert!(matches!(
+            store.snapshots().get(&ws.id, "snap-fork").await,
+            Err(StoreError::NotFound)
+        ));
+        // An explicit snapshot stays, named or not.
+        store.sandboxes().delete("sb-2").await.unwrap();
+        assert!(!store.snapshots().delete_unused("snap-kept").await.unwrap());
+        assert!(store
+            .snapshots()
+            .unused_on_host("h1")
+            .await
+            .unwrap()
+            .is_empty());
+        assert!(store.snapshots().get(&ws.id, "snap-kept").await.is_ok());
     }
 }

@@ -11,6 +11,7 @@
 //!
 //! Faults ([`Faults`]) make the next restores fail (the driver reports an error), hang (the
 //! agent process is stopped, so the guest never answers and the runtime's bound decides) or slow.
+//! [`FakeStack::end_vm`] ends a running VM's process from outside, as a guest power-off does.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -385,6 +386,21 @@ pub struct FakeStack {
     pub store: pandastack_store::Store,
     pub key: String,
     pub dir: tempfile::TempDir,
+}
+
+impl FakeStack {
+    /// Ends sandbox `id`'s VM process from outside, as a guest that powers itself off (the
+    /// agent's console watch then stops its process) or a crash does: SIGKILL, then waits until
+    /// it is gone. The host agent is not told.
+    pub async fn end_vm(&self, id: &str) {
+        let stats = self
+            .agent
+            .stats(id)
+            .await
+            .expect("the sandbox is on this host")
+            .expect("the sandbox has a VM process");
+        kill_and_wait(stats.pid).await;
+    }
 }
 
 impl Drop for FakeStack {

@@ -252,4 +252,10 @@ pub trait VmDriver: Send + Sync {
     /// VM that cannot be attached, e.g. one cut off while it was starting) and waits until it
     /// has exited.
     fn kill_in(&self, run_dir: &Path) -> impl Future<Output = Result<(), VmError>> + Send;
+    /// Files the VM process itself appends to in its run directory (its own diagnostics, not
+    /// the guest's console), each with the size the host keeps it near: the host trims them as
+    /// it trims console logs, since a long-lived VM's process can write to them without end.
+    fn bounded_logs(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }

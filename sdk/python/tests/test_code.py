@@ -92,7 +92,8 @@ def test_contexts_are_separate_kernels(shared_sandbox):
         shared_sandbox.run_code("1", context=ctx)
     with pytest.raises(NotFoundError):  # the same over the stream
         shared_sandbox.run_code("1", context=ctx, on_stdout=print)
-    shared_sandbox.delete_code_context(ctx.id)  # already gone: not an error
+    with pytest.raises(NotFoundError):  # already gone
+        shared_sandbox.delete_code_context(ctx.id)
 
     # A context's env reaches its kernel.
     ctx = shared_sandbox.create_code_context(env={"CODE_CTX_VAR": "v1"})

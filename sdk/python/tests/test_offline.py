@@ -730,3 +730,24 @@ def test_preview_urls_async(fake):
                 await sb.get_url(0)
 
     asyncio.run(main())
+
+
+def test_fork_sends_keep_snapshot_only_when_asked(fake):
+    child = {**SANDBOX, "id": "sb-kid", "snapshot_id": "snap-1"}
+    fake.on("GET", "/v1/sandboxes/sb-fake", reply(200, SANDBOX))
+    fake.on(
+        "POST",
+        "/v1/sandboxes/sb-fake/fork",
+        reply(
+            201,
+            {"parent_id": "sb-fake", "snapshot_id": "snap-1", "keep_snapshot": False, "children": [child]},
+        ),
+    )
+    with make(fake) as c:
+        sb = c.sandboxes.get("sb-fake")
+        kid = sb.fork()
+        kids = sb.fork(count=1, metadata={"a": "b"}, keep_snapshot=True)
+    assert (kid.id, kid.snapshot_id) == ("sb-kid", "snap-1")
+    assert [k.id for k in kids] == ["sb-kid"]
+    bodies = [json.loads(r["body"]) for r in fake.calls("POST", "/v1/sandboxes/sb-fake/fork")]
+    assert bodies == [{"count": 1}, {"count": 1, "metadata": {"a": "b"}, "keep_snapshot": True}]

@@ -470,7 +470,7 @@ export class Sandbox {
   /**
    * Stops a context's kernel; its variables are gone and a later {@link runCode} in it throws
    * {@link NotFoundError}. Deleting `"default"` resets the default context. A context that does
-   * not exist is not an error.
+   * not exist (deleted already) throws {@link NotFoundError}.
    */
   async deleteCodeContext(context: CodeContext | string, opts: CallOptions = {}): Promise<void> {
     const id = contextId(context);
@@ -499,7 +499,9 @@ export class Sandbox {
 
   /**
    * Forks the running sandbox: `fork()` gives one child, `fork(n)` an array of n (at most 16),
-   * each a copy of this sandbox's memory and disk at this moment, running independently.
+   * each a copy of this sandbox's memory and disk at this moment, running independently. The
+   * snapshot the fork takes (each child's `data.snapshotId`) is deleted by the server with the
+   * last sandbox restored from it, unless `keepSnapshot` is set.
    */
   fork(): Promise<Sandbox>;
   fork(count: number, opts?: ForkOptions): Promise<Sandbox[]>;
@@ -512,6 +514,7 @@ export class Sandbox {
   async forkDetailed(count = 1, opts: ForkOptions = {}): Promise<ForkResult> {
     const body: Record<string, unknown> = { count };
     if (opts.metadata) body.metadata = opts.metadata;
+    if (opts.keepSnapshot) body.keep_snapshot = true;
     const w = await this.ctx.http.request<Record<string, unknown>>({
       method: "POST",
       path: `${this.path}/fork`,
@@ -525,6 +528,7 @@ export class Sandbox {
     return {
       parentId: typeof w.parent_id === "string" ? w.parent_id : this.id,
       snapshotId: typeof w.snapshot_id === "string" ? w.snapshot_id : "",
+      keepSnapshot: w.keep_snapshot === true,
       children: children.map((c) => new Sandbox(this.ctx, sandboxFromWire(c as Record<string, unknown>))),
     };
   }
@@ -656,11 +660,19 @@ export class Sandbox {
 export interface ForkOptions extends CallOptions {
   /** Metadata of the children (default: the parent's). */
   metadata?: Record<string, string>;
+  /**
+   * Keep the fork's snapshot until `client.snapshots.delete(id)` (default: the server deletes
+   * it with the last sandbox restored from it).
+   */
+  keepSnapshot?: boolean;
 }
 
 export interface ForkResult {
   parentId: string;
+  /** The snapshot the fork took; the children were restored from it. */
   snapshotId: string;
+  /** Whether that snapshot is kept (`keepSnapshot`); if not, it goes with the last child. */
+  keepSnapshot: boolean;
   children: Sandbox[];
 }
 

@@ -69,7 +69,7 @@ test("a separate context has its own variables; deleting it makes runs fail with
   await sb.deleteCodeContext(ctx);
   await assert.rejects(sb.runCode("1", { context: ctx }), NotFoundError);
   await assert.rejects(sb.runCode("1", { context: ctx, onStdout: () => {} }), NotFoundError);
-  await sb.deleteCodeContext(ctx.id); // already gone: not an error
+  await assert.rejects(sb.deleteCodeContext(ctx.id), NotFoundError); // already gone
 
   const withEnv = await sb.createCodeContext({ env: { CODE_CTX_VAR: "v1" } });
   try {

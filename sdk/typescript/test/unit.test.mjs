@@ -862,6 +862,29 @@ test("volumes: volume_busy and quota_exceeded have their own error classes", asy
   }
 });
 
+test("fork sends keep_snapshot only when asked and reads which snapshot it made", async () => {
+  const child = { ...SANDBOX, id: "sb-kid", snapshot_id: "snap-1" };
+  const srv = await mockServer((req, res, body) => {
+    if (req.method === "GET") return json(res, 200, SANDBOX);
+    const keep = JSON.parse(body).keep_snapshot === true;
+    json(res, 201, { parent_id: "sb-1", snapshot_id: "snap-1", keep_snapshot: keep, children: [child] });
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
+    const sb = await c.sandboxes.get("sb-1");
+    const one = await sb.fork();
+    assert.equal(one.data.snapshotId, "snap-1");
+    const kept = await sb.forkDetailed(1, { metadata: { a: "c" }, keepSnapshot: true });
+    assert.deepEqual([kept.snapshotId, kept.keepSnapshot, kept.children[0].id], ["snap-1", true, "sb-kid"]);
+    const gone = await sb.forkDetailed(2);
+    assert.equal(gone.keepSnapshot, false);
+    const bodies = srv.requests.filter((r) => r.method === "POST").map((r) => JSON.parse(r.body));
+    assert.deepEqual(bodies, [{ count: 1 }, { count: 1, metadata: { a: "c" }, keep_snapshot: true }, { count: 2 }]);
+  } finally {
+    await srv.close();
+  }
+});
+
 test("volumes: sandbox create sends volumes and reads them back", async () => {
   const mounted = [{ name: "ws", path: "/workspace", read_only: false }, { name: "ref", path: "/ref", read_only: true }];
   const srv = await mockServer((req, res) => json(res, 201, { id: "sb-1", template: "minimal", state: "running", volumes: mounted }));

@@ -107,7 +107,8 @@ pub async fn create_context(
 }
 
 /// Delete a code context and stop its kernel (its variables are gone). Deleting `default`
-/// resets it: the next run starts a fresh kernel.
+/// resets it: the next run starts a fresh kernel. Any other context must exist: one never
+/// created or already deleted is `404 not_found`.
 #[utoipa::path(
     delete,
     path = "/v1/sandboxes/{id}/code/contexts/{context_id}",
@@ -117,7 +118,10 @@ pub async fn create_context(
         ("id" = String, Path, description = "Sandbox id"),
         ("context_id" = String, Path, description = "Context id"),
     ),
-    responses((status = 204, description = "Deleted (also when there was no such context)"))
+    responses(
+        (status = 204, description = "Deleted (`default`: reset)"),
+        (status = 404, description = "No such code context (code `not_found`), or no such sandbox (`sandbox_not_found`)", body = wire::ErrorEnvelope),
+    )
 )]
 pub async fn delete_context(
     State(app): State<Arc<App>>,

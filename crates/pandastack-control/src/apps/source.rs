@@ -750,7 +750,7 @@ mod tests {
             panic!("not a refusal: {e}");
         };
         assert!(
-            why.contains(&format!("127.0.0.1")) && why.contains("loopback"),
+            why.contains("127.0.0.1") && why.contains("loopback"),
             "{why}"
         );
         assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 0);

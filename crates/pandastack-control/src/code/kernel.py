@@ -4,7 +4,8 @@
 #
 #   run CTX TIMEOUT   code on stdin; JSON-lines events on stdout (see below)
 #   start CTX         make sure context CTX has a kernel; prints {"type": "ready"}
-#   stop CTX          end context CTX's kernel and forget the context
+#   stop CTX          end context CTX's kernel and forget the context (an error event named
+#                     ContextNotFound if CTX was never created or is gone; `default` always is)
 #
 # Each context is one long-lived Python process (the kernel) listening on a Unix socket under
 # /run/pandastack-kernel; variables live in it between runs. `run` connects to it (starting
@@ -117,6 +118,10 @@ def client_start(ctx):
 def client_stop(ctx):
     sock_path, marker = paths(ctx)
     s = connect(ctx)
+    if s is None and ctx != "default" and not os.path.exists(marker):
+        emit({"type": "error", "name": "ContextNotFound", "value": ctx, "traceback": ""})
+        emit({"type": "done"})
+        return 0
     if s is not None:
         s.sendall(b'{"stop": true}\n')
         s.recv(1)

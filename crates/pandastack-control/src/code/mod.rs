@@ -146,7 +146,8 @@ impl CodeContexts {
 
     /// Deletes context `context_id` (validated by the caller) of sandbox `sandbox_id` and stops
     /// its kernel: its variables are gone. Deleting `default` resets it (the next run starts a
-    /// fresh kernel); deleting a context that does not exist is not an error.
+    /// fresh kernel); a context that was never created or is already deleted is
+    /// [`CodeContextError::ContextNotFound`].
     pub async fn delete_context(
         &self,
         sandbox_id: &str,
@@ -154,7 +155,12 @@ impl CodeContexts {
         context_id: &str,
     ) -> Result<(), CodeContextError> {
         let env = guest_env(sandbox_env, BTreeMap::new());
-        self.context_cmd(sandbox_id, "stop", context_id, env).await
+        match self.context_cmd(sandbox_id, "stop", context_id, env).await {
+            Err(CodeContextError::Kernel(e)) if e.name == "ContextNotFound" => {
+                Err(CodeContextError::ContextNotFound(context_id.to_owned()))
+            }
+            other => other,
+        }
     }
 
     /// Runs a context command (`start`/`stop`) and returns its first error, if any.

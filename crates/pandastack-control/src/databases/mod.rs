@@ -74,6 +74,10 @@ pub enum DatabaseError {
     Exists(String),
     #[error("database {0} is being created")]
     NotReady(String),
+    /// Credentials that do not log in to a database over HTTP, in PostgreSQL's words: also
+    /// what an id of no (ready) database gets, so the answer does not say which ids exist.
+    #[error("password authentication failed for user \"{0}\"")]
+    LoginFailed(String),
     /// The cluster did not come up in its VM (the message is the script's output).
     #[error("database {database}: PostgreSQL did not start: {detail}")]
     Bootstrap {
@@ -255,6 +259,26 @@ impl Databases {
             Err(StoreError::NotFound) => Err(DatabaseError::NotFound(id.into())),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The database `creds` may try to log in to over HTTP (the Neon-compatible `/sql`, which
+    /// takes no API key): any workspace's ready database `id`. An id of no ready database
+    /// fails as a wrong password does ([`DatabaseError::LoginFailed`]), so the answer is no
+    /// oracle of which ids exist; the owner role's password is checked here, before the VM is
+    /// woken for a caller that cannot log in. Other roles are the cluster's to check.
+    pub async fn login(&self, id: &str, creds: &Credentials) -> Result<DatabaseRow, DatabaseError> {
+        let failed = || DatabaseError::LoginFailed(creds.user.clone());
+        let row = match self.by_id(id).await {
+            Ok(r) => r,
+            Err(DatabaseError::NotFound(_) | DatabaseError::NotReady(_)) => return Err(failed()),
+            Err(e) => return Err(e),
+        };
+        // Compared as digests: how long the comparison takes tells nothing about the password.
+        let digest = |p: &str| <sha2::Sha256 as sha2::Digest>::digest(p.as_bytes());
+        if creds.user == row.role_name && digest(&creds.password) != digest(&row.password) {
+            return Err(failed());
+        }
+        Ok(row)
     }
 
     pub async fn info(&self, row: DatabaseRow) -> Result<DatabaseInfo, DatabaseError> {

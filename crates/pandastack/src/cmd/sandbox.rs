@@ -147,6 +147,9 @@ struct ForkArgs {
     /// Metadata `key=value` for the children (repeatable).
     #[arg(long = "meta", value_name = "KEY=VALUE")]
     meta: Vec<String>,
+    /// Keep the fork's snapshot (by default it is deleted with the last child).
+    #[arg(long)]
+    keep_snapshot: bool,
     #[arg(long)]
     json: bool,
 }
@@ -347,6 +350,7 @@ async fn fork(c: &Client, a: ForkArgs) -> anyhow::Result<()> {
     let req = ForkRequest {
         count: a.count,
         metadata: parse_pairs("meta", &a.meta)?,
+        keep_snapshot: a.keep_snapshot,
     };
     let out = {
         let _s = Spinner::start("forking");

@@ -174,6 +174,11 @@ pub struct ServerArgs {
     /// cut and the newest kept (0: unbounded).
     #[arg(long, env = "PANDASTACK_CONSOLE_LOG_MAX_KB", default_value_t = 1024)]
     console_log_max_kb: u64,
+    /// Bound on each VM process's own log (QEMU's messages, `qemu.log` in its run directory),
+    /// in KiB: past it the oldest part is cut. It is read only for error messages.
+    #[arg(long, env = "PANDASTACK_VM_LOG_MAX_KB", default_value_t = 256,
+          value_parser = clap::value_parser!(u64).range(4..))]
+    vm_log_max_kb: u64,
     /// Largest OCI image tarball accepted by `POST /v1/templates`, in MiB.
     #[arg(long, default_value_t = 16384)]
     max_template_upload_mb: u64,
@@ -318,6 +323,7 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         .collect();
     let mut qemu = QemuConfig::new(choice.accel);
     qemu.tcg_tb_size_mib = a.tcg_tb_size_mib;
+    qemu.log_max_bytes = a.vm_log_max_kb << 10;
     qemu.identities = vm_identities(&a.vm_uids)?;
     if a.cgroups == CgroupMode::Auto {
         match pandastack_qemu::Cgroups::detect() {
@@ -465,6 +471,15 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         });
     }
     let app = Arc::new(app);
+    // Fork snapshots whose last sandbox went while the server was down or mid-delete.
+    let released = app
+        .snapshots
+        .release_unused()
+        .await
+        .context("delete unused fork snapshots")?;
+    if !released.is_empty() {
+        tracing::info!(snapshots = ?released, "deleted fork snapshots no sandbox uses");
+    }
     app.recover_builds()
         .await
         .context("settle template builds")?;

@@ -1187,8 +1187,8 @@ class AsyncSandbox:
     async def delete_code_context(self, context: Union[CodeContext, str]) -> None:
         """Stops a context's kernel; its variables are gone and a later :meth:`run_code` in it
         raises :class:`~pandastack.NotFoundError`. Deleting ``"default"`` resets the default
-        context (the next run starts a fresh kernel). A context that does not exist is not an
-        error."""
+        context (the next run starts a fresh kernel). A context that does not exist (deleted
+        already) raises :class:`~pandastack.NotFoundError`."""
         await self._t.request(
             "DELETE",
             f"{self._p}/code/contexts/{b.seg(b.context_id_of(context) or '')}",
@@ -1250,25 +1250,45 @@ class AsyncSandbox:
         )
 
     @overload
-    async def fork(self, count: None = None, *, metadata: Optional[Mapping[str, str]] = None) -> "AsyncSandbox": ...
+    async def fork(
+        self,
+        count: None = None,
+        *,
+        metadata: Optional[Mapping[str, str]] = None,
+        keep_snapshot: bool = False,
+    ) -> "AsyncSandbox": ...
 
     @overload
-    async def fork(self, count: int, *, metadata: Optional[Mapping[str, str]] = None) -> List["AsyncSandbox"]: ...
+    async def fork(
+        self,
+        count: int,
+        *,
+        metadata: Optional[Mapping[str, str]] = None,
+        keep_snapshot: bool = False,
+    ) -> List["AsyncSandbox"]: ...
 
     async def fork(
-        self, count: Optional[int] = None, *, metadata: Optional[Mapping[str, str]] = None
+        self,
+        count: Optional[int] = None,
+        *,
+        metadata: Optional[Mapping[str, str]] = None,
+        keep_snapshot: bool = False,
     ) -> Union["AsyncSandbox", List["AsyncSandbox"]]:
         """Clones the running sandbox (memory, processes and disk) into new sandboxes.
 
         ``sandbox.fork()`` returns one :class:`AsyncSandbox`; ``sandbox.fork(count=n)`` always
         returns a list of ``n`` sandboxes (also for ``n == 1``). Children share the parent's
         metadata unless ``metadata`` is given. The snapshot taken for the fork is
-        ``child.snapshot_id``.
+        ``child.snapshot_id``: the server deletes it with the last sandbox restored from it
+        (the last child killed), unless ``keep_snapshot=True`` keeps it until
+        ``client.snapshots.delete(id)``.
         """
         n = 1 if count is None else int(count)
         body: Dict[str, Any] = {"count": n}
         if metadata is not None:
             body["metadata"] = dict(metadata)
+        if keep_snapshot:
+            body["keep_snapshot"] = True
         data = await self._t.json("POST", f"{self._p}/fork", json=body, timeout=self._long())
         children = [
             AsyncSandbox(self._client, SandboxInfo.from_json(c)) for c in data.get("children", [])
