@@ -439,6 +439,35 @@ pub fn guest_agent() -> PathBuf {
     p
 }
 
+/// The API state of a fake stack over `store` and `host`, its files under `dir` (builds, the
+/// object store): what [`fake_stack`] serves, and what a test that restarts the API builds again
+/// over the same store.
+pub fn fake_api(
+    store: pandastack_store::Store,
+    host: Arc<dyn pandastack_host::Host>,
+    dir: &std::path::Path,
+) -> pandastack_api::App {
+    let objects =
+        pandastack_objects::Objects::open(&format!("file://{}", dir.join("objects").display()))
+            .expect("object store");
+    pandastack_api::App::new(
+        store,
+        host,
+        "fake-host".into(),
+        "host-fake".into(),
+        pandastack_api::BuildConfig {
+            dir: dir.join("builds"),
+            max_upload_bytes: 1 << 20,
+        },
+        pandastack_api::PreviewConfig::from_base_url(
+            "http://localhost:8081",
+            Duration::from_secs(5),
+        )
+        .expect("preview config"),
+        objects,
+    )
+}
+
 /// Builds a [`FakeStack`]; a restored guest that does not answer fails its create after
 /// `restore_timeout`.
 pub async fn fake_stack(restore_timeout: Duration) -> FakeStack {
@@ -489,27 +518,7 @@ pub async fn fake_stack(restore_timeout: Duration) -> FakeStack {
         .await
         .expect("workspace");
     let host: Arc<dyn pandastack_host::Host> = Arc::new(LocalHost(Arc::clone(&agent)));
-    let objects = pandastack_objects::Objects::open(&format!(
-        "file://{}",
-        dir.path().join("objects").display()
-    ))
-    .expect("object store");
-    let app = Arc::new(pandastack_api::App::new(
-        store.clone(),
-        host,
-        "fake-host".into(),
-        "host-fake".into(),
-        pandastack_api::BuildConfig {
-            dir: dir.path().join("builds"),
-            max_upload_bytes: 1 << 20,
-        },
-        pandastack_api::PreviewConfig::from_base_url(
-            "http://localhost:8081",
-            Duration::from_secs(5),
-        )
-        .expect("preview config"),
-        objects,
-    ));
+    let app = Arc::new(fake_api(store.clone(), host, dir.path()));
     FakeStack {
         router: pandastack_api::router(Arc::clone(&app)),
         proxy: pandastack_api::proxy_router(Arc::clone(&app)),

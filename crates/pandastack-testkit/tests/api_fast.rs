@@ -135,18 +135,7 @@ async fn lifecycle_exec_files_hibernate_and_delete_in_process() {
     );
     assert!(s.agent.get(&id).await.unwrap().state == pandastack_agent::VmState::Hibernated);
     // Any call wakes it; the row says so.
-    let (st, v) = call(
-        &s,
-        "POST",
-        &format!("/v1/sandboxes/{id}/exec"),
-        Some(json!({"argv": ["true"]})),
-    )
-    .await;
-    assert_eq!(
-        (st, v["exit_code"].as_i64()),
-        (StatusCode::OK, Some(0)),
-        "{v}"
-    );
+    exec_true(&s, &id).await;
     let (_, v) = call(&s, "GET", &format!("/v1/sandboxes/{id}"), None).await;
     assert_eq!(v["state"], "running");
 
@@ -395,6 +384,37 @@ async fn snapshot_and_fork_through_the_snapshot_service() {
     assert!(!s.dir.path().join("data/snapshots").join(snap_id).exists());
 }
 
+/// A sandbox whose code kernels keep to a directory of their own (killed when the guard drops).
+async fn kernel_sandbox(s: &FakeStack) -> (String, Kernels) {
+    let kernels = s.dir.path().join("kernels");
+    let guard = Kernels(kernels.clone());
+    let (st, v) = call(
+        s,
+        "POST",
+        "/v1/sandboxes",
+        Some(json!({"template": "fake", "env": {"PANDASTACK_KERNEL_DIR": kernels}})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    (v["id"].as_str().unwrap().to_owned(), guard)
+}
+
+/// `true` runs in sandbox `id` (waking it if it sleeps).
+async fn exec_true(s: &FakeStack, id: &str) {
+    let (st, v) = call(
+        s,
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({"argv": ["true"]})),
+    )
+    .await;
+    assert_eq!(
+        (st, v["exit_code"].as_i64()),
+        (StatusCode::OK, Some(0)),
+        "{v}"
+    );
+}
+
 /// Kills, when dropped, the code kernels whose environment names `dir`. Kernels run in sessions
 /// of their own, so they outlive a fake VM (a real VM takes them along when it stops), and
 /// outside a VM `/run/pandastack-kernel` would be this host's, shared by every fake sandbox: each
@@ -575,17 +595,7 @@ fn uncell(v: &Value) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn code_contexts_keep_state_apart_and_stream_what_they_return() {
     let s = fake_stack(Duration::from_secs(10)).await;
-    let kernels = s.dir.path().join("kernels");
-    let _kernels = Kernels(kernels.clone());
-    let (st, v) = call(
-        &s,
-        "POST",
-        "/v1/sandboxes",
-        Some(json!({"template": "fake", "env": {"PANDASTACK_KERNEL_DIR": kernels}})),
-    )
-    .await;
-    assert_eq!(st, StatusCode::CREATED, "{v}");
-    let id = v["id"].as_str().unwrap().to_owned();
+    let (id, _kernels) = kernel_sandbox(&s).await;
     let code = format!("/v1/sandboxes/{id}/code");
     let run = |body: Value| call(&s, "POST", &code, Some(body));
 

@@ -240,18 +240,7 @@ async fn an_exec_whose_sandbox_is_hibernated_answers_its_state() {
         // The hibernation stands; the next call wakes the sandbox as usual.
         let (_, v) = call(&s, "GET", &format!("/v1/sandboxes/{id}"), None).await;
         assert_eq!(v["state"], "hibernated", "{v}");
-        let (st, v) = call(
-            &s,
-            "POST",
-            &format!("/v1/sandboxes/{id}/exec"),
-            Some(json!({"argv": ["true"]})),
-        )
-        .await;
-        assert_eq!(
-            (st, v["exit_code"].as_i64()),
-            (StatusCode::OK, Some(0)),
-            "{v}"
-        );
+        super::exec_true(&s, &id).await;
     }
     assert_eq!(log.lines(), Vec::<String>::new());
 }

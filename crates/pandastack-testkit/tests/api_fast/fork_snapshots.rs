@@ -104,27 +104,7 @@ async fn restarted(s: &FakeStack) -> axum::Router {
     let store = pandastack_store::Store::open(&s.dir.path().join("state.db"))
         .await
         .expect("store");
-    let objects = pandastack_objects::Objects::open(&format!(
-        "file://{}",
-        s.dir.path().join("objects").display()
-    ))
-    .expect("object store");
-    let app = pandastack_api::App::new(
-        store,
-        Arc::clone(&s.app.host),
-        "fake-host".into(),
-        "host-fake".into(),
-        pandastack_api::BuildConfig {
-            dir: s.dir.path().join("builds"),
-            max_upload_bytes: 1 << 20,
-        },
-        pandastack_api::PreviewConfig::from_base_url(
-            "http://localhost:8081",
-            Duration::from_secs(5),
-        )
-        .expect("preview config"),
-        objects,
-    );
+    let app = pandastack_testkit::fake::fake_api(store, Arc::clone(&s.app.host), s.dir.path());
     pandastack_api::router(Arc::new(app))
 }
 

@@ -9,7 +9,7 @@ use axum::http::{Request, StatusCode};
 use pandastack_testkit::fake::{fake_stack, FakeStack};
 use serde_json::{json, Value};
 
-use super::{answer, call, create, document, rows, Kernels};
+use super::{answer, call, create, document, kernel_sandbox, rows};
 
 /// `method path` with `authorization` as the only credential (none when `None`).
 async fn call_as(
@@ -103,17 +103,7 @@ async fn the_bearer_scheme_is_case_insensitive() {
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_a_code_context_that_is_not_there_is_not_found() {
     let s = fake_stack(Duration::from_secs(10)).await;
-    let kernels = s.dir.path().join("kernels");
-    let _kernels = Kernels(kernels.clone());
-    let (st, v) = call(
-        &s,
-        "POST",
-        "/v1/sandboxes",
-        Some(json!({"template": "fake", "env": {"PANDASTACK_KERNEL_DIR": kernels}})),
-    )
-    .await;
-    assert_eq!(st, StatusCode::CREATED, "{v}");
-    let id = v["id"].as_str().unwrap().to_owned();
+    let (id, _kernels) = kernel_sandbox(&s).await;
     let contexts = format!("/v1/sandboxes/{id}/code/contexts");
     let not_found = |st: StatusCode, v: &Value, ctx: &str| {
         assert_eq!(
