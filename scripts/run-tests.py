@@ -23,8 +23,10 @@ import concurrent.futures
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -33,6 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "scripts" / "test-times.json"
 # A job with no timing on record: placed as if it took this long.
 UNKNOWN_SECS = 30.0
+# A job running longer than this many times its last timing (and at least MIN_LIMIT_SECS) is
+# killed and failed.
+LIMIT_FACTOR = 3.0
+MIN_LIMIT_SECS = float(os.environ.get("RUN_TESTS_MIN_LIMIT", "900"))
 # Lines of a failed job's output printed (its server's log can be long; the end says why).
 FAILED_TAIL_LINES = 3000
 
@@ -137,23 +143,61 @@ def name_running() -> None:
         say(f"running: {jobs}")
 
 
+def limit_of(job: dict, times: dict[str, float]) -> float:
+    """How long a job may run before it is killed and failed: a hang costs a bounded part of
+    the budget, not the rest of the run."""
+    return max(MIN_LIMIT_SECS, LIMIT_FACTOR * times.get(job["key"], UNKNOWN_SECS))
+
+
+def kill_group(pgid: int) -> bool:
+    """Kills what is left of a job's process group; whether anything was."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+        return True
+    except ProcessLookupError:
+        return False
+
+
 def run(job: dict) -> dict:
     start = time.monotonic()
     RUNNING[job["key"]] = start
     env = dict(os.environ, **job.get("env", {}))
-    p = subprocess.run(
-        job["argv"],
-        cwd=job["cwd"],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        shell=isinstance(job["argv"], str),
-    )
+    # Output goes to a file, not a pipe: a process the job left behind holding it open does not
+    # keep the runner waiting. The job leads a process group of its own, so what it leaves
+    # behind is found and killed when it ends.
+    with tempfile.TemporaryFile() as out:
+        p = subprocess.Popen(
+            job["argv"],
+            cwd=job["cwd"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            shell=isinstance(job["argv"], str),
+            start_new_session=True,
+        )
+        limit = job["limit"]
+        try:
+            returncode = p.wait(timeout=limit)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            kill_group(p.pid)
+            returncode = p.wait()
+            timed_out = True
+        left_behind = kill_group(p.pid)
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    if timed_out:
+        text += f"\n[run-tests] killed after {limit:.0f}s (its limit: {LIMIT_FACTOR:g}x its last timing, at least {MIN_LIMIT_SECS:.0f}s)"
+    elif left_behind:
+        text += "\n[run-tests] processes it left behind were killed"
+    p = subprocess.CompletedProcess(job["argv"], returncode, text.encode())
     secs = time.monotonic() - start
     RUNNING.pop(job["key"], None)
     ok = p.returncode == 0
     say(f"{'PASS' if ok else 'FAIL'} [{secs:7.1f}s] {job['key']}")
+    if left_behind and not timed_out:
+        say(f"{job['key']} left processes behind; they were killed")
     lines = p.stdout.decode(errors="replace").splitlines()
     # Counted from libtest's summary: a test whose child processes write to the same output can
     # split its `test NAME ... ok` line.
@@ -190,6 +234,8 @@ def main() -> int:
         jobs.append({"key": name, "argv": cmd, "cwd": str(ROOT)})
     times = load_times()
     jobs.sort(key=lambda j: times.get(j["key"], UNKNOWN_SECS), reverse=True)
+    for j in jobs:
+        j["limit"] = limit_of(j, times)
     say(f"{len(jobs)} jobs, {a.jobs} at a time, longest first by their last timings")
 
     threading.Thread(target=name_running, daemon=True).start()

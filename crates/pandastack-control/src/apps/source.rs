@@ -672,9 +672,16 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let mut daemon = std::process::Command::new("git")
+        // The daemon's own binary, not `git daemon`: killing the `git` wrapper would leave its
+        // child serving, holding the test's output open (a test runner waiting for its end
+        // waits for ever).
+        let exec_path = std::process::Command::new("git")
+            .arg("--exec-path")
+            .output()
+            .unwrap();
+        let exec_path = String::from_utf8(exec_path.stdout).unwrap();
+        let mut daemon = std::process::Command::new(Path::new(exec_path.trim()).join("git-daemon"))
             .args([
-                "daemon",
                 "--reuseaddr",
                 "--export-all",
                 "--listen=127.0.0.1",
@@ -682,6 +689,9 @@ mod tests {
                 &format!("--base-path={}", d.path().display()),
             ])
             .arg(d.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
         let url = format!("git://localhost:{port}/site.git");
