@@ -79,6 +79,43 @@ pub enum StartMode {
 /// Default TCG translation cache size, MiB.
 pub const DEFAULT_TCG_TB_SIZE_MIB: u32 = 256;
 
+/// How fast one VM may use its root disk: QEMU's own throttling of the drive (`throttling.*`),
+/// so the limit holds whatever the host's cgroup version and whether the guest's writes reach
+/// the file through the page cache (`cache=writeback`, which cgroup v1's `blkio` throttling
+/// never sees) or not. Each total counts reads and writes together; 0 leaves it unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskLimits {
+    pub bytes_per_sec: u64,
+    pub iops: u64,
+}
+
+impl DiskLimits {
+    /// What a VM gets unless the operator says otherwise (`pandastack server --vm-disk-mbps`,
+    /// `--vm-disk-iops`): enough for installs and builds, short of what one guest's
+    /// `O_DIRECT` stream takes from its neighbours' synchronous writes (docs/ARCHITECTURE.md,
+    /// "Confinement").
+    pub const DEFAULT: Self = Self {
+        bytes_per_sec: 128 << 20,
+        iops: 4096,
+    };
+    pub const UNLIMITED: Self = Self {
+        bytes_per_sec: 0,
+        iops: 0,
+    };
+
+    /// The `-drive` options that set these limits (empty when unlimited).
+    fn drive_options(&self) -> String {
+        let mut o = String::new();
+        if self.bytes_per_sec > 0 {
+            o.push_str(&format!(",throttling.bps-total={}", self.bytes_per_sec));
+        }
+        if self.iops > 0 {
+            o.push_str(&format!(",throttling.iops-total={}", self.iops));
+        }
+        o
+    }
+}
+
 /// Process-wide QEMU settings.
 #[derive(Debug, Clone)]
 pub struct QemuConfig {
@@ -98,6 +135,8 @@ pub struct QemuConfig {
     pub identities: Option<std::sync::Arc<crate::confine::VmIdentities>>,
     /// The size each VM process's own log (`qemu.log`, its stderr) is kept near, in bytes.
     pub log_max_bytes: u64,
+    /// How fast each VM may use its root disk.
+    pub disk_limits: DiskLimits,
 }
 
 impl QemuConfig {
@@ -119,6 +158,7 @@ impl QemuConfig {
             cgroups: None,
             identities: crate::confine::VmIdentities::default_if_root().map(std::sync::Arc::new),
             log_max_bytes: crate::driver::QEMU_LOG_MAX,
+            disk_limits: DiskLimits::DEFAULT,
         }
     }
 }
@@ -274,11 +314,13 @@ pub fn build(
     }
 
     // Root disk. `discard=unmap` lets the guest's fstrim punch holes back into the sparse file.
+    // The throttling options are the block layer's, not the device's: not part of the device
+    // state a restore loads, so they may differ between save and load.
     argv.push("-drive".into());
     argv.push(path_arg(
         "id=root,if=none,format=raw,cache=writeback,discard=unmap,aio=threads,file=",
         &in_run_dir(spec, &spec.rootfs),
-        "",
+        &cfg.disk_limits.drive_options(),
     ));
     push(&mut argv, &["-device", "virtio-blk-device,drive=root"]);
 
@@ -414,6 +456,31 @@ mod tests {
             a.contains("-pidfile qemu.pid"),
             "inside the run dir: relative"
         );
+    }
+
+    #[test]
+    fn the_root_disk_is_throttled_unless_unlimited() {
+        let mut cfg = QemuConfig::new(Accel::Tcg);
+        let spec = spec(Memory::Anonymous);
+        let a = joined(&build(&cfg, &spec, StartMode::Incoming, None));
+        assert!(
+            a.contains(
+                "file=/r/rootfs.ext4,throttling.bps-total=134217728,throttling.iops-total=4096 "
+            ),
+            "{a}"
+        );
+        cfg.disk_limits = DiskLimits {
+            bytes_per_sec: 1 << 20,
+            iops: 0,
+        };
+        let a = joined(&build(&cfg, &spec, StartMode::Incoming, None));
+        assert!(
+            a.contains("rootfs.ext4,throttling.bps-total=1048576 "),
+            "{a}"
+        );
+        cfg.disk_limits = DiskLimits::UNLIMITED;
+        let a = joined(&build(&cfg, &spec, StartMode::Incoming, None));
+        assert!(!a.contains("throttling"), "{a}");
     }
 
     #[test]

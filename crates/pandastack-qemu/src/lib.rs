@@ -14,7 +14,7 @@ mod driver;
 pub mod process;
 pub mod qmp;
 
-pub use argv::{QemuConfig, DEFAULT_TCG_TB_SIZE_MIB};
+pub use argv::{DiskLimits, QemuConfig, DEFAULT_TCG_TB_SIZE_MIB};
 pub use cgroup::Cgroups;
 pub use confine::VmIdentities;
 pub use driver::{QemuDriver, QemuVm};

@@ -179,6 +179,13 @@ pub struct ServerArgs {
     #[arg(long, env = "PANDASTACK_VM_LOG_MAX_KB", default_value_t = 256,
           value_parser = clap::value_parser!(u64).range(4..))]
     vm_log_max_kb: u64,
+    /// How fast each VM may read and write its root disk together, in MiB/s (QEMU's throttling
+    /// of the drive); 0 for no limit.
+    #[arg(long, env = "PANDASTACK_VM_DISK_MBPS", default_value_t = 128)]
+    vm_disk_mbps: u64,
+    /// Read and write requests per second each VM may make of its root disk; 0 for no limit.
+    #[arg(long, env = "PANDASTACK_VM_DISK_IOPS", default_value_t = 4096)]
+    vm_disk_iops: u64,
     /// Largest OCI image tarball accepted by `POST /v1/templates`, in MiB.
     #[arg(long, default_value_t = 16384)]
     max_template_upload_mb: u64,
@@ -324,6 +331,10 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     let mut qemu = QemuConfig::new(choice.accel);
     qemu.tcg_tb_size_mib = a.tcg_tb_size_mib;
     qemu.log_max_bytes = a.vm_log_max_kb << 10;
+    qemu.disk_limits = pandastack_qemu::DiskLimits {
+        bytes_per_sec: a.vm_disk_mbps.saturating_mul(1 << 20),
+        iops: a.vm_disk_iops,
+    };
     qemu.identities = vm_identities(&a.vm_uids)?;
     if a.cgroups == CgroupMode::Auto {
         match pandastack_qemu::Cgroups::detect() {
