@@ -77,8 +77,11 @@ step "tests, and the client SDKs and examples against a real server"
 # Every test in a process of its own and the client suites as one more job, two at a time across
 # all of them, longest first (scripts/run-tests.py): guests run under TCG on 2 cores, so two is
 # the load the tests are written for, and `cargo test`'s one binary at a time left a core idle
-# beside every binary with a single long test.
-python3 scripts/run-tests.py --jobs 2 --also clients=scripts/test-clients.sh
+# beside every binary with a single long test. The soak's short variant (bench soak: cycles with
+# forks and hibernates, then nothing left behind; a kill -9 with running sandboxes, re-attached)
+# is one more job; its full run is `pandastack bench soak` (bench/README.md).
+python3 scripts/run-tests.py --jobs 2 --also clients=scripts/test-clients.sh \
+  --also "soak=target/debug/pandastack bench soak --cycles 20 --fork-every 5 --hibernate-every 4 --restart-sandboxes 4 --data-dir /var/lib/pandastack/test"
 
 step "API fuzzing (schemathesis) against a real server"
 # A throwaway server of its own (limits, a catalog of `minimal` only), so nothing fuzzing does can

@@ -33,6 +33,9 @@ enum BenchWhat {
     Databases(super::bench_databases::DatabasesArgs),
     /// App hosting: static and Vite deploys, rollback, wake on a request, the app proxy.
     Apps(super::bench_apps::AppsArgs),
+    /// Soak: create/exec/delete cycles with forks and hibernates, then nothing may be left; and
+    /// a `kill -9` of the server holding running sandboxes, all re-attached.
+    Soak(super::bench_soak::SoakArgs),
     /// Functions: a NumPy deploy, cold and warm calls, 16 at once, cron dispatch jitter.
     Functions(super::bench_functions::FunctionsArgs),
     /// The regression guard: a new run against the committed one (bench/<name>.json), each
@@ -109,6 +112,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchWhat::Databases(a) => super::bench_databases::run(a).await,
         BenchWhat::Apps(a) => super::bench_apps::run(a).await,
         BenchWhat::Functions(a) => super::bench_functions::run(a).await,
+        BenchWhat::Soak(a) => super::bench_soak::run(a).await,
         BenchWhat::Diff(a) => super::bench_diff::run(a),
         BenchWhat::Compare(a) => super::bench_compare::run(a).await,
     }

@@ -67,6 +67,8 @@ pub(crate) struct OwnServer {
     pub(crate) proxy: String,
     /// Its command line (for a restart).
     args: Vec<String>,
+    /// Its `--net-name` (its network objects are removed with it).
+    net_name: String,
 }
 
 impl Drop for OwnServer {
@@ -85,7 +87,7 @@ impl Drop for OwnServer {
         // Its sandboxes (and warm VMs) outlive it by design; a throwaway server's must go with it,
         // and so must its network objects (a server leaves them for its next start).
         kill_processes_under(self.dir.path());
-        remove_network(NET_NAME);
+        remove_network(&self.net_name);
     }
 }
 
@@ -156,6 +158,17 @@ pub(crate) async fn start_server(
     pool_size: usize,
     extra: &[&str],
 ) -> anyhow::Result<OwnServer> {
+    start_server_on(parent, pool_size, (NET_NAME, "10.213.0.0/16"), extra).await
+}
+
+/// [`start_server`] with network names and addresses of its own (`--net-name`, `--net-base`):
+/// for a command whose server may run beside another bench's.
+pub(crate) async fn start_server_on(
+    parent: &Path,
+    pool_size: usize,
+    (net_name, net_base): (&str, &str),
+    extra: &[&str],
+) -> anyhow::Result<OwnServer> {
     std::fs::create_dir_all(parent)?;
     let dir = tempfile::Builder::new()
         .prefix("bench-volumes-")
@@ -191,9 +204,9 @@ pub(crate) async fn start_server(
         "--pool-size",
         &pool_size.to_string(),
         "--net-name",
-        NET_NAME,
+        net_name,
         "--net-base",
-        "10.213.0.0/16",
+        net_base,
         "--max-sandboxes",
         "100000",
         "--creates-per-minute",
@@ -211,6 +224,7 @@ pub(crate) async fn start_server(
         key: String::new(),
         proxy: format!("127.0.0.1:{proxy_port}"),
         args,
+        net_name: net_name.to_owned(),
     };
     server.until_up(&key_file).await?;
     Ok(server)
@@ -250,6 +264,11 @@ impl OwnServer {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         bail!("the server did not come up")
+    }
+
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGKILLs the server process (its VMs keep running, as after a crash) and starts it
