@@ -10,6 +10,8 @@
 #   scripts/fuzz-api.sh --own-server     start a throwaway server (scripts/dev-server.sh) with the
 #                                        limits below, fuzz it, stop it (scripts/test.sh does this)
 #
+# At the end of each run it prints the cases sent per route group and their answers by class.
+#
 # Bounds: PANDASTACK_FUZZ_EXAMPLES test cases per operation in the fuzzing phase (default 25;
 # the operations that start VMs get fewer, see the config below), one pass of the coverage phase
 # (boundary and invalid values), a per-request timeout of 60 s, and a time budget for the whole
@@ -245,6 +247,32 @@ export SCHEMATHESIS_HOOKS=$here/scripts/fuzz_api_hooks.py
 export PANDASTACK_FUZZ_TEMPLATE=$template PANDASTACK_FUZZ_AVOID_TEMPLATES=$avoid
 checks=no_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,negative_data_rejection,missing_required_header,unsupported_method,allow_header_conformance
 failed=0
+# Cases sent per route group (the path's first part after /v1/: sandboxes, volumes, databases,
+# apps, functions, schedules, …) and how they were answered, from the run's HAR record.
+counts() { # NAME HAR-FILE
+  [ -f "$2" ] || { log "$1: no record of the requests sent"; return; }
+  "$venv/bin/python" - "$1" "$2" <<'EOF'
+import collections, json, sys, urllib.parse
+name, path = sys.argv[1:3]
+groups = collections.defaultdict(collections.Counter)
+try:
+    entries = json.load(open(path))["log"]["entries"]
+except (OSError, ValueError, KeyError) as e:
+    # A record schemathesis could not finish (a run cut off by its budget) says nothing sure.
+    print(f"fuzz-api: {name}: the record of its requests could not be read ({e})", file=sys.stderr)
+    sys.exit(0)
+for e in entries:
+    parts = urllib.parse.urlsplit(e["request"]["url"]).path.split("/")
+    group = parts[2] if len(parts) > 2 and parts[1] == "v1" else "(other)"
+    status = e["response"]["status"]
+    groups[group]["cases"] += 1
+    groups[group][f"{status // 100}xx" if status else "no answer"] += 1
+print(f"fuzz-api: {name}: cases per route group", file=sys.stderr)
+for g, c in sorted(groups.items()):
+    answers = ", ".join(f"{k} {v}" for k, v in sorted(c.items()) if k != "cases")
+    print(f"fuzz-api:   {g:<14} {c['cases']:>6}  ({answers})", file=sys.stderr)
+EOF
+}
 run() { # NAME AUTH-MODE [schemathesis args…]
   local name=$1 mode=$2 left
   shift 2
@@ -258,7 +286,9 @@ run() { # NAME AUTH-MODE [schemathesis args…]
   local rc=0
   PANDASTACK_FUZZ_AUTH=$mode timeout --kill-after=10 "$left" \
     "$venv/bin/schemathesis" --config-file "$work/schemathesis.toml" run "$base/v1/openapi.json" \
-    --phases examples,coverage,fuzzing --no-color --output-truncate false "$@" || rc=$?
+    --phases examples,coverage,fuzzing --no-color --output-truncate false \
+    --report har --report-har-path "$work/$mode.har" "$@" || rc=$?
+  counts "$name" "$work/$mode.har"
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     log "$name: over the time budget of ${budget}s"
   fi

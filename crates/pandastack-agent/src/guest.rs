@@ -11,8 +11,8 @@ use pandastack_guest_proto::v1::{
     write_input,
 };
 use pandastack_host::{
-    BoxStream, ExecEvent, ExecInput, ExecOutcome, ExecSpec, FileInfo, FileKind, GuestErrorKind,
-    HostError, HostResult, PtySize, SessionStart,
+    BoxStream, DirPage, ExecEvent, ExecInput, ExecOutcome, ExecSpec, FileInfo, FileKind,
+    GuestErrorKind, HostError, HostResult, ListPage, PtySize, SessionStart,
 };
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -286,14 +286,57 @@ pub(crate) async fn stat(ch: Channel, path: String) -> HostResult<FileInfo> {
     Ok(file_info(info))
 }
 
-pub(crate) async fn list(ch: Channel, path: String, depth: u32) -> HostResult<Vec<FileInfo>> {
-    let entries = FilesClient::new(ch)
-        .list(v1::ListRequest { path, depth })
+pub(crate) async fn list(
+    ch: Channel,
+    path: String,
+    depth: u32,
+    page: ListPage,
+) -> HostResult<DirPage> {
+    let answer = FilesClient::new(ch)
+        .list(v1::ListRequest {
+            path,
+            depth,
+            after: page.after.clone().unwrap_or_default(),
+            limit: page.limit,
+        })
         .await
         .map_err(status)?
-        .into_inner()
-        .entries;
-    Ok(entries.into_iter().map(file_info).collect())
+        .into_inner();
+    let entries = answer.entries.into_iter().map(file_info).collect();
+    if answer.next_after.is_empty() {
+        return Ok(hold_to_page(entries, &page));
+    }
+    Ok(DirPage {
+        entries,
+        next_after: Some(answer.next_after),
+    })
+}
+
+/// Cuts an answer without `next_after` to the page `page` asks for. A guest agent baked before
+/// listings had pages ignores `after` and `limit` and answers the whole listing (sorted by
+/// path) that way; cut here, it gives callers the same pages a paging agent does. A paging
+/// agent's last page already is that page and passes through unchanged.
+fn hold_to_page(mut entries: Vec<FileInfo>, page: &ListPage) -> DirPage {
+    if let Some(after) = &page.after {
+        entries.retain(|e| e.path.as_str() > after.as_str());
+    }
+    let mut end = (page.limit.max(1) as usize).min(entries.len());
+    // Equal paths (lossy names) stay on one page: a cursor between them would skip the rest.
+    while end < entries.len() && entries[end].path == entries[end - 1].path {
+        end += 1;
+    }
+    if end == entries.len() {
+        return DirPage {
+            entries,
+            next_after: None,
+        };
+    }
+    entries.truncate(end);
+    let next_after = entries.last().map(|e| e.path.clone());
+    DirPage {
+        entries,
+        next_after,
+    }
 }
 
 pub(crate) async fn mkdir(ch: Channel, path: String, parents: bool) -> HostResult<()> {
@@ -379,5 +422,54 @@ impl Stream for WriteData {
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(path: &str) -> FileInfo {
+        FileInfo {
+            name: path.rsplit('/').next().unwrap_or_default().into(),
+            path: path.into(),
+            kind: FileKind::File,
+            size: 0,
+            mode: 0o644,
+            mtime_ms: 0,
+            symlink_target: None,
+        }
+    }
+
+    fn paths(p: &DirPage) -> Vec<&str> {
+        p.entries.iter().map(|e| e.path.as_str()).collect()
+    }
+
+    #[test]
+    fn an_old_agents_whole_listing_is_held_to_the_page() {
+        let all: Vec<_> = ["/d/a", "/d/b", "/d/b", "/d/c", "/d/d"]
+            .into_iter()
+            .map(entry)
+            .collect();
+        let first = ListPage {
+            after: None,
+            limit: 2,
+        };
+        let p = hold_to_page(all.clone(), &first);
+        assert_eq!(paths(&p), ["/d/a", "/d/b", "/d/b"]);
+        assert_eq!(p.next_after.as_deref(), Some("/d/b"));
+        let next = ListPage {
+            after: p.next_after,
+            limit: 2,
+        };
+        let p = hold_to_page(all.clone(), &next);
+        assert_eq!(paths(&p), ["/d/c", "/d/d"]);
+        assert_eq!(p.next_after, None);
+        let whole = ListPage {
+            after: None,
+            limit: 1000,
+        };
+        assert_eq!(hold_to_page(all, &whole).entries.len(), 5);
+        assert!(hold_to_page(Vec::new(), &whole).entries.is_empty());
     }
 }

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use pandastack_host::{
-    BoxStream, BuildLogFn, BuildSource, BuiltImage, ExecEvent, ExecInput, ExecOutcome, ExecSpec,
-    FileInfo, Host, HostError, HostResult, LogChunk, LogPos, PortIo, SessionStart, Shape,
-    SnapshotView, SpecRefused, SpecSummary, TemplateView, VmStats, VmView, VolumeHolder,
-    VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
+    BoxStream, BuildLogFn, BuildSource, BuiltImage, DirPage, ExecEvent, ExecInput, ExecOutcome,
+    ExecSpec, FileInfo, Host, HostError, HostResult, ListPage, LogChunk, LogPos, PortIo,
+    SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmStats, VmView,
+    VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
 };
 use pandastack_vm::VmDriver;
 
@@ -369,9 +369,15 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
         guest::stat(ch, path.to_owned()).await
     }
 
-    async fn list_dir(&self, id: &str, path: &str, depth: u32) -> HostResult<Vec<FileInfo>> {
+    async fn list_dir(
+        &self,
+        id: &str,
+        path: &str,
+        depth: u32,
+        page: ListPage,
+    ) -> HostResult<DirPage> {
         let ch = self.channel(id).await?;
-        guest::list(ch, path.to_owned(), depth).await
+        guest::list(ch, path.to_owned(), depth, page).await
     }
 
     async fn mkdir(&self, id: &str, path: &str, parents: bool) -> HostResult<()> {

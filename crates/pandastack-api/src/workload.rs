@@ -12,12 +12,14 @@ use axum::http::{header, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
 use futures::StreamExt;
 use pandastack_api_types::{
     self as wire, validate_guest_path, ErrorCode, ExecRequest, ExecResult, MkdirRequest,
     RenameRequest,
 };
-use pandastack_host::{ExecEvent, ExecSpec, FileKind, GuestErrorKind, HostError};
+use pandastack_host::{ExecEvent, ExecSpec, FileKind, GuestErrorKind, HostError, ListPage};
 use pandastack_store::SandboxRow;
 
 use crate::error::{ApiError, ApiResult};
@@ -303,14 +305,85 @@ fn file_info(f: pandastack_host::FileInfo) -> wire::FileInfo {
     }
 }
 
-/// List a guest directory.
+/// Entries a listing page holds when `?limit=` is absent.
+const LIST_DEFAULT_LIMIT: u32 = 1000;
+/// The most entries `?limit=` may ask for (the guest holds a page to the same).
+const LIST_MAX_LIMIT: u32 = 5000;
+/// The longest path a listing cursor may name: a guest path is at most 4 KiB, and a listing
+/// `depth` levels deep adds at most one file name (255 bytes) a level below the listed path.
+const LIST_CURSOR_MAX_PATH: usize = 8192;
+
+/// `?depth=` of a directory listing: 1 (default) to 10.
+fn list_depth(q: &BTreeMap<String, String>) -> ApiResult<u32> {
+    let Some(d) = q.get("depth") else {
+        return Ok(1);
+    };
+    d.parse::<u32>()
+        .ok()
+        .filter(|d| (1..=10).contains(d))
+        .ok_or_else(|| ApiError::new(ErrorCode::InvalidArgument, "depth: 1 to 10"))
+}
+
+/// `?limit=` of a directory listing: 1 to [`LIST_MAX_LIMIT`], [`LIST_DEFAULT_LIMIT`] when absent.
+fn list_limit(q: &BTreeMap<String, String>) -> ApiResult<u32> {
+    let Some(l) = q.get("limit") else {
+        return Ok(LIST_DEFAULT_LIMIT);
+    };
+    l.parse::<u32>()
+        .ok()
+        .filter(|l| (1..=LIST_MAX_LIMIT).contains(l))
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::InvalidArgument,
+                format!("limit: 1 to {LIST_MAX_LIMIT}"),
+            )
+        })
+}
+
+/// The cursor of the listing page that follows the entry at `path`: the path itself, opaque to
+/// clients (URL-safe base64, no padding), so a page resumes where the last one ended whatever
+/// was created or removed in between.
+fn list_cursor(path: &str) -> String {
+    URL_SAFE_NO_PAD.encode(path)
+}
+
+/// The path `?cursor=` (a [`list_cursor`]) resumes the listing of `listed` after; `None` when
+/// absent. A cursor that does not decode to a path under `listed` is the caller's error.
+fn list_after(q: &BTreeMap<String, String>, listed: &str) -> ApiResult<Option<String>> {
+    let Some(cursor) = q.get("cursor") else {
+        return Ok(None);
+    };
+    let bad = || {
+        ApiError::new(
+            ErrorCode::InvalidArgument,
+            "cursor: not a next_cursor of this listing",
+        )
+    };
+    let raw = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| bad())?;
+    let after = String::from_utf8(raw).map_err(|_| bad())?;
+    let under = format!("{}/", listed.trim_end_matches('/'));
+    if after.len() > LIST_CURSOR_MAX_PATH || after.contains('\0') || !after.starts_with(&under) {
+        return Err(bad());
+    }
+    Ok(Some(after))
+}
+
+/// List a guest directory, a page at a time (sorted by path).
+///
+/// `next_cursor` is set while more entries remain: pass it as `cursor` for the next page.
 #[utoipa::path(
     get,
     path = "/v1/sandboxes/{id}/fs/list",
     operation_id = "list_files",
     tag = "files",
-    params(("id" = String, Path, description = "Sandbox id"), ("path" = String, Query, pattern = "^/", description = "Absolute guest path (no `..`)"), ("depth" = Option<u32>, Query, minimum = 1, maximum = 10, description = "1 (default) to 10 levels")),
-    responses((status = 200, description = "Entries", body = wire::List<wire::FileInfo>))
+    params(
+        ("id" = String, Path, description = "Sandbox id"),
+        ("path" = String, Query, pattern = "^/", description = "Absolute guest path (no `..`)"),
+        ("depth" = Option<u32>, Query, minimum = 1, maximum = 10, description = "1 (default) to 10 levels"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 5000, description = "Most entries on this page: 1 to 5000 (default 1000); a page of very long names can hold fewer"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+    ),
+    responses((status = 200, description = "A page of entries, sorted by path", body = wire::List<wire::FileInfo>))
 )]
 pub async fn list(
     State(app): State<Arc<App>>,
@@ -319,19 +392,16 @@ pub async fn list(
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<wire::List<wire::FileInfo>>> {
     let path = path_param(&q, "path")?;
-    let depth = match q.get("depth") {
-        Some(d) => d
-            .parse::<u32>()
-            .ok()
-            .filter(|d| (1..=10).contains(d))
-            .ok_or_else(|| ApiError::new(ErrorCode::InvalidArgument, "depth: 1 to 10"))?,
-        None => 1,
+    let depth = list_depth(&q)?;
+    let page = ListPage {
+        limit: list_limit(&q)?,
+        after: list_after(&q, &path)?,
     };
     let id = ready(&app, &caller, &id).await?;
-    let entries = app.host.list_dir(&id, &path, depth).await?;
+    let page = app.host.list_dir(&id, &path, depth, page).await?;
     Ok(Json(wire::List {
-        data: entries.into_iter().map(file_info).collect(),
-        next_cursor: None,
+        data: page.entries.into_iter().map(file_info).collect(),
+        next_cursor: page.next_after.as_deref().map(list_cursor),
     }))
 }
 
@@ -401,4 +471,53 @@ pub async fn rename(
         .rename(&id, &req.from, &req.to, req.overwrite)
         .await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn list_cursors_round_trip_and_stay_in_their_listing() {
+        let c = list_cursor("/srv/data/a b+é");
+        assert!(c
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+        let q = query(&[("cursor", &c)]);
+        assert_eq!(
+            list_after(&q, "/srv/data").unwrap().as_deref(),
+            Some("/srv/data/a b+é")
+        );
+        assert!(list_after(&q, "/srv/data/").is_ok());
+        assert!(list_after(&q, "/").is_ok());
+        assert_eq!(list_after(&query(&[]), "/srv").unwrap(), None);
+        // Not base64, not UTF-8, another listing's, a sibling with a longer name.
+        let latin1 = URL_SAFE_NO_PAD.encode([b'/', 0xff]);
+        for bad in [
+            "!!",
+            "%2F",
+            &latin1,
+            &list_cursor("/etc/x"),
+            &list_cursor("/srv/database"),
+        ] {
+            let e = list_after(&query(&[("cursor", bad)]), "/srv/data").unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidArgument, "{bad}");
+        }
+    }
+
+    #[test]
+    fn list_limits() {
+        assert_eq!(list_limit(&query(&[])).unwrap(), LIST_DEFAULT_LIMIT);
+        assert_eq!(list_limit(&query(&[("limit", "5000")])).unwrap(), 5000);
+        for bad in ["0", "5001", "-1", "x", ""] {
+            assert!(list_limit(&query(&[("limit", bad)])).is_err(), "{bad}");
+        }
+    }
 }

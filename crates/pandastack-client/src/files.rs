@@ -11,6 +11,10 @@ use crate::http::{Call, Payload};
 use crate::sandboxes::sandbox_path;
 use crate::{Client, Error};
 
+/// Entries per page [`Client::list_files`] asks for: the most the server returns at once (each
+/// page walks the directory again in the guest, so fewer pages cost less).
+const FS_LIST_PAGE: u32 = 5000;
+
 impl Client {
     /// `GET …/fs?path=`, streamed into the local file `local` (created or truncated); returns
     /// the bytes written.
@@ -61,19 +65,48 @@ impl Client {
         self.empty(call).await
     }
 
-    /// `GET …/fs/list?path=&depth=`.
+    /// `GET …/fs/list?path=&depth=`, every page: the server answers a large directory a page
+    /// at a time, and this follows `next_cursor` to the last one. Sorted by path.
     pub async fn list_files(
         &self,
         id: &str,
         path: &str,
         depth: Option<u32>,
     ) -> Result<Vec<FileInfo>, Error> {
-        let mut call = Call::new(Method::GET, sandbox_path(id, "/fs/list")).query("path", path);
+        let mut all = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = self
+                .list_files_page(id, path, depth, cursor.as_deref())
+                .await?;
+            all.extend(page.data);
+            match page.next_cursor {
+                // A cursor that does not move on would fetch the same page forever.
+                Some(c) if Some(&c) != cursor.as_ref() => cursor = Some(c),
+                _ => return Ok(all),
+            }
+        }
+    }
+
+    /// One page of `GET …/fs/list?path=&depth=&limit=&cursor=` (as many entries as the server
+    /// gives at once), starting after `cursor` (a previous page's `next_cursor`).
+    pub async fn list_files_page(
+        &self,
+        id: &str,
+        path: &str,
+        depth: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<List<FileInfo>, Error> {
+        let mut call = Call::new(Method::GET, sandbox_path(id, "/fs/list"))
+            .query("path", path)
+            .query("limit", FS_LIST_PAGE.to_string());
         if let Some(d) = depth {
             call = call.query("depth", d.to_string());
         }
-        let list: List<FileInfo> = self.json(call).await?;
-        Ok(list.data)
+        if let Some(c) = cursor {
+            call = call.query("cursor", c.to_owned());
+        }
+        self.json(call).await
     }
 
     /// `GET …/fs/stat?path=`.

@@ -12,9 +12,9 @@ use futures::StreamExt;
 use pandastack_api_types::OciTemplateParams;
 use pandastack_control::{BuildConfig, TemplateError, TemplateInfo, Templates};
 use pandastack_host::{
-    BoxStream, BuildLogFn, BuildSource, BuiltImage, ExecEvent, ExecInput, ExecOutcome, ExecSpec,
-    FileInfo, Host, HostError, HostResult, LogChunk, LogPos, PortIo, SessionStart, Shape,
-    SnapshotView, SpecRefused, SpecSummary, TemplateView, VmStats, VmView,
+    BoxStream, BuildLogFn, BuildSource, BuiltImage, DirPage, ExecEvent, ExecInput, ExecOutcome,
+    ExecSpec, FileInfo, Host, HostError, HostResult, ListPage, LogChunk, LogPos, PortIo,
+    SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmStats, VmView,
 };
 use pandastack_store::{BuildStatus, Store};
 
@@ -195,7 +195,7 @@ impl Host for StubHost {
     async fn stat(&self, _: &str, _: &str) -> HostResult<FileInfo> {
         nope()
     }
-    async fn list_dir(&self, _: &str, _: &str, _: u32) -> HostResult<Vec<FileInfo>> {
+    async fn list_dir(&self, _: &str, _: &str, _: u32, _: ListPage) -> HostResult<DirPage> {
         nope()
     }
     async fn mkdir(&self, _: &str, _: &str, _: bool) -> HostResult<()> {

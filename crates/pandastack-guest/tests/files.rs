@@ -119,6 +119,7 @@ async fn directory_operations_and_errors() {
         .list(v1::ListRequest {
             path: format!("{root}/a"),
             depth: 1,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -129,6 +130,7 @@ async fn directory_operations_and_errors() {
         .list(v1::ListRequest {
             path: format!("{root}/a"),
             depth: 3,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -325,6 +327,7 @@ async fn symlinks_are_not_followed() {
         .list(v1::ListRequest {
             path: root.to_string_lossy().into(),
             depth: 5,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -355,6 +358,7 @@ async fn symlinks_are_not_followed() {
         .list(v1::ListRequest {
             path: root.join("real/inner/f").to_string_lossy().into(),
             depth: 1,
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -33,3 +33,23 @@ pub struct FileInfo {
     /// Where a symlink points.
     pub symlink_target: Option<String>,
 }
+
+/// Which page of a directory listing to return. Listings are sorted by path, so a page resumes
+/// after the last path of the one before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPage {
+    /// Only entries whose path sorts after this one (the previous page's
+    /// [`DirPage::next_after`]); `None`: from the start.
+    pub after: Option<String>,
+    /// At most this many entries (a host may return fewer: a page is also bounded in bytes).
+    pub limit: u32,
+}
+
+/// One page of a directory listing, sorted by path.
+#[derive(Debug, Clone)]
+pub struct DirPage {
+    pub entries: Vec<FileInfo>,
+    /// The path of the page's last entry when more follow: the next page's
+    /// [`ListPage::after`]. `None` at the end.
+    pub next_after: Option<String>,
+}

@@ -24,7 +24,7 @@ mod volume;
 pub use build::{BuildLogFn, BuildSource, BuiltImage, SpecRefused, SpecSummary};
 pub use error::{error_chain, GuestErrorKind, HostError};
 pub use exec::{ExecEvent, ExecInput, ExecOutcome, ExecSpec, PtySize, SessionStart};
-pub use files::{FileInfo, FileKind};
+pub use files::{DirPage, FileInfo, FileKind, ListPage};
 pub use log::{read_log, trim_log, LogChunk, LogPos};
 pub use view::{Shape, SnapshotView, TemplateView, VmState, VmStats, VmView};
 pub use volume::{VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView};
@@ -43,6 +43,9 @@ pub trait PortIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> PortIo for T {}
 
 pub type HostResult<T> = Result<T, HostError>;
+
+/// Entries per page [`Host::list_dir_all`] asks for: the most a guest agent returns at once.
+const LIST_ALL_PAGE: u32 = 5000;
 
 /// What a host does for the control plane. Object safe: the control plane holds a `dyn Host`.
 #[async_trait::async_trait]
@@ -186,8 +189,37 @@ pub trait Host: Send + Sync + 'static {
         body: BoxStream<Result<Bytes, String>>,
     ) -> HostResult<u64>;
     async fn stat(&self, id: &str, path: &str) -> HostResult<FileInfo>;
-    /// Entries under `path`, `depth` levels deep (1: the directory itself).
-    async fn list_dir(&self, id: &str, path: &str, depth: u32) -> HostResult<Vec<FileInfo>>;
+    /// A page of the entries under `path`, `depth` levels deep (1: the directory itself),
+    /// sorted by path. A listing comes in pages because one answer from the guest cannot carry
+    /// a large directory.
+    async fn list_dir(
+        &self,
+        id: &str,
+        path: &str,
+        depth: u32,
+        page: ListPage,
+    ) -> HostResult<DirPage>;
+    /// Every entry under `path` (see [`Host::list_dir`]), page after page, for the control
+    /// plane's own small directories (a database's WAL outbox): the whole listing is held in
+    /// memory.
+    async fn list_dir_all(&self, id: &str, path: &str, depth: u32) -> HostResult<Vec<FileInfo>> {
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let page = ListPage {
+                after: after.take(),
+                limit: LIST_ALL_PAGE,
+            };
+            let last = page.after.clone();
+            let got = self.list_dir(id, path, depth, page).await?;
+            all.extend(got.entries);
+            match got.next_after {
+                // A cursor that does not move on would list the same page forever.
+                Some(next) if last.as_ref().is_none_or(|l| next > *l) => after = Some(next),
+                _ => return Ok(all),
+            }
+        }
+    }
     async fn mkdir(&self, id: &str, path: &str, parents: bool) -> HostResult<()>;
     async fn remove(&self, id: &str, path: &str, recursive: bool) -> HostResult<()>;
     async fn rename(&self, id: &str, from: &str, to: &str, overwrite: bool) -> HostResult<()>;

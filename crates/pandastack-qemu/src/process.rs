@@ -10,6 +10,30 @@ use pandastack_vm::{VmError, VmStats};
 use rustix::process::{Pid, PidfdFlags, Signal};
 use tokio::io::unix::AsyncFd;
 
+/// The capabilities a confined QEMU keeps in its bounding set, so in what it starts with as
+/// root: what it needs until it drops to the VM's uid (`-run-with chroot=…,user=…`), after which
+/// it has none. `CAP_DAC_OVERRIDE`: its disk and volume files are the VM uid's (mode 0600) and
+/// it opens them as root (without it the bake's QEMU cannot open its disk);
+/// `CAP_SETGID`/`CAP_SETUID`: the drop itself (`setgroups`, `setgid`, `setuid`);
+/// `CAP_SYS_CHROOT`: the chroot into its run directory. Every other capability, `CAP_NET_ADMIN`
+/// included (the slot's TAP attaches without it), is dropped from the bounding set before exec,
+/// so no code QEMU runs, before or after the drop, can hold one.
+const KEPT_CAPABILITIES: [libc::c_int; 4] = [
+    1,  // CAP_DAC_OVERRIDE
+    6,  // CAP_SETGID
+    7,  // CAP_SETUID
+    18, // CAP_SYS_CHROOT
+];
+
+/// The highest capability number this kernel knows (`/proc/sys/kernel/cap_last_cap`; 40 on
+/// kernels since 5.9 when unreadable).
+fn last_capability() -> libc::c_int {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
+}
+
 /// A live QEMU process we can wait on and signal, child or not.
 #[derive(Debug)]
 pub struct Process {
@@ -67,15 +91,29 @@ impl Process {
             }
         }
         if let Some(inherit) = confined {
+            let last_cap = last_capability();
             // SAFETY: the closure runs in the forked child before exec and only makes the
-            // fcntl(2) and prctl(2) system calls, on fds the parent keeps open until spawn
-            // returns, reading a vector allocated before the fork; it allocates nothing and
-            // takes no locks, so it is async-signal-safe. Clearing close-on-exec in the child
-            // alone hands those descriptors to the new program and to no other.
+            // fcntl(2), unshare(2) and prctl(2) system calls, on fds the parent keeps open until
+            // spawn returns, reading a vector allocated before the fork; it allocates nothing
+            // and takes no locks, so it is async-signal-safe. Clearing close-on-exec in the
+            // child alone hands those descriptors to the new program and to no other.
             unsafe {
                 cmd.pre_exec(move || {
                     for &fd in &inherit {
                         if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                    // IPC and host name of its own: no System V objects or POSIX message
+                    // queues shared with the host or other VMs, no host name to read.
+                    if libc::unshare(libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    for cap in 0..=last_cap {
+                        if KEPT_CAPABILITIES.contains(&cap) {
+                            continue;
+                        }
+                        if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) == -1 {
                             return Err(std::io::Error::last_os_error());
                         }
                     }

@@ -20,6 +20,8 @@ mod fork_snapshots;
 mod hardening;
 #[path = "api_fast/isolation.rs"]
 mod isolation;
+#[path = "api_fast/list_pages.rs"]
+mod list_pages;
 
 async fn call(s: &FakeStack, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
     send(s, method, path, body.map(|b| b.to_string())).await

@@ -1,6 +1,7 @@
 //! Unprivileged VM processes: through the real server and API, every sandbox's QEMU runs as a
-//! uid of its own, without capabilities, with `no_new_privs` and seccomp, chrooted into its run
-//! directory — and a process confined the same way (what a compromised QEMU could do) reaches
+//! uid of its own, without capabilities (and a bounding set of only the four it needed to drop
+//! to that uid), with `no_new_privs` and seccomp, IPC and UTS namespaces of its own, chrooted
+//! into its run directory — and a process confined the same way (what a compromised QEMU could do) reaches
 //! its own disk but not another sandbox's files, the template, the database or the keys.
 
 mod common;
@@ -29,6 +30,10 @@ struct Confinement {
     cap_eff: u64,
     cap_prm: u64,
     cap_amb: u64,
+    cap_bnd: u64,
+    /// Its IPC and UTS namespaces (`/proc/<pid>/ns/…` links).
+    ipc_ns: PathBuf,
+    uts_ns: PathBuf,
     no_new_privs: bool,
     seccomp_filter: bool,
     root: PathBuf,
@@ -53,6 +58,9 @@ fn confinement(pid: u32) -> Confinement {
         cap_eff: hex("CapEff:"),
         cap_prm: hex("CapPrm:"),
         cap_amb: hex("CapAmb:"),
+        cap_bnd: hex("CapBnd:"),
+        ipc_ns: std::fs::read_link(format!("/proc/{pid}/ns/ipc")).unwrap(),
+        uts_ns: std::fs::read_link(format!("/proc/{pid}/ns/uts")).unwrap(),
         no_new_privs: field("NoNewPrivs:") == ["1"],
         seccomp_filter: field("Seccomp:") == ["2"],
         root: std::fs::read_link(format!("/proc/{pid}/root")).unwrap(),
@@ -152,6 +160,14 @@ async fn vm_processes_run_as_their_own_uid_chrooted_and_reach_nothing_else() {
         assert!(c.gids.iter().all(|&g| g == uid), "{c:?}");
         assert_eq!(c.groups, [uid], "{c:?}");
         assert_eq!((c.cap_eff, c.cap_prm, c.cap_amb), (0, 0, 0), "{c:?}");
+        // Its bounding set holds only what it needed until the drop: DAC_OVERRIDE (1),
+        // SETGID (6), SETUID (7), SYS_CHROOT (18).
+        let kept = [1, 6, 7, 18].iter().fold(0u64, |m, c| m | 1 << c);
+        assert_eq!(c.cap_bnd, kept, "{c:?}");
+        // IPC and UTS namespaces of its own.
+        let host_ns = |k: &str| std::fs::read_link(format!("/proc/self/ns/{k}")).unwrap();
+        assert_ne!(c.ipc_ns, host_ns("ipc"), "{c:?}");
+        assert_ne!(c.uts_ns, host_ns("uts"), "{c:?}");
         assert!(c.no_new_privs && c.seccomp_filter, "{c:?}");
         assert_eq!(&c.root, dir, "{c:?}");
         // The disk is the VM's own, unreadable by others.

@@ -7,7 +7,14 @@
 
 import { NotFoundError } from "./errors.js";
 import type { BodyInit, HttpClient } from "./http.js";
+import { Paginator } from "./pagination.js";
 import { fileInfoFromWire, type FileInfo } from "./types.js";
+
+/**
+ * Entries per page {@link Filesystem.list} asks for: the most the server returns at once (each
+ * page walks the directory again in the guest, so fewer pages cost less).
+ */
+const LIST_PAGE = 5000;
 
 /** Options every file call accepts. */
 export interface FileCallOptions {
@@ -84,15 +91,26 @@ export class Filesystem {
     return writeInfo(w, path);
   }
 
-  /** Lists a directory (`depth` > 1 descends into subdirectories, up to 10). */
+  /**
+   * Lists a directory (`depth` > 1 descends into subdirectories, up to 10), sorted by path. The
+   * server answers a page at a time (one answer cannot carry a large directory); this follows
+   * `next_cursor` to the last page.
+   */
   async list(path: string, opts: FileCallOptions & { depth?: number } = {}): Promise<FileInfo[]> {
-    const page = await this.http.request<{ data?: unknown[] }>({
-      method: "GET",
-      path: `${this.base}/list`,
-      query: { path, depth: opts.depth },
-      ...callOpts(opts),
+    const pages = new Paginator<FileInfo>(async (cursor) => {
+      const page = await this.http.request<{ data?: unknown[]; next_cursor?: unknown }>({
+        method: "GET",
+        path: `${this.base}/list`,
+        query: { path, depth: opts.depth, limit: LIST_PAGE, cursor },
+        ...callOpts(opts),
+      });
+      const next = page?.next_cursor;
+      return {
+        data: (page?.data ?? []).map((e) => fileInfoFromWire(e as Record<string, unknown>)),
+        nextCursor: typeof next === "string" && next ? next : null,
+      };
     });
-    return (page?.data ?? []).map((e) => fileInfoFromWire(e as Record<string, unknown>));
+    return pages.toArray();
   }
 
   /** A file's metadata; throws {@link NotFoundError} if it does not exist. */

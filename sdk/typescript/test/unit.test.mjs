@@ -364,6 +364,31 @@ test("pagination follows next_cursor and passes filters", async () => {
   }
 });
 
+test("filesystem.list follows next_cursor to the last page", async () => {
+  const entry = (name) => ({ name, path: `/d/${name}`, type: "file", size: 1, mode: 420, mtime_ms: 0 });
+  const srv = await mockServer((req, res) => {
+    const u = new URL(req.url, "http://x");
+    if (u.pathname === "/v1/sandboxes/sb-1") return json(res, 200, SANDBOX);
+    const cursor = u.searchParams.get("cursor");
+    const page = cursor === null ? { data: [entry("a"), entry("b")], next_cursor: "L2QvYg" }
+      : cursor === "L2QvYg" ? { data: [entry("c")], next_cursor: "L2QvYw" }
+      : { data: [entry("d")], next_cursor: null };
+    json(res, 200, page);
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url });
+    const sb = await client.sandboxes.get("sb-1");
+    const entries = await sb.filesystem.list("/d", { depth: 2 });
+    assert.deepEqual(entries.map((e) => e.path), ["/d/a", "/d/b", "/d/c", "/d/d"]);
+    const lists = srv.requests.filter((r) => r.url.startsWith("/v1/sandboxes/sb-1/fs/list"));
+    assert.equal(lists.length, 3);
+    const q = new URL(lists[0].url, "http://x").searchParams;
+    assert.deepEqual([q.get("path"), q.get("depth"), q.get("limit"), q.get("cursor")], ["/d", "2", "5000", null]);
+  } finally {
+    await srv.close();
+  }
+});
+
 test("Symbol.asyncDispose exists and kill is idempotent", async () => {
   assert.equal(typeof Symbol.asyncDispose, "symbol");
   const srv = await mockServer((req, res) => {

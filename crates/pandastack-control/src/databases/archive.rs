@@ -165,7 +165,7 @@ impl Databases {
         // yet stored by one must not look archived to the other.
         let _one = self.archiving.lock().await;
         let dir = format!("{DATA_PATH}/wal-outbox");
-        let mut files = self.host.list_dir(sandbox, &dir, 1).await?;
+        let mut files = self.host.list_dir_all(sandbox, &dir, 1).await?;
         files.retain(|f| !f.name.starts_with('.') && f.size as usize <= MAX_SEGMENT);
         files.sort_by(|a, b| a.name.cmp(&b.name));
         let objects = self.volumes.objects();

@@ -81,6 +81,9 @@ from .types import (
 )
 
 T = TypeVar("T")
+#: Entries per page ``filesystem.list`` asks for: the most the server returns at once (each page
+#: walks the directory again in the guest, so fewer pages cost less).
+FS_LIST_PAGE = 5000
 OutputCallback = Callable[[str], Any]
 ResultCallback = Callable[[Result], Any]
 ErrorCallback = Callable[[ExecutionError], Any]
@@ -663,11 +666,22 @@ class Filesystem:
         return n
 
     def list(self, path: str = "/", *, depth: int = 1) -> List[FileInfo]:
-        """Entries under a directory, ``depth`` levels deep (1-10)."""
-        body = self._t.json(
-            "GET", f"{self._p}/list", params={"path": path, "depth": str(int(depth))}
-        )
-        return [FileInfo.from_json(x) for x in (body or {}).get("data", [])]
+        """Entries under a directory, ``depth`` levels deep (1-10), sorted by path. The server
+        answers a page at a time (one answer cannot carry a large directory); this follows
+        ``next_cursor`` to the last page."""
+        params = {"path": path, "depth": str(int(depth)), "limit": str(FS_LIST_PAGE)}
+        entries: List[FileInfo] = []
+        cursor: Optional[str] = None
+        while True:
+            if cursor:
+                params["cursor"] = cursor
+            body = self._t.json("GET", f"{self._p}/list", params=params) or {}
+            entries.extend(FileInfo.from_json(x) for x in body.get("data", []))
+            after = body.get("next_cursor")
+            # A cursor that does not move on (a misbehaving proxy) would loop forever.
+            if not after or after == cursor:
+                return entries
+            cursor = after
 
     def stat(self, path: str) -> FileInfo:
         return FileInfo.from_json(self._t.json("GET", f"{self._p}/stat", params={"path": path}))
