@@ -7,7 +7,7 @@
 //!    again before the exec. After the cycles, with no sandbox left: no QEMU process under the
 //!    data directory, no sandbox or snapshot directory, no sandbox or snapshot row, none of the
 //!    VM cgroups the cycles' VMs were in, no network namespace or host veth beyond the
-//!    server's recorded slots and the same nftables elements as before; the server's resident
+//!    server's recorded slots, and the host nftables table's rules as before; the server's resident
 //!    memory and open file descriptors are compared with what they were after the first cycle.
 //! 2. **Restart.** `--restart-sandboxes` sandboxes each run a counter (a shell loop writing an
 //!    increasing number every 100 ms); the server is `kill -9`ed and started again on the same
@@ -59,6 +59,12 @@ pub(crate) struct SoakArgs {
     /// Sandbox networking of the server (`on` also checks namespaces, veths and nftables).
     #[arg(long, default_value = "on")]
     network: String,
+    /// Network names of the soak's server (another soak on this host needs other ones).
+    #[arg(long, default_value = NET_NAME)]
+    net_name: String,
+    /// Addresses of the soak's server's sandbox network.
+    #[arg(long, default_value = NET_BASE)]
+    net_base: String,
     /// Largest growth of the server's resident memory over the cycles that passes, in MiB.
     #[arg(long, default_value_t = 64)]
     max_rss_growth_mib: u64,
@@ -98,6 +104,8 @@ struct Soak {
     data: PathBuf,
     /// The VM cgroups the soak's VMs were in (each must be gone at the end).
     cgroups: BTreeSet<String>,
+    /// The server's `--net-name`.
+    net_name: String,
 }
 
 impl Soak {
@@ -279,46 +287,41 @@ fn output(args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-/// The server network's host objects: namespaces, host veths, and the number of elements in
-/// its nftables table's sets.
+/// The server network's host objects: namespaces, host veths, and the rules of its host
+/// nftables table (which by design names no sandbox: its rules match the veth prefix, and each
+/// slot's own rules live in the slot's namespace, kept with the recorded slot).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct NetObjects {
     netns: BTreeSet<String>,
     veths: BTreeSet<String>,
-    nft_elements: usize,
+    nft_rules: usize,
 }
 
-fn net_objects() -> NetObjects {
+fn net_objects(name: &str) -> NetObjects {
     let netns = output(&["ip", "netns", "list"])
         .lines()
         .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.strip_prefix(NET_NAME).is_some_and(|r| r.starts_with('-')))
+        .filter(|n| n.strip_prefix(name).is_some_and(|r| r.starts_with('-')))
         .map(str::to_owned)
         .collect();
     let veths = output(&["ip", "-o", "link", "show"])
         .lines()
         .filter_map(|l| l.split(": ").nth(1))
         .map(|l| l.split('@').next().unwrap_or_default())
-        .filter(|l| l.strip_prefix(NET_NAME).is_some_and(|r| r.starts_with('v')))
+        .filter(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with('v')))
         .map(str::to_owned)
         .collect();
-    let table = format!("pandastack_{NET_NAME}");
+    let table = format!("pandastack_{name}");
     let nft: Value = serde_json::from_str(&output(&["nft", "-j", "list", "table", "inet", &table]))
         .unwrap_or(Value::Null);
-    let nft_elements = nft["nftables"]
+    let nft_rules = nft["nftables"]
         .as_array()
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|i| i["set"]["elem"].as_array().or(i["map"]["elem"].as_array()))
-                .map(Vec::len)
-                .sum()
-        })
+        .map(|items| items.iter().filter(|i| i.get("rule").is_some()).count())
         .unwrap_or(0);
     NetObjects {
         netns,
         veths,
-        nft_elements,
+        nft_rules,
     }
 }
 
@@ -374,7 +377,7 @@ async fn leftovers(soak: &Soak, net_before: Option<&NetObjects>) -> anyhow::Resu
             found.push(format!("VM cgroups: {cgroups:?}"));
         }
         if let Some(before) = net_before {
-            let now = net_objects();
+            let now = net_objects(&soak.net_name);
             let slots = recorded_slots(&soak.data).unwrap_or(0);
             if now.netns.len() > slots || now.veths.len() > slots {
                 found.push(format!(
@@ -383,10 +386,10 @@ async fn leftovers(soak: &Soak, net_before: Option<&NetObjects>) -> anyhow::Resu
                     now.veths.len()
                 ));
             }
-            if now.nft_elements != before.nft_elements {
+            if now.nft_rules != before.nft_rules {
                 found.push(format!(
-                    "nftables set elements: {} (before the cycles: {})",
-                    now.nft_elements, before.nft_elements
+                    "host nftables rules: {} (before the cycles: {})",
+                    now.nft_rules, before.nft_rules
                 ));
             }
         }
@@ -421,13 +424,14 @@ pub(crate) async fn run(a: SoakArgs) -> anyhow::Result<ExitCode> {
     let (accel, accel_reason) = accel().await;
     eprintln!("accelerator: {accel} ({accel_reason})");
     let network = a.network == "on";
-    let net = (NET_NAME, NET_BASE);
+    let net = (a.net_name.as_str(), a.net_base.as_str());
     let mut server = start_server_on(&parent, 0, net, &["--network", &a.network]).await?;
     let mut soak = Soak {
         http: Http::new(&server.url, &server.key),
         template: a.template.clone(),
         data: server.dir.path().to_owned(),
         cgroups: BTreeSet::new(),
+        net_name: a.net_name.clone(),
     };
     let mut f = Figures::default();
     let started = Instant::now();
@@ -451,8 +455,8 @@ pub(crate) async fn run(a: SoakArgs) -> anyhow::Result<ExitCode> {
             "restart_reattached": f.restart_reattached,
             "leftovers": f.leftovers,
             "net_objects": f.net.as_ref().map(|(b, a)| json!({
-                "before": {"netns": b.netns.len(), "veths": b.veths.len(), "nft_elements": b.nft_elements},
-                "after": {"netns": a.netns.len(), "veths": a.veths.len(), "nft_elements": a.nft_elements},
+                "before": {"netns": b.netns.len(), "veths": b.veths.len(), "nft_rules": b.nft_rules},
+                "after": {"netns": a.netns.len(), "veths": a.veths.len(), "nft_rules": a.nft_rules},
             })),
             "metrics": {
                 "cycle_ms": metric(f.cycle_ms.clone(), "ms"),
@@ -478,7 +482,7 @@ async fn soak_and_restart(
     // The first cycle builds and bakes the template; the footprint is taken after it.
     eprintln!("first cycle (may build and bake {})…", a.template);
     soak.cycle(0, false, false).await?;
-    let net_before = network.then(net_objects);
+    let net_before = network.then(|| net_objects(&a.net_name));
     let pid = server.pid();
     f.before = Some(footprint(pid)?);
     let every = |n: usize, i: usize| n > 0 && i.is_multiple_of(n);
@@ -502,7 +506,7 @@ async fn soak_and_restart(
     }
     f.leftovers = leftovers(soak, net_before.as_ref()).await?;
     f.after = Some(footprint(pid)?);
-    f.net = net_before.clone().map(|b| (b, net_objects()));
+    f.net = net_before.clone().map(|b| (b, net_objects(&soak.net_name)));
     ensure!(
         f.leftovers.is_empty(),
         "after {} cycles: {}",
@@ -526,11 +530,7 @@ async fn soak_and_restart(
     );
     if a.restart_sandboxes > 0 {
         restart(a, server, soak, f).await?;
-        let net_before = network.then(net_objects).map(|mut n| {
-            // The restart's slots stay recorded as free; only its elements must go.
-            n.nft_elements = net_before.as_ref().map_or(0, |b| b.nft_elements);
-            n
-        });
+        // The restart's slots stay recorded as free; the host table's rules must be as before.
         f.leftovers = leftovers(soak, net_before.as_ref()).await?;
         ensure!(
             f.leftovers.is_empty(),
@@ -543,10 +543,12 @@ async fn soak_and_restart(
 
 /// A counter in the background: an increasing number in `/root/counter` every 100 ms, outliving
 /// the exec that starts it.
+/// The exec returns once the first number is there (up to 30 s: a loaded TCG guest can take
+/// seconds to start a shell).
 const COUNTER: &str =
     "nohup setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /root/counter.tmp; \
     mv /root/counter.tmp /root/counter; sleep 0.1; done' >/dev/null 2>&1 < /dev/null & \
-    sleep 0.5; cat /root/counter";
+    for _ in $(seq 300); do [ -s /root/counter ] && break; sleep 0.1; done; cat /root/counter";
 
 async fn counter(soak: &Soak, id: &str) -> anyhow::Result<u64> {
     let out = soak.exec(id, "cat /root/counter").await?;
