@@ -10,7 +10,7 @@
 //!    server's recorded slots, and the host nftables table's rules as before; the server's resident
 //!    memory and open file descriptors are compared with what they were after the first cycle.
 //! 2. **Restart.** `--restart-sandboxes` sandboxes each run a counter (a shell loop writing an
-//!    increasing number every 100 ms); the server is `kill -9`ed and started again on the same
+//!    increasing number every second); the server is `kill -9`ed and started again on the same
 //!    data directory. Every sandbox must be listed once and `running`, with the same QEMU
 //!    process as before (re-attached, not restarted), and its counter must have gone on from
 //!    where it was. Then they are deleted and the leftover checks run again.
@@ -541,17 +541,23 @@ async fn soak_and_restart(
     Ok(())
 }
 
-/// A counter in the background: an increasing number in `/root/counter` every 100 ms, outliving
-/// the exec that starts it.
+/// A counter in the background: an increasing number in `/root/counter` every second,
+/// outliving the exec that starts it. One `sleep` a second is all it runs (fifty guests that
+/// each spawned a few processes ten times a second kept a 2-core TCG host at a load of 30).
 /// The exec returns once the first number is there (up to 30 s: a loaded TCG guest can take
 /// seconds to start a shell).
-const COUNTER: &str =
-    "nohup setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /root/counter.tmp; \
-    mv /root/counter.tmp /root/counter; sleep 0.1; done' >/dev/null 2>&1 < /dev/null & \
+const COUNTER: &str = "nohup setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /root/counter; \
+    sleep 1; done' >/dev/null 2>&1 < /dev/null & \
     for _ in $(seq 300); do [ -s /root/counter ] && break; sleep 0.1; done; cat /root/counter";
 
+/// The counter of sandbox `id` (read again while the loop is between truncating and writing it).
 async fn counter(soak: &Soak, id: &str) -> anyhow::Result<u64> {
-    let out = soak.exec(id, "cat /root/counter").await?;
+    let out = soak
+        .exec(
+            id,
+            "for _ in 1 2 3 4 5; do c=$(cat /root/counter); [ -n \"$c\" ] && break; sleep 0.05; done; echo $c",
+        )
+        .await?;
     out.trim()
         .parse()
         .with_context(|| format!("{id}: counter {out:?}"))
