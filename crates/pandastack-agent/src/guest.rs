@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use pandastack_guest_proto::listing;
 use pandastack_guest_proto::v1::{
     self, exec_input, exec_output, files_client::FilesClient, process_client::ProcessClient,
     write_input,
@@ -302,40 +303,24 @@ pub(crate) async fn list(
         .await
         .map_err(status)?
         .into_inner();
-    let entries = answer.entries.into_iter().map(file_info).collect();
-    if answer.next_after.is_empty() {
-        return Ok(hold_to_page(entries, &page));
-    }
-    Ok(DirPage {
-        entries,
-        next_after: Some(answer.next_after),
-    })
+    Ok(hold_to_page(answer, &page))
 }
 
-/// Cuts an answer without `next_after` to the page `page` asks for. A guest agent baked before
+/// The page `page` asks for, from a guest agent's answer. An answer without `next_after` is
+/// cut to it with the agent's own paging ([`listing::page`]): a guest agent baked before
 /// listings had pages ignores `after` and `limit` and answers the whole listing (sorted by
-/// path) that way; cut here, it gives callers the same pages a paging agent does. A paging
-/// agent's last page already is that page and passes through unchanged.
-fn hold_to_page(mut entries: Vec<FileInfo>, page: &ListPage) -> DirPage {
-    if let Some(after) = &page.after {
-        entries.retain(|e| e.path.as_str() > after.as_str());
-    }
-    let mut end = (page.limit.max(1) as usize).min(entries.len());
-    // Equal paths (lossy names) stay on one page: a cursor between them would skip the rest.
-    while end < entries.len() && entries[end].path == entries[end - 1].path {
-        end += 1;
-    }
-    if end == entries.len() {
-        return DirPage {
-            entries,
-            next_after: None,
-        };
-    }
-    entries.truncate(end);
-    let next_after = entries.last().map(|e| e.path.clone());
+/// path) that way, and so gives callers the same pages a paging agent does. A paging agent's
+/// last page already is that page and passes through unchanged.
+fn hold_to_page(answer: v1::ListResponse, page: &ListPage) -> DirPage {
+    let answer = if answer.next_after.is_empty() {
+        let after = page.after.as_deref().unwrap_or_default();
+        listing::page(answer.entries, after, page.limit.max(1))
+    } else {
+        answer
+    };
     DirPage {
-        entries,
-        next_after,
+        entries: answer.entries.into_iter().map(file_info).collect(),
+        next_after: Some(answer.next_after).filter(|n| !n.is_empty()),
     }
 }
 
@@ -429,15 +414,19 @@ impl Stream for WriteData {
 mod tests {
     use super::*;
 
-    fn entry(path: &str) -> FileInfo {
-        FileInfo {
+    fn entry(path: &str) -> v1::FileInfo {
+        v1::FileInfo {
             name: path.rsplit('/').next().unwrap_or_default().into(),
             path: path.into(),
-            kind: FileKind::File,
-            size: 0,
             mode: 0o644,
-            mtime_ms: 0,
-            symlink_target: None,
+            ..Default::default()
+        }
+    }
+
+    fn whole(entries: Vec<v1::FileInfo>) -> v1::ListResponse {
+        v1::ListResponse {
+            entries,
+            next_after: String::new(),
         }
     }
 
@@ -455,21 +444,23 @@ mod tests {
             after: None,
             limit: 2,
         };
-        let p = hold_to_page(all.clone(), &first);
+        let p = hold_to_page(whole(all.clone()), &first);
         assert_eq!(paths(&p), ["/d/a", "/d/b", "/d/b"]);
         assert_eq!(p.next_after.as_deref(), Some("/d/b"));
         let next = ListPage {
             after: p.next_after,
             limit: 2,
         };
-        let p = hold_to_page(all.clone(), &next);
+        let p = hold_to_page(whole(all.clone()), &next);
         assert_eq!(paths(&p), ["/d/c", "/d/d"]);
         assert_eq!(p.next_after, None);
-        let whole = ListPage {
+        let everything = ListPage {
             after: None,
             limit: 1000,
         };
-        assert_eq!(hold_to_page(all, &whole).entries.len(), 5);
-        assert!(hold_to_page(Vec::new(), &whole).entries.is_empty());
+        assert_eq!(hold_to_page(whole(all), &everything).entries.len(), 5);
+        assert!(hold_to_page(whole(Vec::new()), &everything)
+            .entries
+            .is_empty());
     }
 }

@@ -8,6 +8,14 @@ use pandastack_api_types::{Cursor, ErrorCode};
 
 use crate::error::{ApiError, ApiResult};
 
+/// `?limit=` of a list request: 1 to `max`, `default` when absent.
+pub(crate) fn limit(q: &BTreeMap<String, String>, default: u32, max: u32) -> ApiResult<u32> {
+    q.get("limit")
+        .map(|l| l.parse::<u32>().ok().filter(|l| (1..=max).contains(l)))
+        .unwrap_or(Some(default))
+        .ok_or_else(|| ApiError::new(ErrorCode::InvalidArgument, format!("limit: 1 to {max}")))
+}
+
 /// The page a list request asks for.
 pub(crate) struct Page {
     pub limit: u32,
@@ -17,11 +25,7 @@ pub(crate) struct Page {
 
 impl Page {
     pub fn of(q: &BTreeMap<String, String>) -> ApiResult<Self> {
-        let limit = q
-            .get("limit")
-            .map(|l| l.parse::<u32>().ok().filter(|l| (1..=1000).contains(l)))
-            .unwrap_or(Some(100))
-            .ok_or_else(|| ApiError::new(ErrorCode::InvalidArgument, "limit: 1 to 1000"))?;
+        let limit = limit(q, 100, 1000)?;
         let after = q
             .get("cursor")
             .map(|c| Cursor::decode(c))

@@ -326,18 +326,7 @@ fn list_depth(q: &BTreeMap<String, String>) -> ApiResult<u32> {
 
 /// `?limit=` of a directory listing: 1 to [`LIST_MAX_LIMIT`], [`LIST_DEFAULT_LIMIT`] when absent.
 fn list_limit(q: &BTreeMap<String, String>) -> ApiResult<u32> {
-    let Some(l) = q.get("limit") else {
-        return Ok(LIST_DEFAULT_LIMIT);
-    };
-    l.parse::<u32>()
-        .ok()
-        .filter(|l| (1..=LIST_MAX_LIMIT).contains(l))
-        .ok_or_else(|| {
-            ApiError::new(
-                ErrorCode::InvalidArgument,
-                format!("limit: 1 to {LIST_MAX_LIMIT}"),
-            )
-        })
+    crate::page::limit(q, LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT)
 }
 
 /// The cursor of the listing page that follows the entry at `path`: the path itself, opaque to

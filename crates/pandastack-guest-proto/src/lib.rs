@@ -5,6 +5,7 @@
 //! This crate holds definitions and transport only; it must not know about QEMU, templates or the
 //! public API.
 
+pub mod listing;
 pub mod session;
 
 pub mod host;

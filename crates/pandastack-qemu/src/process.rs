@@ -26,12 +26,15 @@ const KEPT_CAPABILITIES: [libc::c_int; 4] = [
 ];
 
 /// The highest capability number this kernel knows (`/proc/sys/kernel/cap_last_cap`; 40 on
-/// kernels since 5.9 when unreadable).
+/// kernels since 5.9 when unreadable). Read once: every VM spawn needs it.
 fn last_capability() -> libc::c_int {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(40)
+    static LAST: std::sync::OnceLock<libc::c_int> = std::sync::OnceLock::new();
+    *LAST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(40)
+    })
 }
 
 /// A live QEMU process we can wait on and signal, child or not.

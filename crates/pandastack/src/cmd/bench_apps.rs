@@ -272,7 +272,7 @@ impl Bench {
     }
 }
 
-fn str_of(v: &Value, k: &str) -> anyhow::Result<String> {
+pub(crate) fn str_of(v: &Value, k: &str) -> anyhow::Result<String> {
     v[k].as_str()
         .map(str::to_owned)
         .with_context(|| format!("no {k} in {v}"))

@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
@@ -28,7 +28,8 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use super::bench::{host_info, metric, ms};
-use super::bench_volumes::{accel, start_server_on, Http, OwnServer};
+use super::bench_apps::str_of;
+use super::bench_volumes::{accel, network_links, output, start_server_on, Http, OwnServer};
 
 /// `--net-name` and `--net-base` of the soak's server: its own, so that it can run beside the
 /// test suite or another bench (and its checks count only its own objects).
@@ -223,12 +224,6 @@ impl Soak {
     }
 }
 
-fn str_of(v: &Value, k: &str) -> anyhow::Result<String> {
-    v[k].as_str()
-        .map(str::to_owned)
-        .with_context(|| format!("no {k:?} in {v}"))
-}
-
 /// QEMU processes running in a directory under `dir` (a VM's run directory).
 fn qemu_processes_under(dir: &Path) -> Vec<u32> {
     let Ok(procs) = std::fs::read_dir("/proc") else {
@@ -278,15 +273,6 @@ fn cgroups_left(names: &BTreeSet<String>) -> Vec<String> {
         .collect()
 }
 
-fn output(args: &[&str]) -> String {
-    std::process::Command::new(args[0])
-        .args(&args[1..])
-        .stderr(Stdio::null())
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
-}
-
 /// The server network's host objects: namespaces, host veths, and the rules of its host
 /// nftables table (which by design names no sandbox: its rules match the veth prefix, and each
 /// slot's own rules live in the slot's namespace, kept with the recorded slot).
@@ -298,19 +284,7 @@ struct NetObjects {
 }
 
 fn net_objects(name: &str) -> NetObjects {
-    let netns = output(&["ip", "netns", "list"])
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.strip_prefix(name).is_some_and(|r| r.starts_with('-')))
-        .map(str::to_owned)
-        .collect();
-    let veths = output(&["ip", "-o", "link", "show"])
-        .lines()
-        .filter_map(|l| l.split(": ").nth(1))
-        .map(|l| l.split('@').next().unwrap_or_default())
-        .filter(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with('v')))
-        .map(str::to_owned)
-        .collect();
+    let (netns, veths) = network_links(name);
     let table = format!("pandastack_{name}");
     let nft: Value = serde_json::from_str(&output(&["nft", "-j", "list", "table", "inet", &table]))
         .unwrap_or(Value::Null);
@@ -319,32 +293,17 @@ fn net_objects(name: &str) -> NetObjects {
         .map(|items| items.iter().filter(|i| i.get("rule").is_some()).count())
         .unwrap_or(0);
     NetObjects {
-        netns,
-        veths,
+        netns: netns.into_iter().collect(),
+        veths: veths.into_iter().collect(),
         nft_rules,
     }
 }
 
-/// Slot indexes the server's network pool records (`netpool.json` under its data directory).
+/// Slots the server's network pool records (`<data>/net/netpool.json`).
 fn recorded_slots(data: &Path) -> Option<usize> {
-    let text = walk_find(data, "netpool.json", 3)?;
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(text).ok()?).ok()?;
+    let text = std::fs::read_to_string(data.join("net").join("netpool.json")).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
     Some(v["slots"].as_array()?.len())
-}
-
-fn walk_find(dir: &Path, name: &str, depth: u32) -> Option<PathBuf> {
-    let here = dir.join(name);
-    if here.is_file() {
-        return Some(here);
-    }
-    if depth == 0 {
-        return None;
-    }
-    std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .find_map(|e| walk_find(&e.path(), name, depth - 1))
 }
 
 /// Everything the soak's sandboxes may have left behind, once none is left: what was found.

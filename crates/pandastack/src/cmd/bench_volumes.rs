@@ -94,31 +94,46 @@ impl Drop for OwnServer {
 /// `--net-name` of the servers this command starts.
 pub(crate) const NET_NAME: &str = "psbv";
 
+/// What a command prints on stdout (empty when it cannot run or fails to say anything).
+pub(crate) fn output(args: &[&str]) -> String {
+    std::process::Command::new(args[0])
+        .args(&args[1..])
+        .stderr(Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// The network namespaces (`<name>-N`) and host veths (`<name>vN`) of a server's network named
+/// `name`.
+pub(crate) fn network_links(name: &str) -> (Vec<String>, Vec<String>) {
+    let netns = output(&["ip", "netns", "list"])
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|ns| ns.strip_prefix(name).is_some_and(|r| r.starts_with('-')))
+        .map(str::to_owned)
+        .collect();
+    let veths = output(&["ip", "-o", "link", "show"])
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|l| l.split('@').next().unwrap_or_default())
+        .filter(|l| l.strip_prefix(name).is_some_and(|r| r.starts_with('v')))
+        .map(str::to_owned)
+        .collect();
+    (netns, veths)
+}
+
 /// Deletes the namespaces (`<name>-N`, their veths with them), leftover host veths
 /// (`<name>vN`) and the nftables table of a server's network named `name`.
 fn remove_network(name: &str) {
-    let out = |args: &[&str]| {
-        std::process::Command::new(args[0])
-            .args(&args[1..])
-            .stderr(Stdio::null())
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default()
-    };
-    let netns = out(&["ip", "netns", "list"]);
-    for ns in netns.lines().filter_map(|l| l.split_whitespace().next()) {
-        if ns.strip_prefix(name).is_some_and(|r| r.starts_with('-')) {
-            out(&["ip", "netns", "del", ns]);
-        }
+    let (netns, veths) = network_links(name);
+    for ns in netns {
+        output(&["ip", "netns", "del", &ns]);
     }
-    let links = out(&["ip", "-o", "link", "show"]);
-    for l in links.lines().filter_map(|l| l.split(": ").nth(1)) {
-        let l = l.split('@').next().unwrap_or_default();
-        if l.strip_prefix(name).is_some_and(|r| r.starts_with('v')) {
-            out(&["ip", "link", "del", l]);
-        }
+    for l in veths {
+        output(&["ip", "link", "del", &l]);
     }
-    out(&[
+    output(&[
         "nft",
         "delete",
         "table",

@@ -670,18 +670,13 @@ class Filesystem:
         answers a page at a time (one answer cannot carry a large directory); this follows
         ``next_cursor`` to the last page."""
         params = {"path": path, "depth": str(int(depth)), "limit": str(FS_LIST_PAGE)}
-        entries: List[FileInfo] = []
-        cursor: Optional[str] = None
-        while True:
-            if cursor:
-                params["cursor"] = cursor
-            body = self._t.json("GET", f"{self._p}/list", params=params) or {}
-            entries.extend(FileInfo.from_json(x) for x in body.get("data", []))
-            after = body.get("next_cursor")
-            # A cursor that does not move on (a misbehaving proxy) would loop forever.
-            if not after or after == cursor:
-                return entries
-            cursor = after
+
+        def fetch(c: Optional[str]) -> Page[FileInfo]:
+            q = dict(params, cursor=c) if c else params
+            body = self._t.json("GET", f"{self._p}/list", params=q) or {}
+            return Page([FileInfo.from_json(x) for x in body.get("data", [])], body.get("next_cursor"))
+
+        return Paginator(fetch).to_list()
 
     def stat(self, path: str) -> FileInfo:
         return FileInfo.from_json(self._t.json("GET", f"{self._p}/stat", params={"path": path}))
