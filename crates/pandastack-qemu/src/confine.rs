@@ -1,12 +1,13 @@
-//! Unprivileged VM processes: every QEMU process runs as a uid/gid of its own, chrooted into its
-//! run directory, without capabilities and with `no_new_privs`.
+//! Unprivileged VM processes: every QEMU process runs as a uid/gid of its own from its first
+//! instruction, with no capability and an empty bounding set, `no_new_privs`, and Landlock
+//! rules that leave it its run directory, the system's installation and a few devices
+//! ([`base_rules`]). What it would create or open elsewhere the host makes or opens for it: its
+//! sockets (inherited, listening), its console log and snapshot file (given to its uid), a
+//! template's memory and a kernel (inherited, named `/proc/self/fd/N`), volumes (fd sets).
 //!
-//! QEMU starts as root only for as long as it takes to open what it is given on its command
-//! line (its disk, RAM file, `/dev/kvm`, the TAP device in its network namespace, its sockets),
-//! then drops to the VM's identity itself (`-run-with chroot=<run dir>,user=<uid>:<gid>`) before
-//! the guest runs a single instruction. After that, the only files it can open by name are the
-//! ones in its run directory that belong to its uid (its disk and volume copies, the file a
-//! snapshot is written to) or that the host made readable for it (the state a restore loads).
+//! Where the kernel has no Landlock, QEMU starts as root instead, opens what its command line
+//! names, then chroots into its run directory and drops to the VM's identity itself
+//! (`-run-with chroot=<run dir>,user=<uid>:<gid>`) before the guest runs a single instruction.
 //!
 //! A uid is claimed by taking an exclusive `flock` on `<lock dir>/<uid>`; the lock's file
 //! descriptor is inherited by the QEMU process, so the claim lasts exactly as long as the
@@ -22,7 +23,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use pandastack_vm::{VmError, VmSpec};
 
-use crate::argv::Confined;
+use crate::argv::{Confined, Inherited};
 
 /// Default uids (and gids: each VM's gid equals its uid), chosen far from the ranges
 /// distributions hand out to people (1000+) and to user namespaces (`/etc/subuid`, 100000+).
@@ -39,6 +40,9 @@ pub struct VmIdentities {
     lock_dir: PathBuf,
     /// Where the next search starts, so recently freed uids are reused last.
     next: AtomicU32,
+    /// VM processes start as their uid under Landlock (where the kernel has it), else as root
+    /// that chroots and drops itself.
+    landlock: bool,
 }
 
 /// A uid held for one VM process until that process (which inherits `lock`) exits.
@@ -67,7 +71,14 @@ impl VmIdentities {
             count,
             lock_dir,
             next: AtomicU32::new(0),
+            landlock: crate::landlock::abi().is_some(),
         })
+    }
+
+    /// True when VM processes start as their uid under Landlock rather than chrooting
+    /// themselves.
+    pub fn landlock(&self) -> bool {
+        self.landlock
     }
 
     /// The default pool when this process can switch uids (runs as root), else none.
@@ -135,7 +146,11 @@ pub(crate) const LOADING: &str = ".state.incoming";
 /// searchable (it is the process's root), files in it that QEMU may reopen by name become the
 /// uid's own, and volume files outside it are opened here, to be inherited and named through fd
 /// sets. Returns the command-line view of that and the descriptors to hand over.
-pub(crate) fn prepare(spec: &VmSpec, uid: u32) -> Result<(Confined, Vec<OwnedFd>), VmError> {
+pub(crate) fn prepare(
+    spec: &VmSpec,
+    uid: u32,
+    landlock: Option<Landlock<'_>>,
+) -> Result<(Confined, Vec<OwnedFd>), VmError> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&spec.run_dir, std::fs::Permissions::from_mode(0o711))?;
@@ -143,6 +158,10 @@ pub(crate) fn prepare(spec: &VmSpec, uid: u32) -> Result<(Confined, Vec<OwnedFd>
         give(&spec.rootfs, uid)?;
     }
     let mut held = Vec::new();
+    let landlock = match landlock {
+        Some(l) => Some(landlocked(spec, uid, l, &mut held)?),
+        None => None,
+    };
     let mut volume_fds = Vec::with_capacity(spec.volumes.len());
     for disk in &spec.volumes {
         if inside(&spec.run_dir, &disk.path) {
@@ -160,7 +179,142 @@ pub(crate) fn prepare(spec: &VmSpec, uid: u32) -> Result<(Confined, Vec<OwnedFd>
         held.push(OwnedFd::from(rw));
         held.push(OwnedFd::from(ro));
     }
-    Ok((Confined { uid, volume_fds }, held))
+    Ok((
+        Confined {
+            uid,
+            landlock,
+            volume_fds,
+        },
+        held,
+    ))
+}
+
+/// What a Landlock-confined start needs from the driver.
+#[derive(Debug)]
+pub(crate) struct Landlock<'a> {
+    /// Cold boot (the kernel is opened) or a restore.
+    pub boot: bool,
+    /// The rule set being built; the caller applies it in the child.
+    pub rules: &'a mut crate::landlock::Ruleset,
+}
+
+/// Readies a VM process that runs as `uid` from its first instruction, under the rules it gets
+/// here: its installation readable, its run directory's files (which it cannot create in:
+/// the directory is root's) and a few devices readable and writable, the files it maps or
+/// loads from elsewhere readable through descriptors it inherits. Binds its two sockets.
+fn landlocked(
+    spec: &VmSpec,
+    uid: u32,
+    l: Landlock<'_>,
+    held: &mut Vec<OwnedFd>,
+) -> Result<Inherited, VmError> {
+    use crate::landlock::Access;
+    use std::os::fd::{AsFd, AsRawFd};
+    let rules = l.rules;
+    // Its console log: its own file, appended to across restores.
+    let console = spec.run_dir.join(crate::argv::CONSOLE_LOG);
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&console)?;
+    give(&console, uid)?;
+
+    let mut keep = |file: std::fs::File, access: Access| -> Result<RawFdOf, VmError> {
+        rules.allow_fd(file.as_fd(), false, access)?;
+        let fd = file.as_raw_fd();
+        held.push(OwnedFd::from(file));
+        Ok(fd)
+    };
+    let memory = match &spec.memory {
+        pandastack_vm::Memory::SharedFile(p) => {
+            // Written through by the VM, and mapped read-only by others (a bake's memory
+            // becomes its template's): the VM's own, readable by all who can reach it. A
+            // bake's is made here: QEMU, not root, cannot create it.
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(p)?;
+            give_shared(p, uid)?;
+            match inside(&spec.run_dir, p) {
+                true => None,
+                false => Some(keep(
+                    std::fs::OpenOptions::new().read(true).write(true).open(p)?,
+                    Access::ReadWrite,
+                )?),
+            }
+        }
+        pandastack_vm::Memory::PrivateFile(p) if !inside(&spec.run_dir, p) => {
+            Some(keep(std::fs::File::open(p)?, Access::Read)?)
+        }
+        _ => None,
+    };
+    let kernel = match l.boot && !inside(&spec.run_dir, &spec.kernel) {
+        true => Some(keep(std::fs::File::open(&spec.kernel)?, Access::Read)?),
+        false => None,
+    };
+    let mut listen = |name: &str| -> Result<RawFdOf, VmError> {
+        let path = spec.run_dir.join(name);
+        let _ = std::fs::remove_file(&path);
+        let socket = std::os::unix::net::UnixListener::bind(&path)?;
+        let fd = socket.as_raw_fd();
+        held.push(OwnedFd::from(socket));
+        Ok(fd)
+    };
+    let qmp = listen(crate::argv::QMP_SOCKET)?;
+    let agent = listen(crate::argv::AGENT_SOCKET)?;
+    Ok(Inherited {
+        qmp,
+        agent,
+        kernel,
+        memory,
+    })
+}
+
+type RawFdOf = std::os::fd::RawFd;
+
+/// The Landlock rules every VM process running `binary` in `run_dir` gets: its installation
+/// (and the system's libraries) readable and executable, the dynamic loader's cache readable,
+/// the files of its run directory and a few devices readable and writable. Nothing else of the
+/// host is reachable by name: not `/etc`, not `/proc`, not another VM's directory.
+pub fn base_rules(run_dir: &Path, binary: &Path) -> Result<crate::landlock::Ruleset, VmError> {
+    use crate::landlock::Access;
+    let mut rules = crate::landlock::Ruleset::new()?;
+    let program = match binary.components().count() {
+        1 => std::env::var_os("PATH").and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(binary))
+                .find(|p| p.is_file())
+        }),
+        _ => Some(binary.to_owned()),
+    };
+    let install = program
+        .and_then(|b| std::fs::canonicalize(b).ok())
+        .and_then(|b| b.parent()?.parent().map(Path::to_owned))
+        .filter(|p| p.parent().is_some());
+    for dir in ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin"]
+        .iter()
+        .map(PathBuf::from)
+        .chain(install)
+    {
+        rules.allow(&dir, Access::ReadExecute)?;
+    }
+    rules.allow(Path::new("/etc/ld.so.cache"), Access::Read)?;
+    for dev in ["/dev/kvm", "/dev/net/tun", "/dev/null"] {
+        rules.allow(Path::new(dev), Access::ReadWrite)?;
+    }
+    for dev in ["/dev/urandom", "/dev/random", "/dev/zero"] {
+        rules.allow(Path::new(dev), Access::Read)?;
+    }
+    rules.allow(run_dir, Access::ReadWrite)?;
+    Ok(rules)
+}
+
+/// Gives `path` to `uid`, readable by everyone who can reach it.
+fn give_shared(path: &Path, uid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::os::unix::fs::chown(path, Some(uid), Some(uid))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
 }
 
 /// True when `path` is directly inside `dir`.
@@ -168,8 +322,9 @@ pub(crate) fn inside(dir: &Path, path: &Path) -> bool {
     path.parent() == Some(dir)
 }
 
-/// Makes `state` loadable by a confined VM in `run_dir`: returns the name the chrooted
-/// process opens and the copy made for it (to remove once loaded), if one was needed. A state
+/// Makes `state` loadable by a confined VM in `run_dir`: returns the name the process opens
+/// (relative to its run directory, its working directory whether chrooted or not) and the copy
+/// made for it (to remove once loaded), if one was needed. A state
 /// outside the run directory is reflinked in — a copy, not a hard link, so the shared file's
 /// inode is not touched (its ctime is how tests see that no VM wrote it) — or hard-linked where
 /// the file system has no reflinks, or copied across file systems. It is root's and readable
@@ -181,7 +336,7 @@ pub(crate) fn loadable(run_dir: &Path, state: &Path) -> Result<(String, Option<P
         take_back(state)?;
     }
     if let (true, Some(name)) = (inside(run_dir, state), state.file_name()) {
-        return Ok((format!("/{}", name.to_string_lossy()), None));
+        return Ok((name.to_string_lossy().into_owned(), None));
     }
     let copy = run_dir.join(LOADING);
     let _ = std::fs::remove_file(&copy);
@@ -199,7 +354,7 @@ pub(crate) fn loadable(run_dir: &Path, state: &Path) -> Result<(String, Option<P
         }
     }
     take_back(&copy)?;
-    Ok((format!("/{LOADING}"), Some(copy)))
+    Ok((LOADING.to_owned(), Some(copy)))
 }
 
 /// Moves `from` to `to` (replacing it): a rename, or a copy across file systems.

@@ -52,18 +52,28 @@ impl QemuDriver {
             .as_ref()
             .map(|ids| ids.claim())
             .transpose()?;
+        let landlocked = self.cfg.identities.as_ref().is_some_and(|i| i.landlock());
+        let mut rules = match landlocked {
+            true => Some(confine::base_rules(&spec.run_dir, &self.cfg.binary)?),
+            false => None,
+        };
         let (confined, held) = match &claim {
             Some(c) => {
-                let (confined, held) = confine::prepare(spec, c.uid)?;
+                let landlock = rules.as_mut().map(|rules| confine::Landlock {
+                    boot: mode == StartMode::Boot,
+                    rules,
+                });
+                let (confined, held) = confine::prepare(spec, c.uid, landlock)?;
                 (Some(confined), held)
             }
             None => (None, Vec::new()),
         };
-        let inherit = claim.as_ref().map(|c| {
-            std::iter::once(&c.lock)
+        let inherit = claim.as_ref().map(|c| process::Confinement {
+            inherit: std::iter::once(&c.lock)
                 .chain(&held)
                 .map(std::os::fd::AsRawFd::as_raw_fd)
-                .collect::<Vec<_>>()
+                .collect(),
+            drop_to: rules.as_ref().map(|r| (c.uid, r.fd())),
         });
         let args = argv::build(&self.cfg, spec, mode, confined.as_ref());
         let qemu_log = spec.run_dir.join(QEMU_LOG);
@@ -119,6 +129,12 @@ impl QemuDriver {
             }
         };
         let pid = process.pid();
+        if let Err(e) = write_pid_file(&spec.run_dir, pid) {
+            let _ = process.kill();
+            process.wait_timeout(Duration::from_secs(5)).await;
+            release(&cgroup);
+            return Err(e.into());
+        }
         let joining = (!join_beside.is_empty())
             .then(|| tokio::task::spawn_blocking(move || cgroup::join(&join_beside, pid)));
         let connected = connect_qmp(&process, &spec.run_dir, &qemu_log).await;
@@ -137,6 +153,10 @@ impl QemuDriver {
                 process,
                 qmp,
                 cgroup,
+                given_memory: match (&spec.memory, claim.is_some() && landlocked) {
+                    (Memory::SharedFile(p), true) => Some(p.clone()),
+                    _ => None,
+                },
                 uid: claim.map(|c| c.uid),
             }),
             Err(e) => {
@@ -148,6 +168,14 @@ impl QemuDriver {
             }
         }
     }
+}
+
+/// Records `pid` as the VM process of `run_dir` (replacing the file whole), where
+/// [`process::live_pid`] finds it after a restart.
+fn write_pid_file(run_dir: &Path, pid: u32) -> std::io::Result<()> {
+    let tmp = run_dir.join(".qemu.pid.partial");
+    std::fs::write(&tmp, format!("{pid}\n"))?;
+    std::fs::rename(&tmp, run_dir.join(PID_FILE))
 }
 
 fn validate(spec: &VmSpec, mode: StartMode) -> Result<(), VmError> {
@@ -465,6 +493,9 @@ impl VmDriver for QemuDriver {
             qmp,
             cgroup,
             uid: confine::uid_of(pid).filter(|&u| u != 0),
+            // Not known here (the spec is not): the file stays its uid's until it is given to
+            // the next process that runs the VM.
+            given_memory: None,
         })
     }
 }
@@ -485,8 +516,11 @@ pub struct QemuVm {
     qmp: Qmp,
     /// Its cgroup, removed once the process has exited.
     cgroup: Option<(Cgroups, String)>,
-    /// The uid it runs as when confined (chrooted into its run directory).
+    /// The uid it runs as when confined.
     uid: Option<u32>,
+    /// The memory file it writes through, given to its uid for as long as it runs (a
+    /// Landlock-confined process opens it as that uid), taken back for root once it has exited.
+    given_memory: Option<PathBuf>,
 }
 
 impl QemuVm {
@@ -516,13 +550,21 @@ impl QemuVm {
                 after: Duration::from_secs(10),
             });
         }
-        self.remove_cgroup();
+        self.after_exit();
         Ok(())
     }
 
-    fn remove_cgroup(&self) {
+    /// Releases what the process held once it has exited: its cgroup, and the memory file
+    /// given to its uid (root's again, so a later process of that uid could not write it
+    /// even if it could reach it).
+    fn after_exit(&self) {
         if let Some((c, name)) = &self.cgroup {
             c.remove(name);
+        }
+        if let Some(memory) = &self.given_memory {
+            if let Err(e) = confine::take_back(memory) {
+                tracing::warn!(file = %memory.display(), error = %e, "memory file not taken back");
+            }
         }
     }
 
@@ -592,7 +634,8 @@ impl Vm for QemuVm {
                 let _ = std::fs::remove_file(&tmp);
                 std::fs::File::create(&tmp)?;
                 confine::give(&tmp, uid)?;
-                (tmp, format!("file:/{}", confine::SAVING))
+                // Relative to its run directory, its working directory (chrooted or not).
+                (tmp, format!("file:{}", confine::SAVING))
             }
             None => {
                 let tmp = state.with_extension("partial");
@@ -719,7 +762,7 @@ impl Vm for QemuVm {
                 self.kill_and_wait().await?;
             }
         }
-        self.remove_cgroup();
+        self.after_exit();
         Ok(())
     }
 }

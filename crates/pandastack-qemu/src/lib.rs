@@ -11,6 +11,7 @@ pub mod argv;
 pub mod cgroup;
 pub mod confine;
 mod driver;
+pub mod landlock;
 pub mod process;
 pub mod qmp;
 

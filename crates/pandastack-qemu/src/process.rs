@@ -2,7 +2,7 @@
 //! resource use from /proc. A VM process is never tied to the lifetime of the host agent: it runs
 //! in its own process group and is found again by pid file after an agent restart.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::time::Duration;
 
@@ -44,12 +44,85 @@ pub struct Process {
     pidfd: AsyncFd<OwnedFd>,
 }
 
+/// How a VM process is confined (see [`crate::confine`]).
+#[derive(Debug)]
+pub struct Confinement {
+    /// Descriptors it inherits (the caller keeps them open until spawn returns): the lock of
+    /// its uid claim, held for as long as it lives, and the files it names through fd sets or
+    /// `/proc/self/fd`.
+    pub inherit: Vec<RawFd>,
+    /// Runs as this uid (and gid) from its first instruction, with an empty bounding set and
+    /// under this Landlock rule set. `None`: it starts as root and drops to its uid itself
+    /// (`-run-with chroot=…,user=…`), keeping [`KEPT_CAPABILITIES`] in its bounding set until
+    /// then — where the kernel has no Landlock.
+    pub drop_to: Option<(u32, RawFd)>,
+}
+
+/// `binary` as a path `execve(2)` takes: itself when it names a directory, else the first
+/// executable file of that name on `PATH` (what a shell would run).
+fn resolve(binary: &Path) -> Result<std::path::PathBuf, VmError> {
+    if binary.components().count() > 1 {
+        return Ok(binary.to_owned());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(binary))
+        .find(|p| {
+            use std::os::unix::fs::PermissionsExt;
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .ok_or_else(|| {
+            VmError::Spawn(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("{} not found on PATH", binary.display()),
+            ))
+        })
+}
+
+/// `clone3(2)`'s argument (`struct clone_args`, version 2: 88 bytes).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// The steps of the child's set-up, reported with errno when one fails.
+const STEPS: [&str; 12] = [
+    "join cgroup",
+    "enter network namespace",
+    "redirect stdio",
+    "hand over descriptors",
+    "chdir",
+    "setpgid",
+    "drop bounding set",
+    "drop to the vm uid",
+    "no_new_privs",
+    "landlock",
+    "execve",
+    "signal mask",
+];
+
 impl Process {
     /// Spawns `binary argv` in `cwd` with stdout/stderr appended to `log`, inside the network
     /// namespace `netns` when given, joining the cgroups whose `cgroup.procs` files are given
-    /// before it runs. With `confined`, the process runs with `no_new_privs` and inherits
-    /// the given descriptors (which the caller keeps open until this returns): the lock of its
-    /// uid claim, held for as long as it lives, and the files it names through fd sets.
+    /// before it runs. With `confined`, the process runs with `no_new_privs`, in pid, IPC and
+    /// UTS namespaces of its own (it is pid 1 of its pid namespace: it sees no other process),
+    /// and inherits the descriptors `confined` lists.
+    ///
+    /// The process is made with `clone3(2)` rather than `fork`: the pid namespace has to be
+    /// created with it, and the pidfd comes with it. It is our child; a task reaps it when it
+    /// ends, so it never lingers as a zombie.
     pub fn spawn(
         binary: &Path,
         argv: &[std::ffi::OsString],
@@ -57,93 +130,147 @@ impl Process {
         log: &Path,
         netns: Option<&Path>,
         cgroup_procs: Vec<std::fs::File>,
-        confined: Option<Vec<std::os::fd::RawFd>>,
+        confined: Option<Confinement>,
     ) -> Result<Self, VmError> {
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
+        let cstr = |s: &std::ffi::OsStr| {
+            CString::new(s.as_bytes())
+                .map_err(|_| VmError::InvalidSpec(format!("{s:?} contains a NUL byte")))
+        };
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(log)?;
-        let err = out.try_clone()?;
-        let mut cmd = tokio::process::Command::new(binary);
-        if !cgroup_procs.is_empty() {
-            // SAFETY: the closure runs in the forked child before exec and only makes write(2)
-            // calls on fds the parent keeps open until spawn returns; it allocates nothing and
-            // takes no locks, so it is async-signal-safe. Writing "0" moves the writer itself.
+        let null = std::fs::File::open("/dev/null")?;
+        let ns = netns
+            .map(|ns| {
+                std::fs::File::open(ns).map_err(|e| {
+                    VmError::InvalidSpec(format!("network namespace {}: {e}", ns.display()))
+                })
+            })
+            .transpose()?;
+        let program = resolve(binary)?;
+        let program_c = cstr(program.as_os_str())?;
+        let mut args_c = vec![cstr(binary.as_os_str())?];
+        for a in argv {
+            args_c.push(cstr(a)?);
+        }
+        let mut arg_ptrs: Vec<*const libc::c_char> = args_c.iter().map(|a| a.as_ptr()).collect();
+        arg_ptrs.push(std::ptr::null());
+        let env_c: Vec<CString> = std::env::vars_os()
+            .map(|(k, v)| {
+                let mut kv = k.as_bytes().to_vec();
+                kv.push(b'=');
+                kv.extend_from_slice(v.as_bytes());
+                CString::new(kv)
+            })
+            .filter_map(Result::ok)
+            .collect();
+        let mut env_ptrs: Vec<*const libc::c_char> = env_c.iter().map(|e| e.as_ptr()).collect();
+        env_ptrs.push(std::ptr::null());
+        let cwd_c = cstr(cwd.as_os_str())?;
+        let last_cap = last_capability();
+        let mut ends = [0 as libc::c_int; 2];
+        // SAFETY: `ends` has room for the two descriptors pipe2 writes.
+        if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } == -1 {
+            return Err(VmError::Spawn(std::io::Error::last_os_error()));
+        }
+        // SAFETY: pipe2 returned two new descriptors that nothing else owns.
+        let (err_r, err_w) =
+            unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+
+        let mut flags = libc::CLONE_PIDFD as u64;
+        if confined.is_some() {
+            flags |= (libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
+        }
+        let mut pidfd: libc::c_int = -1;
+        let args = CloneArgs {
+            flags,
+            pidfd: &mut pidfd as *mut libc::c_int as u64,
+            exit_signal: libc::SIGCHLD as u64,
+            ..Default::default()
+        };
+        // SAFETY: clone3 without CLONE_VM is fork(2) with more flags: the child gets a copy of
+        // this address space holding only the calling thread, and the stack (0: the copy of
+        // ours) is valid in it. `args` and `pidfd` are live for the call.
+        let pid = unsafe {
+            libc::syscall(
+                libc::SYS_clone3,
+                &args as *const CloneArgs,
+                std::mem::size_of::<CloneArgs>(),
+            )
+        };
+        if pid == 0 {
+            // SAFETY: in the child, before exec. Everything it touches was allocated before the
+            // clone and is only read; it makes system calls and nothing else (no allocation,
+            // no lock, no Rust runtime), so it is async-signal-safe, as a child of a
+            // multi-threaded process must be.
             unsafe {
-                cmd.pre_exec(move || {
-                    for f in &cgroup_procs {
-                        nix::unistd::write(f, b"0").map_err(std::io::Error::from)?;
-                    }
-                    Ok(())
-                });
+                child(ChildPlan {
+                    cgroup_procs: &cgroup_procs,
+                    netns: ns.as_ref().map(|f| f.as_raw_fd()),
+                    null: null.as_raw_fd(),
+                    out: out.as_raw_fd(),
+                    confined: confined.as_ref(),
+                    cwd: &cwd_c,
+                    program: &program_c,
+                    argv: &arg_ptrs,
+                    envp: &env_ptrs,
+                    last_cap,
+                    err: err_w.as_raw_fd(),
+                })
             }
         }
-        if let Some(ns) = netns {
-            // Opened here (close-on-exec), entered in the child between fork and exec.
-            let fd = std::fs::File::open(ns).map_err(|e| {
-                VmError::InvalidSpec(format!("network namespace {}: {e}", ns.display()))
-            })?;
-            // SAFETY: the closure runs in the forked child before exec and only makes the
-            // setns(2) system call on an fd the parent keeps open until spawn returns; it
-            // allocates nothing and takes no locks, so it is async-signal-safe.
-            unsafe {
-                cmd.pre_exec(move || {
-                    nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET)
-                        .map_err(std::io::Error::from)
-                });
+        if pid < 0 {
+            return Err(VmError::Spawn(std::io::Error::last_os_error()));
+        }
+        drop(err_w);
+        // SAFETY: clone3 with CLONE_PIDFD stored a new pidfd (close-on-exec) that nothing
+        // else owns.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+        // The child writes (step, errno) if its set-up fails; EOF alone means it exec'd.
+        let mut report = [0u8; 5];
+        let mut got = 0;
+        loop {
+            match rustix::io::read(&err_r, &mut report[got..]) {
+                Ok(0) => break,
+                Ok(n) => {
+                    got += n;
+                    if got == report.len() {
+                        break;
+                    }
+                }
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(VmError::Spawn(e.into())),
             }
         }
-        if let Some(inherit) = confined {
-            let last_cap = last_capability();
-            // SAFETY: the closure runs in the forked child before exec and only makes the
-            // fcntl(2), unshare(2) and prctl(2) system calls, on fds the parent keeps open until
-            // spawn returns, reading a vector allocated before the fork; it allocates nothing
-            // and takes no locks, so it is async-signal-safe. Clearing close-on-exec in the
-            // child alone hands those descriptors to the new program and to no other.
-            unsafe {
-                cmd.pre_exec(move || {
-                    for &fd in &inherit {
-                        if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                    }
-                    // IPC and host name of its own: no System V objects or POSIX message
-                    // queues shared with the host or other VMs, no host name to read.
-                    if libc::unshare(libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) == -1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    for cap in 0..=last_cap {
-                        if KEPT_CAPABILITIES.contains(&cap) {
-                            continue;
-                        }
-                        if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) == -1 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                    }
-                    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == -1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
+        if got > 0 {
+            reap(&pidfd, true);
+            let step = STEPS.get(report[0] as usize).copied().unwrap_or("set-up");
+            let errno = i32::from_ne_bytes([report[1], report[2], report[3], report[4]]);
+            let e = std::io::Error::from_raw_os_error(errno);
+            return Err(VmError::Spawn(std::io::Error::new(
+                e.kind(),
+                format!("{}: {step}: {e}", binary.display()),
+            )));
         }
-        let child = cmd
-            .args(argv)
-            .current_dir(cwd)
-            .stdin(std::process::Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            // Own process group: a signal to the agent's group (Ctrl-C) must not reach VMs.
-            .process_group(0)
-            .kill_on_drop(false)
-            .spawn()
-            .map_err(VmError::Spawn)?;
-        let pid = child
-            .id()
-            .ok_or_else(|| VmError::Exited("exited at once".into()))?;
-        // Dropping the tokio handle leaves reaping to tokio's orphan queue; we watch the pidfd.
-        drop(child);
-        Self::from_pid(pid)
+        let pid = pid as u32;
+        // Its exit is collected as soon as it happens, by whoever watches it or not.
+        if let (Ok(handle), Ok(fd)) = (tokio::runtime::Handle::try_current(), pidfd.try_clone()) {
+            handle.spawn(async move {
+                // SAFETY: `fd` is an OwnedFd moved into the AsyncFd, so it stays open and refers
+                // to this process until the AsyncFd is dropped.
+                if let Ok(watch) = unsafe { AsyncFd::register(fd) } {
+                    let _ = watch.readable().await;
+                    reap(watch.get_ref(), false);
+                }
+            });
+        }
+        // SAFETY: `pidfd` is an OwnedFd moved into the AsyncFd, so it stays open and refers to
+        // this process until the AsyncFd is dropped.
+        let pidfd = unsafe { AsyncFd::register(pidfd) }.map_err(|e| VmError::Io(e.into()))?;
+        Ok(Self { pid, pidfd })
     }
 
     /// Opens a pidfd for an existing process.
@@ -228,6 +355,133 @@ impl Process {
             cpu_time: cpu_time(&stat).unwrap_or_default(),
         })
     }
+}
+
+/// What the child of [`Process::spawn`] does between clone and exec, all prepared beforehand.
+struct ChildPlan<'a> {
+    cgroup_procs: &'a [std::fs::File],
+    netns: Option<RawFd>,
+    null: RawFd,
+    out: RawFd,
+    confined: Option<&'a Confinement>,
+    cwd: &'a std::ffi::CStr,
+    program: &'a std::ffi::CStr,
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
+    last_cap: libc::c_int,
+    err: RawFd,
+}
+
+/// The child's side of [`Process::spawn`]: sets itself up and execs, or reports the step that
+/// failed with its errno on `plan.err` and exits.
+///
+/// # Safety
+/// Only to be called in the child of a clone, before exec: it never returns.
+unsafe fn child(plan: ChildPlan<'_>) -> ! {
+    // SAFETY: see the function's contract; each call below is a plain system call on
+    // descriptors and strings prepared before the clone.
+    unsafe {
+        let fail = |step: usize| -> ! {
+            let errno = *libc::__errno_location();
+            let e = errno.to_ne_bytes();
+            let report = [step as u8, e[0], e[1], e[2], e[3]];
+            libc::write(plan.err, report.as_ptr().cast(), report.len());
+            libc::_exit(127)
+        };
+        let check = |r: libc::c_int, step: usize| {
+            if r == -1 {
+                fail(step)
+            }
+        };
+        // Signals as a new program expects them: none blocked, SIGPIPE not ignored (Rust ignores
+        // it in its own processes).
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        check(
+            libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()),
+            11,
+        );
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        // Writing "0" to cgroup.procs moves the writer itself.
+        for f in plan.cgroup_procs {
+            if libc::write(f.as_raw_fd(), b"0".as_ptr().cast(), 1) != 1 {
+                fail(0);
+            }
+        }
+        if let Some(ns) = plan.netns {
+            check(libc::setns(ns, libc::CLONE_NEWNET), 1);
+        }
+        check(libc::dup2(plan.null, 0), 2);
+        check(libc::dup2(plan.out, 1), 2);
+        check(libc::dup2(plan.out, 2), 2);
+        if let Some(c) = plan.confined {
+            // Clearing close-on-exec here, in the child alone, hands these descriptors to the new
+            // program and to no other.
+            for &fd in &c.inherit {
+                check(libc::fcntl(fd, libc::F_SETFD, 0), 3);
+            }
+        }
+        check(libc::chdir(plan.cwd.as_ptr()), 4);
+        // Own process group: a signal to the server's group (Ctrl-C) must not reach VMs.
+        check(libc::setpgid(0, 0), 5);
+        if let Some(c) = plan.confined {
+            // The bounding set goes first, while this is still root (CAP_SETPCAP); a process that
+            // drops to its uid here keeps none, one that drops itself later keeps what it needs
+            // until then.
+            for cap in 0..=plan.last_cap {
+                if c.drop_to.is_none() && KEPT_CAPABILITIES.contains(&cap) {
+                    continue;
+                }
+                check(libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0), 6);
+            }
+            if let Some((uid, _)) = c.drop_to {
+                let gid = uid;
+                check(libc::setgroups(1, &gid), 7);
+                check(libc::setresgid(gid, gid, gid), 7);
+                // Leaving uid 0 clears the permitted and effective sets: no capability is left.
+                check(libc::setresuid(uid, uid, uid), 7);
+            }
+            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 8);
+            if let Some((_, ruleset)) = c.drop_to {
+                if crate::landlock::restrict_self(ruleset).is_err() {
+                    fail(9);
+                }
+            }
+        }
+        libc::execve(
+            plan.program.as_ptr(),
+            plan.argv.as_ptr(),
+            plan.envp.as_ptr(),
+        );
+        fail(10)
+    }
+}
+
+/// Collects the exit of our child behind `pidfd` (`block`: wait for it). Not our child (a VM
+/// found again after a restart), or already collected: nothing to do.
+fn reap(pidfd: &OwnedFd, block: bool) {
+    let mut info: libc::siginfo_t = unsafe_zeroed_siginfo();
+    let options = libc::WEXITED | if block { 0 } else { libc::WNOHANG };
+    loop {
+        // SAFETY: `info` is a live siginfo_t the kernel writes into; the pidfd is open.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PIDFD,
+                pidfd.as_raw_fd() as libc::id_t,
+                &mut info,
+                options,
+            )
+        };
+        if r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        return;
+    }
+}
+
+fn unsafe_zeroed_siginfo() -> libc::siginfo_t {
+    // SAFETY: siginfo_t is plain data for which all-zero bytes are a valid value.
+    unsafe { std::mem::zeroed() }
 }
 
 /// utime + stime from a /proc/<pid>/stat line.
