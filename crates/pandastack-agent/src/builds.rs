@@ -24,6 +24,7 @@ pub fn spec_summary(spec: &TemplateSpec) -> SpecSummary {
         shape: Shape {
             vcpus: vm.vcpus,
             memory_mib: vm.memory_mb,
+            disk: None,
         },
         disk_mb: vm.disk_mb,
     }
@@ -99,9 +100,11 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             }
         };
         // The host builds only a spec's Debian part; its own steps run in a builder VM.
+        let mut spec_vm = None;
         let (source, guest_steps) = match source {
             BuildSource::Spec(text) => {
                 let spec = api_spec(&text).map_err(|e| AgentError::BuildSteps(e.to_string()))?;
+                spec_vm = Some(spec.vm());
                 if spec.has_guest_steps() {
                     (
                         ImageSource::Spec(Box::new(spec.without_guest_steps())),
@@ -113,7 +116,11 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             }
             BuildSource::Oci { tarball, disk_mb } => (ImageSource::Oci { tarball, disk_mb }, None),
         };
-        let built = self.host_image(id, source, work, line.clone()).await?;
+        let mut built = self.host_image(id, source, work, line.clone()).await?;
+        // The spec's disk limits, which the template is baked with.
+        if let (Some(shape), Some(vm)) = (built.shape.as_mut(), spec_vm) {
+            shape.disk = self.spec_disk(&vm);
+        }
         if let Some(spec) = guest_steps {
             let shape =
                 built
@@ -122,6 +129,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                     .unwrap_or(pandastack_runtime::Shape {
                         vcpus: 1,
                         memory_mib: 512,
+                        disk: None,
                     });
             let mut line = line;
             crate::steps::run(self, id, shape, &spec, &built.image, &mut line)
@@ -164,6 +172,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                         shape: Some(Shape {
                             vcpus: vm.vcpus,
                             memory_mib: vm.memory_mb,
+                            disk: None,
                         }),
                         disk_mb: vm.disk_mb,
                         env: Vec::new(),

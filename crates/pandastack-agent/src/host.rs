@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use pandastack_host::{
-    BoxStream, BuildLogFn, BuildSource, BuiltImage, DirPage, ExecEvent, ExecInput, ExecOutcome,
-    ExecSpec, FileInfo, Host, HostError, HostResult, ListPage, LogChunk, LogPos, PortIo,
-    SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmStats, VmView,
-    VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
+    BoxStream, BuildLogFn, BuildSource, BuiltImage, DirPage, DiskRequest, ExecEvent, ExecInput,
+    ExecOutcome, ExecSpec, FileInfo, Host, HostError, HostResult, ListPage, LogChunk, LogPos,
+    PortIo, SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmStats,
+    VmView, VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
 };
 use pandastack_vm::VmDriver;
 
@@ -23,6 +23,7 @@ pub(crate) fn host_shape(s: pandastack_runtime::Shape) -> Shape {
     Shape {
         vcpus: s.vcpus,
         memory_mib: s.memory_mib,
+        disk: s.disk,
     }
 }
 
@@ -30,6 +31,7 @@ pub(crate) fn runtime_shape(s: Shape) -> pandastack_runtime::Shape {
     pandastack_runtime::Shape {
         vcpus: s.vcpus,
         memory_mib: s.memory_mib,
+        disk: s.disk,
     }
 }
 
@@ -106,6 +108,22 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
         let (template, id) = (template.to_owned(), id.to_owned());
         let v = self
             .detached(move |a| async move { a.create_with_volumes(&template, &id, &volumes).await })
+            .await?;
+        Ok(vm_view(v))
+    }
+
+    async fn create_with_disk(
+        &self,
+        template: &str,
+        id: &str,
+        volumes: Vec<VolumeMount>,
+        disk: DiskRequest,
+    ) -> HostResult<VmView> {
+        let (template, id) = (template.to_owned(), id.to_owned());
+        let v = self
+            .detached(
+                move |a| async move { a.create_with_disk(&template, &id, &volumes, disk).await },
+            )
             .await?;
         Ok(vm_view(v))
     }

@@ -173,11 +173,34 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         template: &str,
         id: &str,
     ) -> Result<SandboxView, AgentError> {
+        self.create_limited(template, id, pandastack_host::DiskRequest::default())
+            .await
+    }
+
+    /// [`HostAgent::create`] with disk limits of its own where `disk` names them (see
+    /// [`HostAgent::disk_limits`]).
+    pub async fn create_limited(
+        self: &Arc<Self>,
+        template: &str,
+        id: &str,
+        disk: pandastack_host::DiskRequest,
+    ) -> Result<SandboxView, AgentError> {
         let t = self.template(template).await?;
-        let sb = self.rt.create(&t, id).await?;
+        let limits = self.disk_limits(&t, disk);
+        let sb = self.rt.create_with_options(&t, id, &[], limits).await?;
         let view = self.insert(SandboxVm::Running(sb)).await;
         self.refill(t);
         Ok(view)
+    }
+
+    /// The disk limits of a create from `t` that asks for `disk`: what it names, the rest as
+    /// `t` has them (else the runtime's default); `None` when it names none (the template's).
+    pub fn disk_limits(
+        &self,
+        t: &pandastack_runtime::Template,
+        disk: pandastack_host::DiskRequest,
+    ) -> Option<pandastack_vm::DiskLimits> {
+        (!disk.is_empty()).then(|| self.rt.disk_limits(t.shape).with(disk.mbps, disk.iops))
     }
 
     /// Creates sandbox `id` from `template` with its RAM in a file of its own, so that its

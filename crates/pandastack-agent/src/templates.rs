@@ -222,6 +222,19 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     }
 
     /// Builds (or finds cached) the image of the spec at `spec_path`, with the guest agent.
+    /// The disk limits a template spec names (`None`: it names none), with the runtime's
+    /// default for the one it leaves out.
+    pub(crate) fn spec_disk(
+        &self,
+        vm: &pandastack_image::VmShape,
+    ) -> Option<pandastack_vm::DiskLimits> {
+        (vm.disk_mbps.is_some() || vm.disk_iops.is_some()).then(|| {
+            self.rt
+                .disk_limits(Shape::new(0, 0))
+                .with(vm.disk_mbps.map(u64::from), vm.disk_iops.map(u64::from))
+        })
+    }
+
     async fn spec_image(
         &self,
         name: &str,
@@ -245,6 +258,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             Shape {
                 vcpus: vm.vcpus,
                 memory_mib: vm.memory_mb,
+                disk: self.spec_disk(&vm),
             },
         ))
     }
@@ -273,6 +287,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                 shape: Shape {
                     vcpus: vm.vcpus,
                     memory_mib: vm.memory_mb,
+                    disk: self.spec_disk(&vm),
                 },
                 disk_mb: vm.disk_mb,
                 baked: self.rt.template(spec.name()).ok(),

@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pandastack_host::{VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView};
+use pandastack_host::{
+    DiskRequest, VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
+};
 use pandastack_objects::{Manifest, ObjectsError};
 use pandastack_runtime::files::clone_file;
 use pandastack_runtime::{valid_id, CreateError, FreezeError, MountError, SlotSource, VolumeDisk};
@@ -564,9 +566,22 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         id: &str,
         mounts: &[VolumeMount],
     ) -> Result<SandboxView, AgentError> {
+        self.create_with_disk(template, id, mounts, DiskRequest::default())
+            .await
+    }
+
+    /// [`HostAgent::create_with_volumes`] with disk limits of its own where `disk` names them
+    /// (see [`HostAgent::disk_limits`]).
+    pub async fn create_with_disk(
+        self: &Arc<Self>,
+        template: &str,
+        id: &str,
+        mounts: &[VolumeMount],
+        disk: DiskRequest,
+    ) -> Result<SandboxView, AgentError> {
         if mounts.is_empty() {
             // Nothing to bind: a plain create, which may take a pooled VM.
-            return self.create(template, id).await;
+            return self.create_limited(template, id, disk).await;
         }
         if !valid_id(id) {
             return Err(CreateError::InvalidId(id.into()).into());
@@ -594,7 +609,10 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             return Err(CreateError::Exists(id.into()).into());
         }
         let mut staged = Vec::new();
-        let created = self.create_bound(&t, id, mounts, &files, &mut staged).await;
+        let limits = self.disk_limits(&t, disk);
+        let created = self
+            .create_bound(&t, id, mounts, &files, limits, &mut staged)
+            .await;
         // A create that failed before moving a copy into the sandbox leaves it here.
         for s in staged {
             if let Err(e) = remove(&s) {
@@ -614,6 +632,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         id: &str,
         mounts: &[VolumeMount],
         files: &[PathBuf],
+        disk: Option<pandastack_vm::DiskLimits>,
         staged: &mut Vec<PathBuf>,
     ) -> Result<pandastack_runtime::Sandbox<D::Vm>, AgentError> {
         let mut bindings = Vec::with_capacity(mounts.len());
@@ -638,7 +657,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                 }));
             }
         }
-        let sb = self.rt.create_with_bindings(t, id, &bindings).await?;
+        let sb = self.rt.create_with_options(t, id, &bindings, disk).await?;
         for (slot, m) in mounts.iter().enumerate() {
             let mounted = self
                 .rt

@@ -65,6 +65,18 @@ pub struct CreateSandboxRequest {
     #[serde(default)]
     #[schema(max_items = 3)]
     pub volumes: Vec<crate::SandboxVolume>,
+    /// Disk rate limit of its VM in MiB/s, reads and writes of the root disk and every volume
+    /// together (default: the template's, else the server's `--vm-disk-mbps`; at most the
+    /// server's `--vm-disk-mbps-max`). Not with `snapshot_id`: a sandbox from a snapshot, like
+    /// a fork, has the limits of the sandbox the snapshot was taken of.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub disk_mbps: Option<u64>,
+    /// Disk I/O operations per second of its VM, reads and writes together (default: the
+    /// template's, else the server's `--vm-disk-iops`; at most its `--vm-disk-iops-max`).
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub disk_iops: Option<u64>,
 }
 
 impl Default for CreateSandboxRequest {
@@ -78,6 +90,8 @@ impl Default for CreateSandboxRequest {
             metadata: BTreeMap::new(),
             env: BTreeMap::new(),
             volumes: Vec::new(),
+            disk_mbps: None,
+            disk_iops: None,
         }
     }
 }
@@ -176,6 +190,18 @@ impl CreateSandboxRequest {
                 "cannot be combined with snapshot_id (a snapshot brings its own copies)",
             ));
         }
+        for (field, v) in [("disk_mbps", self.disk_mbps), ("disk_iops", self.disk_iops)] {
+            if v == Some(0) {
+                return Err(field_error(field, "a positive integer"));
+            }
+            if v.is_some() && self.snapshot_id.is_some() {
+                return Err(field_error(
+                    field,
+                    "cannot be combined with snapshot_id (a sandbox from a snapshot has the \
+                     limits of the sandbox it was taken of)",
+                ));
+            }
+        }
         crate::validate_sandbox_volumes(&self.volumes)
     }
 }
@@ -225,6 +251,13 @@ pub struct Sandbox {
     pub state: SandboxState,
     pub cpu: u32,
     pub memory_mb: u32,
+    /// Disk rate limit its VM runs with, MiB/s (root disk and volumes, reads and writes
+    /// together; 0: unlimited).
+    #[serde(default)]
+    pub disk_mbps: u64,
+    /// Disk I/O operations per second its VM runs with (0: unlimited).
+    #[serde(default)]
+    pub disk_iops: u64,
     pub metadata: BTreeMap<String, String>,
     /// RFC 3339.
     pub created_at: String,

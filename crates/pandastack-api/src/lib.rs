@@ -94,6 +94,43 @@ pub struct App {
     upstreams: upstream::Upstreams,
     /// Plain-HTTP requests for certified custom domains redirected to HTTPS (`None`: served).
     https_redirect: Option<tls::HttpsRedirect>,
+    /// The most disk limits a create may ask for.
+    pub disk_max: DiskMax,
+}
+
+/// The most a create may ask for in `disk_mbps` and `disk_iops` (`pandastack server
+/// --vm-disk-mbps-max`, `--vm-disk-iops-max`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskMax {
+    pub mbps: u64,
+    pub iops: u64,
+}
+
+impl Default for DiskMax {
+    fn default() -> Self {
+        Self {
+            mbps: 4096,
+            iops: 1_000_000,
+        }
+    }
+}
+
+impl DiskMax {
+    /// A 422 `invalid_argument` naming the field when `req` asks for more than these.
+    pub fn check(&self, req: &pandastack_api_types::CreateSandboxRequest) -> error::ApiResult<()> {
+        for (field, v, max) in [
+            ("disk_mbps", req.disk_mbps, self.mbps),
+            ("disk_iops", req.disk_iops, self.iops),
+        ] {
+            if v.is_some_and(|v| v == 0 || v > max) {
+                return Err(error::ApiError::new(
+                    pandastack_api_types::ErrorCode::InvalidArgument,
+                    format!("{field}: between 1 and {max}"),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl App {
@@ -173,6 +210,7 @@ impl App {
             preview,
             upstreams: upstream::Upstreams::default(),
             https_redirect: None,
+            disk_max: DiskMax::default(),
         }
     }
 
@@ -181,6 +219,12 @@ impl App {
     /// Custom domains of apps get TLS certificates from `certs` (files or ACME).
     /// Answers plain-HTTP requests for apps' custom domains that have a certificate of their
     /// own with a redirect to HTTPS (see [`tls::HttpsRedirect`]).
+    /// Caps the disk limits a create may ask for ([`DiskMax::default`] unless set).
+    pub fn with_disk_max(mut self, max: DiskMax) -> Self {
+        self.disk_max = max;
+        self
+    }
+
     pub fn with_https_redirect(mut self, redirect: tls::HttpsRedirect) -> Self {
         self.https_redirect = Some(redirect);
         self

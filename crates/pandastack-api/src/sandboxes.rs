@@ -28,6 +28,8 @@ pub(crate) fn to_wire(r: &SandboxRow, host: &str) -> wire::Sandbox {
         state: r.state,
         cpu: r.vcpus as u32,
         memory_mb: r.memory_mib as u32,
+        disk_mbps: r.disk_mbps.max(0) as u64,
+        disk_iops: r.disk_iops.max(0) as u64,
         metadata: r.metadata.clone(),
         created_at: rfc3339(r.created_at),
         expires_at: r.expires_at.map(rfc3339),
@@ -115,6 +117,9 @@ pub(crate) fn new_row(
         state: wire::SandboxState::Starting,
         vcpus: 0,
         memory_mib: 0,
+        // What the create asks for until it finishes (then what its VM runs with).
+        disk_mbps: req.disk_mbps.map_or(0, |v| v as i64),
+        disk_iops: req.disk_iops.map_or(0, |v| v as i64),
         metadata: req.metadata.clone(),
         env: req.env.clone(),
         ttl_seconds: req.ttl_seconds.map(|v| v as i64),
@@ -169,6 +174,7 @@ async fn create_sandbox(
     caller: &Caller,
     req: &CreateSandboxRequest,
 ) -> ApiResult<(StatusCode, wire::Sandbox)> {
+    app.disk_max.check(req)?;
     if let Some(snap) = &req.snapshot_id {
         if app.store.snapshots().get(caller.ws(), snap).await.is_err() {
             return Err(ApiError::not_found(

@@ -63,7 +63,13 @@ impl Sandboxes {
             .sandboxes()
             .insert_within_limit(std::slice::from_ref(&row))
             .await?;
+        let disk = disk_request(&row);
         let created = match &source {
+            Source::Template(t) if !disk.is_empty() => {
+                self.host
+                    .create_with_disk(t, &row.id, Vec::new(), disk)
+                    .await
+            }
             Source::Template(t) => self.host.create(t, &row.id).await,
             Source::TemplateWithMemoryFile(t) => {
                 self.host.create_with_memory_file(t, &row.id).await
@@ -96,9 +102,10 @@ impl Sandboxes {
             .insert_with_volumes(&row, claims)
             .await?;
         let mounts = volumes.host_mounts(claimed).await;
+        let disk = disk_request(&row);
         match self
             .host
-            .create_with_volumes(template, &row.id, mounts)
+            .create_with_disk(template, &row.id, mounts, disk)
             .await
         {
             Ok(view) => self.finish(row, &view).await,
@@ -118,6 +125,12 @@ impl Sandboxes {
         row.template = view.template.clone();
         row.vcpus = i64::from(view.shape.vcpus);
         row.memory_mib = i64::from(view.shape.memory_mib);
+        let disk = view
+            .shape
+            .disk
+            .unwrap_or(pandastack_host::DiskLimits::UNLIMITED);
+        row.disk_mbps = disk.mbps() as i64;
+        row.disk_iops = disk.iops as i64;
         row.boot_ms = view.ready_ms as i64;
         row.state = row_state(view.state);
         self.store.sandboxes().finish_create(&row).await?;
@@ -196,5 +209,15 @@ impl Sandboxes {
             crate::snapshots::release(&self.store, &*self.host, snapshot).await;
         }
         Ok(())
+    }
+}
+
+/// The disk limits a new sandbox's row asks for (its `disk_mbps` and `disk_iops` until its
+/// create finishes; 0: not named).
+fn disk_request(row: &SandboxRow) -> pandastack_host::DiskRequest {
+    let named = |v: i64| u64::try_from(v).ok().filter(|&v| v > 0);
+    pandastack_host::DiskRequest {
+        mbps: named(row.disk_mbps),
+        iops: named(row.disk_iops),
     }
 }

@@ -218,6 +218,7 @@ impl Host for StubHost {
             shape: Shape {
                 vcpus: 1,
                 memory_mib: 512,
+                disk: None,
             },
             disk_mb: 1024,
             bake_ms: None,
@@ -243,6 +244,7 @@ impl Host for StubHost {
             shape: Shape {
                 vcpus: 1,
                 memory_mib: 256,
+                disk: None,
             },
             disk_mb: 64,
         })

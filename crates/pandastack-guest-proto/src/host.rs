@@ -11,8 +11,10 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::session::{
-    hello_line, offers_restore, parse_restored, Restore, Scan, Scanner, MAX_RESTORE_LINE,
+    hello_line, offers_free_page_reporting, offers_restore, parse_restored, Restore, Scan, Scanner,
+    MAX_RESTORE_LINE,
 };
+use crate::v1::FreePageReporting;
 
 /// An unanswered HELLO is sent again after 10 ms, then every 20 ms. A restored guest may still
 /// be inside the session it had when it was snapshotted and swallow the first HELLO as garbage;
@@ -87,9 +89,21 @@ async fn open(
             }
         }
     };
-    let offered = handshake(&mut stream, deadline, timeout).await?;
+    let extra = handshake(&mut stream, deadline, timeout).await?;
     let restored = match restore {
-        Some(r) if offered => send_restore(&mut stream, r, deadline, timeout).await?,
+        Some(r) if offers_restore(&extra) => {
+            // An agent that does not offer the free-page reporting field refuses a line with
+            // it; such an agent keeps reporting as it was (as with an old host).
+            let r = if offers_free_page_reporting(&extra) {
+                r.clone()
+            } else {
+                Restore {
+                    free_page_reporting: FreePageReporting::Unspecified,
+                    ..r.clone()
+                }
+            };
+            send_restore(&mut stream, &r, deadline, timeout).await?
+        }
         _ => Restored::NotOffered,
     };
     Ok((stream, restored))
@@ -102,13 +116,13 @@ fn retryable(e: &std::io::Error) -> bool {
     )
 }
 
-/// Sends HELLO until a READY for one of its nonces comes back. Returns whether the guest offered
-/// to take a RESTORE line.
+/// Sends HELLO until a READY for one of its nonces comes back. Returns the words after the
+/// READY's nonce: what the guest offers (see [`offers_restore`]).
 async fn handshake(
     stream: &mut UnixStream,
     deadline: Instant,
     timeout: Duration,
-) -> Result<bool, ConnectError> {
+) -> Result<String, ConnectError> {
     let mut sent: Vec<u64> = Vec::new();
     let mut scanner = Scanner::ready();
     let mut byte = [0u8; 1];
@@ -129,7 +143,7 @@ async fn handshake(
                 Ok(Ok(_)) => {
                     if let Scan::Found { nonce, extra, .. } = scanner.feed(&byte) {
                         if sent.contains(&nonce) {
-                            return Ok(offers_restore(&extra));
+                            return Ok(extra);
                         }
                     }
                 }
@@ -260,4 +274,76 @@ async fn channel_over(
 /// Like [`channel_over`], connecting on the first call.
 fn lazy_channel_over(path: PathBuf, stream: UnixStream, timeout: Duration) -> Channel {
     endpoint().connect_with_connector_lazy(sessions(path, Some(stream), timeout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::{restored_line, Scan, Scanner};
+
+    /// A guest agent on `path` that answers one HELLO with READY offering `offer`, then takes one
+    /// RESTORE line, answers it and returns it.
+    async fn agent_offering(listener: tokio::net::UnixListener, offer: &str) -> String {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut scanner = Scanner::hello();
+        let mut byte = [0u8; 1];
+        let nonce = loop {
+            assert_eq!(s.read(&mut byte).await.unwrap(), 1);
+            if let Scan::Found { nonce, .. } = scanner.feed(&byte) {
+                break nonce;
+            }
+        };
+        s.write_all(format!("PANDASTACK/1 READY {nonce:016x} {offer}\n").as_bytes())
+            .await
+            .unwrap();
+        let mut line = Vec::new();
+        loop {
+            assert_eq!(s.read(&mut byte).await.unwrap(), 1);
+            line.push(byte[0]);
+            if byte[0] != b'\n' {
+                continue;
+            }
+            if let Some((nonce, _)) = Restore::parse_line(&line) {
+                s.write_all(&restored_line(nonce, Ok(0))).await.unwrap();
+                return String::from_utf8(line).unwrap();
+            }
+            // A HELLO resent before our READY arrived.
+            line.clear();
+        }
+    }
+
+    /// Agents that take RESTORE lines but predate the free-page reporting field refuse a line
+    /// with it: the host leaves it out for them, and sends it to agents that offer `fpr`.
+    #[tokio::test]
+    async fn the_reporting_field_goes_only_to_agents_that_offer_it() {
+        let dir = std::env::temp_dir().join(format!(
+            "pandastack-host-test-{}-{:x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let restore = Restore {
+            unix_time_ns: 1,
+            entropy: vec![3; 32],
+            hostname: String::new(),
+            machine_id: String::new(),
+            free_page_reporting: FreePageReporting::Off,
+        };
+        for (i, (offer, sent)) in [("restore", false), ("restore fpr", true)]
+            .into_iter()
+            .enumerate()
+        {
+            let path = dir.join(format!("agent{i}.sock"));
+            let listener = tokio::net::UnixListener::bind(&path).unwrap();
+            let agent = tokio::spawn(async move { agent_offering(listener, offer).await });
+            let (_stream, restored) =
+                open_session_restoring(&path, Duration::from_secs(10), &restore)
+                    .await
+                    .unwrap();
+            assert_eq!(restored, Restored::Applied { clock_step_ms: 0 });
+            let line = agent.await.unwrap();
+            assert_eq!(line.ends_with(" fpr=off\n"), sent, "{offer}: {line}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

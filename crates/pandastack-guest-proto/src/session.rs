@@ -22,6 +22,13 @@
 //! instead of a first gRPC call, whose HTTP/2 and gRPC code paths are a large part of a restore's
 //! time under TCG (they run for the first time in a VM whose translation cache starts empty).
 //! Agents built before it answer a bare READY, and the host makes the gRPC call instead.
+//!
+//! A further word `fpr` after READY's nonce says the guest's RESTORE line takes a sixth field,
+//! the free-page reporting setting (`PostRestoreRequest.free_page_reporting`). Agents that
+//! offer `restore` without `fpr` refuse a RESTORE line with a field they do not know, so the
+//! host leaves it out for them.
+
+use crate::v1::FreePageReporting;
 
 const HELLO: &[u8] = b"PANDASTACK/1 HELLO ";
 const READY: &[u8] = b"PANDASTACK/1 READY ";
@@ -31,6 +38,9 @@ const RESTORED: &[u8] = b"PANDASTACK/1 RESTORED ";
 pub const LINE_PREFIX: &[u8] = b"PANDASTACK/1 ";
 /// The word after READY's nonce by which a guest offers to take a RESTORE line.
 const CAN_RESTORE: &str = "restore";
+/// The word after READY's nonce by which a guest offers to take the free-page reporting field
+/// on its RESTORE line.
+const CAN_FREE_PAGE_REPORTING: &str = "fpr";
 
 /// Longest line either side will buffer while scanning; longer runs of garbage are discarded.
 pub const MAX_LINE: usize = 128;
@@ -52,9 +62,20 @@ pub fn offers_restore(extra: &str) -> bool {
     extra.split(' ').any(|w| w == CAN_RESTORE)
 }
 
-/// The READY line for `nonce` of an agent that takes a RESTORE line before HTTP/2.
+/// Whether the words after READY's nonce offer to take the free-page reporting field on a
+/// RESTORE line.
+pub fn offers_free_page_reporting(extra: &str) -> bool {
+    offers_restore(extra) && extra.split(' ').any(|w| w == CAN_FREE_PAGE_REPORTING)
+}
+
+/// The READY line for `nonce` of an agent that takes a RESTORE line before HTTP/2, with the
+/// free-page reporting field.
 pub fn ready_line_restorable(nonce: u64) -> Vec<u8> {
-    line(READY, nonce, CAN_RESTORE)
+    line(
+        READY,
+        nonce,
+        &format!("{CAN_RESTORE} {CAN_FREE_PAGE_REPORTING}"),
+    )
 }
 
 fn line(prefix: &[u8], nonce: u64, extra: &str) -> Vec<u8> {
@@ -104,12 +125,25 @@ pub struct Restore {
     pub hostname: String,
     /// New machine id, or empty to keep it.
     pub machine_id: String,
+    /// Whether the guest reports freed memory from now on; `Unspecified` leaves it as it is
+    /// (and is all a guest that does not offer `fpr` can be sent).
+    pub free_page_reporting: FreePageReporting,
+}
+
+/// The RESTORE line's word for a free-page reporting setting other than `Unspecified`.
+fn reporting_word(r: FreePageReporting) -> Option<&'static str> {
+    match r {
+        FreePageReporting::Unspecified => None,
+        FreePageReporting::On => Some("fpr=on"),
+        FreePageReporting::Off => Some("fpr=off"),
+    }
 }
 
 impl Restore {
-    /// `PANDASTACK/1 RESTORE <nonce> <unix ns> <entropy hex> <hostname or -> <machine id or ->`.
-    /// Hostnames and machine ids never contain spaces (the guest checks both as it would for
-    /// the gRPC call).
+    /// `PANDASTACK/1 RESTORE <nonce> <unix ns> <entropy hex> <hostname or -> <machine id or ->`,
+    /// then `fpr=on` or `fpr=off` unless `free_page_reporting` is `Unspecified` (send that to
+    /// guests that do not offer `fpr`, see [`offers_free_page_reporting`]). Hostnames and
+    /// machine ids never contain spaces (the guest checks both as it would for the gRPC call).
     pub fn line(&self, nonce: u64) -> Vec<u8> {
         let word = |s: &str| {
             if s.is_empty() {
@@ -121,7 +155,7 @@ impl Restore {
         let mut v = RESTORE.to_vec();
         v.extend_from_slice(
             format!(
-                "{nonce:016x} {} {} {} {}\n",
+                "{nonce:016x} {} {} {} {}",
                 self.unix_time_ns,
                 hex::encode(&self.entropy),
                 word(&self.hostname),
@@ -129,6 +163,11 @@ impl Restore {
             )
             .as_bytes(),
         );
+        if let Some(w) = reporting_word(self.free_page_reporting) {
+            v.push(b' ');
+            v.extend_from_slice(w.as_bytes());
+        }
+        v.push(b'\n');
         v
     }
 
@@ -155,6 +194,12 @@ impl Restore {
         };
         let hostname = word(words.next()?);
         let machine_id = word(words.next()?);
+        let free_page_reporting = match words.next() {
+            None => FreePageReporting::Unspecified,
+            Some("fpr=on") => FreePageReporting::On,
+            Some("fpr=off") => FreePageReporting::Off,
+            Some(_) => return None,
+        };
         if words.next().is_some() {
             return None;
         }
@@ -165,6 +210,7 @@ impl Restore {
                 entropy,
                 hostname,
                 machine_id,
+                free_page_reporting,
             },
         ))
     }
@@ -179,6 +225,7 @@ impl From<Restore> for crate::v1::PostRestoreRequest {
             hostname: r.hostname,
             machine_id: r.machine_id,
             network: None,
+            free_page_reporting: r.free_page_reporting.into(),
         }
     }
 }
@@ -351,15 +398,15 @@ mod tests {
     #[test]
     fn ready_may_offer_restore() {
         assert!(offers_restore("restore") && !offers_restore(""));
+        // Agents that take RESTORE lines without the free-page reporting field.
+        assert!(!offers_free_page_reporting("restore"));
+        assert!(!offers_free_page_reporting("fpr"));
         let mut s = Scanner::ready();
-        assert_eq!(
-            s.feed(&ready_line_restorable(5)),
-            Scan::Found {
-                nonce: 5,
-                extra: "restore".into(),
-                rest: vec![]
-            }
-        );
+        let Scan::Found { nonce, extra, rest } = s.feed(&ready_line_restorable(5)) else {
+            panic!("no READY found");
+        };
+        assert_eq!((nonce, rest), (5, vec![]));
+        assert!(offers_restore(&extra) && offers_free_page_reporting(&extra));
     }
 
     #[test]
@@ -369,6 +416,7 @@ mod tests {
             entropy: (0..64).collect(),
             hostname: "sb-1".into(),
             machine_id: "0123456789abcdef0123456789abcdef".into(),
+            free_page_reporting: FreePageReporting::Unspecified,
         };
         let line = r.line(0xfeed);
         assert!(line.len() < MAX_RESTORE_LINE);
@@ -378,10 +426,31 @@ mod tests {
             machine_id: String::new(),
             ..r
         };
-        assert_eq!(Restore::parse_line(&same.line(1)), Some((1, same)));
+        assert_eq!(Restore::parse_line(&same.line(1)), Some((1, same.clone())));
+        // Unspecified adds no word: the line is what agents without `fpr` parse.
+        assert!(!String::from_utf8_lossy(&line).contains("fpr"));
+        for fpr in [FreePageReporting::On, FreePageReporting::Off] {
+            let r = Restore {
+                free_page_reporting: fpr,
+                ..same.clone()
+            };
+            let line = r.line(2);
+            assert!(line.ends_with(if fpr == FreePageReporting::On {
+                b" fpr=on\n"
+            } else {
+                b"fpr=off\n"
+            }));
+            assert_eq!(Restore::parse_line(&line), Some((2, r.clone())));
+            // And the gRPC request carries the same setting.
+            assert_eq!(
+                crate::v1::PostRestoreRequest::from(r).free_page_reporting(),
+                fpr
+            );
+        }
         for bad in [
             &b"PANDASTACK/1 RESTORE 0000000000000001 12 zz - -\n"[..],
             b"PANDASTACK/1 RESTORE 0000000000000001 12 00 - - extra\n",
+            b"PANDASTACK/1 RESTORE 0000000000000001 12 00 - - fpr=on extra\n",
             b"PANDASTACK/1 RESTORE 0000000000000001 x 00 - -\n",
             b"PANDASTACK/1 RESTORE 01 12 00 - -\n",
             b"PANDASTACK/1 HELLO 0000000000000001\n",
@@ -393,6 +462,35 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn free_page_reporting_survives_the_wire_and_defaults_to_unspecified() {
+        use crate::v1::PostRestoreRequest;
+        use prost::Message;
+        for fpr in [
+            FreePageReporting::Unspecified,
+            FreePageReporting::On,
+            FreePageReporting::Off,
+        ] {
+            let req = PostRestoreRequest {
+                entropy: vec![1; 32],
+                free_page_reporting: fpr.into(),
+                ..Default::default()
+            };
+            let back = PostRestoreRequest::decode(req.encode_to_vec().as_slice()).unwrap();
+            assert_eq!(back.free_page_reporting(), fpr);
+        }
+        // What an old host sends (no field 6) reads as Unspecified.
+        let old = PostRestoreRequest {
+            entropy: vec![1; 32],
+            hostname: "sb".into(),
+            ..Default::default()
+        };
+        let bytes = old.encode_to_vec();
+        assert!(!bytes.contains(&(6 << 3)), "field 6 on the wire");
+        let back = PostRestoreRequest::decode(bytes.as_slice()).unwrap();
+        assert_eq!(back.free_page_reporting(), FreePageReporting::Unspecified);
     }
 
     #[test]

@@ -225,6 +225,7 @@ mod tests {
             entropy: vec![7; 32],
             hostname: String::new(),
             machine_id: String::new(),
+            free_page_reporting: pandastack_guest_proto::v1::FreePageReporting::On,
         }
     }
 

@@ -26,6 +26,8 @@ async fn bad_identity_and_network_requests_are_refused() {
         hostname: "clone-1".into(),
         machine_id: "0123456789abcdef0123456789abcdef".into(),
         network: None,
+        // Outside a VM the agent leaves the virtio bus alone; the field is accepted.
+        free_page_reporting: v1::FreePageReporting::Off.into(),
     };
     let bad = [
         v1::PostRestoreRequest {
@@ -179,6 +181,7 @@ async fn network_and_identity_are_applied() {
                 gateway: "10.99.1.1".into(),
                 ..Default::default()
             }),
+            free_page_reporting: v1::FreePageReporting::On.into(),
         })
         .await
         .unwrap()

@@ -151,6 +151,8 @@ async fn a_restore_line_is_applied_when_the_session_opens() {
         entropy: vec![42; 64],
         hostname: String::new(),
         machine_id: String::new(),
+        // This agent offers the field: the line carries it and is accepted.
+        free_page_reporting: v1::FreePageReporting::Off,
     };
     let (ch, restored) =
         pandastack_guest_proto::host::connect_restoring(a.socket.clone(), timeout, &restore)

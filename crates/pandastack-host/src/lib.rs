@@ -26,7 +26,8 @@ pub use error::{error_chain, GuestErrorKind, HostError};
 pub use exec::{ExecEvent, ExecInput, ExecOutcome, ExecSpec, PtySize, SessionStart};
 pub use files::{DirPage, FileInfo, FileKind, ListPage};
 pub use log::{read_log, trim_log, LogChunk, LogPos};
-pub use view::{Shape, SnapshotView, TemplateView, VmState, VmStats, VmView};
+pub use pandastack_vm::DiskLimits;
+pub use view::{DiskRequest, Shape, SnapshotView, TemplateView, VmState, VmStats, VmView};
 pub use volume::{VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView};
 
 use std::path::{Path, PathBuf};
@@ -68,6 +69,24 @@ pub trait Host: Send + Sync + 'static {
         id: &str,
         volumes: Vec<VolumeMount>,
     ) -> HostResult<VmView>;
+    /// [`Host::create_with_volumes`] with disk limits of the create's own where `disk` names
+    /// them (the rest: the template's, else the host's default). A host that cannot set them
+    /// refuses a non-empty `disk` ([`HostError::Failed`]).
+    async fn create_with_disk(
+        &self,
+        template: &str,
+        id: &str,
+        volumes: Vec<VolumeMount>,
+        disk: DiskRequest,
+    ) -> HostResult<VmView> {
+        if !disk.is_empty() {
+            return Err(HostError::failed(
+                "create",
+                "this host cannot set a sandbox's disk limits",
+            ));
+        }
+        self.create_with_volumes(template, id, volumes).await
+    }
     /// Creates sandbox `id` from `template` with its RAM in a file of its own: its snapshots
     /// save device state and reflink that file, and sandboxes created from them map the RAM
     /// copy-on-write instead of loading it (fast restores, e.g. function instances). Costs a

@@ -26,11 +26,30 @@ impl VmState {
     }
 }
 
-/// vCPUs and memory of a VM.
+/// vCPUs and memory of a VM, and how fast it may use its disks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {
     pub vcpus: u32,
     pub memory_mib: u32,
+    /// A sandbox's: the limits its VM runs with. A template's: those its spec names (`None`:
+    /// the host's default).
+    pub disk: Option<pandastack_vm::DiskLimits>,
+}
+
+/// Disk limits a create asks for, each `None` to keep the template's (else the host's
+/// default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskRequest {
+    /// MiB/s, reads and writes together.
+    pub mbps: Option<u64>,
+    /// I/O operations per second, reads and writes together.
+    pub iops: Option<u64>,
+}
+
+impl DiskRequest {
+    pub fn is_empty(&self) -> bool {
+        self.mbps.is_none() && self.iops.is_none()
+    }
 }
 
 /// One sandbox as its host sees it.

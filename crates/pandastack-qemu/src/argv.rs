@@ -26,16 +26,20 @@ pub const PID_FILE: &str = "qemu.pid";
 /// devices (root disk, agent channel, RNG, balloon, NIC).
 pub const MAX_VOLUME_SLOTS: usize = 3;
 
-/// Block node of volume slot `slot` (format layer; the file layer is `<node>-file`).
+/// Block node of volume slot `slot` its device is attached to: a throttle filter in the VM's
+/// [`THROTTLE_GROUP`] over the raw format layer `<node>-raw`, itself over the file layer
+/// `<node>-file`.
 pub fn volume_node(slot: usize) -> String {
     format!("vol{slot}")
 }
 
-/// `blockdev-add`/`blockdev-reopen` options of volume slot `slot`'s two nodes (file, then raw
-/// format on top), as JSON. `path` is as QEMU should open it (see [`in_run_dir`]).
-pub fn volume_nodes(slot: usize, path: &Path, read_only: bool) -> [serde_json::Value; 2] {
+/// `blockdev-add`/`blockdev-reopen` options of volume slot `slot`'s three nodes (file, raw
+/// format on top, the throttle filter on top of that), as JSON. `path` is as QEMU should open
+/// it (see [`in_run_dir`]).
+pub fn volume_nodes(slot: usize, path: &Path, read_only: bool) -> [serde_json::Value; 3] {
     let node = volume_node(slot);
     let file = format!("{node}-file");
+    let raw = format!("{node}-raw");
     [
         serde_json::json!({
             "driver": "file",
@@ -47,9 +51,16 @@ pub fn volume_nodes(slot: usize, path: &Path, read_only: bool) -> [serde_json::V
         }),
         serde_json::json!({
             "driver": "raw",
-            "node-name": node,
+            "node-name": raw,
             "file": file,
             "discard": "unmap",
+            "read-only": read_only,
+        }),
+        serde_json::json!({
+            "driver": "throttle",
+            "node-name": node,
+            "file": raw,
+            "throttle-group": THROTTLE_GROUP,
             "read-only": read_only,
         }),
     ]
@@ -79,41 +90,27 @@ pub enum StartMode {
 /// Default TCG translation cache size, MiB.
 pub const DEFAULT_TCG_TB_SIZE_MIB: u32 = 256;
 
-/// How fast one VM may use its root disk: QEMU's own throttling of the drive (`throttling.*`),
-/// so the limit holds whatever the host's cgroup version and whether the guest's writes reach
-/// the file through the page cache (`cache=writeback`, which cgroup v1's `blkio` throttling
-/// never sees) or not. Each total counts reads and writes together; 0 leaves it unlimited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DiskLimits {
-    pub bytes_per_sec: u64,
-    pub iops: u64,
-}
+pub use pandastack_vm::DiskLimits;
 
-impl DiskLimits {
-    /// What a VM gets unless the operator says otherwise (`pandastack server --vm-disk-mbps`,
-    /// `--vm-disk-iops`): enough for installs and builds, short of what one guest's
-    /// `O_DIRECT` stream takes from its neighbours' synchronous writes (docs/ARCHITECTURE.md,
-    /// "Confinement").
-    pub const DEFAULT: Self = Self {
-        bytes_per_sec: 128 << 20,
-        iops: 4096,
-    };
-    pub const UNLIMITED: Self = Self {
-        bytes_per_sec: 0,
-        iops: 0,
-    };
+/// The id of a VM's one throttle group (`-object throttle-group`): the root disk and every
+/// volume are filtered through it, so the VM's [`DiskLimits`] hold for all its disks together.
+pub const THROTTLE_GROUP: &str = "disk";
 
-    /// The `-drive` options that set these limits (empty when unlimited).
-    fn drive_options(&self) -> String {
-        let mut o = String::new();
-        if self.bytes_per_sec > 0 {
-            o.push_str(&format!(",throttling.bps-total={}", self.bytes_per_sec));
-        }
-        if self.iops > 0 {
-            o.push_str(&format!(",throttling.iops-total={}", self.iops));
-        }
-        o
+/// The `-object` defining a VM's throttle group with `limits`: QEMU's own throttling, so the
+/// limit holds whatever the host's cgroup version and whether the guest's writes reach the file
+/// through the page cache (`cache=writeback`, which cgroup v1's `blkio` throttling never sees)
+/// or not. A total of 0 is left out (unlimited). The group and its filters are the block
+/// layer's, not the devices': not part of the device state a restore loads, so the limits (and
+/// whether a disk is filtered at all) may differ between save and load.
+pub fn throttle_group(limits: &DiskLimits) -> String {
+    let mut o = format!("throttle-group,id={THROTTLE_GROUP}");
+    if limits.bytes_per_sec > 0 {
+        o.push_str(&format!(",x-bps-total={}", limits.bytes_per_sec));
     }
+    if limits.iops > 0 {
+        o.push_str(&format!(",x-iops-total={}", limits.iops));
+    }
+    o
 }
 
 /// Process-wide QEMU settings.
@@ -135,7 +132,8 @@ pub struct QemuConfig {
     pub identities: Option<std::sync::Arc<crate::confine::VmIdentities>>,
     /// The size each VM process's own log (`qemu.log`, its stderr) is kept near, in bytes.
     pub log_max_bytes: u64,
-    /// How fast each VM may use its root disk.
+    /// How fast a VM may use its disks unless its spec says otherwise
+    /// ([`VmSpec::disk_limits`]).
     pub disk_limits: DiskLimits,
 }
 
@@ -238,14 +236,38 @@ pub(crate) fn fdset_path(slot: usize) -> std::path::PathBuf {
     format!("/dev/fdset/{}", fdset(slot)).into()
 }
 
-/// A VM process that runs as its own uid, chrooted into its run directory.
+/// A VM process that runs as its own uid, confined to its run directory (see
+/// [`crate::confine`]).
 #[derive(Debug, Clone, Default)]
 pub struct Confined {
     pub uid: u32,
+    /// Runs as its uid from its first instruction under a Landlock rule set, so it can create
+    /// nothing in its (root's) run directory and open nothing outside it: its sockets are
+    /// bound by the host and inherited, and the files outside its run directory it opens at
+    /// start (a kernel, a template's memory) are inherited and named `/proc/self/fd/N`.
+    /// Without: it starts as root and chroots into its run directory itself.
+    pub landlock: Option<Inherited>,
     /// Per volume slot whose file is outside the run directory (where the chrooted process
     /// cannot name it): that file opened read-write and read-only by the host, inherited by
     /// QEMU and named through an fd set, so a reopen in either mode needs no path.
     pub volume_fds: Vec<Option<[std::os::fd::RawFd; 2]>>,
+}
+
+/// What a Landlock-confined VM process inherits instead of opening or creating by name.
+#[derive(Debug, Clone, Default)]
+pub struct Inherited {
+    /// Listening sockets for QMP and the guest agent channel.
+    pub qmp: std::os::fd::RawFd,
+    pub agent: std::os::fd::RawFd,
+    /// The kernel (cold boot) when outside the run directory.
+    pub kernel: Option<std::os::fd::RawFd>,
+    /// The memory file when outside the run directory.
+    pub memory: Option<std::os::fd::RawFd>,
+}
+
+/// How a process names its inherited descriptor `fd` when a path is wanted.
+fn proc_fd(fd: std::os::fd::RawFd) -> std::path::PathBuf {
+    format!("/proc/self/fd/{fd}").into()
 }
 
 /// Builds the argument vector (without the binary) for `spec`. Relative paths are relative to
@@ -259,6 +281,7 @@ pub fn build(
     confined: Option<&Confined>,
 ) -> Vec<OsString> {
     let uid = confined.map(|c| c.uid);
+    let inherited = confined.and_then(|c| c.landlock.as_ref());
     let mut argv = Vec::new();
     let mem = spec.memory_mib;
     push(
@@ -286,7 +309,8 @@ pub fn build(
     // A private mapping is of a file other VMs map too (a template's memory): QEMU opens it
     // read-only (`readonly=on`) and maps it writable copy-on-write (`rom=off`), so nothing this
     // process does — a guest's free-page report becomes a hole punched into a file-backed RAM
-    // block's *file* otherwise — can change that file. QEMU refuses such discards instead.
+    // block's *file* otherwise — can change that file. QEMU refuses such discards instead (and
+    // the guest is asked not to report at all: see the balloon device below).
     let file = match &spec.memory {
         Memory::SharedFile(p) => Some((p, "share=on")),
         Memory::PrivateFile(p) => Some((p, "share=off,readonly=on,rom=off")),
@@ -296,7 +320,10 @@ pub fn build(
     match file {
         Some((path, mapping)) => argv.push(path_arg(
             &format!("memory-backend-file,id=ram,size={mem}M,mem-path="),
-            path,
+            &match inherited.and_then(|i| i.memory) {
+                Some(fd) => proc_fd(fd),
+                None => in_run_dir(spec, path),
+            },
             &format!(",{mapping},prealloc=off"),
         )),
         // Same id as the file backends: the RAM block name must match across save and load.
@@ -305,7 +332,10 @@ pub fn build(
 
     if mode == StartMode::Boot {
         argv.push("-kernel".into());
-        argv.push(spec.kernel.clone().into());
+        argv.push(match inherited.and_then(|i| i.kernel) {
+            Some(fd) => proc_fd(fd).into(),
+            None => spec.kernel.clone().into(),
+        });
         let mut cmdline: Vec<String> = BASE_KERNEL_ARGS.iter().map(|s| s.to_string()).collect();
         cmdline.extend(spec.kernel_args.iter().cloned());
         push(&mut argv, &["-append", &cmdline.join(" ")]);
@@ -313,25 +343,35 @@ pub fn build(
         push(&mut argv, &["-incoming", "defer"]);
     }
 
-    // Root disk. `discard=unmap` lets the guest's fstrim punch holes back into the sparse file.
-    // The throttling options are the block layer's, not the device's: not part of the device
-    // state a restore loads, so they may differ between save and load.
+    // The VM's disk limits, one group for all its disks (see `throttle_group`).
+    argv.push("-object".into());
+    argv.push(throttle_group(&spec.disk_limits.unwrap_or(cfg.disk_limits)).into());
+
+    // Root disk: a throttle filter in that group over the raw image. `discard=unmap` lets the
+    // guest's fstrim punch holes back into the sparse file.
     argv.push("-drive".into());
     argv.push(path_arg(
-        "id=root,if=none,format=raw,cache=writeback,discard=unmap,aio=threads,file=",
+        &format!(
+            "id=root,if=none,driver=throttle,throttle-group={THROTTLE_GROUP},cache=writeback,\
+             discard=unmap,file.driver=raw,file.file.driver=file,file.file.aio=threads,\
+             file.file.filename="
+        ),
         &in_run_dir(spec, &spec.rootfs),
-        &cfg.disk_limits.drive_options(),
+        "",
     ));
     push(&mut argv, &["-device", "virtio-blk-device,drive=root"]);
 
     // Guest agent channel.
     push(&mut argv, &["-device", "virtio-serial-device,max_ports=2"]);
     argv.push("-chardev".into());
-    argv.push(path_arg(
-        "socket,id=agent,server=on,wait=off,path=",
-        Path::new(AGENT_SOCKET),
-        "",
-    ));
+    argv.push(match inherited {
+        Some(i) => format!("socket,id=agent,server=on,wait=off,fd={}", i.agent).into(),
+        None => path_arg(
+            "socket,id=agent,server=on,wait=off,path=",
+            Path::new(AGENT_SOCKET),
+            "",
+        ),
+    });
     push(
         &mut argv,
         &[
@@ -341,6 +381,15 @@ pub fn build(
     );
 
     push(&mut argv, &["-device", "virtio-rng-device"]);
+    // Free-page reporting: the guest tells QEMU which memory it freed and QEMU discards it
+    // (gives it back to the host). Always offered, on every VM: the device and its features are
+    // part of the device state a restore loads, so a restore must start QEMU with the same
+    // option as the boot whose state it loads. Whether the guest uses it is decided after each
+    // restore: a private (read-only) mapping refuses every discard — each report would only
+    // add `ram_block_discard_range: Discarding RAM with readonly files is not supported` to
+    // `qemu.log` — so the host asks the guest agent to unbind its balloon driver there, and to
+    // bind it again where discards work (`PostRestoreRequest.free_page_reporting`, set by
+    // `pandastack-runtime`'s `identity::free_page_reporting`).
     push(
         &mut argv,
         &["-device", "virtio-balloon-device,free-page-reporting=on"],
@@ -370,15 +419,28 @@ pub fn build(
         ",append=on",
     ));
     push(&mut argv, &["-serial", "chardev:console"]);
-    argv.push("-qmp".into());
-    argv.push(path_arg(
-        "unix:",
-        Path::new(QMP_SOCKET),
-        ",server=on,wait=off",
-    ));
-    argv.push("-pidfile".into());
-    argv.push(PID_FILE.into());
-    if let Some(uid) = uid {
+    match inherited {
+        Some(i) => push(
+            &mut argv,
+            &[
+                "-chardev",
+                &format!("socket,id=qmp,server=on,wait=off,fd={}", i.qmp),
+                "-mon",
+                "chardev=qmp,mode=control",
+            ],
+        ),
+        None => {
+            argv.push("-qmp".into());
+            argv.push(path_arg(
+                "unix:",
+                Path::new(QMP_SOCKET),
+                ",server=on,wait=off",
+            ));
+        }
+    }
+    // No `-pidfile`: a confined QEMU is pid 1 of its own pid namespace and would write 1; the
+    // driver writes the pid file (`PID_FILE`) with the pid the host knows it by.
+    if let (Some(uid), None) = (uid, inherited) {
         argv.push("-run-with".into());
         argv.push(
             format!(
@@ -389,10 +451,10 @@ pub fn build(
         );
     }
     if cfg.seccomp {
-        // QEMU drops to the VM's uid after its filter is in place, so set*uid stays allowed
-        // when it has one: without capabilities and with no_new_privs (which the filter
+        // A QEMU that chroots drops to the VM's uid after its filter is in place, so set*uid
+        // stays allowed when it does: without capabilities and with no_new_privs (which the filter
         // sets) such a process can only give ids away, never gain one.
-        let sandbox = if uid.is_some() {
+        let sandbox = if uid.is_some() && inherited.is_none() {
             "on,obsolete=deny,spawn=deny,resourcecontrol=deny"
         } else {
             "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
@@ -422,6 +484,7 @@ mod tests {
                 netns: None,
             }),
             volumes: vec![],
+            disk_limits: None,
             run_dir: "/run/ps/sb-1".into(),
         }
     }
@@ -449,38 +512,63 @@ mod tests {
         assert!(a.contains("ifname=tap0"));
         assert!(a.contains("-sandbox on"));
         assert!(
-            a.contains("file=/r/rootfs.ext4"),
+            a.contains("filename=/r/rootfs.ext4"),
             "outside the run dir: absolute"
         );
         assert!(
-            a.contains("-pidfile qemu.pid"),
+            a.contains("path=console.log"),
             "inside the run dir: relative"
         );
     }
 
     #[test]
-    fn the_root_disk_is_throttled_unless_unlimited() {
+    fn every_disk_is_throttled_in_one_group_with_the_specs_limits_or_the_default() {
         let mut cfg = QemuConfig::new(Accel::Tcg);
-        let spec = spec(Memory::Anonymous);
+        let mut spec = spec(Memory::Anonymous);
         let a = joined(&build(&cfg, &spec, StartMode::Incoming, None));
         assert!(
             a.contains(
-                "file=/r/rootfs.ext4,throttling.bps-total=134217728,throttling.iops-total=4096 "
+                "-object throttle-group,id=disk,x-bps-total=134217728,x-iops-total=4096 -drive "
             ),
             "{a}"
         );
-        cfg.disk_limits = DiskLimits {
-            bytes_per_sec: 1 << 20,
-            iops: 0,
-        };
-        let a = joined(&build(&cfg, &spec, StartMode::Incoming, None));
         assert!(
-            a.contains("rootfs.ext4,throttling.bps-total=1048576 "),
+            a.contains(
+                "id=root,if=none,driver=throttle,throttle-group=disk,cache=writeback,\
+                 discard=unmap,file.driver=raw,file.file.driver=file,file.file.aio=threads,\
+                 file.file.filename=/r/rootfs.ext4 -device virtio-blk-device,drive=root "
+            ),
             "{a}"
         );
+        assert!(!a.contains("throttling."), "{a}");
+        // The spec's own limits win over the default; 0 is unlimited.
+        spec.disk_limits = Some(DiskLimits {
+            bytes_per_sec: 1 << 20,
+            iops: 0,
+        });
+        let a = joined(&build(&cfg, &spec, StartMode::Incoming, None));
+        assert!(
+            a.contains("throttle-group,id=disk,x-bps-total=1048576 "),
+            "{a}"
+        );
+        spec.disk_limits = None;
         cfg.disk_limits = DiskLimits::UNLIMITED;
         let a = joined(&build(&cfg, &spec, StartMode::Incoming, None));
-        assert!(!a.contains("throttling"), "{a}");
+        assert!(a.contains("throttle-group,id=disk -drive"), "{a}");
+        // A volume's device is attached to its throttle filter in the same group.
+        spec.volumes = vec![VolumeDisk {
+            path: "/v/a.ext4".into(),
+            read_only: true,
+        }];
+        let nodes = volume_nodes(0, Path::new("/v/a.ext4"), true);
+        assert_eq!(nodes[2]["driver"], "throttle");
+        assert_eq!(nodes[2]["node-name"], volume_node(0));
+        assert_eq!(nodes[2]["file"], nodes[1]["node-name"]);
+        assert_eq!(nodes[1]["file"], nodes[0]["node-name"]);
+        assert_eq!(nodes[2]["throttle-group"], THROTTLE_GROUP);
+        assert!(nodes.iter().all(|n| n["read-only"] == true));
+        let a = joined(&build(&cfg, &spec, StartMode::Incoming, None));
+        assert!(a.contains("virtio-blk-device,drive=vol0,serial="), "{a}");
     }
 
     #[test]
@@ -517,18 +605,20 @@ mod tests {
         let vol1 = a.find("drive=vol1,serial=pandastack-vol1").unwrap();
         assert!(net < vol0 && vol0 < vol1, "{a}");
         // The path is one JSON string (a comma in it is no option separator), relative inside
-        // the run dir; read-only reaches both nodes.
+        // the run dir; read-only reaches every node.
         let nodes: Vec<serde_json::Value> = argv
             .windows(2)
             .filter(|w| w[0] == "-blockdev")
             .map(|w| serde_json::from_str(&w[1].to_string_lossy()).unwrap())
             .collect();
-        assert_eq!(nodes.len(), 4);
+        assert_eq!(nodes.len(), 6);
         assert_eq!(nodes[0]["filename"], "/vols/a,b.ext4");
         assert_eq!(nodes[0]["read-only"], false);
         assert_eq!(nodes[1]["file"], "vol0-file");
-        assert_eq!(nodes[2]["filename"], "slot1.img");
-        assert_eq!(nodes[3]["read-only"], true);
+        assert_eq!(nodes[2]["file"], "vol0-raw");
+        assert_eq!(nodes[3]["filename"], "slot1.img");
+        assert_eq!(nodes[4]["read-only"], true);
+        assert_eq!(nodes[5]["read-only"], true);
         // No slots: the command line is what it was before slots existed.
         assert!(!joined(&build(
             &QemuConfig::new(Accel::Tcg),
@@ -561,6 +651,7 @@ mod tests {
             StartMode::Incoming,
             Some(&Confined {
                 uid: 4_200_007,
+                landlock: None,
                 volume_fds: vec![None, Some([17, 18])],
             }),
         ));
@@ -591,6 +682,7 @@ mod tests {
             StartMode::Incoming,
             Some(&Confined {
                 uid: 1,
+                landlock: None,
                 volume_fds: vec![None, Some([17, 18])],
             }),
         ));
@@ -605,5 +697,42 @@ mod tests {
         ));
         assert!(!plain.contains("-run-with"));
         assert!(plain.contains("elevateprivileges=deny"));
+    }
+
+    #[test]
+    fn a_landlocked_vm_names_what_it_inherits_and_chroots_nowhere() {
+        let s = spec(Memory::PrivateFile("/t/mem".into()));
+        let a = joined(&build(
+            &QemuConfig::new(Accel::Tcg),
+            &s,
+            StartMode::Boot,
+            Some(&Confined {
+                uid: 4_200_007,
+                landlock: Some(Inherited {
+                    qmp: 20,
+                    agent: 21,
+                    kernel: Some(22),
+                    memory: Some(23),
+                }),
+                volume_fds: vec![],
+            }),
+        ));
+        assert!(!a.contains("-run-with"), "{a}");
+        assert!(!a.contains("-pidfile"), "{a}");
+        assert!(a.contains("-kernel /proc/self/fd/22"), "{a}");
+        assert!(a.contains("mem-path=/proc/self/fd/23,share=off"), "{a}");
+        assert!(
+            a.contains("-chardev socket,id=agent,server=on,wait=off,fd=21"),
+            "{a}"
+        );
+        assert!(
+            a.contains(
+                "-chardev socket,id=qmp,server=on,wait=off,fd=20 -mon chardev=qmp,mode=control"
+            ),
+            "{a}"
+        );
+        assert!(!a.contains("qmp.sock") && !a.contains("agent.sock"), "{a}");
+        // It never changes ids: the filter may refuse every set*id call.
+        assert!(a.contains("elevateprivileges=deny"), "{a}");
     }
 }

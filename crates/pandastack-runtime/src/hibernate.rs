@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use pandastack_vm::{Memory, Vm, VmDriver, VmError, VmSpec};
 
-use crate::identity::{identify, GuestReadyError, Identity};
+use crate::identity::{free_page_reporting, identify, GuestReadyError, Identity};
 use crate::sandbox::{Sandbox, SandboxInfo, MEMORY, ROOTFS};
 use crate::{volumes, Runtime};
 
@@ -133,12 +133,15 @@ impl<D: VmDriver> Runtime<D> {
             },
             net: lease.map(|l| l.attach),
             volumes: volumes::disks_in(&h.dir, &h.info.volumes),
+            disk_limits: h.info.shape.disk,
             run_dir: h.dir.clone(),
         };
         if !h.state().is_file() {
             self.net_release(net_slot).await;
             return Err((VmError::MissingFile(h.state()).into(), h));
         }
+        // Woken from its own memory file or anonymous RAM: reporting gives memory back again.
+        let reporting = free_page_reporting(&spec.memory);
         let vm = match self.driver.prepare_restore(&spec).await {
             Ok(vm) => vm,
             Err(e) => {
@@ -157,7 +160,7 @@ impl<D: VmDriver> Runtime<D> {
                     .map_err(HibernateError::from)
             },
             async {
-                identify(&vm, Identity::Same, self.restore_timeout)
+                identify(&vm, Identity::Same, reporting, self.restore_timeout)
                     .await
                     .map_err(HibernateError::from)
             },

@@ -1,13 +1,14 @@
 //! The guest agent's post-restore hook: every VM that comes back from a snapshot steps its clock
 //! and reseeds its RNG; a new sandbox also gets its own hostname and machine id. Clones of one
-//! snapshot must never share RNG state.
+//! snapshot must never share RNG state. The hook also tells the guest whether to report freed
+//! memory, from where its RAM lives ([`free_page_reporting`]).
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pandastack_guest_proto::host::Restored;
 use pandastack_guest_proto::session::Restore;
-use pandastack_guest_proto::v1::{self, agent_client::AgentClient};
-use pandastack_vm::Vm;
+use pandastack_guest_proto::v1::{self, agent_client::AgentClient, FreePageReporting};
+use pandastack_vm::{Memory, Vm};
 use tonic::transport::Channel;
 
 /// What the restored guest should become.
@@ -19,6 +20,22 @@ pub(crate) enum Identity<'a> {
     Same,
 }
 
+/// Whether a guest whose RAM is `memory` should report the memory it frees (virtio-balloon
+/// free-page reporting; the device always offers it, see `pandastack_qemu::argv`).
+///
+/// A private mapping of a file (a template's or snapshot's memory, which other VMs map too) is
+/// opened read-only: QEMU refuses to discard any of it, so each report only writes an error
+/// line into the VM's QEMU log and gives nothing back — off. RAM in a file of the VM's own
+/// (a hole is punched into it) or anonymous RAM (the pages are dropped) gives the memory back
+/// — on, which also turns reporting back on in a guest restored from its own memory file
+/// after running from a template's.
+pub(crate) fn free_page_reporting(memory: &Memory) -> FreePageReporting {
+    match memory {
+        Memory::PrivateFile(_) => FreePageReporting::Off,
+        Memory::SharedFile(_) | Memory::Anonymous => FreePageReporting::On,
+    }
+}
+
 /// Why the guest could not be made ready.
 #[derive(Debug, thiserror::Error)]
 #[error("guest agent after restore")]
@@ -28,7 +45,8 @@ pub struct GuestReadyError(#[source] pub Box<dyn std::error::Error + Send + Sync
 /// session that does not answer is replaced once (see [`identify`]).
 const FIRST_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Connects to the restored guest and runs its post-restore hook. Returns the agent session.
+/// Connects to the restored guest and runs its post-restore hook, free-page reporting set to
+/// `reporting`. Returns the agent session.
 ///
 /// The hook rides on the session's opening lines (a RESTORE line, see
 /// `pandastack_guest_proto::session`) when the guest's agent takes them: then nothing of the
@@ -42,6 +60,7 @@ const FIRST_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) async fn identify<V: Vm>(
     vm: &V,
     identity: Identity<'_>,
+    reporting: FreePageReporting,
     timeout: Duration,
 ) -> Result<Channel, GuestReadyError> {
     let mut attempt = 0;
@@ -51,7 +70,7 @@ pub(crate) async fn identify<V: Vm>(
         let (channel, restored) = pandastack_guest_proto::host::connect_restoring(
             vm.agent_socket(),
             timeout,
-            &restore_for(identity),
+            &restore_for(identity, reporting),
         )
         .await
         .map_err(|e| GuestReadyError(Box::new(e)))?;
@@ -66,7 +85,7 @@ pub(crate) async fn identify<V: Vm>(
         }
         match tokio::time::timeout(
             FIRST_CALL_TIMEOUT.min(timeout),
-            post_restore(&channel, identity),
+            post_restore(&channel, identity, reporting),
         )
         .await
         {
@@ -91,7 +110,7 @@ pub(crate) async fn identify<V: Vm>(
 }
 
 /// The post-restore hook's data for `identity`, taken now (clock) and fresh (entropy).
-fn restore_for(identity: Identity<'_>) -> Restore {
+fn restore_for(identity: Identity<'_>, reporting: FreePageReporting) -> Restore {
     let mut entropy = vec![0u8; 64];
     rand::fill(&mut entropy[..]);
     let now = SystemTime::now()
@@ -106,17 +125,21 @@ fn restore_for(identity: Identity<'_>) -> Restore {
         entropy,
         hostname,
         machine_id,
+        free_page_reporting: reporting,
     }
 }
 
 /// Runs the post-restore hook over an open session: clock step, RNG reseed and, for a new
-/// sandbox, hostname and machine id.
+/// sandbox, hostname and machine id; free-page reporting set to `reporting`.
 pub(crate) async fn post_restore(
     channel: &Channel,
     identity: Identity<'_>,
+    reporting: FreePageReporting,
 ) -> Result<(), GuestReadyError> {
     AgentClient::new(channel.clone())
-        .post_restore(v1::PostRestoreRequest::from(restore_for(identity)))
+        .post_restore(v1::PostRestoreRequest::from(restore_for(
+            identity, reporting,
+        )))
         .await
         .map_err(|e| GuestReadyError(Box::new(e)))?;
     Ok(())
@@ -127,9 +150,10 @@ pub(crate) async fn post_restore(
 pub(crate) async fn post_restore_within(
     channel: &Channel,
     identity: Identity<'_>,
+    reporting: FreePageReporting,
     timeout: Duration,
 ) -> Result<(), GuestReadyError> {
-    tokio::time::timeout(timeout, post_restore(channel, identity))
+    tokio::time::timeout(timeout, post_restore(channel, identity, reporting))
         .await
         .map_err(|_| {
             GuestReadyError(Box::new(std::io::Error::new(
@@ -146,6 +170,26 @@ fn machine_id() -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn reporting_is_off_only_where_discards_are_refused() {
+        assert_eq!(
+            free_page_reporting(&Memory::PrivateFile("/t/mem".into())),
+            FreePageReporting::Off
+        );
+        assert_eq!(
+            free_page_reporting(&Memory::SharedFile("/s/mem".into())),
+            FreePageReporting::On
+        );
+        assert_eq!(
+            free_page_reporting(&Memory::Anonymous),
+            FreePageReporting::On
+        );
+        let line = restore_for(Identity::Same, FreePageReporting::Off).line(1);
+        assert!(String::from_utf8_lossy(&line).ends_with(" fpr=off\n"));
+    }
+
     #[test]
     fn machine_ids_are_32_hex_digits() {
         let id = super::machine_id();

@@ -57,6 +57,8 @@ pub struct Runtime<D: VmDriver> {
     restore_timeout: Duration,
     /// How long a pooled VM waits untaken before its warm-up command; `None`: never.
     pool_warm_up: Option<Duration>,
+    /// Disk limits of a sandbox whose shape has none of its own (see [`Runtime::disk_limits`]).
+    disk_default: pandastack_vm::DiskLimits,
 }
 
 impl<D: VmDriver> Runtime<D> {
@@ -70,7 +72,21 @@ impl<D: VmDriver> Runtime<D> {
             net: None,
             restore_timeout: RESTORE_TIMEOUT,
             pool_warm_up: Some(POOL_WARM_AFTER),
+            disk_default: pandastack_vm::DiskLimits::DEFAULT,
         }
+    }
+
+    /// The disk limits a sandbox gets when neither its template nor its create names any
+    /// ([`pandastack_vm::DiskLimits::DEFAULT`] unless set; the server passes its
+    /// `--vm-disk-mbps` and `--vm-disk-iops`, as it does to its driver).
+    pub fn with_disk_limits(mut self, limits: pandastack_vm::DiskLimits) -> Self {
+        self.disk_default = limits;
+        self
+    }
+
+    /// The disk limits a VM of `shape` runs with: its own, else the runtime's default.
+    pub fn disk_limits(&self, shape: Shape) -> pandastack_vm::DiskLimits {
+        shape.disk.unwrap_or(self.disk_default)
     }
 
     /// Bounds how long a restored guest may take to answer (tests with fake VMs use a short

@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use pandastack_guest_proto::v1::FreePageReporting;
 use pandastack_vm::{Memory, Vm, VmDriver};
 use tonic::transport::Channel;
 
@@ -221,10 +222,12 @@ impl<D: VmDriver> Runtime<D> {
 
     /// Connects to a pooled VM and makes one `PostRestore` call on the session, off the clock:
     /// the create that takes the VM makes the same call (with the sandbox's identity), and finds
-    /// the agent's HTTP/2 and gRPC code already run once.
+    /// the agent's HTTP/2 and gRPC code already run once. Pooled VMs map their template's
+    /// memory privately: free-page reporting off.
     async fn identify_warm(&self, vm: &D::Vm) -> Result<Channel, CreateError> {
-        let agent = identify(vm, Identity::Same, self.restore_timeout).await?;
-        post_restore_within(&agent, Identity::Same, self.restore_timeout).await?;
+        let off = FreePageReporting::Off;
+        let agent = identify(vm, Identity::Same, off, self.restore_timeout).await?;
+        post_restore_within(&agent, Identity::Same, off, self.restore_timeout).await?;
         Ok(agent)
     }
 

@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use tonic::transport::Channel;
 
 use crate::files::clone_file;
-use crate::identity::{identify, post_restore_within, GuestReadyError, Identity};
+use crate::identity::{
+    free_page_reporting, identify, post_restore_within, GuestReadyError, Identity,
+};
 use crate::template::{Shape, Template};
 use crate::volumes::{self, SlotSource};
 use crate::{valid_id, Runtime};
@@ -282,8 +284,24 @@ impl<D: VmDriver> Runtime<D> {
         id: &str,
         bindings: &[SlotSource],
     ) -> Result<Sandbox<D::Vm>, CreateError> {
+        self.create_with_options(template, id, bindings, None).await
+    }
+
+    /// [`Runtime::create_with_bindings`] with disk limits of its own (`None`: the template's,
+    /// else the runtime's default). The limits are the sandbox's from then on: its
+    /// `sandbox.json` keeps them for a wake or a restart, and its snapshots and forks have
+    /// them. A create whose limits differ from its template's does not take a pooled VM (those
+    /// run with the template's).
+    pub async fn create_with_options(
+        &self,
+        template: &Template,
+        id: &str,
+        bindings: &[SlotSource],
+        disk: Option<pandastack_vm::DiskLimits>,
+    ) -> Result<Sandbox<D::Vm>, CreateError> {
         let ram = Ram::Map(Memory::PrivateFile(template.memory()));
-        let source = template_source(template, ram, bindings)?;
+        let mut source = template_source(template, ram, bindings)?;
+        source.shape = source.shape.with_disk(disk);
         self.create_from(source, Some(template), id).await
     }
 
@@ -307,11 +325,13 @@ impl<D: VmDriver> Runtime<D> {
     /// used if available.
     pub(crate) async fn create_from(
         &self,
-        source: Source,
+        mut source: Source,
         pooled: Option<&Template>,
         id: &str,
     ) -> Result<Sandbox<D::Vm>, CreateError> {
         let started = Instant::now();
+        // The sandbox keeps the limits it starts with, whatever the default later is.
+        source.shape.disk = Some(self.disk_limits(source.shape));
         let _busy = self.pool.busy();
         if !valid_id(id) {
             return Err(CreateError::InvalidId(id.into()));
@@ -340,11 +360,13 @@ impl<D: VmDriver> Runtime<D> {
         dir: &Path,
         started: Instant,
     ) -> Result<Sandbox<D::Vm>, CreateError> {
-        // Pooled VMs run with every slot on a placeholder.
+        // Pooled VMs run with every slot on a placeholder, and with their template's disk
+        // limits.
         let poolable = source
             .volumes
             .iter()
             .all(|v| matches!(v, SlotSource::Unbound));
+        let pooled = pooled.filter(|t| self.disk_limits(t.shape) == self.disk_limits(source.shape));
         let taken = match pooled.filter(|_| poolable) {
             Some(t) => self.take_pooled(t).await,
             None => None,
@@ -409,6 +431,7 @@ impl<D: VmDriver> Runtime<D> {
                     memory,
                     net: lease.as_ref().map(|l| l.attach.clone()),
                     volumes: volumes::disks_in(dir, &bound),
+                    disk_limits: source.shape.disk,
                     run_dir: dir.to_owned(),
                 };
                 let slot = lease.map(|l| l.index);
@@ -445,14 +468,19 @@ impl<D: VmDriver> Runtime<D> {
             volumes: bound,
             memory_file,
         };
+        // Pooled and stand-by VMs run with the RAM the source maps too.
+        let reporting = match &source.ram {
+            Ram::Map(m) => free_page_reporting(m),
+            Ram::OwnCopyOf(p) => free_page_reporting(&Memory::SharedFile(p.clone())),
+        };
         let ready = async {
             let identity = Identity::New { hostname: id };
             let agent = match warm_agent {
                 Some(agent) => {
-                    post_restore_within(&agent, identity, self.restore_timeout).await?;
+                    post_restore_within(&agent, identity, reporting, self.restore_timeout).await?;
                     agent
                 }
-                None => identify(&vm, identity, self.restore_timeout).await?,
+                None => identify(&vm, identity, reporting, self.restore_timeout).await?,
             };
             info.save(dir)?;
             Ok::<_, CreateError>(agent)

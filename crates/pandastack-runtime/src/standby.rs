@@ -214,6 +214,7 @@ impl<D: VmDriver> Runtime<D> {
                 memory: w.memory.clone(),
                 net: lease.map(|l| l.attach),
                 volumes,
+                disk_limits: w.shape.disk,
                 run_dir: dir.clone(),
             };
             Ok::<_, CreateError>(self.driver.prepare_restore(&spec).await?)

@@ -11,11 +11,35 @@ use crate::files::clone_file;
 use crate::integrity::{self, Seal, SealCheck};
 use crate::{volumes, Runtime, COLD_BOOT_TIMEOUT};
 
-/// vCPUs and memory; fixed when a template is baked.
+/// vCPUs and memory, fixed when a template is baked; and disk limits, which are not part of
+/// the baked state (a sandbox may have its own, see [`Shape::with_disk`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shape {
     pub vcpus: u32,
     pub memory_mib: u32,
+    /// How fast its VM may use its disks (root and volumes together); `None`: the driver's
+    /// default (`pandastack server --vm-disk-mbps`). Kept with the sandbox (`sandbox.json`),
+    /// its snapshots and forks, so a wake or a fork has the limit its sandbox had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<pandastack_vm::DiskLimits>,
+}
+
+impl Shape {
+    pub const fn new(vcpus: u32, memory_mib: u32) -> Self {
+        Self {
+            vcpus,
+            memory_mib,
+            disk: None,
+        }
+    }
+
+    /// This shape with disk limits `disk` where given (`None` keeps its own).
+    pub fn with_disk(self, disk: Option<pandastack_vm::DiskLimits>) -> Self {
+        Self {
+            disk: disk.or(self.disk),
+            ..self
+        }
+    }
 }
 
 /// The devices a template is baked with besides the fixed ones (root disk, agent channel, RNG,
@@ -340,6 +364,7 @@ impl<D: VmDriver> Runtime<D> {
             memory: Memory::SharedFile(work.join("mem")),
             net: lease.map(|l| l.attach.clone()),
             volumes,
+            disk_limits: shape.disk,
             run_dir: work.to_owned(),
         };
         let vm = self.driver.boot(&spec).await?;

@@ -18,6 +18,10 @@ pub struct SandboxRow {
     pub state: SandboxState,
     pub vcpus: i64,
     pub memory_mib: i64,
+    /// Disk limits its VM runs with (MiB/s, IOPS; 0: unlimited). Before its create finishes:
+    /// what the create asked for (0: not named).
+    pub disk_mbps: i64,
+    pub disk_iops: i64,
     pub metadata: BTreeMap<String, String>,
     pub env: BTreeMap<String, String>,
     pub ttl_seconds: Option<i64>,
@@ -58,6 +62,8 @@ impl SandboxRow {
             state: SandboxState::Starting,
             vcpus: 0,
             memory_mib: 0,
+            disk_mbps: 0,
+            disk_iops: 0,
             metadata,
             env: BTreeMap::new(),
             ttl_seconds: None,
@@ -89,7 +95,7 @@ pub struct Sandboxes<'a> {
     pub(crate) pool: &'a AnyPool,
 }
 
-const COLUMNS: &str = "id, workspace_id, host_id, template, state, vcpus, memory_mib, metadata, env, ttl_seconds, idle_timeout_seconds, on_timeout, created_at, expires_at, last_activity_at, boot_ms, boot_mode, snapshot_id, parent_id, access_token, public_ports, volumes";
+const COLUMNS: &str = "id, workspace_id, host_id, template, state, vcpus, memory_mib, metadata, env, ttl_seconds, idle_timeout_seconds, on_timeout, created_at, expires_at, last_activity_at, boot_ms, boot_mode, snapshot_id, parent_id, access_token, public_ports, volumes, disk_mbps, disk_iops";
 
 fn row(r: &sqlx::any::AnyRow) -> Result<SandboxRow, StoreError> {
     let metadata: String = col(r, "metadata")?;
@@ -104,6 +110,8 @@ fn row(r: &sqlx::any::AnyRow) -> Result<SandboxRow, StoreError> {
         state: parsed(r, "state", SandboxState::parse)?,
         vcpus: col(r, "vcpus")?,
         memory_mib: col(r, "memory_mib")?,
+        disk_mbps: col(r, "disk_mbps")?,
+        disk_iops: col(r, "disk_iops")?,
         metadata: serde_json::from_str(&metadata)?,
         env: serde_json::from_str(&env)?,
         ttl_seconds: col(r, "ttl_seconds")?,
@@ -164,11 +172,12 @@ impl Sandboxes<'_> {
         Ok(claimed)
     }
 
-    /// Records a finished create: the VM's shape, how it booted and its state, in one update.
+    /// Records a finished create: the VM's shape (with its disk limits), how it booted and its
+    /// state, in one update.
     pub async fn finish_create(&self, s: &SandboxRow) -> Result<(), StoreError> {
         let done = sqlx::query(
             "UPDATE sandboxes SET template = $1, vcpus = $2, memory_mib = $3, boot_ms = $4, \
-             boot_mode = $5, state = $6 WHERE id = $7",
+             boot_mode = $5, state = $6, disk_mbps = $7, disk_iops = $8 WHERE id = $9",
         )
         .bind(&s.template)
         .bind(s.vcpus)
@@ -176,6 +185,8 @@ impl Sandboxes<'_> {
         .bind(s.boot_ms)
         .bind(&s.boot_mode)
         .bind(s.state.as_str())
+        .bind(s.disk_mbps)
+        .bind(s.disk_iops)
         .bind(&s.id)
         .execute(self.pool)
         .await?;
@@ -421,7 +432,7 @@ where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
     sqlx::query(&format!(
-        "INSERT INTO sandboxes ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)"
+        "INSERT INTO sandboxes ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)"
     ))
     .bind(&s.id)
     .bind(&s.workspace_id)
@@ -445,6 +456,8 @@ where
     .bind(&s.access_token)
     .bind(serde_json::to_string(&s.public_ports)?)
     .bind(serde_json::to_string(&s.volumes)?)
+    .bind(s.disk_mbps)
+    .bind(s.disk_iops)
     .execute(exec)
     .await?;
     Ok(())

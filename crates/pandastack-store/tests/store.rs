@@ -82,6 +82,8 @@ fn sandbox(ws: &str, host: &str, id: &str, created_at: i64, task: &str) -> Sandb
         state: SandboxState::Running,
         vcpus: 1,
         memory_mib: 512,
+        disk_mbps: 128,
+        disk_iops: 4096,
         metadata: [("task".to_owned(), task.to_owned())].into(),
         env: Default::default(),
         ttl_seconds: None,

@@ -36,6 +36,9 @@ pub struct Faults {
     pub hang_restore: AtomicBool,
     /// Restores take this many milliseconds longer (a slow host).
     pub restore_delay_ms: AtomicU64,
+    /// The disk limits of each VM started, by spec id, in start order (not a fault: what a
+    /// test checks the runtime asked of the driver).
+    pub disk_limits: std::sync::Mutex<Vec<(String, Option<pandastack_vm::DiskLimits>)>>,
 }
 
 /// The fake driver (see the module docs).
@@ -56,6 +59,11 @@ impl FakeDriver {
 
     /// Starts the agent for `spec` (stopped if `stopped`) and waits for its socket.
     async fn spawn(&self, spec: &VmSpec, stopped: bool) -> Result<FakeVm, VmError> {
+        self.faults
+            .disk_limits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((spec.id.clone(), spec.disk_limits));
         for disk in std::iter::once(&spec.rootfs).chain(spec.volumes.iter().map(|v| &v.path)) {
             if !disk.is_file() {
                 return Err(VmError::MissingFile(disk.clone()));
@@ -492,6 +500,7 @@ pub async fn fake_stack(restore_timeout: Duration) -> FakeStack {
         Shape {
             vcpus: 1,
             memory_mib: 64,
+            disk: None,
         },
     )
     .await

@@ -125,6 +125,7 @@ pub fn spec(dir: &Path, memory: Memory, rootfs: PathBuf) -> VmSpec {
         memory,
         net: None,
         volumes: vec![],
+        disk_limits: None,
         run_dir: dir.to_owned(),
     }
 }
@@ -234,6 +235,7 @@ async fn runtime_in(net: Option<std::sync::Arc<pandastack_net::NetPool>>) -> Run
 pub const TEST_SHAPE: Shape = Shape {
     vcpus: 1,
     memory_mib: 256,
+    disk: None,
 };
 
 /// Bakes the test image as template `name` in `rt`.
@@ -280,13 +282,26 @@ pub async fn agent(vm: &QemuVm, timeout: Duration) -> Channel {
 
 /// Restores a clone of a baked VM — its memory file `mem` mapped privately, device state
 /// `state`, its own copy of `disk` — and gives it a new identity (`name` as hostname, fresh
-/// machine id, entropy and clock), as a create does. Bounds are generous: guests run under TCG
-/// and tests run side by side.
+/// machine id, entropy and clock), as a create does — free-page reporting off too, as a create
+/// sends it for a private mapping. Bounds are generous: guests run under TCG and tests run side
+/// by side.
 pub async fn restore_clone(
     mem: &Path,
     state: &Path,
     disk: &Path,
     name: &str,
+) -> (VmGuard, Channel) {
+    restore_clone_reporting(mem, state, disk, name, v1::FreePageReporting::Off).await
+}
+
+/// [`restore_clone`] with free-page reporting set to `reporting` (`On` makes the guest report
+/// into the read-only mapping, as a guest that rebinds its balloon driver itself would).
+pub async fn restore_clone_reporting(
+    mem: &Path,
+    state: &Path,
+    disk: &Path,
+    name: &str,
+    reporting: v1::FreePageReporting,
 ) -> (VmGuard, Channel) {
     use pandastack_vm::VmDriver;
     let dir = vm_dir();
@@ -313,6 +328,7 @@ pub async fn restore_clone(
             hostname: name.into(),
             machine_id: format!("{:032x}", rand::random::<u128>()),
             network: None,
+            free_page_reporting: reporting.into(),
         }),
     )
     .await

@@ -14,6 +14,8 @@ use tower::ServiceExt;
 
 #[path = "api_fast/cut_off.rs"]
 mod cut_off;
+#[path = "api_fast/disk_limits.rs"]
+mod disk_limits;
 #[path = "api_fast/fork_snapshots.rs"]
 mod fork_snapshots;
 #[path = "api_fast/hardening.rs"]

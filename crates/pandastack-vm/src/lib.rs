@@ -97,6 +97,44 @@ pub fn volume_serial(slot: usize) -> String {
     format!("pandastack-vol{slot}")
 }
 
+/// How fast one VM may use its disks, the root disk and every volume together. Each total
+/// counts reads and writes; 0 leaves it unlimited. Not part of the device state a restore
+/// loads: a VM may be restored with limits other than those it was saved with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskLimits {
+    pub bytes_per_sec: u64,
+    pub iops: u64,
+}
+
+impl DiskLimits {
+    /// What a VM gets unless the operator says otherwise (`pandastack server --vm-disk-mbps`,
+    /// `--vm-disk-iops`): enough for installs and builds, short of what one guest's
+    /// `O_DIRECT` stream takes from its neighbours' synchronous writes (docs/ARCHITECTURE.md,
+    /// "Confinement").
+    pub const DEFAULT: Self = Self {
+        bytes_per_sec: 128 << 20,
+        iops: 4096,
+    };
+    pub const UNLIMITED: Self = Self {
+        bytes_per_sec: 0,
+        iops: 0,
+    };
+
+    /// These limits with a rate in MiB/s and an IOPS total where given (as a template spec or
+    /// a create names them).
+    pub fn with(self, mbps: Option<u64>, iops: Option<u64>) -> Self {
+        Self {
+            bytes_per_sec: mbps.map_or(self.bytes_per_sec, |m| m.saturating_mul(1 << 20)),
+            iops: iops.unwrap_or(self.iops),
+        }
+    }
+
+    /// The byte rate in whole MiB/s (rounded down; 0: unlimited).
+    pub fn mbps(&self) -> u64 {
+        self.bytes_per_sec >> 20
+    }
+}
+
 /// Everything needed to start one VM.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VmSpec {
@@ -115,6 +153,9 @@ pub struct VmSpec {
     /// restored from saved state must have as many slots as the VM that saved it.
     #[serde(default)]
     pub volumes: Vec<VolumeDisk>,
+    /// Disk limits of this VM (`None`: the driver's default).
+    #[serde(default)]
+    pub disk_limits: Option<DiskLimits>,
     /// Directory for this VM's sockets, console log and pid file. Must exist; short path
     /// (unix socket paths are limited to 107 bytes).
     pub run_dir: PathBuf,

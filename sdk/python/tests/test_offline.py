@@ -90,6 +90,19 @@ def test_create_retry_reuses_idempotency_key(fake):
     }
 
 
+def test_create_sends_disk_limits_and_the_sandbox_shows_them(fake):
+    fake.on(
+        "POST",
+        "/v1/sandboxes",
+        reply(201, {**SANDBOX, "disk_mbps": 10, "disk_iops": 4096}),
+    )
+    with make(fake) as c:
+        sb = c.sandboxes.create(template="minimal", disk_mbps=10)
+    (call,) = fake.calls("POST", "/v1/sandboxes")
+    assert json.loads(call["body"]) == {"template": "minimal", "disk_mbps": 10}
+    assert (sb._info.disk_mbps, sb._info.disk_iops) == (10, 4096)
+
+
 def test_each_create_gets_a_fresh_idempotency_key(fake):
     fake.on("POST", "/v1/sandboxes", reply(201, SANDBOX))
     with make(fake) as c:

@@ -79,6 +79,14 @@ export interface CreateSandboxOptions extends CallOptions {
    * `readOnly` mounts a copy as of now, in any number of sandboxes.
    */
   volumes?: VolumeMount[];
+  /**
+   * Disk limits of its VM, root disk and volumes together: MiB/s and I/O operations per
+   * second (default: the template's, else the server's; not with `snapshotId`: a sandbox from
+   * a snapshot, like a fork, has its source's). The sandbox's `diskMbps` and `diskIops` show
+   * what it runs with.
+   */
+  diskMbps?: number;
+  diskIops?: number;
   /** Default: a fresh random key, reused on retries, so a retried create never makes two. */
   idempotencyKey?: string;
 }
@@ -154,6 +162,8 @@ export class Sandboxes {
     if (opts.metadata !== undefined) body.metadata = opts.metadata;
     if (opts.env !== undefined) body.env = opts.env;
     if (opts.volumes !== undefined) body.volumes = volumeMountsToWire(opts.volumes);
+    if (opts.diskMbps !== undefined) body.disk_mbps = opts.diskMbps;
+    if (opts.diskIops !== undefined) body.disk_iops = opts.diskIops;
     const w = await this.ctx.http.request<Record<string, unknown>>({
       method: "POST",
       path: "/v1/sandboxes",

@@ -17,6 +17,10 @@ export interface SandboxInfo {
   state: SandboxState;
   cpu: number;
   memoryMb: number;
+  /** Disk rate limit its VM runs with, MiB/s (root disk and volumes, reads and writes together; 0: unlimited). */
+  diskMbps: number;
+  /** Disk I/O operations per second its VM runs with (0: unlimited). */
+  diskIops: number;
   metadata: Record<string, string>;
   /** RFC 3339. */
   createdAt: string;
@@ -716,6 +720,8 @@ export function sandboxFromWire(w: Wire): SandboxInfo {
     state: str(w.state, "failed") as SandboxState,
     cpu: num(w.cpu),
     memoryMb: num(w.memory_mb),
+    diskMbps: num(w.disk_mbps),
+    diskIops: num(w.disk_iops),
     metadata: strMap(w.metadata),
     createdAt: str(w.created_at),
     expiresAt: optStr(w.expires_at),

@@ -151,6 +151,8 @@ mod tests {
             state,
             vcpus: 1,
             memory_mib: 1024,
+            disk_mbps: 0,
+            disk_iops: 0,
             metadata: Default::default(),
             env: Default::default(),
             ttl_seconds: None,

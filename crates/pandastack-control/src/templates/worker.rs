@@ -13,6 +13,9 @@ use super::files::{BuildLog, IMAGE, LOG, UPLOAD};
 use super::queue::{BuildJob, JOB_KIND};
 use super::{TemplateError, Templates};
 
+/// The disk limits a version's spec names (JSON), next to its image, for a re-bake.
+const DISK_LIMITS: &str = "disk-limits.json";
+
 /// Why a build failed, as its row and log say it.
 type Failure = String;
 
@@ -155,6 +158,17 @@ impl Templates {
             row.vcpus = i64::from(shape.vcpus);
             row.memory_mib = i64::from(shape.memory_mib);
         }
+        // Disk limits are the host's to keep with the baked template (the row has no column
+        // for them).
+        let disk = built.shape.and_then(|s| s.disk);
+        let kept = self.files.dir(&row.id).join(DISK_LIMITS);
+        match disk {
+            Some(d) => std::fs::write(&kept, serde_json::to_vec(&d).unwrap_or_default())
+                .map_err(|e| failed("keep disk limits", &e))?,
+            None => {
+                let _ = std::fs::remove_file(&kept);
+            }
+        }
         row.env = built
             .env
             .iter()
@@ -167,13 +181,14 @@ impl Templates {
             row.image_bytes.unwrap_or(0) >> 20,
             row.disk_mb
         ));
-        self.bake(row, &built.image, log).await
+        self.bake(row, &built.image, disk, log).await
     }
 
     async fn bake(
         &self,
         row: &mut TemplateBuildRow,
         image: &Path,
+        disk: Option<pandastack_host::DiskLimits>,
         log: &mut BuildLog,
     ) -> Result<(), Failure> {
         // A re-bake of a ready version keeps serving the earlier bake until the new one is in
@@ -190,6 +205,7 @@ impl Templates {
         let shape = Shape {
             vcpus: row.vcpus as u32,
             memory_mib: row.memory_mib as u32,
+            disk,
         };
         let bake_ms = self
             .host
@@ -220,8 +236,12 @@ impl Templates {
         }
         let mut log = BuildLog::open(&dir.join(LOG));
         log.line("re-bake requested");
+        // The disk limits its spec named, kept at its build.
+        let disk = std::fs::read(dir.join(DISK_LIMITS))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
         let _permit = Arc::clone(&self.running).acquire_owned().await;
-        match self.bake(&mut row, &image, &mut log).await {
+        match self.bake(&mut row, &image, disk, &mut log).await {
             Ok(()) => Ok(()),
             Err(m) => {
                 log.line(&format!("re-bake failed: {m}"));

@@ -98,8 +98,9 @@ impl Agent for AgentService {
     }
 }
 
-/// The post-restore hook: checks `req`, steps the clock, reseeds the RNG, marks the restore and
-/// applies a new hostname, machine id and network if given. Returns the clock step in ms. Run
+/// The post-restore hook: checks `req`, steps the clock, reseeds the RNG, marks the restore,
+/// applies a new hostname, machine id and network if given, and turns free-page reporting on
+/// or off if asked (`crate::services::balloon`). Returns the clock step in ms. Run
 /// by `Agent.PostRestore` and by a session's RESTORE line (`crate::session`).
 pub async fn apply_post_restore(state: &State, req: v1::PostRestoreRequest) -> Result<i64, Status> {
     if req.entropy.len() < 32 {
@@ -144,8 +145,27 @@ pub async fn apply_post_restore(state: &State, req: v1::PostRestoreRequest) -> R
         std::fs::write("/etc/machine-id", format!("{}\n", req.machine_id))
             .map_err(|e| io_status("write /etc/machine-id", e))?;
     }
+    let reporting = req.free_page_reporting();
     if let Some(net) = req.network {
         super::net::configure(&net).await?;
+    }
+    // Outside a VM the bus is the host's: left alone. In the background: unbinding the driver
+    // took 60-100 ms under TCG, which the restore need not wait for. A failure is logged, not
+    // answered: the restore is good either way, and the host has no better setting to retry.
+    if state.pid1() && reporting != v1::FreePageReporting::Unspecified {
+        tokio::task::spawn_blocking(move || {
+            let t = std::time::Instant::now();
+            match super::balloon::apply(std::path::Path::new(super::balloon::VIRTIO_BUS), reporting)
+            {
+                Ok(changed) => tracing::debug!(
+                    ?reporting,
+                    ?changed,
+                    ms = t.elapsed().as_secs_f64() * 1e3,
+                    "free-page reporting set"
+                ),
+                Err(e) => tracing::warn!(?reporting, error = %e, "set free-page reporting"),
+            }
+        });
     }
     tracing::info!(step_ms, hostname = %req.hostname, "post-restore identity applied");
     Ok(step_ms)

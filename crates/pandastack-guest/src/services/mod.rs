@@ -5,6 +5,7 @@
 //! session it arrived on.
 
 mod agent;
+mod balloon;
 mod exec;
 mod files;
 mod net;

@@ -117,7 +117,19 @@ pub struct VmShape {
     pub vcpus: u32,
     pub memory_mb: u32,
     pub disk_mb: u32,
+    /// How fast its sandboxes' VMs may use their disks (root and volumes together), in MiB/s
+    /// and I/O operations per second; `None`: the server's default (`--vm-disk-mbps`,
+    /// `--vm-disk-iops`). A create may ask for its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mbps: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_iops: Option<u32>,
 }
+
+/// The most a template spec may ask for in `vm.disk_mbps` and `vm.disk_iops` (a server caps a
+/// create's own at its `--vm-disk-mbps-max` and `--vm-disk-iops-max`).
+pub const MAX_DISK_MBPS: u32 = 1 << 20;
+pub const MAX_DISK_IOPS: u32 = 10_000_000;
 
 /// The spec's content hash (SHA-256, hex).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -340,7 +352,9 @@ mod tests {
             VmShape {
                 vcpus: 2,
                 memory_mb: 2048,
-                disk_mb: 8192
+                disk_mb: 8192,
+                disk_mbps: None,
+                disk_iops: None,
             }
         );
     }

@@ -57,4 +57,6 @@ pub(super) struct RawVm {
     pub vcpus: Option<u32>,
     pub memory_mb: Option<u32>,
     pub disk_mb: Option<u32>,
+    pub disk_mbps: Option<u32>,
+    pub disk_iops: Option<u32>,
 }

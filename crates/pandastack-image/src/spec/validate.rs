@@ -52,6 +52,8 @@ pub(super) fn validate(raw: RawSpec, spec_path: &Path) -> Result<TemplateSpec, I
         vcpus: raw.vm.vcpus.unwrap_or(1),
         memory_mb: raw.vm.memory_mb.unwrap_or(512),
         disk_mb: raw.vm.disk_mb.unwrap_or(2048),
+        disk_mbps: raw.vm.disk_mbps,
+        disk_iops: raw.vm.disk_iops,
     };
     if !(1..=16).contains(&vm.vcpus) {
         return Err(bad("vm.vcpus", "between 1 and 16"));
@@ -61,6 +63,24 @@ pub(super) fn validate(raw: RawSpec, spec_path: &Path) -> Result<TemplateSpec, I
     }
     if !(256..=1_048_576).contains(&vm.disk_mb) {
         return Err(bad("vm.disk_mb", "between 256 and 1048576 (MiB)"));
+    }
+    if vm
+        .disk_mbps
+        .is_some_and(|v| !(1..=super::MAX_DISK_MBPS).contains(&v))
+    {
+        return Err(bad(
+            "vm.disk_mbps",
+            format!("between 1 and {} (MiB/s)", super::MAX_DISK_MBPS),
+        ));
+    }
+    if vm
+        .disk_iops
+        .is_some_and(|v| !(1..=super::MAX_DISK_IOPS).contains(&v))
+    {
+        return Err(bad(
+            "vm.disk_iops",
+            format!("between 1 and {}", super::MAX_DISK_IOPS),
+        ));
     }
     Ok(TemplateSpec {
         name: raw.name,
@@ -333,9 +353,12 @@ mode = "755"
 vcpus = 16
 memory_mb = 65536
 disk_mb = 256
+disk_mbps = 64
+disk_iops = 500
 "##,
         )
         .unwrap();
+        assert_eq!((s.vm().disk_mbps, s.vm().disk_iops), (Some(64), Some(500)));
         assert_eq!(s.files()[0].mode, 0o600);
         assert_eq!(s.files()[1].mode, 0o755);
         assert_eq!(s.pip_packages().len(), 2);
@@ -387,6 +410,8 @@ disk_mb = 256
             ("name = \"t\"\n[vm]\nvcpus = 0", "vm.vcpus"),
             ("name = \"t\"\n[vm]\nvcpus = 17", "vm.vcpus"),
             ("name = \"t\"\n[vm]\nmemory_mb = 64", "vm.memory_mb"),
+            ("name = \"t\"\n[vm]\ndisk_mbps = 0", "vm.disk_mbps"),
+            ("name = \"t\"\n[vm]\ndisk_iops = 0", "vm.disk_iops"),
             ("name = \"t\"\n[vm]\nmemory_mb = 70000", "vm.memory_mb"),
             ("name = \"t\"\n[vm]\ndisk_mb = 100", "vm.disk_mb"),
         ];

@@ -170,6 +170,7 @@ async fn runtime(a: RuntimeArgs) -> anyhow::Result<ExitCode> {
     let shape = Shape {
         vcpus: 1,
         memory_mib: a.memory_mib,
+        disk: None,
     };
     let mut metrics: BTreeMap<&str, Metric> = BTreeMap::new();
 

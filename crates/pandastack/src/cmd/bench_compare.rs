@@ -217,6 +217,7 @@ async fn pandastack(
     let shape = Shape {
         vcpus: 1,
         memory_mib: a.memory_mib,
+        disk: None,
     };
     eprintln!("baking the template");
     let template = rt.bake("compare", &a.image, shape).await?;

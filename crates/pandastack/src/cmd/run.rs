@@ -66,6 +66,7 @@ pub async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
                     Shape {
                         vcpus: a.vcpus,
                         memory_mib: a.memory_mib,
+                        disk: None,
                     },
                 )
                 .await?;

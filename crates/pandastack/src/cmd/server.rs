@@ -179,13 +179,23 @@ pub struct ServerArgs {
     #[arg(long, env = "PANDASTACK_VM_LOG_MAX_KB", default_value_t = 256,
           value_parser = clap::value_parser!(u64).range(4..))]
     vm_log_max_kb: u64,
-    /// How fast each VM may read and write its root disk together, in MiB/s (QEMU's throttling
-    /// of the drive); 0 for no limit.
+    /// How fast each VM may read and write its disks (root disk and volumes) together, in
+    /// MiB/s (QEMU's throttling, one group per VM), unless its template or its create names
+    /// its own; 0 for no limit.
     #[arg(long, env = "PANDASTACK_VM_DISK_MBPS", default_value_t = 128)]
     vm_disk_mbps: u64,
-    /// Read and write requests per second each VM may make of its root disk; 0 for no limit.
+    /// Read and write requests per second each VM may make of its disks together, unless its
+    /// template or its create names its own; 0 for no limit.
     #[arg(long, env = "PANDASTACK_VM_DISK_IOPS", default_value_t = 4096)]
     vm_disk_iops: u64,
+    /// The most `disk_mbps` a create may ask for (a larger one is a 422).
+    #[arg(long, env = "PANDASTACK_VM_DISK_MBPS_MAX", default_value_t = 4096,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    vm_disk_mbps_max: u64,
+    /// The most `disk_iops` a create may ask for (a larger one is a 422).
+    #[arg(long, env = "PANDASTACK_VM_DISK_IOPS_MAX", default_value_t = 1_000_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    vm_disk_iops_max: u64,
     /// Largest OCI image tarball accepted by `POST /v1/templates`, in MiB.
     #[arg(long, default_value_t = 16384)]
     max_template_upload_mb: u64,
@@ -349,7 +359,10 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let warm_up = (a.pool_warm_up_ms > 0).then(|| Duration::from_millis(a.pool_warm_up_ms));
-    let mut rt = Runtime::new(QemuDriver::new(qemu), data, kernel).with_pool_warm_up(warm_up);
+    let disk_limits = qemu.disk_limits;
+    let mut rt = Runtime::new(QemuDriver::new(qemu), data, kernel)
+        .with_pool_warm_up(warm_up)
+        .with_disk_limits(disk_limits);
     if let Some(pool) = open_network(&a).await? {
         rt = rt.with_network(pool);
     }
@@ -448,6 +461,10 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         preview,
         objects,
     )
+    .with_disk_max(pandastack_api::DiskMax {
+        mbps: a.vm_disk_mbps_max,
+        iops: a.vm_disk_iops_max,
+    })
     .with_database_address(pandastack_control::DatabaseAddress {
         domain: a.db_domain.to_ascii_lowercase(),
         port: a.db_port.unwrap_or(a.db_listen.port()),
@@ -803,6 +820,17 @@ fn vm_identities(spec: &str) -> anyhow::Result<Option<Arc<pandastack_qemu::VmIde
     let (first, count) =
         VmIdentities::parse_range(spec).map_err(|e| anyhow::anyhow!("--vm-uids: {e}"))?;
     let ids = VmIdentities::new(first, count, confine::DEFAULT_LOCK_DIR)?;
-    tracing::info!(first, count, "VM processes run as their own uid, chrooted");
+    match ids.landlock() {
+        true => tracing::info!(
+            first,
+            count,
+            "VM processes run as their own uid from exec, no capabilities, under Landlock"
+        ),
+        false => tracing::warn!(
+            first,
+            count,
+            "no Landlock in this kernel: VM processes start as root, chroot and drop to their uid"
+        ),
+    }
     Ok(Some(Arc::new(ids)))
 }

@@ -1347,6 +1347,8 @@ class AsyncSandboxes:
         env: Optional[Mapping[str, str]] = None,
         snapshot_id: Optional[str] = None,
         volumes: Optional[Sequence[b.VolumeMountLike]] = None,
+        disk_mbps: Optional[int] = None,
+        disk_iops: Optional[int] = None,
         idempotency_key: Optional[str] = None,
         request_timeout: Optional[float] = None,
     ) -> _CreateCall:  # unasync: sync: ) -> Sandbox:
@@ -1364,12 +1366,17 @@ class AsyncSandboxes:
         second raises :class:`~pandastack.VolumeBusyError`); ``read_only`` mounts a copy as of
         now, in any number of sandboxes. Not with ``snapshot_id``.
 
+        ``disk_mbps`` (MiB/s) and ``disk_iops`` limit its VM's disks, root disk and volumes
+        together (default: the template's, else the server's; a fork or a sandbox from a
+        snapshot has its source's, so not with ``snapshot_id``). The sandbox's ``disk_mbps``
+        and ``disk_iops`` show what it runs with.
+
         Async: not a coroutine: ``await`` the result, or use it directly as ``async with
         client.sandboxes.create(...) as sandbox:`` (killed on exit).
         """
         body = b.create_body(
             template, snapshot_id, ttl_seconds, idle_timeout_seconds, on_timeout, metadata, env,
-            volumes,
+            volumes, disk_mbps, disk_iops,
         )
         key = idempotency_key or b.new_idempotency_key()
 

@@ -290,6 +290,8 @@ def create_body(
     metadata: Optional[Mapping[str, str]],
     env: Optional[Mapping[str, str]],
     volumes: Optional[Sequence[VolumeMountLike]] = None,
+    disk_mbps: Optional[int] = None,
+    disk_iops: Optional[int] = None,
 ) -> Dict[str, Any]:
     return drop_none(
         {
@@ -301,6 +303,8 @@ def create_body(
             "metadata": dict(metadata) if metadata is not None else None,
             "env": dict(env) if env is not None else None,
             "volumes": volume_mounts(volumes) if volumes is not None else None,
+            "disk_mbps": int(disk_mbps) if disk_mbps is not None else None,
+            "disk_iops": int(disk_iops) if disk_iops is not None else None,
         }
     )
 

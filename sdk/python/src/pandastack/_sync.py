@@ -1230,6 +1230,8 @@ class Sandboxes:
         env: Optional[Mapping[str, str]] = None,
         snapshot_id: Optional[str] = None,
         volumes: Optional[Sequence[b.VolumeMountLike]] = None,
+        disk_mbps: Optional[int] = None,
+        disk_iops: Optional[int] = None,
         idempotency_key: Optional[str] = None,
         request_timeout: Optional[float] = None,
     ) -> Sandbox:
@@ -1246,10 +1248,15 @@ class Sandboxes:
         "read_only": False}``. A read-write volume is mounted by one sandbox at a time (a
         second raises :class:`~pandastack.VolumeBusyError`); ``read_only`` mounts a copy as of
         now, in any number of sandboxes. Not with ``snapshot_id``.
+
+        ``disk_mbps`` (MiB/s) and ``disk_iops`` limit its VM's disks, root disk and volumes
+        together (default: the template's, else the server's; a fork or a sandbox from a
+        snapshot has its source's, so not with ``snapshot_id``). The sandbox's ``disk_mbps``
+        and ``disk_iops`` show what it runs with.
         """
         body = b.create_body(
             template, snapshot_id, ttl_seconds, idle_timeout_seconds, on_timeout, metadata, env,
-            volumes,
+            volumes, disk_mbps, disk_iops,
         )
         key = idempotency_key or b.new_idempotency_key()
 

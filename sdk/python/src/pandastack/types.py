@@ -110,6 +110,10 @@ class SandboxInfo:
     state: str
     cpu: int = 0
     memory_mb: int = 0
+    #: Disk limits its VM runs with: MiB/s and I/O operations per second, root disk and volumes,
+    #: reads and writes together (0: unlimited).
+    disk_mbps: int = 0
+    disk_iops: int = 0
     metadata: Dict[str, str] = field(default_factory=dict)
     created_at: str = ""
     expires_at: Optional[str] = None
@@ -131,6 +135,8 @@ class SandboxInfo:
             state=_s(d, "state", ""),
             cpu=_s(d, "cpu", 0),
             memory_mb=_s(d, "memory_mb", 0),
+            disk_mbps=_s(d, "disk_mbps", 0),
+            disk_iops=_s(d, "disk_iops", 0),
             metadata=dict(_s(d, "metadata", {})),
             created_at=_s(d, "created_at", ""),
             expires_at=d.get("expires_at"),
