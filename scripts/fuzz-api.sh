@@ -29,7 +29,7 @@
 # that appeared during the run, so run it by hand only against a workspace nobody else is using
 # at the time.
 #
-# Exclusions and restrictions (also in docs/ARCHITECTURE.md, "API fuzzing"):
+# Exclusions and restrictions (also in docs/testing.md, "API fuzzing"):
 # - POST /v1/templates is not fuzzed with a key (without one it is: 401): a valid request queues
 #   a template build that bootstraps Debian (minutes of CPU and network per request). Its edge
 #   validation is covered by the template tests (crates/pandastack-testkit/tests/templates_fast.rs).

@@ -6,7 +6,7 @@ What every exec's child does before it runs (it writes itself into its own cgrou
     pandastack run --image "$IMG" -- python3 -c "$(cat bench/guest/cgroup_move.py)"
 
 Prints the p50, min and max of fork + move + exit (fresh cgroup each time, PAUSE seconds
-apart) and of fork + exit alone. See docs/ARCHITECTURE.md, "What an exec costs".
+apart) and of fork + exit alone. See docs/vm-runtime.md, "What an exec costs".
 """
 
 import os

@@ -119,7 +119,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         let mut built = self.host_image(id, source, work, line.clone()).await?;
         // The spec's disk limits, which the template is baked with.
         if let (Some(shape), Some(vm)) = (built.shape.as_mut(), spec_vm) {
-            shape.disk = self.spec_disk(&vm);
+            shape.disk = self.spec_disk(&vm).map(crate::host::host_disk);
         }
         if let Some(spec) = guest_steps {
             let shape =

@@ -23,7 +23,7 @@ pub(crate) fn host_shape(s: pandastack_runtime::Shape) -> Shape {
     Shape {
         vcpus: s.vcpus,
         memory_mib: s.memory_mib,
-        disk: s.disk,
+        disk: s.disk.map(host_disk),
     }
 }
 
@@ -31,7 +31,18 @@ pub(crate) fn runtime_shape(s: Shape) -> pandastack_runtime::Shape {
     pandastack_runtime::Shape {
         vcpus: s.vcpus,
         memory_mib: s.memory_mib,
-        disk: s.disk,
+        disk: s.disk.map(|d| pandastack_vm::DiskLimits {
+            bytes_per_sec: d.bytes_per_sec,
+            iops: d.iops,
+        }),
+    }
+}
+
+/// A VM's disk limits as the host boundary names them.
+pub(crate) fn host_disk(d: pandastack_vm::DiskLimits) -> pandastack_host::DiskLimits {
+    pandastack_host::DiskLimits {
+        bytes_per_sec: d.bytes_per_sec,
+        iops: d.iops,
     }
 }
 

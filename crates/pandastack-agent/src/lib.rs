@@ -63,7 +63,7 @@ pub struct AgentConfig {
     /// Pre-started VMs kept per baked template (0 disables the pool).
     pub pool_size: usize,
     /// Volume slots every template bake of this agent gets (0..=3: the QEMU driver has room
-    /// for three; see docs/ARCHITECTURE.md, "Volume slots"). A sandbox can mount at most this
+    /// for three; see docs/volumes.md, "Volume slots"). A sandbox can mount at most this
     /// many volumes. A baked catalog template with another number is baked again on first
     /// use, as one baked with another network setting is.
     pub volume_slots: u32,

@@ -26,8 +26,9 @@ pub use error::{error_chain, GuestErrorKind, HostError};
 pub use exec::{ExecEvent, ExecInput, ExecOutcome, ExecSpec, PtySize, SessionStart};
 pub use files::{DirPage, FileInfo, FileKind, ListPage};
 pub use log::{read_log, trim_log, LogChunk, LogPos};
-pub use pandastack_vm::DiskLimits;
-pub use view::{DiskRequest, Shape, SnapshotView, TemplateView, VmState, VmStats, VmView};
+pub use view::{
+    DiskLimits, DiskRequest, Shape, SnapshotView, TemplateView, VmState, VmStats, VmView,
+};
 pub use volume::{VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView};
 
 use std::path::{Path, PathBuf};

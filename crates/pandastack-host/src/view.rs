@@ -33,7 +33,27 @@ pub struct Shape {
     pub memory_mib: u32,
     /// A sandbox's: the limits its VM runs with. A template's: those its spec names (`None`:
     /// the host's default).
-    pub disk: Option<pandastack_vm::DiskLimits>,
+    pub disk: Option<DiskLimits>,
+}
+
+/// How fast one VM may use its disks, the root disk and every volume together. Each total
+/// counts reads and writes; 0 leaves it unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DiskLimits {
+    pub bytes_per_sec: u64,
+    pub iops: u64,
+}
+
+impl DiskLimits {
+    pub const UNLIMITED: Self = Self {
+        bytes_per_sec: 0,
+        iops: 0,
+    };
+
+    /// The byte rate in whole MiB/s (rounded down; 0: unlimited).
+    pub fn mbps(&self) -> u64 {
+        self.bytes_per_sec >> 20
+    }
 }
 
 /// Disk limits a create asks for, each `None` to keep the template's (else the host's

@@ -121,7 +121,7 @@ pub struct QemuConfig {
     /// TCG translation cache size (`-accel tcg,tb-size=`). Only what a VM's code fills is
     /// resident, so an idle VM stays small; a cache too small for what runs in the guest is
     /// flushed and refilled over and over (at 32 MiB, `npm install` of a Vite project took 2.4x
-    /// as long as at 256; measured in docs/ARCHITECTURE.md, "Accelerator").
+    /// as long as at 256; measured in docs/vm-runtime.md, "Acceleration").
     pub tcg_tb_size_mib: u32,
     /// Enable QEMU's seccomp sandbox.
     pub seccomp: bool,

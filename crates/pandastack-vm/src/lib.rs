@@ -109,8 +109,8 @@ pub struct DiskLimits {
 impl DiskLimits {
     /// What a VM gets unless the operator says otherwise (`pandastack server --vm-disk-mbps`,
     /// `--vm-disk-iops`): enough for installs and builds, short of what one guest's
-    /// `O_DIRECT` stream takes from its neighbours' synchronous writes (docs/ARCHITECTURE.md,
-    /// "Confinement").
+    /// `O_DIRECT` stream takes from its neighbours' synchronous writes (docs/isolation.md,
+    /// "Disk rate per VM").
     pub const DEFAULT: Self = Self {
         bytes_per_sec: 128 << 20,
         iops: 4096,

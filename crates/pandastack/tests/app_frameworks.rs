@@ -3,7 +3,7 @@
 //! (`create-vite`, `express-generator`) and a Python app on Flask from PyPI, all built in VMs of
 //! the `app` template with sandbox networking, one after another. The Express project has an npm
 //! lockfile and installs through the npm fast path (packages fetched on the host, unpacked in
-//! the VM); Vite's has none, so npm resolves it in the VM (timings in docs/ARCHITECTURE.md, "App
+//! the VM); Vite's has none, so npm resolves it in the VM (timings in docs/apps.md, "App
 //! hosting"). What every framework is planned as is tested in-process
 //! (`pandastack_control::apps::detect`); deploys of generated Next.js and Create React App
 //! projects, which take 8–17 minutes each under TCG, are `pandastack bench apps --frameworks`

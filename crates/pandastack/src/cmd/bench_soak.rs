@@ -16,7 +16,7 @@
 //!    where it was. Then they are deleted and the leftover checks run again.
 //!
 //! The suite runs a short variant (`scripts/test.sh`); the full one's figures are in the
-//! closing note of issue #36 and docs/ARCHITECTURE.md.
+//! closing note of issue #36 and docs/isolation.md.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
