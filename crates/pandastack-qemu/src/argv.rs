@@ -263,6 +263,8 @@ pub struct Inherited {
     pub kernel: Option<std::os::fd::RawFd>,
     /// The memory file when outside the run directory.
     pub memory: Option<std::os::fd::RawFd>,
+    /// The queue of its TAP, attached by the host in the slot's namespace.
+    pub tap: Option<std::os::fd::RawFd>,
 }
 
 /// How a process names its inherited descriptor `fd` when a path is wanted.
@@ -400,7 +402,10 @@ pub fn build(
             &mut argv,
             &[
                 "-netdev",
-                &format!("tap,id=net0,ifname={},script=no,downscript=no", net.tap),
+                &match inherited.and_then(|i| i.tap) {
+                    Some(fd) => format!("tap,id=net0,fd={fd}"),
+                    None => format!("tap,id=net0,ifname={},script=no,downscript=no", net.tap),
+                },
                 "-device",
                 &format!("virtio-net-device,netdev=net0,mac={}", net.mac),
             ],
@@ -713,6 +718,7 @@ mod tests {
                     agent: 21,
                     kernel: Some(22),
                     memory: Some(23),
+                    tap: Some(24),
                 }),
                 volume_fds: vec![],
             }),
@@ -732,6 +738,7 @@ mod tests {
             "{a}"
         );
         assert!(!a.contains("qmp.sock") && !a.contains("agent.sock"), "{a}");
+        assert!(a.contains("-netdev tap,id=net0,fd=24 "), "{a}");
         // It never changes ids: the filter may refuse every set*id call.
         assert!(a.contains("elevateprivileges=deny"), "{a}");
     }

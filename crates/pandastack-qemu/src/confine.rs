@@ -263,19 +263,101 @@ fn landlocked(
     };
     let qmp = listen(crate::argv::QMP_SOCKET)?;
     let agent = listen(crate::argv::AGENT_SOCKET)?;
+    let tap = match &spec.net {
+        Some(net) => {
+            let fd = open_tap(&net.tap, net.netns.as_deref())?;
+            let raw = fd.as_raw_fd();
+            held.push(fd);
+            Some(raw)
+        }
+        None => None,
+    };
     Ok(Inherited {
         qmp,
         agent,
         kernel,
         memory,
+        tap,
     })
+}
+
+/// Attaches to the persistent TAP `name` (in network namespace `netns` when given) as root and
+/// returns its queue: the VM process, which may not open `/dev/net/tun` (root's, 0600 on many
+/// hosts), gets it as a descriptor (`-netdev tap,fd=N`). Flags as QEMU sets them itself
+/// (`IFF_TAP | IFF_NO_PI | IFF_VNET_HDR`): whether the peer has virtio-net headers decides the
+/// NIC's features, which are part of the state a restore loads.
+fn open_tap(name: &str, netns: Option<&Path>) -> Result<OwnedFd, VmError> {
+    const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+    const IFF_TAP: libc::c_short = 0x0002;
+    const IFF_NO_PI: libc::c_short = 0x1000;
+    const IFF_VNET_HDR: libc::c_short = 0x4000;
+    #[repr(C)]
+    struct IfReq {
+        name: [u8; libc::IFNAMSIZ],
+        flags: libc::c_short,
+        _pad: [u8; 22],
+    }
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+        return Err(VmError::InvalidSpec(format!("tap name {name:?}")));
+    }
+    let name = name.to_owned();
+    let ns = netns
+        .map(|p| {
+            std::fs::File::open(p).map_err(|e| {
+                VmError::InvalidSpec(format!("network namespace {}: {e}", p.display()))
+            })
+        })
+        .transpose()?;
+    // A network namespace belongs to a thread: the TAP is looked up by name in the opener's,
+    // so a short-lived thread enters the slot's and opens it there.
+    let open = move || -> std::io::Result<OwnedFd> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        if let Some(ns) = &ns {
+            // SAFETY: setns on an open namespace descriptor; it affects only this thread.
+            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        let tun = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/net/tun")?;
+        let mut req = IfReq {
+            name: [0; libc::IFNAMSIZ],
+            flags: IFF_TAP | IFF_NO_PI | IFF_VNET_HDR,
+            _pad: [0; 22],
+        };
+        req.name[..name.len()].copy_from_slice(name.as_bytes());
+        // SAFETY: TUNSETIFF reads and writes a `struct ifreq` (40 bytes), which `req` is.
+        if unsafe { libc::ioctl(tun.as_raw_fd(), TUNSETIFF, &mut req as *mut IfReq) } == -1 {
+            let e = std::io::Error::last_os_error();
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("attach to tap {name}: {e}"),
+            ));
+        }
+        // SAFETY: the descriptor is moved out of `tun`, which no longer owns it.
+        Ok(unsafe { OwnedFd::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(tun)) })
+    };
+    std::thread::scope(|s| s.spawn(open).join())
+        .map_err(|_| VmError::Spawn(std::io::Error::other("tap thread panicked")))?
+        .map_err(VmError::Spawn)
+}
+
+/// The group that may open `/dev/kvm`, when it is not root's and may read and write it: a VM
+/// process that runs KVM guests as its own uid gets it as a supplementary group. `None`: only
+/// root may (then such a process cannot use KVM).
+pub(crate) fn kvm_group() -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata("/dev/kvm").ok()?;
+    (m.gid() != 0 && m.mode() & 0o060 == 0o060).then_some(m.gid())
 }
 
 type RawFdOf = std::os::fd::RawFd;
 
 /// The Landlock rules every VM process running `binary` in `run_dir` gets: its installation
 /// (and the system's libraries) readable and executable, the dynamic loader's cache readable,
-/// the files of its run directory and a few devices readable and writable. Nothing else of the
+/// the files of its run directory, `/dev/kvm` and `/dev/null` readable and writable. Nothing else of the
 /// host is reachable by name: not `/etc`, not `/proc`, not another VM's directory.
 pub fn base_rules(run_dir: &Path, binary: &Path) -> Result<crate::landlock::Ruleset, VmError> {
     use crate::landlock::Access;
@@ -300,7 +382,7 @@ pub fn base_rules(run_dir: &Path, binary: &Path) -> Result<crate::landlock::Rule
         rules.allow(&dir, Access::ReadExecute)?;
     }
     rules.allow(Path::new("/etc/ld.so.cache"), Access::Read)?;
-    for dev in ["/dev/kvm", "/dev/net/tun", "/dev/null"] {
+    for dev in ["/dev/kvm", "/dev/null"] {
         rules.allow(Path::new(dev), Access::ReadWrite)?;
     }
     for dev in ["/dev/urandom", "/dev/random", "/dev/zero"] {

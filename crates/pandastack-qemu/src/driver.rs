@@ -52,7 +52,14 @@ impl QemuDriver {
             .as_ref()
             .map(|ids| ids.claim())
             .transpose()?;
-        let landlocked = self.cfg.identities.as_ref().is_some_and(|i| i.landlock());
+        // A KVM guest needs /dev/kvm, which a process that starts as its uid opens through its
+        // group; where only root may, the VM process starts as root and drops itself instead.
+        let kvm_group = match self.cfg.accel {
+            Accel::Kvm => confine::kvm_group(),
+            Accel::Tcg => None,
+        };
+        let landlocked = self.cfg.identities.as_ref().is_some_and(|i| i.landlock())
+            && (self.cfg.accel == Accel::Tcg || kvm_group.is_some());
         let mut rules = match landlocked {
             true => Some(confine::base_rules(&spec.run_dir, &self.cfg.binary)?),
             false => None,
@@ -74,6 +81,7 @@ impl QemuDriver {
                 .map(std::os::fd::AsRawFd::as_raw_fd)
                 .collect(),
             drop_to: rules.as_ref().map(|r| (c.uid, r.fd())),
+            extra_group: kvm_group.filter(|_| landlocked),
         });
         let args = argv::build(&self.cfg, spec, mode, confined.as_ref());
         let qemu_log = spec.run_dir.join(QEMU_LOG);

@@ -56,6 +56,8 @@ pub struct Confinement {
     /// (`-run-with chroot=…,user=…`), keeping [`KEPT_CAPABILITIES`] in its bounding set until
     /// then — where the kernel has no Landlock.
     pub drop_to: Option<(u32, RawFd)>,
+    /// A supplementary group besides its own (the group of `/dev/kvm`, for a KVM guest).
+    pub extra_group: Option<u32>,
 }
 
 /// `binary` as a path `execve(2)` takes: itself when it names a directory, else the first
@@ -436,7 +438,9 @@ unsafe fn child(plan: ChildPlan<'_>) -> ! {
             }
             if let Some((uid, _)) = c.drop_to {
                 let gid = uid;
-                check(libc::setgroups(1, &gid), 7);
+                let groups = [gid, c.extra_group.unwrap_or(gid)];
+                let n = if c.extra_group.is_some() { 2 } else { 1 };
+                check(libc::setgroups(n, groups.as_ptr()), 7);
                 check(libc::setresgid(gid, gid, gid), 7);
                 // Leaving uid 0 clears the permitted and effective sets: no capability is left.
                 check(libc::setresuid(uid, uid, uid), 7);
