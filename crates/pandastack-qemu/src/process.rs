@@ -440,10 +440,19 @@ unsafe fn child(plan: ChildPlan<'_>) -> ! {
                 let gid = uid;
                 let groups = [gid, c.extra_group.unwrap_or(gid)];
                 let n = if c.extra_group.is_some() { 2 } else { 1 };
-                check(libc::setgroups(n, groups.as_ptr()), 7);
-                check(libc::setresgid(gid, gid, gid), 7);
+                // The raw system calls, not libc's wrappers: in a process libc believes has
+                // other threads (this one is a clone of a multi-threaded server, made behind
+                // libc's back) the wrappers take a lock to change every thread's ids, which a
+                // thread of the parent may have held at the clone — a hang, seen in CI. Here
+                // there is one thread, and the system calls change exactly its ids.
+                let ok = |r: libc::c_long| if r == -1 { -1 } else { 0 };
+                check(
+                    ok(libc::syscall(libc::SYS_setgroups, n, groups.as_ptr())),
+                    7,
+                );
+                check(ok(libc::syscall(libc::SYS_setresgid, gid, gid, gid)), 7);
                 // Leaving uid 0 clears the permitted and effective sets: no capability is left.
-                check(libc::setresuid(uid, uid, uid), 7);
+                check(ok(libc::syscall(libc::SYS_setresuid, uid, uid, uid)), 7);
             }
             check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 8);
             if let Some((_, ruleset)) = c.drop_to {
@@ -529,6 +538,71 @@ mod tests {
             hz
         );
         assert_eq!(cpu_time(&line), Some(Duration::from_secs(3)));
+    }
+
+    /// The confined spawn changes ids with raw system calls: libc's wrappers, in a clone of a
+    /// multi-threaded process, wait on a lock another thread of the parent may have held at the
+    /// clone (threads coming and going take it), and the child hung before exec. Two threads
+    /// here start and end threads without pause while 300 confined processes are spawned.
+    #[test]
+    fn a_confined_spawn_never_hangs_while_threads_come_and_go() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        if !rustix::process::geteuid().is_root() || crate::landlock::abi().is_none() {
+            eprintln!("skipped: needs root and Landlock");
+            return;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let churn: Vec<_> = (0..2)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let _ = std::thread::spawn(|| {}).join();
+                    }
+                })
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        let work = dir.path().to_owned();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let _in_runtime = rt.enter();
+            let rules = crate::confine::base_rules(&work, Path::new("true")).unwrap();
+            for i in 0..300 {
+                let spawned = Process::spawn(
+                    Path::new("true"),
+                    &[],
+                    &work,
+                    &work.join("log"),
+                    None,
+                    Vec::new(),
+                    Some(Confinement {
+                        inherit: Vec::new(),
+                        drop_to: Some((65_534, rules.fd())),
+                        extra_group: None,
+                    }),
+                );
+                if let Err(e) = spawned {
+                    let _ = done.send(Err(format!("spawn {i}: {e}")));
+                    return;
+                }
+            }
+            let _ = done.send(Ok(()));
+        });
+        let outcome = finished.recv_timeout(Duration::from_secs(120));
+        stop.store(true, Ordering::Relaxed);
+        for t in churn {
+            t.join().unwrap();
+        }
+        match outcome {
+            Ok(r) => r.unwrap(),
+            Err(_) => panic!("a confined spawn hung before exec"),
+        }
     }
 
     #[tokio::test]
