@@ -219,7 +219,7 @@ fn landlocked(
         .open(&console)?;
     give(&console, uid)?;
 
-    let mut keep = |file: std::fs::File, access: Access| -> Result<RawFdOf, VmError> {
+    let mut keep = |file: std::fs::File, access: Access| -> Result<std::os::fd::RawFd, VmError> {
         rules.allow_fd(file.as_fd(), false, access)?;
         let fd = file.as_raw_fd();
         held.push(OwnedFd::from(file));
@@ -253,7 +253,7 @@ fn landlocked(
         true => Some(keep(std::fs::File::open(&spec.kernel)?, Access::Read)?),
         false => None,
     };
-    let mut listen = |name: &str| -> Result<RawFdOf, VmError> {
+    let mut listen = |name: &str| -> Result<std::os::fd::RawFd, VmError> {
         let path = spec.run_dir.join(name);
         let _ = std::fs::remove_file(&path);
         let socket = std::os::unix::net::UnixListener::bind(&path)?;
@@ -353,8 +353,6 @@ pub(crate) fn kvm_group() -> Option<u32> {
     (m.gid() != 0 && m.mode() & 0o060 == 0o060).then_some(m.gid())
 }
 
-type RawFdOf = std::os::fd::RawFd;
-
 /// The Landlock rules every VM process running `binary` in `run_dir` gets: its installation
 /// (and the system's libraries) readable and executable, the dynamic loader's cache readable,
 /// the files of its run directory, `/dev/kvm` and `/dev/null` readable and writable. Nothing else of the
@@ -362,15 +360,8 @@ type RawFdOf = std::os::fd::RawFd;
 pub fn base_rules(run_dir: &Path, binary: &Path) -> Result<crate::landlock::Ruleset, VmError> {
     use crate::landlock::Access;
     let mut rules = crate::landlock::Ruleset::new()?;
-    let program = match binary.components().count() {
-        1 => std::env::var_os("PATH").and_then(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join(binary))
-                .find(|p| p.is_file())
-        }),
-        _ => Some(binary.to_owned()),
-    };
-    let install = program
+    let install = crate::process::resolve(binary)
+        .ok()
         .and_then(|b| std::fs::canonicalize(b).ok())
         .and_then(|b| b.parent()?.parent().map(Path::to_owned))
         .filter(|p| p.parent().is_some());

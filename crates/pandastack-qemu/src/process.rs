@@ -62,7 +62,7 @@ pub struct Confinement {
 
 /// `binary` as a path `execve(2)` takes: itself when it names a directory, else the first
 /// executable file of that name on `PATH` (what a shell would run).
-fn resolve(binary: &Path) -> Result<std::path::PathBuf, VmError> {
+pub(crate) fn resolve(binary: &Path) -> Result<std::path::PathBuf, VmError> {
     if binary.components().count() > 1 {
         return Ok(binary.to_owned());
     }
