@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Generates the Python SDK's synchronous client (sdk/python/src/pandastack/_sync.py) from the
-asynchronous one (_async.py), so the two cannot drift apart.
+"""Generates the Python SDK's synchronous client (the package sdk/python/src/pandastack/_sync/)
+from the asynchronous one (_async/), so the two cannot drift apart: each module _async/X.py
+becomes _sync/X.py.
 
-    python3 scripts/gen-sync-client.py            # rewrite _sync.py
-    python3 scripts/gen-sync-client.py --check    # exit 1 with a diff if _sync.py is stale
+    python3 scripts/gen-sync-client.py            # rewrite what is stale in _sync/
+    python3 scripts/gen-sync-client.py --check    # exit 1 with a diff if any of _sync/ is stale
 
-The transformation is mechanical (unasync-style), on Python tokens, never on raw text:
+A module of _sync/ without a twin in _async/ is stale too (the script deletes it). The
+transformation is mechanical (unasync-style), per module, on Python tokens, never on raw text:
 
 - ``async def`` / ``async for`` / ``async with`` lose ``async``; ``await x`` becomes ``x``, and
   ``(await x).y`` becomes ``x.y``.
@@ -16,7 +18,7 @@ The transformation is mechanical (unasync-style), on Python tokens, never on raw
 - Strings and comments (docstrings included) get the same renames plus ``async for/with`` ->
   ``for/with``, ``await x`` -> ``x`` and "asynchronous" -> "synchronous". A docstring paragraph
   that starts with ``Async:`` is about the async client only and is dropped.
-- Lines marked with directives in _async.py (comments, so _async.py stays plain Python):
+- Lines marked with directives in _async/ (comments, so the modules stay plain Python):
 
       # unasync: async-only          (alone on a line) drop everything up to
       # unasync: end                 ... this line
@@ -45,14 +47,16 @@ from typing import Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "sdk" / "python" / "src" / "pandastack"
-SOURCE = PKG / "_async.py"
-TARGET = PKG / "_sync.py"
+SOURCE = PKG / "_async"
+TARGET = PKG / "_sync"
 COMMAND = "python3 scripts/gen-sync-client.py"
 
 HEADER = (
-    "# Generated from _async.py by scripts/gen-sync-client.py: do not edit by hand.\n"
-    f"# Change _async.py, then run `{COMMAND}` (CI runs it with --check).\n"
+    "# Generated from {source} by scripts/gen-sync-client.py: do not edit by hand.\n"
+    f"# Change {{source}}, then run `{COMMAND}` (CI runs it with --check).\n"
 )
+#: How every generated module starts (a module of the target without it is never deleted).
+GENERATED = "# Generated from "
 
 #: Names that do not follow the ``AsyncFoo`` -> ``Foo`` rule. Also applied, as whole words, in
 #: strings and comments (``hasattr(body, "aclose")``).
@@ -88,7 +92,7 @@ def sync_name(name: str) -> str:
 # ---------------------------------------------------------------- directives (line pass)
 
 
-def apply_directives(src: str) -> str:
+def apply_directives(src: str, name: str) -> str:
     lines = src.splitlines(keepends=True)
     # line number (1-based) -> (directive text, comment column, alone on its line)
     found: Dict[int, Tuple[str, int, bool]] = {}
@@ -107,7 +111,7 @@ def apply_directives(src: str) -> str:
     block_start: Optional[int] = None
     for i, line in enumerate(lines, start=1):
         d = found.get(i)
-        where = f"{SOURCE.name}:{i}"
+        where = f"{name}:{i}"
         if block_start is not None:
             if d is None:
                 continue
@@ -134,7 +138,7 @@ def apply_directives(src: str) -> str:
             raise GenError(f"{where}: `# unasync: end` without `# unasync: async-only`")
         raise GenError(f"{where}: unknown directive {text!r}")
     if block_start is not None:
-        raise GenError(f"{SOURCE.name}:{block_start}: async-only block without `# unasync: end`")
+        raise GenError(f"{name}:{block_start}: async-only block without `# unasync: end`")
     return "".join(out)
 
 
@@ -385,9 +389,9 @@ def fix_imports(src: str) -> str:
 # ---------------------------------------------------------------- checks and driver
 
 
-def validate(out: str) -> None:
+def validate(out: str, name: str) -> None:
     try:
-        compile(out, str(TARGET), "exec", dont_inherit=True)
+        compile(out, f"<sync twin of {name}>", "exec", dont_inherit=True)
     except SyntaxError as e:
         raise GenError(f"generated code does not compile: {e}") from e
     for t in tokenize.generate_tokens(io.StringIO(out).readline):
@@ -403,48 +407,96 @@ def validate(out: str) -> None:
             raise GenError(f"generated line {t.start[0]} still has {bad}: {line.strip()}")
 
 
-def generate(src: str) -> str:
-    out = fix_imports(transform_code(apply_directives(src)))
-    out = HEADER + out
-    validate(out)
+def generate(src: str, name: str = "_async.py") -> str:
+    """The sync twin of the async module ``src``; ``name`` (``_async/apps.py``) is what its
+    header and the errors call the async module."""
+    text = apply_directives(src, name)  # its errors name the module's line already
+    try:
+        out = fix_imports(transform_code(text))
+        out = HEADER.format(source=name) + out
+        validate(out, name)
+    except GenError as e:
+        raise GenError(f"{name}: {e}") from None
     return out
+
+
+def modules(source: Path, target: Path) -> Tuple[List[Tuple[Path, Path, str]], List[Path]]:
+    """(async module, its sync twin, the async module's name in headers) for each module of
+    the package ``source``, and the modules of ``target`` that have no twin in ``source``.
+    ``source`` and ``target`` may also be one module and its twin."""
+    if not source.is_dir():
+        return [(source, target, source.name)], []
+    mods = sorted(source.glob("*.py"))
+    if not mods:
+        raise GenError(f"{source}: no modules")
+    names = {m.name for m in mods}
+    stale = sorted(p for p in target.glob("*.py") if p.name not in names)
+    return [(m, target / m.name, f"{source.name}/{m.name}") for m in mods], stale
+
+
+def _rel(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
-        "--check", action="store_true", help="do not write; exit 1 with a diff if _sync.py is stale"
+        "--check", action="store_true", help="do not write; exit 1 with a diff if _sync/ is stale"
     )
-    ap.add_argument("--source", type=Path, default=SOURCE, help="the async client (default: the SDK's)")
-    ap.add_argument("--target", type=Path, default=TARGET, help="the sync client (default: the SDK's)")
+    ap.add_argument(
+        "--source", type=Path, default=SOURCE, help="the async client's package (default: the SDK's)"
+    )
+    ap.add_argument(
+        "--target", type=Path, default=TARGET, help="the sync client's package (default: the SDK's)"
+    )
     args = ap.parse_args(argv)
-    source, target = args.source, args.target
+    # (sync module, what it holds, what it should hold: None for a module to delete, its source)
+    stale: List[Tuple[Path, str, Optional[str], str]] = []
     try:
-        out = generate(source.read_text(encoding="utf-8"))
+        mods, extra = modules(args.source, args.target)
+        for src, dst, name in mods:
+            out = generate(src.read_text(encoding="utf-8"), name)
+            current = dst.read_text(encoding="utf-8") if dst.exists() else ""
+            if current != out:
+                stale.append((dst, current, out, name))
+        for dst in extra:
+            current = dst.read_text(encoding="utf-8")
+            if not current.startswith(GENERATED):
+                raise GenError(
+                    f"{_rel(dst)} has no twin in {_rel(args.source)} and was not generated: "
+                    "move it to the async client, or delete it"
+                )
+            stale.append((dst, current, None, f"no {args.source.name}/{dst.name}"))
     except GenError as e:
         print(f"gen-sync-client: {e}", file=sys.stderr)
         return 2
-    current = target.read_text(encoding="utf-8") if target.exists() else ""
-    try:
-        rel = target.resolve().relative_to(ROOT).as_posix()
-    except ValueError:
-        rel = str(target)
     if args.check:
-        if current == out:
+        if not stale:
             return 0
-        sys.stdout.writelines(
-            difflib.unified_diff(
-                current.splitlines(keepends=True),
-                out.splitlines(keepends=True),
-                f"a/{rel} (committed)",
-                f"b/{rel} (generated from _async.py)",
+        for dst, current, out, name in stale:
+            rel = _rel(dst)
+            sys.stdout.writelines(
+                difflib.unified_diff(
+                    current.splitlines(keepends=True),
+                    (out or "").splitlines(keepends=True),
+                    f"a/{rel} (committed)",
+                    f"b/{rel} (generated from {name})" if out is not None else f"b/{rel} ({name})",
+                )
             )
-        )
-        print(f"gen-sync-client: {rel} is out of date; run `{COMMAND}`", file=sys.stderr)
+        rels = ", ".join(_rel(dst) for dst, *_ in stale)
+        print(f"gen-sync-client: out of date: {rels}; run `{COMMAND}`", file=sys.stderr)
         return 1
-    if current != out:
-        target.write_text(out, encoding="utf-8")
-        print(f"gen-sync-client: wrote {rel}", file=sys.stderr)
+    for dst, _, out, _ in stale:
+        if out is None:
+            dst.unlink()
+            print(f"gen-sync-client: deleted {_rel(dst)}", file=sys.stderr)
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_text(out, encoding="utf-8")
+            print(f"gen-sync-client: wrote {_rel(dst)}", file=sys.stderr)
     return 0
 
 

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use std::sync::{Arc, Mutex};
 
-use pandastack_host::{BuildLogFn, BuildSource, BuiltImage, Shape, SpecRefused, SpecSummary};
+use pandastack_host::{
+    error_chain, BuildLogFn, BuildSource, BuiltImage, Shape, SpecRefused, SpecSummary,
+};
 use pandastack_image::{
     install_agent, BuildOptions, ImageCache, OciOptions, Progress, TemplateSpec,
 };
@@ -65,18 +67,7 @@ pub fn api_spec(text: &str) -> Result<TemplateSpec, SpecRefused> {
     }
     // No `source` is left, so the path is never read; it only names the spec in messages.
     TemplateSpec::from_toml(text, Path::new("/nonexistent/api/spec.toml"))
-        .map_err(|e| SpecRefused::Invalid(error_text(&e)))
-}
-
-fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut next = e.source();
-    while let Some(s) = next {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        next = s.source();
-    }
-    text
+        .map_err(|e| SpecRefused::Invalid(error_chain(&e)))
 }
 
 impl<D: VmDriver + 'static> HostAgent<D> {

@@ -36,7 +36,7 @@ pub use console::{trim_consoles, TRIM_EVERY};
 pub use entry::SandboxView;
 pub use error::AgentError;
 pub use host::LocalHost;
-pub use pandastack_host::{error_chain, VmState};
+pub use pandastack_host::VmState;
 pub use pandastack_objects::Objects;
 pub use templates::TemplateView;
 pub use volumes::{VolumeError, VOLUME_CHUNK_SIZE};
@@ -247,7 +247,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                 return;
             };
             if let Err(e) = me.rt.fill_pool(&t, me.cfg.pool_size).await {
-                tracing::warn!(template = %t.name, error = %error_chain(&e), "pool refill");
+                tracing::warn!(template = %t.name, error = &e as &dyn std::error::Error, "pool refill");
             }
         });
     }
@@ -289,7 +289,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             Err(err) => tracing::debug!(
                 sandbox = id,
                 port,
-                error = %error_chain(err.as_ref()),
+                error = err.as_ref() as &dyn std::error::Error,
                 "no connection over the sandbox's network: the agent's port stream"
             ),
         }

@@ -232,11 +232,11 @@ pub(crate) async fn run<D: VmDriver + 'static>(
     .await;
     if let Err(e) = agent.destroy(&sandbox).await {
         if !matches!(e, AgentError::SandboxNotFound(_)) {
-            tracing::warn!(sandbox = %sandbox, error = %error_chain(&e), "remove builder VM");
+            tracing::warn!(sandbox = %sandbox, error = &e as &dyn std::error::Error, "remove builder VM");
         }
     }
     if let Err(e) = agent.remove_template(&temp).await {
-        tracing::warn!(template = %temp, error = %error_chain(&e), "remove builder template");
+        tracing::warn!(template = %temp, error = &e as &dyn std::error::Error, "remove builder template");
     }
     result
 }

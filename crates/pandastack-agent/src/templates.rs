@@ -141,7 +141,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                     }
                     Err(e) => tracing::error!(
                         template = %owned,
-                        error = %crate::error_chain(&e),
+                        error = &e as &dyn std::error::Error,
                         "baking the template again failed: build or bake it again"
                     ),
                 }

@@ -25,7 +25,7 @@ use pandastack_store::DeployRow;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{bool_param, Body, Caller};
-use crate::{rfc3339, App};
+use crate::{rfc3339, ApiState};
 
 /// Most of the app's own log a plain `GET …/logs` returns (its newest part).
 const APP_LOG_TAIL: u64 = 1 << 20;
@@ -74,12 +74,12 @@ pub(crate) fn deploy_wire(app_name: &str, d: &DeployRow) -> wire::Deploy {
     }
 }
 
-fn app_wire(app: &App, a: &AppInfo) -> wire::App {
+fn app_wire(app: &ApiState, a: &AppInfo) -> wire::App {
     let c = &a.config;
     wire::App {
         id: a.row.id.clone(),
         name: a.row.name.clone(),
-        url: app.apps.address.url(&a.row.name),
+        url: app.control.apps.address.url(&a.row.name),
         git: c.git.clone(),
         env: c.env.clone(),
         secret_names: c.secrets.keys().cloned().collect(),
@@ -93,7 +93,11 @@ fn app_wire(app: &App, a: &AppInfo) -> wire::App {
         deploy_key: a.deploy_key.clone(),
         live_deploy: a.row.live_deploy_id.clone(),
         instance_state: a.instance.as_ref().map(|s| s.state),
-        domains: a.domains.iter().map(|d| app.apps.domain_view(d)).collect(),
+        domains: a
+            .domains
+            .iter()
+            .map(|d| app.control.apps.domain_view(d))
+            .collect(),
         created_at: rfc3339(a.row.created_at),
         updated_at: rfc3339(a.row.updated_at),
     }
@@ -119,12 +123,12 @@ fn name_of(name: &str) -> ApiResult<&str> {
     responses((status = 201, description = "The app (its first deploy queued)", body = wire::App))
 )]
 pub async fn create(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Body(req): Body<CreateAppRequest>,
 ) -> ApiResult<(StatusCode, Json<wire::App>)> {
     req.validate()?;
-    let (info, _deploy) = app.apps.create(caller.ws(), &req).await?;
+    let (info, _deploy) = app.control.apps.create(caller.ws(), &req).await?;
     Ok((StatusCode::CREATED, Json(app_wire(&app, &info))))
 }
 
@@ -141,12 +145,13 @@ pub async fn create(
     responses((status = 200, description = "A page of apps", body = List<wire::App>))
 )]
 pub async fn list(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<List<wire::App>>> {
     let page = crate::page::Page::of(&q)?;
     let mut rows = app
+        .control
         .apps
         .list(caller.ws(), page.after.clone().map(|c| c.id), page.limit)
         .await?;
@@ -170,11 +175,11 @@ pub async fn list(
     responses((status = 200, description = "The app", body = wire::App))
 )]
 pub async fn get(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Json<wire::App>> {
-    let a = app.apps.get(caller.ws(), name_of(&name)?).await?;
+    let a = app.control.apps.get(caller.ws(), name_of(&name)?).await?;
     Ok(Json(app_wire(&app, &a)))
 }
 
@@ -190,14 +195,14 @@ pub async fn get(
     responses((status = 200, description = "The app", body = wire::App))
 )]
 pub async fn update(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
     Body(req): Body<UpdateAppRequest>,
 ) -> ApiResult<Json<wire::App>> {
     name_of(&name)?;
     req.validate()?;
-    let a = app.apps.update(caller.ws(), &name, &req).await?;
+    let a = app.control.apps.update(caller.ws(), &name, &req).await?;
     Ok(Json(app_wire(&app, &a)))
 }
 
@@ -211,11 +216,14 @@ pub async fn update(
     responses((status = 204, description = "Deleted"))
 )]
 pub async fn delete(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
-    app.apps.delete(caller.ws(), name_of(&name)?).await?;
+    app.control
+        .apps
+        .delete(caller.ws(), name_of(&name)?)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -237,7 +245,7 @@ pub async fn delete(
     responses((status = 202, description = "The queued deploy", body = wire::Deploy))
 )]
 pub async fn deploy(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
     req: Request,
@@ -255,7 +263,7 @@ pub async fn deploy(
             };
             name_of(&name)?;
             body.validate()?;
-            app.apps.deploy(caller.ws(), &name, &body).await?
+            app.control.apps.deploy(caller.ws(), &name, &body).await?
         }
         "application/gzip" | "application/x-gzip" | "application/x-tar+gzip" => {
             let upload = req.into_body().into_data_stream();
@@ -263,7 +271,10 @@ pub async fn deploy(
                 pandastack_control::drain_upload(upload).await;
                 return Err(e);
             }
-            app.apps.deploy_upload(caller.ws(), &name, upload).await?
+            app.control
+                .apps
+                .deploy_upload(caller.ws(), &name, upload)
+                .await?
         }
         other => {
             return Err(ApiError::new(
@@ -275,7 +286,7 @@ pub async fn deploy(
             ))
         }
     };
-    let a = app.apps.get(caller.ws(), &name).await?;
+    let a = app.control.apps.get(caller.ws(), &name).await?;
     Ok((StatusCode::ACCEPTED, Json(deploy_wire(&a.row.name, &d))))
 }
 
@@ -293,7 +304,7 @@ pub async fn deploy(
     responses((status = 200, description = "A page of deploys", body = List<wire::Deploy>))
 )]
 pub async fn deploys(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
@@ -301,6 +312,7 @@ pub async fn deploys(
     let page = crate::page::Page::of(&q)?;
     let before = page.after.as_ref().map(|c| c.created_at_ms);
     let (row, mut rows) = app
+        .control
         .apps
         .deploys(caller.ws(), name_of(&name)?, before, page.limit)
         .await?;
@@ -327,11 +339,12 @@ pub async fn deploys(
     responses((status = 200, description = "The deploy", body = wire::Deploy))
 )]
 pub async fn get_deploy(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path((name, id)): Path<(String, String)>,
 ) -> ApiResult<Json<wire::Deploy>> {
     let (row, d) = app
+        .control
         .apps
         .deploy_row(caller.ws(), name_of(&name)?, &id)
         .await?;
@@ -355,18 +368,19 @@ pub async fn get_deploy(
     )
 )]
 pub async fn deploy_logs(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path((name, id)): Path<(String, String)>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Response> {
     let follow = bool_param(&q, "follow")?;
     let (_, d) = app
+        .control
         .apps
         .deploy_row(caller.ws(), name_of(&name)?, &id)
         .await?;
-    let path = app.apps.log_path(&d.id);
-    let apps = app.apps.clone();
+    let path = app.control.apps.log_path(&d.id);
+    let apps = app.control.apps.clone();
     Ok(crate::logs::log_response(path, follow, move || {
         let (apps, id) = (apps.clone(), d.id.clone());
         async move { apps.deploy_ended(&id).await }
@@ -386,11 +400,12 @@ pub async fn deploy_logs(
     responses((status = 200, description = "The app with its new deploy key", body = wire::App))
 )]
 pub async fn rotate_deploy_key(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Json<wire::App>> {
     let a = app
+        .control
         .apps
         .rotate_deploy_key(caller.ws(), name_of(&name)?)
         .await?;
@@ -409,19 +424,19 @@ pub async fn rotate_deploy_key(
     responses((status = 200, description = "The deploy now live", body = wire::Deploy))
 )]
 pub async fn rollback(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
     Body(req): Body<RollbackRequest>,
 ) -> ApiResult<Json<wire::Deploy>> {
     name_of(&name)?;
-    let apps = app.apps.clone();
+    let apps = app.control.apps.clone();
     let ws = caller.ws().to_owned();
     // A rollback switches traffic: it finishes even if the caller goes away.
     let d = tokio::spawn(async move { apps.rollback(&ws, &name, &req).await.map(|d| (name, d)) })
         .await
         .map_err(|e| ApiError::internal("rollback", &e))??;
-    let a = app.apps.get(caller.ws(), &d.0).await?;
+    let a = app.control.apps.get(caller.ws(), &d.0).await?;
     Ok(Json(deploy_wire(&a.row.name, &d.1)))
 }
 
@@ -441,13 +456,17 @@ pub async fn rollback(
     )
 )]
 pub async fn app_logs(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Response> {
     let follow = bool_param(&q, "follow")?;
-    let sb = app.apps.instance(caller.ws(), name_of(&name)?).await?;
+    let sb = app
+        .control
+        .apps
+        .instance(caller.ws(), name_of(&name)?)
+        .await?;
     let argv = if follow {
         vec!["tail", "-c", "+1", "-F", APP_LOG]
     } else {
@@ -464,12 +483,12 @@ pub async fn app_logs(
         ..Default::default()
     };
     if !follow {
-        let out = app.host.exec(&sb.id, spec).await?;
+        let out = app.control.host().exec(&sb.id, spec).await?;
         return Ok(String::from_utf8_lossy(&out.stdout)
             .into_owned()
             .into_response());
     }
-    let events = app.host.exec_stream(&sb.id, spec).await?;
+    let events = app.control.host().exec_stream(&sb.id, spec).await?;
     let stream = events
         .filter_map(|ev| async move {
             match ev {
@@ -524,7 +543,7 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
     )
 )]
 pub async fn webhook_github(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Bytes,
@@ -553,7 +572,7 @@ pub async fn webhook_github(
     )
 )]
 pub async fn webhook_generic(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Bytes,
@@ -562,7 +581,7 @@ pub async fn webhook_generic(
 }
 
 async fn webhook(
-    app: &App,
+    app: &ApiState,
     name: &str,
     kind: WebhookKind,
     headers: &HeaderMap,
@@ -592,7 +611,7 @@ async fn webhook(
         signature: sig,
         body,
     };
-    match app.apps.webhook(name, &d).await {
+    match app.control.apps.webhook(name, &d).await {
         Ok(r) => Ok(Json(r)),
         Err(AppError::NotFound(_)) => Err(AppError::BadSignature.into()),
         Err(e) => Err(e.into()),

@@ -25,7 +25,7 @@ use pandastack_store::{DatabaseRowState, SandboxState};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
 use crate::idempotency::{self, Begin};
-use crate::{rfc3339, App};
+use crate::{rfc3339, ApiState};
 
 /// Rows an HTTP query returns at most.
 const MAX_ROWS: usize = 10_000;
@@ -38,8 +38,8 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// `templates/postgres.extensions.json`).
 const EXTENSIONS: &str = include_str!("../../../templates/postgres.extensions.json");
 
-pub(crate) fn database_wire(app: &App, d: &DatabaseInfo) -> wire::Database {
-    let a = &app.databases.address;
+pub(crate) fn database_wire(app: &ApiState, d: &DatabaseInfo) -> wire::Database {
+    let a = &app.control.databases.address;
     let state = match (d.row.state, d.sandbox.as_ref().map(|s| s.state)) {
         (DatabaseRowState::Creating, _) => DatabaseState::Creating,
         (_, Some(SandboxState::Running | SandboxState::Starting | SandboxState::Paused)) => {
@@ -92,7 +92,7 @@ impl From<DatabaseError> for ApiError {
             }
             e @ DatabaseError::LoginFailed(_) => Self::new(ErrorCode::Unauthorized, e.to_string()),
             e @ DatabaseError::Bootstrap { .. } => {
-                tracing::error!(error = %e, "database bootstrap");
+                tracing::error!(error = &e as &dyn std::error::Error, "database bootstrap");
                 Self::new(ErrorCode::Internal, e.to_string())
             }
             DatabaseError::Volume(e) => e.into(),
@@ -104,7 +104,7 @@ impl From<DatabaseError> for ApiError {
                 Self::new(ErrorCode::InvalidArgument, e.to_string())
             }
             e @ DatabaseError::Archive(_) => {
-                tracing::error!(error = %e, "database archive");
+                tracing::error!(error = &e as &dyn std::error::Error, "database archive");
                 Self::new(ErrorCode::Unavailable, e.to_string())
             }
         }
@@ -139,7 +139,7 @@ fn query_error(e: QueryError) -> ApiError {
     responses((status = 201, description = "The ready database", body = wire::Database))
 )]
 pub async fn create(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     headers: HeaderMap,
     Body(req): Body<CreateDatabaseRequest>,
@@ -152,7 +152,7 @@ pub async fn create(
         };
     idempotency::to_completion(async move {
         let result = async {
-            let d = app.databases.create(caller.ws(), &req).await?;
+            let d = app.control.databases.create(caller.ws(), &req).await?;
             Ok((StatusCode::CREATED, database_wire(&app, &d)))
         }
         .await;
@@ -174,12 +174,13 @@ pub async fn create(
     responses((status = 200, description = "A page of databases", body = List<wire::Database>))
 )]
 pub async fn list(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<List<wire::Database>>> {
     let page = crate::page::Page::of(&q)?;
     let mut rows = app
+        .control
         .databases
         .list(caller.ws(), page.after.clone().map(|c| c.id), page.limit)
         .await?;
@@ -230,11 +231,11 @@ pub async fn extensions(_caller: Caller) -> ApiResult<Json<wire::DatabaseExtensi
     responses((status = 200, description = "The database", body = wire::Database))
 )]
 pub async fn get(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<wire::Database>> {
-    let d = app.databases.get(caller.ws(), id_of(&id)?).await?;
+    let d = app.control.databases.get(caller.ws(), id_of(&id)?).await?;
     Ok(Json(database_wire(&app, &d)))
 }
 
@@ -248,11 +249,14 @@ pub async fn get(
     responses((status = 204, description = "Deleted"))
 )]
 pub async fn delete(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    app.databases.delete(caller.ws(), id_of(&id)?).await?;
+    app.control
+        .databases
+        .delete(caller.ws(), id_of(&id)?)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -267,11 +271,12 @@ pub async fn delete(
     responses((status = 200, description = "The database with its new password", body = wire::Database))
 )]
 pub async fn password(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<wire::Database>> {
     let d = app
+        .control
         .databases
         .rotate_password(caller.ws(), id_of(&id)?)
         .await?;
@@ -294,7 +299,7 @@ pub async fn password(
     responses((status = 201, description = "The branch, ready", body = wire::Database))
 )]
 pub async fn branch(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -309,7 +314,7 @@ pub async fn branch(
     };
     idempotency::to_completion(async move {
         let result = async {
-            let d = app.databases.branch(caller.ws(), &id, &req).await?;
+            let d = app.control.databases.branch(caller.ws(), &id, &req).await?;
             Ok((StatusCode::CREATED, database_wire(&app, &d)))
         }
         .await;
@@ -334,7 +339,7 @@ pub async fn branch(
     responses((status = 200, description = "The restored database, ready", body = wire::Database))
 )]
 pub async fn restore(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -350,7 +355,11 @@ pub async fn restore(
     idempotency::to_completion(async move {
         let result = async {
             let to_ms = pandastack_control::parse_database_time("to_time", &req.to_time)?;
-            let d = app.databases.restore(caller.ws(), &id, to_ms).await?;
+            let d = app
+                .control
+                .databases
+                .restore(caller.ws(), &id, to_ms)
+                .await?;
             Ok((StatusCode::OK, database_wire(&app, &d)))
         }
         .await;
@@ -372,11 +381,15 @@ pub async fn restore(
     responses((status = 202, description = "The backup, uploading", body = wire::VolumeBackup))
 )]
 pub async fn backup(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<(StatusCode, Json<wire::VolumeBackup>)> {
-    let b = app.databases.backup(caller.ws(), id_of(&id)?).await?;
+    let b = app
+        .control
+        .databases
+        .backup(caller.ws(), id_of(&id)?)
+        .await?;
     Ok((StatusCode::ACCEPTED, Json(crate::volumes::backup_wire(&b))))
 }
 
@@ -390,11 +403,15 @@ pub async fn backup(
     responses((status = 200, description = "The backups (one page)", body = List<wire::VolumeBackup>))
 )]
 pub async fn backups(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<List<wire::VolumeBackup>>> {
-    let rows = app.databases.backups(caller.ws(), id_of(&id)?).await?;
+    let rows = app
+        .control
+        .databases
+        .backups(caller.ws(), id_of(&id)?)
+        .await?;
     Ok(Json(List {
         data: rows.iter().map(crate::volumes::backup_wire).collect(),
         next_cursor: None,
@@ -459,15 +476,16 @@ fn query_wire(r: &QueryResult) -> wire::QueryResponse {
     responses((status = 200, description = "The result", body = wire::QueryResponse))
 )]
 pub async fn query(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
     Body(req): Body<QueryRequest>,
 ) -> ApiResult<Json<wire::QueryResponse>> {
     req.validate()?;
-    let row = app.databases.row(caller.ws(), id_of(&id)?).await?;
+    let row = app.control.databases.row(caller.ws(), id_of(&id)?).await?;
     let params: Vec<Option<String>> = req.params.iter().map(text_param).collect();
     let r = app
+        .control
         .databases
         .query(
             &row,
@@ -632,7 +650,7 @@ fn flag(headers: &HeaderMap, name: &str) -> bool {
     responses((status = 200, description = "Neon-style result(s)", body = Object))
 )]
 pub async fn sql(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     Path(id): Path<String>,
     headers: HeaderMap,
     Body(req): Body<SqlRequest>,
@@ -648,7 +666,7 @@ pub async fn sql(
             None,
         );
     };
-    let row = match app.databases.login(&id, &creds).await {
+    let row = match app.control.databases.login(&id, &creds).await {
         Ok(r) => r,
         Err(e) => return neon_failure(e),
     };
@@ -659,7 +677,12 @@ pub async fn sql(
     match (req.query, req.queries) {
         (Some(q), None) => {
             let params: Vec<Option<String>> = req.params.iter().map(text_param).collect();
-            match app.databases.query(&row, &creds, &q, &params, &lim).await {
+            match app
+                .control
+                .databases
+                .query(&row, &creds, &q, &params, &lim)
+                .await
+            {
                 Ok(r) => Json(neon(&r)).into_response(),
                 Err(e) => neon_failure(e),
             }
@@ -675,6 +698,7 @@ pub async fn sql(
                 .and_then(isolation_level);
             let read_only = flag(&headers, "neon-batch-read-only");
             match app
+                .control
                 .databases
                 .transaction(
                     &row,

@@ -25,7 +25,7 @@ use pandastack_pgwire::front::{self, Front, Incoming};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::App;
+use crate::ApiState;
 
 /// Activity is written this often while a connection is open.
 const TOUCH_EVERY: Duration = Duration::from_secs(5);
@@ -66,7 +66,7 @@ impl CancelKeys {
 
 /// Serves the front on `listener` until the task is dropped.
 pub async fn serve_db_front(
-    app: Arc<App>,
+    app: Arc<ApiState>,
     listener: TcpListener,
     front: Arc<Front>,
     wake_timeout: Duration,
@@ -76,7 +76,10 @@ pub async fn serve_db_front(
         let (tcp, peer) = match listener.accept().await {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!(error = %e, "database front: accept");
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "database front: accept"
+                );
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
@@ -85,7 +88,7 @@ pub async fn serve_db_front(
         let (app, front, keys) = (Arc::clone(&app), Arc::clone(&front), Arc::clone(&keys));
         tokio::spawn(async move {
             if let Err(e) = connection(&app, &front, &keys, tcp, wake_timeout).await {
-                tracing::debug!(%peer, error = %e, "database front: connection ended");
+                tracing::debug!(%peer, error = AsRef::<dyn std::error::Error + Send + Sync>::as_ref(&e) as &dyn std::error::Error, "database front: connection ended");
             }
         });
     }
@@ -100,7 +103,7 @@ fn route(label: &str) -> (String, u16) {
 }
 
 async fn connection(
-    app: &Arc<App>,
+    app: &Arc<ApiState>,
     front: &Front,
     keys: &CancelKeys,
     tcp: tokio::net::TcpStream,
@@ -116,7 +119,7 @@ async fn connection(
             return cancel(app, keys, (pid, secret.to_vec())).await
         }
     };
-    let domain = &app.databases.address.domain;
+    let domain = &app.control.databases.address.domain;
     let label = accepted
         .sni
         .as_deref()
@@ -135,7 +138,7 @@ async fn connection(
         .await;
     };
     let (id, port) = route(&label.to_ascii_lowercase());
-    let row = match app.databases.by_id(&id).await {
+    let row = match app.control.databases.by_id(&id).await {
         Ok(r) => r,
         Err(DatabaseError::NotFound(_)) => {
             return refuse(
@@ -156,13 +159,13 @@ async fn connection(
         Err(e) => return Err(e.into()),
     };
     // The start runs as a task of its own: a client that gives up never cuts it off half-way.
-    let dbs = app.databases.clone();
+    let dbs = app.control.databases.clone();
     let start_row = row.clone();
     let started = tokio::spawn(async move { dbs.running(&start_row).await });
     let sandbox = match tokio::time::timeout(wake_timeout, started).await {
         Ok(Ok(Ok(s))) => s,
         Ok(Ok(Err(e))) => {
-            tracing::warn!(database = %id, error = %e, "database front: could not start the database");
+            tracing::warn!(database = %id, error = &e as &dyn std::error::Error, "database front: could not start the database");
             return refuse(
                 &mut accepted.stream,
                 "57P03",
@@ -180,7 +183,7 @@ async fn connection(
             .await
         }
     };
-    let mut upstream = match app.host.connect_port(&sandbox.id, port).await {
+    let mut upstream = match app.control.host().connect_port(&sandbox.id, port).await {
         Ok(s) => s,
         Err(e) => {
             return refuse(
@@ -195,7 +198,7 @@ async fn connection(
         .write_all(&accepted.startup.encode_for_upstream())
         .await?;
     // `running` recorded this use; the ticker records the connection while it is open.
-    let (dbs, sb) = (app.databases.clone(), sandbox.id.clone());
+    let (dbs, sb) = (app.control.databases.clone(), sandbox.id.clone());
     let ticker = tokio::spawn(async move {
         let mut every = tokio::time::interval(TOUCH_EVERY);
         every.tick().await;
@@ -214,12 +217,12 @@ async fn connection(
         keys.remove(k);
     }
     ticker.abort();
-    app.databases.touch(&sandbox.id).await;
+    app.control.databases.touch(&sandbox.id).await;
     joined
 }
 
 /// Forwards a `CancelRequest` to the backend whose key it names (nothing for an unknown key).
-async fn cancel(app: &App, keys: &CancelKeys, key: CancelKey) -> anyhow::Result<()> {
+async fn cancel(app: &ApiState, keys: &CancelKeys, key: CancelKey) -> anyhow::Result<()> {
     let Some((sandbox, port)) = keys.get(&key) else {
         tracing::debug!(
             pid = key.0,
@@ -227,7 +230,7 @@ async fn cancel(app: &App, keys: &CancelKeys, key: CancelKey) -> anyhow::Result<
         );
         return Ok(());
     };
-    let mut s = app.host.connect_port(&sandbox, port).await?;
+    let mut s = app.control.host().connect_port(&sandbox, port).await?;
     s.write_all(&pandastack_pgwire::startup::encode_cancel_request(
         key.0, &key.1,
     ))

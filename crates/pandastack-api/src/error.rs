@@ -36,8 +36,7 @@ impl ApiError {
     }
 
     pub fn internal(context: &str, e: &(dyn std::error::Error + 'static)) -> Self {
-        let chain = pandastack_host::error_chain(e);
-        tracing::error!(error = %chain, "{context}");
+        tracing::error!(error = e, "{context}");
         Self::new(ErrorCode::Internal, format!("{context} failed"))
     }
 }
@@ -63,6 +62,13 @@ impl From<StoreError> for ApiError {
                 e.retry_after = Some(5);
                 e
             }
+            e @ StoreError::RateLimited {
+                retry_after_secs, ..
+            } => {
+                let mut err = Self::new(ErrorCode::RateLimited, e.to_string());
+                err.retry_after = Some(retry_after_secs);
+                err
+            }
             e @ StoreError::CountLimit { .. } => {
                 Self::new(ErrorCode::LimitReached, format!("{e}; delete some first"))
             }
@@ -85,6 +91,16 @@ impl From<pandastack_control::ControlError> for ApiError {
         match e {
             pandastack_control::ControlError::Store(e) => e.into(),
             pandastack_control::ControlError::Host(e) => e.into(),
+            pandastack_control::ControlError::Template(e) => e.into(),
+            pandastack_control::ControlError::SandboxNotFound(id) => {
+                Self::not_found(ErrorCode::SandboxNotFound, "sandbox", &id)
+            }
+            pandastack_control::ControlError::SnapshotNotFound(id) => {
+                Self::not_found(ErrorCode::SnapshotNotFound, "snapshot", &id)
+            }
+            e @ pandastack_control::ControlError::DiskLimit { .. } => {
+                Self::new(ErrorCode::InvalidArgument, e.to_string())
+            }
         }
     }
 }
@@ -205,7 +221,7 @@ impl From<HostError> for ApiError {
                     GuestErrorKind::NoSpace => ErrorCode::InsufficientStorage,
                     GuestErrorKind::Unavailable => ErrorCode::Unavailable,
                     GuestErrorKind::Other => {
-                        tracing::error!(error = %message, "guest agent");
+                        tracing::error!(error = message.as_str(), "guest agent");
                         ErrorCode::Internal
                     }
                 };

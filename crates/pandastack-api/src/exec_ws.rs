@@ -35,7 +35,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{Caller, Upgrade};
 use crate::workload::{guest, spec};
 use crate::ws::{error_frame, parse_error, text, touch, ACTIVITY_EVERY};
-use crate::App;
+use crate::ApiState;
 use pandastack_host::{ExecEvent, ExecInput, HostError, SessionStart};
 
 /// Frames queued for the socket before command output waits (backpressure to the guest).
@@ -69,7 +69,7 @@ const SIGKILL: i32 = 9;
     )
 )]
 pub async fn exec_ws(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
     Upgrade(ws): Upgrade,
@@ -92,7 +92,7 @@ pub async fn exec_ws(
 type Commands = Arc<Mutex<HashMap<String, mpsc::Sender<ExecInput>>>>;
 
 struct Session {
-    app: Arc<App>,
+    app: Arc<ApiState>,
     caller: Caller,
     sandbox: String,
     commands: Commands,
@@ -227,7 +227,8 @@ impl Session {
         };
         let events = match self
             .app
-            .host
+            .control
+            .host()
             .exec_session(&row.id, start, Box::pin(ReceiverStream::new(in_rx)))
             .await
         {

@@ -11,7 +11,7 @@ use pandastack_store::KeyRow;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
-use crate::App;
+use crate::ApiState;
 
 /// A JSON body; an empty body (no bytes at all) counts as `{}`. Whitespace alone is not JSON
 /// (a JSON text is a value between optional whitespace), so it is `invalid_json` like any other
@@ -89,12 +89,12 @@ impl Caller {
     }
 }
 
-impl FromRequestParts<std::sync::Arc<App>> for Caller {
+impl FromRequestParts<std::sync::Arc<ApiState>> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(
         parts: &mut Parts,
-        app: &std::sync::Arc<App>,
+        app: &std::sync::Arc<ApiState>,
     ) -> Result<Self, ApiError> {
         let secret = bearer(&parts.headers).or_else(|| query_key(parts));
         let Some(secret) = secret else {

@@ -19,7 +19,7 @@ use pandastack_store::DeployRow;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
-use crate::{rfc3339, App};
+use crate::{rfc3339, ApiState};
 
 /// Largest JSON body carrying a function's files (their 4 MiB, escaped, and the rest).
 pub(crate) const MAX_SOURCE_BODY: usize =
@@ -40,14 +40,14 @@ fn name_of(name: &str) -> ApiResult<&str> {
     }
 }
 
-fn function_wire(app: &App, f: &FunctionInfo) -> wire::Function {
+fn function_wire(app: &ApiState, f: &FunctionInfo) -> wire::Function {
     let c = &f.config;
     wire::Function {
         id: f.row.id.clone(),
         name: pandastack_control::apps::function::public_name(&f.row.name).to_owned(),
         runtime: f.function.runtime,
         handler: f.function.handler.clone(),
-        url: app.apps.address.url(&f.row.name),
+        url: app.control.apps.address.url(&f.row.name),
         public: f.function.public,
         env: c.env.clone(),
         secret_names: c.secrets.keys().cloned().collect(),
@@ -91,12 +91,12 @@ fn version_wire(name: &str, d: &DeployRow) -> wire::FunctionVersion {
     responses((status = 201, description = "The function (its first version building)", body = wire::Function))
 )]
 pub async fn create(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Body(req): Body<CreateFunctionRequest>,
 ) -> ApiResult<(StatusCode, Json<wire::Function>)> {
     req.validate()?;
-    let (info, _version) = app.apps.create_function(caller.ws(), &req).await?;
+    let (info, _version) = app.control.apps.create_function(caller.ws(), &req).await?;
     Ok((StatusCode::CREATED, Json(function_wire(&app, &info))))
 }
 
@@ -113,12 +113,13 @@ pub async fn create(
     responses((status = 200, description = "A page of functions", body = List<wire::Function>))
 )]
 pub async fn list(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<List<wire::Function>>> {
     let page = crate::page::Page::of(&q)?;
     let mut rows = app
+        .control
         .apps
         .functions(caller.ws(), page.after.clone().map(|c| c.id), page.limit)
         .await?;
@@ -142,11 +143,15 @@ pub async fn list(
     responses((status = 200, description = "The function", body = wire::Function))
 )]
 pub async fn get(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Json<wire::Function>> {
-    let f = app.apps.function(caller.ws(), name_of(&name)?).await?;
+    let f = app
+        .control
+        .apps
+        .function(caller.ws(), name_of(&name)?)
+        .await?;
     Ok(Json(function_wire(&app, &f)))
 }
 
@@ -161,14 +166,18 @@ pub async fn get(
     responses((status = 200, description = "The function", body = wire::Function))
 )]
 pub async fn update(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
     Body(req): Body<UpdateFunctionRequest>,
 ) -> ApiResult<Json<wire::Function>> {
     name_of(&name)?;
     req.validate()?;
-    let f = app.apps.update_function(caller.ws(), &name, &req).await?;
+    let f = app
+        .control
+        .apps
+        .update_function(caller.ws(), &name, &req)
+        .await?;
     Ok(Json(function_wire(&app, &f)))
 }
 
@@ -182,11 +191,12 @@ pub async fn update(
     responses((status = 204, description = "Deleted"))
 )]
 pub async fn delete(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
-    app.apps
+    app.control
+        .apps
         .delete_function(caller.ws(), name_of(&name)?)
         .await?;
     Ok(StatusCode::NO_CONTENT)
@@ -209,7 +219,7 @@ pub async fn delete(
     responses((status = 202, description = "The version, building", body = wire::FunctionVersion))
 )]
 pub async fn create_version(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
     req: Request,
@@ -222,7 +232,8 @@ pub async fn create_version(
                 pandastack_control::drain_upload(upload).await;
                 return Err(e);
             }
-            app.apps
+            app.control
+                .apps
                 .create_version_upload(caller.ws(), &name, upload)
                 .await?
         }
@@ -237,7 +248,10 @@ pub async fn create_version(
             };
             name_of(&name)?;
             body.validate()?;
-            app.apps.create_version(caller.ws(), &name, &body).await?
+            app.control
+                .apps
+                .create_version(caller.ws(), &name, &body)
+                .await?
         }
         other => {
             return Err(ApiError::new(
@@ -266,7 +280,7 @@ pub async fn create_version(
     responses((status = 200, description = "A page of versions", body = List<wire::FunctionVersion>))
 )]
 pub async fn versions(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
@@ -274,6 +288,7 @@ pub async fn versions(
     let page = crate::page::Page::of(&q)?;
     let before = page.after.as_ref().map(|c| c.created_at_ms);
     let mut rows = app
+        .control
         .apps
         .versions(caller.ws(), name_of(&name)?, before, page.limit)
         .await?;
@@ -300,11 +315,12 @@ pub async fn versions(
     responses((status = 200, description = "The version", body = wire::FunctionVersion))
 )]
 pub async fn get_version(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path((name, version)): Path<(String, String)>,
 ) -> ApiResult<Json<wire::FunctionVersion>> {
     let d = app
+        .control
         .apps
         .version(caller.ws(), name_of(&name)?, version_of(&version)?)
         .await?;
@@ -324,15 +340,16 @@ pub async fn get_version(
     responses((status = 200, description = "The build log", content_type = "text/plain", body = String))
 )]
 pub async fn version_logs(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path((name, version)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     let d = app
+        .control
         .apps
         .version(caller.ws(), name_of(&name)?, version_of(&version)?)
         .await?;
-    let text = tokio::fs::read(app.apps.log_path(&d.id))
+    let text = tokio::fs::read(app.control.apps.log_path(&d.id))
         .await
         .unwrap_or_default();
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
@@ -350,13 +367,17 @@ pub async fn version_logs(
     responses((status = 200, description = "The version now live", body = wire::FunctionVersion))
 )]
 pub async fn rollback(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
     Body(req): Body<FunctionRollbackRequest>,
 ) -> ApiResult<Json<wire::FunctionVersion>> {
     name_of(&name)?;
-    let d = app.apps.rollback_function(caller.ws(), &name, &req).await?;
+    let d = app
+        .control
+        .apps
+        .rollback_function(caller.ws(), &name, &req)
+        .await?;
     Ok(Json(version_wire(&name, &d)))
 }
 
@@ -389,7 +410,7 @@ pub async fn rollback(
     )
 )]
 pub async fn invoke(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
@@ -409,12 +430,17 @@ pub async fn invoke(
     let event = event_of(&headers, body)?;
     if run_async {
         let inv = app
+            .control
             .apps
             .invoke_async(caller.ws(), &name, event, retries)
             .await?;
         return Ok((StatusCode::ACCEPTED, Json(inv)));
     }
-    let inv = app.apps.invoke(caller.ws(), &name, event, None).await?;
+    let inv = app
+        .control
+        .apps
+        .invoke(caller.ws(), &name, event, None)
+        .await?;
     Ok((StatusCode::OK, Json(inv)))
 }
 
@@ -431,11 +457,12 @@ pub async fn invoke(
     responses((status = 200, description = "The invocation", body = wire::Invocation))
 )]
 pub async fn invocation(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path((name, id)): Path<(String, String)>,
 ) -> ApiResult<Json<wire::Invocation>> {
     let inv = app
+        .control
         .apps
         .invocation(caller.ws(), name_of(&name)?, &id)
         .await?;

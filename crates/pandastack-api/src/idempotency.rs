@@ -12,7 +12,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::error::{ApiError, ApiResult};
-use crate::App;
+use crate::ApiState;
 
 /// A reserved key (or none was sent).
 pub(crate) struct Idem {
@@ -28,7 +28,7 @@ pub(crate) enum Begin {
 
 /// Reserves the request's key; `scope` names what is created (e.g. the route and its parent).
 pub(crate) async fn begin(
-    app: &App,
+    app: &ApiState,
     ws: &str,
     headers: &HeaderMap,
     scope: &str,
@@ -80,7 +80,7 @@ impl Idem {
     /// Records the response for replays, or releases the key if the request failed.
     pub(crate) async fn finish<T: Serialize>(
         self,
-        app: &App,
+        app: &ApiState,
         ws: &str,
         result: ApiResult<(StatusCode, T)>,
     ) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {

@@ -10,7 +10,7 @@ use pandastack_store::KeyRow;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
-use crate::{rfc3339, App};
+use crate::{rfc3339, ApiState};
 
 fn key_wire(k: &KeyRow) -> wire::Key {
     wire::Key {
@@ -30,7 +30,10 @@ fn key_wire(k: &KeyRow) -> wire::Key {
     tag = "keys",
     responses((status = 200, description = "Keys", body = List<wire::Key>))
 )]
-pub async fn list(State(app): State<Arc<App>>, caller: Caller) -> ApiResult<Json<List<wire::Key>>> {
+pub async fn list(
+    State(app): State<Arc<ApiState>>,
+    caller: Caller,
+) -> ApiResult<Json<List<wire::Key>>> {
     let keys = app.store.keys().list(caller.ws()).await?;
     Ok(Json(List {
         data: keys.iter().map(key_wire).collect(),
@@ -48,7 +51,7 @@ pub async fn list(State(app): State<Arc<App>>, caller: Caller) -> ApiResult<Json
     responses((status = 201, description = "The key with its secret", body = CreatedKey))
 )]
 pub async fn create(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Body(req): Body<CreateKeyRequest>,
 ) -> ApiResult<(StatusCode, Json<CreatedKey>)> {
@@ -78,7 +81,7 @@ pub async fn create(
     responses((status = 204, description = "Revoked"))
 )]
 pub async fn revoke(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
@@ -102,7 +105,10 @@ pub async fn revoke(
     tag = "keys",
     responses((status = 200, description = "The workspace's usage and limits", body = wire::Usage))
 )]
-pub async fn usage(State(app): State<Arc<App>>, caller: Caller) -> ApiResult<Json<wire::Usage>> {
+pub async fn usage(
+    State(app): State<Arc<ApiState>>,
+    caller: Caller,
+) -> ApiResult<Json<wire::Usage>> {
     let ws = app.store.keys().workspace(caller.ws()).await?;
     let quota = app.store.keys().volume_quota(caller.ws()).await?;
     let c = app.store.keys().counts(caller.ws()).await?;

@@ -25,7 +25,7 @@ use crate::error::ApiResult;
 use crate::extract::{bool_param, Caller};
 use crate::sandboxes::owned;
 use crate::utf8::Utf8Pieces;
-use crate::App;
+use crate::ApiState;
 
 /// Pause between looks at a log that did not grow.
 const POLL: Duration = Duration::from_millis(200);
@@ -51,7 +51,7 @@ const CHUNK: usize = 64 * 1024;
     )
 )]
 pub async fn logs(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
@@ -60,7 +60,7 @@ pub async fn logs(
     let row = owned(&app, &caller, &id).await?;
     let id = row.id;
     if !follow {
-        let all = app.host.console(&id, None, usize::MAX).await?;
+        let all = app.control.host().console(&id, None, usize::MAX).await?;
         return Ok(String::from_utf8_lossy(&all.data)
             .into_owned()
             .into_response());
@@ -70,7 +70,8 @@ pub async fn logs(
         move |from: Option<LogPos>| {
             let (app, id) = (Arc::clone(&app), id.clone());
             async move {
-                app.host
+                app.control
+                    .host()
                     .console(&id, from, CHUNK)
                     .await
                     .map_err(|e| e.to_string())
@@ -81,8 +82,11 @@ pub async fn logs(
         let (app, id) = (Arc::clone(&app), id.clone());
         async move {
             // Deleted: the log is complete.
-            matches!(app.host.get(&id).await, Err(HostError::SandboxNotFound(_)))
-                .then(|| "deleted".to_owned())
+            matches!(
+                app.control.host().get(&id).await,
+                Err(HostError::SandboxNotFound(_))
+            )
+            .then(|| "deleted".to_owned())
         }
     };
     Ok(follow_sse(read, ended))
@@ -173,7 +177,7 @@ where
             match self.read_more().await {
                 Ok(Some(text)) => return log_event(text),
                 Ok(None) => {}
-                Err(e) => tracing::debug!(error = %e, "log read"),
+                Err(e) => tracing::debug!(error = e.as_str(), "log read"),
             }
             if let Some(reason) = (self.ended_check)().await {
                 // Deliver what was written last, then end.

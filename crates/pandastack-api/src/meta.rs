@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 
-use crate::App;
+use crate::ApiState;
 
 /// Liveness: `ok` while the server answers.
 #[utoipa::path(
@@ -17,7 +17,7 @@ use crate::App;
     tag = "meta",
     responses((status = 200, description = "The server is up", body = String, content_type = "text/plain"))
 )]
-pub async fn health(_: State<Arc<App>>) -> &'static str {
+pub async fn health(_: State<Arc<ApiState>>) -> &'static str {
     "ok"
 }
 
@@ -29,7 +29,7 @@ pub async fn health(_: State<Arc<App>>) -> &'static str {
     tag = "meta",
     responses((status = 200, description = "The OpenAPI document", content_type = "application/json"))
 )]
-pub async fn openapi_json(_: State<Arc<App>>) -> impl IntoResponse {
+pub async fn openapi_json(_: State<Arc<ApiState>>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "application/json")],
         crate::openapi::document_json(),

@@ -11,21 +11,17 @@ use pandastack_store::SandboxRow;
 use crate::error::ApiResult;
 use crate::extract::{Body, Caller};
 use crate::sandboxes::owned;
-use crate::App;
+use crate::ApiState;
 
 /// The row's access token, giving it one if it has none (rows from before preview URLs).
-pub(crate) async fn token(app: &App, row: &SandboxRow) -> ApiResult<String> {
+pub(crate) async fn token(app: &ApiState, row: &SandboxRow) -> ApiResult<String> {
     if !row.access_token.is_empty() {
         return Ok(row.access_token.clone());
     }
-    Ok(app
-        .store
-        .sandboxes()
-        .ensure_access_token(&row.id, &pandastack_store::new_token())
-        .await?)
+    Ok(app.control.sandboxes.access_token(row).await?)
 }
 
-fn port_url(app: &App, row: &SandboxRow, port: u16, token: String) -> PortUrl {
+fn port_url(app: &ApiState, row: &SandboxRow, port: u16, token: String) -> PortUrl {
     PortUrl {
         url: app.preview.url(port, &row.id),
         port,
@@ -44,7 +40,7 @@ fn port_url(app: &App, row: &SandboxRow, port: u16, token: String) -> PortUrl {
     responses((status = 200, description = "The port's URL, whether it is public, and the token that opens it while private", body = PortUrl))
 )]
 pub async fn url(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path((id, port)): Path<(String, String)>,
 ) -> ApiResult<Json<PortUrl>> {
@@ -65,7 +61,7 @@ pub async fn url(
     responses((status = 200, description = "The port as it is now", body = PortUrl))
 )]
 pub async fn update(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path((id, port)): Path<(String, String)>,
     Body(req): Body<PortUpdate>,
@@ -73,9 +69,9 @@ pub async fn update(
     let port = parse_port(&port)?;
     let mut row = owned(&app, &caller, &id).await?;
     row.public_ports = app
-        .store
-        .sandboxes()
-        .set_port_public(&row.id, port, req.public)
+        .control
+        .sandboxes
+        .set_port_public(&row, port, req.public)
         .await?;
     let token = token(&app, &row).await?;
     Ok(Json(port_url(&app, &row, port, token)))

@@ -27,10 +27,10 @@ use axum::Router;
 use hyper_util::rt::TokioIo;
 use pandastack_api_types::{ErrorCode, SandboxState, ACCESS_TOKEN_HEADER};
 use pandastack_host::{GuestErrorKind, HostError};
-use pandastack_store::{now_ms, SandboxRow, StoreError};
+use pandastack_store::{now_ms, SandboxRow};
 
 use crate::error::{ApiError, ApiResult};
-use crate::App;
+use crate::ApiState;
 
 /// Cookie that carries a sandbox's access token (host-only: each preview host has its own).
 const COOKIE: &str = "pandastack_access";
@@ -135,11 +135,11 @@ impl PreviewConfig {
 }
 
 /// The proxy's router: everything goes to one handler.
-pub fn proxy_router(app: Arc<App>) -> Router {
+pub fn proxy_router(app: Arc<ApiState>) -> Router {
     Router::new().fallback(handle).with_state(app)
 }
 
-async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
+async fn handle(State(app): State<Arc<ApiState>>, req: Request) -> Response {
     match forward(&app, req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
@@ -158,7 +158,7 @@ enum Access {
     SetCookie(String),
 }
 
-async fn forward(app: &Arc<App>, mut req: Request) -> ApiResult<Response> {
+async fn forward(app: &Arc<ApiState>, mut req: Request) -> ApiResult<Response> {
     let host = req
         .uri()
         .authority()
@@ -176,17 +176,7 @@ async fn forward(app: &Arc<App>, mut req: Request) -> ApiResult<Response> {
         }
         return forward_domain(app, &host, req).await;
     };
-    let mut row = match app.store.sandboxes().by_id(&id).await {
-        Ok(r) => r,
-        Err(StoreError::NotFound) => {
-            return Err(ApiError::not_found(
-                ErrorCode::SandboxNotFound,
-                "sandbox",
-                &id,
-            ))
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let mut row = app.control.sandboxes.by_id(&id).await?;
     match authorize(app, &row, port, req.headers(), req.uri()).await? {
         Access::SetCookie(token) => return Ok(set_cookie(req.uri(), &token)),
         Access::Key => {
@@ -205,13 +195,13 @@ async fn forward(app: &Arc<App>, mut req: Request) -> ApiResult<Response> {
 
 /// A request for app `name`: to its live version's VM, woken if it hibernated. Apps are
 /// public; nothing is taken off the request.
-async fn forward_app(app: &Arc<App>, name: &str, req: Request) -> ApiResult<Response> {
+async fn forward_app(app: &Arc<ApiState>, name: &str, req: Request) -> ApiResult<Response> {
     if name.starts_with(pandastack_api_types::FUNCTION_HOST_PREFIX) {
-        if let Some((lease, port)) = app.apps.function_lease(name).await? {
+        if let Some((lease, port)) = app.control.apps.function_lease(name).await? {
             return forward_function(app, lease, port, req).await;
         }
     }
-    let Some(route) = app.apps.route(name).await? else {
+    let Some(route) = app.control.apps.route(name).await? else {
         return Err(ApiError::not_found(ErrorCode::AppNotFound, "app", name));
     };
     let mut row = route.sandbox;
@@ -222,7 +212,7 @@ async fn forward_app(app: &Arc<App>, name: &str, req: Request) -> ApiResult<Resp
     } else if now_ms() - row.last_activity_at >= ACTIVITY_EVERY_MS {
         // A write to the store: off the request's path (the cached route learns of it, so the
         // next requests do not write again).
-        app.apps.note_activity(name, &row.id, now_ms());
+        app.control.apps.note_activity(name, &row.id, now_ms());
         let (app, id) = (Arc::clone(app), row.id.clone());
         tokio::spawn(async move { crate::ws::touch(&app, &id).await });
     }
@@ -233,7 +223,7 @@ async fn forward_app(app: &Arc<App>, name: &str, req: Request) -> ApiResult<Resp
 /// live version (restored from the baked snapshot when none is warm), bounded by the
 /// function's time limit; an instance that runs past it is discarded.
 async fn forward_function(
-    app: &Arc<App>,
+    app: &Arc<ApiState>,
     lease: pandastack_control::apps::function::FunctionLease,
     port: u16,
     req: Request,
@@ -254,7 +244,7 @@ async fn forward_function(
 
 /// A request for a host that is neither a preview host nor `<app>.<domain>`: an app's custom
 /// domain, or an ACME CA fetching the HTTP-01 challenge of one.
-async fn forward_domain(app: &Arc<App>, host: &str, req: Request) -> ApiResult<Response> {
+async fn forward_domain(app: &Arc<ApiState>, host: &str, req: Request) -> ApiResult<Response> {
     let name = host
         .rsplit_once(':')
         .filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))
@@ -262,7 +252,7 @@ async fn forward_domain(app: &Arc<App>, host: &str, req: Request) -> ApiResult<R
         .trim_end_matches('.')
         .to_ascii_lowercase();
     if let Some(token) = req.uri().path().strip_prefix(ACME_CHALLENGE) {
-        if let Some(key_auth) = app.apps.acme_challenge(token).await? {
+        if let Some(key_auth) = app.control.apps.acme_challenge(token).await? {
             return Ok((
                 [(header::CONTENT_TYPE, "application/octet-stream")],
                 key_auth,
@@ -270,7 +260,7 @@ async fn forward_domain(app: &Arc<App>, host: &str, req: Request) -> ApiResult<R
                 .into_response());
         }
     }
-    match app.apps.app_for_domain(&name).await? {
+    match app.control.apps.app_for_domain(&name).await? {
         Some(app_name) => match https_redirect(app, &name, req.uri(), over_tls(&req)).await {
             Some(to) => {
                 Ok((StatusCode::PERMANENT_REDIRECT, [(header::LOCATION, to)]).into_response())
@@ -290,7 +280,7 @@ async fn forward_domain(app: &Arc<App>, host: &str, req: Request) -> ApiResult<R
 
 /// Where `req`, for custom domain `name`, is redirected to over HTTPS: with
 /// `--https-redirect`, when it came over plain HTTP and the name has a certificate of its own.
-async fn https_redirect(app: &App, name: &str, uri: &Uri, over_tls: bool) -> Option<String> {
+async fn https_redirect(app: &ApiState, name: &str, uri: &Uri, over_tls: bool) -> Option<String> {
     let r = app.https_redirect.as_ref()?;
     (!over_tls && r.tls.has_own(name).await).then(|| crate::tls::https_location(name, r.port, uri))
 }
@@ -305,7 +295,7 @@ const ACME_CHALLENGE: &str = "/.well-known/acme-challenge/";
 
 /// Whether `req` may reach `port` of `row`.
 async fn authorize(
-    app: &App,
+    app: &ApiState,
     row: &SandboxRow,
     port: u16,
     headers: &HeaderMap,
@@ -427,8 +417,8 @@ fn set_cookie(uri: &Uri, token: &str) -> Response {
 /// Wakes a hibernated sandbox for a request, waiting at most the configured bound. The wake
 /// runs as a task of its own: a request that gives up (or a client that goes away) never cuts a
 /// wake off half-way.
-async fn wake(app: &Arc<App>, row: SandboxRow) -> ApiResult<SandboxRow> {
-    let (host, id) = (Arc::clone(&app.host), row.id.clone());
+async fn wake(app: &Arc<ApiState>, row: SandboxRow) -> ApiResult<SandboxRow> {
+    let (host, id) = (Arc::clone(app.control.host()), row.id.clone());
     let woke = tokio::spawn(async move { host.awake(&id).await });
     match tokio::time::timeout(app.preview.wake_timeout, woke).await {
         Err(_) => {
@@ -452,7 +442,12 @@ async fn wake(app: &Arc<App>, row: SandboxRow) -> ApiResult<SandboxRow> {
 /// Sends `req` to `port` of sandbox `row`, and the answer back: over a kept-alive connection
 /// of the proxy's pool when there is one (see [`crate::upstream`]), else over a new one; an
 /// upgrade (WebSocket) always over a new one, joined end to end once the sandbox answers 101.
-async fn send(app: &App, row: &SandboxRow, port: u16, mut req: Request) -> ApiResult<Response> {
+async fn send(
+    app: &ApiState,
+    row: &SandboxRow,
+    port: u16,
+    mut req: Request,
+) -> ApiResult<Response> {
     let id = row.id.as_str();
     // HTTP/2 clients name the host in `:authority`; the sandbox hears HTTP/1.1 with a Host.
     if !req.headers().contains_key(header::HOST) {
@@ -547,7 +542,12 @@ fn answer(mut resp: Response<hyper::body::Incoming>) -> Response {
 
 /// A connection request with an `Upgrade`: over a connection of its own (never pooled), the
 /// two sides joined once the sandbox answers 101.
-async fn send_upgrade(app: &App, id: &str, port: u16, mut req: Request) -> ApiResult<Response> {
+async fn send_upgrade(
+    app: &ApiState,
+    id: &str,
+    port: u16,
+    mut req: Request,
+) -> ApiResult<Response> {
     let (mut sender, conn) = dial(app, id, port).await?;
     tokio::spawn(async move {
         if let Err(e) = conn.with_upgrades().await {
@@ -577,23 +577,28 @@ async fn send_upgrade(app: &App, id: &str, port: u16, mut req: Request) -> ApiRe
 /// A new HTTP/1.1 connection to `port` in sandbox `id` (one port stream through the host
 /// boundary): its sender and the task that drives it (to be spawned).
 async fn dial(
-    app: &App,
+    app: &ApiState,
     id: &str,
     port: u16,
 ) -> ApiResult<(
     hyper::client::conn::http1::SendRequest<Body>,
     hyper::client::conn::http1::Connection<TokioIo<Box<dyn pandastack_host::PortIo>>, Body>,
 )> {
-    let io = app.host.connect_port(id, port).await.map_err(|e| match e {
-        HostError::Guest {
-            kind: GuestErrorKind::Unavailable,
-            message,
-        } => ApiError::new(
-            ErrorCode::PortNotListening,
-            format!("sandbox {id}, port {port}: {message}"),
-        ),
-        e => e.into(),
-    })?;
+    let io = app
+        .control
+        .host()
+        .connect_port(id, port)
+        .await
+        .map_err(|e| match e {
+            HostError::Guest {
+                kind: GuestErrorKind::Unavailable,
+                message,
+            } => ApiError::new(
+                ErrorCode::PortNotListening,
+                format!("sandbox {id}, port {port}: {message}"),
+            ),
+            e => e.into(),
+        })?;
     hyper::client::conn::http1::handshake::<_, Body>(TokioIo::new(io))
         .await
         .map_err(|e| upstream(id, port, &e))

@@ -23,7 +23,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{Caller, Upgrade};
 use crate::workload::{guest, spec};
 use crate::ws::{error_frame, parse_error, text, touch, ACTIVITY_EVERY};
-use crate::App;
+use crate::ApiState;
 use pandastack_host::{ExecEvent, ExecInput, HostError, PtySize, SessionStart};
 
 /// Terminal size when the client gives none.
@@ -58,7 +58,7 @@ const DEFAULT_SHELL: &str =
     )
 )]
 pub async fn pty(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
@@ -107,7 +107,8 @@ pub async fn pty(
     let (in_tx, in_rx) = mpsc::channel(64);
     // Started before the upgrade: a guest that cannot run it is an HTTP error, not a dead socket.
     let events = app
-        .host
+        .control
+        .host()
         .exec_session(&row.id, start, Box::pin(ReceiverStream::new(in_rx)))
         .await?;
     let sandbox = row.id;
@@ -116,7 +117,7 @@ pub async fn pty(
 
 /// Shuttles bytes until the program exits or the client goes away.
 async fn session<S>(
-    app: Arc<App>,
+    app: Arc<ApiState>,
     sandbox: String,
     mut socket: WebSocket,
     mut events: S,

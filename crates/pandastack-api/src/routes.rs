@@ -13,7 +13,7 @@ use axum::Router;
 use utoipa::openapi::HttpMethod;
 
 use crate::openapi::Conventions;
-use crate::App;
+use crate::ApiState;
 #[allow(unused_imports)] // named by the table through the macro
 use crate::{
     apps, code, databases, exec_ws, functions, keys, logs, meta, ports, pty, sandboxes, schedules,
@@ -122,8 +122,8 @@ macro_rules! route_table {
 
         /// Registers every handler of the table on `router`.
         pub(crate) fn register(
-            mut router: Router<Arc<App>>,
-        ) -> Router<Arc<App>> {
+            mut router: Router<Arc<ApiState>>,
+        ) -> Router<Arc<ApiState>> {
             $(
                 paste::paste! {
                     router = add(

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -12,14 +11,14 @@ use axum::Json;
 use pandastack_api_types::{
     self as wire, CreateSandboxRequest, Cursor, ErrorCode, List, PatchSandboxRequest,
 };
-use pandastack_control::{Source, Verb};
+use pandastack_control::Verb;
 use pandastack_host::VmView as SandboxView;
-use pandastack_store::{now_ms, Filter, MountClaim, SandboxRow};
+use pandastack_store::{Filter, SandboxRow};
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
 use crate::idempotency::{self, Begin};
-use crate::{rfc3339, App};
+use crate::{rfc3339, ApiState};
 
 pub(crate) fn to_wire(r: &SandboxRow, host: &str) -> wire::Sandbox {
     wire::Sandbox {
@@ -45,98 +44,21 @@ pub(crate) fn to_wire(r: &SandboxRow, host: &str) -> wire::Sandbox {
 }
 
 /// The caller's sandbox row, or 404 (also for other workspaces' sandboxes).
-pub(crate) async fn owned(app: &App, caller: &Caller, id: &str) -> ApiResult<SandboxRow> {
-    if !wire::valid_name(id, 32) {
-        return Err(ApiError::not_found(
-            ErrorCode::SandboxNotFound,
-            "sandbox",
-            id,
-        ));
-    }
-    match app.store.sandboxes().get(caller.ws(), id).await {
-        Ok(r) => Ok(r),
-        Err(pandastack_store::StoreError::NotFound) => Err(ApiError::not_found(
-            ErrorCode::SandboxNotFound,
-            "sandbox",
-            id,
-        )),
-        Err(e) => Err(e.into()),
-    }
+pub(crate) async fn owned(app: &ApiState, caller: &Caller, id: &str) -> ApiResult<SandboxRow> {
+    Ok(app.control.sandboxes.get(caller.ws(), id).await?)
 }
 
 /// Records the host's view of a sandbox (state after an operation) and API activity.
 pub(crate) async fn record(
-    app: &App,
+    app: &ApiState,
     row: SandboxRow,
     view: &SandboxView,
 ) -> ApiResult<SandboxRow> {
-    Ok(app.sandboxes.record(row, view).await?)
-}
-
-/// Enforces the workspace's create-rate limit (the limit on running sandboxes is checked as
-/// their rows go in: [`pandastack_store::Sandboxes::insert_within_limit`]).
-pub(crate) async fn check_rate(app: &App, ws: &str, adding: i64) -> ApiResult<()> {
-    let limits = app.store.keys().workspace(ws).await?;
-    let mut rate = app.rate.lock().unwrap_or_else(|p| p.into_inner());
-    let entry = rate.entry(ws.to_owned()).or_insert((Instant::now(), 0));
-    if entry.0.elapsed() >= Duration::from_secs(60) {
-        *entry = (Instant::now(), 0);
-    }
-    if entry.1 + adding > limits.creates_per_minute {
-        let wait = 60u64.saturating_sub(entry.0.elapsed().as_secs()).max(1);
-        let mut e = ApiError::new(
-            ErrorCode::RateLimited,
-            format!(
-                "workspace create rate of {} per minute reached",
-                limits.creates_per_minute
-            ),
-        );
-        e.retry_after = Some(wait);
-        return Err(e);
-    }
-    entry.1 += adding;
-    Ok(())
+    Ok(app.control.sandboxes.record(row, view).await?)
 }
 
 /// The API's name for where a sandbox's VM is.
 pub use pandastack_control::row_state as wire_state;
-
-pub(crate) fn new_row(
-    host_id: &str,
-    ws: &str,
-    id: &str,
-    req: &CreateSandboxRequest,
-    view_template: &str,
-    now: i64,
-) -> SandboxRow {
-    SandboxRow {
-        id: id.to_owned(),
-        workspace_id: ws.to_owned(),
-        host_id: host_id.to_owned(),
-        template: view_template.to_owned(),
-        state: wire::SandboxState::Starting,
-        vcpus: 0,
-        memory_mib: 0,
-        // What the create asks for until it finishes (then what its VM runs with).
-        disk_mbps: req.disk_mbps.map_or(0, |v| v as i64),
-        disk_iops: req.disk_iops.map_or(0, |v| v as i64),
-        metadata: req.metadata.clone(),
-        env: req.env.clone(),
-        ttl_seconds: req.ttl_seconds.map(|v| v as i64),
-        idle_timeout_seconds: req.idle_timeout_seconds.map(|v| v as i64),
-        on_timeout: req.on_timeout,
-        created_at: now,
-        expires_at: req.ttl_seconds.map(|t| now + t as i64 * 1000),
-        last_activity_at: now,
-        boot_ms: 0,
-        boot_mode: "restore".into(),
-        snapshot_id: req.snapshot_id.clone(),
-        parent_id: None,
-        access_token: pandastack_store::new_token(),
-        public_ports: Default::default(),
-        volumes: req.volumes.clone(),
-    }
-}
 
 /// Create a sandbox from a template (or a snapshot); returns once it accepts commands.
 ///
@@ -151,7 +73,7 @@ pub(crate) fn new_row(
     responses((status = 201, description = "Running sandbox", body = wire::Sandbox))
 )]
 pub async fn create(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     headers: HeaderMap,
     Body(req): Body<CreateSandboxRequest>,
@@ -170,56 +92,11 @@ pub async fn create(
 }
 
 async fn create_sandbox(
-    app: &App,
+    app: &ApiState,
     caller: &Caller,
     req: &CreateSandboxRequest,
 ) -> ApiResult<(StatusCode, wire::Sandbox)> {
-    app.disk_max.check(req)?;
-    if let Some(snap) = &req.snapshot_id {
-        if app.store.snapshots().get(caller.ws(), snap).await.is_err() {
-            return Err(ApiError::not_found(
-                ErrorCode::SnapshotNotFound,
-                "snapshot",
-                snap,
-            ));
-        }
-    }
-    // A template of the workspace's own, else the catalog's.
-    let resolved = match &req.snapshot_id {
-        Some(_) => None,
-        None => Some(app.templates.resolve(caller.ws(), &req.template).await?),
-    };
-    check_rate(app, caller.ws(), 1).await?;
-    let id = pandastack_store::new_id("sb-");
-    let mut row = new_row(&app.host_id, caller.ws(), &id, req, &req.template, now_ms());
-    if let Some(r) = &resolved {
-        // The image's environment, under the caller's.
-        let mut env = r.env.clone();
-        env.extend(std::mem::take(&mut row.env));
-        row.env = env;
-    }
-    let source = match (&req.snapshot_id, &resolved) {
-        (Some(snap), _) => Source::Snapshot(snap.clone()),
-        (None, Some(r)) => Source::Template(r.baked.clone()),
-        (None, None) => Source::Template(req.template.clone()),
-    };
-    let row = match source {
-        Source::Template(t) if !req.volumes.is_empty() => {
-            let claims: Vec<MountClaim> = req
-                .volumes
-                .iter()
-                .map(|v| MountClaim {
-                    name: v.name.clone(),
-                    path: v.path.clone(),
-                    read_only: v.read_only,
-                })
-                .collect();
-            app.sandboxes
-                .create_with_volumes(row, &t, &claims, &app.volumes)
-                .await?
-        }
-        source => app.sandboxes.create(row, source).await?,
-    };
+    let row = app.control.sandboxes.create(caller.ws(), req).await?;
     Ok((StatusCode::CREATED, to_wire(&row, &app.host_name)))
 }
 
@@ -238,7 +115,7 @@ async fn create_sandbox(
     responses((status = 200, description = "A page of sandboxes", body = List<wire::Sandbox>))
 )]
 pub async fn list(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<List<wire::Sandbox>>> {
@@ -260,8 +137,8 @@ pub async fn list(
             .collect(),
     };
     let mut rows = app
-        .store
-        .sandboxes()
+        .control
+        .sandboxes
         .list(
             caller.ws(),
             &filter,
@@ -289,7 +166,7 @@ pub async fn list(
     responses((status = 200, description = "The sandbox", body = wire::Sandbox))
 )]
 pub async fn get(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<wire::Sandbox>> {
@@ -308,24 +185,13 @@ pub async fn get(
     responses((status = 200, description = "The updated sandbox", body = wire::Sandbox))
 )]
 pub async fn patch(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
     Body(req): Body<PatchSandboxRequest>,
 ) -> ApiResult<Json<wire::Sandbox>> {
     req.validate()?;
-    let mut row = owned(&app, &caller, &id).await?;
-    if let Some(t) = req.ttl_seconds {
-        row.ttl_seconds = Some(t as i64);
-        row.expires_at = Some(now_ms() + t as i64 * 1000);
-    }
-    if let Some(t) = req.idle_timeout_seconds {
-        row.idle_timeout_seconds = Some(t as i64);
-    }
-    if let Some(m) = req.metadata {
-        row.metadata = m;
-    }
-    app.store.sandboxes().update(&row).await?;
+    let row = app.control.sandboxes.update(caller.ws(), &id, &req).await?;
     Ok(Json(to_wire(&row, &app.host_name)))
 }
 
@@ -339,13 +205,13 @@ pub async fn patch(
     responses((status = 204, description = "Deleted"))
 )]
 pub async fn delete(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     idempotency::to_completion(async move {
         let row = owned(&app, &caller, &id).await?;
-        app.sandboxes.delete(&row).await?;
+        app.control.sandboxes.delete(&row).await?;
         Ok(StatusCode::NO_CONTENT)
     })
     .await
@@ -363,14 +229,14 @@ macro_rules! verb {
             responses((status = 200, description = "The sandbox in its new state", body = wire::Sandbox))
         )]
         pub async fn $name(
-            State(app): State<Arc<App>>,
+            State(app): State<Arc<ApiState>>,
             caller: Caller,
             Path(id): Path<String>,
         ) -> ApiResult<Json<wire::Sandbox>> {
             // A state change runs to the end even if the client leaves (see `to_completion`).
             idempotency::to_completion(async move {
                 let row = owned(&app, &caller, &id).await?;
-                let row = app.sandboxes.requested(row, $verb).await?;
+                let row = app.control.sandboxes.requested(row, $verb).await?;
                 Ok(Json(to_wire(&row, &app.host_name)))
             })
             .await
@@ -418,12 +284,12 @@ verb!(
     responses((status = 200, description = "Resource use", body = Object))
 )]
 pub async fn metrics(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
     let row = owned(&app, &caller, &id).await?;
-    let stats = app.host.stats(&row.id).await?;
+    let stats = app.control.host().stats(&row.id).await?;
     Ok(Json(match stats {
         Some(s) => serde_json::json!({
             "state": row.state,

@@ -16,7 +16,7 @@ use pandastack_store::RunRow;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
-use crate::{rfc3339, App};
+use crate::{rfc3339, ApiState};
 
 impl From<ScheduleError> for ApiError {
     fn from(e: ScheduleError) -> Self {
@@ -88,12 +88,12 @@ fn name_of(name: &str) -> ApiResult<&str> {
     responses((status = 201, description = "The schedule", body = wire::Schedule))
 )]
 pub async fn create(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Body(req): Body<CreateScheduleRequest>,
 ) -> ApiResult<(StatusCode, Json<wire::Schedule>)> {
     req.validate()?;
-    let s = app.schedules.create(caller.ws(), &req).await?;
+    let s = app.control.schedules.create(caller.ws(), &req).await?;
     Ok((StatusCode::CREATED, Json(schedule_wire(&s))))
 }
 
@@ -110,12 +110,13 @@ pub async fn create(
     responses((status = 200, description = "A page of schedules", body = List<wire::Schedule>))
 )]
 pub async fn list(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<List<wire::Schedule>>> {
     let page = crate::page::Page::of(&q)?;
     let mut rows = app
+        .control
         .schedules
         .list(caller.ws(), page.after.clone().map(|c| c.id), page.limit)
         .await?;
@@ -139,11 +140,15 @@ pub async fn list(
     responses((status = 200, description = "The schedule", body = wire::Schedule))
 )]
 pub async fn get(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Json<wire::Schedule>> {
-    let s = app.schedules.get(caller.ws(), name_of(&name)?).await?;
+    let s = app
+        .control
+        .schedules
+        .get(caller.ws(), name_of(&name)?)
+        .await?;
     Ok(Json(schedule_wire(&s)))
 }
 
@@ -158,14 +163,18 @@ pub async fn get(
     responses((status = 200, description = "The schedule", body = wire::Schedule))
 )]
 pub async fn update(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
     Body(req): Body<UpdateScheduleRequest>,
 ) -> ApiResult<Json<wire::Schedule>> {
     name_of(&name)?;
     req.validate()?;
-    let s = app.schedules.update(caller.ws(), &name, &req).await?;
+    let s = app
+        .control
+        .schedules
+        .update(caller.ws(), &name, &req)
+        .await?;
     Ok(Json(schedule_wire(&s)))
 }
 
@@ -180,11 +189,14 @@ pub async fn update(
     responses((status = 204, description = "Deleted"))
 )]
 pub async fn delete(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
-    app.schedules.delete(caller.ws(), name_of(&name)?).await?;
+    app.control
+        .schedules
+        .delete(caller.ws(), name_of(&name)?)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -198,11 +210,12 @@ pub async fn delete(
     responses((status = 200, description = "The schedule", body = wire::Schedule))
 )]
 pub async fn pause(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Json<wire::Schedule>> {
     let s = app
+        .control
         .schedules
         .set_paused(caller.ws(), name_of(&name)?, true)
         .await?;
@@ -220,11 +233,12 @@ pub async fn pause(
     responses((status = 200, description = "The schedule", body = wire::Schedule))
 )]
 pub async fn resume(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Json<wire::Schedule>> {
     let s = app
+        .control
         .schedules
         .set_paused(caller.ws(), name_of(&name)?, false)
         .await?;
@@ -242,12 +256,20 @@ pub async fn resume(
     responses((status = 202, description = "The run (queued, or skipped)", body = wire::ScheduleRun))
 )]
 pub async fn run_now(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<(StatusCode, Json<wire::ScheduleRun>)> {
-    let s = app.schedules.get(caller.ws(), name_of(&name)?).await?;
-    let r = app.schedules.run_now(caller.ws(), &s.row.id).await?;
+    let s = app
+        .control
+        .schedules
+        .get(caller.ws(), name_of(&name)?)
+        .await?;
+    let r = app
+        .control
+        .schedules
+        .run_now(caller.ws(), &s.row.id)
+        .await?;
     Ok((StatusCode::ACCEPTED, Json(run_wire(&s.row.name, &r))))
 }
 
@@ -265,7 +287,7 @@ pub async fn run_now(
     responses((status = 200, description = "A page of runs", body = List<wire::ScheduleRun>))
 )]
 pub async fn runs(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
@@ -273,6 +295,7 @@ pub async fn runs(
     let page = crate::page::Page::of(&q)?;
     let before = page.after.as_ref().map(|c| c.created_at_ms);
     let (row, mut rows) = app
+        .control
         .schedules
         .runs(caller.ws(), name_of(&name)?, before, page.limit)
         .await?;
@@ -299,10 +322,14 @@ pub async fn runs(
     responses((status = 200, description = "The run", body = wire::ScheduleRun))
 )]
 pub async fn get_run(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path((name, id)): Path<(String, String)>,
 ) -> ApiResult<Json<wire::ScheduleRun>> {
-    let (row, r) = app.schedules.run(caller.ws(), name_of(&name)?, &id).await?;
+    let (row, r) = app
+        .control
+        .schedules
+        .run(caller.ws(), name_of(&name)?, &id)
+        .await?;
     Ok(Json(run_wire(&row.name, &r)))
 }

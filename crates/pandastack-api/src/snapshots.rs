@@ -7,13 +7,13 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use pandastack_api_types::{self as wire, Cursor, ErrorCode, ForkRequest, ForkResponse, List};
-use pandastack_store::{new_id, now_ms, SnapshotRow};
+use pandastack_store::{new_id, SnapshotRow};
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
 use crate::idempotency::{self, Begin};
-use crate::sandboxes::{check_rate, owned, to_wire};
-use crate::{rfc3339, App};
+use crate::sandboxes::{owned, to_wire};
+use crate::{rfc3339, ApiState};
 
 fn snap_wire(s: &SnapshotRow) -> wire::Snapshot {
     wire::Snapshot {
@@ -38,7 +38,7 @@ fn snap_wire(s: &SnapshotRow) -> wire::Snapshot {
     responses((status = 201, description = "The snapshot", body = wire::Snapshot))
 )]
 pub async fn create(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -51,7 +51,11 @@ pub async fn create(
     idempotency::to_completion(async move {
         let result = async {
             let row = owned(&app, &caller, &id).await?;
-            let (_, s) = app.snapshots.snapshot(row, &new_id("snap-")).await?;
+            let (_, s) = app
+                .control
+                .snapshots
+                .snapshot(row, &new_id("snap-"))
+                .await?;
             Ok((StatusCode::CREATED, snap_wire(&s)))
         }
         .await;
@@ -79,7 +83,7 @@ pub async fn create(
     responses((status = 201, description = "The children and the snapshot they came from", body = ForkResponse))
 )]
 pub async fn fork(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -99,39 +103,12 @@ pub async fn fork(
 }
 
 async fn fork_sandbox(
-    app: &Arc<App>,
+    app: &Arc<ApiState>,
     caller: &Caller,
     id: &str,
     req: &ForkRequest,
 ) -> ApiResult<(StatusCode, ForkResponse)> {
-    let app = Arc::clone(app);
-    let parent = owned(&app, caller, id).await?;
-    check_rate(&app, caller.ws(), i64::from(req.count)).await?;
-    let snap_id = new_id("snap-");
-    let child_ids: Vec<String> = (0..req.count).map(|_| new_id("sb-")).collect();
-    // Rows first, as for creates.
-    let now = now_ms();
-    let mut rows = Vec::new();
-    for cid in &child_ids {
-        let mut r = parent.clone();
-        r.id = cid.clone();
-        r.state = wire::SandboxState::Starting;
-        r.created_at = now;
-        r.last_activity_at = now;
-        r.expires_at = parent.ttl_seconds.map(|t| now + t * 1000);
-        r.snapshot_id = Some(snap_id.clone());
-        r.parent_id = Some(parent.id.clone());
-        // Its own secret: the parent's token does not open a child's ports.
-        r.access_token = pandastack_store::new_token();
-        if !req.metadata.is_empty() {
-            r.metadata = req.metadata.clone();
-        }
-        rows.push(r);
-    }
-    let forked = app
-        .snapshots
-        .fork(parent, &snap_id, rows, req.keep_snapshot)
-        .await?;
+    let forked = app.control.snapshots.fork(caller.ws(), id, req).await?;
     let children = forked
         .children
         .iter()
@@ -161,14 +138,14 @@ async fn fork_sandbox(
     responses((status = 200, description = "A page of snapshots", body = List<wire::Snapshot>))
 )]
 pub async fn list(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<List<wire::Snapshot>>> {
     let page = crate::page::Page::of(&q)?;
     let mut rows = app
-        .store
-        .snapshots()
+        .control
+        .snapshots
         .list(
             caller.ws(),
             page.after.clone().map(|c| (c.created_at_ms, c.id)),
@@ -195,7 +172,7 @@ pub async fn list(
     responses((status = 204, description = "Deleted"))
 )]
 pub async fn delete(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
@@ -203,7 +180,7 @@ pub async fn delete(
     if !wire::valid_name(&id, 32) {
         return Err(not_found());
     }
-    match app.snapshots.delete(caller.ws(), &id).await {
+    match app.control.snapshots.delete(caller.ws(), &id).await {
         Ok(()) => Ok(StatusCode::NO_CONTENT),
         Err(pandastack_store::StoreError::NotFound) => Err(not_found()),
         Err(e) => Err(e.into()),

@@ -28,7 +28,7 @@ use rustls::ServerConfig;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::LazyConfigAcceptor;
 
-use crate::App;
+use crate::ApiState;
 
 /// How long a certificate found stays in the cache before it is looked up again.
 const FRESH: Duration = Duration::from_secs(10);
@@ -241,7 +241,7 @@ pub(crate) fn https_location(name: &str, port: u16, uri: &axum::http::Uri) -> St
 }
 
 /// Serves the proxy over TLS on `listener` for the life of the process.
-pub async fn serve_proxy_tls(app: Arc<App>, listener: TcpListener, tls: Arc<ProxyTls>) {
+pub async fn serve_proxy_tls(app: Arc<ApiState>, listener: TcpListener, tls: Arc<ProxyTls>) {
     let router = crate::proxy_router(app).layer(axum::middleware::map_request(
         |mut req: Request| async move {
             req.headers_mut()
@@ -262,7 +262,10 @@ pub async fn serve_proxy_tls(app: Arc<App>, listener: TcpListener, tls: Arc<Prox
         let (tls, router) = (Arc::clone(&tls), router.clone());
         tokio::spawn(async move {
             if let Err(e) = tls.serve_one(router, tcp).await {
-                tracing::debug!(error = %e, "proxy tls connection");
+                tracing::debug!(
+                    error = &*e as &dyn std::error::Error,
+                    "proxy tls connection"
+                );
             }
         });
     }

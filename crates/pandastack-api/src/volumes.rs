@@ -16,7 +16,7 @@ use pandastack_store::VolumeSnapshotRow;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
 use crate::idempotency::{self, Begin};
-use crate::{rfc3339, App};
+use crate::{rfc3339, ApiState};
 
 fn volume_wire(v: &VolumeInfo, host: &str) -> wire::Volume {
     wire::Volume {
@@ -87,7 +87,7 @@ fn id_of<'a>(id: &'a str, what: &str) -> ApiResult<&'a str> {
     responses((status = 201, description = "The volume", body = wire::Volume))
 )]
 pub async fn create(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     headers: HeaderMap,
     Body(req): Body<CreateVolumeRequest>,
@@ -100,7 +100,7 @@ pub async fn create(
         };
     idempotency::to_completion(async move {
         let result = async {
-            let v = app.volumes.create(caller.ws(), &req).await?;
+            let v = app.control.volumes.create(caller.ws(), &req).await?;
             Ok((StatusCode::CREATED, volume_wire(&v, &app.host_name)))
         }
         .await;
@@ -122,12 +122,13 @@ pub async fn create(
     responses((status = 200, description = "A page of volumes", body = List<wire::Volume>))
 )]
 pub async fn list(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<List<wire::Volume>>> {
     let page = crate::page::Page::of(&q)?;
     let mut rows = app
+        .control
         .volumes
         .list(caller.ws(), page.after.clone().map(|c| c.id), page.limit)
         .await?;
@@ -154,11 +155,15 @@ pub async fn list(
     responses((status = 200, description = "The volume", body = wire::Volume))
 )]
 pub async fn get(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Json<wire::Volume>> {
-    let v = app.volumes.get(caller.ws(), name_of(&name)?).await?;
+    let v = app
+        .control
+        .volumes
+        .get(caller.ws(), name_of(&name)?)
+        .await?;
     Ok(Json(volume_wire(&v, &app.host_name)))
 }
 
@@ -174,7 +179,7 @@ pub async fn get(
     responses((status = 200, description = "The volume", body = wire::Volume))
 )]
 pub async fn patch(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
     Body(req): Body<PatchVolumeRequest>,
@@ -182,6 +187,7 @@ pub async fn patch(
     let name = name_of(&name)?;
     req.validate()?;
     let v = app
+        .control
         .volumes
         .grow(caller.ws(), name, i64::from(req.size_gb))
         .await?;
@@ -199,11 +205,14 @@ pub async fn patch(
     responses((status = 204, description = "Deleted"))
 )]
 pub async fn delete(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
-    app.volumes.delete(caller.ws(), name_of(&name)?).await?;
+    app.control
+        .volumes
+        .delete(caller.ws(), name_of(&name)?)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -221,7 +230,7 @@ pub async fn delete(
     responses((status = 201, description = "The snapshot", body = wire::VolumeSnapshot))
 )]
 pub async fn snapshot(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     headers: HeaderMap,
     Path(name): Path<String>,
@@ -234,7 +243,7 @@ pub async fn snapshot(
     };
     idempotency::to_completion(async move {
         let result = async {
-            let s = app.volumes.snapshot(caller.ws(), &name).await?;
+            let s = app.control.volumes.snapshot(caller.ws(), &name).await?;
             Ok((StatusCode::CREATED, snapshot_wire(&s, &name)))
         }
         .await;
@@ -253,11 +262,15 @@ pub async fn snapshot(
     responses((status = 200, description = "The volume's snapshots (one page)", body = List<wire::VolumeSnapshot>))
 )]
 pub async fn snapshots(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Json<List<wire::VolumeSnapshot>>> {
-    let rows = app.volumes.snapshots(caller.ws(), name_of(&name)?).await?;
+    let rows = app
+        .control
+        .volumes
+        .snapshots(caller.ws(), name_of(&name)?)
+        .await?;
     Ok(Json(List {
         data: rows.iter().map(|s| snapshot_wire(s, &name)).collect(),
         next_cursor: None,
@@ -277,13 +290,16 @@ pub async fn snapshots(
     responses((status = 204, description = "Deleted"))
 )]
 pub async fn delete_snapshot(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path((name, id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
     let name = name_of(&name)?;
     let id = id_of(&id, "volume snapshot")?;
-    app.volumes.delete_snapshot(caller.ws(), name, id).await?;
+    app.control
+        .volumes
+        .delete_snapshot(caller.ws(), name, id)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -301,7 +317,7 @@ pub async fn delete_snapshot(
     responses((status = 202, description = "The backup, uploading", body = wire::VolumeBackup))
 )]
 pub async fn backup(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     headers: HeaderMap,
     Path(name): Path<String>,
@@ -314,7 +330,7 @@ pub async fn backup(
     };
     idempotency::to_completion(async move {
         let result = async {
-            let b = app.volumes.backup(caller.ws(), &name).await?;
+            let b = app.control.volumes.backup(caller.ws(), &name).await?;
             Ok((StatusCode::ACCEPTED, backup_wire(&b)))
         }
         .await;
@@ -334,11 +350,15 @@ pub async fn backup(
     responses((status = 200, description = "The backups (one page)", body = List<wire::VolumeBackup>))
 )]
 pub async fn backups(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Json<List<wire::VolumeBackup>>> {
-    let rows = app.volumes.backups(caller.ws(), name_of(&name)?).await?;
+    let rows = app
+        .control
+        .volumes
+        .backups(caller.ws(), name_of(&name)?)
+        .await?;
     Ok(Json(List {
         data: rows.iter().map(backup_wire).collect(),
         next_cursor: None,
@@ -358,12 +378,16 @@ pub async fn backups(
     responses((status = 200, description = "The backup", body = wire::VolumeBackup))
 )]
 pub async fn get_backup(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path((name, id)): Path<(String, String)>,
 ) -> ApiResult<Json<wire::VolumeBackup>> {
     let name = name_of(&name)?;
     let id = id_of(&id, "backup")?;
-    let b = app.volumes.get_backup(caller.ws(), name, id).await?;
+    let b = app
+        .control
+        .volumes
+        .get_backup(caller.ws(), name, id)
+        .await?;
     Ok(Json(backup_wire(&b)))
 }

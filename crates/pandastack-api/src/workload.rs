@@ -26,17 +26,17 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{bool_param, Body, Caller};
 use crate::sandboxes::owned;
 use crate::utf8::Utf8Pieces;
-use crate::{App, MAX_EXEC_OUTPUT};
+use crate::{ApiState, MAX_EXEC_OUTPUT};
 
 /// The caller's sandbox ready for work inside it (woken if it was hibernated, the row saying
 /// so).
-pub(crate) async fn guest(app: &App, caller: &Caller, id: &str) -> ApiResult<SandboxRow> {
+pub(crate) async fn guest(app: &ApiState, caller: &Caller, id: &str) -> ApiResult<SandboxRow> {
     let row = owned(app, caller, id).await?;
-    Ok(app.sandboxes.awake(row).await?)
+    Ok(app.control.sandboxes.awake(row).await?)
 }
 
 /// The id of the caller's sandbox, ready for work inside it.
-async fn ready(app: &App, caller: &Caller, id: &str) -> ApiResult<String> {
+async fn ready(app: &ApiState, caller: &Caller, id: &str) -> ApiResult<String> {
     Ok(guest(app, caller, id).await?.id)
 }
 
@@ -82,14 +82,14 @@ pub(crate) fn spec(req: ExecRequest, row: &SandboxRow) -> ExecSpec {
     responses((status = 200, description = "The command's result", body = ExecResult))
 )]
 pub async fn exec(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
     Body(req): Body<ExecRequest>,
 ) -> ApiResult<Json<ExecResult>> {
     req.validate()?;
     let row = guest(&app, &caller, &id).await?;
-    let out = app.host.exec(&row.id, spec(req, &row)).await?;
+    let out = app.control.host().exec(&row.id, spec(req, &row)).await?;
     Ok(Json(ExecResult {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -113,14 +113,18 @@ pub async fn exec(
     responses((status = 200, description = "Server-Sent Events: `stdout` and `stderr` `{\"data\": text}` as produced, then one `exit` `{\"exit_code\", \"timed_out\", \"truncated\", \"duration_ms\"}`, or `error` `{\"code\", \"message\"}` (`code` as the error envelope would carry it). Closing the stream kills the command.", content_type = "text/event-stream", body = inline(crate::schemas::ExecEvents)))
 )]
 pub async fn exec_stream(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
     Body(req): Body<ExecRequest>,
 ) -> ApiResult<impl IntoResponse> {
     req.validate()?;
     let row = guest(&app, &caller, &id).await?;
-    let events = app.host.exec_stream(&row.id, spec(req, &row)).await?;
+    let events = app
+        .control
+        .host()
+        .exec_stream(&row.id, spec(req, &row))
+        .await?;
     // One decoder per output keeps characters cut between chunks whole.
     let (mut out, mut err) = (Utf8Pieces::default(), Utf8Pieces::default());
     let output = |name: &'static str, text: String| {
@@ -190,7 +194,7 @@ fn path_param(q: &BTreeMap<String, String>, name: &str) -> ApiResult<String> {
     responses((status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = inline(crate::schemas::Bytes)))
 )]
 pub async fn read(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
@@ -198,14 +202,14 @@ pub async fn read(
     let path = path_param(&q, "path")?;
     let id = ready(&app, &caller, &id).await?;
     // Stat first: a missing file or a directory is a clean 404/422 before any body is sent.
-    let info = app.host.stat(&id, &path).await?;
+    let info = app.control.host().stat(&id, &path).await?;
     if info.kind != FileKind::File {
         return Err(ApiError::new(
             ErrorCode::InvalidArgument,
             format!("path: {path} is not a regular file"),
         ));
     }
-    let mut stream = app.host.read_file(&id, &path).await?;
+    let mut stream = app.control.host().read_file(&id, &path).await?;
     // The first chunk is read before the status line: a body that fails before its first byte
     // makes hyper close the connection with no answer at all, so a file that cannot be read
     // (`/proc/self/mem` is EIO from its first byte) gets an error answer instead. A read error
@@ -248,7 +252,7 @@ pub async fn read(
     responses((status = 200, description = "Written: `{\"path\", \"bytes_written\"}`", body = Object))
 )]
 pub async fn write(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
@@ -259,7 +263,11 @@ pub async fn write(
     let body = body
         .into_data_stream()
         .map(|r| r.map_err(|e| e.to_string()));
-    let n = app.host.write_file(&id, &path, Box::pin(body)).await?;
+    let n = app
+        .control
+        .host()
+        .write_file(&id, &path, Box::pin(body))
+        .await?;
     Ok(Json(
         serde_json::json!({ "path": path, "bytes_written": n }),
     ))
@@ -275,7 +283,7 @@ pub async fn write(
     responses((status = 204, description = "Removed"))
 )]
 pub async fn remove(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
@@ -289,7 +297,7 @@ pub async fn remove(
     }
     let recursive = bool_param(&q, "recursive")?;
     let id = ready(&app, &caller, &id).await?;
-    app.host.remove(&id, &path, recursive).await?;
+    app.control.host().remove(&id, &path, recursive).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -375,7 +383,7 @@ fn list_after(q: &BTreeMap<String, String>, listed: &str) -> ApiResult<Option<St
     responses((status = 200, description = "A page of entries, sorted by path", body = wire::List<wire::FileInfo>))
 )]
 pub async fn list(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
@@ -387,7 +395,7 @@ pub async fn list(
         after: list_after(&q, &path)?,
     };
     let id = ready(&app, &caller, &id).await?;
-    let page = app.host.list_dir(&id, &path, depth, page).await?;
+    let page = app.control.host().list_dir(&id, &path, depth, page).await?;
     Ok(Json(wire::List {
         data: page.entries.into_iter().map(file_info).collect(),
         next_cursor: page.next_after.as_deref().map(list_cursor),
@@ -404,14 +412,14 @@ pub async fn list(
     responses((status = 200, description = "File metadata", body = wire::FileInfo))
 )]
 pub async fn stat(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<wire::FileInfo>> {
     let path = path_param(&q, "path")?;
     let id = ready(&app, &caller, &id).await?;
-    let info = app.host.stat(&id, &path).await?;
+    let info = app.control.host().stat(&id, &path).await?;
     Ok(Json(file_info(info)))
 }
 
@@ -426,14 +434,17 @@ pub async fn stat(
     responses((status = 204, description = "Created"))
 )]
 pub async fn mkdir(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
     Body(req): Body<MkdirRequest>,
 ) -> ApiResult<StatusCode> {
     validate_guest_path("path", &req.path)?;
     let id = ready(&app, &caller, &id).await?;
-    app.host.mkdir(&id, &req.path, req.parents).await?;
+    app.control
+        .host()
+        .mkdir(&id, &req.path, req.parents)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -448,7 +459,7 @@ pub async fn mkdir(
     responses((status = 204, description = "Renamed"))
 )]
 pub async fn rename(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
     Body(req): Body<RenameRequest>,
@@ -456,7 +467,8 @@ pub async fn rename(
     validate_guest_path("from", &req.from)?;
     validate_guest_path("to", &req.to)?;
     let id = ready(&app, &caller, &id).await?;
-    app.host
+    app.control
+        .host()
         .rename(&id, &req.from, &req.to, req.overwrite)
         .await?;
     Ok(StatusCode::NO_CONTENT)

@@ -8,11 +8,10 @@ use std::time::Duration;
 
 use axum::extract::ws::Message;
 use pandastack_api_types::{ErrorCode, StreamErrorFrame};
-use pandastack_store::now_ms;
 use serde::Serialize;
 
 use crate::error::ApiError;
-use crate::App;
+use crate::ApiState;
 
 /// How often an open socket refreshes the sandbox's last activity (idle timeouts count from it).
 pub(crate) const ACTIVITY_EVERY: Duration = Duration::from_secs(30);
@@ -47,8 +46,8 @@ pub(crate) fn text<T: Serialize>(frame: &T) -> Message {
 }
 
 /// Marks the sandbox active now (a failure only delays idle accounting, so it is logged).
-pub(crate) async fn touch(app: &App, sandbox: &str) {
-    if let Err(e) = app.store.sandboxes().touch(sandbox, now_ms()).await {
+pub(crate) async fn touch(app: &ApiState, sandbox: &str) {
+    if let Err(e) = app.control.sandboxes.touch(sandbox).await {
         tracing::warn!(
             sandbox,
             error = &e as &dyn std::error::Error,

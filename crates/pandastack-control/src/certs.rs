@@ -132,10 +132,11 @@ impl Certificates {
         Ok(())
     }
 
-    /// Starts the order runner and the renewal loop (when ACME is configured).
-    pub fn start(&self) {
+    /// Starts the order runner and the renewal loop (when ACME is configured); returns their
+    /// tasks.
+    pub fn start(&self) -> Vec<tokio::task::JoinHandle<()>> {
         if self.config.acme.is_none() {
-            return;
+            return Vec::new();
         }
         let runner = Runner {
             store: self.store.clone(),
@@ -145,12 +146,12 @@ impl Certificates {
             retry_after: Duration::from_secs(60),
         };
         let me = self.clone();
-        tokio::spawn(runner.run(move |job| {
+        let orders = tokio::spawn(runner.run(move |job| {
             let me = me.clone();
             async move { me.run(job).await }
         }));
         let me = self.clone();
-        tokio::spawn(async move {
+        let renewals = tokio::spawn(async move {
             loop {
                 if let Err(e) = me.queue_renewals().await {
                     tracing::warn!(
@@ -161,6 +162,7 @@ impl Certificates {
                 tokio::time::sleep(RENEW_EVERY).await;
             }
         });
+        vec![orders, renewals]
     }
 
     /// Orders for certificates near their end and for failed orders an hour old.
@@ -208,7 +210,7 @@ impl Certificates {
             }
             Err(e) => {
                 let message = pandastack_host::error_chain(&e);
-                tracing::warn!(%domain, attempt = job.attempts, error = %message, "certificate order");
+                tracing::warn!(%domain, attempt = job.attempts, error = &e as &dyn std::error::Error, "certificate order");
                 let last = job.attempts >= job.max_attempts;
                 let state = if last {
                     CertState::Failed

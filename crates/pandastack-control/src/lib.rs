@@ -1,4 +1,6 @@
 //! The control plane: the work over the store and a [`pandastack_host::Host`] that is not HTTP.
+//! [`ControlPlane`] is its front door: built from the store, a host, the object store and one
+//! config; `recover()`, `start()` and `shutdown()`.
 //! Handlers in `pandastack-api` parse, call and map. Here: the sandbox service ([`Sandboxes`]:
 //! create with the row first and within the workspace limit, lifecycle, wake-for-work, delete,
 //! one row update per state change), the snapshot service ([`Snapshots`]: snapshot, fork all or
@@ -15,6 +17,7 @@ pub mod certs;
 mod code;
 mod databases;
 mod jobs;
+mod plane;
 mod reaper;
 mod reconcile;
 mod sandboxes;
@@ -32,9 +35,10 @@ pub use databases::{
     BaseBackup, Credentials, DatabaseAddress, DatabaseError, DatabaseInfo, Databases, QueryError,
     QueryLimits, ARCHIVE_POLL, DATABASE_METADATA, DATABASE_TEMPLATE, DB_PORT, POOLER_PORT,
 };
+pub use plane::{ControlConfig, ControlPlane, RecoverError};
 pub use reaper::Reaper;
 pub use reconcile::{reconcile_rows, Reconciled};
-pub use sandboxes::{ControlError, Sandboxes, Source, Verb};
+pub use sandboxes::{expiry, ControlError, DiskMax, Sandboxes, Source, Verb};
 pub use schedules::{ScheduleError, ScheduleInfo, Schedules};
 pub use snapshots::{Forked, Snapshots};
 pub use templates::{

@@ -28,14 +28,21 @@ pub struct Reaper {
     store: Store,
     host: Arc<dyn Host>,
     host_id: String,
+    sandboxes: crate::Sandboxes,
 }
 
 impl Reaper {
-    pub fn new(store: Store, host: Arc<dyn Host>, host_id: String) -> Self {
+    pub fn new(
+        store: Store,
+        host: Arc<dyn Host>,
+        host_id: String,
+        sandboxes: crate::Sandboxes,
+    ) -> Self {
         Self {
             store,
             host,
             host_id,
+            sandboxes,
         }
     }
 
@@ -147,9 +154,7 @@ impl Reaper {
                 .set_state(&row.id, SandboxState::Hibernated)
                 .await?;
         } else {
-            crate::Sandboxes::new(self.store.clone(), Arc::clone(&self.host))
-                .delete(&row)
-                .await?;
+            self.sandboxes.delete(&row).await?;
         }
         Ok(Applied::Done)
     }

@@ -1,12 +1,16 @@
-//! The sandbox service: a sandbox's row and its VM kept in step. Handlers check the caller and
-//! the request, build the row and call these; every state change is one row update.
+//! The sandbox service: a sandbox's row and its VM kept in step. Commands take what the caller
+//! asked for ([`CreateSandboxRequest`], [`PatchSandboxRequest`]) and a workspace; the rows are
+//! built here, and every state change is one row update.
 
 use std::sync::Arc;
 
+use pandastack_api_types::{CreateSandboxRequest, PatchSandboxRequest};
 use pandastack_host::{Host, HostError, VmState, VmView};
-use pandastack_store::{now_ms, Adding, MountClaim, SandboxRow, SandboxState, Store, StoreError};
+use pandastack_store::{
+    now_ms, Adding, Filter, MountClaim, SandboxRow, SandboxState, Store, StoreError,
+};
 
-use crate::row_state;
+use crate::{row_state, TemplateError, Templates, Volumes};
 
 /// Why a sandbox operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -15,6 +19,56 @@ pub enum ControlError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Host(#[from] HostError),
+    /// The create's template could not be resolved (unknown, no ready version, ...).
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    /// The workspace has no such sandbox.
+    #[error("sandbox {0} not found")]
+    SandboxNotFound(String),
+    /// The workspace has no such snapshot.
+    #[error("snapshot {0} not found")]
+    SnapshotNotFound(String),
+    /// A disk limit outside what this server allows ([`DiskMax`]).
+    #[error("{field}: between 1 and {max}")]
+    DiskLimit { field: &'static str, max: u64 },
+}
+
+/// The most a create may ask for in `disk_mbps` and `disk_iops` (`pandastack server
+/// --vm-disk-mbps-max`, `--vm-disk-iops-max`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskMax {
+    pub mbps: u64,
+    pub iops: u64,
+}
+
+impl Default for DiskMax {
+    fn default() -> Self {
+        Self {
+            mbps: 4096,
+            iops: 1_000_000,
+        }
+    }
+}
+
+impl DiskMax {
+    /// [`ControlError::DiskLimit`] naming the field when `req` asks for more than these.
+    pub fn check(&self, req: &CreateSandboxRequest) -> Result<(), ControlError> {
+        for (field, v, max) in [
+            ("disk_mbps", req.disk_mbps, self.mbps),
+            ("disk_iops", req.disk_iops, self.iops),
+        ] {
+            if v.is_some_and(|v| v == 0 || v > max) {
+                return Err(ControlError::DiskLimit { field, max });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// When a sandbox whose TTL is `ttl_seconds`, counted from `from_ms`, expires (the one place a
+/// TTL becomes a time).
+pub fn expiry(from_ms: i64, ttl_seconds: Option<i64>) -> Option<i64> {
+    ttl_seconds.map(|t| from_ms.saturating_add(t.saturating_mul(1000)))
 }
 
 /// What a new sandbox starts from.
@@ -43,18 +97,187 @@ pub enum Verb {
 pub struct Sandboxes {
     store: Store,
     host: Arc<dyn Host>,
+    host_id: String,
+    templates: Templates,
+    volumes: Volumes,
+    disk_max: DiskMax,
 }
 
 impl Sandboxes {
-    pub fn new(store: Store, host: Arc<dyn Host>) -> Self {
-        Self { store, host }
+    pub fn new(
+        store: Store,
+        host: Arc<dyn Host>,
+        host_id: String,
+        templates: Templates,
+        volumes: Volumes,
+        disk_max: DiskMax,
+    ) -> Self {
+        Self {
+            store,
+            host,
+            host_id,
+            templates,
+            volumes,
+            disk_max,
+        }
     }
 
-    /// Creates the sandbox of `row` (state `starting`, owned by this host) from `source`: the
-    /// row goes in first, within its workspace's limit in one transaction — a crash mid-create
-    /// leaves a row start-up reconciliation settles, never a VM nobody knows about — then the
-    /// VM, then one update records it. A failed VM create removes the row.
+    /// Creates a sandbox in workspace `ws` as `req` asks: from a snapshot of the workspace's,
+    /// or from a template (the workspace's own, else the catalog's; its image's environment
+    /// under the caller's), with volumes mounted, within the workspace's create rate and
+    /// sandbox limit. Returns once it accepts commands.
     pub async fn create(
+        &self,
+        ws: &str,
+        req: &CreateSandboxRequest,
+    ) -> Result<SandboxRow, ControlError> {
+        self.disk_max.check(req)?;
+        if let Some(snap) = &req.snapshot_id {
+            match self.store.snapshots().get(ws, snap).await {
+                Ok(_) => {}
+                Err(StoreError::NotFound) => {
+                    return Err(ControlError::SnapshotNotFound(snap.clone()))
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let resolved = match &req.snapshot_id {
+            Some(_) => None,
+            None => Some(self.templates.resolve(ws, &req.template).await?),
+        };
+        self.store.keys().take_creates(ws, 1, now_ms()).await?;
+        let now = now_ms();
+        let mut row = SandboxRow::service(ws, &self.host_id, &req.template, req.metadata.clone());
+        // What the create asks for until it finishes (then what its VM runs with).
+        row.disk_mbps = req.disk_mbps.map_or(0, |v| v as i64);
+        row.disk_iops = req.disk_iops.map_or(0, |v| v as i64);
+        row.env = resolved.as_ref().map(|r| r.env.clone()).unwrap_or_default();
+        row.env.extend(req.env.clone());
+        row.ttl_seconds = req.ttl_seconds.map(|v| v as i64);
+        row.idle_timeout_seconds = req.idle_timeout_seconds.map(|v| v as i64);
+        row.on_timeout = req.on_timeout;
+        row.created_at = now;
+        row.last_activity_at = now;
+        row.expires_at = expiry(now, row.ttl_seconds);
+        row.snapshot_id = req.snapshot_id.clone();
+        row.volumes = req.volumes.clone();
+        let source = match (&req.snapshot_id, resolved) {
+            (Some(snap), _) => Source::Snapshot(snap.clone()),
+            (None, Some(r)) => Source::Template(r.baked),
+            (None, None) => Source::Template(req.template.clone()),
+        };
+        match source {
+            Source::Template(t) if !req.volumes.is_empty() => {
+                let claims: Vec<MountClaim> = req
+                    .volumes
+                    .iter()
+                    .map(|v| MountClaim {
+                        name: v.name.clone(),
+                        path: v.path.clone(),
+                        read_only: v.read_only,
+                    })
+                    .collect();
+                self.launch_with_volumes(row, &t, &claims).await
+            }
+            source => self.launch(row, source).await,
+        }
+    }
+
+    /// The workspace's sandbox `id` ([`ControlError::SandboxNotFound`] for another
+    /// workspace's).
+    pub async fn get(&self, ws: &str, id: &str) -> Result<SandboxRow, ControlError> {
+        if !pandastack_api_types::valid_name(id, 32) {
+            return Err(ControlError::SandboxNotFound(id.to_owned()));
+        }
+        match self.store.sandboxes().get(ws, id).await {
+            Ok(r) => Ok(r),
+            Err(StoreError::NotFound) => Err(ControlError::SandboxNotFound(id.to_owned())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Sandbox `id` of any workspace (the preview proxy, which checks access itself).
+    pub async fn by_id(&self, id: &str) -> Result<SandboxRow, ControlError> {
+        match self.store.sandboxes().by_id(id).await {
+            Ok(r) => Ok(r),
+            Err(StoreError::NotFound) => Err(ControlError::SandboxNotFound(id.to_owned())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A page of the workspace's sandboxes matching `filter`, oldest first, after the
+    /// `(created_at, id)` of the previous page's last.
+    pub async fn list(
+        &self,
+        ws: &str,
+        filter: &Filter,
+        after: Option<(i64, String)>,
+        limit: u32,
+    ) -> Result<Vec<SandboxRow>, ControlError> {
+        Ok(self
+            .store
+            .sandboxes()
+            .list(ws, filter, after, limit)
+            .await?)
+    }
+
+    /// Changes the workspace's sandbox `id` as `req` asks: a TTL counted from now, the idle
+    /// timeout, the metadata (replaced whole).
+    pub async fn update(
+        &self,
+        ws: &str,
+        id: &str,
+        req: &PatchSandboxRequest,
+    ) -> Result<SandboxRow, ControlError> {
+        let mut row = self.get(ws, id).await?;
+        if let Some(t) = req.ttl_seconds {
+            row.ttl_seconds = Some(t as i64);
+            row.expires_at = expiry(now_ms(), row.ttl_seconds);
+        }
+        if let Some(t) = req.idle_timeout_seconds {
+            row.idle_timeout_seconds = Some(t as i64);
+        }
+        if let Some(m) = &req.metadata {
+            row.metadata = m.clone();
+        }
+        self.store.sandboxes().update(&row).await?;
+        Ok(row)
+    }
+
+    /// Records activity on sandbox `id` now (a WebSocket session's traffic, say).
+    pub async fn touch(&self, id: &str) -> Result<(), ControlError> {
+        Ok(self.store.sandboxes().touch(id, now_ms()).await?)
+    }
+
+    /// The secret that opens the sandbox's private ports, made the first time it is asked for.
+    pub async fn access_token(&self, row: &SandboxRow) -> Result<String, ControlError> {
+        Ok(self
+            .store
+            .sandboxes()
+            .ensure_access_token(&row.id, &pandastack_store::new_token())
+            .await?)
+    }
+
+    /// Makes port `port` of the sandbox public (or private again); returns its public ports.
+    pub async fn set_port_public(
+        &self,
+        row: &SandboxRow,
+        port: u16,
+        public: bool,
+    ) -> Result<std::collections::BTreeSet<u16>, ControlError> {
+        Ok(self
+            .store
+            .sandboxes()
+            .set_port_public(&row.id, port, public)
+            .await?)
+    }
+
+    /// Creates the sandbox of `row` (state `starting`, owned by this host; the platform's own
+    /// sandboxes: an app's VM, a schedule run's) from `source`: the row goes in first, within
+    /// its workspace's limit in one transaction — a crash mid-create leaves a row start-up
+    /// reconciliation settles, never a VM nobody knows about — then the VM, then one update
+    /// records it. A failed VM create removes the row.
+    pub async fn launch(
         &self,
         row: SandboxRow,
         source: Source,
@@ -89,19 +312,18 @@ impl Sandboxes {
     /// its claims on the volumes go in first, in one transaction (a missing, busy or remote
     /// volume writes nothing and starts no VM), then the VM with the volumes mounted. A failed
     /// VM create removes the row and its claims.
-    pub async fn create_with_volumes(
+    pub(crate) async fn launch_with_volumes(
         &self,
         row: SandboxRow,
         template: &str,
         claims: &[MountClaim],
-        volumes: &crate::Volumes,
     ) -> Result<SandboxRow, ControlError> {
         let claimed = self
             .store
             .sandboxes()
             .insert_with_volumes(&row, claims)
             .await?;
-        let mounts = volumes.host_mounts(claimed).await;
+        let mounts = self.volumes.host_mounts(claimed).await;
         let disk = disk_request(&row);
         match self
             .host

@@ -11,10 +11,11 @@
 
 use std::sync::Arc;
 
+use pandastack_api_types::{ForkRequest, SandboxState};
 use pandastack_host::{Host, SnapshotView};
-use pandastack_store::{now_ms, Adding, SandboxRow, SnapshotRow, Store, StoreError};
+use pandastack_store::{new_id, now_ms, Adding, SandboxRow, SnapshotRow, Store, StoreError};
 
-use crate::{ControlError, Sandboxes};
+use crate::{expiry, ControlError, Sandboxes};
 
 /// Snapshots of one host's sandboxes.
 #[derive(Clone)]
@@ -34,8 +35,7 @@ pub struct Forked {
 }
 
 impl Snapshots {
-    pub fn new(store: Store, host: Arc<dyn Host>, host_id: String) -> Self {
-        let sandboxes = Sandboxes::new(store.clone(), Arc::clone(&host));
+    pub fn new(store: Store, host: Arc<dyn Host>, host_id: String, sandboxes: Sandboxes) -> Self {
         Self {
             store,
             host,
@@ -97,12 +97,61 @@ impl Snapshots {
         Ok((row, snap))
     }
 
+    /// Forks the workspace's sandbox `id` as `req` asks: `count` children (against the
+    /// workspace's create rate), each a copy of the parent's row with its own id, access token,
+    /// creation time and expiry (the parent's TTL counted from now), and `metadata` when given.
+    pub async fn fork(
+        &self,
+        ws: &str,
+        id: &str,
+        req: &ForkRequest,
+    ) -> Result<Forked, ControlError> {
+        let parent = self.sandboxes.get(ws, id).await?;
+        self.store
+            .keys()
+            .take_creates(ws, i64::from(req.count), now_ms())
+            .await?;
+        let snapshot_id = new_id("snap-");
+        let now = now_ms();
+        let children = (0..req.count)
+            .map(|_| {
+                let mut r = parent.clone();
+                r.id = new_id("sb-");
+                r.state = SandboxState::Starting;
+                r.created_at = now;
+                r.last_activity_at = now;
+                r.expires_at = expiry(now, parent.ttl_seconds);
+                r.snapshot_id = Some(snapshot_id.clone());
+                r.parent_id = Some(parent.id.clone());
+                // Its own secret: the parent's token does not open a child's ports.
+                r.access_token = pandastack_store::new_token();
+                if !req.metadata.is_empty() {
+                    r.metadata = req.metadata.clone();
+                }
+                r
+            })
+            .collect();
+        self.fork_into(parent, &snapshot_id, children, req.keep_snapshot)
+            .await
+    }
+
+    /// A page of the workspace's snapshots, oldest first, after the `(created_at, id)` of the
+    /// previous page's last.
+    pub async fn list(
+        &self,
+        ws: &str,
+        after: Option<(i64, String)>,
+        limit: u32,
+    ) -> Result<Vec<SnapshotRow>, StoreError> {
+        self.store.snapshots().list(ws, after, limit).await
+    }
+
     /// Forks `parent` through snapshot `snapshot_id` into the sandboxes of `children` (rows in
-    /// state `starting`, built by the caller). All or nothing: the children's rows go in first,
+    /// state `starting`). All or nothing: the children's rows go in first,
     /// within the workspace's limit in one transaction, and come out again if the fork fails.
     /// The snapshot is deleted with the last sandbox restored from it unless `keep_snapshot`
     /// (see the module docs); the children's rows must name it (`snapshot_id`).
-    pub async fn fork(
+    async fn fork_into(
         &self,
         parent: SandboxRow,
         snapshot_id: &str,

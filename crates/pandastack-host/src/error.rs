@@ -104,7 +104,11 @@ impl HostError {
     }
 }
 
-/// `e` and its sources, joined with ": " (for logs and build logs).
+/// `e` and its sources, joined with ": ": the workspace's one chain formatter, for an error
+/// that must become text (a build log line, a message returned to a user or stored on a row).
+/// A log line takes the error itself instead, `error = &e as &dyn std::error::Error`, which
+/// tracing-subscriber's fmt layer prints with its sources (checked by
+/// `pandastack-testkit/tests/error_logging.rs`).
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut cur = e.source();

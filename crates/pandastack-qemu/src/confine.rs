@@ -89,7 +89,10 @@ impl VmIdentities {
         match Self::new(DEFAULT_FIRST_UID, DEFAULT_UID_COUNT, DEFAULT_LOCK_DIR) {
             Ok(ids) => Some(ids),
             Err(e) => {
-                tracing::warn!(error = %e, "vm processes will run as root");
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "vm processes will run as root"
+                );
                 None
             }
         }

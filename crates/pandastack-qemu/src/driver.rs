@@ -571,7 +571,7 @@ impl QemuVm {
         }
         if let Some(memory) = &self.given_memory {
             if let Err(e) = confine::take_back(memory) {
-                tracing::warn!(file = %memory.display(), error = %e, "memory file not taken back");
+                tracing::warn!(file = %memory.display(), error = &e as &dyn std::error::Error, "memory file not taken back");
             }
         }
     }

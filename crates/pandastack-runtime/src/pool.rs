@@ -286,7 +286,10 @@ fn warm_later(after: Duration, agent: Channel, gone: Arc<AtomicBool>, shared: Ar
             Ok((code, stderr)) => {
                 tracing::debug!(code, stderr = %stderr.trim(), "pooled VM warm-up failed")
             }
-            Err(e) => tracing::debug!(error = %e, "pooled VM warm-up failed"),
+            Err(e) => tracing::debug!(
+                error = &e as &dyn std::error::Error,
+                "pooled VM warm-up failed"
+            ),
         }
     });
 }

@@ -169,6 +169,45 @@ impl Keys<'_> {
         workspace(&r)
     }
 
+    /// Counts `adding` creates against the workspace's create rate (`creates_per_minute` in a
+    /// one-minute window that starts with the first create after the last one ended), or
+    /// refuses with [`StoreError::RateLimited`] and counts nothing. One statement: replicas
+    /// sharing the store share the window, and two racing creates never both pass its last place.
+    pub async fn take_creates(&self, id: &str, adding: i64, now: i64) -> Result<(), StoreError> {
+        const WINDOW_MS: i64 = 60_000;
+        // Every SET expression reads the row as it was, in both engines.
+        let done = sqlx::query(
+            "UPDATE workspaces SET \
+               create_window_count = CASE WHEN create_window_start <= $2 - 60000 THEN $3 \
+                 ELSE create_window_count + $3 END, \
+               create_window_start = CASE WHEN create_window_start <= $2 - 60000 THEN $2 \
+                 ELSE create_window_start END \
+             WHERE id = $1 AND (CASE WHEN create_window_start <= $2 - 60000 THEN $3 \
+               ELSE create_window_count + $3 END) <= creates_per_minute",
+        )
+        .bind(id)
+        .bind(now)
+        .bind(adding)
+        .execute(self.pool)
+        .await?;
+        if done.rows_affected() == 1 {
+            return Ok(());
+        }
+        let r = sqlx::query(
+            "SELECT creates_per_minute, create_window_start FROM workspaces WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_one(self.pool)
+        .await?;
+        let limit: i64 = col(&r, "creates_per_minute")?;
+        let start: i64 = col(&r, "create_window_start")?;
+        let left_ms = (start + WINDOW_MS - now).clamp(0, WINDOW_MS);
+        Err(StoreError::RateLimited {
+            limit,
+            retry_after_secs: (left_ms as u64).div_ceil(1000).max(1),
+        })
+    }
+
     /// Creates a key in `workspace_id`; returns the row and the secret (shown once).
     pub async fn create(
         &self,

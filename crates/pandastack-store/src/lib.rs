@@ -69,6 +69,9 @@ pub enum StoreError {
     /// storage quota (nothing was written).
     #[error("workspace storage quota of {limit_gb} GiB reached ({used_bytes} bytes used by snapshots, hibernated sandboxes and template builds)")]
     StorageQuota { limit_gb: i64, used_bytes: i64 },
+    /// The workspace made as many creates this minute as its rate allows (nothing was counted).
+    #[error("workspace create rate of {limit} per minute reached")]
+    RateLimited { limit: i64, retry_after_secs: u64 },
     #[error("database")]
     Db(#[source] sqlx::Error),
     #[error("database migration")]

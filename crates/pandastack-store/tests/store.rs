@@ -1101,3 +1101,68 @@ async fn fork_snapshots_go_once_with_the_last_sandbox_that_names_them() {
         assert!(store.snapshots().get(&ws.id, "snap-kept").await.is_ok());
     }
 }
+
+/// The create-rate window is the store's: two handles (two replicas) on one database share it,
+/// racing takes never pass its last place, a refusal counts nothing and says when the window
+/// ends, and the next window starts afresh.
+#[tokio::test]
+async fn create_rate_is_shared_by_every_replica_and_exact_under_races() {
+    for case in stores().await {
+        let backend = case.backend;
+        let other = Store::connect(&case.url).await.unwrap();
+        let (ws, _, _) = case
+            .store
+            .keys()
+            .create_workspace_with_key("rate", 100, 10)
+            .await
+            .unwrap();
+        let t0 = 1_000_000_000_000i64;
+        // Twenty racing takes of one through two handles: exactly ten pass.
+        let takes = (0..20).map(|i| {
+            let s = if i % 2 == 0 {
+                case.store.clone()
+            } else {
+                other.clone()
+            };
+            let ws = ws.id.clone();
+            tokio::spawn(async move { s.keys().take_creates(&ws, 1, t0 + i).await })
+        });
+        let mut passed = 0;
+        for t in takes {
+            match t.await.unwrap() {
+                Ok(()) => passed += 1,
+                Err(StoreError::RateLimited {
+                    limit,
+                    retry_after_secs,
+                }) => {
+                    assert_eq!(limit, 10, "{backend}");
+                    assert!((59..=60).contains(&retry_after_secs), "{backend}: {retry_after_secs}");
+                }
+                Err(e) => panic!("{backend}: {e}"),
+            }
+        }
+        assert_eq!(passed, 10, "{backend}");
+        // Refused, 30 s on: half the window is left.
+        match other.keys().take_creates(&ws.id, 1, t0 + 30_000).await {
+            Err(StoreError::RateLimited {
+                retry_after_secs, ..
+            }) => assert_eq!(retry_after_secs, 30, "{backend}"),
+            r => panic!("{backend}: {r:?}"),
+        }
+        // A new window: a fork of ten fits, one of eleven never does.
+        let t1 = t0 + 60_000;
+        assert!(matches!(
+            case.store.keys().take_creates(&ws.id, 11, t1).await,
+            Err(StoreError::RateLimited { .. })
+        ));
+        case.store.keys().take_creates(&ws.id, 10, t1).await.unwrap();
+        assert!(other.keys().take_creates(&ws.id, 1, t1 + 1).await.is_err());
+        // Another workspace has its own window.
+        let (ws2, _, _) = other
+            .keys()
+            .create_workspace_with_key("rate2", 100, 1)
+            .await
+            .unwrap();
+        other.keys().take_creates(&ws2.id, 1, t1).await.unwrap();
+    }
+}

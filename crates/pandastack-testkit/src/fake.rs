@@ -388,7 +388,11 @@ impl VmDriver for FakeDriver {
 pub struct FakeStack {
     pub router: axum::Router,
     pub proxy: axum::Router,
-    pub app: Arc<pandastack_api::App>,
+    pub app: Arc<pandastack_api::ApiState>,
+    /// The control plane the API hands work to (its workers running).
+    pub control: pandastack_control::ControlPlane,
+    /// The host behind it (the host agent over [`FakeDriver`]).
+    pub host: Arc<dyn pandastack_host::Host>,
     pub agent: Arc<pandastack_agent::HostAgent<FakeDriver>>,
     pub faults: Arc<Faults>,
     pub store: pandastack_store::Store,
@@ -447,38 +451,66 @@ pub fn guest_agent() -> PathBuf {
     p
 }
 
-/// The API state of a fake stack over `store` and `host`, its files under `dir` (builds, the
-/// object store): what [`fake_stack`] serves, and what a test that restarts the API builds again
-/// over the same store.
-pub fn fake_api(
+/// The control plane of a fake stack over `store` and `host`, its files under `dir` (builds, the
+/// object store): what [`fake_stack`] runs, and what a test that restarts the server builds
+/// again over the same store.
+pub fn fake_control(
     store: pandastack_store::Store,
     host: Arc<dyn pandastack_host::Host>,
     dir: &std::path::Path,
-) -> pandastack_api::App {
+) -> pandastack_control::ControlPlane {
     let objects =
         pandastack_objects::Objects::open(&format!("file://{}", dir.join("objects").display()))
             .expect("object store");
-    pandastack_api::App::new(
-        store,
-        host,
-        "fake-host".into(),
-        "host-fake".into(),
-        pandastack_api::BuildConfig {
+    let preview = preview();
+    let config = pandastack_control::ControlConfig {
+        host_id: "host-fake".into(),
+        builds: pandastack_control::BuildConfig {
             dir: dir.join("builds"),
             max_upload_bytes: 1 << 20,
         },
-        pandastack_api::PreviewConfig::from_base_url(
-            "http://localhost:8081",
-            Duration::from_secs(5),
-        )
-        .expect("preview config"),
-        objects,
-    )
+        apps: pandastack_control::AppAddress {
+            scheme: preview.scheme.clone(),
+            domain: preview.domain.clone(),
+            port: preview.port,
+        },
+        databases: pandastack_control::DatabaseAddress {
+            domain: "db.localhost".into(),
+            port: 5432,
+            api_url: "http://127.0.0.1:8080".into(),
+        },
+        archive: Default::default(),
+        outbound: Default::default(),
+        certificates: None,
+        disk_max: Default::default(),
+    };
+    pandastack_control::ControlPlane::new(store, host, objects, config)
 }
 
-/// Builds a [`FakeStack`]; a restored guest that does not answer fails its create after
-/// `restore_timeout`.
+/// The API state of a fake stack over `control` (see [`fake_control`]).
+pub fn fake_api(control: pandastack_control::ControlPlane) -> pandastack_api::ApiState {
+    pandastack_api::ApiState::new(control, "fake-host".into(), preview())
+}
+
+fn preview() -> pandastack_api::PreviewConfig {
+    pandastack_api::PreviewConfig::from_base_url("http://localhost:8081", Duration::from_secs(5))
+        .expect("preview config")
+}
+
+/// Builds a [`FakeStack`] whose control plane runs its workers (builds, deploys, the scheduler,
+/// the reaper, ...) as a server's does; a restored guest that does not answer fails its create
+/// after `restore_timeout`.
 pub async fn fake_stack(restore_timeout: Duration) -> FakeStack {
+    build_stack(restore_timeout, true).await
+}
+
+/// A [`FakeStack`] whose control plane starts no workers: nothing changes but what the test's
+/// requests change (a deploy or a schedule stays queued).
+pub async fn fake_stack_without_workers(restore_timeout: Duration) -> FakeStack {
+    build_stack(restore_timeout, false).await
+}
+
+async fn build_stack(restore_timeout: Duration, workers: bool) -> FakeStack {
     use pandastack_agent::{AgentConfig, HostAgent, LocalHost};
     use pandastack_runtime::{DataDir, Runtime, Shape};
 
@@ -527,8 +559,16 @@ pub async fn fake_stack(restore_timeout: Duration) -> FakeStack {
         .await
         .expect("workspace");
     let host: Arc<dyn pandastack_host::Host> = Arc::new(LocalHost(Arc::clone(&agent)));
-    let app = Arc::new(fake_api(store.clone(), host, dir.path()));
+    // The same front door as the server's: recovered, then its workers running.
+    let control = fake_control(store.clone(), Arc::clone(&host), dir.path());
+    control.recover().await.expect("recover");
+    if workers {
+        control.start();
+    }
+    let app = Arc::new(fake_api(control.clone()));
     FakeStack {
+        control,
+        host,
         router: pandastack_api::router(Arc::clone(&app)),
         proxy: pandastack_api::proxy_router(Arc::clone(&app)),
         app,

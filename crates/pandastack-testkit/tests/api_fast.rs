@@ -145,7 +145,7 @@ async fn lifecycle_exec_files_hibernate_and_delete_in_process() {
 
     let (st, _) = call(&s, "DELETE", &format!("/v1/sandboxes/{id}"), None).await;
     assert_eq!(st, StatusCode::NO_CONTENT);
-    assert!(s.app.host.list().await.is_empty());
+    assert!(s.host.list().await.is_empty());
     assert_eq!(rows(&s).await, 0);
     assert!(sandbox_dirs(&s).is_empty(), "{:?}", sandbox_dirs(&s));
     let (st, v) = call(&s, "GET", &format!("/v1/sandboxes/{id}"), None).await;
@@ -165,7 +165,7 @@ async fn a_failing_restore_leaves_no_row_vm_or_files() {
     assert_eq!(st, StatusCode::INTERNAL_SERVER_ERROR, "{v}");
     assert_eq!(v["error"]["code"], "internal");
     assert_eq!(rows(&s).await, 0);
-    assert!(s.app.host.list().await.is_empty());
+    assert!(s.host.list().await.is_empty());
     assert!(sandbox_dirs(&s).is_empty(), "{:?}", sandbox_dirs(&s));
     // The fault gone, the same host creates again.
     s.faults
@@ -192,7 +192,7 @@ async fn a_guest_that_never_answers_fails_the_create_within_its_bound() {
         "create failed after {took:?}"
     );
     assert_eq!(rows(&s).await, 0);
-    assert!(s.app.host.list().await.is_empty());
+    assert!(s.host.list().await.is_empty());
     assert!(sandbox_dirs(&s).is_empty(), "{:?}", sandbox_dirs(&s));
 }
 
@@ -376,7 +376,7 @@ async fn snapshot_and_fork_through_the_snapshot_service() {
     .await;
     assert_eq!(st, StatusCode::INTERNAL_SERVER_ERROR, "{v}");
     assert_eq!(rows(&s).await, 3);
-    assert_eq!(s.app.host.list().await.len(), 3);
+    assert_eq!(s.host.list().await.len(), 3);
     s.faults
         .fail_restore
         .store(false, std::sync::atomic::Ordering::SeqCst);

@@ -588,7 +588,7 @@ async fn bad_snapshots_and_ids_leave_nothing_behind() {
         .await
         .err()
         .expect("restore of a truncated snapshot fails");
-    eprintln!("corrupt snapshot: {:#}", anyhow_chain(&err));
+    eprintln!("corrupt snapshot: {}", pandastack_host::error_chain(&err));
     assert!(!rt.data().sandbox("broken").exists(), "sandbox dir left");
     let found = rt.scan().unwrap();
     assert_eq!(found.len(), 1, "only the source sandbox: {found:?}");
@@ -604,17 +604,6 @@ fn alive(pid: u32) -> bool {
             .next()
             .is_some_and(|rest| !rest.starts_with('Z'))
     })
-}
-
-fn anyhow_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// No QEMU process has a file under `root` open.

@@ -1,7 +1,6 @@
 //! A guest flooding its serial console cannot fill the host's disk: the server keeps each
 //! sandbox's `console.log` near `--console-log-max-kb`, and `GET …/logs` returns the newest part.
-//! The VM process's own log (`qemu.log`), which a guest that allocates and frees memory makes
-//! QEMU write to (a free page it cannot give back, reported), stays near `--vm-log-max-kb`.
+//! The VM process's own log (`qemu.log`) stays near `--vm-log-max-kb`.
 
 mod common;
 
@@ -73,14 +72,21 @@ async fn a_flooded_console_stays_bounded_and_keeps_its_newest_part() {
     let v = api.exec(&id, "echo alive").await;
     assert_eq!(v["stdout"], "alive\n", "{v}");
 
-    // Allocate and free 192 MiB a few times: the guest reports the freed pages, and QEMU, which
-    // cannot discard RAM mapped from the read-only template file, says so in `qemu.log` each
-    // time (about 10 KiB a round here).
-    let churn = "import time\nfor _ in range(3):\n    b = bytearray(192 << 20)\n    \
-                 b[::4096] = b'x' * len(b[::4096])\n    del b\n    time.sleep(3)\n";
-    let v = api.exec(&id, &format!("python3 -c \"{churn}\"")).await;
-    assert_eq!(v["exit_code"], 0, "{v}");
+    // The VM process's own log is bounded by the same trimmer. Since guests of a template no
+    // longer report free pages (which made QEMU write a line per report), nothing a guest does
+    // makes QEMU write much; the test appends to `qemu.log` itself as QEMU would (O_APPEND), 16
+    // times `--vm-log-max-kb`.
     let qemu_log = data.join("sandboxes").join(&id).join("qemu.log");
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&qemu_log)
+            .unwrap();
+        for i in 0..640 {
+            writeln!(f, "qemu-test-line {i:05} {}", "q".repeat(80)).unwrap();
+        }
+    }
     let t = Instant::now();
     let len = loop {
         let len = std::fs::metadata(&qemu_log).unwrap().len();

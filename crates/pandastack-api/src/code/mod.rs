@@ -21,7 +21,7 @@ use pandastack_control::CodeEvent;
 use crate::error::ApiResult;
 use crate::extract::{Body, Caller};
 use crate::workload::guest;
-use crate::App;
+use crate::ApiState;
 
 /// Run code in the sandbox's kernel and return what it printed and produced. An exception in the
 /// code is data (`error`), not an HTTP error; the value of a final expression, `display(…)`
@@ -36,14 +36,16 @@ use crate::App;
     responses((status = 200, description = "The run's output, results and error", body = CodeResult))
 )]
 pub async fn run(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
     Body(req): Body<CodeRequest>,
 ) -> ApiResult<Json<CodeResult>> {
     req.validate()?;
     let row = guest(&app, &caller, &id).await?;
-    Ok(Json(app.code.run_to_end(&row.id, &row.env, req).await?))
+    Ok(Json(
+        app.control.code.run_to_end(&row.id, &row.env, req).await?,
+    ))
 }
 
 /// Run code and stream its output as Server-Sent Events.
@@ -57,14 +59,14 @@ pub async fn run(
     responses((status = 200, description = "Server-Sent Events: `stdout`/`stderr` `{\"data\": text}` as printed, `result` (a result object), `error` `{\"name\", \"value\", \"traceback\"}` (an exception in the code, or `KernelError`/`ContextNotFound`), then one `done` `{\"duration_ms\", \"truncated\"}`. Closing the stream stops waiting; the kernel interrupts the code.", content_type = "text/event-stream", body = inline(crate::schemas::CodeEvents)))
 )]
 pub async fn run_stream(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
     Body(req): Body<CodeRequest>,
 ) -> ApiResult<impl IntoResponse> {
     req.validate()?;
     let row = guest(&app, &caller, &id).await?;
-    let events = app.code.run(&row.id, &row.env, req).await?;
+    let events = app.control.code.run(&row.id, &row.env, req).await?;
     let sse = events.map(|ev| {
         let e = Event::default();
         let e = match ev {
@@ -95,14 +97,18 @@ pub async fn run_stream(
     responses((status = 201, description = "The context, its kernel running", body = CodeContext))
 )]
 pub async fn create_context(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(id): Path<String>,
     Body(req): Body<CodeContextRequest>,
 ) -> ApiResult<(StatusCode, Json<CodeContext>)> {
     req.validate()?;
     let row = guest(&app, &caller, &id).await?;
-    let ctx = app.code.create_context(&row.id, &row.env, req).await?;
+    let ctx = app
+        .control
+        .code
+        .create_context(&row.id, &row.env, req)
+        .await?;
     Ok((StatusCode::CREATED, Json(ctx)))
 }
 
@@ -124,13 +130,14 @@ pub async fn create_context(
     )
 )]
 pub async fn delete_context(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path((id, context_id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
     wire::validate_context_id(&context_id)?;
     let row = guest(&app, &caller, &id).await?;
-    app.code
+    app.control
+        .code
         .delete_context(&row.id, &row.env, &context_id)
         .await?;
     Ok(StatusCode::NO_CONTENT)

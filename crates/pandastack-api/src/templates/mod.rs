@@ -18,7 +18,7 @@ use pandastack_store::TemplateBuildRow;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::Caller;
-use crate::{rfc3339, App, MAX_JSON_BODY};
+use crate::{rfc3339, ApiState, MAX_JSON_BODY};
 
 fn catalog_view(t: pandastack_host::TemplateView) -> wire::Template {
     wire::Template {
@@ -80,10 +80,10 @@ fn view(t: TemplateInfo) -> wire::Template {
     responses((status = 200, description = "Templates: the catalog's, then the workspace's own", body = List<wire::Template>))
 )]
 pub async fn list(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
 ) -> ApiResult<Json<List<wire::Template>>> {
-    let data = app.templates.list(caller.ws()).await?;
+    let data = app.control.templates.list(caller.ws()).await?;
     Ok(Json(List {
         data: data.into_iter().map(view).collect(),
         next_cursor: None,
@@ -103,11 +103,13 @@ pub async fn list(
     )
 )]
 pub async fn get(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Json<wire::Template>> {
-    Ok(Json(view(app.templates.get(caller.ws(), &name).await?)))
+    Ok(Json(view(
+        app.control.templates.get(caller.ws(), &name).await?,
+    )))
 }
 
 /// Build a template (a new version if the name exists) from a spec or an OCI image tarball.
@@ -143,7 +145,7 @@ pub async fn get(
     )
 )]
 pub async fn create(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     req: Request,
 ) -> ApiResult<Response> {
@@ -154,7 +156,8 @@ pub async fn create(
                 .await
                 .map_err(|_| ApiError::new(ErrorCode::PayloadTooLarge, "request body too large"))?;
             let body: CreateTemplateRequest = crate::extract::json(&bytes)?;
-            app.templates
+            app.control
+                .templates
                 .queue_spec(caller.ws(), body.name, body.spec)
                 .await?
         }
@@ -174,7 +177,8 @@ pub async fn create(
                     return Err(ApiError::new(ErrorCode::InvalidArgument, e.body_text()));
                 }
             };
-            app.templates
+            app.control
+                .templates
                 .queue_oci(caller.ws(), params, content_length(&parts.headers), upload)
                 .await?
         }
@@ -214,11 +218,13 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
     )
 )]
 pub async fn bake(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<Json<wire::Template>> {
-    Ok(Json(view(app.templates.rebake(caller.ws(), &name).await?)))
+    Ok(Json(view(
+        app.control.templates.rebake(caller.ws(), &name).await?,
+    )))
 }
 
 /// Delete a built template, every version. Running sandboxes made from it keep running (their
@@ -236,11 +242,11 @@ pub async fn bake(
     )
 )]
 pub async fn delete(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
-    app.templates.delete(caller.ws(), &name).await?;
+    app.control.templates.delete(caller.ws(), &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -261,7 +267,7 @@ pub async fn delete(
     )
 )]
 pub async fn logs(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<ApiState>>,
     caller: Caller,
     Path(name): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
@@ -279,7 +285,11 @@ pub async fn logs(
                 })
         })
         .transpose()?;
-    let log = app.templates.log(caller.ws(), &name, version).await?;
+    let log = app
+        .control
+        .templates
+        .log(caller.ws(), &name, version)
+        .await?;
     let path = log.path().to_owned();
     Ok(crate::logs::log_response(path, follow, move || {
         let log = log.clone();

@@ -133,7 +133,7 @@ impl Apps {
                 job.attempts
             ));
             if let Err(e) = self.remove_vm(&run.row).await {
-                tracing::warn!(deploy = %run.row.id, error = %e, "remove a cut-off deploy's VM");
+                tracing::warn!(deploy = %run.row.id, error = &e as &dyn std::error::Error, "remove a cut-off deploy's VM");
             }
             run.row.sandbox_id = None;
         }
@@ -161,9 +161,9 @@ impl Apps {
         let _ = std::fs::remove_file(dir.join(source::KEY_FILE));
         if let Err(message) = result {
             run.log.line(&format!("failed: {message}"));
-            tracing::info!(deploy = %run.row.id, app = %run.app.name, error = %message, "deploy failed");
+            tracing::info!(deploy = %run.row.id, app = %run.app.name, error = message.as_str(), "deploy failed");
             if let Err(e) = self.remove_vm(&run.row).await {
-                tracing::warn!(deploy = %run.row.id, error = %e, "remove a failed deploy's VM");
+                tracing::warn!(deploy = %run.row.id, error = &e as &dyn std::error::Error, "remove a failed deploy's VM");
             }
             self.remove_bake(&run.row).await;
             run.row.sandbox_id = None;
@@ -383,7 +383,7 @@ impl Apps {
             ));
             self.phase_done(run, "snapshot", t).await?;
             if let Err(e) = self.remove_vm(&run.row).await {
-                tracing::warn!(deploy = %run.row.id, error = %e, "remove a function's build VM");
+                tracing::warn!(deploy = %run.row.id, error = &e as &dyn std::error::Error, "remove a function's build VM");
             }
             run.row.sandbox_id = None;
         }
@@ -569,7 +569,7 @@ impl Apps {
         } else {
             Source::Template(template)
         };
-        self.sandboxes.create(row, source).await.map_err(|e| {
+        self.sandboxes.launch(row, source).await.map_err(|e| {
             format!(
                 "VM of template {}: {}",
                 app_template(run.config.memory_mb),
@@ -880,7 +880,7 @@ impl Apps {
                     tracing::debug!(deploy = %id, "app deleted before its previous version retired");
                 }
                 Err(e) => {
-                    tracing::warn!(deploy = %id, error = %e, "retire an app's previous version");
+                    tracing::warn!(deploy = %id, error = &e as &dyn std::error::Error, "retire an app's previous version");
                 }
             }
         });

@@ -410,7 +410,7 @@ impl Apps {
         }
         self.store.apps().delete(&row.id).await?;
         if let Err(e) = super::deps::forget(&self.objects, ws, &row.id).await {
-            tracing::warn!(function = %row.id, error = %e, "remove a function's dependency caches");
+            tracing::warn!(function = %row.id, error = &e as &dyn std::error::Error, "remove a function's dependency caches");
         }
         for d in &deploys {
             let _ = std::fs::remove_dir_all(self.deploy_dir(&d.id));
@@ -423,7 +423,7 @@ impl Apps {
             match self.host.delete_snapshot(s).await {
                 Ok(()) | Err(pandastack_host::HostError::SnapshotNotFound(_)) => {}
                 Err(e) => {
-                    tracing::warn!(snapshot = %s, error = %pandastack_host::error_chain(&e), "delete a function version's snapshot")
+                    tracing::warn!(snapshot = %s, error = &e as &dyn std::error::Error, "delete a function version's snapshot")
                 }
             }
         }

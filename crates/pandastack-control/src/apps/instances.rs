@@ -223,7 +223,7 @@ impl Apps {
         let snapshot = snapshot.to_owned();
         tokio::spawn(async move {
             if let Err(e) = host.keep_standby(&snapshot, count).await {
-                tracing::warn!(snapshot = %snapshot, count, error = %error_chain(&e), "stand-by processes for a function snapshot");
+                tracing::warn!(snapshot = %snapshot, count, error = &e as &dyn std::error::Error, "stand-by processes for a function snapshot");
             }
         });
     }
@@ -246,7 +246,7 @@ impl Apps {
             ]),
         );
         self.sandboxes
-            .create(row, Source::Snapshot(snapshot.to_owned()))
+            .launch(row, Source::Snapshot(snapshot.to_owned()))
             .await
             .map_err(|e| error_chain(&e))
     }
@@ -256,12 +256,12 @@ impl Apps {
             Ok(r) => r,
             Err(StoreError::NotFound) => return,
             Err(e) => {
-                tracing::warn!(sandbox = %sb.id, error = %e, "read a function instance");
+                tracing::warn!(sandbox = %sb.id, error = &e as &dyn std::error::Error, "read a function instance");
                 return;
             }
         };
         if let Err(e) = self.sandboxes.delete(&row).await {
-            tracing::warn!(sandbox = %sb.id, error = %error_chain(&e), "delete a function instance");
+            tracing::warn!(sandbox = %sb.id, error = &e as &dyn std::error::Error, "delete a function instance");
         }
     }
 
@@ -340,7 +340,7 @@ impl Apps {
             if row.metadata.contains_key(INSTANCE_METADATA) {
                 tracing::info!(sandbox = %id, "removing a function instance of an earlier process");
                 if let Err(e) = self.sandboxes.delete(&row).await {
-                    tracing::warn!(sandbox = %id, error = %error_chain(&e), "delete a stray function instance");
+                    tracing::warn!(sandbox = %id, error = &e as &dyn std::error::Error, "delete a stray function instance");
                 }
             }
         }

@@ -90,26 +90,28 @@ impl Apps {
         }
     }
 
-    /// Starts the runners of this host's asynchronous calls (for the life of the process).
-    pub fn start_invoke_runners(&self) {
-        for _ in 0..RUNNERS {
-            let me = self.clone();
-            tokio::spawn(async move {
-                let runner = crate::jobs::Runner {
-                    store: me.store.clone(),
-                    host_id: me.host_id.clone(),
-                    kind: INVOKE_JOB_KIND,
-                    wake: Arc::clone(&me.invoke_wake),
-                    retry_after: RETRY_AFTER,
-                };
-                runner
-                    .run(|job| {
-                        let me = me.clone();
-                        async move { me.run_invocation(&job).await }
-                    })
-                    .await
-            });
-        }
+    /// Starts the runners of this host's asynchronous calls; returns their tasks.
+    pub fn start_invoke_runners(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        (0..RUNNERS)
+            .map(|_| {
+                let me = self.clone();
+                tokio::spawn(async move {
+                    let runner = crate::jobs::Runner {
+                        store: me.store.clone(),
+                        host_id: me.host_id.clone(),
+                        kind: INVOKE_JOB_KIND,
+                        wake: Arc::clone(&me.invoke_wake),
+                        retry_after: RETRY_AFTER,
+                    };
+                    runner
+                        .run(|job| {
+                            let me = me.clone();
+                            async move { me.run_invocation(&job).await }
+                        })
+                        .await
+                })
+            })
+            .collect()
     }
 
     /// One attempt of the call `job` names; `Err` queues another while attempts are left.

@@ -469,7 +469,7 @@ impl Apps {
         self.store.apps().delete(&row.id).await?;
         self.routes.invalidate(&row.name);
         if let Err(e) = deps::forget(&self.objects, ws, &row.id).await {
-            tracing::warn!(app = %row.id, error = %e, "remove an app's dependency caches");
+            tracing::warn!(app = %row.id, error = &e as &dyn std::error::Error, "remove an app's dependency caches");
         }
         for d in &deploys {
             let _ = std::fs::remove_dir_all(self.deploy_dir(&d.id));

@@ -131,7 +131,10 @@ impl Databases {
         let rows = match self.store.databases().on_host(&self.host_id).await {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!(error = %e, "archiver: could not list databases");
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "archiver: could not list databases"
+                );
                 return;
             }
         };
@@ -145,11 +148,11 @@ impl Databases {
                 _ => continue,
             }
             if let Err(e) = self.archive_outbox(&row, sb).await {
-                tracing::debug!(database = %row.id, error = %e, "archiver: outbox not taken this time");
+                tracing::debug!(database = %row.id, error = &e as &dyn std::error::Error, "archiver: outbox not taken this time");
             }
             if schedule {
                 if let Err(e) = self.scheduled_backup(&row, sb).await {
-                    tracing::warn!(database = %row.id, error = %e, "scheduled base backup failed");
+                    tracing::warn!(database = %row.id, error = &e as &dyn std::error::Error, "scheduled base backup failed");
                 }
             }
         }

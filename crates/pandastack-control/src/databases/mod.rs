@@ -371,7 +371,7 @@ impl Databases {
         };
         let made = self.make(row, volume, Boot::Branch).await;
         if let Err(e) = self.volumes.delete_snapshot(ws, &pvol, &snap.id).await {
-            tracing::warn!(snapshot = %snap.id, error = %e, "could not remove a branch's volume snapshot");
+            tracing::warn!(snapshot = %snap.id, error = &e as &dyn std::error::Error, "could not remove a branch's volume snapshot");
         }
         made
     }
@@ -438,9 +438,9 @@ impl Databases {
                 sandbox: Some(sandbox),
             }),
             Err(e) => {
-                tracing::warn!(database = %row.id, error = %e, "database create failed: removing what it made");
+                tracing::warn!(database = %row.id, error = &e as &dyn std::error::Error, "database create failed: removing what it made");
                 if let Err(c) = self.remove(&row).await {
-                    tracing::warn!(database = %row.id, error = %c, "could not remove a failed database");
+                    tracing::warn!(database = %row.id, error = &c as &dyn std::error::Error, "could not remove a failed database");
                 }
                 Err(e)
             }
@@ -498,7 +498,7 @@ impl Databases {
         }];
         let sandbox = self
             .sandboxes
-            .create_with_volumes(sandbox, &template, &claims, &self.volumes)
+            .launch_with_volumes(sandbox, &template, &claims)
             .await?;
         let restoring = matches!(boot, Boot::Recover(r) if r.in_place);
         if !restoring {
@@ -521,7 +521,7 @@ impl Databases {
                 let _ = self.store.databases().set_sandbox(&row.id, None).await;
             }
             if let Err(d) = self.sandboxes.delete(&sandbox).await {
-                tracing::warn!(sandbox = %sandbox.id, error = %d, "could not remove a database VM that failed to start");
+                tracing::warn!(sandbox = %sandbox.id, error = &d as &dyn std::error::Error, "could not remove a database VM that failed to start");
             }
             return Err(e);
         }
@@ -547,14 +547,14 @@ impl Databases {
         .await
         {
             Ok(Ok(out)) => String::from_utf8_lossy(&out.stdout).into_owned(),
-            Ok(Err(e)) => format!("(the probe failed: {e})"),
+            Ok(Err(e)) => format!("(the probe failed: {})", pandastack_host::error_chain(&e)),
             Err(_) => format!("(no answer within {DIAGNOSE_TIMEOUT:?})"),
         };
         let console = self.console_tail(sandbox, 4096).await;
         tracing::warn!(
             database = %row.id,
             sandbox,
-            error = %error,
+            error = error as &dyn std::error::Error,
             "database VM did not come up; inside it:\n{inside}\nthe end of its console:\n{console}"
         );
     }
@@ -690,7 +690,7 @@ impl Databases {
             return;
         }
         if let Err(e) = self.script(row, &sandbox.id, "stop", &[]).await {
-            tracing::debug!(database = %row.id, sandbox = %sandbox.id, error = %e, "no clean shutdown before removing a database VM");
+            tracing::debug!(database = %row.id, sandbox = %sandbox.id, error = &e as &dyn std::error::Error, "no clean shutdown before removing a database VM");
         }
     }
 
@@ -751,7 +751,7 @@ impl Databases {
         }
         self.store.databases().delete(&row.id).await?;
         if let Err(e) = self.remove_archive(row).await {
-            tracing::warn!(database = %row.id, error = %e, "could not remove a database's WAL archive");
+            tracing::warn!(database = %row.id, error = &e as &dyn std::error::Error, "could not remove a database's WAL archive");
         }
         match self
             .volumes
@@ -797,7 +797,11 @@ impl Databases {
     /// Counts a use of the database (a connection, a query) as activity of its VM.
     pub async fn touch(&self, sandbox: &str) {
         if let Err(e) = self.store.sandboxes().touch(sandbox, now_ms()).await {
-            tracing::debug!(sandbox, error = %e, "could not record database activity");
+            tracing::debug!(
+                sandbox,
+                error = &e as &dyn std::error::Error,
+                "could not record database activity"
+            );
         }
     }
 }

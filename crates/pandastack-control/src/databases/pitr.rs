@@ -88,10 +88,10 @@ impl Databases {
             _ => return,
         }
         if let Err(e) = self.script(row, sb, "flush-archive", &[]).await {
-            tracing::warn!(database = %row.id, error = %e, "could not switch and archive the current WAL segment");
+            tracing::warn!(database = %row.id, error = &e as &dyn std::error::Error, "could not switch and archive the current WAL segment");
         }
         if let Err(e) = self.archive_outbox(row, sb).await {
-            tracing::warn!(database = %row.id, error = %e, "could not archive the outbox before a restore");
+            tracing::warn!(database = %row.id, error = &e as &dyn std::error::Error, "could not archive the outbox before a restore");
         }
     }
 
@@ -162,7 +162,7 @@ impl Databases {
             Ok(s) => s,
             Err(e) => {
                 if let Err(d) = self.volumes.delete(ws, &temp).await {
-                    tracing::warn!(volume = %temp, error = %d, "could not remove a failed restore's volume");
+                    tracing::warn!(volume = %temp, error = &d as &dyn std::error::Error, "could not remove a failed restore's volume");
                 }
                 return Err(e);
             }
@@ -206,17 +206,17 @@ impl Databases {
                 Ok(s) => {
                     self.shut_down(old, &s).await;
                     if let Err(e) = self.sandboxes.delete(&s).await {
-                        tracing::warn!(sandbox = %sb, error = %e, "could not remove a restored database's old VM");
+                        tracing::warn!(sandbox = %sb, error = &e as &dyn std::error::Error, "could not remove a restored database's old VM");
                     }
                 }
                 Err(StoreError::NotFound) => {}
                 Err(e) => {
-                    tracing::warn!(sandbox = %sb, error = %e, "could not look up a restored database's old VM")
+                    tracing::warn!(sandbox = %sb, error = &e as &dyn std::error::Error, "could not look up a restored database's old VM")
                 }
             }
         }
         if let Err(e) = self.remove_strays(old).await {
-            tracing::warn!(database = %old.id, error = %e, "could not remove a restored database's old volume");
+            tracing::warn!(database = %old.id, error = &e as &dyn std::error::Error, "could not remove a restored database's old volume");
         }
     }
 

@@ -112,12 +112,13 @@ impl Schedules {
         }
     }
 
-    /// Starts the scheduler and the runners of this host's runs (for the life of the process).
-    pub fn start(&self) {
-        tokio::spawn(self.clone().scheduler());
+    /// Starts the scheduler and the runners of this host's runs; returns their tasks.
+    pub fn start(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = vec![tokio::spawn(self.clone().scheduler())];
         for _ in 0..RUNNERS {
-            tokio::spawn(self.clone().runner());
+            tasks.push(tokio::spawn(self.clone().runner()));
         }
+        tasks
     }
 
     async fn row(&self, ws: &str, name: &str) -> Result<ScheduleRow, ScheduleError> {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use pandastack_api_types::{
     FunctionTarget, InvocationStatus, RunState, SandboxExecTarget, ScheduleTarget, PAYLOAD_ENV,
 };
-use pandastack_host::ExecSpec;
+use pandastack_host::{error_chain, ExecSpec};
 use pandastack_store::{new_id, now_ms, JobRow, RunRow, SandboxRow, ScheduleRow, StoreError};
 
 use super::{spec_of, Schedules, MAX_RUN_OUTPUT, RUN_JOB_KIND, RUN_METADATA, SCHEDULE_METADATA};
@@ -28,17 +28,6 @@ struct Outcome {
     output: Option<String>,
     /// Why it failed (`None`: exit code 0).
     error: Option<String>,
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// Stdout then stderr, at most [`MAX_RUN_OUTPUT`] bytes (cut on a character boundary).
@@ -82,25 +71,25 @@ impl Schedules {
         let run = match self.store.schedules().run(run_id).await {
             Ok(r) => r,
             Err(StoreError::NotFound) => return Ok(()), // the schedule was deleted
-            Err(e) => return Err(chain(&e)),
+            Err(e) => return Err(error_chain(&e)),
         };
         // An attempt cut off (the process died) may have left its sandbox.
         self.kill_run_sandbox(&run).await;
         let schedule = match self.store.schedules().by_id(&run.schedule_id).await {
             Ok(s) => s,
             Err(StoreError::NotFound) => return Ok(()),
-            Err(e) => return Err(chain(&e)),
+            Err(e) => return Err(error_chain(&e)),
         };
         let started = self
             .store
             .schedules()
             .start_run(&run.id, job.attempts, now_ms())
             .await
-            .map_err(|e| chain(&e))?;
+            .map_err(|e| error_chain(&e))?;
         if !started {
             return Ok(()); // cancelled
         }
-        let spec = spec_of(&schedule).map_err(|e| chain(&e))?;
+        let spec = spec_of(&schedule).map_err(|e| error_chain(&e))?;
         let outcome = match &spec.target {
             ScheduleTarget::SandboxExec(t) => {
                 self.sandbox_exec(&schedule, &run, t, &spec.payload).await
@@ -127,7 +116,7 @@ impl Schedules {
                 now_ms(),
             )
             .await
-            .map_err(|e| chain(&e))?;
+            .map_err(|e| error_chain(&e))?;
         // The sandbox goes after the result is kept: a process that dies in between leaves a
         // finished run whose job, run again, only deletes the sandbox.
         let run = self
@@ -135,7 +124,7 @@ impl Schedules {
             .schedules()
             .run(&run.id)
             .await
-            .map_err(|e| chain(&e))?;
+            .map_err(|e| error_chain(&e))?;
         self.kill_run_sandbox(&run).await;
         match (recorded, outcome.error) {
             (false, _) | (true, None) => Ok(()),
@@ -161,7 +150,7 @@ impl Schedules {
             Err(e) => Outcome {
                 exit_code: None,
                 output: None,
-                error: Some(format!("function {}: {}", t.name, chain(&e))),
+                error: Some(format!("function {}: {}", t.name, error_chain(&e))),
             },
             Ok(inv) => {
                 let mut out = match (&inv.result, &inv.error) {
@@ -209,7 +198,7 @@ impl Schedules {
             .await
         {
             Ok(r) => r,
-            Err(e) => return failed(format!("template {}: {}", t.template, chain(&e))),
+            Err(e) => return failed(format!("template {}: {}", t.template, error_chain(&e))),
         };
         let id = new_id("sb-");
         // The sandbox's id is the run's before the sandbox exists: whoever cancels the run, or
@@ -222,7 +211,7 @@ impl Schedules {
         {
             Ok(true) => {}
             Ok(false) => return failed("cancelled".into()),
-            Err(e) => return failed(chain(&e)),
+            Err(e) => return failed(error_chain(&e)),
         }
         let mut row = SandboxRow::service(
             &schedule.workspace_id,
@@ -238,13 +227,17 @@ impl Schedules {
         // run was not attempted again).
         let ttl = (t.timeout_seconds + 600) as i64;
         row.ttl_seconds = Some(ttl);
-        row.expires_at = Some(row.created_at + ttl * 1000);
+        row.expires_at = crate::expiry(row.created_at, row.ttl_seconds);
         if let Err(e) = self
             .sandboxes
-            .create(row, Source::Template(resolved.baked.clone()))
+            .launch(row, Source::Template(resolved.baked.clone()))
             .await
         {
-            return failed(format!("sandbox of template {}: {}", t.template, chain(&e)));
+            return failed(format!(
+                "sandbox of template {}: {}",
+                t.template,
+                error_chain(&e)
+            ));
         }
         // Cancelled while the sandbox was made: the canceller may have missed it.
         match self.store.schedules().run(&run.id).await {
@@ -271,7 +264,7 @@ impl Schedules {
                 "no answer from the sandbox after {}s",
                 t.timeout_seconds
             )),
-            Ok(Err(e)) => failed(format!("exec: {}", chain(&e))),
+            Ok(Err(e)) => failed(format!("exec: {}", error_chain(&e))),
             Ok(Ok(o)) => Outcome {
                 exit_code: Some(i64::from(o.exit_code)),
                 output: Some(bounded_output(&o.stdout, &o.stderr)),

@@ -64,7 +64,7 @@ impl Schedules {
             Err(e) => {
                 // Checked when stored; a stored one this version cannot read stops here rather
                 // than being retried in a hot loop.
-                tracing::error!(schedule = %row.id, error = %e, "stored cron expression refused; schedule paused");
+                tracing::error!(schedule = %row.id, error = &e as &dyn std::error::Error, "stored cron expression refused; schedule paused");
                 let mut paused = row.clone();
                 paused.paused = true;
                 paused.next_due_at = None;

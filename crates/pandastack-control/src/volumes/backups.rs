@@ -354,7 +354,7 @@ impl Volumes {
                 b.finished_at = Some(r.finished_at);
             }
             Err(message) => {
-                tracing::warn!(backup = %b.id, error = %message, "backup failed");
+                tracing::warn!(backup = %b.id, error = message.as_str(), "backup failed");
                 b.state = BackupState::Failed.as_str().into();
                 b.error = Some(message);
                 b.finished_at = Some(now_ms());

@@ -135,7 +135,10 @@ pub async fn apply_post_restore(state: &State, req: v1::PostRestoreRequest) -> R
         let mark = format!("{}-{}\n", req.unix_time_ns, hex8(&req.entropy));
         let _ = std::fs::create_dir_all("/run/pandastack");
         if let Err(e) = std::fs::write(RESTORED_MARK, mark) {
-            tracing::warn!(error = %e, "write {RESTORED_MARK}");
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                "write {RESTORED_MARK}"
+            );
         }
     }
     if !req.hostname.is_empty() {
@@ -163,7 +166,11 @@ pub async fn apply_post_restore(state: &State, req: v1::PostRestoreRequest) -> R
                     ms = t.elapsed().as_secs_f64() * 1e3,
                     "free-page reporting set"
                 ),
-                Err(e) => tracing::warn!(?reporting, error = %e, "set free-page reporting"),
+                Err(e) => tracing::warn!(
+                    ?reporting,
+                    error = &e as &dyn std::error::Error,
+                    "set free-page reporting"
+                ),
             }
         });
     }

@@ -271,7 +271,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send> Client<S> {
                 Err(error) => {
                     if self.is_usable() {
                         if let Err(rollback) = self.query("ROLLBACK", &[], &control).await {
-                            tracing::warn!(error = %rollback, "rollback after a failed statement");
+                            tracing::warn!(
+                                error = &rollback as &dyn std::error::Error,
+                                "rollback after a failed statement"
+                            );
                         }
                     }
                     return Err(error);
@@ -561,7 +564,7 @@ fn isolation_level(name: &str) -> Option<&'static str> {
 fn log_notice(fields: postgres_protocol::message::backend::ErrorFields<'_>) {
     match DbError::parse(fields) {
         Ok(notice) => tracing::debug!(code = %notice.code, message = %notice.message, "notice"),
-        Err(error) => tracing::debug!(%error, "malformed notice"),
+        Err(error) => tracing::debug!(error = &error as &dyn std::error::Error, "malformed notice"),
     }
 }
 

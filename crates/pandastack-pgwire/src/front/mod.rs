@@ -281,7 +281,10 @@ async fn refuse_startup<S: AsyncWrite + Unpin>(stream: &mut S, error: FrontError
 /// A best-effort `FATAL`: the connection is being dropped either way.
 async fn refuse<S: AsyncWrite + Unpin>(stream: &mut S, sqlstate: &str, message: &str) {
     if let Err(error) = write_error(stream, Severity::Fatal, sqlstate, message, None).await {
-        tracing::debug!(%error, "could not send the refusal to the client");
+        tracing::debug!(
+            error = &error as &dyn std::error::Error,
+            "could not send the refusal to the client"
+        );
     }
 }
 

@@ -220,7 +220,7 @@ async fn an_exec_whose_sandbox_is_deleted_answers_sandbox_not_found() {
         }
         assert!(f.message.contains(&id), "{via:?}: {f:?}");
     }
-    assert!(s.app.host.list().await.is_empty());
+    assert!(s.host.list().await.is_empty());
     assert_eq!(log.lines(), Vec::<String>::new());
 }
 

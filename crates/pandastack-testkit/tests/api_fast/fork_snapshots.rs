@@ -104,8 +104,8 @@ async fn restarted(s: &FakeStack) -> axum::Router {
     let store = pandastack_store::Store::open(&s.dir.path().join("state.db"))
         .await
         .expect("store");
-    let app = pandastack_testkit::fake::fake_api(store, Arc::clone(&s.app.host), s.dir.path());
-    pandastack_api::router(Arc::new(app))
+    let control = pandastack_testkit::fake::fake_control(store, Arc::clone(&s.host), s.dir.path());
+    pandastack_api::router(Arc::new(pandastack_testkit::fake::fake_api(control)))
 }
 
 #[tokio::test(flavor = "multi_thread")]

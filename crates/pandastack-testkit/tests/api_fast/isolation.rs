@@ -5,7 +5,8 @@
 //! each object back as it was. Key-less routes give nothing away either: a database's
 //! Neon-compatible `/sql` answers a wrong password for A's database as it answers any password
 //! for a database that does not exist (PostgreSQL's failed login), and an app's webhooks answer
-//! a bad signature for A's app as for no app.
+//! a bad signature for A's app as for no app. The stacks run no workers: A's deploys and runs
+//! stay queued, so only B's requests could change anything.
 //!
 //! A database needs a VM with PostgreSQL to be created, so A's database rows are written to the
 //! store as a create leaves them; no call here gets as far as a cluster.
@@ -15,7 +16,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use pandastack_store::{DatabaseRow, DatabaseRowState};
-use pandastack_testkit::fake::{fake_stack, FakeStack};
+use pandastack_testkit::fake::{fake_stack_without_workers as fake_stack, FakeStack};
 use serde_json::{json, Value};
 
 use super::{answer, call};

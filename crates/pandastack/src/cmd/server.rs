@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use pandastack_agent::{AgentConfig, HostAgent};
-use pandastack_api::App;
+use pandastack_api::ApiState;
+use pandastack_control::{ControlConfig, ControlPlane};
 use pandastack_qemu::{accel, QemuConfig, QemuDriver};
 use pandastack_runtime::{DataDir, Runtime};
-use pandastack_store::{SandboxState, Store};
+use pandastack_store::Store;
 
 #[derive(Debug, clap::Args)]
 pub struct ServerArgs {
@@ -269,30 +270,45 @@ enum NetworkMode {
 pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     // Opened first so a bad URL fails the start at once; volume backups go there.
     let objects = open_objects(&a).await?;
-    let kernel = a
-        .kernel
-        .clone()
-        .or_else(super::doctor::cached_kernel)
-        .context("no guest kernel: run scripts/setup-host.sh or pass --kernel")?;
-    let guest_agent = match a.guest_agent.clone() {
-        Some(p) => p,
-        None => std::env::current_exe()?.with_file_name("pandastack-guest"),
-    };
-    let templates_dir = a
-        .templates_dir
-        .clone()
-        .or_else(|| {
-            super::template::template_dirs()
-                .into_iter()
-                .find(|d| d.is_dir())
-        })
-        .unwrap_or_else(|| PathBuf::from("templates"));
-    let choice = accel::detect(Path::new("qemu-system-x86_64"), &kernel).await;
-    tracing::info!(accel = %choice.accel, reason = %choice.reason, "accelerator");
-
-    let data =
-        DataDir::open(&a.data_dir).with_context(|| format!("data dir {}", a.data_dir.display()))?;
     let store = super::keys::open_store(&a.data_dir, a.state.as_deref()).await?;
+    let (host_id, host_name) = register_host(&a, &store).await?;
+    let first_key = first_start(&store, &a).await?;
+    apply_quotas(&a, &store).await?;
+    let (agent, host, accel) = start_host(&a, &store, &host_id, objects.clone()).await?;
+    let (certs, proxy_tls) = certificates(&a, &store, &host_id)?;
+    let config = control_config(&a, host_id, certs)?;
+    let control = ControlPlane::new(store, host, objects, config);
+    control
+        .recover()
+        .await
+        .context("settle what the last run left")?;
+    control.start();
+    let preview_url = a
+        .preview_url
+        .clone()
+        .unwrap_or_else(|| format!("http://localhost:{}", a.proxy_listen.port()));
+    let preview = pandastack_api::PreviewConfig::from_base_url(
+        &preview_url,
+        Duration::from_secs(a.preview_wake_timeout_seconds),
+    )
+    .map_err(anyhow::Error::msg)?;
+    let mut app = ApiState::new(control.clone(), host_name, preview);
+    if let (true, Some(tls), Some(listen)) = (a.https_redirect, &proxy_tls, a.proxy_tls_listen) {
+        app = app.with_https_redirect(pandastack_api::tls::HttpsRedirect {
+            tls: Arc::clone(tls),
+            port: a.https_redirect_port.unwrap_or(listen.port()),
+        });
+    }
+    serve(&a, Arc::new(app), proxy_tls, first_key, accel, &preview_url).await?;
+    tracing::info!("shutting down");
+    agent.shutdown().await;
+    control.shutdown(a.hibernate_on_shutdown).await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Registers this host in the store (its id kept in the data dir unless given) and adopts rows
+/// from before host ids; returns its id and name.
+async fn register_host(a: &ServerArgs, store: &Store) -> anyhow::Result<(String, String)> {
     let host_name = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "localhost".into());
@@ -306,7 +322,11 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         tracing::info!(rows = adopted, host = %host_id, "rows from before host ids now belong to this host");
     }
     tracing::info!(host = %host_id, backend = ?store.backend(), "state store open");
-    let first_key = first_start(&store, &a).await?;
+    Ok((host_id, host_name))
+}
+
+/// Sets every workspace's volume and storage quotas from the flags.
+async fn apply_quotas(a: &ServerArgs, store: &Store) -> anyhow::Result<()> {
     if a.max_volume_gb < 0 {
         anyhow::bail!("--max-volume-gb: must be 0 or more");
     }
@@ -328,12 +348,50 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         }
     }
     store.quotas().set_all(&quotas).await?;
+    Ok(())
+}
 
+/// Starts this host's agent over QEMU (the accelerator decided by booting): keeps the files of
+/// the sandboxes the store says are here and removes the rest, bakes again templates whose
+/// memory image changed, fills the pools and starts the console trimmer and the watch for
+/// powered-off guests.
+async fn start_host(
+    a: &ServerArgs,
+    store: &Store,
+    host_id: &str,
+    objects: pandastack_objects::Objects,
+) -> anyhow::Result<(
+    Arc<HostAgent<QemuDriver>>,
+    Arc<dyn pandastack_host::Host>,
+    pandastack_vm::Accel,
+)> {
+    let kernel = a
+        .kernel
+        .clone()
+        .or_else(super::doctor::cached_kernel)
+        .context("no guest kernel: run scripts/setup-host.sh or pass --kernel")?;
+    let guest_agent = match a.guest_agent.clone() {
+        Some(p) => p,
+        None => std::env::current_exe()?.with_file_name("pandastack-guest"),
+    };
+    let templates_dir = a
+        .templates_dir
+        .clone()
+        .or_else(|| {
+            super::template::template_dirs()
+                .into_iter()
+                .find(|d| d.is_dir())
+        })
+        .unwrap_or_else(|| PathBuf::from("templates"));
+    let choice = accel::detect(Path::new("qemu-system-x86_64"), &kernel).await;
+    tracing::info!(accel = %choice.accel, reason = %choice.reason, "accelerator");
+    let data =
+        DataDir::open(&a.data_dir).with_context(|| format!("data dir {}", a.data_dir.display()))?;
     // Reconcile host and database: keep what has a row on this host, remove the rest; rows of
     // other hosts are theirs.
     let known: Vec<String> = store
         .sandboxes()
-        .on_host(&host_id)
+        .on_host(host_id)
         .await?
         .into_iter()
         .map(|(id, _)| id)
@@ -363,7 +421,7 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     let mut rt = Runtime::new(QemuDriver::new(qemu), data, kernel)
         .with_pool_warm_up(warm_up)
         .with_disk_limits(disk_limits);
-    if let Some(pool) = open_network(&a).await? {
+    if let Some(pool) = open_network(a).await? {
         rt = rt.with_network(pool);
     }
     let cfg = AgentConfig {
@@ -371,16 +429,13 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         guest_agent,
         pool_size: a.pool_size,
         volume_slots: a.volume_slots,
-        objects: Some(objects.clone()),
+        objects: Some(objects),
     };
     let (agent, report) = HostAgent::start(rt, cfg, |f| known.contains(&f.id)).await?;
     if !report.removed.is_empty() || report.leftovers > 0 {
         tracing::info!(removed = ?report.removed, leftovers = report.leftovers, "reconciled data dir");
     }
     let agent = Arc::new(agent);
-    let host: Arc<dyn pandastack_host::Host> =
-        Arc::new(pandastack_agent::LocalHost(Arc::clone(&agent)));
-    pandastack_control::reconcile_rows(&store, &*host, known).await?;
     // Templates whose memory image changed since their bake (or that predate the seals) are
     // baked again before anything restores them.
     let checked = std::time::Instant::now();
@@ -398,16 +453,65 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         let agent = Arc::clone(&agent);
         tokio::spawn(async move {
             if let Err(e) = agent.fill_pools().await {
-                tracing::warn!(error = %pandastack_agent::error_chain(&e), "pool fill");
+                tracing::warn!(error = &e as &dyn std::error::Error, "pool fill");
             }
         });
     }
     tokio::spawn(Arc::clone(&agent).trim_consoles_forever(a.console_log_max_kb << 10));
     tokio::spawn(Arc::clone(&agent).stop_powered_off_forever());
-    let builds = pandastack_api::BuildConfig {
-        dir: a.data_dir.join("builds"),
-        max_upload_bytes: a.max_template_upload_mb << 20,
+    let host: Arc<dyn pandastack_host::Host> =
+        Arc::new(pandastack_agent::LocalHost(Arc::clone(&agent)));
+    Ok((agent, host, choice.accel))
+}
+
+/// Where custom domains get certificates (with an HTTPS listener), and the proxy's TLS set-up.
+fn certificates(
+    a: &ServerArgs,
+    store: &Store,
+    host_id: &str,
+) -> anyhow::Result<(
+    Option<pandastack_control::Certificates>,
+    Option<Arc<pandastack_api::ProxyTls>>,
+)> {
+    let Some(_) = a.proxy_tls_listen else {
+        return Ok((None, None));
     };
+    let certs = pandastack_control::Certificates::new(
+        store.clone(),
+        host_id.to_owned(),
+        pandastack_control::CertConfig {
+            dir: a.tls_cert_dir.clone(),
+            acme: a
+                .acme_directory
+                .clone()
+                .map(|directory| pandastack_control::AcmeConfig {
+                    directory,
+                    contact: a.acme_contact.clone(),
+                    root: a.acme_ca.clone(),
+                }),
+        },
+    );
+    let default = match (&a.proxy_tls_cert, &a.proxy_tls_key) {
+        (Some(cert), Some(key)) => Some(
+            pandastack_api::tls::config_from_files(cert, key)
+                .context("--proxy-tls-cert/--proxy-tls-key")?,
+        ),
+        _ => None,
+    };
+    let tls = Arc::new(pandastack_api::ProxyTls::new(
+        store.clone(),
+        Arc::clone(&certs.config),
+        default,
+    ));
+    Ok((Some(certs), Some(tls)))
+}
+
+/// The control plane's configuration from the flags.
+fn control_config(
+    a: &ServerArgs,
+    host_id: String,
+    certificates: Option<pandastack_control::Certificates>,
+) -> anyhow::Result<ControlConfig> {
     let preview_url = a
         .preview_url
         .clone()
@@ -417,66 +521,6 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         Duration::from_secs(a.preview_wake_timeout_seconds),
     )
     .map_err(anyhow::Error::msg)?;
-    let db_front = db_tls(&a)?;
-    let certs = a.proxy_tls_listen.map(|_| {
-        pandastack_control::Certificates::new(
-            store.clone(),
-            host_id.clone(),
-            pandastack_control::CertConfig {
-                dir: a.tls_cert_dir.clone(),
-                acme: a
-                    .acme_directory
-                    .clone()
-                    .map(|directory| pandastack_control::AcmeConfig {
-                        directory,
-                        contact: a.acme_contact.clone(),
-                        root: a.acme_ca.clone(),
-                    }),
-            },
-        )
-    });
-    let proxy_tls = match (&certs, &a.proxy_tls_cert, &a.proxy_tls_key) {
-        (None, _, _) => None,
-        (Some(c), cert, key) => {
-            let default = match (cert, key) {
-                (Some(cert), Some(key)) => Some(
-                    pandastack_api::tls::config_from_files(cert, key)
-                        .context("--proxy-tls-cert/--proxy-tls-key")?,
-                ),
-                _ => None,
-            };
-            Some(Arc::new(pandastack_api::ProxyTls::new(
-                store.clone(),
-                Arc::clone(&c.config),
-                default,
-            )))
-        }
-    };
-    let mut app = App::new(
-        store.clone(),
-        Arc::clone(&host),
-        host_name,
-        host_id.clone(),
-        builds,
-        preview,
-        objects,
-    )
-    .with_disk_max(pandastack_api::DiskMax {
-        mbps: a.vm_disk_mbps_max,
-        iops: a.vm_disk_iops_max,
-    })
-    .with_database_address(pandastack_control::DatabaseAddress {
-        domain: a.db_domain.to_ascii_lowercase(),
-        port: a.db_port.unwrap_or(a.db_listen.port()),
-        api_url: a
-            .public_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{}", a.listen)),
-    })
-    .with_database_archive(pandastack_control::ArchiveSettings {
-        backup_interval: Duration::from_secs(a.db_backup_interval_seconds.max(60)),
-        retention: Duration::from_secs(a.db_retention_days.max(1) * 86_400),
-    });
     if !a.allow_internal_fetch.is_empty() {
         let shown: Vec<String> = a
             .allow_internal_fetch
@@ -485,45 +529,49 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
             .collect();
         tracing::info!(allowed = %shown.join(","), "internal destinations sources may be fetched from");
     }
-    app = app.with_outbound(pandastack_outbound::OutboundPolicy::new(
-        a.allow_internal_fetch.clone(),
-    ));
-    if let Some(c) = &certs {
-        app = app.with_certificates(c.clone());
-        c.start();
-    }
-    if let (true, Some(tls), Some(listen)) = (a.https_redirect, &proxy_tls, a.proxy_tls_listen) {
-        app = app.with_https_redirect(pandastack_api::tls::HttpsRedirect {
-            tls: Arc::clone(tls),
-            port: a.https_redirect_port.unwrap_or(listen.port()),
-        });
-    }
-    let app = Arc::new(app);
-    // Fork snapshots whose last sandbox went while the server was down or mid-delete.
-    let released = app
-        .snapshots
-        .release_unused()
-        .await
-        .context("delete unused fork snapshots")?;
-    if !released.is_empty() {
-        tracing::info!(snapshots = ?released, "deleted fork snapshots no sandbox uses");
-    }
-    app.recover_builds()
-        .await
-        .context("settle template builds")?;
-    app.start_build_worker();
-    app.recover_volumes()
-        .await
-        .context("settle volumes and backups")?;
-    app.start_backup_worker();
-    app.recover_databases().await.context("settle databases")?;
-    app.start_database_archiver();
-    app.start_deploy_worker()
-        .await
-        .context("settle app deploys")?;
-    app.start_scheduler();
-    tokio::spawn(pandastack_control::Reaper::new(store.clone(), host, host_id).run());
+    Ok(ControlConfig {
+        host_id,
+        builds: pandastack_control::BuildConfig {
+            dir: a.data_dir.join("builds"),
+            max_upload_bytes: a.max_template_upload_mb << 20,
+        },
+        apps: pandastack_control::AppAddress {
+            scheme: preview.scheme.clone(),
+            domain: preview.domain.clone(),
+            port: preview.port,
+        },
+        databases: pandastack_control::DatabaseAddress {
+            domain: a.db_domain.to_ascii_lowercase(),
+            port: a.db_port.unwrap_or(a.db_listen.port()),
+            api_url: a
+                .public_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{}", a.listen)),
+        },
+        archive: pandastack_control::ArchiveSettings {
+            backup_interval: Duration::from_secs(a.db_backup_interval_seconds.max(60)),
+            retention: Duration::from_secs(a.db_retention_days.max(1) * 86_400),
+        },
+        outbound: pandastack_outbound::OutboundPolicy::new(a.allow_internal_fetch.clone()),
+        certificates,
+        disk_max: pandastack_control::DiskMax {
+            mbps: a.vm_disk_mbps_max,
+            iops: a.vm_disk_iops_max,
+        },
+    })
+}
 
+/// Binds the API, the preview proxy (and its HTTPS listener when configured) and the database
+/// front, prints how to use them, and serves until a shutdown signal.
+async fn serve(
+    a: &ServerArgs,
+    app: Arc<ApiState>,
+    proxy_tls: Option<Arc<pandastack_api::ProxyTls>>,
+    first_key: Option<String>,
+    accel: pandastack_vm::Accel,
+    preview_url: &str,
+) -> anyhow::Result<()> {
+    let db_front = db_tls(a)?;
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
         .with_context(|| format!("listen on {}", a.listen))?;
@@ -539,12 +587,7 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
             )
         })?;
     let url = format!("http://{}", a.listen);
-    print_usage(
-        &url,
-        first_key.as_deref(),
-        a.key_file.as_deref(),
-        choice.accel,
-    );
+    print_usage(&url, first_key.as_deref(), a.key_file.as_deref(), accel);
     println!(
         "Preview URLs: {} (proxy on {}; e.g. {})",
         preview_url,
@@ -553,7 +596,7 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     );
     println!(
         "Databases: postgres://…@<database id>.{}:{} (TLS front on {})",
-        app.databases.address.domain, app.databases.address.port, a.db_listen
+        app.control.databases.address.domain, app.control.databases.address.port, a.db_listen
     );
     let db = tokio::spawn(pandastack_api::serve_db_front(
         Arc::clone(&app),
@@ -561,6 +604,7 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         Arc::new(db_front),
         Duration::from_secs(a.db_wake_timeout_seconds),
     ));
+    let mut tls_task = None;
     if let (Some(addr), Some(tls)) = (a.proxy_tls_listen, proxy_tls) {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -579,11 +623,11 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
                 ""
             }
         );
-        tokio::spawn(pandastack_api::serve_proxy_tls(
+        tls_task = Some(tokio::spawn(pandastack_api::serve_proxy_tls(
             Arc::clone(&app),
             listener,
             tls,
-        ));
+        )));
     }
     let proxy_app = pandastack_api::proxy_router(Arc::clone(&app));
     let proxy = tokio::spawn(async move { axum::serve(proxy_listener, proxy_app).await });
@@ -592,31 +636,10 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         .await?;
     proxy.abort();
     db.abort();
-    tracing::info!("shutting down");
-    agent.shutdown().await;
-    if a.hibernate_on_shutdown {
-        for v in agent.list().await {
-            if v.state != pandastack_agent::VmState::Hibernated {
-                // The operator's choice, not the workspace's: never refused for its quotas.
-                match agent.hibernate(&v.id).await {
-                    Ok(h) => {
-                        store
-                            .sandboxes()
-                            .set_state(&v.id, SandboxState::Hibernated)
-                            .await?;
-                        store
-                            .sandboxes()
-                            .set_image_bytes(&v.id, h.image_bytes as i64)
-                            .await?
-                    }
-                    Err(e) => {
-                        tracing::warn!(sandbox = %v.id, error = &e as &dyn std::error::Error, "hibernate on shutdown")
-                    }
-                }
-            }
-        }
+    if let Some(t) = tls_task {
+        t.abort();
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// The host id kept in `<data_dir>/host-id`, created (`host-` + 16 hex digits) the first time.

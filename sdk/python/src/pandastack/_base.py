@@ -923,7 +923,7 @@ def chunked(data: bytes, size: int = CHUNK_SIZE) -> Iterable[bytes]:
 
 #: What ``templates.build(tarball=...)`` takes: a local path (streamed from disk), bytes, or a
 #: binary file object (streamed).
-TarballSource = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview, IO[bytes]]
+TarballSource = Union[str, os.PathLike[str], bytes, bytearray, memoryview, IO[bytes]]
 
 #: A followed build log carries a keep-alive at least every 15 s: this long without a byte means
 #: the connection is gone (it is then reopened).

@@ -1,0 +1,294 @@
+//! The control plane's front door: one [`ControlPlane`] built from the store, a host, the
+//! object store and one [`ControlConfig`], holding every service. A server (or a test's
+//! in-process stack) builds it, calls [`ControlPlane::recover`] once to settle what a previous
+//! process left, [`ControlPlane::start`] to run the workers, and
+//! [`ControlPlane::shutdown`] at the end.
+
+use std::sync::{Arc, Mutex};
+
+use pandastack_host::{Host, VmState};
+use pandastack_objects::Objects;
+use pandastack_outbound::OutboundPolicy;
+use pandastack_store::{SandboxState, Store, StoreError};
+use tokio::task::JoinHandle;
+
+use crate::{
+    AppAddress, AppError, Apps, ArchiveSettings, BuildConfig, Certificates, CodeContexts,
+    DatabaseAddress, DatabaseError, Databases, DiskMax, Reaper, Sandboxes, Schedules, Snapshots,
+    Templates, VolumeError, Volumes,
+};
+
+/// What a control plane is configured with (every field the server's flags decide).
+#[derive(Clone)]
+pub struct ControlConfig {
+    /// This host's id: the owner of the rows of what runs here.
+    pub host_id: String,
+    /// Template builds' files and upload limit; deploys keep theirs beside them
+    /// (`<data>/deploys/`).
+    pub builds: BuildConfig,
+    /// How apps are addressed (`<name>.<domain>`).
+    pub apps: AppAddress,
+    /// How connection strings and `http_url` name databases.
+    pub databases: DatabaseAddress,
+    /// When databases' base backups are taken and how long their archive is kept.
+    pub archive: ArchiveSettings,
+    /// What app and function sources may be fetched from (default: public addresses only).
+    pub outbound: OutboundPolicy,
+    /// Where custom domains of apps get TLS certificates (`None`: no HTTPS front).
+    pub certificates: Option<Certificates>,
+    /// The most disk limits a create may ask for.
+    pub disk_max: DiskMax,
+}
+
+/// Why settling what a previous process left failed (the server does not start).
+#[derive(Debug, thiserror::Error)]
+pub enum RecoverError {
+    #[error("sandbox rows")]
+    Sandboxes(#[source] StoreError),
+    #[error("unused fork snapshots")]
+    Snapshots(#[source] StoreError),
+    #[error("template builds")]
+    Builds(#[source] StoreError),
+    #[error("volumes and backups")]
+    Volumes(#[source] VolumeError),
+    #[error("databases")]
+    Databases(#[source] DatabaseError),
+    #[error("app deploys")]
+    Deploys(#[source] AppError),
+    #[error("function instances")]
+    Instances(#[source] StoreError),
+}
+
+/// Every service of the control plane of one host, over one store and host.
+#[derive(Clone)]
+pub struct ControlPlane {
+    store: Store,
+    host: Arc<dyn Host>,
+    host_id: String,
+    pub sandboxes: Sandboxes,
+    pub snapshots: Snapshots,
+    pub templates: Templates,
+    pub code: CodeContexts,
+    pub volumes: Volumes,
+    pub databases: Databases,
+    pub apps: Apps,
+    pub schedules: Schedules,
+    certificates: Option<Certificates>,
+    /// The workers [`Self::start`] started, stopped by [`Self::shutdown`].
+    workers: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl ControlPlane {
+    pub fn new(store: Store, host: Arc<dyn Host>, objects: Objects, config: ControlConfig) -> Self {
+        let ControlConfig {
+            host_id,
+            builds,
+            apps,
+            databases,
+            archive,
+            outbound,
+            certificates,
+            disk_max,
+        } = config;
+        let volumes = Volumes::new(
+            store.clone(),
+            Arc::clone(&host),
+            objects.clone(),
+            host_id.clone(),
+        );
+        let deploys_dir = builds.dir.with_file_name("deploys");
+        let templates = Templates::new(store.clone(), Arc::clone(&host), host_id.clone(), builds);
+        let sandboxes = Sandboxes::new(
+            store.clone(),
+            Arc::clone(&host),
+            host_id.clone(),
+            templates.clone(),
+            volumes.clone(),
+            disk_max,
+        );
+        let mut app_service = Apps::new(
+            store.clone(),
+            Arc::clone(&host),
+            sandboxes.clone(),
+            host_id.clone(),
+            deploys_dir,
+            apps,
+            objects,
+        )
+        .with_outbound(outbound);
+        if let Some(c) = &certificates {
+            app_service = app_service.with_certificates(c.clone());
+        }
+        Self {
+            schedules: Schedules::new(
+                store.clone(),
+                Arc::clone(&host),
+                sandboxes.clone(),
+                templates.clone(),
+                app_service.clone(),
+                host_id.clone(),
+            ),
+            databases: Databases::new(
+                store.clone(),
+                Arc::clone(&host),
+                sandboxes.clone(),
+                volumes.clone(),
+                host_id.clone(),
+                databases,
+            )
+            .with_archive(archive),
+            snapshots: Snapshots::new(
+                store.clone(),
+                Arc::clone(&host),
+                host_id.clone(),
+                sandboxes.clone(),
+            ),
+            code: CodeContexts::new(Arc::clone(&host)),
+            apps: app_service,
+            volumes,
+            sandboxes,
+            templates,
+            certificates,
+            store,
+            host,
+            host_id,
+            workers: Arc::default(),
+        }
+    }
+
+    /// The store every service shares.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The host the sandboxes run on.
+    pub fn host(&self) -> &Arc<dyn Host> {
+        &self.host
+    }
+
+    /// This host's id.
+    pub fn host_id(&self) -> &str {
+        &self.host_id
+    }
+
+    /// Settles what a previous process left, before [`Self::start`]: rows of this host's
+    /// sandboxes against the host's VMs, fork snapshots no sandbox uses, template builds (jobs
+    /// this host was running queued again, for every kind: builds, deploys, runs), volumes cut
+    /// off mid-create and backups mid-upload, databases mid-create or mid-restore, deploy files
+    /// and function instances nothing owns.
+    pub async fn recover(&self) -> Result<(), RecoverError> {
+        let known: Vec<String> = self
+            .store
+            .sandboxes()
+            .on_host(&self.host_id)
+            .await
+            .map_err(RecoverError::Sandboxes)?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        crate::reconcile_rows(&self.store, &*self.host, known)
+            .await
+            .map_err(RecoverError::Sandboxes)?;
+        let released = self
+            .snapshots
+            .release_unused()
+            .await
+            .map_err(RecoverError::Snapshots)?;
+        if !released.is_empty() {
+            tracing::info!(snapshots = ?released, "deleted fork snapshots no sandbox uses");
+        }
+        self.templates
+            .recover()
+            .await
+            .map_err(RecoverError::Builds)?;
+        self.volumes
+            .reconcile()
+            .await
+            .map_err(RecoverError::Volumes)?;
+        self.volumes
+            .recover_backups()
+            .await
+            .map_err(RecoverError::Volumes)?;
+        self.databases
+            .reconcile()
+            .await
+            .map_err(RecoverError::Databases)?;
+        self.apps
+            .remove_strays()
+            .await
+            .map_err(RecoverError::Deploys)?;
+        self.apps
+            .remove_stray_instances()
+            .await
+            .map_err(RecoverError::Instances)?;
+        Ok(())
+    }
+
+    /// Starts the workers: template builds, volume backups, database archiving, deploys and
+    /// function instances and calls, the scheduler and its runs, the reaper (TTL and idle
+    /// timeouts) and, with ACME configured, certificate orders. They run until
+    /// [`Self::shutdown`].
+    pub fn start(&self) {
+        let mut w = vec![
+            tokio::spawn(self.templates.clone().worker()),
+            tokio::spawn(self.volumes.clone().worker()),
+            tokio::spawn(self.databases.clone().archiver()),
+            tokio::spawn(self.apps.clone().worker()),
+            tokio::spawn(self.apps.clone().instance_sweeper()),
+            tokio::spawn(
+                Reaper::new(
+                    self.store.clone(),
+                    Arc::clone(&self.host),
+                    self.host_id.clone(),
+                    self.sandboxes.clone(),
+                )
+                .run(),
+            ),
+        ];
+        w.extend(self.apps.start_invoke_runners());
+        w.extend(self.schedules.start());
+        if let Some(c) = &self.certificates {
+            w.extend(c.start());
+        }
+        self.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(w);
+    }
+
+    /// Stops the workers, then, with `hibernate`, hibernates every sandbox of this host that is
+    /// not (the operator's choice, not the workspace's: never refused for its quotas). A
+    /// sandbox that cannot be hibernated is logged and left as it is.
+    pub async fn shutdown(&self, hibernate: bool) {
+        for w in self
+            .workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            w.abort();
+        }
+        if !hibernate {
+            return;
+        }
+        for v in self.host.list().await {
+            if v.state == VmState::Hibernated {
+                continue;
+            }
+            let saved = match self.host.hibernate(&v.id).await {
+                Ok(h) => {
+                    let rows = self.store.sandboxes();
+                    match rows.set_state(&v.id, SandboxState::Hibernated).await {
+                        Ok(()) => rows.set_image_bytes(&v.id, h.image_bytes as i64).await,
+                        Err(e) => Err(e),
+                    }
+                    .map_err(|e| Box::new(e) as Box<dyn std::error::Error>)
+                }
+                Err(e) => Err(Box::new(e) as Box<dyn std::error::Error>),
+            };
+            if let Err(e) = saved {
+                tracing::warn!(sandbox = %v.id, error = &*e as &dyn std::error::Error, "hibernate on shutdown");
+            }
+        }
+    }
+}

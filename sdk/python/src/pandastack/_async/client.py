@@ -1,0 +1,86 @@
+"""The client: :class:`AsyncPandaStack`, one attribute per resource (``client.sandboxes``,
+``client.volumes``, ...)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+import httpx
+
+from .. import _base as b
+from ..errors import PandaStackError
+from .transport import _AsyncTransport
+
+
+class AsyncPandaStack:
+    """The asynchronous PandaStack client.
+
+    ``AsyncPandaStack()`` reads ``PANDASTACK_API_KEY`` (or ``PANDASTACK_TOKEN``) and
+    ``PANDASTACK_BASE_URL`` (default ``http://localhost:8080``). ``timeout`` is the HTTP request
+    timeout in seconds (default 60; creates, forks, snapshots and wakes get at least 600 s; an
+    exec gets its command timeout + 30 s). ``max_retries`` bounds retries of 429/502/503/504
+    answers and connection errors, with exponential backoff and jitter, honouring
+    ``Retry-After``.
+
+    Async: use ``async with AsyncPandaStack() as client:`` or ``await client.close()``.
+    """
+
+    def __init__(
+        self,
+        token: Optional[str] = None,
+        *,
+        api_key: Optional[str] = None,
+        base_url: Optional[str] = None,
+        timeout: Optional[float] = None,
+        max_retries: Optional[int] = None,
+        headers: Optional[Mapping[str, str]] = None,
+        http_client: Optional[httpx.AsyncClient] = None,
+    ) -> None:
+        self._cfg = b.resolve_config(token, api_key, base_url, timeout, max_retries)
+        self._t = _AsyncTransport(self._cfg, http_client, headers)
+        self.sandboxes = AsyncSandboxes(self)
+        self.sandbox = self.sandboxes
+        self.snapshots = AsyncSnapshots(self)
+        self.templates = AsyncTemplates(self)
+        self.volumes = AsyncVolumes(self)
+        self.databases = AsyncDatabases(self)
+        self.apps = AsyncApps(self)
+        self.functions = AsyncFunctions(self)
+        self.schedules = AsyncSchedules(self)
+        self.keys = AsyncKeys(self)
+
+    @property
+    def base_url(self) -> str:
+        return self._cfg.base_url
+
+    async def health(self) -> bool:
+        """``True`` if the server answers ``/v1/health``."""
+        try:
+            return (await self._t.request("GET", "/v1/health")).status_code == 200
+        except PandaStackError:
+            return False
+
+    async def close(self) -> None:
+        await self._t.close()
+
+    async def __aenter__(self) -> "AsyncPandaStack":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"AsyncPandaStack(base_url={self._cfg.base_url!r})"
+
+
+# The resources import this module (for their ``client`` argument's type), so they come after
+# AsyncPandaStack is defined.
+from .apps import AsyncApps  # noqa: E402
+from .databases import AsyncDatabases  # noqa: E402
+from .functions import AsyncFunctions  # noqa: E402
+from .keys import AsyncKeys  # noqa: E402
+from .sandboxes import AsyncSandboxes  # noqa: E402
+from .schedules import AsyncSchedules  # noqa: E402
+from .snapshots import AsyncSnapshots  # noqa: E402
+from .templates import AsyncTemplates  # noqa: E402
+from .volumes import AsyncVolumes  # noqa: E402

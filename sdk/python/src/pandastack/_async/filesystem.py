@@ -1,0 +1,175 @@
+"""Files inside a sandbox: :class:`AsyncFilesystem` (``sandbox.filesystem``)."""
+
+from __future__ import annotations
+
+import asyncio  # unasync: async-only
+import os
+import tempfile
+from typing import IO, Any, AsyncIterable, AsyncIterator, Dict, Iterable, List, Optional, Union
+
+import httpx
+
+from .. import _base as b
+from ..errors import NotFoundError
+from ..types import FileInfo, Page, WriteInfo
+from .pagination import AsyncPaginator
+from .sandbox import AsyncSandbox
+from .transport import _AsyncTransport
+from .transport import _file_chunks, _stream_body  # unasync: async-only
+
+#: Entries per page ``filesystem.list`` asks for: the most the server returns at once (each page
+#: walks the directory again in the guest, so fewer pages cost less).
+FS_LIST_PAGE = 5000
+# unasync: sync: FileContent = Union[str, bytes, bytearray, memoryview, IO[bytes], Iterable[bytes]]
+# unasync: async-only
+AsyncFileContent = Union[
+    str, bytes, bytearray, memoryview, IO[bytes], AsyncIterable[bytes], Iterable[bytes]
+]
+# unasync: end
+
+
+class AsyncFilesystem:
+    """Files inside a sandbox (``sandbox.filesystem``, alias ``sandbox.files``). Paths are
+    absolute guest paths. Missing paths raise :class:`~pandastack.NotFoundError`."""
+
+    def __init__(self, sandbox: "AsyncSandbox") -> None:
+        self._sb = sandbox
+
+    @property
+    def _t(self) -> _AsyncTransport:
+        return self._sb._t
+
+    @property
+    def _p(self) -> str:
+        return f"/v1/sandboxes/{b.seg(self._sb.id)}/fs"
+
+    def _io_timeout(self) -> httpx.Timeout:
+        return b.timeout_for(None, max(self._t.cfg.timeout, 300.0))
+
+    async def read(self, path: str, *, encoding: str = "utf-8", errors: str = "strict") -> str:
+        """The file's content as text."""
+        return (await self.read_bytes(path)).decode(encoding, errors)
+
+    async def read_bytes(self, path: str) -> bytes:
+        """The file's content as bytes (held in memory: use :meth:`download` or
+        :meth:`read_stream` for large files)."""
+        resp = await self._t.request("GET", self._p, params={"path": path}, timeout=self._io_timeout())
+        return resp.content
+
+    async def read_stream(self, path: str, chunk_size: int = b.CHUNK_SIZE) -> AsyncIterator[bytes]:
+        """Yields the file's content in chunks without holding it in memory."""
+        resp = await self._t.request(
+            "GET", self._p, params={"path": path}, stream=True, timeout=self._io_timeout()
+        )
+        try:
+            try:
+                async for chunk in resp.aiter_bytes(chunk_size):
+                    yield chunk
+            except httpx.TransportError as e:
+                raise b.error_from_exception(e, f"read {path}") from e
+        finally:
+            await resp.aclose()
+
+    async def write(self, path: str, data: AsyncFileContent) -> WriteInfo:
+        """Creates or replaces a file (parents are created; the replacement is atomic).
+        ``data`` is text (UTF-8), bytes, a binary file object or an iterable of bytes chunks;
+        file objects and iterables are streamed.
+
+        Async: ``data`` may also be an async iterable of bytes chunks."""
+        kw: Dict[str, Any] = {}
+        if isinstance(data, str):
+            kw["content"] = data.encode("utf-8")
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            kw["content"] = bytes(data)
+        else:
+            # Streams can be sent once only: never retried (upload() reopens its file and is).
+            kw["content"] = _stream_body(data)  # unasync: sync: kw["content"] = data
+            kw["retry"] = b.RETRY_NEVER
+        resp = await self._t.request(
+            "PUT",
+            self._p,
+            params={"path": path},
+            headers={"Content-Type": "application/octet-stream"},
+            timeout=self._io_timeout(),
+            **kw,
+        )
+        return WriteInfo.from_json(resp.json())
+
+    async def upload(self, local_path: Union[str, "os.PathLike[str]"], remote_path: str) -> WriteInfo:
+        """Streams a local file into the sandbox (never held in memory)."""
+        local = os.fspath(local_path)
+        size = os.path.getsize(local)
+        resp = await self._t.request(
+            "PUT",
+            self._p,
+            params={"path": remote_path},
+            # unasync: sync: content_factory=lambda: open(local, "rb"),
+            content_factory=lambda: _file_chunks(local, b.CHUNK_SIZE),  # unasync: async-only
+            headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
+            timeout=self._io_timeout(),
+        )
+        return WriteInfo.from_json(resp.json())
+
+    async def download(self, remote_path: str, local_path: Union[str, "os.PathLike[str]"]) -> int:
+        """Streams a sandbox file to a local path (written to a temporary file next to it, then
+        renamed into place). Returns the number of bytes written."""
+        local = os.fspath(local_path)
+        d = os.path.dirname(os.path.abspath(local))
+        fd, tmp = tempfile.mkstemp(prefix=".pandastack-", dir=d)
+        loop = asyncio.get_running_loop()  # unasync: async-only
+        n = 0
+        try:
+            with os.fdopen(fd, "wb") as f:
+                async for chunk in self.read_stream(remote_path):
+                    await loop.run_in_executor(None, f.write, chunk)  # unasync: sync: f.write(chunk)
+                    n += len(chunk)
+            os.replace(tmp, local)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        return n
+
+    async def list(self, path: str = "/", *, depth: int = 1) -> List[FileInfo]:
+        """Entries under a directory, ``depth`` levels deep (1-10), sorted by path. The server
+        answers a page at a time (one answer cannot carry a large directory); this follows
+        ``next_cursor`` to the last page."""
+        params = {"path": path, "depth": str(int(depth)), "limit": str(FS_LIST_PAGE)}
+
+        async def fetch(c: Optional[str]) -> Page[FileInfo]:
+            q = dict(params, cursor=c) if c else params
+            body = await self._t.json("GET", f"{self._p}/list", params=q) or {}
+            return Page([FileInfo.from_json(x) for x in body.get("data", [])], body.get("next_cursor"))
+
+        return await AsyncPaginator(fetch).to_list()
+
+    async def stat(self, path: str) -> FileInfo:
+        return FileInfo.from_json(await self._t.json("GET", f"{self._p}/stat", params={"path": path}))
+
+    async def exists(self, path: str) -> bool:
+        try:
+            await self.stat(path)
+            return True
+        except NotFoundError:
+            return False
+
+    async def mkdir(self, path: str, *, parents: bool = True) -> None:
+        """Creates a directory (with its parents unless ``parents=False``)."""
+        await self._t.request(
+            "POST", f"{self._p}/mkdir", json={"path": path, "parents": parents}, retry=b.RETRY_IDEMPOTENT
+        )
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Removes a file, or a directory (non-empty ones need ``recursive=True``)."""
+        params = {"path": path}
+        if recursive:
+            params["recursive"] = "true"
+        await self._t.request("DELETE", self._p, params=params)
+
+    async def rename(self, src: str, dst: str, *, overwrite: bool = False) -> None:
+        """Moves ``src`` to ``dst`` (fails if ``dst`` exists unless ``overwrite=True``)."""
+        await self._t.request(
+            "POST", f"{self._p}/rename", json={"from": src, "to": dst, "overwrite": overwrite}
+        )

@@ -1,0 +1,25 @@
+"""``client.keys``: :class:`AsyncKeys`, the API keys of the caller's workspace."""
+
+from __future__ import annotations
+
+from typing import List
+
+from .. import _base as b
+from ..types import APIKey, CreatedAPIKey
+from .client import AsyncPandaStack
+
+
+class AsyncKeys:
+    """``client.keys``: API keys of the caller's workspace."""
+
+    def __init__(self, client: "AsyncPandaStack") -> None:
+        self._t = client._t
+
+    async def list(self) -> List[APIKey]:
+        return [APIKey.from_json(x) for x in (await self._t.json("GET", "/v1/keys")).get("data", [])]
+
+    async def create(self, name: str = "") -> CreatedAPIKey:
+        return CreatedAPIKey.from_json(await self._t.json("POST", "/v1/keys", json={"name": name}))
+
+    async def revoke(self, key_id: str) -> None:
+        await self._t.request("DELETE", f"/v1/keys/{b.seg(key_id)}")

@@ -1,0 +1,555 @@
+"""One sandbox: :class:`AsyncSandbox` (state, exec, code interpreter, lifecycle, forks)."""
+
+from __future__ import annotations
+
+from typing import (
+    Any,
+    AsyncIterator,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    overload,
+)
+
+import httpx
+
+from .. import _base as b
+from .. import _ws
+from ..errors import APIError, CommandTimeoutError, RequestTimeoutError
+from ..types import (
+    CodeContext,
+    ExecResult,
+    Execution,
+    Metrics,
+    PortUrl,
+    SandboxInfo,
+    Snapshot,
+    StderrEvent,
+    StdoutEvent,
+    VolumeMount,
+)
+from .client import AsyncPandaStack
+from .follow import AsyncErrorCallback, AsyncOutputCallback, AsyncResultCallback, _call
+
+
+class AsyncSandbox:
+    """A handle on one sandbox. Fields (``id``, ``state``, ``template``, ``metadata``, …) reflect
+    the last answer from the server; :meth:`refresh` re-reads them.
+
+    ``async with client.sandboxes.create(...) as sandbox:`` kills the sandbox on exit.
+    """
+
+    def __init__(self, client: "AsyncPandaStack", info: SandboxInfo) -> None:
+        self._client = client
+        self._t = client._t
+        self._info = info
+        self.filesystem = AsyncFilesystem(self)
+        self.files = self.filesystem
+
+    # ---- fields
+    @property
+    def id(self) -> str:
+        return self._info.id
+
+    @property
+    def state(self) -> str:
+        return self._info.state
+
+    @property
+    def template(self) -> str:
+        return self._info.template
+
+    @property
+    def metadata(self) -> Dict[str, str]:
+        return self._info.metadata
+
+    @property
+    def created_at(self) -> str:
+        return self._info.created_at
+
+    @property
+    def expires_at(self) -> Optional[str]:
+        return self._info.expires_at
+
+    @property
+    def snapshot_id(self) -> Optional[str]:
+        return self._info.snapshot_id
+
+    @property
+    def boot_ms(self) -> int:
+        return self._info.boot_ms
+
+    @property
+    def volumes(self) -> List[VolumeMount]:
+        """The volumes mounted in the sandbox (from its create)."""
+        return self._info.volumes
+
+    @property
+    def data(self) -> SandboxInfo:
+        """The last known :class:`~pandastack.SandboxInfo` (no request)."""
+        return self._info
+
+    @property
+    def client(self) -> "AsyncPandaStack":
+        return self._client
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox(id={self.id!r}, template={self.template!r}, state={self.state!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AsyncSandbox) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.kill()
+
+    @property
+    def _p(self) -> str:
+        return f"/v1/sandboxes/{b.seg(self.id)}"
+
+    def _set(self, body: Any) -> SandboxInfo:
+        self._info = SandboxInfo.from_json(body)
+        return self._info
+
+    def _long(self) -> httpx.Timeout:
+        return b.timeout_for(None, max(self._t.cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT))
+
+    # ---- info
+    async def info(self) -> SandboxInfo:
+        """Fetches the sandbox's current state (does not wake it)."""
+        return self._set(await self._t.json("GET", self._p))
+
+    async def refresh(self) -> "AsyncSandbox":
+        """Re-reads the sandbox's fields; returns ``self``."""
+        await self.info()
+        return self
+
+    async def is_running(self) -> bool:
+        return (await self.info()).state == "running"
+
+    async def logs(self) -> str:
+        """The guest console output so far."""
+        return (await self._t.request("GET", f"{self._p}/logs")).text
+
+    async def logs_stream(self) -> AsyncIterator[str]:
+        """Follows the guest console: yields the log so far, then every piece appended, until
+        the sandbox is deleted (or you stop iterating). Needs a server with ``?follow=1``.
+
+        Async: ``async for chunk in sandbox.logs_stream()``."""
+        resp = await self._t.request(
+            "GET",
+            f"{self._p}/logs",
+            params={"follow": "1"},
+            headers={"Accept": "text/event-stream"},
+            timeout=b.exec_stream_timeout(None),
+            stream=True,
+        )
+        if not resp.headers.get("content-type", "").startswith("text/event-stream"):
+            await resp.aclose()
+            raise APIError(
+                "this server cannot follow logs (no `?follow=1` support); use logs()",
+                code="not_supported",
+                status=resp.status_code,
+                request_id=resp.headers.get("x-request-id"),
+            )
+        dec = b.SSEDecoder()
+        try:
+            try:
+                async for line in resp.aiter_lines():
+                    pair = dec.feed(line)
+                    if pair is None:
+                        continue
+                    chunk = b.log_event(*pair)
+                    if chunk is None:
+                        return
+                    if chunk:
+                        yield chunk
+            except httpx.TransportError as e:
+                raise b.error_from_exception(e, "logs stream") from e
+        finally:
+            await resp.aclose()
+
+    async def metrics(self) -> Metrics:
+        return Metrics.from_json(await self._t.json("GET", f"{self._p}/metrics"))
+
+    # ---- preview URLs
+    async def get_port(self, port: int) -> PortUrl:
+        """The preview URL of ``port`` inside the sandbox, whether it is public, and the token
+        that opens it while private (whether or not anything listens there yet)."""
+        p = b.port(port)
+        return PortUrl.from_json(await self._t.json("GET", f"{self._p}/ports/{p}/url"))
+
+    async def get_url(self, port: int) -> str:
+        """The preview URL of ``port``: ``https://<port>-<id>.<domain>``. Private ports need the
+        token of :meth:`get_port` in the ``X-PandaStack-Access-Token`` header."""
+        return (await self.get_port(port)).url
+
+    async def set_port_public(self, port: int, public: bool = True) -> PortUrl:
+        """Makes ``port`` reachable without a token (or, with ``public=False``, private again)."""
+        p = b.port(port)
+        body = {"public": bool(public)}
+        return PortUrl.from_json(await self._t.json("PATCH", f"{self._p}/ports/{p}", json=body))
+
+    # ---- exec
+    async def exec(
+        self,
+        cmd: Union[str, Sequence[str], None] = None,
+        *,
+        argv: Optional[Sequence[str]] = None,
+        timeout_seconds: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        stdin: Union[str, bytes, None] = None,
+        on_stdout: Optional[AsyncOutputCallback] = None,
+        on_stderr: Optional[AsyncOutputCallback] = None,
+        check: bool = False,
+        request_timeout: Optional[float] = None,
+    ) -> ExecResult:
+        """Runs a command to completion.
+
+        ``cmd`` is a shell command line (``/bin/sh -c``) or an argv list (no shell); ``argv=``
+        is the explicit form of the latter. ``timeout_seconds`` bounds the command (server
+        default 60 s, max 3600). With ``on_stdout``/``on_stderr`` the output is streamed and
+        the callbacks get each chunk as it arrives; the result still holds all output.
+
+        A non-zero exit is returned as data. With ``check=True`` a non-zero exit raises
+        :class:`~pandastack.CommandExitError` and a timeout raises
+        :class:`~pandastack.CommandTimeoutError`. If the HTTP request itself outlives
+        ``timeout_seconds`` + 30 s, :class:`~pandastack.CommandTimeoutError` is raised
+        regardless of ``check``.
+
+        Async: the callbacks may be plain or coroutine functions.
+        """
+        body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, stdin)
+        what = b.describe_cmd(body)
+        if on_stdout is not None or on_stderr is not None:
+            stream = AsyncExecStream(self, body, b.exec_stream_timeout(request_timeout))
+            async with stream:
+                async for ev in stream:
+                    if isinstance(ev, StdoutEvent):
+                        await _call(on_stdout, ev.data)
+                    elif isinstance(ev, StderrEvent):
+                        await _call(on_stderr, ev.data)
+            result = stream._collector.result()
+        else:
+            try:
+                data = await self._t.json(
+                    "POST",
+                    f"{self._p}/exec",
+                    json=body,
+                    timeout=b.exec_http_timeout(body, request_timeout),
+                )
+            except RequestTimeoutError as e:
+                raise CommandTimeoutError(
+                    f"{what}: no answer within the command timeout plus "
+                    f"{b.EXEC_HTTP_MARGIN:.0f} s",
+                    code="request_timeout",
+                ) from e
+            result = ExecResult.from_json(data)
+        return b.check_result(result, check, what)
+
+    def exec_stream(
+        self,
+        cmd: Union[str, Sequence[str], None] = None,
+        *,
+        argv: Optional[Sequence[str]] = None,
+        timeout_seconds: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        stdin: Union[str, bytes, None] = None,
+        request_timeout: Optional[float] = None,
+    ) -> AsyncExecStream:
+        """Runs a command and returns an :class:`AsyncExecStream` of typed events::
+
+            async for ev in sandbox.exec_stream("make test"):
+                if ev.type == "stdout": print(ev.data, end="")
+                elif ev.type == "exit": print("exit", ev.exit_code)
+
+        Async: not a coroutine; the request is sent on first iteration.
+        """
+        body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, stdin)
+        return AsyncExecStream(self, body, b.exec_stream_timeout(request_timeout))
+
+    async def _ws_connect(self, suffix: str, params: Optional[Mapping[str, str]] = None) -> _ws.AsyncWebSocket:
+        cfg = self._t.cfg
+        return await _ws.AsyncWebSocket.connect(
+            cfg.base_url,
+            f"{self._p}/{suffix}",
+            params,
+            self._t.headers,
+            max(cfg.timeout, b.DEFAULT_LIFECYCLE_TIMEOUT),
+        )
+
+    async def spawn(
+        self,
+        cmd: Union[str, Sequence[str], None] = None,
+        *,
+        argv: Optional[Sequence[str]] = None,
+        timeout_seconds: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+    ) -> AsyncProcess:
+        """Starts a command over a WebSocket (``…/exec/ws``) and returns a :class:`AsyncProcess`
+        for interactive use: ``send_stdin``, ``close_stdin``, ``kill``, live events, ``wait``.
+        Without ``timeout_seconds`` it runs until it exits, is killed, or the handle closes."""
+        body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, None)
+        ws = await self._ws_connect("exec/ws")
+        return await AsyncProcess(ws, body)._start()  # unasync: sync: return Process(ws, body)
+
+    async def pty(self, *, cols: int = 80, rows: int = 24, cmd: Optional[str] = None) -> AsyncPty:
+        """Opens an interactive terminal (``…/pty``) running ``cmd`` (default: a login shell)."""
+        params = {"cols": str(int(cols)), "rows": str(int(rows))}
+        if cmd is not None:
+            params["cmd"] = cmd
+        return AsyncPty(await self._ws_connect("pty", params))
+
+    # ---- code interpreter
+    async def run_code(
+        self,
+        code: str,
+        *,
+        language: Optional[str] = "python",
+        context: Union[CodeContext, str, None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout_seconds: Optional[float] = None,
+        on_stdout: Optional[AsyncOutputCallback] = None,
+        on_stderr: Optional[AsyncOutputCallback] = None,
+        on_result: Optional[AsyncResultCallback] = None,
+        on_error: Optional[AsyncErrorCallback] = None,
+        request_timeout: Optional[float] = None,
+    ) -> Execution:
+        """Runs code in the sandbox's code interpreter and returns an
+        :class:`~pandastack.Execution`::
+
+            await sandbox.run_code("x = 21")
+            print((await sandbox.run_code("x * 2")).text)   # 42
+
+        The code runs in a long-lived kernel (Python: the template needs ``python3``), so
+        variables, imports and open files stay for the next call in the same context.
+        ``context`` is a :class:`~pandastack.CodeContext` from :meth:`create_code_context` (or
+        its id); without it the sandbox's ``default`` context is used. ``env`` applies when
+        the call starts the kernel. ``timeout_seconds`` bounds the run (server default 300 s,
+        max 3600): the code is interrupted, ``error.name`` is ``"TimeoutError"`` and the kernel
+        keeps its variables.
+
+        The value of a final expression, ``display(...)`` calls and matplotlib figures come
+        back in ``results``. An exception in the code is data (``error``), not raised. With any
+        of the callbacks the run is streamed and they are called as output, results and the
+        error arrive; the returned :class:`~pandastack.Execution` still holds everything.
+
+        A context that does not exist (or was deleted) raises
+        :class:`~pandastack.NotFoundError`. If the HTTP request itself outlives
+        ``timeout_seconds`` + 60 s, :class:`~pandastack.CommandTimeoutError` is raised.
+
+        Async: the callbacks may be plain or coroutine functions.
+        """
+        body = b.code_body(code, language, context, env, timeout_seconds)
+        if on_stdout is None and on_stderr is None and on_result is None and on_error is None:
+            try:
+                data = await self._t.json(
+                    "POST",
+                    f"{self._p}/code",
+                    json=body,
+                    timeout=b.code_http_timeout(body, request_timeout),
+                )
+            except RequestTimeoutError as e:
+                raise CommandTimeoutError(
+                    f"run_code: no answer within the run's timeout plus "
+                    f"{b.CODE_HTTP_MARGIN:.0f} s",
+                    code="request_timeout",
+                ) from e
+            return Execution.from_json(data)
+        callbacks: Dict[str, Optional[Callable[[Any], Any]]] = {
+            "stdout": on_stdout,
+            "stderr": on_stderr,
+            "result": on_result,
+            "error": on_error,
+        }
+        timeout = b.exec_stream_timeout(request_timeout)
+        collector = b.CodeCollector()
+        resp = await self._t.request(
+            "POST",
+            f"{self._p}/code/stream",
+            json=body,
+            headers={"Accept": "text/event-stream"},
+            timeout=timeout,
+            stream=True,
+        )
+
+        async def take(pair: Optional[Tuple[str, str]]) -> bool:
+            """Handles one SSE event; ``True`` once the run is done."""
+            ev = b.code_event(*pair) if pair is not None else None
+            if ev is None:
+                return False
+            kind, value = ev
+            collector.add(kind, value)
+            await _call(callbacks.get(kind), value)
+            return kind == "done"
+
+        dec = b.SSEDecoder()
+        try:
+            try:
+                done = False
+                async for line in resp.aiter_lines():
+                    if await take(dec.feed(line)):
+                        done = True
+                        break
+                if not done:
+                    await take(dec.flush())
+            except httpx.TimeoutException as e:
+                raise CommandTimeoutError(
+                    f"code stream: no data from the server for {timeout.read} s",
+                    code="request_timeout",
+                ) from e
+            except httpx.TransportError as e:
+                raise b.error_from_exception(e, "code stream") from e
+        finally:
+            await resp.aclose()
+        return collector.execution()
+
+    async def create_code_context(
+        self, *, language: Optional[str] = "python", env: Optional[Mapping[str, str]] = None
+    ) -> CodeContext:
+        """Creates a code context: a kernel of its own, whose variables no other context sees
+        (``env`` is its environment). Pass it as ``context=`` to :meth:`run_code`; delete it
+        with :meth:`delete_code_context`."""
+        return CodeContext.from_json(
+            await self._t.json(
+                "POST",
+                f"{self._p}/code/contexts",
+                json=b.code_context_body(language, env),
+                timeout=b.timeout_for(None, max(self._t.cfg.timeout, b.CODE_CONTEXT_TIMEOUT)),
+            )
+        )
+
+    async def delete_code_context(self, context: Union[CodeContext, str]) -> None:
+        """Stops a context's kernel; its variables are gone and a later :meth:`run_code` in it
+        raises :class:`~pandastack.NotFoundError`. Deleting ``"default"`` resets the default
+        context (the next run starts a fresh kernel). A context that does not exist (deleted
+        already) raises :class:`~pandastack.NotFoundError`."""
+        await self._t.request(
+            "DELETE",
+            f"{self._p}/code/contexts/{b.seg(b.context_id_of(context) or '')}",
+            timeout=b.timeout_for(None, max(self._t.cfg.timeout, b.CODE_CONTEXT_TIMEOUT)),
+        )
+
+    # ---- lifecycle
+    async def _verb(self, verb: str) -> "AsyncSandbox":
+        self._set(await self._t.json("POST", f"{self._p}/{verb}", timeout=self._long()))
+        return self
+
+    async def pause(self) -> "AsyncSandbox":
+        """Freezes the vCPUs in place (memory stays resident)."""
+        return await self._verb("pause")
+
+    async def resume(self) -> "AsyncSandbox":
+        """Continues a paused sandbox."""
+        return await self._verb("resume")
+
+    async def hibernate(self) -> "AsyncSandbox":
+        """Saves the sandbox to disk and frees its memory. Any later call wakes it."""
+        return await self._verb("hibernate")
+
+    async def wake(self) -> "AsyncSandbox":
+        """Brings a hibernated sandbox back (any sandbox call also does this implicitly)."""
+        return await self._verb("wake")
+
+    async def kill(self) -> bool:
+        """Destroys the sandbox. Returns ``False`` if it was already gone."""
+        return await self._client.sandboxes.kill(self.id)
+
+    async def update(
+        self,
+        *,
+        ttl_seconds: Optional[int] = None,
+        idle_timeout_seconds: Optional[int] = None,
+        metadata: Optional[Mapping[str, str]] = None,
+    ) -> "AsyncSandbox":
+        """Changes the TTL (counted from now), idle timeout or metadata (replaced whole)."""
+        body = b.drop_none(
+            {
+                "ttl_seconds": ttl_seconds,
+                "idle_timeout_seconds": idle_timeout_seconds,
+                "metadata": dict(metadata) if metadata is not None else None,
+            }
+        )
+        self._set(await self._t.json("PATCH", self._p, json=body))
+        return self
+
+    async def set_timeout(self, seconds: int) -> "AsyncSandbox":
+        """The sandbox now expires ``seconds`` from now."""
+        return await self.update(ttl_seconds=seconds)
+
+    # ---- snapshots and forks
+    async def snapshot(self) -> Snapshot:
+        """Snapshots the sandbox (memory and disk); it keeps running."""
+        return Snapshot.from_json(
+            await self._t.json("POST", f"{self._p}/snapshots", timeout=self._long())
+        )
+
+    @overload
+    async def fork(
+        self,
+        count: None = None,
+        *,
+        metadata: Optional[Mapping[str, str]] = None,
+        keep_snapshot: bool = False,
+    ) -> "AsyncSandbox": ...
+
+    @overload
+    async def fork(
+        self,
+        count: int,
+        *,
+        metadata: Optional[Mapping[str, str]] = None,
+        keep_snapshot: bool = False,
+    ) -> List["AsyncSandbox"]: ...
+
+    async def fork(
+        self,
+        count: Optional[int] = None,
+        *,
+        metadata: Optional[Mapping[str, str]] = None,
+        keep_snapshot: bool = False,
+    ) -> Union["AsyncSandbox", List["AsyncSandbox"]]:
+        """Clones the running sandbox (memory, processes and disk) into new sandboxes.
+
+        ``sandbox.fork()`` returns one :class:`AsyncSandbox`; ``sandbox.fork(count=n)`` always
+        returns a list of ``n`` sandboxes (also for ``n == 1``). Children share the parent's
+        metadata unless ``metadata`` is given. The snapshot taken for the fork is
+        ``child.snapshot_id``: the server deletes it with the last sandbox restored from it
+        (the last child killed), unless ``keep_snapshot=True`` keeps it until
+        ``client.snapshots.delete(id)``.
+        """
+        n = 1 if count is None else int(count)
+        body: Dict[str, Any] = {"count": n}
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
+        if keep_snapshot:
+            body["keep_snapshot"] = True
+        data = await self._t.json("POST", f"{self._p}/fork", json=body, timeout=self._long())
+        children = [
+            AsyncSandbox(self._client, SandboxInfo.from_json(c)) for c in data.get("children", [])
+        ]
+        if count is None:
+            return children[0]
+        return children
+
+
+# These modules import this one (for their ``sandbox`` argument's type), so they come after
+# AsyncSandbox is defined.
+from .exec import AsyncExecStream, AsyncProcess, AsyncPty  # noqa: E402
+from .filesystem import AsyncFilesystem  # noqa: E402
