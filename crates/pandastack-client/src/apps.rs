@@ -28,10 +28,7 @@ impl Client {
     /// `POST /v1/apps`, with an `Idempotency-Key`. The app's first deploy is queued at once
     /// (unless `deploy: Some(false)`): find it with [`Client::list_deploys`] (newest first).
     pub async fn create_app(&self, req: &CreateAppRequest) -> Result<App, Error> {
-        let call = Call::new(Method::POST, "/v1/apps")
-            .payload(Payload::json(req)?)
-            .idempotent();
-        self.json(call).await
+        self.create("/v1/apps", req).await
     }
 
     /// One page of `GET /v1/apps` (by name).
@@ -40,22 +37,13 @@ impl Client {
         limit: Option<u32>,
         cursor: Option<&str>,
     ) -> Result<List<App>, Error> {
-        self.json(paged(Call::new(Method::GET, "/v1/apps"), limit, cursor))
-            .await
+        self.page("/v1/apps", limit, cursor).await
     }
 
     /// Every app of the workspace, following `next_cursor` to the end.
     pub async fn list_all_apps(&self) -> Result<Vec<App>, Error> {
-        let mut all = Vec::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let page = self.list_apps(None, cursor.as_deref()).await?;
-            all.extend(page.data);
-            match page.next_cursor {
-                Some(c) if Some(&c) != cursor.as_ref() => cursor = Some(c),
-                _ => return Ok(all),
-            }
-        }
+        self.all(|cursor| async move { self.list_apps(None, cursor.as_deref()).await })
+            .await
     }
 
     /// `GET /v1/apps/{name}` (name or id).
@@ -80,10 +68,7 @@ impl Client {
     /// (or of `ref`), queued; follow it with [`Client::follow_deploy_logs`] or
     /// [`Client::wait_for_deploy`].
     pub async fn deploy_app(&self, name: &str, req: &CreateDeployRequest) -> Result<Deploy, Error> {
-        let call = Call::new(Method::POST, app_path(name, "/deploys"))
-            .payload(Payload::json(req)?)
-            .idempotent();
-        self.json(call).await
+        self.create(app_path(name, "/deploys"), req).await
     }
 
     /// `POST /v1/apps/{name}/deploys` with a gzip tarball of the app's files in memory
@@ -128,22 +113,13 @@ impl Client {
         limit: Option<u32>,
         cursor: Option<&str>,
     ) -> Result<List<Deploy>, Error> {
-        let call = Call::new(Method::GET, app_path(name, "/deploys"));
-        self.json(paged(call, limit, cursor)).await
+        self.page(app_path(name, "/deploys"), limit, cursor).await
     }
 
     /// Every deploy of an app, newest first, following `next_cursor` to the end.
     pub async fn list_all_deploys(&self, name: &str) -> Result<Vec<Deploy>, Error> {
-        let mut all = Vec::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let page = self.list_deploys(name, None, cursor.as_deref()).await?;
-            all.extend(page.data);
-            match page.next_cursor {
-                Some(c) if Some(&c) != cursor.as_ref() => cursor = Some(c),
-                _ => return Ok(all),
-            }
-        }
+        self.all(|cursor| async move { self.list_deploys(name, None, cursor.as_deref()).await })
+            .await
     }
 
     /// `GET /v1/apps/{name}/deploys/{id}`.
@@ -305,16 +281,6 @@ async fn error_of(resp: Response) -> crate::ApiError {
     let retry_after = header("retry-after").and_then(|v| v.trim().parse().ok());
     let body = resp.bytes().await.unwrap_or_default();
     api_error(status, request_id, retry_after, &body)
-}
-
-fn paged<'a>(mut call: Call<'a>, limit: Option<u32>, cursor: Option<&str>) -> Call<'a> {
-    if let Some(l) = limit {
-        call = call.query("limit", l.to_string());
-    }
-    if let Some(c) = cursor {
-        call = call.query("cursor", c.to_owned());
-    }
-    call
 }
 
 /// `/v1/apps/{name}{rest}`.

@@ -21,10 +21,7 @@ impl Client {
     /// `POST /v1/databases`, with an `Idempotency-Key`. Answers once the database is ready
     /// (the first create on a server builds and bakes the `postgres` template: minutes).
     pub async fn create_database(&self, req: &CreateDatabaseRequest) -> Result<Database, Error> {
-        let call = Call::new(Method::POST, "/v1/databases")
-            .payload(Payload::json(req)?)
-            .idempotent();
-        self.json(call).await
+        self.create("/v1/databases", req).await
     }
 
     /// One page of `GET /v1/databases`.
@@ -33,28 +30,13 @@ impl Client {
         limit: Option<u32>,
         cursor: Option<&str>,
     ) -> Result<List<Database>, Error> {
-        let mut call = Call::new(Method::GET, "/v1/databases");
-        if let Some(l) = limit {
-            call = call.query("limit", l.to_string());
-        }
-        if let Some(c) = cursor {
-            call = call.query("cursor", c.to_owned());
-        }
-        self.json(call).await
+        self.page("/v1/databases", limit, cursor).await
     }
 
     /// Every database of the workspace, following `next_cursor` to the end.
     pub async fn list_all_databases(&self) -> Result<Vec<Database>, Error> {
-        let mut all = Vec::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let page = self.list_databases(None, cursor.as_deref()).await?;
-            all.extend(page.data);
-            match page.next_cursor {
-                Some(c) if Some(&c) != cursor.as_ref() => cursor = Some(c),
-                _ => return Ok(all),
-            }
-        }
+        self.all(|cursor| async move { self.list_databases(None, cursor.as_deref()).await })
+            .await
     }
 
     /// `GET /v1/databases/{id}` (id or name).
@@ -77,10 +59,7 @@ impl Client {
         id: &str,
         req: &CreateBranchRequest,
     ) -> Result<Database, Error> {
-        let call = Call::new(Method::POST, database_path(id, "/branches"))
-            .payload(Payload::json(req)?)
-            .idempotent();
-        self.json(call).await
+        self.create(database_path(id, "/branches"), req).await
     }
 
     /// `POST /v1/databases/{id}/restore`, with an `Idempotency-Key`: the database's data as of
@@ -92,10 +71,7 @@ impl Client {
         id: &str,
         req: &RestoreDatabaseRequest,
     ) -> Result<Database, Error> {
-        let call = Call::new(Method::POST, database_path(id, "/restore"))
-            .payload(Payload::json(req)?)
-            .idempotent();
-        self.json(call).await
+        self.create(database_path(id, "/restore"), req).await
     }
 
     /// `POST /v1/databases/{id}/password`: a new owner password; the answer carries the new

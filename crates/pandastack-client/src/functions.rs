@@ -29,25 +29,12 @@ fn version_path(name: &str, version: u64, rest: &str) -> String {
     function_path(name, &format!("/versions/{version}{rest}"))
 }
 
-fn paged<'a>(mut call: Call<'a>, limit: Option<u32>, cursor: Option<&str>) -> Call<'a> {
-    if let Some(l) = limit {
-        call = call.query("limit", l.to_string());
-    }
-    if let Some(c) = cursor {
-        call = call.query("cursor", c.to_owned());
-    }
-    call
-}
-
 impl Client {
     /// `POST /v1/functions`, with an `Idempotency-Key`. Its first version is built at once:
     /// follow it with [`Client::list_function_versions`] (newest first) and
     /// [`Client::wait_for_function_version`].
     pub async fn create_function(&self, req: &CreateFunctionRequest) -> Result<Function, Error> {
-        let call = Call::new(Method::POST, "/v1/functions")
-            .payload(Payload::json(req)?)
-            .idempotent();
-        self.json(call).await
+        self.create("/v1/functions", req).await
     }
 
     /// One page of `GET /v1/functions` (by name).
@@ -56,26 +43,13 @@ impl Client {
         limit: Option<u32>,
         cursor: Option<&str>,
     ) -> Result<List<Function>, Error> {
-        self.json(paged(
-            Call::new(Method::GET, "/v1/functions"),
-            limit,
-            cursor,
-        ))
-        .await
+        self.page("/v1/functions", limit, cursor).await
     }
 
     /// Every function of the workspace, following `next_cursor` to the end.
     pub async fn list_all_functions(&self) -> Result<Vec<Function>, Error> {
-        let mut all = Vec::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let page = self.list_functions(None, cursor.as_deref()).await?;
-            all.extend(page.data);
-            match page.next_cursor {
-                Some(c) if Some(&c) != cursor.as_ref() => cursor = Some(c),
-                _ => return Ok(all),
-            }
-        }
+        self.all(|cursor| async move { self.list_functions(None, cursor.as_deref()).await })
+            .await
     }
 
     /// `GET /v1/functions/{name}`.
@@ -110,10 +84,7 @@ impl Client {
         name: &str,
         req: &CreateVersionRequest,
     ) -> Result<FunctionVersion, Error> {
-        let call = Call::new(Method::POST, function_path(name, "/versions"))
-            .payload(Payload::json(req)?)
-            .idempotent();
-        self.json(call).await
+        self.create(function_path(name, "/versions"), req).await
     }
 
     /// One page of `GET /v1/functions/{name}/versions`, newest first.
@@ -123,12 +94,8 @@ impl Client {
         limit: Option<u32>,
         cursor: Option<&str>,
     ) -> Result<List<FunctionVersion>, Error> {
-        let call = paged(
-            Call::new(Method::GET, function_path(name, "/versions")),
-            limit,
-            cursor,
-        );
-        self.json(call).await
+        self.page(function_path(name, "/versions"), limit, cursor)
+            .await
     }
 
     /// Every version of a function, newest first, following `next_cursor` to the end.
@@ -136,18 +103,11 @@ impl Client {
         &self,
         name: &str,
     ) -> Result<Vec<FunctionVersion>, Error> {
-        let mut all = Vec::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let page = self
-                .list_function_versions(name, None, cursor.as_deref())
-                .await?;
-            all.extend(page.data);
-            match page.next_cursor {
-                Some(c) if Some(&c) != cursor.as_ref() => cursor = Some(c),
-                _ => return Ok(all),
-            }
-        }
+        self.all(|cursor| async move {
+            self.list_function_versions(name, None, cursor.as_deref())
+                .await
+        })
+        .await
     }
 
     /// `GET /v1/functions/{name}/versions/{version}`.

@@ -173,6 +173,56 @@ impl Client {
         serde_json::from_slice(&body).map_err(|e| Error::decode(what, Some(e)))
     }
 
+    /// `POST path` with `req` as its JSON body and an `Idempotency-Key` (one key for every
+    /// retry of this call): every create of the client.
+    pub(crate) async fn create<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: impl Into<String>,
+        req: &B,
+    ) -> Result<T, Error> {
+        let call = Call::new(Method::POST, path)
+            .payload(Payload::json(req)?)
+            .idempotent();
+        self.json(call).await
+    }
+
+    /// One page of the list at `path`: at most `limit` items after `cursor` (the previous
+    /// page's `next_cursor`).
+    pub(crate) async fn page<T: DeserializeOwned>(
+        &self,
+        path: impl Into<String>,
+        limit: Option<u32>,
+        cursor: Option<&str>,
+    ) -> Result<pandastack_api_types::List<T>, Error> {
+        let mut call = Call::new(Method::GET, path);
+        if let Some(l) = limit {
+            call = call.query("limit", l.to_string());
+        }
+        if let Some(c) = cursor {
+            call = call.query("cursor", c.to_owned());
+        }
+        self.json(call).await
+    }
+
+    /// Every item of a list, page after page (`page` gets the cursor to ask from) until a page
+    /// has no `next_cursor`, or the same one again.
+    pub(crate) async fn all<T, F, Fut>(&self, mut page: F) -> Result<Vec<T>, Error>
+    where
+        F: FnMut(Option<String>) -> Fut,
+        Fut: std::future::Future<Output = Result<pandastack_api_types::List<T>, Error>>,
+    {
+        let mut all = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let p = page(cursor.clone()).await?;
+            all.extend(p.data);
+            match p.next_cursor {
+                Some(c) if Some(&c) != cursor.as_ref() => cursor = Some(c),
+                _ => return Ok(all),
+            }
+        }
+    }
+
     /// Sends `call` and drops the (empty) answer.
     pub(crate) async fn empty(&self, call: Call<'_>) -> Result<(), Error> {
         let resp = self.send(call).await?;

@@ -26,10 +26,7 @@ pub struct ListSandboxes {
 impl Client {
     /// `POST /v1/sandboxes`, with an `Idempotency-Key`; returns when the sandbox is exec-ready.
     pub async fn create_sandbox(&self, req: &CreateSandboxRequest) -> Result<Sandbox, Error> {
-        let call = Call::new(Method::POST, "/v1/sandboxes")
-            .payload(Payload::json(req)?)
-            .idempotent();
-        self.json(call).await
+        self.create("/v1/sandboxes", req).await
     }
 
     /// One page of `GET /v1/sandboxes`.
@@ -63,16 +60,14 @@ impl Client {
 
     /// Every sandbox matching `q`, following `next_cursor` to the end.
     pub async fn list_all_sandboxes(&self, q: &ListSandboxes) -> Result<Vec<Sandbox>, Error> {
-        let mut q = q.clone();
-        let mut all = Vec::new();
-        loop {
-            let page = self.list_sandboxes(&q).await?;
-            all.extend(page.data);
-            match page.next_cursor {
-                Some(c) => q.cursor = Some(c),
-                None => return Ok(all),
-            }
-        }
+        self.all(|cursor| {
+            let q = ListSandboxes {
+                cursor,
+                ..q.clone()
+            };
+            async move { self.list_sandboxes(&q).await }
+        })
+        .await
     }
 
     /// `GET /v1/sandboxes/{id}`.
@@ -127,10 +122,7 @@ impl Client {
 
     /// `POST …/fork`, with an `Idempotency-Key`.
     pub async fn fork(&self, id: &str, req: &ForkRequest) -> Result<ForkResponse, Error> {
-        let call = Call::new(Method::POST, sandbox_path(id, "/fork"))
-            .payload(Payload::json(req)?)
-            .idempotent();
-        self.json(call).await
+        self.create(sandbox_path(id, "/fork"), req).await
     }
 
     /// `POST …/snapshots`, with an `Idempotency-Key`; the sandbox keeps running.

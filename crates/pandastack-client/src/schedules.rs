@@ -14,23 +14,10 @@ fn schedule_path(name: &str, rest: &str) -> String {
     format!("/v1/schedules/{}{rest}", seg(name))
 }
 
-fn paged<'a>(mut call: Call<'a>, limit: Option<u32>, cursor: Option<&str>) -> Call<'a> {
-    if let Some(l) = limit {
-        call = call.query("limit", l.to_string());
-    }
-    if let Some(c) = cursor {
-        call = call.query("cursor", c.to_owned());
-    }
-    call
-}
-
 impl Client {
     /// `POST /v1/schedules`, with an `Idempotency-Key`.
     pub async fn create_schedule(&self, req: &CreateScheduleRequest) -> Result<Schedule, Error> {
-        let call = Call::new(Method::POST, "/v1/schedules")
-            .payload(Payload::json(req)?)
-            .idempotent();
-        self.json(call).await
+        self.create("/v1/schedules", req).await
     }
 
     /// One page of `GET /v1/schedules` (by name).
@@ -39,26 +26,13 @@ impl Client {
         limit: Option<u32>,
         cursor: Option<&str>,
     ) -> Result<List<Schedule>, Error> {
-        self.json(paged(
-            Call::new(Method::GET, "/v1/schedules"),
-            limit,
-            cursor,
-        ))
-        .await
+        self.page("/v1/schedules", limit, cursor).await
     }
 
     /// Every schedule of the workspace, following `next_cursor` to the end.
     pub async fn list_all_schedules(&self) -> Result<Vec<Schedule>, Error> {
-        let mut all = Vec::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let page = self.list_schedules(None, cursor.as_deref()).await?;
-            all.extend(page.data);
-            match page.next_cursor {
-                Some(c) if Some(&c) != cursor.as_ref() => cursor = Some(c),
-                _ => return Ok(all),
-            }
-        }
+        self.all(|cursor| async move { self.list_schedules(None, cursor.as_deref()).await })
+            .await
     }
 
     /// `GET /v1/schedules/{name}` (name or id).
@@ -108,12 +82,7 @@ impl Client {
         limit: Option<u32>,
         cursor: Option<&str>,
     ) -> Result<List<ScheduleRun>, Error> {
-        let call = paged(
-            Call::new(Method::GET, schedule_path(name, "/runs")),
-            limit,
-            cursor,
-        );
-        self.json(call).await
+        self.page(schedule_path(name, "/runs"), limit, cursor).await
     }
 
     /// `GET /v1/schedules/{name}/runs/{id}`.

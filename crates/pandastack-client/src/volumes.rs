@@ -19,10 +19,7 @@ const BACKUP_POLL: Duration = Duration::from_millis(500);
 impl Client {
     /// `POST /v1/volumes`, with an `Idempotency-Key`.
     pub async fn create_volume(&self, req: &CreateVolumeRequest) -> Result<Volume, Error> {
-        let call = Call::new(Method::POST, "/v1/volumes")
-            .payload(Payload::json(req)?)
-            .idempotent();
-        self.json(call).await
+        self.create("/v1/volumes", req).await
     }
 
     /// One page of `GET /v1/volumes`.
@@ -31,14 +28,7 @@ impl Client {
         limit: Option<u32>,
         cursor: Option<&str>,
     ) -> Result<List<Volume>, Error> {
-        let mut call = Call::new(Method::GET, "/v1/volumes");
-        if let Some(l) = limit {
-            call = call.query("limit", l.to_string());
-        }
-        if let Some(c) = cursor {
-            call = call.query("cursor", c.to_owned());
-        }
-        self.json(call).await
+        self.page("/v1/volumes", limit, cursor).await
     }
 
     /// Every volume of the workspace, following `next_cursor` to the end.
