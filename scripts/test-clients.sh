@@ -16,7 +16,7 @@ step "clients: install test dependencies"
 venv=$PANDASTACK_CACHE/venv-sdk
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check './sdk/python[test]'
-(cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run -s build && npm run -s test:types)
+(cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run -s gen:check && npm run -s build && npm run -s test:types)
 
 step "clients: server"
 # On PostgreSQL when the test script started one (scripts/test.sh does): the whole client suite

@@ -31,6 +31,7 @@ import {
   type AppStart,
   type DeployInfo,
 } from "./types.js";
+import type { WireBody } from "./wire.js";
 
 /** The states of a deploy still under way (any other is where it ended). */
 const DEPLOY_ACTIVE_STATES = new Set(["queued", "cloning", "building", "baking", "checking"]);
@@ -156,7 +157,7 @@ export class Apps {
     if (typeof opts?.name !== "string" || opts.name === "") {
       throw new InvalidArgumentError("name: the app's name", { code: "invalid_argument" });
     }
-    const body: Record<string, unknown> = { name: opts.name, git: gitToWire(opts.git, opts.ref), ...configToWire(opts) };
+    const body: WireBody<"CreateAppRequest"> = { name: opts.name, git: gitToWire(opts.git, opts.ref), ...configToWire(opts) };
     if (opts.deploy !== undefined) body.deploy = opts.deploy === true;
     const w = await this.http.request<Record<string, unknown>>({ method: "POST", path: "/v1/apps", json: body, ...call(opts) });
     return appFromWire(w ?? {});
@@ -180,7 +181,7 @@ export class Apps {
    * running version at once, and `domains` to the proxy at once.
    */
   async update(name: string, opts: UpdateAppOptions): Promise<AppInfo> {
-    const body: Record<string, unknown> = {};
+    const body: WireBody<"UpdateAppRequest"> = {};
     if (opts.git !== undefined) body.git = gitToWire(opts.git, opts.ref);
     else if (opts.ref !== undefined) {
       throw new InvalidArgumentError("ref: give git with it (an update replaces the app's git whole)", { code: "invalid_argument" });
@@ -230,7 +231,7 @@ export class Apps {
     const w = await this.http.request<Record<string, unknown>>({
       method: "POST",
       path: appPath(name, "/deploys"),
-      json: opts.ref !== undefined ? { ref: opts.ref } : {},
+      json: (opts.ref !== undefined ? { ref: opts.ref } : {}) satisfies WireBody<"CreateDeployRequest">,
       ...call(opts),
     });
     const d = deployFromWire(w ?? {});
@@ -325,7 +326,7 @@ export class Apps {
     const w = await this.http.request<Record<string, unknown>>({
       method: "POST",
       path: appPath(name, "/rollback"),
-      json: opts.deployId !== undefined ? { deploy_id: opts.deployId } : {},
+      json: (opts.deployId !== undefined ? { deploy_id: opts.deployId } : {}) satisfies WireBody<"RollbackRequest">,
       timeoutMs: opts.timeoutMs ?? Math.max(this.http.timeoutMs, LONG_OPERATION_TIMEOUT_MS),
       ...(opts.signal ? { signal: opts.signal } : {}),
     });
@@ -367,8 +368,8 @@ export class Apps {
 }
 
 /** The `git` object of a request; `ref` (when given) overrides the one in `git`. @internal */
-export function gitToWire(git: string | AppGit, ref?: string): Record<string, unknown> {
-  let out: Record<string, unknown>;
+export function gitToWire(git: string | AppGit, ref?: string): WireBody<"AppGit"> {
+  let out: WireBody<"AppGit">;
   if (typeof git === "string") {
     out = { url: git };
   } else if (git && typeof git === "object") {
@@ -385,18 +386,18 @@ export function gitToWire(git: string | AppGit, ref?: string): Record<string, un
 }
 
 /** The configuration fields of a create or update; what is unset is left out. @internal */
-export function configToWire(o: AppConfigOptions): Record<string, unknown> {
-  const body: Record<string, unknown> = {};
+export function configToWire(o: AppConfigOptions): Omit<WireBody<"CreateAppRequest">, "name" | "git" | "deploy"> {
+  const body: Omit<WireBody<"CreateAppRequest">, "name" | "git" | "deploy"> = {};
   if (o.env !== undefined) body.env = o.env;
   if (o.secrets !== undefined) body.secrets = o.secrets;
   if (o.build !== undefined) {
-    const b: Record<string, unknown> = {};
+    const b: WireBody<"AppBuild"> = {};
     if (o.build.command != null) b.command = o.build.command;
     if (o.build.outputDir != null) b.output_dir = o.build.outputDir;
     body.build = b;
   }
   if (o.start !== undefined) {
-    const s: Record<string, unknown> = {};
+    const s: WireBody<"AppStart"> = {};
     if (o.start.command != null) s.command = o.start.command;
     if (o.start.port != null) {
       const p = o.start.port;

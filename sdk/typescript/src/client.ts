@@ -31,6 +31,7 @@ import { Databases } from "./databases.js";
 import { Functions } from "./functions.js";
 import { Schedules } from "./schedules.js";
 import { Volumes, volumeMountsToWire } from "./volumes.js";
+import type { WireBody } from "./wire.js";
 
 export const DEFAULT_BASE_URL = "http://localhost:8080";
 export const DEFAULT_TIMEOUT_MS = 60_000;
@@ -153,7 +154,7 @@ export class Sandboxes {
 
   /** Creates a sandbox and returns once it is ready for commands. */
   async create(opts: CreateSandboxOptions = {}): Promise<Sandbox> {
-    const body: Record<string, unknown> = {};
+    const body: WireBody<"CreateSandboxRequest"> = {};
     if (opts.template !== undefined) body.template = opts.template;
     if (opts.snapshotId !== undefined) body.snapshot_id = opts.snapshotId;
     if (opts.ttlSeconds !== undefined) body.ttl_seconds = opts.ttlSeconds;
@@ -491,7 +492,7 @@ async function buildRequest(opts: BuildTemplateOptions): Promise<Omit<RequestOpt
         code: "invalid_argument",
       });
     }
-    const json: Record<string, unknown> = { spec: opts.spec };
+    const json: WireBody<"CreateTemplateRequest"> = { spec: opts.spec };
     if (opts.name !== undefined) json.name = opts.name;
     return { json, ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}) };
   }

@@ -29,6 +29,7 @@ import {
   type VolumeBackupInfo,
 } from "./types.js";
 import type { BackupOptions, WaitBackupOptions } from "./volumes.js";
+import type { WireBody } from "./wire.js";
 
 /**
  * A database create (and a branch) may build and bake the `postgres` template first, which
@@ -113,7 +114,7 @@ export class Databases {
     if (typeof opts?.name !== "string" || opts.name === "") {
       throw new InvalidArgumentError("name: the database's name", { code: "invalid_argument" });
     }
-    const body: Record<string, unknown> = { name: opts.name };
+    const body: WireBody<"CreateDatabaseRequest"> = { name: opts.name };
     if (opts.version !== undefined) body.version = opts.version;
     if (opts.sizeGb !== undefined) body.size_gb = opts.sizeGb;
     if (opts.memoryMb !== undefined) body.memory_mb = opts.memoryMb;
@@ -166,7 +167,7 @@ export class Databases {
    * {@link InvalidArgumentError} (422) whose message names the window.
    */
   async branch(id: string, opts: BranchDatabaseOptions = {}): Promise<DatabaseInfo> {
-    const body: Record<string, unknown> = {};
+    const body: WireBody<"CreateBranchRequest"> = {};
     if (opts.name !== undefined) body.name = opts.name;
     if (opts.fromTime !== undefined) body.from_time = rfc3339("fromTime", opts.fromTime);
     if (opts.idleSeconds !== undefined) body.idle_seconds = opts.idleSeconds;
@@ -190,7 +191,7 @@ export class Databases {
    * (422, `invalid_argument`) whose message names the window.
    */
   async restore(id: string, toTime: Date | string, opts: RestoreDatabaseOptions = {}): Promise<DatabaseInfo> {
-    const body = { to_time: rfc3339("toTime", toTime) };
+    const body: WireBody<"RestoreDatabaseRequest"> = { to_time: rfc3339("toTime", toTime) };
     const w = await this.http.request<Record<string, unknown>>({
       method: "POST",
       path: databasePath(id, "/restore"),
@@ -234,7 +235,7 @@ export class Databases {
     if (!Array.isArray(params)) {
       throw new InvalidArgumentError("params: an array of values for $1, $2, …", { code: "invalid_argument" });
     }
-    const body: Record<string, unknown> = { sql };
+    const body: WireBody<"QueryRequest"> = { sql };
     if (params.length > 0) body.params = params.map(queryParam);
     if (opts.statementTimeoutMs !== undefined) body.timeout_ms = opts.statementTimeoutMs;
     const statement = opts.statementTimeoutMs ?? SERVER_DEFAULT_QUERY_TIMEOUT_MS;

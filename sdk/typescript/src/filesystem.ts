@@ -9,6 +9,7 @@ import { NotFoundError } from "./errors.js";
 import type { BodyInit, HttpClient } from "./http.js";
 import { Paginator } from "./pagination.js";
 import { fileInfoFromWire, type FileInfo } from "./types.js";
+import type { WireBody } from "./wire.js";
 
 /**
  * Entries per page {@link Filesystem.list} asks for: the most the server returns at once (each
@@ -140,7 +141,7 @@ export class Filesystem {
     await this.http.request({
       method: "POST",
       path: `${this.base}/mkdir`,
-      json: { path, parents: opts.parents ?? true },
+      json: { path, parents: opts.parents ?? true } satisfies WireBody<"MkdirRequest">,
       retry: "safe",
       responseType: "none",
       ...callOpts(opts),
@@ -171,7 +172,7 @@ export class Filesystem {
     await this.http.request({
       method: "POST",
       path: `${this.base}/rename`,
-      json: { from, to, overwrite: opts.overwrite ?? false },
+      json: { from, to, overwrite: opts.overwrite ?? false } satisfies WireBody<"RenameRequest">,
       retry: "rejected-only",
       responseType: "none",
       ...callOpts(opts),

@@ -39,6 +39,7 @@ import {
   type FunctionVersionInfo,
   type Invocation,
 } from "./types.js";
+import type { WireBody } from "./wire.js";
 
 /** The states of a version still being built (any other is where its build ended). */
 const VERSION_ACTIVE_STATES = new Set(["queued", "cloning", "building", "baking", "checking"]);
@@ -161,7 +162,7 @@ export class Functions {
     if (!source.files && !source.git) {
       throw new InvalidArgumentError("files: give the handler's files (or git)", { code: "invalid_argument" });
     }
-    const body: Record<string, unknown> = { name: opts.name, runtime: opts.runtime, handler: opts.handler, ...source };
+    const body: WireBody<"CreateFunctionRequest"> = { name: opts.name, runtime: opts.runtime, handler: opts.handler, ...source };
     if (opts.memoryMb !== undefined) body.memory_mb = opts.memoryMb;
     Object.assign(body, limitsToWire(opts));
     const w = await this.http.request<Record<string, unknown>>({ method: "POST", path: "/v1/functions", json: body, ...call(opts) });
@@ -218,7 +219,7 @@ export class Functions {
    * serving. Resolves with the version `queued`; with `wait: true`, once its build has ended.
    */
   async createVersion(name: string, opts: CreateVersionOptions = {}): Promise<FunctionVersionInfo> {
-    const body: Record<string, unknown> = {};
+    const body: WireBody<"CreateVersionRequest"> = {};
     if (opts.handler !== undefined) body.handler = opts.handler;
     Object.assign(body, sourceToWire(opts));
     const w = await this.http.request<Record<string, unknown>>({
@@ -286,7 +287,7 @@ export class Functions {
     const w = await this.http.request<Record<string, unknown>>({
       method: "POST",
       path: functionPath(name, "/rollback"),
-      json: opts.version !== undefined ? { version: versionNumber(opts.version) } : {},
+      json: (opts.version !== undefined ? { version: versionNumber(opts.version) } : {}) satisfies WireBody<"FunctionRollbackRequest">,
       ...call(opts),
     });
     return functionVersionFromWire(w ?? {});
@@ -359,9 +360,12 @@ export class Functions {
   }
 }
 
+/** The source fields of a create or a new version (typed as a create's, which an update's accept). */
+type SourceBody = Pick<WireBody<"CreateFunctionRequest">, "files" | "git" | "dependencies" | "env" | "secrets">;
+
 /** The source fields of a create or a new version; what is unset is left out. @internal */
-export function sourceToWire(o: FunctionSourceOptions): Record<string, unknown> {
-  const body: Record<string, unknown> = {};
+export function sourceToWire(o: FunctionSourceOptions): SourceBody {
+  const body: SourceBody = {};
   if (o.files !== undefined && o.git !== undefined) {
     throw new InvalidArgumentError("give files or git, not both", { code: "invalid_argument" });
   }
@@ -387,9 +391,12 @@ export function sourceToWire(o: FunctionSourceOptions): Record<string, unknown> 
   return body;
 }
 
+/** The limits of a create or update (typed as a create's, which an update's accept). */
+type LimitsBody = Pick<WireBody<"CreateFunctionRequest">, "timeout_seconds" | "concurrency" | "max_instances" | "idle_seconds" | "public">;
+
 /** The limits of a create or update; what is unset is left out. @internal */
-export function limitsToWire(o: FunctionLimitOptions): Record<string, unknown> {
-  const body: Record<string, unknown> = {};
+export function limitsToWire(o: FunctionLimitOptions): LimitsBody {
+  const body: LimitsBody = {};
   if (o.timeoutSeconds !== undefined) body.timeout_seconds = o.timeoutSeconds;
   if (o.concurrency !== undefined) body.concurrency = o.concurrency;
   if (o.maxInstances !== undefined) body.max_instances = o.maxInstances;

@@ -39,6 +39,7 @@ import {
   type SandboxState,
   type SnapshotInfo,
 } from "./types.js";
+import type { WireBody } from "./wire.js";
 
 /** The server's command timeout when `timeoutSeconds` is not given. */
 export const DEFAULT_EXEC_TIMEOUT_SECONDS = 60;
@@ -454,7 +455,7 @@ export class Sandbox {
    * as `context` to {@link runCode}; {@link deleteCodeContext} stops it.
    */
   async createCodeContext(opts: CodeContextOptions = {}): Promise<CodeContext> {
-    const body: Record<string, unknown> = { language: opts.language ?? "python" };
+    const body: WireBody<"CodeContextRequest"> = { language: opts.language ?? "python" };
     if (opts.env && Object.keys(opts.env).length > 0) body.env = opts.env;
     const w = await this.ctx.http.request<Record<string, unknown>>({
       method: "POST",
@@ -512,7 +513,7 @@ export class Sandbox {
 
   /** Like {@link fork}, with the snapshot the children were made from. */
   async forkDetailed(count = 1, opts: ForkOptions = {}): Promise<ForkResult> {
-    const body: Record<string, unknown> = { count };
+    const body: WireBody<"ForkRequest"> = { count };
     if (opts.metadata) body.metadata = opts.metadata;
     if (opts.keepSnapshot) body.keep_snapshot = true;
     const w = await this.ctx.http.request<Record<string, unknown>>({
@@ -590,7 +591,7 @@ export class Sandbox {
     changes: { ttlSeconds?: number; idleTimeoutSeconds?: number; metadata?: Record<string, string> },
     opts: CallOptions = {},
   ): Promise<SandboxInfo> {
-    const body: Record<string, unknown> = {};
+    const body: WireBody<"PatchSandboxRequest"> = {};
     if (changes.ttlSeconds !== undefined) body.ttl_seconds = changes.ttlSeconds;
     if (changes.idleTimeoutSeconds !== undefined) body.idle_timeout_seconds = changes.idleTimeoutSeconds;
     if (changes.metadata !== undefined) body.metadata = changes.metadata;
@@ -641,7 +642,7 @@ export class Sandbox {
     const w = await this.ctx.http.request<Record<string, unknown>>({
       method: "PATCH",
       path: `${this.path}/ports/${checkPort(port)}`,
-      json: { public: isPublic === true },
+      json: { public: isPublic === true } satisfies WireBody<"PortUpdate">,
       ...call(opts),
     });
     return portUrlFromWire(w ?? {});
@@ -684,7 +685,7 @@ function call(opts: CallOptions): { timeoutMs?: number; signal?: AbortSignal } {
 }
 
 function execBody(cmd: string | readonly string[], opts: ExecOptions): Record<string, unknown> {
-  const body: Record<string, unknown> = typeof cmd === "string" ? { cmd } : { argv: [...cmd] };
+  const body: WireBody<"ExecRequest"> = typeof cmd === "string" ? { cmd } : { argv: [...cmd] };
   if (opts.env && Object.keys(opts.env).length > 0) body.env = opts.env;
   if (opts.cwd !== undefined) body.cwd = opts.cwd;
   if (opts.user !== undefined) body.user = opts.user;
@@ -716,7 +717,7 @@ function contextId(context: CodeContext | string | undefined): string | undefine
 
 function codeBody(code: string, opts: RunCodeOptions): Record<string, unknown> {
   if (typeof code !== "string") throw new InvalidArgumentError("runCode: code must be a string", { code: "invalid_argument" });
-  const body: Record<string, unknown> = { code, language: opts.language ?? "python" };
+  const body: WireBody<"CodeRequest"> = { code, language: opts.language ?? "python" };
   const ctx = contextId(opts.context);
   if (ctx !== undefined) body.context_id = ctx;
   if (opts.env && Object.keys(opts.env).length > 0) body.env = opts.env;

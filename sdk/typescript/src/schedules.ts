@@ -28,6 +28,7 @@ import {
   type ScheduleInfo,
   type ScheduleRunInfo,
 } from "./types.js";
+import type { WireBody } from "./wire.js";
 
 /**
  * What a schedule runs, as {@link Schedules.create} and {@link Schedules.update} take it: a
@@ -97,7 +98,8 @@ export class Schedules {
     if (opts.target === undefined) {
       throw new InvalidArgumentError("target: what the schedule runs", { code: "invalid_argument" });
     }
-    const body: Record<string, unknown> = { name: opts.name, cron: opts.cron, ...configToWire(opts) };
+    // configToWire set `target` already (it is given); restated so the type sees it (same key order).
+    const body: WireBody<"CreateScheduleRequest"> = { name: opts.name, cron: opts.cron, ...configToWire(opts), target: targetToWire(opts.target) };
     if (opts.paused !== undefined) body.paused = opts.paused === true;
     const w = await this.http.request<Record<string, unknown>>({ method: "POST", path: "/v1/schedules", json: body, ...call(opts) });
     return scheduleFromWire(w ?? {});
@@ -116,7 +118,7 @@ export class Schedules {
 
   /** Changes a schedule and resolves with it; its next due time is counted again from now. */
   async update(name: string, opts: UpdateScheduleOptions): Promise<ScheduleInfo> {
-    const body = configToWire(opts);
+    const body: WireBody<"UpdateScheduleRequest"> = configToWire(opts);
     if (opts.cron !== undefined) body.cron = opts.cron;
     const w = await this.http.request<Record<string, unknown>>({ method: "PATCH", path: schedulePath(name), json: body, ...call(opts) });
     return scheduleFromWire(w ?? {});
@@ -191,11 +193,11 @@ export class Schedules {
 }
 
 /** The `target` object of a schedule request. @internal */
-export function targetToWire(t: ScheduleTargetInput): Record<string, unknown> {
+export function targetToWire(t: ScheduleTargetInput): WireBody<"ScheduleTarget"> {
   const bad = () => new InvalidArgumentError('target: { type: "sandbox_exec", template, command, … } or { type: "function", name }', { code: "invalid_argument" });
   if (!t || typeof t !== "object") throw bad();
   if (t.type === "sandbox_exec") {
-    const out: Record<string, unknown> = { type: "sandbox_exec", template: t.template, command: t.command };
+    const out: WireBody<"ScheduleTarget"> & { type: "sandbox_exec" } = { type: "sandbox_exec", template: t.template, command: t.command };
     if (t.env !== undefined) out.env = t.env;
     if (t.timeoutSeconds !== undefined) out.timeout_seconds = t.timeoutSeconds;
     return out;
@@ -204,9 +206,12 @@ export function targetToWire(t: ScheduleTargetInput): Record<string, unknown> {
   throw bad();
 }
 
+/** The fields shared by a create and an update (typed as a create's, which an update's accept). */
+type ConfigBody = Partial<Pick<WireBody<"CreateScheduleRequest">, "timezone" | "target" | "payload" | "concurrency_policy" | "starting_deadline_seconds" | "retries">>;
+
 /** The fields shared by a create and an update; what is unset is left out. @internal */
-export function configToWire(o: ScheduleConfigOptions & { target?: ScheduleTargetInput }): Record<string, unknown> {
-  const body: Record<string, unknown> = {};
+export function configToWire(o: ScheduleConfigOptions & { target?: ScheduleTargetInput }): ConfigBody {
+  const body: ConfigBody = {};
   if (o.timezone !== undefined) body.timezone = o.timezone;
   if (o.target !== undefined) body.target = targetToWire(o.target);
   if (o.payload !== undefined) body.payload = o.payload;

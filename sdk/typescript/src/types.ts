@@ -2,13 +2,22 @@
  * Public data types (camelCase) and their conversion from the snake_case wire objects of
  * `/v1`. Conversion is lenient: unknown fields are ignored and missing ones get neutral values,
  * so a newer server does not break an older SDK.
+ *
+ * Types whose wire shape is already the public one (the state enums, a few single-word objects)
+ * are the contract's schemas (`generated/openapi.ts`, from `crates/pandastack-api/openapi.json`);
+ * the camelCase ones are written here and checked against their schemas at compile time
+ * (`wire.ts`), and their converters read only fields the schemas have.
  */
+import type { components } from "./generated/openapi.js";
+import type { WireOf } from "./wire.js";
+
+type Schemas = components["schemas"];
 
 /** Sandbox lifecycle states. */
-export type SandboxState = "starting" | "running" | "paused" | "hibernated" | "stopped" | "failed";
+export type SandboxState = Schemas["SandboxState"];
 
 /** What happens when a sandbox's TTL or idle timeout expires. */
-export type OnTimeout = "kill" | "hibernate";
+export type OnTimeout = Schemas["OnTimeout"];
 
 /** A sandbox as the server describes it. */
 export interface SandboxInfo {
@@ -91,7 +100,7 @@ export interface VolumeSnapshotInfo {
 }
 
 /** Where a volume backup is: `uploading`, `done` (restorable anywhere) or `failed`. */
-export type BackupState = "uploading" | "done" | "failed";
+export type BackupState = Schemas["BackupState"];
 
 /** A volume backup in the object store; restore it with `volumes.create({ name, fromBackup: id })` once `done`. */
 export interface VolumeBackupInfo {
@@ -111,7 +120,7 @@ export interface VolumeBackupInfo {
 }
 
 /** Where a database is in its life. */
-export type DatabaseState = "creating" | "ready" | "hibernated" | "stopped";
+export type DatabaseState = Schemas["DatabaseState"];
 
 /**
  * A managed PostgreSQL database: its own microVM, its data on a durable volume.
@@ -192,16 +201,7 @@ export interface DatabaseExtensions {
  * any step. A live deploy a newer one replaced is `standby` (hibernated, ready for a rollback);
  * `superseded` is a queued deploy a newer one replaced before it ran.
  */
-export type DeployState =
-  | "queued"
-  | "cloning"
-  | "building"
-  | "baking"
-  | "checking"
-  | "live"
-  | "standby"
-  | "failed"
-  | "superseded";
+export type DeployState = Schemas["DeployState"];
 
 /**
  * Where an app's code comes from: `url` is a repository the server fetches over the network
@@ -210,10 +210,7 @@ export type DeployState =
  * branch, tag or commit to deploy (default `main`), whose pushes deploy (through the app's
  * webhook).
  */
-export interface AppGit {
-  url: string;
-  ref?: string | null;
-}
+export type AppGit = Schemas["AppGit"];
 
 /** How to build an app, overriding what detection chose (unset: detected). */
 export interface AppBuild {
@@ -224,12 +221,7 @@ export interface AppBuild {
 }
 
 /** How to start an app, overriding what detection chose (unset: detected). */
-export interface AppStart {
-  /** Shell command that serves HTTP on `$PORT`. */
-  command?: string | null;
-  /** The port it listens on (also in `$PORT`). */
-  port?: number | null;
-}
+export type AppStart = Schemas["AppStart"];
 
 /**
  * Where a custom domain's TLS certificate comes from, or why it has none: `none` (the proxy
@@ -237,7 +229,7 @@ export interface AppStart {
  * directory), `pending` (an ACME order is under way), `issued` (by ACME) or `failed` (the last
  * ACME order failed: `tlsError` says why).
  */
-export type DomainTls = "none" | "files" | "pending" | "issued" | "failed";
+export type DomainTls = Schemas["DomainTls"];
 
 /** A custom domain of an app ({@link AppInfo.domains}). */
 export interface AppDomain {
@@ -324,7 +316,7 @@ export interface DeployInfo {
 }
 
 /** The language of a function's handler. */
-export type FunctionRuntime = "python" | "node";
+export type FunctionRuntime = Schemas["FunctionRuntime"];
 
 /**
  * A function: a handler in Python or Node.js, built with its dependencies in a VM, baked with
@@ -388,16 +380,10 @@ export interface FunctionVersionInfo {
 }
 
 /** How a call ended: `ok`, `error` (the handler raised), `timeout`; `queued`/`running` while a queued call (`functions.submit`) is under way. */
-export type InvocationStatus = "queued" | "running" | "ok" | "error" | "timeout";
+export type InvocationStatus = Schemas["InvocationStatus"];
 
 /** What a handler raised, as data. */
-export interface InvocationError {
-  /** The exception's class (`ValueError`, `TypeError`…), or `Timeout`. */
-  type: string;
-  message: string;
-  /** The traceback / stack, as the runtime prints it. */
-  traceback: string;
-}
+export type InvocationError = Schemas["InvocationError"];
 
 /**
  * The outcome of a call: `status` `ok` (`result` is the handler's return value, any JSON),
@@ -442,21 +428,19 @@ export interface SandboxExecTarget {
 }
 
 /** A schedule target: a call of function `name` of the workspace, the schedule's payload as the event. */
-export interface FunctionTarget {
-  name: string;
-}
+export type FunctionTarget = Schemas["FunctionTarget"];
 
 /** What a schedule runs, by its `type`. */
 export type ScheduleTarget = ({ type: "sandbox_exec" } & SandboxExecTarget) | ({ type: "function" } & FunctionTarget);
 
 /** What a due time does while a previous run is under way: run alongside, skip, or cancel the old one. */
-export type ConcurrencyPolicy = "allow" | "forbid" | "replace";
+export type ConcurrencyPolicy = Schemas["ConcurrencyPolicy"];
 
 /** Where a schedule run stands. */
-export type RunState = "queued" | "running" | "succeeded" | "failed" | "skipped" | "missed" | "cancelled";
+export type RunState = Schemas["RunState"];
 
 /** How a run came about: a due time (`scheduled`) or `schedules.run` (`manual`). */
-export type RunTrigger = "scheduled" | "manual";
+export type RunTrigger = Schemas["RunTrigger"];
 
 /**
  * A schedule: `cron` read in `timezone` runs `target` at each due time, each due time once.
@@ -541,7 +525,7 @@ export class Result {
   readonly json?: unknown;
 
   /** @internal */
-  constructor(w: Wire) {
+  constructor(w: WireOf<"CodeOutput">) {
     this.text = str(w.text);
     if (typeof w.html === "string") this.html = w.html;
     if (typeof w.png === "string") this.png = w.png;
@@ -565,12 +549,7 @@ export class Result {
  * the exception class (`ZeroDivisionError`; `TimeoutError` when the run hit its
  * `timeoutSeconds`; `KernelError` when the kernel itself failed).
  */
-export interface ExecutionError {
-  name: string;
-  value: string;
-  /** The formatted traceback of the user's frames. */
-  traceback: string;
-}
+export type ExecutionError = Schemas["CodeError"];
 
 /**
  * What a {@link Sandbox.runCode} run produced. An exception in the code is data (`error`), not
@@ -610,10 +589,7 @@ export class Execution {
 }
 
 /** A code context: a kernel of its own, with its own variables (see {@link Sandbox.createCodeContext}). */
-export interface CodeContext {
-  id: string;
-  language: string;
-}
+export type CodeContext = Schemas["CodeContext"];
 
 /** A snapshot of a sandbox (memory and disk); create sandboxes from it with `snapshotId`. */
 export interface SnapshotInfo {
@@ -680,20 +656,10 @@ export interface SandboxMetrics {
 /** A port's preview URL (`GET /v1/sandboxes/{id}/ports/{port}/url`). While the port is private,
  * send `token` in the `X-PandaStack-Access-Token` header (or open `url + "?pandastack_access=" +
  * token` once in a browser). */
-export interface PortUrl {
-  /** `https://<port>-<sandbox id>.<domain>`. */
-  url: string;
-  port: number;
-  /** Reachable without a token. */
-  public: boolean;
-  /** The sandbox's access token. */
-  token: string;
-}
+export type PortUrl = Schemas["PortUrl"];
 
 /** `PATCH /v1/sandboxes/{id}/ports/{port}`. */
-export interface PortUpdate {
-  public: boolean;
-}
+export type PortUpdate = Schemas["PortUpdate"];
 
 /** Header that carries a sandbox's access token to a private preview URL. */
 export const ACCESS_TOKEN_HEADER = "X-PandaStack-Access-Token";
@@ -713,7 +679,7 @@ const strMap = (v: unknown): Record<string, string> => {
 };
 
 /** @internal */
-export function sandboxFromWire(w: Wire): SandboxInfo {
+export function sandboxFromWire(w: WireOf<"Sandbox">): SandboxInfo {
   return {
     id: str(w.id),
     template: str(w.template),
@@ -739,17 +705,17 @@ export function sandboxFromWire(w: Wire): SandboxInfo {
 const objects = (v: unknown): Wire[] => (Array.isArray(v) ? v.filter((x): x is Wire => !!x && typeof x === "object") : []);
 
 /** @internal */
-export function volumeMountFromWire(w: Wire): VolumeMount {
+export function volumeMountFromWire(w: WireOf<"SandboxVolume">): VolumeMount {
   return { name: str(w.name), path: str(w.path), readOnly: w.read_only === true };
 }
 
 /** @internal */
-export function volumeAttachmentFromWire(w: Wire): VolumeAttachment {
+export function volumeAttachmentFromWire(w: WireOf<"VolumeAttachment">): VolumeAttachment {
   return { sandboxId: str(w.sandbox_id), path: str(w.path), readOnly: w.read_only === true };
 }
 
 /** @internal */
-export function volumeFromWire(w: Wire): VolumeInfo {
+export function volumeFromWire(w: WireOf<"Volume">): VolumeInfo {
   return {
     id: str(w.id),
     name: str(w.name),
@@ -763,7 +729,7 @@ export function volumeFromWire(w: Wire): VolumeInfo {
 }
 
 /** @internal */
-export function volumeSnapshotFromWire(w: Wire): VolumeSnapshotInfo {
+export function volumeSnapshotFromWire(w: WireOf<"VolumeSnapshot">): VolumeSnapshotInfo {
   return {
     id: str(w.id),
     volume: str(w.volume),
@@ -774,7 +740,7 @@ export function volumeSnapshotFromWire(w: Wire): VolumeSnapshotInfo {
 }
 
 /** @internal */
-export function volumeBackupFromWire(w: Wire): VolumeBackupInfo {
+export function volumeBackupFromWire(w: WireOf<"VolumeBackup">): VolumeBackupInfo {
   return {
     id: str(w.id),
     volume: str(w.volume),
@@ -789,7 +755,7 @@ export function volumeBackupFromWire(w: Wire): VolumeBackupInfo {
 }
 
 /** @internal */
-export function databaseFromWire(w: Wire): DatabaseInfo {
+export function databaseFromWire(w: WireOf<"Database">): DatabaseInfo {
   return {
     id: str(w.id),
     name: str(w.name),
@@ -811,12 +777,12 @@ export function databaseFromWire(w: Wire): DatabaseInfo {
 }
 
 /** @internal */
-export function queryFieldFromWire(w: Wire): QueryField {
+export function queryFieldFromWire(w: WireOf<"QueryField">): QueryField {
   return { name: str(w.name), dataTypeId: num(w.data_type_id) };
 }
 
 /** @internal */
-export function queryResultFromWire(w: Wire): QueryResult {
+export function queryResultFromWire(w: WireOf<"QueryResponse">): QueryResult {
   return {
     command: str(w.command),
     rowCount: optNum(w.row_count),
@@ -826,12 +792,12 @@ export function queryResultFromWire(w: Wire): QueryResult {
 }
 
 /** @internal */
-export function databaseExtensionFromWire(w: Wire): DatabaseExtension {
+export function databaseExtensionFromWire(w: WireOf<"DatabaseExtension">): DatabaseExtension {
   return { name: str(w.name), defaultVersion: str(w.default_version) };
 }
 
 /** @internal */
-export function databaseExtensionsFromWire(w: Wire): DatabaseExtensions {
+export function databaseExtensionsFromWire(w: WireOf<"DatabaseExtensions">): DatabaseExtensions {
   const versions: Record<string, DatabaseExtension[]> = {};
   if (w.versions && typeof w.versions === "object" && !Array.isArray(w.versions)) {
     for (const [k, v] of Object.entries(w.versions as Wire)) {
@@ -845,24 +811,24 @@ export function databaseExtensionsFromWire(w: Wire): DatabaseExtensions {
 }
 
 /** @internal */
-export function appGitFromWire(w: Wire): AppGit {
+export function appGitFromWire(w: WireOf<"AppGit">): AppGit {
   return { url: str(w.url), ref: optStr(w.ref) };
 }
 
 /** @internal */
-export function appBuildFromWire(w: Wire): AppBuild {
+export function appBuildFromWire(w: WireOf<"AppBuild">): AppBuild {
   return { command: optStr(w.command), outputDir: optStr(w.output_dir) };
 }
 
 /** @internal */
-export function appStartFromWire(w: Wire): AppStart {
+export function appStartFromWire(w: WireOf<"AppStart">): AppStart {
   return { command: optStr(w.command), port: optNum(w.port) };
 }
 
 const object = (v: unknown): Wire => (v && typeof v === "object" && !Array.isArray(v) ? (v as Wire) : {});
 
 /** @internal */
-export function appDomainFromWire(w: Wire): AppDomain {
+export function appDomainFromWire(w: WireOf<"AppDomain">): AppDomain {
   return {
     name: str(w.name),
     tls: str(w.tls, "none") as DomainTls,
@@ -872,7 +838,7 @@ export function appDomainFromWire(w: Wire): AppDomain {
 }
 
 /** @internal */
-export function appFromWire(w: Wire): AppInfo {
+export function appFromWire(w: WireOf<"App">): AppInfo {
   return {
     id: str(w.id),
     name: str(w.name),
@@ -897,7 +863,7 @@ export function appFromWire(w: Wire): AppInfo {
 }
 
 /** @internal */
-export function deployFromWire(w: Wire): DeployInfo {
+export function deployFromWire(w: WireOf<"Deploy">): DeployInfo {
   const phases: Record<string, number> = {};
   for (const [k, v] of Object.entries(object(w.phases_ms))) if (typeof v === "number") phases[k] = v;
   return {
@@ -917,7 +883,7 @@ export function deployFromWire(w: Wire): DeployInfo {
 }
 
 /** @internal */
-export function functionFromWire(w: Wire): FunctionInfo {
+export function functionFromWire(w: WireOf<"Function">): FunctionInfo {
   return {
     id: str(w.id),
     name: str(w.name),
@@ -940,7 +906,7 @@ export function functionFromWire(w: Wire): FunctionInfo {
 }
 
 /** @internal */
-export function functionVersionFromWire(w: Wire): FunctionVersionInfo {
+export function functionVersionFromWire(w: WireOf<"FunctionVersion">): FunctionVersionInfo {
   const phases: Record<string, number> = {};
   for (const [k, v] of Object.entries(object(w.phases_ms))) if (typeof v === "number") phases[k] = v;
   return {
@@ -957,12 +923,12 @@ export function functionVersionFromWire(w: Wire): FunctionVersionInfo {
 }
 
 /** @internal */
-export function invocationErrorFromWire(w: Wire): InvocationError {
+export function invocationErrorFromWire(w: WireOf<"InvocationError">): InvocationError {
   return { type: str(w.type), message: str(w.message), traceback: str(w.traceback) };
 }
 
 /** @internal */
-export function invocationFromWire(w: Wire): Invocation {
+export function invocationFromWire(w: WireOf<"Invocation">): Invocation {
   return {
     id: optStr(w.id),
     function: str(w.function),
@@ -981,17 +947,17 @@ export function invocationFromWire(w: Wire): Invocation {
 }
 
 /** @internal */
-export function sandboxExecTargetFromWire(w: Wire): SandboxExecTarget {
+export function sandboxExecTargetFromWire(w: WireOf<"SandboxExecTarget">): SandboxExecTarget {
   return { template: str(w.template), command: str(w.command), env: strMap(w.env), timeoutSeconds: num(w.timeout_seconds, 300) };
 }
 
 /** @internal */
-export function functionTargetFromWire(w: Wire): FunctionTarget {
+export function functionTargetFromWire(w: WireOf<"FunctionTarget">): FunctionTarget {
   return { name: str(w.name) };
 }
 
 /** A schedule's target by its `type` (none: `sandbox_exec`); `null` for a kind this SDK does not know. @internal */
-export function scheduleTargetFromWire(w: Wire): ScheduleTarget | null {
+export function scheduleTargetFromWire(w: WireOf<"SandboxExecTarget"> & WireOf<"FunctionTarget"> & { type?: unknown }): ScheduleTarget | null {
   const type = w.type ?? "sandbox_exec";
   if (type === "sandbox_exec") return { type: "sandbox_exec", ...sandboxExecTargetFromWire(w) };
   if (type === "function") return { type: "function", ...functionTargetFromWire(w) };
@@ -999,7 +965,7 @@ export function scheduleTargetFromWire(w: Wire): ScheduleTarget | null {
 }
 
 /** @internal */
-export function scheduleFromWire(w: Wire): ScheduleInfo {
+export function scheduleFromWire(w: WireOf<"Schedule">): ScheduleInfo {
   return {
     id: str(w.id),
     name: str(w.name),
@@ -1018,7 +984,7 @@ export function scheduleFromWire(w: Wire): ScheduleInfo {
 }
 
 /** @internal */
-export function scheduleRunFromWire(w: Wire): ScheduleRunInfo {
+export function scheduleRunFromWire(w: WireOf<"ScheduleRun">): ScheduleRunInfo {
   return {
     id: str(w.id),
     schedule: str(w.schedule),
@@ -1037,7 +1003,7 @@ export function scheduleRunFromWire(w: Wire): ScheduleRunInfo {
 }
 
 /** @internal */
-export function execResultFromWire(w: Wire): ExecResult {
+export function execResultFromWire(w: WireOf<"ExecResult">): ExecResult {
   return {
     stdout: str(w.stdout),
     stderr: str(w.stderr),
@@ -1049,7 +1015,7 @@ export function execResultFromWire(w: Wire): ExecResult {
 }
 
 /** @internal */
-export function snapshotFromWire(w: Wire): SnapshotInfo {
+export function snapshotFromWire(w: WireOf<"Snapshot">): SnapshotInfo {
   return {
     id: str(w.id),
     sandboxId: str(w.sandbox_id),
@@ -1060,7 +1026,7 @@ export function snapshotFromWire(w: Wire): SnapshotInfo {
 }
 
 /** @internal */
-export function templateFromWire(w: Wire): TemplateInfo {
+export function templateFromWire(w: WireOf<"Template">): TemplateInfo {
   return {
     name: str(w.name),
     description: str(w.description),
@@ -1080,7 +1046,7 @@ export function templateFromWire(w: Wire): TemplateInfo {
 }
 
 /** @internal */
-export function fileInfoFromWire(w: Wire): FileInfo {
+export function fileInfoFromWire(w: WireOf<"FileInfo">): FileInfo {
   return {
     name: str(w.name),
     path: str(w.path),
@@ -1102,12 +1068,12 @@ export function metricsFromWire(w: Wire): SandboxMetrics {
 }
 
 /** @internal */
-export function executionErrorFromWire(w: Wire): ExecutionError {
+export function executionErrorFromWire(w: WireOf<"CodeError">): ExecutionError {
   return { name: str(w.name), value: str(w.value), traceback: str(w.traceback) };
 }
 
 /** @internal */
-export function executionFromWire(w: Wire): Execution {
+export function executionFromWire(w: WireOf<"CodeResult">): Execution {
   const results = Array.isArray(w.results) ? w.results : [];
   return new Execution({
     stdout: str(w.stdout),
@@ -1120,10 +1086,10 @@ export function executionFromWire(w: Wire): Execution {
 }
 
 /** @internal */
-export function codeContextFromWire(w: Wire): CodeContext {
+export function codeContextFromWire(w: WireOf<"CodeContext">): CodeContext {
   return { id: str(w.id), language: str(w.language, "python") };
 }
 
-export function portUrlFromWire(w: Wire): PortUrl {
+export function portUrlFromWire(w: WireOf<"PortUrl">): PortUrl {
   return { url: str(w.url), port: num(w.port), public: w.public === true, token: str(w.token) };
 }

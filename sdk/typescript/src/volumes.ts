@@ -23,6 +23,7 @@ import {
   type VolumeMount,
   type VolumeSnapshotInfo,
 } from "./types.js";
+import type { WireBody } from "./wire.js";
 
 /** Options of {@link Volumes.create}. */
 export interface CreateVolumeOptions extends CallOptions {
@@ -82,7 +83,7 @@ export class Volumes {
     if (opts.fromSnapshot !== undefined && opts.fromBackup !== undefined) {
       throw new InvalidArgumentError("give fromSnapshot or fromBackup, not both", { code: "invalid_argument" });
     }
-    const body: Record<string, unknown> = { name: opts.name };
+    const body: WireBody<"CreateVolumeRequest"> = { name: opts.name };
     if (opts.sizeGb !== undefined) body.size_gb = opts.sizeGb;
     if (opts.fromSnapshot !== undefined) body.from_snapshot = opts.fromSnapshot;
     if (opts.fromBackup !== undefined) body.from_backup = opts.fromBackup;
@@ -114,7 +115,7 @@ export class Volumes {
     const w = await this.http.request<Record<string, unknown>>({
       method: "PATCH",
       path: volumePath(name),
-      json: { size_gb: sizeGb },
+      json: { size_gb: sizeGb } satisfies WireBody<"PatchVolumeRequest">,
       ...call(opts),
     });
     return volumeFromWire(w ?? {});
@@ -234,7 +235,7 @@ export class Volumes {
 }
 
 /** The `volumes` of a create request, each entry checked for shape (the server checks names, paths and counts). @internal */
-export function volumeMountsToWire(volumes: VolumeMount[]): Record<string, unknown>[] {
+export function volumeMountsToWire(volumes: VolumeMount[]): WireBody<"SandboxVolume">[] {
   if (!Array.isArray(volumes)) {
     throw new InvalidArgumentError("volumes: an array of { name, path, readOnly? }", { code: "invalid_argument" });
   }

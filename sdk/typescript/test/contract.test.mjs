@@ -9,7 +9,10 @@
 // decoder. A tagged union (`ScheduleInfo.target` is a `ScheduleTarget`) is a type alias of
 // src/types.ts read with its decoder (UNIONS), sampled as its first variant with its `type`. A
 // field of any JSON (`unknown`) fits every wire type. Every other schema must be named in
-// NOT_MODELLED with the reason, so a new schema is a decision, not a gap.
+// NOT_MODELLED with the reason, so a new schema is a decision, not a gap. A type of src/types.ts
+// that is the generated schema itself (`export type PortUrl = Schemas["PortUrl"]`, from
+// src/generated/openapi.ts) has the schema's fields by construction: it must alias the schema it
+// is paired with, and its decoder is still checked.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -68,7 +71,7 @@ const UNIONS = {
   ScheduleTarget: ["ScheduleTarget", "scheduleTargetFromWire"],
 };
 
-const REQUEST = "request body: built from options";
+const REQUEST = "request body: built from options (typed by the generated schema, WireBody of src/wire.ts)";
 const FRAME = "WebSocket frame";
 /** Schemas the SDK does not model as a type, and why. */
 const NOT_MODELLED = {
@@ -261,11 +264,27 @@ function sampleOf(schemaName) {
   return out;
 }
 
-/** Properties of each exported interface of src/types.ts: name → { type text, optional }. */
+/** Marks a type of src/types.ts that is a generated schema: its value is the schema's name. */
+const GENERATED = Symbol("generated schema");
+
+/**
+ * Properties of each exported interface of src/types.ts: name → { type text, optional }; for a
+ * type alias of a generated schema (`Schemas["PortUrl"]`), name → { [GENERATED]: schema name }.
+ */
 function interfaces(path = TYPES_TS) {
   const src = ts.createSourceFile(path, readFileSync(path, "utf8"), ts.ScriptTarget.Latest, true);
   const out = {};
   for (const st of src.statements) {
+    if (
+      ts.isTypeAliasDeclaration(st) &&
+      ts.isIndexedAccessTypeNode(st.type) &&
+      st.type.objectType.getText(src) === "Schemas" &&
+      ts.isLiteralTypeNode(st.type.indexType) &&
+      ts.isStringLiteral(st.type.indexType.literal)
+    ) {
+      out[st.name.text] = { [GENERATED]: st.type.indexType.literal.text };
+      continue;
+    }
     if (!ts.isInterfaceDeclaration(st)) continue;
     const props = {};
     for (const m of st.members) {
@@ -304,9 +323,16 @@ function fits(text, t) {
 export function check(schemaName, iface, decoder, ifaces = interfaces()) {
   const schema = resolve(SCHEMAS[schemaName]);
   const props = schema.properties ?? {};
-  const fields = ifaces[iface];
+  let fields = ifaces[iface];
   const where = `${schemaName} / ${iface}`;
   if (!fields) return [`${where}: no interface ${iface} in src/types.ts`];
+  if (fields[GENERATED] !== undefined) {
+    if (fields[GENERATED] !== schemaName) return [`${where}: ${iface} is the generated schema ${fields[GENERATED]}, not ${schemaName}`];
+    // The schema itself: its fields, under their wire names (a snake_case one would not be the
+    // SDK's camelCase, and fails below), each fitting by construction.
+    const required = new Set(schema.required ?? []);
+    fields = Object.fromEntries(Object.keys(props).map((n) => [n, { type: "unknown", optional: !required.has(n) }]));
+  }
   const problems = [];
   const wire = new Set(Object.keys(props).map(camel));
   for (const name of Object.keys(props)) {
@@ -384,11 +410,13 @@ test("every schema is modelled or explained", () => {
 
 test("the check sees drift (it can fail)", () => {
   const ifaces = interfaces();
-  const short = { ...ifaces, PortUrl: { ...ifaces.PortUrl } };
-  delete short.PortUrl.token;
-  assert.ok(check("PortUrl", "PortUrl", null, short).some((p) => p.includes("`token`")));
-  const long = { ...ifaces, PortUrl: { ...ifaces.PortUrl, extra: { type: "string", optional: false } } };
-  assert.ok(check("PortUrl", "PortUrl", null, long).some((p) => p.includes("`extra`")));
+  const short = { ...ifaces, SnapshotInfo: { ...ifaces.SnapshotInfo } };
+  delete short.SnapshotInfo.sizeBytes;
+  assert.ok(check("Snapshot", "SnapshotInfo", null, short).some((p) => p.includes("`sizeBytes`")));
+  const long = { ...ifaces, SnapshotInfo: { ...ifaces.SnapshotInfo, extra: { type: "string", optional: false } } };
+  assert.ok(check("Snapshot", "SnapshotInfo", null, long).some((p) => p.includes("`extra`")));
+  // A generated schema aliased under the wrong pair, and one whose decoder reads the wrong keys.
+  assert.ok(check("PortUpdate", "PortUrl", null).some((p) => p.includes("is the generated schema PortUrl")));
   const swapped = (w) => ({ ...types.portUrlFromWire(w), url: w.token, token: w.url });
   assert.ok(check("PortUrl", "PortUrl", swapped).some((p) => p.includes("read `url`")));
   const notNull = { ...ifaces, SandboxInfo: { ...ifaces.SandboxInfo, expiresAt: { type: "string", optional: false } } };
