@@ -19,7 +19,7 @@ use pandastack_api_types::{
     RollbackRequest, UpdateAppRequest, WebhookResult,
 };
 use pandastack_control::apps::{Delivery, WebhookKind, APP_LOG};
-use pandastack_control::{AppError, AppInfo};
+use pandastack_control::{AppError, AppInfo, DomainError};
 use pandastack_host::{ExecEvent, ExecSpec};
 use pandastack_store::DeployRow;
 
@@ -47,12 +47,18 @@ impl From<AppError> for ApiError {
             e @ AppError::TooLarge(_) => Self::new(ErrorCode::PayloadTooLarge, e.to_string()),
             AppError::Config(e) => Self::internal("app configuration", &e),
             e @ AppError::DeployKey(_) => Self::internal("app deploy key", &e),
-            e @ (AppError::BadDomain(_) | AppError::BadSource(_)) => {
-                Self::new(ErrorCode::InvalidArgument, e.to_string())
-            }
-            e @ AppError::DomainTaken(_) => Self::new(ErrorCode::Conflict, e.to_string()),
-            e @ AppError::Busy(_) => Self::new(ErrorCode::Unavailable, e.to_string()),
-            e @ AppError::BadEvent(_) => Self::new(ErrorCode::InvalidArgument, e.to_string()),
+            e @ AppError::BadSource(_) => Self::new(ErrorCode::InvalidArgument, e.to_string()),
+            AppError::Domain(e) => e.into(),
+        }
+    }
+}
+
+impl From<DomainError> for ApiError {
+    fn from(e: DomainError) -> Self {
+        match e {
+            e @ DomainError::BadDomain(_) => Self::new(ErrorCode::InvalidArgument, e.to_string()),
+            e @ DomainError::DomainTaken(_) => Self::new(ErrorCode::Conflict, e.to_string()),
+            DomainError::Store(e) => e.into(),
         }
     }
 }
@@ -79,7 +85,7 @@ fn app_wire(app: &ApiState, a: &AppInfo) -> wire::App {
     wire::App {
         id: a.row.id.clone(),
         name: a.row.name.clone(),
-        url: app.control.apps.address.url(&a.row.name),
+        url: app.control.apps.address().url(&a.row.name),
         git: c.git.clone(),
         env: c.env.clone(),
         secret_names: c.secrets.keys().cloned().collect(),
@@ -96,7 +102,7 @@ fn app_wire(app: &ApiState, a: &AppInfo) -> wire::App {
         domains: a
             .domains
             .iter()
-            .map(|d| app.control.apps.domain_view(d))
+            .map(|d| app.control.domains.domain_view(d))
             .collect(),
         created_at: rfc3339(a.row.created_at),
         updated_at: rfc3339(a.row.updated_at),

@@ -1,6 +1,6 @@
 //! Functions: handlers built and baked into a VM snapshot, invoked over HTTP. Handlers parse,
-//! call the control plane's [`pandastack_control::Apps`] (a function is an app of kind
-//! `function`) and map.
+//! call the control plane's [`pandastack_control::Functions`] (a function is stored as an app
+//! of kind `function`) and map.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use pandastack_api_types::{
     List, UpdateFunctionRequest,
 };
 use pandastack_control::apps::function::FunctionInfo;
+use pandastack_control::FunctionError;
 use pandastack_store::DeployRow;
 
 use crate::error::{ApiError, ApiResult};
@@ -24,6 +25,38 @@ use crate::{rfc3339, ApiState};
 /// Largest JSON body carrying a function's files (their 4 MiB, escaped, and the rest).
 pub(crate) const MAX_SOURCE_BODY: usize =
     2 * pandastack_api_types::MAX_FUNCTION_SOURCE_BYTES + (1 << 20);
+
+impl From<FunctionError> for ApiError {
+    fn from(e: FunctionError) -> Self {
+        match e {
+            // The texts are those of the errors functions shared with apps before.
+            FunctionError::NotFound(n) => {
+                Self::not_found(ErrorCode::AppNotFound, "app", &format!("function {n}"))
+            }
+            FunctionError::VersionNotFound { name, version } => Self::not_found(
+                ErrorCode::NotFound,
+                "deploy",
+                &format!("version {version} of {name}"),
+            ),
+            FunctionError::InvocationNotFound(id) => {
+                Self::not_found(ErrorCode::NotFound, "deploy", &format!("invocation {id}"))
+            }
+            e @ (FunctionError::Exists(_) | FunctionError::Conflict(_)) => {
+                Self::new(ErrorCode::Conflict, e.to_string())
+            }
+            e @ FunctionError::Busy(_) => Self::new(ErrorCode::Unavailable, e.to_string()),
+            e @ (FunctionError::BadEvent(_)
+            | FunctionError::Upload(_)
+            | FunctionError::BadSource(_)) => Self::new(ErrorCode::InvalidArgument, e.to_string()),
+            e @ FunctionError::TooLarge(_) => Self::new(ErrorCode::PayloadTooLarge, e.to_string()),
+            FunctionError::Control(e) => e.into(),
+            FunctionError::Store(e) => e.into(),
+            FunctionError::Host(e) => e.into(),
+            FunctionError::Config(e) => Self::internal("app configuration", &e),
+            e @ FunctionError::DeployKey(_) => Self::internal("app deploy key", &e),
+        }
+    }
+}
 
 /// A version number from a path, or 404 (never axum's plain-text rejection).
 fn version_of(v: &str) -> ApiResult<u64> {
@@ -47,7 +80,7 @@ fn function_wire(app: &ApiState, f: &FunctionInfo) -> wire::Function {
         name: pandastack_control::apps::function::public_name(&f.row.name).to_owned(),
         runtime: f.function.runtime,
         handler: f.function.handler.clone(),
-        url: app.control.apps.address.url(&f.row.name),
+        url: app.control.functions.address().url(&f.row.name),
         public: f.function.public,
         env: c.env.clone(),
         secret_names: c.secrets.keys().cloned().collect(),
@@ -96,7 +129,11 @@ pub async fn create(
     Body(req): Body<CreateFunctionRequest>,
 ) -> ApiResult<(StatusCode, Json<wire::Function>)> {
     req.validate()?;
-    let (info, _version) = app.control.apps.create_function(caller.ws(), &req).await?;
+    let (info, _version) = app
+        .control
+        .functions
+        .create_function(caller.ws(), &req)
+        .await?;
     Ok((StatusCode::CREATED, Json(function_wire(&app, &info))))
 }
 
@@ -120,7 +157,7 @@ pub async fn list(
     let page = crate::page::Page::of(&q)?;
     let mut rows = app
         .control
-        .apps
+        .functions
         .functions(caller.ws(), page.after.clone().map(|c| c.id), page.limit)
         .await?;
     let next_cursor = page.cut(&mut rows, |f| wire::Cursor {
@@ -149,7 +186,7 @@ pub async fn get(
 ) -> ApiResult<Json<wire::Function>> {
     let f = app
         .control
-        .apps
+        .functions
         .function(caller.ws(), name_of(&name)?)
         .await?;
     Ok(Json(function_wire(&app, &f)))
@@ -175,7 +212,7 @@ pub async fn update(
     req.validate()?;
     let f = app
         .control
-        .apps
+        .functions
         .update_function(caller.ws(), &name, &req)
         .await?;
     Ok(Json(function_wire(&app, &f)))
@@ -196,7 +233,7 @@ pub async fn delete(
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
     app.control
-        .apps
+        .functions
         .delete_function(caller.ws(), name_of(&name)?)
         .await?;
     Ok(StatusCode::NO_CONTENT)
@@ -233,7 +270,7 @@ pub async fn create_version(
                 return Err(e);
             }
             app.control
-                .apps
+                .functions
                 .create_version_upload(caller.ws(), &name, upload)
                 .await?
         }
@@ -249,7 +286,7 @@ pub async fn create_version(
             name_of(&name)?;
             body.validate()?;
             app.control
-                .apps
+                .functions
                 .create_version(caller.ws(), &name, &body)
                 .await?
         }
@@ -289,7 +326,7 @@ pub async fn versions(
     let before = page.after.as_ref().map(|c| c.created_at_ms);
     let mut rows = app
         .control
-        .apps
+        .functions
         .versions(caller.ws(), name_of(&name)?, before, page.limit)
         .await?;
     let next_cursor = page.cut(&mut rows, |d| wire::Cursor {
@@ -321,7 +358,7 @@ pub async fn get_version(
 ) -> ApiResult<Json<wire::FunctionVersion>> {
     let d = app
         .control
-        .apps
+        .functions
         .version(caller.ws(), name_of(&name)?, version_of(&version)?)
         .await?;
     Ok(Json(version_wire(&name, &d)))
@@ -346,10 +383,10 @@ pub async fn version_logs(
 ) -> ApiResult<Response> {
     let d = app
         .control
-        .apps
+        .functions
         .version(caller.ws(), name_of(&name)?, version_of(&version)?)
         .await?;
-    let text = tokio::fs::read(app.control.apps.log_path(&d.id))
+    let text = tokio::fs::read(app.control.functions.log_path(&d.id))
         .await
         .unwrap_or_default();
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
@@ -375,7 +412,7 @@ pub async fn rollback(
     name_of(&name)?;
     let d = app
         .control
-        .apps
+        .functions
         .rollback_function(caller.ws(), &name, &req)
         .await?;
     Ok(Json(version_wire(&name, &d)))
@@ -431,14 +468,14 @@ pub async fn invoke(
     if run_async {
         let inv = app
             .control
-            .apps
+            .functions
             .invoke_async(caller.ws(), &name, event, retries)
             .await?;
         return Ok((StatusCode::ACCEPTED, Json(inv)));
     }
     let inv = app
         .control
-        .apps
+        .functions
         .invoke(caller.ws(), &name, event, None)
         .await?;
     Ok((StatusCode::OK, Json(inv)))
@@ -463,7 +500,7 @@ pub async fn invocation(
 ) -> ApiResult<Json<wire::Invocation>> {
     let inv = app
         .control
-        .apps
+        .functions
         .invocation(caller.ws(), name_of(&name)?, &id)
         .await?;
     Ok(Json(inv))

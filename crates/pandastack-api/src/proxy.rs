@@ -197,7 +197,7 @@ async fn forward(app: &Arc<ApiState>, mut req: Request) -> ApiResult<Response> {
 /// public; nothing is taken off the request.
 async fn forward_app(app: &Arc<ApiState>, name: &str, req: Request) -> ApiResult<Response> {
     if name.starts_with(pandastack_api_types::FUNCTION_HOST_PREFIX) {
-        if let Some((lease, port)) = app.control.apps.function_lease(name).await? {
+        if let Some((lease, port)) = app.control.functions.function_lease(name).await? {
             return forward_function(app, lease, port, req).await;
         }
     }
@@ -252,7 +252,7 @@ async fn forward_domain(app: &Arc<ApiState>, host: &str, req: Request) -> ApiRes
         .trim_end_matches('.')
         .to_ascii_lowercase();
     if let Some(token) = req.uri().path().strip_prefix(ACME_CHALLENGE) {
-        if let Some(key_auth) = app.control.apps.acme_challenge(token).await? {
+        if let Some(key_auth) = app.control.domains.acme_challenge(token).await? {
             return Ok((
                 [(header::CONTENT_TYPE, "application/octet-stream")],
                 key_auth,
@@ -260,7 +260,7 @@ async fn forward_domain(app: &Arc<ApiState>, host: &str, req: Request) -> ApiRes
                 .into_response());
         }
     }
-    match app.control.apps.app_for_domain(&name).await? {
+    match app.control.domains.app_for_domain(&name).await? {
         Some(app_name) => match https_redirect(app, &name, req.uri(), over_tls(&req)).await {
             Some(to) => {
                 Ok((StatusCode::PERMANENT_REDIRECT, [(header::LOCATION, to)]).into_response())

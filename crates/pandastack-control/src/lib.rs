@@ -27,7 +27,10 @@ mod templates;
 mod volumes;
 
 pub use activity::{busy, Activity, BUSY_SHARE};
-pub use apps::{AppAddress, AppError, AppInfo, AppRoute, Apps};
+pub use apps::{
+    AppAddress, AppError, AppInfo, AppRoute, Apps, DeployCause, DeployError, DeployPhase,
+    DomainError, Domains, FunctionError, Functions,
+};
 pub use certs::{AcmeConfig, CertConfig, Certificates};
 pub use code::{CodeContextError, CodeContexts, CodeEvent};
 pub use databases::{

@@ -14,8 +14,8 @@ use tokio::task::JoinHandle;
 
 use crate::{
     AppAddress, AppError, Apps, ArchiveSettings, BuildConfig, Certificates, CodeContexts,
-    DatabaseAddress, DatabaseError, Databases, DiskMax, Reaper, Sandboxes, Schedules, Snapshots,
-    Templates, VolumeError, Volumes,
+    DatabaseAddress, DatabaseError, Databases, DiskMax, Domains, Functions, Reaper, Sandboxes,
+    Schedules, Snapshots, Templates, VolumeError, Volumes,
 };
 
 /// What a control plane is configured with (every field the server's flags decide).
@@ -72,6 +72,8 @@ pub struct ControlPlane {
     pub volumes: Volumes,
     pub databases: Databases,
     pub apps: Apps,
+    pub functions: Functions,
+    pub domains: Domains,
     pub schedules: Schedules,
     certificates: Option<Certificates>,
     /// The workers [`Self::start`] started, stopped by [`Self::shutdown`].
@@ -106,7 +108,8 @@ impl ControlPlane {
             volumes.clone(),
             disk_max,
         );
-        let mut app_service = Apps::new(
+        let domains = Domains::new(store.clone(), apps.domain.clone(), certificates.clone());
+        let shared = crate::apps::Shared::new(
             store.clone(),
             Arc::clone(&host),
             sandboxes.clone(),
@@ -116,16 +119,14 @@ impl ControlPlane {
             objects,
         )
         .with_outbound(outbound);
-        if let Some(c) = &certificates {
-            app_service = app_service.with_certificates(c.clone());
-        }
+        let functions = Functions::new(shared.clone());
         Self {
             schedules: Schedules::new(
                 store.clone(),
                 Arc::clone(&host),
                 sandboxes.clone(),
                 templates.clone(),
-                app_service.clone(),
+                functions.clone(),
                 host_id.clone(),
             ),
             databases: Databases::new(
@@ -144,7 +145,9 @@ impl ControlPlane {
                 sandboxes.clone(),
             ),
             code: CodeContexts::new(Arc::clone(&host)),
-            apps: app_service,
+            apps: Apps::new(shared, domains.clone()),
+            functions,
+            domains,
             volumes,
             sandboxes,
             templates,
@@ -217,15 +220,15 @@ impl ControlPlane {
             .remove_strays()
             .await
             .map_err(RecoverError::Deploys)?;
-        self.apps
+        self.functions
             .remove_stray_instances()
             .await
             .map_err(RecoverError::Instances)?;
         Ok(())
     }
 
-    /// Starts the workers: template builds, volume backups, database archiving, deploys and
-    /// function instances and calls, the scheduler and its runs, the reaper (TTL and idle
+    /// Starts the workers: template builds, volume backups, database archiving, deploys (of
+    /// apps and functions: [`Apps::worker`]) and function instances and calls, the scheduler and its runs, the reaper (TTL and idle
     /// timeouts) and, with ACME configured, certificate orders. They run until
     /// [`Self::shutdown`].
     pub fn start(&self) {
@@ -234,7 +237,7 @@ impl ControlPlane {
             tokio::spawn(self.volumes.clone().worker()),
             tokio::spawn(self.databases.clone().archiver()),
             tokio::spawn(self.apps.clone().worker()),
-            tokio::spawn(self.apps.clone().instance_sweeper()),
+            tokio::spawn(self.functions.clone().instance_sweeper()),
             tokio::spawn(
                 Reaper::new(
                     self.store.clone(),
@@ -245,7 +248,7 @@ impl ControlPlane {
                 .run(),
             ),
         ];
-        w.extend(self.apps.start_invoke_runners());
+        w.extend(self.functions.start_invoke_runners());
         w.extend(self.schedules.start());
         if let Some(c) = &self.certificates {
             w.extend(c.start());

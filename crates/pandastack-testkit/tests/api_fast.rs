@@ -18,6 +18,8 @@ mod cut_off;
 mod disk_limits;
 #[path = "api_fast/fork_snapshots.rs"]
 mod fork_snapshots;
+#[path = "api_fast/front_door.rs"]
+mod front_door;
 #[path = "api_fast/hardening.rs"]
 mod hardening;
 #[path = "api_fast/isolation.rs"]

@@ -1,6 +1,10 @@
 //! One deploy, as its job runs it: fetch → plan → a VM of its own installs and builds it →
 //! its server starts (bake) → health check → the traffic switches. Each phase's milliseconds go
 //! into the row (`phases`) and every decision and command output into the deploy log.
+//!
+//! Each phase is one function ([`DeployPhase`]: clone, detect, boot, build, start, health,
+//! snapshot, switch) returning a [`DeployError`]: the phase and a typed [`DeployCause`] whose
+//! text is what the deploy's log and its row's `error` say.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -12,9 +16,10 @@ use pandastack_store::{now_ms, AppRow, DeployRow, JobRow, SandboxRow, StoreError
 
 use super::check::{until_healthy, Probe};
 use super::detect::{self, BuildPlan, Overrides};
+use super::shared::scaled;
 use super::{
-    app_env, config_of, deps, source, AppError, Apps, APP_DIR, APP_LOG, APP_METADATA, APP_TEMPLATE,
-    DEPLOY_METADATA, UPLOAD, UPLOAD_REF,
+    app_env, config_of, deps, source, AppError, Apps, CommonError, Shared, APP_DIR, APP_LOG,
+    APP_METADATA, APP_TEMPLATE, DEPLOY_METADATA, UPLOAD, UPLOAD_REF,
 };
 use crate::templates::BuildLog;
 use crate::{Source, Verb};
@@ -89,6 +94,260 @@ fn tail(s: &str, n: usize) -> String {
     s.chars().skip(count.saturating_sub(n)).collect()
 }
 
+/// A phase of a deploy (what a [`DeployError`] failed in). The row's `phases` records their
+/// milliseconds under finer names (`clone`, `vm`, `setup`, `install`, `build`, `bake`,
+/// `check`, `snapshot`, `switch`, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeployPhase {
+    /// The source is fetched (git) or unpacked (an upload); state `cloning`.
+    Clone,
+    /// The build plan is made and the source packed for the VM; state `cloning`.
+    Detect,
+    /// The deploy's VM is made; state `building`.
+    Boot,
+    /// The source goes into the VM, and dependencies install and the app builds there;
+    /// state `building`.
+    Build,
+    /// The server starts and listens on its port; state `baking`.
+    Start,
+    /// The health check; state `checking`.
+    Health,
+    /// A function's VM is snapshotted (its bake).
+    Snapshot,
+    /// The app's live deploy switches to this one.
+    Switch,
+}
+
+impl DeployPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Clone => "clone",
+            Self::Detect => "detect",
+            Self::Boot => "boot",
+            Self::Build => "build",
+            Self::Start => "start",
+            Self::Health => "health",
+            Self::Snapshot => "snapshot",
+            Self::Switch => "switch",
+        }
+    }
+
+    /// `cause` as this phase's error.
+    fn error(self, cause: DeployCause) -> DeployError {
+        DeployError {
+            phase: self,
+            source: cause,
+        }
+    }
+
+    /// Runs one phase's work, its error tagged with the phase.
+    async fn run<T>(
+        self,
+        work: impl std::future::Future<Output = Result<T, DeployCause>>,
+    ) -> Result<T, DeployError> {
+        work.await.map_err(|c| self.error(c))
+    }
+}
+
+impl std::fmt::Display for DeployPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a deploy failed: the phase and what went wrong. It reads as its cause (the text the
+/// deploy's log and its row's `error` carry), its `source()` is the cause's.
+#[derive(Debug)]
+pub struct DeployError {
+    pub phase: DeployPhase,
+    pub source: DeployCause,
+}
+
+impl std::fmt::Display for DeployError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.source.fmt(f)
+    }
+}
+
+impl std::error::Error for DeployError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.source)
+    }
+}
+
+/// What went wrong in a deploy. Each reads exactly as the deploy's log and row say it (a
+/// cause whose text already has its inner error's chain has no `source()`).
+#[derive(Debug, thiserror::Error)]
+pub enum DeployCause {
+    /// Fetching the git source, unpacking an upload or packing the source for the VM.
+    #[error("{}", error_chain(.0))]
+    Source(source::SourceError),
+    /// A blocking task of the deploy's that panicked or was cancelled.
+    #[error("{0}")]
+    Task(tokio::task::JoinError),
+    /// The app's SSH deploy key could not be made or read.
+    #[error("{0}")]
+    DeployKey(AppError),
+    /// A function's runtime or dependency file could not be written into its source.
+    #[error("{0}")]
+    FunctionFiles(String),
+    #[error("detect: {0}")]
+    Detect(detect::DetectError),
+    /// The build plan could not be stored.
+    #[error("{0}")]
+    Plan(serde_json::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The deploy's VM could not be made.
+    #[error("VM of template {template}: {}", error_chain(.error))]
+    Vm {
+        template: String,
+        error: crate::ControlError,
+    },
+    #[error("open the {what} tarball: {error}")]
+    Tarball { what: String, error: std::io::Error },
+    #[error("copy the {what} into the VM: {}", error_chain(.error))]
+    Copy {
+        what: String,
+        error: pandastack_host::HostError,
+    },
+    /// Unpacking a tarball in the VM failed (`detail`: the exec's error, or tar's stderr).
+    #[error("unpack the {what}: {detail}")]
+    Unpack { what: String, detail: String },
+    #[error("read the host's CA bundle {}: {error}", .path.display())]
+    CaBundle {
+        path: std::path::PathBuf,
+        error: std::io::Error,
+    },
+    #[error("copy the host's CA bundle: {}", error_chain(.0))]
+    CopyCaBundle(pandastack_host::HostError),
+    /// A command of `step` (`setup`, `install`, `build`, `start`, …) could not be run.
+    #[error("{step}: {}", error_chain(.error))]
+    Exec {
+        step: String,
+        error: pandastack_host::HostError,
+    },
+    #[error("{step} ({command}) timed out after {after:?}")]
+    StepTimedOut {
+        step: String,
+        command: String,
+        after: Duration,
+    },
+    /// A build step's command failed: its exit code and the end of its output.
+    #[error(
+        "{step} ({command}) failed with exit code {exit_code}; its output ends with:\n{output}"
+    )]
+    StepFailed {
+        step: String,
+        command: String,
+        exit_code: i32,
+        output: String,
+    },
+    #[error("{step}: the command's stream ended without an exit status")]
+    NoExitStatus { step: String },
+    /// The command starting the server failed (its stderr).
+    #[error("start: {stderr}")]
+    StartFailed { stderr: String },
+    #[error("the handler could not be imported; the runtime's output ends with:\n{output}")]
+    HandlerImport { output: String },
+    #[error("nothing listened on port {port} within {after:?} of `{start}`; the app's output ends with:\n{output}")]
+    NotListening {
+        port: u16,
+        start: String,
+        after: Duration,
+        output: String,
+    },
+    /// The health check did not pass in time (`probe`: what it last saw).
+    #[error("health check GET {path} on port {port}: {probe} (within {within:?}); the app's output ends with:\n{output}")]
+    Unhealthy {
+        path: String,
+        port: u16,
+        probe: String,
+        within: Duration,
+        output: String,
+    },
+    #[error("snapshot the baked function: {}", error_chain(.0))]
+    Snapshot(pandastack_host::HostError),
+}
+
+/// Unpacks the uploaded source in deploy directory `dir` (the clone of an upload); the source
+/// and how many links and special files were skipped.
+async fn unpack_upload(dir: std::path::PathBuf) -> Result<(source::Fetched, usize), DeployCause> {
+    tokio::task::spawn_blocking(move || source::unpack_upload(&dir.join(UPLOAD), &dir))
+        .await
+        .map_err(DeployCause::Task)?
+        .map_err(DeployCause::Source)
+}
+
+/// A function's runtime (and its dependency file) written into its source in `dir`; its
+/// start command and a line for the log. `None` for an app.
+fn prepare_function(
+    config: &AppConfig,
+    git_ref: &str,
+    dir: &std::path::Path,
+) -> Result<Option<(String, String)>, DeployCause> {
+    let Some(f) = &config.function else {
+        return Ok(None);
+    };
+    // A tarball brings its own dependency file; inline files and git sources get the
+    // request's `dependencies`.
+    let deps = config
+        .function_source
+        .as_ref()
+        .filter(|_| git_ref != UPLOAD_REF);
+    super::function::prepare(dir, f, deps).map_err(DeployCause::FunctionFiles)?;
+    Ok(Some((
+        super::function::start_command(dir, f),
+        format!(
+            "function: {} runtime, handler {}",
+            f.runtime.as_str(),
+            f.handler
+        ),
+    )))
+}
+
+/// The build plan of the source in `dir` with `config`'s overrides.
+fn make_plan(
+    config: &AppConfig,
+    start_command: Option<String>,
+    dir: &std::path::Path,
+) -> Result<BuildPlan, DeployCause> {
+    let overrides = Overrides {
+        build_command: config.build.command.clone(),
+        output_dir: config.build.output_dir.clone(),
+        start_command,
+        port: config.start.port,
+    };
+    detect::plan(dir, &overrides).map_err(DeployCause::Detect)
+}
+
+/// How a build step whose command ended with `exit_code` (or `timed_out`) went; `output` is
+/// what it printed (its end goes into the error).
+fn step_result(
+    step: &str,
+    cmd: &str,
+    exit_code: i32,
+    timed_out: bool,
+    output: &str,
+) -> Result<(), DeployCause> {
+    if timed_out {
+        return Err(DeployCause::StepTimedOut {
+            step: step.into(),
+            command: cmd.into(),
+            after: STEP_TIMEOUT,
+        });
+    }
+    if exit_code != 0 {
+        return Err(DeployCause::StepFailed {
+            step: step.into(),
+            command: cmd.into(),
+            exit_code,
+            output: tail(output, 1500),
+        });
+    }
+    Ok(())
+}
+
 /// A deploy under way: its row, the app's configuration and its log.
 pub(super) struct Run {
     pub(super) app: AppRow,
@@ -98,7 +357,15 @@ pub(super) struct Run {
     pub(super) phases: BTreeMap<String, u64>,
 }
 
-impl Apps {
+/// What the clone phase fetched, and what detection made of it.
+struct Sourced {
+    fetched: source::Fetched,
+    plan: BuildPlan,
+    /// The source packed for the VM.
+    tarball: std::path::PathBuf,
+}
+
+impl Shared {
     /// Runs one deploy job (from the start, whatever an earlier attempt left).
     pub(crate) async fn run_job(&self, job: &JobRow) -> Result<(), String> {
         let id = job
@@ -159,9 +426,10 @@ impl Apps {
         let _ = std::fs::remove_file(dir.join(super::npm_lock::PACKED));
         // Written only for a fetch and removed after it; this is for a fetch cut off.
         let _ = std::fs::remove_file(dir.join(source::KEY_FILE));
-        if let Err(message) = result {
+        if let Err(e) = result {
+            let message = e.to_string();
             run.log.line(&format!("failed: {message}"));
-            tracing::info!(deploy = %run.row.id, app = %run.app.name, error = message.as_str(), "deploy failed");
+            tracing::info!(deploy = %run.row.id, app = %run.app.name, phase = %e.phase, error = &e as &dyn std::error::Error, "deploy failed");
             if let Err(e) = self.remove_vm(&run.row).await {
                 tracing::warn!(deploy = %run.row.id, error = &e as &dyn std::error::Error, "remove a failed deploy's VM");
             }
@@ -188,259 +456,324 @@ impl Apps {
         run: &mut Run,
         phase: &str,
         started: Instant,
-    ) -> Result<(), String> {
+    ) -> Result<(), DeployCause> {
         let ms = started.elapsed().as_millis() as u64;
         run.phases.insert(phase.to_owned(), ms);
         run.log.line(&format!("{phase}: {ms} ms"));
         let state = run.row.state;
-        self.set(run, state).await.map_err(|e| e.to_string())
+        Ok(self.set(run, state).await?)
     }
 
-    async fn pipeline(&self, run: &mut Run) -> Result<(), String> {
-        // ---- clone -------------------------------------------------------------------------
-        self.set(run, DeployState::Cloning)
-            .await
-            .map_err(|e| e.to_string())?;
+    /// The deploy, phase after phase; the first error ends it.
+    async fn pipeline(&self, run: &mut Run) -> Result<(), DeployError> {
         let t = Instant::now();
-        run.log.line(&format!(
-            "deploy #{} of {}: {}",
-            run.row.seq,
-            run.app.name,
-            if from_upload(&run.row.git_ref) {
-                "from an uploaded tarball".to_owned()
-            } else {
-                format!("fetching {} at {}", run.config.git.url, run.row.git_ref)
-            }
-        ));
-        let dir = self.deploy_dir(&run.row.id);
-        let fetched = if from_upload(&run.row.git_ref) {
-            let d = dir.clone();
-            let (fetched, skipped) =
-                tokio::task::spawn_blocking(move || source::unpack_upload(&d.join(UPLOAD), &d))
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| error_chain(&e))?;
-            if skipped > 0 {
-                run.log.line(&format!(
-                    "upload: {skipped} links and special files skipped (only files and directories are taken)"
-                ));
-            }
-            fetched
-        } else {
-            let url = run.config.git.url.clone();
-            let known_hosts = self.known_hosts(&run.app.id);
-            let ssh = if pandastack_api_types::git_url_uses_ssh(&url) {
-                self.ensure_deploy_key(&mut run.app)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let key = run.app.deploy_private_key.as_deref().unwrap_or_default();
-                run.log.line(&format!(
-                    "ssh: with the app's deploy key ({}); host keys trusted on first use",
-                    super::deploy_key_fingerprint(key)
-                ));
-                Some(source::SshAuth {
-                    private_key: key,
-                    known_hosts: &known_hosts,
-                })
-            } else {
-                None
-            };
-            source::fetch(&url, &run.row.git_ref, &dir, ssh, &self.outbound)
-                .await
-                .map_err(|e| error_chain(&e))?
-        };
-        run.row.commit_sha = Some(fetched.commit.clone());
-        run.log.line(&format!("commit {}", fetched.commit));
-        let mut start_command = run.config.start.command.clone();
-        if let Some(f) = &run.config.function {
-            // A tarball brings its own dependency file; inline files and git sources get the
-            // request's `dependencies`.
-            let deps = run
-                .config
-                .function_source
-                .as_ref()
-                .filter(|_| run.row.git_ref != UPLOAD_REF);
-            super::function::prepare(&fetched.dir, f, deps)?;
-            start_command = Some(super::function::start_command(&fetched.dir, f));
-            run.log.line(&format!(
-                "function: {} runtime, handler {}",
-                f.runtime.as_str(),
-                f.handler
-            ));
-        }
-        let overrides = Overrides {
-            build_command: run.config.build.command.clone(),
-            output_dir: run.config.build.output_dir.clone(),
-            start_command,
-            port: run.config.start.port,
-        };
-        let plan = detect::plan(&fetched.dir, &overrides).map_err(|e| format!("detect: {e}"))?;
-        for d in &plan.decisions {
-            run.log.line(&format!("plan: {d}"));
-        }
-        run.row.plan = Some(serde_json::to_value(&plan).map_err(|e| e.to_string())?);
-        let tarball = source::pack(&fetched.dir, &dir)
-            .await
-            .map_err(|e| error_chain(&e))?;
-        self.phase_done(run, "clone", t).await?;
-
-        // ---- build -------------------------------------------------------------------------
-        self.set(run, DeployState::Building)
-            .await
-            .map_err(|e| e.to_string())?;
-        let t = Instant::now();
-        let sandbox = self.new_vm(run).await?;
-        run.row.sandbox_id = Some(sandbox.id.clone());
-        self.set(run, DeployState::Building)
-            .await
-            .map_err(|e| e.to_string())?;
-        run.log
-            .line(&format!("VM {} ({}) ready", sandbox.id, sandbox.template));
-        self.phase_done(run, "vm", t).await?;
-        let t = Instant::now();
-        self.upload(&sandbox.id, &tarball).await?;
-        let mut env = app_env(&run.config, plan.port);
-        env.extend(self.host_trust(&sandbox.id).await?);
-        if let Some(cmd) = plan.setup.as_deref() {
-            let t = Instant::now();
-            self.step(run, &sandbox.id, "setup", cmd, &env).await?;
-            self.phase_done(run, "setup", t).await?;
-        }
-        let key = deps::key(&plan, &fetched.dir);
-        if !self.restore_deps(run, &sandbox.id, key.as_deref()).await? {
-            if let Some(cmd) = plan.install.as_deref() {
-                let t = Instant::now();
-                let fast = self
-                    .npm_fast_path(run, &sandbox.id, &plan, &fetched.dir, &env)
-                    .await?;
-                let cmd = fast.as_deref().unwrap_or(cmd);
-                self.step(run, &sandbox.id, "install", cmd, &env).await?;
-                self.phase_done(run, "install", t).await?;
-                if let Some(key) = &key {
-                    self.save_deps(run, &sandbox.id, key, &plan).await;
-                }
-            }
-        }
-        if let Some(cmd) = plan.build.as_deref() {
-            let t = Instant::now();
-            self.step(run, &sandbox.id, "build", cmd, &env).await?;
-            self.phase_done(run, "build", t).await?;
-        }
-        self.phase_done(run, "build_total", t).await?;
-        // What the build read and wrote (sources, dependencies, compiler output) fills the
-        // guest's page cache; the server needs little of it. Dropped, those pages go back to
-        // the host (free-page reporting), so the VM's hibernation image — read by every wake —
-        // and its memory on the host carry only what the server uses.
-        self.step(run, &sandbox.id, "release", RELEASE_BUILD_CACHE, &env)
+        let fetched = self.clone_source(run).await?;
+        let sourced = self.detect(run, fetched).await?;
+        DeployPhase::Detect
+            .run(self.phase_done(run, "clone", t))
             .await?;
-
-        // ---- bake: the server starts and listens ------------------------------------------
-        self.set(run, DeployState::Baking)
-            .await
-            .map_err(|e| e.to_string())?;
-        let t = Instant::now();
-        self.start_server(run, &sandbox.id, &plan, &env).await?;
-        self.phase_done(run, "bake", t).await?;
-
-        // ---- check -------------------------------------------------------------------------
-        self.set(run, DeployState::Checking)
-            .await
-            .map_err(|e| e.to_string())?;
-        let t = Instant::now();
-        let probe = until_healthy(
-            self.host.as_ref(),
-            &sandbox.id,
-            plan.port,
-            &run.config.health_path,
-            &run.app.name,
-            CHECK_TIMEOUT,
-        )
-        .await;
-        if !probe.healthy() {
-            let out = self.app_output(&sandbox.id).await;
-            return Err(format!(
-                "health check GET {} on port {}: {probe} (within {CHECK_TIMEOUT:?}); the app's output ends with:\n{out}",
-                run.config.health_path, plan.port
-            ));
-        }
-        run.log.line(&format!(
-            "health check GET {}: {probe}",
-            run.config.health_path
-        ));
-        self.phase_done(run, "check", t).await?;
-
-        // ---- a function's bake: the VM with its handler imported, snapshotted -------------
+        let sandbox = self.boot(run).await?;
+        let env = self.build(run, &sandbox.id, &sourced).await?;
+        self.start(run, &sandbox.id, &sourced.plan, &env).await?;
+        self.health(run, &sandbox.id, &sourced.plan).await?;
         if run.config.function.is_some() {
-            let t = Instant::now();
-            let snap = format!("fnsnap-{}", &run.row.id);
-            self.host
-                .snapshot(&sandbox.id, &snap)
-                .await
-                .map_err(|e| format!("snapshot the baked function: {}", error_chain(&e)))?;
-            super::function::set_bake_snapshot(&mut run.row.plan, &snap);
-            run.log.line(&format!(
-                "baked: snapshot {snap} (instances are restored from it)"
-            ));
-            self.phase_done(run, "snapshot", t).await?;
-            if let Err(e) = self.remove_vm(&run.row).await {
-                tracing::warn!(deploy = %run.row.id, error = &e as &dyn std::error::Error, "remove a function's build VM");
-            }
-            run.row.sandbox_id = None;
+            self.snapshot(run, &sandbox.id).await?;
         }
+        self.switch(run, sandbox).await
+    }
 
-        // ---- switch ------------------------------------------------------------------------
-        let t = Instant::now();
-        let app = self
-            .store
-            .apps()
-            .by_id(&run.app.id)
+    /// Clone: the row goes `cloning`, and the source is fetched (git) or the upload unpacked;
+    /// the commit goes into the row.
+    async fn clone_source(&self, run: &mut Run) -> Result<source::Fetched, DeployError> {
+        DeployPhase::Clone
+            .run(async {
+                self.set(run, DeployState::Cloning).await?;
+                run.log.line(&format!(
+                    "deploy #{} of {}: {}",
+                    run.row.seq,
+                    run.app.name,
+                    if from_upload(&run.row.git_ref) {
+                        "from an uploaded tarball".to_owned()
+                    } else {
+                        format!("fetching {} at {}", run.config.git.url, run.row.git_ref)
+                    }
+                ));
+                let dir = self.deploy_dir(&run.row.id);
+                let fetched = if from_upload(&run.row.git_ref) {
+                    let d = dir.clone();
+                    let (fetched, skipped) = unpack_upload(d).await?;
+                    if skipped > 0 {
+                        run.log.line(&format!(
+                            "upload: {skipped} links and special files skipped (only files and directories are taken)"
+                        ));
+                    }
+                    fetched
+                } else {
+                    let url = run.config.git.url.clone();
+                    let known_hosts = self.known_hosts(&run.app.id);
+                    let ssh = if pandastack_api_types::git_url_uses_ssh(&url) {
+                        self.ensure_deploy_key(&mut run.app)
+                            .await
+                            .map_err(|e| DeployCause::DeployKey(e.into()))?;
+                        let key = run.app.deploy_private_key.as_deref().unwrap_or_default();
+                        run.log.line(&format!(
+                            "ssh: with the app's deploy key ({}); host keys trusted on first use",
+                            super::deploy_key_fingerprint(key)
+                        ));
+                        Some(source::SshAuth {
+                            private_key: key,
+                            known_hosts: &known_hosts,
+                        })
+                    } else {
+                        None
+                    };
+                    source::fetch(&url, &run.row.git_ref, &dir, ssh, &self.outbound)
+                        .await
+                        .map_err(DeployCause::Source)?
+                };
+                run.row.commit_sha = Some(fetched.commit.clone());
+                run.log.line(&format!("commit {}", fetched.commit));
+                Ok(fetched)
+            })
             .await
-            .map_err(|e| e.to_string())?;
-        let previous = app.live_deploy_id.clone();
-        if run.config.function.is_none() {
-            self.set_scaling(sandbox, &run.config)
-                .await
-                .map_err(|e| e.to_string())?;
-        }
-        self.store
-            .apps()
-            .switch_live(&app.id, &run.row.id, previous.as_deref(), now_ms())
+    }
+
+    /// Detect: a function's runtime goes into its source, the build plan is made (into the row
+    /// and the log) and the source packed for the VM.
+    async fn detect(
+        &self,
+        run: &mut Run,
+        fetched: source::Fetched,
+    ) -> Result<Sourced, DeployError> {
+        DeployPhase::Detect
+            .run(async {
+                let mut start_command = run.config.start.command.clone();
+                if let Some((command, line)) =
+                    prepare_function(&run.config, &run.row.git_ref, &fetched.dir)?
+                {
+                    start_command = Some(command);
+                    run.log.line(&line);
+                }
+                let plan = make_plan(&run.config, start_command, &fetched.dir)?;
+                for d in &plan.decisions {
+                    run.log.line(&format!("plan: {d}"));
+                }
+                run.row.plan = Some(serde_json::to_value(&plan).map_err(DeployCause::Plan)?);
+                let tarball = source::pack(&fetched.dir, &self.deploy_dir(&run.row.id))
+                    .await
+                    .map_err(DeployCause::Source)?;
+                Ok(Sourced {
+                    fetched,
+                    plan,
+                    tarball,
+                })
+            })
             .await
-            .map_err(|e| e.to_string())?;
-        self.routes.invalidate(&app.name);
-        run.row.state = DeployState::Live;
-        run.phases
-            .insert("switch".into(), t.elapsed().as_millis() as u64);
-        if run.config.function.is_some() {
-            run.log.line(&format!(
-                "live: version {} of function {}",
-                run.row.seq,
-                super::function::public_name(&app.name)
-            ));
-        } else {
-            run.log.line(&format!(
-                "live: {} now serves {}",
-                run.row.id,
-                self.address.url(&app.name)
-            ));
-        }
-        self.set(run, DeployState::Live)
+    }
+
+    /// Boot: the row goes `building` and the deploy's VM is made (its id into the row).
+    async fn boot(&self, run: &mut Run) -> Result<SandboxRow, DeployError> {
+        DeployPhase::Boot
+            .run(async {
+                self.set(run, DeployState::Building).await?;
+                let t = Instant::now();
+                let sandbox = self.new_vm(run).await?;
+                run.row.sandbox_id = Some(sandbox.id.clone());
+                self.set(run, DeployState::Building).await?;
+                run.log
+                    .line(&format!("VM {} ({}) ready", sandbox.id, sandbox.template));
+                self.phase_done(run, "vm", t).await?;
+                Ok(sandbox)
+            })
             .await
-            .map_err(|e| e.to_string())?;
-        if run.config.function.is_some() {
-            self.function_went_live(&run.row, previous.as_deref()).await;
-        }
-        if let Some(p) = previous.filter(|p| *p != run.row.id) {
-            self.retire(&app, p);
-        }
-        Ok(())
+    }
+
+    /// Build: the source goes into the VM, then the plan's setup, install (or the dependency
+    /// cache) and build run there. Returns the environment of the build (the server's too).
+    async fn build(
+        &self,
+        run: &mut Run,
+        sandbox: &str,
+        sourced: &Sourced,
+    ) -> Result<BTreeMap<String, String>, DeployError> {
+        let plan = &sourced.plan;
+        DeployPhase::Build
+            .run(async {
+                let t = Instant::now();
+                self.upload(sandbox, &sourced.tarball).await?;
+                let mut env = app_env(&run.config, plan.port);
+                env.extend(self.host_trust(sandbox).await?);
+                if let Some(cmd) = plan.setup.as_deref() {
+                    let t = Instant::now();
+                    self.step(run, sandbox, "setup", cmd, &env).await?;
+                    self.phase_done(run, "setup", t).await?;
+                }
+                let key = deps::key(plan, &sourced.fetched.dir);
+                if !self.restore_deps(run, sandbox, key.as_deref()).await? {
+                    if let Some(cmd) = plan.install.as_deref() {
+                        let t = Instant::now();
+                        let fast = self
+                            .npm_fast_path(run, sandbox, plan, &sourced.fetched.dir, &env)
+                            .await?;
+                        let cmd = fast.as_deref().unwrap_or(cmd);
+                        self.step(run, sandbox, "install", cmd, &env).await?;
+                        self.phase_done(run, "install", t).await?;
+                        if let Some(key) = &key {
+                            self.save_deps(run, sandbox, key, plan).await;
+                        }
+                    }
+                }
+                if let Some(cmd) = plan.build.as_deref() {
+                    let t = Instant::now();
+                    self.step(run, sandbox, "build", cmd, &env).await?;
+                    self.phase_done(run, "build", t).await?;
+                }
+                self.phase_done(run, "build_total", t).await?;
+                // What the build read and wrote (sources, dependencies, compiler output) fills
+                // the guest's page cache; the server needs little of it. Dropped, those pages
+                // go back to the host (free-page reporting), so the VM's hibernation image —
+                // read by every wake — and its memory on the host carry only what the server
+                // uses.
+                self.step(run, sandbox, "release", RELEASE_BUILD_CACHE, &env)
+                    .await?;
+                Ok(env)
+            })
+            .await
+    }
+
+    /// Start (the bake of an app): the row goes `baking`, the server starts and listens.
+    async fn start(
+        &self,
+        run: &mut Run,
+        sandbox: &str,
+        plan: &BuildPlan,
+        env: &BTreeMap<String, String>,
+    ) -> Result<(), DeployError> {
+        DeployPhase::Start
+            .run(async {
+                self.set(run, DeployState::Baking).await?;
+                let t = Instant::now();
+                self.start_server(run, sandbox, plan, env).await?;
+                self.phase_done(run, "bake", t).await
+            })
+            .await
+    }
+
+    /// Health: the row goes `checking`, and the server must answer its health check.
+    async fn health(
+        &self,
+        run: &mut Run,
+        sandbox: &str,
+        plan: &BuildPlan,
+    ) -> Result<(), DeployError> {
+        DeployPhase::Health
+            .run(async {
+                self.set(run, DeployState::Checking).await?;
+                let t = Instant::now();
+                let probe = until_healthy(
+                    self.host.as_ref(),
+                    sandbox,
+                    plan.port,
+                    &run.config.health_path,
+                    &run.app.name,
+                    CHECK_TIMEOUT,
+                )
+                .await;
+                if !probe.healthy() {
+                    return Err(DeployCause::Unhealthy {
+                        path: run.config.health_path.clone(),
+                        port: plan.port,
+                        probe: probe.to_string(),
+                        within: CHECK_TIMEOUT,
+                        output: self.app_output(sandbox).await,
+                    });
+                }
+                run.log.line(&format!(
+                    "health check GET {}: {probe}",
+                    run.config.health_path
+                ));
+                self.phase_done(run, "check", t).await
+            })
+            .await
+    }
+
+    /// A function's bake: the VM, its handler imported, is snapshotted (instances are restored
+    /// from it) and deleted.
+    async fn snapshot(&self, run: &mut Run, sandbox: &str) -> Result<(), DeployError> {
+        DeployPhase::Snapshot
+            .run(async {
+                let t = Instant::now();
+                let snap = format!("fnsnap-{}", &run.row.id);
+                self.host
+                    .snapshot(sandbox, &snap)
+                    .await
+                    .map_err(DeployCause::Snapshot)?;
+                super::function::set_bake_snapshot(&mut run.row.plan, &snap);
+                run.log.line(&format!(
+                    "baked: snapshot {snap} (instances are restored from it)"
+                ));
+                self.phase_done(run, "snapshot", t).await?;
+                if let Err(e) = self.remove_vm(&run.row).await {
+                    tracing::warn!(deploy = %run.row.id, error = &e as &dyn std::error::Error, "remove a function's build VM");
+                }
+                run.row.sandbox_id = None;
+                Ok(())
+            })
+            .await
+    }
+
+    /// Switch: the deploy becomes the app's live one in one transaction; the previous one
+    /// retires.
+    async fn switch(&self, run: &mut Run, sandbox: SandboxRow) -> Result<(), DeployError> {
+        DeployPhase::Switch
+            .run(async {
+                let t = Instant::now();
+                let app = self.store.apps().by_id(&run.app.id).await?;
+                let previous = app.live_deploy_id.clone();
+                if run.config.function.is_none() {
+                    self.store
+                        .sandboxes()
+                        .update(&scaled(sandbox, &run.config))
+                        .await?;
+                }
+                self.store
+                    .apps()
+                    .switch_live(&app.id, &run.row.id, previous.as_deref(), now_ms())
+                    .await?;
+                self.routes.invalidate(&app.name);
+                run.row.state = DeployState::Live;
+                run.phases
+                    .insert("switch".into(), t.elapsed().as_millis() as u64);
+                if run.config.function.is_some() {
+                    run.log.line(&format!(
+                        "live: version {} of function {}",
+                        run.row.seq,
+                        super::function::public_name(&app.name)
+                    ));
+                } else {
+                    run.log.line(&format!(
+                        "live: {} now serves {}",
+                        run.row.id,
+                        self.address.url(&app.name)
+                    ));
+                }
+                self.set(run, DeployState::Live).await?;
+                if run.config.function.is_some() {
+                    self.function_went_live(&run.row, previous.as_deref()).await;
+                }
+                if let Some(p) = previous.filter(|p| *p != run.row.id) {
+                    self.retire(&app, p);
+                }
+                Ok(())
+            })
+            .await
     }
 
     /// The host's CA bundle, copied into the VM, and its proxy settings, as the environment of
     /// the build and the server: package registries and other HTTPS services are reached the
     /// way the host reaches them (on hosts behind a TLS-inspecting proxy, its CA is in that
     /// bundle, as it is for the template builder).
-    async fn host_trust(&self, sandbox: &str) -> Result<BTreeMap<String, String>, String> {
+    async fn host_trust(&self, sandbox: &str) -> Result<BTreeMap<String, String>, DeployCause> {
         let mut env: BTreeMap<String, String> = PROXY_VARS
             .iter()
             .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
@@ -452,16 +785,17 @@ impl Apps {
             .chain([std::path::PathBuf::from(HOST_CA_BUNDLE)])
             .find(|p| p.is_file());
         if let Some(path) = bundle {
-            let bytes = tokio::fs::read(&path)
-                .await
-                .map_err(|e| format!("read the host's CA bundle {}: {e}", path.display()))?;
+            let bytes = match tokio::fs::read(&path).await {
+                Ok(b) => b,
+                Err(error) => return Err(DeployCause::CaBundle { path, error }),
+            };
             let body =
                 futures::stream::once(async move { Ok::<_, String>(bytes::Bytes::from(bytes)) })
                     .boxed();
             self.host
                 .write_file(sandbox, VM_CA_BUNDLE, body)
                 .await
-                .map_err(|e| format!("copy the host's CA bundle: {}", error_chain(&e)))?;
+                .map_err(DeployCause::CopyCaBundle)?;
             for k in [
                 "SSL_CERT_FILE",
                 "REQUESTS_CA_BUNDLE",
@@ -483,7 +817,7 @@ impl Apps {
         run: &mut Run,
         sandbox: &str,
         key: Option<&str>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, DeployCause> {
         let Some(key) = key else {
             return Ok(false);
         };
@@ -552,7 +886,7 @@ impl Apps {
     /// forked, and with its RAM in a shared file every write of the live app would go through
     /// the page cache to disk; its wake to first byte measured no faster that way (548 ms p50
     /// against 582 private in two runs on one afternoon, bench/README.md, "Apps").
-    async fn new_vm(&self, run: &Run) -> Result<SandboxRow, String> {
+    async fn new_vm(&self, run: &Run) -> Result<SandboxRow, DeployCause> {
         let template = app_template(run.config.memory_mb);
         let mut row = SandboxRow::service(
             &run.app.workspace_id,
@@ -569,17 +903,17 @@ impl Apps {
         } else {
             Source::Template(template)
         };
-        self.sandboxes.launch(row, source).await.map_err(|e| {
-            format!(
-                "VM of template {}: {}",
-                app_template(run.config.memory_mb),
-                error_chain(&e)
-            )
-        })
+        self.sandboxes
+            .launch(row, source)
+            .await
+            .map_err(|error| DeployCause::Vm {
+                template: app_template(run.config.memory_mb),
+                error,
+            })
     }
 
     /// Puts the source tarball into the VM and unpacks it in [`APP_DIR`].
-    async fn upload(&self, sandbox: &str, tarball: &std::path::Path) -> Result<(), String> {
+    async fn upload(&self, sandbox: &str, tarball: &std::path::Path) -> Result<(), DeployCause> {
         self.unpack_in_vm(sandbox, tarball, "source", "").await
     }
 
@@ -591,15 +925,21 @@ impl Apps {
         tarball: &std::path::Path,
         what: &str,
         before: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), DeployCause> {
         let file = tokio::fs::File::open(tarball)
             .await
-            .map_err(|e| format!("open the {what} tarball: {e}"))?;
+            .map_err(|error| DeployCause::Tarball {
+                what: what.into(),
+                error,
+            })?;
         let body = file_stream(file);
         self.host
             .write_file(sandbox, VM_UNPACK, body)
             .await
-            .map_err(|e| format!("copy the {what} into the VM: {}", error_chain(&e)))?;
+            .map_err(|error| DeployCause::Copy {
+                what: what.into(),
+                error,
+            })?;
         let out = self
             .host
             .exec(
@@ -614,12 +954,15 @@ impl Apps {
                 },
             )
             .await
-            .map_err(|e| format!("unpack the {what}: {}", error_chain(&e)))?;
+            .map_err(|e| DeployCause::Unpack {
+                what: what.into(),
+                detail: error_chain(&e),
+            })?;
         if out.exit_code != 0 || out.timed_out {
-            return Err(format!(
-                "unpack the {what}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            return Err(DeployCause::Unpack {
+                what: what.into(),
+                detail: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            });
         }
         Ok(())
     }
@@ -632,7 +975,7 @@ impl Apps {
         phase: &str,
         cmd: &str,
         env: &BTreeMap<String, String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), DeployCause> {
         run.log.line(&format!("{phase}: $ {cmd}"));
         let mut env: HashMap<String, String> = env.clone().into_iter().collect();
         env.insert("CI".into(), "1".into());
@@ -655,11 +998,17 @@ impl Apps {
                 },
             )
             .await
-            .map_err(|e| format!("{phase}: {}", error_chain(&e)))?;
+            .map_err(|error| DeployCause::Exec {
+                step: phase.into(),
+                error,
+            })?;
         let mut partial = Vec::new();
         let mut last = String::new();
         while let Some(ev) = events.next().await {
-            match ev.map_err(|e| format!("{phase}: {}", error_chain(&e)))? {
+            match ev.map_err(|error| DeployCause::Exec {
+                step: phase.into(),
+                error,
+            })? {
                 ExecEvent::Stdout(b) | ExecEvent::Stderr(b) => {
                     partial.extend_from_slice(&b);
                     while let Some(i) = partial.iter().position(|c| *c == b'\n') {
@@ -683,22 +1032,11 @@ impl Apps {
                         run.log.line(&format!("  {text}"));
                         last.push_str(&text);
                     }
-                    if timed_out {
-                        return Err(format!("{phase} ({cmd}) timed out after {STEP_TIMEOUT:?}"));
-                    }
-                    if exit_code != 0 {
-                        return Err(format!(
-                            "{phase} ({cmd}) failed with exit code {exit_code}; its output ends with:\n{}",
-                            tail(&last, 1500)
-                        ));
-                    }
-                    return Ok(());
+                    return step_result(phase, cmd, exit_code, timed_out, &last);
                 }
             }
         }
-        Err(format!(
-            "{phase}: the command's stream ended without an exit status"
-        ))
+        Err(DeployCause::NoExitStatus { step: phase.into() })
     }
 
     /// Starts the app's server in its own session (it outlives the exec that starts it),
@@ -709,7 +1047,7 @@ impl Apps {
         sandbox: &str,
         plan: &BuildPlan,
         env: &BTreeMap<String, String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), DeployCause> {
         run.log
             .line(&format!("start: $ {} (port {})", plan.start, plan.port));
         let mut env: HashMap<String, String> = env.clone().into_iter().collect();
@@ -731,12 +1069,14 @@ impl Apps {
                 },
             )
             .await
-            .map_err(|e| format!("start: {}", error_chain(&e)))?;
+            .map_err(|error| DeployCause::Exec {
+                step: "start".into(),
+                error,
+            })?;
         if out.exit_code != 0 {
-            return Err(format!(
-                "start: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            return Err(DeployCause::StartFailed {
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            });
         }
         let deadline = Instant::now() + LISTEN_TIMEOUT;
         let mut tries = 0u32;
@@ -748,10 +1088,9 @@ impl Apps {
                 && tries.is_multiple_of(5)
                 && self.import_failed(sandbox).await
             {
-                let out = self.app_output(sandbox).await;
-                return Err(format!(
-                    "the handler could not be imported; the runtime's output ends with:\n{out}"
-                ));
+                return Err(DeployCause::HandlerImport {
+                    output: self.app_output(sandbox).await,
+                });
             }
             let p = super::check::probe(
                 self.host.as_ref(),
@@ -766,11 +1105,12 @@ impl Apps {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                let out = self.app_output(sandbox).await;
-                return Err(format!(
-                    "nothing listened on port {} within {LISTEN_TIMEOUT:?} of `{}`; the app's output ends with:\n{out}",
-                    plan.port, plan.start
-                ));
+                return Err(DeployCause::NotListening {
+                    port: plan.port,
+                    start: plan.start.clone(),
+                    after: LISTEN_TIMEOUT,
+                    output: self.app_output(sandbox).await,
+                });
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -818,52 +1158,9 @@ impl Apps {
         }
     }
 
-    /// Makes `target` (a standby deploy) the live one: wakes and checks its VM, switches, and
-    /// retires the current one.
-    pub(crate) async fn go_live(
-        &self,
-        app: &AppRow,
-        target: DeployRow,
-    ) -> Result<DeployRow, AppError> {
-        let config = config_of(app)?;
-        let sb_id = target
-            .sandbox_id
-            .clone()
-            .ok_or_else(|| AppError::Conflict(format!("deploy {} has no VM", target.id)))?;
-        let sb = self.store.sandboxes().by_id(&sb_id).await?;
-        let sb = self.sandboxes.awake(sb).await?;
-        let port = plan_port(&target).unwrap_or(DEFAULT_PORT);
-        let probe = until_healthy(
-            self.host.as_ref(),
-            &sb.id,
-            port,
-            &config.health_path,
-            &app.name,
-            CHECK_TIMEOUT,
-        )
-        .await;
-        if !probe.healthy() {
-            return Err(AppError::Conflict(format!(
-                "deploy {} did not pass its health check after waking: {probe}",
-                target.id
-            )));
-        }
-        self.set_scaling(sb, &config).await?;
-        let previous = app.live_deploy_id.clone();
-        self.store
-            .apps()
-            .switch_live(&app.id, &target.id, previous.as_deref(), now_ms())
-            .await?;
-        self.routes.invalidate(&app.name);
-        if let Some(p) = previous.filter(|p| *p != target.id) {
-            self.retire(app, p);
-        }
-        Ok(self.store.apps().deploy(&target.id).await?)
-    }
-
     /// After the drain pause, hibernates the VM of deploy `id` (now standby) and removes the
     /// VMs of standby versions beyond the newest [`KEEP_STANDBY`].
-    fn retire(&self, app: &AppRow, id: String) {
+    pub(crate) fn retire(&self, app: &AppRow, id: String) {
         let me = self.clone();
         let app_id = app.id.clone();
         tokio::spawn(async move {
@@ -886,7 +1183,7 @@ impl Apps {
         });
     }
 
-    async fn retire_now(&self, app_id: &str, id: &str) -> Result<(), AppError> {
+    async fn retire_now(&self, app_id: &str, id: &str) -> Result<(), CommonError> {
         let d = self.store.apps().deploy(id).await?;
         if d.state == DeployState::Standby {
             if let Some(sb) = &d.sandbox_id {
@@ -923,6 +1220,52 @@ impl Apps {
     }
 }
 
+impl Apps {
+    /// Makes `target` (a standby deploy) the live one: wakes and checks its VM, switches, and
+    /// retires the current one.
+    pub(crate) async fn go_live(
+        &self,
+        app: &AppRow,
+        target: DeployRow,
+    ) -> Result<DeployRow, AppError> {
+        let config = config_of(app)?;
+        let sb_id = target
+            .sandbox_id
+            .clone()
+            .ok_or_else(|| AppError::Conflict(format!("deploy {} has no VM", target.id)))?;
+        let sb = self.s.store.sandboxes().by_id(&sb_id).await?;
+        let sb = self.s.sandboxes.awake(sb).await?;
+        let port = plan_port(&target).unwrap_or(DEFAULT_PORT);
+        let probe = until_healthy(
+            self.s.host.as_ref(),
+            &sb.id,
+            port,
+            &config.health_path,
+            &app.name,
+            CHECK_TIMEOUT,
+        )
+        .await;
+        if !probe.healthy() {
+            return Err(AppError::Conflict(format!(
+                "deploy {} did not pass its health check after waking: {probe}",
+                target.id
+            )));
+        }
+        self.s.set_scaling(sb, &config).await?;
+        let previous = app.live_deploy_id.clone();
+        self.s
+            .store
+            .apps()
+            .switch_live(&app.id, &target.id, previous.as_deref(), now_ms())
+            .await?;
+        self.s.routes.invalidate(&app.name);
+        if let Some(p) = previous.filter(|p| *p != target.id) {
+            self.s.retire(app, p);
+        }
+        Ok(self.s.store.apps().deploy(&target.id).await?)
+    }
+}
+
 /// A file as a byte stream for [`pandastack_host::Host::write_file`].
 fn file_stream(file: tokio::fs::File) -> pandastack_host::BoxStream<Result<bytes::Bytes, String>> {
     use tokio::io::AsyncReadExt;
@@ -938,4 +1281,170 @@ fn file_stream(file: tokio::fs::File) -> pandastack_host::BoxStream<Result<bytes
             Err(e) => Some((Err(e.to_string()), None)),
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pandastack_api_types::{AppGit, FunctionRuntime, FunctionSource};
+
+    fn config() -> AppConfig {
+        serde_json::from_value::<pandastack_api_types::CreateAppRequest>(serde_json::json!({
+            "name": "web",
+            "git": { "url": "https://example.com/a.git" },
+        }))
+        .unwrap()
+        .config()
+    }
+
+    /// A failed build step keeps its exit code and reads as the log always said.
+    #[test]
+    fn failed_steps_are_typed_and_read_as_before() {
+        assert!(step_result("build", "npm run build", 0, false, "ok\n").is_ok());
+        let e = DeployPhase::Build.error(
+            step_result("build", "npm run build", 2, false, "a\nERR! it broke\n").unwrap_err(),
+        );
+        assert_eq!(e.phase, DeployPhase::Build);
+        match &e.source {
+            DeployCause::StepFailed {
+                step, exit_code, ..
+            } => assert_eq!((step.as_str(), *exit_code), ("build", 2)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            e.to_string(),
+            "build (npm run build) failed with exit code 2; its output ends with:\na\nERR! it broke\n"
+        );
+        // The end of a long output only.
+        let long = "x".repeat(5000);
+        let DeployCause::StepFailed { output, .. } =
+            step_result("install", "npm ci", 1, false, &long).unwrap_err()
+        else {
+            panic!("not a failed step")
+        };
+        assert_eq!(output.len(), 1500);
+        // A timeout wins over the exit code.
+        let e = step_result("install", "npm ci", 137, true, "").unwrap_err();
+        assert!(matches!(e, DeployCause::StepTimedOut { .. }), "{e:?}");
+        assert_eq!(e.to_string(), "install (npm ci) timed out after 1800s");
+    }
+
+    /// The texts of the causes a VM produces, unchanged from the strings they replace.
+    #[test]
+    fn causes_read_as_the_log_and_row_say() {
+        let unhealthy = DeployCause::Unhealthy {
+            path: "/health".into(),
+            port: 3000,
+            probe: "status 500".into(),
+            within: CHECK_TIMEOUT,
+            output: "boom".into(),
+        };
+        assert_eq!(
+            unhealthy.to_string(),
+            "health check GET /health on port 3000: status 500 (within 60s); the app's output ends with:\nboom"
+        );
+        let quiet = DeployCause::NotListening {
+            port: 8080,
+            start: "node server.js".into(),
+            after: LISTEN_TIMEOUT,
+            output: String::new(),
+        };
+        assert_eq!(
+            quiet.to_string(),
+            "nothing listened on port 8080 within 300s of `node server.js`; the app's output ends with:\n"
+        );
+        let exec = DeployCause::Exec {
+            step: "setup".into(),
+            error: pandastack_host::HostError::SandboxNotFound("sb-1".into()),
+        };
+        assert_eq!(
+            exec.to_string(),
+            format!(
+                "setup: {}",
+                pandastack_host::HostError::SandboxNotFound("sb-1".into())
+            )
+        );
+        let unpack = DeployCause::Unpack {
+            what: "source".into(),
+            detail: "tar: short read".into(),
+        };
+        assert_eq!(unpack.to_string(), "unpack the source: tar: short read");
+        // A cause that carries its error's chain in its text has no source of its own, so a
+        // logged chain does not repeat it.
+        let e = DeployPhase::Boot.error(exec);
+        assert!(std::error::Error::source(&e).is_none());
+        assert_eq!(error_chain(&e), e.to_string());
+        // A store error reads as itself.
+        let store = DeployPhase::Switch.error(StoreError::NotFound.into());
+        assert_eq!(store.to_string(), StoreError::NotFound.to_string());
+        assert_eq!(store.phase.as_str(), "switch");
+    }
+
+    /// The clone of an upload that is not a gzip tarball fails in the clone phase with the
+    /// source's error.
+    #[tokio::test]
+    async fn a_broken_upload_fails_the_clone() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(UPLOAD), b"not a tarball").unwrap();
+        let e = DeployPhase::Clone
+            .run(unpack_upload(dir.path().to_owned()))
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert_eq!(e.phase, DeployPhase::Clone);
+        let DeployCause::Source(inner) = &e.source else {
+            panic!("{:?}", e.source)
+        };
+        assert_eq!(e.to_string(), error_chain(inner));
+    }
+
+    /// Detection that finds nothing to run fails in the detect phase, its text `detect: …`.
+    #[test]
+    fn an_empty_source_fails_detection() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = DeployPhase::Detect.error(make_plan(&config(), None, dir.path()).unwrap_err());
+        assert_eq!(e.phase, DeployPhase::Detect);
+        let DeployCause::Detect(inner) = &e.source else {
+            panic!("{:?}", e.source)
+        };
+        assert_eq!(e.to_string(), format!("detect: {inner}"));
+    }
+
+    /// A function's source gets its runtime and start command; an app's is left alone.
+    #[test]
+    fn functions_get_their_runtime() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(prepare_function(&config(), "main", dir.path())
+            .unwrap()
+            .is_none());
+        let mut c = config();
+        c.git = AppGit {
+            url: "inline".into(),
+            git_ref: Some(super::super::function::INLINE_REF.into()),
+        };
+        let req: pandastack_api_types::CreateFunctionRequest =
+            serde_json::from_value(serde_json::json!({
+                "name": "hello",
+                "runtime": "python",
+                "handler": "main.handler",
+                "files": { "main.py": "def handler(event): return event\n" },
+            }))
+            .unwrap();
+        c.function = Some(req.config());
+        c.function_source = Some(FunctionSource {
+            dependencies: Some("requests\n".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            c.function.as_ref().unwrap().runtime,
+            FunctionRuntime::Python
+        );
+        let (start, line) = prepare_function(&c, "inline", dir.path()).unwrap().unwrap();
+        assert!(!start.is_empty());
+        assert_eq!(line, "function: python runtime, handler main.handler");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("requirements.txt")).unwrap(),
+            "requests\n"
+        );
+    }
 }

@@ -4,9 +4,38 @@
 use pandastack_api_types::{AppDomain, DomainTls};
 use pandastack_store::{now_ms, AppRow, CertState, DomainRow, StoreError};
 
-use super::{AppError, Apps};
+/// Why a custom domain operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DomainError {
+    /// A custom domain the platform cannot give an app.
+    #[error("{0}")]
+    BadDomain(String),
+    /// A custom domain another app has.
+    #[error("domain {0} belongs to another app")]
+    DomainTaken(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
-impl Apps {
+/// Custom domains of this host's apps and their certificates.
+#[derive(Clone)]
+pub struct Domains {
+    store: pandastack_store::Store,
+    /// The platform's own domain (`<name>.<domain>` is an app): never a custom one.
+    own: String,
+    /// Certificates of custom domains (`None`: the proxy serves no TLS).
+    certs: Option<crate::Certificates>,
+}
+
+impl Domains {
+    pub fn new(
+        store: pandastack_store::Store,
+        own: String,
+        certs: Option<crate::Certificates>,
+    ) -> Self {
+        Self { store, own, certs }
+    }
+
     /// Makes `domains` the custom domains of `app`: new ones are added (an ACME order queued
     /// for each that no file certificate covers), missing ones removed with their
     /// certificates. A name under the platform's own domain, or one another app has, is
@@ -15,16 +44,16 @@ impl Apps {
         &self,
         app: &AppRow,
         domains: &[String],
-    ) -> Result<(), AppError> {
-        let own = &self.address.domain;
+    ) -> Result<(), DomainError> {
+        let own = &self.own;
         for d in domains {
             if d == own || d.ends_with(&format!(".{own}")) {
-                return Err(AppError::BadDomain(format!(
+                return Err(DomainError::BadDomain(format!(
                     "{d} is under this platform's domain {own}: apps answer at <name>.{own} already"
                 )));
             }
             match self.store.domains().get(d).await {
-                Ok(row) if row.app_id != app.id => return Err(AppError::DomainTaken(d.clone())),
+                Ok(row) if row.app_id != app.id => return Err(DomainError::DomainTaken(d.clone())),
                 Ok(_) | Err(StoreError::NotFound) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -44,7 +73,7 @@ impl Apps {
             Ok(a) => a,
             // Another app took one between the check and the write.
             Err(StoreError::Conflict) => {
-                return Err(AppError::DomainTaken(domains.join(", ")));
+                return Err(DomainError::DomainTaken(domains.join(", ")));
             }
             Err(e) => return Err(e.into()),
         };
@@ -63,17 +92,17 @@ impl Apps {
     }
 
     /// The name of the app serving custom domain `host` (lower case, without a port).
-    pub async fn app_for_domain(&self, host: &str) -> Result<Option<String>, AppError> {
+    pub async fn app_for_domain(&self, host: &str) -> Result<Option<String>, DomainError> {
         Ok(self.store.domains().app_name(host).await?)
     }
 
     /// The key authorization of a pending ACME HTTP-01 challenge with `token`.
-    pub async fn acme_challenge(&self, token: &str) -> Result<Option<String>, AppError> {
+    pub async fn acme_challenge(&self, token: &str) -> Result<Option<String>, DomainError> {
         Ok(self.store.domains().challenge(token).await?)
     }
 
     /// The API view of an app's domains.
-    pub(crate) async fn domains_of(&self, app_id: &str) -> Result<Vec<DomainRow>, AppError> {
+    pub(crate) async fn domains_of(&self, app_id: &str) -> Result<Vec<DomainRow>, DomainError> {
         Ok(self.store.domains().for_app(app_id).await?)
     }
 

@@ -21,7 +21,9 @@ use pandastack_api_types::{
 use pandastack_store::{new_id, now_ms, AppRow, DeployRow, StoreError};
 
 use super::instances::{Lease, LeaseError, Limits};
-use super::{config_of, AppError, Apps, UPLOAD};
+use super::{config_of, CommonError, Shared, UPLOAD};
+use crate::ControlError;
+use pandastack_host::HostError;
 
 /// `kind` of a function's app row.
 pub const FUNCTION_KIND: &str = "function";
@@ -43,6 +45,71 @@ const BAKE_KEY: &str = "bake_snapshot";
 const TIMEOUT_GRACE: Duration = Duration::from_secs(1);
 /// Longest a call waits for a free instance.
 const WAIT_FOR_ROOM: Duration = Duration::from_secs(60);
+
+/// Why a function operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FunctionError {
+    /// No function of that name (the message names it as the app row it is).
+    #[error("app function {0} not found")]
+    NotFound(String),
+    #[error("deploy version {version} of {name} not found")]
+    VersionNotFound { name: String, version: u64 },
+    #[error("deploy invocation {0} not found")]
+    InvocationNotFound(String),
+    #[error("app name function {0} is taken")]
+    Exists(String),
+    /// A request that cannot be carried out in the function's present state.
+    #[error("{0}")]
+    Conflict(String),
+    /// Every instance of the function is busy and none could be added in time.
+    #[error("{0}")]
+    Busy(String),
+    /// An invoke's event the runtime refused (not JSON).
+    #[error("{0}")]
+    BadEvent(String),
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Host(#[from] HostError),
+    /// An uploaded source (or inline files) that could not be taken.
+    #[error("upload: {0}")]
+    Upload(String),
+    #[error("upload larger than {0} bytes")]
+    TooLarge(u64),
+    #[error("stored app configuration: {0}")]
+    Config(#[from] serde_json::Error),
+    #[error("deploy key: {0}")]
+    DeployKey(String),
+    /// A git source the host does not fetch (a local one, or an internal address).
+    #[error("git.url: {0}")]
+    BadSource(String),
+}
+
+impl From<CommonError> for FunctionError {
+    fn from(e: CommonError) -> Self {
+        match e {
+            CommonError::Control(e) => Self::Control(e),
+            CommonError::Store(e) => Self::Store(e),
+            CommonError::Host(e) => Self::Host(e),
+            CommonError::Upload(m) => Self::Upload(m),
+            CommonError::TooLarge(n) => Self::TooLarge(n),
+            CommonError::Config(e) => Self::Config(e),
+            CommonError::DeployKey(m) => Self::DeployKey(m),
+            CommonError::BadSource(m) => Self::BadSource(m),
+        }
+    }
+}
+
+/// Functions of one host: their rows, versions (deploys, run by the shared deploy worker),
+/// instances ([`super::instances`]) and calls ([`super::invocations`]).
+#[derive(Clone)]
+pub struct Functions {
+    pub(crate) s: Shared,
+    /// Wakes the runners of asynchronous calls.
+    pub(crate) invoke_wake: std::sync::Arc<tokio::sync::Notify>,
+}
 
 /// The app row name of function `name`.
 pub fn stored_name(name: &str) -> String {
@@ -146,32 +213,47 @@ fn limits_of(config: &AppConfig, f: &FunctionConfig) -> Limits {
     }
 }
 
-impl Apps {
-    pub(crate) async fn fn_row(&self, ws: &str, name: &str) -> Result<AppRow, AppError> {
-        match self.store.apps().get(ws, &stored_name(name)).await {
+impl Functions {
+    pub(crate) fn new(s: Shared) -> Self {
+        Self {
+            s,
+            invoke_wake: Default::default(),
+        }
+    }
+
+    /// Where functions' public endpoints answer (`fn-<name>.<domain>`).
+    pub fn address(&self) -> &super::AppAddress {
+        &self.s.address
+    }
+
+    /// A version's build log file (it may not exist yet).
+    pub fn log_path(&self, deploy: &str) -> std::path::PathBuf {
+        self.s.log_path(deploy)
+    }
+
+    pub(crate) async fn fn_row(&self, ws: &str, name: &str) -> Result<AppRow, FunctionError> {
+        match self.s.store.apps().get(ws, &stored_name(name)).await {
             Ok(r) if r.kind == FUNCTION_KIND => Ok(r),
-            Ok(_) | Err(StoreError::NotFound) => {
-                Err(AppError::NotFound(format!("function {name}")))
-            }
+            Ok(_) | Err(StoreError::NotFound) => Err(FunctionError::NotFound(name.into())),
             Err(e) => Err(e.into()),
         }
     }
 
-    async fn fn_info(&self, row: AppRow) -> Result<FunctionInfo, AppError> {
+    async fn fn_info(&self, row: AppRow) -> Result<FunctionInfo, FunctionError> {
         let config = config_of(&row)?;
         let function = config
             .function
             .clone()
-            .ok_or_else(|| AppError::Conflict(format!("{} is not a function", row.name)))?;
+            .ok_or_else(|| FunctionError::Conflict(format!("{} is not a function", row.name)))?;
         let live_version = match &row.live_deploy_id {
-            Some(d) => match self.store.apps().deploy(d).await {
+            Some(d) => match self.s.store.apps().deploy(d).await {
                 Ok(d) => Some(d.seq as u64),
                 Err(StoreError::NotFound) => None,
                 Err(e) => return Err(e.into()),
             },
             None => None,
         };
-        let warm_instances = self.instances.warm(&row.id);
+        let warm_instances = self.s.instances.warm(&row.id);
         Ok(FunctionInfo {
             row,
             config,
@@ -181,7 +263,7 @@ impl Apps {
         })
     }
 
-    pub async fn function(&self, ws: &str, name: &str) -> Result<FunctionInfo, AppError> {
+    pub async fn function(&self, ws: &str, name: &str) -> Result<FunctionInfo, FunctionError> {
         let row = self.fn_row(ws, name).await?;
         self.fn_info(row).await
     }
@@ -193,8 +275,9 @@ impl Apps {
         ws: &str,
         after: Option<String>,
         limit: u32,
-    ) -> Result<Vec<FunctionInfo>, AppError> {
+    ) -> Result<Vec<FunctionInfo>, FunctionError> {
         let rows = self
+            .s
             .store
             .apps()
             .list(ws, FUNCTION_KIND, after.map(|a| stored_name(&a)), limit)
@@ -211,10 +294,10 @@ impl Apps {
         &self,
         ws: &str,
         req: &CreateFunctionRequest,
-    ) -> Result<(FunctionInfo, DeployRow), AppError> {
+    ) -> Result<(FunctionInfo, DeployRow), FunctionError> {
         let source = req.source();
         if let Some(git) = &source.git {
-            self.check_source(git)?;
+            self.s.check_source(git)?;
         }
         let function = req.config();
         let config = AppConfig {
@@ -247,7 +330,7 @@ impl Apps {
             id: new_id("fn-"),
             workspace_id: ws.to_owned(),
             name: name.clone(),
-            host_id: self.host_id.clone(),
+            host_id: self.s.host_id.clone(),
             config: serde_json::to_value(&config)?,
             webhook_secret: super::new_secret(),
             deploy_private_key: Some(private_key),
@@ -256,17 +339,15 @@ impl Apps {
             updated_at: now,
             kind: FUNCTION_KIND.into(),
         };
-        match self.store.apps().insert(&row).await {
+        match self.s.store.apps().insert(&row).await {
             Ok(()) => {}
-            Err(StoreError::Conflict) => {
-                return Err(AppError::Exists(format!("function {}", req.name)))
-            }
+            Err(StoreError::Conflict) => return Err(FunctionError::Exists(req.name.clone())),
             Err(e) => return Err(e.into()),
         }
         let d = match self.queue_version(&row, &config).await {
             Ok(d) => d,
             Err(e) => {
-                self.store.apps().delete(&row.id).await?;
+                self.s.store.apps().delete(&row.id).await?;
                 return Err(e);
             }
         };
@@ -274,13 +355,17 @@ impl Apps {
     }
 
     /// Queues the build of a version from `config`'s source.
-    async fn queue_version(&self, row: &AppRow, config: &AppConfig) -> Result<DeployRow, AppError> {
+    async fn queue_version(
+        &self,
+        row: &AppRow,
+        config: &AppConfig,
+    ) -> Result<DeployRow, FunctionError> {
         let source = config.function_source.clone().unwrap_or_default();
         if source.git.is_some() {
-            return self.queue(row, config.git_ref(), None).await;
+            return Ok(self.s.queue(row, config.git_ref(), None).await?);
         }
         let id = new_id("dep-");
-        let dir = self.deploy_dir(&id);
+        let dir = self.s.deploy_dir(&id);
         let files = source.files.clone();
         let d = dir.clone();
         tokio::task::spawn_blocking(move || {
@@ -288,16 +373,16 @@ impl Apps {
             pack_files(&files, &d.join(UPLOAD))
         })
         .await
-        .map_err(|e| AppError::Upload(e.to_string()))?
+        .map_err(|e| FunctionError::Upload(e.to_string()))?
         .map_err(|e| {
             let _ = std::fs::remove_dir_all(&dir);
-            AppError::Upload(format!("pack the function's files: {e}"))
+            FunctionError::Upload(format!("pack the function's files: {e}"))
         })?;
-        match self.queue_as(id, row, INLINE_REF, None).await {
+        match self.s.queue_as(id, row, INLINE_REF, None).await {
             Ok(d) => Ok(d),
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
-                Err(e)
+                Err(e.into())
             }
         }
     }
@@ -308,9 +393,9 @@ impl Apps {
         ws: &str,
         name: &str,
         req: &CreateVersionRequest,
-    ) -> Result<DeployRow, AppError> {
+    ) -> Result<DeployRow, FunctionError> {
         if let Some(git) = req.source().and_then(|s| s.git) {
-            self.check_source(&git)?;
+            self.s.check_source(&git)?;
         }
         let row = self.fn_row(ws, name).await?;
         let mut config = config_of(&row)?;
@@ -332,7 +417,8 @@ impl Apps {
         if let Some(s) = &req.secrets {
             config.secrets.clone_from(s);
         }
-        self.store
+        self.s
+            .store
             .apps()
             .set_config(&row.id, &serde_json::to_value(&config)?, now_ms())
             .await?;
@@ -347,7 +433,7 @@ impl Apps {
         ws: &str,
         name: &str,
         upload: S,
-    ) -> Result<DeployRow, AppError>
+    ) -> Result<DeployRow, FunctionError>
     where
         S: futures::Stream<Item = Result<bytes::Bytes, E>> + Send,
         E: std::fmt::Display,
@@ -359,7 +445,7 @@ impl Apps {
                 return Err(e);
             }
         };
-        self.queue_upload(&row, upload).await
+        Ok(self.s.queue_upload(&row, upload).await?)
     }
 
     /// `PATCH /v1/functions/{name}`.
@@ -368,7 +454,7 @@ impl Apps {
         ws: &str,
         name: &str,
         req: &UpdateFunctionRequest,
-    ) -> Result<FunctionInfo, AppError> {
+    ) -> Result<FunctionInfo, FunctionError> {
         let row = self.fn_row(ws, name).await?;
         let mut config = config_of(&row)?;
         if let Some(f) = config.function.as_mut() {
@@ -388,7 +474,8 @@ impl Apps {
         if let Some(s) = req.idle_seconds {
             config.idle_seconds = s;
         }
-        self.store
+        self.s
+            .store
             .apps()
             .set_config(&row.id, &serde_json::to_value(&config)?, now_ms())
             .await?;
@@ -396,37 +483,27 @@ impl Apps {
     }
 
     /// Deletes a function: its instances, its versions' snapshots and builds, its rows.
-    pub async fn delete_function(&self, ws: &str, name: &str) -> Result<(), AppError> {
+    pub async fn delete_function(&self, ws: &str, name: &str) -> Result<(), FunctionError> {
         let row = self.fn_row(ws, name).await?;
         self.drop_instances(&row.id).await;
         let deploys = self
+            .s
             .store
             .apps()
             .deploys(&row.id, None, u32::MAX - 1)
             .await?;
         for d in &deploys {
-            self.remove_vm(d).await?;
-            self.remove_bake(d).await;
+            self.s.remove_vm(d).await?;
+            self.s.remove_bake(d).await;
         }
-        self.store.apps().delete(&row.id).await?;
-        if let Err(e) = super::deps::forget(&self.objects, ws, &row.id).await {
+        self.s.store.apps().delete(&row.id).await?;
+        if let Err(e) = super::deps::forget(&self.s.objects, ws, &row.id).await {
             tracing::warn!(function = %row.id, error = &e as &dyn std::error::Error, "remove a function's dependency caches");
         }
         for d in &deploys {
-            let _ = std::fs::remove_dir_all(self.deploy_dir(&d.id));
+            let _ = std::fs::remove_dir_all(self.s.deploy_dir(&d.id));
         }
         Ok(())
-    }
-
-    pub(crate) async fn remove_bake(&self, d: &DeployRow) {
-        if let Some(s) = bake_snapshot(d) {
-            match self.host.delete_snapshot(s).await {
-                Ok(()) | Err(pandastack_host::HostError::SnapshotNotFound(_)) => {}
-                Err(e) => {
-                    tracing::warn!(snapshot = %s, error = &e as &dyn std::error::Error, "delete a function version's snapshot")
-                }
-            }
-        }
     }
 
     /// A page of a function's versions, newest first.
@@ -436,13 +513,18 @@ impl Apps {
         name: &str,
         before: Option<i64>,
         limit: u32,
-    ) -> Result<Vec<DeployRow>, AppError> {
+    ) -> Result<Vec<DeployRow>, FunctionError> {
         let row = self.fn_row(ws, name).await?;
-        Ok(self.store.apps().deploys(&row.id, before, limit).await?)
+        Ok(self.s.store.apps().deploys(&row.id, before, limit).await?)
     }
 
     /// Version `version` (its number) of a function.
-    pub async fn version(&self, ws: &str, name: &str, version: u64) -> Result<DeployRow, AppError> {
+    pub async fn version(
+        &self,
+        ws: &str,
+        name: &str,
+        version: u64,
+    ) -> Result<DeployRow, FunctionError> {
         let row = self.fn_row(ws, name).await?;
         self.version_of(&row, name, version).await
     }
@@ -452,13 +534,14 @@ impl Apps {
         row: &AppRow,
         name: &str,
         version: u64,
-    ) -> Result<DeployRow, AppError> {
+    ) -> Result<DeployRow, FunctionError> {
         let seq = i64::try_from(version).unwrap_or(i64::MAX);
-        match self.store.apps().deploy_by_seq(&row.id, seq).await {
+        match self.s.store.apps().deploy_by_seq(&row.id, seq).await {
             Ok(d) => Ok(d),
-            Err(StoreError::NotFound) => Err(AppError::DeployNotFound(format!(
-                "version {version} of {name}"
-            ))),
+            Err(StoreError::NotFound) => Err(FunctionError::VersionNotFound {
+                name: name.into(),
+                version,
+            }),
             Err(e) => Err(e.into()),
         }
     }
@@ -470,11 +553,12 @@ impl Apps {
         ws: &str,
         name: &str,
         req: &FunctionRollbackRequest,
-    ) -> Result<DeployRow, AppError> {
+    ) -> Result<DeployRow, FunctionError> {
         let row = self.fn_row(ws, name).await?;
         let target = match req.version {
             Some(v) => self.version_of(&row, name, v).await?,
             None => self
+                .s
                 .store
                 .apps()
                 .deploys(&row.id, None, 1000)
@@ -482,7 +566,7 @@ impl Apps {
                 .into_iter()
                 .find(|d| d.state == DeployState::Standby && bake_snapshot(d).is_some())
                 .ok_or_else(|| {
-                    AppError::Conflict(format!(
+                    FunctionError::Conflict(format!(
                         "function {name} has no earlier version to roll back to"
                     ))
                 })?,
@@ -491,49 +575,37 @@ impl Apps {
             return Ok(target);
         }
         if !matches!(target.state, DeployState::Standby) || bake_snapshot(&target).is_none() {
-            return Err(AppError::Conflict(format!(
+            return Err(FunctionError::Conflict(format!(
                 "version {} is {} and cannot go live (only a built, standby version can)",
                 target.seq,
                 target.state.as_str()
             )));
         }
-        self.store
+        self.s
+            .store
             .apps()
             .switch_live(&row.id, &target.id, row.live_deploy_id.as_deref(), now_ms())
             .await?;
-        self.function_went_live(&target, row.live_deploy_id.as_deref())
+        self.s
+            .function_went_live(&target, row.live_deploy_id.as_deref())
             .await;
-        Ok(self.store.apps().deploy(&target.id).await?)
-    }
-
-    /// Version `live` of a function went live in place of `previous`: its snapshot gets a
-    /// stand-by process, the previous one's is stopped.
-    pub(crate) async fn function_went_live(&self, live: &DeployRow, previous: Option<&str>) {
-        if let Some(s) = bake_snapshot(live) {
-            self.keep_standby(s, 1);
-        }
-        let Some(p) = previous.filter(|p| *p != live.id) else {
-            return;
-        };
-        if let Ok(d) = self.store.apps().deploy(p).await {
-            if let Some(s) = bake_snapshot(&d) {
-                self.keep_standby(s, 0);
-            }
-        }
+        Ok(self.s.store.apps().deploy(&target.id).await?)
     }
 
     /// The live version of a function and its snapshot.
-    async fn live(&self, row: &AppRow) -> Result<(DeployRow, String), AppError> {
+    async fn live(&self, row: &AppRow) -> Result<(DeployRow, String), FunctionError> {
         let name = public_name(&row.name);
         let Some(live) = &row.live_deploy_id else {
-            return Err(AppError::Conflict(format!(
+            return Err(FunctionError::Conflict(format!(
                 "function {name} has no built version yet"
             )));
         };
-        let d = self.store.apps().deploy(live).await?;
+        let d = self.s.store.apps().deploy(live).await?;
         let snap = bake_snapshot(&d)
             .ok_or_else(|| {
-                AppError::Conflict(format!("function {name}: its live version has no snapshot"))
+                FunctionError::Conflict(format!(
+                    "function {name}: its live version has no snapshot"
+                ))
             })?
             .to_owned();
         Ok((d, snap))
@@ -546,7 +618,7 @@ impl Apps {
         name: &str,
         event: Bytes,
         invocation_id: Option<&str>,
-    ) -> Result<Invocation, AppError> {
+    ) -> Result<Invocation, FunctionError> {
         let row = self.fn_row(ws, name).await?;
         self.invoke_row(&row, event, invocation_id).await
     }
@@ -556,12 +628,12 @@ impl Apps {
         row: &AppRow,
         event: Bytes,
         invocation_id: Option<&str>,
-    ) -> Result<Invocation, AppError> {
+    ) -> Result<Invocation, FunctionError> {
         let config = config_of(row)?;
         let f = config
             .function
             .clone()
-            .ok_or_else(|| AppError::Conflict(format!("{} is not a function", row.name)))?;
+            .ok_or_else(|| FunctionError::Conflict(format!("{} is not a function", row.name)))?;
         let (d, snap) = self.live(row).await?;
         let name = public_name(&row.name).to_owned();
         let mut inv = Invocation::new(&name, InvocationStatus::Ok);
@@ -570,8 +642,8 @@ impl Apps {
         inv.attempts = 1;
         let mut lease = match self.lease(row, &d.id, &snap, &limits_of(&config, &f)).await {
             Ok(l) => l,
-            Err(e @ LeaseError::Busy(..)) => return Err(AppError::Busy(e.to_string())),
-            Err(e) => return Err(AppError::Conflict(e.to_string())),
+            Err(e @ LeaseError::Busy(..)) => return Err(FunctionError::Busy(e.to_string())),
+            Err(e) => return Err(FunctionError::Conflict(e.to_string())),
         };
         inv.cold = lease.cold;
         let req = hyper::Request::post(INVOKE_PATH)
@@ -579,7 +651,7 @@ impl Apps {
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .header("x-pandastack-invocation", invocation_id.unwrap_or(""))
             .body(Full::new(event))
-            .map_err(|e| AppError::Conflict(e.to_string()))?;
+            .map_err(|e| FunctionError::Conflict(e.to_string()))?;
         let limit = Duration::from_secs(f.timeout_seconds) + TIMEOUT_GRACE;
         let t = Instant::now();
         let answer =
@@ -611,7 +683,7 @@ impl Apps {
             Ok(Ok(resp)) => {
                 self.release(lease, true).await;
                 if resp.status() == hyper::StatusCode::BAD_REQUEST {
-                    return Err(AppError::BadEvent(
+                    return Err(FunctionError::BadEvent(
                         String::from_utf8_lossy(resp.body()).into_owned(),
                     ));
                 }
@@ -657,8 +729,8 @@ impl Apps {
     pub async fn function_lease(
         &self,
         stored: &str,
-    ) -> Result<Option<(FunctionLease, u16)>, AppError> {
-        let row = match self.store.apps().by_name(stored).await {
+    ) -> Result<Option<(FunctionLease, u16)>, FunctionError> {
+        let row = match self.s.store.apps().by_name(stored).await {
             Ok(r) if r.kind == FUNCTION_KIND => r,
             Ok(_) | Err(StoreError::NotFound) => return Ok(None),
             Err(e) => return Err(e.into()),
@@ -673,13 +745,13 @@ impl Apps {
             .await
         {
             Ok(l) => l,
-            Err(e @ LeaseError::Busy(..)) => return Err(AppError::Busy(e.to_string())),
-            Err(e) => return Err(AppError::Conflict(e.to_string())),
+            Err(e @ LeaseError::Busy(..)) => return Err(FunctionError::Busy(e.to_string())),
+            Err(e) => return Err(FunctionError::Conflict(e.to_string())),
         };
         Ok(Some((
             FunctionLease {
                 lease: Some(lease),
-                apps: self.clone(),
+                functions: self.clone(),
                 timeout: Duration::from_secs(f.timeout_seconds) + TIMEOUT_GRACE,
             },
             FUNCTION_PORT,
@@ -687,10 +759,41 @@ impl Apps {
     }
 }
 
+/// The deploy pipeline's side of functions: a version's snapshot, and the instance pool
+/// following the live version.
+impl Shared {
+    pub(crate) async fn remove_bake(&self, d: &DeployRow) {
+        if let Some(s) = bake_snapshot(d) {
+            match self.host.delete_snapshot(s).await {
+                Ok(()) | Err(pandastack_host::HostError::SnapshotNotFound(_)) => {}
+                Err(e) => {
+                    tracing::warn!(snapshot = %s, error = &e as &dyn std::error::Error, "delete a function version's snapshot")
+                }
+            }
+        }
+    }
+
+    /// Version `live` of a function went live in place of `previous`: its snapshot gets a
+    /// stand-by process, the previous one's is stopped.
+    pub(crate) async fn function_went_live(&self, live: &DeployRow, previous: Option<&str>) {
+        if let Some(s) = bake_snapshot(live) {
+            self.keep_standby(s, 1);
+        }
+        let Some(p) = previous.filter(|p| *p != live.id) else {
+            return;
+        };
+        if let Ok(d) = self.store.apps().deploy(p).await {
+            if let Some(s) = bake_snapshot(&d) {
+                self.keep_standby(s, 0);
+            }
+        }
+    }
+}
+
 /// An instance the proxy holds for one request; released when dropped.
 pub struct FunctionLease {
     lease: Option<Lease>,
-    apps: Apps,
+    functions: Functions,
     /// The function's per-call limit.
     pub timeout: Duration,
 }
@@ -703,7 +806,7 @@ impl FunctionLease {
     /// The call ran past its limit: the instance is discarded.
     pub async fn discard(mut self) {
         if let Some(l) = self.lease.take() {
-            self.apps.release(l, false).await;
+            self.functions.release(l, false).await;
         }
     }
 }
@@ -711,8 +814,8 @@ impl FunctionLease {
 impl Drop for FunctionLease {
     fn drop(&mut self) {
         if let Some(l) = self.lease.take() {
-            let apps = self.apps.clone();
-            tokio::spawn(async move { apps.release(l, true).await });
+            let functions = self.functions.clone();
+            tokio::spawn(async move { functions.release(l, true).await });
         }
     }
 }

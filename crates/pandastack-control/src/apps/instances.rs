@@ -25,7 +25,7 @@ use pandastack_host::error_chain;
 use pandastack_store::{SandboxRow, StoreError};
 use tokio::sync::Notify;
 
-use super::{Apps, APP_METADATA, DEPLOY_METADATA};
+use super::{Functions, Shared, APP_METADATA, DEPLOY_METADATA};
 use crate::Source;
 
 /// Sandbox metadata marking a function instance (value: the function's name).
@@ -106,7 +106,7 @@ pub enum LeaseError {
     Restore(String),
 }
 
-impl Apps {
+impl Functions {
     /// An instance of deploy `deploy` (baked as `snapshot`) of function `app` with room for
     /// one more call.
     pub(crate) async fn lease(
@@ -118,11 +118,11 @@ impl Apps {
     ) -> Result<Lease, LeaseError> {
         let deadline = Instant::now() + limits.wait;
         loop {
-            let room = self.instances.room.notified();
+            let room = self.s.instances.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
             {
-                let mut map = lock(&self.instances);
+                let mut map = lock(&self.s.instances);
                 let v = map.entry(deploy.to_owned()).or_default();
                 v.idle = limits.idle;
                 v.app_id.clone_from(&app.id);
@@ -154,8 +154,8 @@ impl Apps {
         }
         let made = self.restore_instance(app, deploy, snapshot).await;
         // The restore took the waiting process (if there was one): start the next.
-        self.keep_standby(snapshot, 1);
-        let mut map = lock(&self.instances);
+        self.s.keep_standby(snapshot, 1);
+        let mut map = lock(&self.s.instances);
         let v = map.entry(deploy.to_owned()).or_default();
         v.starting = v.starting.saturating_sub(1);
         match made {
@@ -175,7 +175,7 @@ impl Apps {
             }
             Err(e) => {
                 drop(map);
-                self.instances.room.notify_waiters();
+                self.s.instances.room.notify_waiters();
                 Err(LeaseError::Restore(e))
             }
         }
@@ -185,7 +185,7 @@ impl Apps {
     /// deleted).
     pub(crate) async fn release(&self, lease: Lease, keep: bool) {
         let removed = {
-            let mut map = lock(&self.instances);
+            let mut map = lock(&self.s.instances);
             let mut removed = None;
             if let Some(v) = map.get_mut(&lease.deploy) {
                 if let Some(pos) = v
@@ -209,23 +209,10 @@ impl Apps {
             }
             removed
         };
-        self.instances.room.notify_waiters();
+        self.s.instances.room.notify_waiters();
         if let Some(sb) = removed {
             self.delete_instance(&sb).await;
         }
-    }
-
-    /// Keeps `count` VM processes started and waiting for restores from `snapshot` on this
-    /// host (a cold call then only loads the state), in the background; a failure is logged
-    /// and calls restore without one.
-    pub(crate) fn keep_standby(&self, snapshot: &str, count: usize) {
-        let host = self.host.clone();
-        let snapshot = snapshot.to_owned();
-        tokio::spawn(async move {
-            if let Err(e) = host.keep_standby(&snapshot, count).await {
-                tracing::warn!(snapshot = %snapshot, count, error = &e as &dyn std::error::Error, "stand-by processes for a function snapshot");
-            }
-        });
     }
 
     async fn restore_instance(
@@ -237,7 +224,7 @@ impl Apps {
         let public = super::function::public_name(&app.name).to_owned();
         let row = SandboxRow::service(
             &app.workspace_id,
-            &self.host_id,
+            &self.s.host_id,
             super::APP_TEMPLATE,
             BTreeMap::from([
                 (APP_METADATA.to_owned(), app.name.clone()),
@@ -245,14 +232,15 @@ impl Apps {
                 (INSTANCE_METADATA.to_owned(), public),
             ]),
         );
-        self.sandboxes
+        self.s
+            .sandboxes
             .launch(row, Source::Snapshot(snapshot.to_owned()))
             .await
             .map_err(|e| error_chain(&e))
     }
 
     async fn delete_instance(&self, sb: &SandboxRow) {
-        let row = match self.store.sandboxes().by_id(&sb.id).await {
+        let row = match self.s.store.sandboxes().by_id(&sb.id).await {
             Ok(r) => r,
             Err(StoreError::NotFound) => return,
             Err(e) => {
@@ -260,7 +248,7 @@ impl Apps {
                 return;
             }
         };
-        if let Err(e) = self.sandboxes.delete(&row).await {
+        if let Err(e) = self.s.sandboxes.delete(&row).await {
             tracing::warn!(sandbox = %sb.id, error = &e as &dyn std::error::Error, "delete a function instance");
         }
     }
@@ -268,7 +256,7 @@ impl Apps {
     /// Deletes every instance of app `app_id` (its versions' and all).
     pub(crate) async fn drop_instances(&self, app_id: &str) {
         let gone: Vec<SandboxRow> = {
-            let mut map = lock(&self.instances);
+            let mut map = lock(&self.s.instances);
             let keys: Vec<String> = map
                 .iter()
                 .filter(|(_, v)| v.app_id == app_id)
@@ -282,7 +270,7 @@ impl Apps {
         for sb in &gone {
             self.delete_instance(sb).await;
         }
-        self.instances.room.notify_waiters();
+        self.s.instances.room.notify_waiters();
     }
 
     /// Deletes instances idle past their function's idle time and idle ones of versions no
@@ -290,18 +278,18 @@ impl Apps {
     pub async fn instance_sweeper(self) {
         loop {
             tokio::time::sleep(Duration::from_secs(2)).await;
-            let candidates: Vec<(String, String)> = lock(&self.instances)
+            let candidates: Vec<(String, String)> = lock(&self.s.instances)
                 .iter()
                 .map(|(d, v)| (d.clone(), v.app_id.clone()))
                 .collect();
             for (deploy, app_id) in candidates {
-                let live = match self.store.apps().by_id(&app_id).await {
+                let live = match self.s.store.apps().by_id(&app_id).await {
                     Ok(a) => a.live_deploy_id.as_deref() == Some(deploy.as_str()),
                     Err(StoreError::NotFound) => false,
                     Err(_) => continue,
                 };
                 let gone: Vec<SandboxRow> = {
-                    let mut map = lock(&self.instances);
+                    let mut map = lock(&self.s.instances);
                     let Some(v) = map.get_mut(&deploy) else {
                         continue;
                     };
@@ -317,7 +305,7 @@ impl Apps {
                     if v.instances.is_empty() && v.starting == 0 {
                         if let Some(v) = map.remove(&deploy) {
                             if !live {
-                                self.keep_standby(&v.snapshot, 0);
+                                self.s.keep_standby(&v.snapshot, 0);
                             }
                         }
                     }
@@ -333,13 +321,13 @@ impl Apps {
 
     /// Deletes function instances an earlier process left (its pool is gone with it).
     pub async fn remove_stray_instances(&self) -> Result<(), StoreError> {
-        for (id, _) in self.store.sandboxes().on_host(&self.host_id).await? {
-            let Ok(row) = self.store.sandboxes().by_id(&id).await else {
+        for (id, _) in self.s.store.sandboxes().on_host(&self.s.host_id).await? {
+            let Ok(row) = self.s.store.sandboxes().by_id(&id).await else {
                 continue;
             };
             if row.metadata.contains_key(INSTANCE_METADATA) {
                 tracing::info!(sandbox = %id, "removing a function instance of an earlier process");
-                if let Err(e) = self.sandboxes.delete(&row).await {
+                if let Err(e) = self.s.sandboxes.delete(&row).await {
                     tracing::warn!(sandbox = %id, error = &e as &dyn std::error::Error, "delete a stray function instance");
                 }
             }
@@ -383,6 +371,7 @@ impl Apps {
     async fn dial(&self, sandbox: &str, port: u16) -> Result<Conn, String> {
         let t = Instant::now();
         let io = self
+            .s
             .host
             .connect_port(sandbox, port)
             .await
@@ -400,5 +389,20 @@ impl Apps {
             "dialled the function runtime"
         );
         Ok(send)
+    }
+}
+
+impl Shared {
+    /// Keeps `count` VM processes started and waiting for restores from `snapshot` on this
+    /// host (a cold call then only loads the state), in the background; a failure is logged
+    /// and calls restore without one.
+    pub(crate) fn keep_standby(&self, snapshot: &str, count: usize) {
+        let host = self.host.clone();
+        let snapshot = snapshot.to_owned();
+        tokio::spawn(async move {
+            if let Err(e) = host.keep_standby(&snapshot, count).await {
+                tracing::warn!(snapshot = %snapshot, count, error = &e as &dyn std::error::Error, "stand-by processes for a function snapshot");
+            }
+        });
     }
 }

@@ -12,7 +12,7 @@ use pandastack_api_types::{Invocation, InvocationStatus};
 use pandastack_store::{new_id, now_ms, InvocationRow, JobRow, NewJob, StoreError};
 
 use super::function::public_name;
-use super::{AppError, Apps};
+use super::{FunctionError, Functions};
 
 /// Kind of the jobs that run asynchronous calls.
 pub const INVOKE_JOB_KIND: &str = "function_invoke";
@@ -40,7 +40,7 @@ fn view(name: &str, row: &InvocationRow) -> Invocation {
     inv
 }
 
-impl Apps {
+impl Functions {
     /// Queues a call of function `name` with `event` (JSON); `retries` more attempts after a
     /// failed one.
     pub async fn invoke_async(
@@ -49,10 +49,10 @@ impl Apps {
         name: &str,
         event: Bytes,
         retries: u32,
-    ) -> Result<Invocation, AppError> {
+    ) -> Result<Invocation, FunctionError> {
         let row = self.fn_row(ws, name).await?;
         let payload: serde_json::Value =
-            serde_json::from_slice(&event).map_err(|e| AppError::BadEvent(e.to_string()))?;
+            serde_json::from_slice(&event).map_err(|e| FunctionError::BadEvent(e.to_string()))?;
         let now = now_ms();
         let inv = InvocationRow {
             id: new_id("inv-"),
@@ -75,17 +75,22 @@ impl Apps {
             max_attempts: inv.max_attempts,
             run_after: now,
         };
-        self.store.invocations().queue(&inv, &job).await?;
+        self.s.store.invocations().queue(&inv, &job).await?;
         self.invoke_wake.notify_one();
         Ok(view(name, &inv))
     }
 
     /// Asynchronous call `id` of function `name`.
-    pub async fn invocation(&self, ws: &str, name: &str, id: &str) -> Result<Invocation, AppError> {
+    pub async fn invocation(
+        &self,
+        ws: &str,
+        name: &str,
+        id: &str,
+    ) -> Result<Invocation, FunctionError> {
         let row = self.fn_row(ws, name).await?;
-        match self.store.invocations().get(&row.id, id).await {
+        match self.s.store.invocations().get(&row.id, id).await {
             Ok(inv) => Ok(view(name, &inv)),
-            Err(StoreError::NotFound) => Err(AppError::DeployNotFound(format!("invocation {id}"))),
+            Err(StoreError::NotFound) => Err(FunctionError::InvocationNotFound(id.into())),
             Err(e) => Err(e.into()),
         }
     }
@@ -97,8 +102,8 @@ impl Apps {
                 let me = self.clone();
                 tokio::spawn(async move {
                     let runner = crate::jobs::Runner {
-                        store: me.store.clone(),
-                        host_id: me.host_id.clone(),
+                        store: me.s.store.clone(),
+                        host_id: me.s.host_id.clone(),
                         kind: INVOKE_JOB_KIND,
                         wake: Arc::clone(&me.invoke_wake),
                         retry_after: RETRY_AFTER,
@@ -121,7 +126,7 @@ impl Apps {
             .get("invocation")
             .and_then(|v| v.as_str())
             .ok_or("job names no invocation")?;
-        let mut inv = match self.store.invocations().by_id(id).await {
+        let mut inv = match self.s.store.invocations().by_id(id).await {
             Ok(r) => r,
             Err(StoreError::NotFound) => return Ok(()), // the function was deleted
             Err(e) => return Err(e.to_string()),
@@ -129,7 +134,7 @@ impl Apps {
         if InvocationStatus::parse(&inv.state).is_some_and(|s| s.finished()) {
             return Ok(());
         }
-        let app = match self.store.apps().by_id(&inv.app_id).await {
+        let app = match self.s.store.apps().by_id(&inv.app_id).await {
             Ok(a) => a,
             Err(StoreError::NotFound) => return Ok(()),
             Err(e) => return Err(e.to_string()),
@@ -137,7 +142,8 @@ impl Apps {
         inv.attempts = job.attempts;
         inv.state = InvocationStatus::Running.as_str().into();
         inv.updated_at = now_ms();
-        self.store
+        self.s
+            .store
             .invocations()
             .update(&inv)
             .await
@@ -166,7 +172,8 @@ impl Apps {
         };
         inv.outcome = serde_json::to_value(&outcome).ok();
         inv.updated_at = now_ms();
-        self.store
+        self.s
+            .store
             .invocations()
             .update(&inv)
             .await

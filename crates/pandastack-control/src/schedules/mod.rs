@@ -79,7 +79,7 @@ pub struct Schedules {
     sandboxes: Sandboxes,
     templates: Templates,
     /// Functions a `function` target calls.
-    apps: crate::Apps,
+    functions: crate::Functions,
     host_id: String,
     /// Wakes the scheduler (a schedule changed).
     tick: Arc<Notify>,
@@ -97,7 +97,7 @@ impl Schedules {
         host: Arc<dyn Host>,
         sandboxes: Sandboxes,
         templates: Templates,
-        apps: crate::Apps,
+        functions: crate::Functions,
         host_id: String,
     ) -> Self {
         Self {
@@ -105,7 +105,7 @@ impl Schedules {
             host,
             sandboxes,
             templates,
-            apps,
+            functions,
             host_id,
             tick: Arc::default(),
             wake: Arc::default(),

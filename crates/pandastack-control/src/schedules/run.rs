@@ -143,7 +143,7 @@ impl Schedules {
     ) -> Outcome {
         let event = bytes::Bytes::from(payload.to_string());
         match self
-            .apps
+            .functions
             .invoke(&schedule.workspace_id, &t.name, event, Some(&run.id))
             .await
         {

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use pandastack_host::error_chain;
 
 use super::{fetch, pack, FastPathError, Lock, LOCKFILE};
-use crate::apps::deploy::{Run, VM_UNPACK};
+use crate::apps::deploy::{DeployCause, Run, VM_UNPACK};
 use crate::apps::deps;
 use crate::apps::detect::{BuildPlan, NPM_CI};
-use crate::apps::{Apps, APP_DIR};
+use crate::apps::{Shared, APP_DIR};
 
 /// The repacked packages in the deploy's directory (removed after the upload, and by the
 /// deploy job's end for a job cut off).
@@ -18,7 +18,7 @@ pub(crate) const PACKED: &str = "node_modules.tar.gz";
 /// Longest the registry may take to answer a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
-impl Apps {
+impl Shared {
     /// The host's tarball cache: `<data>/npm-tarballs/`, beside the deploys' directory.
     fn npm_cache(&self) -> PathBuf {
         self.dir.with_file_name("npm-tarballs")
@@ -35,7 +35,7 @@ impl Apps {
         plan: &BuildPlan,
         src: &Path,
         env: &BTreeMap<String, String>,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, DeployCause> {
         let npm_locked = plan.install.as_deref() == Some(NPM_CI)
             && plan.cache_files.iter().any(|f| f == LOCKFILE);
         if !npm_locked {
