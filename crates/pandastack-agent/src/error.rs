@@ -3,7 +3,7 @@ use pandastack_vm::VmError;
 
 use pandastack_host::HostError;
 
-use crate::{VmState, VolumeError};
+use crate::{VmState, VolumeFileError};
 
 /// Why a host agent operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +42,7 @@ pub enum AgentError {
     #[error("host files")]
     Io(#[from] std::io::Error),
     #[error(transparent)]
-    Volume(#[from] crate::VolumeError),
+    Volume(#[from] crate::VolumeFileError),
 }
 
 impl From<AgentError> for HostError {
@@ -70,12 +70,12 @@ impl From<AgentError> for HostError {
     }
 }
 
-impl From<VolumeError> for HostError {
-    fn from(e: VolumeError) -> Self {
+impl From<VolumeFileError> for HostError {
+    fn from(e: VolumeFileError) -> Self {
         match e {
-            VolumeError::NotFound(id) => HostError::VolumeNotFound(id),
-            VolumeError::SnapshotNotFound(id) => HostError::VolumeSnapshotNotFound(id),
-            VolumeError::TooMany {
+            VolumeFileError::NotFound(id) => HostError::VolumeNotFound(id),
+            VolumeFileError::SnapshotNotFound(id) => HostError::VolumeSnapshotNotFound(id),
+            VolumeFileError::TooMany {
                 template,
                 slots,
                 wanted,
@@ -84,11 +84,11 @@ impl From<VolumeError> for HostError {
                 slots,
                 wanted,
             },
-            e @ (VolumeError::NoObjectStore | VolumeError::Objects(_)) => {
+            e @ (VolumeFileError::NoObjectStore | VolumeFileError::Objects(_)) => {
                 HostError::failed("object store", e)
             }
-            e @ VolumeError::Mount { .. } => HostError::failed("mount volume", e),
-            e @ (VolumeError::Freeze { .. } | VolumeError::Thaw { .. }) => {
+            e @ VolumeFileError::Mount { .. } => HostError::failed("mount volume", e),
+            e @ (VolumeFileError::Freeze { .. } | VolumeFileError::Thaw { .. }) => {
                 HostError::failed("freeze volume", e)
             }
             e => HostError::failed("volume", e),

@@ -39,7 +39,7 @@ pub use host::LocalHost;
 pub use pandastack_host::VmState;
 pub use pandastack_objects::Objects;
 pub use templates::TemplateView;
-pub use volumes::{VolumeError, VOLUME_CHUNK_SIZE};
+pub use volumes::{VolumeFileError, VOLUME_CHUNK_SIZE};
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -40,7 +40,7 @@ pub const VOLUME_CHUNK_SIZE: u64 = 1 << 20;
 
 /// Why a volume operation failed.
 #[derive(Debug, thiserror::Error)]
-pub enum VolumeError {
+pub enum VolumeFileError {
     #[error("invalid volume id {0:?}")]
     InvalidId(String),
     #[error("volume {0} not found")]
@@ -102,18 +102,18 @@ pub enum VolumeError {
     },
 }
 
-fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> VolumeError {
+fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> VolumeFileError {
     let path = path.to_owned();
-    move |source| VolumeError::Io { op, path, source }
+    move |source| VolumeFileError::Io { op, path, source }
 }
 
 /// Runs blocking file work off the async threads.
 async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, VolumeError> + Send + 'static,
-) -> Result<T, VolumeError> {
+    f: impl FnOnce() -> Result<T, VolumeFileError> + Send + 'static,
+) -> Result<T, VolumeFileError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| VolumeError::Io {
+        .map_err(|e| VolumeFileError::Io {
             op: "run file task",
             path: PathBuf::new(),
             source: std::io::Error::other(e),
@@ -121,7 +121,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Removes `path`; gone already is success.
-fn remove(path: &Path) -> Result<(), VolumeError> {
+fn remove(path: &Path) -> Result<(), VolumeFileError> {
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io("remove", path)(e)),
         _ => Ok(()),
@@ -129,13 +129,13 @@ fn remove(path: &Path) -> Result<(), VolumeError> {
 }
 
 /// `path`'s size and allocated bytes.
-fn view(id: &str, path: &Path) -> Result<VolumeView, VolumeError> {
+fn view(id: &str, path: &Path) -> Result<VolumeView, VolumeFileError> {
     use std::os::unix::fs::MetadataExt;
     let meta = match std::fs::metadata(path) {
         Ok(m) if m.is_file() => m,
-        Ok(_) => return Err(VolumeError::NotFound(id.into())),
+        Ok(_) => return Err(VolumeFileError::NotFound(id.into())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(VolumeError::NotFound(id.into()))
+            return Err(VolumeFileError::NotFound(id.into()))
         }
         Err(e) => return Err(io("stat", path)(e)),
     };
@@ -147,7 +147,7 @@ fn view(id: &str, path: &Path) -> Result<VolumeView, VolumeError> {
 }
 
 /// Ids of the `<id>.img` files in `dir` (dot-files are temporaries).
-fn ids_in(dir: &Path) -> Result<Vec<String>, VolumeError> {
+fn ids_in(dir: &Path) -> Result<Vec<String>, VolumeFileError> {
     let mut ids = Vec::new();
     for e in std::fs::read_dir(dir).map_err(io("list", dir))? {
         let e = e.map_err(io("list", dir))?;
@@ -167,8 +167,8 @@ fn ids_in(dir: &Path) -> Result<Vec<String>, VolumeError> {
 fn rename_new(
     from: &Path,
     to: &Path,
-    exists: impl FnOnce() -> VolumeError,
-) -> Result<(), VolumeError> {
+    exists: impl FnOnce() -> VolumeFileError,
+) -> Result<(), VolumeFileError> {
     use rustix::fs::{renameat_with, RenameFlags, CWD};
     match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
         Ok(()) => Ok(()),
@@ -183,7 +183,7 @@ fn run_tool(
     args: &[&str],
     path: &Path,
     max_ok: i32,
-) -> Result<(), VolumeError> {
+) -> Result<(), VolumeFileError> {
     let out = std::process::Command::new(tool)
         .args(args)
         .arg(path)
@@ -193,7 +193,7 @@ fn run_tool(
     if (0..=max_ok).contains(&code) {
         return Ok(());
     }
-    Err(VolumeError::Tool {
+    Err(VolumeFileError::Tool {
         tool,
         path: path.to_owned(),
         code,
@@ -208,7 +208,7 @@ fn run_tool(
 /// Grows the ext4 volume file at `path` (no VM may have it open) to `size` bytes: extends the
 /// file, checks the file system (`e2fsck -f -p`: `resize2fs` wants a fresh check) and grows it.
 /// Works on `path` in place: call it on a copy.
-fn grow_file(path: &Path, size: u64) -> Result<(), VolumeError> {
+fn grow_file(path: &Path, size: u64) -> Result<(), VolumeFileError> {
     let file = std::fs::OpenOptions::new()
         .write(true)
         .open(path)
@@ -226,37 +226,40 @@ fn temp_beside(dest: &Path, what: &str) -> PathBuf {
     dest.with_file_name(format!(".{name}.{what}"))
 }
 
-fn check_size(size: u64) -> Result<(), VolumeError> {
+fn check_size(size: u64) -> Result<(), VolumeFileError> {
     if size.is_multiple_of(4096) {
         Ok(())
     } else {
-        Err(VolumeError::BadSize(size))
+        Err(VolumeFileError::BadSize(size))
     }
 }
 
-impl From<ObjectsError> for VolumeError {
+impl From<ObjectsError> for VolumeFileError {
     fn from(e: ObjectsError) -> Self {
-        VolumeError::Objects(Box::new(e))
+        VolumeFileError::Objects(Box::new(e))
     }
 }
 
 impl<D: VmDriver + 'static> HostAgent<D> {
-    fn volume_path(&self, id: &str) -> Result<PathBuf, VolumeError> {
+    fn volume_path(&self, id: &str) -> Result<PathBuf, VolumeFileError> {
         if !valid_id(id) {
-            return Err(VolumeError::InvalidId(id.into()));
+            return Err(VolumeFileError::InvalidId(id.into()));
         }
         Ok(self.rt.data().volume(id))
     }
 
-    fn volume_snapshot_path(&self, id: &str) -> Result<PathBuf, VolumeError> {
+    fn volume_snapshot_path(&self, id: &str) -> Result<PathBuf, VolumeFileError> {
         if !valid_id(id) {
-            return Err(VolumeError::InvalidId(id.into()));
+            return Err(VolumeFileError::InvalidId(id.into()));
         }
         Ok(self.rt.data().volume_snapshot(id))
     }
 
-    fn objects(&self) -> Result<&pandastack_objects::Objects, VolumeError> {
-        self.cfg.objects.as_ref().ok_or(VolumeError::NoObjectStore)
+    fn objects(&self) -> Result<&pandastack_objects::Objects, VolumeFileError> {
+        self.cfg
+            .objects
+            .as_ref()
+            .ok_or(VolumeFileError::NoObjectStore)
     }
 
     /// Creates volume `id`: an empty ext4 file system of `size_bytes` in a sparse file.
@@ -264,14 +267,14 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         &self,
         id: &str,
         size_bytes: u64,
-    ) -> Result<VolumeView, VolumeError> {
+    ) -> Result<VolumeView, VolumeFileError> {
         let path = self.volume_path(id)?;
         let owned = id.to_owned();
         blocking(move || {
             match pandastack_runtime::create_volume_file(&path, size_bytes) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    return Err(VolumeError::Exists(owned))
+                    return Err(VolumeFileError::Exists(owned))
                 }
                 Err(e) => return Err(io("create volume", &path)(e)),
             }
@@ -281,29 +284,29 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     }
 
     /// One volume's size and allocated bytes.
-    pub fn volume(&self, id: &str) -> Result<VolumeView, VolumeError> {
+    pub fn volume(&self, id: &str) -> Result<VolumeView, VolumeFileError> {
         view(id, &self.volume_path(id)?)
     }
 
     /// Removes volume `id`'s file; gone already is success.
-    pub async fn delete_volume(&self, id: &str) -> Result<(), VolumeError> {
+    pub async fn delete_volume(&self, id: &str) -> Result<(), VolumeFileError> {
         let path = self.volume_path(id)?;
         blocking(move || remove(&path)).await
     }
 
     /// Ids of every volume file.
-    pub fn volume_ids(&self) -> Result<Vec<String>, VolumeError> {
+    pub fn volume_ids(&self) -> Result<Vec<String>, VolumeFileError> {
         ids_in(&self.rt.data().volumes())
     }
 
     /// Removes volume snapshot `id`'s file; gone already is success.
-    pub async fn delete_volume_snapshot(&self, id: &str) -> Result<(), VolumeError> {
+    pub async fn delete_volume_snapshot(&self, id: &str) -> Result<(), VolumeFileError> {
         let path = self.volume_snapshot_path(id)?;
         blocking(move || remove(&path)).await
     }
 
     /// Ids of every volume snapshot file.
-    pub fn volume_snapshot_ids(&self) -> Result<Vec<String>, VolumeError> {
+    pub fn volume_snapshot_ids(&self) -> Result<Vec<String>, VolumeFileError> {
         ids_in(&self.rt.data().volume_snapshots())
     }
 
@@ -311,12 +314,16 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     /// bound. Shrinking is refused; the same size is a no-op. The work is done on a reflink
     /// that is renamed over the volume only when the file system is grown, so a failure leaves
     /// the volume as it was.
-    pub async fn grow_volume(&self, id: &str, size_bytes: u64) -> Result<VolumeView, VolumeError> {
+    pub async fn grow_volume(
+        &self,
+        id: &str,
+        size_bytes: u64,
+    ) -> Result<VolumeView, VolumeFileError> {
         let path = self.volume_path(id)?;
         let current = view(id, &path)?;
         check_size(size_bytes)?;
         if size_bytes < current.size_bytes {
-            return Err(VolumeError::Shrink {
+            return Err(VolumeFileError::Shrink {
                 id: id.into(),
                 size: current.size_bytes,
                 wanted: size_bytes,
@@ -351,18 +358,18 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         id: &str,
         snapshot_id: &str,
         holder: Option<VolumeHolder>,
-    ) -> Result<VolumeSnapshotView, VolumeError> {
+    ) -> Result<VolumeSnapshotView, VolumeFileError> {
         let from = self.volume_path(id)?;
         let dest = self.volume_snapshot_path(snapshot_id)?;
         let size = view(id, &from)?.size_bytes;
         if dest.exists() {
-            return Err(VolumeError::SnapshotExists(snapshot_id.into()));
+            return Err(VolumeFileError::SnapshotExists(snapshot_id.into()));
         }
         let tmp = temp_beside(&dest, "copy");
         remove(&tmp)?;
         let (took, frozen) = self.frozen_copy(&from, &tmp, holder.as_ref()).await?;
         let owned = snapshot_id.to_owned();
-        let moved = rename_new(&tmp, &dest, || VolumeError::SnapshotExists(owned));
+        let moved = rename_new(&tmp, &dest, || VolumeFileError::SnapshotExists(owned));
         if moved.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
@@ -383,7 +390,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         from: &Path,
         to: &Path,
         holder: Option<&VolumeHolder>,
-    ) -> Result<(Duration, bool), VolumeError> {
+    ) -> Result<(Duration, bool), VolumeFileError> {
         let copy = || {
             let (from, to) = (from.to_owned(), to.to_owned());
             blocking(move || {
@@ -433,7 +440,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             if let Err(e) = &thawed {
                 tracing::debug!(sandbox = %h.sandbox_id, error = e as &dyn std::error::Error, "thaw after a failed freeze");
             }
-            return Err(failed(VolumeError::Freeze {
+            return Err(failed(VolumeFileError::Freeze {
                 sandbox: h.sandbox_id.clone(),
                 path: h.path.clone(),
                 source: Box::new(source),
@@ -442,7 +449,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         copied.map_err(failed)?;
         if let Err(source) = thawed {
             tracing::error!(sandbox = %h.sandbox_id, path = %h.path, error = &source as &dyn std::error::Error, "volume left frozen in the guest");
-            return Err(failed(VolumeError::Thaw {
+            return Err(failed(VolumeFileError::Thaw {
                 sandbox: h.sandbox_id.clone(),
                 path: h.path.clone(),
                 source: Box::new(source),
@@ -459,18 +466,18 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         snapshot_id: &str,
         id: &str,
         size_bytes: u64,
-    ) -> Result<VolumeView, VolumeError> {
+    ) -> Result<VolumeView, VolumeFileError> {
         let from = self.volume_snapshot_path(snapshot_id)?;
         let dest = self.volume_path(id)?;
         let snap_size = match view(snapshot_id, &from) {
             Ok(v) => v.size_bytes,
-            Err(VolumeError::NotFound(s)) => return Err(VolumeError::SnapshotNotFound(s)),
+            Err(VolumeFileError::NotFound(s)) => return Err(VolumeFileError::SnapshotNotFound(s)),
             Err(e) => return Err(e),
         };
         let owned = id.to_owned();
         blocking(move || {
             if dest.exists() {
-                return Err(VolumeError::Exists(owned));
+                return Err(VolumeFileError::Exists(owned));
             }
             let tmp = temp_beside(&dest, "new");
             remove(&tmp)?;
@@ -480,7 +487,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                     check_size(size_bytes)?;
                     grow_file(&tmp, size_bytes)?;
                 }
-                rename_new(&tmp, &dest, || VolumeError::Exists(owned.clone()))
+                rename_new(&tmp, &dest, || VolumeFileError::Exists(owned.clone()))
             })();
             if made.is_err() {
                 let _ = std::fs::remove_file(&tmp);
@@ -498,11 +505,11 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         &self,
         snapshot_id: &str,
         ws: &str,
-    ) -> Result<VolumeUpload, VolumeError> {
+    ) -> Result<VolumeUpload, VolumeFileError> {
         let objects = self.objects()?;
         let path = self.volume_snapshot_path(snapshot_id)?;
         if !path.is_file() {
-            return Err(VolumeError::SnapshotNotFound(snapshot_id.into()));
+            return Err(VolumeFileError::SnapshotNotFound(snapshot_id.into()));
         }
         let up = objects.upload_file(ws, &path, VOLUME_CHUNK_SIZE).await?;
         Ok(VolumeUpload {
@@ -522,11 +529,11 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         manifest: &Manifest,
         id: &str,
         size_bytes: u64,
-    ) -> Result<VolumeView, VolumeError> {
+    ) -> Result<VolumeView, VolumeFileError> {
         let objects = self.objects()?;
         let dest = self.volume_path(id)?;
         if dest.exists() {
-            return Err(VolumeError::Exists(id.into()));
+            return Err(VolumeFileError::Exists(id.into()));
         }
         let tmp = temp_beside(&dest, "download");
         remove(&tmp)?;
@@ -542,7 +549,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                         check_size(size_bytes)?;
                         grow_file(&tmp2, size_bytes)?;
                     }
-                    rename_new(&tmp2, &dest, || VolumeError::Exists(owned.clone()))?;
+                    rename_new(&tmp2, &dest, || VolumeFileError::Exists(owned.clone()))?;
                     view(&owned, &dest)
                 })
                 .await
@@ -556,7 +563,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
 
     /// Creates sandbox `id` from `template` with `mounts` in its volume slots, in order, each
     /// mounted at its path before this returns. Checked before any VM starts: the number of
-    /// slots ([`VolumeError::TooMany`]) and that every volume exists. A read-write mount binds
+    /// slots ([`VolumeFileError::TooMany`]) and that every volume exists. A read-write mount binds
     /// the volume's file; a read-only one binds a copy as of now, moved into the sandbox's
     /// directory (its holder, if running, frozen for the copy). A failed mount destroys the
     /// sandbox. Takes no pooled VM (those have nothing bound) unless `mounts` is empty.
@@ -588,7 +595,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         }
         let t = self.template(template).await?;
         if mounts.len() > t.volume_slots as usize {
-            return Err(VolumeError::TooMany {
+            return Err(VolumeFileError::TooMany {
                 template: template.into(),
                 slots: t.volume_slots as usize,
                 wanted: mounts.len(),
@@ -599,9 +606,9 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         for m in mounts {
             let path = self
                 .volume_path(&m.volume_id)
-                .map_err(|_| VolumeError::NotFound(m.volume_id.clone()))?;
+                .map_err(|_| VolumeFileError::NotFound(m.volume_id.clone()))?;
             if !path.is_file() {
-                return Err(VolumeError::NotFound(m.volume_id.clone()).into());
+                return Err(VolumeFileError::NotFound(m.volume_id.clone()).into());
             }
             files.push(path);
         }
@@ -671,7 +678,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                         "destroy after a failed mount"
                     );
                 }
-                return Err(VolumeError::Mount {
+                return Err(VolumeFileError::Mount {
                     volume: m.volume_id.clone(),
                     path: m.path.clone(),
                     source: Box::new(source),
@@ -710,8 +717,8 @@ mod tests {
         let (a, b) = (dir.path().join("a"), dir.path().join("b"));
         std::fs::write(&a, b"new").unwrap();
         std::fs::write(&b, b"old").unwrap();
-        let e = rename_new(&a, &b, || VolumeError::Exists("b".into())).unwrap_err();
-        assert!(matches!(e, VolumeError::Exists(_)));
+        let e = rename_new(&a, &b, || VolumeFileError::Exists("b".into())).unwrap_err();
+        assert!(matches!(e, VolumeFileError::Exists(_)));
         assert_eq!(std::fs::read(&b).unwrap(), b"old");
         std::fs::remove_file(&b).unwrap();
         rename_new(&a, &b, || unreachable!()).unwrap();
@@ -749,6 +756,9 @@ mod tests {
         let junk = dir.path().join("junk.img");
         std::fs::write(&junk, vec![0u8; 1 << 20]).unwrap();
         let e = grow_file(&junk, 2 << 20).unwrap_err();
-        assert!(matches!(e, VolumeError::Tool { tool: "e2fsck", .. }), "{e}");
+        assert!(
+            matches!(e, VolumeFileError::Tool { tool: "e2fsck", .. }),
+            "{e}"
+        );
     }
 }

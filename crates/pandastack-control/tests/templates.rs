@@ -22,6 +22,11 @@ const HOST_ID: &str = "host-test";
 
 /// A host with one catalog template, `minimal`, whose builds and bakes take a while and count
 /// how many run at once. A spec is `name=<name>`.
+///
+/// Its successor is the test kit's scriptable host (`pandastack_testkit::script::ScriptedHost`),
+/// over which these same tests run in `pandastack-testkit/tests/workflows/templates.rs`; this
+/// crate may not name the test kit, not even as a dev-dependency (`pandastack-testkit/tests/
+/// layers.rs`), so this stand-in stays here.
 #[derive(Default)]
 struct StubHost {
     running: AtomicUsize,

@@ -35,7 +35,7 @@ pub struct DeployRow {
     pub app_id: String,
     pub workspace_id: String,
     pub host_id: String,
-    /// 1, 2, 3… per app (assigned by [`Apps::insert_deploy`]).
+    /// 1, 2, 3… per app (assigned by [`AppRepo::insert_deploy`]).
     pub seq: i64,
     pub git_ref: String,
     pub commit_sha: Option<String>,
@@ -53,7 +53,7 @@ pub struct DeployRow {
     pub updated_at: i64,
 }
 
-pub struct Apps<'a> {
+pub struct AppRepo<'a> {
     pub(crate) pool: &'a AnyPool,
 }
 
@@ -102,7 +102,7 @@ fn deploy_row(r: &sqlx::any::AnyRow) -> Result<DeployRow, StoreError> {
     })
 }
 
-impl Apps<'_> {
+impl AppRepo<'_> {
     /// Inserts a new app; [`StoreError::Conflict`] when any workspace has the name.
     pub async fn insert(&self, a: &AppRow) -> Result<(), StoreError> {
         sqlx::query(&format!(

@@ -52,7 +52,7 @@ pub struct DatabaseRow {
     pub created_at: i64,
 }
 
-pub struct Databases<'a> {
+pub struct DatabaseRepo<'a> {
     pub(crate) pool: &'a AnyPool,
 }
 
@@ -79,7 +79,7 @@ fn row(r: &sqlx::any::AnyRow) -> Result<DatabaseRow, StoreError> {
     })
 }
 
-impl Databases<'_> {
+impl DatabaseRepo<'_> {
     /// Inserts a new row; [`StoreError::Conflict`] when the workspace has the name already.
     pub async fn insert(&self, d: &DatabaseRow) -> Result<(), StoreError> {
         sqlx::query(&format!(

@@ -59,7 +59,7 @@ pub struct DomainRow {
     pub updated_at: i64,
 }
 
-pub struct Domains<'a> {
+pub struct DomainRepo<'a> {
     pub(crate) pool: &'a AnyPool,
 }
 
@@ -83,7 +83,7 @@ fn row(r: &sqlx::any::AnyRow) -> Result<DomainRow, StoreError> {
     })
 }
 
-impl Domains<'_> {
+impl DomainRepo<'_> {
     /// Makes `domains` the custom domains of app `app_id`, in one transaction: those no longer
     /// listed go, new ones are added in state `initial`, kept ones keep their certificates.
     /// [`StoreError::Conflict`] (and nothing changed) when another app has one of them.

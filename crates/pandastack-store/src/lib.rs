@@ -27,9 +27,9 @@ mod snapshots;
 mod templates;
 mod volumes;
 
-pub use apps::{AppRow, Apps, DeployRow};
-pub use databases::{DatabaseRow, DatabaseRowState, Databases};
-pub use domains::{CertState, DomainRow, Domains};
+pub use apps::{AppRepo, AppRow, DeployRow};
+pub use databases::{DatabaseRepo, DatabaseRow, DatabaseRowState};
+pub use domains::{CertState, DomainRepo, DomainRow};
 pub use hosts::{HostRow, Hosts};
 pub use idempotency::{Idempotency, IdempotencyRecord, Reservation};
 pub use invocations::{InvocationRow, Invocations};
@@ -37,13 +37,13 @@ pub use jobs::{JobRow, JobState, Jobs, NewJob};
 pub use keys::{Counts, KeyRow, Keys, Workspace};
 pub use pandastack_api_types::{OnTimeout, SandboxState};
 pub use quotas::{Adding, Quotas, StorageQuotas, StorageUse};
-pub use sandboxes::{Filter, SandboxRow, Sandboxes};
-pub use schedules::{Fired, Firing, RunRow, ScheduleRow, Schedules};
-pub use snapshots::{SnapshotRow, Snapshots};
+pub use sandboxes::{Filter, SandboxRepo, SandboxRow};
+pub use schedules::{Fired, Firing, RunRow, ScheduleRepo, ScheduleRow};
+pub use snapshots::{SnapshotRepo, SnapshotRow};
 pub use templates::{BuildStatus, SourceKind, TemplateBuildRow, TemplateBuilds};
 pub use volumes::{
-    Claimed, MountClaim, MountRow, VolumeBackupRow, VolumeRow, VolumeSnapshotRow, VolumeState,
-    Volumes,
+    Claimed, MountClaim, MountRow, VolumeBackupRow, VolumeRepo, VolumeRow, VolumeSnapshotRow,
+    VolumeState,
 };
 
 use std::path::Path;
@@ -169,44 +169,44 @@ impl Store {
         Quotas { pool: &self.pool }
     }
 
-    pub fn apps(&self) -> Apps<'_> {
-        Apps { pool: &self.pool }
+    pub fn apps(&self) -> AppRepo<'_> {
+        AppRepo { pool: &self.pool }
     }
 
-    pub fn domains(&self) -> Domains<'_> {
-        Domains { pool: &self.pool }
+    pub fn domains(&self) -> DomainRepo<'_> {
+        DomainRepo { pool: &self.pool }
     }
 
-    pub fn databases(&self) -> Databases<'_> {
-        Databases { pool: &self.pool }
+    pub fn databases(&self) -> DatabaseRepo<'_> {
+        DatabaseRepo { pool: &self.pool }
     }
 
     pub fn hosts(&self) -> Hosts<'_> {
         Hosts { pool: &self.pool }
     }
 
-    pub fn sandboxes(&self) -> Sandboxes<'_> {
-        Sandboxes { pool: &self.pool }
+    pub fn sandboxes(&self) -> SandboxRepo<'_> {
+        SandboxRepo { pool: &self.pool }
     }
 
     pub fn invocations(&self) -> Invocations<'_> {
         Invocations { pool: &self.pool }
     }
 
-    pub fn schedules(&self) -> Schedules<'_> {
-        Schedules { pool: &self.pool }
+    pub fn schedules(&self) -> ScheduleRepo<'_> {
+        ScheduleRepo { pool: &self.pool }
     }
 
-    pub fn snapshots(&self) -> Snapshots<'_> {
-        Snapshots { pool: &self.pool }
+    pub fn snapshots(&self) -> SnapshotRepo<'_> {
+        SnapshotRepo { pool: &self.pool }
     }
 
     pub fn template_builds(&self) -> TemplateBuilds<'_> {
         TemplateBuilds { pool: &self.pool }
     }
 
-    pub fn volumes(&self) -> Volumes<'_> {
-        Volumes { pool: &self.pool }
+    pub fn volumes(&self) -> VolumeRepo<'_> {
+        VolumeRepo { pool: &self.pool }
     }
 
     pub fn idempotency(&self) -> Idempotency<'_> {

@@ -91,7 +91,7 @@ pub struct Filter {
     pub metadata: Vec<(String, String)>,
 }
 
-pub struct Sandboxes<'a> {
+pub struct SandboxRepo<'a> {
     pub(crate) pool: &'a AnyPool,
 }
 
@@ -134,7 +134,7 @@ fn row(r: &sqlx::any::AnyRow) -> Result<SandboxRow, StoreError> {
     })
 }
 
-impl Sandboxes<'_> {
+impl SandboxRepo<'_> {
     pub async fn insert(&self, s: &SandboxRow) -> Result<(), StoreError> {
         insert(self.pool, s).await
     }
@@ -156,7 +156,7 @@ impl Sandboxes<'_> {
         Ok(())
     }
 
-    /// [`Sandboxes::insert_within_limit`] for one sandbox that mounts `mounts` (its
+    /// [`SandboxRepo::insert_within_limit`] for one sandbox that mounts `mounts` (its
     /// `volumes`): in the same transaction each volume is claimed (see
     /// [`crate::volumes`]: missing, elsewhere or busy volumes write nothing).
     pub async fn insert_with_volumes(

@@ -1,6 +1,6 @@
 //! Schedule and schedule-run rows (cron).
 //!
-//! A due time fires once: [`Schedules::fire`] moves the schedule's `next_due_at` on only from
+//! A due time fires once: [`ScheduleRepo::fire`] moves the schedule's `next_due_at` on only from
 //! the value its caller read (a compare-and-set) and inserts the run with `ON CONFLICT
 //! (schedule_id, due_at) DO NOTHING`, the run's job in the same transaction — so two processes,
 //! or a process restarted after a crash, that reach the same due time make one run and one job.
@@ -107,7 +107,7 @@ pub struct Fired {
     pub cancelled: Vec<RunRow>,
 }
 
-pub struct Schedules<'a> {
+pub struct ScheduleRepo<'a> {
     pub(crate) pool: &'a AnyPool,
 }
 
@@ -182,7 +182,7 @@ where
     Ok(done.rows_affected() > 0)
 }
 
-impl Schedules<'_> {
+impl ScheduleRepo<'_> {
     /// Inserts a new schedule; [`StoreError::Conflict`] when the workspace has the name.
     pub async fn insert(&self, s: &ScheduleRow) -> Result<(), StoreError> {
         sqlx::query(&format!(

@@ -15,11 +15,11 @@ pub struct SnapshotRow {
     pub size_bytes: i64,
     pub created_at: i64,
     /// Deleted with the last sandbox restored from it (a fork's snapshot the fork did not ask
-    /// to keep): see [`Snapshots::delete_unused`]. Never set for a snapshot a user took.
+    /// to keep): see [`SnapshotRepo::delete_unused`]. Never set for a snapshot a user took.
     pub auto_delete: bool,
 }
 
-pub struct Snapshots<'a> {
+pub struct SnapshotRepo<'a> {
     pub(crate) pool: &'a AnyPool,
 }
 
@@ -59,7 +59,7 @@ where
     Ok(())
 }
 
-impl Snapshots<'_> {
+impl SnapshotRepo<'_> {
     pub async fn insert(&self, s: &SnapshotRow) -> Result<(), StoreError> {
         insert(self.pool, s).await
     }

@@ -105,7 +105,7 @@ pub struct VolumeBackupRow {
     pub finished_at: Option<i64>,
 }
 
-pub struct Volumes<'a> {
+pub struct VolumeRepo<'a> {
     pub(crate) pool: &'a AnyPool,
 }
 
@@ -197,7 +197,7 @@ async fn used_gb(tx: &mut sqlx::Transaction<'_, sqlx::Any>, ws: &str) -> Result<
     col(&r, "n")
 }
 
-impl Volumes<'_> {
+impl VolumeRepo<'_> {
     /// Inserts a volume row (state `creating`) if the workspace's volumes then total at most
     /// its `max_volume_gb` ([`StoreError::LimitReached`]) and the name is free
     /// ([`StoreError::Conflict`]).

@@ -1136,7 +1136,10 @@ async fn create_rate_is_shared_by_every_replica_and_exact_under_races() {
                     retry_after_secs,
                 }) => {
                     assert_eq!(limit, 10, "{backend}");
-                    assert!((59..=60).contains(&retry_after_secs), "{backend}: {retry_after_secs}");
+                    assert!(
+                        (59..=60).contains(&retry_after_secs),
+                        "{backend}: {retry_after_secs}"
+                    );
                 }
                 Err(e) => panic!("{backend}: {e}"),
             }
@@ -1155,7 +1158,11 @@ async fn create_rate_is_shared_by_every_replica_and_exact_under_races() {
             case.store.keys().take_creates(&ws.id, 11, t1).await,
             Err(StoreError::RateLimited { .. })
         ));
-        case.store.keys().take_creates(&ws.id, 10, t1).await.unwrap();
+        case.store
+            .keys()
+            .take_creates(&ws.id, 10, t1)
+            .await
+            .unwrap();
         assert!(other.keys().take_creates(&ws.id, 1, t1 + 1).await.is_err());
         // Another workspace has its own window.
         let (ws2, _, _) = other

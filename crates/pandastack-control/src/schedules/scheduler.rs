@@ -2,7 +2,7 @@
 //!
 //! It sleeps until the earliest `next_due_at` of its unpaused schedules (or until a schedule
 //! changes, or [`MAX_SLEEP`] to see changes made by other processes), then fires each due
-//! schedule in one transaction ([`pandastack_store::Schedules::fire`]).
+//! schedule in one transaction ([`pandastack_store::ScheduleRepo::fire`]).
 //!
 //! **Catch-up.** The due times in `[next_due_at, now]` are the ones not fired (normally one;
 //! more after the server was down). The latest runs if it is within `starting_deadline_seconds`

@@ -8,7 +8,7 @@ use super::node::{node_start, Manager, PackageJson};
 use super::procfile::with_path;
 use super::python::{django_start, fastapi_start, flask_start, python_start};
 use super::{
-    clip, quote, Build, BuildPlan, DetectError, Overrides, Rule, Runtime, Start, STATIC_NOTE,
+    clip, quote, Build, BuildPlan, DetectError, Overrides, Rule, ServedBy, Start, STATIC_NOTE,
     STATIC_SERVER,
 };
 
@@ -50,7 +50,7 @@ pub(super) fn start(
     o: &Overrides,
     rule: &Rule,
     m: Option<&Manager>,
-    eco: Option<Runtime>,
+    eco: Option<ServedBy>,
     plan: &mut BuildPlan,
 ) -> Result<(), DetectError> {
     let d = &mut plan.decisions;
@@ -80,8 +80,9 @@ pub(super) fn start(
     };
     let serves_static = output.is_some() && o.start_command.is_none();
     plan.runtime = if serves_static {
-        Runtime::Static
-    } else if rule.runtime == Runtime::Python || (rule.runtime == Runtime::Node && !rule.flexible())
+        ServedBy::Static
+    } else if rule.runtime == ServedBy::Python
+        || (rule.runtime == ServedBy::Node && !rule.flexible())
     {
         rule.runtime.clone()
     } else {
@@ -154,7 +155,7 @@ fn static_start(dir: &str) -> String {
 }
 
 /// A guess at the runtime of a command when no files say it.
-fn runtime_of(cmd: &str) -> Runtime {
+fn runtime_of(cmd: &str) -> ServedBy {
     let first = cmd.split_whitespace().next().unwrap_or("");
     let name = first.rsplit('/').next().unwrap_or(first);
     if [
@@ -168,9 +169,9 @@ fn runtime_of(cmd: &str) -> Runtime {
     .iter()
     .any(|p| name.starts_with(p))
     {
-        Runtime::Python
+        ServedBy::Python
     } else {
-        Runtime::Node
+        ServedBy::Node
     }
 }
 

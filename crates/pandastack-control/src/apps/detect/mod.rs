@@ -57,7 +57,7 @@ pub struct Overrides {
 /// What serves the app once it is built.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Runtime {
+pub enum ServedBy {
     /// A Node.js process.
     Node,
     /// A Python process from the app's `.venv`.
@@ -66,12 +66,12 @@ pub enum Runtime {
     Static,
 }
 
-impl Runtime {
+impl ServedBy {
     fn default_port(&self) -> u16 {
         match self {
-            Runtime::Node => 3000,
-            Runtime::Python => 8000,
-            Runtime::Static => 8080,
+            ServedBy::Node => 3000,
+            ServedBy::Python => 8000,
+            ServedBy::Static => 8080,
         }
     }
 }
@@ -83,7 +83,7 @@ pub struct BuildPlan {
     /// "django", "python", "procfile", … ("custom" when only the request said how to start).
     pub framework: String,
     /// What serves the app.
-    pub runtime: Runtime,
+    pub runtime: ServedBy,
     /// "npm", "pnpm", "yarn", "bun" or "pip"; None when nothing is installed.
     pub package_manager: Option<String>,
     /// The Node.js major the app asked for (engines.node, .nvmrc, .node-version), if it asked.
@@ -167,7 +167,7 @@ pub enum DetectError {
 /// One row of the rule table.
 struct Rule {
     name: &'static str,
-    runtime: Runtime,
+    runtime: ServedBy,
     when: When,
     build: Build,
     start: Start,
@@ -244,7 +244,7 @@ const GUNICORN_NOTE: &str = "gunicorn binds 0.0.0.0:$PORT";
 const RULES: &[Rule] = &[
     Rule {
         name: "next-static",
-        runtime: Runtime::Static,
+        runtime: ServedBy::Static,
         when: When::All(&[
             When::Dep("next"),
             When::FileContains(NEXT_CONFIGS, "output:export"),
@@ -257,7 +257,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "next",
-        runtime: Runtime::Node,
+        runtime: ServedBy::Node,
         when: When::Dep("next"),
         build: Build::Script(Some("next build")),
         start: Start::Exec("next start -p $PORT"),
@@ -267,7 +267,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "nuxt",
-        runtime: Runtime::Node,
+        runtime: ServedBy::Node,
         when: When::Dep("nuxt"),
         build: Build::Script(Some("nuxt build")),
         start: Start::Shell("node .output/server/index.mjs"),
@@ -277,7 +277,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "sveltekit",
-        runtime: Runtime::Node,
+        runtime: ServedBy::Node,
         when: When::All(&[
             When::Dep("@sveltejs/kit"),
             When::Dep("@sveltejs/adapter-node"),
@@ -290,7 +290,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "sveltekit-static",
-        runtime: Runtime::Static,
+        runtime: ServedBy::Static,
         when: When::All(&[
             When::Dep("@sveltejs/kit"),
             When::Dep("@sveltejs/adapter-static"),
@@ -303,7 +303,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "sveltekit",
-        runtime: Runtime::Node,
+        runtime: ServedBy::Node,
         when: When::Dep("@sveltejs/kit"),
         build: Build::None,
         start: Start::Refuse(
@@ -315,7 +315,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "remix",
-        runtime: Runtime::Node,
+        runtime: ServedBy::Node,
         when: When::Any(&[
             When::Dep("@remix-run/serve"),
             When::Dep("@react-router/serve"),
@@ -328,7 +328,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "astro-node",
-        runtime: Runtime::Node,
+        runtime: ServedBy::Node,
         when: When::All(&[When::Dep("astro"), When::Dep("@astrojs/node")]),
         build: Build::Script(Some("astro build")),
         start: Start::Shell("HOST=0.0.0.0 node dist/server/entry.mjs"),
@@ -338,7 +338,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "astro",
-        runtime: Runtime::Static,
+        runtime: ServedBy::Static,
         when: When::Dep("astro"),
         build: Build::Script(Some("astro build")),
         start: Start::Static,
@@ -348,7 +348,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "vite",
-        runtime: Runtime::Static,
+        runtime: ServedBy::Static,
         // A `start` script other than `vite …` means the project has its own server.
         when: When::All(&[
             When::Dep("vite"),
@@ -362,7 +362,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "cra",
-        runtime: Runtime::Static,
+        runtime: ServedBy::Static,
         when: When::Dep("react-scripts"),
         build: Build::Script(Some("react-scripts build")),
         start: Start::Static,
@@ -372,7 +372,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "node",
-        runtime: Runtime::Node,
+        runtime: ServedBy::Node,
         when: When::All(&[
             When::File("package.json"),
             When::Any(&[
@@ -390,7 +390,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "django",
-        runtime: Runtime::Python,
+        runtime: ServedBy::Python,
         when: When::Requirement("django"),
         build: Build::None,
         start: Start::Django,
@@ -400,7 +400,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "fastapi",
-        runtime: Runtime::Python,
+        runtime: ServedBy::Python,
         when: When::Requirement("fastapi"),
         build: Build::None,
         start: Start::FastApi,
@@ -410,7 +410,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "flask",
-        runtime: Runtime::Python,
+        runtime: ServedBy::Python,
         when: When::Requirement("flask"),
         build: Build::None,
         start: Start::Flask,
@@ -420,7 +420,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "python",
-        runtime: Runtime::Python,
+        runtime: ServedBy::Python,
         when: When::All(&[
             When::PythonProject,
             When::Any(&[
@@ -437,7 +437,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "static",
-        runtime: Runtime::Static,
+        runtime: ServedBy::Static,
         when: When::File("index.html"),
         build: Build::Script(None),
         start: Start::Static,
@@ -447,7 +447,7 @@ const RULES: &[Rule] = &[
     },
     Rule {
         name: "procfile",
-        runtime: Runtime::Node,
+        runtime: ServedBy::Node,
         when: When::File("Procfile"),
         build: Build::Script(None),
         start: Start::Procfile,
@@ -460,7 +460,7 @@ const RULES: &[Rule] = &[
 /// The rule when none matched but the request says how to start the app.
 const CUSTOM: Rule = Rule {
     name: "custom",
-    runtime: Runtime::Node,
+    runtime: ServedBy::Node,
     when: When::All(&[]),
     build: Build::Script(None),
     start: Start::Procfile,
@@ -589,8 +589,8 @@ pub fn plan(root: &Path, o: &Overrides) -> Result<BuildPlan, DetectError> {
 
     let eco = ecosystem(&f, rule);
     let pm = match (&eco, f.pkg(), &f.python) {
-        (Some(Runtime::Node), Some(pkg), _) => Some(node_install(&f, pkg, &mut plan)?),
-        (Some(Runtime::Python), _, Some(py)) => {
+        (Some(ServedBy::Node), Some(pkg), _) => Some(node_install(&f, pkg, &mut plan)?),
+        (Some(ServedBy::Python), _, Some(py)) => {
             python_install(py, rule, &mut plan);
             None
         }
@@ -612,11 +612,11 @@ pub fn plan(root: &Path, o: &Overrides) -> Result<BuildPlan, DetectError> {
 
 /// Whose dependencies are installed: Node's when there is a package.json (unless the rule is a
 /// Python one), Python's for Python rules, either for a Procfile.
-fn ecosystem(f: &Facts, rule: &Rule) -> Option<Runtime> {
+fn ecosystem(f: &Facts, rule: &Rule) -> Option<ServedBy> {
     match rule.runtime {
-        Runtime::Python => Some(Runtime::Python),
-        _ if f.package.is_some() => Some(Runtime::Node),
-        _ if rule.flexible() && f.python.is_some() => Some(Runtime::Python),
+        ServedBy::Python => Some(ServedBy::Python),
+        _ if f.package.is_some() => Some(ServedBy::Node),
+        _ if rule.flexible() && f.python.is_some() => Some(ServedBy::Python),
         _ => None,
     }
 }

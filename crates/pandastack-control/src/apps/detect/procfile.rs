@@ -1,6 +1,6 @@
 //! Procfiles (Heroku's): the `web:` line is the start command.
 
-use super::Runtime;
+use super::ServedBy;
 
 /// The command of a Procfile's `web:` line.
 pub(super) fn web_line(procfile: &str) -> Option<String> {
@@ -12,10 +12,10 @@ pub(super) fn web_line(procfile: &str) -> Option<String> {
 }
 
 /// A Procfile line, with the installed tools on `PATH` (Heroku's buildpacks put them there).
-pub(super) fn with_path(web: &str, eco: Option<&Runtime>) -> String {
+pub(super) fn with_path(web: &str, eco: Option<&ServedBy>) -> String {
     match eco {
-        Some(Runtime::Node) => format!("export PATH=\"$PWD/node_modules/.bin:$PATH\"; {web}"),
-        Some(Runtime::Python) => format!("export PATH=\"$PWD/.venv/bin:$PATH\"; {web}"),
+        Some(ServedBy::Node) => format!("export PATH=\"$PWD/node_modules/.bin:$PATH\"; {web}"),
+        Some(ServedBy::Python) => format!("export PATH=\"$PWD/.venv/bin:$PATH\"; {web}"),
         _ => web.to_string(),
     }
 }

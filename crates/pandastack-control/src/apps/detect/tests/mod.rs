@@ -80,7 +80,7 @@ fn a_plain_index_html_is_served_as_it_is() {
         ("style.css", "h1{}"),
     ]);
     assert_eq!(p.framework, "static");
-    assert_eq!(p.runtime, Runtime::Static);
+    assert_eq!(p.runtime, ServedBy::Static);
     assert_eq!(p.output_dir.as_deref(), Some("."));
     assert_eq!(p.start, format!("node {STATIC_SERVER} ."));
     assert_eq!(
@@ -103,7 +103,7 @@ fn a_procfile_web_line_is_the_start() {
     ];
     let p = plan_of(&files);
     assert_eq!(p.framework, "procfile");
-    assert_eq!(p.runtime, Runtime::Python);
+    assert_eq!(p.runtime, ServedBy::Python);
     assert_eq!(
         p.start,
         "export PATH=\"$PWD/.venv/bin:$PATH\"; gunicorn hello:app --bind 0.0.0.0:$PORT"
@@ -131,7 +131,7 @@ fn a_procfile_web_line_beats_the_rule() {
         ("package.json", VITE_REACT),
         ("Procfile", "web: vite preview --port $PORT --host\n"),
     ]);
-    assert_eq!(p.runtime, Runtime::Node);
+    assert_eq!(p.runtime, ServedBy::Node);
     assert_eq!(p.output_dir, None);
     assert_eq!(p.port, 3000);
 }
@@ -163,7 +163,7 @@ fn overrides_beat_everything_and_are_recorded() {
     assert_eq!(p.build.as_deref(), Some("make site"));
     assert_eq!(p.start, "node srv.mjs");
     assert_eq!(p.port, 4321);
-    assert_eq!(p.runtime, Runtime::Node);
+    assert_eq!(p.runtime, ServedBy::Node);
     has_decision(&p, "build: `make site` (override from the request)");
     has_decision(&p, "start: `node srv.mjs` (override from the request)");
     has_decision(&p, "port: 4321 (override from the request)");
@@ -178,7 +178,7 @@ fn an_output_dir_override_serves_that_directory() {
     let pkg = r#"{"scripts": {"build": "eleventy"}, "devDependencies": {"@11ty/eleventy": "^2"}}"#;
     let p = plan_with(&[("package.json", pkg)], &o);
     assert_eq!(p.framework, "custom");
-    assert_eq!(p.runtime, Runtime::Static);
+    assert_eq!(p.runtime, ServedBy::Static);
     assert_eq!(p.build.as_deref(), Some("npm run build"));
     assert_eq!(p.output_dir.as_deref(), Some("_site"));
     assert_eq!(p.start, format!("node {STATIC_SERVER} _site"));
@@ -283,7 +283,7 @@ fn static_rules_name_an_output_and_ports_follow_the_runtime() {
         let static_start = matches!(rule.start, Start::Static);
         assert_eq!(
             static_start,
-            rule.runtime == Runtime::Static,
+            rule.runtime == ServedBy::Static,
             "{}",
             rule.name
         );

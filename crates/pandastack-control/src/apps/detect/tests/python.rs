@@ -10,7 +10,7 @@ fn flask_with_gunicorn_runs_gunicorn() {
         ("app.py", app),
     ]);
     assert_eq!(p.framework, "flask");
-    assert_eq!(p.runtime, Runtime::Python);
+    assert_eq!(p.runtime, ServedBy::Python);
     assert_eq!(p.package_manager.as_deref(), Some("pip"));
     assert_eq!(
         p.install.as_deref(),
