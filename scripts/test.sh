@@ -24,6 +24,7 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The sync Python client is generated from the async one; a stale copy fails here.
 python3 scripts/gen-sync-client.py --check
+python3 scripts/gen-python-wire.py --check  # sdk/python's _wire.py against openapi.json
 
 step "build: guest agent (release) and pandastack"
 # The guest agent is linked statically: it is PID 1 in images of any libc (or none). The flag

@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
+from . import _wire
 from ._version import __version__
 from .errors import (
     APIConnectionError,
@@ -292,21 +293,29 @@ def create_body(
     volumes: Optional[Sequence[VolumeMountLike]] = None,
     disk_mbps: Optional[int] = None,
     disk_iops: Optional[int] = None,
-) -> Dict[str, Any]:
-    return drop_none(
-        {
-            "template": template,
-            "snapshot_id": snapshot_id,
-            "ttl_seconds": ttl_seconds,
-            "idle_timeout_seconds": idle_timeout_seconds,
-            "on_timeout": on_timeout,
-            "metadata": dict(metadata) if metadata is not None else None,
-            "env": dict(env) if env is not None else None,
-            "volumes": volume_mounts(volumes) if volumes is not None else None,
-            "disk_mbps": int(disk_mbps) if disk_mbps is not None else None,
-            "disk_iops": int(disk_iops) if disk_iops is not None else None,
-        }
-    )
+) -> _wire.CreateSandboxRequest:
+    body: _wire.CreateSandboxRequest = {}
+    if template is not None:
+        body["template"] = template
+    if snapshot_id is not None:
+        body["snapshot_id"] = snapshot_id
+    if ttl_seconds is not None:
+        body["ttl_seconds"] = ttl_seconds
+    if idle_timeout_seconds is not None:
+        body["idle_timeout_seconds"] = idle_timeout_seconds
+    if on_timeout is not None:
+        body["on_timeout"] = on_timeout  # type: ignore[typeddict-item]  # the server checks it
+    if metadata is not None:
+        body["metadata"] = dict(metadata)
+    if env is not None:
+        body["env"] = dict(env)
+    if volumes is not None:
+        body["volumes"] = volume_mounts(volumes)
+    if disk_mbps is not None:
+        body["disk_mbps"] = int(disk_mbps)
+    if disk_iops is not None:
+        body["disk_iops"] = int(disk_iops)
+    return body
 
 
 #: What ``volumes=`` of a sandbox create takes: :class:`~pandastack.VolumeMount` objects or
@@ -314,7 +323,7 @@ def create_body(
 VolumeMountLike = Union[VolumeMount, Mapping[str, Any]]
 
 
-def volume_mounts(volumes: Sequence[VolumeMountLike]) -> List[Dict[str, Any]]:
+def volume_mounts(volumes: Sequence[VolumeMountLike]) -> List[_wire.SandboxVolume]:
     """The ``volumes`` of a create request; each entry checked for shape (the server checks
     names, paths and counts)."""
     if isinstance(volumes, (str, bytes, Mapping, VolumeMount)):
@@ -322,10 +331,10 @@ def volume_mounts(volumes: Sequence[VolumeMountLike]) -> List[Dict[str, Any]]:
             "volumes: a list of VolumeMount or {'name', 'path', 'read_only'} dicts",
             code="invalid_argument",
         )
-    out: List[Dict[str, Any]] = []
+    out: List[_wire.SandboxVolume] = []
     for i, v in enumerate(volumes):
         if isinstance(v, VolumeMount):
-            out.append(v.to_json())
+            out.append({"name": v.name, "path": v.path, "read_only": bool(v.read_only)})
             continue
         if not isinstance(v, Mapping) or not isinstance(v.get("name"), str) or not isinstance(v.get("path"), str):
             raise InvalidArgumentError(
@@ -347,7 +356,7 @@ def volume_body(
     size_gb: Optional[int],
     from_snapshot: Optional[str],
     from_backup: Optional[str],
-) -> Dict[str, Any]:
+) -> _wire.CreateVolumeRequest:
     """The body of ``POST /v1/volumes``."""
     if not isinstance(name, str) or not name:
         raise InvalidArgumentError(f"expected a volume name, got {name!r}", code="invalid_argument")
@@ -355,14 +364,14 @@ def volume_body(
         raise InvalidArgumentError(
             "give from_snapshot or from_backup, not both", code="invalid_argument"
         )
-    return drop_none(
-        {
-            "name": name,
-            "size_gb": int(size_gb) if size_gb is not None else None,
-            "from_snapshot": from_snapshot,
-            "from_backup": from_backup,
-        }
-    )
+    body: _wire.CreateVolumeRequest = {"name": name}
+    if size_gb is not None:
+        body["size_gb"] = int(size_gb)
+    if from_snapshot is not None:
+        body["from_snapshot"] = from_snapshot
+    if from_backup is not None:
+        body["from_backup"] = from_backup
+    return body
 
 
 #: How often ``volumes.wait_backup`` asks about an upload under way, seconds.
@@ -410,19 +419,20 @@ def database_body(
     size_gb: Optional[int],
     idle_seconds: Optional[int],
     memory_mb: Optional[int] = None,
-) -> Dict[str, Any]:
+) -> _wire.CreateDatabaseRequest:
     """The body of ``POST /v1/databases``."""
     if not isinstance(name, str) or not name:
         raise InvalidArgumentError(f"expected a database name, got {name!r}", code="invalid_argument")
-    return drop_none(
-        {
-            "name": name,
-            "version": int(version) if version is not None else None,
-            "size_gb": int(size_gb) if size_gb is not None else None,
-            "memory_mb": int(memory_mb) if memory_mb is not None else None,
-            "idle_seconds": int(idle_seconds) if idle_seconds is not None else None,
-        }
-    )
+    body: _wire.CreateDatabaseRequest = {"name": name}
+    if version is not None:
+        body["version"] = int(version)
+    if size_gb is not None:
+        body["size_gb"] = int(size_gb)
+    if memory_mb is not None:
+        body["memory_mb"] = int(memory_mb)
+    if idle_seconds is not None:
+        body["idle_seconds"] = int(idle_seconds)
+    return body
 
 
 def rfc3339(field: str, t: Union[datetime.datetime, str]) -> str:
@@ -443,20 +453,21 @@ def branch_body(
     name: Optional[str],
     idle_seconds: Optional[int],
     from_time: Optional[Union[datetime.datetime, str]] = None,
-) -> Dict[str, Any]:
+) -> _wire.CreateBranchRequest:
     """The body of ``POST /v1/databases/{id}/branches``."""
     if name is not None and (not isinstance(name, str) or not name):
         raise InvalidArgumentError(f"expected a branch name, got {name!r}", code="invalid_argument")
-    return drop_none(
-        {
-            "name": name,
-            "from_time": rfc3339("from_time", from_time) if from_time is not None else None,
-            "idle_seconds": int(idle_seconds) if idle_seconds is not None else None,
-        }
-    )
+    body: _wire.CreateBranchRequest = {}
+    if name is not None:
+        body["name"] = name
+    if from_time is not None:
+        body["from_time"] = rfc3339("from_time", from_time)
+    if idle_seconds is not None:
+        body["idle_seconds"] = int(idle_seconds)
+    return body
 
 
-def restore_body(to_time: Union[datetime.datetime, str]) -> Dict[str, Any]:
+def restore_body(to_time: Union[datetime.datetime, str]) -> _wire.RestoreDatabaseRequest:
     """The body of ``POST /v1/databases/{id}/restore``."""
     return {"to_time": rfc3339("to_time", to_time)}
 
@@ -489,7 +500,7 @@ def query_param(i: int, v: Any) -> Any:
     )
 
 
-def query_body(sql: str, params: Optional[Sequence[Any]], timeout_ms: Optional[int]) -> Dict[str, Any]:
+def query_body(sql: str, params: Optional[Sequence[Any]], timeout_ms: Optional[int]) -> _wire.QueryRequest:
     """The body of ``POST /v1/databases/{id}/query``."""
     if not isinstance(sql, str) or not sql.strip():
         raise InvalidArgumentError("sql: a non-empty SQL statement", code="invalid_argument")
@@ -498,7 +509,7 @@ def query_body(sql: str, params: Optional[Sequence[Any]], timeout_ms: Optional[i
             f"params: a list of values for $1, $2, ..., got {type(params).__name__}",
             code="invalid_argument",
         )
-    body: Dict[str, Any] = {"sql": sql}
+    body: _wire.QueryRequest = {"sql": sql}
     if params is not None:
         body["params"] = [query_param(i, v) for i, v in enumerate(params)]
     if timeout_ms is not None:
@@ -520,10 +531,10 @@ def exec_body(
     cwd: Optional[str],
     user: Optional[str],
     stdin: Union[str, bytes, None],
-) -> Dict[str, Any]:
+) -> _wire.ExecRequest:
     if cmd is not None and argv is not None:
         raise InvalidArgumentError("give cmd or argv, not both", code="invalid_argument")
-    body: Dict[str, Any] = {}
+    body: _wire.ExecRequest = {}
     if argv is not None:
         body["argv"] = [str(a) for a in argv]
     elif isinstance(cmd, str):
@@ -606,10 +617,10 @@ def code_body(
     context: Union[str, CodeContext, None],
     env: Optional[Mapping[str, str]],
     timeout_seconds: Optional[float],
-) -> Dict[str, Any]:
+) -> _wire.CodeRequest:
     if not isinstance(code, str):
         raise InvalidArgumentError("code must be str", code="invalid_argument")
-    body: Dict[str, Any] = {"code": code}
+    body: _wire.CodeRequest = {"code": code}
     if language is not None:
         body["language"] = language
     ctx = context_id_of(context)
@@ -622,8 +633,10 @@ def code_body(
     return body
 
 
-def code_context_body(language: Optional[str], env: Optional[Mapping[str, str]]) -> Dict[str, Any]:
-    body: Dict[str, Any] = {}
+def code_context_body(
+    language: Optional[str], env: Optional[Mapping[str, str]]
+) -> _wire.CodeContextRequest:
+    body: _wire.CodeContextRequest = {}
     if language is not None:
         body["language"] = language
     if env:
@@ -1412,7 +1425,7 @@ def app_update_body(
     return body
 
 
-def deploy_body(ref: Optional[str]) -> Dict[str, Any]:
+def deploy_body(ref: Optional[str]) -> _wire.CreateDeployRequest:
     """The body of ``POST /v1/apps/{name}/deploys`` (JSON)."""
     return {"ref": str(ref)} if ref is not None else {}
 

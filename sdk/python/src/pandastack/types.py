@@ -4,9 +4,14 @@ the raw JSON in ``raw`` so fields added by newer servers stay reachable."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, TypeVar, Union
+from typing import cast as _cast
 
 from typing import Literal
+
+from . import _wire
+
+_T = TypeVar("_T")
 
 __all__ = [
     "SandboxState",
@@ -79,6 +84,12 @@ def _s(d: Mapping[str, Any], k: str, default: Any = None) -> Any:
     return default if v is None else v
 
 
+def _or(v: Optional[_T], default: _T) -> _T:
+    """`v`, or `default` when it is ``None``: ``_or(w.get("k"), default)`` reads a field of a
+    wire object ``w`` (a :mod:`._wire` ``TypedDict``, so a type checker sees the field names)."""
+    return default if v is None else v
+
+
 @dataclass
 class VolumeMount:
     """A volume mounted in a sandbox: pass a list of these (or of dicts with the same keys) as
@@ -95,7 +106,10 @@ class VolumeMount:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "VolumeMount":
-        return cls(name=_s(d, "name", ""), path=_s(d, "path", ""), read_only=bool(_s(d, "read_only", False)))
+        w = _cast("_wire.SandboxVolume", d)
+        return cls(
+            name=_or(w.get("name"), ""), path=_or(w.get("path"), ""), read_only=bool(_or(w.get("read_only"), False))
+        )
 
     def to_json(self) -> Dict[str, Any]:
         return {"name": self.name, "path": self.path, "read_only": bool(self.read_only)}
@@ -129,25 +143,26 @@ class SandboxInfo:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
+        w = _cast("_wire.Sandbox", d)
         return cls(
-            id=d["id"],
-            template=_s(d, "template", ""),
-            state=_s(d, "state", ""),
-            cpu=_s(d, "cpu", 0),
-            memory_mb=_s(d, "memory_mb", 0),
-            disk_mbps=_s(d, "disk_mbps", 0),
-            disk_iops=_s(d, "disk_iops", 0),
-            metadata=dict(_s(d, "metadata", {})),
-            created_at=_s(d, "created_at", ""),
-            expires_at=d.get("expires_at"),
-            ttl_seconds=d.get("ttl_seconds"),
-            idle_timeout_seconds=d.get("idle_timeout_seconds"),
-            on_timeout=_s(d, "on_timeout", "kill"),
-            boot_ms=_s(d, "boot_ms", 0),
-            boot_mode=_s(d, "boot_mode", ""),
-            snapshot_id=d.get("snapshot_id"),
-            host=_s(d, "host", ""),
-            volumes=[VolumeMount.from_json(v) for v in _s(d, "volumes", []) if isinstance(v, Mapping)],
+            id=w["id"],
+            template=_or(w.get("template"), ""),
+            state=_or(w.get("state"), ""),
+            cpu=_or(w.get("cpu"), 0),
+            memory_mb=_or(w.get("memory_mb"), 0),
+            disk_mbps=_or(w.get("disk_mbps"), 0),
+            disk_iops=_or(w.get("disk_iops"), 0),
+            metadata=dict(_or(w.get("metadata"), {})),
+            created_at=_or(w.get("created_at"), ""),
+            expires_at=w.get("expires_at"),
+            ttl_seconds=w.get("ttl_seconds"),
+            idle_timeout_seconds=w.get("idle_timeout_seconds"),
+            on_timeout=_or(w.get("on_timeout"), "kill"),
+            boot_ms=_or(w.get("boot_ms"), 0),
+            boot_mode=_or(w.get("boot_mode"), ""),
+            snapshot_id=w.get("snapshot_id"),
+            host=_or(w.get("host"), ""),
+            volumes=[VolumeMount.from_json(v) for v in _or(w.get("volumes"), []) if isinstance(v, Mapping)],
             raw=dict(d),
         )
 
@@ -181,13 +196,14 @@ class ExecResult:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "ExecResult":
+        w = _cast("_wire.ExecResult", d)
         return cls(
-            stdout=_s(d, "stdout", ""),
-            stderr=_s(d, "stderr", ""),
-            exit_code=int(_s(d, "exit_code", -1)),
-            timed_out=bool(_s(d, "timed_out", False)),
-            truncated=bool(_s(d, "truncated", False)),
-            duration_ms=int(_s(d, "duration_ms", 0)),
+            stdout=_or(w.get("stdout"), ""),
+            stderr=_or(w.get("stderr"), ""),
+            exit_code=int(_or(w.get("exit_code"), -1)),
+            timed_out=bool(_or(w.get("timed_out"), False)),
+            truncated=bool(_or(w.get("truncated"), False)),
+            duration_ms=int(_or(w.get("duration_ms"), 0)),
             raw=dict(d),
         )
 
@@ -245,14 +261,15 @@ class FileInfo:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "FileInfo":
+        w = _cast("_wire.FileInfo", d)
         return cls(
-            name=_s(d, "name", ""),
-            path=_s(d, "path", ""),
-            type=_s(d, "type", "other"),
-            size=_s(d, "size", 0),
-            mode=_s(d, "mode", 0),
-            mtime_ms=_s(d, "mtime_ms", 0),
-            symlink_target=d.get("symlink_target"),
+            name=_or(w.get("name"), ""),
+            path=_or(w.get("path"), ""),
+            type=_or(w.get("type"), "other"),
+            size=_or(w.get("size"), 0),
+            mode=_or(w.get("mode"), 0),
+            mtime_ms=_or(w.get("mtime_ms"), 0),
+            symlink_target=w.get("symlink_target"),
             raw=dict(d),
         )
 
@@ -283,12 +300,13 @@ class Snapshot:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Snapshot":
+        w = _cast("_wire.Snapshot", d)
         return cls(
-            id=d["id"],
-            sandbox_id=_s(d, "sandbox_id", ""),
-            template=_s(d, "template", ""),
-            created_at=_s(d, "created_at", ""),
-            size_bytes=int(_s(d, "size_bytes", 0)),
+            id=w["id"],
+            sandbox_id=_or(w.get("sandbox_id"), ""),
+            template=_or(w.get("template"), ""),
+            created_at=_or(w.get("created_at"), ""),
+            size_bytes=int(_or(w.get("size_bytes"), 0)),
             raw=dict(d),
         )
 
@@ -330,21 +348,22 @@ class Template:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Template":
+        w = _cast("_wire.Template", d)
         return cls(
-            name=d["name"],
-            description=_s(d, "description", ""),
-            cpu=_s(d, "cpu", 0),
-            memory_mb=_s(d, "memory_mb", 0),
-            disk_mb=_s(d, "disk_mb", 0),
-            state=_s(d, "state", ""),
-            bake_ms=d.get("bake_ms"),
-            source=_s(d, "source", "catalog"),
-            version=d.get("version"),
-            ready_version=d.get("ready_version"),
-            error=d.get("error"),
-            build_ms=d.get("build_ms"),
-            image_bytes=d.get("image_bytes"),
-            created_at=d.get("created_at"),
+            name=w["name"],
+            description=_or(w.get("description"), ""),
+            cpu=_or(w.get("cpu"), 0),
+            memory_mb=_or(w.get("memory_mb"), 0),
+            disk_mb=_or(w.get("disk_mb"), 0),
+            state=_or(w.get("state"), ""),
+            bake_ms=w.get("bake_ms"),
+            source=_or(w.get("source"), "catalog"),
+            version=w.get("version"),
+            ready_version=w.get("ready_version"),
+            error=w.get("error"),
+            build_ms=w.get("build_ms"),
+            image_bytes=w.get("image_bytes"),
+            created_at=w.get("created_at"),
             raw=dict(d),
         )
 
@@ -384,11 +403,12 @@ class PortUrl:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "PortUrl":
+        w = _cast("_wire.PortUrl", d)
         return cls(
-            url=_s(d, "url", ""),
-            port=int(_s(d, "port", 0)),
-            public=bool(_s(d, "public", False)),
-            token=_s(d, "token", ""),
+            url=_or(w.get("url"), ""),
+            port=int(_or(w.get("port"), 0)),
+            public=bool(_or(w.get("public"), False)),
+            token=_or(w.get("token"), ""),
         )
 
 
@@ -402,12 +422,13 @@ class APIKey:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "APIKey":
+        w = _cast("_wire.Key", d)
         return cls(
-            id=d["id"],
-            name=_s(d, "name", ""),
-            prefix=_s(d, "prefix", ""),
-            created_at=_s(d, "created_at", ""),
-            revoked=bool(_s(d, "revoked", False)),
+            id=w["id"],
+            name=_or(w.get("name"), ""),
+            prefix=_or(w.get("prefix"), ""),
+            created_at=_or(w.get("created_at"), ""),
+            revoked=bool(_or(w.get("revoked"), False)),
         )
 
 
@@ -419,10 +440,11 @@ class CreatedAPIKey(APIKey):
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "CreatedAPIKey":
+        w = _cast("_wire.CreatedKey", d)
         k = APIKey.from_json(d)
         return cls(
             id=k.id, name=k.name, prefix=k.prefix, created_at=k.created_at, revoked=k.revoked,
-            secret=_s(d, "secret", ""),
+            secret=_or(w.get("secret"), ""),
         )
 
 
@@ -452,13 +474,14 @@ class Result:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Result":
+        w = _cast("_wire.CodeOutput", d)
         return cls(
-            text=_s(d, "text", ""),
-            html=d.get("html"),
-            png=d.get("png"),
-            svg=d.get("svg"),
-            markdown=d.get("markdown"),
-            json=d.get("json"),
+            text=_or(w.get("text"), ""),
+            html=w.get("html"),
+            png=w.get("png"),
+            svg=w.get("svg"),
+            markdown=w.get("markdown"),
+            json=w.get("json"),
             raw=dict(d),
         )
 
@@ -476,10 +499,11 @@ class ExecutionError:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "ExecutionError":
+        w = _cast("_wire.CodeError", d)
         return cls(
-            name=_s(d, "name", ""),
-            value=_s(d, "value", ""),
-            traceback=_s(d, "traceback", ""),
+            name=_or(w.get("name"), ""),
+            value=_or(w.get("value"), ""),
+            traceback=_or(w.get("traceback"), ""),
         )
 
 
@@ -507,14 +531,15 @@ class Execution:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Execution":
-        err = d.get("error")
+        w = _cast("_wire.CodeResult", d)
+        err = w.get("error")
         return cls(
-            stdout=_s(d, "stdout", ""),
-            stderr=_s(d, "stderr", ""),
-            results=[Result.from_json(r) for r in _s(d, "results", []) if isinstance(r, Mapping)],
+            stdout=_or(w.get("stdout"), ""),
+            stderr=_or(w.get("stderr"), ""),
+            results=[Result.from_json(r) for r in _or(w.get("results"), []) if isinstance(r, Mapping)],
             error=ExecutionError.from_json(err) if isinstance(err, Mapping) else None,
-            truncated=bool(_s(d, "truncated", False)),
-            duration_ms=int(_s(d, "duration_ms", 0)),
+            truncated=bool(_or(w.get("truncated"), False)),
+            duration_ms=int(_or(w.get("duration_ms"), 0)),
             raw=dict(d),
         )
 
@@ -529,7 +554,8 @@ class CodeContext:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "CodeContext":
-        return cls(id=d["id"], language=_s(d, "language", "python"))
+        w = _cast("_wire.CodeContext", d)
+        return cls(id=w["id"], language=_or(w.get("language"), "python"))
 
 
 @dataclass
@@ -543,10 +569,11 @@ class VolumeAttachment:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "VolumeAttachment":
+        w = _cast("_wire.VolumeAttachment", d)
         return cls(
-            sandbox_id=_s(d, "sandbox_id", ""),
-            path=_s(d, "path", ""),
-            read_only=bool(_s(d, "read_only", False)),
+            sandbox_id=_or(w.get("sandbox_id"), ""),
+            path=_or(w.get("path"), ""),
+            read_only=bool(_or(w.get("read_only"), False)),
         )
 
 
@@ -570,17 +597,18 @@ class Volume:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Volume":
+        w = _cast("_wire.Volume", d)
         return cls(
-            id=_s(d, "id", ""),
-            name=_s(d, "name", ""),
-            size_gb=int(_s(d, "size_gb", 0)),
-            attached_to=d.get("attached_to"),
+            id=_or(w.get("id"), ""),
+            name=_or(w.get("name"), ""),
+            size_gb=int(_or(w.get("size_gb"), 0)),
+            attached_to=w.get("attached_to"),
             attachments=[
-                VolumeAttachment.from_json(a) for a in _s(d, "attachments", []) if isinstance(a, Mapping)
+                VolumeAttachment.from_json(a) for a in _or(w.get("attachments"), []) if isinstance(a, Mapping)
             ],
-            source=d.get("source"),
-            host=_s(d, "host", ""),
-            created_at=_s(d, "created_at", ""),
+            source=w.get("source"),
+            host=_or(w.get("host"), ""),
+            created_at=_or(w.get("created_at"), ""),
             raw=dict(d),
         )
 
@@ -600,12 +628,13 @@ class VolumeSnapshot:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "VolumeSnapshot":
+        w = _cast("_wire.VolumeSnapshot", d)
         return cls(
-            id=_s(d, "id", ""),
-            volume=_s(d, "volume", ""),
-            size_gb=int(_s(d, "size_gb", 0)),
-            frozen=bool(_s(d, "frozen", False)),
-            created_at=_s(d, "created_at", ""),
+            id=_or(w.get("id"), ""),
+            volume=_or(w.get("volume"), ""),
+            size_gb=int(_or(w.get("size_gb"), 0)),
+            frozen=bool(_or(w.get("frozen"), False)),
+            created_at=_or(w.get("created_at"), ""),
             raw=dict(d),
         )
 
@@ -636,16 +665,17 @@ class VolumeBackup:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "VolumeBackup":
+        w = _cast("_wire.VolumeBackup", d)
         return cls(
-            id=_s(d, "id", ""),
-            volume=_s(d, "volume", ""),
-            size_gb=int(_s(d, "size_gb", 0)),
-            state=_s(d, "state", "uploading"),
-            bytes_uploaded=d.get("bytes_uploaded"),
-            chunks=d.get("chunks"),
-            error=d.get("error"),
-            created_at=_s(d, "created_at", ""),
-            finished_at=d.get("finished_at"),
+            id=_or(w.get("id"), ""),
+            volume=_or(w.get("volume"), ""),
+            size_gb=int(_or(w.get("size_gb"), 0)),
+            state=_or(w.get("state"), "uploading"),
+            bytes_uploaded=w.get("bytes_uploaded"),
+            chunks=w.get("chunks"),
+            error=w.get("error"),
+            created_at=_or(w.get("created_at"), ""),
+            finished_at=w.get("finished_at"),
             raw=dict(d),
         )
 
@@ -693,23 +723,24 @@ class Database:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Database":
+        w = _cast("_wire.Database", d)
         return cls(
-            id=_s(d, "id", ""),
-            name=_s(d, "name", ""),
-            version=int(_s(d, "version", 0)),
-            state=_s(d, "state", "creating"),
-            user=_s(d, "user", ""),
-            connection_uri=_s(d, "connection_uri", ""),
-            pooled_uri=_s(d, "pooled_uri", ""),
-            http_url=_s(d, "http_url", ""),
-            size_gb=int(_s(d, "size_gb", 0)),
-            memory_mb=int(_s(d, "memory_mb", 0)),
-            idle_seconds=int(_s(d, "idle_seconds", 0)),
-            parent=d.get("parent"),
-            sandbox_id=d.get("sandbox_id"),
-            volume=_s(d, "volume", ""),
-            host=_s(d, "host", ""),
-            created_at=_s(d, "created_at", ""),
+            id=_or(w.get("id"), ""),
+            name=_or(w.get("name"), ""),
+            version=int(_or(w.get("version"), 0)),
+            state=_or(w.get("state"), "creating"),
+            user=_or(w.get("user"), ""),
+            connection_uri=_or(w.get("connection_uri"), ""),
+            pooled_uri=_or(w.get("pooled_uri"), ""),
+            http_url=_or(w.get("http_url"), ""),
+            size_gb=int(_or(w.get("size_gb"), 0)),
+            memory_mb=int(_or(w.get("memory_mb"), 0)),
+            idle_seconds=int(_or(w.get("idle_seconds"), 0)),
+            parent=w.get("parent"),
+            sandbox_id=w.get("sandbox_id"),
+            volume=_or(w.get("volume"), ""),
+            host=_or(w.get("host"), ""),
+            created_at=_or(w.get("created_at"), ""),
             raw=dict(d),
         )
 
@@ -724,7 +755,8 @@ class QueryField:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "QueryField":
-        return cls(name=_s(d, "name", ""), data_type_id=int(_s(d, "data_type_id", 0)))
+        w = _cast("_wire.QueryField", d)
+        return cls(name=_or(w.get("name"), ""), data_type_id=int(_or(w.get("data_type_id"), 0)))
 
 
 @dataclass
@@ -760,12 +792,13 @@ class QueryResult:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "QueryResult":
-        rc = d.get("row_count")
+        w = _cast("_wire.QueryResponse", d)
+        rc = w.get("row_count")
         return cls(
-            command=_s(d, "command", ""),
+            command=_or(w.get("command"), ""),
             row_count=int(rc) if rc is not None else None,
-            fields=[QueryField.from_json(f) for f in _s(d, "fields", []) if isinstance(f, Mapping)],
-            rows=[list(r) for r in _s(d, "rows", []) if isinstance(r, list)],
+            fields=[QueryField.from_json(f) for f in _or(w.get("fields"), []) if isinstance(f, Mapping)],
+            rows=[list(r) for r in _or(w.get("rows"), []) if isinstance(r, list)],
             raw=dict(d),
         )
 
@@ -779,7 +812,8 @@ class DatabaseExtension:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "DatabaseExtension":
-        return cls(name=_s(d, "name", ""), default_version=_s(d, "default_version", ""))
+        w = _cast("_wire.DatabaseExtension", d)
+        return cls(name=_or(w.get("name"), ""), default_version=_or(w.get("default_version"), ""))
 
 
 @dataclass
@@ -801,14 +835,15 @@ class DatabaseExtensions:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "DatabaseExtensions":
-        versions = _s(d, "versions", {})
+        w = _cast("_wire.DatabaseExtensions", d)
+        versions = _or(w.get("versions"), {})
         return cls(
             versions={
                 str(k): [DatabaseExtension.from_json(e) for e in v if isinstance(e, Mapping)]
                 for k, v in (versions.items() if isinstance(versions, Mapping) else [])
                 if isinstance(v, list)
             },
-            preloaded=[str(x) for x in _s(d, "preloaded", []) if isinstance(x, str)],
+            preloaded=[str(x) for x in _or(w.get("preloaded"), []) if isinstance(x, str)],
             raw=dict(d),
         )
 
@@ -827,7 +862,8 @@ class AppGit:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "AppGit":
-        return cls(url=_s(d, "url", ""), ref=d.get("ref"))
+        w = _cast("_wire.AppGit", d)
+        return cls(url=_or(w.get("url"), ""), ref=w.get("ref"))
 
     def to_json(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {"url": self.url}
@@ -847,7 +883,8 @@ class AppBuild:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "AppBuild":
-        return cls(command=d.get("command"), output_dir=d.get("output_dir"))
+        w = _cast("_wire.AppBuild", d)
+        return cls(command=w.get("command"), output_dir=w.get("output_dir"))
 
     def to_json(self) -> Dict[str, Any]:
         return {k: v for k, v in (("command", self.command), ("output_dir", self.output_dir)) if v is not None}
@@ -864,7 +901,8 @@ class AppStart:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "AppStart":
-        return cls(command=d.get("command"), port=d.get("port"))
+        w = _cast("_wire.AppStart", d)
+        return cls(command=w.get("command"), port=w.get("port"))
 
     def to_json(self) -> Dict[str, Any]:
         return {k: v for k, v in (("command", self.command), ("port", self.port)) if v is not None}
@@ -886,11 +924,12 @@ class AppDomain:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "AppDomain":
+        w = _cast("_wire.AppDomain", d)
         return cls(
-            name=_s(d, "name", ""),
-            tls=_s(d, "tls", "none"),
-            tls_expires_at=d.get("tls_expires_at"),
-            tls_error=d.get("tls_error"),
+            name=_or(w.get("name"), ""),
+            tls=_or(w.get("tls"), "none"),
+            tls_expires_at=w.get("tls_expires_at"),
+            tls_error=w.get("tls_error"),
         )
 
 
@@ -941,27 +980,28 @@ class App:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "App":
-        git, build, start = d.get("git"), d.get("build"), d.get("start")
+        w = _cast("_wire.App", d)
+        git, build, start = w.get("git"), w.get("build"), w.get("start")
         return cls(
-            id=_s(d, "id", ""),
-            name=_s(d, "name", ""),
-            url=_s(d, "url", ""),
+            id=_or(w.get("id"), ""),
+            name=_or(w.get("name"), ""),
+            url=_or(w.get("url"), ""),
             git=AppGit.from_json(git) if isinstance(git, Mapping) else AppGit(""),
-            env=dict(_s(d, "env", {})),
-            secret_names=[str(x) for x in _s(d, "secret_names", [])],
+            env=dict(_or(w.get("env"), {})),
+            secret_names=[str(x) for x in _or(w.get("secret_names"), [])],
             build=AppBuild.from_json(build) if isinstance(build, Mapping) else AppBuild(),
             start=AppStart.from_json(start) if isinstance(start, Mapping) else AppStart(),
-            memory_mb=int(_s(d, "memory_mb", 0)),
-            min_instances=int(_s(d, "min_instances", 0)),
-            idle_seconds=int(_s(d, "idle_seconds", 0)),
-            health_path=_s(d, "health_path", "/"),
-            webhook_secret=_s(d, "webhook_secret", ""),
-            deploy_key=_s(d, "deploy_key", ""),
-            domains=[AppDomain.from_json(x) for x in _s(d, "domains", []) if isinstance(x, Mapping)],
-            live_deploy=d.get("live_deploy"),
-            instance_state=d.get("instance_state"),
-            created_at=_s(d, "created_at", ""),
-            updated_at=_s(d, "updated_at", ""),
+            memory_mb=int(_or(w.get("memory_mb"), 0)),
+            min_instances=int(_or(w.get("min_instances"), 0)),
+            idle_seconds=int(_or(w.get("idle_seconds"), 0)),
+            health_path=_or(w.get("health_path"), "/"),
+            webhook_secret=_or(w.get("webhook_secret"), ""),
+            deploy_key=_or(w.get("deploy_key"), ""),
+            domains=[AppDomain.from_json(x) for x in _or(w.get("domains"), []) if isinstance(x, Mapping)],
+            live_deploy=w.get("live_deploy"),
+            instance_state=w.get("instance_state"),
+            created_at=_or(w.get("created_at"), ""),
+            updated_at=_or(w.get("updated_at"), ""),
             raw=dict(d),
         )
 
@@ -1001,20 +1041,21 @@ class Deploy:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Deploy":
-        plan = d.get("plan")
+        w = _cast("_wire.Deploy", d)
+        plan = w.get("plan")
         return cls(
-            id=_s(d, "id", ""),
-            app=_s(d, "app", ""),
-            number=int(_s(d, "number", 0)),
-            ref=_s(d, "ref", ""),
-            state=_s(d, "state", "queued"),
-            commit=d.get("commit"),
-            error=d.get("error"),
+            id=_or(w.get("id"), ""),
+            app=_or(w.get("app"), ""),
+            number=int(_or(w.get("number"), 0)),
+            ref=_or(w.get("ref"), ""),
+            state=_or(w.get("state"), "queued"),
+            commit=w.get("commit"),
+            error=w.get("error"),
             plan=dict(plan) if isinstance(plan, Mapping) else None,
-            phases_ms=dict(_s(d, "phases_ms", {})),
-            sandbox_id=d.get("sandbox_id"),
-            created_at=_s(d, "created_at", ""),
-            updated_at=_s(d, "updated_at", ""),
+            phases_ms=dict(_or(w.get("phases_ms"), {})),
+            sandbox_id=w.get("sandbox_id"),
+            created_at=_or(w.get("created_at"), ""),
+            updated_at=_or(w.get("updated_at"), ""),
             raw=dict(d),
         )
 
@@ -1059,24 +1100,25 @@ class Function:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Function":
+        w = _cast("_wire.Function", d)
         return cls(
-            id=_s(d, "id", ""),
-            name=_s(d, "name", ""),
-            runtime=_s(d, "runtime", "python"),
-            handler=_s(d, "handler", ""),
-            url=_s(d, "url", ""),
-            public=bool(d.get("public", False)),
-            env=dict(_s(d, "env", {})),
-            secret_names=[str(x) for x in _s(d, "secret_names", [])],
-            memory_mb=int(_s(d, "memory_mb", 0)),
-            timeout_seconds=int(_s(d, "timeout_seconds", 0)),
-            concurrency=int(_s(d, "concurrency", 0)),
-            max_instances=int(_s(d, "max_instances", 0)),
-            idle_seconds=int(_s(d, "idle_seconds", 0)),
-            live_version=_opt_int(d.get("live_version")),
-            warm_instances=int(_s(d, "warm_instances", 0)),
-            created_at=_s(d, "created_at", ""),
-            updated_at=_s(d, "updated_at", ""),
+            id=_or(w.get("id"), ""),
+            name=_or(w.get("name"), ""),
+            runtime=_or(w.get("runtime"), "python"),
+            handler=_or(w.get("handler"), ""),
+            url=_or(w.get("url"), ""),
+            public=bool(w.get("public", False)),
+            env=dict(_or(w.get("env"), {})),
+            secret_names=[str(x) for x in _or(w.get("secret_names"), [])],
+            memory_mb=int(_or(w.get("memory_mb"), 0)),
+            timeout_seconds=int(_or(w.get("timeout_seconds"), 0)),
+            concurrency=int(_or(w.get("concurrency"), 0)),
+            max_instances=int(_or(w.get("max_instances"), 0)),
+            idle_seconds=int(_or(w.get("idle_seconds"), 0)),
+            live_version=_opt_int(w.get("live_version")),
+            warm_instances=int(_or(w.get("warm_instances"), 0)),
+            created_at=_or(w.get("created_at"), ""),
+            updated_at=_or(w.get("updated_at"), ""),
             raw=dict(d),
         )
 
@@ -1110,16 +1152,17 @@ class FunctionVersion:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "FunctionVersion":
+        w = _cast("_wire.FunctionVersion", d)
         return cls(
-            id=_s(d, "id", ""),
-            function=_s(d, "function", ""),
-            version=int(_s(d, "version", 0)),
-            state=_s(d, "state", "queued"),
-            error=d.get("error"),
-            handler=d.get("handler"),
-            phases_ms=dict(_s(d, "phases_ms", {})),
-            created_at=_s(d, "created_at", ""),
-            updated_at=_s(d, "updated_at", ""),
+            id=_or(w.get("id"), ""),
+            function=_or(w.get("function"), ""),
+            version=int(_or(w.get("version"), 0)),
+            state=_or(w.get("state"), "queued"),
+            error=w.get("error"),
+            handler=w.get("handler"),
+            phases_ms=dict(_or(w.get("phases_ms"), {})),
+            created_at=_or(w.get("created_at"), ""),
+            updated_at=_or(w.get("updated_at"), ""),
             raw=dict(d),
         )
 
@@ -1136,8 +1179,9 @@ class InvocationError:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "InvocationError":
+        w = _cast("_wire.InvocationError", d)
         return cls(
-            type=_s(d, "type", ""), message=_s(d, "message", ""), traceback=_s(d, "traceback", "")
+            type=_or(w.get("type"), ""), message=_or(w.get("message"), ""), traceback=_or(w.get("traceback"), "")
         )
 
 
@@ -1176,22 +1220,23 @@ class Invocation:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Invocation":
-        err = d.get("error")
-        dur = d.get("duration_ms")
+        w = _cast("_wire.Invocation", d)
+        err = w.get("error")
+        dur = w.get("duration_ms")
         return cls(
-            function=_s(d, "function", ""),
-            status=_s(d, "status", "ok"),
-            result=d.get("result"),
+            function=_or(w.get("function"), ""),
+            status=_or(w.get("status"), "ok"),
+            result=w.get("result"),
             error=InvocationError.from_json(err) if isinstance(err, Mapping) else None,
-            stdout=_s(d, "stdout", ""),
-            stderr=_s(d, "stderr", ""),
-            version=_opt_int(d.get("version")),
+            stdout=_or(w.get("stdout"), ""),
+            stderr=_or(w.get("stderr"), ""),
+            version=_opt_int(w.get("version")),
             duration_ms=None if dur is None else float(dur),
-            cold=bool(d.get("cold", False)),
-            attempts=int(_s(d, "attempts", 0)),
-            id=d.get("id"),
-            created_at=d.get("created_at"),
-            finished_at=d.get("finished_at"),
+            cold=bool(w.get("cold", False)),
+            attempts=int(_or(w.get("attempts"), 0)),
+            id=w.get("id"),
+            created_at=w.get("created_at"),
+            finished_at=w.get("finished_at"),
             raw=dict(d),
         )
 
@@ -1209,11 +1254,12 @@ class SandboxExecTarget:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxExecTarget":
+        w = _cast("_wire.SandboxExecTarget", d)
         return cls(
-            template=_s(d, "template", ""),
-            command=_s(d, "command", ""),
-            env=dict(_s(d, "env", {})),
-            timeout_seconds=int(_s(d, "timeout_seconds", 300)),
+            template=_or(w.get("template"), ""),
+            command=_or(w.get("command"), ""),
+            env=dict(_or(w.get("env"), {})),
+            timeout_seconds=int(_or(w.get("timeout_seconds"), 300)),
         )
 
     def to_json(self) -> Dict[str, Any]:
@@ -1235,7 +1281,8 @@ class FunctionTarget:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "FunctionTarget":
-        return cls(name=_s(d, "name", ""))
+        w = _cast("_wire.FunctionTarget", d)
+        return cls(name=_or(w.get("name"), ""))
 
     def to_json(self) -> Dict[str, Any]:
         return {"type": "function", "name": self.name}
@@ -1282,20 +1329,21 @@ class Schedule:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Schedule":
+        w = _cast("_wire.Schedule", d)
         return cls(
-            id=_s(d, "id", ""),
-            name=_s(d, "name", ""),
-            cron=_s(d, "cron", ""),
-            timezone=_s(d, "timezone", "UTC"),
-            target=_target(d.get("target")),
-            payload=d.get("payload"),
-            concurrency_policy=_s(d, "concurrency_policy", "allow"),
-            starting_deadline_seconds=_opt_int(d.get("starting_deadline_seconds")),
-            retries=int(_s(d, "retries", 0)),
-            paused=bool(d.get("paused", False)),
-            next_run_at=d.get("next_run_at"),
-            created_at=_s(d, "created_at", ""),
-            updated_at=_s(d, "updated_at", ""),
+            id=_or(w.get("id"), ""),
+            name=_or(w.get("name"), ""),
+            cron=_or(w.get("cron"), ""),
+            timezone=_or(w.get("timezone"), "UTC"),
+            target=_target(w.get("target")),
+            payload=w.get("payload"),
+            concurrency_policy=_or(w.get("concurrency_policy"), "allow"),
+            starting_deadline_seconds=_opt_int(w.get("starting_deadline_seconds")),
+            retries=int(_or(w.get("retries"), 0)),
+            paused=bool(w.get("paused", False)),
+            next_run_at=w.get("next_run_at"),
+            created_at=_or(w.get("created_at"), ""),
+            updated_at=_or(w.get("updated_at"), ""),
             raw=dict(d),
         )
 
@@ -1330,20 +1378,21 @@ class ScheduleRun:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "ScheduleRun":
+        w = _cast("_wire.ScheduleRun", d)
         return cls(
-            id=_s(d, "id", ""),
-            schedule=_s(d, "schedule", ""),
-            due_at=_s(d, "due_at", ""),
-            trigger=_s(d, "trigger", "scheduled"),
-            state=_s(d, "state", "queued"),
-            attempt=int(_s(d, "attempt", 0)),
-            sandbox_id=d.get("sandbox_id"),
-            started_at=d.get("started_at"),
-            ended_at=d.get("ended_at"),
-            exit_code=_opt_int(d.get("exit_code")),
-            output=d.get("output"),
-            error=d.get("error"),
-            created_at=_s(d, "created_at", ""),
+            id=_or(w.get("id"), ""),
+            schedule=_or(w.get("schedule"), ""),
+            due_at=_or(w.get("due_at"), ""),
+            trigger=_or(w.get("trigger"), "scheduled"),
+            state=_or(w.get("state"), "queued"),
+            attempt=int(_or(w.get("attempt"), 0)),
+            sandbox_id=w.get("sandbox_id"),
+            started_at=w.get("started_at"),
+            ended_at=w.get("ended_at"),
+            exit_code=_opt_int(w.get("exit_code")),
+            output=w.get("output"),
+            error=w.get("error"),
+            created_at=_or(w.get("created_at"), ""),
             raw=dict(d),
         )
 

@@ -10,6 +10,7 @@ from typing import IO, Any, AsyncIterable, AsyncIterator, Dict, Iterable, List, 
 import httpx
 
 from .. import _base as b
+from .. import _wire
 from ..errors import NotFoundError
 from ..types import FileInfo, Page, WriteInfo
 from .pagination import AsyncPaginator
@@ -157,9 +158,8 @@ class AsyncFilesystem:
 
     async def mkdir(self, path: str, *, parents: bool = True) -> None:
         """Creates a directory (with its parents unless ``parents=False``)."""
-        await self._t.request(
-            "POST", f"{self._p}/mkdir", json={"path": path, "parents": parents}, retry=b.RETRY_IDEMPOTENT
-        )
+        body: _wire.MkdirRequest = {"path": path, "parents": parents}
+        await self._t.request("POST", f"{self._p}/mkdir", json=body, retry=b.RETRY_IDEMPOTENT)
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
         """Removes a file, or a directory (non-empty ones need ``recursive=True``)."""
@@ -170,6 +170,5 @@ class AsyncFilesystem:
 
     async def rename(self, src: str, dst: str, *, overwrite: bool = False) -> None:
         """Moves ``src`` to ``dst`` (fails if ``dst`` exists unless ``overwrite=True``)."""
-        await self._t.request(
-            "POST", f"{self._p}/rename", json={"from": src, "to": dst, "overwrite": overwrite}
-        )
+        body: _wire.RenameRequest = {"from": src, "to": dst, "overwrite": overwrite}
+        await self._t.request("POST", f"{self._p}/rename", json=body)

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any, Mapping, Optional
 
 from .. import _base as b
+from .. import _wire
 from ..errors import NotFoundError
 from ..types import Function, FunctionVersion, Invocation, Page
 from .client import AsyncPandaStack
@@ -205,7 +206,9 @@ class AsyncFunctions:
         """Makes an earlier version live again (default: the one before the live one); nothing
         is rebuilt, its baked snapshot serves the next call. Returns that version, now
         ``live``. With no version to go back to raises :class:`~pandastack.ConflictError`."""
-        body = {"version": b.version_number(version)} if version is not None else {}
+        body: _wire.FunctionRollbackRequest = {}
+        if version is not None:
+            body["version"] = b.version_number(version)
         return FunctionVersion.from_json(await self._t.json("POST", self._p(name, "/rollback"), json=body))
 
     # ---- calls

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import List
 
 from .. import _base as b
+from .. import _wire
 from ..types import APIKey, CreatedAPIKey
 from .client import AsyncPandaStack
 
@@ -19,7 +20,8 @@ class AsyncKeys:
         return [APIKey.from_json(x) for x in (await self._t.json("GET", "/v1/keys")).get("data", [])]
 
     async def create(self, name: str = "") -> CreatedAPIKey:
-        return CreatedAPIKey.from_json(await self._t.json("POST", "/v1/keys", json={"name": name}))
+        body: _wire.CreateKeyRequest = {"name": name}
+        return CreatedAPIKey.from_json(await self._t.json("POST", "/v1/keys", json=body))
 
     async def revoke(self, key_id: str) -> None:
         await self._t.request("DELETE", f"/v1/keys/{b.seg(key_id)}")

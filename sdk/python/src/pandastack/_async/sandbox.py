@@ -19,6 +19,7 @@ from typing import (
 import httpx
 
 from .. import _base as b
+from .. import _wire
 from .. import _ws
 from ..errors import APIError, CommandTimeoutError, RequestTimeoutError
 from ..types import (
@@ -197,7 +198,7 @@ class AsyncSandbox:
     async def set_port_public(self, port: int, public: bool = True) -> PortUrl:
         """Makes ``port`` reachable without a token (or, with ``public=False``, private again)."""
         p = b.port(port)
-        body = {"public": bool(public)}
+        body: _wire.PortUpdate = {"public": bool(public)}
         return PortUrl.from_json(await self._t.json("PATCH", f"{self._p}/ports/{p}", json=body))
 
     # ---- exec
@@ -234,7 +235,7 @@ class AsyncSandbox:
         body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, stdin)
         what = b.describe_cmd(body)
         if on_stdout is not None or on_stderr is not None:
-            stream = AsyncExecStream(self, body, b.exec_stream_timeout(request_timeout))
+            stream = AsyncExecStream(self, dict(body), b.exec_stream_timeout(request_timeout))
             async with stream:
                 async for ev in stream:
                     if isinstance(ev, StdoutEvent):
@@ -280,7 +281,7 @@ class AsyncSandbox:
         Async: not a coroutine; the request is sent on first iteration.
         """
         body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, stdin)
-        return AsyncExecStream(self, body, b.exec_stream_timeout(request_timeout))
+        return AsyncExecStream(self, dict(body), b.exec_stream_timeout(request_timeout))
 
     async def _ws_connect(self, suffix: str, params: Optional[Mapping[str, str]] = None) -> _ws.AsyncWebSocket:
         cfg = self._t.cfg
@@ -307,7 +308,7 @@ class AsyncSandbox:
         Without ``timeout_seconds`` it runs until it exits, is killed, or the handle closes."""
         body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, None)
         ws = await self._ws_connect("exec/ws")
-        return await AsyncProcess(ws, body)._start()  # unasync: sync: return Process(ws, body)
+        return await AsyncProcess(ws, dict(body))._start()  # unasync: sync: return Process(ws, dict(body))
 
     async def pty(self, *, cols: int = 80, rows: int = 24, cmd: Optional[str] = None) -> AsyncPty:
         """Opens an interactive terminal (``…/pty``) running ``cmd`` (default: a login shell)."""
@@ -479,13 +480,13 @@ class AsyncSandbox:
         metadata: Optional[Mapping[str, str]] = None,
     ) -> "AsyncSandbox":
         """Changes the TTL (counted from now), idle timeout or metadata (replaced whole)."""
-        body = b.drop_none(
-            {
-                "ttl_seconds": ttl_seconds,
-                "idle_timeout_seconds": idle_timeout_seconds,
-                "metadata": dict(metadata) if metadata is not None else None,
-            }
-        )
+        body: _wire.PatchSandboxRequest = {}
+        if ttl_seconds is not None:
+            body["ttl_seconds"] = ttl_seconds
+        if idle_timeout_seconds is not None:
+            body["idle_timeout_seconds"] = idle_timeout_seconds
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
         self._set(await self._t.json("PATCH", self._p, json=body))
         return self
 
@@ -535,7 +536,7 @@ class AsyncSandbox:
         ``client.snapshots.delete(id)``.
         """
         n = 1 if count is None else int(count)
-        body: Dict[str, Any] = {"count": n}
+        body: _wire.ForkRequest = {"count": n}
         if metadata is not None:
             body["metadata"] = dict(metadata)
         if keep_snapshot:

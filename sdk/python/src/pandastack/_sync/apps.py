@@ -9,6 +9,7 @@ import time
 from typing import List, Mapping, Optional, Sequence, Union
 
 from .. import _base as b
+from .. import _wire
 from ..errors import NotFoundError
 from ..types import App, Deploy, Page
 from .client import PandaStack
@@ -282,7 +283,7 @@ class Apps:
         version to go back to (default: the newest ``standby`` one). Returns that deploy, now
         ``live``. With no version to go back to, or one that is not ``standby``, raises
         :class:`~pandastack.ConflictError`."""
-        body = {"deploy_id": deploy_id} if deploy_id is not None else {}
+        body: _wire.RollbackRequest = {"deploy_id": deploy_id} if deploy_id is not None else {}
         return Deploy.from_json(
             self._t.json(
                 "POST",

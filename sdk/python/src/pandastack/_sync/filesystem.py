@@ -11,6 +11,7 @@ from typing import IO, Any, Dict, Iterable, Iterator, List, Optional, Union
 import httpx
 
 from .. import _base as b
+from .. import _wire
 from ..errors import NotFoundError
 from ..types import FileInfo, Page, WriteInfo
 from .pagination import Paginator
@@ -148,9 +149,8 @@ class Filesystem:
 
     def mkdir(self, path: str, *, parents: bool = True) -> None:
         """Creates a directory (with its parents unless ``parents=False``)."""
-        self._t.request(
-            "POST", f"{self._p}/mkdir", json={"path": path, "parents": parents}, retry=b.RETRY_IDEMPOTENT
-        )
+        body: _wire.MkdirRequest = {"path": path, "parents": parents}
+        self._t.request("POST", f"{self._p}/mkdir", json=body, retry=b.RETRY_IDEMPOTENT)
 
     def remove(self, path: str, *, recursive: bool = False) -> None:
         """Removes a file, or a directory (non-empty ones need ``recursive=True``)."""
@@ -161,6 +161,5 @@ class Filesystem:
 
     def rename(self, src: str, dst: str, *, overwrite: bool = False) -> None:
         """Moves ``src`` to ``dst`` (fails if ``dst`` exists unless ``overwrite=True``)."""
-        self._t.request(
-            "POST", f"{self._p}/rename", json={"from": src, "to": dst, "overwrite": overwrite}
-        )
+        body: _wire.RenameRequest = {"from": src, "to": dst, "overwrite": overwrite}
+        self._t.request("POST", f"{self._p}/rename", json=body)

@@ -8,6 +8,7 @@ import time
 from typing import Any, Mapping, Optional
 
 from .. import _base as b
+from .. import _wire
 from ..errors import NotFoundError
 from ..types import Function, FunctionVersion, Invocation, Page
 from .client import PandaStack
@@ -203,7 +204,9 @@ class Functions:
         """Makes an earlier version live again (default: the one before the live one); nothing
         is rebuilt, its baked snapshot serves the next call. Returns that version, now
         ``live``. With no version to go back to raises :class:`~pandastack.ConflictError`."""
-        body = {"version": b.version_number(version)} if version is not None else {}
+        body: _wire.FunctionRollbackRequest = {}
+        if version is not None:
+            body["version"] = b.version_number(version)
         return FunctionVersion.from_json(self._t.json("POST", self._p(name, "/rollback"), json=body))
 
     # ---- calls

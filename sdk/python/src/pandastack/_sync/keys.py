@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import List
 
 from .. import _base as b
+from .. import _wire
 from ..types import APIKey, CreatedAPIKey
 from .client import PandaStack
 
@@ -21,7 +22,8 @@ class Keys:
         return [APIKey.from_json(x) for x in self._t.json("GET", "/v1/keys").get("data", [])]
 
     def create(self, name: str = "") -> CreatedAPIKey:
-        return CreatedAPIKey.from_json(self._t.json("POST", "/v1/keys", json={"name": name}))
+        body: _wire.CreateKeyRequest = {"name": name}
+        return CreatedAPIKey.from_json(self._t.json("POST", "/v1/keys", json=body))
 
     def revoke(self, key_id: str) -> None:
         self._t.request("DELETE", f"/v1/keys/{b.seg(key_id)}")

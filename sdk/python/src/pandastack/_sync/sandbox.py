@@ -21,6 +21,7 @@ from typing import (
 import httpx
 
 from .. import _base as b
+from .. import _wire
 from .. import _ws
 from ..errors import APIError, CommandTimeoutError, RequestTimeoutError
 from ..types import (
@@ -197,7 +198,7 @@ class Sandbox:
     def set_port_public(self, port: int, public: bool = True) -> PortUrl:
         """Makes ``port`` reachable without a token (or, with ``public=False``, private again)."""
         p = b.port(port)
-        body = {"public": bool(public)}
+        body: _wire.PortUpdate = {"public": bool(public)}
         return PortUrl.from_json(self._t.json("PATCH", f"{self._p}/ports/{p}", json=body))
 
     # ---- exec
@@ -232,7 +233,7 @@ class Sandbox:
         body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, stdin)
         what = b.describe_cmd(body)
         if on_stdout is not None or on_stderr is not None:
-            stream = ExecStream(self, body, b.exec_stream_timeout(request_timeout))
+            stream = ExecStream(self, dict(body), b.exec_stream_timeout(request_timeout))
             with stream:
                 for ev in stream:
                     if isinstance(ev, StdoutEvent):
@@ -276,7 +277,7 @@ class Sandbox:
                 elif ev.type == "exit": print("exit", ev.exit_code)
         """
         body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, stdin)
-        return ExecStream(self, body, b.exec_stream_timeout(request_timeout))
+        return ExecStream(self, dict(body), b.exec_stream_timeout(request_timeout))
 
     def _ws_connect(self, suffix: str, params: Optional[Mapping[str, str]] = None) -> _ws.SyncWebSocket:
         cfg = self._t.cfg
@@ -303,7 +304,7 @@ class Sandbox:
         Without ``timeout_seconds`` it runs until it exits, is killed, or the handle closes."""
         body = b.exec_body(cmd, argv, timeout_seconds, env, cwd, user, None)
         ws = self._ws_connect("exec/ws")
-        return Process(ws, body)
+        return Process(ws, dict(body))
 
     def pty(self, *, cols: int = 80, rows: int = 24, cmd: Optional[str] = None) -> Pty:
         """Opens an interactive terminal (``…/pty``) running ``cmd`` (default: a login shell)."""
@@ -473,13 +474,13 @@ class Sandbox:
         metadata: Optional[Mapping[str, str]] = None,
     ) -> "Sandbox":
         """Changes the TTL (counted from now), idle timeout or metadata (replaced whole)."""
-        body = b.drop_none(
-            {
-                "ttl_seconds": ttl_seconds,
-                "idle_timeout_seconds": idle_timeout_seconds,
-                "metadata": dict(metadata) if metadata is not None else None,
-            }
-        )
+        body: _wire.PatchSandboxRequest = {}
+        if ttl_seconds is not None:
+            body["ttl_seconds"] = ttl_seconds
+        if idle_timeout_seconds is not None:
+            body["idle_timeout_seconds"] = idle_timeout_seconds
+        if metadata is not None:
+            body["metadata"] = dict(metadata)
         self._set(self._t.json("PATCH", self._p, json=body))
         return self
 
@@ -529,7 +530,7 @@ class Sandbox:
         ``client.snapshots.delete(id)``.
         """
         n = 1 if count is None else int(count)
-        body: Dict[str, Any] = {"count": n}
+        body: _wire.ForkRequest = {"count": n}
         if metadata is not None:
             body["metadata"] = dict(metadata)
         if keep_snapshot:
