@@ -144,10 +144,7 @@ pub async fn create(
     path = "/v1/apps",
     operation_id = "list_apps",
     tag = "apps",
-    params(
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "1 to 1000 (default 100)"),
-        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
-    ),
+    params(crate::page::PageQuery),
     responses((status = 200, description = "A page of apps", body = List<wire::App>))
 )]
 pub async fn list(
@@ -304,8 +301,7 @@ pub async fn deploy(
     tag = "apps",
     params(
         ("name" = String, Path, description = "App name or id"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "1 to 1000 (default 100)"),
-        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+        crate::page::PageQuery,
     ),
     responses((status = 200, description = "A page of deploys", body = List<wire::Deploy>))
 )]

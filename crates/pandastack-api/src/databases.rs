@@ -167,10 +167,7 @@ pub async fn create(
     path = "/v1/databases",
     operation_id = "list_databases",
     tag = "databases",
-    params(
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "1 to 1000 (default 100)"),
-        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
-    ),
+    params(crate::page::PageQuery),
     responses((status = 200, description = "A page of databases", body = List<wire::Database>))
 )]
 pub async fn list(

@@ -143,10 +143,7 @@ pub async fn create(
     path = "/v1/functions",
     operation_id = "list_functions",
     tag = "functions",
-    params(
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "1 to 1000 (default 100)"),
-        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
-    ),
+    params(crate::page::PageQuery),
     responses((status = 200, description = "A page of functions", body = List<wire::Function>))
 )]
 pub async fn list(
@@ -311,8 +308,7 @@ pub async fn create_version(
     tag = "functions",
     params(
         ("name" = String, Path, description = "Function name"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "1 to 1000 (default 100)"),
-        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+        crate::page::PageQuery,
     ),
     responses((status = 200, description = "A page of versions", body = List<wire::FunctionVersion>))
 )]

@@ -16,6 +16,19 @@ pub(crate) fn limit(q: &BTreeMap<String, String>, default: u32, max: u32) -> Api
         .ok_or_else(|| ApiError::new(ErrorCode::InvalidArgument, format!("limit: 1 to {max}")))
 }
 
+/// The query of every paged list: its two parameters as the OpenAPI document names them
+/// (`params(PageQuery, …)` on a list operation). Handlers read them with [`Page::of`].
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // Only its documentation is used: the query is read by `Page::of`.
+pub(crate) struct PageQuery {
+    /// 1 to 1000 (default 100)
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+    /// `next_cursor` of the previous page
+    cursor: Option<String>,
+}
+
 /// The page a list request asks for.
 pub(crate) struct Page {
     pub limit: u32,

@@ -107,8 +107,7 @@ async fn create_sandbox(
     operation_id = "list_sandboxes",
     tag = "sandboxes",
     params(
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "1 to 1000 (default 100)"),
-        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+        crate::page::PageQuery,
         ("state" = Option<wire::SandboxState>, Query, description = "Only sandboxes in this state"),
         ("metadata.{key}" = Option<String>, Query, description = "Only sandboxes whose metadata has this value for `key` (repeatable)"),
     ),

@@ -103,10 +103,7 @@ pub async fn create(
     path = "/v1/schedules",
     operation_id = "list_schedules",
     tag = "schedules",
-    params(
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "1 to 1000 (default 100)"),
-        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
-    ),
+    params(crate::page::PageQuery),
     responses((status = 200, description = "A page of schedules", body = List<wire::Schedule>))
 )]
 pub async fn list(
@@ -281,8 +278,7 @@ pub async fn run_now(
     tag = "schedules",
     params(
         ("name" = String, Path, description = "Schedule name or id"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "1 to 1000 (default 100)"),
-        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+        crate::page::PageQuery,
     ),
     responses((status = 200, description = "A page of runs", body = List<wire::ScheduleRun>))
 )]

@@ -131,10 +131,7 @@ async fn fork_sandbox(
     path = "/v1/snapshots",
     operation_id = "list_snapshots",
     tag = "snapshots",
-    params(
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "1 to 1000 (default 100)"),
-        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
-    ),
+    params(crate::page::PageQuery),
     responses((status = 200, description = "A page of snapshots", body = List<wire::Snapshot>))
 )]
 pub async fn list(
