@@ -4,6 +4,7 @@
 
 pub mod fake;
 pub mod net;
+pub mod script;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -15,9 +15,7 @@ use pandastack_client::types::{
 };
 use pandastack_client::{Client, LogEvent};
 
-use super::client_util::{
-    client, parse_pairs, print_json, print_table, run_reported, ConnArgs, Spinner,
-};
+use super::client_util::{client, parse_pairs, print_json, run_reported, ConnArgs, Spinner, Table};
 
 /// The largest tarball the server takes (`MAX_UPLOAD_BYTES` of the control plane).
 const MAX_UPLOAD_BYTES: u64 = 512 << 20;
@@ -234,23 +232,7 @@ async fn dispatch(c: Client, cmd: AppCmd) -> anyhow::Result<ExitCode> {
         }
         AppCmd::Ls(a) => {
             let all = c.list_all_apps().await?;
-            if a.json {
-                print_json(&all)?;
-            } else {
-                let rows: Vec<Vec<String>> = all.iter().map(app_row).collect();
-                print_table(
-                    &[
-                        "NAME",
-                        "URL",
-                        "LIVE",
-                        "INSTANCE",
-                        "MEMORY_MB",
-                        "MIN",
-                        "CREATED",
-                    ],
-                    &rows,
-                );
-            }
+            APPS.print(&all, a.json)?;
         }
         AppCmd::Get(a) => show(&c.get_app(&a.name).await?, a.json)?,
         AppCmd::Deploys(a) => {
@@ -258,15 +240,7 @@ async fn dispatch(c: Client, cmd: AppCmd) -> anyhow::Result<ExitCode> {
                 Some(n) => c.list_deploys(&a.name, Some(n), None).await?.data,
                 None => c.list_all_deploys(&a.name).await?,
             };
-            if a.json {
-                print_json(&all)?;
-            } else {
-                let rows: Vec<Vec<String>> = all.iter().map(deploy_row).collect();
-                print_table(
-                    &["#", "ID", "REF", "COMMIT", "STATE", "CREATED", "ERROR"],
-                    &rows,
-                );
-            }
+            DEPLOYS.print(&all, a.json)?;
         }
         AppCmd::Rm(a) => return rm(&c, a).await,
     }
@@ -648,6 +622,26 @@ fn show(a: &App, json: bool) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// What `app ls` shows (`--json`: the objects).
+const APPS: Table<App> = Table {
+    header: &[
+        "NAME",
+        "URL",
+        "LIVE",
+        "INSTANCE",
+        "MEMORY_MB",
+        "MIN",
+        "CREATED",
+    ],
+    row: app_row,
+};
+
+/// What `app deploys` shows (`--json`: the objects).
+const DEPLOYS: Table<Deploy> = Table {
+    header: &["#", "ID", "REF", "COMMIT", "STATE", "CREATED", "ERROR"],
+    row: deploy_row,
+};
 
 #[cfg(test)]
 mod tests {

@@ -132,6 +132,25 @@ impl Drop for Spinner {
     }
 }
 
+/// How the CLI shows a list of one resource: its columns and one row per item (a `const` per
+/// view, beside the commands that list it).
+pub struct Table<T: 'static> {
+    pub header: &'static [&'static str],
+    pub row: fn(&T) -> Vec<String>,
+}
+
+impl<T: serde::Serialize> Table<T> {
+    /// `items` as JSON (`--json`) or as this table.
+    pub fn print(&self, items: &[T], json: bool) -> anyhow::Result<()> {
+        if json {
+            return print_json(&items);
+        }
+        let rows: Vec<Vec<String>> = items.iter().map(self.row).collect();
+        print_table(self.header, &rows);
+        Ok(())
+    }
+}
+
 /// Prints rows under a header, columns padded to their widest cell.
 pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();

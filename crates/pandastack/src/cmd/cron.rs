@@ -11,7 +11,7 @@ use pandastack_client::types::{
 };
 use pandastack_client::Client;
 
-use super::client_util::{client, parse_pairs, print_json, print_table, run_reported, ConnArgs};
+use super::client_util::{client, parse_pairs, print_json, run_reported, ConnArgs, Table};
 
 #[derive(Debug, clap::Args)]
 pub struct CronArgs {
@@ -143,14 +143,10 @@ fn show(s: &Schedule, json: bool) -> anyhow::Result<()> {
     if json {
         return print_json(s);
     }
-    print_table(
-        &["NAME", "CRON", "TIMEZONE", "POLICY", "PAUSED", "NEXT RUN"],
-        &[row(s)],
-    );
-    Ok(())
+    SCHEDULES.print(std::slice::from_ref(s), false)
 }
 
-fn row(s: &Schedule) -> Vec<String> {
+fn schedule_row(s: &Schedule) -> Vec<String> {
     vec![
         s.name.clone(),
         s.cron.clone(),
@@ -213,28 +209,14 @@ async fn dispatch(c: Client, cmd: CronCmd) -> anyhow::Result<ExitCode> {
         }
         CronCmd::Ls(a) => {
             let all = c.list_all_schedules().await?;
-            if a.json {
-                print_json(&all)?;
-            } else {
-                print_table(
-                    &["NAME", "CRON", "TIMEZONE", "POLICY", "PAUSED", "NEXT RUN"],
-                    &all.iter().map(row).collect::<Vec<_>>(),
-                );
-            }
+            SCHEDULES.print(&all, a.json)?;
         }
         CronCmd::Get(a) => show(&c.get_schedule(&a.name).await?, a.json)?,
         CronCmd::Runs(a) => {
             let page = c
                 .list_schedule_runs(&a.name, Some(a.limit.clamp(1, 1000)), None)
                 .await?;
-            if a.json {
-                print_json(&page.data)?;
-            } else {
-                print_table(
-                    &["RUN", "DUE", "TRIGGER", "STATE", "EXIT", "ERROR"],
-                    &page.data.iter().map(run_row).collect::<Vec<_>>(),
-                );
-            }
+            RUNS.print(&page.data, a.json)?;
         }
         CronCmd::Run(a) => {
             let r = c.run_schedule(&a.name).await?;
@@ -255,6 +237,18 @@ async fn dispatch(c: Client, cmd: CronCmd) -> anyhow::Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// What `cron ls` and `cron get` shows (`--json`: the objects).
+const SCHEDULES: Table<Schedule> = Table {
+    header: &["NAME", "CRON", "TIMEZONE", "POLICY", "PAUSED", "NEXT RUN"],
+    row: schedule_row,
+};
+
+/// What `cron runs` shows (`--json`: the objects).
+const RUNS: Table<ScheduleRun> = Table {
+    header: &["RUN", "DUE", "TRIGGER", "STATE", "EXIT", "ERROR"],
+    row: run_row,
+};
 
 #[cfg(test)]
 mod tests {

@@ -13,7 +13,7 @@ use pandastack_client::types::{
 };
 use pandastack_client::Client;
 
-use super::client_util::{client, print_json, print_table, run_reported, ConnArgs, Spinner};
+use super::client_util::{client, print_json, print_table, run_reported, ConnArgs, Spinner, Table};
 
 #[derive(Debug, clap::Args)]
 pub struct DbArgs {
@@ -218,25 +218,7 @@ async fn dispatch(c: Client, cmd: DbCmd) -> anyhow::Result<ExitCode> {
         }
         DbCmd::Ls(a) => {
             let all = c.list_all_databases().await?;
-            if a.json {
-                print_json(&all)?;
-            } else {
-                let rows: Vec<Vec<String>> = all.iter().map(database_row).collect();
-                print_table(
-                    &[
-                        "ID",
-                        "NAME",
-                        "VERSION",
-                        "STATE",
-                        "SIZE_GB",
-                        "MEMORY_MB",
-                        "PARENT",
-                        "HOST",
-                        "CREATED",
-                    ],
-                    &rows,
-                );
-            }
+            DATABASES.print(&all, a.json)?;
         }
         DbCmd::Get(a) => show(&c.get_database(&a.id).await?, a.json)?,
         DbCmd::Psql(a) => return psql(&c, a).await,
@@ -286,22 +268,7 @@ async fn dispatch(c: Client, cmd: DbCmd) -> anyhow::Result<ExitCode> {
         DbCmd::Backup(a) => return backup(&c, a).await,
         DbCmd::Backups(a) => {
             let all = c.list_database_backups(&a.id).await?;
-            if a.json {
-                print_json(&all)?;
-            } else {
-                let rows: Vec<Vec<String>> = all.iter().map(backup_row).collect();
-                print_table(
-                    &[
-                        "ID",
-                        "SIZE_GB",
-                        "STATE",
-                        "BYTES_UPLOADED",
-                        "CREATED",
-                        "FINISHED",
-                    ],
-                    &rows,
-                );
-            }
+            BACKUPS.print(&all, a.json)?;
         }
         DbCmd::Extensions(a) => {
             let e = c.database_extensions().await?;
@@ -608,6 +575,35 @@ fn show(d: &Database, json: bool) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// What `db ls` shows (`--json`: the objects).
+const DATABASES: Table<Database> = Table {
+    header: &[
+        "ID",
+        "NAME",
+        "VERSION",
+        "STATE",
+        "SIZE_GB",
+        "MEMORY_MB",
+        "PARENT",
+        "HOST",
+        "CREATED",
+    ],
+    row: database_row,
+};
+
+/// What `db backups` shows (`--json`: the objects).
+const BACKUPS: Table<VolumeBackup> = Table {
+    header: &[
+        "ID",
+        "SIZE_GB",
+        "STATE",
+        "BYTES_UPLOADED",
+        "CREATED",
+        "FINISHED",
+    ],
+    row: backup_row,
+};
 
 #[cfg(test)]
 mod tests {

@@ -18,9 +18,7 @@ use pandastack_client::types::{
 use pandastack_client::Client;
 
 use super::app::{cut, opt};
-use super::client_util::{
-    client, parse_pairs, print_json, print_table, run_reported, ConnArgs, Spinner,
-};
+use super::client_util::{client, parse_pairs, print_json, run_reported, ConnArgs, Spinner, Table};
 
 /// Directories `deploy --dir` leaves out, at any depth (besides hidden ones: `.git`, `.venv`…).
 const SKIPPED_DIRS: [&str; 2] = ["node_modules", "__pycache__"];
@@ -213,17 +211,7 @@ async fn dispatch(c: Client, cmd: FunctionCmd) -> anyhow::Result<ExitCode> {
         FunctionCmd::Logs(a) => logs(&c, a).await?,
         FunctionCmd::Ls(a) => {
             let all = c.list_all_functions().await?;
-            if a.json {
-                print_json(&all)?;
-            } else {
-                let rows: Vec<Vec<String>> = all.iter().map(function_row).collect();
-                print_table(
-                    &[
-                        "NAME", "RUNTIME", "HANDLER", "LIVE", "WARM", "PUBLIC", "CREATED",
-                    ],
-                    &rows,
-                );
-            }
+            FUNCTIONS.print(&all, a.json)?;
         }
         FunctionCmd::Get(a) => show(&c.get_function(&a.name).await?, a.json)?,
         FunctionCmd::Versions(a) => {
@@ -231,12 +219,7 @@ async fn dispatch(c: Client, cmd: FunctionCmd) -> anyhow::Result<ExitCode> {
                 Some(n) => c.list_function_versions(&a.name, Some(n), None).await?.data,
                 None => c.list_all_function_versions(&a.name).await?,
             };
-            if a.json {
-                print_json(&all)?;
-            } else {
-                let rows: Vec<Vec<String>> = all.iter().map(version_row).collect();
-                print_table(&["VERSION", "ID", "STATE", "CREATED", "ERROR"], &rows);
-            }
+            VERSIONS.print(&all, a.json)?;
         }
         FunctionCmd::Rollback(a) => {
             let req = FunctionRollbackRequest { version: a.version };
@@ -726,6 +709,20 @@ fn show(f: &Function, json: bool) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// What `function ls` shows (`--json`: the objects).
+const FUNCTIONS: Table<Function> = Table {
+    header: &[
+        "NAME", "RUNTIME", "HANDLER", "LIVE", "WARM", "PUBLIC", "CREATED",
+    ],
+    row: function_row,
+};
+
+/// What `function versions` shows (`--json`: the objects).
+const VERSIONS: Table<FunctionVersion> = Table {
+    header: &["VERSION", "ID", "STATE", "CREATED", "ERROR"],
+    row: version_row,
+};
 
 #[cfg(test)]
 mod tests {

@@ -10,7 +10,7 @@ use pandastack_client::types::{
 };
 use pandastack_client::Client;
 
-use super::client_util::{client, print_json, print_table, run_reported, ConnArgs, Spinner};
+use super::client_util::{client, print_json, run_reported, ConnArgs, Spinner, Table};
 
 #[derive(Debug, clap::Args)]
 pub struct VolumeArgs {
@@ -158,22 +158,7 @@ async fn dispatch(c: Client, cmd: VolumeCmd) -> anyhow::Result<ExitCode> {
         }
         VolumeCmd::Ls(a) => {
             let all = c.list_all_volumes().await?;
-            if a.json {
-                print_json(&all)?;
-            } else {
-                let rows: Vec<Vec<String>> = all.iter().map(volume_row).collect();
-                print_table(
-                    &[
-                        "NAME",
-                        "SIZE_GB",
-                        "ATTACHED_TO",
-                        "SOURCE",
-                        "HOST",
-                        "CREATED",
-                    ],
-                    &rows,
-                );
-            }
+            VOLUMES.print(&all, a.json)?;
         }
         VolumeCmd::Get(a) => show(&c.get_volume(&a.name).await?, a.json)?,
         VolumeCmd::Grow(a) => {
@@ -198,33 +183,12 @@ async fn dispatch(c: Client, cmd: VolumeCmd) -> anyhow::Result<ExitCode> {
         }
         VolumeCmd::Snapshots(a) => {
             let all = c.list_volume_snapshots(&a.name).await?;
-            if a.json {
-                print_json(&all)?;
-            } else {
-                let rows: Vec<Vec<String>> = all.iter().map(snapshot_row).collect();
-                print_table(&["ID", "VOLUME", "SIZE_GB", "FROZEN", "CREATED"], &rows);
-            }
+            SNAPSHOTS.print(&all, a.json)?;
         }
         VolumeCmd::Backup(a) => return backup(&c, a).await,
         VolumeCmd::Backups(a) => {
             let all = c.list_volume_backups(&a.name).await?;
-            if a.json {
-                print_json(&all)?;
-            } else {
-                let rows: Vec<Vec<String>> = all.iter().map(backup_row).collect();
-                print_table(
-                    &[
-                        "ID",
-                        "VOLUME",
-                        "SIZE_GB",
-                        "STATE",
-                        "BYTES_UPLOADED",
-                        "CREATED",
-                        "FINISHED",
-                    ],
-                    &rows,
-                );
-            }
+            BACKUPS.print(&all, a.json)?;
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -383,6 +347,39 @@ pub(super) fn parse_mount(s: &str) -> anyhow::Result<pandastack_client::types::S
         read_only,
     })
 }
+
+/// What `volume ls` shows (`--json`: the objects).
+const VOLUMES: Table<Volume> = Table {
+    header: &[
+        "NAME",
+        "SIZE_GB",
+        "ATTACHED_TO",
+        "SOURCE",
+        "HOST",
+        "CREATED",
+    ],
+    row: volume_row,
+};
+
+/// What `volume snapshots` shows (`--json`: the objects).
+const SNAPSHOTS: Table<VolumeSnapshot> = Table {
+    header: &["ID", "VOLUME", "SIZE_GB", "FROZEN", "CREATED"],
+    row: snapshot_row,
+};
+
+/// What `volume backups` shows (`--json`: the objects).
+const BACKUPS: Table<VolumeBackup> = Table {
+    header: &[
+        "ID",
+        "VOLUME",
+        "SIZE_GB",
+        "STATE",
+        "BYTES_UPLOADED",
+        "CREATED",
+        "FINISHED",
+    ],
+    row: backup_row,
+};
 
 #[cfg(test)]
 mod tests {

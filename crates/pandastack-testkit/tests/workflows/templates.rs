@@ -1,295 +1,49 @@
-//! The template service over a real SQLite store and a stand-in host (no VMs): names, versions,
-//! conflicts, workspace isolation, uploads, the worker (one build at a time) and recovery after
-//! a restart.
+//! The template service over a real SQLite store and the scripted host (no VMs): names,
+//! versions, conflicts, workspace isolation, uploads, the worker (one build at a time) and
+//! recovery after a restart. Moved from `pandastack-control/tests/templates.rs`, whose
+//! hand-written stand-in host this module's [`ScriptedHost`] succeeds.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
 use pandastack_api_types::OciTemplateParams;
 use pandastack_control::{BuildConfig, TemplateError, TemplateInfo, Templates};
-use pandastack_host::{
-    BoxStream, BuildLogFn, BuildSource, BuiltImage, DirPage, ExecEvent, ExecInput, ExecOutcome,
-    ExecSpec, FileInfo, Host, HostError, HostResult, ListPage, LogChunk, LogPos, PortIo,
-    SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmStats, VmView,
-};
+use pandastack_host::Host;
 use pandastack_store::{BuildStatus, Store};
+use pandastack_testkit::script::{BuildReply, Op, ScriptedHost};
 
 const HOST_ID: &str = "host-test";
 
-/// A host with one catalog template, `minimal`, whose builds and bakes take a while and count
-/// how many run at once. A spec is `name=<name>`.
-///
-/// Its successor is the test kit's scriptable host (`pandastack_testkit::script::ScriptedHost`),
-/// over which these same tests run in `pandastack-testkit/tests/workflows/templates.rs`; this
-/// crate may not name the test kit, not even as a dev-dependency (`pandastack-testkit/tests/
-/// layers.rs`), so this stand-in stays here.
-#[derive(Default)]
-struct StubHost {
-    running: AtomicUsize,
-    most_at_once: AtomicUsize,
-    removed: Mutex<Vec<String>>,
-    /// What each build found in its directory when it started.
-    build_dirs: Mutex<Vec<Vec<String>>>,
+/// A host with one catalog template, `minimal`, whose spec builds (`name=<name>`) take 300 ms
+/// and end with `GREETING=hello` in the image's environment, and whose bakes take 100 ms.
+fn scripted_host() -> ScriptedHost {
+    let mut host = ScriptedHost::with_catalog(&["minimal"]);
+    host.build_time = Duration::from_millis(100);
+    host.on_build(
+        "name=",
+        BuildReply::ok(&["GREETING=hello"]).delay(Duration::from_millis(300)),
+    );
+    host
 }
 
-impl StubHost {
-    async fn busy(&self, ms: u64) {
-        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most_at_once.fetch_max(now, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-        self.running.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-fn nope<T>() -> HostResult<T> {
-    Err(HostError::BuildFailed("not in this stand-in".into()))
-}
-
-#[async_trait::async_trait]
-impl Host for StubHost {
-    async fn list(&self) -> Vec<VmView> {
-        Vec::new()
-    }
-    async fn get(&self, _: &str) -> HostResult<VmView> {
-        nope()
-    }
-    async fn create(&self, _: &str, _: &str) -> HostResult<VmView> {
-        nope()
-    }
-    async fn create_from_snapshot(&self, _: &str, _: &str) -> HostResult<VmView> {
-        nope()
-    }
-    async fn create_with_memory_file(&self, _: &str, _: &str) -> HostResult<VmView> {
-        nope()
-    }
-    async fn keep_standby(&self, _: &str, _: usize) -> HostResult<usize> {
-        nope()
-    }
-    async fn create_with_volumes(
-        &self,
-        _: &str,
-        _: &str,
-        _: Vec<pandastack_host::VolumeMount>,
-    ) -> HostResult<VmView> {
-        nope()
-    }
-    async fn create_volume(&self, _: &str, _: u64) -> HostResult<pandastack_host::VolumeView> {
-        nope()
-    }
-    async fn volume(&self, _: &str) -> HostResult<pandastack_host::VolumeView> {
-        nope()
-    }
-    async fn grow_volume(&self, _: &str, _: u64) -> HostResult<pandastack_host::VolumeView> {
-        nope()
-    }
-    async fn delete_volume(&self, _: &str) -> HostResult<()> {
-        nope()
-    }
-    async fn volume_ids(&self) -> HostResult<Vec<String>> {
-        Ok(Vec::new())
-    }
-    async fn snapshot_volume(
-        &self,
-        _: &str,
-        _: &str,
-        _: Option<pandastack_host::VolumeHolder>,
-    ) -> HostResult<pandastack_host::VolumeSnapshotView> {
-        nope()
-    }
-    async fn delete_volume_snapshot(&self, _: &str) -> HostResult<()> {
-        nope()
-    }
-    async fn volume_snapshot_ids(&self) -> HostResult<Vec<String>> {
-        Ok(Vec::new())
-    }
-    async fn volume_from_snapshot(
-        &self,
-        _: &str,
-        _: &str,
-        _: u64,
-    ) -> HostResult<pandastack_host::VolumeView> {
-        nope()
-    }
-    async fn upload_volume_snapshot(
-        &self,
-        _: &str,
-        _: &str,
-    ) -> HostResult<pandastack_host::VolumeUpload> {
-        nope()
-    }
-    async fn volume_from_manifest(
-        &self,
-        _: &str,
-        _: &pandastack_objects::Manifest,
-        _: &str,
-        _: u64,
-    ) -> HostResult<pandastack_host::VolumeView> {
-        nope()
-    }
-    async fn pause(&self, _: &str) -> HostResult<VmView> {
-        nope()
-    }
-    async fn resume(&self, _: &str) -> HostResult<VmView> {
-        nope()
-    }
-    async fn hibernate(&self, _: &str) -> HostResult<VmView> {
-        nope()
-    }
-    async fn wake(&self, _: &str) -> HostResult<VmView> {
-        nope()
-    }
-    async fn awake(&self, _: &str) -> HostResult<VmView> {
-        nope()
-    }
-    async fn destroy(&self, _: &str) -> HostResult<()> {
-        nope()
-    }
-    async fn stats(&self, _: &str) -> HostResult<Option<VmStats>> {
-        nope()
-    }
-    async fn console(&self, _: &str, _: Option<LogPos>, _: usize) -> HostResult<LogChunk> {
-        nope()
-    }
-    async fn snapshot(&self, _: &str, _: &str) -> HostResult<SnapshotView> {
-        nope()
-    }
-    async fn fork(
-        &self,
-        _: &str,
-        _: &str,
-        _: &[String],
-    ) -> HostResult<(SnapshotView, Vec<VmView>)> {
-        nope()
-    }
-    async fn delete_snapshot(&self, _: &str) -> HostResult<()> {
-        nope()
-    }
-    async fn exec(&self, _: &str, _: ExecSpec) -> HostResult<ExecOutcome> {
-        nope()
-    }
-    async fn exec_stream(
-        &self,
-        _: &str,
-        _: ExecSpec,
-    ) -> HostResult<BoxStream<HostResult<ExecEvent>>> {
-        nope()
-    }
-    async fn exec_session(
-        &self,
-        _: &str,
-        _: SessionStart,
-        _: BoxStream<ExecInput>,
-    ) -> HostResult<BoxStream<HostResult<ExecEvent>>> {
-        nope()
-    }
-    async fn read_file(&self, _: &str, _: &str) -> HostResult<BoxStream<HostResult<Bytes>>> {
-        nope()
-    }
-    async fn write_file(
-        &self,
-        _: &str,
-        _: &str,
-        _: BoxStream<Result<Bytes, String>>,
-    ) -> HostResult<u64> {
-        nope()
-    }
-    async fn stat(&self, _: &str, _: &str) -> HostResult<FileInfo> {
-        nope()
-    }
-    async fn list_dir(&self, _: &str, _: &str, _: u32, _: ListPage) -> HostResult<DirPage> {
-        nope()
-    }
-    async fn mkdir(&self, _: &str, _: &str, _: bool) -> HostResult<()> {
-        nope()
-    }
-    async fn remove(&self, _: &str, _: &str, _: bool) -> HostResult<()> {
-        nope()
-    }
-    async fn rename(&self, _: &str, _: &str, _: &str, _: bool) -> HostResult<()> {
-        nope()
-    }
-    async fn connect_port(&self, _: &str, _: u16) -> HostResult<Box<dyn PortIo>> {
-        nope()
-    }
-
-    fn catalog(&self) -> HostResult<Vec<TemplateView>> {
-        Ok(vec![TemplateView {
-            name: "minimal".into(),
-            description: "the catalog's".into(),
-            shape: Shape {
-                vcpus: 1,
-                memory_mib: 512,
-                disk: None,
-            },
-            disk_mb: 1024,
-            bake_ms: None,
-        }])
-    }
-    fn is_catalog(&self, name: &str) -> bool {
-        name == "minimal"
-    }
-    async fn rebake(&self, _: &str) -> HostResult<()> {
-        Ok(())
-    }
-    async fn remove_template(&self, name: &str) -> HostResult<()> {
-        self.removed.lock().unwrap().push(name.to_owned());
-        Ok(())
-    }
-    fn check_spec(&self, text: &str) -> Result<SpecSummary, SpecRefused> {
-        let name = text
-            .strip_prefix("name=")
-            .ok_or_else(|| SpecRefused::Parse("want name=<name>".into()))?;
-        Ok(SpecSummary {
-            name: name.to_owned(),
-            description: String::new(),
-            shape: Shape {
-                vcpus: 1,
-                memory_mib: 256,
-                disk: None,
-            },
-            disk_mb: 64,
-        })
-    }
-    async fn build_image(
-        &self,
-        _: &str,
-        _: BuildSource,
-        dir: PathBuf,
-        mut log: BuildLogFn,
-    ) -> HostResult<BuiltImage> {
-        let mut seen: Vec<String> = std::fs::read_dir(&dir)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        seen.sort();
-        self.build_dirs.lock().unwrap().push(seen);
-        log("stand-in build step");
-        self.busy(300).await;
-        let image = dir.join("rootfs.ext4");
-        std::fs::write(&image, b"image").unwrap();
-        Ok(BuiltImage {
-            image,
-            shape: None,
-            disk_mb: 64,
-            env: vec!["GREETING=hello".into()],
-        })
-    }
-    async fn bake_image(&self, _: &str, _: &Path, _: Shape) -> HostResult<u64> {
-        self.busy(100).await;
-        Ok(7)
-    }
+/// Templates the host was asked to remove.
+fn removed(host: &ScriptedHost) -> Vec<String> {
+    host.calls()
+        .into_iter()
+        .filter(|(op, _)| *op == Op::RemoveTemplate)
+        .map(|(_, name)| name)
+        .collect()
 }
 
 struct Fixture {
     _dir: tempfile::TempDir,
     builds: PathBuf,
     store: Store,
-    host: Arc<StubHost>,
+    host: Arc<ScriptedHost>,
     templates: Templates,
     ws: String,
     other_ws: String,
@@ -309,7 +63,7 @@ impl Fixture {
             .create_workspace_with_key("b", 10, 100)
             .await
             .unwrap();
-        let host = Arc::new(StubHost::default());
+        let host = Arc::new(scripted_host());
         let builds = dir.path().join("builds");
         let templates = Self::service(&store, &host, &builds);
         Self {
@@ -324,7 +78,7 @@ impl Fixture {
     }
 
     /// A new service over the same store, host and files (as after a restart).
-    fn service(store: &Store, host: &Arc<StubHost>, builds: &Path) -> Templates {
+    fn service(store: &Store, host: &Arc<ScriptedHost>, builds: &Path) -> Templates {
         let host: Arc<dyn Host> = Arc::clone(host) as Arc<dyn Host>;
         Templates::new(
             store.clone(),
@@ -571,7 +325,7 @@ async fn builds_run_one_at_a_time_and_stay_in_their_workspace() {
     };
     assert_eq!(built.ready_version, Some(1));
     f.wait_ready("other").await;
-    assert_eq!(f.host.most_at_once.load(Ordering::SeqCst), 1);
+    assert_eq!(f.host.most_builds_at_once(), 1);
 
     let r = t.resolve(&f.ws, "app").await.unwrap();
     assert_eq!(r.baked, a.id);
@@ -587,13 +341,13 @@ async fn builds_run_one_at_a_time_and_stay_in_their_workspace() {
 
     let log = t.log(&f.ws, "app", None).await.unwrap();
     let text = std::fs::read_to_string(log.path()).unwrap();
-    assert!(text.contains("stand-in build step"), "{text}");
+    assert!(text.contains("scripted build step"), "{text}");
     assert!(text.contains("re-bake requested"), "{text}");
     assert_eq!(log.ended().await.as_deref(), Some("ready"));
     assert!(!f.builds.join(&b.id).join("upload.tar").exists());
 
     t.delete(&f.ws, "app").await.unwrap();
-    assert_eq!(*f.host.removed.lock().unwrap(), vec![a.id.clone()]);
+    assert_eq!(removed(&f.host), vec![a.id.clone()]);
     assert!(!f.builds.join(&a.id).exists());
     assert_eq!(log.ended().await.as_deref(), Some("deleted"));
     assert!(matches!(
@@ -632,7 +386,7 @@ async fn a_build_cut_off_by_a_restart_runs_again_from_the_start() {
     f.wait_ready("app").await;
     worker.abort();
     assert_eq!(
-        *f.host.build_dirs.lock().unwrap(),
+        f.host.build_dirs(),
         vec![vec!["build.log".to_owned()]],
         "the second attempt starts clean, its log kept"
     );
