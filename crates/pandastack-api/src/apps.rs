@@ -19,7 +19,7 @@ use pandastack_api_types::{
     RollbackRequest, UpdateAppRequest, WebhookResult,
 };
 use pandastack_control::apps::{Delivery, WebhookKind, APP_LOG};
-use pandastack_control::{AppError, AppInfo, DomainError};
+use pandastack_control::{AppError, AppInfo, DomainError, SharedError};
 use pandastack_host::{ExecEvent, ExecSpec};
 use pandastack_store::DeployRow;
 
@@ -40,15 +40,24 @@ impl From<AppError> for ApiError {
             }
             e @ AppError::BadSignature => Self::new(ErrorCode::Unauthorized, e.to_string()),
             e @ AppError::BadWebhook(_) => Self::new(ErrorCode::InvalidArgument, e.to_string()),
-            AppError::Control(e) => e.into(),
-            AppError::Store(e) => e.into(),
-            AppError::Host(e) => e.into(),
-            e @ AppError::Upload(_) => Self::new(ErrorCode::InvalidArgument, e.to_string()),
-            e @ AppError::TooLarge(_) => Self::new(ErrorCode::PayloadTooLarge, e.to_string()),
-            AppError::Config(e) => Self::internal("app configuration", &e),
-            e @ AppError::DeployKey(_) => Self::internal("app deploy key", &e),
-            e @ AppError::BadSource(_) => Self::new(ErrorCode::InvalidArgument, e.to_string()),
+            AppError::Shared(e) => e.into(),
             AppError::Domain(e) => e.into(),
+        }
+    }
+}
+
+impl From<SharedError> for ApiError {
+    fn from(e: SharedError) -> Self {
+        match e {
+            SharedError::Control(e) => e.into(),
+            SharedError::Store(e) => e.into(),
+            SharedError::Host(e) => e.into(),
+            e @ (SharedError::Upload(_) | SharedError::BadSource(_)) => {
+                Self::new(ErrorCode::InvalidArgument, e.to_string())
+            }
+            e @ SharedError::TooLarge(_) => Self::new(ErrorCode::PayloadTooLarge, e.to_string()),
+            SharedError::Config(e) => Self::internal("app configuration", &e),
+            e @ SharedError::DeployKey(_) => Self::internal("app deploy key", &e),
         }
     }
 }

@@ -45,15 +45,8 @@ impl From<FunctionError> for ApiError {
                 Self::new(ErrorCode::Conflict, e.to_string())
             }
             e @ FunctionError::Busy(_) => Self::new(ErrorCode::Unavailable, e.to_string()),
-            e @ (FunctionError::BadEvent(_)
-            | FunctionError::Upload(_)
-            | FunctionError::BadSource(_)) => Self::new(ErrorCode::InvalidArgument, e.to_string()),
-            e @ FunctionError::TooLarge(_) => Self::new(ErrorCode::PayloadTooLarge, e.to_string()),
-            FunctionError::Control(e) => e.into(),
-            FunctionError::Store(e) => e.into(),
-            FunctionError::Host(e) => e.into(),
-            FunctionError::Config(e) => Self::internal("app configuration", &e),
-            e @ FunctionError::DeployKey(_) => Self::internal("app deploy key", &e),
+            e @ FunctionError::BadEvent(_) => Self::new(ErrorCode::InvalidArgument, e.to_string()),
+            FunctionError::Shared(e) => e.into(),
         }
     }
 }

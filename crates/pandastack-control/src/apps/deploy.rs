@@ -18,7 +18,7 @@ use super::check::{until_healthy, Probe};
 use super::detect::{self, BuildPlan, Overrides};
 use super::shared::scaled;
 use super::{
-    app_env, config_of, deps, source, AppError, Apps, CommonError, Shared, APP_DIR, APP_LOG,
+    app_env, config_of, deps, source, AppError, Apps, Shared, SharedError, APP_DIR, APP_LOG,
     APP_METADATA, APP_TEMPLATE, DEPLOY_METADATA, UPLOAD, UPLOAD_REF,
 };
 use crate::templates::BuildLog;
@@ -1183,7 +1183,7 @@ impl Shared {
         });
     }
 
-    async fn retire_now(&self, app_id: &str, id: &str) -> Result<(), CommonError> {
+    async fn retire_now(&self, app_id: &str, id: &str) -> Result<(), SharedError> {
         let d = self.store.apps().deploy(id).await?;
         if d.state == DeployState::Standby {
             if let Some(sb) = &d.sandbox_id {

@@ -21,9 +21,7 @@ use pandastack_api_types::{
 use pandastack_store::{new_id, now_ms, AppRow, DeployRow, StoreError};
 
 use super::instances::{Lease, LeaseError, Limits};
-use super::{config_of, CommonError, Shared, UPLOAD};
-use crate::ControlError;
-use pandastack_host::HostError;
+use super::{config_of, Shared, SharedError, UPLOAD};
 
 /// `kind` of a function's app row.
 pub const FUNCTION_KIND: &str = "function";
@@ -67,40 +65,12 @@ pub enum FunctionError {
     /// An invoke's event the runtime refused (not JSON).
     #[error("{0}")]
     BadEvent(String),
+    /// What apps and functions share: the store, the host, an upload, a deploy key, a source.
     #[error(transparent)]
-    Control(#[from] ControlError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Host(#[from] HostError),
-    /// An uploaded source (or inline files) that could not be taken.
-    #[error("upload: {0}")]
-    Upload(String),
-    #[error("upload larger than {0} bytes")]
-    TooLarge(u64),
-    #[error("stored app configuration: {0}")]
-    Config(#[from] serde_json::Error),
-    #[error("deploy key: {0}")]
-    DeployKey(String),
-    /// A git source the host does not fetch (a local one, or an internal address).
-    #[error("git.url: {0}")]
-    BadSource(String),
+    Shared(#[from] SharedError),
 }
 
-impl From<CommonError> for FunctionError {
-    fn from(e: CommonError) -> Self {
-        match e {
-            CommonError::Control(e) => Self::Control(e),
-            CommonError::Store(e) => Self::Store(e),
-            CommonError::Host(e) => Self::Host(e),
-            CommonError::Upload(m) => Self::Upload(m),
-            CommonError::TooLarge(n) => Self::TooLarge(n),
-            CommonError::Config(e) => Self::Config(e),
-            CommonError::DeployKey(m) => Self::DeployKey(m),
-            CommonError::BadSource(m) => Self::BadSource(m),
-        }
-    }
-}
+super::shared::from_shared_causes!(FunctionError);
 
 /// Functions of one host: their rows, versions (deploys, run by the shared deploy worker),
 /// instances ([`super::instances`]) and calls ([`super::invocations`]).
@@ -373,10 +343,10 @@ impl Functions {
             pack_files(&files, &d.join(UPLOAD))
         })
         .await
-        .map_err(|e| FunctionError::Upload(e.to_string()))?
+        .map_err(|e| SharedError::Upload(e.to_string()))?
         .map_err(|e| {
             let _ = std::fs::remove_dir_all(&dir);
-            FunctionError::Upload(format!("pack the function's files: {e}"))
+            SharedError::Upload(format!("pack the function's files: {e}"))
         })?;
         match self.s.queue_as(id, row, INLINE_REF, None).await {
             Ok(d) => Ok(d),

@@ -37,17 +37,16 @@ use pandastack_api_types::{
     AppConfig, CreateAppRequest, CreateDeployRequest, DeployState, RollbackRequest,
     UpdateAppRequest, WebhookResult,
 };
-use pandastack_host::{HostError, VmState};
+use pandastack_host::VmState;
 use pandastack_store::{new_id, now_ms, AppRow, DeployRow, SandboxRow, StoreError};
-
-use crate::ControlError;
 
 pub use deploy::{DeployCause, DeployError, DeployPhase};
 pub use domains::{DomainError, Domains};
 pub use function::{FunctionError, Functions};
 pub use webhook::{sign as sign_webhook, Delivery, WebhookKind};
 
-pub(crate) use shared::{app_env, config_of, deploy_key_fingerprint, CommonError, Shared};
+pub use shared::SharedError;
+pub(crate) use shared::{app_env, config_of, deploy_key_fingerprint, Shared};
 use shared::{new_deploy_key, new_secret, public_deploy_key};
 
 /// The catalog template app VMs are made from (`app-m<MiB>` for other memory sizes).
@@ -84,44 +83,15 @@ pub enum AppError {
     /// A webhook body or header that is not what the sender's scheme says.
     #[error("webhook: {0}")]
     BadWebhook(String),
-    #[error(transparent)]
-    Control(#[from] ControlError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Host(#[from] HostError),
-    /// An uploaded source that could not be taken.
-    #[error("upload: {0}")]
-    Upload(String),
-    #[error("upload larger than {0} bytes")]
-    TooLarge(u64),
-    #[error("stored app configuration: {0}")]
-    Config(#[from] serde_json::Error),
-    /// An SSH deploy key that could not be made or read.
-    #[error("deploy key: {0}")]
-    DeployKey(String),
-    /// A git source the host does not fetch (a local one, or an internal address).
-    #[error("git.url: {0}")]
-    BadSource(String),
     /// One of the app's custom domains was refused.
     #[error(transparent)]
     Domain(#[from] DomainError),
+    /// What apps and functions share: the store, the host, an upload, a deploy key, a source.
+    #[error(transparent)]
+    Shared(#[from] SharedError),
 }
 
-impl From<CommonError> for AppError {
-    fn from(e: CommonError) -> Self {
-        match e {
-            CommonError::Control(e) => Self::Control(e),
-            CommonError::Store(e) => Self::Store(e),
-            CommonError::Host(e) => Self::Host(e),
-            CommonError::Upload(m) => Self::Upload(m),
-            CommonError::TooLarge(n) => Self::TooLarge(n),
-            CommonError::Config(e) => Self::Config(e),
-            CommonError::DeployKey(m) => Self::DeployKey(m),
-            CommonError::BadSource(m) => Self::BadSource(m),
-        }
-    }
-}
+shared::from_shared_causes!(AppError);
 
 /// Where apps answer (what their URLs say).
 #[derive(Debug, Clone)]
@@ -609,7 +579,7 @@ impl Apps {
                 reason: None,
             }),
             // The same delivery arriving twice at once: the second insert finds the first.
-            Err(CommonError::Store(StoreError::Conflict)) => {
+            Err(SharedError::Store(StoreError::Conflict)) => {
                 let d = match delivery.id {
                     Some(id) => self.s.store.apps().deploy_by_delivery(&row.id, id).await?,
                     None => None,

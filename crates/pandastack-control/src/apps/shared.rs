@@ -17,10 +17,11 @@ use tokio::sync::Notify;
 use super::{instances, routes, source, AppAddress, DEPLOY_JOB_KIND, UPLOAD, UPLOAD_REF};
 use crate::{ControlError, Sandboxes};
 
-/// Why something apps and functions share failed (each service turns it into its own error,
-/// message for message).
+/// Why something apps and functions share failed: the store, the host or a sandbox, an upload,
+/// the stored configuration, a deploy key, a source the host does not fetch. [`crate::AppError`]
+/// and [`crate::FunctionError`] each carry it whole (`Shared`, with its own message).
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum CommonError {
+pub enum SharedError {
     #[error(transparent)]
     Control(#[from] ControlError),
     #[error(transparent)]
@@ -33,11 +34,42 @@ pub(crate) enum CommonError {
     TooLarge(u64),
     #[error("stored app configuration: {0}")]
     Config(#[from] serde_json::Error),
+    /// An SSH deploy key that could not be made or read.
     #[error("deploy key: {0}")]
     DeployKey(String),
+    /// A git source the host does not fetch (a local one, or an internal address).
     #[error("git.url: {0}")]
     BadSource(String),
 }
+
+/// `From` the shared causes (the store, the host, a sandbox operation, the stored
+/// configuration) for a service's error that carries [`SharedError`] as `Shared`, so `?` works
+/// as if they were its own variants.
+macro_rules! from_shared_causes {
+    ($error:ty) => {
+        impl From<pandastack_store::StoreError> for $error {
+            fn from(e: pandastack_store::StoreError) -> Self {
+                Self::Shared(e.into())
+            }
+        }
+        impl From<pandastack_host::HostError> for $error {
+            fn from(e: pandastack_host::HostError) -> Self {
+                Self::Shared(e.into())
+            }
+        }
+        impl From<crate::ControlError> for $error {
+            fn from(e: crate::ControlError) -> Self {
+                Self::Shared(e.into())
+            }
+        }
+        impl From<serde_json::Error> for $error {
+            fn from(e: serde_json::Error) -> Self {
+                Self::Shared(e.into())
+            }
+        }
+    };
+}
+pub(crate) use from_shared_causes;
 
 /// The state apps and functions of one host share.
 #[derive(Clone)]
@@ -62,7 +94,7 @@ pub(crate) struct Shared {
 }
 
 /// `config` of a stored app.
-pub(crate) fn config_of(row: &AppRow) -> Result<AppConfig, CommonError> {
+pub(crate) fn config_of(row: &AppRow) -> Result<AppConfig, SharedError> {
     Ok(serde_json::from_value(row.config.clone())?)
 }
 
@@ -78,27 +110,27 @@ pub(crate) fn new_secret() -> String {
 
 /// A new SSH deploy key for app `name`: an ed25519 pair, the private half in OpenSSH's
 /// format (unencrypted: the store keeps it), commented `pandastack-app-<name>`.
-pub(crate) fn new_deploy_key(name: &str) -> Result<String, CommonError> {
+pub(crate) fn new_deploy_key(name: &str) -> Result<String, SharedError> {
     use rand::TryRngCore;
     let mut seed = [0u8; 32];
     rand::rngs::OsRng
         .try_fill_bytes(&mut seed)
-        .map_err(|e| CommonError::DeployKey(format!("random bytes: {e}")))?;
+        .map_err(|e| SharedError::DeployKey(format!("random bytes: {e}")))?;
     let pair = ssh_key::private::Ed25519Keypair::from_seed(&seed);
     seed.fill(0);
     let mut key = ssh_key::PrivateKey::from(pair);
     key.set_comment(format!("pandastack-app-{name}"));
     let pem = key
         .to_openssh(ssh_key::LineEnding::LF)
-        .map_err(|e| CommonError::DeployKey(e.to_string()))?;
+        .map_err(|e| SharedError::DeployKey(e.to_string()))?;
     Ok(pem.as_str().to_owned())
 }
 
 /// The public half of a stored deploy key, as an `authorized_keys` line.
-pub(crate) fn public_deploy_key(private_key: &str) -> Result<String, CommonError> {
+pub(crate) fn public_deploy_key(private_key: &str) -> Result<String, SharedError> {
     ssh_key::PrivateKey::from_openssh(private_key)
         .and_then(|k| k.public_key().to_openssh())
-        .map_err(|e| CommonError::DeployKey(e.to_string()))
+        .map_err(|e| SharedError::DeployKey(e.to_string()))
 }
 
 /// The SHA-256 fingerprint of a stored deploy key (`SHA256:…`, as `ssh-keygen -l` shows it).
@@ -168,10 +200,10 @@ impl Shared {
     pub(crate) fn check_source(
         &self,
         git: &pandastack_api_types::AppGit,
-    ) -> Result<(), CommonError> {
+    ) -> Result<(), SharedError> {
         source::GitTarget::parse(&git.url)
             .and_then(|t| t.check_literal(&self.outbound))
-            .map_err(|e| CommonError::BadSource(e.to_string()))
+            .map_err(|e| SharedError::BadSource(e.to_string()))
     }
 
     /// The directory of a deploy's files.
@@ -192,7 +224,7 @@ impl Shared {
 
     /// Makes `row`'s deploy key if it has none (an app made before apps had keys); two
     /// callers at once keep the first one stored.
-    pub(crate) async fn ensure_deploy_key(&self, row: &mut AppRow) -> Result<(), CommonError> {
+    pub(crate) async fn ensure_deploy_key(&self, row: &mut AppRow) -> Result<(), SharedError> {
         if row.deploy_private_key.is_some() {
             return Ok(());
         }
@@ -211,7 +243,7 @@ impl Shared {
     }
 
     /// Removes a deploy's VM (gone already is fine).
-    pub(crate) async fn remove_vm(&self, d: &DeployRow) -> Result<(), CommonError> {
+    pub(crate) async fn remove_vm(&self, d: &DeployRow) -> Result<(), SharedError> {
         if let Some(sb) = &d.sandbox_id {
             match self.store.sandboxes().by_id(sb).await {
                 Ok(s) => self.sandboxes.delete(&s).await?,
@@ -231,7 +263,7 @@ impl Shared {
         app: &AppRow,
         git_ref: &str,
         delivery: Option<String>,
-    ) -> Result<DeployRow, CommonError> {
+    ) -> Result<DeployRow, SharedError> {
         self.queue_as(new_id("dep-"), app, git_ref, delivery).await
     }
 
@@ -242,7 +274,7 @@ impl Shared {
         app: &AppRow,
         git_ref: &str,
         delivery: Option<String>,
-    ) -> Result<DeployRow, CommonError> {
+    ) -> Result<DeployRow, SharedError> {
         let now = now_ms();
         let mut d = DeployRow {
             id,
@@ -292,7 +324,7 @@ impl Shared {
         &self,
         row: &AppRow,
         upload: S,
-    ) -> Result<DeployRow, CommonError>
+    ) -> Result<DeployRow, SharedError>
     where
         S: futures::Stream<Item = Result<bytes::Bytes, E>> + Send,
         E: std::fmt::Display,
@@ -311,7 +343,7 @@ impl Shared {
             }
         }
         let mut cleanup = Cleanup(Some(dir.clone()));
-        let io = |e: std::io::Error| CommonError::Upload(format!("store the upload: {e}"));
+        let io = |e: std::io::Error| SharedError::Upload(format!("store the upload: {e}"));
         tokio::fs::create_dir_all(&dir).await.map_err(io)?;
         let mut file = tokio::fs::File::create(dir.join(UPLOAD))
             .await
@@ -320,16 +352,16 @@ impl Shared {
         let mut size = 0u64;
         while let Some(piece) = upload.next().await {
             let piece =
-                piece.map_err(|e| CommonError::Upload(format!("the upload broke off: {e}")))?;
+                piece.map_err(|e| SharedError::Upload(format!("the upload broke off: {e}")))?;
             size += piece.len() as u64;
             if size > source::MAX_UPLOAD_BYTES {
-                return Err(CommonError::TooLarge(source::MAX_UPLOAD_BYTES));
+                return Err(SharedError::TooLarge(source::MAX_UPLOAD_BYTES));
             }
             file.write_all(&piece).await.map_err(io)?;
         }
         file.sync_all().await.map_err(io)?;
         if size == 0 {
-            return Err(CommonError::Upload("the upload is empty".into()));
+            return Err(SharedError::Upload("the upload is empty".into()));
         }
         let d = self.queue_as(id, row, UPLOAD_REF, None).await?;
         cleanup.0 = None;
@@ -342,7 +374,7 @@ impl Shared {
         &self,
         sb: SandboxRow,
         config: &AppConfig,
-    ) -> Result<(), CommonError> {
+    ) -> Result<(), SharedError> {
         self.store.sandboxes().update(&scaled(sb, config)).await?;
         Ok(())
     }
@@ -366,7 +398,7 @@ impl Shared {
     }
 
     /// Removes deploy directories no deploy row owns (after a crash or a delete mid-way).
-    pub(crate) async fn remove_strays(&self) -> Result<(), CommonError> {
+    pub(crate) async fn remove_strays(&self) -> Result<(), SharedError> {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Ok(());
         };
