@@ -1,5 +1,6 @@
 //! The one HTTP error path: every failure becomes `{"error":{code,message,request_id}}` with the
-//! code's status; internal causes go to the log, not to the client.
+//! code's status; internal causes go to the log, not to the client — once, by the request-id
+//! middleware, with the request's id, method and path beside the whole cause chain.
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -20,6 +21,31 @@ pub struct ApiError {
     pub message: String,
     /// Seconds, for 429 and 503.
     pub retry_after: Option<u64>,
+    /// What failed inside, for the log only (set by [`ApiError::internal`]).
+    cause: Option<InternalCause>,
+}
+
+/// The cause of an internal error, carried to the request-id middleware in the response's
+/// extensions and logged there once.
+#[derive(Debug, Clone)]
+pub(crate) struct InternalCause {
+    /// What was being done ("database", "build job", ...).
+    pub context: String,
+    /// The error and its sources, outermost first.
+    pub chain: String,
+}
+
+impl InternalCause {
+    /// Logs the cause, with the request's id and route (`METHOD path`) when known.
+    pub(crate) fn log(&self, request_id: &str, route: &str) {
+        tracing::error!(
+            request_id,
+            route,
+            error = self.chain.as_str(),
+            "{} failed",
+            self.context
+        );
+    }
 }
 
 impl ApiError {
@@ -28,6 +54,7 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after: None,
+            cause: None,
         }
     }
 
@@ -35,9 +62,26 @@ impl ApiError {
         Self::new(code, format!("{what} {id} not found"))
     }
 
+    /// A 500 whose client sees only "`context` failed"; the whole cause chain is logged when
+    /// the error is answered (see [`InternalCause`]).
     pub fn internal(context: &str, e: &(dyn std::error::Error + 'static)) -> Self {
-        tracing::error!(error = e, "{context}");
-        Self::new(ErrorCode::Internal, format!("{context} failed"))
+        let mut err = Self::new(ErrorCode::Internal, format!("{context} failed"));
+        err.cause = Some(InternalCause {
+            context: context.to_owned(),
+            chain: pandastack_host::error_chain(e),
+        });
+        err
+    }
+
+    /// Logs the internal cause now: for an error that is not answered as an HTTP response (a
+    /// stream's error frame or event).
+    pub(crate) fn log_cause(&self) {
+        if let Some(c) = &self.cause {
+            c.log(
+                &REQUEST_ID.try_with(|id| id.clone()).unwrap_or_default(),
+                "",
+            );
+        }
     }
 }
 
@@ -235,7 +279,13 @@ impl From<HostError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let request_id = REQUEST_ID.try_with(|id| id.clone()).unwrap_or_default();
+        let request_id = REQUEST_ID.try_with(|id| id.clone()).ok();
+        let in_request = request_id.is_some();
+        if let (Some(cause), false) = (&self.cause, in_request) {
+            // Not under the request-id middleware (the proxy, the database front): log here.
+            cause.log("", "");
+        }
+        let request_id = request_id.unwrap_or_default();
         let status = StatusCode::from_u16(self.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = ErrorEnvelope {
@@ -246,6 +296,9 @@ impl IntoResponse for ApiError {
             },
         };
         let mut resp = (status, Json(body)).into_response();
+        if let Some(cause) = self.cause.filter(|_| in_request) {
+            resp.extensions_mut().insert(cause);
+        }
         if let Some(s) = self.retry_after {
             if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
                 resp.headers_mut().insert("retry-after", v);
@@ -264,3 +317,90 @@ impl IntoResponse for ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    /// What a subscriber wrote, shared with the test.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// An internal error answered through the router is logged once, by the middleware, with
+    /// the request's id and route and the whole cause chain; the client sees only its context.
+    #[test]
+    fn an_internal_cause_is_logged_once_with_its_request() {
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let body = tracing::subscriber::with_default(subscriber, || {
+            rt.block_on(async {
+                let router = axum::Router::new()
+                    .route(
+                        "/v1/boom",
+                        axum::routing::get(|| async {
+                            let inner = std::io::Error::other("disk on fire");
+                            let outer = HostError::Failed {
+                                what: "start the VM".into(),
+                                source: Box::new(inner),
+                            };
+                            ApiError::from(outer)
+                        }),
+                    )
+                    .layer(axum::middleware::from_fn(crate::request_id));
+                let resp = router
+                    .oneshot(
+                        Request::get("/v1/boom")
+                            .header("x-request-id", "req-test-1")
+                            .body(Body::empty())
+                            .unwrap(),
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+                axum::body::to_bytes(resp.into_body(), 1 << 16)
+                    .await
+                    .unwrap()
+            })
+        });
+        let body = String::from_utf8_lossy(&body).into_owned();
+        assert!(body.contains("start the VM failed"), "{body}");
+        assert!(
+            !body.contains("disk on fire"),
+            "the cause reached the client: {body}"
+        );
+        let log = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains("ERROR")).collect();
+        assert_eq!(lines.len(), 1, "{log}");
+        for part in [
+            "req-test-1",
+            "GET /v1/boom",
+            "disk on fire",
+            "start the VM failed",
+        ] {
+            assert!(lines[0].contains(part), "{part} missing: {log}");
+        }
+    }
+}

@@ -138,6 +138,9 @@ async fn request_id(req: Request, next: Next) -> Response {
     let t = Instant::now();
     let mut resp = error::REQUEST_ID.scope(id.clone(), next.run(req)).await;
     tracing::debug!(request_id = %id, %method, %path, status = resp.status().as_u16(), ms = t.elapsed().as_millis() as u64, "request");
+    if let Some(cause) = resp.extensions_mut().remove::<error::InternalCause>() {
+        cause.log(&id, &format!("{method} {path}"));
+    }
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert("x-request-id", v);
     }

@@ -170,7 +170,9 @@ pub async fn exec_stream(
 /// ending `sandbox_state`), the guest's own words for its errors.
 fn error_event(e: HostError) -> Result<Event, axum::Error> {
     let message = e.event_message();
-    let code = ApiError::from(e).code;
+    let e = ApiError::from(e);
+    e.log_cause();
+    let code = e.code;
     Event::default()
         .event("error")
         .json_data(serde_json::json!({ "code": code, "message": message }))

@@ -18,6 +18,7 @@ pub(crate) const ACTIVITY_EVERY: Duration = Duration::from_secs(30);
 
 /// An error frame for an API error (the code and message the HTTP error would carry).
 pub(crate) fn error_frame(id: Option<&str>, e: ApiError) -> StreamErrorFrame {
+    e.log_cause();
     StreamErrorFrame {
         id: id.map(str::to_owned),
         code: e.code,
