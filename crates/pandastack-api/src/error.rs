@@ -363,7 +363,7 @@ mod tests {
                         axum::routing::get(|| async {
                             let inner = std::io::Error::other("disk on fire");
                             let outer = HostError::Failed {
-                                what: "start the VM".into(),
+                                what: "start the VM",
                                 source: Box::new(inner),
                             };
                             ApiError::from(outer)
