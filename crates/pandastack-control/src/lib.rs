@@ -29,7 +29,7 @@ mod volumes;
 pub use activity::{busy, Activity, BUSY_SHARE};
 pub use apps::{
     AppAddress, AppError, AppInfo, AppRoute, Apps, DeployCause, DeployError, DeployPhase,
-    DomainError, Domains, FunctionError, Functions, SharedError,
+    DeployTimings, DomainError, Domains, FunctionError, Functions, SharedError,
 };
 pub use certs::{AcmeConfig, CertConfig, Certificates};
 pub use code::{CodeContextError, CodeContexts, CodeEvent};

@@ -14,8 +14,8 @@ use tokio::task::JoinHandle;
 
 use crate::{
     AppAddress, AppError, Apps, ArchiveSettings, BuildConfig, Certificates, CodeContexts,
-    DatabaseAddress, DatabaseError, Databases, DiskMax, Domains, Functions, Reaper, Sandboxes,
-    Schedules, Snapshots, Templates, VolumeError, Volumes,
+    DatabaseAddress, DatabaseError, Databases, DeployTimings, DiskMax, Domains, Functions, Reaper,
+    Sandboxes, Schedules, Snapshots, Templates, VolumeError, Volumes,
 };
 
 /// What a control plane is configured with (every field the server's flags decide).
@@ -38,6 +38,9 @@ pub struct ControlConfig {
     pub certificates: Option<Certificates>,
     /// The most disk limits a create may ask for.
     pub disk_max: DiskMax,
+    /// How long deploys wait for a new version to listen and be healthy, and for requests on
+    /// the one it replaces (`Default`: the server's waits).
+    pub deploy: DeployTimings,
 }
 
 /// Why settling what a previous process left failed (the server does not start).
@@ -91,6 +94,7 @@ impl ControlPlane {
             outbound,
             certificates,
             disk_max,
+            deploy,
         } = config;
         let volumes = Volumes::new(
             store.clone(),
@@ -118,7 +122,8 @@ impl ControlPlane {
             apps,
             objects,
         )
-        .with_outbound(outbound);
+        .with_outbound(outbound)
+        .with_timings(deploy);
         let functions = Functions::new(shared.clone());
         Self {
             schedules: Schedules::new(

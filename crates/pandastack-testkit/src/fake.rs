@@ -483,6 +483,7 @@ pub fn fake_control(
         outbound: Default::default(),
         certificates: None,
         disk_max: Default::default(),
+        deploy: Default::default(),
     };
     pandastack_control::ControlPlane::new(store, host, objects, config)
 }

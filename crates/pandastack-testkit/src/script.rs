@@ -9,6 +9,9 @@
 //!   scripted exits 127 with a message on stderr (a test sees it, nothing passes by accident).
 //! - **build results** by spec text ([`ScriptedHost::on_build`]): a built image (its env, size)
 //!   or a [`HostError::BuildFailed`], after an optional delay.
+//! - **ports** ([`ScriptedHost::on_port`]): a port of every sandbox that answers each
+//!   connection with a canned HTTP status (an app's server listening, for the deploy's health
+//!   check), over an in-memory stream; a port nobody scripted is not listened on.
 //! - **faults** ([`ScriptedHost::fail_next`], [`ScriptedHost::hang_next`],
 //!   [`ScriptedHost::delay_next`]): the next N calls of an [`Op`] fail with a chosen
 //!   [`HostError`], never return, or take a while.
@@ -207,6 +210,8 @@ struct State {
     /// Templates baked by `bake_image` (catalog ones are always there).
     baked: BTreeSet<String>,
     execs: Vec<(Pattern, Reply)>,
+    /// Ports listened on in every sandbox: the HTTP status each connection is answered with.
+    ports: HashMap<u16, u16>,
     builds: Vec<(Pattern, BuildReply)>,
     faults: HashMap<Op, Vec<Fault>>,
     calls: Vec<(Op, String)>,
@@ -305,6 +310,18 @@ impl ScriptedHost {
         self.lock()
             .execs
             .push((Pattern::Prefix(prefix.into()), reply));
+    }
+
+    /// Port `port` of every sandbox listens from now on (`None`: stops listening): each
+    /// connection ([`Host::connect_port`]) reads the request's head and is answered `HTTP/1.1
+    /// <status>` with a two-byte body, then closed. Unscripted ports refuse connections
+    /// ([`GuestErrorKind::Unavailable`]).
+    pub fn on_port(&self, port: u16, status: Option<u16>) {
+        let mut s = self.lock();
+        match status {
+            Some(st) => s.ports.insert(port, st),
+            None => s.ports.remove(&port),
+        };
     }
 
     /// A spec build whose text starts with `spec_prefix` (an OCI build: the text `oci`) ends
@@ -1158,10 +1175,30 @@ impl Host for ScriptedHost {
 
     async fn connect_port(&self, id: &str, port: u16) -> HostResult<Box<dyn PortIo>> {
         self.data_plane(id, "connect").await?;
-        Err(HostError::guest(
-            GuestErrorKind::Unavailable,
-            format!("nothing listens on port {port} (scripted host)"),
-        ))
+        let Some(status) = self.lock().ports.get(&port).copied() else {
+            return Err(HostError::guest(
+                GuestErrorKind::Unavailable,
+                format!("nothing listens on port {port} (scripted host)"),
+            ));
+        };
+        let (client, mut server) = tokio::io::duplex(16 * 1024);
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match server.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let answer = format!(
+                "HTTP/1.1 {status} Scripted\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+            );
+            let _ = server.write_all(answer.as_bytes()).await;
+            let _ = server.shutdown().await;
+        });
+        Ok(Box::new(client))
     }
 
     fn catalog(&self) -> HostResult<Vec<TemplateView>> {

@@ -1,8 +1,9 @@
 //! Workflows of the control plane that need no VM, each a real [`ControlPlane`] over a real
 //! SQLite store (in a temporary directory) and the in-memory [`ScriptedHost`], in-process:
-//! durable jobs, the scheduler across a restart, the reaper, volume mounts and quotas. Each test
-//! takes a few seconds at most (the reaper ticks every 2 s; cron schedules here fire every
-//! second), and the template service's builds. Apps, deploys and functions are not covered here.
+//! durable jobs, the scheduler across a restart, the reaper, volume mounts, quotas, the template
+//! service's builds, and apps' deploys (phases, blue-green switch, rollback) and functions'
+//! versions, their VM commands and health checks scripted. Each test takes a few seconds at most
+//! (the reaper ticks every 2 s; cron schedules here fire every second).
 
 use std::future::Future;
 use std::path::Path;
@@ -14,6 +15,10 @@ use pandastack_control::ControlPlane;
 use pandastack_store::{SandboxRow, Store};
 use pandastack_testkit::script::ScriptedHost;
 
+#[path = "workflows/deploys.rs"]
+mod deploys;
+#[path = "workflows/functions.rs"]
+mod functions;
 #[path = "workflows/jobs.rs"]
 mod jobs;
 #[path = "workflows/quotas.rs"]
@@ -47,6 +52,11 @@ impl Env {
     }
 
     async fn with_limits(max_sandboxes: i64, creates_per_minute: i64) -> Self {
+        Self::with_host(max_sandboxes, creates_per_minute, ScriptedHost::new()).await
+    }
+
+    /// A workspace allowed 20 sandboxes and 100 creates a minute, over `host`.
+    async fn with_host(max_sandboxes: i64, creates_per_minute: i64, host: ScriptedHost) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("state.db")).await.unwrap();
         let (ws, _, _) = store
@@ -54,7 +64,7 @@ impl Env {
             .create_workspace_with_key("ws", max_sandboxes, creates_per_minute)
             .await
             .unwrap();
-        let host = Arc::new(ScriptedHost::new());
+        let host = Arc::new(host);
         let control = plane(&store, &host, dir.path(), HOST_ID);
         Self {
             dir,
@@ -110,6 +120,13 @@ fn plane(store: &Store, host: &Arc<ScriptedHost>, dir: &Path, host_id: &str) -> 
         outbound: Default::default(),
         certificates: None,
         disk_max: Default::default(),
+        // A new version's server gets 2 s to listen and 2 s to be healthy (the server's 300 s
+        // and 60 s would make a test of one that never does wait minutes).
+        deploy: pandastack_control::DeployTimings {
+            listen: Duration::from_secs(2),
+            check: Duration::from_secs(2),
+            ..Default::default()
+        },
     };
     let host: Arc<dyn pandastack_host::Host> = Arc::clone(host) as _;
     ControlPlane::new(store.clone(), host, objects, config)

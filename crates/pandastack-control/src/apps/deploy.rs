@@ -55,6 +55,28 @@ const LISTEN_TIMEOUT: Duration = Duration::from_secs(300);
 const CHECK_TIMEOUT: Duration = Duration::from_secs(60);
 /// Requests in flight on the old version get this long before its VM hibernates.
 const DRAIN: Duration = Duration::from_secs(10);
+
+/// How long a deploy waits for a new version and for the one it replaces
+/// ([`crate::ControlConfig::deploy`]; the defaults are the server's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeployTimings {
+    /// Longest a new version's server may take to listen on its port.
+    pub listen: Duration,
+    /// Longest a listening server may take to answer its health check with 2xx/3xx.
+    pub check: Duration,
+    /// How long requests in flight on the replaced version get before its VM hibernates.
+    pub drain: Duration,
+}
+
+impl Default for DeployTimings {
+    fn default() -> Self {
+        Self {
+            listen: LISTEN_TIMEOUT,
+            check: CHECK_TIMEOUT,
+            drain: DRAIN,
+        }
+    }
+}
 /// Standby versions whose VMs are kept for a rollback (older ones are removed).
 const KEEP_STANDBY: usize = 3;
 
@@ -676,7 +698,7 @@ impl Shared {
                     plan.port,
                     &run.config.health_path,
                     &run.app.name,
-                    CHECK_TIMEOUT,
+                    self.timings.check,
                 )
                 .await;
                 if !probe.healthy() {
@@ -684,7 +706,7 @@ impl Shared {
                         path: run.config.health_path.clone(),
                         port: plan.port,
                         probe: probe.to_string(),
-                        within: CHECK_TIMEOUT,
+                        within: self.timings.check,
                         output: self.app_output(sandbox).await,
                     });
                 }
@@ -1078,7 +1100,8 @@ impl Shared {
                 stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
             });
         }
-        let deadline = Instant::now() + LISTEN_TIMEOUT;
+        let listen = self.timings.listen;
+        let deadline = Instant::now() + listen;
         let mut tries = 0u32;
         loop {
             tries += 1;
@@ -1108,7 +1131,7 @@ impl Shared {
                 return Err(DeployCause::NotListening {
                     port: plan.port,
                     start: plan.start.clone(),
-                    after: LISTEN_TIMEOUT,
+                    after: listen,
                     output: self.app_output(sandbox).await,
                 });
             }
@@ -1164,7 +1187,7 @@ impl Shared {
         let me = self.clone();
         let app_id = app.id.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(DRAIN).await;
+            tokio::time::sleep(me.timings.drain).await;
             match me.retire_now(&app_id, &id).await {
                 Ok(()) => {}
                 // The app was deleted during the drain: its deletion removed the VMs.
@@ -1242,7 +1265,7 @@ impl Apps {
             port,
             &config.health_path,
             &app.name,
-            CHECK_TIMEOUT,
+            self.s.timings.check,
         )
         .await;
         if !probe.healthy() {

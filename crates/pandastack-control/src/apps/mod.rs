@@ -40,7 +40,7 @@ use pandastack_api_types::{
 use pandastack_host::VmState;
 use pandastack_store::{new_id, now_ms, AppRow, DeployRow, SandboxRow, StoreError};
 
-pub use deploy::{DeployCause, DeployError, DeployPhase};
+pub use deploy::{DeployCause, DeployError, DeployPhase, DeployTimings};
 pub use domains::{DomainError, Domains};
 pub use function::{FunctionError, Functions};
 pub use webhook::{sign as sign_webhook, Delivery, WebhookKind};

@@ -91,6 +91,8 @@ pub(crate) struct Shared {
     pub(crate) instances: Arc<instances::Pool>,
     /// What the host may fetch sources from (public addresses and the operator's exceptions).
     pub(crate) outbound: Arc<OutboundPolicy>,
+    /// How long a deploy waits for a new version and for the one it replaces.
+    pub(crate) timings: super::deploy::DeployTimings,
 }
 
 /// `config` of a stored app.
@@ -185,7 +187,14 @@ impl Shared {
             routes: Arc::default(),
             instances: Arc::default(),
             outbound: Arc::default(),
+            timings: Default::default(),
         }
+    }
+
+    /// Deploys wait as `timings` says (by default the server's waits).
+    pub(crate) fn with_timings(mut self, timings: super::deploy::DeployTimings) -> Self {
+        self.timings = timings;
+        self
     }
 
     /// Lets sources be fetched from what `policy` allows (by default: public addresses only).

@@ -558,6 +558,7 @@ fn control_config(
             mbps: a.vm_disk_mbps_max,
             iops: a.vm_disk_iops_max,
         },
+        deploy: Default::default(),
     })
 }
 
