@@ -84,15 +84,14 @@ async fn two_control_planes_carry_out_a_run_once() {
         .run_now(&env.ws, "once")
         .await
         .unwrap();
-    let done = eventually(Duration::from_secs(10), "the run succeeds", || async {
-        let (_, r) = env
-            .control
-            .schedules
-            .run(&env.ws, "once", &run.id)
-            .await
-            .ok()?;
-        (r.state == RunState::Succeeded).then_some(r)
-    })
+    let done = run_reaches(
+        &env,
+        "once",
+        &run.id,
+        RunState::Succeeded,
+        Duration::from_secs(10),
+        "the run succeeds",
+    )
     .await;
     // Give a second runner time to (wrongly) carry it out too.
     tokio::time::sleep(Duration::from_millis(700)).await;
@@ -317,15 +316,14 @@ async fn a_failed_run_is_attempted_again_while_it_has_retries() {
         .run_now(&env.ws, "retry")
         .await
         .unwrap();
-    let r = eventually(Duration::from_secs(15), "the run fails", || async {
-        let (_, r) = env
-            .control
-            .schedules
-            .run(&env.ws, "retry", &run.id)
-            .await
-            .ok()?;
-        (r.state == RunState::Failed).then_some(r)
-    })
+    let r = run_reaches(
+        &env,
+        "retry",
+        &run.id,
+        RunState::Failed,
+        Duration::from_secs(15),
+        "the run fails",
+    )
     .await;
     env.control.shutdown(false).await;
     assert_eq!(r.attempt, 2);
@@ -338,4 +336,20 @@ async fn a_failed_run_is_attempted_again_while_it_has_retries() {
         env.host.vm_ids().is_empty(),
         "each attempt's sandbox deleted"
     );
+}
+
+/// Run `id` of schedule `name` once it is in `state` (`what` names the wait in a failure).
+async fn run_reaches(
+    env: &Env,
+    name: &str,
+    id: &str,
+    state: RunState,
+    limit: Duration,
+    what: &str,
+) -> pandastack_store::RunRow {
+    eventually(limit, what, || async {
+        let (_, r) = env.control.schedules.run(&env.ws, name, id).await.ok()?;
+        (r.state == state).then_some(r)
+    })
+    .await
 }
