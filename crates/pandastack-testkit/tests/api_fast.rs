@@ -26,6 +26,8 @@ mod hardening;
 mod isolation;
 #[path = "api_fast/list_pages.rs"]
 mod list_pages;
+#[path = "api_fast/no_vm_refusals.rs"]
+mod no_vm_refusals;
 
 async fn call(s: &FakeStack, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
     send(s, method, path, body.map(|b| b.to_string())).await

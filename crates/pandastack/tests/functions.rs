@@ -5,13 +5,15 @@
 //! limit discarding the instance, fresh randomness in each restored instance, the public
 //! endpoint through the proxy; builds that fail naming the cause (a syntax error, a handler
 //! that does not exist); a second version, a rollback, a Node.js function, and delete leaving
-//! no instance behind.
+//! no instance behind. One test in named steps ([`common::step`]): they share the server and
+//! the first function's build; the refusals that need no VM are fast tests in
+//! `pandastack-testkit/tests/api_fast/no_vm_refusals.rs`.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{free_port, start_with, Api, Server};
+use common::{free_port, start_with, step, Api, Server};
 use pandastack_testkit::net::NetNames;
 use pandastack_testkit::runtime;
 use reqwest::{Client, StatusCode};
@@ -188,407 +190,425 @@ async fn functions_end_to_end() {
         c: Client::new(),
     };
 
-    // Bad input: clear errors, nothing made.
-    for (body, field) in [
-        (
-            json!({"name": "x", "runtime": "ruby", "handler": "a.b", "files": {"a.rb": ""}}),
-            "body",
-        ),
-        (
-            json!({"name": "x", "runtime": "python", "handler": "main", "files": {"main.py": ""}}),
-            "handler",
-        ),
-        (
-            json!({"name": "x", "runtime": "python", "handler": "main.h"}),
-            "files",
-        ),
-        (
-            json!({"name": "x", "runtime": "python", "handler": "main.h", "files": {"../a.py": ""}}),
-            "files",
-        ),
-        (
-            json!({"name": "Bad", "runtime": "python", "handler": "main.h", "files": {"main.py": ""}}),
-            "name",
-        ),
-    ] {
-        let (st, v) = api.call("POST", "/v1/functions", Some(body.clone())).await;
-        assert!(
-            st == StatusCode::UNPROCESSABLE_ENTITY || st == StatusCode::BAD_REQUEST,
-            "{body}: {st} {v}"
-        );
-        if field != "body" {
+    // Bad input (a refusal, nothing made) needs no VM: see
+    // `pandastack-testkit/tests/api_fast/no_vm_refusals.rs`.
+
+    step(
+        "a Python function with a PyPI dependency builds and goes live, no instance yet",
+        async {
+            // A Python function with a dependency from PyPI.
+            let (st, f) = api
+                .call(
+                    "POST",
+                    "/v1/functions",
+                    Some(json!({
+                        "name": "hello",
+                        "runtime": "python",
+                        "handler": "main.handler",
+                        "files": {"main.py": MAIN_PY},
+                        "dependencies": "six\n",
+                        "timeout_seconds": 5,
+                        "public": true,
+                    })),
+                )
+                .await;
+            assert_eq!(st, StatusCode::CREATED, "{f}");
+            assert_eq!(f["name"], "hello");
+            assert!(f["url"].as_str().unwrap().contains("fn-hello."), "{f}");
+            let v1 = live(&api, "hello", 1).await;
+            assert!(v1["phases_ms"]["snapshot"].as_u64().is_some(), "{v1}");
+            let log = build_log(&api, "hello", 1).await;
+            assert!(log.contains("handler main.handler"), "{log}");
+            let (_, f) = api.call("GET", "/v1/functions/hello", None).await;
+            assert_eq!(f["live_version"], 1, "{f}");
+            // The build VM is gone: instances come from the snapshot.
+            assert_eq!(instances(&api, "hello").await, 0);
+        },
+    )
+    .await;
+    let first = step(
+        "cold, then warm: the warm instance keeps its module state",
+        async {
+            // Cold, then warm: the warm instance keeps its module state.
+            let first = invoke(&api, "hello", json!({"x": 1})).await;
+            assert_eq!(first["status"], "ok", "{first}");
+            assert_eq!(first["cold"], true, "{first}");
+            assert_eq!(first["result"]["echo"], json!({"x": 1}));
+            assert_eq!(first["result"]["calls"], 1);
+            assert_eq!(first["version"], 1);
+            assert!(first["result"]["six"].as_str().is_some(), "{first}");
             assert!(
-                v["error"]["message"].as_str().unwrap().contains(field),
-                "{v}"
+                first["stdout"].as_str().unwrap().contains("got {'x': 1}"),
+                "{first}"
             );
-        }
-    }
-    let (_, list) = api.call("GET", "/v1/functions", None).await;
-    assert_eq!(list["data"], json!([]));
+            let second = invoke(&api, "hello", json!({"x": 2})).await;
+            assert_eq!(second["cold"], false, "{second}");
+            assert_eq!(second["result"]["calls"], 2, "{second}");
+            assert_eq!(instances(&api, "hello").await, 1);
 
-    // A Python function with a dependency from PyPI.
-    let (st, f) = api
-        .call(
-            "POST",
-            "/v1/functions",
-            Some(json!({
-                "name": "hello",
-                "runtime": "python",
-                "handler": "main.handler",
-                "files": {"main.py": MAIN_PY},
-                "dependencies": "six\n",
-                "timeout_seconds": 5,
-                "public": true,
-            })),
-        )
-        .await;
-    assert_eq!(st, StatusCode::CREATED, "{f}");
-    assert_eq!(f["name"], "hello");
-    assert!(f["url"].as_str().unwrap().contains("fn-hello."), "{f}");
-    let v1 = live(&api, "hello", 1).await;
-    assert!(v1["phases_ms"]["snapshot"].as_u64().is_some(), "{v1}");
-    let log = build_log(&api, "hello", 1).await;
-    assert!(log.contains("handler main.handler"), "{log}");
-    let (_, f) = api.call("GET", "/v1/functions/hello", None).await;
-    assert_eq!(f["live_version"], 1, "{f}");
-    // The build VM is gone: instances come from the snapshot.
-    assert_eq!(instances(&api, "hello").await, 0);
-
-    // Cold, then warm: the warm instance keeps its module state.
-    let first = invoke(&api, "hello", json!({"x": 1})).await;
-    assert_eq!(first["status"], "ok", "{first}");
-    assert_eq!(first["cold"], true, "{first}");
-    assert_eq!(first["result"]["echo"], json!({"x": 1}));
-    assert_eq!(first["result"]["calls"], 1);
-    assert_eq!(first["version"], 1);
-    assert!(first["result"]["six"].as_str().is_some(), "{first}");
-    assert!(
-        first["stdout"].as_str().unwrap().contains("got {'x': 1}"),
-        "{first}"
-    );
-    let second = invoke(&api, "hello", json!({"x": 2})).await;
-    assert_eq!(second["cold"], false, "{second}");
-    assert_eq!(second["result"]["calls"], 2, "{second}");
-    assert_eq!(instances(&api, "hello").await, 1);
-
-    // Text events, bad JSON, the handler's exception as data.
-    let r = api
-        .c
-        .post(format!("{}/v1/functions/hello/invoke", server.url))
-        .bearer_auth(&server.key)
-        .header("Content-Type", "text/plain")
-        .body("plain words")
-        .send()
-        .await
-        .unwrap();
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(v["result"]["echo"], "plain words", "{v}");
-    let r = api
-        .c
-        .post(format!("{}/v1/functions/hello/invoke", server.url))
-        .bearer_auth(&server.key)
-        .header("Content-Type", "application/json")
-        .body("{not json")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-    let failed = invoke(&api, "hello", json!({"fail": true})).await;
-    assert_eq!(failed["status"], "error", "{failed}");
-    assert_eq!(failed["error"]["type"], "ValueError", "{failed}");
-    assert!(failed["error"]["traceback"]
-        .as_str()
-        .unwrap()
-        .contains("asked to fail"));
-    assert!(failed["error"]["traceback"]
-        .as_str()
-        .unwrap()
-        .contains("main.py"));
-    // A value JSON cannot carry is the handler's error, not a broken answer.
-    let nan = invoke(&api, "hello", json!({"nan": true})).await;
-    assert_eq!(nan["status"], "error", "{nan}");
-    assert_eq!(nan["error"]["type"], "ValueError", "{nan}");
-
-    // Past the time limit: a timeout result, the instance discarded; the next call restores
-    // a fresh one (module state from the bake) with randomness of its own.
-    let t = Instant::now();
-    let slow = invoke(&api, "hello", json!({"sleep": 30})).await;
-    assert_eq!(slow["status"], "timeout", "{slow}");
-    assert!(t.elapsed() < Duration::from_secs(25), "{:?}", t.elapsed());
-    let fresh = invoke(&api, "hello", json!({"x": 3})).await;
-    assert_eq!(fresh["status"], "ok", "{fresh}");
-    assert_eq!(fresh["cold"], true, "{fresh}");
-    assert_eq!(fresh["result"]["calls"], 1, "{fresh}");
-    assert_ne!(
-        fresh["result"]["rand"], first["result"]["rand"],
-        "two instances restored from one snapshot drew the same random number"
-    );
-
-    // The public endpoint: an HTTP-style call through the proxy.
-    let proxy_port = server.proxy.rsplit_once(':').unwrap().1;
-    let r = Client::new()
-        .get(format!("http://{}/some/path?q=1", server.proxy))
-        .header("Host", format!("fn-hello.localhost:{proxy_port}"))
-        .timeout(Duration::from_secs(120))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(v["echo"]["path"], "/some/path", "{v}");
-    assert_eq!(v["echo"]["query"]["q"], "1", "{v}");
-    // Private again: the endpoint no longer answers.
-    let (st, _) = api
-        .call(
-            "PATCH",
-            "/v1/functions/hello",
-            Some(json!({"public": false})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::OK);
-    let r = Client::new()
-        .get(format!("http://{}/", server.proxy))
-        .header("Host", format!("fn-hello.localhost:{proxy_port}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::NOT_FOUND);
-
-    // Asynchronous: queued at once, run by the host's job runner, fetched later; a failing
-    // call is tried again `retries` times.
-    let (st, queued) = api
-        .call(
-            "POST",
-            "/v1/functions/hello/invoke?async=1",
-            Some(json!({"x": "later"})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::ACCEPTED, "{queued}");
-    let id = queued["id"].as_str().unwrap().to_owned();
-    let done = until_finished(&api, "hello", &id).await;
-    assert_eq!(done["status"], "ok", "{done}");
-    assert_eq!(done["result"]["echo"], json!({"x": "later"}), "{done}");
-    assert_eq!(done["attempts"], 1, "{done}");
-    let (st, queued) = api
-        .call(
-            "POST",
-            "/v1/functions/hello/invoke?async=1&retries=1",
-            Some(json!({"fail": true})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::ACCEPTED, "{queued}");
-    let done = until_finished(&api, "hello", queued["id"].as_str().unwrap()).await;
-    assert_eq!(done["status"], "error", "{done}");
-    assert_eq!(done["attempts"], 2, "{done}");
-    assert_eq!(done["error"]["type"], "ValueError", "{done}");
-    let (st, _) = api
-        .call("GET", "/v1/functions/hello/invocations/inv-nope", None)
-        .await;
-    assert_eq!(st, StatusCode::NOT_FOUND);
-
-    // Cron: a schedule whose target is the function, the payload its event.
-    let (st, v) = api
-        .call(
-            "POST",
-            "/v1/schedules",
-            Some(json!({"name": "tick", "cron": "*/2 * * * * *",
+            first
+        },
+    )
+    .await;
+    step(
+        "text and JSON events, bad JSON a 400, the handler's exceptions as data",
+        async {
+            // Text events, bad JSON, the handler's exception as data.
+            let r = api
+                .c
+                .post(format!("{}/v1/functions/hello/invoke", server.url))
+                .bearer_auth(&server.key)
+                .header("Content-Type", "text/plain")
+                .body("plain words")
+                .send()
+                .await
+                .unwrap();
+            let v: Value = r.json().await.unwrap();
+            assert_eq!(v["result"]["echo"], "plain words", "{v}");
+            let r = api
+                .c
+                .post(format!("{}/v1/functions/hello/invoke", server.url))
+                .bearer_auth(&server.key)
+                .header("Content-Type", "application/json")
+                .body("{not json")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+            let failed = invoke(&api, "hello", json!({"fail": true})).await;
+            assert_eq!(failed["status"], "error", "{failed}");
+            assert_eq!(failed["error"]["type"], "ValueError", "{failed}");
+            assert!(failed["error"]["traceback"]
+                .as_str()
+                .unwrap()
+                .contains("asked to fail"));
+            assert!(failed["error"]["traceback"]
+                .as_str()
+                .unwrap()
+                .contains("main.py"));
+            // A value JSON cannot carry is the handler's error, not a broken answer.
+            let nan = invoke(&api, "hello", json!({"nan": true})).await;
+            assert_eq!(nan["status"], "error", "{nan}");
+            assert_eq!(nan["error"]["type"], "ValueError", "{nan}");
+        },
+    )
+    .await;
+    step(
+        "past its time limit: a timeout, then a fresh instance with its own randomness",
+        async {
+            // Past the time limit: a timeout result, the instance discarded; the next call restores
+            // a fresh one (module state from the bake) with randomness of its own.
+            let t = Instant::now();
+            let slow = invoke(&api, "hello", json!({"sleep": 30})).await;
+            assert_eq!(slow["status"], "timeout", "{slow}");
+            assert!(t.elapsed() < Duration::from_secs(25), "{:?}", t.elapsed());
+            let fresh = invoke(&api, "hello", json!({"x": 3})).await;
+            assert_eq!(fresh["status"], "ok", "{fresh}");
+            assert_eq!(fresh["cold"], true, "{fresh}");
+            assert_eq!(fresh["result"]["calls"], 1, "{fresh}");
+            assert_ne!(
+                fresh["result"]["rand"], first["result"]["rand"],
+                "two instances restored from one snapshot drew the same random number"
+            );
+        },
+    )
+    .await;
+    step(
+        "the public endpoint answers through the proxy, not once it is private",
+        async {
+            // The public endpoint: an HTTP-style call through the proxy.
+            let proxy_port = server.proxy.rsplit_once(':').unwrap().1;
+            let r = Client::new()
+                .get(format!("http://{}/some/path?q=1", server.proxy))
+                .header("Host", format!("fn-hello.localhost:{proxy_port}"))
+                .timeout(Duration::from_secs(120))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), StatusCode::OK);
+            let v: Value = r.json().await.unwrap();
+            assert_eq!(v["echo"]["path"], "/some/path", "{v}");
+            assert_eq!(v["echo"]["query"]["q"], "1", "{v}");
+            // Private again: the endpoint no longer answers.
+            let (st, _) = api
+                .call(
+                    "PATCH",
+                    "/v1/functions/hello",
+                    Some(json!({"public": false})),
+                )
+                .await;
+            assert_eq!(st, StatusCode::OK);
+            let r = Client::new()
+                .get(format!("http://{}/", server.proxy))
+                .header("Host", format!("fn-hello.localhost:{proxy_port}"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), StatusCode::NOT_FOUND);
+        },
+    )
+    .await;
+    step(
+        "async invocations run later and are retried; an unknown one is not found",
+        async {
+            // Asynchronous: queued at once, run by the host's job runner, fetched later; a failing
+            // call is tried again `retries` times.
+            let (st, queued) = api
+                .call(
+                    "POST",
+                    "/v1/functions/hello/invoke?async=1",
+                    Some(json!({"x": "later"})),
+                )
+                .await;
+            assert_eq!(st, StatusCode::ACCEPTED, "{queued}");
+            let id = queued["id"].as_str().unwrap().to_owned();
+            let done = until_finished(&api, "hello", &id).await;
+            assert_eq!(done["status"], "ok", "{done}");
+            assert_eq!(done["result"]["echo"], json!({"x": "later"}), "{done}");
+            assert_eq!(done["attempts"], 1, "{done}");
+            let (st, queued) = api
+                .call(
+                    "POST",
+                    "/v1/functions/hello/invoke?async=1&retries=1",
+                    Some(json!({"fail": true})),
+                )
+                .await;
+            assert_eq!(st, StatusCode::ACCEPTED, "{queued}");
+            let done = until_finished(&api, "hello", queued["id"].as_str().unwrap()).await;
+            assert_eq!(done["status"], "error", "{done}");
+            assert_eq!(done["attempts"], 2, "{done}");
+            assert_eq!(done["error"]["type"], "ValueError", "{done}");
+            let (st, _) = api
+                .call("GET", "/v1/functions/hello/invocations/inv-nope", None)
+                .await;
+            assert_eq!(st, StatusCode::NOT_FOUND);
+        },
+    )
+    .await;
+    step(
+        "cron: a schedule invokes the function with its payload",
+        async {
+            // Cron: a schedule whose target is the function, the payload its event.
+            let (st, v) = api
+                .call(
+                    "POST",
+                    "/v1/schedules",
+                    Some(json!({"name": "tick", "cron": "*/2 * * * * *",
                         "target": {"type": "function", "name": "hello"},
                         "payload": {"from": "cron"}})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::CREATED, "{v}");
-    let t = Instant::now();
-    let runs = loop {
-        let (st, v) = api
-            .call("GET", "/v1/schedules/tick/runs?limit=100", None)
-            .await;
-        assert_eq!(st, StatusCode::OK, "{v}");
-        let ok: Vec<Value> = v["data"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|r| r["state"] == "succeeded")
-            .cloned()
-            .collect();
-        if ok.len() >= 2 {
-            break ok;
-        }
-        assert!(t.elapsed() < Duration::from_secs(120), "runs: {v}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
-    assert!(
-        runs[0]["output"]
-            .as_str()
-            .unwrap()
-            .contains(r#""from":"cron""#),
-        "{runs:?}"
-    );
-    let (st, _) = api.call("DELETE", "/v1/schedules/tick", None).await;
-    assert_eq!(st, StatusCode::NO_CONTENT);
-    let (st, v) = api
-        .call(
-            "POST",
-            "/v1/schedules",
-            Some(json!({"name": "bad", "cron": "* * * * *",
-                        "target": {"type": "function", "name": "Not A Name"}})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
-
-    // Builds that fail name the cause and leave the live version alone.
-    let (st, v) = api
-        .call(
-            "POST",
-            "/v1/functions/hello/versions",
-            Some(json!({"files": {"main.py": "def handler(event:\n"}})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::ACCEPTED, "{v}");
-    let bad = settled(&api, "hello", 2).await;
-    assert_eq!(bad["state"], "failed", "{bad}");
-    assert!(
-        bad["error"].as_str().unwrap().contains("SyntaxError"),
-        "{bad}"
-    );
-    let (st, _) = api
-        .call(
-            "POST",
-            "/v1/functions",
-            Some(
-                json!({"name": "nohandler", "runtime": "python", "handler": "main.nope",
+                )
+                .await;
+            assert_eq!(st, StatusCode::CREATED, "{v}");
+            let t = Instant::now();
+            let runs = loop {
+                let (st, v) = api
+                    .call("GET", "/v1/schedules/tick/runs?limit=100", None)
+                    .await;
+                assert_eq!(st, StatusCode::OK, "{v}");
+                let ok: Vec<Value> = v["data"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|r| r["state"] == "succeeded")
+                    .cloned()
+                    .collect();
+                if ok.len() >= 2 {
+                    break ok;
+                }
+                assert!(t.elapsed() < Duration::from_secs(120), "runs: {v}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            };
+            assert!(
+                runs[0]["output"]
+                    .as_str()
+                    .unwrap()
+                    .contains(r#""from":"cron""#),
+                "{runs:?}"
+            );
+            let (st, _) = api.call("DELETE", "/v1/schedules/tick", None).await;
+            assert_eq!(st, StatusCode::NO_CONTENT);
+        },
+    )
+    .await;
+    step(
+        "failing builds name the cause and leave the live version alone",
+        async {
+            // Builds that fail name the cause and leave the live version alone.
+            let (st, v) = api
+                .call(
+                    "POST",
+                    "/v1/functions/hello/versions",
+                    Some(json!({"files": {"main.py": "def handler(event:\n"}})),
+                )
+                .await;
+            assert_eq!(st, StatusCode::ACCEPTED, "{v}");
+            let bad = settled(&api, "hello", 2).await;
+            assert_eq!(bad["state"], "failed", "{bad}");
+            assert!(
+                bad["error"].as_str().unwrap().contains("SyntaxError"),
+                "{bad}"
+            );
+            let (st, _) = api
+                .call(
+                    "POST",
+                    "/v1/functions",
+                    Some(
+                        json!({"name": "nohandler", "runtime": "python", "handler": "main.nope",
                         "files": {"main.py": "def handler(e):\n    return e\n"}}),
-            ),
-        )
-        .await;
-    assert_eq!(st, StatusCode::CREATED);
-    let bad = settled(&api, "nohandler", 1).await;
-    assert_eq!(bad["state"], "failed", "{bad}");
-    assert!(bad["error"].as_str().unwrap().contains("nope"), "{bad}");
-    let (st, v) = api
-        .call("POST", "/v1/functions/nohandler/invoke", Some(json!({})))
-        .await;
-    assert_eq!(st, StatusCode::CONFLICT, "{v}");
-
-    // A good second version goes live; rollback brings the first back.
-    let (st, _) = api
-        .call(
-            "POST",
-            "/v1/functions/hello/versions",
-            Some(
-                json!({"files": {"main.py": MAIN_PY.replace("\"v1\"", "\"v2\"")},
+                    ),
+                )
+                .await;
+            assert_eq!(st, StatusCode::CREATED);
+            let bad = settled(&api, "nohandler", 1).await;
+            assert_eq!(bad["state"], "failed", "{bad}");
+            assert!(bad["error"].as_str().unwrap().contains("nope"), "{bad}");
+            let (st, v) = api
+                .call("POST", "/v1/functions/nohandler/invoke", Some(json!({})))
+                .await;
+            assert_eq!(st, StatusCode::CONFLICT, "{v}");
+        },
+    )
+    .await;
+    step(
+        "a second version goes live; rollback brings the first back",
+        async {
+            // A good second version goes live; rollback brings the first back.
+            let (st, _) = api
+                .call(
+                    "POST",
+                    "/v1/functions/hello/versions",
+                    Some(
+                        json!({"files": {"main.py": MAIN_PY.replace("\"v1\"", "\"v2\"")},
                         "dependencies": "six\n"}),
-            ),
-        )
-        .await;
-    assert_eq!(st, StatusCode::ACCEPTED);
-    live(&api, "hello", 3).await;
-    let v = invoke(&api, "hello", json!(null)).await;
-    assert_eq!(v["result"]["version"], "v2", "{v}");
-    assert_eq!(v["version"], 3);
-    let (st, v) = api
-        .call(
-            "POST",
-            "/v1/functions/hello/rollback",
-            Some(json!({"version": 1})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::OK, "{v}");
-    let v = invoke(&api, "hello", json!(null)).await;
-    assert_eq!(v["result"]["version"], "v1", "{v}");
-    let (_, versions) = api.call("GET", "/v1/functions/hello/versions", None).await;
-    let states: Vec<&str> = versions["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["state"].as_str().unwrap())
-        .collect();
-    assert_eq!(states, ["standby", "failed", "live"], "{versions}");
-
-    // A version from a tarball of the function's files.
-    let r = api
-        .c
-        .post(format!("{}/v1/functions/hello/versions", server.url))
-        .bearer_auth(&server.key)
-        .header("Content-Type", "application/gzip")
-        .body(tarball(&[
-            ("main.py", &MAIN_PY.replace("\"v1\"", "\"v4\"")),
-            ("requirements.txt", "six\n"),
-        ]))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::ACCEPTED);
-    live(&api, "hello", 4).await;
-    let v = invoke(&api, "hello", json!(null)).await;
-    assert_eq!(v["result"]["version"], "v4", "{v}");
-
-    // A dependency that does not install fails the build, naming it.
-    let (st, _) = api
-        .call(
-            "POST",
-            "/v1/functions",
-            Some(
-                json!({"name": "baddeps", "runtime": "python", "handler": "main.handler",
+                    ),
+                )
+                .await;
+            assert_eq!(st, StatusCode::ACCEPTED);
+            live(&api, "hello", 3).await;
+            let v = invoke(&api, "hello", json!(null)).await;
+            assert_eq!(v["result"]["version"], "v2", "{v}");
+            assert_eq!(v["version"], 3);
+            let (st, v) = api
+                .call(
+                    "POST",
+                    "/v1/functions/hello/rollback",
+                    Some(json!({"version": 1})),
+                )
+                .await;
+            assert_eq!(st, StatusCode::OK, "{v}");
+            let v = invoke(&api, "hello", json!(null)).await;
+            assert_eq!(v["result"]["version"], "v1", "{v}");
+            let (_, versions) = api.call("GET", "/v1/functions/hello/versions", None).await;
+            let states: Vec<&str> = versions["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v["state"].as_str().unwrap())
+                .collect();
+            assert_eq!(states, ["standby", "failed", "live"], "{versions}");
+        },
+    )
+    .await;
+    step("a version from a tarball goes live", async {
+        // A version from a tarball of the function's files.
+        let r = api
+            .c
+            .post(format!("{}/v1/functions/hello/versions", server.url))
+            .bearer_auth(&server.key)
+            .header("Content-Type", "application/gzip")
+            .body(tarball(&[
+                ("main.py", &MAIN_PY.replace("\"v1\"", "\"v4\"")),
+                ("requirements.txt", "six\n"),
+            ]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+        live(&api, "hello", 4).await;
+        let v = invoke(&api, "hello", json!(null)).await;
+        assert_eq!(v["result"]["version"], "v4", "{v}");
+    })
+    .await;
+    step(
+        "a dependency that does not install fails the build, naming it",
+        async {
+            // A dependency that does not install fails the build, naming it.
+            let (st, _) = api
+                .call(
+                    "POST",
+                    "/v1/functions",
+                    Some(
+                        json!({"name": "baddeps", "runtime": "python", "handler": "main.handler",
                         "files": {"main.py": "def handler(e):\n    return e\n"},
                         "dependencies": "pandastack-no-such-package-xyz\n"}),
-            ),
-        )
-        .await;
-    assert_eq!(st, StatusCode::CREATED);
-    let bad = settled(&api, "baddeps", 1).await;
-    assert_eq!(bad["state"], "failed", "{bad}");
-    assert!(
-        bad["error"]
-            .as_str()
-            .unwrap()
-            .contains("pandastack-no-such-package-xyz"),
-        "{bad}"
-    );
-
-    // Node.js.
-    let (st, v) = api
-        .call(
-            "POST",
-            "/v1/functions",
-            Some(json!({
-                "name": "nodefn",
-                "runtime": "node",
-                "handler": "index.handler",
-                "files": {"index.mjs": NODE_INDEX},
-                "timeout_seconds": 3,
-            })),
-        )
-        .await;
-    assert_eq!(st, StatusCode::CREATED, "{v}");
-    live(&api, "nodefn", 1).await;
-    let v = invoke(&api, "nodefn", json!({"a": 2, "b": 3})).await;
-    assert_eq!(v["status"], "ok", "{v}");
-    assert_eq!(v["cold"], true, "{v}");
-    assert_eq!(v["result"]["sum"], 5, "{v}");
-    assert!(v["stdout"].as_str().unwrap().contains("node got"), "{v}");
-    // Math.random of a second instance restored from the same snapshot differs (V8's own
-    // state, cloned with the process, would repeat the first instance's numbers).
-    let slow = invoke(&api, "nodefn", json!({"a": 0, "b": 0, "sleep": 20})).await;
-    assert_eq!(slow["status"], "timeout", "{slow}");
-    let other = invoke(&api, "nodefn", json!({"a": 1, "b": 1})).await;
-    assert_eq!(other["cold"], true, "{other}");
-    assert_ne!(other["result"]["rand"], v["result"]["rand"], "{other} {v}");
-
-    // Delete: instances, versions and the row go.
-    for name in ["hello", "nohandler", "nodefn", "baddeps"] {
-        let (st, v) = api
-            .call("DELETE", &format!("/v1/functions/{name}"), None)
-            .await;
-        assert_eq!(st, StatusCode::NO_CONTENT, "{name}: {v}");
-        let (st, _) = api
-            .call("GET", &format!("/v1/functions/{name}"), None)
-            .await;
-        assert_eq!(st, StatusCode::NOT_FOUND);
-    }
-    assert_eq!(instances(&api, "hello").await, 0);
-    assert_eq!(instances(&api, "nodefn").await, 0);
-    let (_, list) = api.call("GET", "/v1/functions", None).await;
-    assert_eq!(list["data"], json!([]));
+                    ),
+                )
+                .await;
+            assert_eq!(st, StatusCode::CREATED);
+            let bad = settled(&api, "baddeps", 1).await;
+            assert_eq!(bad["state"], "failed", "{bad}");
+            assert!(
+                bad["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("pandastack-no-such-package-xyz"),
+                "{bad}"
+            );
+        },
+    )
+    .await;
+    step(
+        "Node.js: a function runs; a restored second instance has its own Math.random",
+        async {
+            // Node.js.
+            let (st, v) = api
+                .call(
+                    "POST",
+                    "/v1/functions",
+                    Some(json!({
+                        "name": "nodefn",
+                        "runtime": "node",
+                        "handler": "index.handler",
+                        "files": {"index.mjs": NODE_INDEX},
+                        "timeout_seconds": 3,
+                    })),
+                )
+                .await;
+            assert_eq!(st, StatusCode::CREATED, "{v}");
+            live(&api, "nodefn", 1).await;
+            let v = invoke(&api, "nodefn", json!({"a": 2, "b": 3})).await;
+            assert_eq!(v["status"], "ok", "{v}");
+            assert_eq!(v["cold"], true, "{v}");
+            assert_eq!(v["result"]["sum"], 5, "{v}");
+            assert!(v["stdout"].as_str().unwrap().contains("node got"), "{v}");
+            // Math.random of a second instance restored from the same snapshot differs (V8's own
+            // state, cloned with the process, would repeat the first instance's numbers).
+            let slow = invoke(&api, "nodefn", json!({"a": 0, "b": 0, "sleep": 20})).await;
+            assert_eq!(slow["status"], "timeout", "{slow}");
+            let other = invoke(&api, "nodefn", json!({"a": 1, "b": 1})).await;
+            assert_eq!(other["cold"], true, "{other}");
+            assert_ne!(other["result"]["rand"], v["result"]["rand"], "{other} {v}");
+        },
+    )
+    .await;
+    step("delete removes instances, versions and the row", async {
+        // Delete: instances, versions and the row go.
+        for name in ["hello", "nohandler", "nodefn", "baddeps"] {
+            let (st, v) = api
+                .call("DELETE", &format!("/v1/functions/{name}"), None)
+                .await;
+            assert_eq!(st, StatusCode::NO_CONTENT, "{name}: {v}");
+            let (st, _) = api
+                .call("GET", &format!("/v1/functions/{name}"), None)
+                .await;
+            assert_eq!(st, StatusCode::NOT_FOUND);
+        }
+        assert_eq!(instances(&api, "hello").await, 0);
+        assert_eq!(instances(&api, "nodefn").await, 0);
+        let (_, list) = api.call("GET", "/v1/functions", None).await;
+        assert_eq!(list["data"], json!([]));
+    })
+    .await;
     drop(server);
     names.clean();
 }

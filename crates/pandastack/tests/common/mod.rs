@@ -329,3 +329,27 @@ impl Drop for GitDaemon {
         let _ = self.child.wait();
     }
 }
+
+/// Runs one named behaviour of a longer end-to-end test: a failure inside it (a panic, an
+/// `assert!`, a [`within`] timeout) fails the test as `step "<name>" failed: <message>`, so a
+/// red run names the behaviour that broke rather than only the test, without the server start
+/// and guest boots a test of its own would cost. Logs when the step starts and how long it took.
+pub async fn step<T>(name: &str, fut: impl std::future::Future<Output = T>) -> T {
+    use futures::FutureExt;
+    eprintln!("--- step {name:?}");
+    let t = std::time::Instant::now();
+    match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(v) => {
+            eprintln!("--- step {name:?} passed in {:.1?}", t.elapsed());
+            v
+        }
+        Err(e) => {
+            let msg = e
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| e.downcast_ref::<&str>().copied())
+                .unwrap_or("(a panic without a message)");
+            panic!("step {name:?} failed after {:.1?}: {msg}", t.elapsed());
+        }
+    }
+}
