@@ -376,7 +376,7 @@ impl<D: VmDriver> Runtime<D> {
                         console: vm.console_log(),
                         source: Box::new(e),
                     })?;
-            let mut agent = AgentClient::new(channel);
+            let mut agent = AgentClient::new(channel.clone());
             agent
                 .health(v1::Empty {})
                 .await
@@ -385,6 +385,20 @@ impl<D: VmDriver> Runtime<D> {
                     source: Box::new(e),
                 })?;
             let boot_ms = started.elapsed().as_millis() as u64;
+            // Free-page reporting off in the saved state: every clone maps this memory
+            // privately (reports would only fill qemu.log), and finds it off already instead
+            // of unbinding the balloon driver in its first moments. A sandbox whose memory
+            // becomes its own (a wake) turns it on again.
+            crate::identity::post_restore(
+                &channel,
+                crate::identity::Identity::Same,
+                pandastack_guest_proto::v1::FreePageReporting::Off,
+            )
+            .await
+            .map_err(|e| BakeError::Agent {
+                console: vm.console_log(),
+                source: Box::new(e),
+            })?;
             // Let the guest settle so the snapshot holds an idle system, then end the session:
             // restored clones start out waiting for a new host.
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -398,6 +412,7 @@ impl<D: VmDriver> Runtime<D> {
             // The session's connection closes in the background once the client is dropped;
             // the snapshot must not capture it half closed.
             drop(agent);
+            drop(channel);
             vm.agent_disconnected(Duration::from_secs(10)).await?;
             vm.pause().await?;
             vm.save_state(&work.join("state")).await?;

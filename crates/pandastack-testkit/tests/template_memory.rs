@@ -264,9 +264,10 @@ const ALLOCATE_AND_FREE: &str = "end=$(( $(date +%s) + 20 )); n=0; \
 
 /// A sandbox maps its template's memory read-only, where QEMU refuses every discard: the
 /// runtime turns its free-page reporting off, so a guest that allocates and frees memory adds
-/// nothing to its QEMU log (it did 45–69 KiB a minute). A clone left reporting as baked —
-/// what a host that sends no setting gets — churns alongside and shows that the loop does
-/// make QEMU refuse discards. Woken from hibernation (anonymous RAM), the sandbox reports again.
+/// nothing to its QEMU log (it did 45–69 KiB a minute); templates are baked with it off, so a
+/// clone has nothing to turn off. A clone told to turn it on churns alongside and shows that
+/// the loop does make QEMU refuse discards. Woken from hibernation (anonymous RAM), the sandbox
+/// reports again.
 #[tokio::test(flavor = "multi_thread")]
 async fn sandboxes_of_a_template_report_nothing_into_it() {
     use pandastack_testkit::{bake, runtime};
@@ -281,7 +282,7 @@ async fn sandboxes_of_a_template_report_nothing_into_it() {
         &t.state(),
         &t.rootfs(),
         "control",
-        v1::FreePageReporting::Unspecified,
+        v1::FreePageReporting::On,
     )
     .await;
     assert_balloons_bound(&sb.agent, 0, "sandbox").await;

@@ -98,6 +98,9 @@ impl Agent for AgentService {
     }
 }
 
+/// How long after a restore that turns free-page reporting on the driver is bound.
+const REPORTING_ON_DELAY: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The post-restore hook: checks `req`, steps the clock, reseeds the RNG, marks the restore,
 /// applies a new hostname, machine id and network if given, and turns free-page reporting on
 /// or off if asked (`crate::services::balloon`). Returns the clock step in ms. Run
@@ -152,11 +155,15 @@ pub async fn apply_post_restore(state: &State, req: v1::PostRestoreRequest) -> R
     if let Some(net) = req.network {
         super::net::configure(&net).await?;
     }
-    // Outside a VM the bus is the host's: left alone. In the background: unbinding the driver
-    // took 60-100 ms under TCG, which the restore need not wait for. A failure is logged, not
-    // answered: the restore is good either way, and the host has no better setting to retry.
+    // Outside a VM the bus is the host's: left alone. Off is applied before the answer: the
+    // host bakes templates with reporting off, so a clone of one finds nothing to unbind (an
+    // image baked before that unbinds here once, 60-100 ms under TCG, rather than racing its
+    // first command for the vCPU). On — a woken sandbox's memory is its own again — waits
+    // REPORTING_ON_DELAY in the background: binding (30-50 ms under TCG) must not compete with
+    // the requests that woke it. A failure is logged, not answered: the restore is good either
+    // way, and the host has no better setting to retry.
     if state.pid1() && reporting != v1::FreePageReporting::Unspecified {
-        tokio::task::spawn_blocking(move || {
+        let apply = move || {
             let t = std::time::Instant::now();
             match super::balloon::apply(std::path::Path::new(super::balloon::VIRTIO_BUS), reporting)
             {
@@ -172,7 +179,15 @@ pub async fn apply_post_restore(state: &State, req: v1::PostRestoreRequest) -> R
                     "set free-page reporting"
                 ),
             }
-        });
+        };
+        if reporting == v1::FreePageReporting::Off {
+            let _ = tokio::task::spawn_blocking(apply).await;
+        } else {
+            tokio::spawn(async move {
+                tokio::time::sleep(REPORTING_ON_DELAY).await;
+                let _ = tokio::task::spawn_blocking(apply).await;
+            });
+        }
     }
     tracing::info!(step_ms, hostname = %req.hostname, "post-restore identity applied");
     Ok(step_ms)
