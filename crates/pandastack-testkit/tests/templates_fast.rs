@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use pandastack_testkit::fake::{fake_stack, FakeStack};
+use pandastack_testkit::fake::{fake_stack_without_workers as fake_stack, FakeStack};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 

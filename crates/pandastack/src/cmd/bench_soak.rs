@@ -573,7 +573,10 @@ async fn restart(
         held.len()
     );
     for (id, (was, at)) in &before {
-        // The counter goes on from where it was: larger, by about the time that passed.
+        // The counter goes on from where it was: larger, by about the time that passed. It
+        // counts seconds, and a restart can take less than one: read it again once more than a
+        // second has passed since the reading before the kill.
+        tokio::time::sleep(Duration::from_millis(1500).saturating_sub(at.elapsed())).await;
         let now = counter(soak, id).await?;
         ensure!(
             now > *was,
