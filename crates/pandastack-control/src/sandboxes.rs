@@ -189,20 +189,12 @@ impl Sandboxes {
         if !pandastack_api_types::valid_name(id, 32) {
             return Err(ControlError::SandboxNotFound(id.to_owned()));
         }
-        match self.store.sandboxes().get(ws, id).await {
-            Ok(r) => Ok(r),
-            Err(StoreError::NotFound) => Err(ControlError::SandboxNotFound(id.to_owned())),
-            Err(e) => Err(e.into()),
-        }
+        found(self.store.sandboxes().get(ws, id).await, id)
     }
 
     /// Sandbox `id` of any workspace (the preview proxy, which checks access itself).
     pub async fn by_id(&self, id: &str) -> Result<SandboxRow, ControlError> {
-        match self.store.sandboxes().by_id(id).await {
-            Ok(r) => Ok(r),
-            Err(StoreError::NotFound) => Err(ControlError::SandboxNotFound(id.to_owned())),
-            Err(e) => Err(e.into()),
-        }
+        found(self.store.sandboxes().by_id(id).await, id)
     }
 
     /// A page of the workspace's sandboxes matching `filter`, oldest first, after the
@@ -431,6 +423,15 @@ impl Sandboxes {
             crate::snapshots::release(&self.store, &*self.host, snapshot).await;
         }
         Ok(())
+    }
+}
+
+/// A sandbox row read by id, [`ControlError::SandboxNotFound`] when there is none.
+fn found(read: Result<SandboxRow, StoreError>, id: &str) -> Result<SandboxRow, ControlError> {
+    match read {
+        Ok(r) => Ok(r),
+        Err(StoreError::NotFound) => Err(ControlError::SandboxNotFound(id.to_owned())),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -462,11 +462,19 @@ pub fn fake_control(
     let objects =
         pandastack_objects::Objects::open(&format!("file://{}", dir.join("objects").display()))
             .expect("object store");
+    let config = test_config("host-fake", &dir.join("builds"));
+    pandastack_control::ControlPlane::new(store, host, objects, config)
+}
+
+/// A control plane's configuration for tests: host `host_id`, template builds in `builds`
+/// (deploys beside them), apps at `http://<name>.localhost:8081`, databases at
+/// `db.localhost:5432`, every other setting the server's default.
+pub fn test_config(host_id: &str, builds: &std::path::Path) -> pandastack_control::ControlConfig {
     let preview = preview();
-    let config = pandastack_control::ControlConfig {
-        host_id: "host-fake".into(),
+    pandastack_control::ControlConfig {
+        host_id: host_id.into(),
         builds: pandastack_control::BuildConfig {
-            dir: dir.join("builds"),
+            dir: builds.to_owned(),
             max_upload_bytes: 1 << 20,
         },
         apps: pandastack_control::AppAddress {
@@ -484,8 +492,7 @@ pub fn fake_control(
         certificates: None,
         disk_max: Default::default(),
         deploy: Default::default(),
-    };
-    pandastack_control::ControlPlane::new(store, host, objects, config)
+    }
 }
 
 /// The API state of a fake stack over `control` (see [`fake_control`]).

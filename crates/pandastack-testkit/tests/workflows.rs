@@ -101,25 +101,6 @@ fn plane(store: &Store, host: &Arc<ScriptedHost>, dir: &Path, host_id: &str) -> 
         pandastack_objects::Objects::open(&format!("file://{}", dir.join("objects").display()))
             .expect("object store");
     let config = pandastack_control::ControlConfig {
-        host_id: host_id.into(),
-        builds: pandastack_control::BuildConfig {
-            dir: dir.join(host_id).join("builds"),
-            max_upload_bytes: 1 << 20,
-        },
-        apps: pandastack_control::AppAddress {
-            scheme: "http".into(),
-            domain: "localhost".into(),
-            port: Some(8081),
-        },
-        databases: pandastack_control::DatabaseAddress {
-            domain: "db.localhost".into(),
-            port: 5432,
-            api_url: "http://127.0.0.1:8080".into(),
-        },
-        archive: Default::default(),
-        outbound: Default::default(),
-        certificates: None,
-        disk_max: Default::default(),
         // A new version's server gets 2 s to listen and 2 s to be healthy (the server's 300 s
         // and 60 s would make a test of one that never does wait minutes).
         deploy: pandastack_control::DeployTimings {
@@ -127,6 +108,7 @@ fn plane(store: &Store, host: &Arc<ScriptedHost>, dir: &Path, host_id: &str) -> 
             check: Duration::from_secs(2),
             ..Default::default()
         },
+        ..pandastack_testkit::fake::test_config(host_id, &dir.join(host_id).join("builds"))
     };
     let host: Arc<dyn pandastack_host::Host> = Arc::clone(host) as _;
     ControlPlane::new(store.clone(), host, objects, config)
