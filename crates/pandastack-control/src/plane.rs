@@ -283,17 +283,14 @@ impl ControlPlane {
             if v.state == VmState::Hibernated {
                 continue;
             }
-            let saved = match self.host.hibernate(&v.id).await {
-                Ok(h) => {
-                    let rows = self.store.sandboxes();
-                    match rows.set_state(&v.id, SandboxState::Hibernated).await {
-                        Ok(()) => rows.set_image_bytes(&v.id, h.image_bytes as i64).await,
-                        Err(e) => Err(e),
-                    }
-                    .map_err(|e| Box::new(e) as Box<dyn std::error::Error>)
-                }
-                Err(e) => Err(Box::new(e) as Box<dyn std::error::Error>),
-            };
+            let saved: Result<(), Box<dyn std::error::Error + Send + Sync>> = async {
+                let h = self.host.hibernate(&v.id).await?;
+                let rows = self.store.sandboxes();
+                rows.set_state(&v.id, SandboxState::Hibernated).await?;
+                rows.set_image_bytes(&v.id, h.image_bytes as i64).await?;
+                Ok(())
+            }
+            .await;
             if let Err(e) = saved {
                 tracing::warn!(sandbox = %v.id, error = &*e as &dyn std::error::Error, "hibernate on shutdown");
             }

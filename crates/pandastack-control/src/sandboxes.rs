@@ -145,8 +145,8 @@ impl Sandboxes {
             Some(_) => None,
             None => Some(self.templates.resolve(ws, &req.template).await?),
         };
-        self.store.keys().take_creates(ws, 1, now_ms()).await?;
         let now = now_ms();
+        self.store.keys().take_creates(ws, 1, now).await?;
         let mut row = SandboxRow::service(ws, &self.host_id, &req.template, req.metadata.clone());
         // What the create asks for until it finishes (then what its VM runs with).
         row.disk_mbps = req.disk_mbps.map_or(0, |v| v as i64);

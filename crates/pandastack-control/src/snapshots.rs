@@ -107,12 +107,12 @@ impl Snapshots {
         req: &ForkRequest,
     ) -> Result<Forked, ControlError> {
         let parent = self.sandboxes.get(ws, id).await?;
+        let now = now_ms();
         self.store
             .keys()
-            .take_creates(ws, i64::from(req.count), now_ms())
+            .take_creates(ws, i64::from(req.count), now)
             .await?;
         let snapshot_id = new_id("snap-");
-        let now = now_ms();
         let children = (0..req.count)
             .map(|_| {
                 let mut r = parent.clone();

@@ -178,16 +178,18 @@ impl Keys<'_> {
         // Every SET expression reads the row as it was, in both engines.
         let done = sqlx::query(
             "UPDATE workspaces SET \
-               create_window_count = CASE WHEN create_window_start <= $2 - 60000 THEN $3 \
+               create_window_count = CASE WHEN create_window_start <= $4 THEN $3 \
                  ELSE create_window_count + $3 END, \
-               create_window_start = CASE WHEN create_window_start <= $2 - 60000 THEN $2 \
+               create_window_start = CASE WHEN create_window_start <= $4 THEN $2 \
                  ELSE create_window_start END \
-             WHERE id = $1 AND (CASE WHEN create_window_start <= $2 - 60000 THEN $3 \
+             WHERE id = $1 AND (CASE WHEN create_window_start <= $4 THEN $3 \
                ELSE create_window_count + $3 END) <= creates_per_minute",
         )
         .bind(id)
         .bind(now)
         .bind(adding)
+        // A window that started this long ago or earlier is over.
+        .bind(now - WINDOW_MS)
         .execute(self.pool)
         .await?;
         if done.rows_affected() == 1 {
