@@ -7,6 +7,10 @@
 //! `bytes`, `count`, …), smaller is worse for rates (`1/s`, `MiB/s`, `req/s`, `tps`) and
 //! capacities (`sandboxes`). A count that was 0 and is not any more (a lost cron firing) is
 //! flagged whatever its size.
+//!
+//! Figures from different machines are not comparable: when the two runs name different hosts
+//! (CPU model, CPU count, accelerator), the diff says so before its table. The same code ran
+//! 1.5x slower on the Intel host of 2026-12-02 than on the AMD host of 2026-11-27.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -79,6 +83,34 @@ impl From<String> for Unit {
 struct Run {
     #[serde(default)]
     metrics: BTreeMap<String, Figure>,
+    #[serde(default)]
+    accel: Option<String>,
+    /// The machine it ran on: `{cpu_model, cpus, qemu, …}` (older runs: none, or a word).
+    #[serde(default)]
+    host: serde_json::Value,
+}
+
+/// How the machines of two runs differ, one phrase per difference; empty when nothing recorded
+/// differs (a run that recorded nothing differs in nothing).
+fn host_differences(old: &Run, new: &Run) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut differ = |what: &str, a: Option<String>, b: Option<String>| {
+        if let (Some(a), Some(b)) = (a, b) {
+            if a != b {
+                out.push(format!("{what} {a} → {b}"));
+            }
+        }
+    };
+    let field = |run: &Run, key: &str| match &run.host[key] {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    for (what, key) in [("CPU", "cpu_model"), ("CPUs", "cpus"), ("QEMU", "qemu")] {
+        differ(what, field(old, key), field(new, key));
+    }
+    differ("accelerator", old.accel.clone(), new.accel.clone());
+    out
 }
 
 /// How much worse `new` is than `old` (2.0: twice as bad; 0.5: twice as good); `None` when
@@ -219,6 +251,14 @@ pub(crate) fn run(a: DiffArgs) -> anyhow::Result<ExitCode> {
             println!("  no p50/p99 metrics in either file: skipped");
             continue;
         }
+        let differences = host_differences(&old, &new);
+        if !differences.is_empty() {
+            println!(
+                "  NOTE: not the same machine ({}): rerun the baseline's commit here to tell \
+                 code from machine",
+                differences.join("; ")
+            );
+        }
         let rows = compare(&old, &new, a.threshold);
         println!(
             "  {:<40} {:>22} {:>22} {:>9} {:>9}",
@@ -323,6 +363,22 @@ mod tests {
         for u in ["1/s", "MiB/s", "req/s", "tps", "sandboxes"] {
             assert!(!Unit::from(u.to_owned()).lower_is_better(), "{u}");
         }
+    }
+
+    #[test]
+    fn runs_from_other_machines_are_named_and_unrecorded_hosts_are_not() {
+        let amd = run_of(
+            r#"{"accel": "tcg", "host": {"cpu_model": "AMD EPYC", "cpus": 2, "qemu": "10.0.2"}}"#,
+        );
+        let intel = run_of(
+            r#"{"accel": "tcg", "host": {"cpu_model": "Intel Xeon", "cpus": 2, "qemu": "10.0.2"}}"#,
+        );
+        assert_eq!(
+            host_differences(&amd, &intel),
+            vec!["CPU AMD EPYC → Intel Xeon".to_owned()]
+        );
+        assert!(host_differences(&amd, &amd).is_empty());
+        assert!(host_differences(&amd, &run_of("{}")).is_empty());
     }
 
     #[test]
