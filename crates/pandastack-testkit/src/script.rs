@@ -4,9 +4,11 @@
 //! in-memory file tree. What the control plane asks of it is answered at once unless a test
 //! scripted otherwise:
 //!
-//! - **exec outcomes** by command ([`ScriptedHost::on_exec`], [`ScriptedHost::on_exec_prefix`]):
-//!   exit code, stdout, stderr, an optional delay, or a hang ([`Reply`]). A command nobody
-//!   scripted exits 127 with a message on stderr (a test sees it, nothing passes by accident).
+//! - **exec outcomes** by command ([`ScriptedHost::on_exec`], [`ScriptedHost::on_exec_prefix`])
+//!   or by an environment variable ([`ScriptedHost::on_exec_env`]: one script run in several
+//!   modes): exit code, stdout, stderr, an optional delay, or a hang ([`Reply`]). A command
+//!   nobody scripted exits 127 with a message on stderr (a test sees it, nothing passes by
+//!   accident).
 //! - **build results** by spec text ([`ScriptedHost::on_build`]): a built image (its env, size)
 //!   or a [`HostError::BuildFailed`], after an optional delay.
 //! - **ports** ([`ScriptedHost::on_port`]): a port of every sandbox that answers each
@@ -188,6 +190,23 @@ impl Pattern {
     }
 }
 
+/// What a scripted command is recognised by: its command line, and one variable of its
+/// environment if the script names one.
+struct ExecMatch {
+    command: Pattern,
+    env: Option<(String, String)>,
+}
+
+impl ExecMatch {
+    fn matches(&self, command: &str, env: &HashMap<String, String>) -> bool {
+        self.command.matches(command)
+            && self
+                .env
+                .as_ref()
+                .is_none_or(|(k, v)| env.get(k).is_some_and(|have| have == v))
+    }
+}
+
 /// One sandbox as the scripted host keeps it.
 #[derive(Debug, Clone)]
 pub struct ScriptedVm {
@@ -209,14 +228,14 @@ struct State {
     volume_snapshots: BTreeMap<String, VolumeSnapshotView>,
     /// Templates baked by `bake_image` (catalog ones are always there).
     baked: BTreeSet<String>,
-    execs: Vec<(Pattern, Reply)>,
+    execs: Vec<(ExecMatch, Reply)>,
     /// Ports listened on in every sandbox: the HTTP status each connection is answered with.
     ports: HashMap<u16, u16>,
     builds: Vec<(Pattern, BuildReply)>,
     faults: HashMap<Op, Vec<Fault>>,
     calls: Vec<(Op, String)>,
-    /// Commands run, in order: (sandbox, command).
-    exec_log: Vec<(String, String)>,
+    /// Commands run, in order: (sandbox, command, environment).
+    exec_log: Vec<(String, String, HashMap<String, String>)>,
     /// Names of each build's directory entries when it started.
     build_dirs: Vec<Vec<String>>,
     /// Builds and bakes running now, and the most at once.
@@ -300,16 +319,26 @@ impl ScriptedHost {
     /// A command exactly `command` (the shell string, else argv joined by spaces) replies
     /// `reply`. Later scripts win over earlier ones.
     pub fn on_exec(&self, command: &str, reply: Reply) {
-        self.lock()
-            .execs
-            .push((Pattern::Exact(command.into()), reply));
+        self.script_exec(Pattern::Exact(command.into()), None, reply);
     }
 
     /// A command starting with `prefix` replies `reply`.
     pub fn on_exec_prefix(&self, prefix: &str, reply: Reply) {
-        self.lock()
-            .execs
-            .push((Pattern::Prefix(prefix.into()), reply));
+        self.script_exec(Pattern::Prefix(prefix.into()), None, reply);
+    }
+
+    /// Any command whose environment has `key` set to `value` replies `reply`: one script run
+    /// in several modes told apart by a variable (the database bootstrap's `PS_MODE`).
+    pub fn on_exec_env(&self, key: &str, value: &str, reply: Reply) {
+        self.script_exec(
+            Pattern::Prefix(String::new()),
+            Some((key.into(), value.into())),
+            reply,
+        );
+    }
+
+    fn script_exec(&self, command: Pattern, env: Option<(String, String)>, reply: Reply) {
+        self.lock().execs.push((ExecMatch { command, env }, reply));
     }
 
     /// Port `port` of every sandbox listens from now on (`None`: stops listening): each
@@ -384,7 +413,20 @@ impl ScriptedHost {
 
     /// Commands run so far: (sandbox, command).
     pub fn exec_log(&self) -> Vec<(String, String)> {
-        self.lock().exec_log.clone()
+        self.lock()
+            .exec_log
+            .iter()
+            .map(|(sb, command, _)| (sb.clone(), command.clone()))
+            .collect()
+    }
+
+    /// The environments of the commands run so far, in order: (sandbox, environment).
+    pub fn exec_envs(&self) -> Vec<(String, HashMap<String, String>)> {
+        self.lock()
+            .exec_log
+            .iter()
+            .map(|(sb, _, env)| (sb.clone(), env.clone()))
+            .collect()
     }
 
     /// One sandbox as the host keeps it.
@@ -566,11 +608,12 @@ impl ScriptedHost {
         let command = Self::command_of(spec);
         let reply = {
             let mut s = self.lock();
-            s.exec_log.push((id.to_owned(), command.clone()));
+            s.exec_log
+                .push((id.to_owned(), command.clone(), spec.env.clone()));
             s.execs
                 .iter()
                 .rev()
-                .find(|(p, _)| p.matches(&command))
+                .find(|(m, _)| m.matches(&command, &spec.env))
                 .map(|(_, r)| r.clone())
         };
         let reply = reply.unwrap_or_else(|| {
@@ -992,17 +1035,17 @@ impl Host for ScriptedHost {
         ))
     }
 
+    /// An empty volume of the manifest's length (at least `size_bytes`): the scripted host
+    /// keeps no data, so a volume restored from a backup is only the right size.
     async fn volume_from_manifest(
         &self,
         _: &str,
-        _: &pandastack_objects::Manifest,
+        manifest: &pandastack_objects::Manifest,
         id: &str,
-        _: u64,
+        size_bytes: u64,
     ) -> HostResult<VolumeView> {
-        Err(HostError::failed(
-            "volume from manifest",
-            format!("the scripted host has no object store ({id})"),
-        ))
+        self.create_volume(id, manifest.length.max(size_bytes))
+            .await
     }
 
     async fn exec(&self, id: &str, spec: ExecSpec) -> HostResult<ExecOutcome> {

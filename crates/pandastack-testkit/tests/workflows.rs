@@ -1,9 +1,10 @@
 //! Workflows of the control plane that need no VM, each a real [`ControlPlane`] over a real
 //! SQLite store (in a temporary directory) and the in-memory [`ScriptedHost`], in-process:
 //! durable jobs, the scheduler across a restart, the reaper, volume mounts, quotas, the template
-//! service's builds, and apps' deploys (phases, blue-green switch, rollback) and functions'
-//! versions, their VM commands and health checks scripted. Each test takes a few seconds at most
-//! (the reaper ticks every 2 s; cron schedules here fire every second).
+//! service's builds, apps' deploys (phases, blue-green switch, rollback) and functions'
+//! versions, their VM commands and health checks scripted, and managed databases' WAL archive
+//! (base backups due, retention, the point-in-time restore window). Each test takes a few
+//! seconds at most (the reaper ticks every 2 s; cron schedules here fire every second).
 
 use std::future::Future;
 use std::path::Path;
@@ -15,6 +16,8 @@ use pandastack_control::ControlPlane;
 use pandastack_store::{SandboxRow, Store};
 use pandastack_testkit::script::ScriptedHost;
 
+#[path = "workflows/databases.rs"]
+mod databases;
 #[path = "workflows/deploys.rs"]
 mod deploys;
 #[path = "workflows/functions.rs"]
@@ -34,6 +37,10 @@ mod volumes;
 
 /// The host id of the control planes of [`Env`].
 const HOST_ID: &str = "host-a";
+
+/// How long an app's replaced version keeps serving after a switch before its VM hibernates,
+/// in [`Env`]'s control planes (the server's 10 s would make each test of it wait that long).
+const DRAIN: Duration = Duration::from_millis(1500);
 
 /// A store, a scripted host and a control plane over them (workers not started), with one
 /// workspace.
@@ -102,11 +109,12 @@ fn plane(store: &Store, host: &Arc<ScriptedHost>, dir: &Path, host_id: &str) -> 
             .expect("object store");
     let config = pandastack_control::ControlConfig {
         // A new version's server gets 2 s to listen and 2 s to be healthy (the server's 300 s
-        // and 60 s would make a test of one that never does wait minutes).
+        // and 60 s would make a test of one that never does wait minutes); the version it
+        // replaces drains for [`DRAIN`].
         deploy: pandastack_control::DeployTimings {
             listen: Duration::from_secs(2),
             check: Duration::from_secs(2),
-            ..Default::default()
+            drain: DRAIN,
         },
         ..pandastack_testkit::fake::test_config(host_id, &dir.join(host_id).join("builds"))
     };

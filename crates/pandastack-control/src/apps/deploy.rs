@@ -744,8 +744,9 @@ impl Shared {
             .await
     }
 
-    /// Switch: the deploy becomes the app's live one in one transaction; the previous one
-    /// retires.
+    /// Switch: the deploy becomes the app's live one in one transaction, the last write of its
+    /// row: a reader that finds it `live` finds every field (its `switch` time too), and nothing
+    /// after it can fail the deploy. The previous one retires.
     async fn switch(&self, run: &mut Run, sandbox: SandboxRow) -> Result<(), DeployError> {
         DeployPhase::Switch
             .run(async {
@@ -758,14 +759,18 @@ impl Shared {
                         .update(&scaled(sandbox, &run.config))
                         .await?;
                 }
+                // The `switch` time runs up to the transaction; it goes into the row before it.
+                run.phases
+                    .insert("switch".into(), t.elapsed().as_millis() as u64);
+                let state = run.row.state;
+                self.set(run, state).await?;
+                let switched_at = now_ms();
                 self.store
                     .apps()
-                    .switch_live(&app.id, &run.row.id, previous.as_deref(), now_ms())
+                    .switch_live(&app.id, &run.row.id, previous.as_deref(), switched_at)
                     .await?;
                 self.routes.invalidate(&app.name);
                 run.row.state = DeployState::Live;
-                run.phases
-                    .insert("switch".into(), t.elapsed().as_millis() as u64);
                 if run.config.function.is_some() {
                     run.log.line(&format!(
                         "live: version {} of function {}",
@@ -779,12 +784,11 @@ impl Shared {
                         self.address.url(&app.name)
                     ));
                 }
-                self.set(run, DeployState::Live).await?;
                 if run.config.function.is_some() {
                     self.function_went_live(&run.row, previous.as_deref()).await;
                 }
                 if let Some(p) = previous.filter(|p| *p != run.row.id) {
-                    self.retire(&app, p);
+                    self.retire(&app, p, switched_at);
                 }
                 Ok(())
             })
@@ -1181,14 +1185,15 @@ impl Shared {
         }
     }
 
-    /// After the drain pause, hibernates the VM of deploy `id` (now standby) and removes the
-    /// VMs of standby versions beyond the newest [`KEEP_STANDBY`].
-    pub(crate) fn retire(&self, app: &AppRow, id: String) {
+    /// After the drain pause, hibernates the VM of deploy `id` (replaced by the switch at
+    /// `switched_at`, its row's `updated_at`) and removes the VMs of standby versions beyond the
+    /// newest [`KEEP_STANDBY`].
+    pub(crate) fn retire(&self, app: &AppRow, id: String, switched_at: i64) {
         let me = self.clone();
         let app_id = app.id.clone();
         tokio::spawn(async move {
             tokio::time::sleep(me.timings.drain).await;
-            match me.retire_now(&app_id, &id).await {
+            match me.retire_now(&app_id, &id, switched_at).await {
                 Ok(()) => {}
                 // The app was deleted during the drain: its deletion removed the VMs.
                 Err(_)
@@ -1206,9 +1211,16 @@ impl Shared {
         });
     }
 
-    async fn retire_now(&self, app_id: &str, id: &str) -> Result<(), SharedError> {
+    async fn retire_now(
+        &self,
+        app_id: &str,
+        id: &str,
+        switched_at: i64,
+    ) -> Result<(), SharedError> {
         let d = self.store.apps().deploy(id).await?;
-        if d.state == DeployState::Standby {
+        // Live again since, or live again and replaced again (its own drain, from that later
+        // switch, hibernates it): left alone.
+        if d.state == DeployState::Standby && d.updated_at <= switched_at {
             if let Some(sb) = &d.sandbox_id {
                 if let Ok(mut s) = self.store.sandboxes().by_id(sb).await {
                     s.idle_timeout_seconds = None;
@@ -1276,14 +1288,15 @@ impl Apps {
         }
         self.s.set_scaling(sb, &config).await?;
         let previous = app.live_deploy_id.clone();
+        let switched_at = now_ms();
         self.s
             .store
             .apps()
-            .switch_live(&app.id, &target.id, previous.as_deref(), now_ms())
+            .switch_live(&app.id, &target.id, previous.as_deref(), switched_at)
             .await?;
         self.s.routes.invalidate(&app.name);
         if let Some(p) = previous.filter(|p| *p != target.id) {
-            self.s.retire(app, p);
+            self.s.retire(app, p, switched_at);
         }
         Ok(self.s.store.apps().deploy(&target.id).await?)
     }

@@ -1,15 +1,18 @@
 //! Apps' deploys from an uploaded tarball (no network): the phases a deploy goes through and
-//! where it fails, the blue-green switch to a new version, and rollback. The commands the
+//! where it fails, the blue-green switch to a new version (a row complete from the moment it
+//! reads `live`), rollback, and what becomes of the replaced version: its VM drains for
+//! [`DRAIN`], then hibernates and waits for a rollback (the newest three do). The commands the
 //! pipeline runs in the deploy's VM are scripted to succeed unless a test says otherwise; the server
 //! "listens" when its port is scripted ([`ScriptedHost::on_port`]).
 
 use std::time::Duration;
 
-use pandastack_api_types::{CreateAppRequest, DeployState, RollbackRequest};
+use pandastack_api_types::{CreateAppRequest, DeployState, RollbackRequest, SandboxState};
+use pandastack_host::VmState;
 use pandastack_store::DeployRow;
-use pandastack_testkit::script::{Reply, ScriptedHost};
+use pandastack_testkit::script::{Op, Reply, ScriptedHost};
 
-use super::{eventually, Env};
+use super::{eventually, Env, DRAIN};
 
 /// The app's server port (the request names it).
 const PORT: u16 = 3000;
@@ -84,28 +87,35 @@ fn project() -> bytes::Bytes {
     std::fs::read(&tarball).unwrap().into()
 }
 
-/// Uploads the project as a deploy of `web` and waits for it to end; its final row.
-/// (Its job's end, not `deploy_ended`: the row reads `live` from the switch's transaction, a
-/// moment before the pipeline's last write of it, its `switch` time.)
-async fn deploy(env: &Env) -> DeployRow {
+/// Uploads the project as a deploy of `web`; the queued row.
+async fn upload(env: &Env) -> DeployRow {
     let body = futures::stream::once(async { Ok::<_, std::io::Error>(project()) });
-    let queued = env
-        .control
+    env.control
         .apps
         .deploy_upload(&env.ws, "web", body)
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Uploads the project as a deploy of `web` and waits for its job to end; its final row.
+async fn deploy(env: &Env) -> DeployRow {
+    let queued = upload(env).await;
+    job_ended(env, &queued.id).await
+}
+
+/// Waits for the job of deploy `id` to end; the deploy's final row.
+async fn job_ended(env: &Env, id: &str) -> DeployRow {
     eventually(Duration::from_secs(15), "the deploy's job ends", || async {
         let job = env
             .store
             .jobs()
-            .incomplete(&format!("deploy:{}", queued.id))
+            .incomplete(&format!("deploy:{id}"))
             .await
             .unwrap();
         job.is_none().then_some(())
     })
     .await;
-    env.store.apps().deploy(&queued.id).await.unwrap()
+    env.store.apps().deploy(id).await.unwrap()
 }
 
 /// The id of `web`'s live deploy.
@@ -117,6 +127,58 @@ async fn live(env: &Env) -> Option<String> {
         .await
         .unwrap();
     app.live_deploy_id
+}
+
+/// Rolls `web` back to deploy `id` (`None`: the newest standby one); the deploy now live.
+async fn rollback(env: &Env, id: Option<&str>) -> DeployRow {
+    env.control
+        .apps
+        .rollback(
+            &env.ws,
+            "web",
+            &RollbackRequest {
+                deploy_id: id.map(str::to_owned),
+            },
+        )
+        .await
+        .unwrap()
+}
+
+/// How many calls of `op` the host had for sandbox `sb`.
+fn calls_on(env: &Env, op: Op, sb: &str) -> usize {
+    env.host
+        .calls()
+        .iter()
+        .filter(|(o, id)| *o == op && id == sb)
+        .count()
+}
+
+/// Waits for sandbox `sb` to hibernate; when it did (its row's last activity, which the
+/// hibernation sets, in ms since the epoch).
+async fn hibernated_at(env: &Env, sb: &str) -> i64 {
+    eventually(
+        DRAIN + Duration::from_secs(10),
+        &format!("{sb} hibernates"),
+        || async {
+            let row = env.row(sb).await?;
+            (row.state == SandboxState::Hibernated).then_some(row.last_activity_at)
+        },
+    )
+    .await
+}
+
+/// Deploy `id`, which must be on standby, and how long after it was replaced (its row's
+/// `updated_at`, which the switch sets) sandbox `sb` hibernated, `at`.
+async fn drained(env: &Env, id: &str, at: i64) -> (DeployRow, Duration) {
+    let d = env.store.apps().deploy(id).await.unwrap();
+    assert_eq!(d.state, DeployState::Standby, "{d:?}");
+    let ms = u64::try_from(at - d.updated_at).unwrap_or_else(|_| {
+        panic!(
+            "{id} hibernated {} ms before it was replaced",
+            d.updated_at - at
+        )
+    });
+    (d, Duration::from_millis(ms))
 }
 
 /// Whether the host ran `command` (exactly) in sandbox `sb`.
@@ -278,4 +340,222 @@ async fn rollback_makes_the_previous_deploy_live_again() {
         .await
         .unwrap();
     assert_eq!(all.len(), 2);
+}
+
+/// After a switch the replaced version keeps its VM, running for the drain so requests in
+/// flight finish, then hibernated (once, not destroyed, its idle timeout off: it waits for a
+/// rollback); the live version's VM is left alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_replaced_version_hibernates_after_the_drain_and_not_before() {
+    let env = app_env().await;
+    create_app(&env).await;
+    let first = deploy(&env).await;
+    let second = deploy(&env).await;
+    assert_eq!(second.state, DeployState::Live, "{:?}", second.error);
+    let old_vm = first.sandbox_id.clone().unwrap();
+    let new_vm = second.sandbox_id.clone().unwrap();
+
+    let at = hibernated_at(&env, &old_vm).await;
+    let (first, after) = drained(&env, &first.id, at).await;
+    assert!(after >= DRAIN, "hibernated {after:?} after the switch");
+    assert_eq!(first.sandbox_id.as_deref(), Some(old_vm.as_str()));
+    assert_eq!(env.host.vm_state(&old_vm), Some(VmState::Hibernated));
+    assert_eq!(calls_on(&env, Op::Hibernate, &old_vm), 1);
+    assert_eq!(calls_on(&env, Op::Destroy, &old_vm), 0);
+    assert_eq!(env.row(&old_vm).await.unwrap().idle_timeout_seconds, None);
+
+    assert_eq!(live(&env).await.as_deref(), Some(second.id.as_str()));
+    assert_eq!(env.host.vm_state(&new_vm), Some(VmState::Running));
+    assert_eq!(calls_on(&env, Op::Hibernate, &new_vm), 0);
+}
+
+/// A rollback to a hibernated version wakes its VM and switches back to it; the version it
+/// replaces drains and hibernates the same way, and the woken one stays running.
+#[tokio::test(flavor = "multi_thread")]
+async fn rollback_wakes_the_hibernated_version_and_the_replaced_one_drains() {
+    let env = app_env().await;
+    create_app(&env).await;
+    let first = deploy(&env).await;
+    let second = deploy(&env).await;
+    let old_vm = first.sandbox_id.clone().unwrap();
+    let new_vm = second.sandbox_id.clone().unwrap();
+    hibernated_at(&env, &old_vm).await;
+    assert_eq!(calls_on(&env, Op::Wake, &old_vm), 0);
+
+    let back = rollback(&env, None).await;
+    assert_eq!(
+        (back.id.as_str(), back.state),
+        (first.id.as_str(), DeployState::Live)
+    );
+    assert_eq!(live(&env).await.as_deref(), Some(first.id.as_str()));
+    assert_eq!(calls_on(&env, Op::Wake, &old_vm), 1);
+    assert_eq!(env.host.vm_state(&old_vm), Some(VmState::Running));
+    let woken = env.row(&old_vm).await.unwrap();
+    assert_eq!(woken.state, SandboxState::Running);
+    assert!(
+        woken.idle_timeout_seconds.is_some(),
+        "a live app's VM scales to zero when idle"
+    );
+
+    let at = hibernated_at(&env, &new_vm).await;
+    let (_, after) = drained(&env, &second.id, at).await;
+    assert!(after >= DRAIN, "hibernated {after:?} after the rollback");
+    assert_eq!(calls_on(&env, Op::Hibernate, &new_vm), 1);
+    assert_eq!(env.host.vm_state(&old_vm), Some(VmState::Running));
+    assert_eq!(
+        calls_on(&env, Op::Hibernate, &old_vm),
+        1,
+        "only its first drain"
+    );
+}
+
+/// A rollback within the drain returns to a VM still running (nothing to wake), and the
+/// drain's end, when it comes, leaves the version that is live again alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollback_within_the_drain_keeps_the_version_it_returns_to_running() {
+    let env = app_env().await;
+    create_app(&env).await;
+    let first = deploy(&env).await;
+    let second = deploy(&env).await;
+    let old_vm = first.sandbox_id.clone().unwrap();
+    let new_vm = second.sandbox_id.clone().unwrap();
+    assert_eq!(
+        calls_on(&env, Op::Hibernate, &old_vm),
+        0,
+        "the test came to its rollback after the drain"
+    );
+
+    let back = rollback(&env, None).await;
+    assert_eq!(back.id, first.id);
+    assert_eq!(calls_on(&env, Op::Wake, &old_vm), 0);
+    // The second version's drain ends after the first's would have.
+    let at = hibernated_at(&env, &new_vm).await;
+    let (_, after) = drained(&env, &second.id, at).await;
+    assert!(after >= DRAIN, "hibernated {after:?} after the rollback");
+    assert_eq!(calls_on(&env, Op::Hibernate, &old_vm), 0);
+    assert_eq!(env.host.vm_state(&old_vm), Some(VmState::Running));
+    assert_eq!(live(&env).await.as_deref(), Some(first.id.as_str()));
+}
+
+/// A version replaced, live again and replaced again within one drain gets a whole drain from
+/// its last replacement: the end of the first drain does not hibernate it under the requests
+/// it took meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_version_replaced_twice_within_a_drain_drains_from_the_last_switch() {
+    let env = app_env().await;
+    create_app(&env).await;
+    let first = deploy(&env).await;
+    let second = deploy(&env).await;
+    let old_vm = first.sandbox_id.clone().unwrap();
+    assert_eq!(rollback(&env, None).await.id, first.id);
+    tokio::time::sleep(DRAIN / 2).await;
+    assert_eq!(
+        calls_on(&env, Op::Hibernate, &old_vm),
+        0,
+        "the test came to its second switch after the first drain"
+    );
+    assert_eq!(rollback(&env, Some(&second.id)).await.id, second.id);
+
+    let at = hibernated_at(&env, &old_vm).await;
+    let (_, after) = drained(&env, &first.id, at).await;
+    assert!(
+        after >= DRAIN,
+        "hibernated {after:?} after its last replacement"
+    );
+    assert_eq!(calls_on(&env, Op::Hibernate, &old_vm), 1);
+}
+
+/// Standby versions keep their (hibernated) VMs for a rollback, the newest three of them: an
+/// older one's VM is removed and its row says it has none.
+#[tokio::test(flavor = "multi_thread")]
+async fn only_the_three_newest_standby_versions_keep_their_vms() {
+    let env = app_env().await;
+    create_app(&env).await;
+    let mut deploys = Vec::new();
+    for _ in 0..5 {
+        let d = deploy(&env).await;
+        assert_eq!(d.state, DeployState::Live, "{:?}", d.error);
+        deploys.push(d);
+    }
+    let vms: Vec<String> = deploys
+        .iter()
+        .map(|d| d.sandbox_id.clone().unwrap())
+        .collect();
+    eventually(
+        DRAIN + Duration::from_secs(10),
+        "the oldest version's VM is removed",
+        || async { env.host.vm(&vms[0]).is_none().then_some(()) },
+    )
+    .await;
+    for vm in &vms[1..4] {
+        hibernated_at(&env, vm).await;
+    }
+    let oldest = eventually(
+        Duration::from_secs(5),
+        "the oldest version's row has no VM",
+        || async {
+            let d = env.store.apps().deploy(&deploys[0].id).await.unwrap();
+            d.sandbox_id.is_none().then_some(d)
+        },
+    )
+    .await;
+    assert_eq!(oldest.state, DeployState::Standby);
+    assert!(env.row(&vms[0]).await.is_none());
+    assert_eq!(calls_on(&env, Op::Destroy, &vms[0]), 1);
+    for (d, vm) in deploys[1..4].iter().zip(&vms[1..4]) {
+        let d = env.store.apps().deploy(&d.id).await.unwrap();
+        assert_eq!(d.state, DeployState::Standby);
+        assert_eq!(d.sandbox_id.as_deref(), Some(vm.as_str()));
+        assert_eq!(env.host.vm_state(vm), Some(VmState::Hibernated));
+    }
+    assert_eq!(env.host.vm_state(&vms[4]), Some(VmState::Running));
+    assert_eq!(env.host.vm_ids().len(), 4, "{:?}", env.host.vm_ids());
+}
+
+/// A reader that finds a deploy `live` finds its row complete: the switch's transaction is the
+/// pipeline's last write of it, so the `switch` time (and every other field) is there from the
+/// first read that says `live`. Each of three deploys is read as fast as the control plane
+/// answers from the moment it is queued (the window, when there was one, was a few
+/// milliseconds: one deploy in four slipped through it).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deploy_read_the_moment_it_turns_live_is_complete() {
+    let env = app_env().await;
+    create_app(&env).await;
+    for _ in 0..3 {
+        let queued = upload(&env).await;
+        let started = std::time::Instant::now();
+        let first_live = loop {
+            let (_, d) = env
+                .control
+                .apps
+                .deploy_row(&env.ws, "web", &queued.id)
+                .await
+                .unwrap();
+            if d.state == DeployState::Live {
+                break d;
+            }
+            assert!(
+                d.state.active(),
+                "the deploy ended {:?}: {:?}",
+                d.state,
+                d.error
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "the deploy is still {:?}",
+                d.state
+            );
+            tokio::task::yield_now().await;
+        };
+        assert!(
+            first_live.phases.get("switch").is_some_and(|v| v.is_u64()),
+            "read live without its switch time: {}",
+            first_live.phases
+        );
+        let last = job_ended(&env, &queued.id).await;
+        assert_eq!(first_live.phases, last.phases);
+        assert_eq!(first_live.plan, last.plan);
+        assert_eq!(first_live.commit_sha, last.commit_sha);
+        assert_eq!(first_live.sandbox_id, last.sandbox_id);
+    }
 }
