@@ -4,7 +4,9 @@
 //! a VM, health-checked and served at `<app>.<domain>` by the proxy; a second version switched
 //! in blue-green, a rollback, a deploy that fails leaving the live version alone, the signed
 //! webhook (bad signature, push, redelivery), an Express app installed with npm over the
-//! sandbox network, scale to zero and wake on a request, and delete leaving nothing behind.
+//! sandbox network, scale to zero and wake on a request, and delete leaving nothing behind —
+//! one test in named steps ([`common::step`]); the refusals that need no VM (a bad create, a
+//! taken name) are fast tests in `pandastack-testkit/tests/api_fast/no_vm_refusals.rs`.
 //! A second test (a server of its own) takes a WebSocket echo and a slowly streamed answer
 //! through the app proxy, then plain requests on its kept-alive connections into the VM.
 
@@ -14,7 +16,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{free_port, start_with, Api, GitDaemon, Server};
+use common::{free_port, start_with, step, Api, GitDaemon, Server};
 use pandastack_testkit::net::NetNames;
 use pandastack_testkit::runtime;
 use reqwest::{Client, StatusCode};
@@ -163,6 +165,12 @@ async fn webhook(
     (st, r.json().await.unwrap_or(Value::Null))
 }
 
+/// Apps through their life, as named steps (see [`common::step`]): each step is one behaviour
+/// and a failure names it. They share one server, the git daemon and what earlier steps
+/// deployed (the versions a rollback returns to, the app a delete removes), because a test of
+/// their own each would build and boot its app's VMs again (minutes under TCG). Refusals that
+/// need no VM (a bad create, a taken name) are in
+/// `pandastack-testkit/tests/api_fast/no_vm_refusals.rs`.
 #[tokio::test(flavor = "multi_thread")]
 async fn apps_end_to_end() {
     let guard = runtime().await;
@@ -197,316 +205,355 @@ async fn apps_end_to_end() {
     .await;
     let api = api(&server);
 
-    // Bad input: clear errors, nothing made.
-    for (body, field) in [
-        (
-            json!({"name": "Bad_Name", "git": {"url": "https://git.example.com/x.git"}}),
-            "name",
-        ),
-        (
-            json!({"name": "ok", "git": {"url": "--upload-pack=x"}}),
-            "git.url",
-        ),
-        (
-            json!({"name": "ok", "git": {"url": "https://git.example.com/x.git", "ref": "-x"}}),
-            "git.ref",
-        ),
-        (
-            json!({"name": "ok", "git": {"url": "https://git.example.com/x.git"}, "min_instances": 2}),
-            "min_instances",
-        ),
-        (
-            json!({"name": "ok", "git": {"url": "https://git.example.com/x.git"}, "memory_mb": 1000}),
-            "memory_mb",
-        ),
-    ] {
-        let (st, v) = api.call("POST", "/v1/apps", Some(body)).await;
-        assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
-        assert!(
-            v["error"]["message"].as_str().unwrap().contains(field),
-            "{v}"
-        );
-    }
-    let (st, v) = api.call("GET", "/v1/apps", None).await;
-    assert_eq!(st, StatusCode::OK, "{v}");
-    assert_eq!(v["data"].as_array().unwrap().len(), 0, "{v}");
-
-    // A static site: detected, built, live at its host name.
     let (bare, work) = repo(repos.path(), "site");
-    commit(&work, &[("index.html", "<h1>hello v1</h1>\n")], "v1");
-    let url = daemon.url(&bare);
-    let (st, app) = api
-        .call(
-            "POST",
-            "/v1/apps",
-            Some(json!({"name": "site", "git": {"url": url}, "idle_seconds": 3600})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::CREATED, "{app}");
-    assert!(
-        app["url"]
-            .as_str()
-            .unwrap()
-            .starts_with("http://site.localhost:"),
-        "{app}"
-    );
-    let (st, v) = api
-        .call(
-            "POST",
-            "/v1/apps",
-            Some(json!({"name": "site", "git": {"url": "https://git.example.com/x.git"}})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::CONFLICT, "{v}");
-    let first = deploys(&api, "site").await;
-    assert_eq!(first.len(), 1);
-    let d1 = first[0]["id"].as_str().unwrap().to_owned();
-    let v1 = live(&api, "site", &d1).await;
-    assert_eq!(v1["plan"]["framework"], "static", "{v1}");
-    let log = deploy_log(&api, "site", &d1).await;
-    assert!(log.contains("plan: "), "{log}");
-    assert!(log.contains("health check GET /: HTTP 200"), "{log}");
-    let (st, body) = visit(&server, "site", "/").await;
-    assert_eq!(st, StatusCode::OK, "{body}");
-    assert!(body.contains("hello v1"), "{body}");
-    let (st, _) = visit(&server, "nosuch", "/").await;
-    assert_eq!(st, StatusCode::NOT_FOUND);
+    let d1 = step(
+        "a static site is detected, built and goes live, its log naming the plan and the check",
+        async {
+            commit(&work, &[("index.html", "<h1>hello v1</h1>\n")], "v1");
+            let url = daemon.url(&bare);
+            let (st, app) = api
+                .call(
+                    "POST",
+                    "/v1/apps",
+                    Some(json!({"name": "site", "git": {"url": url}, "idle_seconds": 3600})),
+                )
+                .await;
+            assert_eq!(st, StatusCode::CREATED, "{app}");
+            assert!(
+                app["url"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("http://site.localhost:"),
+                "{app}"
+            );
+            let first = deploys(&api, "site").await;
+            assert_eq!(first.len(), 1);
+            let d1 = first[0]["id"].as_str().unwrap().to_owned();
+            let v1 = live(&api, "site", &d1).await;
+            assert_eq!(v1["plan"]["framework"], "static", "{v1}");
+            let log = deploy_log(&api, "site", &d1).await;
+            assert!(log.contains("plan: "), "{log}");
+            assert!(log.contains("health check GET /: HTTP 200"), "{log}");
+            d1
+        },
+    )
+    .await;
 
-    // Version 2, blue-green: the new VM is checked before the switch; v1 stays as standby.
-    commit(&work, &[("index.html", "<h1>hello v2</h1>\n")], "v2");
-    let (st, d) = api
-        .call("POST", "/v1/apps/site/deploys", Some(json!({})))
-        .await;
-    assert_eq!(st, StatusCode::ACCEPTED, "{d}");
-    let d2 = d["id"].as_str().unwrap().to_owned();
-    let v2 = live(&api, "site", &d2).await;
-    for phase in ["clone", "bake", "check", "switch"] {
-        assert!(v2["phases_ms"][phase].is_u64(), "{phase}: {v2}");
-    }
-    let (_, body) = visit(&server, "site", "/").await;
-    assert!(body.contains("hello v2"), "{body}");
-    let (_, v) = api
-        .call("GET", &format!("/v1/apps/site/deploys/{d1}"), None)
-        .await;
-    assert_eq!(v["state"], "standby", "{v}");
+    step(
+        "the proxy serves the live version at its host name; an unknown name is 404",
+        async {
+            let (st, body) = visit(&server, "site", "/").await;
+            assert_eq!(st, StatusCode::OK, "{body}");
+            assert!(body.contains("hello v1"), "{body}");
+            let (st, _) = visit(&server, "nosuch", "/").await;
+            assert_eq!(st, StatusCode::NOT_FOUND);
+        },
+    )
+    .await;
 
-    // A deploy that fails (nothing to detect) leaves v2 serving.
-    git(&work, &["rm", "--quiet", "index.html"]);
-    commit(&work, &[("README.md", "nothing to serve\n")], "broken");
-    let (_, d) = api
-        .call("POST", "/v1/apps/site/deploys", Some(json!({})))
-        .await;
-    let bad = settled(&api, "site", d["id"].as_str().unwrap()).await;
-    assert_eq!(bad["state"], "failed", "{bad}");
-    assert!(bad["error"].as_str().unwrap().contains("detect"), "{bad}");
-    assert!(bad["sandbox_id"].is_null(), "{bad}");
-    let (_, body) = visit(&server, "site", "/").await;
-    assert!(body.contains("hello v2"), "{body}");
+    step(
+        "a second version switches in blue-green, every phase timed; the first stays on standby",
+        async {
+            commit(&work, &[("index.html", "<h1>hello v2</h1>\n")], "v2");
+            let (st, d) = api
+                .call("POST", "/v1/apps/site/deploys", Some(json!({})))
+                .await;
+            assert_eq!(st, StatusCode::ACCEPTED, "{d}");
+            let d2 = d["id"].as_str().unwrap().to_owned();
+            let v2 = live(&api, "site", &d2).await;
+            for phase in ["clone", "bake", "check", "switch"] {
+                assert!(v2["phases_ms"][phase].is_u64(), "{phase}: {v2}");
+            }
+            let (_, body) = visit(&server, "site", "/").await;
+            assert!(body.contains("hello v2"), "{body}");
+            let (_, v) = api
+                .call("GET", &format!("/v1/apps/site/deploys/{d1}"), None)
+                .await;
+            assert_eq!(v["state"], "standby", "{v}");
+        },
+    )
+    .await;
 
-    // Rollback: v1's VM wakes and takes the traffic; no rebuild.
-    let t = Instant::now();
-    let (st, r) = api
-        .call("POST", "/v1/apps/site/rollback", Some(json!({})))
-        .await;
-    let rollback_ms = t.elapsed().as_millis();
-    assert_eq!(st, StatusCode::OK, "{r}");
-    assert_eq!(r["id"], d1.as_str(), "{r}");
-    let (_, body) = visit(&server, "site", "/").await;
-    assert!(body.contains("hello v1"), "{body}");
-    eprintln!("rollback: {rollback_ms} ms");
+    step(
+        "a deploy that fails (nothing to detect) keeps no VM and leaves the live version serving",
+        async {
+            git(&work, &["rm", "--quiet", "index.html"]);
+            commit(&work, &[("README.md", "nothing to serve\n")], "broken");
+            let (_, d) = api
+                .call("POST", "/v1/apps/site/deploys", Some(json!({})))
+                .await;
+            let bad = settled(&api, "site", d["id"].as_str().unwrap()).await;
+            assert_eq!(bad["state"], "failed", "{bad}");
+            assert!(bad["error"].as_str().unwrap().contains("detect"), "{bad}");
+            assert!(bad["sandbox_id"].is_null(), "{bad}");
+            let (_, body) = visit(&server, "site", "/").await;
+            assert!(body.contains("hello v2"), "{body}");
+        },
+    )
+    .await;
 
-    // Webhook: a bad signature deploys nothing; a good one deploys; a redelivery is a duplicate.
-    let (_, a) = api.call("GET", "/v1/apps/site", None).await;
-    let secret = a["webhook_secret"].as_str().unwrap().to_owned();
-    commit(&work, &[("index.html", "<h1>hello v3</h1>\n")], "v3");
-    let before = deploys(&api, "site").await.len();
+    step(
+        "rollback: the standby version's VM wakes and takes the traffic, nothing rebuilt",
+        async {
+            let t = Instant::now();
+            let (st, r) = api
+                .call("POST", "/v1/apps/site/rollback", Some(json!({})))
+                .await;
+            let rollback_ms = t.elapsed().as_millis();
+            assert_eq!(st, StatusCode::OK, "{r}");
+            assert_eq!(r["id"], d1.as_str(), "{r}");
+            let (_, body) = visit(&server, "site", "/").await;
+            assert!(body.contains("hello v1"), "{body}");
+            eprintln!("rollback: {rollback_ms} ms");
+        },
+    )
+    .await;
+
     let push = br#"{"ref":"refs/heads/main","after":"x"}"#;
-    let (st, v) = webhook(&server, "site", &sign("wrong", push), "d-1", push).await;
-    assert_eq!(st, StatusCode::UNAUTHORIZED, "{v}");
-    assert_eq!(deploys(&api, "site").await.len(), before);
-    let (st, v) = webhook(&server, "site", &sign(&secret, push), "d-1", push).await;
-    assert_eq!(st, StatusCode::OK, "{v}");
-    assert_eq!(v["status"], "deployed", "{v}");
-    let d3 = v["deploy_id"].as_str().unwrap().to_owned();
-    let (st, v) = webhook(&server, "site", &sign(&secret, push), "d-1", push).await;
-    assert_eq!(st, StatusCode::OK, "{v}");
-    assert_eq!(v["status"], "duplicate", "{v}");
-    assert_eq!(v["deploy_id"], d3.as_str(), "{v}");
-    let other = br#"{"ref":"refs/heads/feature"}"#;
-    let (_, v) = webhook(&server, "site", &sign(&secret, other), "d-2", other).await;
-    assert_eq!(v["status"], "ignored", "{v}");
-    assert_eq!(deploys(&api, "site").await.len(), before + 1);
-    live(&api, "site", &d3).await;
-    let (_, body) = visit(&server, "site", "/").await;
-    assert!(body.contains("hello v3"), "{body}");
+    let secret = step(
+        "webhook: a bad signature is refused and deploys nothing",
+        async {
+            let (_, a) = api.call("GET", "/v1/apps/site", None).await;
+            let secret = a["webhook_secret"].as_str().unwrap().to_owned();
+            commit(&work, &[("index.html", "<h1>hello v3</h1>\n")], "v3");
+            let before = deploys(&api, "site").await.len();
+            let (st, v) = webhook(&server, "site", &sign("wrong", push), "d-1", push).await;
+            assert_eq!(st, StatusCode::UNAUTHORIZED, "{v}");
+            assert_eq!(deploys(&api, "site").await.len(), before);
+            secret
+        },
+    )
+    .await;
 
-    // A tarball upload as the source: files and directories only (the symlink is skipped).
-    let tarball = {
-        let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
-            Vec::new(),
-            flate2::Compression::fast(),
-        ));
-        let page = b"<h1>hello upload</h1>\n";
-        let mut h = tar::Header::new_gnu();
-        h.set_size(page.len() as u64);
-        h.set_mode(0o644);
-        h.set_cksum();
-        b.append_data(&mut h, "index.html", &page[..]).unwrap();
-        let mut l = tar::Header::new_gnu();
-        l.set_entry_type(tar::EntryType::Symlink);
-        l.set_size(0);
-        b.append_link(&mut l, "leak.txt", "/etc/passwd").unwrap();
-        b.into_inner().unwrap().finish().unwrap()
-    };
-    let r = api
-        .c
-        .post(format!("{}/v1/apps/site/deploys", server.url))
-        .bearer_auth(&server.key)
-        .header("Content-Type", "application/gzip")
-        .body(tarball)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::ACCEPTED);
-    let d: Value = r.json().await.unwrap();
-    assert_eq!(d["ref"], "upload", "{d}");
-    let up = live(&api, "site", d["id"].as_str().unwrap()).await;
-    assert!(
-        up["commit"].as_str().unwrap().starts_with("upload:"),
-        "{up}"
-    );
-    let log = deploy_log(&api, "site", d["id"].as_str().unwrap()).await;
-    assert!(log.contains("1 links and special files skipped"), "{log}");
-    let (_, body) = visit(&server, "site", "/").await;
-    assert!(body.contains("hello upload"), "{body}");
-    let (st, body) = visit(&server, "site", "/leak.txt").await;
-    assert_eq!(st, StatusCode::NOT_FOUND, "{body}");
-    let r = api
-        .c
-        .post(format!("{}/v1/apps/site/deploys", server.url))
-        .bearer_auth(&server.key)
-        .header("Content-Type", "application/gzip")
-        .body("not a tarball")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::ACCEPTED);
-    let d: Value = r.json().await.unwrap();
-    let bad = settled(&api, "site", d["id"].as_str().unwrap()).await;
-    assert_eq!(bad["state"], "failed", "{bad}");
-    assert!(
-        bad["error"]
-            .as_str()
-            .unwrap()
-            .contains("not a gzip tarball"),
-        "{bad}"
-    );
+    step(
+        "webhook: a signed push of the tracked branch deploys; a redelivery is a duplicate, \
+         another branch is ignored",
+        async {
+            let before = deploys(&api, "site").await.len();
+            let (st, v) = webhook(&server, "site", &sign(&secret, push), "d-1", push).await;
+            assert_eq!(st, StatusCode::OK, "{v}");
+            assert_eq!(v["status"], "deployed", "{v}");
+            let d3 = v["deploy_id"].as_str().unwrap().to_owned();
+            let (st, v) = webhook(&server, "site", &sign(&secret, push), "d-1", push).await;
+            assert_eq!(st, StatusCode::OK, "{v}");
+            assert_eq!(v["status"], "duplicate", "{v}");
+            assert_eq!(v["deploy_id"], d3.as_str(), "{v}");
+            let other = br#"{"ref":"refs/heads/feature"}"#;
+            let (_, v) = webhook(&server, "site", &sign(&secret, other), "d-2", other).await;
+            assert_eq!(v["status"], "ignored", "{v}");
+            assert_eq!(deploys(&api, "site").await.len(), before + 1);
+            live(&api, "site", &d3).await;
+            let (_, body) = visit(&server, "site", "/").await;
+            assert!(body.contains("hello v3"), "{body}");
+        },
+    )
+    .await;
 
-    // An Express app: npm installs its dependency in the build VM over the sandbox network;
-    // it scales to zero and a request wakes it.
+    step(
+        "an uploaded tarball deploys: files and directories only, the symlink skipped",
+        async {
+            let tarball = {
+                let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
+                    Vec::new(),
+                    flate2::Compression::fast(),
+                ));
+                let page = b"<h1>hello upload</h1>\n";
+                let mut h = tar::Header::new_gnu();
+                h.set_size(page.len() as u64);
+                h.set_mode(0o644);
+                h.set_cksum();
+                b.append_data(&mut h, "index.html", &page[..]).unwrap();
+                let mut l = tar::Header::new_gnu();
+                l.set_entry_type(tar::EntryType::Symlink);
+                l.set_size(0);
+                b.append_link(&mut l, "leak.txt", "/etc/passwd").unwrap();
+                b.into_inner().unwrap().finish().unwrap()
+            };
+            let r = api
+                .c
+                .post(format!("{}/v1/apps/site/deploys", server.url))
+                .bearer_auth(&server.key)
+                .header("Content-Type", "application/gzip")
+                .body(tarball)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), StatusCode::ACCEPTED);
+            let d: Value = r.json().await.unwrap();
+            assert_eq!(d["ref"], "upload", "{d}");
+            let up = live(&api, "site", d["id"].as_str().unwrap()).await;
+            assert!(
+                up["commit"].as_str().unwrap().starts_with("upload:"),
+                "{up}"
+            );
+            let log = deploy_log(&api, "site", d["id"].as_str().unwrap()).await;
+            assert!(log.contains("1 links and special files skipped"), "{log}");
+            let (_, body) = visit(&server, "site", "/").await;
+            assert!(body.contains("hello upload"), "{body}");
+            let (st, body) = visit(&server, "site", "/leak.txt").await;
+            assert_eq!(st, StatusCode::NOT_FOUND, "{body}");
+        },
+    )
+    .await;
+
+    step(
+        "an upload that is not a gzip tarball fails its deploy, saying so",
+        async {
+            let r = api
+                .c
+                .post(format!("{}/v1/apps/site/deploys", server.url))
+                .bearer_auth(&server.key)
+                .header("Content-Type", "application/gzip")
+                .body("not a tarball")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), StatusCode::ACCEPTED);
+            let d: Value = r.json().await.unwrap();
+            let bad = settled(&api, "site", d["id"].as_str().unwrap()).await;
+            assert_eq!(bad["state"], "failed", "{bad}");
+            assert!(
+                bad["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("not a gzip tarball"),
+                "{bad}"
+            );
+        },
+    )
+    .await;
+
     let (_, work) = repo(repos.path(), "api");
-    commit(
-        &work,
-        &[
-            (
-                "package.json",
-                r#"{"name":"api","version":"1.0.0","main":"server.js","scripts":{"start":"node server.js"},"dependencies":{"express":"^4.21.0"}}"#,
-            ),
-            (
-                "server.js",
-                "const express = require('express');\nconst app = express();\napp.get('/', (req, res) => res.json({ hello: 'express', pid: process.pid }));\napp.listen(process.env.PORT, () => console.log('listening on ' + process.env.PORT));\n",
-            ),
-        ],
-        "express",
-    );
-    let url = daemon.url(&repos.path().join("api.git"));
-    let (st, v) = api
-        .call(
-            "POST",
-            "/v1/apps",
-            Some(json!({"name": "api", "git": {"url": url}, "idle_seconds": 5})),
-        )
-        .await;
-    assert_eq!(st, StatusCode::CREATED, "{v}");
-    let d = deploys(&api, "api").await[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let dv = live(&api, "api", &d).await;
-    assert_eq!(dv["plan"]["runtime"], "node", "{dv}");
-    assert!(dv["phases_ms"]["install"].is_u64(), "{dv}");
-    // npm neither audits the tree nor asks for funding in a build (npm_config_audit/fund).
-    let log = deploy_log(&api, "api", &d).await;
-    assert!(log.contains("npm"), "{log}");
-    assert!(
-        !log.contains("vulnerabilit") && !log.contains("funding"),
-        "{log}"
-    );
-    let (st, body) = visit(&server, "api", "/").await;
-    assert_eq!(st, StatusCode::OK, "{body}");
-    assert!(body.contains("\"hello\":\"express\""), "{body}");
-    let logs = api
-        .c
-        .get(format!("{}/v1/apps/api/logs", server.url))
-        .bearer_auth(&server.key)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(logs.contains("listening on"), "{logs}");
-    // A redeploy with the same dependencies unpacks the cache instead of installing.
-    commit(
-        &work,
-        &[(
-            "server.js",
-            "const express = require('express');\nconst app = express();\napp.get('/', (req, res) => res.json({ hello: 'express v2' }));\napp.listen(process.env.PORT, () => console.log('listening on ' + process.env.PORT));\n",
-        )],
-        "v2",
-    );
-    let (_, d) = api
-        .call("POST", "/v1/apps/api/deploys", Some(json!({})))
-        .await;
-    let d = d["id"].as_str().unwrap().to_owned();
-    let dv2 = live(&api, "api", &d).await;
-    assert!(dv2["phases_ms"]["deps_restore"].is_u64(), "{dv2}");
-    assert!(dv2["phases_ms"]["install"].is_null(), "{dv2}");
-    let log = deploy_log(&api, "api", &d).await;
-    assert!(log.contains("install skipped"), "{log}");
-    let (_, body) = visit(&server, "api", "/").await;
-    assert!(body.contains("express v2"), "{body}");
+    step(
+        "an Express app: npm installs its dependency in the build VM over the sandbox network, \
+         without an audit or a funding notice, and it serves",
+        async {
+            commit(
+                &work,
+                &[
+                    (
+                        "package.json",
+                        r#"{"name":"api","version":"1.0.0","main":"server.js","scripts":{"start":"node server.js"},"dependencies":{"express":"^4.21.0"}}"#,
+                    ),
+                    (
+                        "server.js",
+                        "const express = require('express');\nconst app = express();\napp.get('/', (req, res) => res.json({ hello: 'express', pid: process.pid }));\napp.listen(process.env.PORT, () => console.log('listening on ' + process.env.PORT));\n",
+                    ),
+                ],
+                "express",
+            );
+            let url = daemon.url(&repos.path().join("api.git"));
+            let (st, v) = api
+                .call(
+                    "POST",
+                    "/v1/apps",
+                    Some(json!({"name": "api", "git": {"url": url}, "idle_seconds": 5})),
+                )
+                .await;
+            assert_eq!(st, StatusCode::CREATED, "{v}");
+            let d = deploys(&api, "api").await[0]["id"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            let dv = live(&api, "api", &d).await;
+            assert_eq!(dv["plan"]["runtime"], "node", "{dv}");
+            assert!(dv["phases_ms"]["install"].is_u64(), "{dv}");
+            // npm neither audits the tree nor asks for funding in a build
+            // (npm_config_audit/fund).
+            let log = deploy_log(&api, "api", &d).await;
+            assert!(log.contains("npm"), "{log}");
+            assert!(
+                !log.contains("vulnerabilit") && !log.contains("funding"),
+                "{log}"
+            );
+            let (st, body) = visit(&server, "api", "/").await;
+            assert_eq!(st, StatusCode::OK, "{body}");
+            assert!(body.contains("\"hello\":\"express\""), "{body}");
+        },
+    )
+    .await;
 
-    // Idle: the reaper hibernates it; the next request wakes it and is answered.
-    let t = Instant::now();
-    loop {
-        let (_, v) = api.call("GET", "/v1/apps/api", None).await;
-        if v["instance_state"] == "hibernated" {
-            break;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(120),
-            "never hibernated: {v}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let t = Instant::now();
-    let (st, body) = visit(&server, "api", "/").await;
-    eprintln!("wake to first answer: {} ms", t.elapsed().as_millis());
-    assert_eq!(st, StatusCode::OK, "{body}");
-    assert!(body.contains("express v2"), "{body}");
+    step("the app's own logs are its server's output", async {
+        let logs = api
+            .c
+            .get(format!("{}/v1/apps/api/logs", server.url))
+            .bearer_auth(&server.key)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(logs.contains("listening on"), "{logs}");
+    })
+    .await;
 
-    // Delete: every VM of every version, the rows; the host name stops answering.
-    for name in ["site", "api"] {
-        let (st, v) = api.call("DELETE", &format!("/v1/apps/{name}"), None).await;
-        assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
-        let (st, _) = api.call("GET", &format!("/v1/apps/{name}"), None).await;
-        assert_eq!(st, StatusCode::NOT_FOUND);
-    }
-    let (_, v) = api.call("GET", "/v1/sandboxes", None).await;
-    assert_eq!(v["data"].as_array().unwrap().len(), 0, "{v}");
-    let (st, _) = visit(&server, "site", "/").await;
-    assert_eq!(st, StatusCode::NOT_FOUND);
+    step(
+        "a redeploy with the same dependencies unpacks the cache instead of installing",
+        async {
+            commit(
+                &work,
+                &[(
+                    "server.js",
+                    "const express = require('express');\nconst app = express();\napp.get('/', (req, res) => res.json({ hello: 'express v2' }));\napp.listen(process.env.PORT, () => console.log('listening on ' + process.env.PORT));\n",
+                )],
+                "v2",
+            );
+            let (_, d) = api
+                .call("POST", "/v1/apps/api/deploys", Some(json!({})))
+                .await;
+            let d = d["id"].as_str().unwrap().to_owned();
+            let dv2 = live(&api, "api", &d).await;
+            assert!(dv2["phases_ms"]["deps_restore"].is_u64(), "{dv2}");
+            assert!(dv2["phases_ms"]["install"].is_null(), "{dv2}");
+            let log = deploy_log(&api, "api", &d).await;
+            assert!(log.contains("install skipped"), "{log}");
+            let (_, body) = visit(&server, "api", "/").await;
+            assert!(body.contains("express v2"), "{body}");
+        },
+    )
+    .await;
+
+    step(
+        "idle: the reaper hibernates the app; the next request wakes it and is answered",
+        async {
+            let t = Instant::now();
+            loop {
+                let (_, v) = api.call("GET", "/v1/apps/api", None).await;
+                if v["instance_state"] == "hibernated" {
+                    break;
+                }
+                assert!(
+                    t.elapsed() < Duration::from_secs(120),
+                    "never hibernated: {v}"
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            let t = Instant::now();
+            let (st, body) = visit(&server, "api", "/").await;
+            eprintln!("wake to first answer: {} ms", t.elapsed().as_millis());
+            assert_eq!(st, StatusCode::OK, "{body}");
+            assert!(body.contains("express v2"), "{body}");
+        },
+    )
+    .await;
+
+    step(
+        "delete: every VM of every version and the rows go; the host name stops answering",
+        async {
+            for name in ["site", "api"] {
+                let (st, v) = api.call("DELETE", &format!("/v1/apps/{name}"), None).await;
+                assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+                let (st, _) = api.call("GET", &format!("/v1/apps/{name}"), None).await;
+                assert_eq!(st, StatusCode::NOT_FOUND);
+            }
+            let (_, v) = api.call("GET", "/v1/sandboxes", None).await;
+            assert_eq!(v["data"].as_array().unwrap().len(), 0, "{v}");
+            let (st, _) = visit(&server, "site", "/").await;
+            assert_eq!(st, StatusCode::NOT_FOUND);
+        },
+    )
+    .await;
     drop(server);
     names.clean();
 }

@@ -3,7 +3,8 @@
 //! names its field and makes nothing, an unknown database is `database_not_found`, the
 //! extension list) and `server.rs` (no or a wrong key, a bad create, a body over the limit, an
 //! unknown sandbox, a fork of too many children) and `functions.rs` (a bad function create, a
-//! schedule of a function by a bad name). Here they take milliseconds over the fake stack.
+//! schedule of a function by a bad name) and `apps.rs` (a bad app create, a taken app name).
+//! Here they take milliseconds over the fake stack.
 
 use std::time::Duration;
 
@@ -249,4 +250,66 @@ async fn a_schedule_of_a_function_by_a_bad_name_is_refused() {
     let (st, v) = call(&s, "GET", "/v1/schedules", None).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     assert_eq!(v["data"], json!([]), "nothing made: {v}");
+}
+
+/// An app create with a bad field — a name, a git URL or ref that could pass for an option,
+/// more instances or memory than allowed — is a 422 naming that field, and makes nothing (from
+/// `apps.rs::apps_end_to_end`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_app_create_names_its_field_and_makes_nothing() {
+    let s = fake_stack(Duration::from_secs(10)).await;
+    let git = "https://git.example.com/x.git";
+    for (body, field) in [
+        (json!({"name": "Bad_Name", "git": {"url": git}}), "name"),
+        (
+            json!({"name": "ok", "git": {"url": "--upload-pack=x"}}),
+            "git.url",
+        ),
+        (
+            json!({"name": "ok", "git": {"url": git, "ref": "-x"}}),
+            "git.ref",
+        ),
+        (
+            json!({"name": "ok", "git": {"url": git}, "min_instances": 2}),
+            "min_instances",
+        ),
+        (
+            json!({"name": "ok", "git": {"url": git}, "memory_mb": 1000}),
+            "memory_mb",
+        ),
+    ] {
+        let (st, v) = call(&s, "POST", "/v1/apps", Some(body.clone())).await;
+        assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(field),
+            "{body}: {v}"
+        );
+    }
+    let (st, v) = call(&s, "GET", "/v1/apps", None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["data"], json!([]), "{v}");
+    assert_eq!(counts(&s).await, (0, 0, 0));
+}
+
+/// A second app of a name taken is a 409, and leaves the first as it was (from
+/// `apps_end_to_end`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_app_of_a_taken_name_is_a_conflict() {
+    let s = fake_stack(Duration::from_secs(10)).await;
+    let first = json!({"name": "site", "git": {"url": "https://git.example.com/site.git"},
+                       "deploy": false});
+    let (st, v) = call(&s, "POST", "/v1/apps", Some(first)).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let again = json!({"name": "site", "git": {"url": "https://git.example.com/x.git"},
+                       "deploy": false});
+    let (st, v) = call(&s, "POST", "/v1/apps", Some(again)).await;
+    assert_eq!(
+        (st, code(&v)),
+        (StatusCode::CONFLICT, Some("conflict")),
+        "{v}"
+    );
+    let (_, v) = call(&s, "GET", "/v1/apps", None).await;
+    assert_eq!(v["data"].as_array().unwrap().len(), 1, "{v}");
+    let (_, v) = call(&s, "GET", "/v1/apps/site", None).await;
+    assert_eq!(v["git"]["url"], "https://git.example.com/site.git", "{v}");
 }
