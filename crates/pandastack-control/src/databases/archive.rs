@@ -53,6 +53,10 @@ pub struct ArchiveSettings {
     /// Point-in-time restore reaches back this far: WAL and base-backup records older than
     /// the newest base backup before `now - retention` are deleted.
     pub retention: Duration,
+    /// A scheduled base backup that failed (before its record, or its upload) is tried again
+    /// this long after it, not a whole interval later: the restore window must not stop
+    /// moving because one upload failed.
+    pub retry: Duration,
 }
 
 impl Default for ArchiveSettings {
@@ -60,7 +64,43 @@ impl Default for ArchiveSettings {
         Self {
             backup_interval: Duration::from_secs(24 * 3600),
             retention: Duration::from_secs(7 * 24 * 3600),
+            retry: Duration::from_secs(5 * 60),
         }
+    }
+}
+
+/// The last base backup a database's schedule counts from, as the archiver keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LastBase {
+    /// When it stopped (or the attempt failed), unix ms.
+    at_ms: i64,
+    upload: Upload,
+}
+
+/// Where the upload of a [`LastBase`] stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Upload {
+    /// Queued or under way: looked at again by each due check until it ends.
+    Pending {
+        volume: String,
+        backup: String,
+    },
+    Done,
+    /// The attempt or its upload failed: the next one is due [`ArchiveSettings::retry`] after.
+    Failed,
+    /// The database was restored in place then, on a new timeline: no backup recorded before
+    /// is of it, so one is due at once.
+    Restored,
+}
+
+impl LastBase {
+    fn due_at(&self, settings: &ArchiveSettings) -> i64 {
+        let after = match self.upload {
+            Upload::Restored => Duration::ZERO,
+            Upload::Failed => settings.retry,
+            Upload::Pending { .. } | Upload::Done => settings.backup_interval,
+        };
+        self.at_ms.saturating_add(after.as_millis() as i64)
     }
 }
 
@@ -197,50 +237,138 @@ impl Databases {
         Ok(files.len())
     }
 
-    /// Takes a base backup when the database has none or its newest is older than the
-    /// interval; applies retention after one.
+    /// Takes a base backup when the database has none, its newest is older than the interval,
+    /// or the last attempt failed [`ArchiveSettings::retry`] ago; applies retention after
+    /// each attempt, a failed one included (WAL must not pile up behind failing backups).
     async fn scheduled_backup(
         &self,
         row: &DatabaseRow,
         sandbox: &str,
     ) -> Result<(), DatabaseError> {
-        let newest = match self.newest_base(&row.id) {
-            Some(t) => Some(t),
-            None => {
-                let t = self
-                    .base_backups(&row.workspace_id, &row.id)
-                    .await?
-                    .iter()
-                    .map(|b| b.stop_time_ms)
-                    .max();
-                if let Some(t) = t {
-                    self.set_newest_base(&row.id, t);
-                }
-                t
-            }
+        let due = |last: &Option<LastBase>| {
+            last.as_ref()
+                .is_none_or(|l| now_ms() >= l.due_at(&self.archive))
         };
-        let due =
-            newest.is_none_or(|t| now_ms() - t >= self.archive.backup_interval.as_millis() as i64);
-        if !due {
+        let kept = match self.last_base(&row.id) {
+            Some(last) => Some(self.settle_upload(row, last).await?),
+            None => None,
+        };
+        if kept.is_some() && !due(&kept) {
+            return Ok(());
+        }
+        // Due by what this process kept, or nothing kept: the records decide (another
+        // process may have taken one since).
+        let recorded = match self.last_base_from_records(row).await? {
+            Some(last) => Some(self.settle_upload(row, last).await?),
+            None => None,
+        };
+        let last = match (kept, recorded) {
+            // Recorded before a restore in place: of the old timeline.
+            (Some(k), Some(r)) if k.upload == Upload::Restored && r.at_ms <= k.at_ms => Some(k),
+            (_, recorded) => recorded,
+        };
+        if !due(&last) {
             return Ok(());
         }
         tracing::info!(database = %row.id, "taking a scheduled base backup");
-        self.base_backup(row, sandbox).await?;
-        self.apply_retention(row).await
+        let taken = self.base_backup(row, sandbox).await;
+        if taken.is_err() {
+            self.set_last_base(
+                &row.id,
+                LastBase {
+                    at_ms: now_ms(),
+                    upload: Upload::Failed,
+                },
+            );
+        }
+        let retained = self.apply_retention(row).await;
+        taken?;
+        retained
     }
 
-    fn newest_base(&self, id: &str) -> Option<i64> {
+    /// The newest base backup's record and its upload's state, or none (the first backup is
+    /// due).
+    async fn last_base_from_records(
+        &self,
+        row: &DatabaseRow,
+    ) -> Result<Option<LastBase>, DatabaseError> {
+        let Some(b) = self.base_backups(&row.workspace_id, &row.id).await?.pop() else {
+            return Ok(None);
+        };
+        let last = LastBase {
+            at_ms: b.stop_time_ms,
+            upload: Upload::Pending {
+                volume: b.volume,
+                backup: b.backup,
+            },
+        };
+        self.set_last_base(&row.id, last.clone());
+        Ok(Some(last))
+    }
+
+    /// `last` with its upload's state brought up to date (and kept): a pending upload may have
+    /// finished or failed since the last check.
+    async fn settle_upload(
+        &self,
+        row: &DatabaseRow,
+        last: LastBase,
+    ) -> Result<LastBase, DatabaseError> {
+        let Upload::Pending { volume, backup } = &last.upload else {
+            return Ok(last);
+        };
+        let upload = match self
+            .volumes
+            .get_backup(&row.workspace_id, volume, backup)
+            .await
+        {
+            Ok(info) => match info.state {
+                BackupState::Done => Upload::Done,
+                BackupState::Failed => Upload::Failed,
+                BackupState::Uploading => return Ok(last),
+            },
+            Err(crate::VolumeError::BackupNotFound(_)) => Upload::Failed,
+            Err(e) => return Err(e.into()),
+        };
+        if upload == Upload::Failed {
+            tracing::warn!(database = %row.id, backup = %backup, "a base backup's upload failed: the next one is due sooner");
+        }
+        let settled = LastBase {
+            at_ms: last.at_ms,
+            upload,
+        };
+        self.set_last_base(&row.id, settled.clone());
+        Ok(settled)
+    }
+
+    /// Makes database `id`'s next base backup due at the next check, whatever came before (a
+    /// restore in place starts a new timeline, which no earlier backup is of).
+    pub(crate) fn base_backup_due_now(&self, id: &str) {
+        self.bases.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            id.to_owned(),
+            LastBase {
+                at_ms: now_ms(),
+                upload: Upload::Restored,
+            },
+        );
+    }
+
+    fn last_base(&self, id: &str) -> Option<LastBase> {
         self.bases
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(id)
-            .copied()
+            .cloned()
     }
 
-    fn set_newest_base(&self, id: &str, t: i64) {
+    /// Keeps `last` unless a later one is kept already (a manual backup racing the schedule).
+    fn set_last_base(&self, id: &str, last: LastBase) {
         let mut m = self.bases.lock().unwrap_or_else(|p| p.into_inner());
-        let e = m.entry(id.to_owned()).or_insert(t);
-        *e = (*e).max(t);
+        match m.get(id) {
+            Some(kept) if kept.at_ms > last.at_ms => {}
+            _ => {
+                m.insert(id.to_owned(), last);
+            }
+        }
     }
 
     /// A base backup of the running database: `pg_backup_start`, the volume backup (its
@@ -292,7 +420,16 @@ impl Databases {
             )
             .await
             .map_err(objects_error)?;
-        self.set_newest_base(&row.id, stop_time_ms);
+        self.set_last_base(
+            &row.id,
+            LastBase {
+                at_ms: stop_time_ms,
+                upload: Upload::Pending {
+                    volume: backup.volume.clone(),
+                    backup: backup.id.clone(),
+                },
+            },
+        );
         tracing::info!(database = %row.id, backup = %backup.id, start_lsn = %record.start_lsn, stop_lsn = %record.stop_lsn, "base backup");
         Ok(backup)
     }

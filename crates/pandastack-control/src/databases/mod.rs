@@ -172,8 +172,8 @@ pub struct Databases {
     archive: ArchiveSettings,
     /// Held while an outbox is being moved to the object store.
     archiving: Arc<tokio::sync::Mutex<()>>,
-    /// The newest base backup's stop time per database (unix ms), once looked up.
-    bases: Arc<Mutex<HashMap<String, i64>>>,
+    /// The last base backup per database that its schedule counts from, once looked up.
+    bases: Arc<Mutex<HashMap<String, archive::LastBase>>>,
 }
 
 /// How a database VM brings its cluster up.

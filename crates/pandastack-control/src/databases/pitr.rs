@@ -189,6 +189,9 @@ impl Databases {
             )
             .await?;
         self.sessions.forget(&row.id);
+        // The new timeline's own base backup at the next check: until it exists, a later
+        // restore has only the old timeline's backups to start from.
+        self.base_backup_due_now(&row.id);
         tracing::info!(database = %row.id, sandbox = %sandbox.id, "database restored in place");
         self.remove_retired(&current).await;
         let row = self.store.databases().by_id(&row.id).await?;

@@ -39,6 +39,7 @@ const VOLUME_BACKUPS: &str = "volume-backups";
 const SETTINGS: ArchiveSettings = ArchiveSettings {
     backup_interval: Duration::from_secs(3600),
     retention: Duration::from_secs(7 * 24 * 3600),
+    retry: Duration::from_secs(300),
 };
 
 /// The file name of WAL segment `seg` of timeline `tl` (log 0).
@@ -555,4 +556,101 @@ async fn a_restore_inside_the_window_recovers_from_the_newest_finished_base_befo
         .await
         .is_ok());
     assert!(!f.env.host.volume_ids().await.unwrap().contains(&old_volume));
+
+    // The new timeline gets its own base backup at the next check, though one was taken
+    // minutes ago (of the old timeline). (The branches above are databases of their own, with
+    // their own first backups.)
+    let starts_in = |sandbox: &str| {
+        f.env
+            .host
+            .exec_envs()
+            .iter()
+            .filter(|(s, env)| {
+                s == sandbox && env.get("PS_MODE").map(String::as_str) == Some("backup-start")
+            })
+            .count()
+    };
+    assert_eq!(starts_in(&sb), 0);
+    f.stops_at(now_ms(), 3, 0xD);
+    f.dbs.archive_pass(true).await;
+    assert_eq!(starts_in(&sb), 1, "a base backup of the new timeline");
+    f.dbs.archive_pass(true).await;
+    assert_eq!(starts_in(&sb), 1, "then not again within the interval");
+}
+
+/// [`SETTINGS`] with a failed base backup tried again after 1 s.
+const QUICK_RETRY: ArchiveSettings = ArchiveSettings {
+    retry: Duration::from_secs(1),
+    ..SETTINGS
+};
+
+#[tokio::test]
+async fn a_base_backup_whose_upload_failed_is_taken_again_after_the_retry_not_the_interval() {
+    let f = Fixture::new().await;
+    let dbs = f.dbs.clone().with_archive(QUICK_RETRY);
+    f.stops_at(now_ms(), 1, 2);
+    dbs.archive_pass(true).await;
+    dbs.archive_pass(true).await;
+    assert_eq!(f.runs("backup-start"), 1, "uploading: not due again");
+
+    // Its upload fails for good.
+    let taken = dbs.backups(&f.env.ws, &f.id).await.unwrap();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    let mut row = f
+        .env
+        .store
+        .volumes()
+        .backup_by_id(&taken[0].id)
+        .await
+        .unwrap();
+    row.state = "failed".into();
+    row.error = Some("the object store refused the upload".into());
+    row.finished_at = Some(now_ms());
+    f.env.store.volumes().finish_backup(&row).await.unwrap();
+
+    // Seen at the next check (in this process, and in a restarted one reading the records):
+    // due `retry` after the failed one, not an hour after it.
+    tokio::time::sleep(QUICK_RETRY.retry + Duration::from_millis(100)).await;
+    f.stops_at(now_ms(), 1, 3);
+    let restarted = f.env.another_plane().databases.with_archive(QUICK_RETRY);
+    restarted.archive_pass(true).await;
+    assert_eq!(
+        f.runs("backup-start"),
+        2,
+        "the failed upload's backup is taken again"
+    );
+    dbs.archive_pass(true).await;
+    restarted.archive_pass(true).await;
+    assert_eq!(
+        f.runs("backup-start"),
+        2,
+        "the new one is uploading: not due"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_base_backup_still_applies_retention_and_waits_the_retry() {
+    let s = SeededArchive::new().await;
+    let f = &s.f;
+    // pg_backup_start fails (the VM's PostgreSQL refuses it).
+    f.env.host.on_exec_env(
+        "PS_MODE",
+        "backup-start",
+        Reply::exit(1).stderr("ERROR: a backup is already in progress"),
+    );
+
+    // b5 is two hours old: an attempt is due; it fails, and retention runs all the same.
+    f.dbs.archive_pass(true).await;
+    assert_eq!(f.runs("backup-start"), 1);
+    let kept: BTreeSet<String> = ["vb-b3", "vb-b4", "vb-b5"].map(String::from).into();
+    assert_eq!(f.bases().await, kept, "retention after a failed attempt");
+    assert!(
+        !f.wal().await.contains(&segment(1, 4)),
+        "WAL no restore in the window needs is deleted: {:?}",
+        f.wal().await
+    );
+
+    // Not tried at every check: next after `retry` (300 s here).
+    f.dbs.archive_pass(true).await;
+    assert_eq!(f.runs("backup-start"), 1);
 }

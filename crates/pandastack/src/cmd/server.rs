@@ -551,6 +551,7 @@ fn control_config(
         archive: pandastack_control::ArchiveSettings {
             backup_interval: Duration::from_secs(a.db_backup_interval_seconds.max(60)),
             retention: Duration::from_secs(a.db_retention_days.max(1) * 86_400),
+            ..Default::default()
         },
         outbound: pandastack_outbound::OutboundPolicy::new(a.allow_internal_fetch.clone()),
         certificates,
