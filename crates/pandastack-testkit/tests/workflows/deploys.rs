@@ -189,6 +189,31 @@ fn ran(env: &Env, sb: &str, command: &str) -> bool {
         .any(|(s, c)| s == sb && c == command)
 }
 
+/// An app deployed twice: the second version live, the first on standby.
+struct TwoVersions {
+    env: Env,
+    first: DeployRow,
+    second: DeployRow,
+    /// The first version's VM.
+    old_vm: String,
+    /// The second version's VM.
+    new_vm: String,
+}
+
+async fn two_versions() -> TwoVersions {
+    let env = app_env().await;
+    create_app(&env).await;
+    let first = deploy(&env).await;
+    let second = deploy(&env).await;
+    TwoVersions {
+        old_vm: first.sandbox_id.clone().unwrap(),
+        new_vm: second.sandbox_id.clone().unwrap(),
+        env,
+        first,
+        second,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_successful_deploy_goes_live_with_every_phase_timed() {
     let env = app_env().await;
@@ -347,13 +372,14 @@ async fn rollback_makes_the_previous_deploy_live_again() {
 /// rollback); the live version's VM is left alone.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_replaced_version_hibernates_after_the_drain_and_not_before() {
-    let env = app_env().await;
-    create_app(&env).await;
-    let first = deploy(&env).await;
-    let second = deploy(&env).await;
+    let TwoVersions {
+        env,
+        first,
+        second,
+        old_vm,
+        new_vm,
+    } = two_versions().await;
     assert_eq!(second.state, DeployState::Live, "{:?}", second.error);
-    let old_vm = first.sandbox_id.clone().unwrap();
-    let new_vm = second.sandbox_id.clone().unwrap();
 
     let at = hibernated_at(&env, &old_vm).await;
     let (first, after) = drained(&env, &first.id, at).await;
@@ -373,12 +399,13 @@ async fn the_replaced_version_hibernates_after_the_drain_and_not_before() {
 /// replaces drains and hibernates the same way, and the woken one stays running.
 #[tokio::test(flavor = "multi_thread")]
 async fn rollback_wakes_the_hibernated_version_and_the_replaced_one_drains() {
-    let env = app_env().await;
-    create_app(&env).await;
-    let first = deploy(&env).await;
-    let second = deploy(&env).await;
-    let old_vm = first.sandbox_id.clone().unwrap();
-    let new_vm = second.sandbox_id.clone().unwrap();
+    let TwoVersions {
+        env,
+        first,
+        second,
+        old_vm,
+        new_vm,
+    } = two_versions().await;
     hibernated_at(&env, &old_vm).await;
     assert_eq!(calls_on(&env, Op::Wake, &old_vm), 0);
 
@@ -413,12 +440,13 @@ async fn rollback_wakes_the_hibernated_version_and_the_replaced_one_drains() {
 /// drain's end, when it comes, leaves the version that is live again alone.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rollback_within_the_drain_keeps_the_version_it_returns_to_running() {
-    let env = app_env().await;
-    create_app(&env).await;
-    let first = deploy(&env).await;
-    let second = deploy(&env).await;
-    let old_vm = first.sandbox_id.clone().unwrap();
-    let new_vm = second.sandbox_id.clone().unwrap();
+    let TwoVersions {
+        env,
+        first,
+        second,
+        old_vm,
+        new_vm,
+    } = two_versions().await;
     assert_eq!(
         calls_on(&env, Op::Hibernate, &old_vm),
         0,
@@ -442,11 +470,13 @@ async fn a_rollback_within_the_drain_keeps_the_version_it_returns_to_running() {
 /// it took meanwhile.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_version_replaced_twice_within_a_drain_drains_from_the_last_switch() {
-    let env = app_env().await;
-    create_app(&env).await;
-    let first = deploy(&env).await;
-    let second = deploy(&env).await;
-    let old_vm = first.sandbox_id.clone().unwrap();
+    let TwoVersions {
+        env,
+        first,
+        second,
+        old_vm,
+        ..
+    } = two_versions().await;
     assert_eq!(rollback(&env, None).await.id, first.id);
     tokio::time::sleep(DRAIN / 2).await;
     assert_eq!(
