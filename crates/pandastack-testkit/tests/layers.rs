@@ -22,6 +22,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("pandastack-pgwire", &[]),
     // What the host may connect to on a user's behalf: a leaf.
     ("pandastack-outbound", &[]),
+    // The cluster's PKI and mutual-TLS configurations: a leaf.
+    ("pandastack-cluster", &[]),
     ("pandastack-guest", &["pandastack-guest-proto"]),
     ("pandastack-store", &["pandastack-api-types"]),
     ("pandastack-client", &["pandastack-api-types"]),

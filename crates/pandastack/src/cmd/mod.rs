@@ -15,6 +15,7 @@ mod bench_objects;
 mod bench_soak;
 mod bench_volumes;
 mod client_util;
+pub mod cluster;
 pub mod cron;
 pub mod db;
 pub mod doctor;
@@ -40,6 +41,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Prepare this host (reflink-capable data directory).
     Host(host::HostArgs),
+    /// The cluster's PKI: make its CA, issue a certificate per host (agent or server replica).
+    Cluster(cluster::ClusterArgs),
     /// Create, list and revoke API keys in the server's database (works while it runs).
     Keys(keys::KeysArgs),
     /// Run one command in a fresh local sandbox (no server needed) and destroy it.
@@ -79,6 +82,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Doctor(args) => doctor::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::Host(args) => host::run(args).await,
+        Command::Cluster(args) => cluster::run(args).await,
         Command::Keys(args) => keys::run(args).await,
         Command::Run(args) => run::run(args).await,
         Command::Server(args) => server::run(*args).await,

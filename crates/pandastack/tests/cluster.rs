@@ -1,0 +1,133 @@
+//! `pandastack cluster init` and `pandastack cluster cert` as real processes (no server, no
+//! VM): the CA and a bundle land with their modes and load as an identity; an existing CA and
+//! bad input are refused with a clear message and leave nothing behind.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use pandastack_cluster::{Identity, Peer, Role};
+
+fn pandastack(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pandastack"))
+        .args(args)
+        .env("PANDASTACK_LOG", "warn")
+        .output()
+        .expect("run pandastack")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = pandastack(args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "pandastack {args:?}: {stderr}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = pandastack(args);
+    assert!(!out.status.success(), "pandastack {args:?} succeeded");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn cluster_init_and_cert_make_a_ca_and_bundles_that_load() {
+    let root = tempfile::tempdir().unwrap();
+    let ca = root.path().join("ca");
+    let ca_s = ca.to_str().unwrap();
+    let said = ok(&["cluster", "init", "--dir", ca_s]);
+    assert!(said.contains("ca.key"), "{said}");
+    assert_eq!(mode(&ca.join("ca.key")), 0o600);
+    assert_eq!(mode(&ca.join("ca.pem")), 0o644);
+
+    let e = fails(&["cluster", "init", "--dir", ca_s]);
+    assert!(e.contains("already holds a cluster CA"), "{e}");
+
+    let out = root.path().join("host-a");
+    let out_s = out.to_str().unwrap();
+    let said = ok(&[
+        "cluster",
+        "cert",
+        "--dir",
+        ca_s,
+        "--role",
+        "agent",
+        "--name",
+        "host-a",
+        "--dns",
+        "a.example.com",
+        "--ip",
+        "10.0.0.7",
+        "--out",
+        out_s,
+    ]);
+    assert!(
+        said.contains(
+            "it names pandastack://agent/host-a, reachable as host-a, a.example.com, 10.0.0.7"
+        ),
+        "{said}"
+    );
+    assert_eq!(mode(&out.join("key.pem")), 0o600);
+    let id = Identity::load(&out).unwrap();
+    assert_eq!(
+        id.peer(),
+        &Peer {
+            role: Role::Agent,
+            name: "host-a".into()
+        }
+    );
+
+    // A second bundle into the same directory is refused and changes nothing.
+    let key = std::fs::read(out.join("key.pem")).unwrap();
+    let e = fails(&[
+        "cluster", "cert", "--dir", ca_s, "--role", "server", "--name", "r1", "--out", out_s,
+    ]);
+    assert!(e.contains("already exists"), "{e}");
+    assert_eq!(std::fs::read(out.join("key.pem")).unwrap(), key);
+
+    // Bad input: a clear error, and no bundle directory.
+    let bad = root.path().join("bad");
+    let bad_s = bad.to_str().unwrap();
+    for (args, says) in [
+        (
+            vec!["--role", "agent", "--name", "Host_A"],
+            "only lowercase letters",
+        ),
+        (
+            vec!["--role", "agent", "--name", "h", "--dns", "*.example.com"],
+            "wildcards are not allowed",
+        ),
+        (vec!["--role", "replica", "--name", "h"], "unknown role"),
+        (
+            vec!["--role", "agent", "--name", "h", "--ip", "10.0.0"],
+            "--ip",
+        ),
+        (
+            vec!["--role", "agent", "--name", "h", "--days", "99999"],
+            "outlive the cluster CA",
+        ),
+    ] {
+        let mut all = vec!["cluster", "cert", "--dir", ca_s, "--out", bad_s];
+        all.extend(args);
+        let e = fails(&all);
+        assert!(e.contains(says), "{all:?}: {e}");
+        assert!(!bad.exists(), "{all:?} left {bad:?}");
+    }
+    let e = fails(&[
+        "cluster",
+        "cert",
+        "--dir",
+        root.path().join("nope").to_str().unwrap(),
+        "--role",
+        "agent",
+        "--name",
+        "h",
+        "--out",
+        bad_s,
+    ]);
+    assert!(e.contains("open the cluster CA"), "{e}");
+    assert!(!bad.exists());
+}
