@@ -10,6 +10,8 @@
 //! The template service ([`Templates`]: resolve for creates, list, builds from a spec or an OCI
 //! tarball queued as durable jobs and run one at a time by its worker, re-bake, delete).
 //! Schedules ([`Schedules`]: cron expressions fired once per due time, runs as durable jobs).
+//! Membership ([`LeaseReaper`]: marks dead the hosts whose leases lapsed, only after the store
+//! has answered for a whole lease; not started by the single-node server).
 
 mod activity;
 pub mod apps;
@@ -17,6 +19,7 @@ pub mod certs;
 mod code;
 mod databases;
 mod jobs;
+pub mod membership;
 mod plane;
 mod reaper;
 mod reconcile;
@@ -38,6 +41,7 @@ pub use databases::{
     BaseBackup, Credentials, DatabaseAddress, DatabaseError, DatabaseInfo, Databases, QueryError,
     QueryLimits, ARCHIVE_POLL, DATABASE_METADATA, DATABASE_TEMPLATE, DB_PORT, POOLER_PORT,
 };
+pub use membership::{LeaseReaper, LeaseStore};
 pub use plane::{ControlConfig, ControlPlane, RecoverError};
 pub use reaper::Reaper;
 pub use reconcile::{reconcile_rows, Reconciled};

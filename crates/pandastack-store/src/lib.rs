@@ -10,6 +10,8 @@
 //! Every query that serves a user request is scoped by workspace id: a workspace never sees
 //! another's rows. Rows of things that live on a host (sandboxes, snapshots, template builds)
 //! carry the id of that host, and every query a host runs about "its" things is filtered by it.
+//! Hosts that join through an agent hold leases and epochs; a write caused by an agent is
+//! applied only while its `(host id, epoch)` is current (the `hosts` module).
 //! This crate stores rows; it does not start VMs or speak HTTP.
 
 mod apps;
@@ -30,7 +32,7 @@ mod volumes;
 pub use apps::{AppRepo, AppRow, DeployRow};
 pub use databases::{DatabaseRepo, DatabaseRow, DatabaseRowState};
 pub use domains::{CertState, DomainRepo, DomainRow};
-pub use hosts::{HostRow, Hosts};
+pub use hosts::{HostCapacity, HostRow, HostState, Hosts, Joining, Renewal};
 pub use idempotency::{Idempotency, IdempotencyRecord, Reservation};
 pub use invocations::{InvocationRow, Invocations};
 pub use jobs::{JobRow, JobState, Jobs, NewJob};
@@ -90,6 +92,23 @@ pub enum StoreError {
     /// A read-write mount of a volume another sandbox has mounted read-write.
     #[error("volume {volume} is mounted read-write by sandbox {sandbox}")]
     VolumeBusy { volume: String, sandbox: String },
+    /// A write caused by host `host`'s agent named an epoch that is not the host's current one,
+    /// or the host is dead (nothing was written): the agent must join again.
+    #[error("host {host} epoch {epoch} is fenced")]
+    Fenced { host: String, epoch: i64 },
+    /// Drain or undrain of a dead host: only its agent joining again brings it back.
+    #[error("host {host} is dead")]
+    HostDead { host: String },
+    /// Forget of a host that is not dead.
+    #[error("host {host} is {state}, not dead")]
+    HostNotDead { host: String, state: HostState },
+    /// Forget of a dead host that still has rows (`what`: the table) on it.
+    #[error("host {host} still has {count} {what}")]
+    HostInUse {
+        host: String,
+        what: &'static str,
+        count: i64,
+    },
     #[error("unsupported state store {0:?} (want a file path, sqlite://… or postgres://…)")]
     Url(String),
 }
@@ -159,6 +178,12 @@ impl Store {
 
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// One round trip to the database: `Ok` if it answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
     }
 
     pub fn keys(&self) -> Keys<'_> {

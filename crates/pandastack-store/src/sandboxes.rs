@@ -271,6 +271,31 @@ impl SandboxRepo<'_> {
         Ok(())
     }
 
+    /// [`Self::set_state`] for a write caused by host `host_id`'s agent that joined with
+    /// `epoch`: applied only while that epoch is current and the host is not dead
+    /// ([`StoreError::Fenced`] otherwise), and only to a sandbox that is still on that host
+    /// ([`StoreError::NotFound`] for one moved elsewhere or deleted). Either refusal writes
+    /// nothing.
+    pub async fn set_state_fenced(
+        &self,
+        id: &str,
+        host_id: &str,
+        epoch: i64,
+        state: SandboxState,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        crate::hosts::fence(&mut tx, host_id, epoch).await?;
+        let done = sqlx::query("UPDATE sandboxes SET state = $1 WHERE id = $2 AND host_id = $3")
+            .bind(state.as_str())
+            .bind(id)
+            .bind(host_id)
+            .execute(&mut *tx)
+            .await?;
+        found(done)?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// [`Self::set_state`] and [`Self::touch`] in one statement (one commit: a wake on a
     /// request's path waits for it).
     pub async fn set_state_touched(

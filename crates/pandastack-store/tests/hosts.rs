@@ -1,0 +1,533 @@
+//! Membership, leases and fencing, on both backends: a real SQLite file and a real PostgreSQL
+//! server (`PANDASTACK_TEST_POSTGRES`, as in `store.rs`; `skip` runs SQLite only). Every test
+//! gets a fresh database on each backend, reached through two store handles (two replicas).
+
+use std::collections::BTreeSet;
+
+use pandastack_store::{
+    HostCapacity, HostState, Joining, SandboxRow, SandboxState, Store, StoreError,
+};
+
+/// Two handles (two replicas) on one fresh database per backend.
+struct Case {
+    backend: &'static str,
+    store: Store,
+    other: Store,
+    _dir: Option<tempfile::TempDir>,
+}
+
+async fn stores() -> Vec<Case> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let mut out = vec![Case {
+        backend: "sqlite",
+        store: Store::open(&path).await.unwrap(),
+        other: Store::open(&path).await.unwrap(),
+        _dir: Some(dir),
+    }];
+    match std::env::var("PANDASTACK_TEST_POSTGRES").as_deref() {
+        Ok("skip") => eprintln!("PostgreSQL backend skipped (PANDASTACK_TEST_POSTGRES=skip)"),
+        Ok(admin) => {
+            use sqlx::Connection;
+            let name = format!("t_{:016x}", rand::random::<u64>());
+            let mut conn = sqlx::PgConnection::connect(admin).await.unwrap();
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(admin);
+            let url = format!("{base}/{name}");
+            out.push(Case {
+                backend: "postgres",
+                store: Store::connect(&url).await.unwrap(),
+                other: Store::connect(&url).await.unwrap(),
+                _dir: None,
+            });
+        }
+        Err(_) => panic!(
+            "PANDASTACK_TEST_POSTGRES is not set: run `eval \"$(scripts/test-postgres.sh start)\"` \
+             first (or set it to `skip` to test SQLite only)"
+        ),
+    }
+    out
+}
+
+/// A fixed "now" (unix ms) and the lease the tests use.
+const T0: i64 = 1_700_000_000_000;
+const LEASE: i64 = 8_000;
+
+fn joining(id: &str) -> Joining {
+    Joining {
+        id: id.into(),
+        name: format!("box-{id}"),
+        address: format!("{id}.cluster:7443"),
+        capacity: HostCapacity {
+            vcpus: 16,
+            memory_mib: 65_536,
+            disk_bytes: 1 << 40,
+            free_slots: 100,
+        },
+        compat_key: "qemu-7.2/linux-6.12/x86-64-v3".into(),
+    }
+}
+
+/// A running sandbox on `host` in a new workspace.
+async fn sandbox_on(store: &Store, host: &str) -> SandboxRow {
+    let ws = store.keys().create_workspace("w", 100, 60).await.unwrap();
+    let mut row = SandboxRow::service(&ws.id, host, "base", Default::default());
+    row.state = SandboxState::Running;
+    store.sandboxes().insert(&row).await.unwrap();
+    row
+}
+
+/// The single-node server's in-process host keeps working as before: registered, no lease,
+/// never reaped. Agents' hosts join with a new epoch each time; a drain survives a re-join.
+#[tokio::test]
+async fn join_gives_a_new_epoch_and_register_holds_no_lease() {
+    for Case { backend, store, .. } in stores().await {
+        let local = store.hosts().register("h-local", "box").await.unwrap();
+        assert_eq!(
+            (local.state, local.epoch, local.lease_until, local.address),
+            (HostState::Ready, 1, 0, None),
+            "{backend}"
+        );
+        let again = store.hosts().register("h-local", "box2").await.unwrap();
+        assert_eq!(
+            (again.created_at, again.name.as_str(), again.epoch),
+            (local.created_at, "box2", 1),
+            "{backend}"
+        );
+
+        let first = store.hosts().join(&joining("h1"), LEASE, T0).await.unwrap();
+        assert_eq!(first.state, HostState::Ready, "{backend}");
+        assert_eq!(first.lease_until, T0 + LEASE, "{backend}");
+        assert_eq!(first.capacity, joining("h1").capacity, "{backend}");
+        assert_eq!(
+            first.address.as_deref(),
+            Some("h1.cluster:7443"),
+            "{backend}"
+        );
+        let second = store
+            .hosts()
+            .join(&joining("h1"), LEASE, T0 + 100)
+            .await
+            .unwrap();
+        assert_eq!(second.epoch, first.epoch + 1, "{backend}");
+        assert_eq!(second.created_at, first.created_at, "{backend}");
+
+        // A drain survives the host restarting; undrain makes it ready.
+        assert_eq!(
+            store.hosts().drain("h1").await.unwrap().state,
+            HostState::Draining,
+            "{backend}"
+        );
+        let third = store
+            .hosts()
+            .join(&joining("h1"), LEASE, T0 + 200)
+            .await
+            .unwrap();
+        assert_eq!(
+            (third.state, third.epoch),
+            (HostState::Draining, second.epoch + 1),
+            "{backend}"
+        );
+        assert_eq!(
+            store.hosts().undrain("h1").await.unwrap().state,
+            HostState::Ready,
+            "{backend}"
+        );
+        assert!(matches!(
+            store.hosts().drain("h-nope").await,
+            Err(StoreError::NotFound)
+        ));
+
+        let ids: Vec<String> = store
+            .hosts()
+            .list()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|h| h.id)
+            .collect();
+        assert_eq!(ids, ["h-local", "h1"], "{backend}");
+        // The in-process host is never reaped, however late.
+        assert_eq!(
+            store.hosts().reap(i64::MAX).await.unwrap(),
+            ["h1"],
+            "{backend}"
+        );
+        assert_eq!(
+            store.hosts().get("h-local").await.unwrap().state,
+            HostState::Ready,
+            "{backend}"
+        );
+    }
+}
+
+/// Only the current epoch renews, and a renewal never shortens a lease.
+#[tokio::test]
+async fn renew_with_a_stale_epoch_is_refused() {
+    for Case { backend, store, .. } in stores().await {
+        let old = store.hosts().join(&joining("h1"), LEASE, T0).await.unwrap();
+        let new = store.hosts().join(&joining("h1"), LEASE, T0).await.unwrap();
+        let r = store
+            .hosts()
+            .renew(
+                &[("h1".into(), old.epoch), ("h-nope".into(), 1)],
+                T0 + 2 * LEASE,
+            )
+            .await
+            .unwrap();
+        assert!(r.renewed.is_empty(), "{backend}: {r:?}");
+        assert_eq!(r.fenced.len(), 2, "{backend}");
+        assert_eq!(
+            store.hosts().get("h1").await.unwrap().lease_until,
+            T0 + LEASE,
+            "{backend}: a refused renewal changed the lease"
+        );
+
+        let r = store
+            .hosts()
+            .renew(&[("h1".into(), new.epoch)], T0 + 2 * LEASE)
+            .await
+            .unwrap();
+        assert_eq!(r.renewed, [("h1".to_owned(), new.epoch)], "{backend}");
+        // An older renewal (another replica, behind) does not shorten it.
+        store
+            .hosts()
+            .renew(&[("h1".into(), new.epoch)], T0 + LEASE)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.hosts().get("h1").await.unwrap().lease_until,
+            T0 + 2 * LEASE,
+            "{backend}"
+        );
+    }
+}
+
+/// One reap marks exactly the hosts whose lease lapsed (draining ones too), bumps their
+/// epochs, and the next reap finds nothing.
+#[tokio::test]
+async fn reap_marks_exactly_the_lapsed_hosts_once() {
+    for Case { backend, store, .. } in stores().await {
+        let a = store
+            .hosts()
+            .join(&joining("h-a"), 1_000, T0)
+            .await
+            .unwrap();
+        let b = store
+            .hosts()
+            .join(&joining("h-b"), 5_000, T0)
+            .await
+            .unwrap();
+        let c = store
+            .hosts()
+            .join(&joining("h-c"), 1_000, T0)
+            .await
+            .unwrap();
+        store.hosts().drain("h-c").await.unwrap();
+        store.hosts().register("h-local", "box").await.unwrap();
+
+        // A lease that ends at `now` has not lapsed yet.
+        assert!(store.hosts().reap(T0 + 1_000).await.unwrap().is_empty());
+        assert_eq!(
+            store.hosts().reap(T0 + 2_000).await.unwrap(),
+            ["h-a", "h-c"],
+            "{backend}"
+        );
+        for (h, before) in [("h-a", &a), ("h-c", &c)] {
+            let now = store.hosts().get(h).await.unwrap();
+            assert_eq!(
+                (now.state, now.epoch),
+                (HostState::Dead, before.epoch + 1),
+                "{backend} {h}"
+            );
+        }
+        assert_eq!(
+            store.hosts().get("h-b").await.unwrap(),
+            b,
+            "{backend}: a live lease was touched"
+        );
+        assert!(
+            store.hosts().reap(T0 + 2_000).await.unwrap().is_empty(),
+            "{backend}: reaped twice"
+        );
+        assert_eq!(store.hosts().reap(T0 + 6_000).await.unwrap(), ["h-b"]);
+        assert_eq!(
+            store.hosts().get("h-a").await.unwrap().epoch,
+            a.epoch + 1,
+            "{backend}: a dead host's epoch moved again"
+        );
+        // Drain and undrain leave a dead host dead.
+        assert!(matches!(
+            store.hosts().undrain("h-a").await,
+            Err(StoreError::HostDead { host }) if host == "h-a"
+        ));
+    }
+}
+
+/// Reapers in many replicas race on one store: each lapsed host is reaped by exactly one of
+/// them, and its epoch moves once.
+#[tokio::test]
+async fn racing_reapers_reap_each_host_exactly_once() {
+    for Case {
+        backend,
+        store,
+        other,
+        ..
+    } in stores().await
+    {
+        let mut epochs = std::collections::BTreeMap::new();
+        for i in 0..40 {
+            let id = format!("h-{i:02}");
+            // Half lapse before the reap, half do not.
+            let lease = if i % 2 == 0 { 1_000 } else { 60_000 };
+            let h = store.hosts().join(&joining(&id), lease, T0).await.unwrap();
+            epochs.insert(id, h.epoch);
+        }
+        let reapers: Vec<_> = (0..8)
+            .map(|i| {
+                let s = if i % 2 == 0 {
+                    store.clone()
+                } else {
+                    other.clone()
+                };
+                tokio::spawn(async move { s.hosts().reap(T0 + 10_000).await })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for r in reapers {
+            all.extend(r.await.unwrap().unwrap());
+        }
+        let unique: BTreeSet<&String> = all.iter().collect();
+        assert_eq!(all.len(), 20, "{backend}: a host was reaped twice: {all:?}");
+        assert_eq!(unique.len(), 20, "{backend}");
+        for h in store.hosts().list().await.unwrap() {
+            let lapsed = unique.contains(&h.id);
+            assert_eq!(
+                h.id[2..].parse::<u32>().unwrap() % 2 == 0,
+                lapsed,
+                "{backend} {}",
+                h.id
+            );
+            let expect = if lapsed {
+                (HostState::Dead, epochs[&h.id] + 1)
+            } else {
+                (HostState::Ready, epochs[&h.id])
+            };
+            assert_eq!((h.state, h.epoch), expect, "{backend} {}", h.id);
+        }
+    }
+}
+
+/// A sandbox write caused by an agent is applied only with its host's current epoch, only to a
+/// sandbox still on that host, and never once the host is dead; a refusal changes nothing.
+#[tokio::test]
+async fn a_fenced_sandbox_write_with_a_stale_epoch_changes_nothing() {
+    for Case { backend, store, .. } in stores().await {
+        let e1 = store.hosts().join(&joining("h1"), LEASE, T0).await.unwrap();
+        store.hosts().join(&joining("h2"), LEASE, T0).await.unwrap();
+        let sb = sandbox_on(&store, "h1").await;
+        let elsewhere = sandbox_on(&store, "h2").await;
+        let state = |id: String| {
+            let store = store.clone();
+            async move { store.sandboxes().by_id(&id).await.unwrap().state }
+        };
+
+        store
+            .sandboxes()
+            .set_state_fenced(&sb.id, "h1", e1.epoch, SandboxState::Paused)
+            .await
+            .unwrap();
+        assert_eq!(
+            state(sb.id.clone()).await,
+            SandboxState::Paused,
+            "{backend}"
+        );
+
+        // The host restarted: the old process's epoch is stale.
+        let e2 = store
+            .hosts()
+            .join(&joining("h1"), LEASE, T0 + 1)
+            .await
+            .unwrap();
+        match store
+            .sandboxes()
+            .set_state_fenced(&sb.id, "h1", e1.epoch, SandboxState::Failed)
+            .await
+        {
+            Err(StoreError::Fenced { host, epoch }) => {
+                assert_eq!((host.as_str(), epoch), ("h1", e1.epoch), "{backend}")
+            }
+            r => panic!("{backend}: {r:?}"),
+        }
+        assert_eq!(
+            state(sb.id.clone()).await,
+            SandboxState::Paused,
+            "{backend}"
+        );
+
+        // A sandbox of another host is not this agent's to write.
+        assert!(matches!(
+            store
+                .sandboxes()
+                .set_state_fenced(&elsewhere.id, "h1", e2.epoch, SandboxState::Failed)
+                .await,
+            Err(StoreError::NotFound)
+        ));
+        assert_eq!(
+            state(elsewhere.id.clone()).await,
+            SandboxState::Running,
+            "{backend}"
+        );
+
+        // Once reaped, not even the epoch the reap gave it opens the fence.
+        store.hosts().reap(T0 + 2 * LEASE).await.unwrap();
+        let dead = store.hosts().get("h1").await.unwrap();
+        for epoch in [e2.epoch, dead.epoch] {
+            assert!(
+                matches!(
+                    store
+                        .sandboxes()
+                        .set_state_fenced(&sb.id, "h1", epoch, SandboxState::Running)
+                        .await,
+                    Err(StoreError::Fenced { .. })
+                ),
+                "{backend}: epoch {epoch}"
+            );
+        }
+        assert_eq!(
+            state(sb.id.clone()).await,
+            SandboxState::Paused,
+            "{backend}"
+        );
+    }
+}
+
+/// An agent whose host was reaped is fenced: its renewals fail until it joins again, and the
+/// new epoch is the only one that works after.
+#[tokio::test]
+async fn renew_after_reap_is_fenced_until_the_host_joins_again() {
+    for Case { backend, store, .. } in stores().await {
+        let before = store.hosts().join(&joining("h1"), LEASE, T0).await.unwrap();
+        let sb = sandbox_on(&store, "h1").await;
+        assert_eq!(store.hosts().reap(T0 + LEASE + 1).await.unwrap(), ["h1"]);
+        let dead = store.hosts().get("h1").await.unwrap();
+        for epoch in [before.epoch, dead.epoch] {
+            let r = store
+                .hosts()
+                .renew(&[("h1".into(), epoch)], T0 + 3 * LEASE)
+                .await
+                .unwrap();
+            assert!(r.renewed.is_empty(), "{backend}: epoch {epoch}: {r:?}");
+        }
+        assert_eq!(
+            store.hosts().get("h1").await.unwrap().state,
+            HostState::Dead,
+            "{backend}"
+        );
+
+        let back = store
+            .hosts()
+            .join(&joining("h1"), LEASE, T0 + 2 * LEASE)
+            .await
+            .unwrap();
+        assert_eq!(back.state, HostState::Ready, "{backend}");
+        assert!(back.epoch > dead.epoch, "{backend}");
+        let r = store
+            .hosts()
+            .renew(&[("h1".into(), back.epoch)], T0 + 3 * LEASE)
+            .await
+            .unwrap();
+        assert_eq!(r.renewed.len(), 1, "{backend}");
+        assert!(matches!(
+            store
+                .sandboxes()
+                .set_state_fenced(&sb.id, "h1", before.epoch, SandboxState::Failed)
+                .await,
+            Err(StoreError::Fenced { .. })
+        ));
+        store
+            .sandboxes()
+            .set_state_fenced(&sb.id, "h1", back.epoch, SandboxState::Paused)
+            .await
+            .unwrap();
+    }
+}
+
+/// Forget removes only a dead host with nothing left on it, and says why otherwise. A host
+/// forgotten and joining again never repeats an old epoch.
+#[tokio::test]
+async fn forget_refuses_a_live_host_or_one_with_sandboxes() {
+    for Case { backend, store, .. } in stores().await {
+        let first = store.hosts().join(&joining("h1"), LEASE, T0).await.unwrap();
+        match store.hosts().forget("h1").await {
+            Err(StoreError::HostNotDead { host, state }) => {
+                assert_eq!(
+                    (host.as_str(), state),
+                    ("h1", HostState::Ready),
+                    "{backend}"
+                )
+            }
+            r => panic!("{backend}: {r:?}"),
+        }
+        let sb = sandbox_on(&store, "h1").await;
+        store.hosts().reap(T0 + LEASE + 1).await.unwrap();
+        match store.hosts().forget("h1").await {
+            Err(StoreError::HostInUse { host, what, count }) => {
+                assert_eq!(
+                    (host.as_str(), what, count),
+                    ("h1", "sandboxes", 1),
+                    "{backend}"
+                )
+            }
+            r => panic!("{backend}: {r:?}"),
+        }
+        assert!(store.hosts().get("h1").await.is_ok(), "{backend}");
+
+        store.sandboxes().delete(&sb.id).await.unwrap();
+        store.hosts().forget("h1").await.unwrap();
+        assert!(matches!(
+            store.hosts().get("h1").await,
+            Err(StoreError::NotFound)
+        ));
+        assert!(matches!(
+            store.hosts().forget("h1").await,
+            Err(StoreError::NotFound)
+        ));
+
+        let again = store
+            .hosts()
+            .join(&joining("h1"), LEASE, T0 + 10 * LEASE)
+            .await
+            .unwrap();
+        assert!(again.epoch > first.epoch + 1, "{backend}: {again:?}");
+    }
+}
+
+/// A replica renews every agent streaming to it in one call; stale epochs among them are
+/// returned as fenced and the others renewed (300 hosts: more than one statement's worth).
+#[tokio::test]
+async fn three_hundred_hosts_renewed_in_one_call() {
+    for Case { backend, store, .. } in stores().await {
+        let mut pairs = Vec::new();
+        for i in 0..300 {
+            let id = format!("h-{i:03}");
+            let h = store.hosts().join(&joining(&id), LEASE, T0).await.unwrap();
+            // Every hundredth agent is an old process of its host.
+            let epoch = if i % 100 == 7 { h.epoch - 1 } else { h.epoch };
+            pairs.push((id, epoch));
+        }
+        let r = store.hosts().renew(&pairs, T0 + 5 * LEASE).await.unwrap();
+        assert_eq!(r.renewed.len(), 297, "{backend}");
+        let fenced: Vec<&str> = r.fenced.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(fenced, ["h-007", "h-107", "h-207"], "{backend}");
+        // Only the fenced three lapse.
+        assert_eq!(
+            store.hosts().reap(T0 + 2 * LEASE).await.unwrap(),
+            ["h-007", "h-107", "h-207"],
+            "{backend}"
+        );
+    }
+}
