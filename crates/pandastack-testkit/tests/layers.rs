@@ -25,6 +25,17 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // The cluster's PKI and mutual-TLS configurations: a leaf.
     ("pandastack-cluster", &[]),
     ("pandastack-guest", &["pandastack-guest-proto"]),
+    // The agent link carries the host boundary over the cluster's mutual TLS: it names the
+    // boundary (and the object store's manifests the boundary carries) and the cluster PKI,
+    // never an agent, runtime, driver or the control plane.
+    (
+        "pandastack-agent-link",
+        &[
+            "pandastack-host",
+            "pandastack-cluster",
+            "pandastack-objects",
+        ],
+    ),
     ("pandastack-store", &["pandastack-api-types"]),
     ("pandastack-client", &["pandastack-api-types"]),
     (

@@ -1,0 +1,37 @@
+//! The agent link: the host boundary ([`pandastack_host::Host`]) as a gRPC service, so a
+//! control-plane replica can drive a host on another machine with the same calls it makes on
+//! the host in its own process. A host's agent serves its `Arc<dyn Host>` with
+//! [`AgentService`] ([`serve`]); a replica holds a [`RemoteHost`], which implements `Host`
+//! over the link. Both ends speak mutual TLS with certificates from the cluster CA
+//! (`pandastack-cluster`): the agent accepts only `server` peers, a replica accepts only the
+//! `agent` whose name is the host id it dialled.
+//!
+//! ```text
+//!   replica: control plane ──► RemoteHost ══ gRPC / mTLS ══► AgentService ──► Arc<dyn Host>
+//! ```
+//!
+//! Every call is one RPC named after its trait method (`proto/agent.proto`); streams stay
+//! streams (exec output, file bytes, sessions, ports). A failed call is a status whose details
+//! carry the [`pandastack_host::HostError`] itself, rebuilt as the same variant on the other
+//! side. This crate must not decide anything a host or the control plane decides: it carries
+//! calls, it does not retry, place or remember them.
+
+mod client;
+mod convert;
+mod server;
+mod status;
+mod tls;
+
+/// The generated protocol types and service stubs (package `pandastack.agent.v1`).
+#[allow(clippy::all, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("pandastack.agent.v1");
+}
+
+pub use client::{ConnectError, RemoteHost};
+pub use server::{serve, AgentService, ServeError};
+pub use status::{from_status, to_status, RemoteCause};
+pub use tls::DialError;
+
+/// Bytes per message of a file or port stream: well under gRPC's default message limit.
+const CHUNK: usize = 1 << 20;
