@@ -15,9 +15,15 @@
 //! carry the [`pandastack_host::HostError`] itself, rebuilt as the same variant on the other
 //! side. This crate must not decide anything a host or the control plane decides: it carries
 //! calls, it does not retry, place or remember them.
+//!
+//! The second service, `Membership` ([`membership`]), runs the other way: a host's agent
+//! attends a replica on one stream (join, then heartbeats), and the replica renews its lease
+//! in batches through [`Members`], which the control plane implements over the state store —
+//! this crate names no store. Only there does it retry: an agent keeps attending some replica.
 
 mod client;
 mod convert;
+pub mod membership;
 mod server;
 mod status;
 mod tls;
@@ -29,6 +35,9 @@ pub mod pb {
 }
 
 pub use client::{ConnectError, RemoteHost};
+pub use membership::{
+    serve_membership, Attendance, HostReport, Members, MembersError, MembershipService, Replica,
+};
 pub use server::{serve, AgentService, ServeError};
 pub use status::{from_status, to_status, RemoteCause};
 pub use tls::DialError;

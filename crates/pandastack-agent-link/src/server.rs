@@ -9,26 +9,21 @@
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use pandastack_cluster::{Identity, Peer, Role, TlsConfigError};
+use pandastack_cluster::{Identity, Role, TlsConfigError};
 use pandastack_host::{BoxStream, ExecInput, Host, HostResult, ListPage, SessionStart};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::convert::*;
 use crate::pb;
 use crate::pb::agent_server::{Agent, AgentServer};
 use crate::status::to_status;
-use crate::tls::TlsConn;
 use crate::CHUNK;
-
-/// How long a replica has to finish its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 type RpcResult<T> = Result<Response<T>, Status>;
 type RpcStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -53,46 +48,12 @@ pub async fn serve(
     listener: TcpListener,
     host: Arc<dyn Host>,
 ) -> Result<(), ServeError> {
-    let config = pandastack_cluster::server_config(identity).map_err(ServeError::Tls)?;
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<TlsConn>>(64);
-    let accept = async move {
-        loop {
-            let (tcp, addr) = listener.accept().await.map_err(ServeError::Accept)?;
-            let _ = tcp.set_nodelay(true);
-            let acceptor = acceptor.clone();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
-                {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => {
-                        tracing::info!(%addr, error = &e as &dyn std::error::Error, "agent link: handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::info!(%addr, "agent link: handshake timed out");
-                        return;
-                    }
-                };
-                let peer = match Peer::of(tls.get_ref().1) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        tracing::warn!(%addr, error = &e as &dyn std::error::Error, "agent link: peer without a cluster identity");
-                        return;
-                    }
-                };
-                if peer.role != Role::Server {
-                    tracing::warn!(%addr, %peer, "agent link: refused a peer that is not a server");
-                    return;
-                }
-                let _ = tx.send(Ok(TlsConn::new(tls.into(), peer))).await;
-            });
-        }
-    };
+    let (accept, incoming) = crate::tls::accept(identity, listener, "agent link", |peer| {
+        peer.role == Role::Server
+    })?;
     let server = tonic::transport::Server::builder()
         .add_service(AgentService::new(host).into_server())
-        .serve_with_incoming(ReceiverStream::new(rx));
+        .serve_with_incoming(incoming);
     tokio::select! {
         r = accept => r,
         r = server => r.map_err(ServeError::Transport),

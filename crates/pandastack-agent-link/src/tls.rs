@@ -1,19 +1,24 @@
-//! The link's TLS streams: a verified connection as tonic's server takes it (with the peer it
-//! proved to be), and the replica's connector, which dials an agent and checks who answered.
+//! The link's TLS streams: the accept loop and a verified connection as tonic's server takes it
+//! (with the peer it proved to be), and the connector, which dials a peer (a replica dials an
+//! agent, an agent a replica) and checks who answered.
 
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use pandastack_cluster::{Peer, Role};
+use pandastack_cluster::{Identity, Peer, Role};
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsStream;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
+
+use crate::ServeError;
 
 /// A replica's connection, its handshake done and its peer checked. Handlers find the
 /// [`Peer`] in a request's extensions (`Request::extensions().get::<Peer>()`).
@@ -81,16 +86,16 @@ impl AsyncWrite for TlsConn {
 pub enum DialError {
     #[error("connecting to {0}")]
     Tcp(SocketAddr, #[source] io::Error),
-    #[error("host id {0:?} is not a TLS server name")]
+    #[error("{0:?} is not a TLS server name")]
     ServerName(String),
     #[error("TLS handshake with {0}")]
     Handshake(SocketAddr, #[source] io::Error),
-    #[error("the agent at {0} has no cluster identity")]
+    #[error("the peer at {0} has no cluster identity")]
     Identity(SocketAddr, #[source] pandastack_cluster::PeerError),
-    #[error("{addr} answered as {found}, not agent {expected}")]
+    #[error("{addr} answered as {found}, not {expected}")]
     WrongPeer {
         addr: SocketAddr,
-        expected: String,
+        expected: Peer,
         found: Peer,
     },
 }
@@ -102,23 +107,95 @@ pub(crate) async fn dial(
     addr: SocketAddr,
     host_id: String,
 ) -> Result<TokioIo<tokio_rustls::client::TlsStream<TcpStream>>, DialError> {
+    dial_peer(config, addr, Role::Agent, host_id).await
+}
+
+/// Dials `addr` with TLS server name `name` and checks that the peer is `role` named `name`.
+pub(crate) async fn dial_peer(
+    config: Arc<rustls::ClientConfig>,
+    addr: SocketAddr,
+    role: Role,
+    name: String,
+) -> Result<TokioIo<tokio_rustls::client::TlsStream<TcpStream>>, DialError> {
     let tcp = TcpStream::connect(addr)
         .await
         .map_err(|e| DialError::Tcp(addr, e))?;
     let _ = tcp.set_nodelay(true);
-    let name = ServerName::try_from(host_id.clone())
-        .map_err(|_| DialError::ServerName(host_id.clone()))?;
+    let server_name =
+        ServerName::try_from(name.clone()).map_err(|_| DialError::ServerName(name.clone()))?;
     let tls = tokio_rustls::TlsConnector::from(config)
-        .connect(name, tcp)
+        .connect(server_name, tcp)
         .await
         .map_err(|e| DialError::Handshake(addr, e))?;
     let peer = Peer::of(tls.get_ref().1).map_err(|e| DialError::Identity(addr, e))?;
-    if peer.role != Role::Agent || peer.name != host_id {
+    if peer.role != role || peer.name != name {
         return Err(DialError::WrongPeer {
             addr,
-            expected: host_id,
+            expected: Peer { role, name },
             found: peer,
         });
     }
     Ok(TokioIo::new(tls))
+}
+
+/// Verified connections, as tonic's server takes them.
+pub(crate) type Incoming = ReceiverStream<io::Result<TlsConn>>;
+
+/// How long a peer has to finish its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accepts on `listener` with the cluster's server configuration for `identity`: each
+/// handshake on its own task (bounded in time), then the peer read from its certificate and
+/// dropped unless `admit` says yes. Returns the accept loop (run it alongside the server; it
+/// ends only with an accept error) and the verified connections for tonic.
+pub(crate) fn accept(
+    identity: &Identity,
+    listener: TcpListener,
+    what: &'static str,
+    admit: fn(&Peer) -> bool,
+) -> Result<
+    (
+        impl std::future::Future<Output = Result<(), ServeError>>,
+        Incoming,
+    ),
+    ServeError,
+> {
+    let config = pandastack_cluster::server_config(identity).map_err(ServeError::Tls)?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let (tx, rx) = tokio::sync::mpsc::channel::<io::Result<TlsConn>>(64);
+    let accept = async move {
+        loop {
+            let (tcp, addr) = listener.accept().await.map_err(ServeError::Accept)?;
+            let _ = tcp.set_nodelay(true);
+            let acceptor = acceptor.clone();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
+                {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        tracing::info!(%addr, error = &e as &dyn std::error::Error, "{what}: handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::info!(%addr, "{what}: handshake timed out");
+                        return;
+                    }
+                };
+                let peer = match Peer::of(tls.get_ref().1) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        tracing::warn!(%addr, error = &e as &dyn std::error::Error, "{what}: peer without a cluster identity");
+                        return;
+                    }
+                };
+                if !admit(&peer) {
+                    tracing::warn!(%addr, %peer, "{what}: refused a peer of the wrong role");
+                    return;
+                }
+                let _ = tx.send(Ok(TlsConn::new(tls.into(), peer))).await;
+            });
+        }
+    };
+    Ok((accept, ReceiverStream::new(rx)))
 }

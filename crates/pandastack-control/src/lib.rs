@@ -41,7 +41,7 @@ pub use databases::{
     BaseBackup, Credentials, DatabaseAddress, DatabaseError, DatabaseInfo, Databases, QueryError,
     QueryLimits, ARCHIVE_POLL, DATABASE_METADATA, DATABASE_TEMPLATE, DB_PORT, POOLER_PORT,
 };
-pub use membership::{LeaseReaper, LeaseStore};
+pub use membership::{LeaseReaper, LeaseStore, StoreMembers};
 pub use plane::{ControlConfig, ControlPlane, RecoverError};
 pub use reaper::Reaper;
 pub use reconcile::{reconcile_rows, Reconciled};

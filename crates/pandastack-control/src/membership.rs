@@ -21,13 +21,19 @@
 //!               └────────────────────────────┴──(no answer / stalled)
 //! ```
 //!
+//! Agents' joins and the batched renewals of their streams reach the store through
+//! [`StoreMembers`], the [`pandastack_agent_link::Members`] a replica's
+//! [`pandastack_agent_link::MembershipService`] is built over.
+//!
 //! Not started by the single-node server: its in-process host holds no lease (it is never
-//! reaped) and no agent joins yet. The replica's agent stream (join, renewals) is to come.
+//! reaped) and no agent joins it; no replica mode runs the membership service yet.
 
 use std::future::Future;
 use std::time::Duration;
 
-use pandastack_store::{Store, StoreError};
+use pandastack_agent_link::membership::{Joined, Renewal};
+use pandastack_agent_link::{HostReport, Members, MembersError};
+use pandastack_store::{HostCapacity, Joining, Store, StoreError};
 
 /// The lease a replica gives the hosts streaming to it; with [`REAP_EVERY`], a host whose
 /// renewals stop is reaped within 9 s.
@@ -55,6 +61,76 @@ impl LeaseStore for Store {
 
     async fn reap(&self, now: i64) -> Result<Vec<String>, StoreError> {
         self.hosts().reap(now).await
+    }
+}
+
+/// Membership over the state store: a join is [`pandastack_store::Hosts::join`], a batch of
+/// heartbeats one [`pandastack_store::Hosts::renew`], each with a lease of `lease` from the
+/// replica's clock.
+///
+/// Not stored yet: the templates a host reports, its creates in flight, and the capacity its
+/// heartbeats carry (the row keeps the capacity of its last join).
+#[derive(Clone)]
+pub struct StoreMembers {
+    store: Store,
+    lease: Duration,
+}
+
+impl StoreMembers {
+    /// Leases of [`LEASE`].
+    pub fn new(store: Store) -> Self {
+        Self::with_lease(store, LEASE)
+    }
+
+    pub fn with_lease(store: Store, lease: Duration) -> Self {
+        Self { store, lease }
+    }
+
+    fn lease_ms(&self) -> i64 {
+        self.lease.as_millis() as i64
+    }
+}
+
+#[async_trait::async_trait]
+impl Members for StoreMembers {
+    async fn join(&self, report: HostReport) -> Result<Joined, MembersError> {
+        let joining = Joining {
+            id: report.host_id,
+            name: report.name,
+            address: report.address,
+            capacity: HostCapacity {
+                vcpus: report.capacity.vcpus,
+                memory_mib: report.capacity.memory_mib,
+                disk_bytes: report.capacity.disk_bytes,
+                free_slots: report.capacity.free_slots,
+            },
+            compat_key: report.compat_key,
+        };
+        let row = self
+            .store
+            .hosts()
+            .join(&joining, self.lease_ms(), pandastack_store::now_ms())
+            .await
+            .map_err(MembersError::new)?;
+        Ok(Joined {
+            epoch: row.epoch,
+            lease_ms: self.lease_ms() as u64,
+        })
+    }
+
+    async fn renew(&self, hosts: &[(String, i64)]) -> Result<Renewal, MembersError> {
+        let lease_until = pandastack_store::now_ms() + self.lease_ms();
+        let r = self
+            .store
+            .hosts()
+            .renew(hosts, lease_until)
+            .await
+            .map_err(MembersError::new)?;
+        Ok(Renewal {
+            lease_until,
+            renewed: r.renewed,
+            fenced: r.fenced,
+        })
     }
 }
 

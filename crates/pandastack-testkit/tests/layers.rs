@@ -59,7 +59,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     // The API speaks HTTP over the store and the host boundary; it names no agent, VM, runtime,
     // image or guest-protocol crate.
-    // The control plane works over the store, the host boundary and the object store.
+    // The control plane works over the store, the host boundary and the object store; it
+    // answers agents' membership streams through the agent link (`Members` over the store).
     (
         "pandastack-control",
         &[
@@ -69,6 +70,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "pandastack-objects",
             "pandastack-pgwire",
             "pandastack-outbound",
+            "pandastack-agent-link",
         ],
     ),
     (
