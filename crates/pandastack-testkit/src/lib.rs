@@ -2,6 +2,7 @@
 //! accelerator works here, a guard that kills a VM however the test ends, and helpers to talk to
 //! the guest agent. Test-only: nothing in a shipping crate may depend on this one.
 
+pub mod cluster;
 pub mod fake;
 pub mod net;
 pub mod script;

@@ -10,11 +10,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use pandastack_agent_link::{serve, RemoteHost};
-use pandastack_cluster::{ClusterCa, Identity, Role, San};
+use pandastack_cluster::{Identity, Role, San};
 use pandastack_host::{
     error_chain, ExecEvent, ExecSpec, GuestErrorKind, Host, HostError, ListPage, SessionStart,
     VmState,
 };
+use pandastack_testkit::cluster::TestCa;
 use pandastack_testkit::script::{Op, Reply, ScriptedHost};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -29,25 +30,6 @@ struct Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         self.task.abort();
-    }
-}
-
-/// A cluster CA in a temporary directory, issuing identities.
-struct Cluster {
-    _dir: tempfile::TempDir,
-    ca: ClusterCa,
-}
-
-impl Cluster {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let ca = ClusterCa::init(&dir.path().join("ca")).unwrap();
-        Self { _dir: dir, ca }
-    }
-
-    fn identity(&self, role: Role, name: &str, sans: &[San]) -> Identity {
-        let issued = self.ca.issue(role, name, sans, 1).unwrap();
-        Identity::from_pem(self.ca.cert_pem(), &issued.cert_pem, &issued.key_pem).unwrap()
     }
 }
 
@@ -67,12 +49,12 @@ async fn agent(identity: Identity, host: Arc<ScriptedHost>) -> Agent {
 struct Link {
     host: Arc<ScriptedHost>,
     remote: RemoteHost,
-    cluster: Cluster,
+    cluster: TestCa,
     agent: Agent,
 }
 
 async fn link() -> Link {
-    let cluster = Cluster::new();
+    let cluster = TestCa::new();
     let host = Arc::new(ScriptedHost::new());
     let agent = agent(cluster.identity(Role::Agent, HOST, &[]), Arc::clone(&host)).await;
     let replica = cluster.identity(Role::Server, "replica-1", &[]);
@@ -496,7 +478,7 @@ async fn a_client_with_an_agent_certificate_is_refused() {
 
 #[tokio::test]
 async fn an_agent_that_is_not_the_host_dialled_is_refused() {
-    let cluster = Cluster::new();
+    let cluster = TestCa::new();
     let replica = cluster.identity(Role::Server, "replica-1", &[]);
     let host = Arc::new(ScriptedHost::new());
 

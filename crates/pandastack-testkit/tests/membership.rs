@@ -13,33 +13,15 @@ use pandastack_agent_link::membership::{Capacity, Joined, Renewal};
 use pandastack_agent_link::{
     serve_membership, Attendance, HostReport, Members, MembersError, Replica,
 };
-use pandastack_cluster::{ClusterCa, Identity, Role};
+use pandastack_cluster::{Identity, Role};
 use pandastack_control::membership::{StoreMembers, LEASE};
 use pandastack_host::error_chain;
 use pandastack_store::{now_ms, HostState, Store};
+use pandastack_testkit::cluster::TestCa;
 use tokio::sync::watch;
 
 const TICK: Duration = Duration::from_millis(50);
 const BEAT: Duration = Duration::from_millis(50);
-
-/// A cluster CA in a temporary directory, issuing identities.
-struct Cluster {
-    _dir: tempfile::TempDir,
-    ca: ClusterCa,
-}
-
-impl Cluster {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let ca = ClusterCa::init(&dir.path().join("ca")).unwrap();
-        Self { _dir: dir, ca }
-    }
-
-    fn identity(&self, role: Role, name: &str) -> Identity {
-        let issued = self.ca.issue(role, name, &[], 1).unwrap();
-        Identity::from_pem(self.ca.cert_pem(), &issued.cert_pem, &issued.key_pem).unwrap()
-    }
-}
 
 /// The store's membership behind a switch (`down`: every call fails as an unreachable
 /// PostgreSQL would), counting the calls that reached it.
@@ -85,7 +67,7 @@ impl Drop for Task {
 }
 
 struct World {
-    cluster: Cluster,
+    cluster: TestCa,
     store: Store,
     members: Arc<Counting>,
     replica: Replica,
@@ -100,7 +82,7 @@ async fn world() -> World {
 async fn world_ticking(tick: Duration) -> World {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("state.db")).await.unwrap();
-    let cluster = Cluster::new();
+    let cluster = TestCa::new();
     let members = Arc::new(Counting {
         inner: StoreMembers::new(store.clone()),
         down: AtomicBool::new(false),
@@ -114,7 +96,7 @@ async fn world_ticking(tick: Duration) -> World {
         addr: listener.local_addr().unwrap(),
     };
     let task = serve_replica(
-        cluster.identity(Role::Server, "replica-1"),
+        cluster.identity(Role::Server, "replica-1", &[]),
         listener,
         members.clone(),
         tick,
@@ -162,16 +144,18 @@ fn report(host_id: &str) -> HostReport {
 /// An agent whose certificate names `cert_name` (with `role`) attending `replicas` as
 /// `host_id`.
 fn attend(
-    cluster: &Cluster,
+    cluster: &TestCa,
     role: Role,
     cert_name: &str,
     host_id: &str,
     replicas: Vec<Replica>,
 ) -> (Task, watch::Receiver<Option<i64>>) {
     let host_id = host_id.to_owned();
-    let attendance = Attendance::new(&cluster.identity(role, cert_name), replicas, move || {
-        report(&host_id)
-    })
+    let attendance = Attendance::new(
+        &cluster.identity(role, cert_name, &[]),
+        replicas,
+        move || report(&host_id),
+    )
     .unwrap()
     .heartbeat_every(BEAT);
     let epoch = attendance.epoch();
@@ -382,7 +366,7 @@ async fn an_agent_keeps_trying_until_a_replica_answers() {
     assert_eq!(*epoch.borrow(), None);
     let listener = tokio::net::TcpListener::bind(gone.addr).await.unwrap();
     let _second = serve_replica(
-        w.cluster.identity(Role::Server, "replica-0"),
+        w.cluster.identity(Role::Server, "replica-0", &[]),
         listener,
         w.members.clone(),
         TICK,
