@@ -1,5 +1,6 @@
 //! Workspaces and API keys. A key is `pds_` + 64 hex digits of randomness; only its SHA-256 is
-//! stored, and verification compares hashes in constant time.
+//! stored, and verification compares hashes in constant time. An admin key (an operator's,
+//! [`Keys::create_admin`]) may also call the operator routes; it still belongs to a workspace.
 
 use sha2::{Digest, Sha256};
 use sqlx::AnyPool;
@@ -25,6 +26,8 @@ pub struct KeyRow {
     pub prefix: String,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+    /// An operator's key: it may also call the operator routes (`/v1/hosts`).
+    pub admin: bool,
 }
 
 pub struct Keys<'a> {
@@ -49,6 +52,7 @@ fn key_row(r: &sqlx::any::AnyRow) -> Result<KeyRow, StoreError> {
         prefix: col(r, "prefix")?,
         created_at: col(r, "created_at")?,
         revoked_at: col(r, "revoked_at")?,
+        admin: col::<i64>(r, "admin")? != 0,
     })
 }
 
@@ -143,7 +147,7 @@ impl Keys<'_> {
     /// A key by id, in any workspace (administration; never for a user request).
     pub async fn get_any(&self, id: &str) -> Result<KeyRow, StoreError> {
         let r = sqlx::query(
-            "SELECT id, workspace_id, name, prefix, created_at, revoked_at FROM api_keys WHERE id = $1",
+            "SELECT id, workspace_id, name, prefix, created_at, revoked_at, admin FROM api_keys WHERE id = $1",
         )
         .bind(id)
         .fetch_one(self.pool)
@@ -216,6 +220,25 @@ impl Keys<'_> {
         workspace_id: &str,
         name: &str,
     ) -> Result<(KeyRow, String), StoreError> {
+        self.insert(workspace_id, name, false).await
+    }
+
+    /// Creates an operator's (admin) key in `workspace_id`: it may also call the operator
+    /// routes. Only the server's own command line makes one, never a request.
+    pub async fn create_admin(
+        &self,
+        workspace_id: &str,
+        name: &str,
+    ) -> Result<(KeyRow, String), StoreError> {
+        self.insert(workspace_id, name, true).await
+    }
+
+    async fn insert(
+        &self,
+        workspace_id: &str,
+        name: &str,
+        admin: bool,
+    ) -> Result<(KeyRow, String), StoreError> {
         let secret = new_secret();
         let row = KeyRow {
             id: new_id("key-"),
@@ -224,9 +247,10 @@ impl Keys<'_> {
             prefix: secret[..12].to_owned(),
             created_at: now_ms(),
             revoked_at: None,
+            admin,
         };
         sqlx::query(
-            "INSERT INTO api_keys (id, workspace_id, name, prefix, hash, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO api_keys (id, workspace_id, name, prefix, hash, created_at, admin) VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(&row.id)
         .bind(&row.workspace_id)
@@ -234,6 +258,7 @@ impl Keys<'_> {
         .bind(&row.prefix)
         .bind(hash(&secret))
         .bind(row.created_at)
+        .bind(i64::from(row.admin))
         .execute(self.pool)
         .await?;
         Ok((row, secret))
@@ -246,7 +271,7 @@ impl Keys<'_> {
         }
         let h = hash(secret);
         let row = sqlx::query(
-            "SELECT id, workspace_id, name, prefix, hash, created_at, revoked_at FROM api_keys WHERE hash = $1",
+            "SELECT id, workspace_id, name, prefix, hash, created_at, revoked_at, admin FROM api_keys WHERE hash = $1",
         )
         .bind(&h)
         .fetch_optional(self.pool)
@@ -268,7 +293,7 @@ impl Keys<'_> {
 
     pub async fn list(&self, workspace_id: &str) -> Result<Vec<KeyRow>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, workspace_id, name, prefix, created_at, revoked_at FROM api_keys WHERE workspace_id = $1 ORDER BY created_at, id",
+            "SELECT id, workspace_id, name, prefix, created_at, revoked_at, admin FROM api_keys WHERE workspace_id = $1 ORDER BY created_at, id",
         )
         .bind(workspace_id)
         .fetch_all(self.pool)

@@ -215,6 +215,57 @@ async fn keys_workspaces_sandboxes_and_paging() {
     }
 }
 
+/// An operator's key is marked admin wherever a key row is read (its verification above all);
+/// every other key, and every key from before the flag, is not.
+#[tokio::test]
+async fn admin_keys_are_marked_as_such_when_verified() {
+    for case in stores().await {
+        let Case { backend, store, .. } = &case;
+        let (ws, plain, plain_secret) = store
+            .keys()
+            .create_workspace_with_key("w", 10, 60)
+            .await
+            .unwrap();
+        // A key written before migration 0020 (no `admin` value given) is not an admin's.
+        case.raw(&format!(
+            "INSERT INTO api_keys (id, workspace_id, name, prefix, hash, created_at) \
+             VALUES ('key-old', '{}', 'old', 'pds_0000', 'not-a-real-hash', 1)",
+            ws.id
+        ))
+        .await;
+        let (admin, admin_secret) = store.keys().create_admin(&ws.id, "ops").await.unwrap();
+        assert!(admin.admin && !plain.admin, "{backend}");
+        let verified = store.keys().verify(&admin_secret).await.unwrap().unwrap();
+        assert_eq!(verified, admin, "{backend}");
+        let verified = store.keys().verify(&plain_secret).await.unwrap().unwrap();
+        assert!(!verified.admin, "{backend}");
+        assert!(
+            store.keys().get_any(&admin.id).await.unwrap().admin,
+            "{backend}"
+        );
+        let listed: Vec<(String, bool)> = store
+            .keys()
+            .list(&ws.id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|k| (k.name, k.admin))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("old".to_owned(), false),
+                ("default".to_owned(), false),
+                ("ops".to_owned(), true)
+            ],
+            "{backend}"
+        );
+        // Revoked, an admin key is no key at all.
+        store.keys().revoke(&ws.id, &admin.id).await.unwrap();
+        assert!(store.keys().verify(&admin_secret).await.unwrap().is_none());
+    }
+}
+
 /// A state this version does not know is an error naming the column, not a silent `failed`.
 #[tokio::test]
 async fn unknown_stored_state_is_an_error_not_a_guess() {
