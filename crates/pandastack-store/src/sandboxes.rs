@@ -436,6 +436,19 @@ impl SandboxRepo<'_> {
             .collect()
     }
 
+    /// How many sandboxes (any state, every workspace) each host has rows for; hosts with none
+    /// are left out. Administration only (the operator's host list), never for a user request.
+    pub async fn count_by_host(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, i64>, StoreError> {
+        let rows = sqlx::query("SELECT host_id, COUNT(*) AS n FROM sandboxes GROUP BY host_id")
+            .fetch_all(self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| Ok((col(r, "host_id")?, col(r, "n")?)))
+            .collect()
+    }
+
     /// Sandboxes on host `host_id` whose TTL has passed or that have been idle past their idle
     /// timeout at `now`.
     pub async fn expired(&self, host_id: &str, now: i64) -> Result<Vec<SandboxRow>, StoreError> {

@@ -384,6 +384,18 @@ async fn host_scoped_queries_see_only_their_host() {
             .map(|r| r.id)
             .collect();
         assert_eq!(expired, ["sb-b1"], "{backend}");
+        let counts: Vec<(String, i64)> = store
+            .sandboxes()
+            .count_by_host()
+            .await
+            .unwrap()
+            .into_iter()
+            .collect();
+        assert_eq!(
+            counts,
+            [("h-a".to_owned(), 2), ("h-b".to_owned(), 1)],
+            "{backend}"
+        );
         assert!(store
             .sandboxes()
             .expired("h-b", 4)
