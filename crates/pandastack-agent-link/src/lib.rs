@@ -20,7 +20,11 @@
 //! attends a replica on one stream (join, then heartbeats), and the replica renews its lease
 //! in batches through [`Members`], which the control plane implements over the state store —
 //! this crate names no store. Only there does it retry: an agent keeps attending some replica.
+//!
+//! [`run_agent`] runs both for one host (serving it, attending the replicas) until shutdown:
+//! the entry point of `pandastack agent` and of the test kit's fake-driver agent.
 
+mod agent;
 mod client;
 mod convert;
 pub mod membership;
@@ -34,6 +38,7 @@ pub mod pb {
     tonic::include_proto!("pandastack.agent.v1");
 }
 
+pub use agent::{agent_host_id, run_agent, AgentOptions, ParseReplicaError, RunAgentError};
 pub use client::{ConnectError, RemoteHost};
 pub use membership::{
     serve_membership, Attendance, HostReport, Members, MembersError, MembershipService, Replica,
