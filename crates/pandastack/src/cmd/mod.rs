@@ -23,6 +23,7 @@ pub mod function;
 pub mod host;
 mod internal;
 pub mod keys;
+mod local_host;
 pub mod run;
 pub mod sandbox;
 mod sandbox_io;
