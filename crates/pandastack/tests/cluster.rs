@@ -131,3 +131,85 @@ fn cluster_init_and_cert_make_a_ca_and_bundles_that_load() {
     assert!(e.contains("open the cluster CA"), "{e}");
     assert!(!bad.exists());
 }
+
+/// `pandastack agent` with a bad identity, no replica or nothing to advertise: a clear message
+/// and its exit code (2 for a usage error, 1 otherwise) within moments, before any host
+/// set-up (its data directory is never made, no VM starts).
+#[test]
+fn agent_refuses_a_bad_identity_or_no_replica_before_any_vm() {
+    let root = tempfile::tempdir().unwrap();
+    let ca = root.path().join("ca");
+    let ca_s = ca.to_str().unwrap();
+    ok(&["cluster", "init", "--dir", ca_s]);
+    let bundle = |role: &str, name: &str| {
+        let out = root.path().join(name);
+        ok(&[
+            "cluster",
+            "cert",
+            "--dir",
+            ca_s,
+            "--role",
+            role,
+            "--name",
+            name,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        out.to_str().unwrap().to_owned()
+    };
+    let (server, agent) = (bundle("server", "cp-1"), bundle("agent", "host-a"));
+    let missing = root.path().join("nope").to_str().unwrap().to_owned();
+    let data = root.path().join("data");
+    let data_s = data.to_str().unwrap();
+    let replica = "cp-1=127.0.0.1:7444";
+    for (args, code, says) in [
+        (
+            vec!["--identity", &missing, "--server", replica],
+            1,
+            "key.pem",
+        ),
+        (
+            vec!["--identity", &server, "--server", replica],
+            1,
+            "names server cp-1, not an agent",
+        ),
+        (vec!["--identity", &agent], 2, "--server <NAME=ADDR>"),
+        (
+            vec!["--identity", &agent, "--server", "cp-1"],
+            2,
+            "expected NAME=ADDR",
+        ),
+        (
+            vec![
+                "--identity",
+                &agent,
+                "--server",
+                replica,
+                "--listen",
+                "0.0.0.0:0",
+            ],
+            1,
+            "--advertise HOST:PORT is needed",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_pandastack"))
+            .arg("agent")
+            .args(&args)
+            .args(["--data-dir", data_s])
+            .env("PANDASTACK_LOG", "warn")
+            .env_remove("PANDASTACK_SERVERS")
+            .env_remove("PANDASTACK_ADVERTISE")
+            .output()
+            .expect("run pandastack agent");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {e}");
+        assert!(e.contains(says), "{args:?}: {e}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{args:?} took {:?}",
+            started.elapsed()
+        );
+        assert!(!data.exists(), "{args:?} made the data directory");
+    }
+}

@@ -119,11 +119,13 @@ pub enum NetworkMode {
     Off,
 }
 
-/// A started host: its agent, the same as a `Host`, and the accelerator its guests run under.
+/// A started host: its agent, the same as a `Host`, the accelerator its guests run under and
+/// the guest kernel they boot.
 pub struct StartedHost {
     pub agent: Arc<HostAgent<QemuDriver>>,
     pub host: Arc<dyn pandastack_host::Host>,
     pub accel: pandastack_vm::Accel,
+    pub kernel: PathBuf,
 }
 
 /// Starts this host's agent over QEMU (the accelerator decided by booting): keeps the files of
@@ -179,7 +181,7 @@ pub async fn start_host(
     }
     let warm_up = (a.pool_warm_up_ms > 0).then(|| Duration::from_millis(a.pool_warm_up_ms));
     let disk_limits = qemu.disk_limits;
-    let mut rt = Runtime::new(QemuDriver::new(qemu), data, kernel)
+    let mut rt = Runtime::new(QemuDriver::new(qemu), data, kernel.clone())
         .with_pool_warm_up(warm_up)
         .with_disk_limits(disk_limits);
     if let Some(pool) = open_network(a).await? {
@@ -226,6 +228,7 @@ pub async fn start_host(
         agent,
         host,
         accel: choice.accel,
+        kernel,
     })
 }
 

@@ -2,6 +2,8 @@
 
 use std::process::ExitCode;
 
+pub mod agent;
+mod agent_facts;
 pub mod app;
 pub mod auth;
 pub mod bench;
@@ -51,6 +53,10 @@ pub enum Command {
     /// Serve the REST API: control plane and host agent in one process.
     // Boxed: its flags make it much larger than the other variants (clippy::large_enum_variant).
     Server(Box<server::ServerArgs>),
+    /// Run this host's sandboxes for a cluster's control plane: serve them to the replicas over
+    /// the cluster's mutual TLS and attend one (no database credentials, only a certificate).
+    // Boxed, as the server's: its host flags make it large.
+    Agent(Box<agent::AgentArgs>),
     /// Build template images from specs.
     Template(template::TemplateArgs),
     /// Log in to a server: store its URL and an API key for the client commands.
@@ -87,6 +93,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Keys(args) => keys::run(args).await,
         Command::Run(args) => run::run(args).await,
         Command::Server(args) => server::run(*args).await,
+        Command::Agent(args) => agent::run(*args).await,
         Command::Template(args) => template::run(args).await,
         Command::Auth(args) => auth::run(args).await,
         Command::Sandbox(args) => sandbox::run(args).await,
