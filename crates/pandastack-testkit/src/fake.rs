@@ -421,8 +421,9 @@ impl Drop for FakeStack {
     }
 }
 
-/// SIGKILLs every live process named by a fake VM's pid file below `dir`.
-fn kill_fakes_under(dir: &Path) {
+/// SIGKILLs every live process named by a fake VM's pid file below `dir`: the fake VMs a
+/// process that is gone left running (a fake-driver agent killed by a test).
+pub fn kill_fakes_under(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
