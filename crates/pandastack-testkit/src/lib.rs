@@ -3,6 +3,7 @@
 //! the guest agent. Test-only: nothing in a shipping crate may depend on this one.
 
 pub mod cluster;
+pub mod cluster_kit;
 pub mod fake;
 pub mod net;
 pub mod script;
