@@ -12,10 +12,14 @@ pub enum ErrorCode {
     DatabaseNotFound,
     AppNotFound,
     KeyNotFound,
+    HostNotFound,
     NotFound,
     InvalidArgument,
     InvalidJson,
     Unauthorized,
+    /// The key is valid but may not call this route: the operator routes (`/v1/hosts`) need an
+    /// admin key (`pandastack keys create --admin`).
+    Forbidden,
     RateLimited,
     Conflict,
     PayloadTooLarge,
@@ -54,11 +58,13 @@ impl ErrorCode {
             | ErrorCode::DatabaseNotFound
             | ErrorCode::AppNotFound
             | ErrorCode::KeyNotFound
+            | ErrorCode::HostNotFound
             | ErrorCode::NotFound => 404,
             ErrorCode::InvalidArgument => 422,
             ErrorCode::QueryFailed => 400,
             ErrorCode::InvalidJson => 400,
             ErrorCode::Unauthorized => 401,
+            ErrorCode::Forbidden => 403,
             ErrorCode::RateLimited | ErrorCode::LimitReached => 429,
             ErrorCode::Conflict | ErrorCode::SandboxState | ErrorCode::VolumeBusy => 409,
             ErrorCode::QuotaExceeded => 507,
@@ -98,5 +104,10 @@ mod tests {
         assert_eq!(ErrorCode::SandboxNotFound.http_status(), 404);
         assert_eq!(ErrorCode::RateLimited.http_status(), 429);
         assert_eq!(ErrorCode::InvalidArgument.http_status(), 422);
+        assert_eq!(ErrorCode::Forbidden.http_status(), 403);
+        assert_eq!(
+            serde_json::to_value(ErrorCode::HostNotFound).unwrap(),
+            "host_not_found"
+        );
     }
 }

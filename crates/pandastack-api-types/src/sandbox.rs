@@ -547,6 +547,9 @@ pub struct Key {
     pub prefix: String,
     pub created_at: String,
     pub revoked: bool,
+    /// An operator's key: it may also call the operator routes (`/v1/hosts`). Made only on the
+    /// server (`pandastack keys create --admin`), never through the API.
+    pub admin: bool,
 }
 
 /// A key just created: the secret is shown this once.

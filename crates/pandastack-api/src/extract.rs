@@ -1,6 +1,6 @@
 //! Request extractors whose rejections use the error envelope: JSON bodies (strict, naming the
-//! bad field), the caller's workspace from the API key, WebSocket upgrades, and strict boolean
-//! query parameters.
+//! bad field), the caller's workspace from the API key (and, for the operator routes, that the
+//! key is an admin's), WebSocket upgrades, and strict boolean query parameters.
 
 use std::collections::BTreeMap;
 
@@ -87,6 +87,12 @@ impl Caller {
     pub fn ws(&self) -> &str {
         &self.key.workspace_id
     }
+
+    /// Whether the key is an operator's (`pandastack keys create --admin`): it may call the
+    /// operator routes ([`Admin`]).
+    pub fn is_admin(&self) -> bool {
+        self.key.admin
+    }
 }
 
 impl FromRequestParts<std::sync::Arc<ApiState>> for Caller {
@@ -107,6 +113,30 @@ impl FromRequestParts<std::sync::Arc<ApiState>> for Caller {
             Some(key) => Ok(Caller { key }),
             None => Err(ApiError::new(ErrorCode::Unauthorized, "invalid API key")),
         }
+    }
+}
+
+/// An authenticated caller whose key is an operator's (admin): what the operator routes
+/// (`/v1/hosts`) take. No key or a bad one is `401 unauthorized` as everywhere; a valid key that
+/// is not an admin's is `403 forbidden`, before the route looks at anything it names.
+pub struct Admin;
+
+impl FromRequestParts<std::sync::Arc<ApiState>> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        app: &std::sync::Arc<ApiState>,
+    ) -> Result<Self, ApiError> {
+        let caller = Caller::from_request_parts(parts, app).await?;
+        if !caller.is_admin() {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                "this route is for operators: it needs an admin key (`pandastack keys create \
+                 --admin` on the server)",
+            ));
+        }
+        Ok(Admin)
     }
 }
 

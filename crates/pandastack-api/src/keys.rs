@@ -19,6 +19,7 @@ fn key_wire(k: &KeyRow) -> wire::Key {
         prefix: k.prefix.clone(),
         created_at: rfc3339(k.created_at),
         revoked: k.revoked_at.is_some(),
+        admin: k.admin,
     }
 }
 

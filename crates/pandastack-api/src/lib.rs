@@ -1,7 +1,7 @@
 //! The PandaStack `/v1` HTTP API on axum: `router(app)` serves sandboxes (create, list, get,
 //! patch, delete, exec, files, snapshots, fork, pause/resume, hibernate/wake with auto-wake,
-//! logs with follow, metrics, exec and PTY over WebSocket), templates, keys and the OpenAPI
-//! document of all of it (`GET /v1/openapi.json`). Handlers validate at the edge, check the caller's
+//! logs with follow, metrics, exec and PTY over WebSocket), templates, keys, the operator routes
+//! (hosts, admin keys only) and the OpenAPI document of all of it (`GET /v1/openapi.json`). Handlers validate at the edge, check the caller's
 //! workspace against the store, and hand lifecycle work to the host agent; every error goes
 //! through [`error::ApiError`]. It must not start VMs itself or know which hypervisor runs them.
 
@@ -13,6 +13,7 @@ mod error;
 mod exec_ws;
 mod extract;
 mod functions;
+mod hosts;
 mod idempotency;
 mod keys;
 mod logs;
@@ -63,8 +64,8 @@ pub const MAX_EXEC_OUTPUT: u64 = 4 << 20;
 pub struct ApiState {
     /// Every service of the control plane, and the host behind it.
     pub control: ControlPlane,
-    /// The state store, for authentication and idempotency records only (everything else goes
-    /// through [`Self::control`]).
+    /// The state store, for authentication, idempotency records and the operator's host rows
+    /// only (everything else goes through [`Self::control`]).
     pub store: Store,
     /// Name of this host in sandbox objects.
     pub host_name: String,

@@ -16,8 +16,8 @@ use crate::openapi::Conventions;
 use crate::ApiState;
 #[allow(unused_imports)] // named by the table through the macro
 use crate::{
-    apps, code, databases, exec_ws, functions, keys, logs, meta, ports, pty, sandboxes, schedules,
-    snapshots, templates, volumes, workload,
+    apps, code, databases, exec_ws, functions, hosts, keys, logs, meta, ports, pty, sandboxes,
+    schedules, snapshots, templates, volumes, workload,
 };
 
 /// The axum method filter for an OpenAPI method.
@@ -101,6 +101,7 @@ macro_rules! route_table {
                 (name = "schedules", description = "Schedules (cron): a cron expression in a time zone runs a command in a fresh sandbox at each due time, once per due time; run history, manual runs, pause and resume"),
                 (name = "volumes", description = "Durable volumes: disks that outlive sandboxes, their snapshots and backups to the object store"),
                 (name = "keys", description = "API keys of the caller's workspace, and what it uses against its limits"),
+                (name = "hosts", description = "Operators: every host of the platform, its drain and undrain, forgetting a dead one. Admin keys only (`pandastack keys create --admin`): any other key gets 403 `forbidden`"),
                 (name = "meta", description = "Health and this document"),
             )
         )]
@@ -243,4 +244,9 @@ route_table! {
     keys::create,
     keys::revoke,
     keys::usage,
+    hosts::list,
+    hosts::get,
+    hosts::drain,
+    hosts::undrain,
+    hosts::forget,
 }

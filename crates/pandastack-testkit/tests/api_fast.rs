@@ -22,6 +22,8 @@ mod fork_snapshots;
 mod front_door;
 #[path = "api_fast/hardening.rs"]
 mod hardening;
+#[path = "api_fast/hosts.rs"]
+mod hosts;
 #[path = "api_fast/isolation.rs"]
 mod isolation;
 #[path = "api_fast/list_pages.rs"]

@@ -162,6 +162,11 @@ NOT_MODELLED: Dict[str, str] = {
     "SnapshotUsage": "GET /v1/usage is not in the SDK yet",
     "TemplateUsage": "GET /v1/usage is not in the SDK yet",
     "StorageUsage": "GET /v1/usage is not in the SDK yet",
+    # The operator routes (admin keys): `pandastack host …` and curl, not the SDK.
+    "Host": "the operator routes (/v1/hosts, admin keys) are not in the SDK",
+    "HostCapacity": "the operator routes (/v1/hosts, admin keys) are not in the SDK",
+    "HostState": "the operator routes (/v1/hosts, admin keys) are not in the SDK",
+    "List_Host": "the operator routes (/v1/hosts, admin keys) are not in the SDK",
     # A tagged union: Schedule.target is the SDK type of its `type` (SandboxExecTarget, ...).
     "ScheduleTarget": "Schedule.target is a SandboxExecTarget or a FunctionTarget, by its `type`",
     "CreatedKey": "CreatedAPIKey = Key + secret (allOf)",

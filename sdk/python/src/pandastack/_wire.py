@@ -274,6 +274,7 @@ class CreateVolumeRequest(_CreateVolumeRequestRequired, total=False):
 
 class Key(TypedDict):
     """An API key as listed (never with its secret)."""
+    admin: bool
     created_at: str
     id: str
     name: str
@@ -362,7 +363,7 @@ class ErrorBody(TypedDict):
 
 
 #: Machine-readable error codes (`error.code`).
-ErrorCode = Literal["sandbox_not_found", "template_not_found", "snapshot_not_found", "volume_not_found", "database_not_found", "app_not_found", "key_not_found", "not_found", "invalid_argument", "invalid_json", "unauthorized", "rate_limited", "conflict", "payload_too_large", "upgrade_required", "sandbox_state", "insufficient_storage", "internal", "unavailable", "port_not_listening", "method_not_allowed", "volume_busy", "quota_exceeded", "limit_reached", "query_failed"]
+ErrorCode = Literal["sandbox_not_found", "template_not_found", "snapshot_not_found", "volume_not_found", "database_not_found", "app_not_found", "key_not_found", "host_not_found", "not_found", "invalid_argument", "invalid_json", "unauthorized", "forbidden", "rate_limited", "conflict", "payload_too_large", "upgrade_required", "sandbox_state", "insufficient_storage", "internal", "unavailable", "port_not_listening", "method_not_allowed", "volume_busy", "quota_exceeded", "limit_reached", "query_failed"]
 
 
 class ErrorEnvelope(TypedDict):
@@ -577,6 +578,38 @@ class FunctionVersion(_FunctionVersionRequired, total=False):
     handler: Optional[str]
 
 
+class _HostRequired(TypedDict):
+    capacity: HostCapacity
+    created_at: str
+    epoch: int
+    id: str
+    last_seen_at: str
+    name: str
+    sandboxes: int
+    state: HostState
+
+
+class Host(_HostRequired, total=False):
+    """A host: a machine that runs sandboxes."""
+    address: Optional[str]
+    compat_key: Optional[str]
+    lease_expires_at: Optional[str]
+
+
+class HostCapacity(TypedDict):
+    """What a host offers, as its agent last reported it (all 0 until then; the single-node
+    server's in-process host reports none).
+    """
+    disk_bytes: int
+    free_slots: int
+    memory_mib: int
+    vcpus: int
+
+
+#: Whether a host takes work.
+HostState = Literal["ready", "draining", "dead"]
+
+
 class _InvocationRequired(TypedDict):
     attempts: int
     cold: bool
@@ -658,6 +691,15 @@ class _List_FunctionVersionRequired(TypedDict):
 
 
 class List_FunctionVersion(_List_FunctionVersionRequired, total=False):
+    """A page of a list: `{"data":[…],"next_cursor":null|"…"}`."""
+    next_cursor: Optional[str]
+
+
+class _List_HostRequired(TypedDict):
+    data: List[Host]
+
+
+class List_Host(_List_HostRequired, total=False):
     """A page of a list: `{"data":[…],"next_cursor":null|"…"}`."""
     next_cursor: Optional[str]
 
@@ -1231,6 +1273,9 @@ SCHEMAS = {
     "FunctionRuntime": FunctionRuntime,
     "FunctionTarget": FunctionTarget,
     "FunctionVersion": FunctionVersion,
+    "Host": Host,
+    "HostCapacity": HostCapacity,
+    "HostState": HostState,
     "Invocation": Invocation,
     "InvocationError": InvocationError,
     "InvocationStatus": InvocationStatus,
@@ -1241,6 +1286,7 @@ SCHEMAS = {
     "List_FileInfo": List_FileInfo,
     "List_Function": List_Function,
     "List_FunctionVersion": List_FunctionVersion,
+    "List_Host": List_Host,
     "List_Key": List_Key,
     "List_Sandbox": List_Sandbox,
     "List_Schedule": List_Schedule,

@@ -419,6 +419,9 @@ class APIKey:
     prefix: str
     created_at: str = ""
     revoked: bool = False
+    #: An operator's key (``pandastack keys create --admin`` on the server): it may also call
+    #: the operator routes (``/v1/hosts``).
+    admin: bool = False
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "APIKey":
@@ -429,6 +432,7 @@ class APIKey:
             prefix=_or(w.get("prefix"), ""),
             created_at=_or(w.get("created_at"), ""),
             revoked=bool(_or(w.get("revoked"), False)),
+            admin=bool(_or(w.get("admin"), False)),
         )
 
 
@@ -444,7 +448,7 @@ class CreatedAPIKey(APIKey):
         k = APIKey.from_json(d)
         return cls(
             id=k.id, name=k.name, prefix=k.prefix, created_at=k.created_at, revoked=k.revoked,
-            secret=_or(w.get("secret"), ""),
+            admin=k.admin, secret=_or(w.get("secret"), ""),
         )
 
 

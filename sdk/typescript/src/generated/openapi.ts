@@ -572,6 +572,95 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/hosts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List every host.
+         * @description Admin keys only. Every host of the platform by id, with the sandboxes (of every workspace)
+         *     on it.
+         */
+        get: operations["list_hosts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/hosts/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get one host.
+         * @description Admin keys only.
+         */
+        get: operations["get_host"];
+        put?: never;
+        post?: never;
+        /**
+         * Forget a dead host.
+         * @description Admin keys only. The host's row goes; its agent joining again later makes it a host anew,
+         *     with a larger epoch. 409 `conflict` with the reason for a host that is not dead, or on which
+         *     a sandbox, snapshot, volume or database still lives.
+         */
+        delete: operations["forget_host"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/hosts/{id}/drain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Drain a host.
+         * @description Admin keys only. The host keeps what it runs and takes nothing new; a restart of its agent
+         *     does not undo it. 409 `conflict` for a dead host.
+         */
+        post: operations["drain_host"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/hosts/{id}/undrain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Undrain a host.
+         * @description Admin keys only. The host takes work again. 409 `conflict` for a dead host: only its agent
+         *     joining again makes it ready.
+         */
+        post: operations["undrain_host"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/keys": {
         parameters: {
             query?: never;
@@ -2048,7 +2137,7 @@ export interface components {
          * @description Machine-readable error codes (`error.code`).
          * @enum {string}
          */
-        ErrorCode: "sandbox_not_found" | "template_not_found" | "snapshot_not_found" | "volume_not_found" | "database_not_found" | "app_not_found" | "key_not_found" | "not_found" | "invalid_argument" | "invalid_json" | "unauthorized" | "rate_limited" | "conflict" | "payload_too_large" | "upgrade_required" | "sandbox_state" | "insufficient_storage" | "internal" | "unavailable" | "port_not_listening" | "method_not_allowed" | "volume_busy" | "quota_exceeded" | "limit_reached" | "query_failed";
+        ErrorCode: "sandbox_not_found" | "template_not_found" | "snapshot_not_found" | "volume_not_found" | "database_not_found" | "app_not_found" | "key_not_found" | "host_not_found" | "not_found" | "invalid_argument" | "invalid_json" | "unauthorized" | "forbidden" | "rate_limited" | "conflict" | "payload_too_large" | "upgrade_required" | "sandbox_state" | "insufficient_storage" | "internal" | "unavailable" | "port_not_listening" | "method_not_allowed" | "volume_busy" | "quota_exceeded" | "limit_reached" | "query_failed";
         /** @description The error envelope of every failed call: `{"error":{"code","message","request_id"}}`. */
         ErrorEnvelope: {
             error: components["schemas"]["ErrorBody"];
@@ -2288,6 +2377,67 @@ export interface components {
              */
             version: number;
         };
+        /** @description A host: a machine that runs sandboxes. */
+        Host: {
+            /** @description Where replicas reach its agent; null for the single-node server's in-process host. */
+            address?: string | null;
+            capacity: components["schemas"]["HostCapacity"];
+            /**
+             * @description The QEMU, guest kernel and CPU features a snapshot needs to be restored on it; null
+             *     until its agent reports one.
+             */
+            compat_key?: string | null;
+            /** @description RFC 3339. */
+            created_at: string;
+            /**
+             * Format: int64
+             * @description Bumped by every join and every reap: an opaque, increasing number. A write its agent
+             *     causes is applied only under the current epoch.
+             */
+            epoch: number;
+            /** @description `host-…`. */
+            id: string;
+            /**
+             * @description When it last joined (an agent's host) or started (the single-node server's host), RFC
+             *     3339; heartbeats move `lease_expires_at` instead.
+             */
+            last_seen_at: string;
+            /**
+             * @description When its lease runs out unless renewed (RFC 3339; past for a host whose lease lapsed);
+             *     null when it holds none (the single-node server's in-process host, never reaped).
+             */
+            lease_expires_at?: string | null;
+            /** @description The machine's hostname, for people. */
+            name: string;
+            /**
+             * Format: int64
+             * @description Sandboxes on it (every state, every workspace).
+             */
+            sandboxes: number;
+            state: components["schemas"]["HostState"];
+        };
+        /**
+         * @description What a host offers, as its agent last reported it (all 0 until then; the single-node
+         *     server's in-process host reports none).
+         */
+        HostCapacity: {
+            /** Format: int64 */
+            disk_bytes: number;
+            /**
+             * Format: int64
+             * @description How many more sandboxes it can start now.
+             */
+            free_slots: number;
+            /** Format: int64 */
+            memory_mib: number;
+            /** Format: int64 */
+            vcpus: number;
+        };
+        /**
+         * @description Whether a host takes work.
+         * @enum {string}
+         */
+        HostState: "ready" | "draining" | "dead";
         /** @description The outcome of a call (`POST …/invoke`, or an asynchronous invocation once finished). */
         Invocation: {
             /**
@@ -2336,6 +2486,11 @@ export interface components {
         InvocationStatus: "queued" | "running" | "ok" | "error" | "timeout";
         /** @description An API key as listed (never with its secret). */
         Key: {
+            /**
+             * @description An operator's key: it may also call the operator routes (`/v1/hosts`). Made only on the
+             *     server (`pandastack keys create --admin`), never through the API.
+             */
+            admin: boolean;
             created_at: string;
             id: string;
             name: string;
@@ -2537,8 +2692,55 @@ export interface components {
             next_cursor?: string | null;
         };
         /** @description A page of a list: `{"data":[…],"next_cursor":null|"…"}`. */
+        List_Host: {
+            data: {
+                /** @description Where replicas reach its agent; null for the single-node server's in-process host. */
+                address?: string | null;
+                capacity: components["schemas"]["HostCapacity"];
+                /**
+                 * @description The QEMU, guest kernel and CPU features a snapshot needs to be restored on it; null
+                 *     until its agent reports one.
+                 */
+                compat_key?: string | null;
+                /** @description RFC 3339. */
+                created_at: string;
+                /**
+                 * Format: int64
+                 * @description Bumped by every join and every reap: an opaque, increasing number. A write its agent
+                 *     causes is applied only under the current epoch.
+                 */
+                epoch: number;
+                /** @description `host-…`. */
+                id: string;
+                /**
+                 * @description When it last joined (an agent's host) or started (the single-node server's host), RFC
+                 *     3339; heartbeats move `lease_expires_at` instead.
+                 */
+                last_seen_at: string;
+                /**
+                 * @description When its lease runs out unless renewed (RFC 3339; past for a host whose lease lapsed);
+                 *     null when it holds none (the single-node server's in-process host, never reaped).
+                 */
+                lease_expires_at?: string | null;
+                /** @description The machine's hostname, for people. */
+                name: string;
+                /**
+                 * Format: int64
+                 * @description Sandboxes on it (every state, every workspace).
+                 */
+                sandboxes: number;
+                state: components["schemas"]["HostState"];
+            }[];
+            next_cursor?: string | null;
+        };
+        /** @description A page of a list: `{"data":[…],"next_cursor":null|"…"}`. */
         List_Key: {
             data: {
+                /**
+                 * @description An operator's key: it may also call the operator routes (`/v1/hosts`). Made only on the
+                 *     server (`pandastack keys create --admin`), never through the API.
+                 */
+                admin: boolean;
                 created_at: string;
                 id: string;
                 name: string;
@@ -3304,7 +3506,7 @@ export interface components {
         };
     };
     responses: {
-        /** @description Error envelope. The HTTP status follows `error.code` (404 `*_not_found`, 401 `unauthorized`, 422 `invalid_argument`, 400 `invalid_json`, 409 `conflict`/`sandbox_state`/`volume_busy`, 405 `method_not_allowed` with `Allow`, 413 `payload_too_large`, 426 `upgrade_required`, 429 `rate_limited` with `Retry-After`, 500 `internal`, 503 `unavailable`, 507 `insufficient_storage`/`quota_exceeded`). */
+        /** @description Error envelope. The HTTP status follows `error.code` (404 `*_not_found`, 401 `unauthorized`, 403 `forbidden` (an operator route, a key that is not an admin's), 422 `invalid_argument`, 400 `invalid_json`, 409 `conflict`/`sandbox_state`/`volume_busy`, 405 `method_not_allowed` with `Allow`, 413 `payload_too_large`, 426 `upgrade_required`, 429 `rate_limited` with `Retry-After`, 500 `internal`, 503 `unavailable`, 507 `insufficient_storage`/`quota_exceeded`). */
         Error: {
             headers: {
                 [name: string]: unknown;
@@ -4406,6 +4608,121 @@ export interface operations {
                 };
                 content: {
                     "text/plain": string;
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    list_hosts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Every host, by id (one page) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["List_Host"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    get_host: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Host id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The host */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Host"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    forget_host: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Host id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Forgotten */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    drain_host: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Host id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The host, draining */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Host"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    undrain_host: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Host id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The host, ready */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Host"];
                 };
             };
             default: components["responses"]["Error"];
