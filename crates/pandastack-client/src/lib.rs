@@ -3,7 +3,8 @@
 //! from and to local files), snapshots, lifecycle, console logs, metrics, templates, keys and
 //! the PTY WebSocket; volumes, their snapshots and backups; managed PostgreSQL databases; apps
 //! deployed from git or an uploaded tarball, their deploys and logs; schedules (cron) and runs;
-//! functions, their versions and build logs, rollback and invoke.
+//! functions, their versions and build logs, rollback and invoke; and, with an admin key, the
+//! operator routes (hosts: list, drain, undrain, forget).
 //!
 //! Errors keep the server's envelope (`code`, `message`, `request_id`) in [`Error::Api`]; calls
 //! answered 429, 502 or 503 are retried with backoff (honouring `Retry-After`), and creates
@@ -17,6 +18,7 @@ mod error;
 mod exec;
 mod files;
 mod functions;
+mod hosts;
 mod http;
 mod pty;
 mod resources;

@@ -3,7 +3,8 @@
 //! status with a private config home, create/ls/info, exec with exit-code passthrough and
 //! separate stdout/stderr, a 5 MiB copy both ways, fork, snapshot, hibernate/wake, logs, kill,
 //! the error reports with their hints, the interactive shell driven through a pseudo-
-//! terminal, and `volume …` with `sandbox create --volume`.
+//! terminal, `volume …` with `sandbox create --volume`, and the operator's `host …` verbs with
+//! a key from `keys create --admin`.
 
 mod common;
 
@@ -587,4 +588,79 @@ async fn cli_drives_volumes() {
         "ws\nws-restored\nws-copy\n"
     );
     assert_eq!(cli.ok(&["volume", "ls"]).await.lines().count(), 1);
+}
+
+/// `pandastack keys create --admin` makes an operator's key (`keys list` says so); with it
+/// `host ls` shows the server's own host (JSON and a table) and `host drain`/`undrain` change its
+/// state; the server's first key (a workspace's) is refused with 403 and the hint to make an
+/// admin key, and an unknown host with its 404 and the hint to list them. No guest boots here.
+#[tokio::test(flavor = "multi_thread")]
+async fn cli_host_verbs_need_an_admin_key() {
+    let data = tempfile::tempdir().unwrap();
+    let server = start_with(data.path(), free_port(), &["--network", "off"]).await;
+    let (ok, out, err) = common::cli(
+        &["keys", "create", "--admin", "--name", "ops", "--json"],
+        data.path(),
+    );
+    assert!(ok, "keys create --admin: {err}");
+    let created: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(created["admin"], true, "{created}");
+    let admin = created["secret"].as_str().unwrap().to_owned();
+    let (ok, out, err) = common::cli(&["keys", "list"], data.path());
+    assert!(ok, "keys list: {err}");
+    let ops = out
+        .lines()
+        .find(|l| l.contains(" ops "))
+        .unwrap_or_default();
+    assert!(ops.contains(" yes "), "{out}");
+
+    let mut cli = Cli::new();
+    cli.env = vec![
+        ("PANDASTACK_BASE_URL".into(), server.url.clone()),
+        ("PANDASTACK_API_KEY".into(), admin.clone()),
+    ];
+    let hosts: Value = serde_json::from_str(&cli.ok(&["host", "ls", "--json"]).await).unwrap();
+    let hosts = hosts.as_array().unwrap();
+    assert_eq!(hosts.len(), 1, "{hosts:?}");
+    let own = hosts[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        (&hosts[0]["state"], &hosts[0]["lease_expires_at"]),
+        (&Value::from("ready"), &Value::Null),
+        "{hosts:?}"
+    );
+    let table = cli.ok(&["host", "ls"]).await;
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "{table}");
+    assert!(
+        lines[0].starts_with("ID ") && lines[0].contains("STATE"),
+        "{table}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("{own} ")) && lines[1].contains(" ready "),
+        "{table}"
+    );
+
+    let drained: Value =
+        serde_json::from_str(&cli.ok(&["host", "drain", &own, "--json"]).await).unwrap();
+    assert_eq!(drained["state"], "draining", "{drained}");
+    let table = cli.ok(&["host", "ls"]).await;
+    assert!(table.contains(" draining "), "{table}");
+    let row = cli.ok(&["host", "undrain", &own]).await;
+    assert!(
+        row.lines().nth(1).unwrap_or_default().contains(" ready "),
+        "{row}"
+    );
+
+    // The server's first key is a workspace's: refused, with the hint.
+    let (code, err) = cli.fails(&["host", "ls", "--api-key", &server.key]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("forbidden") && err.contains("request id"),
+        "{err}"
+    );
+    assert!(err.contains("pandastack keys create --admin"), "{err}");
+    let (code, err) = cli.fails(&["host", "drain", "host-nope"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("host_not_found"), "{err}");
+    assert!(err.contains("pandastack host ls"), "{err}");
 }

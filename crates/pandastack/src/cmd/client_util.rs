@@ -1,6 +1,6 @@
-//! What the API-calling subcommands (`auth`, `sandbox`, `volume`, `db`, `template ls`) share: the
-//! connection flags and their precedence, error reports with a hint, a progress spinner and plain
-//! tables.
+//! What the API-calling subcommands (`auth`, `sandbox`, `volume`, `db`, `template ls`, `host
+//! ls`, …) share: the connection flags and their precedence, error reports with a hint, a
+//! progress spinner and plain tables.
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -80,6 +80,12 @@ pub fn hint(e: &pandastack_client::Error, base_url: &str) -> Option<String> {
         Some(404) if e.code() == Some(pandastack_client::types::ErrorCode::DatabaseNotFound) => {
             Some("list your databases with `pandastack db ls`".into())
         }
+        Some(404) if e.code() == Some(pandastack_client::types::ErrorCode::HostNotFound) => {
+            Some("list the hosts with `pandastack host ls`".into())
+        }
+        Some(403) if e.code() == Some(pandastack_client::types::ErrorCode::Forbidden) => Some(
+            "use an admin key: make one on the server with `pandastack keys create --admin`".into(),
+        ),
         _ => None,
     }
 }

@@ -1,11 +1,19 @@
-//! `pandastack host init`: gives the data directory a reflink-capable filesystem by creating a
-//! sparse XFS image (reflink=1) and loop-mounting it there, when the host's own filesystem has no
-//! reflink. Idempotent.
+//! `pandastack host …`: this machine, and the platform's hosts.
+//!
+//! - `host init` gives the data directory a reflink-capable filesystem by creating a sparse XFS
+//!   image (reflink=1) and loop-mounting it there, when the host's own filesystem has no
+//!   reflink. Idempotent.
+//! - `host ls|drain|undrain|forget` are the operator routes of a running server's `/v1` API
+//!   (`/v1/hosts`): they need an admin key (`pandastack keys create --admin` on the server).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context};
+use pandastack_client::types::Host;
+use pandastack_client::Client;
+
+use super::client_util::{client, print_json, run_reported, ConnArgs, Table};
 
 #[derive(Debug, clap::Args)]
 pub struct HostArgs {
@@ -17,6 +25,14 @@ pub struct HostArgs {
 enum HostWhat {
     /// Create and mount a loop-backed XFS data directory if the data dir has no reflink support.
     Init(InitArgs),
+    /// List every host of the platform (an admin key).
+    Ls(LsArgs),
+    /// Drain a host: it keeps what it runs and takes nothing new (an admin key).
+    Drain(StateArgs),
+    /// Let a drained host take work again (an admin key).
+    Undrain(StateArgs),
+    /// Forget a dead host nothing lives on any more (an admin key).
+    Forget(ForgetArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -35,10 +51,126 @@ struct InitArgs {
     size_gib: u64,
 }
 
+#[derive(Debug, clap::Args)]
+struct LsArgs {
+    #[command(flatten)]
+    conn: ConnArgs,
+    /// Print JSON (an array of hosts).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct StateArgs {
+    #[command(flatten)]
+    conn: ConnArgs,
+    /// The host's id (see `pandastack host ls`).
+    id: String,
+    /// Print the host as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ForgetArgs {
+    #[command(flatten)]
+    conn: ConnArgs,
+    /// The host's id (see `pandastack host ls`).
+    id: String,
+}
+
 pub async fn run(args: HostArgs) -> anyhow::Result<ExitCode> {
     match args.what {
         HostWhat::Init(a) => init(a),
+        HostWhat::Ls(a) => {
+            let json = a.json;
+            api(&a.conn, |c| async move {
+                HOSTS.print(&c.list_hosts().await?, json)
+            })
+            .await
+        }
+        HostWhat::Drain(a) => {
+            let (id, json) = (a.id, a.json);
+            api(&a.conn, |c| async move {
+                print_host(&c.drain_host(&id).await?, json)
+            })
+            .await
+        }
+        HostWhat::Undrain(a) => {
+            let (id, json) = (a.id, a.json);
+            api(&a.conn, |c| async move {
+                print_host(&c.undrain_host(&id).await?, json)
+            })
+            .await
+        }
+        HostWhat::Forget(a) => {
+            let id = a.id;
+            api(&a.conn, |c| async move {
+                c.forget_host(&id).await?;
+                eprintln!("forgot host {id}");
+                Ok(())
+            })
+            .await
+        }
     }
+}
+
+/// Runs `call` with a client for `conn`; a failure is reported with its code and a hint.
+async fn api<F, Fut>(conn: &ConnArgs, call: F) -> anyhow::Result<ExitCode>
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let config = conn.config()?;
+    run_reported(&config, async {
+        call(client(&config)?).await?;
+        Ok(ExitCode::SUCCESS)
+    })
+    .await
+}
+
+/// One host as `host drain|undrain` print it: a row of [`HOSTS`], or the object (`--json`).
+fn print_host(h: &Host, json: bool) -> anyhow::Result<()> {
+    if json {
+        return print_json(h);
+    }
+    HOSTS.print(std::slice::from_ref(h), false)
+}
+
+/// What `host ls` (and `host drain|undrain`) shows; `--json`: the objects.
+const HOSTS: Table<Host> = Table {
+    header: &[
+        "ID",
+        "NAME",
+        "STATE",
+        "EPOCH",
+        "LEASE_EXPIRES",
+        "ADDRESS",
+        "VCPUS",
+        "MEMORY_MIB",
+        "FREE_SLOTS",
+        "SANDBOXES",
+    ],
+    row: host_row,
+};
+
+fn host_row(h: &Host) -> Vec<String> {
+    let state = serde_json::to_value(h.state)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    vec![
+        h.id.clone(),
+        h.name.clone(),
+        state,
+        h.epoch.to_string(),
+        h.lease_expires_at.clone().unwrap_or_else(|| "-".into()),
+        h.address.clone().unwrap_or_else(|| "-".into()),
+        h.capacity.vcpus.to_string(),
+        h.capacity.memory_mib.to_string(),
+        h.capacity.free_slots.to_string(),
+        h.sandboxes.to_string(),
+    ]
 }
 
 fn supports_reflink(dir: &Path) -> bool {

@@ -1,6 +1,8 @@
 //! `pandastack keys create|list|revoke`: API keys administered on the server's own database
 //! (`<data dir>/state.db`), with no API call and no key needed; this is how a first or a lost key
-//! is made. Safe while the server runs (SQLite in WAL mode; the server reads keys per request).
+//! is made, and the only way an operator's (admin) key is (`keys create --admin`: it may also
+//! call the operator routes, `/v1/hosts`). Safe while the server runs (SQLite in WAL mode; the
+//! server reads keys per request).
 //!
 //! A new secret is printed once, alone on stdout (details on stderr), so
 //! `KEY=$(pandastack keys create)` works; `--json` prints everything as one object instead.
@@ -53,6 +55,10 @@ struct CreateArgs {
     /// A name to tell the key apart.
     #[arg(long, default_value = "cli")]
     name: String,
+    /// An operator's key: it may also call the operator routes (`/v1/hosts`: `pandastack host
+    /// ls|drain|undrain|forget`). It still belongs to a workspace.
+    #[arg(long)]
+    admin: bool,
     /// Running sandboxes allowed in a new workspace.
     #[arg(long, default_value_t = 200, requires = "new_workspace")]
     max_sandboxes: i64,
@@ -185,15 +191,23 @@ async fn create(store: &Store, a: CreateArgs) -> anyhow::Result<()> {
         bail!("--name: at most 64 bytes");
     }
     let ws = target(store, &a).await?;
-    let (key, secret) = store.keys().create(&ws.id, &a.name).await?;
+    let (key, secret) = if a.admin {
+        store.keys().create_admin(&ws.id, &a.name).await?
+    } else {
+        store.keys().create(&ws.id, &a.name).await?
+    };
     if a.json {
         let mut v = key_json(&key, &ws.name);
         v["secret"] = json!(secret);
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         eprintln!(
-            "created key {} ({}) in workspace {} ({}); the secret is shown once:",
-            key.id, key.name, ws.id, ws.name
+            "created {}key {} ({}) in workspace {} ({}); the secret is shown once:",
+            if key.admin { "admin " } else { "" },
+            key.id,
+            key.name,
+            ws.id,
+            ws.name
         );
         println!("{secret}");
     }
@@ -210,6 +224,7 @@ fn key_json(k: &KeyRow, workspace_name: &str) -> serde_json::Value {
         "created_at": rfc3339(k.created_at),
         "revoked": k.revoked_at.is_some(),
         "revoked_at": k.revoked_at.map(rfc3339),
+        "admin": k.admin,
     })
 }
 
@@ -230,17 +245,18 @@ async fn list(store: &Store, a: ListArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "{:<22} {:<22} {:<16} {:<14} {:<22} STATUS",
-        "ID", "WORKSPACE", "NAME", "PREFIX", "CREATED"
+        "{:<22} {:<22} {:<16} {:<14} {:<22} {:<6} STATUS",
+        "ID", "WORKSPACE", "NAME", "PREFIX", "CREATED", "ADMIN"
     );
     for (k, _) in &rows {
         println!(
-            "{:<22} {:<22} {:<16} {:<14} {:<22} {}",
+            "{:<22} {:<22} {:<16} {:<14} {:<22} {:<6} {}",
             k.id,
             k.workspace_id,
             k.name,
             k.prefix,
             rfc3339(k.created_at),
+            if k.admin { "yes" } else { "no" },
             if k.revoked_at.is_some() {
                 "revoked"
             } else {

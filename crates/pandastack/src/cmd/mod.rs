@@ -42,7 +42,8 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Measure latency and density with real guests; prints p50/p99 and writes JSON.
     Bench(bench::BenchArgs),
-    /// Prepare this host (reflink-capable data directory).
+    /// Prepare this host (reflink-capable data directory); list, drain, undrain or forget the
+    /// platform's hosts (an admin key).
     Host(host::HostArgs),
     /// The cluster's PKI: make its CA, issue a certificate per host (agent or server replica).
     Cluster(cluster::ClusterArgs),
