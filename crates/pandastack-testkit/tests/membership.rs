@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pandastack_agent_link::membership::{Capacity, Joined, Renewal};
+use pandastack_agent_link::membership::{Capacity, HostUpdate, Joined, Renewal};
 use pandastack_agent_link::{
     serve_membership, Attendance, HostReport, Members, MembersError, Replica,
 };
@@ -31,6 +31,7 @@ struct Counting {
     joins: AtomicUsize,
     renews: AtomicUsize,
     largest: AtomicUsize,
+    reports: AtomicUsize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +55,14 @@ impl Members for Counting {
         self.renews.fetch_add(1, Ordering::SeqCst);
         self.largest.fetch_max(hosts.len(), Ordering::SeqCst);
         self.inner.renew(hosts).await
+    }
+
+    async fn report(&self, reports: &[HostUpdate]) -> Result<(), MembersError> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(MembersError::new(Down));
+        }
+        self.reports.fetch_add(1, Ordering::SeqCst);
+        self.inner.report(reports).await
     }
 }
 
@@ -89,6 +98,7 @@ async fn world_ticking(tick: Duration) -> World {
         joins: AtomicUsize::new(0),
         renews: AtomicUsize::new(0),
         largest: AtomicUsize::new(0),
+        reports: AtomicUsize::new(0),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let replica = Replica {
@@ -135,6 +145,7 @@ fn report(host_id: &str) -> HostReport {
             disk_bytes: 1 << 40,
             free_slots: 200,
             creates_in_flight: 0,
+            slots: 256,
         },
         templates: vec!["base".into()],
         compat_key: "qemu-9.2/linux-6.12/x86-64-v3".into(),

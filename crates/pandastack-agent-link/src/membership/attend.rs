@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!   ┌─► dial replica i (TLS, peer must be `server` named as listed) ──► Attend ──► Join
-//!   │     ◄── Joined { epoch }: publish the epoch; Heartbeat (fresh capacity) every second
+//!   │     ◄── Joined { epoch }: publish the epoch; Heartbeat (capacity, templates) every second
 //!   │     ◄── Fenced: epoch withdrawn; Join again on the same stream
 //!   └── refused / unreachable / stream lost: next replica, after a backoff (0.1 s … 5 s)
 //! ```
@@ -76,7 +76,8 @@ pub struct Attendance {
 
 impl Attendance {
     /// Attends `replicas` (in turn, from the first) as `identity` (an agent's), saying what
-    /// `report` returns: all of it at each join, its capacity with each heartbeat.
+    /// `report` returns: all of it at each join, its capacity and templates with each
+    /// heartbeat.
     pub fn new(
         identity: &Identity,
         replicas: Vec<Replica>,
@@ -198,9 +199,11 @@ impl Attendance {
                     Err(source) => return AttendError::Lost { name, source },
                 },
                 _ = beat.tick(), if attending => {
+                    let now = (self.report)();
                     let says = pb::AgentSays {
                         says: Some(pb::agent_says::Says::Heartbeat(pb::Heartbeat {
-                            capacity: Some(capacity_to_pb((self.report)().capacity)),
+                            capacity: Some(capacity_to_pb(now.capacity)),
+                            templates: now.templates,
                         })),
                     };
                     if outbox.send(says).await.is_err() {

@@ -11,15 +11,17 @@
 //! beyond the open streams: what a join or a renewal means is the [`Members`] implementation's
 //! (the control plane's, over the state store — this crate names no store). Heartbeats from
 //! all streams are renewed together, one [`Members::renew`] call per tick; a host whose epoch
-//! is no longer current is told [`pb::Fenced`](crate::pb::Fenced) and joins again. A replica
-//! that cannot reach the store keeps every stream open, logs, and retries on the next tick: a
-//! store outage is not a reason to drop agents.
+//! is no longer current is told [`pb::Fenced`](crate::pb::Fenced) and joins again. A heartbeat
+//! whose capacity or templates differ from the host's last message is passed on too, all such
+//! hosts in one [`Members::report`] call per tick. A replica that cannot reach the store keeps
+//! every stream open, logs, and retries on the next tick: a store outage is not a reason to
+//! drop agents.
 //!
 //! The agent side ([`Attendance`]) dials the replicas in turn until one takes its join, sends a
-//! heartbeat with fresh capacity every second, joins again when fenced or when the stream is
-//! lost (the next replica, with backoff), and publishes its current epoch (a `watch`) for the
-//! agent's fenced writes. It never stops or touches a sandbox because no replica answers: it
-//! only keeps trying.
+//! heartbeat with fresh capacity and templates every second, joins again when fenced or when
+//! the stream is lost (the next replica, with backoff), and publishes its current epoch (a
+//! `watch`) for the agent's fenced writes. It never stops or touches a sandbox because no
+//! replica answers: it only keeps trying.
 
 mod attend;
 mod replica;
@@ -38,6 +40,8 @@ pub struct Capacity {
     /// How many more sandboxes it can start now (free network slots).
     pub free_slots: i64,
     pub creates_in_flight: i64,
+    /// How many sandboxes it can run in all (its network slots); 0: not limited by slots.
+    pub slots: i64,
 }
 
 /// What an agent says about its host when it joins.
@@ -73,6 +77,17 @@ pub struct Renewal {
     pub fenced: Vec<(String, i64)>,
 }
 
+/// What a host's heartbeat says changed since its last message: all of its capacity and
+/// templates now, under the epoch its stream joined with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostUpdate {
+    pub host_id: String,
+    pub epoch: i64,
+    pub capacity: Capacity,
+    /// The templates the host holds now (all of them).
+    pub templates: Vec<String>,
+}
+
 /// The membership store could not be asked (unreachable, or it failed).
 #[derive(Debug, thiserror::Error)]
 #[error("membership store")]
@@ -91,6 +106,14 @@ pub trait Members: Send + Sync + 'static {
     async fn join(&self, report: HostReport) -> Result<Joined, MembersError>;
     /// Renews the leases of these `(host id, epoch)` pairs, all in one call.
     async fn renew(&self, hosts: &[(String, i64)]) -> Result<Renewal, MembersError>;
+    /// Records what these hosts say they have now, all in one call. An update whose epoch is
+    /// not current any more is dropped (its host is fenced and told so by [`Members::renew`]);
+    /// an error means the store could not be asked, and the replica asks again next tick. A
+    /// membership that keeps no capacity may leave it as it is: this does nothing.
+    async fn report(&self, reports: &[HostUpdate]) -> Result<(), MembersError> {
+        let _ = reports;
+        Ok(())
+    }
 }
 
 fn capacity_to_pb(c: Capacity) -> pb::HostCapacity {
@@ -100,6 +123,7 @@ fn capacity_to_pb(c: Capacity) -> pb::HostCapacity {
         disk_bytes: c.disk_bytes,
         free_slots: c.free_slots,
         creates_in_flight: c.creates_in_flight,
+        slots: c.slots,
     }
 }
 
@@ -111,6 +135,7 @@ fn capacity_from_pb(c: Option<pb::HostCapacity>) -> Capacity {
         disk_bytes: c.disk_bytes,
         free_slots: c.free_slots,
         creates_in_flight: c.creates_in_flight,
+        slots: c.slots,
     }
 }
 
@@ -152,6 +177,7 @@ mod tests {
                 disk_bytes: 1 << 40,
                 free_slots: 200,
                 creates_in_flight: 3,
+                slots: 250,
             },
             templates: vec!["base".into(), "python".into()],
             compat_key: "qemu-9.2/linux-6.12/x86-64-v3".into(),

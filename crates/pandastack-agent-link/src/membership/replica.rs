@@ -1,17 +1,21 @@
 //! The replica's side: [`MembershipService`] takes agents' `Attend` streams, and its
 //! [`LeaseBatcher`] renews the leases of every host that sent a heartbeat since the last tick
-//! in one [`Members::renew`] call.
+//! in one [`Members::renew`] call, and passes on what changed in their heartbeats (capacity,
+//! templates) in one [`Members::report`] call.
 //!
 //! ```text
 //!   stream task (one per agent):  Join ──► peer is agent `host_id`? ──► Members::join ──► Joined
-//!                                 Heartbeat ──► marks the host due (or answers Fenced)
+//!                                 Heartbeat ──► marks the host due (or answers Fenced); notes
+//!                                               its capacity and templates if they changed
 //!   batcher (one per replica):    every tick: due hosts ──► Members::renew ──► Renewed / Fenced
-//!                                 store unreachable: logged, hosts stay due, streams stay open
+//!                                             changed hosts (not fenced) ──► Members::report
+//!                                 store unreachable: logged, hosts stay due (and changed),
+//!                                 streams stay open
 //! ```
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,7 +26,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{join_from_pb, Members, MembersError};
+use super::{capacity_from_pb, join_from_pb, Capacity, HostUpdate, Members, MembersError};
 use crate::pb;
 use crate::pb::agent_says::Says;
 use crate::pb::membership_server::{Membership, MembershipServer};
@@ -34,6 +38,13 @@ type Outbox = mpsc::Sender<Result<pb::ReplicaSays, Status>>;
 /// Messages queued to one agent before the replica stops waiting for it to read.
 const OUTBOX: usize = 16;
 
+/// What a host said it has, at its join or in its last heartbeat.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Said {
+    capacity: Capacity,
+    templates: Vec<String>,
+}
+
 /// One agent's open stream.
 struct Attendee {
     /// Which stream (a host that joined again on a new stream replaces its old one).
@@ -43,6 +54,9 @@ struct Attendee {
     due: bool,
     /// The last renewal said this epoch is not current: every heartbeat answers `Fenced`.
     fenced: bool,
+    said: Said,
+    /// `said` changed (a heartbeat differed from what came before) since the last report.
+    changed: bool,
     outbox: Outbox,
 }
 
@@ -61,6 +75,9 @@ pub struct BatchTick {
     pub asked: usize,
     pub renewed: usize,
     pub fenced: usize,
+    /// Hosts whose changed capacity or templates the store took (0 also when its
+    /// [`Members::report`] failed: they are reported again next tick).
+    pub reported: usize,
 }
 
 /// The open streams of one replica and their batched renewals.
@@ -68,6 +85,8 @@ pub struct LeaseBatcher {
     members: Arc<dyn Members>,
     attending: Mutex<HashMap<String, Attendee>>,
     next_stream: AtomicU64,
+    /// The last report failed (logged once until one goes through).
+    report_failing: AtomicBool,
 }
 
 impl LeaseBatcher {
@@ -76,6 +95,7 @@ impl LeaseBatcher {
             members,
             attending: Mutex::new(HashMap::new()),
             next_stream: AtomicU64::new(1),
+            report_failing: AtomicBool::new(false),
         })
     }
 
@@ -88,9 +108,16 @@ impl LeaseBatcher {
         self.attending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Host `host_id` joined with `epoch` on a stream answering into `outbox`; returns the
-    /// stream's number.
-    fn attend(&self, host_id: &str, epoch: i64, outbox: Outbox, stream: Option<u64>) -> u64 {
+    /// Host `host_id` joined with `epoch`, saying it has `said` (the join stored that), on a
+    /// stream answering into `outbox`; returns the stream's number.
+    fn attend(
+        &self,
+        host_id: &str,
+        epoch: i64,
+        said: Said,
+        outbox: Outbox,
+        stream: Option<u64>,
+    ) -> u64 {
         let stream = stream.unwrap_or_else(|| self.next_stream.fetch_add(1, Ordering::Relaxed));
         self.lock().insert(
             host_id.to_owned(),
@@ -99,17 +126,24 @@ impl LeaseBatcher {
                 epoch,
                 due: false,
                 fenced: false,
+                said,
+                changed: false,
                 outbox,
             },
         );
         stream
     }
 
-    fn beat(&self, host_id: &str, stream: u64) -> Beat {
+    /// A heartbeat of host `host_id` on stream `stream`, saying it has `said` now.
+    fn beat(&self, host_id: &str, stream: u64, said: Said) -> Beat {
         match self.lock().get_mut(host_id) {
             Some(a) if a.stream == stream && a.fenced => Beat::Fenced(a.epoch),
             Some(a) if a.stream == stream => {
                 a.due = true;
+                if a.said != said {
+                    a.said = said;
+                    a.changed = true;
+                }
                 Beat::Due
             }
             _ => Beat::Gone,
@@ -124,31 +158,24 @@ impl LeaseBatcher {
     }
 
     /// Renews, in one [`Members::renew`] call, every host that sent a heartbeat since the last
-    /// tick, and tells each stream what became of it. On an error the hosts stay due (the next
-    /// tick asks again) and every stream stays open.
+    /// tick, and tells each stream what became of it; then reports, in one [`Members::report`]
+    /// call, the hosts (not fenced) whose heartbeats changed what they have. On a renewal's
+    /// error the hosts stay due and changed (the next tick asks again), nothing is reported,
+    /// and every stream stays open; a report's error is logged and the hosts stay changed.
     pub async fn tick(&self) -> Result<BatchTick, MembersError> {
-        let due: Vec<(String, i64)> = self
-            .lock()
-            .iter_mut()
-            .filter(|(_, a)| a.due && !a.fenced)
-            .map(|(id, a)| {
-                a.due = false;
-                (id.clone(), a.epoch)
-            })
-            .collect();
-        if due.is_empty() {
+        let (due, mut updates) = self.take_due();
+        if due.is_empty() && updates.is_empty() {
             return Ok(BatchTick::default());
         }
-        let renewal = match self.members.renew(&due).await {
-            Ok(r) => r,
-            Err(e) => {
-                let mut attending = self.lock();
-                for (id, epoch) in &due {
-                    if let Some(a) = attending.get_mut(id).filter(|a| a.epoch == *epoch) {
-                        a.due = true;
-                    }
+        let renewal = if due.is_empty() {
+            super::Renewal::default()
+        } else {
+            match self.members.renew(&due).await {
+                Ok(r) => r,
+                Err(e) => {
+                    self.again(&due, &updates);
+                    return Err(e);
                 }
-                return Err(e);
             }
         };
         let mut tell = Vec::with_capacity(due.len());
@@ -174,11 +201,80 @@ impl LeaseBatcher {
         for (outbox, says) in tell {
             let _ = outbox.try_send(Ok(pb::ReplicaSays { says: Some(says) }));
         }
+        // A host fenced just now must join again, which stores what it has then.
+        updates.retain(|u| {
+            !renewal
+                .fenced
+                .iter()
+                .any(|(id, epoch)| *id == u.host_id && *epoch == u.epoch)
+        });
+        let mut reported = 0;
+        if !updates.is_empty() {
+            match self.members.report(&updates).await {
+                Ok(()) => {
+                    reported = updates.len();
+                    if self.report_failing.swap(false, Ordering::Relaxed) {
+                        tracing::info!(
+                            hosts = reported,
+                            "membership: storing hosts' capacity again"
+                        );
+                    }
+                }
+                Err(e) => {
+                    if !self.report_failing.swap(true, Ordering::Relaxed) {
+                        tracing::warn!(
+                            error = &e as &dyn std::error::Error,
+                            hosts = updates.len(),
+                            "membership: cannot store hosts' capacity and templates; asking again \
+                             every tick"
+                        );
+                    }
+                    self.again(&[], &updates);
+                }
+            }
+        }
         Ok(BatchTick {
             asked: due.len(),
             renewed: renewal.renewed.len(),
             fenced: renewal.fenced.len(),
+            reported,
         })
+    }
+
+    /// The hosts due a renewal and those whose heartbeats changed what they have (fenced ones
+    /// left out), their marks cleared.
+    fn take_due(&self) -> (Vec<(String, i64)>, Vec<HostUpdate>) {
+        let (mut due, mut updates) = (Vec::new(), Vec::new());
+        for (id, a) in self.lock().iter_mut().filter(|(_, a)| !a.fenced) {
+            if std::mem::take(&mut a.due) {
+                due.push((id.clone(), a.epoch));
+            }
+            if std::mem::take(&mut a.changed) {
+                updates.push(HostUpdate {
+                    host_id: id.clone(),
+                    epoch: a.epoch,
+                    capacity: a.said.capacity,
+                    templates: a.said.templates.clone(),
+                });
+            }
+        }
+        (due, updates)
+    }
+
+    /// Marks again what a failed call took (hosts still on the same epoch): the next tick
+    /// asks again, with what they say by then.
+    fn again(&self, due: &[(String, i64)], updates: &[HostUpdate]) {
+        let mut attending = self.lock();
+        for (id, epoch) in due {
+            if let Some(a) = attending.get_mut(id).filter(|a| a.epoch == *epoch) {
+                a.due = true;
+            }
+        }
+        for u in updates {
+            if let Some(a) = attending.get_mut(&u.host_id).filter(|a| a.epoch == u.epoch) {
+                a.changed = true;
+            }
+        }
     }
 
     /// Ticks every `every` until dropped; logs when the store stops and starts answering.
@@ -321,11 +417,17 @@ impl Attending {
                             self.peer, join.host_id
                         )));
                     }
-                    match self.members.join(join_from_pb(join)).await {
+                    let report = join_from_pb(join);
+                    let said = Said {
+                        capacity: report.capacity,
+                        templates: report.templates.clone(),
+                    };
+                    match self.members.join(report).await {
                         Ok(joined) => {
                             stream = Some(self.batcher.attend(
                                 &host,
                                 joined.epoch,
+                                said,
                                 self.outbox.clone(),
                                 stream,
                             ));
@@ -349,11 +451,15 @@ impl Attending {
                         }
                     }
                 }
-                Some(Says::Heartbeat(_)) => {
+                Some(Says::Heartbeat(beat)) => {
                     let Some(s) = stream else {
                         break Some(Status::failed_precondition("a heartbeat before a join"));
                     };
-                    match self.batcher.beat(&host, s) {
+                    let said = Said {
+                        capacity: capacity_from_pb(beat.capacity),
+                        templates: beat.templates,
+                    };
+                    match self.batcher.beat(&host, s, said) {
                         Beat::Due => {}
                         Beat::Fenced(epoch) => {
                             if self.outbox.send(say(fenced(epoch))).await.is_err() {
@@ -390,6 +496,7 @@ mod tests {
     struct Book {
         down: AtomicBool,
         calls: Mutex<Vec<Vec<(String, i64)>>>,
+        reports: Mutex<Vec<Vec<HostUpdate>>>,
     }
 
     #[derive(Debug, thiserror::Error)]
@@ -416,6 +523,27 @@ mod tests {
                 fenced,
             })
         }
+
+        async fn report(&self, reports: &[HostUpdate]) -> Result<(), MembersError> {
+            if self.down.load(Ordering::SeqCst) {
+                return Err(MembersError::new(Down));
+            }
+            let mut r = reports.to_vec();
+            r.sort_by(|a, b| a.host_id.cmp(&b.host_id));
+            self.reports.lock().unwrap().push(r);
+            Ok(())
+        }
+    }
+
+    /// What a host with `memory_mib` and `templates` says.
+    fn says(memory_mib: i64, templates: &[&str]) -> Said {
+        Said {
+            capacity: Capacity {
+                memory_mib,
+                ..Capacity::default()
+            },
+            templates: templates.iter().map(|t| t.to_string()).collect(),
+        }
     }
 
     fn said(rx: &mut mpsc::Receiver<Result<pb::ReplicaSays, Status>>) -> Vec<Answer> {
@@ -431,14 +559,14 @@ mod tests {
         let (tx_a, mut rx_a) = mpsc::channel(OUTBOX);
         let (tx_b, mut rx_b) = mpsc::channel(OUTBOX);
         let (tx_c, _rx_c) = mpsc::channel(OUTBOX);
-        let a = b.attend("a", 1, tx_a, None);
-        let s = b.attend("b", 2, tx_b, None);
-        b.attend("c", 1, tx_c, None);
+        let a = b.attend("a", 1, Said::default(), tx_a, None);
+        let s = b.attend("b", 2, Said::default(), tx_b, None);
+        b.attend("c", 1, Said::default(), tx_c, None);
         // No heartbeat yet: the store is not asked.
         assert_eq!(b.tick().await.unwrap(), BatchTick::default());
-        assert!(matches!(b.beat("a", a), Beat::Due));
-        assert!(matches!(b.beat("b", s), Beat::Due));
-        assert!(matches!(b.beat("a", a), Beat::Due));
+        assert!(matches!(b.beat("a", a, Said::default()), Beat::Due));
+        assert!(matches!(b.beat("b", s, Said::default()), Beat::Due));
+        assert!(matches!(b.beat("a", a, Said::default()), Beat::Due));
         let t = b.tick().await.unwrap();
         assert_eq!((t.asked, t.renewed, t.fenced), (2, 1, 1));
         assert_eq!(
@@ -457,11 +585,11 @@ mod tests {
             [Answer::Fenced(pb::Fenced { epoch: 2 })]
         ));
         // A fenced host is not asked about again; its heartbeats answer `Fenced` until it joins.
-        assert!(matches!(b.beat("b", s), Beat::Fenced(2)));
+        assert!(matches!(b.beat("b", s, Said::default()), Beat::Fenced(2)));
         assert_eq!(b.tick().await.unwrap().asked, 0);
         let (tx_b, _rx_b) = mpsc::channel(OUTBOX);
-        assert_eq!(b.attend("b", 1, tx_b, Some(s)), s);
-        assert!(matches!(b.beat("b", s), Beat::Due));
+        assert_eq!(b.attend("b", 1, Said::default(), tx_b, Some(s)), s);
+        assert!(matches!(b.beat("b", s, Said::default()), Beat::Due));
         assert_eq!(b.tick().await.unwrap().renewed, 1);
     }
 
@@ -470,8 +598,8 @@ mod tests {
         let book = Arc::new(Book::default());
         let b = LeaseBatcher::new(book.clone());
         let (tx, mut rx) = mpsc::channel(OUTBOX);
-        let a = b.attend("a", 1, tx, None);
-        b.beat("a", a);
+        let a = b.attend("a", 1, Said::default(), tx, None);
+        b.beat("a", a, Said::default());
         book.down.store(true, Ordering::SeqCst);
         assert!(b.tick().await.is_err());
         assert!(b.tick().await.is_err());
@@ -487,15 +615,74 @@ mod tests {
     async fn a_newer_stream_replaces_the_old_one() {
         let b = LeaseBatcher::new(Arc::new(Book::default()));
         let (tx, _rx) = mpsc::channel(OUTBOX);
-        let old = b.attend("a", 1, tx.clone(), None);
-        let new = b.attend("a", 1, tx, None);
+        let old = b.attend("a", 1, Said::default(), tx.clone(), None);
+        let new = b.attend("a", 1, Said::default(), tx, None);
         assert_ne!(old, new);
-        assert!(matches!(b.beat("a", old), Beat::Gone));
+        assert!(matches!(b.beat("a", old, Said::default()), Beat::Gone));
         // The old stream ending leaves the new one attending.
         b.leave("a", old);
         assert_eq!(b.attending(), 1);
-        assert!(matches!(b.beat("a", new), Beat::Due));
+        assert!(matches!(b.beat("a", new, Said::default()), Beat::Due));
         b.leave("a", new);
         assert_eq!(b.attending(), 0);
+    }
+
+    /// A heartbeat that says something new is reported at the next tick, with every other such
+    /// host in one call; one that repeats the last (or the join) is not; a host the same tick
+    /// fences is left out; a failed report is made again next tick with what the host says
+    /// by then.
+    #[tokio::test]
+    async fn changed_heartbeats_are_reported_once_per_tick() {
+        let book = Arc::new(Book::default());
+        let b = LeaseBatcher::new(book.clone());
+        let (tx, _rx) = mpsc::channel(OUTBOX);
+        let a = b.attend("a", 1, says(4096, &["base"]), tx.clone(), None);
+        let c = b.attend("c", 1, says(4096, &["base"]), tx.clone(), None);
+        let f = b.attend("f", 2, says(4096, &[]), tx, None);
+        // As at the join: nothing to report.
+        b.beat("a", a, says(4096, &["base"]));
+        assert_eq!(b.tick().await.unwrap().reported, 0);
+        assert!(book.reports.lock().unwrap().is_empty());
+
+        b.beat("a", a, says(4096, &["base", "node"]));
+        b.beat("c", c, says(2048, &["base"]));
+        b.beat("f", f, says(1024, &[]));
+        let t = b.tick().await.unwrap();
+        assert_eq!((t.renewed, t.fenced, t.reported), (2, 1, 2));
+        let sent = book.reports.lock().unwrap().clone();
+        assert_eq!(sent.len(), 1, "one call per tick");
+        let got: Vec<(&str, i64, i64, Vec<String>)> = sent[0]
+            .iter()
+            .map(|u| {
+                (
+                    u.host_id.as_str(),
+                    u.epoch,
+                    u.capacity.memory_mib,
+                    u.templates.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a", 1, 4096, vec!["base".to_owned(), "node".to_owned()]),
+                ("c", 1, 2048, vec!["base".to_owned()]),
+            ]
+        );
+        // Reported: the same heartbeat again is nothing new.
+        b.beat("a", a, says(4096, &["base", "node"]));
+        assert_eq!(b.tick().await.unwrap().reported, 0);
+
+        // The store fails the renewal: nothing reported, asked again with the newest.
+        b.beat("a", a, says(1024, &["base"]));
+        book.down.store(true, Ordering::SeqCst);
+        assert!(b.tick().await.is_err());
+        b.beat("a", a, says(512, &["base"]));
+        book.down.store(false, Ordering::SeqCst);
+        assert_eq!(b.tick().await.unwrap().reported, 1);
+        let last = book.reports.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(last.len(), 1);
+        assert_eq!(last[0].capacity.memory_mib, 512);
+        assert_eq!(book.reports.lock().unwrap().len(), 2);
     }
 }
