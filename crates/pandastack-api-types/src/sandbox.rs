@@ -216,6 +216,10 @@ pub enum SandboxState {
     Hibernated,
     Stopped,
     Failed,
+    /// The host it ran on was declared dead (its agent stopped renewing its lease); it returns
+    /// to `running` if that host comes back with its VM. Work inside it is refused meanwhile;
+    /// it can be deleted.
+    Lost,
 }
 
 impl SandboxState {
@@ -227,6 +231,7 @@ impl SandboxState {
             SandboxState::Hibernated => "hibernated",
             SandboxState::Stopped => "stopped",
             SandboxState::Failed => "failed",
+            SandboxState::Lost => "lost",
         }
     }
 
@@ -238,6 +243,7 @@ impl SandboxState {
             "hibernated" => SandboxState::Hibernated,
             "stopped" => SandboxState::Stopped,
             "failed" => SandboxState::Failed,
+            "lost" => SandboxState::Lost,
             _ => return None,
         })
     }

@@ -46,7 +46,9 @@ pub(crate) fn database_wire(app: &ApiState, d: &DatabaseInfo) -> wire::Database 
             DatabaseState::Ready
         }
         (_, Some(SandboxState::Hibernated)) => DatabaseState::Hibernated,
-        (_, Some(SandboxState::Stopped | SandboxState::Failed) | None) => DatabaseState::Stopped,
+        (_, Some(SandboxState::Stopped | SandboxState::Failed | SandboxState::Lost) | None) => {
+            DatabaseState::Stopped
+        }
     };
     wire::Database {
         id: d.row.id.clone(),

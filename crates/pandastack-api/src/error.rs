@@ -145,6 +145,9 @@ impl From<pandastack_control::ControlError> for ApiError {
             e @ pandastack_control::ControlError::DiskLimit { .. } => {
                 Self::new(ErrorCode::InvalidArgument, e.to_string())
             }
+            e @ pandastack_control::ControlError::SandboxLost { .. } => {
+                Self::new(ErrorCode::SandboxState, e.to_string())
+            }
         }
     }
 }

@@ -31,6 +31,10 @@ pub enum ControlError {
     /// A disk limit outside what this server allows ([`DiskMax`]).
     #[error("{field}: between 1 and {max}")]
     DiskLimit { field: &'static str, max: u64 },
+    /// The sandbox is `lost`: its host was declared dead, so its VM cannot be reached (it can
+    /// still be deleted).
+    #[error("sandbox {id} is lost: its host {host} is dead")]
+    SandboxLost { id: String, host: String },
 }
 
 /// The most a create may ask for in `disk_mbps` and `disk_iops` (`pandastack server
@@ -395,6 +399,7 @@ impl Sandboxes {
 
     /// Runs `verb` on the sandbox's VM and records the result.
     pub async fn lifecycle(&self, row: SandboxRow, verb: Verb) -> Result<SandboxRow, ControlError> {
+        reachable(&row)?;
         let view = match verb {
             Verb::Pause => self.host.pause(&row.id).await?,
             Verb::Resume => self.host.resume(&row.id).await?,
@@ -406,16 +411,25 @@ impl Sandboxes {
 
     /// The sandbox ready for work inside it: woken if it was hibernated, the row saying so.
     pub async fn awake(&self, row: SandboxRow) -> Result<SandboxRow, ControlError> {
+        reachable(&row)?;
         let view = self.host.awake(&row.id).await?;
         self.record(row, &view).await
     }
 
     /// Stops the sandbox's VM, removes its files and its row. A VM the host does not have
-    /// (already gone) is not an error. The snapshot it was restored from goes too if it was a
-    /// fork's, not kept, and this was the last sandbox using it (see [`crate::Snapshots`]).
+    /// (already gone) is not an error, nor is any failure to reach the host of a `lost`
+    /// sandbox (its host is dead: the row goes). The snapshot it was restored from goes too if
+    /// it was a fork's, not kept, and this was the last sandbox using it (see
+    /// [`crate::Snapshots`]).
     pub async fn delete(&self, row: &SandboxRow) -> Result<(), ControlError> {
         match self.host.destroy(&row.id).await {
             Ok(()) | Err(HostError::SandboxNotFound(_)) => {}
+            Err(e) if row.state == SandboxState::Lost => tracing::info!(
+                sandbox = row.id,
+                host = row.host_id,
+                error = &e as &dyn std::error::Error,
+                "deleting a lost sandbox: its host did not destroy it"
+            ),
             Err(e) => return Err(e.into()),
         }
         self.store.sandboxes().delete(&row.id).await?;
@@ -424,6 +438,17 @@ impl Sandboxes {
         }
         Ok(())
     }
+}
+
+/// [`ControlError::SandboxLost`] for a `lost` sandbox: nothing can reach its VM.
+fn reachable(row: &SandboxRow) -> Result<(), ControlError> {
+    if row.state == SandboxState::Lost {
+        return Err(ControlError::SandboxLost {
+            id: row.id.clone(),
+            host: row.host_id.clone(),
+        });
+    }
+    Ok(())
 }
 
 /// A sandbox row read by id, [`ControlError::SandboxNotFound`] when there is none.

@@ -954,7 +954,7 @@ class SandboxExecTarget(_SandboxExecTargetRequired, total=False):
 
 
 #: Sandbox lifecycle states on the wire.
-SandboxState = Literal["starting", "running", "paused", "hibernated", "stopped", "failed"]
+SandboxState = Literal["starting", "running", "paused", "hibernated", "stopped", "failed", "lost"]
 
 
 class SandboxUsage(TypedDict):

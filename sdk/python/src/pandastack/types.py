@@ -63,7 +63,7 @@ __all__ = [
     "ScheduleRun",
 ]
 
-SandboxState = Literal["starting", "running", "paused", "hibernated", "stopped", "failed"]
+SandboxState = Literal["starting", "running", "paused", "hibernated", "stopped", "failed", "lost"]
 BackupState = Literal["uploading", "done", "failed"]
 DatabaseState = Literal["creating", "ready", "hibernated", "stopped"]
 DeployState = Literal[

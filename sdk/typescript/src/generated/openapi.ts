@@ -3156,7 +3156,7 @@ export interface components {
          * @description Sandbox lifecycle states on the wire.
          * @enum {string}
          */
-        SandboxState: "starting" | "running" | "paused" | "hibernated" | "stopped" | "failed";
+        SandboxState: "starting" | "running" | "paused" | "hibernated" | "stopped" | "failed" | "lost";
         /** @description Sandboxes of a workspace: those not hibernated count against `limit`. */
         SandboxUsage: {
             /**
