@@ -125,6 +125,8 @@ impl From<StoreError> for ApiError {
             }
             e @ StoreError::VolumeBusy { .. } => Self::new(ErrorCode::VolumeBusy, e.to_string()),
             e @ StoreError::VolumeElsewhere { .. } => Self::new(ErrorCode::Conflict, e.to_string()),
+            // The cluster is full (or every host fit for it is draining or down): say why.
+            e @ StoreError::NoCapacity { .. } => Self::new(ErrorCode::Unavailable, e.to_string()),
             e => Self::internal("database", &e),
         }
     }

@@ -21,9 +21,11 @@
 //!               └────────────────────────────┴──(no answer / stalled)
 //! ```
 //!
-//! Agents' joins and the batched renewals of their streams reach the store through
-//! [`StoreMembers`], the [`pandastack_agent_link::Members`] a replica's
-//! [`pandastack_agent_link::MembershipService`] is built over.
+//! Agents' joins, the batched renewals of their streams and what their heartbeats say changed
+//! (capacity, templates) reach the store through [`StoreMembers`], the
+//! [`pandastack_agent_link::Members`] a replica's [`pandastack_agent_link::MembershipService`]
+//! is built over. A reap marks the dead hosts' sandboxes that held a VM `lost` (see
+//! [`pandastack_store::Hosts::reap`]).
 //!
 //! Not started by the single-node server: its in-process host holds no lease (it is never
 //! reaped) and no agent joins it; no replica mode runs the membership service yet.
@@ -31,9 +33,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use pandastack_agent_link::membership::{Joined, Renewal};
+use pandastack_agent_link::membership::{Capacity, HostUpdate, Joined, Renewal};
 use pandastack_agent_link::{HostReport, Members, MembersError};
-use pandastack_store::{HostCapacity, Joining, Store, StoreError};
+use pandastack_store::{HostCapacity, Joining, Reaped, Store, StoreError};
 
 /// The lease a replica gives the hosts streaming to it; with [`REAP_EVERY`], a host whose
 /// renewals stop is reaped within 9 s.
@@ -49,7 +51,7 @@ pub trait LeaseStore: Send + Sync {
     /// `Ok` if the store answers.
     fn ping(&self) -> impl Future<Output = Result<(), Self::Error>> + Send;
     /// [`pandastack_store::Hosts::reap`].
-    fn reap(&self, now: i64) -> impl Future<Output = Result<Vec<String>, Self::Error>> + Send;
+    fn reap(&self, now: i64) -> impl Future<Output = Result<Vec<Reaped>, Self::Error>> + Send;
 }
 
 impl LeaseStore for Store {
@@ -59,17 +61,17 @@ impl LeaseStore for Store {
         Store::ping(self).await
     }
 
-    async fn reap(&self, now: i64) -> Result<Vec<String>, StoreError> {
+    async fn reap(&self, now: i64) -> Result<Vec<Reaped>, StoreError> {
         self.hosts().reap(now).await
     }
 }
 
 /// Membership over the state store: a join is [`pandastack_store::Hosts::join`], a batch of
 /// heartbeats one [`pandastack_store::Hosts::renew`], each with a lease of `lease` from the
-/// replica's clock.
+/// replica's clock; what heartbeats say changed is [`pandastack_store::Hosts::report`] per
+/// host (a fenced one is logged and dropped: its agent is told by the renewal and joins again).
 ///
-/// Not stored yet: the templates a host reports, its creates in flight, and the capacity its
-/// heartbeats carry (the row keeps the capacity of its last join).
+/// Not stored: a host's creates in flight (the store counts the rows of creates under way).
 #[derive(Clone)]
 pub struct StoreMembers {
     store: Store,
@@ -98,13 +100,9 @@ impl Members for StoreMembers {
             id: report.host_id,
             name: report.name,
             address: report.address,
-            capacity: HostCapacity {
-                vcpus: report.capacity.vcpus,
-                memory_mib: report.capacity.memory_mib,
-                disk_bytes: report.capacity.disk_bytes,
-                free_slots: report.capacity.free_slots,
-            },
+            capacity: stored(report.capacity),
             compat_key: report.compat_key,
+            templates: report.templates,
         };
         let row = self
             .store
@@ -132,13 +130,44 @@ impl Members for StoreMembers {
             fenced: r.fenced,
         })
     }
+
+    async fn report(&self, reports: &[HostUpdate]) -> Result<(), MembersError> {
+        for u in reports {
+            let capacity = stored(u.capacity);
+            match self
+                .store
+                .hosts()
+                .report(&u.host_id, u.epoch, &capacity, &u.templates)
+                .await
+            {
+                Ok(()) => {}
+                Err(StoreError::Fenced { host, epoch }) => {
+                    tracing::info!(host, epoch, "membership: a fenced host's report dropped");
+                }
+                Err(e) => return Err(MembersError::new(e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The part of an agent's capacity the `hosts` row keeps.
+fn stored(c: Capacity) -> HostCapacity {
+    HostCapacity {
+        vcpus: c.vcpus,
+        memory_mib: c.memory_mib,
+        disk_bytes: c.disk_bytes,
+        free_slots: c.free_slots,
+        slots: c.slots,
+    }
 }
 
 /// What one tick did.
 #[derive(Debug)]
 pub enum Tick<E = StoreError> {
-    /// The store had answered for a whole lease; these hosts were reaped (often none).
-    Reaped(Vec<String>),
+    /// The store had answered for a whole lease; these hosts were reaped (often none), their
+    /// sandboxes that held a VM marked `lost`.
+    Reaped(Vec<Reaped>),
     /// The store answers, but not yet for a whole lease: nothing is reaped before `until`.
     Holding { until: i64 },
     /// The store did not answer: nothing reaped, and a new hold starts at its next answer.
@@ -203,10 +232,14 @@ impl<S: LeaseStore> LeaseReaper<S> {
         loop {
             interval.tick().await;
             match self.tick(clock()).await {
-                Tick::Reaped(ids) => {
+                Tick::Reaped(reaped) => {
                     reachable = true;
-                    if !ids.is_empty() {
-                        tracing::warn!(hosts = ?ids, "hosts dead: their leases lapsed");
+                    for r in reaped {
+                        tracing::warn!(
+                            host = r.host_id,
+                            lost_sandboxes = r.lost,
+                            "host dead: its lease lapsed; its sandboxes that held a VM are lost"
+                        );
                     }
                 }
                 Tick::Holding { until } => {
@@ -276,7 +309,7 @@ mod tests {
             Ok(self.store.ping().await?)
         }
 
-        async fn reap(&self, now: i64) -> Result<Vec<String>, FlakyError> {
+        async fn reap(&self, now: i64) -> Result<Vec<Reaped>, FlakyError> {
             self.check()?;
             self.reaps.fetch_add(1, Ordering::SeqCst);
             Ok(self.store.hosts().reap(now).await?)
@@ -301,7 +334,12 @@ mod tests {
             address: format!("{id}:7443"),
             capacity: HostCapacity::default(),
             compat_key: "k".into(),
+            templates: Vec::new(),
         }
+    }
+
+    fn ids(reaped: &[Reaped]) -> Vec<&str> {
+        reaped.iter().map(|r| r.host_id.as_str()).collect()
     }
 
     /// Ticks once a second over `[from, to)`; every tick must hold.
@@ -357,7 +395,7 @@ mod tests {
         );
 
         match reaper.tick(T0 + 28_000).await {
-            Tick::Reaped(ids) => assert_eq!(ids, ["h-199"]),
+            Tick::Reaped(r) => assert_eq!(ids(&r), ["h-199"]),
             t => panic!("{t:?}"),
         }
         match reaper.tick(T0 + 29_000).await {
@@ -397,7 +435,7 @@ mod tests {
         }
         holds(&mut reaper, T0 + 7_000, T0 + 14_000).await;
         match reaper.tick(T0 + 14_000).await {
-            Tick::Reaped(ids) => assert_eq!(ids, ["h-gone"]),
+            Tick::Reaped(r) => assert_eq!(ids(&r), ["h-gone"]),
             t => panic!("{t:?}"),
         }
 
@@ -414,7 +452,7 @@ mod tests {
         }
         holds(&mut reaper, T0 + 20_000, T0 + 27_000).await;
         match reaper.tick(T0 + 27_000).await {
-            Tick::Reaped(ids) => assert_eq!(ids, ["h-late"]),
+            Tick::Reaped(r) => assert_eq!(ids(&r), ["h-late"]),
             t => panic!("{t:?}"),
         }
         assert_eq!(store.reaps.load(Ordering::SeqCst), 2);

@@ -14,7 +14,12 @@
 //! A write caused by an agent names the epoch its host joined with and is applied only while
 //! that epoch is current and the host is not dead ([`fence`], used by
 //! [`crate::SandboxRepo::set_state_fenced`]): after a reap, or after the same host joined again,
-//! the old agent's writes are refused with [`StoreError::Fenced`].
+//! the old agent's writes are refused with [`StoreError::Fenced`]. The sandboxes of a reaped
+//! host that held a VM become `lost` in the same transaction.
+//!
+//! What a host can hold and which templates it holds ([`Hosts::join`], then [`Hosts::report`]
+//! when its agent's heartbeats say it changed) are what placement
+//! ([`crate::SandboxRepo::insert_placed`]) chooses by.
 
 use sqlx::AnyPool;
 
@@ -62,7 +67,10 @@ pub struct HostCapacity {
     pub vcpus: i64,
     pub memory_mib: i64,
     pub disk_bytes: i64,
+    /// How many more sandboxes it can start now (as its agent last counted).
     pub free_slots: i64,
+    /// How many sandboxes it can run in all (its network slots); 0: not limited by slots.
+    pub slots: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +88,8 @@ pub struct HostRow {
     pub capacity: HostCapacity,
     /// The QEMU, guest kernel and CPU a snapshot needs to be restored here.
     pub compat_key: Option<String>,
+    /// The templates it holds (sorted, no duplicates), as last reported.
+    pub templates: Vec<String>,
     pub created_at: i64,
     pub last_seen_at: i64,
 }
@@ -92,6 +102,16 @@ pub struct Joining {
     pub address: String,
     pub capacity: HostCapacity,
     pub compat_key: String,
+    /// The templates it holds.
+    pub templates: Vec<String>,
+}
+
+/// A host [`Hosts::reap`] declared dead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reaped {
+    pub host_id: String,
+    /// How many of its sandboxes held a VM (`starting`, `running`, `paused`) and are now `lost`.
+    pub lost: u64,
 }
 
 /// What one [`Hosts::renew`] did with each `(host id, epoch)` it was given.
@@ -107,13 +127,48 @@ pub struct Hosts<'a> {
     pub(crate) pool: &'a AnyPool,
 }
 
-const COLUMNS: &str = "id, name, address, state, epoch, lease_until, vcpus, memory_mib, disk_bytes, free_slots, compat_key, created_at, last_seen_at";
+const COLUMNS: &str = "id, name, address, state, epoch, lease_until, vcpus, memory_mib, disk_bytes, free_slots, slots, compat_key, templates, created_at, last_seen_at";
 
 /// Pairs per renewal statement (two parameters each, far below either engine's limit).
 const RENEW_CHUNK: usize = 256;
 
 /// Rows whose files or data live on a host: while any names it, it cannot be forgotten.
 const HELD_ON_HOST: [&str; 4] = ["sandboxes", "snapshots", "volumes", "databases"];
+
+/// Tables whose ids the host calls take, each row naming the host that holds it.
+const OWNED_BY_HOST: [&str; 4] = ["sandboxes", "snapshots", "volumes", "volume_snapshots"];
+
+/// The sandbox states in which a VM exists on the sandbox's host (a create under way, running,
+/// paused): what a reap marks `lost` and what placement counts against a host. As SQL over a
+/// `sandboxes` row, word for word the predicate of the partial index `sandboxes_holding_vm`
+/// (migration 0019), which SQLite uses only for a query that repeats it exactly.
+pub(crate) const HOLDS_A_VM: &str = "state IN ('starting', 'running', 'paused')";
+
+/// The `templates` column's form of `names` (see migration 0019): `,a,b,` — sorted, no
+/// duplicates, '' for none. A name that is empty or holds a comma names no template and is
+/// left out.
+pub(crate) fn encode_templates(names: &[String]) -> String {
+    let mut names: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !n.is_empty() && !n.contains(','))
+        .collect();
+    if names.is_empty() {
+        return String::new();
+    }
+    names.sort_unstable();
+    names.dedup();
+    format!(",{},", names.join(","))
+}
+
+/// The names in a `templates` column (see [`encode_templates`]).
+fn decode_templates(column: &str) -> Vec<String> {
+    column
+        .split(',')
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
 
 fn row(r: &sqlx::any::AnyRow) -> Result<HostRow, StoreError> {
     Ok(HostRow {
@@ -128,8 +183,10 @@ fn row(r: &sqlx::any::AnyRow) -> Result<HostRow, StoreError> {
             memory_mib: col(r, "memory_mib")?,
             disk_bytes: col(r, "disk_bytes")?,
             free_slots: col(r, "free_slots")?,
+            slots: col(r, "slots")?,
         },
         compat_key: col(r, "compat_key")?,
+        templates: decode_templates(&col::<String>(r, "templates")?),
         created_at: col(r, "created_at")?,
         last_seen_at: col(r, "last_seen_at")?,
     })
@@ -158,19 +215,20 @@ impl Hosts<'_> {
 
     /// Host `h.id` joins with a lease until `now + lease_ms`: a new row, or the old one with a
     /// new epoch (whatever it was: ready, dead, or an earlier process of the same host that
-    /// never left), its address, capacity and compatibility key replaced and its state
-    /// `ready` — unless an operator is draining it, which a restart does not undo.
+    /// never left), its address, capacity, templates and compatibility key replaced and its
+    /// state `ready` — unless an operator is draining it, which a restart does not undo.
     ///
     /// A new row's first epoch is `now`, not 1: a host forgotten and joining again never
     /// repeats an epoch an old process of it may still hold.
     pub async fn join(&self, h: &Joining, lease_ms: i64, now: i64) -> Result<HostRow, StoreError> {
         let r = sqlx::query(&format!(
             "INSERT INTO hosts (id, name, created_at, last_seen_at, address, state, epoch, \
-             lease_until, vcpus, memory_mib, disk_bytes, free_slots, compat_key) \
-             VALUES ($1, $2, $3, $3, $4, 'ready', $3, $5, $6, $7, $8, $9, $10) \
+             lease_until, vcpus, memory_mib, disk_bytes, free_slots, compat_key, slots, \
+             templates) \
+             VALUES ($1, $2, $3, $3, $4, 'ready', $3, $5, $6, $7, $8, $9, $10, $11, $12) \
              ON CONFLICT (id) DO UPDATE SET name = $2, last_seen_at = $3, address = $4, \
              lease_until = $5, vcpus = $6, memory_mib = $7, disk_bytes = $8, free_slots = $9, \
-             compat_key = $10, epoch = hosts.epoch + 1, \
+             compat_key = $10, slots = $11, templates = $12, epoch = hosts.epoch + 1, \
              state = CASE WHEN hosts.state = 'draining' THEN 'draining' ELSE 'ready' END \
              RETURNING {COLUMNS}"
         ))
@@ -184,9 +242,45 @@ impl Hosts<'_> {
         .bind(h.capacity.disk_bytes)
         .bind(h.capacity.free_slots)
         .bind(&h.compat_key)
+        .bind(h.capacity.slots)
+        .bind(encode_templates(&h.templates))
         .fetch_one(self.pool)
         .await?;
         row(&r)
+    }
+
+    /// Records what host `id`'s agent, joined with `epoch`, says it has now: its capacity and
+    /// the templates it holds (both replace what the row had). Fenced like an agent's other
+    /// writes: [`StoreError::Fenced`] (nothing written) when `epoch` is not the host's current
+    /// one, the host is dead, or it is unknown.
+    pub async fn report(
+        &self,
+        id: &str,
+        epoch: i64,
+        capacity: &HostCapacity,
+        templates: &[String],
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(
+            "UPDATE hosts SET vcpus = $3, memory_mib = $4, disk_bytes = $5, free_slots = $6, \
+             slots = $7, templates = $8 WHERE id = $1 AND epoch = $2 AND state <> 'dead'",
+        )
+        .bind(id)
+        .bind(epoch)
+        .bind(capacity.vcpus)
+        .bind(capacity.memory_mib)
+        .bind(capacity.disk_bytes)
+        .bind(capacity.free_slots)
+        .bind(capacity.slots)
+        .bind(encode_templates(templates))
+        .execute(self.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::Fenced {
+                host: id.to_owned(),
+                epoch,
+            });
+        }
+        Ok(())
     }
 
     /// Extends to `lease_until` (never shortens) the leases of the hosts whose `(id, epoch)` is
@@ -224,21 +318,37 @@ impl Hosts<'_> {
     }
 
     /// Marks `dead`, with a new epoch, every host whose lease lapsed before `now` (hosts without
-    /// a lease excepted); returns their ids. One statement: replicas racing reap each host once.
-    pub async fn reap(&self, now: i64) -> Result<Vec<String>, StoreError> {
+    /// a lease excepted), and `lost` every sandbox of theirs in a state that holds a VM
+    /// (`starting`, `running`, `paused`), in one transaction; returns the hosts by id, each
+    /// with how many sandboxes it lost. The hosts are reaped in one statement: replicas racing
+    /// reap each host once, and only the one that reaped it marks its sandboxes.
+    pub async fn reap(&self, now: i64) -> Result<Vec<Reaped>, StoreError> {
+        let mut tx = self.pool.begin().await?;
         let rows = sqlx::query(
             "UPDATE hosts SET state = 'dead', epoch = epoch + 1 \
              WHERE state <> 'dead' AND lease_until > 0 AND lease_until < $1 RETURNING id",
         )
         .bind(now)
-        .fetch_all(self.pool)
+        .fetch_all(&mut *tx)
         .await?;
         let mut ids = rows
             .iter()
             .map(|r| col::<String>(r, "id"))
             .collect::<Result<Vec<_>, _>>()?;
         ids.sort();
-        Ok(ids)
+        let mut reaped = Vec::with_capacity(ids.len());
+        for host_id in ids {
+            let lost = sqlx::query(&format!(
+                "UPDATE sandboxes SET state = 'lost' WHERE host_id = $1 AND {HOLDS_A_VM}"
+            ))
+            .bind(&host_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            reaped.push(Reaped { host_id, lost });
+        }
+        tx.commit().await?;
+        Ok(reaped)
     }
 
     /// Stops placing work on host `id` (what it runs stays). [`StoreError::HostDead`] for a dead
@@ -317,6 +427,21 @@ impl Hosts<'_> {
         Err(StoreError::Conflict)
     }
 
+    /// The host that holds the sandbox, snapshot, volume or volume snapshot `id` (any
+    /// workspace's); `None` when no such row exists. One query: a lookup by primary key in each
+    /// table (their ids' prefixes differ, so at most one matches).
+    pub async fn owner_of(&self, id: &str) -> Result<Option<String>, StoreError> {
+        let owners: Vec<String> = OWNED_BY_HOST
+            .iter()
+            .map(|table| format!("SELECT host_id FROM {table} WHERE id = $1"))
+            .collect();
+        let r = sqlx::query(&owners.join(" UNION ALL "))
+            .bind(id)
+            .fetch_optional(self.pool)
+            .await?;
+        r.map(|r| col(&r, "host_id")).transpose()
+    }
+
     pub async fn get(&self, id: &str) -> Result<HostRow, StoreError> {
         let r = sqlx::query(&format!("SELECT {COLUMNS} FROM hosts WHERE id = $1"))
             .bind(id)
@@ -376,4 +501,33 @@ pub(crate) async fn fence(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_are_stored_between_commas_sorted_once() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            encode_templates(&names(&["py_3", "base", "Base", "base"])),
+            ",Base,base,py_3,"
+        );
+        assert_eq!(encode_templates(&[]), "");
+        // Names no template has are left out, not stored half.
+        assert_eq!(encode_templates(&names(&["", "a,b"])), "");
+        assert_eq!(encode_templates(&names(&["a,b", "c"])), ",c,");
+        assert_eq!(
+            decode_templates(&encode_templates(&names(&["node", "base"]))),
+            ["base", "node"]
+        );
+        assert!(decode_templates("").is_empty());
+    }
+
+    #[test]
+    fn the_index_of_sandboxes_holding_a_vm_has_the_queries_predicate() {
+        let migration = include_str!("../migrations/0019_placement.sql");
+        assert!(migration.contains(&format!("WHERE {HOLDS_A_VM};")));
+    }
 }

@@ -11,7 +11,8 @@
 //! another's rows. Rows of things that live on a host (sandboxes, snapshots, template builds)
 //! carry the id of that host, and every query a host runs about "its" things is filtered by it.
 //! Hosts that join through an agent hold leases and epochs; a write caused by an agent is
-//! applied only while its `(host id, epoch)` is current (the `hosts` module).
+//! applied only while its `(host id, epoch)` is current (the `hosts` module). A create in a
+//! cluster chooses its host in the transaction that writes its row (the `placement` module).
 //! This crate stores rows; it does not start VMs or speak HTTP.
 
 mod apps;
@@ -22,6 +23,7 @@ mod idempotency;
 mod invocations;
 mod jobs;
 mod keys;
+mod placement;
 mod quotas;
 mod sandboxes;
 mod schedules;
@@ -32,12 +34,13 @@ mod volumes;
 pub use apps::{AppRepo, AppRow, DeployRow};
 pub use databases::{DatabaseRepo, DatabaseRow, DatabaseRowState};
 pub use domains::{CertState, DomainRepo, DomainRow};
-pub use hosts::{HostCapacity, HostRow, HostState, Hosts, Joining, Renewal};
+pub use hosts::{HostCapacity, HostRow, HostState, Hosts, Joining, Reaped, Renewal};
 pub use idempotency::{Idempotency, IdempotencyRecord, Reservation};
 pub use invocations::{InvocationRow, Invocations};
 pub use jobs::{JobRow, JobState, Jobs, NewJob};
 pub use keys::{Counts, KeyRow, Keys, Workspace};
 pub use pandastack_api_types::{OnTimeout, SandboxState};
+pub use placement::{Demand, PlaceReason, Placement};
 pub use quotas::{Adding, Quotas, StorageQuotas, StorageUse};
 pub use sandboxes::{Filter, SandboxRepo, SandboxRow};
 pub use schedules::{Fired, Firing, RunRow, ScheduleRepo, ScheduleRow};
@@ -102,6 +105,10 @@ pub enum StoreError {
     /// Forget of a host that is not dead.
     #[error("host {host} is {state}, not dead")]
     HostNotDead { host: String, state: HostState },
+    /// No host can take a create (nothing was written); `why` counts the hosts by the reason
+    /// each could not ("3 hosts: 1 draining, 2 with less than 2048 MiB free").
+    #[error("no host can take it: {why}")]
+    NoCapacity { why: String },
     /// Forget of a dead host that still has rows (`what`: the table) on it.
     #[error("host {host} still has {count} {what}")]
     HostInUse {
@@ -211,7 +218,10 @@ impl Store {
     }
 
     pub fn sandboxes(&self) -> SandboxRepo<'_> {
-        SandboxRepo { pool: &self.pool }
+        SandboxRepo {
+            pool: &self.pool,
+            backend: self.backend,
+        }
     }
 
     pub fn invocations(&self) -> Invocations<'_> {

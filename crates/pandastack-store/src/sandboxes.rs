@@ -4,8 +4,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use sqlx::AnyPool;
 
+use crate::placement::{place, Demand, Placement};
 use crate::volumes::{claim, Claimed, MountClaim};
-use crate::{col, found, parsed, OnTimeout, SandboxState, StoreError};
+use crate::{col, found, parsed, Backend, OnTimeout, SandboxState, StoreError};
 
 /// One sandbox as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +94,7 @@ pub struct Filter {
 
 pub struct SandboxRepo<'a> {
     pub(crate) pool: &'a AnyPool,
+    pub(crate) backend: Backend,
 }
 
 const COLUMNS: &str = "id, workspace_id, host_id, template, state, vcpus, memory_mib, metadata, env, ttl_seconds, idle_timeout_seconds, on_timeout, created_at, expires_at, last_activity_at, boot_ms, boot_mode, snapshot_id, parent_id, access_token, public_ports, volumes, disk_mbps, disk_iops";
@@ -170,6 +172,30 @@ impl SandboxRepo<'_> {
         let claimed = claim(&mut tx, &row.workspace_id, &row.host_id, &row.id, mounts).await?;
         tx.commit().await?;
         Ok(claimed)
+    }
+
+    /// [`SandboxRepo::insert_with_volumes`] on the host placement chooses for `demand`, in the
+    /// same transaction (the `placement` module says how): the workspace's limit is checked,
+    /// the host chosen, `row.host_id` and `row.memory_mib` (= `demand.memory_mib`) set, the
+    /// row inserted — from then on it counts against its host, a create in flight — and the
+    /// volumes claimed on that host (pin the demand to the volumes' host). Returns where it
+    /// went and why, with the claims. [`StoreError::NoCapacity`] when no host fits; on any
+    /// error nothing is written (though `row` may have been given a host).
+    pub async fn insert_placed(
+        &self,
+        row: &mut SandboxRow,
+        mounts: &[MountClaim],
+        demand: &Demand<'_>,
+    ) -> Result<(Placement, Vec<Claimed>), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        check_limit(&mut tx, &row.workspace_id, 1).await?;
+        let placement = place(&mut tx, self.backend, demand).await?;
+        row.host_id.clone_from(&placement.host_id);
+        row.memory_mib = demand.memory_mib;
+        insert(&mut *tx, row).await?;
+        let claimed = claim(&mut tx, &row.workspace_id, &row.host_id, &row.id, mounts).await?;
+        tx.commit().await?;
+        Ok((placement, claimed))
     }
 
     /// Records a finished create: the VM's shape (with its disk limits), how it booted and its

@@ -1,60 +1,16 @@
 //! Membership, leases and fencing, on both backends: a real SQLite file and a real PostgreSQL
 //! server (`PANDASTACK_TEST_POSTGRES`, as in `store.rs`; `skip` runs SQLite only). Every test
-//! gets a fresh database on each backend, reached through two store handles (two replicas).
+//! gets a fresh database on each backend, reached through two store handles (two replicas;
+//! `common`).
+
+mod common;
 
 use std::collections::BTreeSet;
 
+use common::{stores, Case, LEASE, T0};
 use pandastack_store::{
-    HostCapacity, HostState, Joining, SandboxRow, SandboxState, Store, StoreError,
+    HostCapacity, HostState, Joining, Reaped, SandboxRow, SandboxState, Store, StoreError,
 };
-
-/// Two handles (two replicas) on one fresh database per backend.
-struct Case {
-    backend: &'static str,
-    store: Store,
-    other: Store,
-    _dir: Option<tempfile::TempDir>,
-}
-
-async fn stores() -> Vec<Case> {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
-    let mut out = vec![Case {
-        backend: "sqlite",
-        store: Store::open(&path).await.unwrap(),
-        other: Store::open(&path).await.unwrap(),
-        _dir: Some(dir),
-    }];
-    match std::env::var("PANDASTACK_TEST_POSTGRES").as_deref() {
-        Ok("skip") => eprintln!("PostgreSQL backend skipped (PANDASTACK_TEST_POSTGRES=skip)"),
-        Ok(admin) => {
-            use sqlx::Connection;
-            let name = format!("t_{:016x}", rand::random::<u64>());
-            let mut conn = sqlx::PgConnection::connect(admin).await.unwrap();
-            sqlx::query(&format!("CREATE DATABASE {name}"))
-                .execute(&mut conn)
-                .await
-                .unwrap();
-            let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(admin);
-            let url = format!("{base}/{name}");
-            out.push(Case {
-                backend: "postgres",
-                store: Store::connect(&url).await.unwrap(),
-                other: Store::connect(&url).await.unwrap(),
-                _dir: None,
-            });
-        }
-        Err(_) => panic!(
-            "PANDASTACK_TEST_POSTGRES is not set: run `eval \"$(scripts/test-postgres.sh start)\"` \
-             first (or set it to `skip` to test SQLite only)"
-        ),
-    }
-    out
-}
-
-/// A fixed "now" (unix ms) and the lease the tests use.
-const T0: i64 = 1_700_000_000_000;
-const LEASE: i64 = 8_000;
 
 fn joining(id: &str) -> Joining {
     Joining {
@@ -66,9 +22,16 @@ fn joining(id: &str) -> Joining {
             memory_mib: 65_536,
             disk_bytes: 1 << 40,
             free_slots: 100,
+            slots: 120,
         },
         compat_key: "qemu-7.2/linux-6.12/x86-64-v3".into(),
+        templates: vec!["base".into(), "py_3".into()],
     }
+}
+
+/// The ids of the hosts a reap reaped.
+fn ids(reaped: Vec<Reaped>) -> Vec<String> {
+    reaped.into_iter().map(|r| r.host_id).collect()
 }
 
 /// A running sandbox on `host` in a new workspace.
@@ -102,6 +65,7 @@ async fn join_gives_a_new_epoch_and_register_holds_no_lease() {
         assert_eq!(first.state, HostState::Ready, "{backend}");
         assert_eq!(first.lease_until, T0 + LEASE, "{backend}");
         assert_eq!(first.capacity, joining("h1").capacity, "{backend}");
+        assert_eq!(first.templates, ["base", "py_3"], "{backend}");
         assert_eq!(
             first.address.as_deref(),
             Some("h1.cluster:7443"),
@@ -141,7 +105,7 @@ async fn join_gives_a_new_epoch_and_register_holds_no_lease() {
             Err(StoreError::NotFound)
         ));
 
-        let ids: Vec<String> = store
+        let listed: Vec<String> = store
             .hosts()
             .list()
             .await
@@ -149,10 +113,10 @@ async fn join_gives_a_new_epoch_and_register_holds_no_lease() {
             .into_iter()
             .map(|h| h.id)
             .collect();
-        assert_eq!(ids, ["h-local", "h1"], "{backend}");
+        assert_eq!(listed, ["h-local", "h1"], "{backend}");
         // The in-process host is never reaped, however late.
         assert_eq!(
-            store.hosts().reap(i64::MAX).await.unwrap(),
+            ids(store.hosts().reap(i64::MAX).await.unwrap()),
             ["h1"],
             "{backend}"
         );
@@ -230,9 +194,9 @@ async fn reap_marks_exactly_the_lapsed_hosts_once() {
         store.hosts().register("h-local", "box").await.unwrap();
 
         // A lease that ends at `now` has not lapsed yet.
-        assert!(store.hosts().reap(T0 + 1_000).await.unwrap().is_empty());
+        assert!(ids(store.hosts().reap(T0 + 1_000).await.unwrap()).is_empty());
         assert_eq!(
-            store.hosts().reap(T0 + 2_000).await.unwrap(),
+            ids(store.hosts().reap(T0 + 2_000).await.unwrap()),
             ["h-a", "h-c"],
             "{backend}"
         );
@@ -250,10 +214,10 @@ async fn reap_marks_exactly_the_lapsed_hosts_once() {
             "{backend}: a live lease was touched"
         );
         assert!(
-            store.hosts().reap(T0 + 2_000).await.unwrap().is_empty(),
+            ids(store.hosts().reap(T0 + 2_000).await.unwrap()).is_empty(),
             "{backend}: reaped twice"
         );
-        assert_eq!(store.hosts().reap(T0 + 6_000).await.unwrap(), ["h-b"]);
+        assert_eq!(ids(store.hosts().reap(T0 + 6_000).await.unwrap()), ["h-b"]);
         assert_eq!(
             store.hosts().get("h-a").await.unwrap().epoch,
             a.epoch + 1,
@@ -298,7 +262,7 @@ async fn racing_reapers_reap_each_host_exactly_once() {
             .collect();
         let mut all = Vec::new();
         for r in reapers {
-            all.extend(r.await.unwrap().unwrap());
+            all.extend(ids(r.await.unwrap().unwrap()));
         }
         let unique: BTreeSet<&String> = all.iter().collect();
         assert_eq!(all.len(), 20, "{backend}: a host was reaped twice: {all:?}");
@@ -397,11 +361,8 @@ async fn a_fenced_sandbox_write_with_a_stale_epoch_changes_nothing() {
                 "{backend}: epoch {epoch}"
             );
         }
-        assert_eq!(
-            state(sb.id.clone()).await,
-            SandboxState::Paused,
-            "{backend}"
-        );
+        // The reap made it lost; the refused writes left it so.
+        assert_eq!(state(sb.id.clone()).await, SandboxState::Lost, "{backend}");
     }
 }
 
@@ -412,7 +373,10 @@ async fn renew_after_reap_is_fenced_until_the_host_joins_again() {
     for Case { backend, store, .. } in stores().await {
         let before = store.hosts().join(&joining("h1"), LEASE, T0).await.unwrap();
         let sb = sandbox_on(&store, "h1").await;
-        assert_eq!(store.hosts().reap(T0 + LEASE + 1).await.unwrap(), ["h1"]);
+        assert_eq!(
+            ids(store.hosts().reap(T0 + LEASE + 1).await.unwrap()),
+            ["h1"]
+        );
         let dead = store.hosts().get("h1").await.unwrap();
         for epoch in [before.epoch, dead.epoch] {
             let r = store
@@ -525,9 +489,284 @@ async fn three_hundred_hosts_renewed_in_one_call() {
         assert_eq!(fenced, ["h-007", "h-107", "h-207"], "{backend}");
         // Only the fenced three lapse.
         assert_eq!(
-            store.hosts().reap(T0 + 2 * LEASE).await.unwrap(),
+            ids(store.hosts().reap(T0 + 2 * LEASE).await.unwrap()),
             ["h-007", "h-107", "h-207"],
             "{backend}"
         );
+    }
+}
+
+/// A sandbox in state `state` on `host`, in workspace `ws`.
+async fn sandbox_in(store: &Store, ws: &str, host: &str, state: SandboxState) -> SandboxRow {
+    let mut row = SandboxRow::service(ws, host, "base", Default::default());
+    row.state = state;
+    row.memory_mib = 512;
+    store.sandboxes().insert(&row).await.unwrap();
+    row
+}
+
+/// A reap marks `lost` exactly the reaped host's sandboxes that held a VM, says how many per
+/// host, and touches no other host's rows (nor, reaping nothing, any row at all).
+#[tokio::test]
+async fn reap_marks_the_dead_hosts_running_sandboxes_lost() {
+    use SandboxState::*;
+    for Case { backend, store, .. } in stores().await {
+        store.hosts().join(&joining("h1"), LEASE, T0).await.unwrap();
+        store.hosts().join(&joining("h2"), LEASE, T0).await.unwrap();
+        store
+            .hosts()
+            .join(&joining("h3"), 4 * LEASE, T0)
+            .await
+            .unwrap();
+        store.hosts().register("h-local", "box").await.unwrap();
+        let ws = store.keys().create_workspace("w", 100, 60).await.unwrap();
+        let states = [Starting, Running, Paused, Hibernated, Stopped, Failed];
+        let mut rows = Vec::new();
+        for host in ["h1", "h2", "h3", "h-local"] {
+            for state in states {
+                rows.push(sandbox_in(&store, &ws.id, host, state).await);
+            }
+        }
+        let state_of = |id: String| {
+            let store = store.clone();
+            async move { store.sandboxes().by_id(&id).await.unwrap().state }
+        };
+
+        let reaped = store.hosts().reap(T0 + LEASE + 1).await.unwrap();
+        assert_eq!(
+            reaped,
+            [
+                Reaped {
+                    host_id: "h1".into(),
+                    lost: 3
+                },
+                Reaped {
+                    host_id: "h2".into(),
+                    lost: 3
+                }
+            ],
+            "{backend}"
+        );
+        for row in &rows {
+            let now = state_of(row.id.clone()).await;
+            let dead = row.host_id == "h1" || row.host_id == "h2";
+            let expect = if dead && matches!(row.state, Starting | Running | Paused) {
+                Lost
+            } else {
+                row.state
+            };
+            assert_eq!(
+                now, expect,
+                "{backend}: {} was {:?}",
+                row.host_id, row.state
+            );
+        }
+
+        // Nothing left to reap: nothing changes (a lost sandbox stays lost, not counted twice).
+        assert!(
+            store.hosts().reap(T0 + LEASE + 2).await.unwrap().is_empty(),
+            "{backend}"
+        );
+        // h3 lapses later; h1's rows are not touched again.
+        let later = store.hosts().reap(T0 + 5 * LEASE).await.unwrap();
+        assert_eq!(
+            later,
+            [Reaped {
+                host_id: "h3".into(),
+                lost: 3
+            }],
+            "{backend}"
+        );
+        let lost = rows.iter().filter(|r| r.host_id != "h-local");
+        for row in lost {
+            if matches!(row.state, Starting | Running | Paused) {
+                assert_eq!(state_of(row.id.clone()).await, Lost, "{backend}");
+            }
+        }
+    }
+}
+
+/// Racing reapers mark each dead host's sandboxes lost once: the counts they return add up
+/// to the sandboxes there were.
+#[tokio::test]
+async fn racing_reapers_count_each_lost_sandbox_once() {
+    for Case {
+        backend,
+        store,
+        other,
+        ..
+    } in stores().await
+    {
+        let ws = store.keys().create_workspace("w", 1_000, 60).await.unwrap();
+        for i in 0..10 {
+            let id = format!("h-{i}");
+            store.hosts().join(&joining(&id), 1_000, T0).await.unwrap();
+            for _ in 0..=i {
+                sandbox_in(&store, &ws.id, &id, SandboxState::Running).await;
+            }
+        }
+        let reapers: Vec<_> = (0..6)
+            .map(|i| {
+                let s = if i % 2 == 0 {
+                    store.clone()
+                } else {
+                    other.clone()
+                };
+                tokio::spawn(async move { s.hosts().reap(T0 + 5_000).await })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for r in reapers {
+            all.extend(r.await.unwrap().unwrap());
+        }
+        all.sort_by(|a, b| a.host_id.cmp(&b.host_id));
+        let expect: Vec<Reaped> = (0..10)
+            .map(|i| Reaped {
+                host_id: format!("h-{i}"),
+                lost: i + 1,
+            })
+            .collect();
+        assert_eq!(all, expect, "{backend}");
+    }
+}
+
+/// A report replaces the host's capacity and templates only under its current epoch: an old
+/// process of the host (it joined again since), a reaped host and an unknown one are fenced,
+/// and a refused report writes nothing.
+#[tokio::test]
+async fn report_is_fenced_after_a_rejoin() {
+    for Case { backend, store, .. } in stores().await {
+        let first = store.hosts().join(&joining("h1"), LEASE, T0).await.unwrap();
+        let now = HostCapacity {
+            vcpus: 8,
+            memory_mib: 32_768,
+            disk_bytes: 1 << 39,
+            free_slots: 7,
+            slots: 64,
+        };
+        store
+            .hosts()
+            .report("h1", first.epoch, &now, &["node".into(), "base".into()])
+            .await
+            .unwrap();
+        let row = store.hosts().get("h1").await.unwrap();
+        assert_eq!(
+            (row.capacity, row.templates.clone()),
+            (now, vec!["base".to_owned(), "node".to_owned()]),
+            "{backend}"
+        );
+        assert_eq!(
+            (row.epoch, row.lease_until),
+            (first.epoch, first.lease_until),
+            "{backend}: a report moved the epoch or the lease"
+        );
+
+        let second = store
+            .hosts()
+            .join(&joining("h1"), LEASE, T0 + 1)
+            .await
+            .unwrap();
+        let stale = HostCapacity { vcpus: 1, ..now };
+        match store
+            .hosts()
+            .report("h1", first.epoch, &stale, &["stale".into()])
+            .await
+        {
+            Err(StoreError::Fenced { host, epoch }) => {
+                assert_eq!((host.as_str(), epoch), ("h1", first.epoch), "{backend}")
+            }
+            r => panic!("{backend}: {r:?}"),
+        }
+        let row = store.hosts().get("h1").await.unwrap();
+        assert_eq!(
+            (row.capacity, row.templates.clone()),
+            (
+                joining("h1").capacity,
+                vec!["base".to_owned(), "py_3".to_owned()]
+            ),
+            "{backend}: a fenced report wrote"
+        );
+        store
+            .hosts()
+            .report("h1", second.epoch, &now, &[])
+            .await
+            .unwrap();
+        assert!(
+            store.hosts().get("h1").await.unwrap().templates.is_empty(),
+            "{backend}"
+        );
+
+        store.hosts().reap(T0 + 2 * LEASE).await.unwrap();
+        let dead = store.hosts().get("h1").await.unwrap();
+        for epoch in [second.epoch, dead.epoch] {
+            assert!(
+                matches!(
+                    store.hosts().report("h1", epoch, &now, &[]).await,
+                    Err(StoreError::Fenced { .. })
+                ),
+                "{backend}: epoch {epoch}"
+            );
+        }
+        assert!(matches!(
+            store.hosts().report("h-nope", 1, &now, &[]).await,
+            Err(StoreError::Fenced { .. })
+        ));
+    }
+}
+
+/// `owner_of` names the host of a sandbox, a snapshot, a volume and a volume snapshot by id
+/// alone (any workspace), and nothing for an unknown id.
+#[tokio::test]
+async fn owner_of_names_the_host_of_each_kind_of_row() {
+    use pandastack_store::{SnapshotRow, VolumeRow, VolumeSnapshotRow, VolumeState};
+    for Case { backend, store, .. } in stores().await {
+        let ws = store.keys().create_workspace("w", 100, 60).await.unwrap();
+        let sb = sandbox_in(&store, &ws.id, "h1", SandboxState::Running).await;
+        let snap = SnapshotRow {
+            id: "snap-1".into(),
+            workspace_id: ws.id.clone(),
+            host_id: "h2".into(),
+            sandbox_id: sb.id.clone(),
+            template: "base".into(),
+            size_bytes: 1,
+            created_at: T0,
+            auto_delete: false,
+        };
+        store.snapshots().insert(&snap).await.unwrap();
+        let vol = VolumeRow {
+            id: "vol-1".into(),
+            workspace_id: ws.id.clone(),
+            name: "data".into(),
+            host_id: "h3".into(),
+            size_gb: 1,
+            state: VolumeState::Ready,
+            source: None,
+            created_at: T0,
+        };
+        store.volumes().insert_within_quota(&vol).await.unwrap();
+        let vsnap = VolumeSnapshotRow {
+            id: "vs-1".into(),
+            workspace_id: ws.id.clone(),
+            volume_id: vol.id.clone(),
+            host_id: "h4".into(),
+            size_gb: 1,
+            frozen: false,
+            internal: false,
+            created_at: T0,
+        };
+        store.volumes().insert_snapshot(&vsnap).await.unwrap();
+        for (id, host) in [
+            (sb.id.as_str(), Some("h1")),
+            ("snap-1", Some("h2")),
+            ("vol-1", Some("h3")),
+            ("vs-1", Some("h4")),
+            ("sb-nope", None),
+        ] {
+            assert_eq!(
+                store.hosts().owner_of(id).await.unwrap().as_deref(),
+                host,
+                "{backend}: {id}"
+            );
+        }
     }
 }

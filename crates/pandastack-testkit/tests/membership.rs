@@ -1,12 +1,13 @@
 //! Agents attending a replica, end to end: real `Attendance`s dialling a real
 //! `serve_membership` over loopback mutual TLS (certificates from a cluster CA in a temporary
 //! directory), the replica's `Members` the control plane's `StoreMembers` over a real SQLite
-//! store — joins, batched renewals, a dropped stream reaped, a reaped host fenced and joining
-//! again by itself, a store outage that keeps every stream, and the peers a replica refuses.
+//! store — joins, batched renewals, a heartbeat's changed templates stored, a dropped stream
+//! reaped, a reaped host fenced and joining again by itself, a store outage that keeps every
+//! stream, and the peers a replica refuses.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pandastack_agent_link::membership::{Capacity, HostUpdate, Joined, Renewal};
@@ -190,6 +191,11 @@ async fn joined(epoch: &mut watch::Receiver<Option<i64>>) -> i64 {
     e.unwrap()
 }
 
+/// The ids of the hosts a reap reaped.
+fn reaped(r: Vec<pandastack_store::Reaped>) -> Vec<String> {
+    r.into_iter().map(|r| r.host_id).collect()
+}
+
 /// A replica address where nothing listens.
 async fn nowhere() -> Replica {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -217,13 +223,58 @@ async fn an_agent_attends_and_its_heartbeats_renew_its_lease() {
         Some("qemu-9.2/linux-6.12/x86-64-v3")
     );
     assert_eq!(row.capacity.vcpus, 16);
-    assert_eq!(row.capacity.free_slots, 200);
+    assert_eq!((row.capacity.free_slots, row.capacity.slots), (200, 256));
+    assert_eq!(row.templates, ["base"]);
 
     let first = row.lease_until;
     until("the lease renewed", || async {
         w.store.hosts().get("host-a").await.unwrap().lease_until > first
     })
     .await;
+    let row = w.store.hosts().get("host-a").await.unwrap();
+    assert_eq!((row.epoch, row.state), (e, HostState::Ready));
+    assert_eq!(w.members.joins.load(Ordering::SeqCst), 1);
+}
+
+/// What an agent's heartbeats say changed (its templates, its memory) reaches the store under
+/// the epoch it joined with, once per change — not at every heartbeat, and with no new join.
+#[tokio::test]
+async fn a_heartbeats_changed_templates_reach_the_store() {
+    let w = world().await;
+    let now: Arc<Mutex<(Vec<String>, i64)>> = Arc::new(Mutex::new((vec!["base".into()], 65536)));
+    let says = now.clone();
+    let attendance = Attendance::new(
+        &w.cluster.identity(Role::Agent, "host-a", &[]),
+        vec![w.replica.clone()],
+        move || {
+            let (templates, memory_mib) = says.lock().unwrap().clone();
+            let mut r = report("host-a");
+            r.templates = templates;
+            r.capacity.memory_mib = memory_mib;
+            r
+        },
+    )
+    .unwrap()
+    .heartbeat_every(BEAT);
+    let mut epoch = attendance.epoch();
+    let _agent = Task(tokio::spawn(attendance.run()));
+    let e = joined(&mut epoch).await;
+    // Heartbeats that repeat the join report nothing.
+    tokio::time::sleep(TICK * 6).await;
+    assert_eq!(w.members.reports.load(Ordering::SeqCst), 0);
+
+    *now.lock().unwrap() = (vec!["python".into(), "base".into()], 32768);
+    until("the new templates stored", || async {
+        let row = w.store.hosts().get("host-a").await.unwrap();
+        row.templates == ["base", "python"] && row.capacity.memory_mib == 32768
+    })
+    .await;
+    tokio::time::sleep(TICK * 6).await;
+    assert_eq!(
+        w.members.reports.load(Ordering::SeqCst),
+        1,
+        "reported more than once"
+    );
     let row = w.store.hosts().get("host-a").await.unwrap();
     assert_eq!((row.epoch, row.state), (e, HostState::Ready));
     assert_eq!(w.members.joins.load(Ordering::SeqCst), 1);
@@ -253,7 +304,10 @@ async fn a_dropped_stream_is_reaped_and_attending_again_gives_a_new_epoch() {
         "renewed after its stream was gone"
     );
     assert!(w.store.hosts().reap(lease).await.unwrap().is_empty());
-    assert_eq!(w.store.hosts().reap(lease + 1).await.unwrap(), ["host-a"]);
+    assert_eq!(
+        reaped(w.store.hosts().reap(lease + 1).await.unwrap()),
+        ["host-a"]
+    );
     let dead = w.store.hosts().get("host-a").await.unwrap();
     assert_eq!(dead.state, HostState::Dead);
 
@@ -288,7 +342,10 @@ async fn a_reaped_host_is_fenced_and_joins_again_by_itself() {
     );
     let e1 = joined(&mut epoch).await;
     let later = now_ms() + LEASE.as_millis() as i64 + 5_000;
-    assert_eq!(w.store.hosts().reap(later).await.unwrap(), ["host-a"]);
+    assert_eq!(
+        reaped(w.store.hosts().reap(later).await.unwrap()),
+        ["host-a"]
+    );
     let reaped = w.store.hosts().get("host-a").await.unwrap().epoch;
     let e2 = *tokio::time::timeout(
         Duration::from_secs(10),

@@ -1,0 +1,493 @@
+//! Placement: the host a new sandbox goes to, chosen in the transaction that writes its row
+//! ([`crate::SandboxRepo::insert_placed`]), so creates in flight count against their host.
+//!
+//! ```text
+//!   hosts ⟕ (sandboxes holding a VM, grouped by host)     one query, every host
+//!     └─► judge each: ready? lease live? compat key? not excluded? memory and slots left?
+//!           └─► best: holds the template, then least memory left after the create, then id
+//!                 SQLite: the create's transaction holds the write lock — done
+//!                 PostgreSQL: lock the host row (FOR UPDATE), count again; taken meanwhile?
+//!                             give the lock back, choose again (at most PLACE_TRIES times)
+//! ```
+//!
+//! A candidate is `ready`, holds a live lease (`lease_until > now`; the single-node in-process
+//! host, which holds none, only when the create is pinned to it), has the compatibility key
+//! the create names (if any), is not among the hosts that refused this create, and has room:
+//! `used + memory ≤ memory_mib` where `used` is the memory of its sandboxes in a state that
+//! holds a VM (`starting`, `running`, `paused` — a create under way is `starting`), and fewer
+//! such sandboxes than its `slots` when it reported any. A host that reported no memory is
+//! never chosen, except the in-process host when pinned (its own create checks it).
+//!
+//! Concurrency: on SQLite the create's transaction took the database's write lock before
+//! placing (its workspace-limit check writes first), so nothing changes under it. On
+//! PostgreSQL two replicas may choose the same host from the same counts: each locks the host's
+//! row and counts again before its insert, so the second waits for the first to commit and then
+//! sees its row. A host that no longer fits is unlocked (its savepoint rolled back: a create
+//! holds at most one host's lock while it waits for another, so two creates never wait on each
+//! other) and the choice is made again from fresh counts.
+
+use sqlx::any::AnyRow;
+
+use crate::hosts::HOLDS_A_VM;
+use crate::{col, parsed, Backend, HostState, StoreError};
+
+/// What a create needs of its host.
+#[derive(Debug, Clone, Copy)]
+pub struct Demand<'a> {
+    /// The memory its VM will take.
+    pub memory_mib: i64,
+    /// The template it starts from: a host holding it is preferred.
+    pub template: Option<&'a str>,
+    /// Only hosts with this compatibility key (a snapshot's restore).
+    pub compat_key: Option<&'a str>,
+    /// Only this host (pinned: fork, snapshot or volume locality).
+    pub host: Option<&'a str>,
+    /// Hosts that refused this create already.
+    pub exclude: &'a [String],
+    /// Unix ms: leases that end before this are not live.
+    pub now_ms: i64,
+}
+
+/// Where a create went, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub host_id: String,
+    pub reason: PlaceReason,
+    /// Memory the host has left once this create's VM runs (0 for the in-process host, which
+    /// reports none).
+    pub free_memory_mib: i64,
+    /// How many hosts could have taken it.
+    pub candidates: usize,
+}
+
+/// Why a host was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlaceReason {
+    /// The create named it.
+    Pinned,
+    /// It holds the create's template (the best fit among those that do).
+    TemplateLocal,
+    /// No candidate holds the template (or none was named): the one left fullest.
+    BestFit,
+}
+
+impl std::fmt::Display for PlaceReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PlaceReason::Pinned => "pinned",
+            PlaceReason::TemplateLocal => "template-local",
+            PlaceReason::BestFit => "best fit",
+        })
+    }
+}
+
+/// How many times a create on PostgreSQL chooses again after the host it chose was filled by
+/// other creates before it could lock it.
+const PLACE_TRIES: usize = 8;
+
+/// One host as placement sees it.
+struct Load {
+    id: String,
+    state: HostState,
+    lease_until: i64,
+    compat_key: Option<String>,
+    memory_mib: i64,
+    slots: i64,
+    /// Holds the create's template.
+    local: bool,
+    /// Memory of its sandboxes that hold a VM, and how many they are.
+    used: i64,
+    running: i64,
+}
+
+/// Why a host cannot take a create; the order is the order of the checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Unfit {
+    Dead,
+    Draining,
+    NoLease,
+    Lapsed,
+    Compat,
+    Excluded,
+    Slots,
+    NoMemory,
+    Memory,
+}
+
+impl Unfit {
+    /// After a count of hosts: "2 draining".
+    fn plural(self, memory_mib: i64) -> String {
+        match self {
+            Unfit::Dead => "dead".into(),
+            Unfit::Draining => "draining".into(),
+            Unfit::NoLease => "without a lease (the in-process host: only when pinned)".into(),
+            Unfit::Lapsed => "with a lapsed lease".into(),
+            Unfit::Compat => "with another compatibility key".into(),
+            Unfit::Excluded => "refused this create".into(),
+            Unfit::Slots => "with every slot taken".into(),
+            Unfit::NoMemory => "reporting no memory".into(),
+            Unfit::Memory => format!("with less than {memory_mib} MiB free"),
+        }
+    }
+
+    /// After "host X, which": "is draining".
+    fn singular(self, memory_mib: i64) -> String {
+        match self {
+            Unfit::Dead => "is dead".into(),
+            Unfit::Draining => "is draining".into(),
+            Unfit::NoLease => "holds no lease".into(),
+            Unfit::Lapsed => "has a lapsed lease".into(),
+            Unfit::Compat => "has another compatibility key".into(),
+            Unfit::Excluded => "refused this create".into(),
+            Unfit::Slots => "has every slot taken".into(),
+            Unfit::NoMemory => "reports no memory".into(),
+            Unfit::Memory => format!("has less than {memory_mib} MiB free"),
+        }
+    }
+}
+
+/// Whether host `h` can take demand `d`: the memory it has left after, or why not.
+fn judge(h: &Load, d: &Demand<'_>) -> Result<i64, Unfit> {
+    match h.state {
+        HostState::Dead => return Err(Unfit::Dead),
+        HostState::Draining => return Err(Unfit::Draining),
+        HostState::Ready => {}
+    }
+    let in_process = h.lease_until == 0;
+    if in_process {
+        if d.host.is_none() {
+            return Err(Unfit::NoLease);
+        }
+    } else if h.lease_until <= d.now_ms {
+        return Err(Unfit::Lapsed);
+    }
+    if d.compat_key
+        .is_some_and(|k| h.compat_key.as_deref() != Some(k))
+    {
+        return Err(Unfit::Compat);
+    }
+    if d.exclude.contains(&h.id) {
+        return Err(Unfit::Excluded);
+    }
+    if h.slots > 0 && h.running >= h.slots {
+        return Err(Unfit::Slots);
+    }
+    if h.memory_mib <= 0 {
+        return if in_process {
+            Ok(0)
+        } else {
+            Err(Unfit::NoMemory)
+        };
+    }
+    let free = h
+        .memory_mib
+        .saturating_sub(h.used)
+        .saturating_sub(d.memory_mib.max(0));
+    if free < 0 {
+        return Err(Unfit::Memory);
+    }
+    Ok(free)
+}
+
+/// The columns of a [`Load`]; `$1` is the template pattern (`,name,`, or '' for none).
+const HOST_COLUMNS: &str = "h.id, h.state, h.lease_until, h.compat_key, h.memory_mib, h.slots, \
+     CAST(CASE WHEN $1 <> '' AND replace(h.templates, $1, '') <> h.templates THEN 1 ELSE 0 END \
+     AS BIGINT) AS local";
+
+fn load(r: &AnyRow, used: i64, running: i64) -> Result<Load, StoreError> {
+    Ok(Load {
+        id: col(r, "id")?,
+        state: parsed(r, "state", HostState::parse)?,
+        lease_until: col(r, "lease_until")?,
+        compat_key: col(r, "compat_key")?,
+        memory_mib: col(r, "memory_mib")?,
+        slots: col(r, "slots")?,
+        local: col::<i64>(r, "local")? != 0,
+        used,
+        running,
+    })
+}
+
+/// Every host (or only the pinned one) with what its sandboxes use: one grouped query.
+async fn hosts(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    d: &Demand<'_>,
+    pattern: &str,
+) -> Result<Vec<Load>, StoreError> {
+    let (only_host, only_sandboxes) = match d.host {
+        Some(_) => (" WHERE h.id = $2", " AND host_id = $2"),
+        None => ("", ""),
+    };
+    let sql = format!(
+        "SELECT {HOST_COLUMNS}, CAST(COALESCE(u.used, 0) AS BIGINT) AS used, \
+         CAST(COALESCE(u.n, 0) AS BIGINT) AS n \
+         FROM hosts h LEFT JOIN (SELECT host_id, SUM(memory_mib) AS used, COUNT(*) AS n \
+         FROM sandboxes WHERE {HOLDS_A_VM}{only_sandboxes} GROUP BY host_id) u \
+         ON u.host_id = h.id{only_host}"
+    );
+    let mut q = sqlx::query(&sql).bind(pattern);
+    if let Some(h) = d.host {
+        q = q.bind(h);
+    }
+    let rows = q.fetch_all(&mut **tx).await?;
+    rows.iter()
+        .map(|r| load(r, col(r, "used")?, col(r, "n")?))
+        .collect()
+}
+
+/// Host `id` locked for the rest of the transaction (PostgreSQL), counted afresh.
+async fn lock(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    id: &str,
+    pattern: &str,
+) -> Result<Option<Load>, StoreError> {
+    let Some(r) = sqlx::query(&format!(
+        "SELECT {HOST_COLUMNS} FROM hosts h WHERE h.id = $2 FOR UPDATE"
+    ))
+    .bind(pattern)
+    .bind(id)
+    .fetch_optional(&mut **tx)
+    .await?
+    else {
+        return Ok(None);
+    };
+    // A statement of its own: under READ COMMITTED it sees every create committed by those
+    // that held the lock before.
+    let u = sqlx::query(&format!(
+        "SELECT CAST(COALESCE(SUM(memory_mib), 0) AS BIGINT) AS used, \
+         CAST(COUNT(*) AS BIGINT) AS n FROM sandboxes WHERE host_id = $1 AND {HOLDS_A_VM}"
+    ))
+    .bind(id)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(Some(load(&r, col(&u, "used")?, col(&u, "n")?)?))
+}
+
+/// Chooses the host for demand `d` inside a create's transaction `tx` (see the module doc).
+/// [`StoreError::NoCapacity`] when no host fits, saying why for each.
+pub(crate) async fn place(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    backend: Backend,
+    d: &Demand<'_>,
+) -> Result<Placement, StoreError> {
+    let pattern = d
+        .template
+        .filter(|t| !t.is_empty() && !t.contains(','))
+        .map(|t| format!(",{t},"))
+        .unwrap_or_default();
+    let mut raced = 0;
+    for _ in 0..PLACE_TRIES {
+        let all = hosts(tx, d, &pattern).await?;
+        let mut fits: Vec<(&Load, i64)> = Vec::new();
+        let mut unfit: Vec<Unfit> = Vec::new();
+        for h in &all {
+            match judge(h, d) {
+                Ok(free) => fits.push((h, free)),
+                Err(why) => unfit.push(why),
+            }
+        }
+        fits.sort_by(|(a, fa), (b, fb)| {
+            b.local
+                .cmp(&a.local)
+                .then(fa.cmp(fb))
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        let Some(&(best, free)) = fits.first() else {
+            return Err(StoreError::NoCapacity {
+                why: why(d, &unfit, raced),
+            });
+        };
+        let reason = if d.host.is_some() {
+            PlaceReason::Pinned
+        } else if best.local {
+            PlaceReason::TemplateLocal
+        } else {
+            PlaceReason::BestFit
+        };
+        let placed = |free_memory_mib| Placement {
+            host_id: best.id.clone(),
+            reason,
+            free_memory_mib,
+            candidates: fits.len(),
+        };
+        if backend == Backend::Sqlite {
+            return Ok(placed(free));
+        }
+        sqlx::query("SAVEPOINT choose_host")
+            .execute(&mut **tx)
+            .await?;
+        let now = lock(tx, &best.id, &pattern).await?;
+        match now.as_ref().map(|h| judge(h, d)) {
+            Some(Ok(free)) => {
+                sqlx::query("RELEASE SAVEPOINT choose_host")
+                    .execute(&mut **tx)
+                    .await?;
+                return Ok(placed(free));
+            }
+            _ => {
+                // Filled (or drained, reaped, forgotten) since it was counted: unlock it.
+                sqlx::query("ROLLBACK TO SAVEPOINT choose_host")
+                    .execute(&mut **tx)
+                    .await?;
+                raced += 1;
+            }
+        }
+    }
+    Err(StoreError::NoCapacity {
+        why: format!(
+            "{PLACE_TRIES} hosts chosen in turn were each filled by other creates first; \
+             try again"
+        ),
+    })
+}
+
+/// The text of [`StoreError::NoCapacity`]: "3 hosts: 1 draining, 2 with less than 2048 MiB
+/// free", or for a pinned create "host h1 (pinned), which is draining".
+fn why(d: &Demand<'_>, unfit: &[Unfit], raced: usize) -> String {
+    let mut causes = unfit.to_vec();
+    causes.sort();
+    let mut text = match (d.host, causes.first()) {
+        (Some(h), None) => format!("host {h} (pinned) is not known"),
+        (Some(h), Some(&c)) => format!("host {h} (pinned), which {}", c.singular(d.memory_mib)),
+        (None, None) => "no hosts".into(),
+        (None, Some(_)) => {
+            let mut counts: Vec<(Unfit, usize)> = Vec::new();
+            for c in causes.iter().copied() {
+                match counts.last_mut() {
+                    Some((last, n)) if *last == c => *n += 1,
+                    _ => counts.push((c, 1)),
+                }
+            }
+            let parts: Vec<String> = counts
+                .iter()
+                .map(|(c, n)| format!("{n} {}", c.plural(d.memory_mib)))
+                .collect();
+            let n = causes.len();
+            let hosts = if n == 1 { "host" } else { "hosts" };
+            format!("{n} {hosts}: {}", parts.join(", "))
+        }
+    };
+    if raced > 0 {
+        text.push_str(&format!(
+            " ({raced} filled by other creates while this one was placed)"
+        ));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_000_000;
+
+    fn host(id: &str) -> Load {
+        Load {
+            id: id.into(),
+            state: HostState::Ready,
+            lease_until: NOW + 1,
+            compat_key: Some("k1".into()),
+            memory_mib: 4096,
+            slots: 0,
+            local: false,
+            used: 0,
+            running: 0,
+        }
+    }
+
+    fn demand(memory_mib: i64) -> Demand<'static> {
+        Demand {
+            memory_mib,
+            template: None,
+            compat_key: None,
+            host: None,
+            exclude: &[],
+            now_ms: NOW,
+        }
+    }
+
+    #[test]
+    fn judge_checks_each_rule() {
+        let d = demand(1024);
+        assert_eq!(judge(&host("a"), &d), Ok(3072));
+        let full = Load {
+            used: 3073,
+            ..host("a")
+        };
+        assert_eq!(judge(&full, &d), Err(Unfit::Memory));
+        let exact = Load {
+            used: 3072,
+            ..host("a")
+        };
+        assert_eq!(judge(&exact, &d), Ok(0));
+        let slots = Load {
+            slots: 2,
+            running: 2,
+            ..host("a")
+        };
+        assert_eq!(judge(&slots, &d), Err(Unfit::Slots));
+        let lapsed = Load {
+            lease_until: NOW,
+            ..host("a")
+        };
+        assert_eq!(judge(&lapsed, &d), Err(Unfit::Lapsed));
+        let draining = Load {
+            state: HostState::Draining,
+            ..host("a")
+        };
+        assert_eq!(judge(&draining, &d), Err(Unfit::Draining));
+        let silent = Load {
+            memory_mib: 0,
+            ..host("a")
+        };
+        assert_eq!(judge(&silent, &d), Err(Unfit::NoMemory));
+        let compat = Demand {
+            compat_key: Some("k2"),
+            ..d
+        };
+        assert_eq!(judge(&host("a"), &compat), Err(Unfit::Compat));
+        let refused = ["a".to_owned()];
+        let excluded = Demand {
+            exclude: &refused,
+            ..d
+        };
+        assert_eq!(judge(&host("a"), &excluded), Err(Unfit::Excluded));
+        assert_eq!(judge(&host("b"), &excluded), Ok(3072));
+
+        // The in-process host: only when pinned, and then without a memory report.
+        let local = Load {
+            lease_until: 0,
+            memory_mib: 0,
+            ..host("a")
+        };
+        assert_eq!(judge(&local, &d), Err(Unfit::NoLease));
+        let pinned = Demand {
+            host: Some("a"),
+            ..d
+        };
+        assert_eq!(judge(&local, &pinned), Ok(0));
+    }
+
+    #[test]
+    fn why_counts_each_cause() {
+        let d = demand(2048);
+        assert_eq!(
+            why(&d, &[Unfit::Memory, Unfit::Draining, Unfit::Memory], 0),
+            "3 hosts: 1 draining, 2 with less than 2048 MiB free"
+        );
+        assert_eq!(why(&d, &[], 0), "no hosts");
+        assert_eq!(
+            why(&d, &[Unfit::Dead], 1),
+            "1 host: 1 dead (1 filled by other creates while this one was placed)"
+        );
+        let pinned = Demand {
+            host: Some("h1"),
+            ..d
+        };
+        assert_eq!(
+            why(&pinned, &[Unfit::Slots], 0),
+            "host h1 (pinned), which has every slot taken"
+        );
+        assert_eq!(why(&pinned, &[], 0), "host h1 (pinned) is not known");
+    }
+}
