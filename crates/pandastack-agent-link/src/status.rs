@@ -63,7 +63,13 @@ pub fn to_status(e: &HostError) -> Status {
             }),
         ),
         HostError::BuildFailed(m) => (Code::FailedPrecondition, D::BuildFailed(m.clone())),
-        HostError::Failed { what, source } => {
+        // Only a replica's fleet says this of a host; an agent never does, but one relaying it
+        // keeps the cause chain.
+        HostError::Unreachable { source, .. } | HostError::Failed { source, .. } => {
+            let what = match e {
+                HostError::Failed { what, .. } => *what,
+                _ => "host unreachable",
+            };
             let mut causes = Vec::new();
             let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
             while let Some(c) = cur {
@@ -73,7 +79,7 @@ pub fn to_status(e: &HostError) -> Status {
             (
                 Code::Internal,
                 D::Failed(pb::Failed {
-                    what: (*what).to_owned(),
+                    what: what.to_owned(),
                     causes,
                 }),
             )

@@ -277,6 +277,10 @@ impl From<HostError> for ApiError {
                 Self::new(code, format!("guest: {message}"))
             }
             HostError::BuildFailed(m) => Self::new(ErrorCode::InvalidArgument, m.clone()),
+            HostError::Unreachable { host, .. } => Self::new(
+                ErrorCode::Unavailable,
+                format!("host {host} is unreachable: try again later"),
+            ),
             HostError::Failed { what, .. } => Self::internal(what, &e),
         }
     }

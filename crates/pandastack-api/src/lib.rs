@@ -89,6 +89,15 @@ impl ApiState {
         }
     }
 
+    /// The host a sandbox object names: the row's host in a cluster (its placement), this
+    /// host's name on a single-node server.
+    pub fn host_of<'a>(&'a self, row_host_id: &'a str) -> &'a str {
+        match self.control.place_mode() {
+            pandastack_control::PlaceMode::AcrossHosts => row_host_id,
+            pandastack_control::PlaceMode::ThisHost => &self.host_name,
+        }
+    }
+
     /// Answers plain-HTTP requests for apps' custom domains that have a certificate of their
     /// own with a redirect to HTTPS (see [`tls::HttpsRedirect`]).
     pub fn with_https_redirect(mut self, redirect: tls::HttpsRedirect) -> Self {

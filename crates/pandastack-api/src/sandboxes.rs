@@ -97,7 +97,10 @@ async fn create_sandbox(
     req: &CreateSandboxRequest,
 ) -> ApiResult<(StatusCode, wire::Sandbox)> {
     let row = app.control.sandboxes.create(caller.ws(), req).await?;
-    Ok((StatusCode::CREATED, to_wire(&row, &app.host_name)))
+    Ok((
+        StatusCode::CREATED,
+        to_wire(&row, app.host_of(&row.host_id)),
+    ))
 }
 
 /// List the workspace's sandboxes, newest last, filtered by state and metadata.
@@ -150,7 +153,10 @@ pub async fn list(
         id: r.id.clone(),
     });
     Ok(Json(List {
-        data: rows.iter().map(|r| to_wire(r, &app.host_name)).collect(),
+        data: rows
+            .iter()
+            .map(|r| to_wire(r, app.host_of(&r.host_id)))
+            .collect(),
         next_cursor,
     }))
 }
@@ -170,7 +176,7 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> ApiResult<Json<wire::Sandbox>> {
     let row = owned(&app, &caller, &id).await?;
-    Ok(Json(to_wire(&row, &app.host_name)))
+    Ok(Json(to_wire(&row, app.host_of(&row.host_id))))
 }
 
 /// Change a sandbox's TTL (counted from now), idle timeout or metadata (replaced whole).
@@ -191,7 +197,7 @@ pub async fn patch(
 ) -> ApiResult<Json<wire::Sandbox>> {
     req.validate()?;
     let row = app.control.sandboxes.update(caller.ws(), &id, &req).await?;
-    Ok(Json(to_wire(&row, &app.host_name)))
+    Ok(Json(to_wire(&row, app.host_of(&row.host_id))))
 }
 
 /// Stop a sandbox and delete its files.
@@ -236,7 +242,7 @@ macro_rules! verb {
             idempotency::to_completion(async move {
                 let row = owned(&app, &caller, &id).await?;
                 let row = app.control.sandboxes.requested(row, $verb).await?;
-                Ok(Json(to_wire(&row, &app.host_name)))
+                Ok(Json(to_wire(&row, app.host_of(&row.host_id))))
             })
             .await
         }

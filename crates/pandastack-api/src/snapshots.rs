@@ -112,7 +112,7 @@ async fn fork_sandbox(
     let children = forked
         .children
         .iter()
-        .map(|r| to_wire(r, &app.host_name))
+        .map(|r| to_wire(r, app.host_of(&r.host_id)))
         .collect();
     Ok((
         StatusCode::CREATED,

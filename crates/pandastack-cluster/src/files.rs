@@ -142,6 +142,17 @@ pub struct Identity {
     peer: Peer,
 }
 
+impl Clone for Identity {
+    fn clone(&self) -> Self {
+        Self {
+            ca: self.ca.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone_key(),
+            peer: self.peer.clone(),
+        }
+    }
+}
+
 impl Identity {
     /// Loads the bundle in `dir` (see [`write_bundle`]).
     /// A key that group or others may read is refused (as ssh refuses one).

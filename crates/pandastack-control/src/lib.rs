@@ -18,11 +18,13 @@ pub mod apps;
 pub mod certs;
 mod code;
 mod databases;
+pub mod fleet;
 mod jobs;
 pub mod membership;
 mod plane;
 mod reaper;
 mod reconcile;
+pub mod rejoin;
 mod sandboxes;
 pub mod schedules;
 mod snapshots;
@@ -41,11 +43,13 @@ pub use databases::{
     BaseBackup, Credentials, DatabaseAddress, DatabaseError, DatabaseInfo, Databases, QueryError,
     QueryLimits, ARCHIVE_POLL, DATABASE_METADATA, DATABASE_TEMPLATE, DB_PORT, POOLER_PORT,
 };
+pub use fleet::{AgentDialer, Dial, Fleet};
 pub use membership::{LeaseReaper, LeaseStore, StoreMembers};
 pub use plane::{ControlConfig, ControlPlane, RecoverError};
 pub use reaper::Reaper;
 pub use reconcile::{reconcile_rows, Reconciled};
-pub use sandboxes::{expiry, ControlError, DiskMax, Sandboxes, Source, Verb};
+pub use rejoin::{reconcile_host, JoinWatch, Rejoined};
+pub use sandboxes::{expiry, ControlError, DiskMax, PlaceMode, Sandboxes, Source, Verb};
 pub use schedules::{ScheduleError, ScheduleInfo, Schedules};
 pub use snapshots::{Forked, Snapshots};
 pub use templates::{

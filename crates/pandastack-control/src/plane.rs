@@ -14,8 +14,8 @@ use tokio::task::JoinHandle;
 
 use crate::{
     AppAddress, AppError, Apps, ArchiveSettings, BuildConfig, Certificates, CodeContexts,
-    DatabaseAddress, DatabaseError, Databases, DeployTimings, DiskMax, Domains, Functions, Reaper,
-    Sandboxes, Schedules, Snapshots, Templates, VolumeError, Volumes,
+    DatabaseAddress, DatabaseError, Databases, DeployTimings, DiskMax, Domains, Functions,
+    PlaceMode, Reaper, Sandboxes, Schedules, Snapshots, Templates, VolumeError, Volumes,
 };
 
 /// What a control plane is configured with (every field the server's flags decide).
@@ -41,6 +41,8 @@ pub struct ControlConfig {
     /// How long deploys wait for a new version to listen and be healthy, and for requests on
     /// the one it replaces (`Default`: the server's waits).
     pub deploy: DeployTimings,
+    /// Where new sandboxes go: this host (a single-node server) or across a cluster's hosts.
+    pub place: PlaceMode,
 }
 
 /// Why settling what a previous process left failed (the server does not start).
@@ -79,6 +81,7 @@ pub struct ControlPlane {
     pub domains: Domains,
     pub schedules: Schedules,
     certificates: Option<Certificates>,
+    place: PlaceMode,
     /// The workers [`Self::start`] started, stopped by [`Self::shutdown`].
     workers: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
@@ -95,6 +98,7 @@ impl ControlPlane {
             certificates,
             disk_max,
             deploy,
+            place,
         } = config;
         let volumes = Volumes::new(
             store.clone(),
@@ -111,7 +115,8 @@ impl ControlPlane {
             templates.clone(),
             volumes.clone(),
             disk_max,
-        );
+        )
+        .with_placement(place);
         let domains = Domains::new(store.clone(), apps.domain.clone(), certificates.clone());
         let shared = crate::apps::Shared::new(
             store.clone(),
@@ -157,6 +162,7 @@ impl ControlPlane {
             sandboxes,
             templates,
             certificates,
+            place,
             store,
             host,
             host_id,
@@ -172,6 +178,11 @@ impl ControlPlane {
     /// The host the sandboxes run on.
     pub fn host(&self) -> &Arc<dyn Host> {
         &self.host
+    }
+
+    /// Where new sandboxes go: this host, or across a cluster's hosts.
+    pub fn place_mode(&self) -> PlaceMode {
+        self.place
     }
 
     /// This host's id.

@@ -69,6 +69,13 @@ impl DiskMax {
     }
 }
 
+/// A create failure that says the host could not take it (so another host may): it cannot be
+/// reached, or it failed for a reason of its own. Refusals of the request itself (a template
+/// not found, a bad volume) are the same on every host.
+fn refusal(e: &HostError) -> bool {
+    matches!(e, HostError::Unreachable { .. } | HostError::Failed { .. })
+}
+
 /// When a sandbox whose TTL is `ttl_seconds`, counted from `from_ms`, expires (the one place a
 /// TTL becomes a time).
 pub fn expiry(from_ms: i64, ttl_seconds: Option<i64>) -> Option<i64> {
@@ -96,6 +103,23 @@ pub enum Verb {
     Wake,
 }
 
+/// Where new sandboxes go.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PlaceMode {
+    /// On this process's host (a single-node server): the row names `host_id`.
+    #[default]
+    ThisHost,
+    /// On the host the store's placement chooses, in the transaction that writes the row (a
+    /// control-plane replica over a [`crate::Fleet`]).
+    AcrossHosts,
+}
+
+/// How many hosts a create tries when hosts refuse it (a link down, a host failing the create).
+const PLACE_TRIES: usize = 3;
+
+/// What a create asks of its host when the template's shape is not known here.
+const DEFAULT_MEMORY_MIB: i64 = 512;
+
 /// Sandboxes of one host, over the store and the host.
 #[derive(Clone)]
 pub struct Sandboxes {
@@ -105,6 +129,7 @@ pub struct Sandboxes {
     templates: Templates,
     volumes: Volumes,
     disk_max: DiskMax,
+    place: PlaceMode,
 }
 
 impl Sandboxes {
@@ -123,7 +148,14 @@ impl Sandboxes {
             templates,
             volumes,
             disk_max,
+            place: PlaceMode::ThisHost,
         }
+    }
+
+    /// Places new sandboxes as `place` says.
+    pub fn with_placement(mut self, place: PlaceMode) -> Self {
+        self.place = place;
+        self
     }
 
     /// Creates a sandbox in workspace `ws` as `req` asks: from a snapshot of the workspace's,
@@ -278,12 +310,45 @@ impl Sandboxes {
         row: SandboxRow,
         source: Source,
     ) -> Result<SandboxRow, ControlError> {
-        self.store
-            .sandboxes()
-            .insert_within_limit(std::slice::from_ref(&row))
-            .await?;
+        if self.place == PlaceMode::ThisHost {
+            self.store
+                .sandboxes()
+                .insert_within_limit(std::slice::from_ref(&row))
+                .await?;
+            return self.launch_on_host(row, &source).await;
+        }
+        let (template, pinned) = match &source {
+            Source::Template(t) | Source::TemplateWithMemoryFile(t) => (Some(t.as_str()), None),
+            Source::Snapshot(s) => (None, self.store.hosts().owner_of(s).await?),
+        };
+        let mut refused = Vec::new();
+        loop {
+            let mut row = row.clone();
+            self.place_row(&mut row, &[], template, pinned.as_deref(), &refused)
+                .await?;
+            let host = row.host_id.clone();
+            match self.launch_on_host(row, &source).await {
+                Err(ControlError::Host(e)) if refusal(&e) && refused.len() + 1 < PLACE_TRIES => {
+                    tracing::warn!(
+                        host = %host,
+                        error = &e as &dyn std::error::Error,
+                        "placement: the host refused the create; trying the next one"
+                    );
+                    refused.push(host);
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// The create of [`Self::launch`] once its row is in.
+    async fn launch_on_host(
+        &self,
+        row: SandboxRow,
+        source: &Source,
+    ) -> Result<SandboxRow, ControlError> {
         let disk = disk_request(&row);
-        let created = match &source {
+        let created = match source {
             Source::Template(t) if !disk.is_empty() => {
                 self.host
                     .create_with_disk(t, &row.id, Vec::new(), disk)
@@ -314,11 +379,28 @@ impl Sandboxes {
         template: &str,
         claims: &[MountClaim],
     ) -> Result<SandboxRow, ControlError> {
-        let claimed = self
-            .store
-            .sandboxes()
-            .insert_with_volumes(&row, claims)
-            .await?;
+        let mut row = row;
+        let claimed = match self.place {
+            PlaceMode::ThisHost => {
+                self.store
+                    .sandboxes()
+                    .insert_with_volumes(&row, claims)
+                    .await?
+            }
+            PlaceMode::AcrossHosts => {
+                // A sandbox runs where its volumes are.
+                let pinned = match claims.first() {
+                    Some(c) => match self.store.volumes().get(&row.workspace_id, &c.name).await {
+                        Ok(v) => Some(v.host_id),
+                        Err(StoreError::NotFound) => None,
+                        Err(e) => return Err(e.into()),
+                    },
+                    None => None,
+                };
+                self.place_row(&mut row, claims, Some(template), pinned.as_deref(), &[])
+                    .await?
+            }
+        };
         let mounts = self.volumes.host_mounts(claimed).await;
         let disk = disk_request(&row);
         match self
@@ -332,6 +414,53 @@ impl Sandboxes {
                 Err(e.into())
             }
         }
+    }
+
+    /// Writes `row` on the host the store's placement chooses for it (and claims `claims`), in
+    /// one transaction; logs the choice and its reason.
+    async fn place_row(
+        &self,
+        row: &mut SandboxRow,
+        claims: &[MountClaim],
+        template: Option<&str>,
+        pinned: Option<&str>,
+        refused: &[String],
+    ) -> Result<Vec<pandastack_store::Claimed>, ControlError> {
+        let memory_mib = template
+            .and_then(|t| {
+                self.host
+                    .catalog()
+                    .ok()?
+                    .into_iter()
+                    .find(|v| v.name == t)
+                    .map(|v| i64::from(v.shape.memory_mib))
+            })
+            .unwrap_or(DEFAULT_MEMORY_MIB);
+        let demand = pandastack_store::Demand {
+            memory_mib,
+            template,
+            compat_key: None,
+            host: pinned,
+            exclude: refused,
+            now_ms: now_ms(),
+        };
+        let started = std::time::Instant::now();
+        let (placed, claimed) = self
+            .store
+            .sandboxes()
+            .insert_placed(row, claims, &demand)
+            .await?;
+        tracing::info!(
+            sandbox = %row.id,
+            host = %placed.host_id,
+            reason = %placed.reason,
+            candidates = placed.candidates,
+            free_memory_mib = placed.free_memory_mib,
+            memory_mib,
+            took_ms = started.elapsed().as_secs_f64() * 1e3,
+            "placed"
+        );
+        Ok(claimed)
     }
 
     /// Records a finished create (shape, boot time, state) in one update.

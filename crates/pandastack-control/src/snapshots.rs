@@ -49,9 +49,11 @@ impl Snapshots {
     /// has room for it (its quotas may have filled meanwhile, see
     /// [`pandastack_store::Quotas`]); a fork's snapshot, which its running children came from,
     /// is written in any case (the check before the fork stands). `auto_delete`: see
-    /// [`SnapshotRow::auto_delete`].
+    /// [`SnapshotRow::auto_delete`]. The snapshot is on `host_id`, the host of the sandbox it
+    /// was taken of.
     async fn save(
         &self,
+        host_id: &str,
         ws: &str,
         snap: &SnapshotView,
         quota: bool,
@@ -60,7 +62,7 @@ impl Snapshots {
         let row = SnapshotRow {
             id: snap.id.clone(),
             workspace_id: ws.to_owned(),
-            host_id: self.host_id.clone(),
+            host_id: host_id.to_owned(),
             sandbox_id: snap.sandbox_id.clone(),
             template: snap.template.clone(),
             size_bytes: snap.size_bytes as i64,
@@ -91,9 +93,9 @@ impl Snapshots {
             .await?;
         let snap = self.host.snapshot(&row.id, snapshot_id).await?;
         let view = self.host.get(&row.id).await?;
-        let ws = row.workspace_id.clone();
+        let (ws, host) = (row.workspace_id.clone(), row.host_id.clone());
         let row = self.sandboxes.record(row, &view).await?;
-        let snap = self.save(&ws, &snap, true, false).await?;
+        let snap = self.save(&host, &ws, &snap, true, false).await?;
         Ok((row, snap))
     }
 
@@ -177,9 +179,9 @@ impl Snapshots {
             }
         };
         let view = self.host.get(&parent.id).await?;
-        let ws = parent.workspace_id.clone();
+        let (ws, host) = (parent.workspace_id.clone(), parent.host_id.clone());
         let parent = self.sandboxes.record(parent, &view).await?;
-        let snapshot = self.save(&ws, &snap, false, !keep_snapshot).await?;
+        let snapshot = self.save(&host, &ws, &snap, false, !keep_snapshot).await?;
         let mut made = Vec::with_capacity(children.len());
         for (r, v) in children.into_iter().zip(views.iter()) {
             made.push(self.sandboxes.finish(r, v).await?);

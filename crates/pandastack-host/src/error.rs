@@ -65,6 +65,14 @@ pub enum HostError {
     /// the message says which, as the build's log and row show it.
     #[error("{0}")]
     BuildFailed(String),
+    /// The host that holds the sandbox (or snapshot, volume) cannot be reached: declared dead,
+    /// or no agent answers for it. Nothing was done; the caller may try again later.
+    #[error("host {host} is unreachable")]
+    Unreachable {
+        host: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The host could not do what was asked (a VM, file or image failure).
     #[error("{what}")]
     Failed {

@@ -493,6 +493,7 @@ pub fn test_config(host_id: &str, builds: &std::path::Path) -> pandastack_contro
         certificates: None,
         disk_max: Default::default(),
         deploy: Default::default(),
+        place: pandastack_control::PlaceMode::ThisHost,
     }
 }
 

@@ -60,7 +60,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     // The API speaks HTTP over the store and the host boundary; it names no agent, VM, runtime,
     // image or guest-protocol crate.
     // The control plane works over the store, the host boundary and the object store; it
-    // answers agents' membership streams through the agent link (`Members` over the store).
+    // answers agents' membership streams through the agent link (`Members` over the store)
+    // and, in a cluster, dials agents as a replica's identity (the fleet).
     (
         "pandastack-control",
         &[
@@ -71,6 +72,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "pandastack-pgwire",
             "pandastack-outbound",
             "pandastack-agent-link",
+            "pandastack-cluster",
         ],
     ),
     (

@@ -20,6 +20,8 @@ use pandastack_testkit::script::ScriptedHost;
 mod databases;
 #[path = "workflows/deploys.rs"]
 mod deploys;
+#[path = "workflows/fleet.rs"]
+mod fleet;
 #[path = "workflows/functions.rs"]
 mod functions;
 #[path = "workflows/jobs.rs"]

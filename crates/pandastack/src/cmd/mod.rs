@@ -26,6 +26,7 @@ pub mod host;
 mod internal;
 pub mod keys;
 mod local_host;
+mod replica;
 pub mod run;
 pub mod sandbox;
 mod sandbox_io;

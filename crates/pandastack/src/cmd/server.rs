@@ -110,6 +110,8 @@ pub struct ServerArgs {
     // This machine's host runtime: the flags `pandastack agent` shares.
     #[command(flatten)]
     pub host: LocalHostArgs,
+    #[command(flatten)]
+    pub replica: super::replica::ReplicaArgs,
     /// State store: `postgres://USER@HOST/DB` (shared by hosts), `sqlite://PATH` or a file path
     /// (default: SQLite at `<data-dir>/state.db`).
     #[arg(long, env = "PANDASTACK_STATE")]
@@ -169,12 +171,17 @@ pub struct ServerArgs {
 }
 
 pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
+    // Checked before anything starts: a replica needs the cluster's PostgreSQL.
+    let cluster = super::replica::identity(&a.replica, a.state.as_deref())?;
     // Opened first so a bad URL fails the start at once; volume backups go there.
     let objects = open_objects(&a.host).await?;
     let store = super::keys::open_store(&a.host.data_dir, a.state.as_deref()).await?;
-    let (host_id, host_name) = register_host(&a, &store).await?;
     let first_key = first_start(&store, &a).await?;
     apply_quotas(&a, &store).await?;
+    if let Some(identity) = cluster {
+        return run_replica(a, identity, store, objects, first_key).await;
+    }
+    let (host_id, host_name) = register_host(&a, &store).await?;
     // Reconcile host and database: keep what has a row on this host, remove the rest; rows of
     // other hosts are theirs.
     let known: Vec<String> = store
@@ -194,6 +201,52 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         .await
         .context("settle what the last run left")?;
     control.start();
+    let (app, preview_url) = api_state(&a, control.clone(), host_name, &proxy_tls)?;
+    let runs_on = format!("guests run under {accel}");
+    serve(&a, app, proxy_tls, first_key, &runs_on, &preview_url).await?;
+    tracing::info!("shutting down");
+    agent.shutdown().await;
+    control.shutdown(a.hibernate_on_shutdown).await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The server as one control-plane replica of a cluster (`--cluster`): no host of its own,
+/// sandboxes placed on and forwarded to the agents that attend the replicas; nothing to
+/// settle at start (each host is reconciled when a replica sees it join).
+async fn run_replica(
+    a: ServerArgs,
+    identity: pandastack_cluster::Identity,
+    store: Store,
+    objects: pandastack_objects::Objects,
+    first_key: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let replica = super::replica::start(&a.replica, identity, &store).await?;
+    let name = replica.name.clone();
+    let (certs, proxy_tls) = certificates(&a, &store, &name)?;
+    let mut config = control_config(&a, name.clone(), certs)?;
+    config.place = pandastack_control::PlaceMode::AcrossHosts;
+    let host: Arc<dyn pandastack_host::Host> = Arc::new(replica.fleet.clone());
+    let control = ControlPlane::new(store, host, objects, config);
+    control.start();
+    let (app, preview_url) = api_state(&a, control.clone(), name.clone(), &proxy_tls)?;
+    let runs_on = format!(
+        "control-plane replica {name}; agents attend on {}",
+        a.replica.membership_listen
+    );
+    serve(&a, app, proxy_tls, first_key, &runs_on, &preview_url).await?;
+    tracing::info!("shutting down");
+    control.shutdown(false).await;
+    replica.stop();
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The API's state over `control`, and the preview proxy's base URL.
+fn api_state(
+    a: &ServerArgs,
+    control: ControlPlane,
+    host_name: String,
+    proxy_tls: &Option<Arc<pandastack_api::ProxyTls>>,
+) -> anyhow::Result<(Arc<ApiState>, String)> {
     let preview_url = a
         .preview_url
         .clone()
@@ -203,18 +256,14 @@ pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
         Duration::from_secs(a.preview_wake_timeout_seconds),
     )
     .map_err(anyhow::Error::msg)?;
-    let mut app = ApiState::new(control.clone(), host_name, preview);
-    if let (true, Some(tls), Some(listen)) = (a.https_redirect, &proxy_tls, a.proxy_tls_listen) {
+    let mut app = ApiState::new(control, host_name, preview);
+    if let (true, Some(tls), Some(listen)) = (a.https_redirect, proxy_tls, a.proxy_tls_listen) {
         app = app.with_https_redirect(pandastack_api::tls::HttpsRedirect {
             tls: Arc::clone(tls),
             port: a.https_redirect_port.unwrap_or(listen.port()),
         });
     }
-    serve(&a, Arc::new(app), proxy_tls, first_key, accel, &preview_url).await?;
-    tracing::info!("shutting down");
-    agent.shutdown().await;
-    control.shutdown(a.hibernate_on_shutdown).await;
-    Ok(ExitCode::SUCCESS)
+    Ok((Arc::new(app), preview_url))
 }
 
 /// Registers this host in the store (its id kept in the data dir unless given) and adopts rows
@@ -358,6 +407,7 @@ fn control_config(
             iops: a.vm_disk_iops_max,
         },
         deploy: Default::default(),
+        place: pandastack_control::PlaceMode::ThisHost,
     })
 }
 
@@ -368,7 +418,7 @@ async fn serve(
     app: Arc<ApiState>,
     proxy_tls: Option<Arc<pandastack_api::ProxyTls>>,
     first_key: Option<String>,
-    accel: pandastack_vm::Accel,
+    runs_on: &str,
     preview_url: &str,
 ) -> anyhow::Result<()> {
     let db_front = db_tls(a)?;
@@ -387,7 +437,7 @@ async fn serve(
             )
         })?;
     let url = format!("http://{}", a.listen);
-    print_usage(&url, first_key.as_deref(), a.key_file.as_deref(), accel);
+    print_usage(&url, first_key.as_deref(), a.key_file.as_deref(), runs_on);
     println!(
         "Preview URLs: {} (proxy on {}; e.g. {})",
         preview_url,
@@ -483,8 +533,8 @@ async fn first_start(store: &Store, a: &ServerArgs) -> anyhow::Result<Option<Str
     Ok(Some(secret))
 }
 
-fn print_usage(url: &str, key: Option<&str>, key_file: Option<&Path>, accel: pandastack_vm::Accel) {
-    println!("PandaStack server listening on {url} (guests run under {accel})");
+fn print_usage(url: &str, key: Option<&str>, key_file: Option<&Path>, runs_on: &str) {
+    println!("PandaStack server listening on {url} ({runs_on})");
     match (key, key_file) {
         (Some(k), _) => {
             println!("API key for the default workspace (shown once; store it):\n  {k}");

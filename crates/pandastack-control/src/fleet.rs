@@ -1,0 +1,627 @@
+//! Many hosts behind one [`Host`]: a control-plane replica's view of the cluster.
+//!
+//! ```text
+//!   services ──► Fleet (dyn Host) ── owner of id? (rows: sandbox, snapshot, volume; cached)
+//!                                  └─► link to that host's agent (dialled once, by address)
+//! ```
+//!
+//! Every call that names a sandbox, snapshot or volume goes to the host its row names (the row
+//! is written first: a create's row is placed in the store before the create reaches a host,
+//! see [`crate::Sandboxes::create`]). The owner of an id never changes while this issue's
+//! cluster holds (nothing moves between hosts yet), so it is cached; a delete forgets it.
+//! Links are dialled on first use from the `hosts` row's address with the replica's identity
+//! ([`Dial`]) and dialled again when the host re-joined at another address. A host marked
+//! `dead` is not called: its sandboxes are `lost` and the caller gets
+//! [`HostError::Unreachable`].
+//!
+//! What crosses as a path (template builds' working directory and bake) runs on one host and
+//! is refused here; the catalog is the union of the hosts'.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use pandastack_host::{
+    BoxStream, BuildLogFn, BuildSource, BuiltImage, DirPage, DiskRequest, ExecEvent, ExecInput,
+    ExecOutcome, ExecSpec, FileInfo, Host, HostError, HostResult, ListPage, LogChunk, LogPos,
+    PortIo, SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmStats,
+    VmView, VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
+};
+use pandastack_store::{HostRow, HostState, Store};
+
+/// A failure reaching a host, kept as the cause of [`HostError::Unreachable`].
+pub type DialError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How a replica reaches host `host_id`'s agent at `address` (`host:port`): over the cluster's
+/// mutual TLS in a server ([`AgentDialer`]), anything answering [`Host`] in tests.
+#[async_trait::async_trait]
+pub trait Dial: Send + Sync + 'static {
+    async fn dial(&self, host_id: &str, address: &str) -> Result<Arc<dyn Host>, DialError>;
+}
+
+/// [`Dial`] over the agent link as a replica's identity.
+pub struct AgentDialer {
+    identity: pandastack_cluster::Identity,
+}
+
+impl AgentDialer {
+    pub fn new(identity: pandastack_cluster::Identity) -> Self {
+        Self { identity }
+    }
+}
+
+#[async_trait::async_trait]
+impl Dial for AgentDialer {
+    async fn dial(&self, host_id: &str, address: &str) -> Result<Arc<dyn Host>, DialError> {
+        let addr = tokio::net::lookup_host(address)
+            .await?
+            .next()
+            .ok_or_else(|| format!("{address} resolves to no address"))?;
+        let remote =
+            pandastack_agent_link::RemoteHost::connect(&self.identity, addr, host_id).await?;
+        Ok(Arc::new(remote))
+    }
+}
+
+/// Why no host was found for an id.
+#[derive(Debug, thiserror::Error)]
+enum RouteError {
+    #[error("no host holds {0}")]
+    NoOwner(String),
+    #[error("host {0} is not known to the store")]
+    UnknownHost(String),
+    #[error("host {0} is dead")]
+    Dead(String),
+    #[error("host {0} has no address (it never joined as an agent)")]
+    NoAddress(String),
+    #[error("reading the state store")]
+    Store(#[source] pandastack_store::StoreError),
+    #[error("dialling host {host} at {address}")]
+    Dial {
+        host: String,
+        address: String,
+        #[source]
+        source: DialError,
+    },
+}
+
+/// A dialled link and the address it was dialled at.
+struct Link {
+    address: String,
+    host: Arc<dyn Host>,
+}
+
+/// The hosts of a cluster as one [`Host`] (see the module docs). Cheap to clone.
+#[derive(Clone)]
+pub struct Fleet {
+    store: Store,
+    dial: Arc<dyn Dial>,
+    links: Arc<tokio::sync::Mutex<HashMap<String, Link>>>,
+    owners: Arc<Mutex<HashMap<String, String>>>,
+    /// How long a call that lists every host waits for each.
+    list_timeout: Duration,
+}
+
+impl Fleet {
+    pub fn new(store: Store, dial: Arc<dyn Dial>) -> Self {
+        Self {
+            store,
+            dial,
+            links: Arc::default(),
+            owners: Arc::default(),
+            list_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// The host that holds `id` (a sandbox, snapshot or volume), from the cache or the store.
+    async fn owner(&self, id: &str) -> Result<String, RouteError> {
+        if let Some(h) = self
+            .owners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+        {
+            return Ok(h.clone());
+        }
+        let host = self
+            .store
+            .hosts()
+            .owner_of(id)
+            .await
+            .map_err(RouteError::Store)?
+            .ok_or_else(|| RouteError::NoOwner(id.to_owned()))?;
+        self.owners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_owned(), host.clone());
+        Ok(host)
+    }
+
+    fn forget(&self, id: &str) {
+        self.owners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+    }
+
+    /// The link to host `host_id`, dialled if there is none or the host moved address.
+    pub async fn host(&self, host_id: &str) -> HostResult<Arc<dyn Host>> {
+        self.link(host_id)
+            .await
+            .map_err(|e| unreachable(host_id, e))
+    }
+
+    async fn link(&self, host_id: &str) -> Result<Arc<dyn Host>, RouteError> {
+        let row = match self.store.hosts().get(host_id).await {
+            Ok(r) => r,
+            Err(pandastack_store::StoreError::NotFound) => {
+                return Err(RouteError::UnknownHost(host_id.to_owned()))
+            }
+            Err(e) => return Err(RouteError::Store(e)),
+        };
+        self.link_to(&row).await
+    }
+
+    async fn link_to(&self, row: &HostRow) -> Result<Arc<dyn Host>, RouteError> {
+        if row.state == HostState::Dead {
+            return Err(RouteError::Dead(row.id.clone()));
+        }
+        let address = row
+            .address
+            .clone()
+            .filter(|a| !a.is_empty())
+            .ok_or_else(|| RouteError::NoAddress(row.id.clone()))?;
+        let mut links = self.links.lock().await;
+        if let Some(l) = links.get(&row.id) {
+            if l.address == address {
+                return Ok(Arc::clone(&l.host));
+            }
+        }
+        let host = self
+            .dial
+            .dial(&row.id, &address)
+            .await
+            .map_err(|source| RouteError::Dial {
+                host: row.id.clone(),
+                address: address.clone(),
+                source,
+            })?;
+        links.insert(
+            row.id.clone(),
+            Link {
+                address,
+                host: Arc::clone(&host),
+            },
+        );
+        Ok(host)
+    }
+
+    /// The host holding `id`, ready to call.
+    async fn to(&self, id: &str) -> HostResult<Arc<dyn Host>> {
+        let host_id = match self.owner(id).await {
+            Ok(h) => h,
+            Err(RouteError::NoOwner(_)) => return Err(not_found(id)),
+            Err(e) => return Err(unreachable("?", e)),
+        };
+        let host = self.host(&host_id).await;
+        if host.is_err() {
+            // Not cached past a failure: a create's row may be placed elsewhere next.
+            self.forget(id);
+        }
+        host
+    }
+
+    /// Every host not dead, linked (those that cannot be reached are logged and skipped).
+    async fn live(&self) -> Vec<Arc<dyn Host>> {
+        let rows = match self.store.hosts().list().await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = &e as &dyn std::error::Error, "fleet: listing hosts");
+                return Vec::new();
+            }
+        };
+        let mut out = Vec::new();
+        for row in rows.iter().filter(|r| r.state != HostState::Dead) {
+            match self.link_to(row).await {
+                Ok(h) => out.push(h),
+                Err(e) => tracing::debug!(
+                    host = %row.id,
+                    error = &e as &dyn std::error::Error,
+                    "fleet: host skipped"
+                ),
+            }
+        }
+        out
+    }
+
+    /// `r`, the outcome of a create of `id`; a failed one forgets where `id` was (its row goes
+    /// and a new placement may put it elsewhere).
+    fn settled(&self, id: &str, r: HostResult<VmView>) -> HostResult<VmView> {
+        if r.is_err() {
+            self.forget(id);
+        }
+        r
+    }
+
+    /// The links dialled so far (the synchronous catalog calls read these).
+    fn dialled(&self) -> Vec<Arc<dyn Host>> {
+        match self.links.try_lock() {
+            Ok(l) => l.values().map(|l| Arc::clone(&l.host)).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+fn unreachable(host: &str, e: RouteError) -> HostError {
+    HostError::Unreachable {
+        host: host.to_owned(),
+        source: Box::new(e),
+    }
+}
+
+/// An id no row names: the caller asked for something that is not (or no longer) there.
+fn not_found(id: &str) -> HostError {
+    HostError::SandboxNotFound(id.to_owned())
+}
+
+#[async_trait::async_trait]
+impl Host for Fleet {
+    async fn list(&self) -> Vec<VmView> {
+        let mut all = Vec::new();
+        for h in self.live().await {
+            match tokio::time::timeout(self.list_timeout, h.list()).await {
+                Ok(vms) => all.extend(vms),
+                Err(_) => tracing::warn!("fleet: a host did not list its sandboxes in time"),
+            }
+        }
+        all
+    }
+
+    async fn get(&self, id: &str) -> HostResult<VmView> {
+        self.to(id).await?.get(id).await
+    }
+
+    async fn create(&self, template: &str, id: &str) -> HostResult<VmView> {
+        let r = self.to(id).await?.create(template, id).await;
+        self.settled(id, r)
+    }
+
+    async fn create_with_volumes(
+        &self,
+        template: &str,
+        id: &str,
+        volumes: Vec<VolumeMount>,
+    ) -> HostResult<VmView> {
+        let r = self
+            .to(id)
+            .await?
+            .create_with_volumes(template, id, volumes)
+            .await;
+        self.settled(id, r)
+    }
+
+    async fn create_with_disk(
+        &self,
+        template: &str,
+        id: &str,
+        volumes: Vec<VolumeMount>,
+        disk: DiskRequest,
+    ) -> HostResult<VmView> {
+        let r = self
+            .to(id)
+            .await?
+            .create_with_disk(template, id, volumes, disk)
+            .await;
+        self.settled(id, r)
+    }
+
+    async fn create_with_memory_file(&self, template: &str, id: &str) -> HostResult<VmView> {
+        let r = self
+            .to(id)
+            .await?
+            .create_with_memory_file(template, id)
+            .await;
+        self.settled(id, r)
+    }
+
+    async fn create_from_snapshot(&self, snapshot: &str, id: &str) -> HostResult<VmView> {
+        let r = self.to(id).await?.create_from_snapshot(snapshot, id).await;
+        self.settled(id, r)
+    }
+
+    async fn pause(&self, id: &str) -> HostResult<VmView> {
+        self.to(id).await?.pause(id).await
+    }
+
+    async fn resume(&self, id: &str) -> HostResult<VmView> {
+        self.to(id).await?.resume(id).await
+    }
+
+    async fn hibernate(&self, id: &str) -> HostResult<VmView> {
+        self.to(id).await?.hibernate(id).await
+    }
+
+    async fn wake(&self, id: &str) -> HostResult<VmView> {
+        self.to(id).await?.wake(id).await
+    }
+
+    async fn awake(&self, id: &str) -> HostResult<VmView> {
+        self.to(id).await?.awake(id).await
+    }
+
+    async fn destroy(&self, id: &str) -> HostResult<()> {
+        let r = self.to(id).await?.destroy(id).await;
+        if matches!(r, Ok(()) | Err(HostError::SandboxNotFound(_))) {
+            self.forget(id);
+        }
+        r
+    }
+
+    async fn stats(&self, id: &str) -> HostResult<Option<VmStats>> {
+        self.to(id).await?.stats(id).await
+    }
+
+    async fn console(&self, id: &str, from: Option<LogPos>, max: usize) -> HostResult<LogChunk> {
+        self.to(id).await?.console(id, from, max).await
+    }
+
+    async fn snapshot(&self, id: &str, snapshot_id: &str) -> HostResult<SnapshotView> {
+        self.to(id).await?.snapshot(id, snapshot_id).await
+    }
+
+    async fn fork(
+        &self,
+        id: &str,
+        snapshot_id: &str,
+        child_ids: &[String],
+    ) -> HostResult<(SnapshotView, Vec<VmView>)> {
+        self.to(id).await?.fork(id, snapshot_id, child_ids).await
+    }
+
+    async fn delete_snapshot(&self, snapshot_id: &str) -> HostResult<()> {
+        let r = self
+            .to(snapshot_id)
+            .await?
+            .delete_snapshot(snapshot_id)
+            .await;
+        if r.is_ok() {
+            self.forget(snapshot_id);
+        }
+        r
+    }
+
+    async fn keep_standby(&self, snapshot_id: &str, count: usize) -> HostResult<usize> {
+        self.to(snapshot_id)
+            .await?
+            .keep_standby(snapshot_id, count)
+            .await
+    }
+
+    async fn create_volume(&self, id: &str, size_bytes: u64) -> HostResult<VolumeView> {
+        self.to(id).await?.create_volume(id, size_bytes).await
+    }
+
+    async fn volume(&self, id: &str) -> HostResult<VolumeView> {
+        self.to(id).await?.volume(id).await
+    }
+
+    async fn grow_volume(&self, id: &str, size_bytes: u64) -> HostResult<VolumeView> {
+        self.to(id).await?.grow_volume(id, size_bytes).await
+    }
+
+    async fn delete_volume(&self, id: &str) -> HostResult<()> {
+        let r = self.to(id).await?.delete_volume(id).await;
+        if r.is_ok() {
+            self.forget(id);
+        }
+        r
+    }
+
+    async fn volume_ids(&self) -> HostResult<Vec<String>> {
+        let mut all = Vec::new();
+        for h in self.live().await {
+            all.extend(h.volume_ids().await?);
+        }
+        Ok(all)
+    }
+
+    async fn snapshot_volume(
+        &self,
+        id: &str,
+        snapshot_id: &str,
+        holder: Option<VolumeHolder>,
+    ) -> HostResult<VolumeSnapshotView> {
+        self.to(id)
+            .await?
+            .snapshot_volume(id, snapshot_id, holder)
+            .await
+    }
+
+    async fn delete_volume_snapshot(&self, snapshot_id: &str) -> HostResult<()> {
+        // Volume snapshots have no row naming their host: every host is asked.
+        for h in self.live().await {
+            match h.delete_volume_snapshot(snapshot_id).await {
+                Ok(()) => return Ok(()),
+                Err(HostError::VolumeSnapshotNotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(HostError::VolumeSnapshotNotFound(snapshot_id.to_owned()))
+    }
+
+    async fn volume_snapshot_ids(&self) -> HostResult<Vec<String>> {
+        let mut all = Vec::new();
+        for h in self.live().await {
+            all.extend(h.volume_snapshot_ids().await?);
+        }
+        Ok(all)
+    }
+
+    async fn volume_from_snapshot(
+        &self,
+        snapshot_id: &str,
+        id: &str,
+        size_bytes: u64,
+    ) -> HostResult<VolumeView> {
+        self.to(id)
+            .await?
+            .volume_from_snapshot(snapshot_id, id, size_bytes)
+            .await
+    }
+
+    async fn upload_volume_snapshot(
+        &self,
+        snapshot_id: &str,
+        ws: &str,
+    ) -> HostResult<VolumeUpload> {
+        for h in self.live().await {
+            match h.upload_volume_snapshot(snapshot_id, ws).await {
+                Err(HostError::VolumeSnapshotNotFound(_)) => {}
+                r => return r,
+            }
+        }
+        Err(HostError::VolumeSnapshotNotFound(snapshot_id.to_owned()))
+    }
+
+    async fn volume_from_manifest(
+        &self,
+        ws: &str,
+        manifest: &pandastack_objects::Manifest,
+        id: &str,
+        size_bytes: u64,
+    ) -> HostResult<VolumeView> {
+        self.to(id)
+            .await?
+            .volume_from_manifest(ws, manifest, id, size_bytes)
+            .await
+    }
+
+    async fn exec(&self, id: &str, spec: ExecSpec) -> HostResult<ExecOutcome> {
+        self.to(id).await?.exec(id, spec).await
+    }
+
+    async fn exec_stream(
+        &self,
+        id: &str,
+        spec: ExecSpec,
+    ) -> HostResult<BoxStream<HostResult<ExecEvent>>> {
+        self.to(id).await?.exec_stream(id, spec).await
+    }
+
+    async fn exec_session(
+        &self,
+        id: &str,
+        start: SessionStart,
+        inputs: BoxStream<ExecInput>,
+    ) -> HostResult<BoxStream<HostResult<ExecEvent>>> {
+        self.to(id).await?.exec_session(id, start, inputs).await
+    }
+
+    async fn read_file(&self, id: &str, path: &str) -> HostResult<BoxStream<HostResult<Bytes>>> {
+        self.to(id).await?.read_file(id, path).await
+    }
+
+    async fn write_file(
+        &self,
+        id: &str,
+        path: &str,
+        body: BoxStream<Result<Bytes, String>>,
+    ) -> HostResult<u64> {
+        self.to(id).await?.write_file(id, path, body).await
+    }
+
+    async fn stat(&self, id: &str, path: &str) -> HostResult<FileInfo> {
+        self.to(id).await?.stat(id, path).await
+    }
+
+    async fn list_dir(
+        &self,
+        id: &str,
+        path: &str,
+        depth: u32,
+        page: ListPage,
+    ) -> HostResult<DirPage> {
+        self.to(id).await?.list_dir(id, path, depth, page).await
+    }
+
+    async fn mkdir(&self, id: &str, path: &str, parents: bool) -> HostResult<()> {
+        self.to(id).await?.mkdir(id, path, parents).await
+    }
+
+    async fn remove(&self, id: &str, path: &str, recursive: bool) -> HostResult<()> {
+        self.to(id).await?.remove(id, path, recursive).await
+    }
+
+    async fn rename(&self, id: &str, from: &str, to: &str, overwrite: bool) -> HostResult<()> {
+        self.to(id).await?.rename(id, from, to, overwrite).await
+    }
+
+    async fn connect_port(&self, id: &str, port: u16) -> HostResult<Box<dyn PortIo>> {
+        self.to(id).await?.connect_port(id, port).await
+    }
+
+    fn catalog(&self) -> HostResult<Vec<TemplateView>> {
+        let mut all: Vec<TemplateView> = Vec::new();
+        for h in self.dialled() {
+            for t in h.catalog()? {
+                if !all.iter().any(|a| a.name == t.name) {
+                    all.push(t);
+                }
+            }
+        }
+        Ok(all)
+    }
+
+    fn is_catalog(&self, name: &str) -> bool {
+        self.dialled().iter().any(|h| h.is_catalog(name))
+    }
+
+    async fn rebake(&self, name: &str) -> HostResult<()> {
+        for h in self.live().await {
+            h.rebake(name).await?;
+        }
+        Ok(())
+    }
+
+    async fn remove_template(&self, name: &str) -> HostResult<()> {
+        for h in self.live().await {
+            match h.remove_template(name).await {
+                Ok(()) | Err(HostError::TemplateNotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn check_spec(&self, text: &str) -> Result<SpecSummary, SpecRefused> {
+        match self.dialled().first() {
+            Some(h) => h.check_spec(text),
+            None => Err(SpecRefused::Invalid(
+                "no host has attended this replica yet: template specs are checked by a host"
+                    .to_owned(),
+            )),
+        }
+    }
+
+    async fn build_image(
+        &self,
+        _build_id: &str,
+        _source: BuildSource,
+        _dir: PathBuf,
+        _log: BuildLogFn,
+    ) -> HostResult<BuiltImage> {
+        Err(HostError::BuildFailed(
+            "template builds run on a single-node server for now; a cluster uses the templates \
+             its agents hold"
+                .to_owned(),
+        ))
+    }
+
+    async fn bake_image(&self, _name: &str, _image: &Path, _shape: Shape) -> HostResult<u64> {
+        Err(HostError::BuildFailed(
+            "template bakes run on a single-node server for now".to_owned(),
+        ))
+    }
+}

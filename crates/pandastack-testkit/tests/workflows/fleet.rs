@@ -1,0 +1,343 @@
+//! A control-plane replica over several hosts (`Fleet`, `PlaceMode::AcrossHosts`), in process:
+//! three scripted hosts joined in a SQLite store, dialled by id. Creates are placed in the
+//! store and land on the chosen host; every call reaches the host the row names; a host that
+//! refuses a create sends it to the next; a dead host's sandboxes are `lost` and unreachable;
+//! a host that joins again is reconciled.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use pandastack_api_types::CreateSandboxRequest;
+use pandastack_control::{ControlError, ControlPlane, Dial, Fleet, PlaceMode};
+use pandastack_host::{ExecSpec, Host, HostError, VmState};
+use pandastack_store::{HostCapacity, Joining, SandboxState, Store, StoreError};
+use pandastack_testkit::script::{Op, ScriptedHost};
+
+const LEASE_MS: i64 = 60_000;
+
+/// Dials the scripted host of an id; hosts in `down` do not answer.
+struct ByName {
+    hosts: HashMap<String, Arc<ScriptedHost>>,
+    down: Mutex<HashSet<String>>,
+}
+
+#[async_trait::async_trait]
+impl Dial for ByName {
+    async fn dial(
+        &self,
+        host_id: &str,
+        address: &str,
+    ) -> Result<Arc<dyn Host>, pandastack_control::fleet::DialError> {
+        assert_eq!(
+            address,
+            format!("{host_id}.test:7443"),
+            "dialled the joined address"
+        );
+        if self.down.lock().unwrap().contains(host_id) {
+            return Err(format!("{host_id} does not answer").into());
+        }
+        let h = self.hosts.get(host_id).ok_or("unknown host")?;
+        Ok(Arc::clone(h) as Arc<dyn Host>)
+    }
+}
+
+struct Cluster {
+    _dir: tempfile::TempDir,
+    store: Store,
+    hosts: HashMap<String, Arc<ScriptedHost>>,
+    dial: Arc<ByName>,
+    control: ControlPlane,
+    ws: String,
+}
+
+/// Host `id` joined with `memory_mib` (and `templates`), its lease running a minute.
+fn joining(id: &str, memory_mib: i64, templates: &[&str]) -> Joining {
+    Joining {
+        id: id.into(),
+        name: id.into(),
+        address: format!("{id}.test:7443"),
+        capacity: HostCapacity {
+            vcpus: 4,
+            memory_mib,
+            disk_bytes: 1 << 40,
+            free_slots: 64,
+            slots: 64,
+        },
+        compat_key: "k1".into(),
+        templates: templates.iter().map(|t| (*t).to_owned()).collect(),
+    }
+}
+
+impl Cluster {
+    /// Hosts h1 (holds `minimal`), h2 and h3, each with `memory_mib`; the workspace may run 50
+    /// sandboxes.
+    async fn start(memory_mib: i64) -> Self {
+        Self::start_with_down(memory_mib, &[]).await
+    }
+
+    /// [`Self::start`] with hosts `down` never answering a dial. The replica's join watch has
+    /// run once (it dials every host it sees: the catalog is theirs from then on).
+    async fn start_with_down(memory_mib: i64, down: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).await.unwrap();
+        let (ws, _, _) = store
+            .keys()
+            .create_workspace_with_key("ws", 50, 1000)
+            .await
+            .unwrap();
+        let mut hosts = HashMap::new();
+        for (id, templates) in [("h1", &["minimal"][..]), ("h2", &[]), ("h3", &[])] {
+            hosts.insert(id.to_owned(), Arc::new(ScriptedHost::new()));
+            store
+                .hosts()
+                .join(
+                    &joining(id, memory_mib, templates),
+                    LEASE_MS,
+                    pandastack_store::now_ms(),
+                )
+                .await
+                .unwrap();
+        }
+        let dial = Arc::new(ByName {
+            hosts: hosts.clone(),
+            down: Mutex::new(down.iter().map(|d| (*d).to_owned()).collect()),
+        });
+        let fleet = Fleet::new(store.clone(), Arc::clone(&dial) as Arc<dyn Dial>);
+        pandastack_control::JoinWatch::new(store.clone(), fleet.clone())
+            .tick()
+            .await
+            .unwrap();
+        let objects = pandastack_objects::Objects::open(&format!(
+            "file://{}",
+            dir.path().join("objects").display()
+        ))
+        .unwrap();
+        let config = pandastack_control::ControlConfig {
+            place: PlaceMode::AcrossHosts,
+            ..pandastack_testkit::fake::test_config("replica-1", &dir.path().join("builds"))
+        };
+        let control = ControlPlane::new(store.clone(), Arc::new(fleet), objects, config);
+        Self {
+            _dir: dir,
+            store,
+            hosts,
+            dial,
+            control,
+            ws: ws.id,
+        }
+    }
+
+    async fn create(&self) -> Result<pandastack_store::SandboxRow, ControlError> {
+        let req: CreateSandboxRequest =
+            serde_json::from_value(serde_json::json!({"template": "minimal"})).unwrap();
+        self.control.sandboxes.create(&self.ws, &req).await
+    }
+
+    fn host(&self, id: &str) -> &ScriptedHost {
+        &self.hosts[id]
+    }
+
+    /// Which hosts run a VM of sandbox `id`.
+    fn running(&self, id: &str) -> Vec<&str> {
+        let mut on: Vec<&str> = self
+            .hosts
+            .iter()
+            .filter(|(_, h)| h.vm_ids().iter().any(|v| v == id))
+            .map(|(k, _)| k.as_str())
+            .collect();
+        on.sort();
+        on
+    }
+}
+
+fn exec(cmd: &str) -> ExecSpec {
+    ExecSpec {
+        shell: cmd.to_owned(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn creates_go_to_the_template_host_first_then_best_fit_and_calls_follow_the_row() {
+    // 1024 MiB each; `minimal` asks 256 MiB: four fit on h1, which holds the template.
+    let c = Cluster::start(1024).await;
+    let mut rows = Vec::new();
+    for _ in 0..6 {
+        rows.push(c.create().await.expect("create"));
+    }
+    let on: Vec<&str> = rows.iter().map(|r| r.host_id.as_str()).collect();
+    assert_eq!(
+        &on[..4],
+        &["h1"; 4],
+        "template-local while h1 has room: {on:?}"
+    );
+    assert!(on[4..].iter().all(|h| *h != "h1"), "h1 is full: {on:?}");
+    for r in &rows {
+        assert_eq!(
+            c.running(&r.id),
+            vec![r.host_id.as_str()],
+            "one VM, on its row's host"
+        );
+        assert_eq!(r.state, SandboxState::Running);
+    }
+    // A call on each sandbox reaches only the host its row names.
+    for r in &rows {
+        c.control
+            .host()
+            .exec(&r.id, exec(&format!("echo {}", r.id)))
+            .await
+            .expect("exec");
+        for (id, h) in &c.hosts {
+            let seen = h.exec_log().iter().any(|(sb, _)| sb == &r.id);
+            assert_eq!(seen, *id == r.host_id, "exec of {} on {id}", r.id);
+        }
+    }
+    // Deletes go to the owner too, and forget it.
+    let first = &rows[0];
+    c.control.sandboxes.delete(first).await.expect("delete");
+    assert!(c.running(&first.id).is_empty());
+}
+
+#[tokio::test]
+async fn no_room_anywhere_refuses_and_leaves_no_row_or_vm() {
+    // 256 MiB each: one sandbox per host.
+    let c = Cluster::start(256).await;
+    for _ in 0..3 {
+        c.create().await.expect("create while there is room");
+    }
+    let before = c.store.sandboxes().count_active(&c.ws).await.unwrap();
+    let e = c.create().await.expect_err("no host has room");
+    assert!(
+        matches!(e, ControlError::Store(StoreError::NoCapacity { .. })),
+        "{e:?}"
+    );
+    assert_eq!(
+        c.store.sandboxes().count_active(&c.ws).await.unwrap(),
+        before
+    );
+    let vms: usize = c.hosts.values().map(|h| h.vm_ids().len()).sum();
+    assert_eq!(vms, 3);
+}
+
+#[tokio::test]
+async fn a_host_that_refuses_sends_the_create_to_the_next() {
+    let c = Cluster::start(1024).await;
+    c.host("h1")
+        .fail_next(Op::Create, 1, |_| HostError::failed("create", "disk full"));
+    let row = c.create().await.expect("placed on another host");
+    assert_ne!(row.host_id, "h1");
+    assert_eq!(c.running(&row.id), vec![row.host_id.as_str()]);
+    assert!(c.host("h1").vm_ids().is_empty(), "nothing left on h1");
+    assert_eq!(c.host("h1").count(Op::Create), 1);
+
+    // A host no link reaches is skipped the same way.
+    let c = Cluster::start_with_down(1024, &["h1"]).await;
+    let row = c.create().await.expect("placed past the unreachable host");
+    assert_ne!(row.host_id, "h1");
+    assert_eq!(c.running(&row.id), vec![row.host_id.as_str()]);
+    // Refusals of the request itself are not retried elsewhere.
+    for h in c.hosts.values() {
+        h.fail_next(Op::Create, 1, |_| {
+            HostError::TemplateNotFound("minimal".into())
+        });
+    }
+    let before = c.hosts.values().map(|h| h.count(Op::Create)).sum::<usize>();
+    let e = c.create().await.expect_err("template refused");
+    assert!(
+        matches!(e, ControlError::Host(HostError::TemplateNotFound(_))),
+        "{e:?}"
+    );
+    assert_eq!(
+        c.hosts.values().map(|h| h.count(Op::Create)).sum::<usize>(),
+        before + 1
+    );
+}
+
+#[tokio::test]
+async fn a_dead_hosts_sandboxes_are_lost_and_unreachable_and_come_back_when_it_rejoins() {
+    let c = Cluster::start(1024).await;
+    let rows = [c.create().await.unwrap(), c.create().await.unwrap()];
+    assert!(rows.iter().all(|r| r.host_id == "h1"));
+    let other = {
+        // Fill h1 so the next goes elsewhere.
+        for _ in 0..2 {
+            c.create().await.unwrap();
+        }
+        c.create().await.unwrap()
+    };
+    assert_ne!(other.host_id, "h1");
+    // h1's lease lapses (its last join gave it 1 ms); a reaper declares it dead.
+    let now = pandastack_store::now_ms();
+    c.store
+        .hosts()
+        .join(&joining("h1", 1024, &["minimal"]), 1, now)
+        .await
+        .unwrap();
+    let reaped = c.store.hosts().reap(now + 100).await.unwrap();
+    assert_eq!(reaped.len(), 1, "only h1: {reaped:?}");
+    let h1 = reaped
+        .iter()
+        .find(|r| r.host_id == "h1")
+        .expect("h1 reaped");
+    assert_eq!(h1.lost, 4);
+    for r in &rows {
+        let row = c.store.sandboxes().by_id(&r.id).await.unwrap();
+        assert_eq!(row.state, SandboxState::Lost);
+        let e = c
+            .control
+            .host()
+            .exec(&r.id, exec("true"))
+            .await
+            .expect_err("dead host");
+        assert!(
+            matches!(e, HostError::Unreachable { ref host, .. } if host == "h1"),
+            "{e:?}"
+        );
+    }
+    // Hosts reaped with it were not touched.
+    let row = c.store.sandboxes().by_id(&other.id).await.unwrap();
+    assert_eq!(row.state, SandboxState::Running);
+
+    // While h1 was away one of its sandboxes was deleted; then h1 joins again.
+    c.store.sandboxes().delete(&rows[1].id).await.unwrap();
+    let joined = c
+        .store
+        .hosts()
+        .join(
+            &joining("h1", 1024, &["minimal"]),
+            LEASE_MS,
+            pandastack_store::now_ms(),
+        )
+        .await
+        .unwrap();
+    let fleet = Fleet::new(c.store.clone(), Arc::clone(&c.dial) as Arc<dyn Dial>);
+    let h1 = fleet.host("h1").await.unwrap();
+    let done = pandastack_control::reconcile_host(&c.store, &*h1, "h1", joined.epoch)
+        .await
+        .unwrap();
+    assert!(done.found.contains(&rows[0].id), "{done:?}");
+    assert_eq!(done.removed, vec![rows[1].id.clone()]);
+    assert_eq!(
+        c.store.sandboxes().by_id(&rows[0].id).await.unwrap().state,
+        SandboxState::Running
+    );
+    assert!(
+        c.running(&rows[1].id).is_empty(),
+        "the deleted one's VM is gone"
+    );
+    assert_eq!(c.host("h1").vm_state(&rows[0].id), Some(VmState::Running));
+    // A reconciliation with the epoch before is fenced: it writes nothing.
+    c.store
+        .sandboxes()
+        .set_state(&rows[0].id, SandboxState::Lost)
+        .await
+        .unwrap();
+    let stale = pandastack_control::reconcile_host(&c.store, &*h1, "h1", joined.epoch - 1)
+        .await
+        .unwrap();
+    assert!(stale.found.is_empty());
+    assert_eq!(
+        c.store.sandboxes().by_id(&rows[0].id).await.unwrap().state,
+        SandboxState::Lost
+    );
+}
