@@ -170,6 +170,7 @@ async fn a_fake_agent_process_joins_serves_a_replica_and_stops_renewing_when_kil
     let report = members.joined.lock().unwrap().clone().unwrap();
     assert_eq!(report.host_id, HOST);
     assert_eq!(report.templates, ["base"]);
+    assert_eq!((report.capacity.slots, report.capacity.free_slots), (7, 7));
     let address = row.address.clone().expect("an address");
     assert_eq!(report.address, address);
     let addr: std::net::SocketAddr = address.parse().expect("ip:port");

@@ -131,6 +131,7 @@ async fn run(a: Args) -> Result<(), String> {
             disk_bytes: free_bytes(&data_dir),
             free_slots: (slots - running.load(Ordering::Relaxed)).max(0),
             creates_in_flight: 0,
+            slots,
         },
         templates: agent.runtime().baked_templates().unwrap_or_default(),
         compat_key: compat_key.clone(),

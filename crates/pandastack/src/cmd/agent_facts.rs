@@ -97,6 +97,7 @@ impl HostFacts {
                 disk_bytes: free_bytes(&self.data_dir),
                 free_slots: (self.slots - self.running.load(Ordering::Relaxed)).max(0),
                 creates_in_flight: 0,
+                slots: self.slots,
             },
             templates,
             compat_key: self.compat_key.clone(),
