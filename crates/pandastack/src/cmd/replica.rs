@@ -18,6 +18,13 @@ use tokio::task::JoinHandle;
 /// How often membership renews the leases of the agents attending this replica.
 const RENEW_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The PostgreSQL advisory lock held by the one replica that runs the control plane's workers
+/// (its bytes spell "PSWORKER").
+const WORKERS_LOCK: i64 = 0x5053_574f_524b_4552;
+
+/// How often the workers' replica checks its lock's session, and others try to take it.
+const LEAD_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How often a replica looks for hosts that joined with a new epoch.
 const REJOIN_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -46,6 +53,46 @@ pub struct Replica {
 }
 
 impl Replica {
+    /// Runs `control`'s workers (reaper, schedules, builds, archivers, …) in whichever one
+    /// replica holds the workers' advisory lock: this one takes it when free, starts the workers,
+    /// and stops them as soon as the lock's session stops answering (another replica then takes
+    /// over within about a second of the session's end).
+    pub fn lead_workers(&mut self, store: Store, control: pandastack_control::ControlPlane) {
+        self.tasks.push(tokio::spawn(async move {
+            loop {
+                match store.try_advisory_lock(WORKERS_LOCK).await {
+                    Ok(Some(mut lock)) => {
+                        tracing::info!("this replica runs the control plane's workers");
+                        control.start();
+                        loop {
+                            tokio::time::sleep(LEAD_EVERY).await;
+                            let checked =
+                                tokio::time::timeout(LEAD_EVERY * 5, lock.check()).await;
+                            match checked {
+                                Ok(Ok(())) => {}
+                                Ok(Err(e)) => {
+                                    tracing::warn!(error = &e as &dyn std::error::Error, "the workers' lock session failed: stopping the workers");
+                                    break;
+                                }
+                                Err(_) => {
+                                    tracing::warn!("the workers' lock session does not answer: stopping the workers");
+                                    break;
+                                }
+                            }
+                        }
+                        control.shutdown(false).await;
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::debug!(
+                        error = &e as &dyn std::error::Error,
+                        "taking the workers' lock"
+                    ),
+                }
+                tokio::time::sleep(LEAD_EVERY).await;
+            }
+        }));
+    }
+
     /// Stops the replica's tasks (agents attend another replica).
     pub fn stop(self) {
         for t in self.tasks {

@@ -220,14 +220,15 @@ async fn run_replica(
     objects: pandastack_objects::Objects,
     first_key: Option<String>,
 ) -> anyhow::Result<ExitCode> {
-    let replica = super::replica::start(&a.replica, identity, &store).await?;
+    let mut replica = super::replica::start(&a.replica, identity, &store).await?;
     let name = replica.name.clone();
     let (certs, proxy_tls) = certificates(&a, &store, &name)?;
     let mut config = control_config(&a, name.clone(), certs)?;
     config.place = pandastack_control::PlaceMode::AcrossHosts;
     let host: Arc<dyn pandastack_host::Host> = Arc::new(replica.fleet.clone());
-    let control = ControlPlane::new(store, host, objects, config);
-    control.start();
+    let control = ControlPlane::new(store.clone(), host, objects, config);
+    // The workers run in one replica at a time (an advisory lock); the API in every one.
+    replica.lead_workers(store, control.clone());
     let (app, preview_url) = api_state(&a, control.clone(), name.clone(), &proxy_tls)?;
     let runs_on = format!(
         "control-plane replica {name}; agents attend on {}",
