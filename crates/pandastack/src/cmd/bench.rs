@@ -44,6 +44,9 @@ enum BenchWhat {
     /// Side by side with gVisor (runsc) on the same root filesystem: create + exec `true`,
     /// create + Python, exec in a running sandbox; ratios of the p50s and p99s.
     Compare(super::bench_compare::CompareArgs),
+    /// The cluster (#38): placement at 3 and 200 hosts, dead-host detection, a PostgreSQL
+    /// restart under attending agents, exec through the agent link against in-process.
+    Cluster(super::bench_cluster::ClusterArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -115,6 +118,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchWhat::Soak(a) => super::bench_soak::run(a).await,
         BenchWhat::Diff(a) => super::bench_diff::run(a),
         BenchWhat::Compare(a) => super::bench_compare::run(a).await,
+        BenchWhat::Cluster(a) => super::bench_cluster::run(a).await,
     }
 }
 

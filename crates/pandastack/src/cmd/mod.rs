@@ -9,6 +9,7 @@ pub mod auth;
 pub mod bench;
 mod bench_api;
 mod bench_apps;
+mod bench_cluster;
 mod bench_compare;
 mod bench_databases;
 mod bench_diff;
