@@ -26,6 +26,8 @@ pub struct HostCapacity {
     pub disk_bytes: u64,
     /// How many more sandboxes it can start now.
     pub free_slots: u64,
+    /// How many sandboxes it can run in all (its network slots); 0: not limited by slots.
+    pub slots: u64,
 }
 
 /// A host: a machine that runs sandboxes.
@@ -48,6 +50,8 @@ pub struct Host {
     /// The QEMU, guest kernel and CPU features a snapshot needs to be restored on it; null
     /// until its agent reports one.
     pub compat_key: Option<String>,
+    /// The templates it holds (sorted), as its agent last reported them.
+    pub templates: Vec<String>,
     /// Sandboxes on it (every state, every workspace).
     pub sandboxes: u64,
     /// RFC 3339.

@@ -57,8 +57,10 @@ fn joining(id: &str) -> Joining {
             memory_mib: 65_536,
             disk_bytes: 1 << 40,
             free_slots: 100,
+            slots: 128,
         },
         compat_key: "qemu-7.2/linux-6.12/x86-64-v3".into(),
+        templates: vec!["python".into(), "base".into()],
     }
 }
 
@@ -198,7 +200,15 @@ async fn the_list_shows_every_host_and_drain_changes_its_state() {
         (&1.into(), &1.into()),
         "{h}"
     );
-    assert_eq!(h["capacity"]["vcpus"], 0, "{h}");
+    assert_eq!(
+        (
+            &h["capacity"]["vcpus"],
+            &h["capacity"]["slots"],
+            &h["templates"]
+        ),
+        (&0.into(), &0.into(), &serde_json::json!([])),
+        "{h}"
+    );
     // An agent's host: where it is, its lease (RFC 3339), what it offers.
     let h = &hosts[0];
     assert_eq!(
@@ -214,11 +224,13 @@ async fn the_list_shows_every_host_and_drain_changes_its_state() {
         (
             &h["capacity"]["vcpus"],
             &h["capacity"]["memory_mib"],
-            &h["capacity"]["free_slots"]
+            &h["capacity"]["free_slots"],
+            &h["capacity"]["slots"]
         ),
-        (&16.into(), &65_536.into(), &100.into()),
+        (&16.into(), &65_536.into(), &100.into(), &128.into()),
         "{h}"
     );
+    assert_eq!(h["templates"], serde_json::json!(["base", "python"]), "{h}");
     let lease = h["lease_expires_at"].as_str().unwrap();
     assert_eq!(lease, pandastack_api::rfc3339(before + 8_000), "{h}");
     assert_eq!(h["epoch"], before, "{h}");

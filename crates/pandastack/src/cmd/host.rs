@@ -148,8 +148,9 @@ const HOSTS: Table<Host> = Table {
         "ADDRESS",
         "VCPUS",
         "MEMORY_MIB",
-        "FREE_SLOTS",
+        "FREE/SLOTS",
         "SANDBOXES",
+        "TEMPLATES",
     ],
     row: host_row,
 };
@@ -168,8 +169,16 @@ fn host_row(h: &Host) -> Vec<String> {
         h.address.clone().unwrap_or_else(|| "-".into()),
         h.capacity.vcpus.to_string(),
         h.capacity.memory_mib.to_string(),
-        h.capacity.free_slots.to_string(),
+        match h.capacity.slots {
+            0 => format!("{}/-", h.capacity.free_slots),
+            all => format!("{}/{all}", h.capacity.free_slots),
+        },
         h.sandboxes.to_string(),
+        if h.templates.is_empty() {
+            "-".into()
+        } else {
+            h.templates.join(",")
+        },
     ]
 }
 

@@ -587,6 +587,7 @@ class _HostRequired(TypedDict):
     name: str
     sandboxes: int
     state: HostState
+    templates: List[str]
 
 
 class Host(_HostRequired, total=False):
@@ -603,6 +604,7 @@ class HostCapacity(TypedDict):
     disk_bytes: int
     free_slots: int
     memory_mib: int
+    slots: int
     vcpus: int
 
 

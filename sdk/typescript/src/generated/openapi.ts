@@ -2415,6 +2415,8 @@ export interface components {
              */
             sandboxes: number;
             state: components["schemas"]["HostState"];
+            /** @description The templates it holds (sorted), as its agent last reported them. */
+            templates: string[];
         };
         /**
          * @description What a host offers, as its agent last reported it (all 0 until then; the single-node
@@ -2430,6 +2432,11 @@ export interface components {
             free_slots: number;
             /** Format: int64 */
             memory_mib: number;
+            /**
+             * Format: int64
+             * @description How many sandboxes it can run in all (its network slots); 0: not limited by slots.
+             */
+            slots: number;
             /** Format: int64 */
             vcpus: number;
         };
@@ -2730,6 +2737,8 @@ export interface components {
                  */
                 sandboxes: number;
                 state: components["schemas"]["HostState"];
+                /** @description The templates it holds (sorted), as its agent last reported them. */
+                templates: string[];
             }[];
             next_cursor?: string | null;
         };
