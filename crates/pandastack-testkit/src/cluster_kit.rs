@@ -122,6 +122,7 @@ pub struct Cluster {
     pub db_url: String,
     spec: ClusterSpec,
     key: String,
+    admin_key: String,
     store: Option<Store>,
     database: Option<Database>,
     postgres: Option<OwnPostgres>,
@@ -175,11 +176,16 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("migrate the cluster's database {db_url}: {e:?}"));
         // The workspace and key the tests call with, made before any replica starts (a
         // replica's first start then finds a workspace and makes none of its own).
-        let (_, _, key) = store
+        let (ws, _, key) = store
             .keys()
             .create_workspace_with_key("cluster-test", 10_000, 100_000)
             .await
             .expect("the tests' workspace and key");
+        let (_, admin_key) = store
+            .keys()
+            .create_admin(&ws.id, "cluster-test-admin")
+            .await
+            .expect("an operator's key");
 
         let ca_dir = root.join("ca");
         run_cli(&bin, &["cluster", "init", "--dir", path_str(&ca_dir)]);
@@ -190,6 +196,7 @@ impl Cluster {
             db_url,
             spec: spec.clone(),
             key,
+            admin_key,
             store: Some(store),
             database: Some(database),
             postgres,
@@ -270,6 +277,16 @@ impl Cluster {
         pandastack_client::Client::new(pandastack_client::Config::new(
             self.api_url(i),
             Some(self.key.clone()),
+        ))
+        .expect("API client")
+    }
+
+    /// A client of replica `i` with an operator's (admin) key of the tests' workspace: the
+    /// operator routes (`/v1/hosts`) too.
+    pub fn admin_client(&self, i: usize) -> pandastack_client::Client {
+        pandastack_client::Client::new(pandastack_client::Config::new(
+            self.api_url(i),
+            Some(self.admin_key.clone()),
         ))
         .expect("API client")
     }

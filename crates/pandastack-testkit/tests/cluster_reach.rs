@@ -70,6 +70,49 @@ async fn creates_land_on_every_host_and_each_sandbox_answers_through_every_repli
         }
     }
 
+    // Every replica lists the same hosts to an operator, as the store has them; a workspace's
+    // key may not.
+    for r in 0..c.replicas.len() {
+        let mut listed = c
+            .admin_client(r)
+            .list_hosts()
+            .await
+            .unwrap_or_else(|e| panic!("GET /v1/hosts through {r}: {}", error_chain(&e)));
+        listed.sort_by(|a, b| a.id.cmp(&b.id));
+        use pandastack_client::types::HostState;
+        let seen: Vec<(String, HostState, Option<String>, u64, bool)> = listed
+            .iter()
+            .map(|h| {
+                (
+                    h.id.clone(),
+                    h.state,
+                    h.address.clone(),
+                    h.sandboxes,
+                    h.templates.iter().any(|t| t == "base"),
+                )
+            })
+            .collect();
+        let expected: Vec<(String, HostState, Option<String>, u64, bool)> = c
+            .agents
+            .iter()
+            .map(|a| {
+                (
+                    a.host_id.clone(),
+                    HostState::Ready,
+                    Some(a.listen.to_string()),
+                    per_host.get(&a.host_id).map_or(0, |v| v.len() as u64),
+                    true,
+                )
+            })
+            .collect();
+        assert_eq!(seen, expected, "GET /v1/hosts through replica {r}");
+        let refused = c.client_once(r).list_hosts().await;
+        assert!(
+            matches!(&refused, Err(pandastack_client::Error::Api(a)) if a.status == 403),
+            "GET /v1/hosts with a workspace's key: {refused:?}"
+        );
+    }
+
     // Files the sandboxes write land on this machine's file system (fake VMs): a directory
     // anyone may write, removed at the end.
     let files = tempfile::tempdir().unwrap();
