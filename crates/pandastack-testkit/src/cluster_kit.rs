@@ -13,8 +13,9 @@
 //!
 //! Everything is undone when the [`Cluster`] drops, however the test ends: every process is
 //! killed (the fake VMs its agents left running included), the database dropped, an own
-//! PostgreSQL stopped and removed. A test that fails prints the end of each process's log
-//! (`PANDASTACK_CLUSTER_KEEP=1` keeps the whole directory and says where).
+//! PostgreSQL stopped and removed. A test that fails prints the end of each process's log.
+//! `PANDASTACK_CLUSTER_KEEP=1` keeps the directory (logs, data dirs) and the database, and an
+//! own PostgreSQL running, and says where (processes and fake VMs are killed all the same).
 //!
 //! What a test needs from outside: `target/debug/pandastack` (`cargo build -p pandastack`),
 //! `PANDASTACK_GUEST_AGENT` (the guest agent the fake VMs run) and `PANDASTACK_TEST_POSTGRES`
