@@ -2,6 +2,9 @@
 //! file and on a real PostgreSQL server (`PANDASTACK_TEST_POSTGRES`, as in `store.rs`; `skip`
 //! runs SQLite only), each reached through two store handles (two replicas).
 
+// Each test binary compiles this module and uses a different part of it.
+#![allow(dead_code)]
+
 use pandastack_store::Store;
 
 /// Two handles (two replicas) on one fresh database per backend.
