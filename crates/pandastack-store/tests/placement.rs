@@ -515,3 +515,98 @@ async fn placement_at_two_hundred_hosts_is_fast() {
         );
     }
 }
+
+/// A thousand creates of two templates, eight at a time through two store handles (two
+/// replicas), on three hosts: `a` holds `t1`, `b` holds `t2`, `c` neither. While the holder of
+/// a create's template has room, at least 95% of creates land on it (all of them, here:
+/// nothing else competes); once `a` is full the rest of `t1`'s go elsewhere by best fit; no
+/// host ever holds more than its memory or slots, and the creates that find no room write
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_thousand_creates_are_template_local_while_room_exists_and_never_overcommit() {
+    for Case {
+        backend,
+        store,
+        other,
+        ..
+    } in stores().await
+    {
+        // Room for 400, 450 and 300 sandboxes of 256 MiB (slots bind `c`).
+        host(&store, "a", 400 * 256, 0, &["t1"]).await;
+        host(&store, "b", 450 * 256, 0, &["t2"]).await;
+        host(&store, "c", 1 << 20, 300, &[]).await;
+        let ws = store
+            .keys()
+            .create_workspace("w", 100_000, 100_000)
+            .await
+            .unwrap()
+            .id;
+        // Phase 1: 400 of t1 and 400 of t2, interleaved: every one has room on its holder.
+        // Phase 2: 200 more of t1, when `a` is full.
+        let templates: Vec<&'static str> = (0..800)
+            .map(|i| if i % 2 == 0 { "t1" } else { "t2" })
+            .chain(std::iter::repeat_n("t1", 200))
+            .collect();
+        let mut outcomes: Vec<(usize, &str, Result<String, StoreError>)> = Vec::new();
+        for (chunk_no, chunk) in templates.chunks(8).enumerate() {
+            let tasks: Vec<_> = chunk
+                .iter()
+                .enumerate()
+                .map(|(k, t)| {
+                    let s = if k % 2 == 0 {
+                        store.clone()
+                    } else {
+                        other.clone()
+                    };
+                    let (ws, t) = (ws.clone(), *t);
+                    tokio::spawn(async move {
+                        let mut r = row(&ws);
+                        let d = demand(256, Some(t));
+                        s.sandboxes()
+                            .insert_placed(&mut r, &[], &d)
+                            .await
+                            .map(|(p, _)| p.host_id)
+                    })
+                })
+                .collect();
+            for (k, task) in tasks.into_iter().enumerate() {
+                let t = chunk[k];
+                outcomes.push((chunk_no * 8 + k, t, task.await.unwrap()));
+            }
+        }
+        let holder = |t: &str| if t == "t1" { "a" } else { "b" };
+        let first: Vec<_> = outcomes.iter().filter(|(i, _, _)| *i < 800).collect();
+        let local = first
+            .iter()
+            .filter(|(_, t, r)| r.as_deref().ok() == Some(holder(t)))
+            .count();
+        assert!(
+            local * 100 >= first.len() * 95,
+            "{backend}: {local} of {} template-local while room existed",
+            first.len()
+        );
+        // Phase 2: `a` is full; t1 goes to the best fit of the others (`b`: least room left).
+        let second: Vec<_> = outcomes.iter().filter(|(i, _, _)| *i >= 800).collect();
+        assert!(
+            second
+                .iter()
+                .all(|(_, _, r)| r.as_deref().ok() != Some("a")),
+            "{backend}: a create went to a full host"
+        );
+        // Never over memory or slots, and the rows agree with the placements.
+        let mut per_host: BTreeMap<String, i64> = BTreeMap::new();
+        for (_, _, r) in &outcomes {
+            if let Ok(h) = r {
+                *per_host.entry(h.clone()).or_default() += 1;
+            }
+        }
+        for (h, most) in [("a", 400), ("b", 450), ("c", 300)] {
+            let n = per_host.get(h).copied().unwrap_or(0);
+            assert!(n <= most, "{backend}: host {h} holds {n} > {most}");
+            let rows = store.sandboxes().on_host(h).await.unwrap();
+            assert_eq!(rows.len() as i64, n, "{backend}: rows of {h}");
+        }
+        let placed: i64 = per_host.values().sum();
+        assert_eq!(placed, 1000, "{backend}: room for 1,150, all 1,000 placed");
+    }
+}
