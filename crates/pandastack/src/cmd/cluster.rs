@@ -1,6 +1,7 @@
 //! `pandastack cluster init` and `pandastack cluster cert`: the cluster's PKI for multi-host
 //! PandaStack (server replicas and one agent per host over mutual TLS), from
-//! `pandastack-cluster`. Only the PKI is built: nothing reads these bundles yet.
+//! `pandastack-cluster`. An agent's bundle is `pandastack agent --identity`, a replica's
+//! `pandastack server --cluster`.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -112,6 +113,10 @@ fn cert(a: CertArgs) -> anyhow::Result<ExitCode> {
         "copy {o} whole to host {} (mode 0700, owned by the user pandastack runs as)",
         a.name
     );
-    println!("nothing reads it yet: the agent service and cluster membership are not built");
+    let using = match a.role {
+        Role::Agent => "pandastack agent --identity",
+        Role::Server => "pandastack server --cluster",
+    };
+    println!("use it as `{using} {o}`");
     Ok(ExitCode::SUCCESS)
 }
