@@ -8,8 +8,8 @@ use sqlx::Any;
 
 use crate::{Backend, Store, StoreError};
 
-/// A held advisory lock: released when dropped (its session goes back to... nowhere: the
-/// connection is closed, so the server frees the lock at once).
+/// A held advisory lock: released when dropped (its connection is closed, never returned to
+/// the pool; the server frees the lock as soon as its backend sees the connection end).
 pub struct AdvisoryLock {
     /// The session holding the lock (`None`: SQLite, nothing to hold).
     conn: Option<PoolConnection<Any>>,
