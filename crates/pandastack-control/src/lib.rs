@@ -45,7 +45,7 @@ pub use databases::{
 };
 pub use fleet::{AgentDialer, Dial, Fleet};
 pub use membership::{LeaseReaper, LeaseStore, StoreMembers};
-pub use plane::{ControlConfig, ControlPlane, RecoverError};
+pub use plane::{ControlConfig, ControlPlane, RecoverError, CLUSTER_CONTROL_ID};
 pub use reaper::Reaper;
 pub use reconcile::{reconcile_rows, Reconciled};
 pub use rejoin::{reconcile_host, JoinWatch, Rejoined};

@@ -18,6 +18,12 @@ use crate::{
     PlaceMode, Reaper, Sandboxes, Schedules, Snapshots, Templates, VolumeError, Volumes,
 };
 
+/// The owner, in a cluster, of the rows the control plane itself owns (databases, apps,
+/// functions, schedules and their jobs): one id for every replica, so whichever replica runs
+/// the workers ([`ControlPlane::start`]) runs them for all. Host-owned rows (sandboxes,
+/// snapshots, volumes) name the agent's host that placement chose.
+pub const CLUSTER_CONTROL_ID: &str = "control-plane";
+
 /// What a control plane is configured with (every field the server's flags decide).
 #[derive(Clone)]
 pub struct ControlConfig {
@@ -105,7 +111,8 @@ impl ControlPlane {
             Arc::clone(&host),
             objects.clone(),
             host_id.clone(),
-        );
+        )
+        .with_placement(place);
         let deploys_dir = builds.dir.with_file_name("deploys");
         let templates = Templates::new(store.clone(), Arc::clone(&host), host_id.clone(), builds);
         let sandboxes = Sandboxes::new(
@@ -254,15 +261,7 @@ impl ControlPlane {
             tokio::spawn(self.databases.clone().archiver()),
             tokio::spawn(self.apps.clone().worker()),
             tokio::spawn(self.functions.clone().instance_sweeper()),
-            tokio::spawn(
-                Reaper::new(
-                    self.store.clone(),
-                    Arc::clone(&self.host),
-                    self.host_id.clone(),
-                    self.sandboxes.clone(),
-                )
-                .run(),
-            ),
+            tokio::spawn(self.reaper().run()),
         ];
         w.extend(self.functions.start_invoke_runners());
         w.extend(self.schedules.start());
@@ -273,6 +272,21 @@ impl ControlPlane {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(w);
+    }
+
+    /// The reaper of TTL and idle timeouts: of this host's sandboxes, or of every host's in a
+    /// cluster.
+    fn reaper(&self) -> Reaper {
+        let r = Reaper::new(
+            self.store.clone(),
+            Arc::clone(&self.host),
+            self.host_id.clone(),
+            self.sandboxes.clone(),
+        );
+        match self.place {
+            PlaceMode::ThisHost => r,
+            PlaceMode::AcrossHosts => r.on_every_host(),
+        }
     }
 
     /// Stops the workers, then, with `hibernate`, hibernates every sandbox of this host that is

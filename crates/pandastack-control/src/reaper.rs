@@ -23,12 +23,13 @@ enum ReapError {
     Delete(#[from] crate::ControlError),
 }
 
-/// The reaper of one host's sandboxes.
+/// The reaper of one host's sandboxes (or, over a cluster's fleet, of every host's).
 pub struct Reaper {
     store: Store,
     host: Arc<dyn Host>,
     host_id: String,
     sandboxes: crate::Sandboxes,
+    every_host: bool,
 }
 
 impl Reaper {
@@ -43,7 +44,15 @@ impl Reaper {
             host,
             host_id,
             sandboxes,
+            every_host: false,
         }
+    }
+
+    /// Reaps the sandboxes of every host, not only `host_id`'s: the reaper of a cluster's
+    /// control plane, whose host is the fleet of its agents (one replica runs it at a time).
+    pub fn on_every_host(mut self) -> Self {
+        self.every_host = true;
+        self
     }
 
     /// Runs until the task is dropped.
@@ -57,12 +66,12 @@ impl Reaper {
             self.mark_exited().await;
             // Busy guests count as active (idle = no API calls and no guest work).
             activity.sample(&self.store, &*self.host).await;
-            let due = match self
-                .store
-                .sandboxes()
-                .expired(&self.host_id, now_ms())
-                .await
-            {
+            let rows = self.store.sandboxes();
+            let due = match if self.every_host {
+                rows.expired_on_any_host(now_ms()).await
+            } else {
+                rows.expired(&self.host_id, now_ms()).await
+            } {
                 Ok(d) => d,
                 Err(e) => {
                     tracing::warn!(error = &e as &dyn std::error::Error, "reaper query");
@@ -101,7 +110,10 @@ impl Reaper {
         let exited = self.host.list().await.into_iter();
         for v in exited.filter(|v| v.state == VmState::Exited) {
             match self.store.sandboxes().by_id(&v.id).await {
-                Ok(row) if row.state != SandboxState::Failed && row.host_id == self.host_id => {
+                Ok(row)
+                    if row.state != SandboxState::Failed
+                        && (self.every_host || row.host_id == self.host_id) =>
+                {
                     tracing::warn!(sandbox = %v.id, "its VM exited (the guest powered off or rebooted, or the process was killed): failed");
                     if let Err(e) = self
                         .store

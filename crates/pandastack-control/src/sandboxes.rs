@@ -72,7 +72,7 @@ impl DiskMax {
 /// A create failure that says the host could not take it (so another host may): it cannot be
 /// reached, or it failed for a reason of its own. Refusals of the request itself (a template
 /// not found, a bad volume) are the same on every host.
-fn refusal(e: &HostError) -> bool {
+pub(crate) fn refusal(e: &HostError) -> bool {
     matches!(e, HostError::Unreachable { .. } | HostError::Failed { .. })
 }
 

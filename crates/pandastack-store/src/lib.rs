@@ -243,7 +243,10 @@ impl Store {
     }
 
     pub fn volumes(&self) -> VolumeRepo<'_> {
-        VolumeRepo { pool: &self.pool }
+        VolumeRepo {
+            pool: &self.pool,
+            backend: self.backend,
+        }
     }
 
     pub fn idempotency(&self) -> Idempotency<'_> {

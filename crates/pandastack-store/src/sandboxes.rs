@@ -478,13 +478,28 @@ impl SandboxRepo<'_> {
     /// Sandboxes on host `host_id` whose TTL has passed or that have been idle past their idle
     /// timeout at `now`.
     pub async fn expired(&self, host_id: &str, now: i64) -> Result<Vec<SandboxRow>, StoreError> {
+        self.expired_where(Some(host_id), now).await
+    }
+
+    /// [`Self::expired`] on every host (a cluster's control plane, whose sandboxes are on its
+    /// agents' hosts).
+    pub async fn expired_on_any_host(&self, now: i64) -> Result<Vec<SandboxRow>, StoreError> {
+        self.expired_where(None, now).await
+    }
+
+    async fn expired_where(
+        &self,
+        host_id: Option<&str>,
+        now: i64,
+    ) -> Result<Vec<SandboxRow>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM sandboxes WHERE host_id = $2 AND state <> 'hibernated' AND \
+            "SELECT {COLUMNS} FROM sandboxes WHERE ($2 = '' OR host_id = $2) \
+             AND state NOT IN ('hibernated', 'lost') AND \
              ((expires_at IS NOT NULL AND expires_at <= $1) OR \
               (idle_timeout_seconds IS NOT NULL AND last_activity_at + idle_timeout_seconds * 1000 <= $1))"
         ))
         .bind(now)
-        .bind(host_id)
+        .bind(host_id.unwrap_or(""))
         .fetch_all(self.pool)
         .await?;
         rows.iter().map(row).collect()

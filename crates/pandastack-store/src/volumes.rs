@@ -107,6 +107,7 @@ pub struct VolumeBackupRow {
 
 pub struct VolumeRepo<'a> {
     pub(crate) pool: &'a AnyPool,
+    pub(crate) backend: crate::Backend,
 }
 
 const COLUMNS: &str = "id, workspace_id, name, host_id, size_gb, state, source, created_at";
@@ -207,21 +208,29 @@ impl VolumeRepo<'_> {
         if used_gb(&mut tx, &v.workspace_id).await? + v.size_gb > quota {
             return Err(StoreError::LimitReached { limit: quota });
         }
-        sqlx::query(&format!(
-            "INSERT INTO volumes ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
-        ))
-        .bind(&v.id)
-        .bind(&v.workspace_id)
-        .bind(&v.name)
-        .bind(&v.host_id)
-        .bind(v.size_gb)
-        .bind(v.state.as_str())
-        .bind(&v.source)
-        .bind(v.created_at)
-        .execute(&mut *tx)
-        .await?;
+        insert(&mut tx, v).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// [`Self::insert_within_quota`] on the host the store's placement chooses for `demand`
+    /// (a cluster: the volume goes where the sandbox that will mount it fits — `demand` is that
+    /// sandbox's — since a sandbox runs on its volumes' host). Writes the host into `v`.
+    pub async fn insert_placed_within_quota(
+        &self,
+        v: &mut VolumeRow,
+        demand: &crate::Demand<'_>,
+    ) -> Result<crate::Placement, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let quota = lock_workspace(&mut tx, &v.workspace_id).await?;
+        if used_gb(&mut tx, &v.workspace_id).await? + v.size_gb > quota {
+            return Err(StoreError::LimitReached { limit: quota });
+        }
+        let placement = crate::placement::place(&mut tx, self.backend, demand).await?;
+        v.host_id.clone_from(&placement.host_id);
+        insert(&mut tx, v).await?;
+        tx.commit().await?;
+        Ok(placement)
     }
 
     pub async fn set_ready(&self, id: &str) -> Result<(), StoreError> {
@@ -627,4 +636,24 @@ pub(crate) async fn claim(
         });
     }
     Ok(out)
+}
+
+async fn insert(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    v: &VolumeRow,
+) -> Result<(), StoreError> {
+    sqlx::query(&format!(
+        "INSERT INTO volumes ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+    ))
+    .bind(&v.id)
+    .bind(&v.workspace_id)
+    .bind(&v.name)
+    .bind(&v.host_id)
+    .bind(v.size_gb)
+    .bind(v.state.as_str())
+    .bind(&v.source)
+    .bind(v.created_at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }

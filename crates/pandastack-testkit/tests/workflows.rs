@@ -22,6 +22,8 @@ mod databases;
 mod deploys;
 #[path = "workflows/fleet.rs"]
 mod fleet;
+#[path = "workflows/fleet_resources.rs"]
+mod fleet_resources;
 #[path = "workflows/functions.rs"]
 mod functions;
 #[path = "workflows/jobs.rs"]

@@ -420,7 +420,15 @@ impl Databases {
             Err(e) => return Err(e.into()),
         }
         let made = async {
-            let v = self.volumes.create(&row.workspace_id, &volume).await?;
+            let template = database_template(row.memory_mb);
+            let mounter = crate::volumes::Mounter {
+                memory_mib: row.memory_mb,
+                template: Some(&template),
+            };
+            let v = self
+                .volumes
+                .create_for(&row.workspace_id, &volume, &mounter)
+                .await?;
             row.volume_id = v.row.id.clone();
             self.store
                 .databases()

@@ -21,6 +21,8 @@ use pandastack_store::{
 };
 use tokio::sync::Notify;
 
+use crate::PlaceMode;
+
 pub use backups::{BackupInfo, BACKUP_JOB_KIND};
 
 /// Bytes in a GiB (volume sizes are whole GiB).
@@ -88,6 +90,28 @@ impl VolumeInfo {
     }
 }
 
+/// Where a new volume's content comes from.
+enum Content {
+    Empty,
+    Snapshot(VolumeSnapshotRow),
+    Backup(pandastack_objects::Manifest),
+}
+
+/// The sandbox a new volume is for, as placement needs it (a cluster).
+pub(crate) struct Mounter<'a> {
+    pub memory_mib: i64,
+    pub template: Option<&'a str>,
+}
+
+impl Default for Mounter<'_> {
+    fn default() -> Self {
+        Self {
+            memory_mib: DEFAULT_MOUNTER_MIB,
+            template: None,
+        }
+    }
+}
+
 /// Volumes of one host, over the store, the host and the object store.
 #[derive(Clone)]
 pub struct Volumes {
@@ -95,8 +119,16 @@ pub struct Volumes {
     host: Arc<dyn Host>,
     objects: Objects,
     host_id: String,
+    place: PlaceMode,
     wake: Arc<Notify>,
 }
+
+/// How many hosts a volume create tries when hosts refuse it (a link down, a disk full).
+const PLACE_TRIES: usize = 3;
+
+/// The memory a volume's host must have room for when the sandbox that will mount it is not
+/// known (a volume created through the API).
+const DEFAULT_MOUNTER_MIB: i64 = 512;
 
 impl Volumes {
     pub fn new(store: Store, host: Arc<dyn Host>, objects: Objects, host_id: String) -> Self {
@@ -105,8 +137,15 @@ impl Volumes {
             host,
             objects,
             host_id,
+            place: PlaceMode::ThisHost,
             wake: Arc::new(Notify::new()),
         }
+    }
+
+    /// Where new volumes go: this host, or (a cluster) the host placement chooses.
+    pub fn with_placement(mut self, place: PlaceMode) -> Self {
+        self.place = place;
+        self
     }
 
     /// The object store backups go to (managed databases archive their WAL there too).
@@ -141,30 +180,37 @@ impl Volumes {
         ws: &str,
         req: &CreateVolumeRequest,
     ) -> Result<VolumeInfo, VolumeError> {
-        enum From {
-            Empty,
-            Snapshot(VolumeSnapshotRow),
-            Backup(pandastack_objects::Manifest),
-        }
+        self.create_for(ws, req, &Mounter::default()).await
+    }
+
+    /// [`Self::create`] of a volume `mounter` will mount: in a cluster its host is placed so
+    /// that sandbox fits there (a sandbox runs on its volumes' host); from a snapshot, on the
+    /// snapshot's host.
+    pub(crate) async fn create_for(
+        &self,
+        ws: &str,
+        req: &CreateVolumeRequest,
+        mounter: &Mounter<'_>,
+    ) -> Result<VolumeInfo, VolumeError> {
         let (from, source_gb) = if let Some(id) = &req.from_snapshot {
             let s = match self.store.volumes().snapshot(ws, id).await {
                 Ok(s) => s,
                 Err(StoreError::NotFound) => return Err(VolumeError::SnapshotNotFound(id.clone())),
                 Err(e) => return Err(e.into()),
             };
-            if s.host_id != self.host_id {
+            if self.place == PlaceMode::ThisHost && s.host_id != self.host_id {
                 return Err(VolumeError::Elsewhere {
                     volume: id.clone(),
                     host: s.host_id,
                 });
             }
             let gb = s.size_gb;
-            (From::Snapshot(s), gb)
+            (Content::Snapshot(s), gb)
         } else if let Some(id) = &req.from_backup {
             let (record, manifest) = self.done_backup(ws, id).await?;
-            (From::Backup(manifest), record.size_gb)
+            (Content::Backup(manifest), record.size_gb)
         } else {
-            (From::Empty, 0)
+            (Content::Empty, 0)
         };
         let size_gb = i64::from(req.size_gb.unwrap_or(0)).max(source_gb);
         let row = VolumeRow {
@@ -180,19 +226,73 @@ impl Volumes {
                 .or_else(|| req.from_backup.clone()),
             created_at: now_ms(),
         };
-        match self.store.volumes().insert_within_quota(&row).await {
-            Ok(()) => {}
-            Err(StoreError::Conflict) => return Err(VolumeError::Exists(req.name.clone())),
-            Err(e) => return Err(e.into()),
+        if self.place == PlaceMode::ThisHost {
+            self.insert(&row, self.store.volumes().insert_within_quota(&row).await)?;
+            return self.make(row, &from).await;
         }
-        let bytes = size_gb as u64 * GIB;
-        let made = match &from {
-            From::Empty => self.host.create_volume(&row.id, bytes).await,
-            From::Snapshot(s) => self.host.volume_from_snapshot(&s.id, &row.id, bytes).await,
-            From::Backup(m) => self.host.volume_from_manifest(ws, m, &row.id, bytes).await,
+        let pinned = match &from {
+            Content::Snapshot(s) => Some(s.host_id.clone()),
+            _ => None,
+        };
+        let mut refused = Vec::new();
+        loop {
+            let mut row = row.clone();
+            let demand = pandastack_store::Demand {
+                memory_mib: mounter.memory_mib,
+                template: mounter.template,
+                compat_key: None,
+                host: pinned.as_deref(),
+                exclude: &refused,
+                now_ms: now_ms(),
+            };
+            let placed = self
+                .store
+                .volumes()
+                .insert_placed_within_quota(&mut row, &demand)
+                .await;
+            let placement = self.insert(&row, placed)?;
+            tracing::info!(volume = %row.id, host = %placement.host_id, reason = %placement.reason, candidates = placement.candidates, "volume placed");
+            let host = row.host_id.clone();
+            match self.make(row, &from).await {
+                Err(VolumeError::Host(e))
+                    if crate::sandboxes::refusal(&e)
+                        && pinned.is_none()
+                        && refused.len() + 1 < PLACE_TRIES =>
+                {
+                    tracing::warn!(host = %host, error = &e as &dyn std::error::Error, "placement: the host refused the volume; trying the next one");
+                    refused.push(host);
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// The outcome of writing a new volume's row: a name taken is [`VolumeError::Exists`].
+    fn insert<T>(&self, row: &VolumeRow, r: Result<T, StoreError>) -> Result<T, VolumeError> {
+        match r {
+            Ok(t) => Ok(t),
+            Err(StoreError::Conflict) => Err(VolumeError::Exists(row.name.clone())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Makes the file of a volume whose row is written (on the host the row names); a failure
+    /// removes the file and the row.
+    async fn make(&self, row: VolumeRow, from: &Content) -> Result<VolumeInfo, VolumeError> {
+        let bytes = row.size_gb as u64 * GIB;
+        let made = match from {
+            Content::Empty => self.host.create_volume(&row.id, bytes).await,
+            Content::Snapshot(s) => self.host.volume_from_snapshot(&s.id, &row.id, bytes).await,
+            Content::Backup(m) => {
+                self.host
+                    .volume_from_manifest(&row.workspace_id, m, &row.id, bytes)
+                    .await
+            }
         };
         if let Err(e) = made {
-            let _ = self.host.delete_volume(&row.id).await;
+            if let Err(d) = self.host.delete_volume(&row.id).await {
+                tracing::debug!(volume = %row.id, error = &d as &dyn std::error::Error, "removing a volume whose create failed");
+            }
             self.store.volumes().delete(&row.id).await?;
             return Err(e.into());
         }
@@ -319,7 +419,7 @@ impl Volumes {
             id,
             workspace_id: row.workspace_id.clone(),
             volume_id: row.id.clone(),
-            host_id: self.host_id.clone(),
+            host_id: row.host_id.clone(),
             size_gb: row.size_gb,
             frozen: view.frozen,
             internal,

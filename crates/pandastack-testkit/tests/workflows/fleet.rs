@@ -41,13 +41,15 @@ impl Dial for ByName {
     }
 }
 
-struct Cluster {
+/// Three scripted hosts joined in a store, and a replica's control plane over their fleet
+/// (also the cluster of [`super::fleet_resources`]).
+pub(super) struct Cluster {
     _dir: tempfile::TempDir,
-    store: Store,
-    hosts: HashMap<String, Arc<ScriptedHost>>,
+    pub(super) store: Store,
+    pub(super) hosts: HashMap<String, Arc<ScriptedHost>>,
     dial: Arc<ByName>,
-    control: ControlPlane,
-    ws: String,
+    pub(super) control: ControlPlane,
+    pub(super) ws: String,
 }
 
 /// Host `id` joined with `memory_mib` (and `templates`), its lease running a minute.
@@ -71,7 +73,7 @@ fn joining(id: &str, memory_mib: i64, templates: &[&str]) -> Joining {
 impl Cluster {
     /// Hosts h1 (holds `minimal`), h2 and h3, each with `memory_mib`; the workspace may run 50
     /// sandboxes.
-    async fn start(memory_mib: i64) -> Self {
+    pub(super) async fn start(memory_mib: i64) -> Self {
         Self::start_with_down(memory_mib, &[]).await
     }
 

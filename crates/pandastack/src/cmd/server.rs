@@ -223,7 +223,9 @@ async fn run_replica(
     let mut replica = super::replica::start(&a.replica, identity, &store).await?;
     let name = replica.name.clone();
     let (certs, proxy_tls) = certificates(&a, &store, &name)?;
-    let mut config = control_config(&a, name.clone(), certs)?;
+    // Rows the control plane owns name no replica: whichever runs the workers runs them all.
+    let owner = pandastack_control::CLUSTER_CONTROL_ID.to_owned();
+    let mut config = control_config(&a, owner, certs)?;
     config.place = pandastack_control::PlaceMode::AcrossHosts;
     let host: Arc<dyn pandastack_host::Host> = Arc::new(replica.fleet.clone());
     let control = ControlPlane::new(store.clone(), host, objects, config);
