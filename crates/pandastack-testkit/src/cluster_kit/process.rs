@@ -162,10 +162,10 @@ pub async fn http_raw(
         .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
 }
 
-/// A loopback port nothing listens on, held for this test process: the same scheme as
-/// `crates/pandastack/tests/common::free_port` (ports 20000–32767, below the kernel's
+/// A loopback port nothing listens on, held for this test process (also the end-to-end tests'
+/// `crates/pandastack/tests/common::free_port`): ports 20000–32767, below the kernel's
 /// ephemeral range, each held by an exclusive `flock` on `$TMPDIR/pandastack-test-ports/<port>`
-/// for the life of the process), so that test processes running side by side, of either kind,
+/// for the life of the process, so that test processes running side by side, of either kind,
 /// never hand out the same port — nor take one a test frees to start its server again on it.
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};

@@ -43,40 +43,9 @@ impl Drop for Server {
 /// starts it again on the same port leaves that port free in between: CI saw another test's
 /// server take it there. So a port is also held for the whole life of the test process by
 /// an exclusive `flock` on `$TMPDIR/pandastack-test-ports/<port>`, which every test process
-/// skips; the kernel drops the lock when the process ends, however it ends.
-pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    use std::sync::Mutex;
-    const LOW: u32 = 20_000;
-    const SPAN: u32 = 12_768;
-    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
-    static HELD: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
-    let seed = std::process::id().wrapping_mul(7_919)
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-    let _ = NEXT.compare_exchange(u32::MAX, seed % SPAN, Ordering::SeqCst, Ordering::SeqCst);
-    let locks = std::env::temp_dir().join("pandastack-test-ports");
-    std::fs::create_dir_all(&locks).expect("port lock directory");
-    for _ in 0..SPAN {
-        let port = (LOW + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(locks.join(port.to_string()))
-            .expect("port lock file");
-        if rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
-            continue; // another test process holds it
-        }
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            HELD.lock().unwrap_or_else(|e| e.into_inner()).push(lock);
-            return port;
-        }
-    }
-    panic!("no free port in {LOW}..{}", LOW + SPAN)
-}
+/// skips; the kernel drops the lock when the process ends, however it ends. The test kit's
+/// one: the cluster tests' processes take theirs from the same place.
+pub use pandastack_testkit::cluster_kit::free_port;
 
 /// Puts the catalog spec `templates/<name>.toml` in the test server's catalog (the directory
 /// [`start_with`] passes as `--templates-dir`): its first use builds the image (cached in
