@@ -2,6 +2,7 @@
 //!
 //! ```text
 //!   services ──► Fleet (dyn Host) ── owner of id? (rows: sandbox, snapshot, volume; cached)
+//!                                  ├─► host's row (cached; every row read again each second)
 //!                                  └─► link to that host's agent (dialled once, by address)
 //! ```
 //!
@@ -9,18 +10,26 @@
 //! is written first: a create's row is placed in the store before the create reaches a host,
 //! see [`crate::Sandboxes::create`]). The owner of an id never changes while this issue's
 //! cluster holds (nothing moves between hosts yet), so it is cached; a delete forgets it.
-//! Links are dialled on first use from the `hosts` row's address with the replica's identity
-//! ([`Dial`]) and dialled again when the host re-joined at another address. A host marked
-//! `dead` is not called: its sandboxes are `lost` and the caller gets
-//! [`HostError::Unreachable`].
+//!
+//! The hosts' rows (address, state) are kept in memory, so a call reads nothing from the store
+//! once it knows the owner: a task the fleet starts reads every row again each
+//! [`REFRESH_EVERY`] (and stops when the last clone of the fleet is dropped); a host the cache
+//! does not know (it joined since the last scan) is read from the store on the spot; a cached
+//! row older than [`ROW_MAX_AGE`] (the scan stalled, or no runtime ran it) is read again before
+//! use, and used as it is only if the store does not answer (no host is reaped while the store
+//! is away). A host marked `dead` is not called — at most about a second after the store says
+//! so: its sandboxes are `lost` and the caller gets [`HostError::Unreachable`]. Links are
+//! dialled on first use from the row's address with the replica's identity ([`Dial`]) and
+//! dialled again when the host re-joined at another address (a dial that fails reads the row
+//! from the store first, in case the cache has not seen the new address yet).
 //!
 //! What crosses as a path (template builds' working directory and bake) runs on one host and
 //! is refused here; the catalog is the union of the hosts'.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use pandastack_host::{
@@ -30,6 +39,12 @@ use pandastack_host::{
     VmView, VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
 };
 use pandastack_store::{HostRow, HostState, Store};
+
+/// How often the fleet's task reads every host's row again.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
+
+/// A cached host row older than this is read from the store again before it is used.
+pub const ROW_MAX_AGE: Duration = Duration::from_secs(2);
 
 /// A failure reaching a host, kept as the cause of [`HostError::Unreachable`].
 pub type DialError = Box<dyn std::error::Error + Send + Sync>;
@@ -93,6 +108,15 @@ struct Link {
     host: Arc<dyn Host>,
 }
 
+/// A host's row and when it was read.
+struct Cached {
+    row: Arc<HostRow>,
+    read: Instant,
+}
+
+/// The hosts' rows by id.
+type Rows = Mutex<HashMap<String, Cached>>;
+
 /// The hosts of a cluster as one [`Host`] (see the module docs). Cheap to clone.
 #[derive(Clone)]
 pub struct Fleet {
@@ -100,18 +124,61 @@ pub struct Fleet {
     dial: Arc<dyn Dial>,
     links: Arc<tokio::sync::Mutex<HashMap<String, Link>>>,
     owners: Arc<Mutex<HashMap<String, String>>>,
+    rows: Arc<Rows>,
     /// How long a call that lists every host waits for each.
     list_timeout: Duration,
 }
 
 impl Fleet {
+    /// A fleet over `store`'s hosts, reached through `dial`. Inside a Tokio runtime it starts
+    /// the task that reads the hosts' rows every [`REFRESH_EVERY`] (see the module docs).
     pub fn new(store: Store, dial: Arc<dyn Dial>) -> Self {
-        Self {
+        let fleet = Self {
             store,
             dial,
             links: Arc::default(),
             owners: Arc::default(),
+            rows: Arc::default(),
             list_timeout: Duration::from_secs(5),
+        };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(scan(fleet.store.clone(), Arc::downgrade(&fleet.rows)));
+        }
+        fleet
+    }
+
+    /// Reads every host's row again (what the fleet's task does each [`REFRESH_EVERY`]).
+    pub async fn refresh(&self) -> Result<(), pandastack_store::StoreError> {
+        let read = Instant::now();
+        let list = self.store.hosts().list().await?;
+        replace_rows(&self.rows, list, read);
+        Ok(())
+    }
+
+    fn rows(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
+        self.rows.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Host `host_id`'s row from the store, kept in the cache (or removed from it if gone).
+    async fn read_row(&self, host_id: &str) -> Result<Arc<HostRow>, RouteError> {
+        let read = Instant::now();
+        match self.store.hosts().get(host_id).await {
+            Ok(r) => {
+                let row = Arc::new(r);
+                self.rows().insert(
+                    host_id.to_owned(),
+                    Cached {
+                        row: Arc::clone(&row),
+                        read,
+                    },
+                );
+                Ok(row)
+            }
+            Err(pandastack_store::StoreError::NotFound) => {
+                self.rows().remove(host_id);
+                Err(RouteError::UnknownHost(host_id.to_owned()))
+            }
+            Err(e) => Err(RouteError::Store(e)),
         }
     }
 
@@ -154,14 +221,36 @@ impl Fleet {
     }
 
     async fn link(&self, host_id: &str) -> Result<Arc<dyn Host>, RouteError> {
-        let row = match self.store.hosts().get(host_id).await {
-            Ok(r) => r,
-            Err(pandastack_store::StoreError::NotFound) => {
-                return Err(RouteError::UnknownHost(host_id.to_owned()))
-            }
-            Err(e) => return Err(RouteError::Store(e)),
+        let cached = self
+            .rows()
+            .get(host_id)
+            .map(|c| (Arc::clone(&c.row), c.read.elapsed() <= ROW_MAX_AGE));
+        let row = match cached {
+            Some((row, true)) => row,
+            Some((stale, false)) => match self.read_row(host_id).await {
+                Err(RouteError::Store(e)) => {
+                    tracing::debug!(
+                        host = %host_id,
+                        error = &e as &dyn std::error::Error,
+                        "fleet: the store does not answer; using the host's last row"
+                    );
+                    stale
+                }
+                r => r?,
+            },
+            None => return self.link_to(&*self.read_row(host_id).await?).await,
         };
-        self.link_to(&row).await
+        match self.link_to(&row).await {
+            Err(e @ RouteError::Dial { .. }) => {
+                // The host may have joined again elsewhere since the cache read its row.
+                let fresh = self.read_row(host_id).await?;
+                if fresh.address == row.address && fresh.state == row.state {
+                    return Err(e);
+                }
+                self.link_to(&fresh).await
+            }
+            r => r,
+        }
     }
 
     async fn link_to(&self, row: &HostRow) -> Result<Arc<dyn Host>, RouteError> {
@@ -215,6 +304,7 @@ impl Fleet {
 
     /// Every host not dead, linked (those that cannot be reached are logged and skipped).
     async fn live(&self) -> Vec<Arc<dyn Host>> {
+        let read = Instant::now();
         let rows = match self.store.hosts().list().await {
             Ok(r) => r,
             Err(e) => {
@@ -222,6 +312,7 @@ impl Fleet {
                 return Vec::new();
             }
         };
+        replace_rows(&self.rows, rows.clone(), read);
         let mut out = Vec::new();
         for row in rows.iter().filter(|r| r.state != HostState::Dead) {
             match self.link_to(row).await {
@@ -252,6 +343,43 @@ impl Fleet {
             Err(_) => Vec::new(),
         }
     }
+}
+
+/// The fleet's task: every [`REFRESH_EVERY`], every host's row, until the fleet is dropped.
+async fn scan(store: Store, rows: Weak<Rows>) {
+    let mut every = tokio::time::interval(REFRESH_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        if rows.strong_count() == 0 {
+            return;
+        }
+        let read = Instant::now();
+        match store.hosts().list().await {
+            Ok(list) => match rows.upgrade() {
+                Some(rows) => replace_rows(&rows, list, read),
+                None => return,
+            },
+            Err(e) => tracing::debug!(
+                error = &e as &dyn std::error::Error,
+                "fleet: reading the hosts' rows"
+            ),
+        }
+    }
+}
+
+/// The cache takes `list`, read at `read`: a host no longer listed is forgotten, and an entry
+/// read after `read` (a read-through while the list was under way) is kept as it is.
+fn replace_rows(rows: &Rows, list: Vec<HostRow>, read: Instant) {
+    let mut rows = rows.lock().unwrap_or_else(|p| p.into_inner());
+    let mut fresh: HashMap<String, Cached> = rows.drain().filter(|(_, c)| c.read > read).collect();
+    for r in list {
+        fresh.entry(r.id.clone()).or_insert(Cached {
+            row: Arc::new(r),
+            read,
+        });
+    }
+    *rows = fresh;
 }
 
 fn unreachable(host: &str, e: RouteError) -> HostError {

@@ -2,10 +2,12 @@
 //! three scripted hosts joined in a SQLite store, dialled by id. Creates are placed in the
 //! store and land on the chosen host; every call reaches the host the row names; a host that
 //! refuses a create sends it to the next; a dead host's sandboxes are `lost` and unreachable;
-//! a host that joins again is reconciled.
+//! a host that joins again is reconciled; the fleet's cached host rows see a death within about
+//! a second and a host that joined since on its first call.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use pandastack_api_types::CreateSandboxRequest;
 use pandastack_control::{ControlError, ControlPlane, Dial, Fleet, PlaceMode};
@@ -48,6 +50,7 @@ pub(super) struct Cluster {
     pub(super) store: Store,
     pub(super) hosts: HashMap<String, Arc<ScriptedHost>>,
     dial: Arc<ByName>,
+    fleet: Fleet,
     pub(super) control: ControlPlane,
     pub(super) ws: String,
 }
@@ -71,8 +74,8 @@ fn joining(id: &str, memory_mib: i64, templates: &[&str]) -> Joining {
 }
 
 impl Cluster {
-    /// Hosts h1 (holds `minimal`), h2 and h3, each with `memory_mib`; the workspace may run 50
-    /// sandboxes.
+    /// Hosts h1 (holds `minimal`), h2 and h3, each with `memory_mib` (and h4, which a dial
+    /// reaches but has not joined); the workspace may run 50 sandboxes.
     pub(super) async fn start(memory_mib: i64) -> Self {
         Self::start_with_down(memory_mib, &[]).await
     }
@@ -100,6 +103,7 @@ impl Cluster {
                 .await
                 .unwrap();
         }
+        hosts.insert("h4".to_owned(), Arc::new(ScriptedHost::new()));
         let dial = Arc::new(ByName {
             hosts: hosts.clone(),
             down: Mutex::new(down.iter().map(|d| (*d).to_owned()).collect()),
@@ -118,12 +122,13 @@ impl Cluster {
             place: PlaceMode::AcrossHosts,
             ..pandastack_testkit::fake::test_config("replica-1", &dir.path().join("builds"))
         };
-        let control = ControlPlane::new(store.clone(), Arc::new(fleet), objects, config);
+        let control = ControlPlane::new(store.clone(), Arc::new(fleet.clone()), objects, config);
         Self {
             _dir: dir,
             store,
             hosts,
             dial,
+            fleet,
             control,
             ws: ws.id,
         }
@@ -137,6 +142,18 @@ impl Cluster {
 
     fn host(&self, id: &str) -> &ScriptedHost {
         &self.hosts[id]
+    }
+
+    /// Host `id`'s lease lapses (a join with a 1 ms lease) and a reaper declares it dead.
+    async fn kill(&self, id: &str, templates: &[&str]) {
+        let now = pandastack_store::now_ms();
+        self.store
+            .hosts()
+            .join(&joining(id, 1024, templates), 1, now)
+            .await
+            .unwrap();
+        let reaped = self.store.hosts().reap(now + 100).await.unwrap();
+        assert_eq!(reaped.len(), 1, "only {id}: {reaped:?}");
     }
 
     /// Which hosts run a VM of sandbox `id`.
@@ -268,7 +285,8 @@ async fn a_dead_hosts_sandboxes_are_lost_and_unreachable_and_come_back_when_it_r
         c.create().await.unwrap()
     };
     assert_ne!(other.host_id, "h1");
-    // h1's lease lapses (its last join gave it 1 ms); a reaper declares it dead.
+    // h1's lease lapses (its last join gave it 1 ms); a reaper declares it dead, and the
+    // fleet reads the hosts' rows again (its task does each second).
     let now = pandastack_store::now_ms();
     c.store
         .hosts()
@@ -282,6 +300,7 @@ async fn a_dead_hosts_sandboxes_are_lost_and_unreachable_and_come_back_when_it_r
         .find(|r| r.host_id == "h1")
         .expect("h1 reaped");
     assert_eq!(h1.lost, 4);
+    c.fleet.refresh().await.unwrap();
     for r in &rows {
         let row = c.store.sandboxes().by_id(&r.id).await.unwrap();
         assert_eq!(row.state, SandboxState::Lost);
@@ -341,5 +360,72 @@ async fn a_dead_hosts_sandboxes_are_lost_and_unreachable_and_come_back_when_it_r
     assert_eq!(
         c.store.sandboxes().by_id(&rows[0].id).await.unwrap().state,
         SandboxState::Lost
+    );
+}
+
+#[tokio::test]
+async fn host_rows_are_cached_a_dead_host_is_refused_after_a_refresh_and_a_new_one_read_through() {
+    let c = Cluster::start(1024).await;
+    let row = c.create().await.unwrap();
+    assert_eq!(row.host_id, "h1");
+    c.fleet
+        .exec(&row.id, exec("true"))
+        .await
+        .expect("h1 answers");
+
+    let execs = c.host("h1").exec_log().len();
+
+    // The store marks h1 dead; after the fleet reads the rows again, its sandbox is refused.
+    c.kill("h1", &["minimal"]).await;
+    c.fleet.refresh().await.unwrap();
+    let e = c
+        .fleet
+        .exec(&row.id, exec("true"))
+        .await
+        .expect_err("dead host");
+    assert!(
+        matches!(e, HostError::Unreachable { ref host, .. } if host == "h1"),
+        "{e:?}"
+    );
+    assert_eq!(
+        c.host("h1").exec_log().len(),
+        execs,
+        "the refused call did not reach h1"
+    );
+
+    // Without a call to refresh: the fleet's own task sees h2's death within about a second.
+    c.fleet.host("h2").await.expect("h2 is ready");
+    c.kill("h2", &[]).await;
+    let t = Instant::now();
+    while c.fleet.host("h2").await.is_ok() {
+        assert!(
+            t.elapsed() < pandastack_control::fleet::REFRESH_EVERY * 3,
+            "h2 still reached {} ms after its death",
+            t.elapsed().as_millis()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("h2 refused {} ms after its death", t.elapsed().as_millis());
+
+    // A host that joined after the last read of the rows is read from the store on first use.
+    c.store
+        .hosts()
+        .join(
+            &joining("h4", 1024, &[]),
+            LEASE_MS,
+            pandastack_store::now_ms(),
+        )
+        .await
+        .unwrap();
+    let h4 = c.fleet.host("h4").await.expect("h4 read through");
+    h4.create("minimal", "sb-on-h4")
+        .await
+        .expect("create on h4");
+    assert_eq!(c.running("sb-on-h4"), vec!["h4"]);
+    // One the store does not know is refused.
+    let e = c.fleet.host("h9").await.err().expect("unknown host");
+    assert!(
+        matches!(e, HostError::Unreachable { ref host, .. } if host == "h9"),
+        "{e:?}"
     );
 }
