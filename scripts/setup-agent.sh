@@ -5,24 +5,28 @@
 # bundle, /etc/pandastack/agent.env and the systemd unit (deploy/systemd/pandastack-agent.service),
 # then starts the agent. Idempotent: run it again to upgrade.
 #
-#   scripts/setup-agent.sh --bundle DIR --advertise HOST:PORT --server NAME=ADDR[,NAME=ADDR...]
+#   scripts/setup-agent.sh --bundle DIR --advertise HOST:PORT --server NAME=ADDR[,NAME=ADDR...] \
+#     --objects s3://bucket/prefix
 #
+# --objects is the object store every replica and agent shares (volume backups go there; S3
+# credentials as the AWS_* variables, added to /etc/pandastack/agent.env by hand).
 # DIR is this host's bundle from `pandastack cluster cert --role agent --name <host id> --out DIR`
 # (made where the cluster CA lives, copied here). The agent holds no database credentials.
 set -euo pipefail
 
-bundle= advertise= servers= listen=0.0.0.0:7443
+bundle= advertise= servers= objects= listen=0.0.0.0:7443
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle=$2; shift 2 ;;
     --advertise) advertise=$2; shift 2 ;;
     --server) servers=$2; shift 2 ;;
+    --objects) objects=$2; shift 2 ;;
     --listen) listen=$2; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
-[ -n "$bundle" ] && [ -n "$advertise" ] && [ -n "$servers" ] || {
-  sed -n '2,13p' "$0" >&2; exit 2; }
+[ -n "$bundle" ] && [ -n "$advertise" ] && [ -n "$servers" ] && [ -n "$objects" ] || {
+  sed -n '2,16p' "$0" >&2; exit 2; }
 [ -f "$bundle/cert.pem" ] && [ -f "$bundle/key.pem" ] && [ -f "$bundle/ca.pem" ] ||
   { echo "$bundle is not a certificate bundle (ca.pem, cert.pem, key.pem)" >&2; exit 1; }
 
@@ -58,6 +62,7 @@ PANDASTACK_IDENTITY=/etc/pandastack/agent
 PANDASTACK_AGENT_LISTEN=$listen
 PANDASTACK_ADVERTISE=$advertise
 PANDASTACK_SERVERS=$servers
+PANDASTACK_OBJECTS=$objects
 PANDASTACK_DATA_DIR=$data
 PANDASTACK_KERNEL=$kernel
 PANDASTACK_GUEST_AGENT=/usr/local/bin/pandastack-guest

@@ -58,6 +58,7 @@ impl From<SharedError> for ApiError {
             e @ SharedError::TooLarge(_) => Self::new(ErrorCode::PayloadTooLarge, e.to_string()),
             SharedError::Config(e) => Self::internal("app configuration", &e),
             e @ SharedError::DeployKey(_) => Self::internal("app deploy key", &e),
+            e @ SharedError::Carry { .. } => Self::internal("object store", &e),
         }
     }
 }
@@ -390,9 +391,9 @@ pub async fn deploy_logs(
         .apps
         .deploy_row(caller.ws(), name_of(&name)?, &id)
         .await?;
-    let path = app.control.apps.log_path(&d.id);
     let apps = app.control.apps.clone();
-    Ok(crate::logs::log_response(path, follow, move || {
+    let read = crate::logs::deploy_reader(apps.clone(), caller.ws().to_owned(), d.id.clone());
+    Ok(crate::logs::read_response(read, follow, move || {
         let (apps, id) = (apps.clone(), d.id.clone());
         async move { apps.deploy_ended(&id).await }
     })

@@ -65,7 +65,11 @@ pub(crate) fn database_wire(app: &ApiState, d: &DatabaseInfo) -> wire::Database 
         parent: d.row.parent_id.clone(),
         sandbox_id: d.sandbox.as_ref().map(|s| s.id.clone()),
         volume: pandastack_control::database_volume_name(&d.row.id),
-        host: app.host_name.clone(),
+        // The host its VM runs on (a cluster's agent host; the server's name on one node).
+        host: match &d.sandbox {
+            Some(s) => app.host_of(&s.host_id).to_owned(),
+            None => app.host_name.clone(),
+        },
         created_at: rfc3339(d.row.created_at),
     }
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use axum::Json;
 use pandastack_api_types::{
     self as wire, CreateFunctionRequest, CreateVersionRequest, ErrorCode, FunctionRollbackRequest,
@@ -375,10 +375,10 @@ pub async fn version_logs(
         .functions
         .version(caller.ws(), name_of(&name)?, version_of(&version)?)
         .await?;
-    let text = tokio::fs::read(app.control.functions.log_path(&d.id))
-        .await
-        .unwrap_or_default();
-    Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
+    // The same deploys' logs as apps' (a function's version is a deploy).
+    let read = crate::logs::deploy_reader(app.control.apps.clone(), caller.ws().to_owned(), d.id);
+    // Plain text (`text/plain; charset=utf-8`), as the log so far.
+    Ok(crate::logs::read_response(read, false, || async { None }).await)
 }
 
 /// Make an earlier version live again (default: the one before the live one); nothing is

@@ -122,6 +122,48 @@ where
     follow_sse(file_reader(path), ended)
 }
 
+/// A log read in pieces with `read` as plain text (everything so far), or when `follow` as
+/// [`follow_sse`].
+pub(crate) async fn read_response<R, RFut, F, Fut>(mut read: R, follow: bool, ended: F) -> Response
+where
+    R: FnMut(Option<LogPos>) -> RFut + Send + 'static,
+    RFut: Future<Output = Result<pandastack_host::LogChunk, String>> + Send + 'static,
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Option<String>> + Send + 'static,
+{
+    if follow {
+        return follow_sse(read, ended);
+    }
+    let mut all = Vec::new();
+    let mut pos = None;
+    loop {
+        match read(pos).await {
+            Ok(c) if !c.data.is_empty() => {
+                all.extend_from_slice(&c.data);
+                pos = c.next;
+            }
+            Ok(_) => break,
+            Err(e) => {
+                tracing::warn!(error = e.as_str(), "log read");
+                break;
+            }
+        }
+    }
+    String::from_utf8_lossy(&all).into_owned().into_response()
+}
+
+/// Reads of deploy `deploy`'s log through `apps` (an app's, or a function version's).
+pub(crate) fn deploy_reader(
+    apps: pandastack_control::Apps,
+    ws: String,
+    deploy: String,
+) -> impl FnMut(Option<LogPos>) -> LogRead + Send + 'static {
+    move |from| {
+        let (apps, ws, deploy) = (apps.clone(), ws.clone(), deploy.clone());
+        Box::pin(async move { apps.read_log(&ws, &deploy, from, CHUNK).await })
+    }
+}
+
 /// Server-Sent Events of a log read with `read`: `log` events with the whole log so far and then
 /// every byte appended, until `ended` gives a reason (checked whenever nothing new was read),
 /// then that reason in one `end` event.

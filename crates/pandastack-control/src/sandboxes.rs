@@ -153,6 +153,11 @@ impl Sandboxes {
     }
 
     /// Places new sandboxes as `place` says.
+    /// Where new sandboxes go.
+    pub fn place_mode(&self) -> PlaceMode {
+        self.place
+    }
+
     pub fn with_placement(mut self, place: PlaceMode) -> Self {
         self.place = place;
         self

@@ -566,6 +566,12 @@ impl Cluster {
         out
     }
 
+    /// The object store the replicas share (a directory of the cluster's).
+    pub fn objects_dir(&self) -> PathBuf {
+        let dir = self.dir.as_ref().expect("the cluster's dir").path();
+        dir.join("objects")
+    }
+
     fn spawn_replica(&mut self, i: usize) {
         let r = &self.replicas[i];
         let templates = r.data.join("no-specs");
@@ -587,6 +593,11 @@ impl Cluster {
             .arg(&r.data)
             .arg("--templates-dir")
             .arg(&templates)
+            // One object store for every replica (deploy uploads and logs, backups, WAL).
+            .args([
+                "--objects",
+                &format!("file://{}", self.objects_dir().display()),
+            ])
             .args(["--network", "off", "--pool-size", "0"])
             .env("PANDASTACK_LOG", log_filter());
         let child = spawn_logged(&mut cmd, &r.log, &r.name);

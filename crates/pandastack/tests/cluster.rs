@@ -191,6 +191,18 @@ fn agent_refuses_a_bad_identity_or_no_replica_before_any_vm() {
             1,
             "--advertise HOST:PORT is needed",
         ),
+        (
+            vec![
+                "--identity",
+                &agent,
+                "--server",
+                replica,
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            1,
+            "--objects is needed",
+        ),
     ] {
         let started = std::time::Instant::now();
         let out = Command::new(env!("CARGO_BIN_EXE_pandastack"))
@@ -200,6 +212,7 @@ fn agent_refuses_a_bad_identity_or_no_replica_before_any_vm() {
             .env("PANDASTACK_LOG", "warn")
             .env_remove("PANDASTACK_SERVERS")
             .env_remove("PANDASTACK_ADVERTISE")
+            .env_remove("PANDASTACK_OBJECTS")
             .output()
             .expect("run pandastack agent");
         let e = String::from_utf8_lossy(&out.stderr);
@@ -210,6 +223,58 @@ fn agent_refuses_a_bad_identity_or_no_replica_before_any_vm() {
             "{args:?} took {:?}",
             started.elapsed()
         );
+        assert!(!data.exists(), "{args:?} made the data directory");
+    }
+}
+
+#[test]
+fn a_replica_refuses_a_state_store_or_object_store_of_its_own_before_starting() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let (ca, cp) = (root.path().join("ca"), root.path().join("cp-1"));
+    let s = |p: &Path| p.to_str().unwrap().to_owned();
+    ok(&["cluster", "init", "--dir", &s(&ca)]);
+    ok(&[
+        "cluster",
+        "cert",
+        "--dir",
+        &s(&ca),
+        "--role",
+        "server",
+        "--name",
+        "cp-1",
+        "--out",
+        &s(&cp),
+    ]);
+    let objects = format!("file://{}", root.path().join("objects").display());
+    for (extra, says) in [
+        (vec![], "--cluster needs the cluster's PostgreSQL"),
+        (
+            vec!["--state", "sqlite:///tmp/x.db"],
+            "--cluster needs the cluster's PostgreSQL",
+        ),
+        (
+            vec!["--state", "postgres://127.0.0.1:1/x"],
+            "--cluster needs --objects",
+        ),
+        (
+            vec!["--objects", &objects],
+            "--cluster needs the cluster's PostgreSQL",
+        ),
+    ] {
+        let (cp, d) = (s(&cp), s(&data));
+        let mut args = vec!["server", "--cluster", &cp, "--data-dir", &d];
+        args.extend(extra.iter().copied());
+        let out = Command::new(env!("CARGO_BIN_EXE_pandastack"))
+            .args(&args)
+            .env("PANDASTACK_LOG", "warn")
+            .env_remove("PANDASTACK_STATE")
+            .env_remove("PANDASTACK_OBJECTS")
+            .output()
+            .expect("run pandastack server");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {e}");
+        assert!(e.contains(says), "{args:?}: {e}");
         assert!(!data.exists(), "{args:?} made the data directory");
     }
 }

@@ -3,6 +3,9 @@
 //! replica runs on the agent's host and answers exec and files through it; `kill -9` of the
 //! agent makes its host `dead` within 10 s and the sandbox `lost` (its VM keeps running); a
 //! restarted agent joins again and the same VM, files and all, is `running` once more.
+//! With two replicas, a managed database and an app made through one answer through the other:
+//! `psql` through either replica's database front, the app's URL through either proxy, and the
+//! deploy's log through either API (one of them did not run the deploy).
 //! (The fast cluster tests, with fake agents, are the test kit's `cluster_*`.)
 
 mod common;
@@ -36,7 +39,13 @@ fn cli(args: &[&str]) {
     );
 }
 
-fn agent(identity: &str, listen: &str, replica: &str, data: &std::path::Path) -> Agent {
+fn agent(
+    identity: &str,
+    listen: &str,
+    replica: &str,
+    data: &std::path::Path,
+    objects: &str,
+) -> Agent {
     let child = Command::new(env!("CARGO_BIN_EXE_pandastack"))
         .args([
             "agent",
@@ -50,6 +59,8 @@ fn agent(identity: &str, listen: &str, replica: &str, data: &std::path::Path) ->
             "off",
             "--pool-size",
             "0",
+            "--objects",
+            objects,
         ])
         .arg("--data-dir")
         .arg(data)
@@ -84,6 +95,69 @@ async fn database() -> Option<String> {
     );
     let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
     Some(format!("{base}/{name}"))
+}
+
+/// A certificate authority and bundles for `names` (`role:name`), in `dir`.
+fn pki(dir: &std::path::Path, names: &[(&str, &str)]) {
+    let p = |n: &str| dir.join(n).to_str().unwrap().to_owned();
+    cli(&["cluster", "init", "--dir", &p("ca")]);
+    for (role, name) in names {
+        cli(&[
+            "cluster",
+            "cert",
+            "--dir",
+            &p("ca"),
+            "--role",
+            role,
+            "--name",
+            name,
+            "--ip",
+            "127.0.0.1",
+            "--out",
+            &p(name),
+        ]);
+    }
+}
+
+/// A replica `name` (its bundle in `pki`) on `db`, with the object store `objects`; its
+/// membership service's address is returned with it.
+async fn replica(
+    pki: &std::path::Path,
+    name: &str,
+    db: &str,
+    objects: &str,
+    data: &std::path::Path,
+) -> (common::Server, String) {
+    let membership = format!("127.0.0.1:{}", free_port());
+    let bundle = pki.join(name);
+    let server = start_with(
+        data,
+        free_port(),
+        &[
+            "--state",
+            db,
+            "--cluster",
+            bundle.to_str().unwrap(),
+            "--membership-listen",
+            &membership,
+            "--network",
+            "off",
+            "--objects",
+            objects,
+        ],
+    )
+    .await;
+    (server, format!("{name}={membership}"))
+}
+
+/// Waits until host `host`'s row says `ready`.
+async fn ready(db: &str, host: &str) {
+    within(Duration::from_secs(60), "the agent's host ready", async {
+        while host_state(db, host) != "ready" {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
 }
 
 /// The host row's state, read with psql.
@@ -125,6 +199,8 @@ async fn a_real_guest_through_a_replica_survives_its_agents_kill_and_return() {
     }
     let membership = format!("127.0.0.1:{}", free_port());
     let replica_data = tempfile::tempdir().unwrap();
+    // The object store the replica and the agent share.
+    let objects = format!("file://{}", pki.path().join("objects").display());
     let replica = start_with(
         replica_data.path(),
         free_port(),
@@ -137,12 +213,14 @@ async fn a_real_guest_through_a_replica_survives_its_agents_kill_and_return() {
             &membership,
             "--network",
             "off",
+            "--objects",
+            &objects,
         ],
     )
     .await;
     let listen = format!("127.0.0.1:{}", free_port());
     let attend = format!("cp-1={membership}");
-    let mut host = agent(&p("host-g"), &listen, &attend, guard.dir.path());
+    let mut host = agent(&p("host-g"), &listen, &attend, guard.dir.path(), &objects);
     within(Duration::from_secs(60), "the agent's host ready", async {
         while host_state(&db, "host-g") != "ready" {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -183,7 +261,7 @@ async fn a_real_guest_through_a_replica_survives_its_agents_kill_and_return() {
     assert_eq!(status.as_u16(), 409, "{body}");
 
     // The agent comes back: the join watch finds the VM and the sandbox runs again as it was.
-    host = agent(&p("host-g"), &listen, &attend, guard.dir.path());
+    host = agent(&p("host-g"), &listen, &attend, guard.dir.path(), &objects);
     let back = within(
         Duration::from_secs(30),
         "the sandbox running again",
@@ -206,5 +284,184 @@ async fn a_real_guest_through_a_replica_survives_its_agents_kill_and_return() {
         .call("DELETE", &format!("/v1/sandboxes/{id}"), None)
         .await;
     assert!(status.is_success());
+    drop(host);
+}
+
+/// `psql -XAt -c sql` through the database front at `front` (`uri` names it by host name for
+/// SNI; `hostaddr` connects to 127.0.0.1).
+fn psql(uri: &str, front: &str, sql: &str) -> String {
+    let port = front.rsplit_once(':').unwrap().1;
+    let (head, tail) = uri.split_once("?").unwrap();
+    let (base, _) = head.rsplit_once('/').unwrap();
+    let (base, _) = base.rsplit_once(':').unwrap();
+    let db = head.rsplit_once('/').unwrap().1;
+    let uri = format!("{base}:{port}/{db}?{tail}&hostaddr=127.0.0.1");
+    let out = Command::new("psql")
+        .arg(&uri)
+        .args(["-XAt", "-v", "ON_ERROR_STOP=1", "-c", sql])
+        .env("PGCONNECT_TIMEOUT", "120")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "psql {sql:?} via {front}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A gzip tarball holding `index.html` = `page`.
+fn site(page: &[u8]) -> Vec<u8> {
+    let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::fast(),
+    ));
+    let mut h = tar::Header::new_gnu();
+    h.set_size(page.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    b.append_data(&mut h, "index.html", page).unwrap();
+    b.into_inner().unwrap().finish().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other() {
+    let Some(db) = database().await else { return };
+    let guard = runtime().await;
+    bake(&guard, "minimal").await;
+    let dir = tempfile::tempdir().unwrap();
+    pki(
+        dir.path(),
+        &[("server", "cp-1"), ("server", "cp-2"), ("agent", "host-g")],
+    );
+    let objects = format!("file://{}", dir.path().join("objects").display());
+    let (d1, d2) = (dir.path().join("r1"), dir.path().join("r2"));
+    let (r1, attend1) = replica(dir.path(), "cp-1", &db, &objects, &d1).await;
+    // The second replica finds the workspace the first made: the same key.
+    std::fs::create_dir_all(&d2).unwrap();
+    std::fs::copy(d1.join("key"), d2.join("key")).unwrap();
+    let (r2, attend2) = replica(dir.path(), "cp-2", &db, &objects, &d2).await;
+    let bundle = dir.path().join("host-g");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let host = agent(
+        bundle.to_str().unwrap(),
+        &listen,
+        &format!("{attend1},{attend2}"),
+        guard.dir.path(),
+        &objects,
+    );
+    ready(&db, "host-g").await;
+    let (a1, a2) = (
+        common::Api {
+            s: &r1,
+            c: reqwest::Client::new(),
+        },
+        common::Api {
+            s: &r2,
+            c: reqwest::Client::new(),
+        },
+    );
+
+    // A database made through cp-1 runs on the agent's host; psql through either front.
+    let t = Instant::now();
+    let (st, made) = a1
+        .call("POST", "/v1/databases", Some(json!({"name": "shop"})))
+        .await;
+    assert!(st.is_success(), "{made}");
+    eprintln!("database ready in {:?}", t.elapsed());
+    assert_eq!(made["host"], "host-g", "its VM on the agent's host: {made}");
+    let uri = made["connection_uri"].as_str().unwrap();
+    psql(
+        uri,
+        &r1.db,
+        "create table t (x int); insert into t values (1), (2)",
+    );
+    assert_eq!(psql(uri, &r2.db, "select sum(x) from t"), "3");
+    let (st, q) = a2
+        .call(
+            "POST",
+            &format!("/v1/databases/{}/query", made["id"].as_str().unwrap()),
+            Some(json!({"sql": "select count(*) as n from t"})),
+        )
+        .await;
+    assert!(st.is_success(), "{q}");
+    assert_eq!(q["rows"][0][0], "2", "{q}");
+
+    // An app whose upload went to cp-2 is built by whichever replica runs the workers, and
+    // serves through both proxies; its log reads the same through both APIs.
+    let (st, body) = a2
+        .call(
+            "POST",
+            "/v1/apps",
+            Some(json!({"name": "site", "git": {"url": "https://example.invalid/site.git"}})),
+        )
+        .await;
+    assert!(st.is_success(), "{body}");
+    let r =
+        a2.c.post(format!("{}/v1/apps/site/deploys", r2.url))
+            .bearer_auth(&r2.key)
+            .header("Content-Type", "application/gzip")
+            .body(site(b"<h1>one platform</h1>\n"))
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(r.status().as_u16(), 202);
+    let d: Value = r.json().await.unwrap();
+    let path = format!("/v1/apps/site/deploys/{}", d["id"].as_str().unwrap());
+    let live = within(
+        Duration::from_secs(300),
+        "the upload's deploy live",
+        async {
+            loop {
+                let (_, d) = a1.call("GET", &path, None).await;
+                match d["state"].as_str() {
+                    Some("live") => return d,
+                    Some("failed") => panic!("the deploy failed: {d}"),
+                    _ => tokio::time::sleep(Duration::from_millis(500)).await,
+                }
+            }
+        },
+    )
+    .await;
+    assert!(
+        live["commit"].as_str().unwrap().starts_with("upload:"),
+        "{live}"
+    );
+    for s in [&r1, &r2] {
+        let port = s.proxy.rsplit_once(':').unwrap().1;
+        let page = reqwest::Client::new()
+            .get(format!("http://{}/", s.proxy))
+            .header("Host", format!("site.localhost:{port}"))
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(page.contains("one platform"), "through {}: {page}", s.proxy);
+    }
+    let mut logs = Vec::new();
+    for s in [&r1, &r2] {
+        let log = reqwest::Client::new()
+            .get(format!("{}{path}/logs", s.url))
+            .bearer_auth(&s.key)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            log.contains("now serves"),
+            "the log through {}: {log}",
+            s.url
+        );
+        logs.push(log);
+    }
+    assert_eq!(
+        logs[0], logs[1],
+        "one log, whichever replica ran the deploy"
+    );
     drop(host);
 }

@@ -104,6 +104,15 @@ fn app_template(memory_mb: u32) -> String {
     }
 }
 
+/// The deploy a deploy job is for.
+fn job_deploy(job: &JobRow) -> Result<String, String> {
+    job.payload
+        .get("deploy")
+        .and_then(|d| d.as_str())
+        .map(str::to_owned)
+        .ok_or_else(|| "job payload names no deploy".to_owned())
+}
+
 /// Whether a deploy of `git_ref` builds an uploaded tarball (an app's upload, or a function's
 /// inline files packed as one) rather than fetching git.
 fn from_upload(git_ref: &str) -> bool {
@@ -207,6 +216,9 @@ pub enum DeployCause {
     /// A blocking task of the deploy's that panicked or was cancelled.
     #[error("{0}")]
     Task(tokio::task::JoinError),
+    /// The upload, taken by another replica, could not be fetched from the object store.
+    #[error("{}", error_chain(.0))]
+    Carry(super::SharedError),
     /// The app's SSH deploy key could not be made or read.
     #[error("{0}")]
     DeployKey(AppError),
@@ -390,12 +402,19 @@ struct Sourced {
 impl Shared {
     /// Runs one deploy job (from the start, whatever an earlier attempt left).
     pub(crate) async fn run_job(&self, job: &JobRow) -> Result<(), String> {
-        let id = job
-            .payload
-            .get("deploy")
-            .and_then(|d| d.as_str())
-            .ok_or("job payload names no deploy")?
-            .to_owned();
+        let shipper = match self.store.apps().deploy(&job_deploy(job)?).await {
+            Ok(d) => self.ship_log(&d.workspace_id, &d.id),
+            Err(_) => None,
+        };
+        let r = self.run_job_logged(job).await;
+        if let Some(s) = shipper {
+            s.finish().await;
+        }
+        r
+    }
+
+    async fn run_job_logged(&self, job: &JobRow) -> Result<(), String> {
+        let id = job_deploy(job)?;
         let row = match self.store.apps().deploy(&id).await {
             Ok(r) if r.state.active() => r,
             Ok(_) | Err(StoreError::NotFound) => return Ok(()),
@@ -442,6 +461,10 @@ impl Shared {
                 .map_err(|e| e.to_string());
         }
         let result = self.pipeline(&mut run).await;
+        if from_upload(&run.row.git_ref) {
+            self.drop_carried_upload(&run.app.workspace_id, &run.row.id)
+                .await;
+        }
         let _ = std::fs::remove_dir_all(dir.join("src"));
         let _ = std::fs::remove_file(dir.join("src.tar.gz"));
         let _ = std::fs::remove_file(dir.join(UPLOAD));
@@ -522,6 +545,9 @@ impl Shared {
                 ));
                 let dir = self.deploy_dir(&run.row.id);
                 let fetched = if from_upload(&run.row.git_ref) {
+                    self.fetch_upload(&run.app.workspace_id, &run.row.id, &dir)
+                        .await
+                        .map_err(DeployCause::Carry)?;
                     let d = dir.clone();
                     let (fetched, skipped) = unpack_upload(d).await?;
                     if skipped > 0 {

@@ -196,9 +196,15 @@ impl Functions {
         &self.s.address
     }
 
-    /// A version's build log file (it may not exist yet).
-    pub fn log_path(&self, deploy: &str) -> std::path::PathBuf {
-        self.s.log_path(deploy)
+    /// At most `max` bytes of a version's build log from `from` (wherever it was built).
+    pub async fn read_log(
+        &self,
+        ws: &str,
+        deploy: &str,
+        from: Option<pandastack_host::LogPos>,
+        max: usize,
+    ) -> Result<pandastack_host::LogChunk, String> {
+        self.s.read_deploy_log(ws, deploy, from, max).await
     }
 
     pub(crate) async fn fn_row(&self, ws: &str, name: &str) -> Result<AppRow, FunctionError> {
@@ -348,10 +354,15 @@ impl Functions {
             let _ = std::fs::remove_dir_all(&dir);
             SharedError::Upload(format!("pack the function's files: {e}"))
         })?;
-        match self.s.queue_as(id, row, INLINE_REF, None).await {
+        let queued = match self.s.carry_upload(&row.workspace_id, &id).await {
+            Ok(()) => self.s.queue_as(id.clone(), row, INLINE_REF, None).await,
+            Err(e) => Err(e),
+        };
+        match queued {
             Ok(d) => Ok(d),
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
+                self.s.drop_carried_upload(&row.workspace_id, &id).await;
                 Err(e.into())
             }
         }
@@ -471,7 +482,7 @@ impl Functions {
             tracing::warn!(function = %row.id, error = &e as &dyn std::error::Error, "remove a function's dependency caches");
         }
         for d in &deploys {
-            let _ = std::fs::remove_dir_all(self.s.deploy_dir(&d.id));
+            self.s.forget_deploy(ws, &d.id).await;
         }
         Ok(())
     }

@@ -17,6 +17,7 @@
 //! the deploy queue and its pipeline ([`deploy`]), deploy files, the route cache and the
 //! instance pool — is `Shared` (`shared.rs`); each service has its own error.
 
+mod carried;
 mod check;
 pub mod deploy;
 mod deps;
@@ -30,8 +31,6 @@ mod routes;
 mod shared;
 mod source;
 mod webhook;
-
-use std::path::PathBuf;
 
 use pandastack_api_types::{
     AppConfig, CreateAppRequest, CreateDeployRequest, DeployState, RollbackRequest,
@@ -152,9 +151,16 @@ impl Apps {
         &self.s.address
     }
 
-    /// A deploy's log file (it may not exist yet).
-    pub fn log_path(&self, deploy: &str) -> PathBuf {
-        self.s.log_path(deploy)
+    /// At most `max` bytes of deploy `deploy`'s log from `from` (wherever the deploy ran: see
+    /// `apps/carried.rs`).
+    pub async fn read_log(
+        &self,
+        ws: &str,
+        deploy: &str,
+        from: Option<pandastack_host::LogPos>,
+        max: usize,
+    ) -> Result<pandastack_host::LogChunk, String> {
+        self.s.read_deploy_log(ws, deploy, from, max).await
     }
 
     /// Runs this host's deploy jobs (apps' and functions' versions), one after another, for
@@ -337,7 +343,7 @@ impl Apps {
             tracing::warn!(app = %row.id, error = &e as &dyn std::error::Error, "remove an app's dependency caches");
         }
         for d in &deploys {
-            let _ = std::fs::remove_dir_all(self.s.deploy_dir(&d.id));
+            self.s.forget_deploy(ws, &d.id).await;
         }
         let _ = std::fs::remove_file(self.s.known_hosts(&row.id));
         Ok(())

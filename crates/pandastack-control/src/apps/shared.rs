@@ -40,6 +40,13 @@ pub enum SharedError {
     /// A git source the host does not fetch (a local one, or an internal address).
     #[error("git.url: {0}")]
     BadSource(String),
+    /// A deploy's upload could not be carried to the replica that runs it (a cluster).
+    #[error("{what}")]
+    Carry {
+        what: String,
+        #[source]
+        source: Box<pandastack_objects::ObjectsError>,
+    },
 }
 
 /// `From` the shared causes (the store, the host, a sandbox operation, the stored
@@ -372,7 +379,14 @@ impl Shared {
         if size == 0 {
             return Err(SharedError::Upload("the upload is empty".into()));
         }
-        let d = self.queue_as(id, row, UPLOAD_REF, None).await?;
+        self.carry_upload(&row.workspace_id, &id).await?;
+        let d = match self.queue_as(id.clone(), row, UPLOAD_REF, None).await {
+            Ok(d) => d,
+            Err(e) => {
+                self.drop_carried_upload(&row.workspace_id, &id).await;
+                return Err(e);
+            }
+        };
         cleanup.0 = None;
         Ok(d)
     }

@@ -100,6 +100,12 @@ pub async fn run(a: AgentArgs) -> anyhow::Result<ExitCode> {
         ),
     };
 
+    if a.host.objects.is_none() {
+        anyhow::bail!(
+            "--objects is needed: an agent writes volume backups to the object store the \
+             replicas share (s3://bucket/prefix, or file:///a/directory they all see)"
+        );
+    }
     let objects = open_objects(&a.host).await?;
     // No store here: every sandbox found is kept; the control plane reconciles after the join.
     let started = start_host(&a.host, |_| true, objects).await?;

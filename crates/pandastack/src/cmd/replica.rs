@@ -102,7 +102,11 @@ impl Replica {
 }
 
 /// The replica identity in `args`, checked: `None` when the server is not a replica.
-pub fn identity(args: &ReplicaArgs, state: Option<&str>) -> anyhow::Result<Option<Identity>> {
+pub fn identity(
+    args: &ReplicaArgs,
+    state: Option<&str>,
+    objects: Option<&str>,
+) -> anyhow::Result<Option<Identity>> {
     let Some(dir) = &args.cluster else {
         return Ok(None);
     };
@@ -110,6 +114,14 @@ pub fn identity(args: &ReplicaArgs, state: Option<&str>) -> anyhow::Result<Optio
         anyhow::bail!(
             "--cluster needs the cluster's PostgreSQL as the state store (--state postgres://…): \
              every replica and the agents' membership share it"
+        );
+    }
+    if objects.is_none() {
+        anyhow::bail!(
+            "--cluster needs --objects: every replica and agent shares one object store \
+             (s3://bucket/prefix, or file:///a/directory every one of them sees) for deploy \
+             uploads and logs, volume backups and databases' WAL; the default, a directory in \
+             --data-dir, is this machine's alone"
         );
     }
     let identity =

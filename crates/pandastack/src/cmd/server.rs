@@ -172,7 +172,8 @@ pub struct ServerArgs {
 
 pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
     // Checked before anything starts: a replica needs the cluster's PostgreSQL.
-    let cluster = super::replica::identity(&a.replica, a.state.as_deref())?;
+    let cluster =
+        super::replica::identity(&a.replica, a.state.as_deref(), a.host.objects.as_deref())?;
     // Opened first so a bad URL fails the start at once; volume backups go there.
     let objects = open_objects(&a.host).await?;
     let store = super::keys::open_store(&a.host.data_dir, a.state.as_deref()).await?;
