@@ -1,4 +1,4 @@
-//! Running a host's agent: [`run_agent`] serves the host to replicas ([`serve`]) and attends
+//! Running a host's agent: [`run_agent`] serves the host to replicas ([`serve_counting`]) and attends
 //! one of them ([`Attendance`]) until told to stop. `pandastack agent` (real VMs) and the test
 //! kit's fake-driver agent both start here, so they join and answer the same way.
 //!
@@ -10,7 +10,8 @@
 //!
 //! The host id is the name in the agent's certificate, and the address is the one the agent
 //! advertises: both are set here on every report, whatever `facts` says, so a host cannot
-//! join as anything its certificate does not name.
+//! join as anything its certificate does not name. So is `creates_in_flight`: the creates,
+//! restores and forks the service is running now.
 
 use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -22,7 +23,7 @@ use pandastack_cluster::{Identity, Role, TlsConfigError};
 use pandastack_host::Host;
 use tokio::net::TcpListener;
 
-use crate::{serve, Attendance, HostReport, Replica, ServeError};
+use crate::{serve_counting, Attendance, HostReport, InFlight, Replica, ServeError};
 
 /// How an agent runs: who it is, where replicas reach it, and which replicas it attends.
 #[derive(Debug)]
@@ -105,10 +106,16 @@ pub async fn run_agent(
     let listening = opts.listener.local_addr().ok();
     let advertise = opts.advertise.clone();
     let (id, address) = (host_id.clone(), advertise.clone());
-    let report = move || HostReport {
-        host_id: id.clone(),
-        address: address.clone(),
-        ..facts()
+    let in_flight = InFlight::default();
+    let counted = in_flight.clone();
+    let report = move || {
+        let mut r = HostReport {
+            host_id: id.clone(),
+            address: address.clone(),
+            ..facts()
+        };
+        r.capacity.creates_in_flight = counted.now();
+        r
     };
     let mut attendance = Attendance::new(&opts.identity, opts.replicas.clone(), report)
         .map_err(RunAgentError::Tls)?;
@@ -128,7 +135,7 @@ pub async fn run_agent(
         "agent: serving replicas and attending"
     );
     tokio::select! {
-        r = serve(&opts.identity, opts.listener, host) => {
+        r = serve_counting(&opts.identity, opts.listener, host, in_flight) => {
             r.map_err(RunAgentError::Serve)?;
             // `serve` returns only with an error; stopping without one is still a stop.
             Ok(())

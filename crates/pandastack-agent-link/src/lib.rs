@@ -43,7 +43,7 @@ pub use client::{ConnectError, RemoteHost};
 pub use membership::{
     serve_membership, Attendance, HostReport, Members, MembersError, MembershipService, Replica,
 };
-pub use server::{serve, AgentService, ServeError};
+pub use server::{serve, serve_counting, AgentService, InFlight, ServeError};
 pub use status::{from_status, to_status, RemoteCause};
 pub use tls::DialError;
 

@@ -48,11 +48,21 @@ pub async fn serve(
     listener: TcpListener,
     host: Arc<dyn Host>,
 ) -> Result<(), ServeError> {
+    serve_counting(identity, listener, host, InFlight::default()).await
+}
+
+/// [`serve`], counting the creates under way in `in_flight`.
+pub async fn serve_counting(
+    identity: &Identity,
+    listener: TcpListener,
+    host: Arc<dyn Host>,
+    in_flight: InFlight,
+) -> Result<(), ServeError> {
     let (accept, incoming) = crate::tls::accept(identity, listener, "agent link", |peer| {
         peer.role == Role::Server
     })?;
     let server = tonic::transport::Server::builder()
-        .add_service(AgentService::new(host).into_server())
+        .add_service(AgentService::new(host).counting(in_flight).into_server())
         .serve_with_incoming(incoming);
     tokio::select! {
         r = accept => r,
@@ -63,11 +73,48 @@ pub async fn serve(
 /// The gRPC service of one host: each RPC is the [`Host`] call of the same name.
 pub struct AgentService {
     host: Arc<dyn Host>,
+    in_flight: InFlight,
+}
+
+/// How many creates (and restores, forks) an agent's service has under way: reported with
+/// the host's capacity ([`crate::agent::run_agent`]). Cheap to clone (one counter).
+#[derive(Clone, Default)]
+pub struct InFlight(Arc<std::sync::atomic::AtomicI64>);
+
+impl InFlight {
+    pub fn now(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Counts one until the returned guard is dropped (the call ended, or its caller went).
+    fn start(&self) -> InFlightGuard {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        InFlightGuard(self.clone())
+    }
+}
+
+struct InFlightGuard(InFlight);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        (self.0)
+            .0
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl AgentService {
     pub fn new(host: Arc<dyn Host>) -> Self {
-        Self { host }
+        Self {
+            host,
+            in_flight: InFlight::default(),
+        }
+    }
+
+    /// The service, counting its creates in `in_flight`.
+    pub fn counting(mut self, in_flight: InFlight) -> Self {
+        self.in_flight = in_flight;
+        self
     }
 
     /// The service, with no message size limit of its own: both ends are authenticated
@@ -159,11 +206,13 @@ impl Agent for AgentService {
 
     async fn create(&self, r: Request<pb::CreateRequest>) -> RpcResult<pb::Vm> {
         let r = r.into_inner();
+        let _counted = self.in_flight.start();
         vm(self.host.create(&r.template, &r.id).await)
     }
 
     async fn create_with_volumes(&self, r: Request<pb::CreateRequest>) -> RpcResult<pb::Vm> {
         let r = r.into_inner();
+        let _counted = self.in_flight.start();
         let volumes = r.volumes.into_iter().map(mount_from_pb).collect();
         vm(self
             .host
@@ -173,6 +222,7 @@ impl Agent for AgentService {
 
     async fn create_with_disk(&self, r: Request<pb::CreateRequest>) -> RpcResult<pb::Vm> {
         let r = r.into_inner();
+        let _counted = self.in_flight.start();
         let volumes = r.volumes.into_iter().map(mount_from_pb).collect();
         let disk = disk_from_pb(r.disk);
         vm(self
@@ -183,6 +233,7 @@ impl Agent for AgentService {
 
     async fn create_with_memory_file(&self, r: Request<pb::CreateRequest>) -> RpcResult<pb::Vm> {
         let r = r.into_inner();
+        let _counted = self.in_flight.start();
         vm(self.host.create_with_memory_file(&r.template, &r.id).await)
     }
 
@@ -191,6 +242,7 @@ impl Agent for AgentService {
         r: Request<pb::CreateFromSnapshotRequest>,
     ) -> RpcResult<pb::Vm> {
         let r = r.into_inner();
+        let _counted = self.in_flight.start();
         vm(self.host.create_from_snapshot(&r.snapshot, &r.id).await)
     }
 
@@ -245,6 +297,7 @@ impl Agent for AgentService {
 
     async fn fork(&self, r: Request<pb::ForkRequest>) -> RpcResult<pb::ForkReply> {
         let r = r.into_inner();
+        let _counted = self.in_flight.start();
         ok(
             self.host.fork(&r.id, &r.snapshot_id, &r.child_ids).await,
             |(s, children)| pb::ForkReply {

@@ -26,6 +26,8 @@ pub struct HostCapacity {
     pub disk_bytes: u64,
     /// How many more sandboxes it can start now.
     pub free_slots: u64,
+    /// How many creates (and restores, forks) its agent has under way.
+    pub creates_in_flight: u64,
     /// How many sandboxes it can run in all (its network slots); 0: not limited by slots.
     pub slots: u64,
 }

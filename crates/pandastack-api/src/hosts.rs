@@ -39,6 +39,7 @@ fn host_wire(h: &HostRow, sandboxes: i64) -> wire::Host {
             memory_mib: n(h.capacity.memory_mib),
             disk_bytes: n(h.capacity.disk_bytes),
             free_slots: n(h.capacity.free_slots),
+            creates_in_flight: n(h.capacity.creates_in_flight),
             slots: n(h.capacity.slots),
         },
         compat_key: h.compat_key.clone(),

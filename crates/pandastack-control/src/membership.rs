@@ -158,6 +158,7 @@ fn stored(c: Capacity) -> HostCapacity {
         memory_mib: c.memory_mib,
         disk_bytes: c.disk_bytes,
         free_slots: c.free_slots,
+        creates_in_flight: c.creates_in_flight,
         slots: c.slots,
     }
 }

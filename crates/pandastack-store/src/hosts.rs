@@ -69,6 +69,8 @@ pub struct HostCapacity {
     pub disk_bytes: i64,
     /// How many more sandboxes it can start now (as its agent last counted).
     pub free_slots: i64,
+    /// How many creates its agent has under way (as it last said).
+    pub creates_in_flight: i64,
     /// How many sandboxes it can run in all (its network slots); 0: not limited by slots.
     pub slots: i64,
 }
@@ -127,7 +129,7 @@ pub struct Hosts<'a> {
     pub(crate) pool: &'a AnyPool,
 }
 
-const COLUMNS: &str = "id, name, address, state, epoch, lease_until, vcpus, memory_mib, disk_bytes, free_slots, slots, compat_key, templates, created_at, last_seen_at";
+const COLUMNS: &str = "id, name, address, state, epoch, lease_until, vcpus, memory_mib, disk_bytes, free_slots, creates_in_flight, slots, compat_key, templates, created_at, last_seen_at";
 
 /// Pairs per renewal statement (two parameters each, far below either engine's limit).
 const RENEW_CHUNK: usize = 256;
@@ -183,6 +185,7 @@ fn row(r: &sqlx::any::AnyRow) -> Result<HostRow, StoreError> {
             memory_mib: col(r, "memory_mib")?,
             disk_bytes: col(r, "disk_bytes")?,
             free_slots: col(r, "free_slots")?,
+            creates_in_flight: col(r, "creates_in_flight")?,
             slots: col(r, "slots")?,
         },
         compat_key: col(r, "compat_key")?,
@@ -224,11 +227,12 @@ impl Hosts<'_> {
         let r = sqlx::query(&format!(
             "INSERT INTO hosts (id, name, created_at, last_seen_at, address, state, epoch, \
              lease_until, vcpus, memory_mib, disk_bytes, free_slots, compat_key, slots, \
-             templates) \
-             VALUES ($1, $2, $3, $3, $4, 'ready', $3, $5, $6, $7, $8, $9, $10, $11, $12) \
+             templates, creates_in_flight) \
+             VALUES ($1, $2, $3, $3, $4, 'ready', $3, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
              ON CONFLICT (id) DO UPDATE SET name = $2, last_seen_at = $3, address = $4, \
              lease_until = $5, vcpus = $6, memory_mib = $7, disk_bytes = $8, free_slots = $9, \
-             compat_key = $10, slots = $11, templates = $12, epoch = hosts.epoch + 1, \
+             compat_key = $10, slots = $11, templates = $12, creates_in_flight = $13, \
+             epoch = hosts.epoch + 1, \
              state = CASE WHEN hosts.state = 'draining' THEN 'draining' ELSE 'ready' END \
              RETURNING {COLUMNS}"
         ))
@@ -244,6 +248,7 @@ impl Hosts<'_> {
         .bind(&h.compat_key)
         .bind(h.capacity.slots)
         .bind(encode_templates(&h.templates))
+        .bind(h.capacity.creates_in_flight)
         .fetch_one(self.pool)
         .await?;
         row(&r)
@@ -262,7 +267,8 @@ impl Hosts<'_> {
     ) -> Result<(), StoreError> {
         let done = sqlx::query(
             "UPDATE hosts SET vcpus = $3, memory_mib = $4, disk_bytes = $5, free_slots = $6, \
-             slots = $7, templates = $8 WHERE id = $1 AND epoch = $2 AND state <> 'dead'",
+             slots = $7, templates = $8, creates_in_flight = $9 \
+             WHERE id = $1 AND epoch = $2 AND state <> 'dead'",
         )
         .bind(id)
         .bind(epoch)
@@ -272,6 +278,7 @@ impl Hosts<'_> {
         .bind(capacity.free_slots)
         .bind(capacity.slots)
         .bind(encode_templates(templates))
+        .bind(capacity.creates_in_flight)
         .execute(self.pool)
         .await?;
         if done.rows_affected() == 0 {

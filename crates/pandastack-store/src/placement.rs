@@ -671,6 +671,7 @@ mod tests {
                         memory_mib: 1,
                         disk_bytes: 1,
                         free_slots: 1,
+                        creates_in_flight: 0,
                         slots: 1,
                     },
                     compat_key: "k1".into(),

@@ -22,6 +22,7 @@ fn joining(id: &str) -> Joining {
             memory_mib: 65_536,
             disk_bytes: 1 << 40,
             free_slots: 100,
+            creates_in_flight: 1,
             slots: 120,
         },
         compat_key: "qemu-7.2/linux-6.12/x86-64-v3".into(),
@@ -642,6 +643,7 @@ async fn report_is_fenced_after_a_rejoin() {
             memory_mib: 32_768,
             disk_bytes: 1 << 39,
             free_slots: 7,
+            creates_in_flight: 2,
             slots: 64,
         };
         store

@@ -27,6 +27,7 @@ async fn host(store: &Store, id: &str, memory_mib: i64, slots: i64, templates: &
             memory_mib,
             disk_bytes: 1 << 40,
             free_slots: slots,
+            creates_in_flight: 0,
             slots,
         },
         compat_key: KEY.into(),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use pandastack_agent_link::{serve, RemoteHost};
+use pandastack_agent_link::{serve_counting, InFlight, RemoteHost};
 use pandastack_cluster::{Identity, Role, San};
 use pandastack_host::{
     error_chain, ExecEvent, ExecSpec, GuestErrorKind, Host, HostError, ListPage, SessionStart,
@@ -17,6 +17,7 @@ use pandastack_host::{
 };
 use pandastack_testkit::cluster::TestCa;
 use pandastack_testkit::script::{Op, Reply, ScriptedHost};
+use pandastack_testkit::within;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const HOST: &str = "host-a";
@@ -25,6 +26,8 @@ const HOST: &str = "host-a";
 struct Agent {
     addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
+    /// The creates its service has under way.
+    in_flight: InFlight,
 }
 
 impl Drop for Agent {
@@ -37,12 +40,18 @@ impl Drop for Agent {
 async fn agent(identity: Identity, host: Arc<ScriptedHost>) -> Agent {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let in_flight = InFlight::default();
+    let counting = in_flight.clone();
     let task = tokio::spawn(async move {
-        if let Err(e) = serve(&identity, listener, host).await {
+        if let Err(e) = serve_counting(&identity, listener, host, counting).await {
             panic!("agent stopped: {}", error_chain(&e));
         }
     });
-    Agent { addr, task }
+    Agent {
+        addr,
+        task,
+        in_flight,
+    }
 }
 
 /// A scripted host behind a real agent, and a replica's `RemoteHost` connected to it.
@@ -766,4 +775,36 @@ async fn the_remaining_calls_cross_the_link() {
     };
     assert_eq!(r.bake_image("mine", &built.image, shape).await.unwrap(), 7);
     r.remove_template("mine").await.unwrap();
+}
+
+#[tokio::test]
+async fn the_agent_counts_the_creates_it_has_under_way() {
+    let l = link().await;
+    l.host.hang_next(Op::Create, 1);
+    let remote = l.remote.clone();
+    let hung = tokio::spawn(async move { remote.create("minimal", "sb-hung").await });
+    within(Duration::from_secs(5), "the hung create counted", async {
+        while l.agent.in_flight.now() != 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    l.remote.create("minimal", "sb-quick").await.unwrap();
+    assert_eq!(
+        l.agent.in_flight.now(),
+        1,
+        "a finished create is not counted"
+    );
+    // The replica gives up on the hung one: its call ends on the agent too.
+    hung.abort();
+    within(
+        Duration::from_secs(5),
+        "the abandoned create uncounted",
+        async {
+            while l.agent.in_flight.now() != 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
 }

@@ -57,6 +57,7 @@ fn joining(id: &str) -> Joining {
             memory_mib: 65_536,
             disk_bytes: 1 << 40,
             free_slots: 100,
+            creates_in_flight: 0,
             slots: 128,
         },
         compat_key: "qemu-7.2/linux-6.12/x86-64-v3".into(),

@@ -66,6 +66,7 @@ fn joining(id: &str, memory_mib: i64, templates: &[&str]) -> Joining {
             memory_mib,
             disk_bytes: 1 << 40,
             free_slots: 64,
+            creates_in_flight: 0,
             slots: 64,
         },
         compat_key: "k1".into(),

@@ -96,6 +96,7 @@ impl HostFacts {
                 memory_mib: self.memory_mib,
                 disk_bytes: free_bytes(&self.data_dir),
                 free_slots: (self.slots - self.running.load(Ordering::Relaxed)).max(0),
+                // Filled in by `run_agent`, which counts the creates its service runs.
                 creates_in_flight: 0,
                 slots: self.slots,
             },

@@ -601,6 +601,7 @@ class HostCapacity(TypedDict):
     """What a host offers, as its agent last reported it (all 0 until then; the single-node
     server's in-process host reports none).
     """
+    creates_in_flight: int
     disk_bytes: int
     free_slots: int
     memory_mib: int

@@ -2423,6 +2423,11 @@ export interface components {
          *     server's in-process host reports none).
          */
         HostCapacity: {
+            /**
+             * Format: int64
+             * @description How many creates (and restores, forks) its agent has under way.
+             */
+            creates_in_flight: number;
             /** Format: int64 */
             disk_bytes: number;
             /**

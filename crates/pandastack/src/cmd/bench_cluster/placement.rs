@@ -59,6 +59,7 @@ pub(super) async fn placement(url: &str, hosts: usize, creates: usize) -> anyhow
                 memory_mib: HOST_MEMORY_MIB,
                 disk_bytes: 1 << 40,
                 free_slots: HOST_SLOTS,
+                creates_in_flight: 0,
                 slots: HOST_SLOTS,
             },
             compat_key: "bench".into(),
