@@ -46,6 +46,10 @@ pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
 /// A cached host row older than this is read from the store again before it is used.
 pub const ROW_MAX_AGE: Duration = Duration::from_secs(2);
 
+/// How long a dial (TCP and the mutual TLS handshake) may take before the host counts as
+/// unreachable for that call.
+const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A failure reaching a host, kept as the cause of [`HostError::Unreachable`].
 pub type DialError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -262,21 +266,34 @@ impl Fleet {
             .clone()
             .filter(|a| !a.is_empty())
             .ok_or_else(|| RouteError::NoAddress(row.id.clone()))?;
+        if let Some(l) = self.links.lock().await.get(&row.id) {
+            if l.address == address {
+                return Ok(Arc::clone(&l.host));
+            }
+        }
+        // Dialled without holding the links: a host that accepts connections but does not
+        // answer (a stopped agent) must not hold up calls to every other host. Bounded too.
+        let dial_error = |source: DialError| RouteError::Dial {
+            host: row.id.clone(),
+            address: address.clone(),
+            source,
+        };
+        let host = match tokio::time::timeout(DIAL_TIMEOUT, self.dial.dial(&row.id, &address)).await
+        {
+            Ok(r) => r.map_err(dial_error)?,
+            Err(_) => {
+                return Err(dial_error(
+                    format!("no answer within {DIAL_TIMEOUT:?}").into(),
+                ))
+            }
+        };
         let mut links = self.links.lock().await;
+        // Another call may have dialled the same address meanwhile: one link is kept.
         if let Some(l) = links.get(&row.id) {
             if l.address == address {
                 return Ok(Arc::clone(&l.host));
             }
         }
-        let host = self
-            .dial
-            .dial(&row.id, &address)
-            .await
-            .map_err(|source| RouteError::Dial {
-                host: row.id.clone(),
-                address: address.clone(),
-                source,
-            })?;
         links.insert(
             row.id.clone(),
             Link {

@@ -551,20 +551,23 @@ impl Sandboxes {
     }
 
     /// Stops the sandbox's VM, removes its files and its row. A VM the host does not have
-    /// (already gone) is not an error, nor is any failure to reach the host of a `lost`
-    /// sandbox (its host is dead: the row goes). The snapshot it was restored from goes too if
-    /// it was a fork's, not kept, and this was the last sandbox using it (see
-    /// [`crate::Snapshots`]).
+    /// (already gone) is not an error. A `lost` sandbox's host is dead: it is not called (a
+    /// stopped host may take a connection and never answer), the row goes, and the VM is
+    /// destroyed if the host joins again (no row names it then: see `crate::rejoin`). The
+    /// snapshot it was restored from goes too if it was a fork's, not kept, and this was the
+    /// last sandbox using it (see [`crate::Snapshots`]).
     pub async fn delete(&self, row: &SandboxRow) -> Result<(), ControlError> {
-        match self.host.destroy(&row.id).await {
-            Ok(()) | Err(HostError::SandboxNotFound(_)) => {}
-            Err(e) if row.state == SandboxState::Lost => tracing::info!(
+        if row.state == SandboxState::Lost {
+            tracing::info!(
                 sandbox = row.id,
                 host = row.host_id,
-                error = &e as &dyn std::error::Error,
-                "deleting a lost sandbox: its host did not destroy it"
-            ),
-            Err(e) => return Err(e.into()),
+                "deleting a lost sandbox: its VM goes when its host joins again"
+            );
+        } else {
+            match self.host.destroy(&row.id).await {
+                Ok(()) | Err(HostError::SandboxNotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         self.store.sandboxes().delete(&row.id).await?;
         if let Some(snapshot) = &row.snapshot_id {
