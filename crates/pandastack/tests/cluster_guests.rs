@@ -180,53 +180,14 @@ async fn a_real_guest_through_a_replica_survives_its_agents_kill_and_return() {
     bake(&guard, "minimal").await;
     let pki = tempfile::tempdir().unwrap();
     let p = |n: &str| pki.path().join(n).to_str().unwrap().to_owned();
-    cli(&["cluster", "init", "--dir", &p("ca")]);
-    for (role, name) in [("server", "cp-1"), ("agent", "host-g")] {
-        cli(&[
-            "cluster",
-            "cert",
-            "--dir",
-            &p("ca"),
-            "--role",
-            role,
-            "--name",
-            name,
-            "--ip",
-            "127.0.0.1",
-            "--out",
-            &p(name),
-        ]);
-    }
-    let membership = format!("127.0.0.1:{}", free_port());
-    let replica_data = tempfile::tempdir().unwrap();
+    self::pki(pki.path(), &[("server", "cp-1"), ("agent", "host-g")]);
     // The object store the replica and the agent share.
     let objects = format!("file://{}", pki.path().join("objects").display());
-    let replica = start_with(
-        replica_data.path(),
-        free_port(),
-        &[
-            "--state",
-            &db,
-            "--cluster",
-            &p("cp-1"),
-            "--membership-listen",
-            &membership,
-            "--network",
-            "off",
-            "--objects",
-            &objects,
-        ],
-    )
-    .await;
+    let replica_data = tempfile::tempdir().unwrap();
+    let (replica, attend) = replica(pki.path(), "cp-1", &db, &objects, replica_data.path()).await;
     let listen = format!("127.0.0.1:{}", free_port());
-    let attend = format!("cp-1={membership}");
     let mut host = agent(&p("host-g"), &listen, &attend, guard.dir.path(), &objects);
-    within(Duration::from_secs(60), "the agent's host ready", async {
-        while host_state(&db, "host-g") != "ready" {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await;
+    ready(&db, "host-g").await;
 
     let api = common::Api {
         s: &replica,
