@@ -38,6 +38,8 @@ from pandastack.types import (
     Function,
     FunctionTarget,
     FunctionVersion,
+    Host,
+    HostCapacity,
     Invocation,
     InvocationError,
     PortUrl,
@@ -99,6 +101,9 @@ PAIRS: Dict[str, type] = {
     # Also the `target` of schedule requests (their to_json adds the `type`).
     "SandboxExecTarget": SandboxExecTarget,
     "FunctionTarget": FunctionTarget,
+    # The operator routes (/v1/hosts, admin keys).
+    "Host": Host,
+    "HostCapacity": HostCapacity,
 }
 
 #: Schemas the SDK does not model as a type, and why.
@@ -154,6 +159,7 @@ NOT_MODELLED: Dict[str, str] = {
     "List_FunctionVersion": "unwrapped into lists / Page",
     "List_Schedule": "unwrapped into lists / Page",
     "List_ScheduleRun": "unwrapped into lists / Page",
+    "List_Host": "unwrapped into lists",
     "ForkResponse": "unwrapped into Sandbox objects",
     # GET /v1/usage: not in the SDK yet (an operator's view; curl or the CLI's JSON).
     "Usage": "GET /v1/usage is not in the SDK yet",
@@ -162,11 +168,6 @@ NOT_MODELLED: Dict[str, str] = {
     "SnapshotUsage": "GET /v1/usage is not in the SDK yet",
     "TemplateUsage": "GET /v1/usage is not in the SDK yet",
     "StorageUsage": "GET /v1/usage is not in the SDK yet",
-    # The operator routes (admin keys): `pandastack host …` and curl, not the SDK.
-    "Host": "the operator routes (/v1/hosts, admin keys) are not in the SDK",
-    "HostCapacity": "the operator routes (/v1/hosts, admin keys) are not in the SDK",
-    "HostState": "the operator routes (/v1/hosts, admin keys) are not in the SDK",
-    "List_Host": "the operator routes (/v1/hosts, admin keys) are not in the SDK",
     # A tagged union: Schedule.target is the SDK type of its `type` (SandboxExecTarget, ...).
     "ScheduleTarget": "Schedule.target is a SandboxExecTarget or a FunctionTarget, by its `type`",
     "CreatedKey": "CreatedAPIKey = Key + secret (allOf)",
@@ -198,6 +199,7 @@ NOT_MODELLED: Dict[str, str] = {
     "ConcurrencyPolicy": "a str field (Schedule.concurrency_policy)",
     "RunState": "a str field (ScheduleRun.state)",
     "RunTrigger": "a str field (ScheduleRun.trigger)",
+    "HostState": "a str field (Host.state)",
 }
 
 

@@ -2,7 +2,8 @@
  * The client: configuration (explicit options, else `PANDASTACK_API_KEY`/`PANDASTACK_TOKEN` and
  * `PANDASTACK_BASE_URL`) and the resource collections `sandboxes`, `snapshots`, `templates`
  * (including template builds), `volumes` (in volumes.ts), `databases` (in databases.ts),
- * `apps` (in apps.ts), `functions` (in functions.ts) and `schedules` (in schedules.ts).
+ * `apps` (in apps.ts), `functions` (in functions.ts), `schedules` (in schedules.ts) and `hosts`
+ * (in hosts.ts; the operator routes, admin keys only).
  */
 
 import {
@@ -29,6 +30,7 @@ import {
 import { Apps } from "./apps.js";
 import { Databases } from "./databases.js";
 import { Functions } from "./functions.js";
+import { Hosts } from "./hosts.js";
 import { Schedules } from "./schedules.js";
 import { Volumes, volumeMountsToWire } from "./volumes.js";
 import type { WireBody } from "./wire.js";
@@ -112,6 +114,8 @@ export class PandaStack {
   readonly apps: Apps;
   readonly functions: Functions;
   readonly schedules: Schedules;
+  /** The platform's hosts (operator routes: an admin key only). */
+  readonly hosts: Hosts;
   readonly baseUrl: string;
   /** @internal */
   readonly http: HttpClient;
@@ -145,6 +149,7 @@ export class PandaStack {
     this.apps = new Apps(this.http);
     this.functions = new Functions(this.http);
     this.schedules = new Schedules(this.http);
+    this.hosts = new Hosts(this.http);
   }
 }
 

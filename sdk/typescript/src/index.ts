@@ -90,6 +90,7 @@ export {
   type ScheduleTargetInput,
   type UpdateScheduleOptions,
 } from "./schedules.js";
+export { Hosts } from "./hosts.js";
 export type { LogCallback } from "./follow.js";
 export { Filesystem, type FileCallOptions, type FileContent, type WriteInfo } from "./filesystem.js";
 export { Paginator, type Page } from "./pagination.js";
@@ -145,6 +146,9 @@ export type {
   FunctionRuntime,
   FunctionTarget,
   FunctionVersionInfo,
+  HostCapacity,
+  HostInfo,
+  HostState,
   Invocation,
   InvocationError,
   InvocationStatus,

@@ -491,6 +491,51 @@ export interface ScheduleRunInfo {
   createdAt: string;
 }
 
+/** Whether a host takes work: `ready`, `draining` (keeps what it runs, takes nothing new) or `dead` (its lease lapsed). */
+export type HostState = Schemas["HostState"];
+
+/**
+ * What a host offers, as its agent last reported it (all 0 until then; the single-node
+ * server's in-process host reports none).
+ */
+export interface HostCapacity {
+  vcpus: number;
+  memoryMib: number;
+  diskBytes: number;
+  /** How many more sandboxes it can start now. */
+  freeSlots: number;
+  /** How many creates (and restores, forks) its agent has under way. */
+  createsInFlight: number;
+  /** How many sandboxes it can run in all (its network slots); 0: not limited by slots. */
+  slots: number;
+}
+
+/** A host: a machine that runs sandboxes (`client.hosts`, admin keys only). */
+export interface HostInfo {
+  /** `host-…`. */
+  id: string;
+  /** The machine's hostname, for people. */
+  name: string;
+  /** Where replicas reach its agent; null for the single-node server's in-process host. */
+  address: string | null;
+  state: HostState;
+  /** Bumped by every join and every reap: an opaque, increasing number. */
+  epoch: number;
+  capacity: HostCapacity;
+  /** The QEMU, guest kernel and CPU features a snapshot needs to be restored on it; null until its agent reports one. */
+  compatKey: string | null;
+  /** The templates it holds (sorted), as its agent last reported them. */
+  templates: string[];
+  /** Sandboxes on it (every state, every workspace). */
+  sandboxes: number;
+  /** RFC 3339. */
+  createdAt: string;
+  /** When it last joined (an agent's host) or started (the single-node server's host), RFC 3339. */
+  lastSeenAt: string;
+  /** When its lease runs out unless renewed (RFC 3339); null when it holds none. */
+  leaseExpiresAt: string | null;
+}
+
 /** The outcome of a command. A non-zero `exitCode` is data, not an error (see `check`). */
 export interface ExecResult {
   stdout: string;
@@ -999,6 +1044,36 @@ export function scheduleRunFromWire(w: WireOf<"ScheduleRun">): ScheduleRunInfo {
     output: optStr(w.output),
     error: optStr(w.error),
     createdAt: str(w.created_at),
+  };
+}
+
+/** @internal */
+export function hostCapacityFromWire(w: WireOf<"HostCapacity">): HostCapacity {
+  return {
+    vcpus: num(w.vcpus),
+    memoryMib: num(w.memory_mib),
+    diskBytes: num(w.disk_bytes),
+    freeSlots: num(w.free_slots),
+    createsInFlight: num(w.creates_in_flight),
+    slots: num(w.slots),
+  };
+}
+
+/** @internal */
+export function hostFromWire(w: WireOf<"Host">): HostInfo {
+  return {
+    id: str(w.id),
+    name: str(w.name),
+    address: optStr(w.address),
+    state: str(w.state, "ready") as HostState,
+    epoch: num(w.epoch),
+    capacity: hostCapacityFromWire(object(w.capacity)),
+    compatKey: optStr(w.compat_key),
+    templates: Array.isArray(w.templates) ? w.templates.filter((t): t is string => typeof t === "string") : [],
+    sandboxes: num(w.sandboxes),
+    createdAt: str(w.created_at),
+    lastSeenAt: str(w.last_seen_at),
+    leaseExpiresAt: optStr(w.lease_expires_at),
   };
 }
 

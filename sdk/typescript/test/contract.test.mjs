@@ -64,6 +64,9 @@ const PAIRS = {
   // The variants of ScheduleTarget; also the `target` of schedule requests (targetToWire).
   SandboxExecTarget: ["SandboxExecTarget", "sandboxExecTargetFromWire"],
   FunctionTarget: ["FunctionTarget", "functionTargetFromWire"],
+  // The operator routes (/v1/hosts, admin keys).
+  Host: ["HostInfo", "hostFromWire"],
+  HostCapacity: ["HostCapacity", "hostCapacityFromWire"],
 };
 
 /** Tagged unions (`oneOf` of `allOf: [variant, {type}]`) → [type alias in src/types.ts, its decoder]. */
@@ -125,10 +128,7 @@ const NOT_MODELLED = {
   List_Schedule: "unwrapped into arrays / Paginator",
   List_ScheduleRun: "unwrapped into arrays / Paginator",
   ForkResponse: "unwrapped into Sandbox objects (ForkResult)",
-  Host: "the operator routes (/v1/hosts, admin keys) are not in the SDK",
-  HostCapacity: "the operator routes (/v1/hosts, admin keys) are not in the SDK",
-  HostState: "the operator routes (/v1/hosts, admin keys) are not in the SDK",
-  List_Host: "the operator routes (/v1/hosts, admin keys) are not in the SDK",
+  List_Host: "unwrapped into arrays",
   Usage: "GET /v1/usage is not in the SDK yet",
   SandboxUsage: "GET /v1/usage is not in the SDK yet",
   VolumeUsage: "GET /v1/usage is not in the SDK yet",
@@ -161,6 +161,7 @@ const NOT_MODELLED = {
   ConcurrencyPolicy: "a string union type (ConcurrencyPolicy)",
   RunState: "a string union type (RunState)",
   RunTrigger: "a string union type (RunTrigger)",
+  HostState: "a string union type (HostState)",
 };
 
 /** Type aliases of src/types.ts that stand for a JSON string. */
@@ -176,6 +177,7 @@ const STRING_ALIASES = new Set([
   "ConcurrencyPolicy",
   "RunState",
   "RunTrigger",
+  "HostState",
 ]);
 
 const camel = (s) => s.replace(/_([a-z])/g, (_, c) => c.toUpperCase());

@@ -24,6 +24,10 @@ import {
   type Invocation,
   type InvocationStatus,
   type ScheduleInfo,
+  type HostInfo,
+  type HostState,
+  type HostCapacity,
+  PermissionDeniedError,
   type ScheduleRunInfo,
   type ScheduleTarget,
   type RunState,
@@ -294,4 +298,19 @@ export async function schedules(client: PandaStack): Promise<void> {
   const again: ScheduleRunInfo = await client.schedules.getRun("nightly", run.id);
   const gone: boolean = await client.schedules.delete("nightly");
   void [state, again.output, gone];
+}
+
+export async function hosts(client: PandaStack): Promise<void> {
+  const all: HostInfo[] = await client.hosts.list();
+  const h: HostInfo = await client.hosts.get(all[0]!.id);
+  const state: HostState = (await client.hosts.drain(h.id)).state;
+  const cap: HostCapacity = (await client.hosts.undrain(h.id)).capacity;
+  const address: string | null = h.address;
+  try {
+    const gone: boolean = await client.hosts.forget(h.id);
+    void gone;
+  } catch (e) {
+    if (e instanceof PermissionDeniedError) void e.code;
+  }
+  void [state, cap.freeSlots, address, h.leaseExpiresAt];
 }

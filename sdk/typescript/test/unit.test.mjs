@@ -10,6 +10,7 @@ import {
   AuthenticationError,
   NotFoundError,
   ConflictError,
+  PermissionDeniedError,
   InvalidArgumentError,
   LimitReachedError,
   RateLimitError,
@@ -1843,6 +1844,97 @@ test("schedules: run, runs, getRun", async () => {
     });
     await assert.rejects(c.schedules.run("busy"), ConflictError);
     await assert.rejects(c.schedules.getRun("nightly", ""), InvalidArgumentError);
+  } finally {
+    await srv.close();
+  }
+});
+
+const HOST = {
+  id: "host-1", name: "node-a", address: "10.0.0.1:7070", state: "ready", epoch: 3,
+  lease_expires_at: "2026-01-01T00:00:30Z",
+  capacity: { vcpus: 16, memory_mib: 65536, disk_bytes: 1e12, free_slots: 30, creates_in_flight: 1, slots: 32 },
+  compat_key: "qemu-9.0/k6.6/x86-64-v3", templates: ["base", "minimal"], sandboxes: 2,
+  created_at: "2026-01-01T00:00:00Z", last_seen_at: "2026-01-01T00:00:01Z",
+};
+
+test("hosts: list, get, drain, undrain, forget send the documented requests and read hosts", async () => {
+  const local = { ...HOST, id: "host-0", name: "local", address: null, lease_expires_at: null, compat_key: null, sandboxes: 0, templates: [] };
+  const srv = await mockServer((req, res) => {
+    const u = new URL(req.url, "http://x");
+    if (req.method === "GET" && u.pathname === "/v1/hosts") return json(res, 200, { data: [local, HOST], next_cursor: null });
+    if (req.method === "GET" && u.pathname === "/v1/hosts/host-1") return json(res, 200, { ...HOST, future_field: 1 });
+    if (req.method === "GET" && u.pathname === "/v1/hosts/a%2Fb") return json(res, 200, { ...HOST, id: "a/b" });
+    if (req.method === "POST" && u.pathname === "/v1/hosts/host-1/drain") return json(res, 200, { ...HOST, state: "draining" });
+    if (req.method === "POST" && u.pathname === "/v1/hosts/host-1/undrain") return json(res, 200, HOST);
+    if (req.method === "DELETE" && u.pathname === "/v1/hosts/host-2") return res.writeHead(204).end();
+    json(res, 404, envelope("host_not_found", "host not found"));
+  });
+  try {
+    const c = new PandaStack({ apiKey: "pds_admin", baseUrl: srv.url, maxRetries: 0 });
+    const hosts = await c.hosts.list();
+    assert.deepEqual(hosts.map((h) => h.id), ["host-0", "host-1"]);
+    assert.deepEqual([hosts[0].address, hosts[0].leaseExpiresAt, hosts[0].compatKey], [null, null, null]);
+    assert.deepEqual(await c.hosts.get("host-1"), {
+      id: "host-1", name: "node-a", address: "10.0.0.1:7070", state: "ready", epoch: 3,
+      capacity: { vcpus: 16, memoryMib: 65536, diskBytes: 1e12, freeSlots: 30, createsInFlight: 1, slots: 32 },
+      compatKey: "qemu-9.0/k6.6/x86-64-v3", templates: ["base", "minimal"], sandboxes: 2,
+      createdAt: "2026-01-01T00:00:00Z", lastSeenAt: "2026-01-01T00:00:01Z", leaseExpiresAt: "2026-01-01T00:00:30Z",
+    });
+    assert.equal((await c.hosts.get("a/b")).id, "a/b");
+    const missing = await c.hosts.get("host-9").catch((e) => e);
+    assert.ok(missing instanceof NotFoundError);
+    assert.equal(missing.code, "host_not_found");
+    assert.equal((await c.hosts.drain("host-1")).state, "draining");
+    assert.equal((await c.hosts.undrain("host-1")).state, "ready");
+    assert.equal(await c.hosts.forget("host-2"), true);
+    assert.equal(await c.hosts.forget("host-9"), false);
+    await assert.rejects(c.hosts.drain(""), InvalidArgumentError);
+    assert.deepEqual(
+      srv.requests.map((r) => [r.method, r.url, r.body]),
+      [
+        ["GET", "/v1/hosts", ""],
+        ["GET", "/v1/hosts/host-1", ""],
+        ["GET", "/v1/hosts/a%2Fb", ""],
+        ["GET", "/v1/hosts/host-9", ""],
+        ["POST", "/v1/hosts/host-1/drain", ""],
+        ["POST", "/v1/hosts/host-1/undrain", ""],
+        ["DELETE", "/v1/hosts/host-2", ""],
+        ["DELETE", "/v1/hosts/host-9", ""],
+      ],
+    );
+    assert.equal(srv.requests[0].headers.authorization, "Bearer pds_admin");
+  } finally {
+    await srv.close();
+  }
+});
+
+test("hosts: a workspace key gets PermissionDeniedError, a host in the wrong state ConflictError, with the server's message", async () => {
+  const notDead = "host host-1 is not dead: only a dead host (its lease lapsed) can be forgotten";
+  const dead = "host host-2 is dead: only its agent joining again makes it ready";
+  const srv = await mockServer((req, res) => {
+    if (req.headers.authorization !== "Bearer pds_admin") return json(res, 403, envelope("forbidden", "this route takes an admin key"));
+    const u = new URL(req.url, "http://x");
+    if (req.method === "DELETE" && u.pathname === "/v1/hosts/host-1") return json(res, 409, envelope("conflict", notDead));
+    if (u.pathname.startsWith("/v1/hosts/host-2/")) return json(res, 409, envelope("conflict", dead));
+    json(res, 404, envelope("not_found", "no route"));
+  });
+  try {
+    const ws = new PandaStack({ apiKey: "pds_workspace", baseUrl: srv.url, maxRetries: 0 });
+    for (const call of [() => ws.hosts.list(), () => ws.hosts.get("host-1"), () => ws.hosts.drain("host-1"), () => ws.hosts.undrain("host-1"), () => ws.hosts.forget("host-1")]) {
+      const e = await call().catch((err) => err);
+      assert.ok(e instanceof PermissionDeniedError, String(e));
+      assert.deepEqual([e.status, e.code, e.requestId], [403, "forbidden", "req_abc"]);
+      assert.match(e.message, /admin key/);
+    }
+    const admin = new PandaStack({ apiKey: "pds_admin", baseUrl: srv.url, maxRetries: 0 });
+    const e = await admin.hosts.forget("host-1").catch((err) => err);
+    assert.ok(e instanceof ConflictError, String(e));
+    assert.deepEqual([e.status, e.code], [409, "conflict"]);
+    assert.ok(e.message.includes(notDead), e.message);
+    for (const call of [() => admin.hosts.drain("host-2"), () => admin.hosts.undrain("host-2")]) {
+      await assert.rejects(call(), (err) => err instanceof ConflictError && err.message.includes(dead));
+    }
+    assert.equal(srv.requests.length, 8, "no retries of a 403 or 409");
   } finally {
     await srv.close();
   }

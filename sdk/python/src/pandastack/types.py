@@ -61,6 +61,9 @@ __all__ = [
     "FunctionTarget",
     "Schedule",
     "ScheduleRun",
+    "HostState",
+    "HostCapacity",
+    "Host",
 ]
 
 SandboxState = Literal["starting", "running", "paused", "hibernated", "stopped", "failed", "lost"]
@@ -77,6 +80,7 @@ ConcurrencyPolicy = Literal["allow", "forbid", "replace"]
 RunState = Literal["queued", "running", "succeeded", "failed", "skipped", "missed", "cancelled"]
 #: The states of a schedule run not over yet.
 RUN_ACTIVE_STATES = ("queued", "running")
+HostState = Literal["ready", "draining", "dead"]
 
 
 def _s(d: Mapping[str, Any], k: str, default: Any = None) -> Any:
@@ -1397,6 +1401,81 @@ class ScheduleRun:
             output=w.get("output"),
             error=w.get("error"),
             created_at=_or(w.get("created_at"), ""),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class HostCapacity:
+    """What a host offers, as its agent last reported it (all 0 until then; the single-node
+    server's in-process host reports none). ``free_slots`` is how many more sandboxes it can
+    start now, ``slots`` how many it can run in all (0: not limited by slots),
+    ``creates_in_flight`` the creates (restores, forks) its agent has under way."""
+
+    vcpus: int = 0
+    memory_mib: int = 0
+    disk_bytes: int = 0
+    free_slots: int = 0
+    creates_in_flight: int = 0
+    slots: int = 0
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "HostCapacity":
+        w = _cast("_wire.HostCapacity", d)
+        return cls(
+            vcpus=int(_or(w.get("vcpus"), 0)),
+            memory_mib=int(_or(w.get("memory_mib"), 0)),
+            disk_bytes=int(_or(w.get("disk_bytes"), 0)),
+            free_slots=int(_or(w.get("free_slots"), 0)),
+            creates_in_flight=int(_or(w.get("creates_in_flight"), 0)),
+            slots=int(_or(w.get("slots"), 0)),
+        )
+
+
+@dataclass
+class Host:
+    """A host: a machine that runs sandboxes (``client.hosts``, admin keys only).
+
+    ``state`` is ``ready`` (takes work), ``draining`` (keeps what it runs, takes nothing new) or
+    ``dead`` (its lease lapsed). ``address`` is where replicas reach its agent (``None`` for the
+    single-node server's in-process host); ``epoch`` grows with every join and reap;
+    ``sandboxes`` counts the sandboxes on it (every state, every workspace); ``templates`` are
+    the templates it holds; ``compat_key`` names the QEMU, guest kernel and CPU features a
+    snapshot needs to be restored on it (``None`` until its agent reports one).
+    ``last_seen_at`` is when it last joined (or started), ``lease_expires_at`` when its lease
+    runs out unless renewed (``None`` when it holds none). Times are RFC 3339."""
+
+    id: str
+    name: str = ""
+    address: Optional[str] = None
+    state: str = "ready"
+    epoch: int = 0
+    capacity: HostCapacity = field(default_factory=HostCapacity)
+    compat_key: Optional[str] = None
+    templates: List[str] = field(default_factory=list)
+    sandboxes: int = 0
+    created_at: str = ""
+    last_seen_at: str = ""
+    lease_expires_at: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Host":
+        w = _cast("_wire.Host", d)
+        cap = w.get("capacity")
+        return cls(
+            id=_or(w.get("id"), ""),
+            name=_or(w.get("name"), ""),
+            address=w.get("address"),
+            state=_or(w.get("state"), "ready"),
+            epoch=int(_or(w.get("epoch"), 0)),
+            capacity=HostCapacity.from_json(cap) if isinstance(cap, Mapping) else HostCapacity(),
+            compat_key=w.get("compat_key"),
+            templates=[str(t) for t in _or(w.get("templates"), [])],
+            sandboxes=int(_or(w.get("sandboxes"), 0)),
+            created_at=_or(w.get("created_at"), ""),
+            last_seen_at=_or(w.get("last_seen_at"), ""),
+            lease_expires_at=w.get("lease_expires_at"),
             raw=dict(d),
         )
 

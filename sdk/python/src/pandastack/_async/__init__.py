@@ -23,6 +23,7 @@ from .exec import AsyncExecStream, AsyncProcess, AsyncPty
 from .filesystem import FS_LIST_PAGE, AsyncFileContent, AsyncFilesystem
 from .follow import AsyncErrorCallback, AsyncOutputCallback, AsyncResultCallback
 from .functions import AsyncFunctions
+from .hosts import AsyncHosts
 from .keys import AsyncKeys
 from .pagination import AsyncPaginator
 from .sandbox import AsyncSandbox
@@ -48,4 +49,5 @@ __all__ = [
     "AsyncApps",
     "AsyncFunctions",
     "AsyncSchedules",
+    "AsyncHosts",
 ]

@@ -48,6 +48,7 @@ class AsyncPandaStack:
         self.functions = AsyncFunctions(self)
         self.schedules = AsyncSchedules(self)
         self.keys = AsyncKeys(self)
+        self.hosts = AsyncHosts(self)
 
     @property
     def base_url(self) -> str:
@@ -78,6 +79,7 @@ class AsyncPandaStack:
 from .apps import AsyncApps  # noqa: E402
 from .databases import AsyncDatabases  # noqa: E402
 from .functions import AsyncFunctions  # noqa: E402
+from .hosts import AsyncHosts  # noqa: E402
 from .keys import AsyncKeys  # noqa: E402
 from .sandboxes import AsyncSandboxes  # noqa: E402
 from .schedules import AsyncSchedules  # noqa: E402

@@ -15,6 +15,7 @@ from .exec import ExecStream, Process, Pty
 from .filesystem import FS_LIST_PAGE, FileContent, Filesystem
 from .follow import ErrorCallback, OutputCallback, ResultCallback
 from .functions import Functions
+from .hosts import Hosts
 from .keys import Keys
 from .pagination import Paginator
 from .sandbox import Sandbox
@@ -40,4 +41,5 @@ __all__ = [
     "Apps",
     "Functions",
     "Schedules",
+    "Hosts",
 ]

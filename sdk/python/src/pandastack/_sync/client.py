@@ -48,6 +48,7 @@ class PandaStack:
         self.functions = Functions(self)
         self.schedules = Schedules(self)
         self.keys = Keys(self)
+        self.hosts = Hosts(self)
 
     @property
     def base_url(self) -> str:
@@ -78,6 +79,7 @@ class PandaStack:
 from .apps import Apps  # noqa: E402
 from .databases import Databases  # noqa: E402
 from .functions import Functions  # noqa: E402
+from .hosts import Hosts  # noqa: E402
 from .keys import Keys  # noqa: E402
 from .sandboxes import Sandboxes  # noqa: E402
 from .schedules import Schedules  # noqa: E402
