@@ -196,17 +196,6 @@ impl Functions {
         &self.s.address
     }
 
-    /// At most `max` bytes of a version's build log from `from` (wherever it was built).
-    pub async fn read_log(
-        &self,
-        ws: &str,
-        deploy: &str,
-        from: Option<pandastack_host::LogPos>,
-        max: usize,
-    ) -> Result<pandastack_host::LogChunk, String> {
-        self.s.read_deploy_log(ws, deploy, from, max).await
-    }
-
     pub(crate) async fn fn_row(&self, ws: &str, name: &str) -> Result<AppRow, FunctionError> {
         match self.s.store.apps().get(ws, &stored_name(name)).await {
             Ok(r) if r.kind == FUNCTION_KIND => Ok(r),
