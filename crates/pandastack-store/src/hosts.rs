@@ -146,6 +146,13 @@ const OWNED_BY_HOST: [&str; 4] = ["sandboxes", "snapshots", "volumes", "volume_s
 /// (migration 0019), which SQLite uses only for a query that repeats it exactly.
 pub(crate) const HOLDS_A_VM: &str = "state IN ('starting', 'running', 'paused')";
 
+/// A new host row's use counters (`vm_memory_mib`, `vms`; see `host_use`): what sandboxes
+/// already naming host `$1` hold (none, unless the row was forgotten and made again).
+const USE_OF_1: &str = "COALESCE((SELECT SUM(memory_mib) FROM sandboxes \
+     WHERE host_id = $1 AND state IN ('starting', 'running', 'paused')), 0), \
+     (SELECT COUNT(*) FROM sandboxes WHERE host_id = $1 \
+     AND state IN ('starting', 'running', 'paused'))";
+
 /// The `templates` column's form of `names` (see migration 0019): `,a,b,` — sorted, no
 /// duplicates, '' for none. A name that is empty or holds a comma names no template and is
 /// left out.
@@ -202,7 +209,8 @@ impl Hosts<'_> {
     pub async fn register(&self, id: &str, name: &str) -> Result<HostRow, StoreError> {
         let now = now_ms();
         let r = sqlx::query(&format!(
-            "INSERT INTO hosts (id, name, created_at, last_seen_at) VALUES ($1, $2, $3, $3) \
+            "INSERT INTO hosts (id, name, created_at, last_seen_at, vm_memory_mib, vms) \
+             VALUES ($1, $2, $3, $3, {USE_OF_1}) \
              ON CONFLICT (id) DO UPDATE SET name = $2, last_seen_at = $3, lease_until = 0, \
              epoch = CASE WHEN hosts.state = 'dead' THEN hosts.epoch + 1 ELSE hosts.epoch END, \
              state = CASE WHEN hosts.state = 'dead' THEN 'ready' ELSE hosts.state END \
@@ -227,8 +235,9 @@ impl Hosts<'_> {
         let r = sqlx::query(&format!(
             "INSERT INTO hosts (id, name, created_at, last_seen_at, address, state, epoch, \
              lease_until, vcpus, memory_mib, disk_bytes, free_slots, compat_key, slots, \
-             templates, creates_in_flight) \
-             VALUES ($1, $2, $3, $3, $4, 'ready', $3, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             templates, creates_in_flight, vm_memory_mib, vms) \
+             VALUES ($1, $2, $3, $3, $4, 'ready', $3, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
+             {USE_OF_1}) \
              ON CONFLICT (id) DO UPDATE SET name = $2, last_seen_at = $3, address = $4, \
              lease_until = $5, vcpus = $6, memory_mib = $7, disk_bytes = $8, free_slots = $9, \
              compat_key = $10, slots = $11, templates = $12, creates_in_flight = $13, \

@@ -18,6 +18,7 @@
 mod apps;
 mod databases;
 mod domains;
+mod host_use;
 mod hosts;
 mod idempotency;
 mod invocations;
@@ -182,6 +183,7 @@ impl Store {
                 .await?;
         }
         sqlx::migrate!("./migrations").run(&pool).await?;
+        host_use::install(&pool, backend).await?;
         Ok(Self { pool, backend })
     }
 

@@ -2,14 +2,12 @@
 //! ([`crate::SandboxRepo::insert_placed`]), so creates in flight count against their host.
 //!
 //! ```text
-//!   hosts ⟕ (sandboxes holding a VM, grouped by host)       one query, in SQL:
+//!   hosts (each row holds its use: vm_memory_mib, vms — kept by triggers, see `host_use`)
 //!     └─► WHERE ready, lease live, compat key, not excluded, memory and slots left
 //!           └─► ORDER BY holds the template, least memory left after the create, id; LIMIT 1
-//!                 none (or pinned)? every host (or the pinned one) judged here: the choice,
-//!                                   or why none fits (NoCapacity)
-//!                 SQLite: the create's transaction holds the write lock — done
-//!                 PostgreSQL: lock the host row (FOR UPDATE), count again; taken meanwhile?
-//!                             give the lock back, choose again (at most PLACE_TRIES times)
+//!                 PostgreSQL: FOR UPDATE in the same statement (see below)
+//!                 none (or pinned)? every host (or the pinned one, locked) judged here: the
+//!                                   choice, or why none fits (NoCapacity)
 //! ```
 //!
 //! The SQL choice and [`judge`] are the same rules written twice: an unpinned create that fits
@@ -26,15 +24,16 @@
 //!
 //! Concurrency: on SQLite the create's transaction took the database's write lock before
 //! placing (its workspace-limit check writes first), so nothing changes under it. On
-//! PostgreSQL two replicas may choose the same host from the same counts: each locks the host's
-//! row and counts again before its insert, so the second waits for the first to commit and then
-//! sees its row. A host that no longer fits is unlocked (its savepoint rolled back: a create
-//! holds at most one host's lock while it waits for another, so two creates never wait on each
-//! other) and the choice is made again from fresh counts.
+//! PostgreSQL the statement that chooses locks the chosen row (`FOR UPDATE`): a create that
+//! chose the same host waits for the first to commit, and PostgreSQL then reads the row again
+//! as that create left it (its use raised by the trigger of its insert) and returns it only if
+//! it still fits, else the next host in order. A host that fits now but did not when the
+//! statement looked (another create's delete committed meanwhile), or a deadlock PostgreSQL
+//! broke, rolls the create back to be placed again from a new transaction ([`Retry`], at most
+//! [`PLACE_TRIES`] times).
 
 use sqlx::any::AnyRow;
 
-use crate::hosts::HOLDS_A_VM;
 use crate::{col, parsed, Backend, HostState, StoreError};
 
 /// What a create needs of its host.
@@ -87,7 +86,7 @@ impl std::fmt::Display for PlaceReason {
     }
 }
 
-/// How many times a create on PostgreSQL chooses again after the host it chose was filled by
+/// How many times a create on PostgreSQL is placed in all when the host it chose was filled by
 /// other creates before it could lock it.
 const PLACE_TRIES: usize = 8;
 
@@ -200,10 +199,12 @@ fn judge(h: &Load, d: &Demand<'_>) -> Result<i64, Unfit> {
 const LOCAL: &str = "CAST(CASE WHEN $1 <> '' AND replace(h.templates, $1, '') <> h.templates \
      THEN 1 ELSE 0 END AS BIGINT)";
 
-/// The columns of a [`Load`] but `local` ([`LOCAL`]).
-const HOST_COLUMNS: &str = "h.id, h.state, h.lease_until, h.compat_key, h.memory_mib, h.slots";
+/// The columns of a [`Load`] but `local` ([`LOCAL`]); the host's use is kept on its row
+/// (`vm_memory_mib`, `vms`: see `host_use`).
+const HOST_COLUMNS: &str =
+    "h.id, h.state, h.lease_until, h.compat_key, h.memory_mib, h.slots, h.vm_memory_mib, h.vms";
 
-fn load(r: &AnyRow, used: i64, running: i64) -> Result<Load, StoreError> {
+fn load(r: &AnyRow) -> Result<Load, StoreError> {
     Ok(Load {
         id: col(r, "id")?,
         state: parsed(r, "state", HostState::parse)?,
@@ -212,39 +213,35 @@ fn load(r: &AnyRow, used: i64, running: i64) -> Result<Load, StoreError> {
         memory_mib: col(r, "memory_mib")?,
         slots: col(r, "slots")?,
         local: col::<i64>(r, "local")? != 0,
-        used,
-        running,
+        used: col(r, "vm_memory_mib")?,
+        running: col(r, "vms")?,
     })
 }
 
-/// Every host (or only the pinned one) with what its sandboxes use: one grouped query.
+/// Every host (or only the pinned one, locked when `lock`: PostgreSQL) with what its
+/// sandboxes use.
 async fn hosts(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     d: &Demand<'_>,
     pattern: &str,
+    lock: bool,
 ) -> Result<Vec<Load>, StoreError> {
-    let (only_host, only_sandboxes) = match d.host {
-        Some(_) => (" WHERE h.id = $2", " AND host_id = $2"),
-        None => ("", ""),
+    let only_host = match d.host {
+        Some(_) => " WHERE h.id = $2",
+        None => "",
     };
-    let sql = format!(
-        "SELECT {HOST_COLUMNS}, {LOCAL} AS local, CAST(COALESCE(u.used, 0) AS BIGINT) AS used, \
-         CAST(COALESCE(u.n, 0) AS BIGINT) AS n \
-         FROM hosts h LEFT JOIN (SELECT host_id, SUM(memory_mib) AS used, COUNT(*) AS n \
-         FROM sandboxes WHERE {HOLDS_A_VM}{only_sandboxes} GROUP BY host_id) u \
-         ON u.host_id = h.id{only_host}"
-    );
+    let for_update = if lock { " FOR UPDATE" } else { "" };
+    let sql =
+        format!("SELECT {HOST_COLUMNS}, {LOCAL} AS local FROM hosts h{only_host}{for_update}");
     let mut q = sqlx::query(&sql).bind(pattern);
     if let Some(h) = d.host {
         q = q.bind(h);
     }
     let rows = q.fetch_all(&mut **tx).await?;
-    rows.iter()
-        .map(|r| load(r, col(r, "used")?, col(r, "n")?))
-        .collect()
+    rows.iter().map(load).collect()
 }
 
-/// A host chosen (before PostgreSQL's re-check under its lock).
+/// A host chosen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Choice {
     id: String,
@@ -256,16 +253,22 @@ struct Choice {
     candidates: usize,
 }
 
-/// The best host for the unpinned demand `d`, chosen by the database (see the module doc):
-/// `None` when no host fits.
+/// The best host for the unpinned demand `d`, chosen by the database (see the module doc), with
+/// its row: `None` when no host fits.
+///
+/// With `lock` (PostgreSQL) the statement locks the row it returns (`FOR UPDATE`). A host
+/// another create holds is waited for, then its row is read again as that create left it and
+/// returned only if it still fits (else the next in order is tried), so what comes back is
+/// the host as it is now: the use it holds is on the row itself.
 async fn choose_in_sql(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     backend: Backend,
     d: &Demand<'_>,
     pattern: &str,
-) -> Result<Option<Choice>, StoreError> {
+    lock: bool,
+) -> Result<Option<(Choice, Load)>, StoreError> {
     // Parameters are numbered in the order they first appear: SQLite numbers `$N` that way.
-    let free = "h.memory_mib - h.used - $2";
+    let free = "h.memory_mib - h.vm_memory_mib - $2";
     let mut next = 4;
     let compat = match d.compat_key {
         Some(_) => {
@@ -287,21 +290,15 @@ async fn choose_in_sql(
         Backend::Postgres => "h.id COLLATE \"C\"",
         Backend::Sqlite => "h.id",
     };
-    // Every host with its use first, as `hosts` reads them, then the filter: MATERIALIZED
-    // keeps the filter out of the join, whose plan PostgreSQL would otherwise choose from the
-    // hosts it expects to pass it (a nested loop re-grouping the sandboxes for each host when
-    // the table's statistics are young: 60 ms at 200 hosts instead of 1).
+    let for_update = if lock { " FOR UPDATE OF h" } else { "" };
+    let fits = format!(
+        "h.state = 'ready' AND h.lease_until <> 0 AND h.lease_until > $3 \
+         AND h.memory_mib > 0 AND {free} >= 0 AND (h.slots <= 0 OR h.vms < h.slots){compat}{exclude}"
+    );
     let sql = format!(
-        "WITH loads AS MATERIALIZED (SELECT h.id, h.state, h.lease_until, h.compat_key, \
-         h.memory_mib, h.slots, h.templates, COALESCE(u.used, 0) AS used, COALESCE(u.n, 0) AS n \
-         FROM hosts h LEFT JOIN (SELECT host_id, SUM(memory_mib) AS used, COUNT(*) AS n \
-         FROM sandboxes WHERE {HOLDS_A_VM} GROUP BY host_id) u ON u.host_id = h.id) \
-         SELECT h.id, {LOCAL} AS local, CAST({free} AS BIGINT) AS free, \
-         CAST(COUNT(*) OVER () AS BIGINT) AS candidates FROM loads h \
-         WHERE h.state = 'ready' AND h.lease_until <> 0 AND h.lease_until > $3 \
-         AND h.memory_mib > 0 AND {free} >= 0 \
-         AND (h.slots <= 0 OR h.n < h.slots){compat}{exclude} \
-         ORDER BY {LOCAL} DESC, {free}, {by_id} LIMIT 1"
+        "SELECT {HOST_COLUMNS}, {LOCAL} AS local, CAST({free} AS BIGINT) AS free, \
+         (SELECT CAST(COUNT(*) AS BIGINT) FROM hosts h WHERE {fits}) AS candidates \
+         FROM hosts h WHERE {fits} ORDER BY {LOCAL} DESC, {free}, {by_id} LIMIT 1{for_update}"
     );
     let mut q = sqlx::query(&sql)
         .bind(pattern)
@@ -316,12 +313,13 @@ async fn choose_in_sql(
     let Some(r) = q.fetch_optional(&mut **tx).await? else {
         return Ok(None);
     };
-    Ok(Some(Choice {
+    let choice = Choice {
         id: col(&r, "id")?,
         local: col::<i64>(&r, "local")? != 0,
         free: col(&r, "free")?,
         candidates: usize::try_from(col::<i64>(&r, "candidates")?).unwrap_or(0),
-    }))
+    };
+    Ok(Some((choice, load(&r)?)))
 }
 
 /// The best of `all` for demand `d` by [`judge`], or why each cannot take it.
@@ -352,34 +350,6 @@ fn choose_judged(all: &[Load], d: &Demand<'_>) -> Result<Choice, Vec<Unfit>> {
     }
 }
 
-/// Host `id` locked for the rest of the transaction (PostgreSQL), counted afresh.
-async fn lock(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-    id: &str,
-    pattern: &str,
-) -> Result<Option<Load>, StoreError> {
-    let Some(r) = sqlx::query(&format!(
-        "SELECT {HOST_COLUMNS}, {LOCAL} AS local FROM hosts h WHERE h.id = $2 FOR UPDATE"
-    ))
-    .bind(pattern)
-    .bind(id)
-    .fetch_optional(&mut **tx)
-    .await?
-    else {
-        return Ok(None);
-    };
-    // A statement of its own: under READ COMMITTED it sees every create committed by those
-    // that held the lock before.
-    let u = sqlx::query(&format!(
-        "SELECT CAST(COALESCE(SUM(memory_mib), 0) AS BIGINT) AS used, \
-         CAST(COUNT(*) AS BIGINT) AS n FROM sandboxes WHERE host_id = $1 AND {HOLDS_A_VM}"
-    ))
-    .bind(id)
-    .fetch_one(&mut **tx)
-    .await?;
-    Ok(Some(load(&r, col(&u, "used")?, col(&u, "n")?)?))
-}
-
 /// The form of `d`'s template that `hosts.templates` holds (`,name,`; '' for none).
 fn template_pattern(d: &Demand<'_>) -> String {
     d.template
@@ -389,74 +359,97 @@ fn template_pattern(d: &Demand<'_>) -> String {
 }
 
 /// Chooses the host for demand `d` inside a create's transaction `tx` (see the module doc).
-/// [`StoreError::NoCapacity`] when no host fits, saying why for each.
+/// [`StoreError::NoCapacity`] when no host fits, saying why for each. `Ok(None)`: a host fits
+/// now that did not when this transaction looked (PostgreSQL: creates and deletes of other
+/// transactions committed meanwhile) — roll `tx` back and call again from a new transaction,
+/// through [`Retry`].
 pub(crate) async fn place(
     tx: &mut sqlx::Transaction<'_, sqlx::Any>,
     backend: Backend,
     d: &Demand<'_>,
-) -> Result<Placement, StoreError> {
+    raced: usize,
+) -> Result<Option<Placement>, StoreError> {
     let pattern = template_pattern(d);
-    let mut raced = 0;
-    for _ in 0..PLACE_TRIES {
-        let chosen = match d.host {
-            None => choose_in_sql(tx, backend, d, &pattern).await?,
-            Some(_) => None,
-        };
-        let choice = match chosen {
-            Some(c) => c,
-            // Pinned, or nothing fits: every host it may name, judged (on PostgreSQL one freed
-            // since the query above is taken).
-            None => match choose_judged(&hosts(tx, d, &pattern).await?, d) {
-                Ok(c) => c,
-                Err(unfit) => {
-                    return Err(StoreError::NoCapacity {
-                        why: why(d, &unfit, raced),
-                    })
+    let lock = backend == Backend::Postgres;
+    let refused = |unfit: Vec<Unfit>| StoreError::NoCapacity {
+        why: why(d, &unfit, raced),
+    };
+    let (choice, reason) = match d.host {
+        // Pinned: its row (locked), judged.
+        Some(_) => match choose_judged(&hosts(tx, d, &pattern, lock).await?, d) {
+            Ok(c) => (c, PlaceReason::Pinned),
+            Err(unfit) => return Err(refused(unfit)),
+        },
+        None => match choose_in_sql(tx, backend, d, &pattern, lock).await? {
+            Some((c, now)) => {
+                // The row as it is now fits (the statement re-checked it under the lock); a
+                // second word on it costs nothing.
+                if judge(&now, d).is_err() {
+                    return Ok(None);
                 }
+                let reason = if c.local {
+                    PlaceReason::TemplateLocal
+                } else {
+                    PlaceReason::BestFit
+                };
+                (c, reason)
+            }
+            // Nothing fits: every host judged, to say why (on PostgreSQL one freed since the
+            // query above means choosing again).
+            None => match choose_judged(&hosts(tx, d, &pattern, false).await?, d) {
+                Ok(_) => return Ok(None),
+                Err(unfit) => return Err(refused(unfit)),
             },
-        };
-        let reason = if d.host.is_some() {
-            PlaceReason::Pinned
-        } else if choice.local {
-            PlaceReason::TemplateLocal
-        } else {
-            PlaceReason::BestFit
-        };
-        let placed = |free_memory_mib| Placement {
-            host_id: choice.id.clone(),
-            reason,
-            free_memory_mib,
-            candidates: choice.candidates,
-        };
-        if backend == Backend::Sqlite {
-            return Ok(placed(choice.free));
-        }
-        sqlx::query("SAVEPOINT choose_host")
-            .execute(&mut **tx)
-            .await?;
-        let now = lock(tx, &choice.id, &pattern).await?;
-        match now.as_ref().map(|h| judge(h, d)) {
-            Some(Ok(free)) => {
-                sqlx::query("RELEASE SAVEPOINT choose_host")
-                    .execute(&mut **tx)
-                    .await?;
-                return Ok(placed(free));
+        },
+    };
+    Ok(Some(Placement {
+        host_id: choice.id,
+        reason,
+        free_memory_mib: choice.free,
+        candidates: choice.candidates,
+    }))
+}
+
+/// A create's placement tried again after a race ([`place`] answered `None`), at most
+/// [`PLACE_TRIES`] times in all.
+#[derive(Debug, Default)]
+pub(crate) struct Retry {
+    pub(crate) raced: usize,
+}
+
+impl Retry {
+    /// What a caller does with [`place`]'s answer: `Ok(Some)` go on; `Ok(None)` roll the
+    /// transaction back and place again; `Err` give up. A deadlock PostgreSQL broke (two creates
+    /// each waiting for a host the other locked while choosing) is a race like any other.
+    pub(crate) fn outcome(
+        &mut self,
+        placed: Result<Option<Placement>, StoreError>,
+    ) -> Result<Option<Placement>, StoreError> {
+        match placed {
+            Ok(Some(p)) => Ok(Some(p)),
+            Ok(None) => self.again().map(|()| None),
+            Err(StoreError::Db(sqlx::Error::Database(e)))
+                if e.code().as_deref() == Some("40P01") =>
+            {
+                self.again().map(|()| None)
             }
-            _ => {
-                // Filled (or drained, reaped, forgotten) since it was counted: unlock it.
-                sqlx::query("ROLLBACK TO SAVEPOINT choose_host")
-                    .execute(&mut **tx)
-                    .await?;
-                raced += 1;
-            }
+            Err(e) => Err(e),
         }
     }
-    Err(StoreError::NoCapacity {
-        why: format!(
-            "{PLACE_TRIES} hosts chosen in turn were each filled by other creates first; \
-             try again"
-        ),
-    })
+
+    /// Counts one more race: `Err` once every try was taken.
+    fn again(&mut self) -> Result<(), StoreError> {
+        self.raced += 1;
+        if self.raced >= PLACE_TRIES {
+            return Err(StoreError::NoCapacity {
+                why: format!(
+                    "{PLACE_TRIES} hosts chosen in turn were each filled by other creates \
+                     first; try again"
+                ),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// The text of [`StoreError::NoCapacity`]: "3 hosts: 1 draining, 2 with less than 2048 MiB
@@ -494,7 +487,7 @@ fn why(d: &Demand<'_>, unfit: &[Unfit], raced: usize) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const NOW: i64 = 1_000_000;
@@ -611,7 +604,7 @@ mod tests {
 
     /// A store per backend: SQLite in `dir`, and PostgreSQL when `PANDASTACK_TEST_POSTGRES`
     /// names a server (a fresh database on it).
-    async fn stores(dir: &std::path::Path) -> Vec<crate::Store> {
+    pub(crate) async fn stores(dir: &std::path::Path) -> Vec<crate::Store> {
         let mut out = vec![crate::Store::open(&dir.join("state.db")).await.unwrap()];
         if let Ok(admin) = std::env::var("PANDASTACK_TEST_POSTGRES") {
             if admin != "skip" {
@@ -634,10 +627,10 @@ mod tests {
     }
 
     /// A small deterministic generator (xorshift).
-    struct Rng(u64);
+    pub(crate) struct Rng(pub(crate) u64);
 
     impl Rng {
-        fn pick<'a, T>(&mut self, from: &'a [T]) -> &'a T {
+        pub(crate) fn pick<'a, T>(&mut self, from: &'a [T]) -> &'a T {
             self.0 ^= self.0 << 13;
             self.0 ^= self.0 >> 7;
             self.0 ^= self.0 << 17;
@@ -722,10 +715,13 @@ mod tests {
                             };
                             let pattern = template_pattern(&d);
                             let mut tx = store.pool.begin().await.unwrap();
-                            let sql = choose_in_sql(&mut tx, store.backend, &d, &pattern)
+                            // On PostgreSQL the locking form, as creates run it.
+                            let lock = store.backend == Backend::Postgres;
+                            let sql = choose_in_sql(&mut tx, store.backend, &d, &pattern, lock)
                                 .await
-                                .unwrap();
-                            let all = hosts(&mut tx, &d, &pattern).await.unwrap();
+                                .unwrap()
+                                .map(|(c, _)| c);
+                            let all = hosts(&mut tx, &d, &pattern, false).await.unwrap();
                             let judged = choose_judged(&all, &d).ok();
                             assert_eq!(sql, judged, "{:?} on {:?}", d, store.backend);
                             fitted += usize::from(sql.is_some());

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use sqlx::AnyPool;
 
-use crate::placement::{place, Demand, Placement};
+use crate::placement::{place, Demand, Placement, Retry};
 use crate::volumes::{claim, Claimed, MountClaim};
 use crate::{col, found, parsed, Backend, OnTimeout, SandboxState, StoreError};
 
@@ -187,15 +187,22 @@ impl SandboxRepo<'_> {
         mounts: &[MountClaim],
         demand: &Demand<'_>,
     ) -> Result<(Placement, Vec<Claimed>), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        check_limit(&mut tx, &row.workspace_id, 1).await?;
-        let placement = place(&mut tx, self.backend, demand).await?;
-        row.host_id.clone_from(&placement.host_id);
-        row.memory_mib = demand.memory_mib;
-        insert(&mut *tx, row).await?;
-        let claimed = claim(&mut tx, &row.workspace_id, &row.host_id, &row.id, mounts).await?;
-        tx.commit().await?;
-        Ok((placement, claimed))
+        let mut retry = Retry::default();
+        loop {
+            let mut tx = self.pool.begin().await?;
+            check_limit(&mut tx, &row.workspace_id, 1).await?;
+            let placed = place(&mut tx, self.backend, demand, retry.raced).await;
+            let Some(placement) = retry.outcome(placed)? else {
+                tx.rollback().await?;
+                continue;
+            };
+            row.host_id.clone_from(&placement.host_id);
+            row.memory_mib = demand.memory_mib;
+            insert(&mut *tx, row).await?;
+            let claimed = claim(&mut tx, &row.workspace_id, &row.host_id, &row.id, mounts).await?;
+            tx.commit().await?;
+            return Ok((placement, claimed));
+        }
     }
 
     /// Records a finished create: the VM's shape (with its disk limits), how it booted and its
@@ -552,16 +559,18 @@ async fn check_limit(
     // A write first: on SQLite it takes the database's write lock now (a read first would
     // fail to upgrade if another writer committed meanwhile); on PostgreSQL it locks the
     // workspace row until commit.
-    let locked = sqlx::query("UPDATE workspaces SET max_sandboxes = max_sandboxes WHERE id = $1")
-        .bind(ws)
-        .execute(&mut **tx)
-        .await?;
-    found(locked)?;
-    let r = sqlx::query("SELECT max_sandboxes FROM workspaces WHERE id = $1")
-        .bind(ws)
-        .fetch_one(&mut **tx)
-        .await?;
+    let r = sqlx::query(
+        "UPDATE workspaces SET max_sandboxes = max_sandboxes WHERE id = $1 \
+         RETURNING max_sandboxes",
+    )
+    .bind(ws)
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or(StoreError::NotFound)?;
     let limit: i64 = col(&r, "max_sandboxes")?;
+    // A statement of its own: on PostgreSQL one that waited for the workspace's lock above
+    // still read with the snapshot it started with, before the create that held the lock
+    // committed.
     let r = sqlx::query(
         "SELECT COUNT(*) AS n FROM sandboxes WHERE workspace_id = $1 AND state <> 'hibernated'",
     )

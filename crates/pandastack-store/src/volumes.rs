@@ -221,16 +221,23 @@ impl VolumeRepo<'_> {
         v: &mut VolumeRow,
         demand: &crate::Demand<'_>,
     ) -> Result<crate::Placement, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let quota = lock_workspace(&mut tx, &v.workspace_id).await?;
-        if used_gb(&mut tx, &v.workspace_id).await? + v.size_gb > quota {
-            return Err(StoreError::LimitReached { limit: quota });
+        let mut retry = crate::placement::Retry::default();
+        loop {
+            let mut tx = self.pool.begin().await?;
+            let quota = lock_workspace(&mut tx, &v.workspace_id).await?;
+            if used_gb(&mut tx, &v.workspace_id).await? + v.size_gb > quota {
+                return Err(StoreError::LimitReached { limit: quota });
+            }
+            let placed = crate::placement::place(&mut tx, self.backend, demand, retry.raced).await;
+            let Some(placement) = retry.outcome(placed)? else {
+                tx.rollback().await?;
+                continue;
+            };
+            v.host_id.clone_from(&placement.host_id);
+            insert(&mut tx, v).await?;
+            tx.commit().await?;
+            return Ok(placement);
         }
-        let placement = crate::placement::place(&mut tx, self.backend, demand).await?;
-        v.host_id.clone_from(&placement.host_id);
-        insert(&mut tx, v).await?;
-        tx.commit().await?;
-        Ok(placement)
     }
 
     pub async fn set_ready(&self, id: &str) -> Result<(), StoreError> {

@@ -1,0 +1,278 @@
+//! The use counters on each host's row (`hosts.vm_memory_mib`, `hosts.vms`: the memory and the
+//! number of its sandboxes that hold a VM), kept by triggers on `sandboxes` so that placement
+//! reads one row per host (migration 0022).
+//!
+//! The triggers run in the transaction that inserts, deletes or changes a sandbox's state,
+//! memory or host, so the counters are never seen out of step with the rows they count; a
+//! change between two states that both hold a VM on the same host with the same memory (a
+//! create's `starting → running`) touches no host row. The bodies differ by engine (PL/pgSQL,
+//! SQLite's trigger statements), so [`install`] creates them after the migrations, once: in one
+//! transaction that holds writes to `sandboxes` off (PostgreSQL: a table lock replicas
+//! starting together queue on; SQLite: the write lock), creates them and counts every host's
+//! use afresh.
+
+use sqlx::AnyPool;
+
+use crate::hosts::HOLDS_A_VM;
+use crate::{Backend, StoreError};
+
+/// The triggers' name and version: a change to their bodies must take a new name (and drop
+/// the old triggers), or a store that has them keeps the old ones.
+const NAME: &str = "sandboxes_host_use_v1";
+
+/// PostgreSQL: one function and one trigger.
+const PG_FUNCTION: &str = "CREATE OR REPLACE FUNCTION sandboxes_host_use_v1() RETURNS trigger \
+LANGUAGE plpgsql AS $$
+DECLARE
+  was boolean := TG_OP <> 'INSERT' AND OLD.state IN ('starting', 'running', 'paused');
+  now boolean := TG_OP <> 'DELETE' AND NEW.state IN ('starting', 'running', 'paused');
+BEGIN
+  IF was AND now AND OLD.host_id = NEW.host_id AND OLD.memory_mib = NEW.memory_mib THEN
+    RETURN NULL;
+  END IF;
+  IF was THEN
+    UPDATE hosts SET vm_memory_mib = vm_memory_mib - OLD.memory_mib, vms = vms - 1
+      WHERE id = OLD.host_id;
+  END IF;
+  IF now THEN
+    UPDATE hosts SET vm_memory_mib = vm_memory_mib + NEW.memory_mib, vms = vms + 1
+      WHERE id = NEW.host_id;
+  END IF;
+  RETURN NULL;
+END $$";
+
+const PG_TRIGGER: &str = "CREATE TRIGGER sandboxes_host_use_v1 \
+AFTER INSERT OR DELETE OR UPDATE OF state, memory_mib, host_id ON sandboxes \
+FOR EACH ROW EXECUTE FUNCTION sandboxes_host_use_v1()";
+
+/// SQLite: one trigger per kind of change.
+const SQLITE_TRIGGERS: [&str; 3] = [
+    "CREATE TRIGGER sandboxes_host_use_v1_insert AFTER INSERT ON sandboxes \
+     WHEN NEW.state IN ('starting', 'running', 'paused') BEGIN \
+     UPDATE hosts SET vm_memory_mib = vm_memory_mib + NEW.memory_mib, vms = vms + 1 \
+     WHERE id = NEW.host_id; END",
+    "CREATE TRIGGER sandboxes_host_use_v1_delete AFTER DELETE ON sandboxes \
+     WHEN OLD.state IN ('starting', 'running', 'paused') BEGIN \
+     UPDATE hosts SET vm_memory_mib = vm_memory_mib - OLD.memory_mib, vms = vms - 1 \
+     WHERE id = OLD.host_id; END",
+    "CREATE TRIGGER sandboxes_host_use_v1 AFTER UPDATE OF state, memory_mib, host_id \
+     ON sandboxes WHEN NOT (OLD.state IN ('starting', 'running', 'paused') \
+     AND NEW.state IN ('starting', 'running', 'paused') \
+     AND OLD.host_id = NEW.host_id AND OLD.memory_mib = NEW.memory_mib) BEGIN \
+     UPDATE hosts SET vm_memory_mib = vm_memory_mib - OLD.memory_mib, vms = vms - 1 \
+     WHERE id = OLD.host_id AND OLD.state IN ('starting', 'running', 'paused'); \
+     UPDATE hosts SET vm_memory_mib = vm_memory_mib + NEW.memory_mib, vms = vms + 1 \
+     WHERE id = NEW.host_id AND NEW.state IN ('starting', 'running', 'paused'); END",
+];
+
+/// Every host's counters counted afresh from its sandboxes.
+fn recount() -> String {
+    format!(
+        "UPDATE hosts SET \
+         vm_memory_mib = COALESCE((SELECT SUM(memory_mib) FROM sandboxes s \
+         WHERE s.host_id = hosts.id AND s.{HOLDS_A_VM}), 0), \
+         vms = (SELECT COUNT(*) FROM sandboxes s WHERE s.host_id = hosts.id AND s.{HOLDS_A_VM})"
+    )
+}
+
+async fn installed<'e, E>(db: E, backend: Backend) -> Result<bool, StoreError>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    let sql = match backend {
+        Backend::Postgres => "SELECT 1 AS one FROM pg_trigger WHERE tgname = $1",
+        Backend::Sqlite => {
+            "SELECT 1 AS one FROM sqlite_master WHERE type = 'trigger' AND name = $1"
+        }
+    };
+    Ok(sqlx::query(sql)
+        .bind(NAME)
+        .fetch_optional(db)
+        .await?
+        .is_some())
+}
+
+/// Creates the triggers unless they are there, counting every host's use in the same
+/// transaction (see the module doc).
+pub(crate) async fn install(pool: &AnyPool, backend: Backend) -> Result<(), StoreError> {
+    if installed(pool, backend).await? {
+        return Ok(());
+    }
+    let mut tx = pool.begin().await?;
+    match backend {
+        Backend::Postgres => {
+            // Self-conflicting and conflicting with every write: replicas starting together
+            // queue here, and no sandbox changes between the count and the triggers.
+            sqlx::query("LOCK TABLE sandboxes IN SHARE ROW EXCLUSIVE MODE")
+                .execute(&mut *tx)
+                .await?;
+            if installed(&mut *tx, backend).await? {
+                return Ok(());
+            }
+            sqlx::query(PG_FUNCTION).execute(&mut *tx).await?;
+            sqlx::query(PG_TRIGGER).execute(&mut *tx).await?;
+        }
+        Backend::Sqlite => {
+            // The first write takes the database's write lock for the transaction.
+            for t in SQLITE_TRIGGERS {
+                sqlx::query(t).execute(&mut *tx).await?;
+            }
+        }
+    }
+    sqlx::query(&recount()).execute(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::tests::{stores, Rng};
+    use crate::{HostCapacity, Joining, SandboxRow, SandboxState, Store};
+
+    /// Each host's counters, and what its sandboxes hold counted from them: `(id, memory, vms)`.
+    async fn use_of(store: &Store) -> (Vec<(String, i64, i64)>, Vec<(String, i64, i64)>) {
+        let kept = sqlx::query("SELECT id, vm_memory_mib, vms FROM hosts ORDER BY id")
+            .fetch_all(&store.pool)
+            .await
+            .unwrap();
+        let counted = sqlx::query(&format!(
+            "SELECT h.id, CAST(COALESCE(SUM(s.memory_mib), 0) AS BIGINT) AS m, \
+             CAST(COUNT(s.id) AS BIGINT) AS n FROM hosts h LEFT JOIN sandboxes s \
+             ON s.host_id = h.id AND s.{HOLDS_A_VM} GROUP BY h.id ORDER BY h.id"
+        ))
+        .fetch_all(&store.pool)
+        .await
+        .unwrap();
+        let rows = |rows: Vec<sqlx::any::AnyRow>, m: &str, n: &str| -> Vec<(String, i64, i64)> {
+            rows.iter()
+                .map(|r| {
+                    (
+                        crate::col(r, "id").unwrap(),
+                        crate::col(r, m).unwrap(),
+                        crate::col(r, n).unwrap(),
+                    )
+                })
+                .collect()
+        };
+        (rows(kept, "vm_memory_mib", "vms"), rows(counted, "m", "n"))
+    }
+
+    async fn join(store: &Store, id: &str) {
+        let joining = Joining {
+            id: id.into(),
+            name: id.into(),
+            address: format!("{id}:7443"),
+            capacity: HostCapacity {
+                vcpus: 4,
+                memory_mib: 65_536,
+                disk_bytes: 1 << 30,
+                free_slots: 64,
+                creates_in_flight: 0,
+                slots: 64,
+            },
+            compat_key: "k".into(),
+            templates: vec![],
+        };
+        store.hosts().join(&joining, 10_000, 1_000).await.unwrap();
+    }
+
+    /// Inserts, state changes (between states that hold a VM and those that do not), memory
+    /// changes, moves between hosts (and to a host with no row) and deletes, in a random
+    /// order: after each, every host's counters equal what its sandboxes hold. Then a host
+    /// that joins after sandboxes named it starts with their use, and an install over
+    /// counters gone wrong (triggers dropped) counts them afresh.
+    #[tokio::test]
+    async fn every_change_to_a_sandbox_keeps_its_hosts_use() {
+        let dir = tempfile::tempdir().unwrap();
+        for store in stores(dir.path()).await {
+            let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+            let (ws, _, _) = store
+                .keys()
+                .create_workspace_with_key("ws", 10_000, 10_000)
+                .await
+                .unwrap();
+            for h in ["a", "b", "c"] {
+                join(&store, h).await;
+            }
+            let states = [
+                SandboxState::Starting,
+                SandboxState::Running,
+                SandboxState::Paused,
+                SandboxState::Stopped,
+                SandboxState::Hibernated,
+                SandboxState::Lost,
+            ];
+            let mut ids: Vec<String> = Vec::new();
+            for step in 0..150 {
+                match rng.pick(&[0, 0, 1, 1, 1, 2, 3, 4]) {
+                    0 => {
+                        let host = *rng.pick(&["a", "b", "c", "later"]);
+                        let mut r = SandboxRow::service(&ws.id, host, "base", Default::default());
+                        r.memory_mib = *rng.pick(&[256, 512, 1024]);
+                        r.state = *rng.pick(&states);
+                        store.sandboxes().insert(&r).await.unwrap();
+                        ids.push(r.id);
+                    }
+                    _ if ids.is_empty() => continue,
+                    1 => {
+                        let id = rng.pick(&ids).clone();
+                        store
+                            .sandboxes()
+                            .set_state(&id, *rng.pick(&states))
+                            .await
+                            .unwrap();
+                    }
+                    2 => {
+                        sqlx::query("UPDATE sandboxes SET memory_mib = $1 WHERE id = $2")
+                            .bind(*rng.pick(&[128_i64, 512, 2048]))
+                            .bind(rng.pick(&ids))
+                            .execute(&store.pool)
+                            .await
+                            .unwrap();
+                    }
+                    3 => {
+                        sqlx::query("UPDATE sandboxes SET host_id = $1 WHERE id = $2")
+                            .bind(*rng.pick(&["a", "b", "c", "later"]))
+                            .bind(rng.pick(&ids))
+                            .execute(&store.pool)
+                            .await
+                            .unwrap();
+                    }
+                    _ => {
+                        let i = ids.len() / 2;
+                        store.sandboxes().delete(&ids.remove(i)).await.unwrap();
+                    }
+                }
+                let (kept, counted) = use_of(&store).await;
+                assert_eq!(kept, counted, "step {step} on {:?}", store.backend);
+            }
+            let (_, before) = use_of(&store).await;
+            assert!(
+                before.iter().any(|(_, _, n)| *n > 0),
+                "no sandbox held a VM at the end: the case tells too little"
+            );
+            join(&store, "later").await;
+            let (kept, counted) = use_of(&store).await;
+            assert_eq!(kept, counted, "a host joining after its sandboxes");
+            let drop_triggers: &[&str] = match store.backend {
+                Backend::Postgres => &["DROP TRIGGER sandboxes_host_use_v1 ON sandboxes"],
+                Backend::Sqlite => &[
+                    "DROP TRIGGER sandboxes_host_use_v1",
+                    "DROP TRIGGER sandboxes_host_use_v1_insert",
+                    "DROP TRIGGER sandboxes_host_use_v1_delete",
+                ],
+            };
+            for sql in drop_triggers {
+                sqlx::query(sql).execute(&store.pool).await.unwrap();
+            }
+            sqlx::query("UPDATE hosts SET vm_memory_mib = 7, vms = 7")
+                .execute(&store.pool)
+                .await
+                .unwrap();
+            install(&store.pool, store.backend).await.unwrap();
+            let (kept, counted) = use_of(&store).await;
+            assert_eq!(kept, counted, "counted afresh at install");
+        }
+    }
+}
