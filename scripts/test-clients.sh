@@ -51,6 +51,10 @@ on_exit() {
 }
 trap on_exit EXIT
 export PANDASTACK_TEST_TEMPLATE=minimal PANDASTACK_TEMPLATE=minimal
+# An operator's key for the hosts tests (the key the server printed is a workspace key).
+PANDASTACK_TEST_ADMIN_KEY=$("$PANDASTACK_BIN" keys create --admin --name sdk-admin \
+  --data-dir /var/lib/pandastack/clients-test)
+export PANDASTACK_TEST_ADMIN_KEY
 
 step "clients: Python SDK + examples"
 "$venv/bin/python" -m pytest -q sdk/python/tests
