@@ -45,6 +45,13 @@ const PG_TRIGGER: &str = "CREATE TRIGGER sandboxes_host_use_v1 \
 AFTER INSERT OR DELETE OR UPDATE OF state, memory_mib, host_id ON sandboxes \
 FOR EACH ROW EXECUTE FUNCTION sandboxes_host_use_v1()";
 
+/// SQLite's triggers' names ([`NAME`] is the one [`installed`] looks for).
+const SQLITE_NAMES: [&str; 3] = [
+    "sandboxes_host_use_v1_insert",
+    "sandboxes_host_use_v1_delete",
+    "sandboxes_host_use_v1",
+];
+
 /// SQLite: one trigger per kind of change.
 const SQLITE_TRIGGERS: [&str; 3] = [
     "CREATE TRIGGER sandboxes_host_use_v1_insert AFTER INSERT ON sandboxes \
@@ -113,7 +120,13 @@ pub(crate) async fn install(pool: &AnyPool, backend: Backend) -> Result<(), Stor
             sqlx::query(PG_TRIGGER).execute(&mut *tx).await?;
         }
         Backend::Sqlite => {
-            // The first write takes the database's write lock for the transaction.
+            // The first write takes the database's write lock for the transaction. A set left
+            // partly in place (one dropped by hand) is replaced whole.
+            for name in SQLITE_NAMES {
+                sqlx::query(&format!("DROP TRIGGER IF EXISTS {name}"))
+                    .execute(&mut *tx)
+                    .await?;
+            }
             for t in SQLITE_TRIGGERS {
                 sqlx::query(t).execute(&mut *tx).await?;
             }
@@ -263,9 +276,11 @@ mod tests {
                     "DROP TRIGGER sandboxes_host_use_v1_delete",
                 ],
             };
+            let mut tx = store.pool.begin().await.unwrap();
             for sql in drop_triggers {
-                sqlx::query(sql).execute(&store.pool).await.unwrap();
+                sqlx::query(sql).execute(&mut *tx).await.unwrap();
             }
+            tx.commit().await.unwrap();
             sqlx::query("UPDATE hosts SET vm_memory_mib = 7, vms = 7")
                 .execute(&store.pool)
                 .await
