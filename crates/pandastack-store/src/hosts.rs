@@ -146,12 +146,14 @@ const OWNED_BY_HOST: [&str; 4] = ["sandboxes", "snapshots", "volumes", "volume_s
 /// (migration 0019), which SQLite uses only for a query that repeats it exactly.
 pub(crate) const HOLDS_A_VM: &str = "state IN ('starting', 'running', 'paused')";
 
-/// A new host row's use counters (`vm_memory_mib`, `vms`; see `host_use`): what sandboxes
-/// already naming host `$1` hold (none, unless the row was forgotten and made again).
-const USE_OF_1: &str = "COALESCE((SELECT SUM(memory_mib) FROM sandboxes \
-     WHERE host_id = $1 AND state IN ('starting', 'running', 'paused')), 0), \
-     (SELECT COUNT(*) FROM sandboxes WHERE host_id = $1 \
-     AND state IN ('starting', 'running', 'paused'))";
+/// A new host row's use counters (`vm_memory_mib`, `vms`; see `host_use`), as SQL: what
+/// sandboxes already naming host `$1` hold (none, unless the row was forgotten and made again).
+fn use_of_1() -> String {
+    format!(
+        "COALESCE((SELECT SUM(memory_mib) FROM sandboxes WHERE host_id = $1 AND {HOLDS_A_VM}), \
+         0), (SELECT COUNT(*) FROM sandboxes WHERE host_id = $1 AND {HOLDS_A_VM})"
+    )
+}
 
 /// The `templates` column's form of `names` (see migration 0019): `,a,b,` — sorted, no
 /// duplicates, '' for none. A name that is empty or holds a comma names no template and is
@@ -208,9 +210,10 @@ impl Hosts<'_> {
     /// before) is `ready` again with a new epoch, and a `draining` one stays draining.
     pub async fn register(&self, id: &str, name: &str) -> Result<HostRow, StoreError> {
         let now = now_ms();
+        let use_now = use_of_1();
         let r = sqlx::query(&format!(
             "INSERT INTO hosts (id, name, created_at, last_seen_at, vm_memory_mib, vms) \
-             VALUES ($1, $2, $3, $3, {USE_OF_1}) \
+             VALUES ($1, $2, $3, $3, {use_now}) \
              ON CONFLICT (id) DO UPDATE SET name = $2, last_seen_at = $3, lease_until = 0, \
              epoch = CASE WHEN hosts.state = 'dead' THEN hosts.epoch + 1 ELSE hosts.epoch END, \
              state = CASE WHEN hosts.state = 'dead' THEN 'ready' ELSE hosts.state END \
@@ -232,12 +235,13 @@ impl Hosts<'_> {
     /// A new row's first epoch is `now`, not 1: a host forgotten and joining again never
     /// repeats an epoch an old process of it may still hold.
     pub async fn join(&self, h: &Joining, lease_ms: i64, now: i64) -> Result<HostRow, StoreError> {
+        let use_now = use_of_1();
         let r = sqlx::query(&format!(
             "INSERT INTO hosts (id, name, created_at, last_seen_at, address, state, epoch, \
              lease_until, vcpus, memory_mib, disk_bytes, free_slots, compat_key, slots, \
              templates, creates_in_flight, vm_memory_mib, vms) \
              VALUES ($1, $2, $3, $3, $4, 'ready', $3, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
-             {USE_OF_1}) \
+             {use_now}) \
              ON CONFLICT (id) DO UPDATE SET name = $2, last_seen_at = $3, address = $4, \
              lease_until = $5, vcpus = $6, memory_mib = $7, disk_bytes = $8, free_slots = $9, \
              compat_key = $10, slots = $11, templates = $12, creates_in_flight = $13, \

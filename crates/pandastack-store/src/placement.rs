@@ -383,16 +383,16 @@ pub(crate) async fn place(
         None => match choose_in_sql(tx, backend, d, &pattern, lock).await? {
             Some((c, now)) => {
                 // The row as it is now fits (the statement re-checked it under the lock); a
-                // second word on it costs nothing.
-                if judge(&now, d).is_err() {
+                // second word on it costs nothing, and its room left is the row's as it is now.
+                let Ok(free) = judge(&now, d) else {
                     return Ok(None);
-                }
+                };
                 let reason = if c.local {
                     PlaceReason::TemplateLocal
                 } else {
                     PlaceReason::BestFit
                 };
-                (c, reason)
+                (Choice { free, ..c }, reason)
             }
             // Nothing fits: every host judged, to say why (on PostgreSQL one freed since the
             // query above means choosing again).
