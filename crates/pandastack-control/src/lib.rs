@@ -19,6 +19,7 @@ pub mod certs;
 mod code;
 mod databases;
 pub mod fleet;
+mod in_flight;
 mod jobs;
 pub mod membership;
 mod plane;
@@ -44,6 +45,7 @@ pub use databases::{
     QueryLimits, ARCHIVE_POLL, DATABASE_METADATA, DATABASE_TEMPLATE, DB_PORT, POOLER_PORT,
 };
 pub use fleet::{AgentDialer, Dial, Fleet};
+pub use in_flight::{Busy, InFlight, Watched, TOUCH_EVERY};
 pub use membership::{LeaseReaper, LeaseStore, StoreMembers};
 pub use plane::{ControlConfig, ControlPlane, RecoverError, CLUSTER_CONTROL_ID};
 pub use reaper::Reaper;

@@ -15,7 +15,8 @@ use tokio::task::JoinHandle;
 use crate::{
     AppAddress, AppError, Apps, ArchiveSettings, BuildConfig, Certificates, CodeContexts,
     DatabaseAddress, DatabaseError, Databases, DeployTimings, DiskMax, Domains, Functions,
-    PlaceMode, Reaper, Sandboxes, Schedules, Snapshots, Templates, VolumeError, Volumes,
+    InFlight, PlaceMode, Reaper, Sandboxes, Schedules, Snapshots, Templates, VolumeError, Volumes,
+    Watched,
 };
 
 /// The owner, in a cluster, of the rows the control plane itself owns (databases, apps,
@@ -88,6 +89,8 @@ pub struct ControlPlane {
     pub schedules: Schedules,
     certificates: Option<Certificates>,
     place: PlaceMode,
+    /// Calls in flight into guests, which the reaper does not idle out.
+    in_flight: InFlight,
     /// The workers [`Self::start`] started, stopped by [`Self::shutdown`].
     workers: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
@@ -106,6 +109,10 @@ impl ControlPlane {
             deploy,
             place,
         } = config;
+        // Every service calls guests through the same watched host: a call in flight keeps its
+        // sandbox from idling out (see `crate::in_flight`).
+        let in_flight = InFlight::new(store.clone());
+        let host: Arc<dyn Host> = Arc::new(Watched::new(host, in_flight.clone()));
         let volumes = Volumes::new(
             store.clone(),
             Arc::clone(&host),
@@ -173,6 +180,7 @@ impl ControlPlane {
             store,
             host,
             host_id,
+            in_flight,
             workers: Arc::default(),
         }
     }
@@ -282,7 +290,8 @@ impl ControlPlane {
             Arc::clone(&self.host),
             self.host_id.clone(),
             self.sandboxes.clone(),
-        );
+        )
+        .with_in_flight(self.in_flight.clone());
         match self.place {
             PlaceMode::ThisHost => r,
             PlaceMode::AcrossHosts => r.on_every_host(),

@@ -30,6 +30,8 @@ pub struct Reaper {
     host_id: String,
     sandboxes: crate::Sandboxes,
     every_host: bool,
+    /// Calls in flight in this process: a sandbox with one is not idle.
+    in_flight: Option<crate::InFlight>,
 }
 
 impl Reaper {
@@ -45,7 +47,15 @@ impl Reaper {
             host_id,
             sandboxes,
             every_host: false,
+            in_flight: None,
         }
+    }
+
+    /// Leaves alone, for their idle timeout, the sandboxes with a call in flight in
+    /// `in_flight` (a TTL is absolute: it applies all the same).
+    pub fn with_in_flight(mut self, in_flight: crate::InFlight) -> Self {
+        self.in_flight = Some(in_flight);
+        self
     }
 
     /// Reaps the sandboxes of every host, not only `host_id`'s: the reaper of a cluster's
@@ -83,7 +93,15 @@ impl Reaper {
             let hibernating_failed = |r: &SandboxRow| {
                 r.state == SandboxState::Failed && r.on_timeout == OnTimeout::Hibernate
             };
-            for row in due.into_iter().filter(|r| !hibernating_failed(r)) {
+            let now = now_ms();
+            let in_a_call = |r: &SandboxRow| {
+                let ttl_due = r.expires_at.is_some_and(|t| t <= now);
+                !ttl_due && self.in_flight.as_ref().is_some_and(|f| f.contains(&r.id))
+            };
+            for row in due
+                .into_iter()
+                .filter(|r| !hibernating_failed(r) && !in_a_call(r))
+            {
                 let (id, action) = (row.id.clone(), row.on_timeout.as_str());
                 match self.apply(row).await {
                     Ok(Applied::Done) => {

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use pandastack_api_types::{CreateSandboxRequest, OnTimeout, SandboxState};
-use pandastack_host::{HostError, VmState};
+use pandastack_host::{ExecSpec, HostError, VmState};
 use pandastack_store::StorageQuotas;
-use pandastack_testkit::script::Op;
+use pandastack_testkit::script::{Op, Reply};
 
 use super::{eventually, Env};
 
@@ -60,6 +60,48 @@ async fn an_idle_timeout_hibernates_the_sandbox() {
     let used = env.store.quotas().used(&env.ws).await.unwrap();
     assert_eq!(used.hibernated, 1);
     assert_eq!(used.hibernated_bytes, env.host.hibernated_bytes as i64);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_in_flight_keeps_an_idle_sandbox_awake_and_its_end_restarts_the_clock() {
+    let env = Env::new().await;
+    // A command that uses no CPU and lasts well past the idle timeout and two reaper ticks.
+    env.host
+        .on_exec("sleep 6", Reply::ok("slept").delay(Duration::from_secs(6)));
+    let idle = env
+        .create(CreateSandboxRequest {
+            idle_timeout_seconds: Some(1),
+            on_timeout: OnTimeout::Hibernate,
+            ..Default::default()
+        })
+        .await;
+    env.control.start();
+    let spec = ExecSpec {
+        shell: "sleep 6".into(),
+        ..Default::default()
+    };
+    let out = env.control.host().exec(&idle.id, spec).await.unwrap();
+    assert_eq!(out.stdout, b"slept");
+    assert_eq!(
+        env.host.count(Op::Hibernate),
+        0,
+        "not hibernated during the call"
+    );
+    let row = env.row(&idle.id).await.unwrap();
+    assert_eq!(row.state, SandboxState::Running);
+    let ended = pandastack_store::now_ms();
+    assert!(
+        row.last_activity_at >= ended - 1500,
+        "the call's end counts as activity: {} vs {ended}",
+        row.last_activity_at
+    );
+    // Idle once the call is over.
+    eventually(REAP, "the sandbox is hibernated after the call", || async {
+        let r = env.row(&idle.id).await?;
+        (r.state == SandboxState::Hibernated).then_some(())
+    })
+    .await;
+    env.control.shutdown(false).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
