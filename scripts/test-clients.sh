@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The client test suites — Python SDK (pytest), the MCP server through the official MCP Python SDK,
-# TypeScript SDK (node:test) and the examples they run as smoke tests — against a real `pandastack server` with real guests. Called by
-# scripts/test.sh after the Rust tests (it expects the guest kernel, the `minimal` image, the
-# reflink data dir and target/{debug/pandastack,release/pandastack-guest} to exist).
+# TypeScript SDK (node:test) and the examples they run as smoke tests — against a real
+# `pandastack server` with real guests. Called by scripts/test.sh after the Rust tests (it
+# expects the guest kernel, the `minimal` image, the reflink data dir and
+# target/{debug/pandastack,release/pandastack-guest} to exist).
 # Python packages come from PyPI into a venv in $PANDASTACK_CACHE; npm packages into
 # sdk/typescript/node_modules (git-ignored).
 set -euo pipefail

@@ -1,8 +1,9 @@
 //! A typed async client for the PandaStack `/v1` API, used by the `pandastack` CLI, the tests
 //! and the benchmarks: sandboxes, exec (blocking and as Server-Sent Events), files (streamed
 //! from and to local files), snapshots, lifecycle, console logs, metrics, templates, keys and
-//! the PTY WebSocket; the code interpreter (runs and contexts); volumes, their snapshots and backups; managed PostgreSQL databases; apps
-//! deployed from git or an uploaded tarball, their deploys and logs; schedules (cron) and runs;
+//! the PTY WebSocket; the code interpreter (runs and contexts); volumes, their snapshots and
+//! backups; managed PostgreSQL databases; apps deployed from git or an uploaded tarball, their
+//! deploys and logs; schedules (cron) and runs;
 //! functions, their versions and build logs, rollback and invoke; and, with an admin key, the
 //! operator routes (hosts: list, drain, undrain, forget).
 //!
