@@ -124,12 +124,13 @@ where
     S::Response: axum::response::IntoResponse,
     S::Future: Send + 'static,
 {
-    let guarded = Router::new()
-        .fallback_service(service)
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&app),
-            require_key,
-        ));
+    let guarded =
+        Router::new()
+            .fallback_service(service)
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&app),
+                require_key,
+            ));
     front_door(
         routes::register(Router::new()).nest_service(path, guarded),
         app,

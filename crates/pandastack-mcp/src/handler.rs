@@ -83,7 +83,12 @@ impl PandaStackMcp {
 
     /// Runs a tool: decodes `args` into `A` (a mismatch is a tool error naming the field),
     /// picks the call's client and hands both to `f`; any failure becomes a tool error result.
-    pub(crate) async fn run<A, F, Fut>(&self, ext: &Extensions, args: JsonObject, f: F) -> CallToolResult
+    pub(crate) async fn run<A, F, Fut>(
+        &self,
+        ext: &Extensions,
+        args: JsonObject,
+        f: F,
+    ) -> CallToolResult
     where
         A: DeserializeOwned,
         F: FnOnce(Client, A) -> Fut,

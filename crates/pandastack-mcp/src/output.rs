@@ -68,7 +68,14 @@ mod tests {
         let c = cap(&s, 20);
         assert!(c.truncated);
         assert_eq!(c.total_bytes, 200);
-        assert_eq!(c.text, format!("{}[… 180 bytes omitted …]{}", "a".repeat(10), "b".repeat(10)));
+        assert_eq!(
+            c.text,
+            format!(
+                "{}[… 180 bytes omitted …]{}",
+                "a".repeat(10),
+                "b".repeat(10)
+            )
+        );
     }
 
     #[test]

@@ -165,7 +165,9 @@ async fn run_command(c: Client, a: RunCommand) -> Result<CallToolResult, ToolErr
     check_id("sandbox_id", &a.sandbox_id)?;
     let max = output_bound(a.max_output_bytes)?;
     if a.command.trim().is_empty() {
-        return Err(ToolError::InvalidArguments("command: must not be empty".into()));
+        return Err(ToolError::InvalidArguments(
+            "command: must not be empty".into(),
+        ));
     }
     let req = ExecRequest {
         cmd: Some(a.command),

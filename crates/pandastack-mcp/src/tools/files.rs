@@ -112,7 +112,9 @@ fn check_path(path: &str) -> Result<(), ToolError> {
         )));
     }
     if path.contains('\0') {
-        return Err(ToolError::InvalidArguments("path: contains a NUL byte".into()));
+        return Err(ToolError::InvalidArguments(
+            "path: contains a NUL byte".into(),
+        ));
     }
     Ok(())
 }
@@ -165,9 +167,10 @@ async fn read(c: Client, a: ReadFile) -> Result<CallToolResult, ToolError> {
     // A cut may split a character: text up to the last whole one.
     let (content, encoding) = match std::str::from_utf8(kept) {
         Ok(s) => (s.to_owned(), "utf8"),
-        Err(e) if truncated && e.error_len().is_none() => {
-            (String::from_utf8_lossy(&kept[..e.valid_up_to()]).into_owned(), "utf8")
-        }
+        Err(e) if truncated && e.error_len().is_none() => (
+            String::from_utf8_lossy(&kept[..e.valid_up_to()]).into_owned(),
+            "utf8",
+        ),
         Err(_) => (
             base64::engine::general_purpose::STANDARD.encode(kept),
             "base64",

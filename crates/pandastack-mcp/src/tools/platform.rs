@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use pandastack_api_types::{
-    AppGit, CreateAppRequest, CreateDatabaseRequest, CreateDeployRequest, ErrorCode,
-    QueryRequest, UpdateAppRequest,
+    AppGit, CreateAppRequest, CreateDatabaseRequest, CreateDeployRequest, ErrorCode, QueryRequest,
+    UpdateAppRequest,
 };
 use pandastack_client::Client;
 use rmcp::model::{CallToolResult, ContentBlock, Extensions, JsonObject};
@@ -51,7 +51,10 @@ pub(crate) struct QueryDatabase {
 pub(crate) struct DeployApp {
     /// The app's name, also its host name: lowercase letters, digits and `-`, starting with a
     /// letter.
-    #[schemars(length(min = 1, max = 40), regex(pattern = r"^[a-z]([a-z0-9-]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 40),
+        regex(pattern = r"^[a-z]([a-z0-9-]*[a-z0-9])?$")
+    )]
     name: String,
     /// The git repository: `https://…`, `git://…`, `ssh://…` or `git@host:path`.
     #[schemars(length(min = 1))]

@@ -215,7 +215,9 @@ async fn preview_url(c: Client, a: PreviewArgs) -> Result<CallToolResult, ToolEr
     let port = u16::try_from(a.port)
         .ok()
         .filter(|p| *p > 0)
-        .ok_or_else(|| ToolError::InvalidArguments(format!("port: {} is not 1 to 65535", a.port)))?;
+        .ok_or_else(|| {
+            ToolError::InvalidArguments(format!("port: {} is not 1 to 65535", a.port))
+        })?;
     output::json(c.port_url(&a.sandbox_id, port).await?)
 }
 

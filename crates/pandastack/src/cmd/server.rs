@@ -488,10 +488,8 @@ async fn serve(
     // The MCP endpoint calls this listener's own API with each request's key; cancelling its
     // sessions on shutdown keeps their open streams from holding the graceful shutdown up.
     let mcp_shutdown = tokio_util::sync::CancellationToken::new();
-    let own_api = pandastack_client::Client::new(pandastack_client::Config::new(
-        own_url(a.listen),
-        None,
-    ))?;
+    let own_api =
+        pandastack_client::Client::new(pandastack_client::Config::new(own_url(a.listen), None))?;
     let mcp = pandastack_mcp::http_service(own_api, mcp_shutdown.clone());
     axum::serve(
         listener,
@@ -647,8 +645,14 @@ mod tests {
 
     #[test]
     fn own_url_reaches_wildcards_on_loopback() {
-        assert_eq!(own_url("0.0.0.0:8080".parse().unwrap()), "http://127.0.0.1:8080");
+        assert_eq!(
+            own_url("0.0.0.0:8080".parse().unwrap()),
+            "http://127.0.0.1:8080"
+        );
         assert_eq!(own_url("[::]:8080".parse().unwrap()), "http://[::1]:8080");
-        assert_eq!(own_url("10.1.2.3:80".parse().unwrap()), "http://10.1.2.3:80");
+        assert_eq!(
+            own_url("10.1.2.3:80".parse().unwrap()),
+            "http://10.1.2.3:80"
+        );
     }
 }
