@@ -203,3 +203,28 @@ def test_http_endpoint_refuses_requests_without_a_valid_key() -> None:
             urllib.request.urlopen(req, timeout=30)
         assert err.value.code == 401
         assert json.loads(err.value.read())["error"]["code"] == "unauthorized"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_platform_tools_reach_the_api(transport: str) -> None:
+    """Databases, apps and functions: each tool's call reaches its API route and comes back with
+    the API's answer (here its refusals, which need no database VM or app build)."""
+
+    async def go() -> None:
+        async with connect(transport) as s:
+            cases = [
+                ("query_database", {"database": "nodb_mcp", "sql": "select 1"}, "database_not_found"),
+                ("create_database", {"name": "Bad-Name"}, "invalid_argument"),
+                ("get_app", {"name": "no-app-mcp"}, "app_not_found"),
+                ("deploy_app", {"name": "mcp-app", "git_url": "file:///etc"}, "invalid_argument"),
+                # A function is an app of kind function: the API answers `app_not_found`.
+                ("invoke_function", {"name": "no-fn-mcp", "event": {"x": 1}}, "app_not_found"),
+                ("get_preview_url", {"sandbox_id": "sb_nope", "port": 8000}, "sandbox_not_found"),
+            ]
+            for tool, args, code in cases:
+                r = await s.call_tool(tool, args)
+                assert r.is_error, f"{tool}: {text(r)}"
+                assert r.structured_content["error"]["code"] == code, f"{tool}: {text(r)}"
+                assert text(r).startswith(f"error {code}: "), text(r)
+
+    run(go())

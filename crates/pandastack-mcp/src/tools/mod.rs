@@ -20,11 +20,49 @@ use schemars::JsonSchema;
 
 use crate::ToolError;
 
-/// The input schema of a tool taking `T`.
+/// The input schema of a tool taking `T`, optional fields described by their type alone.
 pub(crate) fn schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
     // Every argument type is a struct, whose schema is an object; should one not be, its plain
     // schema is still an honest description.
-    schema_for_input::<T>().unwrap_or_else(|_| schema_for_type::<T>())
+    let schema = schema_for_input::<T>().unwrap_or_else(|_| schema_for_type::<T>());
+    let mut v = serde_json::Value::Object((*schema).clone());
+    drop_null_alternatives(&mut v);
+    match v {
+        serde_json::Value::Object(o) => Arc::new(o),
+        _ => schema,
+    }
+}
+
+/// schemars describes an `Option<T>` field as "T or null"; an optional argument is one that can
+/// be left out, so its schema is T's. Clients that fill arguments from the schema (the MCP
+/// Inspector turns `"600"` into a number only where the type is `integer`) and models read the
+/// plain type better. A null sent anyway is still accepted (as absent).
+fn drop_null_alternatives(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    let Value::Object(o) = v else {
+        if let Value::Array(items) = v {
+            items.iter_mut().for_each(drop_null_alternatives);
+        }
+        return;
+    };
+    if let Some(Value::Array(types)) = o.get("type") {
+        let rest: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+        if rest.len() == 1 && types.len() == 2 {
+            o.insert("type".into(), rest[0].clone());
+        }
+    }
+    let is_null = |s: &Value| s.get("type").is_some_and(|t| t == "null");
+    if let Some(Value::Array(alts)) = o.get("anyOf") {
+        if alts.len() == 2 && alts.iter().any(is_null) {
+            if let Some(Value::Object(keep)) = alts.iter().find(|s| !is_null(s)).cloned() {
+                o.remove("anyOf");
+                for (k, val) in keep {
+                    o.entry(k).or_insert(val);
+                }
+            }
+        }
+    }
+    o.values_mut().for_each(drop_null_alternatives);
 }
 
 /// A sandbox id as the API spells them (the API answers `sandbox_not_found` for one that does
@@ -46,7 +84,28 @@ pub(crate) fn check_id(field: &str, id: &str) -> Result<(), ToolError> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
+    use super::drop_null_alternatives;
     use crate::PandaStackMcp;
+
+    #[test]
+    fn optional_fields_are_their_type() {
+        let mut v = json!({"properties": {
+            "a": {"type": ["integer", "null"], "minimum": 1},
+            "b": {"anyOf": [{"$ref": "#/$defs/State"}, {"type": "null"}], "description": "d"},
+            "c": {"type": "string"},
+        }});
+        drop_null_alternatives(&mut v);
+        assert_eq!(
+            v,
+            json!({"properties": {
+                "a": {"type": "integer", "minimum": 1},
+                "b": {"$ref": "#/$defs/State", "description": "d"},
+                "c": {"type": "string"},
+            }})
+        );
+    }
 
     /// Every tool has a description, and an object schema that names its required fields and
     /// refuses unknown ones.
@@ -81,6 +140,8 @@ mod tests {
             assert!(names.contains(&want), "{want} missing from {names:?}");
         }
         for t in &tools {
+            let text = serde_json::to_string(&t.input_schema).unwrap();
+            assert!(!text.contains("\"null\""), "{}: {text}", t.name);
             let d = t.description.as_deref().unwrap_or("");
             assert!(d.len() > 20, "{}: description {d:?}", t.name);
             let s = &t.input_schema;
