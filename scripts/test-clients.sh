@@ -62,8 +62,9 @@ export PANDASTACK_TEST_ADMIN_KEY
 step "clients: Python SDK + examples"
 "$venv/bin/python" -m pytest -q sdk/python/tests
 
-step "clients: MCP server (official Python SDK, stdio and streamable HTTP)"
+step "clients: MCP server (official Python SDK over stdio and streamable HTTP; MCP Inspector CLI over stdio)"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/mcp
+tests/mcp/inspector.sh
 
 step "clients: TypeScript SDK + examples"
 (cd sdk/typescript && npm test)
