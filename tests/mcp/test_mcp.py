@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Dict
 
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -36,9 +36,9 @@ def env() -> Dict[str, str]:
     return {k: os.environ[k] for k in REQUIRED}
 
 
-@asynccontextmanager
-async def connect(transport: str) -> AsyncIterator[ClientSession]:
-    """An initialized MCP session with PandaStack over `transport` (``stdio`` or ``http``)."""
+def server_for(transport: str) -> Any:
+    """What the SDK connects to for `transport` (``stdio`` or ``http``): server parameters, or
+    the streamable-HTTP transport with the bearer key."""
     e = env()
     if transport == "stdio":
         params = StdioServerParameters(
@@ -50,10 +50,17 @@ async def connect(transport: str) -> AsyncIterator[ClientSession]:
                 "PANDASTACK_LOG": "warn",
             },
         )
-        streams = stdio_client(params)
-    else:
-        http = create_mcp_http_client(headers={"Authorization": f"Bearer {e['PANDASTACK_API_KEY']}"})
-        streams = streamable_http_client(e["PANDASTACK_BASE_URL"].rstrip("/") + "/mcp", http_client=http)
+        return params
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {e['PANDASTACK_API_KEY']}"})
+    return streamable_http_client(e["PANDASTACK_BASE_URL"].rstrip("/") + "/mcp", http_client=http)
+
+
+@asynccontextmanager
+async def connect(transport: str) -> AsyncIterator[ClientSession]:
+    """An MCP session with PandaStack over `transport` (``stdio`` or ``http``), started with the
+    initialize handshake (revision 2025-11-25, what most clients in use speak)."""
+    server = server_for(transport)
+    streams = stdio_client(server) if transport == "stdio" else server
     async with streams as (read, write):
         async with ClientSession(read, write, read_timeout_seconds=TIMEOUT) as session:
             info = await session.initialize()
@@ -116,6 +123,25 @@ def test_tools_are_listed_with_schemas(transport: str) -> None:
             assert {"timeout_seconds", "max_output_bytes"} <= set(rc["properties"])
             lang = json.dumps(tools["run_code"].input_schema)
             assert '"python"' in lang
+
+    run(go())
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_current_revision(transport: str) -> None:
+    """The SDK's high-level client negotiates the current revision (2026-07-28: discovery, no
+    handshake; stateless over HTTP, so each request carries the key on its own)."""
+
+    async def go() -> None:
+        async with Client(server_for(transport), read_timeout_seconds=TIMEOUT) as c:
+            assert c.protocol_version == "2026-07-28"
+            assert c.server_info is not None and c.server_info.name == "pandastack"
+            tools = (await c.list_tools()).tools
+            assert "run_code" in {t.name for t in tools}
+            r = await c.call_tool("kill_sandbox", {"sandbox_id": "sb-doesnotexist"})
+            assert r.is_error and r.structured_content["error"]["code"] == "sandbox_not_found"
+            listed = await c.call_tool("list_sandboxes", {"limit": 1})
+            assert not listed.is_error, text(listed)
 
     run(go())
 
