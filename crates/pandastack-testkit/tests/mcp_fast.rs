@@ -14,7 +14,7 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use pandastack_client::{Client, Config};
 use pandastack_mcp::PandaStackMcp;
-use pandastack_testkit::fake::{fake_stack, FakeStack};
+use pandastack_testkit::fake::{fake_stack, FakeStack, Kernels};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig, ContentBlock};
 use rmcp::service::RunningService;
 use rmcp::{RoleClient, ServiceExt};
@@ -104,10 +104,13 @@ async fn handler_runs_the_tools_against_the_api() {
         json!(["sandbox_id", "command"])
     );
 
+    // The code kernels of this sandbox keep to a directory of their own, killed at the end
+    // (outside a VM they would outlive it and share this host's /run).
+    let kernels = Kernels(s.dir.path().join("kernels"));
     let sb = ok(call(
         &peer,
         "create_sandbox",
-        json!({"template": "fake", "ttl_seconds": 600}),
+        json!({"template": "fake", "ttl_seconds": 600, "env": {"PANDASTACK_KERNEL_DIR": kernels.0}}),
     )
     .await);
     let id = sb["id"].as_str().unwrap().to_owned();
