@@ -254,3 +254,32 @@ def test_platform_tools_reach_the_api(transport: str) -> None:
                 assert text(r).startswith(f"error {code}: "), text(r)
 
     run(go())
+
+
+def test_database_created_and_queried() -> None:
+    """A managed PostgreSQL database made with create_database answers SQL through
+    query_database; a PostgreSQL error is a tool error with its SQLSTATE. (The first database of
+    a server bakes the `postgres` template: minutes under TCG; scripts/test-clients.sh runs this
+    after the SDK's database tests have baked it.)"""
+    from pandastack import NotFoundError, PandaStack
+
+    name = f"mcp_{RUN}"
+
+    async def go() -> None:
+        async with connect("http") as s:
+            db = await call(s, "create_database", name=name)
+            assert db["name"] == name and db["connection_uri"].startswith("postgres://")
+            r = await call(s, "query_database", database=name, sql="select $1::int + 1 as n", params=[41])
+            assert r["rows"] == [[42]] and r["fields"][0]["name"] == "n"
+            bad = await s.call_tool("query_database", {"database": name, "sql": "select * from nope"})
+            assert bad.is_error and text(bad).startswith("error query_failed: ERROR 42P01"), text(bad)
+
+    e = env()
+    try:
+        run(go())
+    finally:
+        with PandaStack(api_key=e["PANDASTACK_API_KEY"], base_url=e["PANDASTACK_BASE_URL"]) as sdk:
+            try:
+                sdk.databases.delete(name)
+            except NotFoundError:  # not made: nothing to delete
+                pass
