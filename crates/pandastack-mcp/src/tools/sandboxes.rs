@@ -123,7 +123,7 @@ impl PandaStackMcp {
     }
 
     #[tool(
-        description = "List your sandboxes (id, template, state, created_at, expires_at, metadata), newest first; pass next_cursor back as cursor for more.",
+        description = "List your sandboxes (id, template, state, created_at, expires_at, metadata), oldest first; pass next_cursor back as cursor for more.",
         input_schema = schema::<ListArgs>(),
         annotations(read_only_hint = true)
     )]
