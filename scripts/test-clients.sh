@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The client test suites — Python SDK (pytest), TypeScript SDK (node:test) and the examples they
-# run as smoke tests — against a real `pandastack server` with real guests. Called by
-# scripts/test.sh after the Rust tests (it expects the guest kernel, the `minimal` image, the
-# reflink data dir and target/{debug/pandastack,release/pandastack-guest} to exist).
+# The client test suites — Python SDK (pytest), the MCP server through the official MCP Python SDK,
+# TypeScript SDK (node:test) and the examples they run as smoke tests — against a real
+# `pandastack server` with real guests. Called by scripts/test.sh after the Rust tests (it
+# expects the guest kernel, the `minimal` image, the reflink data dir and
+# target/{debug/pandastack,release/pandastack-guest} to exist).
 # Python packages come from PyPI into a venv in $PANDASTACK_CACHE; npm packages into
 # sdk/typescript/node_modules (git-ignored).
 set -euo pipefail
@@ -16,6 +17,8 @@ step "clients: install test dependencies"
 venv=$PANDASTACK_CACHE/venv-sdk
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check './sdk/python[test]'
+# The official MCP Python SDK drives tests/mcp (the MCP server over stdio and /mcp).
+"$venv/bin/pip" install -q --disable-pip-version-check 'mcp>=2.3,<3'
 (cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run -s gen:check && npm run -s build && npm run -s test:types)
 
 step "clients: server"
@@ -58,6 +61,10 @@ export PANDASTACK_TEST_ADMIN_KEY
 
 step "clients: Python SDK + examples"
 "$venv/bin/python" -m pytest -q sdk/python/tests
+
+step "clients: MCP server (official Python SDK over stdio and streamable HTTP; MCP Inspector CLI over stdio)"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider tests/mcp
+tests/mcp/inspector.sh
 
 step "clients: TypeScript SDK + examples"
 (cd sdk/typescript && npm test)

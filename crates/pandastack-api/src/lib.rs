@@ -110,7 +110,41 @@ impl ApiState {
 /// fallbacks answering an unknown path (`not_found`) and a method a path does not serve
 /// (`method_not_allowed`, with `Allow`) in the error envelope, the JSON body limit and request ids.
 pub fn router(app: Arc<ApiState>) -> Router {
-    routes::register(Router::new())
+    front_door(routes::register(Router::new()), app)
+}
+
+/// [`router`] with `service` mounted at `path` (and below it) behind the same front door: a
+/// request id, and an API key checked before the service sees anything — a request without a
+/// valid `Authorization: Bearer` key is answered `401 unauthorized` in the error envelope. The
+/// service is not in the OpenAPI document: it speaks a protocol of its own (the MCP endpoint
+/// at `/mcp`).
+pub fn router_with_service<S>(app: Arc<ApiState>, path: &str, service: S) -> Router
+where
+    S: tower::Service<Request, Error = std::convert::Infallible> + Clone + Send + Sync + 'static,
+    S::Response: axum::response::IntoResponse,
+    S::Future: Send + 'static,
+{
+    let guarded =
+        Router::new()
+            .fallback_service(service)
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&app),
+                require_key,
+            ));
+    front_door(
+        routes::register(Router::new()).nest_service(path, guarded),
+        app,
+    )
+}
+
+/// Refuses a request without a valid API key (the [`extract::Caller`] rejection), else passes it on.
+async fn require_key(_caller: extract::Caller, req: Request, next: Next) -> Response {
+    next.run(req).await
+}
+
+/// The fallbacks, body limit and request ids every router of the API listener has.
+fn front_door(routes: Router<Arc<ApiState>>, app: Arc<ApiState>) -> Router {
+    routes
         .fallback(|| async {
             ApiError::new(pandastack_api_types::ErrorCode::NotFound, "no such route")
         })

@@ -1,8 +1,9 @@
 //! A typed async client for the PandaStack `/v1` API, used by the `pandastack` CLI, the tests
 //! and the benchmarks: sandboxes, exec (blocking and as Server-Sent Events), files (streamed
 //! from and to local files), snapshots, lifecycle, console logs, metrics, templates, keys and
-//! the PTY WebSocket; volumes, their snapshots and backups; managed PostgreSQL databases; apps
-//! deployed from git or an uploaded tarball, their deploys and logs; schedules (cron) and runs;
+//! the PTY WebSocket; the code interpreter (runs and contexts); volumes, their snapshots and
+//! backups; managed PostgreSQL databases; apps deployed from git or an uploaded tarball, their
+//! deploys and logs; schedules (cron) and runs;
 //! functions, their versions and build logs, rollback and invoke; and, with an admin key, the
 //! operator routes (hosts: list, drain, undrain, forget).
 //!
@@ -12,6 +13,7 @@
 //! must not depend on the server's crates beyond the wire types.
 
 mod apps;
+mod code;
 mod config;
 mod databases;
 mod error;
@@ -75,5 +77,13 @@ impl Client {
     /// The configuration this client uses.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The same server, HTTP connections and retry policy with another API key (a server
+    /// that calls its own API for each caller with the caller's key).
+    pub fn with_api_key(&self, api_key: impl Into<String>) -> Self {
+        let mut c = self.clone();
+        c.config.api_key = Some(api_key.into());
+        c
     }
 }

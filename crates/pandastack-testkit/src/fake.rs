@@ -421,6 +421,27 @@ impl Drop for FakeStack {
     }
 }
 
+/// Kills, when dropped, the code kernels whose environment names `dir`. Kernels run in sessions
+/// of their own, so they outlive a fake VM (a real VM takes them along when it stops), and
+/// outside a VM `/run/pandastack-kernel` would be this host's, shared by every fake sandbox: each
+/// test gives its sandboxes a kernel directory of their own (`PANDASTACK_KERNEL_DIR`).
+pub struct Kernels(pub PathBuf);
+
+impl Drop for Kernels {
+    fn drop(&mut self) {
+        let var = format!("PANDASTACK_KERNEL_DIR={}", self.0.display());
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let env = std::fs::read(e.path().join("environ")).unwrap_or_default();
+            if env.split(|&b| b == 0).any(|v| v == var.as_bytes()) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
 /// SIGKILLs every live process named by a fake VM's pid file below `dir`: the fake VMs a
 /// process that is gone left running (a fake-driver agent killed by a test).
 pub fn kill_fakes_under(dir: &Path) {

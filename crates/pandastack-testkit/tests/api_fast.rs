@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use pandastack_testkit::fake::{fake_stack, FakeStack};
+use pandastack_testkit::fake::{fake_stack, FakeStack, Kernels};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
@@ -423,29 +423,6 @@ async fn exec_true(s: &FakeStack, id: &str) {
         (StatusCode::OK, Some(0)),
         "{v}"
     );
-}
-
-/// Kills, when dropped, the code kernels whose environment names `dir`. Kernels run in sessions
-/// of their own, so they outlive a fake VM (a real VM takes them along when it stops), and
-/// outside a VM `/run/pandastack-kernel` would be this host's, shared by every fake sandbox: each
-/// test gives its sandboxes a kernel directory of their own (`PANDASTACK_KERNEL_DIR`).
-struct Kernels(std::path::PathBuf);
-
-impl Drop for Kernels {
-    fn drop(&mut self) {
-        use nix::sys::signal::{kill, Signal};
-        use nix::unistd::Pid;
-        let var = format!("PANDASTACK_KERNEL_DIR={}", self.0.display());
-        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-                continue;
-            };
-            let env = std::fs::read(e.path().join("environ")).unwrap_or_default();
-            if env.split(|&b| b == 0).any(|v| v == var.as_bytes()) {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-            }
-        }
-    }
 }
 
 /// The events of a Server-Sent Events response: (name, data).

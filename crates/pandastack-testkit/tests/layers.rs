@@ -38,6 +38,11 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     ("pandastack-store", &["pandastack-api-types"]),
     ("pandastack-client", &["pandastack-api-types"]),
+    // The MCP server speaks the public API through the client, never the control plane.
+    (
+        "pandastack-mcp",
+        &["pandastack-client", "pandastack-api-types"],
+    ),
     (
         "pandastack-qemu",
         &["pandastack-vm", "pandastack-guest-proto"],

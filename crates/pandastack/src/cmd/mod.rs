@@ -27,6 +27,7 @@ pub mod host;
 mod internal;
 pub mod keys;
 mod local_host;
+pub mod mcp;
 mod replica;
 pub mod run;
 pub mod sandbox;
@@ -83,6 +84,9 @@ pub enum Command {
     #[command(name = "fn", visible_alias = "function")]
     Function(function::FunctionArgs),
     /// Helper processes of the server.
+    /// Serve the Model Context Protocol over stdio: PandaStack's tools for an MCP client
+    /// (PANDASTACK_API_KEY, PANDASTACK_BASE_URL).
+    Mcp(mcp::McpArgs),
     #[command(hide = true)]
     Internal(internal::InternalArgs),
 }
@@ -105,6 +109,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::App(args) => app::run(args).await,
         Command::Cron(args) => cron::run(args).await,
         Command::Function(args) => function::run(args).await,
+        Command::Mcp(args) => mcp::run(args).await,
         Command::Internal(args) => tokio::task::spawn_blocking(move || internal::run(args)).await?,
     }
 }

@@ -485,15 +485,40 @@ async fn serve(
     }
     let proxy_app = pandastack_api::proxy_router(Arc::clone(&app));
     let proxy = tokio::spawn(async move { axum::serve(proxy_listener, proxy_app).await });
-    axum::serve(listener, pandastack_api::router(app))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    // The MCP endpoint calls this listener's own API with each request's key; cancelling its
+    // sessions on shutdown keeps their open streams from holding the graceful shutdown up.
+    let mcp_shutdown = tokio_util::sync::CancellationToken::new();
+    let own_api =
+        pandastack_client::Client::new(pandastack_client::Config::new(own_url(a.listen), None))?;
+    let mcp = pandastack_mcp::http_service(own_api, mcp_shutdown.clone());
+    axum::serve(
+        listener,
+        pandastack_api::router_with_service(app, "/mcp", mcp),
+    )
+    .with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        mcp_shutdown.cancel();
+    })
+    .await?;
     proxy.abort();
     db.abort();
     if let Some(t) = tls_task {
         t.abort();
     }
     Ok(())
+}
+
+/// The URL this process reaches its own API listener at: `listen`, a wildcard address (all
+/// interfaces) replaced by loopback.
+fn own_url(listen: SocketAddr) -> String {
+    let mut addr = listen;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    format!("http://{addr}")
 }
 
 /// The host id kept in `<data_dir>/host-id`, created (`host-` + 16 hex digits) the first time.
@@ -612,4 +637,22 @@ fn db_tls(a: &ServerArgs) -> anyhow::Result<pandastack_pgwire::front::Front> {
     }
     std::fs::write(&names_path, names)?;
     Ok(front)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_url_reaches_wildcards_on_loopback() {
+        assert_eq!(
+            own_url("0.0.0.0:8080".parse().unwrap()),
+            "http://127.0.0.1:8080"
+        );
+        assert_eq!(own_url("[::]:8080".parse().unwrap()), "http://[::1]:8080");
+        assert_eq!(
+            own_url("10.1.2.3:80".parse().unwrap()),
+            "http://10.1.2.3:80"
+        );
+    }
 }
