@@ -146,7 +146,7 @@ const OWNED_BY_HOST: [&str; 4] = ["sandboxes", "snapshots", "volumes", "volume_s
 /// (migration 0019), which SQLite uses only for a query that repeats it exactly.
 pub(crate) const HOLDS_A_VM: &str = "state IN ('starting', 'running', 'paused')";
 
-/// A new host row's use counters (`vm_memory_mib`, `vms`; see `host_use`), as SQL: what
+/// A new host row's use counters (`vm_memory_mib`, `vms`; see `use_counters`), as SQL: what
 /// sandboxes already naming host `$1` hold (none, unless the row was forgotten and made again).
 fn use_of_1() -> String {
     format!(

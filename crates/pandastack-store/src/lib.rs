@@ -18,7 +18,6 @@
 mod apps;
 mod databases;
 mod domains;
-mod host_use;
 mod hosts;
 mod idempotency;
 mod invocations;
@@ -31,6 +30,7 @@ mod sandboxes;
 mod schedules;
 mod snapshots;
 mod templates;
+mod use_counters;
 mod volumes;
 
 pub use apps::{AppRepo, AppRow, DeployRow};
@@ -183,7 +183,7 @@ impl Store {
                 .await?;
         }
         sqlx::migrate!("./migrations").run(&pool).await?;
-        host_use::install(&pool, backend).await?;
+        use_counters::install(&pool, backend).await?;
         Ok(Self { pool, backend })
     }
 

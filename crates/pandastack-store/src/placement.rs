@@ -2,7 +2,7 @@
 //! ([`crate::SandboxRepo::insert_placed`]), so creates in flight count against their host.
 //!
 //! ```text
-//!   hosts (each row holds its use: vm_memory_mib, vms — kept by triggers, see `host_use`)
+//!   hosts (each row holds its use: vm_memory_mib, vms — kept by triggers, see `use_counters`)
 //!     └─► WHERE ready, lease live, compat key, not excluded, memory and slots left
 //!           └─► ORDER BY holds the template, least memory left after the create, id; LIMIT 1
 //!                 PostgreSQL: FOR UPDATE in the same statement (see below)
@@ -200,7 +200,7 @@ const LOCAL: &str = "CAST(CASE WHEN $1 <> '' AND replace(h.templates, $1, '') <>
      THEN 1 ELSE 0 END AS BIGINT)";
 
 /// The columns of a [`Load`] but `local` ([`LOCAL`]); the host's use is kept on its row
-/// (`vm_memory_mib`, `vms`: see `host_use`).
+/// (`vm_memory_mib`, `vms`: see `use_counters`).
 const HOST_COLUMNS: &str =
     "h.id, h.state, h.lease_until, h.compat_key, h.memory_mib, h.slots, h.vm_memory_mib, h.vms";
 

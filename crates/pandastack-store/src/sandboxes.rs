@@ -558,26 +558,19 @@ async fn check_limit(
 ) -> Result<(), StoreError> {
     // A write first: on SQLite it takes the database's write lock now (a read first would
     // fail to upgrade if another writer committed meanwhile); on PostgreSQL it locks the
-    // workspace row until commit.
+    // workspace row until commit, and one that waited for the lock returns the row as the
+    // create that held it left it. The count of sandboxes that are not hibernated is kept on
+    // the row by triggers (see `use_counters`).
     let r = sqlx::query(
         "UPDATE workspaces SET max_sandboxes = max_sandboxes WHERE id = $1 \
-         RETURNING max_sandboxes",
+         RETURNING max_sandboxes, active_sandboxes",
     )
     .bind(ws)
     .fetch_optional(&mut **tx)
     .await?
     .ok_or(StoreError::NotFound)?;
     let limit: i64 = col(&r, "max_sandboxes")?;
-    // A statement of its own: on PostgreSQL one that waited for the workspace's lock above
-    // still read with the snapshot it started with, before the create that held the lock
-    // committed.
-    let r = sqlx::query(
-        "SELECT COUNT(*) AS n FROM sandboxes WHERE workspace_id = $1 AND state <> 'hibernated'",
-    )
-    .bind(ws)
-    .fetch_one(&mut **tx)
-    .await?;
-    let active: i64 = col(&r, "n")?;
+    let active: i64 = col(&r, "active_sandboxes")?;
     if active + adding as i64 > limit {
         return Err(StoreError::LimitReached { limit });
     }
