@@ -59,7 +59,7 @@ impl InFlight {
         *self.lock().entry(id.to_owned()).or_default() += 1;
         let (done, ended) = tokio::sync::oneshot::channel::<()>();
         let (store, sandbox) = (self.store.clone(), id.to_owned());
-        let toucher = tokio::spawn(async move {
+        tokio::spawn(async move {
             tokio::pin!(ended);
             let mut touched = false;
             loop {
@@ -76,7 +76,6 @@ impl InFlight {
                 touch(&store, &sandbox).await;
             }
         });
-        drop(toucher);
         Busy {
             in_flight: self.clone(),
             id: id.to_owned(),

@@ -290,8 +290,8 @@ impl ControlPlane {
             Arc::clone(&self.host),
             self.host_id.clone(),
             self.sandboxes.clone(),
-        )
-        .with_in_flight(self.in_flight.clone());
+            self.in_flight.clone(),
+        );
         match self.place {
             PlaceMode::ThisHost => r,
             PlaceMode::AcrossHosts => r.on_every_host(),

@@ -30,8 +30,9 @@ pub struct Reaper {
     host_id: String,
     sandboxes: crate::Sandboxes,
     every_host: bool,
-    /// Calls in flight in this process: a sandbox with one is not idle.
-    in_flight: Option<crate::InFlight>,
+    /// Calls in flight in this process: a sandbox with one is not idle (a TTL is absolute: it
+    /// applies all the same).
+    in_flight: crate::InFlight,
 }
 
 impl Reaper {
@@ -40,6 +41,7 @@ impl Reaper {
         host: Arc<dyn Host>,
         host_id: String,
         sandboxes: crate::Sandboxes,
+        in_flight: crate::InFlight,
     ) -> Self {
         Self {
             store,
@@ -47,15 +49,8 @@ impl Reaper {
             host_id,
             sandboxes,
             every_host: false,
-            in_flight: None,
+            in_flight,
         }
-    }
-
-    /// Leaves alone, for their idle timeout, the sandboxes with a call in flight in
-    /// `in_flight` (a TTL is absolute: it applies all the same).
-    pub fn with_in_flight(mut self, in_flight: crate::InFlight) -> Self {
-        self.in_flight = Some(in_flight);
-        self
     }
 
     /// Reaps the sandboxes of every host, not only `host_id`'s: the reaper of a cluster's
@@ -77,10 +72,11 @@ impl Reaper {
             // Busy guests count as active (idle = no API calls and no guest work).
             activity.sample(&self.store, &*self.host).await;
             let rows = self.store.sandboxes();
+            let now = now_ms();
             let due = match if self.every_host {
-                rows.expired_on_any_host(now_ms()).await
+                rows.expired_on_any_host(now).await
             } else {
-                rows.expired(&self.host_id, now_ms()).await
+                rows.expired(&self.host_id, now).await
             } {
                 Ok(d) => d,
                 Err(e) => {
@@ -93,10 +89,9 @@ impl Reaper {
             let hibernating_failed = |r: &SandboxRow| {
                 r.state == SandboxState::Failed && r.on_timeout == OnTimeout::Hibernate
             };
-            let now = now_ms();
             let in_a_call = |r: &SandboxRow| {
                 let ttl_due = r.expires_at.is_some_and(|t| t <= now);
-                !ttl_due && self.in_flight.as_ref().is_some_and(|f| f.contains(&r.id))
+                !ttl_due && self.in_flight.contains(&r.id)
             };
             for row in due
                 .into_iter()
