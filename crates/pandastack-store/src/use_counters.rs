@@ -151,6 +151,10 @@ pub(crate) async fn install(pool: &AnyPool, backend: Backend) -> Result<(), Stor
             if installed(&mut *tx, backend).await? {
                 return Ok(());
             }
+            // A fresh database has none of the old names: no notice for each of them.
+            sqlx::query("SET LOCAL client_min_messages = warning")
+                .execute(&mut *tx)
+                .await?;
             for old in OLD {
                 sqlx::query(&format!("DROP TRIGGER IF EXISTS {old} ON sandboxes"))
                     .execute(&mut *tx)
