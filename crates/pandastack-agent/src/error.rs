@@ -43,6 +43,8 @@ pub enum AgentError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Volume(#[from] crate::VolumeFileError),
+    #[error("object store")]
+    Objects(#[from] pandastack_objects::ObjectsError),
 }
 
 impl From<AgentError> for HostError {
@@ -66,6 +68,7 @@ impl From<AgentError> for HostError {
                 HostError::failed("sandbox operation", e)
             }
             AgentError::Volume(e) => e.into(),
+            e @ AgentError::Objects(_) => HostError::failed("object store", e),
         }
     }
 }

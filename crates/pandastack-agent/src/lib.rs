@@ -27,6 +27,7 @@ mod error;
 mod guest;
 mod host;
 mod powered_off;
+mod shared_templates;
 mod steps;
 mod templates;
 mod volumes;
@@ -38,6 +39,7 @@ pub use error::AgentError;
 pub use host::LocalHost;
 pub use pandastack_host::VmState;
 pub use pandastack_objects::Objects;
+pub use shared_templates::{Fetched, SharedBake, NAMESPACE as SHARED_NAMESPACE};
 pub use templates::TemplateView;
 pub use volumes::{VolumeFileError, VOLUME_CHUNK_SIZE};
 
@@ -80,6 +82,8 @@ pub struct HostAgent<D: VmDriver> {
     bakes: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     /// Held while a pool refill runs.
     filling: Mutex<()>,
+    /// Set in a cluster: templates move through the object store (see `shared_templates`).
+    sharing: std::sync::OnceLock<shared_templates::Sharing<D>>,
 }
 
 impl<D: VmDriver + 'static> HostAgent<D> {
@@ -117,6 +121,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                 sandboxes: RwLock::new(map),
                 bakes: Mutex::new(HashMap::new()),
                 filling: Mutex::new(()),
+                sharing: std::sync::OnceLock::new(),
             },
             report,
         ))

@@ -54,6 +54,17 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                 return Ok(t);
             }
         }
+        // Baked by another host of the cluster: no build (see `shared_templates`).
+        match self.fetch_template(name).await {
+            Ok(Some((t, _))) => return Ok(t),
+            Ok(None) => {}
+            Err(e) if spec_path.is_file() => tracing::warn!(
+                template = name,
+                error = &e as &dyn std::error::Error,
+                "fetching the template from the object store failed: building it here"
+            ),
+            Err(e) => return Err(e),
+        }
         if !spec_path.is_file() {
             return Err(AgentError::TemplateNotFound(name.into()));
         }
@@ -67,6 +78,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             .bake_with(name, &image, shape, self.profile())
             .await?;
         tracing::info!(template = name, bake_ms = t.bake_ms, "baked");
+        self.publish_later(&t);
         Ok(t)
     }
 
@@ -82,10 +94,12 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         let _baking = lock.lock().await;
         // Pooled VMs of the old bake can never be used again.
         self.rt.drain_template_pool(name).await;
-        Ok(self
+        let t = self
             .rt
             .bake_with(name, image, shape, self.profile())
-            .await?)
+            .await?;
+        self.publish_later(&t);
+        Ok(t)
     }
 
     /// Re-bakes catalog template `name` from its spec (the image is rebuilt only if the spec
@@ -137,7 +151,8 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                 let _baking = baking;
                 match me.bake_again(&owned, source).await {
                     Ok(t) => {
-                        tracing::info!(template = %owned, bake_ms = t.bake_ms, "template baked again")
+                        tracing::info!(template = %owned, bake_ms = t.bake_ms, "template baked again");
+                        me.publish_later(&t);
                     }
                     Err(e) => tracing::error!(
                         template = %owned,
@@ -173,10 +188,12 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     }
 
     /// Removes baked template `name` and its pooled VMs; running sandboxes are not affected.
+    /// In a cluster its bakes leave the object store too, so no host fetches it again.
     pub async fn remove_template(&self, name: &str) -> Result<(), AgentError> {
         let lock = self.bake_lock(name).await;
         let _baking = lock.lock().await;
-        Ok(self.rt.remove_template(name).await?)
+        self.rt.remove_template(name).await?;
+        self.unshare_template(name).await
     }
 
     /// `<catalog name>-m<MiB>` (MiB from 128 to 65536, written without leading zeros) names
@@ -201,7 +218,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     }
 
     /// The devices every bake of this agent gets.
-    fn profile(&self) -> DeviceProfile {
+    pub(crate) fn profile(&self) -> DeviceProfile {
         DeviceProfile {
             volume_slots: self.cfg.volume_slots,
         }
@@ -212,7 +229,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         &self.cfg.guest_agent
     }
 
-    async fn bake_lock(&self, name: &str) -> Arc<Mutex<()>> {
+    pub(crate) async fn bake_lock(&self, name: &str) -> Arc<Mutex<()>> {
         let mut bakes = self.bakes.lock().await;
         Arc::clone(
             bakes

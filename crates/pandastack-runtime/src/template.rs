@@ -129,6 +129,10 @@ pub enum BakeError {
     Vm(#[from] VmError),
     #[error(transparent)]
     Net(#[from] crate::net::SlotError),
+    #[error(
+        "template {name} fetched from another host: its {file} is not what that host's bake sealed"
+    )]
+    Unsealed { name: String, file: &'static str },
     #[error("guest agent did not come up (console log: {console})")]
     Agent {
         console: PathBuf,
@@ -239,6 +243,76 @@ impl<D: VmDriver> Runtime<D> {
             write_manifest(&t.dir, &t)?;
         }
         Ok(TemplateCheck::Intact)
+    }
+
+    /// Where a bake of template `name` fetched from another host is put together before
+    /// [`Runtime::install_template`] (created empty; an earlier unfinished one removed).
+    pub fn template_staging(&self, name: &str) -> Result<PathBuf, BakeError> {
+        if !valid_name(name) {
+            return Err(BakeError::InvalidName(name.into()));
+        }
+        let work = self.data.template(name).with_extension("fetching");
+        if work.exists() {
+            std::fs::remove_dir_all(&work)?;
+        }
+        std::fs::create_dir_all(&work)?;
+        Ok(work)
+    }
+
+    /// Installs `baked`, a bake made by another host with this host's devices and compatibility
+    /// key, from `staged` (see [`Runtime::template_staging`]; it holds `rootfs.ext4`, `mem` and
+    /// `state`) as template `baked.name`, replacing an earlier bake of that name once complete.
+    /// The memory image and device state are sealed here and must hash as the other host
+    /// sealed them ([`BakeError::Unsealed`] else, and nothing is installed). The bake keeps its
+    /// id, so VMs of it are the same everywhere; it runs this host's kernel (equal by the
+    /// compatibility key) and names no image (a bake again comes from the catalog spec).
+    pub async fn install_template(
+        &self,
+        mut baked: Template,
+        staged: &Path,
+    ) -> Result<Template, BakeError> {
+        let name = baked.name.clone();
+        if !valid_name(&name) {
+            return Err(BakeError::InvalidName(name));
+        }
+        let result = async {
+            let seals = seal_files(staged).await?;
+            if let Some(theirs) = &baked.seals {
+                for (file, mine, want) in [
+                    ("memory image", &seals.memory, &theirs.memory),
+                    ("device state", &seals.state, &theirs.state),
+                ] {
+                    if mine.sha256 != want.sha256 || mine.size != want.size {
+                        return Err(BakeError::Unsealed {
+                            name: name.clone(),
+                            file,
+                        });
+                    }
+                }
+            }
+            baked.seals = Some(seals);
+            baked.kernel = self.kernel.clone();
+            baked.image = None;
+            baked.dir = staged.to_owned();
+            write_manifest(staged, &baked)
+        }
+        .await;
+        if let Err(e) = result {
+            let _ = std::fs::remove_dir_all(staged);
+            return Err(e);
+        }
+        self.drain_template_pool(&name).await;
+        let dir = self.data.template(&name);
+        let old = dir.with_extension("old");
+        if dir.exists() {
+            std::fs::rename(&dir, &old)?;
+        }
+        std::fs::rename(staged, &dir)?;
+        if old.exists() {
+            std::fs::remove_dir_all(&old)?;
+        }
+        baked.dir = dir;
+        Ok(baked)
     }
 
     /// Cold-boots `image` with `shape`, waits for the guest agent and snapshots the running guest

@@ -5,7 +5,8 @@
 //! restarted agent joins again and the same VM, files and all, is `running` once more.
 //! With two replicas, a managed database and an app made through one answer through the other:
 //! `psql` through either replica's database front, the app's URL through either proxy, and the
-//! deploy's log through either API (one of them did not run the deploy).
+//! deploy's log through either API (one of them did not run the deploy). A template baked on
+//! one host serves a create on another through the shared object store, without a bake there.
 //! (The fast cluster tests, with fake agents, are the test kit's `cluster_*`.)
 
 mod common;
@@ -246,6 +247,82 @@ async fn a_real_guest_through_a_replica_survives_its_agents_kill_and_return() {
         .await;
     assert!(status.is_success());
     drop(host);
+}
+
+/// A template baked on one host serves a create on another without a bake there: host-a's
+/// agent makes the bake it holds durable in the shared object store; host-a is drained; the
+/// create lands on host-b, whose agent fetches that bake (the same bake id, no image build and
+/// no cold boot) and restores from it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_template_baked_on_one_host_serves_a_create_on_another() {
+    let Some(db) = database().await else { return };
+    let guard = runtime().await;
+    // The agents' volume slots (2 by default), so host-a serves this bake as it is.
+    let baked = pandastack_testkit::bake_with_slots(&guard, "minimal", 2).await;
+    let pki = tempfile::tempdir().unwrap();
+    let p = |n: &str| pki.path().join(n).to_str().unwrap().to_owned();
+    self::pki(
+        pki.path(),
+        &[("server", "cp-1"), ("agent", "host-a"), ("agent", "host-b")],
+    );
+    let objects_dir = pki.path().join("objects");
+    let objects = format!("file://{}", objects_dir.display());
+    let replica_data = tempfile::tempdir().unwrap();
+    let (replica, attend) = replica(pki.path(), "cp-1", &db, &objects, replica_data.path()).await;
+    let a_listen = format!("127.0.0.1:{}", free_port());
+    let _a = agent(&p("host-a"), &a_listen, &attend, guard.dir.path(), &objects);
+    ready(&db, "host-a").await;
+    let record = objects_dir.join(format!(
+        "ws/platform/records/templates/minimal.{}.json",
+        baked.bake_id
+    ));
+    within(Duration::from_secs(180), "host-a's bake durable", async {
+        while !record.is_file() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+
+    // host-a takes no creates; host-b holds no template.
+    let out = Command::new("psql")
+        .args([
+            db.as_str(),
+            "-qc",
+            "UPDATE hosts SET state = 'draining' WHERE id = 'host-a'",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let b_data = tempfile::tempdir().unwrap();
+    let b_listen = format!("127.0.0.1:{}", free_port());
+    let _b = agent(&p("host-b"), &b_listen, &attend, b_data.path(), &objects);
+    ready(&db, "host-b").await;
+
+    let api = common::Api {
+        s: &replica,
+        c: reqwest::Client::new(),
+    };
+    let id = api.create(json!({"template": "minimal"})).await;
+    let (_, sb) = api.call("GET", &format!("/v1/sandboxes/{id}"), None).await;
+    assert_eq!(sb["host"], "host-b", "placed on host-b: {sb}");
+    let out = api.exec(&id, "hostname").await;
+    assert_eq!(out["stdout"].as_str().unwrap().trim(), id, "{out}");
+    let manifest: Value = serde_json::from_slice(
+        &std::fs::read(b_data.path().join("templates/minimal/template.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        manifest["bake_id"], baked.bake_id,
+        "host-b restored host-a's bake: {manifest}"
+    );
+    let (status, _) = api
+        .call("DELETE", &format!("/v1/sandboxes/{id}"), None)
+        .await;
+    assert!(status.is_success());
 }
 
 /// `psql -XAt -c sql` through the database front at `front` (`uri` names it by host name for

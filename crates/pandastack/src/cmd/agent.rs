@@ -108,7 +108,7 @@ pub async fn run(a: AgentArgs) -> anyhow::Result<ExitCode> {
     }
     let objects = open_objects(&a.host).await?;
     // No store here: every sandbox found is kept; the control plane reconciles after the join.
-    let started = start_host(&a.host, |_| true, objects).await?;
+    let started = start_host(&a.host, |_| true, objects.clone()).await?;
     let facts = HostFacts::measure(
         &started,
         &a.host.data_dir,
@@ -116,6 +116,11 @@ pub async fn run(a: AgentArgs) -> anyhow::Result<ExitCode> {
         a.max_sandboxes,
     )
     .await?;
+    // Templates move between hosts through the shared store (bakes uploaded, a missing one
+    // fetched), keyed by what restores a memory image.
+    started
+        .agent
+        .share_templates(objects, facts.compat_key(), &host_id);
     tokio::spawn(Arc::clone(&facts).count_running_forever());
     println!(
         "PandaStack agent {host_id} serving on {bound} (advertised as {advertise}; guests run \

@@ -81,6 +81,11 @@ impl HostFacts {
     }
 
     /// What the host says now (its host id and address are the agent link's to fill).
+    /// What a memory image restores on: QEMU, the guest kernel, the accelerator, the CPU.
+    pub fn compat_key(&self) -> &str {
+        &self.compat_key
+    }
+
     pub fn report(&self) -> HostReport {
         let templates = self.agent.runtime().baked_templates().unwrap_or_else(|e| {
             tracing::warn!(

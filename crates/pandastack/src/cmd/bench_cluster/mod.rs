@@ -12,7 +12,8 @@
 //!
 //! Here: the arguments, the report and what the parts share (scratch databases, the PKI);
 //! each part in its own module: [`placement`], [`detect`] (dead-host detection and the
-//! PostgreSQL restart) and [`forward`] (exec through the link and the fleet).
+//! PostgreSQL restart), [`forward`] (exec through the link and the fleet) and [`moving`]
+//! (#39: a template baked on one real host served by another through the object store).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -27,10 +28,12 @@ use super::bench::{host_info, metric, Metric};
 
 mod detect;
 mod forward;
+mod moving;
 mod placement;
 
 use detect::{dead_host_detection, store_restart};
 use forward::forward_exec;
+use moving::templates_moving;
 use placement::placement;
 
 #[derive(Debug, clap::Args)]
@@ -73,6 +76,9 @@ pub struct ClusterArgs {
     /// it takes this many to be stable to about half a millisecond.
     #[arg(long, default_value_t = 1000)]
     execs: usize,
+    /// First creates on a host without the template (its copy removed between runs).
+    #[arg(long, default_value_t = 3)]
+    template_runs: usize,
     /// Only these parts (default: all).
     #[arg(long, value_delimiter = ',')]
     only: Vec<Part>,
@@ -84,6 +90,7 @@ enum Part {
     Detect,
     Restart,
     Forward,
+    Templates,
 }
 
 /// Targets of issue #38 for this machine.
@@ -111,6 +118,9 @@ pub async fn run(a: ClusterArgs) -> anyhow::Result<ExitCode> {
     }
     if wanted(Part::Forward) {
         r.forward(&a, &pki).await?;
+    }
+    if wanted(Part::Templates) {
+        r.templates(&a).await?;
     }
     r.print();
     if let Some(path) = &a.json {
@@ -252,6 +262,35 @@ impl Report {
         m.insert("exec_true_agent_link_ms".into(), remote);
         m.insert("exec_true_fleet_ms".into(), fleet);
         self.accel = Some(f.accel);
+        Ok(())
+    }
+
+    async fn templates(&mut self, a: &ClusterArgs) -> anyhow::Result<()> {
+        let Some(image) = &a.image else {
+            eprintln!("templates: no --image, not measured");
+            self.details.insert(
+                "templates".into(),
+                json!({ "skipped": "no --image (a root filesystem with the guest agent)" }),
+            );
+            return Ok(());
+        };
+        let m = templates_moving(a, image, a.template_runs.max(1)).await?;
+        self.details.insert(
+            "templates".into(),
+            json!({
+                "template_memory_mib": 512,
+                "object_store": "a local directory (file://)",
+                "elsewhere_first_runs_ms": m.elsewhere_first.iter().copied().map(round1).collect::<Vec<_>>(),
+            }),
+        );
+        let out = &mut self.metrics;
+        out.insert("template_upload_ms".into(), metric(vec![m.upload_ms], "ms"));
+        out.insert(
+            "create_template_elsewhere_first_ms".into(),
+            metric(m.elsewhere_first, "ms"),
+        );
+        out.insert("create_template_local_ms".into(), metric(m.local, "ms"));
+        self.accel.get_or_insert(m.accel);
         Ok(())
     }
 

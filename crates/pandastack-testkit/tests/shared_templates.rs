@@ -1,0 +1,222 @@
+//! Templates that move between hosts, with the test kit's fake driver (the real guest agent
+//! as each "VM") and a real object store in a directory: a bake made on one host agent is
+//! uploaded and served by another without a bake there (the same bake id and files), a host
+//! with another compatibility key bakes the stored image instead, a damaged upload is refused,
+//! and removing the template removes it from the store. (`cluster_guests` does this with real
+//! guests through a replica.)
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pandastack_agent::{AgentConfig, HostAgent, Objects, SHARED_NAMESPACE};
+use pandastack_runtime::{DataDir, Runtime, Shape};
+use pandastack_testkit::fake::{guest_agent, FakeDriver};
+use pandastack_testkit::within;
+
+const KEY: &str = "qemu-10.kernel-ab.tcg.xeon";
+
+/// A host agent over the fake driver in `dir`, sharing templates through `objects` with
+/// compatibility key `key`; no catalog specs.
+async fn host(dir: &Path, objects: &Objects, key: &str, name: &str) -> Arc<HostAgent<FakeDriver>> {
+    let driver = FakeDriver::new(guest_agent());
+    let data = DataDir::open(dir.join("data")).unwrap();
+    // The fake ignores the kernel.
+    let rt = Runtime::new(driver, data, dir.join("vmlinux"));
+    let cfg = AgentConfig {
+        templates_dir: dir.join("no-specs"),
+        guest_agent: guest_agent(),
+        pool_size: 0,
+        volume_slots: 0,
+        objects: Some(objects.clone()),
+    };
+    let (agent, _) = HostAgent::start(rt, cfg, |_| false).await.unwrap();
+    let agent = Arc::new(agent);
+    agent.share_templates(objects.clone(), key, name);
+    agent
+}
+
+/// An image of `mib` MiB: data at its start, the rest zero.
+fn image(dir: &Path, mib: usize) -> std::path::PathBuf {
+    let path = dir.join("image.ext4");
+    let mut bytes = vec![0u8; mib << 20];
+    for (i, b) in bytes.iter_mut().take(1 << 20).enumerate() {
+        *b = (i % 251) as u8;
+    }
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+/// Waits until template `name` has a durable bake in the store, and returns its bake id.
+async fn durable(agent: &HostAgent<FakeDriver>, name: &str) -> String {
+    within(Duration::from_secs(30), "the bake durable", async {
+        loop {
+            if let Some(b) = agent.shared_bake(name).await.unwrap() {
+                return b.template.bake_id;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
+fn read(path: &Path) -> Vec<u8> {
+    std::fs::read(path).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bake_made_on_one_host_serves_another_without_a_bake_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    let objects =
+        Objects::open(&format!("file://{}", tmp.path().join("objects").display())).unwrap();
+    let (a_dir, b_dir) = (tmp.path().join("a"), tmp.path().join("b"));
+    let a = host(&a_dir, &objects, KEY, "host-a").await;
+    let b = host(&b_dir, &objects, KEY, "host-b").await;
+
+    // Host b has no spec and no store entry yet: the template is unknown to it.
+    assert!(matches!(
+        b.template("tiny").await,
+        Err(pandastack_agent::AgentError::TemplateNotFound(_))
+    ));
+
+    let baked = a
+        .bake_image("tiny", &image(tmp.path(), 8), Shape::new(1, 64))
+        .await
+        .unwrap();
+    assert_eq!(durable(&a, "tiny").await, baked.bake_id);
+
+    let got = b.template("tiny").await.unwrap();
+    assert_eq!(
+        got.bake_id, baked.bake_id,
+        "the same bake, not one of b's own"
+    );
+    assert_eq!(got.shape, baked.shape);
+    assert!(
+        got.dir.starts_with(b_dir.join("data")),
+        "{}",
+        got.dir.display()
+    );
+    for (mine, theirs) in [
+        (got.rootfs(), baked.rootfs()),
+        (got.memory(), baked.memory()),
+        (got.state(), baked.state()),
+    ] {
+        assert!(read(&mine) == read(&theirs), "{} differs", mine.display());
+    }
+    assert_eq!(
+        b.runtime().check_template("tiny").await.unwrap(),
+        pandastack_runtime::TemplateCheck::Intact
+    );
+    // A sandbox of it runs on b.
+    let v = b.create("tiny", "sb-on-b").await.unwrap();
+    assert_eq!(v.state, pandastack_agent::VmState::Running);
+    b.destroy("sb-on-b").await.unwrap();
+
+    // A rebake on a replaces the stored bake: the older record is gone once the new is durable.
+    let again = a
+        .bake_image("tiny", &image(tmp.path(), 8), Shape::new(1, 64))
+        .await
+        .unwrap();
+    assert_ne!(again.bake_id, baked.bake_id);
+    within(
+        Duration::from_secs(30),
+        "the new bake the only one",
+        async {
+            loop {
+                let ids = objects
+                    .list_records(SHARED_NAMESPACE, "templates")
+                    .await
+                    .unwrap();
+                if ids == [format!("tiny.{}", again.bake_id)] {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        },
+    )
+    .await;
+
+    // Removing it (on every host, as the fleet does) removes it from the store: a third host
+    // cannot get it.
+    a.remove_template("tiny").await.unwrap();
+    b.remove_template("tiny").await.unwrap();
+    assert!(objects
+        .list_records(SHARED_NAMESPACE, "templates")
+        .await
+        .unwrap()
+        .is_empty());
+    let c = host(&tmp.path().join("c"), &objects, KEY, "host-c").await;
+    assert!(matches!(
+        c.template("tiny").await,
+        Err(pandastack_agent::AgentError::TemplateNotFound(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn another_compatibility_key_bakes_the_stored_image_and_a_damaged_upload_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let objects =
+        Objects::open(&format!("file://{}", tmp.path().join("objects").display())).unwrap();
+    let a = host(&tmp.path().join("a"), &objects, KEY, "host-a").await;
+    let baked = a
+        .bake_image("tiny", &image(tmp.path(), 4), Shape::new(1, 64))
+        .await
+        .unwrap();
+    durable(&a, "tiny").await;
+
+    // Another QEMU or kernel: the memory image is not restored there; the image is baked.
+    let other = host(&tmp.path().join("o"), &objects, "qemu-9.other", "host-o").await;
+    let got = other.template("tiny").await.unwrap();
+    assert_ne!(got.bake_id, baked.bake_id, "baked on host-o");
+    assert!(read(got.image.as_ref().unwrap()) == read(baked.image.as_ref().unwrap()));
+    // Its own bake is made durable too, under its own key.
+    within(Duration::from_secs(30), "host-o's bake durable", async {
+        loop {
+            if let Some(b) = other.shared_bake("tiny").await.unwrap() {
+                if b.template.bake_id == got.bake_id {
+                    assert_eq!(b.compat_key, "qemu-9.other");
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+
+    // A record whose seals do not match the stored memory image: refused, nothing installed.
+    let c2 = host(&tmp.path().join("c2"), &objects, "qemu-9.other", "host-c2").await;
+    let mut record = objects
+        .get_record(
+            SHARED_NAMESPACE,
+            "templates",
+            &format!("tiny.{}", got.bake_id),
+        )
+        .await
+        .unwrap();
+    record["template"]["seals"]["memory"]["sha256"] = "0".repeat(64).into();
+    objects
+        .delete_record(
+            SHARED_NAMESPACE,
+            "templates",
+            &format!("tiny.{}", got.bake_id),
+        )
+        .await
+        .unwrap();
+    objects
+        .put_record(
+            SHARED_NAMESPACE,
+            "templates",
+            &format!("tiny.{}", got.bake_id),
+            &record,
+        )
+        .await
+        .unwrap();
+    let err = c2.template("tiny").await.unwrap_err();
+    assert!(
+        pandastack_host::error_chain(&err).contains("is not what that host's bake sealed"),
+        "{}",
+        pandastack_host::error_chain(&err)
+    );
+    assert!(c2.runtime().template("tiny").is_err(), "nothing installed");
+    assert!(!tmp.path().join("c2/data/templates/tiny.fetching").exists());
+}

@@ -1,0 +1,153 @@
+//! The templates part (#39): a template baked on one real host, made durable in an object store
+//! in a directory, and its first create on a second real host that lacks it.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+use pandastack_host::ExecSpec;
+
+use crate::cmd::bench::ms;
+use crate::cmd::local_host::{open_objects, start_host, LocalHostArgs, StartedHost};
+
+use super::ClusterArgs;
+
+/// The compatibility key both hosts share (they run on this machine with one QEMU and kernel).
+const KEY: &str = "bench";
+
+/// What the templates part measured.
+pub(super) struct Moved {
+    /// From the bake's end to its record in the store (the upload in the background).
+    pub(super) upload_ms: f64,
+    /// The first create of the template on a host without it, to its first exec answered.
+    pub(super) elsewhere_first: Vec<f64>,
+    /// A create on the host that holds it, to its first exec answered (for comparison).
+    pub(super) local: Vec<f64>,
+    pub(super) accel: String,
+}
+
+#[derive(clap::Parser)]
+struct HostFlags {
+    #[command(flatten)]
+    host: LocalHostArgs,
+}
+
+/// A real host (`pandastack server`'s defaults, no pool, no networking) on `data`, sharing
+/// templates through the object store in `objects` as `name`.
+async fn host(
+    a: &ClusterArgs,
+    data: &Path,
+    objects: &Path,
+    name: &str,
+) -> anyhow::Result<StartedHost> {
+    let templates = data.join("no-specs");
+    std::fs::create_dir_all(&templates)?;
+    let mut argv: Vec<PathBuf> = vec!["bench".into(), "--data-dir".into(), data.join("data")];
+    argv.extend(["--templates-dir".into(), templates]);
+    argv.extend(["--network", "off", "--pool-size", "0"].map(PathBuf::from));
+    argv.extend([
+        "--objects".into(),
+        PathBuf::from(format!("file://{}", objects.display())),
+    ]);
+    if let Some(k) = &a.kernel {
+        argv.extend(["--kernel".into(), k.clone()]);
+    }
+    let flags = <HostFlags as clap::Parser>::try_parse_from(argv)?.host;
+    let store = open_objects(&flags).await?;
+    let started = start_host(&flags, |_| false, store.clone()).await?;
+    started.agent.share_templates(store, KEY, name);
+    Ok(started)
+}
+
+/// Creates `id` of template `bench` on `host` and runs `true` in it: milliseconds to that answer.
+async fn create_ready(host: &StartedHost, id: &str) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    host.host.create("bench", id).await?;
+    let out = host
+        .host
+        .exec(
+            id,
+            ExecSpec {
+                argv: vec!["true".into()],
+                ..Default::default()
+            },
+        )
+        .await?;
+    let took = ms(t.elapsed());
+    ensure!(out.exit_code == 0, "true exited {}", out.exit_code);
+    host.host.destroy(id).await?;
+    Ok(took)
+}
+
+/// `template_upload_ms`, `create_template_elsewhere_first_ms` (`runs` times: host b's copy is
+/// removed between runs, the store's kept) and `create_template_local_ms`: 512 MiB `bench`
+/// baked from `image` on host a.
+pub(super) async fn templates_moving(
+    a: &ClusterArgs,
+    image: &Path,
+    runs: usize,
+) -> anyhow::Result<Moved> {
+    let parent = a
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/var/tmp"));
+    std::fs::create_dir_all(&parent)?;
+    let root = tempfile::Builder::new()
+        .prefix("ps-bench-templates-")
+        .tempdir_in(&parent)?;
+    let objects = root.path().join("objects");
+    let host_a = host(a, &root.path().join("a"), &objects, "host-a").await?;
+    let host_b = host(a, &root.path().join("b"), &objects, "host-b").await?;
+    let shape = pandastack_host::Shape {
+        vcpus: 1,
+        memory_mib: 512,
+        disk: None,
+    };
+    let bake_ms = host_a.host.bake_image("bench", image, shape).await?;
+    let baked = Instant::now();
+    eprintln!("templates: baked on host-a in {bake_ms} ms");
+    let bake_id = host_a.agent.runtime().template("bench")?.bake_id;
+    loop {
+        if let Some(b) = host_a.agent.shared_bake("bench").await? {
+            if b.template.bake_id == bake_id {
+                break;
+            }
+        }
+        ensure!(
+            baked.elapsed() < Duration::from_secs(600),
+            "the bake was not durable within 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let upload_ms = ms(baked.elapsed());
+    eprintln!("templates: durable in the store {upload_ms:.0} ms after the bake");
+
+    let mut elsewhere_first = Vec::new();
+    let mut local = Vec::new();
+    for i in 0..runs {
+        host_b
+            .agent
+            .runtime()
+            .remove_template("bench")
+            .await
+            .context("remove host-b's copy")?;
+        let took = create_ready(&host_b, &format!("sb-bench-b-{i}")).await?;
+        let got = host_b.agent.runtime().template("bench")?.bake_id;
+        ensure!(
+            got == bake_id,
+            "host-b baked its own ({got}), not host-a's {bake_id}"
+        );
+        eprintln!("templates: first create on host-b {took:.0} ms");
+        elsewhere_first.push(took);
+        local.push(create_ready(&host_a, &format!("sb-bench-a-{i}")).await?);
+    }
+    let accel = host_a.accel.to_string();
+    host_a.agent.shutdown().await;
+    host_b.agent.shutdown().await;
+    Ok(Moved {
+        upload_ms,
+        elsewhere_first,
+        local,
+        accel,
+    })
+}
