@@ -45,6 +45,8 @@ pub enum AgentError {
     Volume(#[from] crate::VolumeFileError),
     #[error("object store")]
     Objects(#[from] pandastack_objects::ObjectsError),
+    #[error("this agent shares nothing through an object store (a cluster's agent does)")]
+    NotShared,
 }
 
 impl From<AgentError> for HostError {
@@ -68,7 +70,9 @@ impl From<AgentError> for HostError {
                 HostError::failed("sandbox operation", e)
             }
             AgentError::Volume(e) => e.into(),
-            e @ AgentError::Objects(_) => HostError::failed("object store", e),
+            e @ (AgentError::Objects(_) | AgentError::NotShared) => {
+                HostError::failed("object store", e)
+            }
         }
     }
 }

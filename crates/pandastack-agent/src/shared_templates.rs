@@ -57,9 +57,9 @@ pub struct SharedBake {
 
 /// How this agent shares templates (set once, by [`HostAgent::share_templates`]).
 pub(crate) struct Sharing<D: VmDriver> {
-    objects: Objects,
-    compat_key: String,
-    host: String,
+    pub(crate) objects: Objects,
+    pub(crate) compat_key: String,
+    pub(crate) host: String,
     /// The agent itself, for uploads in the background.
     agent: Weak<HostAgent<D>>,
 }
@@ -384,7 +384,7 @@ fn objects_error(e: ObjectsError) -> AgentError {
     AgentError::Objects(e)
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)

@@ -52,8 +52,30 @@ impl Hibernated {
     }
 }
 
+impl Hibernated {
+    /// The files of its directory another host needs to wake it, besides `sandbox.json`: the
+    /// disk, the hibernation image and its own RAM file if it has one (empty volume slots are
+    /// made again where it goes). A sandbox with a volume bound cannot leave its host (the
+    /// volume's file is this host's): [`HibernateError::Immovable`].
+    pub fn moving_files(&self) -> Result<Vec<&'static str>, HibernateError> {
+        if self.info.volumes.iter().any(Option::is_some) {
+            return Err(HibernateError::Immovable {
+                id: self.id.clone(),
+                why: "a volume is mounted in it (volumes stay on their host)".into(),
+            });
+        }
+        let mut files = vec![ROOTFS, HIBERNATE_STATE];
+        if self.info.memory_file {
+            files.push(MEMORY);
+        }
+        Ok(files)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum HibernateError {
+    #[error("sandbox {id} cannot move to another host: {why}")]
+    Immovable { id: String, why: String },
     #[error("sandbox files")]
     Io(#[from] std::io::Error),
     #[error("vm")]
@@ -200,6 +222,90 @@ impl<D: VmDriver> Runtime<D> {
             agent,
             ready_in: t.elapsed(),
         })
+    }
+}
+
+impl<D: VmDriver> Runtime<D> {
+    /// Where a hibernated sandbox `id` coming from another host is put together before
+    /// [`Runtime::adopt_hibernated`] (created empty, an earlier unfinished one removed). Its
+    /// name is not a sandbox id, so a scan never takes it for one.
+    pub fn moving_in(&self, id: &str) -> Result<PathBuf, HibernateError> {
+        if !crate::valid_id(id) {
+            return Err(immovable(id, "not a valid sandbox id"));
+        }
+        let dir = self
+            .data
+            .root()
+            .join("sandboxes")
+            .join(format!(".moving-{id}"));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
+    }
+
+    /// Makes the sandbox `info` describes, whose files another host stored and this one
+    /// fetched into `staged` ([`Runtime::moving_in`]; the files of
+    /// [`Hibernated::moving_files`]), a hibernated sandbox of this host: it runs this host's
+    /// kernel (the same by the compatibility key the caller checked), holds no network slot,
+    /// and gets fresh placeholders for its empty volume slots. Refused (and `staged` removed)
+    /// when a sandbox `id` is here already, or it needs a network this host does not have.
+    pub fn adopt_hibernated(
+        &self,
+        mut info: SandboxInfo,
+        staged: &std::path::Path,
+    ) -> Result<Hibernated, HibernateError> {
+        let id = info.id.clone();
+        let dir = self.data.sandbox(&id);
+        let adopted = (|| {
+            if !crate::valid_id(&id) {
+                return Err(immovable(&id, "not a valid sandbox id"));
+            }
+            if dir.exists() {
+                return Err(immovable(
+                    &id,
+                    "a sandbox with its id is on this host already",
+                ));
+            }
+            if info.network && self.net.is_none() {
+                return Err(immovable(
+                    &id,
+                    "it has a network card and this host runs sandboxes without networking",
+                ));
+            }
+            if info.volumes.iter().any(Option::is_some) {
+                return Err(immovable(&id, "a volume is mounted in it"));
+            }
+            for f in [ROOTFS, HIBERNATE_STATE] {
+                if !staged.join(f).is_file() {
+                    return Err(immovable(&id, &format!("its {f} was not fetched")));
+                }
+            }
+            if info.memory_file && !staged.join(MEMORY).is_file() {
+                return Err(immovable(&id, "its memory file was not fetched"));
+            }
+            for slot in 0..info.volumes.len() {
+                volumes::placeholder(staged, slot)?;
+            }
+            info.kernel = self.kernel.clone();
+            info.net_slot = None;
+            info.save(staged)?;
+            std::fs::rename(staged, &dir)?;
+            Ok(())
+        })();
+        if let Err(e) = adopted {
+            let _ = std::fs::remove_dir_all(staged);
+            return Err(e);
+        }
+        Ok(Hibernated { id, dir, info })
+    }
+}
+
+fn immovable(id: &str, why: &str) -> HibernateError {
+    HibernateError::Immovable {
+        id: id.to_owned(),
+        why: why.to_owned(),
     }
 }
 

@@ -1,9 +1,11 @@
-//! Templates that move between hosts, with the test kit's fake driver (the real guest agent
-//! as each "VM") and a real object store in a directory: a bake made on one host agent is
-//! uploaded and served by another without a bake there (the same bake id and files), a host
-//! with another compatibility key bakes the stored image instead, a damaged upload is refused,
-//! and removing the template removes it from the store. (`cluster_guests` does this with real
-//! guests through a replica.)
+//! Bytes that move between hosts (#39), with the test kit's fake driver (the real guest agent
+//! as each "VM") and a real object store in a directory. Templates: a bake made on one host
+//! agent is uploaded and served by another without a bake there (the same bake id and files), a
+//! host with another compatibility key bakes the stored image instead, a damaged upload is
+//! refused, and removing the template removes it from the store. Hibernated sandboxes: one
+//! stored by its host is adopted by another with the same key and wakes there; another key,
+//! or a second adoption, is refused and leaves nothing behind. (`cluster_guests` moves a
+//! template with real guests through a replica.)
 
 use std::path::Path;
 use std::sync::Arc;
@@ -219,4 +221,90 @@ async fn another_compatibility_key_bakes_the_stored_image_and_a_damaged_upload_i
     );
     assert!(c2.runtime().template("tiny").is_err(), "nothing installed");
     assert!(!tmp.path().join("c2/data/templates/tiny.fetching").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hibernated_sandbox_stored_by_its_host_wakes_on_another() {
+    const WS: &str = "ws-moving";
+    let tmp = tempfile::tempdir().unwrap();
+    let objects =
+        Objects::open(&format!("file://{}", tmp.path().join("objects").display())).unwrap();
+    let (a_dir, b_dir, o_dir) = (
+        tmp.path().join("a"),
+        tmp.path().join("b"),
+        tmp.path().join("o"),
+    );
+    let a = host(&a_dir, &objects, KEY, "host-a").await;
+    let b = host(&b_dir, &objects, KEY, "host-b").await;
+    let o = host(&o_dir, &objects, "qemu-9.other", "host-o").await;
+    a.bake_image("tiny", &image(tmp.path(), 4), Shape::new(1, 64))
+        .await
+        .unwrap();
+    a.create("tiny", "mover").await.unwrap();
+
+    let tag = a.store_hibernated("mover", WS).await.unwrap();
+    assert_eq!(
+        a.get("mover").await.unwrap().state,
+        pandastack_agent::VmState::Hibernated,
+        "stays on its host, hibernated"
+    );
+    let a_files = a_dir.join("data/sandboxes/mover");
+
+    // Another compatibility key: refused, nothing left.
+    let err = o.adopt_stored("mover", WS, &tag).await.unwrap_err();
+    let chain = pandastack_host::error_chain(&err);
+    assert!(chain.contains("compatibility key qemu-10"), "{chain}");
+    assert!(!o_dir.join("data/sandboxes/mover").exists());
+    assert!(!o_dir.join("data/sandboxes/.moving-mover").exists());
+
+    let v = b.adopt_stored("mover", WS, &tag).await.unwrap();
+    assert_eq!(v.state, pandastack_agent::VmState::Hibernated);
+    let b_files = b_dir.join("data/sandboxes/mover");
+    for f in ["rootfs.ext4", "hibernate.state"] {
+        assert!(
+            read(&b_files.join(f)) == read(&a_files.join(f)),
+            "{f} differs"
+        );
+    }
+    let info: serde_json::Value =
+        serde_json::from_slice(&read(&b_files.join("sandbox.json"))).unwrap();
+    assert_eq!(info["id"], "mover");
+    assert_eq!(
+        info["kernel"],
+        b_dir.join("vmlinux").to_str().unwrap(),
+        "b's kernel"
+    );
+    // A second adoption is refused; the adopted sandbox is untouched.
+    let err = b.adopt_stored("mover", WS, &tag).await.unwrap_err();
+    let chain = pandastack_host::error_chain(&err);
+    assert!(chain.contains("on this host already"), "{chain}");
+    assert!(b_files.join("hibernate.state").is_file());
+
+    // It wakes on b and answers there.
+    let v = b.wake("mover").await.unwrap();
+    assert_eq!(v.state, pandastack_agent::VmState::Running);
+    let ch = b.channel("mover").await.unwrap();
+    assert_eq!(
+        pandastack_testkit::exec(&ch, "echo moved").await.stdout,
+        "moved\n"
+    );
+
+    // The origin's copy and the stored image go; b's sandbox stays.
+    a.destroy("mover").await.unwrap();
+    a.forget_stored("mover", WS, &tag).await.unwrap();
+    assert!(objects
+        .list_records(WS, "hibernated")
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(objects
+        .list_manifests(WS, "hibernated-files")
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        b.get("mover").await.unwrap().state,
+        pandastack_agent::VmState::Running
+    );
+    b.destroy("mover").await.unwrap();
 }

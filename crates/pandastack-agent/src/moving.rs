@@ -1,0 +1,171 @@
+//! Hibernated sandboxes that move between hosts (#39). The host a sandbox hibernated on stores
+//! its image in the shared object store, under its workspace (content-addressed chunks, zero
+//! chunks not stored, chunks it shares with earlier images of the workspace stored once); a
+//! host with the same compatibility key fetches it and adopts it, hibernated, to wake it there.
+//!
+//! ```text
+//!   ws/<ws>/manifests/hibernated-files/<id>.<tag>.<file>.json   rootfs.ext4, hibernate.state, mem
+//!   ws/<ws>/records/hibernated/<id>.<tag>.json                  written last
+//! ```
+//!
+//! Storing leaves the sandbox where it is, hibernated; the caller (the control plane) decides
+//! where it runs next, adopts it there, moves its row, and only then destroys the origin's copy
+//! and forgets the stored image. Only this host's agent, and never two at once, runs it: an
+//! adopted sandbox is hibernated until woken.
+
+use pandastack_objects::{ObjectsError, DEFAULT_CHUNK_SIZE};
+use pandastack_runtime::{HibernateError, SandboxInfo};
+use pandastack_vm::VmDriver;
+use serde::{Deserialize, Serialize};
+
+use crate::entry::SandboxVm;
+use crate::{AgentError, HostAgent, SandboxView};
+
+const RECORDS: &str = "hibernated";
+const FILES: &str = "hibernated-files";
+
+/// A hibernated sandbox as stored for another host (its record).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StoredSandbox {
+    /// What it is (`sandbox.json`; its paths are the storing host's).
+    pub info: SandboxInfo,
+    /// The files stored, by their name in its directory.
+    pub files: Vec<String>,
+    /// The storing host's compatibility key: it wakes only on an equal one.
+    pub compat_key: String,
+    pub host: String,
+    /// Unix ms when its last file was stored.
+    pub stored_at_ms: i64,
+}
+
+fn record_id(id: &str, tag: &str) -> String {
+    format!("{id}.{tag}")
+}
+
+fn file_id(id: &str, tag: &str, file: &str) -> String {
+    format!("{id}.{tag}.{file}")
+}
+
+impl<D: VmDriver + 'static> HostAgent<D> {
+    /// Hibernates sandbox `id` (if it runs) and stores its image in workspace `ws`'s part of
+    /// the shared object store; returns the tag that names this image (one per store). The
+    /// sandbox stays here, hibernated. Needs sharing (a cluster's agent).
+    pub async fn store_hibernated(&self, id: &str, ws: &str) -> Result<String, AgentError> {
+        let s = self.sharing.get().ok_or(AgentError::NotShared)?;
+        self.hibernate(id).await?;
+        let e = self.entry(id).await?;
+        // Held until the record is written: no wake changes the files while they are read.
+        let slot = e.slot.lock().await;
+        let SandboxVm::Hibernated(h) = &*slot else {
+            return Err(AgentError::InvalidState {
+                id: id.into(),
+                state: slot.state().unwrap_or(crate::VmState::Exited),
+                op: "store its hibernation image",
+            });
+        };
+        let files = h.moving_files().map_err(AgentError::Hibernate)?;
+        let tag = format!("{:016x}", rand::random::<u64>());
+        for f in &files {
+            let up = s
+                .objects
+                .upload_file(ws, &h.dir.join(f), DEFAULT_CHUNK_SIZE)
+                .await?;
+            s.objects
+                .put_manifest(ws, FILES, &file_id(id, &tag, f), &up.manifest)
+                .await?;
+        }
+        let record = StoredSandbox {
+            info: h.info.clone(),
+            files: files.iter().map(|f| (*f).to_owned()).collect(),
+            compat_key: s.compat_key.clone(),
+            host: s.host.clone(),
+            stored_at_ms: crate::shared_templates::now_ms(),
+        };
+        let json = serde_json::to_value(&record).expect("a record serialises");
+        s.objects
+            .put_record(ws, RECORDS, &record_id(id, &tag), &json)
+            .await?;
+        Ok(tag)
+    }
+
+    /// Fetches the image stored as `tag` ([`HostAgent::store_hibernated`] on another host) of
+    /// sandbox `id` in workspace `ws`, and makes it a hibernated sandbox of this host (the
+    /// next call into it wakes it). Refused when its compatibility key is not this host's, or
+    /// the sandbox is here already; nothing is left behind on failure.
+    pub async fn adopt_stored(
+        &self,
+        id: &str,
+        ws: &str,
+        tag: &str,
+    ) -> Result<SandboxView, AgentError> {
+        let s = self.sharing.get().ok_or(AgentError::NotShared)?;
+        if self.entry(id).await.is_ok() {
+            return Err(HibernateError::Immovable {
+                id: id.into(),
+                why: "a sandbox with its id is on this host already".into(),
+            }
+            .into());
+        }
+        let raw = s
+            .objects
+            .get_record(ws, RECORDS, &record_id(id, tag))
+            .await?;
+        let stored: StoredSandbox =
+            serde_json::from_value(raw).map_err(|e| ObjectsError::Corrupt {
+                key: record_id(id, tag),
+                reason: e.to_string(),
+            })?;
+        if stored.info.id != id {
+            return Err(ObjectsError::Corrupt {
+                key: record_id(id, tag),
+                reason: format!("it describes sandbox {}", stored.info.id),
+            }
+            .into());
+        }
+        if stored.compat_key != s.compat_key {
+            return Err(HibernateError::Immovable {
+                id: id.into(),
+                why: format!(
+                    "it hibernated on host {} with compatibility key {}, this host's is {}",
+                    stored.host, stored.compat_key, s.compat_key
+                ),
+            }
+            .into());
+        }
+        let staged = self.rt.moving_in(id)?;
+        let fetched = async {
+            for f in &stored.files {
+                let manifest = s
+                    .objects
+                    .get_manifest(ws, FILES, &file_id(id, tag, f))
+                    .await?;
+                s.objects
+                    .download_file(ws, &manifest, &staged.join(f))
+                    .await?;
+            }
+            Ok::<_, AgentError>(())
+        }
+        .await;
+        if let Err(e) = fetched {
+            let _ = std::fs::remove_dir_all(&staged);
+            return Err(e);
+        }
+        let h = self.rt.adopt_hibernated(stored.info, &staged)?;
+        Ok(self.insert(SandboxVm::Hibernated(h)).await)
+    }
+
+    /// Removes the stored image `tag` of sandbox `id` in workspace `ws` (absent is success):
+    /// the record first, so no host adopts it from then on. The chunks stay.
+    pub async fn forget_stored(&self, id: &str, ws: &str, tag: &str) -> Result<(), AgentError> {
+        let s = self.sharing.get().ok_or(AgentError::NotShared)?;
+        s.objects
+            .delete_record(ws, RECORDS, &record_id(id, tag))
+            .await?;
+        for f in ["rootfs.ext4", "hibernate.state", "mem"] {
+            s.objects
+                .delete_manifest(ws, FILES, &file_id(id, tag, f))
+                .await?;
+        }
+        Ok(())
+    }
+}
