@@ -307,6 +307,26 @@ impl Agent for AgentService {
         )
     }
 
+    async fn store_hibernated(
+        &self,
+        r: Request<pb::StoreHibernatedRequest>,
+    ) -> RpcResult<pb::StoredTag> {
+        let r = r.into_inner();
+        ok(self.host.store_hibernated(&r.id, &r.ws).await, |tag| {
+            pb::StoredTag { tag }
+        })
+    }
+
+    async fn adopt_stored(&self, r: Request<pb::StoredRef>) -> RpcResult<pb::Vm> {
+        let r = r.into_inner();
+        vm(self.host.adopt_stored(&r.id, &r.ws, &r.tag).await)
+    }
+
+    async fn forget_stored(&self, r: Request<pb::StoredRef>) -> RpcResult<pb::Empty> {
+        let r = r.into_inner();
+        empty(self.host.forget_stored(&r.id, &r.ws, &r.tag).await)
+    }
+
     async fn delete_snapshot(&self, r: Request<pb::SnapshotId>) -> RpcResult<pb::Empty> {
         empty(self.host.delete_snapshot(&r.into_inner().snapshot_id).await)
     }

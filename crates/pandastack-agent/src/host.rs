@@ -240,6 +240,24 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
         ))
     }
 
+    async fn store_hibernated(&self, id: &str, ws: &str) -> HostResult<String> {
+        let (id, ws) = (id.to_owned(), ws.to_owned());
+        self.detached(move |a| async move { a.store_hibernated(&id, &ws).await })
+            .await
+    }
+
+    async fn adopt_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<VmView> {
+        let (id, ws, tag) = (id.to_owned(), ws.to_owned(), tag.to_owned());
+        let v = self
+            .detached(move |a| async move { a.adopt_stored(&id, &ws, &tag).await })
+            .await?;
+        Ok(vm_view(v))
+    }
+
+    async fn forget_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<()> {
+        Ok(self.0.forget_stored(id, ws, tag).await?)
+    }
+
     async fn delete_snapshot(&self, snapshot_id: &str) -> HostResult<()> {
         Ok(self.0.delete_snapshot(snapshot_id).await?)
     }

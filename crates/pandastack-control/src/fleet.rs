@@ -525,6 +525,19 @@ impl Host for Fleet {
         self.to(id).await?.fork(id, snapshot_id, child_ids).await
     }
 
+    async fn store_hibernated(&self, id: &str, ws: &str) -> HostResult<String> {
+        self.to(id).await?.store_hibernated(id, ws).await
+    }
+
+    /// To the host the sandbox's row names: a move writes the row's new host first.
+    async fn adopt_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<VmView> {
+        self.to(id).await?.adopt_stored(id, ws, tag).await
+    }
+
+    async fn forget_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<()> {
+        self.to(id).await?.forget_stored(id, ws, tag).await
+    }
+
     async fn delete_snapshot(&self, snapshot_id: &str) -> HostResult<()> {
         let r = self
             .to(snapshot_id)

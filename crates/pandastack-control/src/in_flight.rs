@@ -231,6 +231,15 @@ impl Host for Watched {
     ) -> HostResult<(SnapshotView, Vec<VmView>)> {
         self.host.fork(id, snapshot_id, child_ids).await
     }
+    async fn store_hibernated(&self, id: &str, ws: &str) -> HostResult<String> {
+        self.host.store_hibernated(id, ws).await
+    }
+    async fn adopt_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<VmView> {
+        self.host.adopt_stored(id, ws, tag).await
+    }
+    async fn forget_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<()> {
+        self.host.forget_stored(id, ws, tag).await
+    }
     async fn delete_snapshot(&self, snapshot_id: &str) -> HostResult<()> {
         self.host.delete_snapshot(snapshot_id).await
     }

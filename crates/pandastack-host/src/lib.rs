@@ -113,6 +113,18 @@ pub trait Host: Send + Sync + 'static {
     /// it by passing each chunk's `next` back.
     async fn console(&self, id: &str, from: Option<LogPos>, max: usize) -> HostResult<LogChunk>;
 
+    // ---- moving between hosts (a cluster's agents; see the agent's `moving`) ----------------
+
+    /// Hibernates sandbox `id` (if it runs) and stores its image in workspace `ws`'s part of the
+    /// shared object store for another host; returns the tag naming that image. The sandbox
+    /// stays here, hibernated.
+    async fn store_hibernated(&self, id: &str, ws: &str) -> HostResult<String>;
+    /// Makes image `tag` of sandbox `id` (stored by another host in workspace `ws`) a
+    /// hibernated sandbox of this host. Nothing is left behind on failure.
+    async fn adopt_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<VmView>;
+    /// Removes stored image `tag` of sandbox `id` from the object store (absent is success).
+    async fn forget_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<()>;
+
     // ---- snapshots ---------------------------------------------------------------------------
 
     /// Snapshots a sandbox (waking it if hibernated).

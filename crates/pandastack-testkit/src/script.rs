@@ -924,6 +924,24 @@ impl Host for ScriptedHost {
         Ok((snap, views))
     }
 
+    async fn store_hibernated(&self, id: &str, _: &str) -> HostResult<String> {
+        Err(HostError::failed(
+            "store hibernated sandbox",
+            format!("the scripted host has no object store ({id})"),
+        ))
+    }
+
+    async fn adopt_stored(&self, id: &str, _: &str, _: &str) -> HostResult<VmView> {
+        Err(HostError::failed(
+            "adopt stored sandbox",
+            format!("the scripted host has no object store ({id})"),
+        ))
+    }
+
+    async fn forget_stored(&self, _: &str, _: &str, _: &str) -> HostResult<()> {
+        Ok(())
+    }
+
     async fn delete_snapshot(&self, snapshot_id: &str) -> HostResult<()> {
         self.enter(Op::DeleteSnapshot, snapshot_id).await?;
         self.lock().snapshots.remove(snapshot_id);

@@ -4,8 +4,9 @@
 //! host with another compatibility key bakes the stored image instead, a damaged upload is
 //! refused, and removing the template removes it from the store. Hibernated sandboxes: one
 //! stored by its host is adopted by another with the same key and wakes there; another key,
-//! or a second adoption, is refused and leaves nothing behind. (`cluster_guests` moves a
-//! template with real guests through a replica.)
+//! or a second adoption, is refused and leaves nothing behind; the same move made as a
+//! replica makes it, through each host's agent link (`RemoteHost` over mutual TLS).
+//! (`cluster_guests` moves a template with real guests through a replica.)
 
 use std::path::Path;
 use std::sync::Arc;
@@ -307,4 +308,74 @@ async fn a_hibernated_sandbox_stored_by_its_host_wakes_on_another() {
         pandastack_agent::VmState::Running
     );
     b.destroy("mover").await.unwrap();
+}
+
+/// Serves `agent` on a loopback agent link as host `name`; a replica's `RemoteHost` to it.
+async fn linked(
+    ca: &pandastack_testkit::cluster::TestCa,
+    agent: &Arc<HostAgent<FakeDriver>>,
+    name: &str,
+) -> (
+    pandastack_agent_link::RemoteHost,
+    tokio::task::JoinHandle<()>,
+) {
+    use pandastack_cluster::Role;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let identity = ca.identity(Role::Agent, name, &[]);
+    let host: Arc<dyn pandastack_host::Host> =
+        Arc::new(pandastack_agent::LocalHost(Arc::clone(agent)));
+    let task = tokio::spawn(async move {
+        let _ = pandastack_agent_link::serve(&identity, listener, host).await;
+    });
+    let replica = ca.identity(Role::Server, "replica-1", &[]);
+    let remote = pandastack_agent_link::RemoteHost::connect(&replica, addr, name)
+        .await
+        .unwrap();
+    (remote, task)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hibernated_sandbox_moves_through_the_agent_links() {
+    use pandastack_host::{Host, HostError, VmState};
+    const WS: &str = "ws-linked";
+    let tmp = tempfile::tempdir().unwrap();
+    let objects =
+        Objects::open(&format!("file://{}", tmp.path().join("objects").display())).unwrap();
+    let a = host(&tmp.path().join("a"), &objects, KEY, "host-a").await;
+    let b = host(&tmp.path().join("b"), &objects, KEY, "host-b").await;
+    a.bake_image("tiny", &image(tmp.path(), 4), Shape::new(1, 64))
+        .await
+        .unwrap();
+    let ca = pandastack_testkit::cluster::TestCa::new();
+    let (to_a, serving_a) = linked(&ca, &a, "host-a").await;
+    let (to_b, serving_b) = linked(&ca, &b, "host-b").await;
+
+    to_a.create("tiny", "linked").await.unwrap();
+    let tag = to_a.store_hibernated("linked", WS).await.unwrap();
+    assert_eq!(to_a.get("linked").await.unwrap().state, VmState::Hibernated);
+    // An image that is not there comes back as a failure with the store's reason.
+    let err = to_b
+        .adopt_stored("linked", WS, "0000000000000000")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, HostError::Failed { .. }), "{err:?}");
+    assert!(to_b.get("linked").await.is_err(), "nothing adopted");
+
+    let v = to_b.adopt_stored("linked", WS, &tag).await.unwrap();
+    assert_eq!(v.state, VmState::Hibernated);
+    let v = within(Duration::from_secs(30), "wake on b", to_b.wake("linked"))
+        .await
+        .unwrap();
+    assert_eq!(v.state, VmState::Running);
+    to_a.destroy("linked").await.unwrap();
+    to_b.forget_stored("linked", WS, &tag).await.unwrap();
+    assert!(objects
+        .list_records(WS, "hibernated")
+        .await
+        .unwrap()
+        .is_empty());
+    to_b.destroy("linked").await.unwrap();
+    serving_a.abort();
+    serving_b.abort();
 }

@@ -160,6 +160,32 @@ impl Host for RemoteHost {
         Ok((snapshot, children))
     }
 
+    async fn store_hibernated(&self, id: &str, ws: &str) -> HostResult<String> {
+        let r = pb::StoreHibernatedRequest {
+            id: id.to_owned(),
+            ws: ws.to_owned(),
+        };
+        Ok(inner(self.c().store_hibernated(r).await)?.tag)
+    }
+
+    async fn adopt_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<VmView> {
+        let r = pb::StoredRef {
+            id: id.to_owned(),
+            ws: ws.to_owned(),
+            tag: tag.to_owned(),
+        };
+        self.vm(self.c().adopt_stored(r)).await
+    }
+
+    async fn forget_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<()> {
+        let r = pb::StoredRef {
+            id: id.to_owned(),
+            ws: ws.to_owned(),
+            tag: tag.to_owned(),
+        };
+        unit(self.c().forget_stored(r).await)
+    }
+
     async fn delete_snapshot(&self, snapshot_id: &str) -> HostResult<()> {
         let r = pb::SnapshotId {
             snapshot_id: snapshot_id.to_owned(),
