@@ -8,8 +8,10 @@
 //!
 //! Every call that names a sandbox, snapshot or volume goes to the host its row names (the row
 //! is written first: a create's row is placed in the store before the create reaches a host,
-//! see [`crate::Sandboxes::create`]). The owner of an id never changes while this issue's
-//! cluster holds (nothing moves between hosts yet), so it is cached; a delete forgets it.
+//! see [`crate::Sandboxes::create`]). The owner of an id is cached for [`ROW_MAX_AGE`] and read
+//! again after that (the cached one is used while the store does not answer), so a hibernated
+//! sandbox moved to another host (its row's host changed, #39) is followed by every replica
+//! within that; a delete forgets it at once.
 //!
 //! The hosts' rows (address, state) are kept in memory, so a call reads nothing from the store
 //! once it knows the owner: a task the fleet starts reads every row again each
@@ -127,7 +129,8 @@ pub struct Fleet {
     store: Store,
     dial: Arc<dyn Dial>,
     links: Arc<tokio::sync::Mutex<HashMap<String, Link>>>,
-    owners: Arc<Mutex<HashMap<String, String>>>,
+    /// Owner of an id and when it was read.
+    owners: Arc<Mutex<HashMap<String, (String, Instant)>>>,
     rows: Arc<Rows>,
     /// How long a call that lists every host waits for each.
     list_timeout: Duration,
@@ -186,27 +189,34 @@ impl Fleet {
         }
     }
 
-    /// The host that holds `id` (a sandbox, snapshot or volume), from the cache or the store.
+    /// The host that holds `id` (a sandbox, snapshot or volume), from the cache (read at most
+    /// [`ROW_MAX_AGE`] ago) or the store.
     async fn owner(&self, id: &str) -> Result<String, RouteError> {
-        if let Some(h) = self
+        let cached = self
             .owners
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(id)
-        {
-            return Ok(h.clone());
+            .cloned();
+        if let Some((h, read)) = &cached {
+            if read.elapsed() <= ROW_MAX_AGE {
+                return Ok(h.clone());
+            }
         }
-        let host = self
-            .store
-            .hosts()
-            .owner_of(id)
-            .await
-            .map_err(RouteError::Store)?
-            .ok_or_else(|| RouteError::NoOwner(id.to_owned()))?;
+        let read = Instant::now();
+        let host = match self.store.hosts().owner_of(id).await {
+            Ok(Some(h)) => h,
+            Ok(None) => return Err(RouteError::NoOwner(id.to_owned())),
+            // No host is reaped while the store is away; nothing moves either.
+            Err(e) => match cached {
+                Some((h, _)) => return Ok(h),
+                None => return Err(RouteError::Store(e)),
+            },
+        };
         self.owners
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id.to_owned(), host.clone());
+            .insert(id.to_owned(), (host.clone(), read));
         Ok(host)
     }
 

@@ -457,6 +457,26 @@ impl SandboxRepo<'_> {
         Ok(())
     }
 
+    /// Moves hibernated sandbox `id` from host `from` to host `to` (its image adopted there):
+    /// `false`, writing nothing, when it is no longer hibernated on `from` (woken, deleted or
+    /// moved meanwhile). A hibernated sandbox holds no VM, so neither host's use changes.
+    pub async fn move_hibernated(
+        &self,
+        id: &str,
+        from: &str,
+        to: &str,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE sandboxes SET host_id = $1 WHERE id = $2 AND host_id = $3 AND state = 'hibernated'",
+        )
+        .bind(to)
+        .bind(id)
+        .bind(from)
+        .execute(self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// Every sandbox on host `host_id` (all workspaces) with its recorded state, for
     /// reconciling the host with its rows at start.
     pub async fn on_host(&self, host_id: &str) -> Result<Vec<(String, SandboxState)>, StoreError> {

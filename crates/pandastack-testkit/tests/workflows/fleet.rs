@@ -430,3 +430,65 @@ async fn host_rows_are_cached_a_dead_host_is_refused_after_a_refresh_and_a_new_o
         "{e:?}"
     );
 }
+
+/// A hibernated sandbox whose row moved to another host (#39: its image adopted there) is
+/// followed by the fleet once its cached owner is older than `ROW_MAX_AGE`; a move is fenced by
+/// the row's host and state.
+#[tokio::test]
+async fn a_moved_sandbox_is_followed_once_its_cached_owner_expires() {
+    let c = Cluster::start(1024).await;
+    let row = c.create().await.unwrap();
+    assert_eq!(row.host_id, "h1");
+    c.control
+        .sandboxes
+        .lifecycle(row.clone(), pandastack_control::Verb::Hibernate)
+        .await
+        .unwrap();
+    c.fleet.exec(&row.id, exec("true")).await.expect("on h1");
+    // What h2 would hold after adopting the image: the same sandbox, hibernated.
+    c.host("h2").create("minimal", &row.id).await.unwrap();
+    c.host("h2").hibernate(&row.id).await.unwrap();
+
+    // Not from a host it is not on; then from h1 to h2.
+    let sandboxes = c.store.sandboxes();
+    assert!(!sandboxes
+        .move_hibernated(&row.id, "h3", "h2")
+        .await
+        .unwrap());
+    assert!(sandboxes
+        .move_hibernated(&row.id, "h1", "h2")
+        .await
+        .unwrap());
+    assert!(
+        !sandboxes
+            .move_hibernated(&row.id, "h1", "h2")
+            .await
+            .unwrap(),
+        "moved once"
+    );
+
+    let h2_execs = c.host("h2").exec_log().len();
+    let t = Instant::now();
+    loop {
+        c.fleet.exec(&row.id, exec("true")).await.expect("exec");
+        if c.host("h2").exec_log().len() > h2_execs {
+            break;
+        }
+        assert!(
+            t.elapsed() < pandastack_control::fleet::ROW_MAX_AGE * 2,
+            "still routed to h1 {} ms after the move",
+            t.elapsed().as_millis()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "followed to h2 {} ms after the move",
+        t.elapsed().as_millis()
+    );
+    // A running sandbox is not moved.
+    let other = c.create().await.unwrap();
+    assert!(!sandboxes
+        .move_hibernated(&other.id, &other.host_id, "h3")
+        .await
+        .unwrap());
+}
