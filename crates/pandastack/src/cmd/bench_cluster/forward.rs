@@ -26,13 +26,6 @@ pub(super) struct Forwarded {
 /// TCG, the link's connection warm).
 const EXEC_WARM_UP: usize = 20;
 
-/// The flags of the real host the forward part starts (`pandastack server`'s).
-#[derive(clap::Parser)]
-struct HostFlags {
-    #[command(flatten)]
-    host: crate::cmd::local_host::LocalHostArgs,
-}
-
 /// `forward_exec_overhead_ms`: `true` exec'd in one running sandbox of a real host, in-process
 /// (`LocalHost`, as the single-node server calls it), through the agent link (`RemoteHost` to
 /// that host served on loopback mutual TLS) and through a replica's `Fleet` (the owner from
@@ -46,14 +39,7 @@ pub(super) async fn forward_exec(
     pki: &Pki,
     url: &str,
 ) -> anyhow::Result<Forwarded> {
-    let parent = a
-        .data_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("/var/tmp"));
-    std::fs::create_dir_all(&parent)?;
-    let root = tempfile::Builder::new()
-        .prefix("ps-bench-cluster-")
-        .tempdir_in(&parent)?;
+    let root = super::scratch_root(a, "ps-bench-cluster-")?;
     let templates = root.path().join("templates");
     std::fs::create_dir_all(&templates)?;
     let mut argv = vec![
@@ -66,7 +52,7 @@ pub(super) async fn forward_exec(
     if let Some(k) = &a.kernel {
         argv.extend(["--kernel".into(), k.clone()]);
     }
-    let flags = <HostFlags as clap::Parser>::try_parse_from(argv)?.host;
+    let flags = super::host_flags(argv)?;
     let objects = crate::cmd::local_host::open_objects(&flags).await?;
     let started = crate::cmd::local_host::start_host(&flags, |_| false, objects).await?;
     eprintln!("accelerator: {}", started.accel);

@@ -340,6 +340,31 @@ async fn server_version(url: &str) -> Option<String> {
     Some(v.0)
 }
 
+/// The flags of a real host a part starts (`pandastack server`'s).
+#[derive(clap::Parser)]
+struct HostFlags {
+    #[command(flatten)]
+    host: crate::cmd::local_host::LocalHostArgs,
+}
+
+/// Parses `argv` (after a program name) as a real host's flags.
+fn host_flags(argv: Vec<PathBuf>) -> anyhow::Result<crate::cmd::local_host::LocalHostArgs> {
+    Ok(<HostFlags as clap::Parser>::try_parse_from(argv)?.host)
+}
+
+/// A scratch directory for a part's real hosts, named `prefix…`, under `--data-dir` (default
+/// `/var/tmp`); removed when dropped.
+fn scratch_root(a: &ClusterArgs, prefix: &str) -> anyhow::Result<tempfile::TempDir> {
+    let parent = a
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/var/tmp"));
+    std::fs::create_dir_all(&parent)?;
+    Ok(tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(&parent)?)
+}
+
 /// A database of its own in the PostgreSQL server, for one part; dropped by [`ScratchDb::remove`].
 struct ScratchDb {
     admin: String,

@@ -8,7 +8,7 @@ use anyhow::{ensure, Context};
 use pandastack_host::ExecSpec;
 
 use crate::cmd::bench::ms;
-use crate::cmd::local_host::{open_objects, start_host, LocalHostArgs, StartedHost};
+use crate::cmd::local_host::{open_objects, start_host, StartedHost};
 
 use super::ClusterArgs;
 
@@ -24,12 +24,6 @@ pub(super) struct Moved {
     /// A create on the host that holds it, to its first exec answered (for comparison).
     pub(super) local: Vec<f64>,
     pub(super) accel: String,
-}
-
-#[derive(clap::Parser)]
-struct HostFlags {
-    #[command(flatten)]
-    host: LocalHostArgs,
 }
 
 /// A real host (`pandastack server`'s defaults, no pool, no networking) on `data`, sharing
@@ -52,7 +46,7 @@ async fn host(
     if let Some(k) = &a.kernel {
         argv.extend(["--kernel".into(), k.clone()]);
     }
-    let flags = <HostFlags as clap::Parser>::try_parse_from(argv)?.host;
+    let flags = super::host_flags(argv)?;
     let store = open_objects(&flags).await?;
     let started = start_host(&flags, |_| false, store.clone()).await?;
     started.agent.share_templates(store, KEY, name);
@@ -87,14 +81,7 @@ pub(super) async fn templates_moving(
     image: &Path,
     runs: usize,
 ) -> anyhow::Result<Moved> {
-    let parent = a
-        .data_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("/var/tmp"));
-    std::fs::create_dir_all(&parent)?;
-    let root = tempfile::Builder::new()
-        .prefix("ps-bench-templates-")
-        .tempdir_in(&parent)?;
+    let root = super::scratch_root(a, "ps-bench-templates-")?;
     let objects = root.path().join("objects");
     let host_a = host(a, &root.path().join("a"), &objects, "host-a").await?;
     let host_b = host(a, &root.path().join("b"), &objects, "host-b").await?;
