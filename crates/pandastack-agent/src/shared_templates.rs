@@ -242,7 +242,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                 Ok(b) if b.template.name == name => out.push((id, b)),
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(record = %id, error = %e, "unreadable template record skipped")
+                    tracing::warn!(record = %id, error = &e as &dyn std::error::Error, "unreadable template record skipped")
                 }
             }
         }
