@@ -110,7 +110,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             };
             for name in names {
                 if let Ok(t) = me.rt.template(&name) {
-                    me.publish(t).await;
+                    me.publish(t, false).await;
                 }
             }
         });
@@ -122,14 +122,17 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             return;
         };
         let t = t.clone();
-        tokio::spawn(async move { me.publish(t).await });
+        tokio::spawn(async move { me.publish(t, true).await });
     }
 
     /// Uploads bake `t` and writes its record, then removes the records of older bakes of its
-    /// name. Holds the template's bake lock throughout, so no rebake replaces the files while
-    /// they are read (and a bake replaced before is not uploaded). Failures are logged: the
-    /// bake stays local, and is offered again when sharing starts next.
-    async fn publish(&self, t: Template) {
+    /// name made for the same hosts (compatibility key and devices). Holds the template's bake
+    /// lock throughout, so no rebake replaces the files while they are read (and a bake
+    /// replaced before is not uploaded). A bake held when sharing starts (not `fresh`) is
+    /// offered only if no bake for the same hosts is stored: it may be one another host
+    /// replaced since (a rebake), which must not come back as the newest. Failures are logged:
+    /// the bake stays local.
+    async fn publish(&self, t: Template, fresh: bool) {
         let Some(s) = self.sharing.get() else { return };
         let lock = self.bake_lock(&t.name).await;
         let _baking = lock.lock().await;
@@ -137,7 +140,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             return;
         }
         let started = std::time::Instant::now();
-        match self.upload_bake(s, &t).await {
+        match self.upload_bake(s, &t, fresh).await {
             Ok(true) => tracing::info!(
                 template = %t.name,
                 bake_id = %t.bake_id,
@@ -155,15 +158,21 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     }
 
     /// [`HostAgent::publish`]'s work: `Ok(false)` when there was nothing to do.
-    async fn upload_bake(&self, s: &Sharing<D>, t: &Template) -> Result<bool, AgentError> {
+    async fn upload_bake(
+        &self,
+        s: &Sharing<D>,
+        t: &Template,
+        fresh: bool,
+    ) -> Result<bool, AgentError> {
         let id = record_id(&t.name, &t.bake_id);
         if t.bake_id.is_empty() || t.seals.is_none() {
             return Ok(false);
         }
-        match s.objects.get_record(NAMESPACE, RECORDS, &id).await {
-            Ok(_) => return Ok(false),
-            Err(ObjectsError::NotFound { .. }) => {}
-            Err(e) => return Err(objects_error(e)),
+        let stored = self.records_of(s, &t.name).await?;
+        if stored.iter().any(|(r, _)| *r == id)
+            || (!fresh && stored.iter().any(|(_, b)| self.fits_here(s, b)))
+        {
+            return Ok(false);
         }
         // Only what the bake sealed is offered to other hosts.
         if self.rt.check_template(&t.name).await? != TemplateCheck::Intact {
@@ -206,9 +215,9 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             .put_record(NAMESPACE, RECORDS, &id, &json)
             .await
             .map_err(objects_error)?;
-        // Older bakes of this name are not fetched again.
+        // Older bakes of this name for the same hosts are not fetched again.
         for (old, bake) in self.records_of(s, &t.name).await? {
-            if old != id && bake.durable_at_ms <= record.durable_at_ms {
+            if old != id && self.fits_here(s, &bake) && bake.durable_at_ms <= record.durable_at_ms {
                 forget_bake(s, &t.name, &bake.template.bake_id).await?;
             }
         }
@@ -249,17 +258,37 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         Ok(out)
     }
 
-    /// The newest durable bake of template `name` (sharing only).
+    /// Whether this host can install bake `b` as it is: the same compatibility key, NIC
+    /// setting and volume slots.
+    fn fits_here(&self, s: &Sharing<D>, b: &SharedBake) -> bool {
+        b.compat_key == s.compat_key
+            && b.template.network == self.rt.network().is_some()
+            && b.template.volume_slots == self.cfg.volume_slots
+    }
+
+    /// The durable bake of template `name` this host would take (sharing only): the newest it
+    /// can install as it is, else the newest whose image is stored (baked here), else the
+    /// newest.
     pub async fn shared_bake(&self, name: &str) -> Result<Option<SharedBake>, AgentError> {
         let Some(s) = self.sharing.get() else {
             return Ok(None);
         };
-        Ok(self
+        let bakes: Vec<SharedBake> = self
             .records_of(s, name)
             .await?
             .into_iter()
             .map(|(_, b)| b)
-            .max_by_key(|b| b.durable_at_ms))
+            .collect();
+        let newest = |keep: &dyn Fn(&SharedBake) -> bool| {
+            bakes
+                .iter()
+                .filter(|b| keep(b))
+                .max_by_key(|b| b.durable_at_ms)
+                .cloned()
+        };
+        Ok(newest(&|b| self.fits_here(s, b))
+            .or_else(|| newest(&|b| b.image))
+            .or_else(|| newest(&|_| true)))
     }
 
     /// Takes template `name` from the object store, if a host made it durable there (see the
@@ -277,10 +306,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         };
         let t = &bake.template;
         let started = std::time::Instant::now();
-        let same = bake.compat_key == s.compat_key
-            && t.network == self.rt.network().is_some()
-            && t.volume_slots == self.cfg.volume_slots;
-        if same {
+        if self.fits_here(s, &bake) {
             let staged = self.rt.template_staging(name)?;
             let fetched = async {
                 for file in ["rootfs.ext4", "mem", "state"] {

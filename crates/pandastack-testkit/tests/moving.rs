@@ -139,6 +139,20 @@ async fn a_bake_made_on_one_host_serves_another_without_a_bake_there() {
     )
     .await;
 
+    // Host b still holds the replaced bake. Sharing started again over its data directory (an
+    // agent restarted) does not offer it: it must not come back as the newest.
+    let b_again = host(&b_dir, &objects, KEY, "host-b").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        objects
+            .list_records(SHARED_NAMESPACE, "templates")
+            .await
+            .unwrap(),
+        [format!("tiny.{}", again.bake_id)],
+        "the replaced bake stays replaced"
+    );
+    drop(b_again);
+
     // Removing it (on every host, as the fleet does) removes it from the store: a third host
     // cannot get it.
     a.remove_template("tiny").await.unwrap();
