@@ -41,7 +41,7 @@ pub use host::LocalHost;
 pub use moving::StoredSandbox;
 pub use pandastack_host::VmState;
 pub use pandastack_objects::Objects;
-pub use shared_templates::{Fetched, SharedBake, NAMESPACE as SHARED_NAMESPACE};
+pub use shared_templates::{SharedBake, NAMESPACE as SHARED_NAMESPACE};
 pub use templates::TemplateView;
 pub use volumes::{VolumeFileError, VOLUME_CHUNK_SIZE};
 

@@ -161,7 +161,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         s.objects
             .delete_record(ws, RECORDS, &record_id(id, tag))
             .await?;
-        for f in ["rootfs.ext4", "hibernate.state", "mem"] {
+        for f in pandastack_runtime::MOVING_FILES {
             s.objects
                 .delete_manifest(ws, FILES, &file_id(id, tag, f))
                 .await?;

@@ -38,6 +38,15 @@ pub const NAMESPACE: &str = "platform";
 const RECORDS: &str = "templates";
 /// Manifests of the bakes' files.
 const FILES: &str = "template-files";
+/// The files of a bake another host installs as it is: their name in the store and in the
+/// template's directory.
+const BAKE_FILES: [(&str, &str); 3] = [
+    ("rootfs", "rootfs.ext4"),
+    ("mem", "mem"),
+    ("state", "state"),
+];
+/// The image a bake was made from, stored beside them when its host has it.
+const IMAGE: &str = "image";
 
 /// A durable bake, as its record says.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -62,15 +71,6 @@ pub(crate) struct Sharing<D: VmDriver> {
     pub(crate) host: String,
     /// The agent itself, for uploads in the background.
     agent: Weak<HostAgent<D>>,
-}
-
-/// What [`HostAgent::fetch_template`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fetched {
-    /// Installed as baked elsewhere (same compatibility key).
-    Installed,
-    /// Baked here from the image another host stored (another compatibility key or devices).
-    BakedHere,
 }
 
 fn record_id(name: &str, bake_id: &str) -> String {
@@ -179,20 +179,18 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             return Ok(false);
         }
         let image = t.image.as_deref().filter(|p| p.is_file());
-        let mut files = vec![
-            ("rootfs", t.rootfs()),
-            ("mem", t.memory()),
-            ("state", t.state()),
-        ];
+        let mut files: Vec<(&str, std::path::PathBuf)> = BAKE_FILES
+            .iter()
+            .map(|&(kind, file)| (kind, t.dir.join(file)))
+            .collect();
         if let Some(p) = image {
-            files.push(("image", p.to_owned()));
+            files.push((IMAGE, p.to_owned()));
         }
         for (file, path) in &files {
             let up = s
                 .objects
                 .upload_file(NAMESPACE, path, DEFAULT_CHUNK_SIZE)
-                .await
-                .map_err(objects_error)?;
+                .await?;
             s.objects
                 .put_manifest(
                     NAMESPACE,
@@ -200,8 +198,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                     &file_id(&t.name, &t.bake_id, file),
                     &up.manifest,
                 )
-                .await
-                .map_err(objects_error)?;
+                .await?;
         }
         let record = SharedBake {
             template: t.clone(),
@@ -211,10 +208,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             image: image.is_some(),
         };
         let json = serde_json::to_value(&record).expect("a record serialises");
-        s.objects
-            .put_record(NAMESPACE, RECORDS, &id, &json)
-            .await
-            .map_err(objects_error)?;
+        s.objects.put_record(NAMESPACE, RECORDS, &id, &json).await?;
         // Older bakes of this name for the same hosts are not fetched again.
         for (old, bake) in self.records_of(s, &t.name).await? {
             if old != id && self.fits_here(s, &bake) && bake.durable_at_ms <= record.durable_at_ms {
@@ -232,12 +226,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     ) -> Result<Vec<(String, SharedBake)>, AgentError> {
         let prefix = format!("{name}.");
         let mut out = Vec::new();
-        for id in s
-            .objects
-            .list_records(NAMESPACE, RECORDS)
-            .await
-            .map_err(objects_error)?
-        {
+        for id in s.objects.list_records(NAMESPACE, RECORDS).await? {
             if !id.starts_with(&prefix) || id[prefix.len()..].contains('.') {
                 continue;
             }
@@ -245,7 +234,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                 Ok(r) => r,
                 // Removed meanwhile.
                 Err(ObjectsError::NotFound { .. }) => continue,
-                Err(e) => return Err(objects_error(e)),
+                Err(e) => return Err(e.into()),
             };
             match serde_json::from_value::<SharedBake>(raw) {
                 Ok(b) if b.template.name == name => out.push((id, b)),
@@ -294,10 +283,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     /// Takes template `name` from the object store, if a host made it durable there (see the
     /// module doc): `None` when no bake of it is stored (or this agent does not share). The
     /// caller holds the template's bake lock.
-    pub(crate) async fn fetch_template(
-        &self,
-        name: &str,
-    ) -> Result<Option<(Template, Fetched)>, AgentError> {
+    pub(crate) async fn fetch_template(&self, name: &str) -> Result<Option<Template>, AgentError> {
         let Some(s) = self.sharing.get() else {
             return Ok(None);
         };
@@ -309,8 +295,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         if self.fits_here(s, &bake) {
             let staged = self.rt.template_staging(name)?;
             let fetched = async {
-                for file in ["rootfs.ext4", "mem", "state"] {
-                    let kind = file.strip_suffix(".ext4").unwrap_or(file);
+                for (kind, file) in BAKE_FILES {
                     self.fetch_file(s, t, kind, &staged.join(file)).await?;
                 }
                 Ok::<_, AgentError>(())
@@ -328,7 +313,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                 fetch_ms = started.elapsed().as_millis() as u64,
                 "template fetched from the object store"
             );
-            return Ok(Some((installed, Fetched::Installed)));
+            return Ok(Some(installed));
         }
         if !bake.image {
             return Ok(None);
@@ -338,7 +323,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         std::fs::create_dir_all(&images)?;
         let image = images.join(format!("{}.ext4", record_id(name, &t.bake_id)));
         if !image.is_file() {
-            self.fetch_file(s, t, "image", &image).await?;
+            self.fetch_file(s, t, IMAGE, &image).await?;
         }
         tracing::info!(
             template = name,
@@ -352,7 +337,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             .bake_with(name, &image, t.shape, self.profile())
             .await?;
         self.publish_later(&baked);
-        Ok(Some((baked, Fetched::BakedHere)))
+        Ok(Some(baked))
     }
 
     async fn fetch_file(
@@ -365,12 +350,8 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         let manifest = s
             .objects
             .get_manifest(NAMESPACE, FILES, &file_id(&t.name, &t.bake_id, file))
-            .await
-            .map_err(objects_error)?;
-        s.objects
-            .download_file(NAMESPACE, &manifest, dest)
-            .await
-            .map_err(objects_error)?;
+            .await?;
+        s.objects.download_file(NAMESPACE, &manifest, dest).await?;
         Ok(())
     }
 
@@ -395,19 +376,13 @@ async fn forget_bake<D: VmDriver>(
 ) -> Result<(), AgentError> {
     s.objects
         .delete_record(NAMESPACE, RECORDS, &record_id(name, bake_id))
-        .await
-        .map_err(objects_error)?;
-    for file in ["rootfs", "mem", "state", "image"] {
+        .await?;
+    for file in BAKE_FILES.map(|(kind, _)| kind).into_iter().chain([IMAGE]) {
         s.objects
             .delete_manifest(NAMESPACE, FILES, &file_id(name, bake_id, file))
-            .await
-            .map_err(objects_error)?;
+            .await?;
     }
     Ok(())
-}
-
-fn objects_error(e: ObjectsError) -> AgentError {
-    AgentError::Objects(e)
 }
 
 pub(crate) fn now_ms() -> i64 {

@@ -56,7 +56,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         }
         // Baked by another host of the cluster: no build (see `shared_templates`).
         match self.fetch_template(name).await {
-            Ok(Some((t, _))) => return Ok(t),
+            Ok(Some(t)) => return Ok(t),
             Ok(None) => {}
             Err(e) if spec_path.is_file() => tracing::warn!(
                 template = name,

@@ -12,6 +12,14 @@ pub enum CloneKind {
     Copy,
 }
 
+/// Makes `dir` an empty directory: what an earlier unfinished use left in it is removed.
+pub(crate) fn empty_dir(dir: &Path) -> std::io::Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    std::fs::create_dir_all(dir)
+}
+
 /// Clones `src` to `dst` (which must not exist): a reflink where the filesystem supports it,
 /// otherwise a sparse copy (logged once per process).
 pub fn clone_file(src: &Path, dst: &Path) -> std::io::Result<CloneKind> {

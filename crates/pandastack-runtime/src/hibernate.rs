@@ -50,26 +50,33 @@ impl Hibernated {
             .map(|m| m.blocks() * 512)
             .sum()
     }
-}
 
-impl Hibernated {
     /// The files of its directory another host needs to wake it, besides `sandbox.json`: the
     /// disk, the hibernation image and its own RAM file if it has one (empty volume slots are
     /// made again where it goes). A sandbox with a volume bound cannot leave its host (the
     /// volume's file is this host's): [`HibernateError::Immovable`].
     pub fn moving_files(&self) -> Result<Vec<&'static str>, HibernateError> {
-        if self.info.volumes.iter().any(Option::is_some) {
-            return Err(HibernateError::Immovable {
-                id: self.id.clone(),
-                why: "a volume is mounted in it (volumes stay on their host)".into(),
-            });
-        }
-        let mut files = vec![ROOTFS, HIBERNATE_STATE];
-        if self.info.memory_file {
-            files.push(MEMORY);
-        }
-        Ok(files)
+        stays_for_volumes(&self.info)?;
+        Ok(MOVING_FILES
+            .into_iter()
+            .filter(|&f| f != MEMORY || self.info.memory_file)
+            .collect())
     }
+}
+
+/// Every file a hibernated sandbox's move may carry (see [`Hibernated::moving_files`]).
+pub const MOVING_FILES: [&str; 3] = [ROOTFS, HIBERNATE_STATE, MEMORY];
+
+/// [`HibernateError::Immovable`] for a sandbox with a volume bound: the volume's file is its
+/// host's.
+fn stays_for_volumes(info: &SandboxInfo) -> Result<(), HibernateError> {
+    if info.volumes.iter().any(Option::is_some) {
+        return Err(immovable(
+            &info.id,
+            "a volume is mounted in it (volumes stay on their host)",
+        ));
+    }
+    Ok(())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -238,10 +245,7 @@ impl<D: VmDriver> Runtime<D> {
             .root()
             .join("sandboxes")
             .join(format!(".moving-{id}"));
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir)?;
-        }
-        std::fs::create_dir_all(&dir)?;
+        crate::files::empty_dir(&dir)?;
         Ok(dir)
     }
 
@@ -274,9 +278,7 @@ impl<D: VmDriver> Runtime<D> {
                     "it has a network card and this host runs sandboxes without networking",
                 ));
             }
-            if info.volumes.iter().any(Option::is_some) {
-                return Err(immovable(&id, "a volume is mounted in it"));
-            }
+            stays_for_volumes(&info)?;
             for f in [ROOTFS, HIBERNATE_STATE] {
                 if !staged.join(f).is_file() {
                     return Err(immovable(&id, &format!("its {f} was not fetched")));

@@ -24,7 +24,7 @@ mod template;
 pub mod volumes;
 
 pub use attach::{Attached, Found, FoundState, ReconcileReport};
-pub use hibernate::{HibernateError, Hibernated};
+pub use hibernate::{HibernateError, Hibernated, MOVING_FILES};
 pub use layout::DataDir;
 pub use net::SlotError;
 pub use pool::WARM_AFTER as POOL_WARM_AFTER;

@@ -252,10 +252,7 @@ impl<D: VmDriver> Runtime<D> {
             return Err(BakeError::InvalidName(name.into()));
         }
         let work = self.data.template(name).with_extension("fetching");
-        if work.exists() {
-            std::fs::remove_dir_all(&work)?;
-        }
-        std::fs::create_dir_all(&work)?;
+        crate::files::empty_dir(&work)?;
         Ok(work)
     }
 
@@ -303,14 +300,7 @@ impl<D: VmDriver> Runtime<D> {
         }
         self.drain_template_pool(&name).await;
         let dir = self.data.template(&name);
-        let old = dir.with_extension("old");
-        if dir.exists() {
-            std::fs::rename(&dir, &old)?;
-        }
-        std::fs::rename(staged, &dir)?;
-        if old.exists() {
-            std::fs::remove_dir_all(&old)?;
-        }
+        put_in_place(staged, &dir)?;
         baked.dir = dir;
         Ok(baked)
     }
@@ -345,21 +335,11 @@ impl<D: VmDriver> Runtime<D> {
         }
         let dir = self.data.template(name);
         let work = dir.with_extension("baking");
-        if work.exists() {
-            std::fs::remove_dir_all(&work)?;
-        }
-        std::fs::create_dir_all(&work)?;
+        crate::files::empty_dir(&work)?;
         let result = self.bake_into(name, image, shape, profile, &work).await;
         match result {
             Ok(mut t) => {
-                let old = dir.with_extension("old");
-                if dir.exists() {
-                    std::fs::rename(&dir, &old)?;
-                }
-                std::fs::rename(&work, &dir)?;
-                if old.exists() {
-                    std::fs::remove_dir_all(&old)?;
-                }
+                put_in_place(&work, &dir)?;
                 t.dir = dir;
                 Ok(t)
             }
@@ -510,6 +490,20 @@ fn reclaim(dir: &Path) -> std::io::Result<()> {
         if entry.file_type()?.is_file() {
             std::os::unix::fs::chown(entry.path(), Some(0), Some(0))?;
         }
+    }
+    Ok(())
+}
+
+/// Makes the complete template directory `work` template directory `dir`, replacing an earlier
+/// one only once `work` is in place.
+fn put_in_place(work: &Path, dir: &Path) -> std::io::Result<()> {
+    let old = dir.with_extension("old");
+    if dir.exists() {
+        std::fs::rename(dir, &old)?;
+    }
+    std::fs::rename(work, dir)?;
+    if old.exists() {
+        std::fs::remove_dir_all(&old)?;
     }
     Ok(())
 }
