@@ -80,6 +80,9 @@ pub(super) fn run_unpacker(
         .stderr(Stdio::piped());
     let exe_fd = exe.as_raw_fd();
     let (pid_w_fd, go_r_fd) = (pid_w.as_raw_fd(), go_r.as_raw_fd());
+    // The parent's ends, which the forked child holds copies of until it execs.
+    let (pid_r_fd, go_w_fd) = (pid_r.as_raw_fd(), go_w.as_raw_fd());
+    let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec. It only makes async-signal-safe
     // system calls on values prepared above (raw fds, a C string, C string literals) and builds
     // errors with `from_raw_os_error`/`last_os_error`, which do not allocate: no allocation, no
@@ -93,6 +96,22 @@ pub(super) fn run_unpacker(
                     Err(std::io::Error::last_os_error())
                 }
             };
+            // Until it execs, the child holds a copy of every descriptor of ours, the API's
+            // listening sockets among them. Should we die before the mapper releases it, it
+            // must end rather than wait: it drops its copy of the release pipe's write end (so
+            // the read below sees the end of the pipe once ours is gone) and dies with us.
+            libc::close(go_w_fd);
+            libc::close(pid_r_fd);
+            check(libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ))?;
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
             // The executable stays open across exec (it is run through /proc/self/fd, so a
             // mount over its directory cannot hide it).
             let flags = libc::fcntl(exe_fd, libc::F_GETFD);
@@ -136,8 +155,8 @@ pub(super) fn run_unpacker(
             check(libc::setresgid(0, 0, 0))?;
             check(libc::setgroups(0, std::ptr::null()))?;
             check(libc::setresuid(0, 0, 0))?;
-            // Set after the credential change, which clears it: the unpacker dies with the
-            // thread that started it rather than run on unattended.
+            // Set again after the credential change, which clears it: the unpacker dies with
+            // the thread that started it rather than run on unattended.
             check(libc::prctl(
                 libc::PR_SET_PDEATHSIG,
                 libc::SIGKILL as libc::c_ulong,
