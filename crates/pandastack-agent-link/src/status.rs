@@ -182,6 +182,10 @@ const MAX_INTERNED: usize = 4096;
 /// peer cannot grow this without bound.
 pub(crate) fn intern(s: &str) -> &'static str {
     static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    // A caller acts on this one (it retries), so it is never lost to the cap below.
+    if s == pandastack_host::WAKE_WHILE_MOVING {
+        return pandastack_host::WAKE_WHILE_MOVING;
+    }
     let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(name) = names.get(s) {
         return name;

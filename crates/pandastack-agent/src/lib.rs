@@ -343,10 +343,18 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     }
 
     /// Wakes a hibernated sandbox in `slot`; refuses one whose VM process has ended on its own
-    /// (every operation on the VM starts here, so none runs on a dead one).
+    /// (every operation on the VM starts here, so none runs on a dead one), and one whose image
+    /// is on its way to another host (see [`crate::moving`]).
     async fn ensure_awake(&self, slot: &mut SandboxVm<D::Vm>) -> Result<(), AgentError> {
         self.check_alive(slot)?;
-        if let SandboxVm::Hibernated(_) = slot {
+        if let SandboxVm::Hibernated(h) = slot {
+            if crate::moving::is_leaving(h) {
+                return Err(AgentError::InvalidState {
+                    id: h.id.clone(),
+                    state: VmState::Hibernated,
+                    op: pandastack_host::WAKE_WHILE_MOVING,
+                });
+            }
             let SandboxVm::Hibernated(h) = std::mem::replace(slot, SandboxVm::Gone) else {
                 unreachable!()
             };

@@ -22,6 +22,15 @@ use crate::entry::SandboxVm;
 use crate::{AgentError, HostAgent, SandboxView};
 
 const RECORDS: &str = "hibernated";
+/// In a hibernated sandbox's directory from the time its image is stored for another host
+/// until the move is given up ([`HostAgent::forget_stored`]) or its copy here is destroyed:
+/// the sandbox does not wake here meanwhile (a file, so a restarted agent keeps refusing).
+const LEAVING: &str = ".leaving";
+
+/// Whether `h`'s image is on its way to another host: it must not wake here.
+pub(crate) fn is_leaving(h: &pandastack_runtime::Hibernated) -> bool {
+    h.dir.join(LEAVING).exists()
+}
 const FILES: &str = "hibernated-files";
 
 /// A hibernated sandbox as stored for another host (its record).
@@ -64,8 +73,26 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             });
         };
         let files = h.moving_files().map_err(AgentError::Hibernate)?;
+        let leaving = h.dir.join(LEAVING);
+        std::fs::write(&leaving, b"")?;
+        let stored = self.upload_hibernated(s, h, &files, id, ws).await;
+        if stored.is_err() {
+            let _ = std::fs::remove_file(&leaving);
+        }
+        stored
+    }
+
+    /// The upload of [`Self::store_hibernated`]: `files` of `h`, then the record; the tag.
+    async fn upload_hibernated(
+        &self,
+        s: &crate::shared_templates::Sharing<D>,
+        h: &pandastack_runtime::Hibernated,
+        files: &[&str],
+        id: &str,
+        ws: &str,
+    ) -> Result<String, AgentError> {
         let tag = format!("{:016x}", rand::random::<u64>());
-        for f in &files {
+        for f in files {
             let up = s
                 .objects
                 .upload_file(ws, &h.dir.join(f), DEFAULT_CHUNK_SIZE)
@@ -155,9 +182,19 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     }
 
     /// Removes the stored image `tag` of sandbox `id` in workspace `ws` (absent is success):
-    /// the record first, so no host adopts it from then on. The chunks stay.
+    /// the record first, so no host adopts it from then on. The chunks stay. A copy of the
+    /// sandbox still here wakes here again: the move is given up (or already over).
     pub async fn forget_stored(&self, id: &str, ws: &str, tag: &str) -> Result<(), AgentError> {
         let s = self.sharing.get().ok_or(AgentError::NotShared)?;
+        if let Ok(e) = self.entry(id).await {
+            let slot = e.slot.lock().await;
+            if let SandboxVm::Hibernated(h) = &*slot {
+                match std::fs::remove_file(h.dir.join(LEAVING)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                    _ => {}
+                }
+            }
+        }
         s.objects
             .delete_record(ws, RECORDS, &record_id(id, tag))
             .await?;

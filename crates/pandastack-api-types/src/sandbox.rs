@@ -387,6 +387,29 @@ pub struct Snapshot {
     pub size_bytes: u64,
 }
 
+/// `POST /v1/sandboxes/{id}/migrate`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MigrateRequest {
+    /// The host to move it to (a host id, as `GET /v1/hosts` lists them). By default,
+    /// placement chooses among the hosts that can restore its memory (the same compatibility
+    /// key as its host's) and have room for it.
+    #[serde(default)]
+    pub host: Option<String>,
+}
+
+impl MigrateRequest {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        match &self.host {
+            Some(h) if !valid_name(h, 63) => Err(field_error(
+                "host",
+                "a host id: 1 to 63 letters, digits, '-' or '_'",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// `POST /v1/sandboxes/{id}/fork`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -150,6 +150,9 @@ impl From<pandastack_control::ControlError> for ApiError {
             e @ pandastack_control::ControlError::SandboxLost { .. } => {
                 Self::new(ErrorCode::SandboxState, e.to_string())
             }
+            e @ pandastack_control::ControlError::CannotMove { .. } => {
+                Self::new(ErrorCode::Conflict, e.to_string())
+            }
         }
     }
 }

@@ -414,19 +414,19 @@ fn set_cookie(uri: &Uri, token: &str) -> Response {
     resp
 }
 
-/// Wakes a hibernated sandbox for a request, waiting at most the configured bound. The wake
-/// runs as a task of its own: a request that gives up (or a client that goes away) never cuts a
-/// wake off half-way.
+/// Wakes a hibernated sandbox for a request, waiting at most the configured bound (a sandbox
+/// moving to another host is followed there). The wake runs as a task of its own: a request
+/// that gives up (or a client that goes away) never cuts a wake off half-way.
 async fn wake(app: &Arc<ApiState>, row: SandboxRow) -> ApiResult<SandboxRow> {
-    let (host, id) = (Arc::clone(app.control.host()), row.id.clone());
-    let woke = tokio::spawn(async move { host.awake(&id).await });
+    let (sandboxes, id) = (app.control.sandboxes.clone(), row.id.clone());
+    let woke = tokio::spawn(async move { sandboxes.awake(row).await });
     match tokio::time::timeout(app.preview.wake_timeout, woke).await {
         Err(_) => {
             let mut e = ApiError::new(
                 ErrorCode::Unavailable,
                 format!(
                     "sandbox {} is waking up and did not answer within {} s; try again",
-                    row.id,
+                    id,
                     app.preview.wake_timeout.as_secs()
                 ),
             );
@@ -434,8 +434,7 @@ async fn wake(app: &Arc<ApiState>, row: SandboxRow) -> ApiResult<SandboxRow> {
             Err(e)
         }
         Ok(Err(e)) => Err(ApiError::internal("wake", &e)),
-        Ok(Ok(Err(e))) => Err(e.into()),
-        Ok(Ok(Ok(view))) => crate::sandboxes::record(app, row, &view).await,
+        Ok(Ok(r)) => Ok(r?),
     }
 }
 

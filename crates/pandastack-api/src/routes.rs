@@ -152,6 +152,7 @@ route_table! {
     sandboxes::resume,
     sandboxes::hibernate,
     sandboxes::wake,
+    sandboxes::migrate,
     logs::logs,
     sandboxes::metrics,
     workload::exec,

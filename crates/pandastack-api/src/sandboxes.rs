@@ -9,10 +9,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use pandastack_api_types::{
-    self as wire, CreateSandboxRequest, Cursor, ErrorCode, List, PatchSandboxRequest,
+    self as wire, CreateSandboxRequest, Cursor, ErrorCode, List, MigrateRequest,
+    PatchSandboxRequest,
 };
 use pandastack_control::Verb;
-use pandastack_host::VmView as SandboxView;
 use pandastack_store::{Filter, SandboxRow};
 
 use crate::error::{ApiError, ApiResult};
@@ -46,15 +46,6 @@ pub(crate) fn to_wire(r: &SandboxRow, host: &str) -> wire::Sandbox {
 /// The caller's sandbox row, or 404 (also for other workspaces' sandboxes).
 pub(crate) async fn owned(app: &ApiState, caller: &Caller, id: &str) -> ApiResult<SandboxRow> {
     Ok(app.control.sandboxes.get(caller.ws(), id).await?)
-}
-
-/// Records the host's view of a sandbox (state after an operation) and API activity.
-pub(crate) async fn record(
-    app: &ApiState,
-    row: SandboxRow,
-    view: &SandboxView,
-) -> ApiResult<SandboxRow> {
-    Ok(app.control.sandboxes.record(row, view).await?)
 }
 
 /// The API's name for where a sandbox's VM is.
@@ -277,6 +268,43 @@ verb!(
     "wake_sandbox",
     "Restore a hibernated sandbox. Idempotent."
 );
+
+/// Move a sandbox to another host of a cluster, with its memory, processes, files, id, preview
+/// URL and metadata; returns it there, running if it was running (or paused), else hibernated.
+///
+/// A running sandbox is hibernated, its image copied through the object store to a host with
+/// the same compatibility key, and woken there; calls on it meanwhile wait for the move to end.
+/// 409 `conflict` when it cannot move (a single-host server, a sandbox that is starting or has
+/// volumes, the host named is its own); 503 `unavailable` when no host has room. On failure the
+/// sandbox stays where it was, as it was.
+#[utoipa::path(
+    post,
+    path = "/v1/sandboxes/{id}/migrate",
+    operation_id = "migrate_sandbox",
+    tag = "sandboxes",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = MigrateRequest,
+    responses((status = 200, description = "The sandbox on its new host", body = wire::Sandbox))
+)]
+pub async fn migrate(
+    State(app): State<Arc<ApiState>>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Body(req): Body<MigrateRequest>,
+) -> ApiResult<Json<wire::Sandbox>> {
+    req.validate()?;
+    // A move runs to the end even if the client leaves (see `to_completion`).
+    idempotency::to_completion(async move {
+        let row = owned(&app, &caller, &id).await?;
+        let row = app
+            .control
+            .sandboxes
+            .migrate(row, req.host.as_deref())
+            .await?;
+        Ok(Json(to_wire(&row, app.host_of(&row.host_id))))
+    })
+    .await
+}
 
 /// Host-side resource use of a sandbox's VM: `state`, and while it runs `host_rss_bytes`,
 /// `host_pss_bytes`, `cpu_time_ms`.

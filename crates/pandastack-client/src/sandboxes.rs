@@ -112,6 +112,17 @@ impl Client {
         self.lifecycle(id, "wake").await
     }
 
+    /// `POST …/migrate`: moves the sandbox to another host of a cluster (`host`, or the one
+    /// placement chooses).
+    pub async fn migrate(&self, id: &str, host: Option<&str>) -> Result<Sandbox, Error> {
+        let req = pandastack_api_types::MigrateRequest {
+            host: host.map(str::to_owned),
+        };
+        let call =
+            Call::new(Method::POST, sandbox_path(id, "/migrate")).payload(Payload::json(&req)?);
+        self.json(call).await
+    }
+
     async fn lifecycle(&self, id: &str, verb: &str) -> Result<Sandbox, Error> {
         self.json(Call::new(
             Method::POST,

@@ -220,6 +220,12 @@ impl Fleet {
         Ok(host)
     }
 
+    /// Drops what this fleet knows of where `id` is: a sandbox moved to another host, the next
+    /// call reads its owner from the store.
+    pub fn moved(&self, id: &str) {
+        self.forget(id);
+    }
+
     fn forget(&self, id: &str) {
         self.owners
             .lock()
@@ -539,7 +545,8 @@ impl Host for Fleet {
         self.to(id).await?.store_hibernated(id, ws).await
     }
 
-    /// To the host the sandbox's row names: a move writes the row's new host first.
+    /// To the host the sandbox's row names (a move calls its destination itself, before the
+    /// row names it: see `Sandboxes::migrate`).
     async fn adopt_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<VmView> {
         self.to(id).await?.adopt_stored(id, ws, tag).await
     }

@@ -10,7 +10,9 @@ use pandastack_store::{
     now_ms, Adding, Filter, MountClaim, SandboxRow, SandboxState, Store, StoreError,
 };
 
-use crate::{row_state, TemplateError, Templates, Volumes};
+use crate::{row_state, Fleet, TemplateError, Templates, Volumes};
+
+mod migrate;
 
 /// Why a sandbox operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +37,10 @@ pub enum ControlError {
     /// still be deleted).
     #[error("sandbox {id} is lost: its host {host} is dead")]
     SandboxLost { id: String, host: String },
+    /// A move to another host that cannot be made (one host only, a state or volume that does
+    /// not move, the sandbox changed meanwhile); nothing was moved.
+    #[error("sandbox {id} cannot move: {why}")]
+    CannotMove { id: String, why: String },
 }
 
 /// The most a create may ask for in `disk_mbps` and `disk_iops` (`pandastack server
@@ -130,6 +136,8 @@ pub struct Sandboxes {
     volumes: Volumes,
     disk_max: DiskMax,
     place: PlaceMode,
+    /// A cluster's hosts one by one (a move names its hosts); set once, seen by every clone.
+    fleet: Arc<std::sync::OnceLock<Fleet>>,
 }
 
 impl Sandboxes {
@@ -149,7 +157,14 @@ impl Sandboxes {
             volumes,
             disk_max,
             place: PlaceMode::ThisHost,
+            fleet: Arc::default(),
         }
+    }
+
+    /// Gives a cluster's sandboxes (and every clone of them) the fleet their host is, so that
+    /// sandboxes can move between its hosts ([`Self::migrate`]); a second call changes nothing.
+    pub fn set_fleet(&self, fleet: Fleet) {
+        let _ = self.fleet.set(fleet);
     }
 
     /// Places new sandboxes as `place` says.
@@ -531,23 +546,50 @@ impl Sandboxes {
         self.lifecycle(row, verb).await
     }
 
-    /// Runs `verb` on the sandbox's VM and records the result.
-    pub async fn lifecycle(&self, row: SandboxRow, verb: Verb) -> Result<SandboxRow, ControlError> {
-        reachable(&row)?;
-        let view = match verb {
-            Verb::Pause => self.host.pause(&row.id).await?,
-            Verb::Resume => self.host.resume(&row.id).await?,
-            Verb::Hibernate => self.host.hibernate(&row.id).await?,
-            Verb::Wake => self.host.wake(&row.id).await?,
-        };
-        self.record(row, &view).await
+    /// Runs `verb` on the sandbox's VM and records the result. A sandbox moving to another
+    /// host is followed there once the move is over (see `migrate`).
+    pub async fn lifecycle(
+        &self,
+        mut row: SandboxRow,
+        verb: Verb,
+    ) -> Result<SandboxRow, ControlError> {
+        let started = std::time::Instant::now();
+        loop {
+            reachable(&row)?;
+            let done = match verb {
+                Verb::Pause => self.host.pause(&row.id).await,
+                Verb::Resume => self.host.resume(&row.id).await,
+                Verb::Hibernate => self.host.hibernate(&row.id).await,
+                Verb::Wake => self.host.wake(&row.id).await,
+            };
+            match done {
+                Err(e) if pandastack_host::is_moving(&e) => {
+                    match self.followed(&row, started).await? {
+                        Some(now) => row = now,
+                        None => return Err(e.into()),
+                    }
+                }
+                done => return self.record(row, &done?).await,
+            }
+        }
     }
 
-    /// The sandbox ready for work inside it: woken if it was hibernated, the row saying so.
-    pub async fn awake(&self, row: SandboxRow) -> Result<SandboxRow, ControlError> {
-        reachable(&row)?;
-        let view = self.host.awake(&row.id).await?;
-        self.record(row, &view).await
+    /// The sandbox ready for work inside it: woken if it was hibernated, the row saying so. A
+    /// sandbox moving to another host is followed there once the move is over.
+    pub async fn awake(&self, mut row: SandboxRow) -> Result<SandboxRow, ControlError> {
+        let started = std::time::Instant::now();
+        loop {
+            reachable(&row)?;
+            match self.host.awake(&row.id).await {
+                Err(e) if pandastack_host::is_moving(&e) => {
+                    match self.followed(&row, started).await? {
+                        Some(now) => row = now,
+                        None => return Err(e.into()),
+                    }
+                }
+                done => return self.record(row, &done?).await,
+            }
+        }
     }
 
     /// Stops the sandbox's VM, removes its files and its row. A VM the host does not have

@@ -21,6 +21,16 @@ pub enum GuestErrorKind {
     Other,
 }
 
+/// The `op` of the [`HostError::InvalidState`] a host answers for a hibernated sandbox whose
+/// image is on its way to another host (between `store_hibernated` and the end of the move):
+/// it does not wake there; a caller reads the sandbox's host again and retries.
+pub const WAKE_WHILE_MOVING: &str = "wake it while it moves to another host (try again shortly)";
+
+/// Whether `e` says the sandbox is moving to another host ([`WAKE_WHILE_MOVING`]).
+pub fn is_moving(e: &HostError) -> bool {
+    matches!(e, HostError::InvalidState { op, .. } if *op == WAKE_WHILE_MOVING)
+}
+
 /// Why a host operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {

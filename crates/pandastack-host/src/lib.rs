@@ -22,7 +22,7 @@ mod view;
 mod volume;
 
 pub use build::{BuildLogFn, BuildSource, BuiltImage, SpecRefused, SpecSummary};
-pub use error::{error_chain, GuestErrorKind, HostError};
+pub use error::{error_chain, is_moving, GuestErrorKind, HostError, WAKE_WHILE_MOVING};
 pub use exec::{ExecEvent, ExecInput, ExecOutcome, ExecSpec, PtySize, SessionStart};
 pub use files::{DirPage, FileInfo, FileKind, ListPage};
 pub use log::{read_log, trim_log, LogChunk, LogPos};

@@ -477,6 +477,21 @@ impl SandboxRepo<'_> {
         Ok(done.rows_affected() == 1)
     }
 
+    /// The host placement would choose for `demand` now, without writing anything (a move's
+    /// destination: the sandbox's row changes host only once its image is there, see
+    /// [`SandboxRepo::move_hibernated`]). [`StoreError::NoCapacity`] when no host fits.
+    pub async fn choose_host(&self, demand: &Demand<'_>) -> Result<Placement, StoreError> {
+        let mut retry = Retry::default();
+        loop {
+            let mut tx = self.pool.begin().await?;
+            let placed = place(&mut tx, self.backend, demand, retry.raced).await;
+            tx.rollback().await?;
+            if let Some(placement) = retry.outcome(placed)? {
+                return Ok(placement);
+            }
+        }
+    }
+
     /// Every sandbox on host `host_id` (all workspaces) with its recorded state, for
     /// reconciling the host with its rows at start.
     pub async fn on_host(&self, host_id: &str) -> Result<Vec<(String, SandboxState)>, StoreError> {

@@ -5,7 +5,9 @@
 //! refused, and removing the template removes it from the store. Hibernated sandboxes: one
 //! stored by its host is adopted by another with the same key and wakes there; another key,
 //! or a second adoption, is refused and leaves nothing behind; the same move made as a
-//! replica makes it, through each host's agent link (`RemoteHost` over mutual TLS).
+//! replica makes it, through each host's agent link (`RemoteHost` over mutual TLS); a
+//! replica's `migrate` moves running and hibernated sandboxes, refuses what cannot move, and a
+//! second replica's calls follow a moved sandbox.
 //! (`cluster_guests` moves a template with real guests through a replica.)
 
 use std::path::Path;
@@ -264,6 +266,13 @@ async fn a_hibernated_sandbox_stored_by_its_host_wakes_on_another() {
         "stays on its host, hibernated"
     );
     let a_files = a_dir.join("data/sandboxes/mover");
+    // Stored for a move, it does not wake where it is.
+    let err = a.wake("mover").await.unwrap_err();
+    assert!(
+        matches!(&err, pandastack_agent::AgentError::InvalidState { op, .. }
+            if *op == pandastack_host::WAKE_WHILE_MOVING),
+        "{err:?}"
+    );
 
     // Another compatibility key: refused, nothing left.
     let err = o.adopt_stored("mover", WS, &tag).await.unwrap_err();
@@ -321,6 +330,12 @@ async fn a_hibernated_sandbox_stored_by_its_host_wakes_on_another() {
         b.get("mover").await.unwrap().state,
         pandastack_agent::VmState::Running
     );
+    // A move given up (its image forgotten) leaves it waking where it is.
+    let tag = b.store_hibernated("mover", WS).await.unwrap();
+    assert!(b.wake("mover").await.is_err(), "stored for a move");
+    b.forget_stored("mover", WS, &tag).await.unwrap();
+    let v = b.wake("mover").await.unwrap();
+    assert_eq!(v.state, pandastack_agent::VmState::Running);
     b.destroy("mover").await.unwrap();
 }
 
@@ -392,4 +407,221 @@ async fn a_hibernated_sandbox_moves_through_the_agent_links() {
     to_b.destroy("linked").await.unwrap();
     serving_a.abort();
     serving_b.abort();
+}
+
+/// Dials host agents by host id, in process.
+struct Agents(std::collections::HashMap<String, Arc<dyn pandastack_host::Host>>);
+
+#[async_trait::async_trait]
+impl pandastack_control::Dial for Agents {
+    async fn dial(
+        &self,
+        host_id: &str,
+        _address: &str,
+    ) -> Result<Arc<dyn pandastack_host::Host>, pandastack_control::fleet::DialError> {
+        Ok(Arc::clone(self.0.get(host_id).ok_or("unknown host")?))
+    }
+}
+
+/// A control-plane replica over `hosts` (id, agent, compatibility key) joined in `store`.
+async fn replica(
+    store: &pandastack_store::Store,
+    objects: &Objects,
+    builds: &Path,
+    hosts: &[(&str, &Arc<HostAgent<FakeDriver>>)],
+) -> pandastack_control::ControlPlane {
+    use pandastack_control::{ControlPlane, Dial, Fleet, PlaceMode};
+    let agents = hosts
+        .iter()
+        .map(|(id, a)| {
+            let h: Arc<dyn pandastack_host::Host> =
+                Arc::new(pandastack_agent::LocalHost(Arc::clone(a)));
+            ((*id).to_owned(), h)
+        })
+        .collect();
+    let fleet = Fleet::new(store.clone(), Arc::new(Agents(agents)) as Arc<dyn Dial>);
+    pandastack_control::JoinWatch::new(store.clone(), fleet.clone())
+        .tick()
+        .await
+        .unwrap();
+    let config = pandastack_control::ControlConfig {
+        place: PlaceMode::AcrossHosts,
+        ..pandastack_testkit::fake::test_config("replica", builds)
+    };
+    let control = ControlPlane::new(
+        store.clone(),
+        Arc::new(fleet.clone()),
+        objects.clone(),
+        config,
+    );
+    control.sandboxes.set_fleet(fleet);
+    control
+}
+
+fn joining(id: &str, key: &str) -> pandastack_store::Joining {
+    pandastack_store::Joining {
+        id: id.into(),
+        name: id.into(),
+        address: format!("{id}.test:7443"),
+        capacity: pandastack_store::HostCapacity {
+            vcpus: 4,
+            memory_mib: 1024,
+            disk_bytes: 1 << 40,
+            free_slots: 16,
+            creates_in_flight: 0,
+            slots: 16,
+        },
+        compat_key: key.into(),
+        templates: vec!["tiny".into()],
+    }
+}
+
+/// `migrate` through a replica: a running sandbox moves to the other host with the same key
+/// and runs there (the origin's copy goes, and so does the stored image); a move to a host
+/// of another key, or to its own host, is refused and changes nothing; a hibernated one moves
+/// hibernated; a call made through a second replica, whose cached owner still names the
+/// origin, waits out the move and follows the sandbox.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_migrates_sandboxes_and_calls_follow_them() {
+    use pandastack_control::ControlError;
+    use pandastack_store::{SandboxState, StoreError};
+    let tmp = tempfile::tempdir().unwrap();
+    let objects =
+        Objects::open(&format!("file://{}", tmp.path().join("objects").display())).unwrap();
+    let a = host(&tmp.path().join("a"), &objects, KEY, "host-a").await;
+    let b = host(&tmp.path().join("b"), &objects, KEY, "host-b").await;
+    let o = host(&tmp.path().join("o"), &objects, "qemu-9.other", "host-o").await;
+    for agent in [&a, &b, &o] {
+        agent
+            .bake_image("tiny", &image(tmp.path(), 4), Shape::new(1, 64))
+            .await
+            .unwrap();
+    }
+    let store = pandastack_store::Store::open(&tmp.path().join("state.db"))
+        .await
+        .unwrap();
+    let (ws, _, _) = store
+        .keys()
+        .create_workspace_with_key("ws", 50, 1000)
+        .await
+        .unwrap();
+    let now = pandastack_store::now_ms();
+    for (id, key) in [("host-a", KEY), ("host-b", KEY), ("host-o", "qemu-9.other")] {
+        store
+            .hosts()
+            .join(&joining(id, key), 600_000, now)
+            .await
+            .unwrap();
+    }
+    let hosts = [("host-a", &a), ("host-b", &b), ("host-o", &o)];
+    let one = replica(&store, &objects, &tmp.path().join("b1"), &hosts).await;
+    let two = replica(&store, &objects, &tmp.path().join("b2"), &hosts).await;
+    let req: pandastack_api_types::CreateSandboxRequest =
+        serde_json::from_value(serde_json::json!({"template": "tiny"})).unwrap();
+
+    // Pinned to a, the only way to know where it starts.
+    let row = {
+        let mut req = req.clone();
+        req.metadata.insert("k".into(), "v".into());
+        one.sandboxes.create(&ws.id, &req).await.unwrap()
+    };
+    let row = if row.host_id == "host-a" {
+        row
+    } else {
+        // Placed on another host: move it to a first (itself a migrate).
+        one.sandboxes.migrate(row, Some("host-a")).await.unwrap()
+    };
+    assert_eq!(row.host_id, "host-a");
+    let id = row.id.clone();
+
+    // Refusals change nothing.
+    let err = one
+        .sandboxes
+        .migrate(row.clone(), Some("host-o"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ControlError::Store(StoreError::NoCapacity { .. })),
+        "{err:?}"
+    );
+    let err = one
+        .sandboxes
+        .migrate(row.clone(), Some("host-a"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ControlError::CannotMove { .. }), "{err:?}");
+    assert_eq!(
+        a.get(&id).await.unwrap().state,
+        pandastack_agent::VmState::Running
+    );
+
+    // Running on a, running on b.
+    let moved = one.sandboxes.migrate(row, None).await.unwrap();
+    assert_eq!(moved.host_id, "host-b");
+    assert_eq!(moved.state, SandboxState::Running);
+    assert_eq!(moved.metadata["k"], "v");
+    let stored = store.sandboxes().by_id(&id).await.unwrap();
+    assert_eq!(
+        (stored.host_id.as_str(), stored.state),
+        ("host-b", SandboxState::Running)
+    );
+    assert_eq!(
+        b.get(&id).await.unwrap().state,
+        pandastack_agent::VmState::Running
+    );
+    let ch = b.channel(&id).await.unwrap();
+    assert_eq!(
+        pandastack_testkit::exec(&ch, "echo here").await.stdout,
+        "here\n"
+    );
+    // The origin keeps a copy (refusing wakes) until no replica's cached owner names it.
+    within(Duration::from_secs(30), "the origin's copy gone", async {
+        while a.get(&id).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    within(
+        Duration::from_secs(30),
+        "the stored image forgotten",
+        async {
+            while !objects
+                .list_records(&ws.id, "hibernated")
+                .await
+                .unwrap()
+                .is_empty()
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        },
+    )
+    .await;
+
+    // Hibernated on b; replica two reads its owner (b) now, then it moves back to a through
+    // replica one. Replica two's call, made with its cached owner, still finds it.
+    let row = one
+        .sandboxes
+        .lifecycle(moved, pandastack_control::Verb::Hibernate)
+        .await
+        .unwrap();
+    assert_eq!(
+        two.host().get(&id).await.unwrap().state,
+        pandastack_host::VmState::Hibernated
+    );
+    let back = one.sandboxes.migrate(row, None).await.unwrap();
+    assert_eq!(
+        (back.host_id.as_str(), back.state),
+        ("host-a", SandboxState::Hibernated)
+    );
+    let seen_by_two = store.sandboxes().by_id(&id).await.unwrap();
+    let woke = two.sandboxes.awake(seen_by_two).await.unwrap();
+    assert_eq!(
+        (woke.host_id.as_str(), woke.state),
+        ("host-a", SandboxState::Running)
+    );
+    assert_eq!(
+        a.get(&id).await.unwrap().state,
+        pandastack_agent::VmState::Running
+    );
+    one.sandboxes.delete(&woke).await.unwrap();
 }

@@ -125,6 +125,11 @@ def test_pause_resume_and_state_errors(client, make_sandbox):
     sb.pause()
     again = client.sandboxes.connect(sb.id)
     assert again.state == "running" and again.exec("echo ok").stdout == "ok\n"
+    # A single-host server has nowhere to move a sandbox: 409, and it stays as it was.
+    with pytest.raises(ConflictError) as ei:
+        sb.migrate()
+    assert ei.value.status == 409 and "single host" in str(ei.value)
+    assert sb.exec("cat /tmp/p").stdout == "before\n"
 
 
 def test_templates(client, template):

@@ -551,6 +551,24 @@ export class Sandbox {
     return this.verb("wake", opts);
   }
 
+  /**
+   * Moves the sandbox to another host of a cluster (`opts.host`, or the one placement chooses)
+   * with its memory, processes and files; it comes back running if it was running, else
+   * hibernated. A single-host server answers 409 `conflict` (`ConflictError`).
+   */
+  async migrate(opts: CallOptions & { host?: string } = {}): Promise<this> {
+    const w = await this.ctx.http.request<Record<string, unknown>>({
+      method: "POST",
+      path: `${this.path}/migrate`,
+      json: opts.host === undefined ? {} : { host: opts.host },
+      retry: "rejected-only",
+      timeoutMs: this.longTimeout(opts),
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+    this._data = sandboxFromWire(w);
+    return this;
+  }
+
   private async verb(name: string, opts: CallOptions): Promise<this> {
     const w = await this.ctx.http.request<Record<string, unknown>>({
       method: "POST",

@@ -11,6 +11,7 @@ import {
   AuthenticationError,
   NotFoundError,
   InvalidArgumentError,
+  ConflictError,
   Sandbox,
 } from "../dist/index.js";
 import { API_KEY, BASE_URL, RUN_ID, SandboxGuard, TEMPLATE, client } from "./helpers.mjs";
@@ -94,6 +95,9 @@ test("connect wakes a hibernated sandbox", async () => {
   const c = await ps.sandboxes.connect(sb.id);
   assert.equal(c.state, "running");
   assert.equal((await c.exec("echo up")).stdout, "up\n");
+  // A single-host server has nowhere to move it: 409 conflict, and it keeps running.
+  await assert.rejects(c.migrate(), (e) => e instanceof ConflictError && e.status === 409 && /single host/.test(e.message));
+  assert.equal((await c.exec("echo still")).stdout, "still\n");
 });
 
 test("templates list and get", async () => {

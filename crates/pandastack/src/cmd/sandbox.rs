@@ -48,6 +48,8 @@ enum SandboxCmd {
     Hibernate(IdJson),
     /// Start a hibernated sandbox again.
     Wake(IdJson),
+    /// Move a sandbox to another host of a cluster, with its memory, processes and files.
+    Migrate(MigrateArgs),
     /// Delete sandboxes.
     Kill(KillArgs),
     /// Print a sandbox's console log (`-f` to follow).
@@ -129,6 +131,18 @@ struct LsArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub(super) struct MigrateArgs {
+    /// Sandbox id.
+    id: String,
+    /// The host to move it to (default: the one placement chooses).
+    #[arg(long)]
+    host: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
 pub(super) struct IdJson {
     /// Sandbox id.
     id: String,
@@ -197,6 +211,17 @@ async fn dispatch(c: Client, cmd: SandboxCmd) -> anyhow::Result<ExitCode> {
         SandboxCmd::Resume(a) => lifecycle(&c, a, "resume").await?,
         SandboxCmd::Hibernate(a) => lifecycle(&c, a, "hibernate").await?,
         SandboxCmd::Wake(a) => lifecycle(&c, a, "wake").await?,
+        SandboxCmd::Migrate(a) => {
+            let sb = {
+                let _s = Spinner::start("moving");
+                c.migrate(&a.id, a.host.as_deref()).await?
+            };
+            if a.json {
+                print_json(&sb)?;
+            } else {
+                println!("{} {} {}", sb.id, sb.state.as_str(), sb.host);
+            }
+        }
         SandboxCmd::Kill(a) => return kill(&c, a).await,
         SandboxCmd::Logs(a) => sandbox_io::logs(&c, a).await?,
         SandboxCmd::Metrics(a) => print_json(&c.metrics(&a.id).await?)?,

@@ -230,6 +230,7 @@ async fn run_replica(
     config.place = pandastack_control::PlaceMode::AcrossHosts;
     let host: Arc<dyn pandastack_host::Host> = Arc::new(replica.fleet.clone());
     let control = ControlPlane::new(store.clone(), host, objects, config);
+    control.sandboxes.set_fleet(replica.fleet.clone());
     // The workers run in one replica at a time (an advisory lock); the API in every one.
     replica.lead_workers(store, control.clone());
     let (app, preview_url) = api_state(&a, control.clone(), name.clone(), &proxy_tls)?;

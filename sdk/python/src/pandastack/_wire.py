@@ -798,6 +798,11 @@ class LogEnd(TypedDict):
     reason: str
 
 
+class MigrateRequest(TypedDict, total=False):
+    """`POST /v1/sandboxes/{id}/migrate`."""
+    host: Optional[str]
+
+
 class _MkdirRequestRequired(TypedDict):
     path: str
 
@@ -1301,6 +1306,7 @@ SCHEMAS = {
     "List_VolumeSnapshot": List_VolumeSnapshot,
     "LogChunk": LogChunk,
     "LogEnd": LogEnd,
+    "MigrateRequest": MigrateRequest,
     "MkdirRequest": MkdirRequest,
     "OnTimeout": OnTimeout,
     "PatchSandboxRequest": PatchSandboxRequest,

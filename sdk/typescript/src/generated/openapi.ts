@@ -1064,6 +1064,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/migrate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Move a sandbox to another host of a cluster, with its memory, processes, files, id, preview
+         *     URL and metadata; returns it there, running if it was running (or paused), else hibernated.
+         * @description A running sandbox is hibernated, its image copied through the object store to a host with
+         *     the same compatibility key, and woken there; calls on it meanwhile wait for the move to end.
+         *     409 `conflict` when it cannot move (a single-host server, a sandbox that is starting or has
+         *     volumes, the host named is its own); 503 `unavailable` when no host has room. On failure the
+         *     sandbox stays where it was, as it was.
+         */
+        post: operations["migrate_sandbox"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/pause": {
         parameters: {
             query?: never;
@@ -2981,6 +3006,15 @@ export interface components {
         LogEnd: {
             /** @description Why the stream ended: `deleted` (the sandbox is gone). */
             reason: string;
+        };
+        /** @description `POST /v1/sandboxes/{id}/migrate`. */
+        MigrateRequest: {
+            /**
+             * @description The host to move it to (a host id, as `GET /v1/hosts` lists them). By default,
+             *     placement chooses among the hosts that can restore its memory (the same compatibility
+             *     key as its host's) and have room for it.
+             */
+            host?: string | null;
         };
         /** @description `POST …/fs/mkdir`. */
         MkdirRequest: {
@@ -5507,6 +5541,34 @@ export interface operations {
                 };
                 content: {
                     "application/json": Record<string, unknown>;
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    migrate_sandbox: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MigrateRequest"];
+            };
+        };
+        responses: {
+            /** @description The sandbox on its new host */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
                 };
             };
             default: components["responses"]["Error"];

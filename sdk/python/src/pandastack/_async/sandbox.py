@@ -468,6 +468,18 @@ class AsyncSandbox:
         """Brings a hibernated sandbox back (any sandbox call also does this implicitly)."""
         return await self._verb("wake")
 
+    async def migrate(self, host: Optional[str] = None) -> "AsyncSandbox":
+        """Moves the sandbox to another host of a cluster (``host``, or the one placement
+        chooses) with its memory, processes and files; it comes back running if it was running,
+        else hibernated. Raises :class:`~pandastack.ConflictError` on a single-host server."""
+        body: _wire.MigrateRequest = {}
+        if host is not None:
+            body["host"] = host
+        self._set(
+            await self._t.json("POST", f"{self._p}/migrate", json=body, timeout=self._long())
+        )
+        return self
+
     async def kill(self) -> bool:
         """Destroys the sandbox. Returns ``False`` if it was already gone."""
         return await self._client.sandboxes.kill(self.id)

@@ -462,6 +462,18 @@ class Sandbox:
         """Brings a hibernated sandbox back (any sandbox call also does this implicitly)."""
         return self._verb("wake")
 
+    def migrate(self, host: Optional[str] = None) -> "Sandbox":
+        """Moves the sandbox to another host of a cluster (``host``, or the one placement
+        chooses) with its memory, processes and files; it comes back running if it was running,
+        else hibernated. Raises :class:`~pandastack.ConflictError` on a single-host server."""
+        body: _wire.MigrateRequest = {}
+        if host is not None:
+            body["host"] = host
+        self._set(
+            self._t.json("POST", f"{self._p}/migrate", json=body, timeout=self._long())
+        )
+        return self
+
     def kill(self) -> bool:
         """Destroys the sandbox. Returns ``False`` if it was already gone."""
         return self._client.sandboxes.kill(self.id)

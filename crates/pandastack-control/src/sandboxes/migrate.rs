@@ -1,0 +1,240 @@
+//! A sandbox moved to another host of a cluster (`POST /v1/sandboxes/{id}/migrate`), and calls
+//! that meet a move under way.
+//!
+//! The order makes every step undoable until the row names the new host, and no two hosts ever
+//! run the sandbox:
+//!
+//! 1. the destination is chosen by placement (same compatibility key, not the origin; the
+//!    host the caller named, if any) without writing anything: no room, nothing changes;
+//! 2. a running sandbox is hibernated (its row says so);
+//! 3. the origin stores its image in the object store and from then on refuses to wake it
+//!    ([`pandastack_host::WAKE_WHILE_MOVING`]);
+//! 4. the destination fetches and adopts it, hibernated;
+//! 5. the row changes host, fenced by its host and state (a sandbox woken, deleted or moved
+//!    meanwhile is not moved: the adopted copy goes and the origin keeps it);
+//! 6. a sandbox that was running wakes on its new host.
+//!
+//! A failure before step 5 destroys what the destination adopted and tells the origin to give
+//! the move up (its copy wakes there again; a sandbox that was running is woken there). After
+//! step 5 the origin's copy is kept, refusing wakes, for [`ORIGIN_KEPT`] — until every
+//! replica's cached owner of the sandbox has expired — then destroyed with the stored image.
+//! A call that meets the refusal reads the row again and follows it ([`Sandboxes::followed`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pandastack_host::{Host, HostError};
+use pandastack_store::{now_ms, Demand, SandboxRow, SandboxState};
+
+use super::{found, reachable, ControlError, Sandboxes, Verb};
+use crate::Fleet;
+
+/// How long a call on a sandbox that is moving waits for the move to end before it answers
+/// that the sandbox is moving.
+pub(super) const MOVE_WAIT: Duration = Duration::from_secs(60);
+
+/// How often such a call looks at the sandbox's row again.
+const FOLLOW_EVERY: Duration = Duration::from_millis(200);
+
+/// How long the origin keeps its copy of a moved sandbox (refusing to wake it): by then no
+/// replica routes a call there from a cached owner.
+const ORIGIN_KEPT: Duration = crate::fleet::ROW_MAX_AGE.saturating_add(Duration::from_secs(1));
+
+impl Sandboxes {
+    /// Moves sandbox `row` to another host of the cluster — `to` if given, else the one
+    /// placement chooses among hosts with the origin's compatibility key — and returns it
+    /// there: running if it was running (or paused), else hibernated. Its memory, processes,
+    /// files, id, preview URL and metadata come with it. [`ControlError::CannotMove`] when it
+    /// cannot (one host only, a sandbox starting or with volumes, the host named is its own);
+    /// no room anywhere is the store's `NoCapacity`. On any failure the sandbox stays where it
+    /// was, as it was.
+    pub async fn migrate(
+        &self,
+        row: SandboxRow,
+        to: Option<&str>,
+    ) -> Result<SandboxRow, ControlError> {
+        let cannot = |why: String| ControlError::CannotMove {
+            id: row.id.clone(),
+            why,
+        };
+        let Some(fleet) = self.fleet.get().cloned() else {
+            return Err(cannot(
+                "this server is a single host: there is no other host to move it to".into(),
+            ));
+        };
+        reachable(&row)?;
+        let running = match row.state {
+            SandboxState::Running | SandboxState::Paused => true,
+            SandboxState::Hibernated => false,
+            s => return Err(cannot(format!("it is {}", s.as_str()))),
+        };
+        if !row.volumes.is_empty() {
+            return Err(cannot(
+                "it has volumes mounted, and volumes stay on their host".into(),
+            ));
+        }
+        if to == Some(row.host_id.as_str()) {
+            return Err(cannot(format!("it is on host {} already", row.host_id)));
+        }
+        let origin = self.store.hosts().get(&row.host_id).await?;
+        let Some(key) = origin.compat_key.as_deref() else {
+            return Err(cannot(format!(
+                "its host {} reports no compatibility key",
+                row.host_id
+            )));
+        };
+        let exclude = [row.host_id.clone()];
+        let demand = Demand {
+            memory_mib: row.memory_mib,
+            template: None,
+            compat_key: Some(key),
+            host: to,
+            exclude: &exclude,
+            now_ms: now_ms(),
+        };
+        let dest = self.store.sandboxes().choose_host(&demand).await?.host_id;
+        let started = Instant::now();
+        let row = if running {
+            self.lifecycle(row, Verb::Hibernate).await?
+        } else {
+            row
+        };
+        let moved = match self.move_image(&fleet, &row, &dest).await {
+            Ok(moved) => moved,
+            Err(e) => {
+                if running {
+                    // Running before, running after: woken where it stayed.
+                    if let Err(w) = self.lifecycle(row.clone(), Verb::Wake).await {
+                        tracing::warn!(
+                            sandbox = %row.id,
+                            error = &w as &dyn std::error::Error,
+                            "move given up: the sandbox stays hibernated where it was"
+                        );
+                    }
+                }
+                return Err(e);
+            }
+        };
+        let moved = if running {
+            self.awake(moved).await?
+        } else {
+            moved
+        };
+        tracing::info!(
+            sandbox = %moved.id,
+            from = %exclude[0],
+            to = %dest,
+            running,
+            took_ms = started.elapsed().as_secs_f64() * 1e3,
+            "sandbox moved to another host"
+        );
+        Ok(moved)
+    }
+
+    /// Steps 3–5 of the module doc for hibernated `row`: its row, now on `dest`.
+    async fn move_image(
+        &self,
+        fleet: &Fleet,
+        row: &SandboxRow,
+        dest: &str,
+    ) -> Result<SandboxRow, ControlError> {
+        let (id, ws) = (row.id.as_str(), row.workspace_id.as_str());
+        let origin = fleet.host(&row.host_id).await?;
+        let target = fleet.host(dest).await?;
+        let tag = origin.store_hibernated(id, ws).await?;
+        if let Err(e) = target.adopt_stored(id, ws, &tag).await {
+            give_up(&*origin, row, &tag).await;
+            return Err(e.into());
+        }
+        let fenced = self
+            .store
+            .sandboxes()
+            .move_hibernated(id, &row.host_id, dest)
+            .await;
+        if !matches!(fenced, Ok(true)) {
+            if let Err(e) = target.destroy(id).await {
+                tracing::warn!(
+                    sandbox = %id,
+                    host = %dest,
+                    error = &e as &dyn std::error::Error,
+                    "move given up: the copy adopted by the destination stays"
+                );
+            }
+            give_up(&*origin, row, &tag).await;
+            return Err(match fenced {
+                Err(e) => e.into(),
+                _ => ControlError::CannotMove {
+                    id: id.to_owned(),
+                    why: "it was woken, deleted or moved while its image was copied".into(),
+                },
+            });
+        }
+        fleet.moved(id);
+        let (from, id, ws) = (row.host_id.clone(), id.to_owned(), ws.to_owned());
+        tokio::spawn(async move {
+            tokio::time::sleep(ORIGIN_KEPT).await;
+            retire(origin, target, &from, &id, &ws, &tag).await;
+        });
+        let mut row = row.clone();
+        row.host_id = dest.to_owned();
+        Ok(row)
+    }
+
+    /// After `call` on `row`'s host refused because the sandbox is moving: waits a moment and
+    /// reads its row again (the owner's cached host dropped), to call again where it is now.
+    /// `Ok(None)` once the move has taken longer than [`MOVE_WAIT`] since `started`.
+    pub(super) async fn followed(
+        &self,
+        row: &SandboxRow,
+        started: Instant,
+    ) -> Result<Option<SandboxRow>, ControlError> {
+        if started.elapsed() >= MOVE_WAIT {
+            return Ok(None);
+        }
+        tokio::time::sleep(FOLLOW_EVERY).await;
+        if let Some(fleet) = self.fleet.get() {
+            fleet.moved(&row.id);
+        }
+        found(self.store.sandboxes().by_id(&row.id).await, &row.id).map(Some)
+    }
+}
+
+/// The origin gives a move up: its copy wakes there again, the stored image goes.
+async fn give_up(origin: &dyn Host, row: &SandboxRow, tag: &str) {
+    if let Err(e) = origin.forget_stored(&row.id, &row.workspace_id, tag).await {
+        tracing::warn!(
+            sandbox = %row.id,
+            host = %row.host_id,
+            error = &e as &dyn std::error::Error,
+            "move given up, but the origin did not take its copy back: it does not wake \
+             until a move of it is tried again (or it is deleted)"
+        );
+    }
+}
+
+/// The end of a move: the origin's copy destroyed, the stored image forgotten.
+async fn retire(
+    origin: Arc<dyn Host>,
+    target: Arc<dyn Host>,
+    from: &str,
+    id: &str,
+    ws: &str,
+    tag: &str,
+) {
+    match origin.destroy(id).await {
+        Ok(()) | Err(HostError::SandboxNotFound(_)) => {}
+        Err(e) => tracing::warn!(
+            sandbox = %id,
+            host = %from,
+            error = &e as &dyn std::error::Error,
+            "moved sandbox: its old copy stays on the host it left until that host joins again"
+        ),
+    }
+    if let Err(e) = target.forget_stored(id, ws, tag).await {
+        tracing::warn!(
+            sandbox = %id,
+            error = &e as &dyn std::error::Error,
+            "moved sandbox: its stored image stays in the object store"
+        );
+    }
+}
