@@ -6,7 +6,9 @@
 //! With two replicas, a managed database and an app made through one answer through the other:
 //! `psql` through either replica's database front, the app's URL through either proxy, and the
 //! deploy's log through either API (one of them did not run the deploy). A template baked on
-//! one host serves a create on another through the shared object store, without a bake there.
+//! one host serves a create on another through the shared object store, without a bake there;
+//! that sandbox, hibernated, moves back to the first host and wakes there with its memory
+//! (a process that keeps counting), files and preview URL.
 //! (The fast cluster tests, with fake agents, are the test kit's `cluster_*`.)
 
 mod common;
@@ -252,9 +254,10 @@ async fn a_real_guest_through_a_replica_survives_its_agents_kill_and_return() {
 /// A template baked on one host serves a create on another without a bake there: host-a's
 /// agent makes the bake it holds durable in the shared object store; host-a is drained; the
 /// create lands on host-b, whose agent fetches that bake (the same bake id, no image build and
-/// no cold boot) and restores from it.
+/// no cold boot) and restores from it. Then the sandbox, hibernated on host-b, is migrated to
+/// host-a and woken there by a request to its preview URL.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_template_baked_on_one_host_serves_a_create_on_another() {
+async fn a_template_and_a_hibernated_sandbox_move_between_hosts() {
     let Some(db) = database().await else { return };
     let guard = runtime().await;
     // The agents' volume slots (2 by default), so host-a serves this bake as it is.
@@ -284,18 +287,9 @@ async fn a_template_baked_on_one_host_serves_a_create_on_another() {
     .await;
 
     // host-a takes no creates; host-b holds no template.
-    let out = Command::new("psql")
-        .args([
-            db.as_str(),
-            "-qc",
-            "UPDATE hosts SET state = 'draining' WHERE id = 'host-a'",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    psql_admin(
+        &db,
+        "UPDATE hosts SET state = 'draining' WHERE id = 'host-a'",
     );
     let b_data = tempfile::tempdir().unwrap();
     let b_listen = format!("127.0.0.1:{}", free_port());
@@ -319,10 +313,109 @@ async fn a_template_baked_on_one_host_serves_a_create_on_another() {
         manifest["bake_id"], baked.bake_id,
         "host-b restored host-a's bake: {manifest}"
     );
+
+    // Hibernated on host-b, it moves to host-a (taking creates again) and wakes there with its
+    // memory: the same counting process goes on counting, the same web server answers through
+    // the same preview URL, its files are there.
+    psql_admin(&db, "UPDATE hosts SET state = 'ready' WHERE id = 'host-a'");
+    api.exec(
+        &id,
+        "mkdir -p /tmp/site && echo moved > /tmp/site/index.html && echo kept > /tmp/mark && \
+         setsid sh -c 'i=0; while :; do i=$((i+1)); echo \"$$ $i\" > /tmp/count; sleep 0.1; done' \
+           </dev/null >/dev/null 2>&1 & \
+         setsid python3 -m http.server 8000 --directory /tmp/site </dev/null >/dev/null 2>&1 &",
+    )
+    .await;
+    let page = || preview(&api, &id, 8000);
+    within(Duration::from_secs(60), "the web server up", async {
+        while page().await.as_deref() != Some("moved\n") {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    let count = |out: &Value| -> (String, u64) {
+        let text = out["stdout"].as_str().unwrap_or_default().to_owned();
+        let (pid, n) = text.trim().split_once(' ').expect("pid and count");
+        (pid.to_owned(), n.parse().unwrap())
+    };
+    let (pid, before) = count(&api.exec(&id, "cat /tmp/count").await);
+    let (status, sb) = api
+        .call("POST", &format!("/v1/sandboxes/{id}/hibernate"), None)
+        .await;
+    assert!(status.is_success(), "{sb}");
+    let moving = Instant::now();
+    let (status, sb) = api
+        .call(
+            "POST",
+            &format!("/v1/sandboxes/{id}/migrate"),
+            Some(json!({})),
+        )
+        .await;
+    assert!(status.is_success(), "{sb}");
+    assert_eq!(
+        (sb["host"].as_str(), sb["state"].as_str()),
+        (Some("host-a"), Some("hibernated")),
+        "{sb}"
+    );
+    eprintln!("moved hibernated in {} ms", moving.elapsed().as_millis());
+    let woke = Instant::now();
+    assert_eq!(
+        page().await.as_deref(),
+        Some("moved\n"),
+        "the preview URL wakes it"
+    );
+    eprintln!("woke on host-a in {} ms", woke.elapsed().as_millis());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (pid_after, after) = count(&api.exec(&id, "cat /tmp/count").await);
+    assert_eq!(pid_after, pid, "the same process");
+    assert!(after > before, "it went on counting: {before} then {after}");
+    assert_eq!(api.exec(&id, "cat /tmp/mark").await["stdout"], "kept\n");
+    let (_, sb) = api.call("GET", &format!("/v1/sandboxes/{id}"), None).await;
+    assert_eq!(
+        (sb["host"].as_str(), sb["state"].as_str()),
+        (Some("host-a"), Some("running")),
+        "{sb}"
+    );
     let (status, _) = api
         .call("DELETE", &format!("/v1/sandboxes/{id}"), None)
         .await;
     assert!(status.is_success());
+}
+
+/// `psql -qc sql` as the test database's owner.
+fn psql_admin(db: &str, sql: &str) {
+    let out = Command::new("psql")
+        .args([db, "-qc", sql])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The body of `GET /` on port `port` of sandbox `id` through the replica's preview proxy
+/// (with the port's token), or `None` if it does not answer 200.
+async fn preview(api: &common::Api<'_>, id: &str, port: u16) -> Option<String> {
+    let (status, url) = api
+        .call("GET", &format!("/v1/sandboxes/{id}/ports/{port}/url"), None)
+        .await;
+    assert!(status.is_success(), "{url}");
+    let proxy_port = api.s.proxy.rsplit(':').next().unwrap();
+    let r = api
+        .c
+        .get(format!("http://{}/", api.s.proxy))
+        .header("host", format!("{port}-{id}.localhost:{proxy_port}"))
+        .header("x-pandastack-access-token", url["token"].as_str().unwrap())
+        .timeout(Duration::from_secs(120))
+        .send()
+        .await
+        .ok()?;
+    if !r.status().is_success() {
+        return None;
+    }
+    r.text().await.ok()
 }
 
 /// `psql -XAt -c sql` through the database front at `front` (`uri` names it by host name for
