@@ -1,5 +1,7 @@
 //! The templates part (#39): a template baked on one real host, made durable in an object store
-//! in a directory, and its first create on a second real host that lacks it.
+//! in a directory, and its first create on a second real host that lacks it; then a sandbox
+//! hibernated on one host and woken on the other (stored, adopted, woken: the host calls of
+//! `POST /v1/sandboxes/{id}/migrate`), against a wake where it slept.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -23,6 +25,13 @@ pub(super) struct Moved {
     pub(super) elsewhere_first: Vec<f64>,
     /// A create on the host that holds it, to its first exec answered (for comparison).
     pub(super) local: Vec<f64>,
+    /// A hibernated sandbox of host a to its first exec answered on host b (stored, adopted,
+    /// woken).
+    pub(super) wake_elsewhere: Vec<f64>,
+    /// The same sandbox's hibernation image size, MiB (what moved).
+    pub(super) image_mib: Vec<f64>,
+    /// A hibernated sandbox to its first exec answered where it slept.
+    pub(super) wake_local: Vec<f64>,
     pub(super) accel: String,
 }
 
@@ -128,6 +137,16 @@ pub(super) async fn templates_moving(
         elsewhere_first.push(took);
         local.push(create_ready(&host_a, &format!("sb-bench-a-{i}")).await?);
     }
+    let (mut wake_elsewhere, mut image_mib, mut wake_local) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..runs {
+        let (took, mib) = wake_on_other(&host_a, &host_b, &format!("sb-move-{i}")).await?;
+        eprintln!(
+            "sandboxes: hibernated on host-a, exec-ready on host-b {took:.0} ms ({mib:.0} MiB)"
+        );
+        wake_elsewhere.push(took);
+        image_mib.push(mib);
+        wake_local.push(wake_here(&host_a, &format!("sb-wake-{i}")).await?);
+    }
     let accel = host_a.accel.to_string();
     host_a.agent.shutdown().await;
     host_b.agent.shutdown().await;
@@ -135,6 +154,62 @@ pub(super) async fn templates_moving(
         upload_ms,
         elsewhere_first,
         local,
+        wake_elsewhere,
+        image_mib,
+        wake_local,
         accel,
     })
+}
+
+/// The workspace the moved sandboxes' images are stored under.
+const WS: &str = "bench";
+
+/// `exec true` in `id` on `host`, which must answer 0.
+async fn exec_true(host: &StartedHost, id: &str) -> anyhow::Result<()> {
+    let out = host
+        .host
+        .exec(
+            id,
+            ExecSpec {
+                argv: vec!["true".into()],
+                ..Default::default()
+            },
+        )
+        .await?;
+    ensure!(out.exit_code == 0, "true exited {}", out.exit_code);
+    Ok(())
+}
+
+/// A sandbox of `bench` created and hibernated on `from`, then timed from the store of its
+/// image to its first exec answered on `to`; with the image's size in MiB.
+async fn wake_on_other(
+    from: &StartedHost,
+    to: &StartedHost,
+    id: &str,
+) -> anyhow::Result<(f64, f64)> {
+    from.host.create("bench", id).await?;
+    exec_true(from, id).await?;
+    let hibernated = from.host.hibernate(id).await?;
+    let t = Instant::now();
+    let tag = from.host.store_hibernated(id, WS).await?;
+    to.host.adopt_stored(id, WS, &tag).await?;
+    exec_true(to, id).await?;
+    let took = ms(t.elapsed());
+    from.host.destroy(id).await?;
+    to.host.forget_stored(id, WS, &tag).await?;
+    to.host.destroy(id).await?;
+    Ok((took, hibernated.image_bytes as f64 / (1u64 << 20) as f64))
+}
+
+/// A sandbox of `bench` created and hibernated on `host`, timed from there to its first exec
+/// answered.
+async fn wake_here(host: &StartedHost, id: &str) -> anyhow::Result<f64> {
+    host.host.create("bench", id).await?;
+    exec_true(host, id).await?;
+    host.host.hibernate(id).await?;
+    let t = Instant::now();
+    exec_true(host, id).await?;
+    let took = ms(t.elapsed());
+    host.host.destroy(id).await?;
+    Ok(took)
 }
