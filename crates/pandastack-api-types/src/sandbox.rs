@@ -426,6 +426,13 @@ pub struct ForkRequest {
     /// workspace's snapshot and storage quotas while it exists.
     #[serde(default)]
     pub keep_snapshot: bool,
+    /// In a cluster, put the children on other hosts than the parent's (hosts with its
+    /// compatibility key and room; different hosts while there are enough). Each child is made
+    /// on the parent's host and then moved, as `POST /v1/sandboxes/{id}/migrate` moves a
+    /// sandbox; a child no other host can take stays on the parent's host (its `host` says
+    /// where each went). A single-host server ignores it.
+    #[serde(default)]
+    pub spread: bool,
 }
 
 fn one() -> u32 {
@@ -438,6 +445,7 @@ impl Default for ForkRequest {
             count: 1,
             metadata: BTreeMap::new(),
             keep_snapshot: false,
+            spread: false,
         }
     }
 }

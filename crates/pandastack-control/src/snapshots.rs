@@ -133,8 +133,13 @@ impl Snapshots {
                 r
             })
             .collect();
-        self.fork_into(parent, &snapshot_id, children, req.keep_snapshot)
-            .await
+        let mut forked = self
+            .fork_into(parent, &snapshot_id, children, req.keep_snapshot)
+            .await?;
+        if req.spread {
+            self.sandboxes.spread(&mut forked.children).await;
+        }
+        Ok(forked)
     }
 
     /// A page of the workspace's snapshots, oldest first, after the `(created_at, id)` of the

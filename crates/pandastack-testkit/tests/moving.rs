@@ -480,7 +480,8 @@ fn joining(id: &str, key: &str) -> pandastack_store::Joining {
 /// and runs there (the origin's copy goes, and so does the stored image); a move to a host
 /// of another key, or to its own host, is refused and changes nothing; a hibernated one moves
 /// hibernated; a call made through a second replica, whose cached owner still names the
-/// origin, waits out the move and follows the sandbox.
+/// origin, waits out the move and follows the sandbox; a fork with `spread` puts its children
+/// on the other host.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_migrates_sandboxes_and_calls_follow_them() {
     use pandastack_control::ControlError;
@@ -623,5 +624,29 @@ async fn a_replica_migrates_sandboxes_and_calls_follow_them() {
         a.get(&id).await.unwrap().state,
         pandastack_agent::VmState::Running
     );
+
+    // A fork with `spread`: the children run on the other host with the parent's key (two
+    // children, one such host: both there); the parent stays.
+    let spread: pandastack_api_types::ForkRequest =
+        serde_json::from_value(serde_json::json!({"count": 2, "spread": true})).unwrap();
+    let forked = one.snapshots.fork(&ws.id, &id, &spread).await.unwrap();
+    assert_eq!(forked.parent.host_id, "host-a");
+    for child in &forked.children {
+        assert_eq!(
+            (child.host_id.as_str(), child.state),
+            ("host-b", SandboxState::Running),
+            "{child:?}"
+        );
+        let row = store.sandboxes().by_id(&child.id).await.unwrap();
+        assert_eq!(row.host_id, "host-b");
+        let ch = b.channel(&child.id).await.unwrap();
+        assert_eq!(
+            pandastack_testkit::exec(&ch, "echo child").await.stdout,
+            "child\n"
+        );
+    }
+    for child in &forked.children {
+        one.sandboxes.delete(child).await.unwrap();
+    }
     one.sandboxes.delete(&woke).await.unwrap();
 }

@@ -8,7 +8,8 @@
 //! deploy's log through either API (one of them did not run the deploy). A template baked on
 //! one host serves a create on another through the shared object store, without a bake there;
 //! that sandbox, hibernated, moves back to the first host and wakes there with its memory
-//! (a process that keeps counting), files and preview URL.
+//! (a process that keeps counting), files and preview URL; a fork of it with `spread` (100 MiB
+//! of random bytes in its memory) runs on the other host with the same bytes.
 //! (The fast cluster tests, with fake agents, are the test kit's `cluster_*`.)
 
 mod common;
@@ -255,7 +256,8 @@ async fn a_real_guest_through_a_replica_survives_its_agents_kill_and_return() {
 /// agent makes the bake it holds durable in the shared object store; host-a is drained; the
 /// create lands on host-b, whose agent fetches that bake (the same bake id, no image build and
 /// no cold boot) and restores from it. Then the sandbox, hibernated on host-b, is migrated to
-/// host-a and woken there by a request to its preview URL.
+/// host-a and woken there by a request to its preview URL, and forked with `spread` back to
+/// host-b.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_template_and_a_hibernated_sandbox_move_between_hosts() {
     let Some(db) = database().await else { return };
@@ -376,10 +378,49 @@ async fn a_template_and_a_hibernated_sandbox_move_between_hosts() {
         (Some("host-a"), Some("running")),
         "{sb}"
     );
-    let (status, _) = api
-        .call("DELETE", &format!("/v1/sandboxes/{id}"), None)
+
+    // A fork with `spread`: 100 MiB of random bytes in the parent's memory (tmpfs); the child
+    // runs on the other host and holds the same bytes.
+    let sum = |out: &Value| {
+        let text = out["stdout"].as_str().unwrap_or_default();
+        text.split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let hash = sum(&api
+        .exec(
+            &id,
+            "head -c 100M /dev/urandom > /dev/shm/blob && sha256sum /dev/shm/blob",
+        )
+        .await);
+    assert_eq!(hash.len(), 64, "{hash}");
+    let forking = Instant::now();
+    let (status, forked) = api
+        .call(
+            "POST",
+            &format!("/v1/sandboxes/{id}/fork"),
+            Some(json!({"spread": true})),
+        )
         .await;
-    assert!(status.is_success());
+    assert_eq!(status.as_u16(), 201, "{forked}");
+    eprintln!(
+        "forked to another host in {} ms",
+        forking.elapsed().as_millis()
+    );
+    let child = &forked["children"][0];
+    assert_eq!(child["host"], "host-b", "{forked}");
+    let child_id = child["id"].as_str().unwrap();
+    assert_eq!(
+        sum(&api.exec(child_id, "sha256sum /dev/shm/blob").await),
+        hash
+    );
+    for sb in [child_id, id.as_str()] {
+        let (status, _) = api
+            .call("DELETE", &format!("/v1/sandboxes/{sb}"), None)
+            .await;
+        assert!(status.is_success());
+    }
 }
 
 /// `psql -qc sql` as the test database's owner.

@@ -516,6 +516,7 @@ export class Sandbox {
     const body: WireBody<"ForkRequest"> = { count };
     if (opts.metadata) body.metadata = opts.metadata;
     if (opts.keepSnapshot) body.keep_snapshot = true;
+    if (opts.spread) body.spread = true;
     const w = await this.ctx.http.request<Record<string, unknown>>({
       method: "POST",
       path: `${this.path}/fork`,
@@ -684,6 +685,8 @@ export interface ForkOptions extends CallOptions {
    * it with the last sandbox restored from it).
    */
   keepSnapshot?: boolean;
+  /** In a cluster, put the children on other hosts than the parent's (each child's `host` says where). */
+  spread?: boolean;
 }
 
 export interface ForkResult {

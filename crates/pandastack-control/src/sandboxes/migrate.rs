@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pandastack_host::{Host, HostError};
-use pandastack_store::{now_ms, Demand, SandboxRow, SandboxState};
+use pandastack_store::{now_ms, Demand, SandboxRow, SandboxState, StoreError};
 
 use super::{found, reachable, ControlError, Sandboxes, Verb};
 use crate::Fleet;
@@ -52,6 +52,51 @@ impl Sandboxes {
         &self,
         row: SandboxRow,
         to: Option<&str>,
+    ) -> Result<SandboxRow, ControlError> {
+        self.migrate_avoiding(row, to, &[]).await
+    }
+
+    /// Moves each of a fork's `children` (running, on their parent's host) to another host of
+    /// the cluster, to hosts none of its siblings went to while there are such; a child no
+    /// other host takes stays where it is (logged). Nothing on a single host.
+    pub(crate) async fn spread(&self, children: &mut [SandboxRow]) {
+        if self.fleet.get().is_none() {
+            return;
+        }
+        let mut used: Vec<String> = Vec::new();
+        for child in children.iter_mut() {
+            let mut moved = self.migrate_avoiding(child.clone(), None, &used).await;
+            if matches!(
+                moved,
+                Err(ControlError::Store(StoreError::NoCapacity { .. }))
+            ) && !used.is_empty()
+            {
+                // Every other host has a sibling: any with room.
+                moved = self.migrate_avoiding(child.clone(), None, &[]).await;
+            }
+            match moved {
+                Ok(row) => {
+                    if !used.contains(&row.host_id) {
+                        used.push(row.host_id.clone());
+                    }
+                    *child = row;
+                }
+                Err(e) => tracing::warn!(
+                    sandbox = %child.id,
+                    host = %child.host_id,
+                    error = &e as &dyn std::error::Error,
+                    "fork with spread: this child stays on its parent's host"
+                ),
+            }
+        }
+    }
+
+    /// [`Self::migrate`], placement not choosing the hosts in `avoid` either.
+    async fn migrate_avoiding(
+        &self,
+        row: SandboxRow,
+        to: Option<&str>,
+        avoid: &[String],
     ) -> Result<SandboxRow, ControlError> {
         let cannot = |why: String| ControlError::CannotMove {
             id: row.id.clone(),
@@ -83,7 +128,8 @@ impl Sandboxes {
                 row.host_id
             )));
         };
-        let exclude = [row.host_id.clone()];
+        let mut exclude = vec![row.host_id.clone()];
+        exclude.extend(avoid.iter().cloned());
         let demand = Demand {
             memory_mib: row.memory_mib,
             template: None,

@@ -164,6 +164,9 @@ struct ForkArgs {
     /// Keep the fork's snapshot (by default it is deleted with the last child).
     #[arg(long)]
     keep_snapshot: bool,
+    /// In a cluster, put the children on other hosts than the parent's.
+    #[arg(long)]
+    spread: bool,
     #[arg(long)]
     json: bool,
 }
@@ -376,6 +379,7 @@ async fn fork(c: &Client, a: ForkArgs) -> anyhow::Result<()> {
         count: a.count,
         metadata: parse_pairs("meta", &a.meta)?,
         keep_snapshot: a.keep_snapshot,
+        spread: a.spread,
     };
     let out = {
         let _s = Spinner::start("forking");

@@ -513,6 +513,7 @@ class ForkRequest(TypedDict, total=False):
     count: int
     keep_snapshot: bool
     metadata: Dict[str, str]
+    spread: bool
 
 
 class ForkResponse(TypedDict):

@@ -2308,6 +2308,14 @@ export interface components {
             metadata?: {
                 [key: string]: string;
             };
+            /**
+             * @description In a cluster, put the children on other hosts than the parent's (hosts with its
+             *     compatibility key and room; different hosts while there are enough). Each child is made
+             *     on the parent's host and then moved, as `POST /v1/sandboxes/{id}/migrate` moves a
+             *     sandbox; a child no other host can take stays on the parent's host (its `host` says
+             *     where each went). A single-host server ignores it.
+             */
+            spread?: boolean;
         };
         ForkResponse: {
             children: components["schemas"]["Sandbox"][];

@@ -520,6 +520,7 @@ class AsyncSandbox:
         *,
         metadata: Optional[Mapping[str, str]] = None,
         keep_snapshot: bool = False,
+        spread: bool = False,
     ) -> "AsyncSandbox": ...
 
     @overload
@@ -529,6 +530,7 @@ class AsyncSandbox:
         *,
         metadata: Optional[Mapping[str, str]] = None,
         keep_snapshot: bool = False,
+        spread: bool = False,
     ) -> List["AsyncSandbox"]: ...
 
     async def fork(
@@ -537,6 +539,7 @@ class AsyncSandbox:
         *,
         metadata: Optional[Mapping[str, str]] = None,
         keep_snapshot: bool = False,
+        spread: bool = False,
     ) -> Union["AsyncSandbox", List["AsyncSandbox"]]:
         """Clones the running sandbox (memory, processes and disk) into new sandboxes.
 
@@ -545,7 +548,8 @@ class AsyncSandbox:
         metadata unless ``metadata`` is given. The snapshot taken for the fork is
         ``child.snapshot_id``: the server deletes it with the last sandbox restored from it
         (the last child killed), unless ``keep_snapshot=True`` keeps it until
-        ``client.snapshots.delete(id)``.
+        ``client.snapshots.delete(id)``. In a cluster, ``spread=True`` puts the children on
+        other hosts than the parent's (``child.host`` says where each went).
         """
         n = 1 if count is None else int(count)
         body: _wire.ForkRequest = {"count": n}
@@ -553,6 +557,8 @@ class AsyncSandbox:
             body["metadata"] = dict(metadata)
         if keep_snapshot:
             body["keep_snapshot"] = True
+        if spread:
+            body["spread"] = True
         data = await self._t.json("POST", f"{self._p}/fork", json=body, timeout=self._long())
         children = [
             AsyncSandbox(self._client, SandboxInfo.from_json(c)) for c in data.get("children", [])

@@ -514,6 +514,7 @@ class Sandbox:
         *,
         metadata: Optional[Mapping[str, str]] = None,
         keep_snapshot: bool = False,
+        spread: bool = False,
     ) -> "Sandbox": ...
 
     @overload
@@ -523,6 +524,7 @@ class Sandbox:
         *,
         metadata: Optional[Mapping[str, str]] = None,
         keep_snapshot: bool = False,
+        spread: bool = False,
     ) -> List["Sandbox"]: ...
 
     def fork(
@@ -531,6 +533,7 @@ class Sandbox:
         *,
         metadata: Optional[Mapping[str, str]] = None,
         keep_snapshot: bool = False,
+        spread: bool = False,
     ) -> Union["Sandbox", List["Sandbox"]]:
         """Clones the running sandbox (memory, processes and disk) into new sandboxes.
 
@@ -539,7 +542,8 @@ class Sandbox:
         metadata unless ``metadata`` is given. The snapshot taken for the fork is
         ``child.snapshot_id``: the server deletes it with the last sandbox restored from it
         (the last child killed), unless ``keep_snapshot=True`` keeps it until
-        ``client.snapshots.delete(id)``.
+        ``client.snapshots.delete(id)``. In a cluster, ``spread=True`` puts the children on
+        other hosts than the parent's (``child.host`` says where each went).
         """
         n = 1 if count is None else int(count)
         body: _wire.ForkRequest = {"count": n}
@@ -547,6 +551,8 @@ class Sandbox:
             body["metadata"] = dict(metadata)
         if keep_snapshot:
             body["keep_snapshot"] = True
+        if spread:
+            body["spread"] = True
         data = self._t.json("POST", f"{self._p}/fork", json=body, timeout=self._long())
         children = [
             Sandbox(self._client, SandboxInfo.from_json(c)) for c in data.get("children", [])
