@@ -66,18 +66,8 @@ async fn host(
 async fn create_ready(host: &StartedHost, id: &str) -> anyhow::Result<f64> {
     let t = Instant::now();
     host.host.create("bench", id).await?;
-    let out = host
-        .host
-        .exec(
-            id,
-            ExecSpec {
-                argv: vec!["true".into()],
-                ..Default::default()
-            },
-        )
-        .await?;
+    exec_true(host, id).await?;
     let took = ms(t.elapsed());
-    ensure!(out.exit_code == 0, "true exited {}", out.exit_code);
     host.host.destroy(id).await?;
     Ok(took)
 }
