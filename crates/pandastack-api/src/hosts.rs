@@ -127,8 +127,11 @@ pub async fn get(
 
 /// Drain a host.
 ///
-/// Admin keys only. The host keeps what it runs and takes nothing new; a restart of its agent
-/// does not undo it. 409 `conflict` for a dead host.
+/// Admin keys only. The host takes nothing new, and its hibernated sandboxes (every
+/// workspace's) move to other hosts in the background, one at a time (`sandboxes` in
+/// `GET /v1/hosts/{id}` counts down; a drain asked again moves what is left). Running
+/// sandboxes stay until they end. A restart of its agent does not undo it. 409 `conflict` for a
+/// dead host.
 #[utoipa::path(
     post,
     path = "/v1/hosts/{id}/drain",
@@ -148,6 +151,17 @@ pub async fn drain(
         .drain(&id)
         .await
         .map_err(|e| host_error(&id, e))?;
+    let sandboxes = app.control.sandboxes.clone();
+    let host = id.clone();
+    tokio::spawn(async move {
+        if let Err(e) = sandboxes.move_hibernated_off(&host).await {
+            tracing::warn!(
+                host = %host,
+                error = &e as &dyn std::error::Error,
+                "drain: moving hibernated sandboxes off the host"
+            );
+        }
+    });
     Ok(Json(answer(&app, &h).await?))
 }
 

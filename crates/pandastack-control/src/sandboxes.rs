@@ -138,6 +138,10 @@ pub struct Sandboxes {
     place: PlaceMode,
     /// A cluster's hosts one by one (a move names its hosts); set once, seen by every clone.
     fleet: Arc<std::sync::OnceLock<Fleet>>,
+    /// Sandboxes this process is moving to another host (one move of a sandbox at a time).
+    moving: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// Copies of moved sandboxes left on their old host for a moment (see `migrate`).
+    retiring: Arc<migrate::Retiring>,
 }
 
 impl Sandboxes {
@@ -158,6 +162,8 @@ impl Sandboxes {
             disk_max,
             place: PlaceMode::ThisHost,
             fleet: Arc::default(),
+            moving: Arc::default(),
+            retiring: Arc::default(),
         }
     }
 

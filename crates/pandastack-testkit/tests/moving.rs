@@ -481,7 +481,7 @@ fn joining(id: &str, key: &str) -> pandastack_store::Joining {
 /// of another key, or to its own host, is refused and changes nothing; a hibernated one moves
 /// hibernated; a call made through a second replica, whose cached owner still names the
 /// origin, waits out the move and follows the sandbox; a fork with `spread` puts its children
-/// on the other host.
+/// on the other host; a drain moves the drained host's hibernated sandboxes off it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_migrates_sandboxes_and_calls_follow_them() {
     use pandastack_control::ControlError;
@@ -648,5 +648,27 @@ async fn a_replica_migrates_sandboxes_and_calls_follow_them() {
     for child in &forked.children {
         one.sandboxes.delete(child).await.unwrap();
     }
-    one.sandboxes.delete(&woke).await.unwrap();
+
+    // A drain of host-a moves its hibernated sandboxes off it.
+    let slept = one
+        .sandboxes
+        .lifecycle(woke, pandastack_control::Verb::Hibernate)
+        .await
+        .unwrap();
+    store.hosts().drain("host-a").await.unwrap();
+    assert_eq!(
+        one.sandboxes.move_hibernated_off("host-a").await.unwrap(),
+        (1, 0)
+    );
+    let row = store.sandboxes().by_id(&id).await.unwrap();
+    assert_eq!(
+        (row.host_id.as_str(), row.state),
+        ("host-b", SandboxState::Hibernated)
+    );
+    assert_eq!(
+        b.get(&id).await.unwrap().state,
+        pandastack_agent::VmState::Hibernated
+    );
+    one.sandboxes.delete(&row).await.unwrap();
+    drop(slept);
 }

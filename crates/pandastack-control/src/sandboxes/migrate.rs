@@ -20,6 +20,7 @@
 //! replica's cached owner of the sandbox has expired — then destroyed with the stored image.
 //! A call that meets the refusal reads the row again and follows it ([`Sandboxes::followed`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -91,6 +92,42 @@ impl Sandboxes {
         }
     }
 
+    /// Moves every hibernated sandbox of host `host_id` (of every workspace: the platform's
+    /// hibernated app and function versions too) to other hosts, one at a time, as
+    /// [`Self::migrate`] moves them; for a drain. Returns how many moved and how many stayed
+    /// (no other host takes them, volumes mounted, woken meanwhile: logged each). Nothing on a
+    /// single host.
+    pub async fn move_hibernated_off(&self, host_id: &str) -> Result<(usize, usize), ControlError> {
+        if self.fleet.get().is_none() {
+            return Ok((0, 0));
+        }
+        let (mut moved, mut stayed) = (0, 0);
+        for (id, state) in self.store.sandboxes().on_host(host_id).await? {
+            if state != SandboxState::Hibernated {
+                continue;
+            }
+            let row = match self.by_id(&id).await {
+                Ok(r) if r.host_id == host_id && r.state == SandboxState::Hibernated => r,
+                // Deleted, woken or moved since the list was read.
+                _ => continue,
+            };
+            match self.migrate(row, None).await {
+                Ok(_) => moved += 1,
+                Err(e) => {
+                    stayed += 1;
+                    tracing::warn!(
+                        sandbox = %id,
+                        host = %host_id,
+                        error = &e as &dyn std::error::Error,
+                        "drain: a hibernated sandbox stays on the host"
+                    );
+                }
+            }
+        }
+        tracing::info!(host = %host_id, moved, stayed, "drain: hibernated sandboxes moved off");
+        Ok((moved, stayed))
+    }
+
     /// [`Self::migrate`], placement not choosing the hosts in `avoid` either.
     async fn migrate_avoiding(
         &self,
@@ -121,6 +158,8 @@ impl Sandboxes {
         if to == Some(row.host_id.as_str()) {
             return Err(cannot(format!("it is on host {} already", row.host_id)));
         }
+        let _moving = Moving::start(&self.moving, &row.id)
+            .ok_or_else(|| cannot("a move of it is under way".into()))?;
         let origin = self.store.hosts().get(&row.host_id).await?;
         let Some(key) = origin.compat_key.as_deref() else {
             return Err(cannot(format!(
@@ -139,6 +178,12 @@ impl Sandboxes {
             now_ms: now_ms(),
         };
         let dest = self.store.sandboxes().choose_host(&demand).await?.host_id;
+        // Back to a host it left moments ago: the copy it left there goes first.
+        let pending = lock(&self.retiring).remove(&(row.id.clone(), dest.clone()));
+        if let Some((now, task)) = pending {
+            now.notify_one();
+            let _ = task.await;
+        }
         let started = Instant::now();
         let row = if running {
             self.lifecycle(row, Verb::Hibernate).await?
@@ -189,7 +234,7 @@ impl Sandboxes {
         let target = fleet.host(dest).await?;
         let tag = origin.store_hibernated(id, ws).await?;
         if let Err(e) = target.adopt_stored(id, ws, &tag).await {
-            give_up(&*origin, row, &tag).await;
+            self.give_up(&*origin, &*target, row, &tag).await;
             return Err(e.into());
         }
         let fenced = self
@@ -206,7 +251,7 @@ impl Sandboxes {
                     "move given up: the copy adopted by the destination stays"
                 );
             }
-            give_up(&*origin, row, &tag).await;
+            self.give_up(&*origin, &*target, row, &tag).await;
             return Err(match fenced {
                 Err(e) => e.into(),
                 _ => ControlError::CannotMove {
@@ -217,13 +262,60 @@ impl Sandboxes {
         }
         fleet.moved(id);
         let (from, id, ws) = (row.host_id.clone(), id.to_owned(), ws.to_owned());
-        tokio::spawn(async move {
-            tokio::time::sleep(ORIGIN_KEPT).await;
-            retire(origin, target, &from, &id, &ws, &tag).await;
+        let now = Arc::new(tokio::sync::Notify::new());
+        let key = (id.clone(), from.clone());
+        let (retiring, mine) = (Arc::clone(&self.retiring), Arc::clone(&now));
+        let mut entries = lock(&self.retiring);
+        let task = tokio::spawn({
+            let key = key.clone();
+            async move {
+                tokio::select! {
+                    () = tokio::time::sleep(ORIGIN_KEPT) => {}
+                    () = mine.notified() => {}
+                }
+                retire(origin, target, &from, &id, &ws, &tag).await;
+                // Its own entry only: a later move may have put another there.
+                let mut entries = lock(&retiring);
+                if entries
+                    .get(&key)
+                    .is_some_and(|(n, _)| Arc::ptr_eq(n, &mine))
+                {
+                    entries.remove(&key);
+                }
+            }
         });
+        entries.insert(key, (now, task));
+        drop(entries);
         let mut row = row.clone();
         row.host_id = dest.to_owned();
         Ok(row)
+    }
+
+    /// A move of `row` given up: the origin takes its copy back (it wakes there again) and the
+    /// stored image goes — unless another move (another replica's) has moved the row meanwhile,
+    /// whose end retires the origin's copy: then only the image goes.
+    async fn give_up(&self, origin: &dyn Host, target: &dyn Host, row: &SandboxRow, tag: &str) {
+        let elsewhere = matches!(
+            self.store.sandboxes().by_id(&row.id).await,
+            Ok(now) if now.host_id != row.host_id
+        );
+        let (host, what) = if elsewhere {
+            (target, "the stored image stays in the object store")
+        } else {
+            (
+                origin,
+                "the origin did not take its copy back: it does not wake until a move of it is \
+                 tried again (or it is deleted)",
+            )
+        };
+        if let Err(e) = host.forget_stored(&row.id, &row.workspace_id, tag).await {
+            tracing::warn!(
+                sandbox = %row.id,
+                host = %row.host_id,
+                error = &e as &dyn std::error::Error,
+                "move given up, but {what}"
+            );
+        }
     }
 
     /// After `call` on `row`'s host refused because the sandbox is moving: waits a moment and
@@ -245,16 +337,45 @@ impl Sandboxes {
     }
 }
 
-/// The origin gives a move up: its copy wakes there again, the stored image goes.
-async fn give_up(origin: &dyn Host, row: &SandboxRow, tag: &str) {
-    if let Err(e) = origin.forget_stored(&row.id, &row.workspace_id, tag).await {
-        tracing::warn!(
-            sandbox = %row.id,
-            host = %row.host_id,
-            error = &e as &dyn std::error::Error,
-            "move given up, but the origin did not take its copy back: it does not wake \
-             until a move of it is tried again (or it is deleted)"
-        );
+/// Copies of sandboxes this process moved away, kept on the host they left for
+/// [`ORIGIN_KEPT`]: by (sandbox, host), what starts the retirement at once and its task.
+pub(super) type Retiring = std::sync::Mutex<
+    HashMap<(String, String), (Arc<tokio::sync::Notify>, tokio::task::JoinHandle<()>)>,
+>;
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A sandbox this process is moving, until dropped.
+struct Moving<'a> {
+    set: &'a std::sync::Mutex<std::collections::HashSet<String>>,
+    id: String,
+}
+
+impl<'a> Moving<'a> {
+    /// `None` when `id` is being moved already.
+    fn start(
+        set: &'a std::sync::Mutex<std::collections::HashSet<String>>,
+        id: &str,
+    ) -> Option<Self> {
+        let fresh = set
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_owned());
+        fresh.then(|| Self {
+            set,
+            id: id.to_owned(),
+        })
+    }
+}
+
+impl Drop for Moving<'_> {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
     }
 }
 

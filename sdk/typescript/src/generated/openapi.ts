@@ -630,8 +630,11 @@ export interface paths {
         put?: never;
         /**
          * Drain a host.
-         * @description Admin keys only. The host keeps what it runs and takes nothing new; a restart of its agent
-         *     does not undo it. 409 `conflict` for a dead host.
+         * @description Admin keys only. The host takes nothing new, and its hibernated sandboxes (every
+         *     workspace's) move to other hosts in the background, one at a time (`sandboxes` in
+         *     `GET /v1/hosts/{id}` counts down; a drain asked again moves what is left). Running
+         *     sandboxes stay until they end. A restart of its agent does not undo it. 409 `conflict` for a
+         *     dead host.
          */
         post: operations["drain_host"];
         delete?: never;

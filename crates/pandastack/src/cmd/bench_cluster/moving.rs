@@ -32,6 +32,9 @@ pub(super) struct Moved {
     pub(super) image_mib: Vec<f64>,
     /// A hibernated sandbox to its first exec answered where it slept.
     pub(super) wake_local: Vec<f64>,
+    /// A running sandbox of host a forked to its child's first exec answered on host b (the
+    /// path of a fork with `spread`: forked on a, the child hibernated, stored, adopted, woken).
+    pub(super) fork_elsewhere: Vec<f64>,
     pub(super) accel: String,
 }
 
@@ -137,6 +140,12 @@ pub(super) async fn templates_moving(
         image_mib.push(mib);
         wake_local.push(wake_here(&host_a, &format!("sb-wake-{i}")).await?);
     }
+    let mut fork_elsewhere = Vec::new();
+    for i in 0..runs {
+        let took = fork_to_other(&host_a, &host_b, &format!("sb-parent-{i}")).await?;
+        eprintln!("sandboxes: forked on host-a, the child exec-ready on host-b {took:.0} ms");
+        fork_elsewhere.push(took);
+    }
     let accel = host_a.accel.to_string();
     host_a.agent.shutdown().await;
     host_b.agent.shutdown().await;
@@ -147,6 +156,7 @@ pub(super) async fn templates_moving(
         wake_elsewhere,
         image_mib,
         wake_local,
+        fork_elsewhere,
         accel,
     })
 }
@@ -189,6 +199,30 @@ async fn wake_on_other(
     to.host.forget_stored(id, WS, &tag).await?;
     to.host.destroy(id).await?;
     Ok((took, hibernated.image_bytes as f64 / (1u64 << 20) as f64))
+}
+
+/// A sandbox of `bench` running on `from`, forked, its child moved to `to` as a fork with
+/// `spread` moves it (hibernated, stored, adopted) and woken there: milliseconds from the fork
+/// to the child's first exec answered on `to`.
+async fn fork_to_other(from: &StartedHost, to: &StartedHost, id: &str) -> anyhow::Result<f64> {
+    from.host.create("bench", id).await?;
+    exec_true(from, id).await?;
+    let (snapshot, child) = (format!("{id}-snap"), format!("{id}-child"));
+    let t = Instant::now();
+    from.host
+        .fork(id, &snapshot, std::slice::from_ref(&child))
+        .await?;
+    from.host.hibernate(&child).await?;
+    let tag = from.host.store_hibernated(&child, WS).await?;
+    to.host.adopt_stored(&child, WS, &tag).await?;
+    exec_true(to, &child).await?;
+    let took = ms(t.elapsed());
+    from.host.destroy(&child).await?;
+    to.host.forget_stored(&child, WS, &tag).await?;
+    to.host.destroy(&child).await?;
+    from.host.destroy(id).await?;
+    from.host.delete_snapshot(&snapshot).await?;
+    Ok(took)
 }
 
 /// A sandbox of `bench` created and hibernated on `host`, timed from there to its first exec
