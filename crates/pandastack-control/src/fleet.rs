@@ -9,7 +9,8 @@
 //! Every call that names a sandbox, snapshot or volume goes to the host its row names (the row
 //! is written first: a create's row is placed in the store before the create reaches a host,
 //! see [`crate::Sandboxes::create`]). The owner of an id is cached for [`ROW_MAX_AGE`] and read
-//! again after that (the cached one is used while the store does not answer), so a hibernated
+//! again after that (the cached one is used while the store does not answer, within
+//! [`STALE_READ_WAIT`]), so a hibernated
 //! sandbox moved to another host (its row's host changed, #39) is followed by every replica
 //! within that; a delete forgets it at once.
 //!
@@ -18,8 +19,8 @@
 //! [`REFRESH_EVERY`] (and stops when the last clone of the fleet is dropped); a host the cache
 //! does not know (it joined since the last scan) is read from the store on the spot; a cached
 //! row older than [`ROW_MAX_AGE`] (the scan stalled, or no runtime ran it) is read again before
-//! use, and used as it is only if the store does not answer (no host is reaped while the store
-//! is away). A host marked `dead` is not called — at most about a second after the store says
+//! use, and used as it is only if the store does not answer — an error, or no answer within
+//! [`STALE_READ_WAIT`] (no host is reaped while the store is away). A host marked `dead` is not called — at most about a second after the store says
 //! so: its sandboxes are `lost` and the caller gets [`HostError::Unreachable`]. Links are
 //! dialled on first use from the row's address with the replica's identity ([`Dial`]) and
 //! dialled again when the host re-joined at another address (a dial that fails reads the row
@@ -47,6 +48,12 @@ pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
 
 /// A cached host row older than this is read from the store again before it is used.
 pub const ROW_MAX_AGE: Duration = Duration::from_secs(2);
+
+/// How long a call waits for the store to read again an owner or host row it has a cached
+/// (stale) value of, before it goes on with that value: a store that does not answer (down,
+/// or a network that drops its packets) costs a call this, not the pool's acquire timeout or
+/// a query that never returns.
+pub const STALE_READ_WAIT: Duration = Duration::from_millis(500);
 
 /// How long a dial (TCP and the mutual TLS handshake) may take before the host counts as
 /// unreachable for that call.
@@ -204,7 +211,19 @@ impl Fleet {
             }
         }
         let read = Instant::now();
-        let host = match self.store.hosts().owner_of(id).await {
+        let hosts = self.store.hosts();
+        let owner = hosts.owner_of(id);
+        let got = match &cached {
+            Some((h, _)) => match tokio::time::timeout(STALE_READ_WAIT, owner).await {
+                Ok(got) => got,
+                Err(_) => {
+                    tracing::debug!(id = %id, "fleet: the store is slow; using the cached owner");
+                    return Ok(h.clone());
+                }
+            },
+            None => owner.await,
+        };
+        let host = match got {
             Ok(Some(h)) => h,
             Ok(None) => return Err(RouteError::NoOwner(id.to_owned())),
             // No host is reaped while the store is away; nothing moves either.
@@ -247,17 +266,26 @@ impl Fleet {
             .map(|c| (Arc::clone(&c.row), c.read.elapsed() <= ROW_MAX_AGE));
         let row = match cached {
             Some((row, true)) => row,
-            Some((stale, false)) => match self.read_row(host_id).await {
-                Err(RouteError::Store(e)) => {
-                    tracing::debug!(
-                        host = %host_id,
-                        error = &e as &dyn std::error::Error,
-                        "fleet: the store does not answer; using the host's last row"
-                    );
-                    stale
+            Some((stale, false)) => {
+                match tokio::time::timeout(STALE_READ_WAIT, self.read_row(host_id)).await {
+                    Err(_) => {
+                        tracing::debug!(
+                            host = %host_id,
+                            "fleet: the store is slow; using the host's last row"
+                        );
+                        stale
+                    }
+                    Ok(Err(RouteError::Store(e))) => {
+                        tracing::debug!(
+                            host = %host_id,
+                            error = &e as &dyn std::error::Error,
+                            "fleet: the store does not answer; using the host's last row"
+                        );
+                        stale
+                    }
+                    Ok(r) => r?,
                 }
-                r => r?,
-            },
+            }
             None => return self.link_to(&*self.read_row(host_id).await?).await,
         };
         match self.link_to(&row).await {

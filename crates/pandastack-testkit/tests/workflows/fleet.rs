@@ -492,3 +492,119 @@ async fn a_moved_sandbox_is_followed_once_its_cached_owner_expires() {
         .await
         .unwrap());
 }
+
+/// A TCP proxy to `target` that stops passing bytes while `frozen` is set (as a network that
+/// drops a server's packets would): the connections stay open and nothing answers.
+async fn freezing_proxy(target: String) -> (String, Arc<std::sync::atomic::AtomicBool>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    async fn pipe(
+        mut from: tokio::net::tcp::OwnedReadHalf,
+        mut to: tokio::net::tcp::OwnedWriteHalf,
+        frozen: Arc<AtomicBool>,
+    ) {
+        let mut buf = vec![0u8; 16 << 10];
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            while frozen.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if to.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let frozen = Arc::new(AtomicBool::new(false));
+    let f = Arc::clone(&frozen);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(&target).await else {
+                continue;
+            };
+            let (cr, cw) = client.into_split();
+            let (sr, sw) = server.into_split();
+            tokio::spawn(pipe(cr, sw, Arc::clone(&f)));
+            tokio::spawn(pipe(sr, cw, Arc::clone(&f)));
+        }
+    });
+    (addr, frozen)
+}
+
+/// Once its cached owner and host row are older than `ROW_MAX_AGE`, a call reads them again;
+/// a store that stops answering (PostgreSQL behind connections that no longer pass bytes: no
+/// error, no answer) costs the call `STALE_READ_WAIT` per read, then the cached values serve
+/// it — not the pool's 10 s acquire timeout, nor a query that never returns.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_that_stops_answering_delays_a_call_only_briefly() {
+    use sqlx::Connection;
+    use std::sync::atomic::Ordering;
+    let admin = match std::env::var("PANDASTACK_TEST_POSTGRES").as_deref() {
+        Ok("skip") => return,
+        Ok(u) => u.to_owned(),
+        Err(_) => panic!("PANDASTACK_TEST_POSTGRES is not set"),
+    };
+    let name = format!("psf_{:016x}", rand::random::<u64>());
+    let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    // postgres://user@host:port/db: the same server and user, through the proxy.
+    let (user, rest) = admin.split_once('@').unwrap();
+    let server = rest.split('/').next().unwrap().to_owned();
+    let (proxy, frozen) = freezing_proxy(server).await;
+    let store = Store::connect(&format!("{user}@{proxy}/{name}"))
+        .await
+        .unwrap();
+    let (ws, _, _) = store
+        .keys()
+        .create_workspace_with_key("ws", 50, 1000)
+        .await
+        .unwrap();
+    store
+        .hosts()
+        .join(
+            &joining("h1", 1024, &["minimal"]),
+            LEASE_MS,
+            pandastack_store::now_ms(),
+        )
+        .await
+        .unwrap();
+    let h1 = Arc::new(ScriptedHost::new());
+    let dial = Arc::new(ByName {
+        hosts: HashMap::from([("h1".to_owned(), Arc::clone(&h1))]),
+        down: Mutex::new(HashSet::new()),
+    });
+    let fleet = Fleet::new(store.clone(), dial as Arc<dyn Dial>);
+    let row = pandastack_store::SandboxRow::service(&ws.id, "h1", "minimal", Default::default());
+    store
+        .sandboxes()
+        .insert_within_limit(std::slice::from_ref(&row))
+        .await
+        .unwrap();
+    h1.create("minimal", &row.id).await.unwrap();
+    fleet.get(&row.id).await.expect("through the fleet");
+
+    tokio::time::sleep(pandastack_control::fleet::ROW_MAX_AGE + Duration::from_millis(300)).await;
+    frozen.store(true, Ordering::SeqCst);
+    let asked = Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(5), fleet.get(&row.id))
+        .await
+        .expect("answered from the cache, not after the store's own timeouts");
+    assert_eq!(got.expect("the host answers").id, row.id);
+    eprintln!(
+        "answered {} ms after the store stopped answering",
+        asked.elapsed().as_millis()
+    );
+    frozen.store(false, Ordering::SeqCst);
+    drop(fleet);
+    drop(store);
+    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(&mut conn)
+        .await;
+}
