@@ -116,6 +116,7 @@ NOT_MODELLED: Dict[str, str] = {
     "CreateTemplateRequest": "request body",
     "ExecRequest": "request body",
     "ForkRequest": "request body",
+    "MigrateRequest": "request body",
     "MkdirRequest": "request body",
     "PatchSandboxRequest": "request body",
     "RenameRequest": "request body",

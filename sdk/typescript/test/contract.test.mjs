@@ -88,6 +88,7 @@ const NOT_MODELLED = {
   CreateTemplateRequest: REQUEST,
   ExecRequest: REQUEST,
   ForkRequest: REQUEST,
+  MigrateRequest: REQUEST,
   MkdirRequest: REQUEST,
   PatchSandboxRequest: REQUEST,
   RenameRequest: REQUEST,
