@@ -554,39 +554,34 @@ impl Sandboxes {
 
     /// Runs `verb` on the sandbox's VM and records the result. A sandbox moving to another
     /// host is followed there once the move is over (see `migrate`).
-    pub async fn lifecycle(
+    pub async fn lifecycle(&self, row: SandboxRow, verb: Verb) -> Result<SandboxRow, ControlError> {
+        self.following(row, Some(verb)).await
+    }
+
+    /// The sandbox ready for work inside it: woken if it was hibernated, the row saying so. A
+    /// sandbox moving to another host is followed there once the move is over.
+    pub async fn awake(&self, row: SandboxRow) -> Result<SandboxRow, ControlError> {
+        self.following(row, None).await
+    }
+
+    /// `verb` (`None`: [`Host::awake`]) on the sandbox's VM, recorded; called again where the
+    /// sandbox is once a move that refused it is over.
+    async fn following(
         &self,
         mut row: SandboxRow,
-        verb: Verb,
+        verb: Option<Verb>,
     ) -> Result<SandboxRow, ControlError> {
         let started = std::time::Instant::now();
         loop {
             reachable(&row)?;
             let done = match verb {
-                Verb::Pause => self.host.pause(&row.id).await,
-                Verb::Resume => self.host.resume(&row.id).await,
-                Verb::Hibernate => self.host.hibernate(&row.id).await,
-                Verb::Wake => self.host.wake(&row.id).await,
+                Some(Verb::Pause) => self.host.pause(&row.id).await,
+                Some(Verb::Resume) => self.host.resume(&row.id).await,
+                Some(Verb::Hibernate) => self.host.hibernate(&row.id).await,
+                Some(Verb::Wake) => self.host.wake(&row.id).await,
+                None => self.host.awake(&row.id).await,
             };
             match done {
-                Err(e) if pandastack_host::is_moving(&e) => {
-                    match self.followed(&row, started).await? {
-                        Some(now) => row = now,
-                        None => return Err(e.into()),
-                    }
-                }
-                done => return self.record(row, &done?).await,
-            }
-        }
-    }
-
-    /// The sandbox ready for work inside it: woken if it was hibernated, the row saying so. A
-    /// sandbox moving to another host is followed there once the move is over.
-    pub async fn awake(&self, mut row: SandboxRow) -> Result<SandboxRow, ControlError> {
-        let started = std::time::Instant::now();
-        loop {
-            reachable(&row)?;
-            match self.host.awake(&row.id).await {
                 Err(e) if pandastack_host::is_moving(&e) => {
                     match self.followed(&row, started).await? {
                         Some(now) => row = now,
