@@ -278,7 +278,7 @@ async fn vm_processes_run_as_their_own_uid_confined_and_reach_nothing_else() {
 /// written with `O_DIRECT` at 8 MiB/s take about 5 s (the same write unthrottled takes about
 /// one under TCG here), so one guest's stream cannot take the data disk from its neighbours.
 /// A create's own `disk_mbps` holds its volumes too (one limit per VM): 20 MiB written to a
-/// mounted volume at 4 MiB/s take over 4 s.
+/// mounted volume at 4 MiB/s take about 4.4 s.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_guests_direct_writes_are_held_to_the_disk_limit() {
     let guard = runtime().await;
@@ -312,9 +312,11 @@ async fn a_guests_direct_writes_are_held_to_the_disk_limit() {
         .as_str()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or_else(|| panic!("dd: {out}"));
-    // 40 MiB at 8 MiB/s is 5 s; QEMU lets a tenth of a second's worth through at once.
+    // 40 MiB at 8 MiB/s is 5 s; QEMU lets a tenth of a second's worth through at once. The
+    // time is the guest's own clock, which under TCG on a busy host can run a sixth slow (a
+    // CI run saw 4.27 s), so the bound sits well below 5 s and far above the unthrottled 1 s.
     eprintln!("40 MiB O_DIRECT to the root disk at 8 MiB/s: {ms} ms");
-    assert!(ms >= 4_500, "40 MiB took {ms} ms at a limit of 8 MiB/s");
+    assert!(ms >= 3_500, "40 MiB took {ms} ms at a limit of 8 MiB/s");
     let (st, v) = api
         .call("DELETE", &format!("/v1/sandboxes/{id}"), None)
         .await;
@@ -359,10 +361,11 @@ async fn a_guests_direct_writes_are_held_to_the_disk_limit() {
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or_else(|| panic!("dd: {out}"));
     // 20 MiB at 4 MiB/s is 5 s less what QEMU lets through at once and what ext4 had queued
-    // (4.4 s seen); at the server's 8 MiB/s it would be 2.5 s, unthrottled about 0.5.
+    // (4.4 s seen); at the server's 8 MiB/s it would be 2.5 s, unthrottled about 0.5. The
+    // bound leaves room for the guest clock running slow under TCG (see above).
     eprintln!("20 MiB O_DIRECT to a volume at the create's 4 MiB/s: {ms} ms");
     assert!(
-        ms >= 3_750,
+        ms >= 3_100,
         "20 MiB to a volume took {ms} ms at a limit of 4 MiB/s"
     );
     let (st, v) = api
