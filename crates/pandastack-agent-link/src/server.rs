@@ -317,6 +317,16 @@ impl Agent for AgentService {
         })
     }
 
+    async fn store_durable(
+        &self,
+        r: Request<pb::StoreHibernatedRequest>,
+    ) -> RpcResult<pb::StoredTag> {
+        let r = r.into_inner();
+        ok(self.host.store_durable(&r.id, &r.ws).await, |tag| {
+            pb::StoredTag { tag }
+        })
+    }
+
     async fn adopt_stored(&self, r: Request<pb::StoredRef>) -> RpcResult<pb::Vm> {
         let r = r.into_inner();
         vm(self.host.adopt_stored(&r.id, &r.ws, &r.tag).await)

@@ -104,6 +104,10 @@ pub(crate) struct Entry<V: Vm> {
     pub(crate) dialed: std::sync::Arc<crate::dialed::Dialed>,
     /// The state as of the last finished operation: readers never wait behind a long one.
     view: std::sync::Mutex<Option<SandboxView>>,
+    /// Cancels the upload of a durable copy of its hibernation image under way, if any (see
+    /// [`crate::HostAgent::store_durable`]): an operation that changes the sandbox does not
+    /// wait behind it.
+    durable: std::sync::Mutex<Option<tokio_util::sync::CancellationToken>>,
 }
 
 impl<V: Vm> Entry<V> {
@@ -113,7 +117,37 @@ impl<V: Vm> Entry<V> {
             slot: Mutex::new(slot),
             dialed: Default::default(),
             view: std::sync::Mutex::new(view),
+            durable: std::sync::Mutex::new(None),
         }
+    }
+
+    /// The slot, for an operation that changes the sandbox (wakes, hibernates, forks or
+    /// destroys it): an upload of a durable copy of its image holding it is given up first.
+    pub(crate) async fn lock(&self) -> tokio::sync::MutexGuard<'_, SandboxVm<V>> {
+        if let Some(upload) = self
+            .durable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            upload.cancel();
+        }
+        self.slot.lock().await
+    }
+
+    /// A token for an upload of a durable copy of the image, cancelled by the next
+    /// [`Self::lock`] (and by a later upload's start).
+    pub(crate) fn durable_upload(&self) -> tokio_util::sync::CancellationToken {
+        let token = tokio_util::sync::CancellationToken::new();
+        let earlier = self
+            .durable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(token.clone());
+        if let Some(earlier) = earlier {
+            earlier.cancel();
+        }
+        token
     }
 
     pub(crate) fn view(&self) -> Option<SandboxView> {

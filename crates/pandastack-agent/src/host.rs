@@ -246,6 +246,12 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
             .await
     }
 
+    async fn store_durable(&self, id: &str, ws: &str) -> HostResult<String> {
+        let (id, ws) = (id.to_owned(), ws.to_owned());
+        self.detached(move |a| async move { a.store_durable(&id, &ws).await })
+            .await
+    }
+
     async fn adopt_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<VmView> {
         let (id, ws, tag) = (id.to_owned(), ws.to_owned(), tag.to_owned());
         let v = self

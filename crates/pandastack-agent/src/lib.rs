@@ -308,7 +308,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         &self,
         e: &'a Entry<D::Vm>,
     ) -> Result<tokio::sync::MutexGuard<'a, SandboxVm<D::Vm>>, AgentError> {
-        let mut slot = e.slot.lock().await;
+        let mut slot = e.lock().await;
         let woke = self.ensure_awake(&mut slot).await;
         e.publish(&slot);
         woke?;
@@ -355,6 +355,8 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                     op: pandastack_host::WAKE_WHILE_MOVING,
                 });
             }
+            // Woken here, it is no longer what the durable copy holds.
+            self.drop_durable(h);
             let SandboxVm::Hibernated(h) = std::mem::replace(slot, SandboxVm::Gone) else {
                 unreachable!()
             };
@@ -372,7 +374,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     /// Pauses a running sandbox's vCPUs in place.
     pub async fn pause(&self, id: &str) -> Result<SandboxView, AgentError> {
         let e = self.entry(id).await?;
-        let mut slot = e.slot.lock().await;
+        let mut slot = e.lock().await;
         let woke = self.ensure_awake(&mut slot).await;
         e.publish(&slot);
         woke?;
@@ -387,7 +389,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     /// Resumes a paused (or wakes a hibernated) sandbox.
     pub async fn resume(&self, id: &str) -> Result<SandboxView, AgentError> {
         let e = self.entry(id).await?;
-        let mut slot = e.slot.lock().await;
+        let mut slot = e.lock().await;
         let woke = self.ensure_awake(&mut slot).await;
         e.publish(&slot);
         woke?;
@@ -402,7 +404,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     /// Hibernates a sandbox (a paused one too). Idempotent.
     pub async fn hibernate(&self, id: &str) -> Result<SandboxView, AgentError> {
         let e = self.entry(id).await?;
-        let mut slot = e.slot.lock().await;
+        let mut slot = e.lock().await;
         self.check_alive(&slot)?;
         let taken = std::mem::replace(&mut *slot, SandboxVm::Gone);
         let (sb, was_paused) = match taken {
@@ -451,7 +453,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     /// Wakes a hibernated sandbox. Idempotent.
     pub async fn wake(&self, id: &str) -> Result<SandboxView, AgentError> {
         let e = self.entry(id).await?;
-        let mut slot = e.slot.lock().await;
+        let mut slot = e.lock().await;
         let woke = self.ensure_awake(&mut slot).await;
         e.publish(&slot);
         woke?;
@@ -461,7 +463,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     /// Snapshots a sandbox (waking it if hibernated).
     pub async fn snapshot(&self, id: &str, snapshot_id: &str) -> Result<Snapshot, AgentError> {
         let e = self.entry(id).await?;
-        let mut slot = e.slot.lock().await;
+        let mut slot = e.lock().await;
         let woke = self.ensure_awake(&mut slot).await;
         e.publish(&slot);
         woke?;
@@ -480,7 +482,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     ) -> Result<(Snapshot, Vec<SandboxView>), AgentError> {
         let e = self.entry(id).await?;
         let fork = {
-            let mut slot = e.slot.lock().await;
+            let mut slot = e.lock().await;
             let woke = self.ensure_awake(&mut slot).await;
             e.publish(&slot);
             woke?;
@@ -512,7 +514,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     /// this returns `SandboxNotFound`.
     pub async fn destroy(&self, id: &str) -> Result<(), AgentError> {
         let e = self.entry(id).await?;
-        let mut slot = e.slot.lock().await;
+        let mut slot = e.lock().await;
         match std::mem::replace(&mut *slot, SandboxVm::Gone) {
             SandboxVm::Running(sb) | SandboxVm::Paused(sb) => {
                 if let Err(err) = self.rt.destroy(sb).await {
@@ -523,7 +525,10 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                     );
                 }
             }
-            SandboxVm::Hibernated(h) => std::fs::remove_dir_all(&h.dir)?,
+            SandboxVm::Hibernated(h) => {
+                self.drop_durable(&h);
+                std::fs::remove_dir_all(&h.dir)?
+            }
             SandboxVm::Gone => {}
         }
         e.publish(&slot);

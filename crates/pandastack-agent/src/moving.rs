@@ -19,7 +19,7 @@ use pandastack_vm::VmDriver;
 use serde::{Deserialize, Serialize};
 
 use crate::entry::SandboxVm;
-use crate::{AgentError, HostAgent, SandboxView};
+use crate::{AgentError, HostAgent, SandboxView, VmState};
 
 const RECORDS: &str = "hibernated";
 /// In a hibernated sandbox's directory from the time its image is stored for another host
@@ -32,6 +32,17 @@ pub(crate) fn is_leaving(h: &pandastack_runtime::Hibernated) -> bool {
     h.dir.join(LEAVING).exists()
 }
 const FILES: &str = "hibernated-files";
+/// In a hibernated sandbox's directory while a copy of its image is stored in case this host
+/// is lost ([`HostAgent::store_durable`]): which one (a [`DurableCopy`]). The copy is removed
+/// when the sandbox wakes here or is destroyed, as it no longer is the sandbox then.
+const DURABLE: &str = ".durable";
+
+/// The stored copy named in [`DURABLE`].
+#[derive(Debug, Serialize, Deserialize)]
+struct DurableCopy {
+    ws: String,
+    tag: String,
+}
 
 /// A hibernated sandbox as stored for another host (its record).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -64,7 +75,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         self.hibernate(id).await?;
         let e = self.entry(id).await?;
         // Held until the record is written: no wake changes the files while they are read.
-        let slot = e.slot.lock().await;
+        let slot = e.lock().await;
         let SandboxVm::Hibernated(h) = &*slot else {
             return Err(AgentError::InvalidState {
                 id: id.into(),
@@ -80,6 +91,79 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             let _ = std::fs::remove_file(&leaving);
         }
         stored
+    }
+
+    /// Stores the image of hibernated sandbox `id` in workspace `ws`'s part of the shared
+    /// object store as [`Self::store_hibernated`] does, but for this host's loss: the sandbox
+    /// stays here and wakes here as before, and another host adopts the copy only once this
+    /// one is dead. Returns the copy's tag (the same one while it stays hibernated). An
+    /// operation that changes the sandbox (a wake, a delete, a move) gives the upload up: an
+    /// error, nothing recorded. The copy goes when the sandbox wakes here or is destroyed.
+    pub async fn store_durable(&self, id: &str, ws: &str) -> Result<String, AgentError> {
+        let s = self.sharing.get().ok_or(AgentError::NotShared)?;
+        let e = self.entry(id).await?;
+        let cancelled = e.durable_upload();
+        let given_up = |state| AgentError::InvalidState {
+            id: id.into(),
+            state,
+            op: "keep a copy of its hibernation image (it changed meanwhile)",
+        };
+        // Held until the record is written: nothing changes the files while they are read.
+        let slot = tokio::select! {
+            slot = e.slot.lock() => slot,
+            () = cancelled.cancelled() => return Err(given_up(VmState::Running)),
+        };
+        let h = match &*slot {
+            SandboxVm::Hibernated(h) if !is_leaving(h) => h,
+            other => return Err(given_up(other.state().unwrap_or(crate::VmState::Exited))),
+        };
+        let marker = h.dir.join(DURABLE);
+        if let Some(copy) = read_durable(&marker) {
+            if copy.ws == ws {
+                return Ok(copy.tag);
+            }
+        }
+        let files = h.moving_files().map_err(AgentError::Hibernate)?;
+        let tag = tokio::select! {
+            tag = self.upload_hibernated(s, h, &files, id, ws) => tag?,
+            () = cancelled.cancelled() => return Err(given_up(VmState::Hibernated)),
+        };
+        let copy = DurableCopy {
+            ws: ws.to_owned(),
+            tag: tag.clone(),
+        };
+        std::fs::write(
+            &marker,
+            serde_json::to_vec(&copy).expect("a copy's name serialises"),
+        )?;
+        Ok(tag)
+    }
+
+    /// The durable copy of hibernated `h`'s image (see [`Self::store_durable`]), if it has
+    /// one, forgotten: it no longer is the sandbox once it wakes here or goes. The record goes
+    /// in the background; the chunks stay.
+    pub(crate) fn drop_durable(&self, h: &pandastack_runtime::Hibernated) {
+        let marker = h.dir.join(DURABLE);
+        let Some(copy) = read_durable(&marker) else {
+            return;
+        };
+        let _ = std::fs::remove_file(&marker);
+        let Some(s) = self.sharing.get() else {
+            return;
+        };
+        let (objects, id) = (s.objects.clone(), h.info.id.clone());
+        tokio::spawn(async move {
+            if let Err(e) = objects
+                .delete_record(&copy.ws, RECORDS, &record_id(&id, &copy.tag))
+                .await
+            {
+                tracing::warn!(
+                    sandbox = %id,
+                    error = &e as &dyn std::error::Error,
+                    "the durable copy of a hibernated sandbox's image stays in the object store"
+                );
+            }
+        });
     }
 
     /// The upload of [`Self::store_hibernated`]: `files` of `h`, then the record; the tag.
@@ -193,6 +277,10 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
                     _ => {}
                 }
+                let marker = h.dir.join(DURABLE);
+                if read_durable(&marker).is_some_and(|c| c.tag == tag) {
+                    std::fs::remove_file(&marker)?;
+                }
             }
         }
         s.objects
@@ -205,4 +293,10 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         }
         Ok(())
     }
+}
+
+/// The durable copy named at `marker`, if there is one (an unreadable marker names none).
+fn read_durable(marker: &std::path::Path) -> Option<DurableCopy> {
+    let bytes = std::fs::read(marker).ok()?;
+    serde_json::from_slice(&bytes).ok()
 }

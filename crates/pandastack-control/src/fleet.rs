@@ -573,6 +573,10 @@ impl Host for Fleet {
         self.to(id).await?.store_hibernated(id, ws).await
     }
 
+    async fn store_durable(&self, id: &str, ws: &str) -> HostResult<String> {
+        self.to(id).await?.store_durable(id, ws).await
+    }
+
     /// To the host the sandbox's row names (a move calls its destination itself, before the
     /// row names it: see `Sandboxes::migrate`).
     async fn adopt_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<VmView> {

@@ -234,6 +234,10 @@ impl Host for Watched {
     async fn store_hibernated(&self, id: &str, ws: &str) -> HostResult<String> {
         self.host.store_hibernated(id, ws).await
     }
+
+    async fn store_durable(&self, id: &str, ws: &str) -> HostResult<String> {
+        self.host.store_durable(id, ws).await
+    }
     async fn adopt_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<VmView> {
         self.host.adopt_stored(id, ws, tag).await
     }

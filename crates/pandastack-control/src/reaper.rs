@@ -178,6 +178,7 @@ impl Reaper {
                 .sandboxes()
                 .set_state(&row.id, SandboxState::Hibernated)
                 .await?;
+            self.sandboxes.keep_durable(&row, row.last_activity_at);
         } else {
             self.sandboxes.delete(&row).await?;
         }

@@ -12,6 +12,7 @@ use pandastack_store::{
 
 use crate::{row_state, Fleet, TemplateError, Templates, Volumes};
 
+mod durable;
 mod migrate;
 
 /// Why a sandbox operation failed.
@@ -531,6 +532,9 @@ impl Sandboxes {
                 .set_state_touched(&row.id, state, now)
                 .await?;
             row.state = state;
+            if state == SandboxState::Hibernated {
+                self.keep_durable(&row, now);
+            }
         } else {
             self.store.sandboxes().touch(&row.id, now).await?;
         }
@@ -584,6 +588,13 @@ impl Sandboxes {
             match done {
                 Err(e) if pandastack_host::is_moving(&e) => {
                     match self.followed(&row, started).await? {
+                        Some(now) => row = now,
+                        None => return Err(e.into()),
+                    }
+                }
+                // Hibernated on a host now dead: woken where its durable copy is adopted.
+                Err(e @ HostError::Unreachable { .. }) => {
+                    match self.rehomed(&row, &e, started).await? {
                         Some(now) => row = now,
                         None => return Err(e.into()),
                     }

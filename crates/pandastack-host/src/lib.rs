@@ -119,6 +119,11 @@ pub trait Host: Send + Sync + 'static {
     /// shared object store for another host; returns the tag naming that image. The sandbox
     /// stays here, hibernated.
     async fn store_hibernated(&self, id: &str, ws: &str) -> HostResult<String>;
+    /// Stores the image of hibernated sandbox `id` in workspace `ws`'s part of the shared
+    /// object store in case this host is lost; returns the tag naming that copy. The sandbox
+    /// stays here and wakes here as before (which drops the copy). Given up, an error, when the
+    /// sandbox is woken, moved or destroyed meanwhile.
+    async fn store_durable(&self, id: &str, ws: &str) -> HostResult<String>;
     /// Makes image `tag` of sandbox `id` (stored by another host in workspace `ws`) a
     /// hibernated sandbox of this host. Nothing is left behind on failure.
     async fn adopt_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<VmView>;

@@ -45,7 +45,7 @@ pub use lock::AdvisoryLock;
 pub use pandastack_api_types::{OnTimeout, SandboxState};
 pub use placement::{Demand, PlaceReason, Placement};
 pub use quotas::{Adding, Quotas, StorageQuotas, StorageUse};
-pub use sandboxes::{Filter, SandboxRepo, SandboxRow};
+pub use sandboxes::{DurableCopy, Filter, SandboxRepo, SandboxRow};
 pub use schedules::{Fired, Firing, RunRow, ScheduleRepo, ScheduleRow};
 pub use snapshots::{SnapshotRepo, SnapshotRow};
 pub use templates::{BuildStatus, SourceKind, TemplateBuildRow, TemplateBuilds};

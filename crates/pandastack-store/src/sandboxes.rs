@@ -9,6 +9,15 @@ use crate::volumes::{claim, Claimed, MountClaim};
 use crate::{col, found, parsed, Backend, OnTimeout, SandboxState, StoreError};
 
 /// One sandbox as stored.
+/// A hibernated sandbox's copy in the object store, kept in case its host is lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurableCopy {
+    /// The stored image's tag (its host's).
+    pub tag: String,
+    /// When it became durable (Unix ms).
+    pub at_ms: i64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxRow {
     pub id: String,
@@ -296,7 +305,7 @@ impl SandboxRepo<'_> {
     }
 
     pub async fn set_state(&self, id: &str, state: SandboxState) -> Result<(), StoreError> {
-        sqlx::query("UPDATE sandboxes SET state = $1 WHERE id = $2")
+        sqlx::query("UPDATE sandboxes SET state = $1, durable_tag = CASE WHEN state = $1 THEN durable_tag ELSE NULL END WHERE id = $2")
             .bind(state.as_str())
             .bind(id)
             .execute(self.pool)
@@ -318,7 +327,7 @@ impl SandboxRepo<'_> {
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         crate::hosts::fence(&mut tx, host_id, epoch).await?;
-        let done = sqlx::query("UPDATE sandboxes SET state = $1 WHERE id = $2 AND host_id = $3")
+        let done = sqlx::query("UPDATE sandboxes SET state = $1, durable_tag = CASE WHEN state = $1 THEN durable_tag ELSE NULL END WHERE id = $2 AND host_id = $3")
             .bind(state.as_str())
             .bind(id)
             .bind(host_id)
@@ -337,7 +346,7 @@ impl SandboxRepo<'_> {
         state: SandboxState,
         now: i64,
     ) -> Result<(), StoreError> {
-        sqlx::query("UPDATE sandboxes SET state = $1, last_activity_at = $2 WHERE id = $3")
+        sqlx::query("UPDATE sandboxes SET state = $1, durable_tag = CASE WHEN state = $1 THEN durable_tag ELSE NULL END, last_activity_at = $2 WHERE id = $3")
             .bind(state.as_str())
             .bind(now)
             .bind(id)
@@ -467,11 +476,78 @@ impl SandboxRepo<'_> {
         to: &str,
     ) -> Result<bool, StoreError> {
         let done = sqlx::query(
-            "UPDATE sandboxes SET host_id = $1 WHERE id = $2 AND host_id = $3 AND state = 'hibernated'",
+            "UPDATE sandboxes SET host_id = $1, durable_tag = NULL, durable_at = NULL \
+             WHERE id = $2 AND host_id = $3 AND state = 'hibernated'",
         )
         .bind(to)
         .bind(id)
         .bind(from)
+        .execute(self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Records that hibernated sandbox `id` on `host_id` has a durable copy `tag` in the object
+    /// store since `at` (Unix ms): only while it is still there, hibernated, and untouched
+    /// since `hibernated_at` (its `last_activity_at` when it hibernated; a wake and a new
+    /// hibernation since make the copy stale). Whether it was recorded.
+    pub async fn set_durable(
+        &self,
+        id: &str,
+        host_id: &str,
+        hibernated_at: i64,
+        tag: &str,
+        at: i64,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE sandboxes SET durable_tag = $1, durable_at = $2 WHERE id = $3 AND host_id = $4 \
+             AND state = 'hibernated' AND last_activity_at = $5",
+        )
+        .bind(tag)
+        .bind(at)
+        .bind(id)
+        .bind(host_id)
+        .bind(hibernated_at)
+        .execute(self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// The durable copy of sandbox `id`'s hibernation image, if it has one (see
+    /// [`Self::set_durable`]).
+    pub async fn durable_copy(&self, id: &str) -> Result<Option<DurableCopy>, StoreError> {
+        let r = sqlx::query("SELECT durable_tag, durable_at FROM sandboxes WHERE id = $1")
+            .bind(id)
+            .fetch_optional(self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let tag: Option<String> = col(&r, "durable_tag")?;
+        let at: Option<i64> = col(&r, "durable_at")?;
+        Ok(tag.map(|tag| DurableCopy {
+            tag,
+            at_ms: at.unwrap_or_default(),
+        }))
+    }
+
+    /// Moves hibernated sandbox `id` off dead host `from` to `to`, which adopted its durable
+    /// copy `tag`: only while `from` is dead and the row still names that copy (a sandbox
+    /// re-homed, woken or deleted meanwhile is not moved). Whether it moved.
+    pub async fn rehome_hibernated(
+        &self,
+        id: &str,
+        from: &str,
+        to: &str,
+        tag: &str,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE sandboxes SET host_id = $1, durable_tag = NULL, durable_at = NULL \
+             WHERE id = $2 AND host_id = $3 AND state = 'hibernated' AND durable_tag = $4 \
+             AND EXISTS (SELECT 1 FROM hosts WHERE hosts.id = $3 AND hosts.state = 'dead')",
+        )
+        .bind(to)
+        .bind(id)
+        .bind(from)
+        .bind(tag)
         .execute(self.pool)
         .await?;
         Ok(done.rows_affected() == 1)

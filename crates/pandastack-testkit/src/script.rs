@@ -931,6 +931,13 @@ impl Host for ScriptedHost {
         ))
     }
 
+    async fn store_durable(&self, id: &str, _: &str) -> HostResult<String> {
+        Err(HostError::failed(
+            "store a durable copy of a hibernated sandbox",
+            format!("the scripted host has no object store ({id})"),
+        ))
+    }
+
     async fn adopt_stored(&self, id: &str, _: &str, _: &str) -> HostResult<VmView> {
         Err(HostError::failed(
             "adopt stored sandbox",

@@ -404,7 +404,33 @@ async fn a_hibernated_sandbox_moves_through_the_agent_links() {
         .await
         .unwrap()
         .is_empty());
+    // A durable copy for the host's loss, through the link: the same tag while it stays
+    // hibernated; refused for a running sandbox; dropped when it is destroyed.
+    let err = to_b.store_durable("linked", WS).await.unwrap_err();
+    assert!(matches!(err, HostError::InvalidState { .. }), "{err:?}");
+    to_b.hibernate("linked").await.unwrap();
+    let durable = to_b.store_durable("linked", WS).await.unwrap();
+    assert_eq!(to_b.store_durable("linked", WS).await.unwrap(), durable);
+    assert_eq!(
+        objects.list_records(WS, "hibernated").await.unwrap().len(),
+        1
+    );
     to_b.destroy("linked").await.unwrap();
+    within(
+        Duration::from_secs(10),
+        "the durable copy's record gone",
+        async {
+            while !objects
+                .list_records(WS, "hibernated")
+                .await
+                .unwrap()
+                .is_empty()
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        },
+    )
+    .await;
     serving_a.abort();
     serving_b.abort();
 }
@@ -671,4 +697,179 @@ async fn a_replica_migrates_sandboxes_and_calls_follow_them() {
     );
     one.sandboxes.delete(&row).await.unwrap();
     drop(slept);
+}
+
+/// A hibernated sandbox whose host is lost wakes on another host: each hibernation through a
+/// replica stores a durable copy of its image in the background and the row records it; a
+/// wake where it slept drops that copy (record and row); once its host is dead, the next call
+/// into it adopts the copy on a host with the same key, moves the row and runs it there, the
+/// dead host's copy never woken. A sandbox without a durable copy answers that its host is
+/// unreachable, as before.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hibernated_sandbox_of_a_lost_host_wakes_on_another() {
+    use pandastack_control::Verb;
+    use pandastack_store::SandboxState;
+    let tmp = tempfile::tempdir().unwrap();
+    let objects =
+        Objects::open(&format!("file://{}", tmp.path().join("objects").display())).unwrap();
+    let a = host(&tmp.path().join("a"), &objects, KEY, "host-a").await;
+    let b = host(&tmp.path().join("b"), &objects, KEY, "host-b").await;
+    for agent in [&a, &b] {
+        agent
+            .bake_image("tiny", &image(tmp.path(), 4), Shape::new(1, 64))
+            .await
+            .unwrap();
+    }
+    let store = pandastack_store::Store::open(&tmp.path().join("state.db"))
+        .await
+        .unwrap();
+    let (ws, _, _) = store
+        .keys()
+        .create_workspace_with_key("ws", 50, 1000)
+        .await
+        .unwrap();
+    for id in ["host-a", "host-b"] {
+        store
+            .hosts()
+            .join(&joining(id, KEY), 600_000, pandastack_store::now_ms())
+            .await
+            .unwrap();
+    }
+    let hosts = [("host-a", &a), ("host-b", &b)];
+    let one = replica(&store, &objects, &tmp.path().join("b1"), &hosts).await;
+    let req: pandastack_api_types::CreateSandboxRequest =
+        serde_json::from_value(serde_json::json!({"template": "tiny"})).unwrap();
+    let create_on_a = || async {
+        let row = one.sandboxes.create(&ws.id, &req).await.unwrap();
+        if row.host_id == "host-a" {
+            row
+        } else {
+            one.sandboxes.migrate(row, Some("host-a")).await.unwrap()
+        }
+    };
+    let durable = |id: String| {
+        let store = store.clone();
+        async move {
+            within(Duration::from_secs(30), "a durable copy recorded", async {
+                loop {
+                    if let Some(c) = store.sandboxes().durable_copy(&id).await.unwrap() {
+                        return c;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+            .await
+        }
+    };
+    let row = create_on_a().await;
+    let id = row.id.clone();
+    let ch = a.channel(&id).await.unwrap();
+    pandastack_testkit::exec(&ch, "echo kept > /tmp/mark").await;
+
+    // Hibernated: durable. Woken where it slept: the copy goes, record and row.
+    let slept = one.sandboxes.lifecycle(row, Verb::Hibernate).await.unwrap();
+    let first = durable(id.clone()).await;
+    assert!(first.at_ms >= slept.last_activity_at, "{first:?}");
+    let records = objects.list_records(&ws.id, "hibernated").await.unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let woke = one.sandboxes.lifecycle(slept, Verb::Wake).await.unwrap();
+    assert_eq!(store.sandboxes().durable_copy(&id).await.unwrap(), None);
+    within(
+        Duration::from_secs(30),
+        "the stale copy's record gone",
+        async {
+            while !objects
+                .list_records(&ws.id, "hibernated")
+                .await
+                .unwrap()
+                .is_empty()
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        },
+    )
+    .await;
+
+    // Hibernated again (durable again), and a second sandbox hibernated with its copy's
+    // record taken away (as if its host died before the upload ended).
+    let slept = one
+        .sandboxes
+        .lifecycle(woke, Verb::Hibernate)
+        .await
+        .unwrap();
+    let copy = durable(id.clone()).await;
+    assert_ne!(copy.tag, first.tag);
+    let bare = create_on_a().await;
+    let bare = one
+        .sandboxes
+        .lifecycle(bare, Verb::Hibernate)
+        .await
+        .unwrap();
+    durable(bare.id.clone()).await;
+    assert!(store
+        .sandboxes()
+        .set_state_touched(&bare.id, SandboxState::Running, 1)
+        .await
+        .is_ok());
+    store
+        .sandboxes()
+        .set_state(&bare.id, SandboxState::Hibernated)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.sandboxes().durable_copy(&bare.id).await.unwrap(),
+        None
+    );
+
+    // Host a is lost: its lease lapses and a reaper says so.
+    store
+        .hosts()
+        .join(&joining("host-a", KEY), 1, pandastack_store::now_ms())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let reaped = store
+        .hosts()
+        .reap(pandastack_store::now_ms())
+        .await
+        .unwrap();
+    assert_eq!(reaped.len(), 1, "{reaped:?}");
+    // The replica stops calling a dead host once its cached row is re-read.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+
+    let woke = one.sandboxes.awake(slept).await.unwrap();
+    assert_eq!(
+        (woke.host_id.as_str(), woke.state),
+        ("host-b", SandboxState::Running)
+    );
+    let row = store.sandboxes().by_id(&id).await.unwrap();
+    assert_eq!(
+        (row.host_id.as_str(), row.state),
+        ("host-b", SandboxState::Running)
+    );
+    let ch = b.channel(&id).await.unwrap();
+    assert_eq!(
+        pandastack_testkit::exec(&ch, "cat /tmp/mark").await.stdout,
+        "kept\n"
+    );
+    // The dead host's copy never ran; the stored record went with the adoption.
+    assert_eq!(
+        a.get(&id).await.unwrap().state,
+        pandastack_agent::VmState::Hibernated
+    );
+    assert_eq!(store.sandboxes().durable_copy(&id).await.unwrap(), None);
+
+    // No durable copy: unreachable, as before, and still on a.
+    let err = one.sandboxes.awake(bare.clone()).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            pandastack_control::ControlError::Host(pandastack_host::HostError::Unreachable { .. })
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        store.sandboxes().by_id(&bare.id).await.unwrap().host_id,
+        "host-a"
+    );
 }

@@ -168,6 +168,14 @@ impl Host for RemoteHost {
         Ok(inner(self.c().store_hibernated(r).await)?.tag)
     }
 
+    async fn store_durable(&self, id: &str, ws: &str) -> HostResult<String> {
+        let r = pb::StoreHibernatedRequest {
+            id: id.to_owned(),
+            ws: ws.to_owned(),
+        };
+        Ok(inner(self.c().store_durable(r).await)?.tag)
+    }
+
     async fn adopt_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<VmView> {
         let r = pb::StoredRef {
             id: id.to_owned(),

@@ -209,6 +209,9 @@ impl Sandboxes {
         let moved = if running {
             self.awake(moved).await?
         } else {
+            // Durable on its new host too (the move over: not skipped as one under way).
+            drop(_moving);
+            self.keep_durable(&moved, moved.last_activity_at);
             moved
         };
         tracing::info!(
@@ -347,15 +350,23 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Whether this process is moving sandbox `id` (see [`Moving`]).
+pub(super) fn is_moving(
+    set: &std::sync::Mutex<std::collections::HashSet<String>>,
+    id: &str,
+) -> bool {
+    lock(set).contains(id)
+}
+
 /// A sandbox this process is moving, until dropped.
-struct Moving<'a> {
+pub(super) struct Moving<'a> {
     set: &'a std::sync::Mutex<std::collections::HashSet<String>>,
     id: String,
 }
 
 impl<'a> Moving<'a> {
     /// `None` when `id` is being moved already.
-    fn start(
+    pub(super) fn start(
         set: &'a std::sync::Mutex<std::collections::HashSet<String>>,
         id: &str,
     ) -> Option<Self> {
