@@ -166,15 +166,7 @@ async fn ready(db: &str, host: &str) {
 
 /// The host row's state, read with psql.
 fn host_state(db: &str, host: &str) -> String {
-    let out = Command::new("psql")
-        .args([
-            db,
-            "-tAc",
-            &format!("SELECT state FROM hosts WHERE id = '{host}'"),
-        ])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    psql_value(db, &format!("SELECT state FROM hosts WHERE id = '{host}'"))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -257,7 +249,8 @@ async fn a_real_guest_through_a_replica_survives_its_agents_kill_and_return() {
 /// create lands on host-b, whose agent fetches that bake (the same bake id, no image build and
 /// no cold boot) and restores from it. Then the sandbox, hibernated on host-b, is migrated to
 /// host-a and woken there by a request to its preview URL, and forked with `spread` back to
-/// host-b.
+/// host-b. Last, hibernated on host-a (a durable copy made in the background), host-a's agent
+/// is killed and the next request to the preview URL wakes it on host-b.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_template_and_a_hibernated_sandbox_move_between_hosts() {
     let Some(db) = database().await else { return };
@@ -275,7 +268,7 @@ async fn a_template_and_a_hibernated_sandbox_move_between_hosts() {
     let replica_data = tempfile::tempdir().unwrap();
     let (replica, attend) = replica(pki.path(), "cp-1", &db, &objects, replica_data.path()).await;
     let a_listen = format!("127.0.0.1:{}", free_port());
-    let _a = agent(&p("host-a"), &a_listen, &attend, guard.dir.path(), &objects);
+    let mut a = agent(&p("host-a"), &a_listen, &attend, guard.dir.path(), &objects);
     ready(&db, "host-a").await;
     let record = objects_dir.join(format!(
         "ws/platform/records/templates/minimal.{}.json",
@@ -415,12 +408,70 @@ async fn a_template_and_a_hibernated_sandbox_move_between_hosts() {
         sum(&api.exec(child_id, "sha256sum /dev/shm/blob").await),
         hash
     );
+
+    // Hibernated on host-a, its image is made durable in the background; host-a's agent is
+    // killed (`kill -9`) and declared dead; the next request to the preview URL wakes the
+    // sandbox on host-b from that copy, the counting process still counting.
+    let (pid, before) = count(&api.exec(&id, "cat /tmp/count").await);
+    let (status, sb) = api
+        .call("POST", &format!("/v1/sandboxes/{id}/hibernate"), None)
+        .await;
+    assert!(status.is_success(), "{sb}");
+    let durable = Instant::now();
+    within(Duration::from_secs(60), "a durable copy recorded", async {
+        while psql_value(
+            &db,
+            &format!("SELECT durable_tag IS NOT NULL FROM sandboxes WHERE id = '{id}'"),
+        ) != "t"
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    eprintln!("durable after {} ms", durable.elapsed().as_millis());
+    a.0.kill().unwrap();
+    a.0.wait().unwrap();
+    within(Duration::from_secs(15), "host-a dead", async {
+        while host_state(&db, "host-a") != "dead" {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let rehomed = Instant::now();
+    assert_eq!(
+        page().await.as_deref(),
+        Some("moved\n"),
+        "the preview URL wakes it on host-b"
+    );
+    eprintln!(
+        "woke on host-b after host-a's loss in {} ms",
+        rehomed.elapsed().as_millis()
+    );
+    let (_, sb) = api.call("GET", &format!("/v1/sandboxes/{id}"), None).await;
+    assert_eq!(
+        (sb["host"].as_str(), sb["state"].as_str()),
+        (Some("host-b"), Some("running")),
+        "{sb}"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (pid_after, after) = count(&api.exec(&id, "cat /tmp/count").await);
+    assert_eq!(pid_after, pid, "the same process");
+    assert!(after > before, "it went on counting: {before} then {after}");
     for sb in [child_id, id.as_str()] {
         let (status, _) = api
             .call("DELETE", &format!("/v1/sandboxes/{sb}"), None)
             .await;
         assert!(status.is_success());
     }
+}
+
+/// The one value `sql` reads, with psql.
+fn psql_value(db: &str, sql: &str) -> String {
+    let out = Command::new("psql")
+        .args([db, "-tAc", sql])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 /// `psql -qc sql` as the test database's owner.
