@@ -317,6 +317,16 @@ impl Agent for AgentService {
         })
     }
 
+    async fn store_snapshot(&self, r: Request<pb::SnapshotInWorkspace>) -> RpcResult<pb::Empty> {
+        let r = r.into_inner();
+        empty(self.host.store_snapshot(&r.snapshot_id, &r.ws).await)
+    }
+
+    async fn fetch_snapshot(&self, r: Request<pb::SnapshotInWorkspace>) -> RpcResult<pb::Empty> {
+        let r = r.into_inner();
+        empty(self.host.fetch_snapshot(&r.snapshot_id, &r.ws).await)
+    }
+
     async fn store_durable(
         &self,
         r: Request<pb::StoreHibernatedRequest>,

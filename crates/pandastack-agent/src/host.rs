@@ -252,6 +252,18 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
             .await
     }
 
+    async fn store_snapshot(&self, snapshot_id: &str, ws: &str) -> HostResult<()> {
+        let (id, ws) = (snapshot_id.to_owned(), ws.to_owned());
+        self.detached(move |a| async move { a.store_snapshot(&id, &ws).await })
+            .await
+    }
+
+    async fn fetch_snapshot(&self, snapshot_id: &str, ws: &str) -> HostResult<()> {
+        let (id, ws) = (snapshot_id.to_owned(), ws.to_owned());
+        self.detached(move |a| async move { a.fetch_snapshot(&id, &ws).await })
+            .await
+    }
+
     async fn adopt_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<VmView> {
         let (id, ws, tag) = (id.to_owned(), ws.to_owned(), tag.to_owned());
         let v = self

@@ -27,6 +27,7 @@ mod error;
 mod guest;
 mod host;
 mod moving;
+mod moving_snapshots;
 mod powered_off;
 mod shared_templates;
 mod steps;
@@ -500,6 +501,9 @@ impl<D: VmDriver + 'static> HostAgent<D> {
 
     /// Deletes a snapshot's files (its stand-by processes first).
     pub async fn delete_snapshot(&self, snapshot_id: &str) -> Result<(), AgentError> {
+        if let Ok(snap) = self.rt.get_snapshot(snapshot_id) {
+            self.forget_stored_snapshot(&snap).await;
+        }
         Ok(self.rt.delete_snapshot_and_standby(snapshot_id).await?)
     }
 

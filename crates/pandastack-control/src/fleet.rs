@@ -364,7 +364,7 @@ impl Fleet {
     }
 
     /// Every host not dead, linked (those that cannot be reached are logged and skipped).
-    async fn live(&self) -> Vec<Arc<dyn Host>> {
+    pub(crate) async fn live(&self) -> Vec<Arc<dyn Host>> {
         let read = Instant::now();
         let rows = match self.store.hosts().list().await {
             Ok(r) => r,
@@ -571,6 +571,21 @@ impl Host for Fleet {
 
     async fn store_hibernated(&self, id: &str, ws: &str) -> HostResult<String> {
         self.to(id).await?.store_hibernated(id, ws).await
+    }
+
+    async fn store_snapshot(&self, snapshot_id: &str, ws: &str) -> HostResult<()> {
+        self.to(snapshot_id)
+            .await?
+            .store_snapshot(snapshot_id, ws)
+            .await
+    }
+
+    /// Made on a host the caller names ([`Fleet::host`]): the fleet cannot know which.
+    async fn fetch_snapshot(&self, snapshot_id: &str, _: &str) -> HostResult<()> {
+        Err(HostError::failed(
+            "fetch snapshot",
+            format!("a fleet fetches snapshot {snapshot_id} on a host it is given"),
+        ))
     }
 
     async fn store_durable(&self, id: &str, ws: &str) -> HostResult<String> {

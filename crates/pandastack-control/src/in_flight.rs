@@ -235,6 +235,14 @@ impl Host for Watched {
         self.host.store_hibernated(id, ws).await
     }
 
+    async fn store_snapshot(&self, snapshot_id: &str, ws: &str) -> HostResult<()> {
+        self.host.store_snapshot(snapshot_id, ws).await
+    }
+
+    async fn fetch_snapshot(&self, snapshot_id: &str, ws: &str) -> HostResult<()> {
+        self.host.fetch_snapshot(snapshot_id, ws).await
+    }
+
     async fn store_durable(&self, id: &str, ws: &str) -> HostResult<String> {
         self.host.store_durable(id, ws).await
     }

@@ -351,8 +351,24 @@ impl Sandboxes {
         let mut refused = Vec::new();
         loop {
             let mut row = row.clone();
-            self.place_row(&mut row, &[], template, pinned.as_deref(), &refused)
-                .await?;
+            let placed = self
+                .place_row(&mut row, &[], template, pinned.as_deref(), &refused)
+                .await;
+            if let (Source::Snapshot(s), Some(origin)) = (&source, &pinned) {
+                // A durable snapshot whose host has no room (or is gone) restores elsewhere.
+                if matches!(
+                    placed,
+                    Err(ControlError::Store(StoreError::NoCapacity { .. }))
+                ) {
+                    if let Some(key) = self.snapshot_elsewhere(s, origin).await? {
+                        self.place_row_keyed(&mut row, &[], None, None, Some(&key), &refused)
+                            .await?;
+                        self.fetched(&row, s).await?;
+                        return self.launch_on_host(row, &source).await;
+                    }
+                }
+            }
+            placed?;
             let host = row.host_id.clone();
             match self.launch_on_host(row, &source).await {
                 Err(ControlError::Host(e)) if refusal(&e) && refused.len() + 1 < PLACE_TRIES => {
@@ -366,6 +382,58 @@ impl Sandboxes {
                 r => return r,
             }
         }
+    }
+
+    /// The compatibility key of the hosts snapshot `snapshot` may be restored on besides its
+    /// own `origin`: `Some` in a cluster once its files are durable in the object store.
+    async fn snapshot_elsewhere(
+        &self,
+        snapshot: &str,
+        origin: &str,
+    ) -> Result<Option<String>, ControlError> {
+        if self.fleet.get().is_none() {
+            return Ok(None);
+        }
+        match self.store.snapshots().durable_at(snapshot).await {
+            Ok(Some(_)) => {}
+            Ok(None) | Err(StoreError::NotFound) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+        Ok(self.store.hosts().get(origin).await?.compat_key)
+    }
+
+    /// Snapshot `snapshot` fetched onto the host of `row` (placed, in state `starting`) from
+    /// the object store; a failure removes the row.
+    async fn fetched(&self, row: &SandboxRow, snapshot: &str) -> Result<(), ControlError> {
+        let fetched = async {
+            let fleet = self.fleet.get().ok_or_else(|| {
+                HostError::failed("fetch snapshot", "this server is a single host")
+            })?;
+            let started = std::time::Instant::now();
+            fleet
+                .host(&row.host_id)
+                .await?
+                .fetch_snapshot(snapshot, &row.workspace_id)
+                .await?;
+            tracing::info!(
+                snapshot,
+                host = %row.host_id,
+                took_ms = started.elapsed().as_secs_f64() * 1e3,
+                "snapshot fetched for a create on another host"
+            );
+            Ok::<_, HostError>(())
+        }
+        .await;
+        if let Err(e) = fetched {
+            self.store.sandboxes().delete(&row.id).await?;
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// The cluster's hosts one by one, if this is a cluster's replica.
+    pub(crate) fn fleet(&self) -> Option<Fleet> {
+        self.fleet.get().cloned()
     }
 
     /// The create of [`Self::launch`] once its row is in.
@@ -453,6 +521,20 @@ impl Sandboxes {
         pinned: Option<&str>,
         refused: &[String],
     ) -> Result<Vec<pandastack_store::Claimed>, ControlError> {
+        self.place_row_keyed(row, claims, template, pinned, None, refused)
+            .await
+    }
+
+    /// [`Self::place_row`] among hosts with compatibility key `compat_key` only, if given.
+    async fn place_row_keyed(
+        &self,
+        row: &mut SandboxRow,
+        claims: &[MountClaim],
+        template: Option<&str>,
+        pinned: Option<&str>,
+        compat_key: Option<&str>,
+        refused: &[String],
+    ) -> Result<Vec<pandastack_store::Claimed>, ControlError> {
         let memory_mib = template
             .and_then(|t| {
                 self.host
@@ -466,7 +548,7 @@ impl Sandboxes {
         let demand = pandastack_store::Demand {
             memory_mib,
             template,
-            compat_key: None,
+            compat_key,
             host: pinned,
             exclude: refused,
             now_ms: now_ms(),

@@ -96,7 +96,54 @@ impl Snapshots {
         let (ws, host) = (row.workspace_id.clone(), row.host_id.clone());
         let row = self.sandboxes.record(row, &view).await?;
         let snap = self.save(&host, &ws, &snap, true, false).await?;
+        self.keep_durable(&snap);
         Ok((row, snap))
+    }
+
+    /// In a cluster, after snapshot `snap` was taken: its files uploaded to the object store
+    /// in the background (the snapshot call does not wait), and the row told when they are
+    /// durable; from then on a create from it may run on another host (see
+    /// `Sandboxes::launch`). A failed upload is logged: the snapshot stays its host's.
+    fn keep_durable(&self, snap: &SnapshotRow) {
+        let Some(fleet) = self.sandboxes.fleet() else {
+            return;
+        };
+        let (store, snap) = (self.store.clone(), snap.clone());
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let stored = async {
+                fleet
+                    .host(&snap.host_id)
+                    .await?
+                    .store_snapshot(&snap.id, &snap.workspace_id)
+                    .await
+            }
+            .await;
+            if let Err(e) = stored {
+                tracing::warn!(
+                    snapshot = %snap.id,
+                    host = %snap.host_id,
+                    error = &e as &dyn std::error::Error,
+                    "snapshot not stored in the object store: it restores only on its host"
+                );
+                return;
+            }
+            match store.snapshots().set_durable(&snap.id, now_ms()).await {
+                Ok(true) => tracing::info!(
+                    snapshot = %snap.id,
+                    host = %snap.host_id,
+                    took_ms = started.elapsed().as_secs_f64() * 1e3,
+                    "snapshot durable"
+                ),
+                // Deleted meanwhile: its delete removed the stored record, or does.
+                Ok(false) => {}
+                Err(e) => tracing::warn!(
+                    snapshot = %snap.id,
+                    error = &e as &dyn std::error::Error,
+                    "snapshot durable, but its row does not say so"
+                ),
+            }
+        });
     }
 
     /// Forks the workspace's sandbox `id` as `req` asks: `count` children (against the
@@ -201,8 +248,23 @@ impl Snapshots {
     /// Deletes snapshot `id` of workspace `ws`: its row, then its files (a failure to remove
     /// the files is logged; the row is what makes it exist).
     pub async fn delete(&self, ws: &str, id: &str) -> Result<(), StoreError> {
+        let row = self.store.snapshots().get(ws, id).await?;
         self.store.snapshots().delete(ws, id).await?;
         remove_files(&*self.host, id).await;
+        if let Some(fleet) = self.sandboxes.fleet() {
+            // Copies other hosts fetched for creates go too (absent is success).
+            for host in fleet.live().await {
+                match host.delete_snapshot(id).await {
+                    Ok(()) | Err(pandastack_host::HostError::SnapshotNotFound(_)) => {}
+                    Err(e) => tracing::warn!(
+                        snapshot = %id,
+                        origin = %row.host_id,
+                        error = &e as &dyn std::error::Error,
+                        "a copy of a deleted snapshot stays on a host"
+                    ),
+                }
+            }
+        }
         Ok(())
     }
 

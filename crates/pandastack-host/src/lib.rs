@@ -141,6 +141,13 @@ pub trait Host: Send + Sync + 'static {
         snapshot_id: &str,
         child_ids: &[String],
     ) -> HostResult<(SnapshotView, Vec<VmView>)>;
+    /// Stores snapshot `snapshot_id` (of this host) in workspace `ws`'s part of the shared
+    /// object store, so another host with the same compatibility key can restore it.
+    async fn store_snapshot(&self, snapshot_id: &str, ws: &str) -> HostResult<()>;
+    /// Makes snapshot `snapshot_id` of workspace `ws` one of this host's: here already, or
+    /// fetched from the object store where another host stored it. Nothing is left behind on
+    /// failure.
+    async fn fetch_snapshot(&self, snapshot_id: &str, ws: &str) -> HostResult<()>;
     /// Deletes a snapshot's files.
     async fn delete_snapshot(&self, snapshot_id: &str) -> HostResult<()>;
     /// Keeps `count` VM processes started and waiting for restores from snapshot `snapshot_id`

@@ -29,7 +29,7 @@ pub use layout::DataDir;
 pub use net::SlotError;
 pub use pool::WARM_AFTER as POOL_WARM_AFTER;
 pub use sandbox::{CreateError, Sandbox, SandboxInfo};
-pub use snapshot::{Fork, Snapshot, SnapshotError};
+pub use snapshot::{Fork, Snapshot, SnapshotError, SNAPSHOT_FILES};
 pub use template::{BakeError, DeviceProfile, Shape, Template, TemplateCheck, TemplateSeals};
 pub use volumes::{create_volume_file, FreezeError, MountError, SlotSource, SnapshotVolume};
 

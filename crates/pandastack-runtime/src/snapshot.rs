@@ -34,6 +34,8 @@ use crate::volumes::{self, SlotSource, SnapshotVolume};
 use crate::{valid_id, Runtime};
 
 const INFO_FILE: &str = "snapshot.json";
+/// Every file of a snapshot that another host may fetch (see [`Snapshot::moving_files`]).
+pub const SNAPSHOT_FILES: [&str; 3] = [STATE, ROOTFS, MEMORY];
 const STATE: &str = "state";
 
 /// A complete snapshot on disk.
@@ -65,6 +67,22 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The files another host needs to restore this snapshot (its state, its disk and its RAM
+    /// file if it has one), by name in its directory. A snapshot holding a copy of a volume
+    /// cannot move: a volume stays on its host.
+    pub fn moving_files(&self) -> Result<Vec<&'static str>, SnapshotError> {
+        if self.volumes.iter().any(Option::is_some) {
+            return Err(SnapshotError::Immovable {
+                id: self.id.clone(),
+                why: "it holds a copy of a volume (volumes stay on their host)".into(),
+            });
+        }
+        Ok([STATE, ROOTFS, MEMORY]
+            .into_iter()
+            .filter(|&f| f != MEMORY || self.memory_file)
+            .collect())
+    }
+
     pub fn state(&self) -> PathBuf {
         self.dir.join(STATE)
     }
@@ -105,6 +123,9 @@ pub enum SnapshotError {
     Vm(#[from] VmError),
     #[error("fork child")]
     Child(#[source] CreateError),
+    /// The snapshot cannot go to another host (see [`Snapshot::moving_files`]).
+    #[error("snapshot {id} cannot move to another host: {why}")]
+    Immovable { id: String, why: String },
 }
 
 fn allocated(path: &Path) -> u64 {
@@ -232,6 +253,66 @@ impl<D: VmDriver> Runtime<D> {
         let mut s: Snapshot = serde_json::from_slice(&raw)?;
         s.dir = dir;
         Ok(s)
+    }
+
+    /// An empty directory to fetch snapshot `id`'s files into from another host, unique to
+    /// the call (two fetches of one snapshot never share one); see [`Self::adopt_snapshot`].
+    pub fn snapshot_moving_in(&self, id: &str) -> Result<PathBuf, SnapshotError> {
+        if !valid_id(id) {
+            return Err(SnapshotError::InvalidId(id.into()));
+        }
+        let dir = self
+            .data
+            .root()
+            .join("snapshots")
+            .join(format!(".fetching-{id}-{:016x}", rand::random::<u64>()));
+        crate::files::empty_dir(&dir)?;
+        Ok(dir)
+    }
+
+    /// Makes the snapshot `info` describes, whose files ([`Snapshot::moving_files`]) another
+    /// host stored and this one fetched into `staged` ([`Self::snapshot_moving_in`]), a
+    /// snapshot of this host: restored with this host's kernel (the same by the compatibility
+    /// key the caller checked). `staged` is gone afterwards, whatever happens; a snapshot with
+    /// the id already here (another fetch of it finished first) is that one.
+    pub fn adopt_snapshot(
+        &self,
+        mut info: Snapshot,
+        staged: &Path,
+    ) -> Result<Snapshot, SnapshotError> {
+        let id = info.id.clone();
+        let adopted = (|| {
+            if !valid_id(&id) {
+                return Err(SnapshotError::InvalidId(id.clone()));
+            }
+            if info.network && self.net.is_none() {
+                return Err(SnapshotError::Immovable {
+                    id: id.clone(),
+                    why: "it has a network card and this host runs sandboxes without networking"
+                        .into(),
+                });
+            }
+            for f in info.moving_files()? {
+                if !staged.join(f).is_file() {
+                    return Err(SnapshotError::Immovable {
+                        id: id.clone(),
+                        why: format!("its {f} was not fetched"),
+                    });
+                }
+            }
+            info.kernel = self.kernel.clone();
+            std::fs::write(staged.join(INFO_FILE), serde_json::to_vec_pretty(&info)?)?;
+            let dir = self.data.snapshot(&id);
+            if let Err(e) = std::fs::rename(staged, &dir) {
+                if !dir.join(INFO_FILE).is_file() {
+                    return Err(e.into());
+                }
+            }
+            Ok(())
+        })();
+        let _ = std::fs::remove_dir_all(staged);
+        adopted?;
+        self.get_snapshot(&id)
     }
 
     /// Deletes a snapshot's files. Sandboxes restored from it are unaffected (their disks are

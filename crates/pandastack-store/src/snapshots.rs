@@ -115,6 +115,28 @@ impl SnapshotRepo<'_> {
         found(done)
     }
 
+    /// Records that snapshot `id`'s files are durable in the object store since `at` (Unix
+    /// ms). Whether its row is still there.
+    pub async fn set_durable(&self, id: &str, at: i64) -> Result<bool, StoreError> {
+        let done = sqlx::query("UPDATE snapshots SET durable_at = $1 WHERE id = $2")
+            .bind(at)
+            .bind(id)
+            .execute(self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// When snapshot `id`'s files became durable in the object store (see
+    /// [`Self::set_durable`]); `None` while they are only on its host.
+    pub async fn durable_at(&self, id: &str) -> Result<Option<i64>, StoreError> {
+        let r = sqlx::query("SELECT durable_at FROM snapshots WHERE id = $1")
+            .bind(id)
+            .fetch_optional(self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        col(&r, "durable_at")
+    }
+
     /// Deletes snapshot `id` if it is [`SnapshotRow::auto_delete`] and no sandbox row names it
     /// (`sandboxes.snapshot_id`) any more, in one statement: of callers racing to release it
     /// (the last two children deleted at once) exactly one gets `true`, and a sandbox whose row

@@ -931,6 +931,20 @@ impl Host for ScriptedHost {
         ))
     }
 
+    async fn store_snapshot(&self, snapshot_id: &str, _: &str) -> HostResult<()> {
+        Err(HostError::failed(
+            "store snapshot",
+            format!("the scripted host has no object store ({snapshot_id})"),
+        ))
+    }
+
+    async fn fetch_snapshot(&self, snapshot_id: &str, _: &str) -> HostResult<()> {
+        Err(HostError::failed(
+            "fetch snapshot",
+            format!("the scripted host has no object store ({snapshot_id})"),
+        ))
+    }
+
     async fn store_durable(&self, id: &str, _: &str) -> HostResult<String> {
         Err(HostError::failed(
             "store a durable copy of a hibernated sandbox",

@@ -873,3 +873,96 @@ async fn a_hibernated_sandbox_of_a_lost_host_wakes_on_another() {
         "host-a"
     );
 }
+
+/// A snapshot taken through a replica is stored in the object store in the background (the
+/// snapshot call does not wait) and its row says when it became durable; with its own host
+/// drained, a create from it is placed on another host with the same key, which fetches it
+/// and restores it there with its files; deleting the snapshot removes it from both hosts and
+/// from the object store.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snapshot_taken_on_one_host_restores_on_another() {
+    let tmp = tempfile::tempdir().unwrap();
+    let objects =
+        Objects::open(&format!("file://{}", tmp.path().join("objects").display())).unwrap();
+    let a = host(&tmp.path().join("a"), &objects, KEY, "host-a").await;
+    let b = host(&tmp.path().join("b"), &objects, KEY, "host-b").await;
+    for agent in [&a, &b] {
+        agent
+            .bake_image("tiny", &image(tmp.path(), 4), Shape::new(1, 64))
+            .await
+            .unwrap();
+    }
+    let store = pandastack_store::Store::open(&tmp.path().join("state.db"))
+        .await
+        .unwrap();
+    let (ws, _, _) = store
+        .keys()
+        .create_workspace_with_key("ws", 50, 1000)
+        .await
+        .unwrap();
+    for id in ["host-a", "host-b"] {
+        store
+            .hosts()
+            .join(&joining(id, KEY), 600_000, pandastack_store::now_ms())
+            .await
+            .unwrap();
+    }
+    let hosts = [("host-a", &a), ("host-b", &b)];
+    let one = replica(&store, &objects, &tmp.path().join("b1"), &hosts).await;
+    let req: pandastack_api_types::CreateSandboxRequest =
+        serde_json::from_value(serde_json::json!({"template": "tiny"})).unwrap();
+    let row = one.sandboxes.create(&ws.id, &req).await.unwrap();
+    let row = if row.host_id == "host-a" {
+        row
+    } else {
+        one.sandboxes.migrate(row, Some("host-a")).await.unwrap()
+    };
+    let ch = a.channel(&row.id).await.unwrap();
+    pandastack_testkit::exec(&ch, "echo snapped > /tmp/mark").await;
+    let snap_id = pandastack_store::new_id("snap-");
+    let (_, snap) = one.snapshots.snapshot(row, &snap_id).await.unwrap();
+    assert_eq!(snap.host_id, "host-a");
+    within(Duration::from_secs(30), "the snapshot durable", async {
+        while store
+            .snapshots()
+            .durable_at(&snap_id)
+            .await
+            .unwrap()
+            .is_none()
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(b.runtime().get_snapshot(&snap_id).is_err(), "not on b yet");
+
+    // Its host takes no creates: the create from it runs on b, from the stored files.
+    store.hosts().drain("host-a").await.unwrap();
+    let from: pandastack_api_types::CreateSandboxRequest =
+        serde_json::from_value(serde_json::json!({"snapshot_id": snap_id})).unwrap();
+    let restored = one.sandboxes.create(&ws.id, &from).await.unwrap();
+    assert_eq!(
+        (restored.host_id.as_str(), restored.state),
+        ("host-b", pandastack_store::SandboxState::Running)
+    );
+    let ch = b.channel(&restored.id).await.unwrap();
+    assert_eq!(
+        pandastack_testkit::exec(&ch, "cat /tmp/mark").await.stdout,
+        "snapped\n"
+    );
+    assert!(b.runtime().get_snapshot(&snap_id).is_ok(), "fetched to b");
+
+    // Deleted: gone from both hosts and from the object store; the restored sandbox runs on.
+    one.snapshots.delete(&ws.id, &snap_id).await.unwrap();
+    assert!(a.runtime().get_snapshot(&snap_id).is_err());
+    assert!(b.runtime().get_snapshot(&snap_id).is_err());
+    assert!(objects
+        .list_records(&ws.id, "snapshots")
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        pandastack_testkit::exec(&ch, "cat /tmp/mark").await.stdout,
+        "snapped\n"
+    );
+}

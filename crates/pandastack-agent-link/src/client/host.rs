@@ -168,6 +168,22 @@ impl Host for RemoteHost {
         Ok(inner(self.c().store_hibernated(r).await)?.tag)
     }
 
+    async fn store_snapshot(&self, snapshot_id: &str, ws: &str) -> HostResult<()> {
+        let r = pb::SnapshotInWorkspace {
+            snapshot_id: snapshot_id.to_owned(),
+            ws: ws.to_owned(),
+        };
+        unit(self.c().store_snapshot(r).await)
+    }
+
+    async fn fetch_snapshot(&self, snapshot_id: &str, ws: &str) -> HostResult<()> {
+        let r = pb::SnapshotInWorkspace {
+            snapshot_id: snapshot_id.to_owned(),
+            ws: ws.to_owned(),
+        };
+        unit(self.c().fetch_snapshot(r).await)
+    }
+
     async fn store_durable(&self, id: &str, ws: &str) -> HostResult<String> {
         let r = pb::StoreHibernatedRequest {
             id: id.to_owned(),
