@@ -675,8 +675,8 @@ impl Sandboxes {
                     }
                 }
                 // Hibernated on a host now dead: woken where its durable copy is adopted.
-                Err(e @ HostError::Unreachable { .. }) => {
-                    match self.rehomed(&row, &e, started).await? {
+                Err(e) if row.state == SandboxState::Hibernated => {
+                    match self.rehomed(&row, started).await? {
                         Some(now) => row = now,
                         None => return Err(e.into()),
                     }

@@ -7,8 +7,9 @@
 //! wake is never recorded; any change of the sandbox's state clears it. The sandbox stays on its
 //! host and wakes there as before; a wake there drops the copy.
 //!
-//! When a call into a hibernated sandbox finds its host dead ([`HostError::Unreachable`] and
-//! the host's row `dead`), the replica re-homes it: placement chooses a host with the dead
+//! When a call into a hibernated sandbox fails and its host's row says the host is dead (the
+//! fleet answers `Unreachable`, or a link that broke before the fleet read the row), the
+//! replica re-homes it: placement chooses a host with the dead
 //! host's compatibility key, that host adopts the copy (hibernated), and the row moves, fenced
 //! by the dead host and the copy's tag — then the call goes on there. A sandbox with no durable
 //! copy (hibernated before the upload ended, or on a single host) cannot be re-homed: the call
@@ -17,7 +18,6 @@
 
 use std::time::Instant;
 
-use pandastack_host::HostError;
 use pandastack_store::{now_ms, Demand, HostState, SandboxRow, SandboxState};
 
 use super::{ControlError, Sandboxes};
@@ -81,20 +81,20 @@ impl Sandboxes {
         });
     }
 
-    /// After a call into `row` failed with `e`: the sandbox re-homed on another host if `e`
-    /// says its host is unreachable, that host's row says it is dead, and the sandbox is
-    /// hibernated with a durable copy — `Ok(Some(row))` with the row as it is now (re-homed by
-    /// this call or by another). `Ok(None)` when it cannot be re-homed: the caller answers `e`.
+    /// After a call into `row` failed: the sandbox re-homed on another host if its host's row
+    /// says it is dead (the call failed as the fleet found out: unreachable, or a link that
+    /// broke) and the sandbox is hibernated with a durable copy — `Ok(Some(row))` with the
+    /// row as it is now (re-homed by this call or by another). `Ok(None)` when it cannot be
+    /// re-homed: the caller answers the call's error.
     pub(super) async fn rehomed(
         &self,
         row: &SandboxRow,
-        e: &HostError,
         started: Instant,
     ) -> Result<Option<SandboxRow>, ControlError> {
         let Some(fleet) = self.fleet.get().cloned() else {
             return Ok(None);
         };
-        if row.state != SandboxState::Hibernated || !matches!(e, HostError::Unreachable { .. }) {
+        if row.state != SandboxState::Hibernated {
             return Ok(None);
         }
         let origin = self.store.hosts().get(&row.host_id).await?;
