@@ -308,6 +308,21 @@ impl Report {
             json!(fork.p50 <= WAKE_OTHER_HOST_P50_MS),
         );
         out.insert("fork_other_host_ms".into(), fork);
+        let each =
+            |f: fn(&moving::SnapshotRun) -> f64| m.snapshots.iter().map(f).collect::<Vec<_>>();
+        out.insert("snapshot_local_ms".into(), metric(each(|r| r.local), "ms"));
+        out.insert(
+            "snapshot_upload_ms".into(),
+            metric(each(|r| r.upload), "ms"),
+        );
+        out.insert(
+            "create_snapshot_elsewhere_ms".into(),
+            metric(each(|r| r.create_elsewhere), "ms"),
+        );
+        out.insert(
+            "hibernate_durable_ms".into(),
+            metric(m.hibernate_durable, "ms"),
+        );
         self.accel.get_or_insert(m.accel);
         Ok(())
     }

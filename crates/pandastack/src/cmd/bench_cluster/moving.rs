@@ -35,7 +35,20 @@ pub(super) struct Moved {
     /// A running sandbox of host a forked to its child's first exec answered on host b (the
     /// path of a fork with `spread`: forked on a, the child hibernated, stored, adopted, woken).
     pub(super) fork_elsewhere: Vec<f64>,
+    /// Snapshots of a running sandbox, each: the snapshot call (local), then its upload to the
+    /// object store (in the background in a cluster), then a create from it on the other host
+    /// (fetched, restored) to its first exec answered.
+    pub(super) snapshots: Vec<SnapshotRun>,
+    /// A sandbox's durable copy after its hibernation (the upload in the background).
+    pub(super) hibernate_durable: Vec<f64>,
     pub(super) accel: String,
+}
+
+/// One run of [`snapshot_elsewhere`], milliseconds.
+pub(super) struct SnapshotRun {
+    pub(super) local: f64,
+    pub(super) upload: f64,
+    pub(super) create_elsewhere: f64,
 }
 
 /// A real host (`pandastack server`'s defaults, no pool, no networking) on `data`, sharing
@@ -146,6 +159,17 @@ pub(super) async fn templates_moving(
         eprintln!("sandboxes: forked on host-a, the child exec-ready on host-b {took:.0} ms");
         fork_elsewhere.push(took);
     }
+    let (mut snapshots, mut hibernate_durable) = (Vec::new(), Vec::new());
+    for i in 0..runs {
+        let (run, durable) = snapshot_elsewhere(&host_a, &host_b, &format!("sb-snap-{i}")).await?;
+        eprintln!(
+            "snapshots: taken in {:.0} ms, stored in {:.0} ms, a create from it exec-ready on \
+             host-b {:.0} ms; hibernated and durable in {durable:.0} ms",
+            run.local, run.upload, run.create_elsewhere
+        );
+        snapshots.push(run);
+        hibernate_durable.push(durable);
+    }
     let accel = host_a.accel.to_string();
     host_a.agent.shutdown().await;
     host_b.agent.shutdown().await;
@@ -157,8 +181,70 @@ pub(super) async fn templates_moving(
         image_mib,
         wake_local,
         fork_elsewhere,
+        snapshots,
+        hibernate_durable,
         accel,
     })
+}
+
+/// A sandbox of `bench` running on `from` with 64 MiB of fresh random bytes in its memory (so
+/// each run uploads new chunks), snapshotted, the snapshot stored, and a create from it on `to`
+/// (fetched, restored) to its first exec answered; then the sandbox hibernated and its durable
+/// copy stored: milliseconds of that last upload.
+async fn snapshot_elsewhere(
+    from: &StartedHost,
+    to: &StartedHost,
+    id: &str,
+) -> anyhow::Result<(SnapshotRun, f64)> {
+    from.host.create("bench", id).await?;
+    let out = from
+        .host
+        .exec(
+            id,
+            ExecSpec {
+                argv: vec![
+                    "sh".into(),
+                    "-c".into(),
+                    "head -c 64M /dev/urandom > /dev/shm/fresh".into(),
+                ],
+                ..Default::default()
+            },
+        )
+        .await?;
+    ensure!(
+        out.exit_code == 0,
+        "filling memory exited {}",
+        out.exit_code
+    );
+    let (snapshot, child) = (format!("{id}-snap"), format!("{id}-child"));
+    let t = Instant::now();
+    from.host.snapshot(id, &snapshot).await?;
+    let local = ms(t.elapsed());
+    let t = Instant::now();
+    from.host.store_snapshot(&snapshot, WS).await?;
+    let upload = ms(t.elapsed());
+    let t = Instant::now();
+    to.host.fetch_snapshot(&snapshot, WS).await?;
+    to.host.create_from_snapshot(&snapshot, &child).await?;
+    exec_true(to, &child).await?;
+    let create_elsewhere = ms(t.elapsed());
+    to.host.destroy(&child).await?;
+    to.host.delete_snapshot(&snapshot).await?;
+    from.host.delete_snapshot(&snapshot).await?;
+    from.host.hibernate(id).await?;
+    let t = Instant::now();
+    let tag = from.host.store_durable(id, WS).await?;
+    let durable = ms(t.elapsed());
+    from.host.forget_stored(id, WS, &tag).await?;
+    from.host.destroy(id).await?;
+    Ok((
+        SnapshotRun {
+            local,
+            upload,
+            create_elsewhere,
+        },
+        durable,
+    ))
 }
 
 /// The workspace the moved sandboxes' images are stored under.
