@@ -699,28 +699,28 @@ async fn a_replica_migrates_sandboxes_and_calls_follow_them() {
     drop(slept);
 }
 
-/// A hibernated sandbox whose host is lost wakes on another host: each hibernation through a
-/// replica stores a durable copy of its image in the background and the row records it; a
-/// wake where it slept drops that copy (record and row); once its host is dead, the next call
-/// into it adopts the copy on a host with the same key, moves the row and runs it there, the
-/// dead host's copy never woken. A sandbox without a durable copy answers that its host is
-/// unreachable, as before.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_hibernated_sandbox_of_a_lost_host_wakes_on_another() {
-    use pandastack_control::Verb;
-    use pandastack_store::SandboxState;
-    let tmp = tempfile::tempdir().unwrap();
-    let objects =
-        Objects::open(&format!("file://{}", tmp.path().join("objects").display())).unwrap();
-    let a = host(&tmp.path().join("a"), &objects, KEY, "host-a").await;
-    let b = host(&tmp.path().join("b"), &objects, KEY, "host-b").await;
+/// Two hosts with key [`KEY`] and template `tiny`, joined in a store with workspace `ws`, and
+/// a replica over them.
+struct Pair {
+    objects: Objects,
+    a: Arc<HostAgent<FakeDriver>>,
+    b: Arc<HostAgent<FakeDriver>>,
+    store: pandastack_store::Store,
+    ws: pandastack_store::Workspace,
+    one: pandastack_control::ControlPlane,
+}
+
+async fn pair(dir: &Path) -> Pair {
+    let objects = Objects::open(&format!("file://{}", dir.join("objects").display())).unwrap();
+    let a = host(&dir.join("a"), &objects, KEY, "host-a").await;
+    let b = host(&dir.join("b"), &objects, KEY, "host-b").await;
     for agent in [&a, &b] {
         agent
-            .bake_image("tiny", &image(tmp.path(), 4), Shape::new(1, 64))
+            .bake_image("tiny", &image(dir, 4), Shape::new(1, 64))
             .await
             .unwrap();
     }
-    let store = pandastack_store::Store::open(&tmp.path().join("state.db"))
+    let store = pandastack_store::Store::open(&dir.join("state.db"))
         .await
         .unwrap();
     let (ws, _, _) = store
@@ -736,17 +736,49 @@ async fn a_hibernated_sandbox_of_a_lost_host_wakes_on_another() {
             .unwrap();
     }
     let hosts = [("host-a", &a), ("host-b", &b)];
-    let one = replica(&store, &objects, &tmp.path().join("b1"), &hosts).await;
+    let one = replica(&store, &objects, &dir.join("b1"), &hosts).await;
+    Pair {
+        objects,
+        a,
+        b,
+        store,
+        ws,
+        one,
+    }
+}
+
+/// A running sandbox of `tiny` on host-a, made through `one` (moved there if placed on b).
+async fn on_a(one: &pandastack_control::ControlPlane, ws: &str) -> pandastack_store::SandboxRow {
     let req: pandastack_api_types::CreateSandboxRequest =
         serde_json::from_value(serde_json::json!({"template": "tiny"})).unwrap();
-    let create_on_a = || async {
-        let row = one.sandboxes.create(&ws.id, &req).await.unwrap();
-        if row.host_id == "host-a" {
-            row
-        } else {
-            one.sandboxes.migrate(row, Some("host-a")).await.unwrap()
-        }
-    };
+    let row = one.sandboxes.create(ws, &req).await.unwrap();
+    if row.host_id == "host-a" {
+        row
+    } else {
+        one.sandboxes.migrate(row, Some("host-a")).await.unwrap()
+    }
+}
+
+/// A hibernated sandbox whose host is lost wakes on another host: each hibernation through a
+/// replica stores a durable copy of its image in the background and the row records it; a
+/// wake where it slept drops that copy (record and row); once its host is dead, the next call
+/// into it adopts the copy on a host with the same key, moves the row and runs it there, the
+/// dead host's copy never woken. A sandbox without a durable copy answers that its host is
+/// unreachable, as before.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hibernated_sandbox_of_a_lost_host_wakes_on_another() {
+    use pandastack_control::Verb;
+    use pandastack_store::SandboxState;
+    let tmp = tempfile::tempdir().unwrap();
+    let Pair {
+        objects,
+        a,
+        b,
+        store,
+        ws,
+        one,
+    } = pair(tmp.path()).await;
+    let create_on_a = || on_a(&one, &ws.id);
     let durable = |id: String| {
         let store = store.clone();
         async move {
@@ -882,41 +914,15 @@ async fn a_hibernated_sandbox_of_a_lost_host_wakes_on_another() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_snapshot_taken_on_one_host_restores_on_another() {
     let tmp = tempfile::tempdir().unwrap();
-    let objects =
-        Objects::open(&format!("file://{}", tmp.path().join("objects").display())).unwrap();
-    let a = host(&tmp.path().join("a"), &objects, KEY, "host-a").await;
-    let b = host(&tmp.path().join("b"), &objects, KEY, "host-b").await;
-    for agent in [&a, &b] {
-        agent
-            .bake_image("tiny", &image(tmp.path(), 4), Shape::new(1, 64))
-            .await
-            .unwrap();
-    }
-    let store = pandastack_store::Store::open(&tmp.path().join("state.db"))
-        .await
-        .unwrap();
-    let (ws, _, _) = store
-        .keys()
-        .create_workspace_with_key("ws", 50, 1000)
-        .await
-        .unwrap();
-    for id in ["host-a", "host-b"] {
-        store
-            .hosts()
-            .join(&joining(id, KEY), 600_000, pandastack_store::now_ms())
-            .await
-            .unwrap();
-    }
-    let hosts = [("host-a", &a), ("host-b", &b)];
-    let one = replica(&store, &objects, &tmp.path().join("b1"), &hosts).await;
-    let req: pandastack_api_types::CreateSandboxRequest =
-        serde_json::from_value(serde_json::json!({"template": "tiny"})).unwrap();
-    let row = one.sandboxes.create(&ws.id, &req).await.unwrap();
-    let row = if row.host_id == "host-a" {
-        row
-    } else {
-        one.sandboxes.migrate(row, Some("host-a")).await.unwrap()
-    };
+    let Pair {
+        objects,
+        a,
+        b,
+        store,
+        ws,
+        one,
+    } = pair(tmp.path()).await;
+    let row = on_a(&one, &ws.id).await;
     let ch = a.channel(&row.id).await.unwrap();
     pandastack_testkit::exec(&ch, "echo snapped > /tmp/mark").await;
     let snap_id = pandastack_store::new_id("snap-");
