@@ -772,3 +772,105 @@ async fn owner_of_names_the_host_of_each_kind_of_row() {
         }
     }
 }
+
+/// A hibernated sandbox's durable copy (#39): recorded only while the sandbox is on its host,
+/// hibernated and untouched since it hibernated; cleared by any change of its state (not by
+/// the same state written again); and a re-home moves it only off a dead host, only while the
+/// row still names that copy, and clears it. A snapshot's `durable_at` is set and read back.
+#[tokio::test]
+async fn durable_copies_are_fenced_and_a_rehome_needs_a_dead_host() {
+    use SandboxState::*;
+    for Case { backend, store, .. } in stores().await {
+        store.hosts().join(&joining("h1"), LEASE, T0).await.unwrap();
+        store
+            .hosts()
+            .join(&joining("h2"), 4 * LEASE, T0)
+            .await
+            .unwrap();
+        let ws = store.keys().create_workspace("w", 100, 60).await.unwrap();
+        let rows = store.sandboxes();
+        let sb = sandbox_in(&store, &ws.id, "h1", Running).await;
+        let id = sb.id.as_str();
+        // Running: nothing to record.
+        assert!(!rows.set_durable(id, "h1", T0, "t0", T0).await.unwrap());
+        rows.set_state_touched(id, Hibernated, T0 + 5)
+            .await
+            .unwrap();
+        // Another host, or a hibernation other than this one: refused.
+        assert!(!rows.set_durable(id, "h2", T0 + 5, "t1", T0).await.unwrap());
+        assert!(!rows.set_durable(id, "h1", T0 + 4, "t1", T0).await.unwrap());
+        assert_eq!(rows.durable_copy(id).await.unwrap(), None, "{backend}");
+        assert!(rows
+            .set_durable(id, "h1", T0 + 5, "t1", T0 + 9)
+            .await
+            .unwrap());
+        let copy = pandastack_store::DurableCopy {
+            tag: "t1".into(),
+            at_ms: T0 + 9,
+        };
+        assert_eq!(rows.durable_copy(id).await.unwrap(), Some(copy.clone()));
+        // The same state written again keeps it; a wake clears it.
+        rows.set_state(id, Hibernated).await.unwrap();
+        assert_eq!(rows.durable_copy(id).await.unwrap(), Some(copy));
+        rows.set_state_touched(id, Running, T0 + 20).await.unwrap();
+        assert_eq!(rows.durable_copy(id).await.unwrap(), None, "{backend}");
+
+        // Hibernated again with a copy: no re-home while h1 lives, or for another tag.
+        rows.set_state_touched(id, Hibernated, T0 + 30)
+            .await
+            .unwrap();
+        assert!(rows
+            .set_durable(id, "h1", T0 + 30, "t2", T0 + 31)
+            .await
+            .unwrap());
+        assert!(!rows.rehome_hibernated(id, "h1", "h2", "t2").await.unwrap());
+        assert_eq!(
+            store.hosts().reap(T0 + LEASE + 1).await.unwrap(),
+            [Reaped {
+                host_id: "h1".into(),
+                lost: 0
+            }],
+            "{backend}"
+        );
+        assert!(!rows.rehome_hibernated(id, "h1", "h2", "t1").await.unwrap());
+        assert!(rows.rehome_hibernated(id, "h1", "h2", "t2").await.unwrap());
+        let now = rows.by_id(id).await.unwrap();
+        assert_eq!((now.host_id.as_str(), now.state), ("h2", Hibernated));
+        assert_eq!(rows.durable_copy(id).await.unwrap(), None, "{backend}");
+        // Once only: a second replica's re-home of the same copy changes nothing.
+        assert!(!rows.rehome_hibernated(id, "h1", "h2", "t2").await.unwrap());
+
+        // A snapshot's durability.
+        let snap = pandastack_store::SnapshotRow {
+            id: "snap-durable".into(),
+            workspace_id: ws.id.clone(),
+            host_id: "h2".into(),
+            sandbox_id: id.to_owned(),
+            template: "base".into(),
+            size_bytes: 1,
+            created_at: T0,
+            auto_delete: false,
+        };
+        store.snapshots().insert(&snap).await.unwrap();
+        assert_eq!(store.snapshots().durable_at(&snap.id).await.unwrap(), None);
+        assert!(store
+            .snapshots()
+            .set_durable(&snap.id, T0 + 40)
+            .await
+            .unwrap());
+        assert_eq!(
+            store.snapshots().durable_at(&snap.id).await.unwrap(),
+            Some(T0 + 40),
+            "{backend}"
+        );
+        assert!(!store
+            .snapshots()
+            .set_durable("snap-none", T0)
+            .await
+            .unwrap());
+        assert!(matches!(
+            store.snapshots().durable_at("snap-none").await,
+            Err(StoreError::NotFound)
+        ));
+    }
+}
