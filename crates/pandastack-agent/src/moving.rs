@@ -244,23 +244,15 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             .into());
         }
         let staged = self.rt.moving_in(id)?;
-        let fetched = async {
-            for f in &stored.files {
-                let manifest = s
-                    .objects
-                    .get_manifest(ws, FILES, &file_id(id, tag, f))
-                    .await?;
-                s.objects
-                    .download_file(ws, &manifest, &staged.join(f))
-                    .await?;
-            }
-            Ok::<_, AgentError>(())
-        }
-        .await;
-        if let Err(e) = fetched {
-            let _ = std::fs::remove_dir_all(&staged);
-            return Err(e);
-        }
+        download_into(
+            &s.objects,
+            ws,
+            FILES,
+            &stored.files,
+            |f| file_id(id, tag, f),
+            &staged,
+        )
+        .await?;
         let h = self.rt.adopt_hibernated(stored.info, &staged)?;
         Ok(self.insert(SandboxVm::Hibernated(h)).await)
     }
@@ -299,4 +291,30 @@ impl<D: VmDriver + 'static> HostAgent<D> {
 fn read_durable(marker: &std::path::Path) -> Option<DurableCopy> {
     let bytes = std::fs::read(marker).ok()?;
     serde_json::from_slice(&bytes).ok()
+}
+
+/// Downloads each of a stored image's `files` (manifest `kind`/`manifest_id(file)` in
+/// workspace `ws`) into `staged` under its own name; `staged` is removed on failure.
+pub(crate) async fn download_into(
+    objects: &pandastack_objects::Objects,
+    ws: &str,
+    kind: &str,
+    files: &[String],
+    manifest_id: impl Fn(&str) -> String,
+    staged: &std::path::Path,
+) -> Result<(), AgentError> {
+    let fetched = async {
+        for f in files {
+            let manifest = objects.get_manifest(ws, kind, &manifest_id(f)).await?;
+            objects
+                .download_file(ws, &manifest, &staged.join(f))
+                .await?;
+        }
+        Ok::<_, AgentError>(())
+    }
+    .await;
+    if fetched.is_err() {
+        let _ = std::fs::remove_dir_all(staged);
+    }
+    fetched
 }

@@ -119,20 +119,15 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             .into());
         }
         let staged = self.rt.snapshot_moving_in(id)?;
-        let fetched = async {
-            for f in &stored.files {
-                let manifest = s.objects.get_manifest(ws, FILES, &file_id(id, f)).await?;
-                s.objects
-                    .download_file(ws, &manifest, &staged.join(f))
-                    .await?;
-            }
-            Ok::<_, AgentError>(())
-        }
-        .await;
-        if let Err(e) = fetched {
-            let _ = std::fs::remove_dir_all(&staged);
-            return Err(e);
-        }
+        crate::moving::download_into(
+            &s.objects,
+            ws,
+            FILES,
+            &stored.files,
+            |f| file_id(id, f),
+            &staged,
+        )
+        .await?;
         self.rt.adopt_snapshot(stored.info, &staged)?;
         Ok(())
     }

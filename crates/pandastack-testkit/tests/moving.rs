@@ -65,6 +65,21 @@ async fn durable(agent: &HostAgent<FakeDriver>, name: &str) -> String {
     .await
 }
 
+/// Waits (up to 30 s) until workspace `ws` has no stored hibernation image's record left.
+async fn no_stored_images(objects: &Objects, ws: &str, what: &str) {
+    within(Duration::from_secs(30), what, async {
+        while !objects
+            .list_records(ws, "hibernated")
+            .await
+            .unwrap()
+            .is_empty()
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
 fn read(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap()
 }
@@ -416,21 +431,7 @@ async fn a_hibernated_sandbox_moves_through_the_agent_links() {
         1
     );
     to_b.destroy("linked").await.unwrap();
-    within(
-        Duration::from_secs(10),
-        "the durable copy's record gone",
-        async {
-            while !objects
-                .list_records(WS, "hibernated")
-                .await
-                .unwrap()
-                .is_empty()
-            {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        },
-    )
-    .await;
+    no_stored_images(&objects, WS, "the durable copy's record gone").await;
     serving_a.abort();
     serving_b.abort();
 }
@@ -608,21 +609,7 @@ async fn a_replica_migrates_sandboxes_and_calls_follow_them() {
         }
     })
     .await;
-    within(
-        Duration::from_secs(30),
-        "the stored image forgotten",
-        async {
-            while !objects
-                .list_records(&ws.id, "hibernated")
-                .await
-                .unwrap()
-                .is_empty()
-            {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        },
-    )
-    .await;
+    no_stored_images(&objects, &ws.id, "the stored image forgotten").await;
 
     // Hibernated on b; replica two reads its owner (b) now, then it moves back to a through
     // replica one. Replica two's call, made with its cached owner, still finds it.
@@ -806,21 +793,7 @@ async fn a_hibernated_sandbox_of_a_lost_host_wakes_on_another() {
     assert_eq!(records.len(), 1, "{records:?}");
     let woke = one.sandboxes.lifecycle(slept, Verb::Wake).await.unwrap();
     assert_eq!(store.sandboxes().durable_copy(&id).await.unwrap(), None);
-    within(
-        Duration::from_secs(30),
-        "the stale copy's record gone",
-        async {
-            while !objects
-                .list_records(&ws.id, "hibernated")
-                .await
-                .unwrap()
-                .is_empty()
-            {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        },
-    )
-    .await;
+    no_stored_images(&objects, &ws.id, "the stale copy's record gone").await;
 
     // Hibernated again (durable again), and a second sandbox hibernated with its copy's
     // record taken away (as if its host died before the upload ended).
