@@ -23,6 +23,7 @@ use pandastack_cluster::{Identity, Role, TlsConfigError};
 use pandastack_host::Host;
 use tokio::net::TcpListener;
 
+use crate::fence::Fence;
 use crate::{serve_counting, Attendance, HostReport, InFlight, Replica, ServeError};
 
 /// How an agent runs: who it is, where replicas reach it, and which replicas it attends.
@@ -92,7 +93,8 @@ pub fn agent_host_id(identity: &Identity) -> Result<&str, RunAgentError> {
 ///
 /// Nothing here stops a VM: when no replica answers the agent keeps serving and keeps trying,
 /// and when it returns the host's sandboxes are left as they are (the caller decides what a
-/// shutdown does to its own pools).
+/// shutdown does to its own pools). It pauses them while its lease may have lapsed (and at
+/// start, until it has joined): see [`crate::fence`].
 pub async fn run_agent(
     opts: AgentOptions,
     host: Arc<dyn Host>,
@@ -134,6 +136,14 @@ pub async fn run_agent(
         replicas = %replicas.join(","),
         "agent: serving replicas and attending"
     );
+    // No lease yet: the VMs a restarted agent found are paused until it joins (see `fence`).
+    let lease = attendance.lease();
+    let mut fence = Fence::default();
+    fence
+        .check(&*host, *lease.borrow(), std::time::Instant::now())
+        .await;
+    let guard = tokio::spawn(crate::fence::guard(Arc::clone(&host), lease, fence));
+    let _guard = AbortOnDrop(guard);
     tokio::select! {
         r = serve_counting(&opts.identity, opts.listener, host, in_flight) => {
             r.map_err(RunAgentError::Serve)?;
@@ -145,6 +155,15 @@ pub async fn run_agent(
             tracing::info!(host = %host_id, "agent: stopping; its sandboxes keep running");
             Ok(())
         }
+    }
+}
+
+/// Stops a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

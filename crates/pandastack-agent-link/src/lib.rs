@@ -27,6 +27,7 @@
 mod agent;
 mod client;
 mod convert;
+pub mod fence;
 pub mod membership;
 mod server;
 mod status;

@@ -31,6 +31,36 @@ impl OnTimeout {
     }
 }
 
+/// What becomes of a running sandbox when its host is lost (declared dead in a cluster).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnHostLoss {
+    /// It becomes `lost` and stays so until its host comes back (it can be deleted).
+    #[default]
+    Lost,
+    /// It is restored on another host, with its id, metadata and preview URL: from its newest
+    /// snapshot whose files are durable in the object store (memory, processes and files as
+    /// then), else started again from its template.
+    Restore,
+}
+
+impl OnHostLoss {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnHostLoss::Lost => "lost",
+            OnHostLoss::Restore => "restore",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "lost" => Some(OnHostLoss::Lost),
+            "restore" => Some(OnHostLoss::Restore),
+            _ => None,
+        }
+    }
+}
+
 fn default_template() -> String {
     "base".into()
 }
@@ -56,6 +86,9 @@ pub struct CreateSandboxRequest {
     pub idle_timeout_seconds: Option<u64>,
     #[serde(default)]
     pub on_timeout: OnTimeout,
+    /// What becomes of it if its host is lost (a cluster's host declared dead).
+    #[serde(default)]
+    pub on_host_loss: OnHostLoss,
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
     #[serde(default)]
@@ -87,6 +120,7 @@ impl Default for CreateSandboxRequest {
             ttl_seconds: None,
             idle_timeout_seconds: None,
             on_timeout: OnTimeout::Kill,
+            on_host_loss: OnHostLoss::Lost,
             metadata: BTreeMap::new(),
             env: BTreeMap::new(),
             volumes: Vec::new(),
@@ -190,6 +224,12 @@ impl CreateSandboxRequest {
                 "cannot be combined with snapshot_id (a snapshot brings its own copies)",
             ));
         }
+        if self.on_host_loss == OnHostLoss::Restore && !self.volumes.is_empty() {
+            return Err(field_error(
+                "on_host_loss",
+                "`restore` cannot be combined with volumes (a volume stays on its host)",
+            ));
+        }
         for (field, v) in [("disk_mbps", self.disk_mbps), ("disk_iops", self.disk_iops)] {
             if v == Some(0) {
                 return Err(field_error(field, "a positive integer"));
@@ -271,6 +311,9 @@ pub struct Sandbox {
     pub ttl_seconds: Option<u64>,
     pub idle_timeout_seconds: Option<u64>,
     pub on_timeout: OnTimeout,
+    /// What becomes of it if its host is lost.
+    #[serde(default)]
+    pub on_host_loss: OnHostLoss,
     pub boot_ms: u64,
     /// `restore` (from a template bake or snapshot) or `cold`.
     pub boot_mode: String,
@@ -680,6 +723,14 @@ mod tests {
             .unwrap_err()
             .starts_with("env.1A"));
         assert!(create(r#"{"on_timeout":"explode"}"#).is_err());
+        assert!(create(r#"{"on_host_loss":"migrate"}"#).is_err());
+        let r = create(r#"{"on_host_loss":"restore"}"#).unwrap();
+        assert_eq!(r.on_host_loss, OnHostLoss::Restore);
+        assert!(create(
+            r#"{"on_host_loss":"restore","volumes":[{"name":"data","path":"/data"}]}"#
+        )
+        .unwrap_err()
+        .starts_with("on_host_loss"));
         let big: BTreeMap<String, String> =
             (0..40).map(|i| (format!("k{i}"), "v".into())).collect();
         let r = CreateSandboxRequest {

@@ -35,6 +35,7 @@ pub(crate) fn to_wire(r: &SandboxRow, host: &str) -> wire::Sandbox {
         ttl_seconds: r.ttl_seconds.map(|v| v as u64),
         idle_timeout_seconds: r.idle_timeout_seconds.map(|v| v as u64),
         on_timeout: r.on_timeout,
+        on_host_loss: r.on_host_loss,
         boot_ms: r.boot_ms as u64,
         boot_mode: r.boot_mode.clone(),
         snapshot_id: r.snapshot_id.clone(),

@@ -259,9 +259,10 @@ impl ControlPlane {
     }
 
     /// Starts the workers: template builds, volume backups, database archiving, deploys (of
-    /// apps and functions: [`Apps::worker`]) and function instances and calls, the scheduler and its runs, the reaper (TTL and idle
-    /// timeouts) and, with ACME configured, certificate orders. They run until
-    /// [`Self::shutdown`].
+    /// apps and functions: [`Apps::worker`]) and function instances and calls, the scheduler
+    /// and its runs, the reaper (TTL and idle timeouts), the restorer of lost sandboxes (a
+    /// cluster's `on_host_loss: "restore"`) and, with ACME configured, certificate orders.
+    /// They run until [`Self::shutdown`].
     pub fn start(&self) {
         let mut w = vec![
             tokio::spawn(self.templates.clone().worker()),
@@ -270,6 +271,7 @@ impl ControlPlane {
             tokio::spawn(self.apps.clone().worker()),
             tokio::spawn(self.functions.clone().instance_sweeper()),
             tokio::spawn(self.reaper().run()),
+            tokio::spawn(self.sandboxes.clone().restorer()),
         ];
         w.extend(self.functions.start_invoke_runners());
         w.extend(self.schedules.start());

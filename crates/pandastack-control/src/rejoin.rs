@@ -3,7 +3,9 @@
 //! An agent that comes back — after a partition, a `SIGSTOP`, a restart of its own — joins
 //! with a new epoch. What it still runs is compared with the store, the one source of truth:
 //! a VM whose row is on this host and was marked `lost` (the host was declared dead meanwhile)
-//! returns to its VM's state; a VM no row on this host names (deleted meanwhile, or moved to
+//! returns to its VM's state — resumed first if its agent paused it when cut off (its lease
+//! may have lapsed: see `pandastack_agent::fence`) and it was running when it was lost, as is
+//! a VM so paused whose row says `running`; a VM no row on this host names (deleted meanwhile, or moved to
 //! another host) is stopped and removed, so no sandbox id is ever active on two hosts. Every
 //! write carries the epoch the host joined with and is refused once that epoch is stale.
 //!
@@ -14,7 +16,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use pandastack_host::{Host, HostError};
+use pandastack_host::{Host, HostError, VmState};
 use pandastack_store::{HostState, SandboxState, Store, StoreError};
 
 use crate::Fleet;
@@ -26,6 +28,8 @@ pub struct Rejoined {
     pub found: Vec<String>,
     /// VMs stopped and removed: no row on this host names them.
     pub removed: Vec<String>,
+    /// VMs its agent paused when cut off, running again (their rows said `running`).
+    pub resumed: Vec<String>,
 }
 
 /// Why a host's reconciliation stopped.
@@ -39,6 +43,23 @@ pub enum RejoinError {
         #[source]
         source: HostError,
     },
+    #[error("resuming sandbox {id}, paused by its agent when cut off")]
+    Resume {
+        id: String,
+        #[source]
+        source: HostError,
+    },
+}
+
+/// VM `id`, paused by its agent when it was cut off, resumed: its state now.
+async fn resumed(host: &dyn Host, id: &str) -> Result<VmState, RejoinError> {
+    host.resume(id)
+        .await
+        .map(|v| v.state)
+        .map_err(|source| RejoinError::Resume {
+            id: id.to_owned(),
+            source,
+        })
 }
 
 /// Reconciles host `host_id`, joined with `epoch`, reached as `host` (see the module docs).
@@ -58,9 +79,17 @@ pub async fn reconcile_host(
     for vm in host.list().await {
         match rows.get(&vm.id) {
             Some(SandboxState::Lost) => {
+                let mut state = vm.state;
+                // Paused by its agent when cut off (see `self_fence`), if it was running then.
+                if state == VmState::Paused
+                    && store.sandboxes().lost_from(&vm.id).await? == Some(SandboxState::Running)
+                {
+                    state = resumed(host, &vm.id).await?;
+                    out.resumed.push(vm.id.clone());
+                }
                 match store
                     .sandboxes()
-                    .set_state_fenced(&vm.id, host_id, epoch, crate::row_state(vm.state))
+                    .set_state_fenced(&vm.id, host_id, epoch, crate::row_state(state))
                     .await
                 {
                     Ok(()) => out.found.push(vm.id),
@@ -68,6 +97,11 @@ pub async fn reconcile_host(
                     Err(StoreError::Fenced { .. } | StoreError::NotFound) => {}
                     Err(e) => return Err(e.into()),
                 }
+            }
+            // Paused by its agent when cut off, though its host was not declared dead.
+            Some(SandboxState::Running) if vm.state == VmState::Paused => {
+                resumed(host, &vm.id).await?;
+                out.resumed.push(vm.id);
             }
             Some(_) => {}
             None => {
@@ -123,8 +157,8 @@ impl JoinWatch {
             };
             match reconcile_host(&self.store, &*host, &row.id, row.epoch).await {
                 Ok(r) => {
-                    if !r.found.is_empty() || !r.removed.is_empty() {
-                        tracing::info!(host = %row.id, epoch = row.epoch, found = ?r.found, removed = ?r.removed, "host rejoined: reconciled");
+                    if r != Rejoined::default() {
+                        tracing::info!(host = %row.id, epoch = row.epoch, found = ?r.found, removed = ?r.removed, resumed = ?r.resumed, "host rejoined: reconciled");
                     }
                     self.seen.insert(row.id.clone(), row.epoch);
                 }

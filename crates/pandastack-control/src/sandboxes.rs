@@ -14,6 +14,7 @@ use crate::{row_state, Fleet, TemplateError, Templates, Volumes};
 
 mod durable;
 mod migrate;
+mod restore;
 
 /// Why a sandbox operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -219,6 +220,7 @@ impl Sandboxes {
         row.ttl_seconds = req.ttl_seconds.map(|v| v as i64);
         row.idle_timeout_seconds = req.idle_timeout_seconds.map(|v| v as i64);
         row.on_timeout = req.on_timeout;
+        row.on_host_loss = req.on_host_loss;
         row.created_at = now;
         row.last_activity_at = now;
         row.expires_at = expiry(now, row.ttl_seconds);

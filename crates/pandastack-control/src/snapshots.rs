@@ -129,12 +129,22 @@ impl Snapshots {
                 return;
             }
             match store.snapshots().set_durable(&snap.id, now_ms()).await {
-                Ok(true) => tracing::info!(
-                    snapshot = %snap.id,
-                    host = %snap.host_id,
-                    took_ms = started.elapsed().as_secs_f64() * 1e3,
-                    "snapshot durable"
-                ),
+                Ok(true) => {
+                    tracing::info!(
+                        snapshot = %snap.id,
+                        host = %snap.host_id,
+                        took_ms = started.elapsed().as_secs_f64() * 1e3,
+                        "snapshot durable"
+                    );
+                    // What the sandbox is restored from if its host is lost (its newest).
+                    if let Err(e) = store
+                        .sandboxes()
+                        .set_checkpoint(&snap.sandbox_id, &snap.id)
+                        .await
+                    {
+                        tracing::warn!(snapshot = %snap.id, error = &e as &dyn std::error::Error, "snapshot durable, but not its sandbox's checkpoint");
+                    }
+                }
                 // Deleted meanwhile: its delete removed the stored record, or does.
                 Ok(false) => {}
                 Err(e) => tracing::warn!(
@@ -250,6 +260,8 @@ impl Snapshots {
     pub async fn delete(&self, ws: &str, id: &str) -> Result<(), StoreError> {
         let row = self.store.snapshots().get(ws, id).await?;
         self.store.snapshots().delete(ws, id).await?;
+        // A sandbox it was the checkpoint of is restored from its template now.
+        self.store.sandboxes().clear_checkpoint(id).await?;
         remove_files(&*self.host, id).await;
         if let Some(fleet) = self.sandboxes.fleet() {
             // Copies other hosts fetched for creates go too (absent is success).

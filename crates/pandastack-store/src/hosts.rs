@@ -359,7 +359,7 @@ impl Hosts<'_> {
         let mut reaped = Vec::with_capacity(ids.len());
         for host_id in ids {
             let lost = sqlx::query(&format!(
-                "UPDATE sandboxes SET state = 'lost' WHERE host_id = $1 AND {HOLDS_A_VM}"
+                "UPDATE sandboxes SET lost_from = state, state = 'lost' WHERE host_id = $1 AND {HOLDS_A_VM}"
             ))
             .bind(&host_id)
             .execute(&mut *tx)

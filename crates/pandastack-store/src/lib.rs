@@ -42,7 +42,7 @@ pub use invocations::{InvocationRow, Invocations};
 pub use jobs::{JobRow, JobState, Jobs, NewJob};
 pub use keys::{Counts, KeyRow, Keys, Workspace};
 pub use lock::AdvisoryLock;
-pub use pandastack_api_types::{OnTimeout, SandboxState};
+pub use pandastack_api_types::{OnHostLoss, OnTimeout, SandboxState};
 pub use placement::{Demand, PlaceReason, Placement};
 pub use quotas::{Adding, Quotas, StorageQuotas, StorageUse};
 pub use sandboxes::{DurableCopy, Filter, SandboxRepo, SandboxRow};

@@ -6,7 +6,7 @@ use sqlx::AnyPool;
 
 use crate::placement::{place, Demand, Placement, Retry};
 use crate::volumes::{claim, Claimed, MountClaim};
-use crate::{col, found, parsed, Backend, OnTimeout, SandboxState, StoreError};
+use crate::{col, found, parsed, Backend, OnHostLoss, OnTimeout, SandboxState, StoreError};
 
 /// One sandbox as stored.
 /// A hibernated sandbox's copy in the object store, kept in case its host is lost.
@@ -37,6 +37,8 @@ pub struct SandboxRow {
     pub ttl_seconds: Option<i64>,
     pub idle_timeout_seconds: Option<i64>,
     pub on_timeout: OnTimeout,
+    /// What becomes of it if its host is lost (see [`SandboxRepo::to_restore`]).
+    pub on_host_loss: OnHostLoss,
     pub created_at: i64,
     pub expires_at: Option<i64>,
     pub last_activity_at: i64,
@@ -79,6 +81,7 @@ impl SandboxRow {
             ttl_seconds: None,
             idle_timeout_seconds: None,
             on_timeout: OnTimeout::Kill,
+            on_host_loss: OnHostLoss::Lost,
             created_at: now,
             expires_at: None,
             last_activity_at: now,
@@ -106,7 +109,7 @@ pub struct SandboxRepo<'a> {
     pub(crate) backend: Backend,
 }
 
-const COLUMNS: &str = "id, workspace_id, host_id, template, state, vcpus, memory_mib, metadata, env, ttl_seconds, idle_timeout_seconds, on_timeout, created_at, expires_at, last_activity_at, boot_ms, boot_mode, snapshot_id, parent_id, access_token, public_ports, volumes, disk_mbps, disk_iops";
+const COLUMNS: &str = "id, workspace_id, host_id, template, state, vcpus, memory_mib, metadata, env, ttl_seconds, idle_timeout_seconds, on_timeout, created_at, expires_at, last_activity_at, boot_ms, boot_mode, snapshot_id, parent_id, access_token, public_ports, volumes, disk_mbps, disk_iops, on_host_loss";
 
 fn row(r: &sqlx::any::AnyRow) -> Result<SandboxRow, StoreError> {
     let metadata: String = col(r, "metadata")?;
@@ -132,6 +135,7 @@ fn row(r: &sqlx::any::AnyRow) -> Result<SandboxRow, StoreError> {
             "hibernate" => Some(OnTimeout::Hibernate),
             _ => None,
         })?,
+        on_host_loss: parsed(r, "on_host_loss", OnHostLoss::parse)?,
         created_at: col(r, "created_at")?,
         expires_at: col(r, "expires_at")?,
         last_activity_at: col(r, "last_activity_at")?,
@@ -553,6 +557,95 @@ impl SandboxRepo<'_> {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Records snapshot `snapshot` (its files durable in the object store) as what sandbox
+    /// `id` is restored from if its host is lost, while the snapshot's row is there (a
+    /// snapshot deleted meanwhile is not recorded). Whether it was recorded.
+    pub async fn set_checkpoint(&self, id: &str, snapshot: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE sandboxes SET checkpoint = $1 WHERE id = $2 \
+             AND EXISTS (SELECT 1 FROM snapshots WHERE snapshots.id = $1)",
+        )
+            .bind(snapshot)
+            .bind(id)
+            .execute(self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// The state sandbox `id` was in when its host's death made it `lost` (`None`: not lost
+    /// since that was recorded).
+    pub async fn lost_from(&self, id: &str) -> Result<Option<SandboxState>, StoreError> {
+        let r = sqlx::query("SELECT lost_from FROM sandboxes WHERE id = $1")
+            .bind(id)
+            .fetch_optional(self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let from: Option<String> = col(&r, "lost_from")?;
+        Ok(from.as_deref().and_then(SandboxState::parse))
+    }
+
+    /// Forgets snapshot `snapshot` as any sandbox's checkpoint (it is being deleted).
+    pub async fn clear_checkpoint(&self, snapshot: &str) -> Result<(), StoreError> {
+        sqlx::query("UPDATE sandboxes SET checkpoint = NULL WHERE checkpoint = $1")
+            .bind(snapshot)
+            .execute(self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The sandboxes to restore on another host (at most `limit`, oldest first): `lost`, on a
+    /// host that is `dead`, created with [`OnHostLoss::Restore`]; each with its checkpoint
+    /// (see [`Self::set_checkpoint`]), if it has one.
+    pub async fn to_restore(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<(SandboxRow, Option<String>)>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS}, checkpoint FROM sandboxes s WHERE state = 'lost' \
+             AND on_host_loss = 'restore' \
+             AND EXISTS (SELECT 1 FROM hosts h WHERE h.id = s.host_id AND h.state = 'dead') \
+             ORDER BY created_at, id LIMIT $1"
+        ))
+        .bind(i64::from(limit))
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((row(r)?, col(r, "checkpoint")?)))
+            .collect()
+    }
+
+    /// Takes lost sandbox `id` off dead host `from` for a restore on `to`: the row names `to`
+    /// and says `starting`, only while it is `lost` on `from` and `from` is dead (so of
+    /// replicas restoring it at once, one does). Whether it was taken.
+    pub async fn take_lost(&self, id: &str, from: &str, to: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE sandboxes SET host_id = $1, state = 'starting', durable_tag = NULL, \
+             durable_at = NULL WHERE id = $2 AND host_id = $3 AND state = 'lost' \
+             AND EXISTS (SELECT 1 FROM hosts WHERE hosts.id = $3 AND hosts.state = 'dead')",
+        )
+        .bind(to)
+        .bind(id)
+        .bind(from)
+        .execute(self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Gives a restore of sandbox `id` on `to` up: the row is `lost` on `from` again, if it is
+    /// still `starting` on `to` (see [`Self::take_lost`]). Whether it was given back.
+    pub async fn give_back_lost(&self, id: &str, from: &str, to: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE sandboxes SET host_id = $1, state = 'lost' \
+             WHERE id = $2 AND host_id = $3 AND state = 'starting'",
+        )
+        .bind(from)
+        .bind(id)
+        .bind(to)
+        .execute(self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// The host placement would choose for `demand` now, without writing anything (a move's
     /// destination: the sandbox's row changes host only once its image is there, see
     /// [`SandboxRepo::move_hibernated`]). [`StoreError::NoCapacity`] when no host fits.
@@ -629,7 +722,7 @@ where
     E: sqlx::Executor<'e, Database = sqlx::Any>,
 {
     sqlx::query(&format!(
-        "INSERT INTO sandboxes ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)"
+        "INSERT INTO sandboxes ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)"
     ))
     .bind(&s.id)
     .bind(&s.workspace_id)
@@ -655,6 +748,7 @@ where
     .bind(serde_json::to_string(&s.volumes)?)
     .bind(s.disk_mbps)
     .bind(s.disk_iops)
+    .bind(s.on_host_loss.as_str())
     .execute(exec)
     .await?;
     Ok(())

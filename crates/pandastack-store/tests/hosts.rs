@@ -874,3 +874,99 @@ async fn durable_copies_are_fenced_and_a_rehome_needs_a_dead_host() {
         ));
     }
 }
+
+/// A restore takes only a lost sandbox created with `on_host_loss: "restore"` whose host is
+/// dead, once, and can give it back; the reap keeps what it was, and a checkpoint names only a
+/// snapshot that exists.
+#[tokio::test]
+async fn a_lost_sandbox_is_taken_for_a_restore_once_and_only_off_a_dead_host() {
+    use SandboxState::*;
+    for Case { backend, store, .. } in stores().await {
+        store.hosts().join(&joining("h1"), LEASE, T0).await.unwrap();
+        store
+            .hosts()
+            .join(&joining("h2"), 4 * LEASE, T0)
+            .await
+            .unwrap();
+        let ws = store.keys().create_workspace("w", 100, 60).await.unwrap();
+        let rows = store.sandboxes();
+        let mut restorable = Vec::new();
+        for state in [Running, Paused] {
+            let mut row = SandboxRow::service(&ws.id, "h1", "base", Default::default());
+            row.state = state;
+            row.on_host_loss = pandastack_store::OnHostLoss::Restore;
+            rows.insert(&row).await.unwrap();
+            restorable.push(row);
+        }
+        // Created without it, and one on the host that lives: never taken.
+        let kept = sandbox_in(&store, &ws.id, "h1", Running).await;
+        let mut elsewhere = SandboxRow::service(&ws.id, "h2", "base", Default::default());
+        elsewhere.on_host_loss = pandastack_store::OnHostLoss::Restore;
+        rows.insert(&elsewhere).await.unwrap();
+        let id = restorable[0].id.as_str();
+        assert_eq!(
+            rows.by_id(id).await.unwrap().on_host_loss,
+            pandastack_store::OnHostLoss::Restore,
+            "{backend}"
+        );
+
+        // The checkpoint: only a snapshot with a row.
+        assert!(!rows.set_checkpoint(id, "snap-none").await.unwrap());
+        let snap = pandastack_store::SnapshotRow {
+            id: "snap-cp".into(),
+            workspace_id: ws.id.clone(),
+            host_id: "h1".into(),
+            sandbox_id: id.to_owned(),
+            template: "base".into(),
+            size_bytes: 1,
+            created_at: T0,
+            auto_delete: false,
+        };
+        store.snapshots().insert(&snap).await.unwrap();
+        assert!(rows.set_checkpoint(id, "snap-cp").await.unwrap());
+
+        // Alive: nothing to restore, nothing taken.
+        assert!(rows.to_restore(10).await.unwrap().is_empty(), "{backend}");
+        assert!(!rows.take_lost(id, "h1", "h2").await.unwrap());
+        store.hosts().reap(T0 + LEASE + 1).await.unwrap();
+        let due = rows.to_restore(10).await.unwrap();
+        let due: Vec<(&str, Option<&str>)> = due
+            .iter()
+            .map(|(r, c)| (r.id.as_str(), c.as_deref()))
+            .collect();
+        let mut want = vec![(id, Some("snap-cp")), (restorable[1].id.as_str(), None)];
+        want.sort();
+        let mut got = due.clone();
+        got.sort();
+        assert_eq!(got, want, "{backend}");
+        // The reap kept what each was.
+        assert_eq!(rows.lost_from(id).await.unwrap(), Some(Running));
+        assert_eq!(
+            rows.lost_from(&restorable[1].id).await.unwrap(),
+            Some(Paused)
+        );
+        assert_eq!(rows.lost_from(&kept.id).await.unwrap(), Some(Running));
+
+        // Taken once; given back; taken again.
+        assert!(!rows.take_lost(id, "h2", "h1").await.unwrap());
+        assert!(rows.take_lost(id, "h1", "h2").await.unwrap());
+        assert!(!rows.take_lost(id, "h1", "h2").await.unwrap());
+        let taken = rows.by_id(id).await.unwrap();
+        assert_eq!((taken.host_id.as_str(), taken.state), ("h2", Starting));
+        assert_eq!(rows.to_restore(10).await.unwrap().len(), 1, "{backend}");
+        assert!(rows.give_back_lost(id, "h1", "h2").await.unwrap());
+        assert!(!rows.give_back_lost(id, "h1", "h2").await.unwrap());
+        let back = rows.by_id(id).await.unwrap();
+        assert_eq!((back.host_id.as_str(), back.state), ("h1", Lost));
+        assert!(rows.take_lost(id, "h1", "h2").await.unwrap());
+        rows.set_state(id, Running).await.unwrap();
+        assert!(!rows.give_back_lost(id, "h1", "h2").await.unwrap());
+
+        // A deleted snapshot is no sandbox's checkpoint any more.
+        rows.clear_checkpoint("snap-cp").await.unwrap();
+        assert!(rows.set_checkpoint(id, "snap-cp").await.unwrap());
+        rows.clear_checkpoint("snap-cp").await.unwrap();
+        store.snapshots().delete(&ws.id, "snap-cp").await.unwrap();
+        assert!(!rows.set_checkpoint(id, "snap-cp").await.unwrap());
+    }
+}

@@ -89,6 +89,7 @@ fn sandbox(ws: &str, host: &str, id: &str, created_at: i64, task: &str) -> Sandb
         ttl_seconds: None,
         idle_timeout_seconds: None,
         on_timeout: OnTimeout::Kill,
+        on_host_loss: pandastack_store::OnHostLoss::Lost,
         created_at,
         expires_at: None,
         last_activity_at: created_at,

@@ -190,6 +190,7 @@ NOT_MODELLED: Dict[str, str] = {
     "LogEnd": "SSE event of logs_stream",
     # Enums the SDK keeps as strings.
     "OnTimeout": "a str field",
+    "OnHostLoss": "a str field",
     "SandboxState": "a str field",
     "BackupState": "a str field (VolumeBackup.state)",
     "DatabaseState": "a str field (Database.state)",

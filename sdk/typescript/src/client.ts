@@ -21,6 +21,7 @@ import {
   sandboxFromWire,
   snapshotFromWire,
   templateFromWire,
+  type OnHostLoss,
   type OnTimeout,
   type SandboxState,
   type SnapshotInfo,
@@ -73,6 +74,12 @@ export interface CreateSandboxOptions extends CallOptions {
   idleTimeoutSeconds?: number;
   /** What expiry does: `kill` (default) or `hibernate`. */
   onTimeout?: OnTimeout;
+  /**
+   * What becomes of it if its host is lost (a cluster's host declared dead): `lost` (default:
+   * it waits for its host) or `restore` (it runs again on another host, same id and preview
+   * URL, from its newest durable snapshot, else from its template). Not with `volumes`.
+   */
+  onHostLoss?: OnHostLoss;
   metadata?: Record<string, string>;
   /** Environment variables of every command in the sandbox. */
   env?: Record<string, string>;
@@ -165,6 +172,7 @@ export class Sandboxes {
     if (opts.ttlSeconds !== undefined) body.ttl_seconds = opts.ttlSeconds;
     if (opts.idleTimeoutSeconds !== undefined) body.idle_timeout_seconds = opts.idleTimeoutSeconds;
     if (opts.onTimeout !== undefined) body.on_timeout = opts.onTimeout;
+    if (opts.onHostLoss !== undefined) body.on_host_loss = opts.onHostLoss;
     if (opts.metadata !== undefined) body.metadata = opts.metadata;
     if (opts.env !== undefined) body.env = opts.env;
     if (opts.volumes !== undefined) body.volumes = volumeMountsToWire(opts.volumes);

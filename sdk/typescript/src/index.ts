@@ -152,6 +152,7 @@ export type {
   Invocation,
   InvocationError,
   InvocationStatus,
+  OnHostLoss,
   OnTimeout,
   PortUpdate,
   PortUrl,

@@ -18,6 +18,8 @@ export type SandboxState = Schemas["SandboxState"];
 
 /** What happens when a sandbox's TTL or idle timeout expires. */
 export type OnTimeout = Schemas["OnTimeout"];
+/** What becomes of a running sandbox if its host is lost: `lost` or `restore`. */
+export type OnHostLoss = Schemas["OnHostLoss"];
 
 /** A sandbox as the server describes it. */
 export interface SandboxInfo {
@@ -38,6 +40,8 @@ export interface SandboxInfo {
   ttlSeconds: number | null;
   idleTimeoutSeconds: number | null;
   onTimeout: OnTimeout;
+  /** What becomes of it if its host is lost. */
+  onHostLoss: OnHostLoss;
   /** Milliseconds from request to exec-ready. */
   bootMs: number;
   /** `restore` (from a baked template or a snapshot) or `cold`. */
@@ -739,6 +743,7 @@ export function sandboxFromWire(w: WireOf<"Sandbox">): SandboxInfo {
     ttlSeconds: optNum(w.ttl_seconds),
     idleTimeoutSeconds: optNum(w.idle_timeout_seconds),
     onTimeout: (str(w.on_timeout, "kill") as OnTimeout),
+    onHostLoss: (str(w.on_host_loss, "lost") as OnHostLoss),
     bootMs: num(w.boot_ms),
     bootMode: str(w.boot_mode),
     snapshotId: optStr(w.snapshot_id),

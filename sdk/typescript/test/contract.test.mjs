@@ -152,6 +152,7 @@ const NOT_MODELLED = {
   LogChunk: "SSE event of logs streams",
   LogEnd: "SSE event of logs streams",
   OnTimeout: "a string union type (OnTimeout)",
+  OnHostLoss: "a string union type (OnHostLoss)",
   SandboxState: "a string union type (SandboxState)",
   BackupState: "a string union type (BackupState)",
   DatabaseState: "a string union type (DatabaseState)",
@@ -169,6 +170,7 @@ const NOT_MODELLED = {
 const STRING_ALIASES = new Set([
   "SandboxState",
   "OnTimeout",
+  "OnHostLoss",
   "BackupState",
   "DatabaseState",
   "DeployState",

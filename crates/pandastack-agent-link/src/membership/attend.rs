@@ -7,12 +7,17 @@
 //!   └── refused / unreachable / stream lost: next replica, after a backoff (0.1 s … 5 s)
 //! ```
 //!
-//! Nothing here touches a sandbox: an agent that reaches no replica keeps its VMs running and
-//! keeps trying. What it may no longer do is write as an epoch the store has fenced.
+//! Nothing here touches a sandbox: an agent that reaches no replica keeps trying, and says
+//! through [`Attendance::lease`] until when its lease certainly runs — each heartbeat is
+//! numbered, each `Renewed` names the newest heartbeat its renewal took, and the lease runs
+//! for `lease_ms` from at least that heartbeat's sending — so the agent can pause its VMs
+//! before its host may be declared dead (`crate::fence`). What it may no longer do is write as
+//! an epoch the store has fenced.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pandastack_cluster::{Identity, Role, TlsConfigError};
 use tokio::sync::{mpsc, watch};
@@ -31,6 +36,21 @@ pub const HEARTBEAT: Duration = Duration::from_secs(1);
 
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Heartbeats remembered by their number and sending time, for the `Renewed`s to come.
+const SENT_KEPT: usize = 64;
+
+/// What an attending agent knows of its lease.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeaseView {
+    /// The epoch it joined with: `None` before the first join and once fenced.
+    pub epoch: Option<i64>,
+    /// Until when, on this host's monotonic clock, the lease certainly runs: `lease_ms` after
+    /// the sending of the newest join or heartbeat a renewal is known to have taken (the
+    /// renewal came after it). `None`: no lease is known to run (before the first join, and
+    /// once fenced).
+    pub runs_until: Option<Instant>,
+}
 
 /// A replica an agent may attend: its certificate's name (the TLS server name) and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +92,7 @@ pub struct Attendance {
     report: Arc<dyn Fn() -> HostReport + Send + Sync>,
     heartbeat: Duration,
     epoch: watch::Sender<Option<i64>>,
+    lease: watch::Sender<LeaseView>,
 }
 
 impl Attendance {
@@ -90,6 +111,7 @@ impl Attendance {
             report: Arc::new(report),
             heartbeat: HEARTBEAT,
             epoch: watch::Sender::new(None),
+            lease: watch::Sender::new(LeaseView::default()),
         })
     }
 
@@ -103,6 +125,11 @@ impl Attendance {
     /// lost keeps it (the lease may still run; the store fences a stale one anyway).
     pub fn epoch(&self) -> watch::Receiver<Option<i64>> {
         self.epoch.subscribe()
+    }
+
+    /// What the host knows of its lease, as it learns it (see [`LeaseView`]).
+    pub fn lease(&self) -> watch::Receiver<LeaseView> {
+        self.lease.subscribe()
     }
 
     /// Attends until dropped: one replica at a time, the next one after a failure.
@@ -149,6 +176,11 @@ impl Attendance {
         let join = || pb::AgentSays {
             says: Some(pb::agent_says::Says::Join(join_to_pb((self.report)()))),
         };
+        // When the newest join went out, and the heartbeats since (number, when sent).
+        let mut join_sent = Instant::now();
+        let mut sent: VecDeque<(u64, Instant)> = VecDeque::new();
+        let mut seq = 0u64;
+        let mut lease_for = Duration::ZERO;
         if outbox.send(join()).await.is_err() {
             return AttendError::Ended { name };
         }
@@ -174,6 +206,29 @@ impl Attendance {
                         attending = true;
                         current = Some(j.epoch);
                         self.epoch.send_replace(Some(j.epoch));
+                        lease_for = Duration::from_millis(j.lease_ms);
+                        self.lease.send_replace(LeaseView {
+                            epoch: Some(j.epoch),
+                            runs_until: Some(join_sent + lease_for),
+                        });
+                    }
+                    Ok(Some(pb::ReplicaSays { says: Some(Answer::Renewed(r)) }))
+                        if attending && current == Some(r.epoch) =>
+                    {
+                        while sent.front().is_some_and(|(n, _)| *n < r.seq) {
+                            sent.pop_front();
+                        }
+                        if let Some((_, at)) = sent.front().filter(|(n, _)| *n == r.seq) {
+                            let until = *at + lease_for;
+                            self.lease.send_if_modified(|l| {
+                                let later = l.epoch == Some(r.epoch)
+                                    && l.runs_until.is_none_or(|u| u < until);
+                                if later {
+                                    l.runs_until = Some(until);
+                                }
+                                later
+                            });
+                        }
                     }
                     // A stale `Fenced` (the batch's and a heartbeat's, for an epoch already
                     // left behind) is ignored: one join per fencing.
@@ -182,6 +237,8 @@ impl Attendance {
                     {
                         tracing::warn!(replica = name, epoch = f.epoch, "membership: fenced; joining again");
                         attending = false;
+                        // The store withdrew the epoch: the host may be declared dead.
+                        self.lease.send_replace(LeaseView::default());
                         self.epoch.send_if_modified(|e| {
                             let fenced = *e == Some(f.epoch);
                             if fenced {
@@ -189,6 +246,7 @@ impl Attendance {
                             }
                             fenced
                         });
+                        join_sent = Instant::now();
                         if outbox.send(join()).await.is_err() {
                             return AttendError::Ended { name };
                         }
@@ -200,12 +258,18 @@ impl Attendance {
                 },
                 _ = beat.tick(), if attending => {
                     let now = (self.report)();
+                    seq += 1;
                     let says = pb::AgentSays {
                         says: Some(pb::agent_says::Says::Heartbeat(pb::Heartbeat {
                             capacity: Some(capacity_to_pb(now.capacity)),
                             templates: now.templates,
+                            seq,
                         })),
                     };
+                    if sent.len() == SENT_KEPT {
+                        sent.pop_front();
+                    }
+                    sent.push_back((seq, Instant::now()));
                     if outbox.send(says).await.is_err() {
                         return AttendError::Ended { name };
                     }

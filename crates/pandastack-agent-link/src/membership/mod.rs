@@ -26,7 +26,7 @@
 mod attend;
 mod replica;
 
-pub use attend::{AttendError, Attendance, Replica};
+pub use attend::{AttendError, Attendance, LeaseView, Replica};
 pub use replica::{serve_membership, BatchTick, LeaseBatcher, MembershipService};
 
 use crate::pb;

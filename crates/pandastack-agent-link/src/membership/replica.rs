@@ -52,6 +52,8 @@ struct Attendee {
     epoch: i64,
     /// A heartbeat came since the last renewal.
     due: bool,
+    /// The newest heartbeat's number (`Heartbeat.seq`; 0: its agent numbers none).
+    seq: u64,
     /// The last renewal said this epoch is not current: every heartbeat answers `Fenced`.
     fenced: bool,
     said: Said,
@@ -125,6 +127,7 @@ impl LeaseBatcher {
                 stream,
                 epoch,
                 due: false,
+                seq: 0,
                 fenced: false,
                 said,
                 changed: false,
@@ -135,11 +138,12 @@ impl LeaseBatcher {
     }
 
     /// A heartbeat of host `host_id` on stream `stream`, saying it has `said` now.
-    fn beat(&self, host_id: &str, stream: u64, said: Said) -> Beat {
+    fn beat(&self, host_id: &str, stream: u64, seq: u64, said: Said) -> Beat {
         match self.lock().get_mut(host_id) {
             Some(a) if a.stream == stream && a.fenced => Beat::Fenced(a.epoch),
             Some(a) if a.stream == stream => {
                 a.due = true;
+                a.seq = a.seq.max(seq);
                 if a.said != said {
                     a.said = said;
                     a.changed = true;
@@ -163,7 +167,7 @@ impl LeaseBatcher {
     /// error the hosts stay due and changed (the next tick asks again), nothing is reported,
     /// and every stream stays open; a report's error is logged and the hosts stay changed.
     pub async fn tick(&self) -> Result<BatchTick, MembersError> {
-        let (due, mut updates) = self.take_due();
+        let (due, seqs, mut updates) = self.take_due();
         if due.is_empty() && updates.is_empty() {
             return Ok(BatchTick::default());
         }
@@ -186,6 +190,7 @@ impl LeaseBatcher {
                     let says = Answer::Renewed(pb::Renewed {
                         epoch: *epoch,
                         lease_until: renewal.lease_until,
+                        seq: seqs.get(id).copied().unwrap_or_default(),
                     });
                     tell.push((a.outbox.clone(), says));
                 }
@@ -241,13 +246,16 @@ impl LeaseBatcher {
         })
     }
 
-    /// The hosts due a renewal and those whose heartbeats changed what they have (fenced ones
-    /// left out), their marks cleared.
-    fn take_due(&self) -> (Vec<(String, i64)>, Vec<HostUpdate>) {
-        let (mut due, mut updates) = (Vec::new(), Vec::new());
+    /// The hosts due a renewal (with their newest heartbeat's number: every heartbeat up to
+    /// it came before the renewal) and those whose heartbeats changed what they have (fenced
+    /// ones left out), their marks cleared.
+    #[allow(clippy::type_complexity)]
+    fn take_due(&self) -> (Vec<(String, i64)>, HashMap<String, u64>, Vec<HostUpdate>) {
+        let (mut due, mut seqs, mut updates) = (Vec::new(), HashMap::new(), Vec::new());
         for (id, a) in self.lock().iter_mut().filter(|(_, a)| !a.fenced) {
             if std::mem::take(&mut a.due) {
                 due.push((id.clone(), a.epoch));
+                seqs.insert(id.clone(), a.seq);
             }
             if std::mem::take(&mut a.changed) {
                 updates.push(HostUpdate {
@@ -258,7 +266,7 @@ impl LeaseBatcher {
                 });
             }
         }
-        (due, updates)
+        (due, seqs, updates)
     }
 
     /// Marks again what a failed call took (hosts still on the same epoch): the next tick
@@ -459,7 +467,7 @@ impl Attending {
                         capacity: capacity_from_pb(beat.capacity),
                         templates: beat.templates,
                     };
-                    match self.batcher.beat(&host, s, said) {
+                    match self.batcher.beat(&host, s, beat.seq, said) {
                         Beat::Due => {}
                         Beat::Fenced(epoch) => {
                             if self.outbox.send(say(fenced(epoch))).await.is_err() {
@@ -564,9 +572,9 @@ mod tests {
         b.attend("c", 1, Said::default(), tx_c, None);
         // No heartbeat yet: the store is not asked.
         assert_eq!(b.tick().await.unwrap(), BatchTick::default());
-        assert!(matches!(b.beat("a", a, Said::default()), Beat::Due));
-        assert!(matches!(b.beat("b", s, Said::default()), Beat::Due));
-        assert!(matches!(b.beat("a", a, Said::default()), Beat::Due));
+        assert!(matches!(b.beat("a", a, 1, Said::default()), Beat::Due));
+        assert!(matches!(b.beat("b", s, 1, Said::default()), Beat::Due));
+        assert!(matches!(b.beat("a", a, 2, Said::default()), Beat::Due));
         let t = b.tick().await.unwrap();
         assert_eq!((t.asked, t.renewed, t.fenced), (2, 1, 1));
         assert_eq!(
@@ -577,7 +585,9 @@ mod tests {
             said(&mut rx_a)[..],
             [Answer::Renewed(pb::Renewed {
                 epoch: 1,
-                lease_until: 42
+                lease_until: 42,
+                // The newest heartbeat the renewal took.
+                seq: 2,
             })]
         ));
         assert!(matches!(
@@ -585,11 +595,11 @@ mod tests {
             [Answer::Fenced(pb::Fenced { epoch: 2 })]
         ));
         // A fenced host is not asked about again; its heartbeats answer `Fenced` until it joins.
-        assert!(matches!(b.beat("b", s, Said::default()), Beat::Fenced(2)));
+        assert!(matches!(b.beat("b", s, 0, Said::default()), Beat::Fenced(2)));
         assert_eq!(b.tick().await.unwrap().asked, 0);
         let (tx_b, _rx_b) = mpsc::channel(OUTBOX);
         assert_eq!(b.attend("b", 1, Said::default(), tx_b, Some(s)), s);
-        assert!(matches!(b.beat("b", s, Said::default()), Beat::Due));
+        assert!(matches!(b.beat("b", s, 0, Said::default()), Beat::Due));
         assert_eq!(b.tick().await.unwrap().renewed, 1);
     }
 
@@ -599,7 +609,7 @@ mod tests {
         let b = LeaseBatcher::new(book.clone());
         let (tx, mut rx) = mpsc::channel(OUTBOX);
         let a = b.attend("a", 1, Said::default(), tx, None);
-        b.beat("a", a, Said::default());
+        b.beat("a", a, 0, Said::default());
         book.down.store(true, Ordering::SeqCst);
         assert!(b.tick().await.is_err());
         assert!(b.tick().await.is_err());
@@ -618,11 +628,11 @@ mod tests {
         let old = b.attend("a", 1, Said::default(), tx.clone(), None);
         let new = b.attend("a", 1, Said::default(), tx, None);
         assert_ne!(old, new);
-        assert!(matches!(b.beat("a", old, Said::default()), Beat::Gone));
+        assert!(matches!(b.beat("a", old, 0, Said::default()), Beat::Gone));
         // The old stream ending leaves the new one attending.
         b.leave("a", old);
         assert_eq!(b.attending(), 1);
-        assert!(matches!(b.beat("a", new, Said::default()), Beat::Due));
+        assert!(matches!(b.beat("a", new, 0, Said::default()), Beat::Due));
         b.leave("a", new);
         assert_eq!(b.attending(), 0);
     }
@@ -640,13 +650,13 @@ mod tests {
         let c = b.attend("c", 1, says(4096, &["base"]), tx.clone(), None);
         let f = b.attend("f", 2, says(4096, &[]), tx, None);
         // As at the join: nothing to report.
-        b.beat("a", a, says(4096, &["base"]));
+        b.beat("a", a, 0, says(4096, &["base"]));
         assert_eq!(b.tick().await.unwrap().reported, 0);
         assert!(book.reports.lock().unwrap().is_empty());
 
-        b.beat("a", a, says(4096, &["base", "node"]));
-        b.beat("c", c, says(2048, &["base"]));
-        b.beat("f", f, says(1024, &[]));
+        b.beat("a", a, 0, says(4096, &["base", "node"]));
+        b.beat("c", c, 0, says(2048, &["base"]));
+        b.beat("f", f, 0, says(1024, &[]));
         let t = b.tick().await.unwrap();
         assert_eq!((t.renewed, t.fenced, t.reported), (2, 1, 2));
         let sent = book.reports.lock().unwrap().clone();
@@ -670,14 +680,14 @@ mod tests {
             ]
         );
         // Reported: the same heartbeat again is nothing new.
-        b.beat("a", a, says(4096, &["base", "node"]));
+        b.beat("a", a, 0, says(4096, &["base", "node"]));
         assert_eq!(b.tick().await.unwrap().reported, 0);
 
         // The store fails the renewal: nothing reported, asked again with the newest.
-        b.beat("a", a, says(1024, &["base"]));
+        b.beat("a", a, 0, says(1024, &["base"]));
         book.down.store(true, Ordering::SeqCst);
         assert!(b.tick().await.is_err());
-        b.beat("a", a, says(512, &["base"]));
+        b.beat("a", a, 0, says(512, &["base"]));
         book.down.store(false, Ordering::SeqCst);
         assert_eq!(b.tick().await.unwrap().reported, 1);
         let last = book.reports.lock().unwrap().last().cloned().unwrap();

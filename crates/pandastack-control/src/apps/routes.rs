@@ -158,6 +158,7 @@ mod tests {
             ttl_seconds: None,
             idle_timeout_seconds: None,
             on_timeout: pandastack_api_types::OnTimeout::Hibernate,
+            on_host_loss: pandastack_api_types::OnHostLoss::Lost,
             created_at: 0,
             expires_at: None,
             last_activity_at: 0,

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use pandastack_client::types::{
-    CreateSandboxRequest, ForkRequest, OnTimeout, Sandbox, SandboxState,
+    CreateSandboxRequest, ForkRequest, OnHostLoss, OnTimeout, Sandbox, SandboxState,
 };
 use pandastack_client::{Client, ListSandboxes};
 
@@ -100,6 +100,10 @@ struct CreateArgs {
     /// What happens on timeout.
     #[arg(long, value_parser = ["kill", "hibernate"])]
     on_timeout: Option<String>,
+    /// What becomes of it if its host is lost (a cluster's): `lost` waits for the host,
+    /// `restore` runs it again on another host from its newest durable snapshot.
+    #[arg(long, value_parser = ["lost", "restore"])]
+    on_host_loss: Option<String>,
     /// Metadata `key=value` (repeatable).
     #[arg(long = "meta", value_name = "KEY=VALUE")]
     meta: Vec<String>,
@@ -277,6 +281,9 @@ async fn create(c: &Client, a: CreateArgs) -> anyhow::Result<()> {
     if a.on_timeout.as_deref() == Some("hibernate") {
         req.on_timeout = OnTimeout::Hibernate;
     }
+    if a.on_host_loss.as_deref() == Some("restore") {
+        req.on_host_loss = OnHostLoss::Restore;
+    }
     let sb = {
         let _s = Spinner::start("creating sandbox");
         c.create_sandbox(&req).await?
@@ -363,6 +370,7 @@ fn show(sb: &Sandbox, json: bool) -> anyhow::Result<()> {
         ("ttl", secs(sb.ttl_seconds)),
         ("idle_timeout", secs(sb.idle_timeout_seconds)),
         ("on_timeout", sb.on_timeout.as_str().to_owned()),
+        ("on_host_loss", sb.on_host_loss.as_str().to_owned()),
         ("boot", format!("{} ms ({})", sb.boot_ms, sb.boot_mode)),
         ("snapshot_id", opt(&sb.snapshot_id)),
         ("host", sb.host.clone()),

@@ -293,6 +293,7 @@ def create_body(
     volumes: Optional[Sequence[VolumeMountLike]] = None,
     disk_mbps: Optional[int] = None,
     disk_iops: Optional[int] = None,
+    on_host_loss: Optional[str] = None,
 ) -> _wire.CreateSandboxRequest:
     body: _wire.CreateSandboxRequest = {}
     if template is not None:
@@ -315,6 +316,8 @@ def create_body(
         body["disk_mbps"] = int(disk_mbps)
     if disk_iops is not None:
         body["disk_iops"] = int(disk_iops)
+    if on_host_loss is not None:
+        body["on_host_loss"] = on_host_loss  # type: ignore[typeddict-item]  # the server checks it
     return body
 
 

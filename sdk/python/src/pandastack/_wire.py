@@ -211,6 +211,7 @@ class CreateSandboxRequest(TypedDict, total=False):
     env: Dict[str, str]
     idle_timeout_seconds: Optional[int]
     metadata: Dict[str, str]
+    on_host_loss: OnHostLoss
     on_timeout: OnTimeout
     snapshot_id: Optional[str]
     template: str
@@ -813,6 +814,10 @@ class MkdirRequest(_MkdirRequestRequired, total=False):
     parents: bool
 
 
+#: What becomes of a running sandbox when its host is lost (declared dead in a cluster).
+OnHostLoss = Literal["lost", "restore"]
+
+
 #: What happens when a sandbox's TTL or idle timeout expires.
 OnTimeout = Literal["kill", "hibernate"]
 
@@ -946,6 +951,7 @@ class Sandbox(_SandboxRequired, total=False):
     disk_mbps: int
     expires_at: Optional[str]
     idle_timeout_seconds: Optional[int]
+    on_host_loss: OnHostLoss
     snapshot_id: Optional[str]
     ttl_seconds: Optional[int]
     volumes: List[SandboxVolume]
@@ -1309,6 +1315,7 @@ SCHEMAS = {
     "LogEnd": LogEnd,
     "MigrateRequest": MigrateRequest,
     "MkdirRequest": MkdirRequest,
+    "OnHostLoss": OnHostLoss,
     "OnTimeout": OnTimeout,
     "PatchSandboxRequest": PatchSandboxRequest,
     "PatchVolumeRequest": PatchVolumeRequest,

@@ -138,6 +138,8 @@ class SandboxInfo:
     ttl_seconds: Optional[int] = None
     idle_timeout_seconds: Optional[int] = None
     on_timeout: str = "kill"
+    #: ``lost`` or ``restore``: what becomes of it if its host is lost.
+    on_host_loss: str = "lost"
     boot_ms: int = 0
     boot_mode: str = ""
     snapshot_id: Optional[str] = None
@@ -162,6 +164,7 @@ class SandboxInfo:
             ttl_seconds=w.get("ttl_seconds"),
             idle_timeout_seconds=w.get("idle_timeout_seconds"),
             on_timeout=_or(w.get("on_timeout"), "kill"),
+            on_host_loss=_or(w.get("on_host_loss"), "lost"),
             boot_ms=_or(w.get("boot_ms"), 0),
             boot_mode=_or(w.get("boot_mode"), ""),
             snapshot_id=w.get("snapshot_id"),

@@ -1960,6 +1960,8 @@ export interface components {
             metadata?: {
                 [key: string]: string;
             };
+            /** @description What becomes of it if its host is lost (a cluster's host declared dead). */
+            on_host_loss?: components["schemas"]["OnHostLoss"];
             on_timeout?: components["schemas"]["OnTimeout"];
             snapshot_id?: string | null;
             /** @default base */
@@ -2832,6 +2834,8 @@ export interface components {
                 metadata: {
                     [key: string]: string;
                 };
+                /** @description What becomes of it if its host is lost. */
+                on_host_loss?: components["schemas"]["OnHostLoss"];
                 on_timeout: components["schemas"]["OnTimeout"];
                 snapshot_id?: string | null;
                 state: components["schemas"]["SandboxState"];
@@ -3034,6 +3038,11 @@ export interface components {
             path: string;
         };
         /**
+         * @description What becomes of a running sandbox when its host is lost (declared dead in a cluster).
+         * @enum {string}
+         */
+        OnHostLoss: "lost" | "restore";
+        /**
          * @description What happens when a sandbox's TTL or idle timeout expires.
          * @enum {string}
          */
@@ -3186,6 +3195,8 @@ export interface components {
             metadata: {
                 [key: string]: string;
             };
+            /** @description What becomes of it if its host is lost. */
+            on_host_loss?: components["schemas"]["OnHostLoss"];
             on_timeout: components["schemas"]["OnTimeout"];
             snapshot_id?: string | null;
             state: components["schemas"]["SandboxState"];

@@ -34,6 +34,7 @@ class Sandboxes:
         volumes: Optional[Sequence[b.VolumeMountLike]] = None,
         disk_mbps: Optional[int] = None,
         disk_iops: Optional[int] = None,
+        on_host_loss: Optional[str] = None,
         idempotency_key: Optional[str] = None,
         request_timeout: Optional[float] = None,
     ) -> Sandbox:
@@ -55,10 +56,15 @@ class Sandboxes:
         together (default: the template's, else the server's; a fork or a sandbox from a
         snapshot has its source's, so not with ``snapshot_id``). The sandbox's ``disk_mbps``
         and ``disk_iops`` show what it runs with.
+
+        ``on_host_loss`` says what becomes of it if its host is lost (a cluster's host
+        declared dead): ``"lost"`` (default: it waits, ``lost``, for its host) or
+        ``"restore"`` (it runs again on another host, same id and preview URL, from its newest
+        durable snapshot, else from its template). Not with ``volumes``.
         """
         body = b.create_body(
             template, snapshot_id, ttl_seconds, idle_timeout_seconds, on_timeout, metadata, env,
-            volumes, disk_mbps, disk_iops,
+            volumes, disk_mbps, disk_iops, on_host_loss,
         )
         key = idempotency_key or b.new_idempotency_key()
 
