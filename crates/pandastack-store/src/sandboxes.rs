@@ -584,6 +584,17 @@ impl SandboxRepo<'_> {
         Ok(from.as_deref().and_then(SandboxState::parse))
     }
 
+    /// The snapshot sandbox `id` is restored from if its host is lost (see
+    /// [`Self::set_checkpoint`]), if any.
+    pub async fn checkpoint(&self, id: &str) -> Result<Option<String>, StoreError> {
+        let r = sqlx::query("SELECT checkpoint FROM sandboxes WHERE id = $1")
+            .bind(id)
+            .fetch_optional(self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        col(&r, "checkpoint")
+    }
+
     /// Forgets snapshot `snapshot` as any sandbox's checkpoint (it is being deleted).
     pub async fn clear_checkpoint(&self, snapshot: &str) -> Result<(), StoreError> {
         sqlx::query("UPDATE sandboxes SET checkpoint = NULL WHERE checkpoint = $1")

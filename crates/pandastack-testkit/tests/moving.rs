@@ -736,8 +736,16 @@ async fn pair(dir: &Path) -> Pair {
 
 /// A running sandbox of `tiny` on host-a, made through `one` (moved there if placed on b).
 async fn on_a(one: &pandastack_control::ControlPlane, ws: &str) -> pandastack_store::SandboxRow {
-    let req: pandastack_api_types::CreateSandboxRequest =
-        serde_json::from_value(serde_json::json!({"template": "tiny"})).unwrap();
+    on_a_asking(one, ws, serde_json::json!({"template": "tiny"})).await
+}
+
+/// [`on_a`] with the create request `req`.
+async fn on_a_asking(
+    one: &pandastack_control::ControlPlane,
+    ws: &str,
+    req: serde_json::Value,
+) -> pandastack_store::SandboxRow {
+    let req: pandastack_api_types::CreateSandboxRequest = serde_json::from_value(req).unwrap();
     let row = one.sandboxes.create(ws, &req).await.unwrap();
     if row.host_id == "host-a" {
         row
@@ -944,4 +952,195 @@ async fn a_snapshot_taken_on_one_host_restores_on_another() {
         pandastack_testkit::exec(&ch, "cat /tmp/mark").await.stdout,
         "snapped\n"
     );
+}
+
+/// Host a is lost: its lease lapses (a join with a 1 ms lease) and a reaper says so.
+async fn lose_host_a(store: &pandastack_store::Store) {
+    store
+        .hosts()
+        .join(&joining("host-a", KEY), 1, pandastack_store::now_ms())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let reaped = store
+        .hosts()
+        .reap(pandastack_store::now_ms())
+        .await
+        .unwrap();
+    assert_eq!(reaped.len(), 1, "{reaped:?}");
+}
+
+/// A running sandbox created with `on_host_loss: "restore"` whose host is lost runs again on
+/// another host with its id: from its newest durable snapshot (fetched there) when it has one,
+/// else from its template; one created without it stays `lost`. A second
+/// pass restores nothing again, and when the lost host joins again its copies of the restored
+/// sandboxes are destroyed (no row names them there) while the `lost` one runs again there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_sandbox_created_to_restore_runs_again_on_another_host() {
+    use pandastack_store::SandboxState::*;
+    let tmp = tempfile::tempdir().unwrap();
+    let Pair {
+        objects: _objects,
+        a,
+        b,
+        store,
+        ws,
+        one,
+    } = pair(tmp.path()).await;
+    let restore = serde_json::json!({"template": "tiny", "on_host_loss": "restore"});
+    let snapped = on_a_asking(&one, &ws.id, restore.clone()).await;
+    let fresh = on_a_asking(&one, &ws.id, restore).await;
+    let stays = on_a(&one, &ws.id).await;
+    assert_eq!(
+        snapped.on_host_loss,
+        pandastack_api_types::OnHostLoss::Restore
+    );
+    let (snapped, snap) = one
+        .snapshots
+        .snapshot(snapped, "snap-checkpoint")
+        .await
+        .unwrap();
+    // Its checkpoint once the snapshot is durable.
+    within(Duration::from_secs(30), "the checkpoint recorded", async {
+        while store.sandboxes().checkpoint(&snapped.id).await.unwrap() != Some(snap.id.clone()) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(b.runtime().get_snapshot(&snap.id).is_err(), "not on b yet");
+
+    // Nothing to restore while host a lives.
+    assert_eq!(one.sandboxes.restore_lost().await.unwrap(), 0);
+    lose_host_a(&store).await;
+    for id in [&snapped.id, &fresh.id, &stays.id] {
+        assert_eq!(store.sandboxes().by_id(id).await.unwrap().state, Lost);
+    }
+    assert_eq!(one.sandboxes.restore_lost().await.unwrap(), 2);
+    for id in [&snapped.id, &fresh.id] {
+        let row = store.sandboxes().by_id(id).await.unwrap();
+        assert_eq!((row.host_id.as_str(), row.state), ("host-b", Running), "{id}");
+    }
+    // (The fake driver keeps no memory or /tmp: real guests show those, `cluster_guests`.)
+    assert!(b.runtime().get_snapshot(&snap.id).is_ok(), "fetched to b");
+    for id in [&snapped.id, &fresh.id] {
+        let ch = b.channel(id).await.unwrap();
+        assert_eq!(pandastack_testkit::exec(&ch, "echo up").await.stdout, "up\n");
+    }
+    // Through the replica, as any sandbox.
+    let row = store.sandboxes().by_id(&snapped.id).await.unwrap();
+    let woke = one.sandboxes.awake(row).await.unwrap();
+    assert_eq!(woke.host_id, "host-b");
+    let stays_now = store.sandboxes().by_id(&stays.id).await.unwrap();
+    assert_eq!((stays_now.host_id.as_str(), stays_now.state), ("host-a", Lost));
+    assert_eq!(one.sandboxes.restore_lost().await.unwrap(), 0);
+
+    // Host a comes back: what was restored elsewhere goes, the lost one runs again.
+    let back = store
+        .hosts()
+        .join(&joining("host-a", KEY), 600_000, pandastack_store::now_ms())
+        .await
+        .unwrap();
+    let host_a = pandastack_agent::LocalHost(Arc::clone(&a));
+    let r = pandastack_control::reconcile_host(&store, &host_a, "host-a", back.epoch)
+        .await
+        .unwrap();
+    let mut removed = r.removed.clone();
+    removed.sort();
+    let mut want = vec![snapped.id.clone(), fresh.id.clone()];
+    want.sort();
+    assert_eq!(removed, want, "{r:?}");
+    assert_eq!(r.found, [stays.id.clone()]);
+    assert!(a.get(&snapped.id).await.is_err());
+    assert_eq!(store.sandboxes().by_id(&stays.id).await.unwrap().state, Running);
+}
+
+/// An agent fences itself: with no lease, or one that may have lapsed, its running VMs are
+/// paused (one created meanwhile too); a renewal of the same epoch resumes what it paused; a
+/// new epoch leaves them paused for the control plane's reconciliation, which resumes a VM
+/// whose row says `running`, and one whose row is `lost` if it was running when it was lost
+/// (not one that was paused by its user).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_cut_off_pauses_its_vms_until_its_lease_is_renewed_or_it_is_reconciled() {
+    use pandastack_agent::VmState as Vm;
+    use pandastack_agent_link::fence::{Fence, MARGIN};
+    use pandastack_agent_link::membership::LeaseView;
+    use pandastack_store::SandboxState::*;
+    use std::time::Instant;
+    let tmp = tempfile::tempdir().unwrap();
+    let Pair {
+        a, store, ws, one, ..
+    } = pair(tmp.path()).await;
+    let host_a = pandastack_agent::LocalHost(Arc::clone(&a));
+    let running = on_a(&one, &ws.id).await;
+    let held = on_a(&one, &ws.id).await;
+    let held = one
+        .sandboxes
+        .lifecycle(held, pandastack_control::Verb::Pause)
+        .await
+        .unwrap();
+    let state = |id: String| {
+        let a = Arc::clone(&a);
+        async move { a.get(&id).await.unwrap().state }
+    };
+    let now = Instant::now();
+    let lease = |epoch: i64, secs: u64| LeaseView {
+        epoch: Some(epoch),
+        runs_until: Some(now + Duration::from_secs(secs)),
+    };
+    let mut fence = Fence::default();
+
+    // A lease that runs: nothing. One within the margin of its end: paused.
+    assert_eq!(fence.check(&host_a, lease(1, 10), now).await, (vec![], vec![]));
+    assert_eq!(state(running.id.clone()).await, Vm::Running);
+    let near = now + Duration::from_secs(10) - MARGIN;
+    let (paused, _) = fence.check(&host_a, lease(1, 10), near).await;
+    assert_eq!(paused, [running.id.clone()]);
+    assert_eq!(state(running.id.clone()).await, Vm::Paused);
+    assert_eq!(state(held.id.clone()).await, Vm::Paused);
+    // Renewed, same epoch: resumed; the one its user paused stays paused.
+    let (_, resumed) = fence.check(&host_a, lease(1, 20), near).await;
+    assert_eq!(resumed, [running.id.clone()]);
+    assert_eq!(state(running.id.clone()).await, Vm::Running);
+    assert_eq!(state(held.id.clone()).await, Vm::Paused);
+
+    // No lease (fenced, or an agent's start): paused; a new epoch resumes nothing here.
+    let (paused, _) = fence.check(&host_a, LeaseView::default(), now).await;
+    assert_eq!(paused, [running.id.clone()]);
+    assert_eq!(fence.check(&host_a, lease(2, 10), now).await, (vec![], vec![]));
+    assert_eq!(state(running.id.clone()).await, Vm::Paused);
+    // The reconciliation of the new epoch: the row says running, so it runs.
+    let joined = store
+        .hosts()
+        .join(&joining("host-a", KEY), 600_000, pandastack_store::now_ms())
+        .await
+        .unwrap();
+    let r = pandastack_control::reconcile_host(&store, &host_a, "host-a", joined.epoch)
+        .await
+        .unwrap();
+    assert_eq!(r.resumed, [running.id.clone()], "{r:?}");
+    assert_eq!(state(running.id.clone()).await, Vm::Running);
+    assert_eq!(state(held.id.clone()).await, Vm::Paused);
+
+    // Declared dead while fenced: both lost; back, the running one resumes, the held one not.
+    fence.check(&host_a, LeaseView::default(), now).await;
+    assert_eq!(state(running.id.clone()).await, Vm::Paused);
+    lose_host_a(&store).await;
+    let joined = store
+        .hosts()
+        .join(&joining("host-a", KEY), 600_000, pandastack_store::now_ms())
+        .await
+        .unwrap();
+    let r = pandastack_control::reconcile_host(&store, &host_a, "host-a", joined.epoch)
+        .await
+        .unwrap();
+    let mut found = r.found.clone();
+    found.sort();
+    let mut want = vec![running.id.clone(), held.id.clone()];
+    want.sort();
+    assert_eq!(found, want, "{r:?}");
+    assert_eq!(r.resumed, [running.id.clone()], "{r:?}");
+    assert_eq!(state(running.id.clone()).await, Vm::Running);
+    let rows = store.sandboxes();
+    assert_eq!(rows.by_id(&running.id).await.unwrap().state, Running);
+    assert_eq!(rows.by_id(&held.id).await.unwrap().state, Paused);
 }
