@@ -726,11 +726,11 @@ mod tests {
         assert!(create(r#"{"on_host_loss":"migrate"}"#).is_err());
         let r = create(r#"{"on_host_loss":"restore"}"#).unwrap();
         assert_eq!(r.on_host_loss, OnHostLoss::Restore);
-        assert!(create(
-            r#"{"on_host_loss":"restore","volumes":[{"name":"data","path":"/data"}]}"#
-        )
-        .unwrap_err()
-        .starts_with("on_host_loss"));
+        assert!(
+            create(r#"{"on_host_loss":"restore","volumes":[{"name":"data","path":"/data"}]}"#)
+                .unwrap_err()
+                .starts_with("on_host_loss")
+        );
         let big: BTreeMap<String, String> =
             (0..40).map(|i| (format!("k{i}"), "v".into())).collect();
         let r = CreateSandboxRequest {

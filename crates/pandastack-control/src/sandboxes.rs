@@ -371,6 +371,11 @@ impl Sandboxes {
                 }
             }
             placed?;
+            if let (Source::Snapshot(s), None, Some(_)) = (&source, &pinned, self.fleet.get()) {
+                // A snapshot the platform took (a function version's bake: no row names its
+                // host) is in the object store: the host chosen fetches it unless it has it.
+                self.fetched(&row, s).await?;
+            }
             let host = row.host_id.clone();
             match self.launch_on_host(row, &source).await {
                 Err(ControlError::Host(e)) if refusal(&e) && refused.len() + 1 < PLACE_TRIES => {
@@ -711,6 +716,7 @@ impl Sandboxes {
         if let Some(snapshot) = &row.snapshot_id {
             crate::snapshots::release(&self.store, &*self.host, snapshot).await;
         }
+        self.drop_platform_checkpoint(row).await;
         Ok(())
     }
 }

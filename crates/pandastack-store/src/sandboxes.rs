@@ -565,10 +565,10 @@ impl SandboxRepo<'_> {
             "UPDATE sandboxes SET checkpoint = $1 WHERE id = $2 \
              AND EXISTS (SELECT 1 FROM snapshots WHERE snapshots.id = $1)",
         )
-            .bind(snapshot)
-            .bind(id)
-            .execute(self.pool)
-            .await?;
+        .bind(snapshot)
+        .bind(id)
+        .execute(self.pool)
+        .await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -582,6 +582,24 @@ impl SandboxRepo<'_> {
             .ok_or(StoreError::NotFound)?;
         let from: Option<String> = col(&r, "lost_from")?;
         Ok(from.as_deref().and_then(SandboxState::parse))
+    }
+
+    /// Records snapshot `snapshot`, taken by the platform (no snapshot row), as what sandbox
+    /// `id` is restored from if its host is lost, and makes it `on_host_loss: restore`.
+    /// Whether its row is still there.
+    pub async fn set_platform_checkpoint(
+        &self,
+        id: &str,
+        snapshot: &str,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE sandboxes SET checkpoint = $1, on_host_loss = 'restore' WHERE id = $2",
+        )
+        .bind(snapshot)
+        .bind(id)
+        .execute(self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
 
     /// The snapshot sandbox `id` is restored from if its host is lost (see

@@ -500,3 +500,57 @@ async fn two_hundred_agents_are_renewed_in_one_call_per_tick() {
     assert_eq!(hosts.len(), 200);
     assert!(hosts.iter().all(|h| h.state == HostState::Ready));
 }
+
+/// An attending agent knows until when its lease certainly runs: from its join, moved on by
+/// each renewal, never past what the store granted; while the store cannot renew it, the time
+/// stops moving (so the agent's fence will pause its VMs before its host can be reaped).
+#[tokio::test]
+async fn an_agents_view_of_its_lease_follows_its_renewals() {
+    let w = world().await;
+    let attendance = Attendance::new(
+        &w.cluster.identity(Role::Agent, "host-a", &[]),
+        vec![w.replica.clone()],
+        || report("host-a"),
+    )
+    .unwrap()
+    .heartbeat_every(BEAT);
+    let mut lease = attendance.lease();
+    assert_eq!(
+        *lease.borrow(),
+        Default::default(),
+        "no lease before a join"
+    );
+    let _agent = Task(tokio::spawn(attendance.run()));
+    let joined = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            lease.changed().await.unwrap();
+            let v = *lease.borrow();
+            if v.epoch.is_some() {
+                return v;
+            }
+        }
+    })
+    .await
+    .expect("joined");
+    let first = joined.runs_until.expect("a join's lease");
+    assert!(first <= Instant::now() + LEASE, "{first:?}");
+    until("a renewal moves the lease on", || async {
+        lease.borrow().runs_until.is_some_and(|u| u > first)
+    })
+    .await;
+    let renewed = lease.borrow().runs_until.unwrap();
+    assert!(renewed <= Instant::now() + LEASE);
+    assert_eq!(lease.borrow().epoch, joined.epoch);
+
+    // The store stops renewing: the lease stays where the last renewal left it.
+    w.members.down.store(true, Ordering::SeqCst);
+    tokio::time::sleep(TICK * 4).await;
+    let held = lease.borrow().runs_until.unwrap();
+    tokio::time::sleep(TICK * 6).await;
+    assert_eq!(lease.borrow().runs_until, Some(held));
+    w.members.down.store(false, Ordering::SeqCst);
+    until("renewed again", || async {
+        lease.borrow().runs_until.is_some_and(|u| u > held)
+    })
+    .await;
+}

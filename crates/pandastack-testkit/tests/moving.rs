@@ -1018,20 +1018,30 @@ async fn a_lost_sandbox_created_to_restore_runs_again_on_another_host() {
     assert_eq!(one.sandboxes.restore_lost().await.unwrap(), 2);
     for id in [&snapped.id, &fresh.id] {
         let row = store.sandboxes().by_id(id).await.unwrap();
-        assert_eq!((row.host_id.as_str(), row.state), ("host-b", Running), "{id}");
+        assert_eq!(
+            (row.host_id.as_str(), row.state),
+            ("host-b", Running),
+            "{id}"
+        );
     }
     // (The fake driver keeps no memory or /tmp: real guests show those, `cluster_guests`.)
     assert!(b.runtime().get_snapshot(&snap.id).is_ok(), "fetched to b");
     for id in [&snapped.id, &fresh.id] {
         let ch = b.channel(id).await.unwrap();
-        assert_eq!(pandastack_testkit::exec(&ch, "echo up").await.stdout, "up\n");
+        assert_eq!(
+            pandastack_testkit::exec(&ch, "echo up").await.stdout,
+            "up\n"
+        );
     }
     // Through the replica, as any sandbox.
     let row = store.sandboxes().by_id(&snapped.id).await.unwrap();
     let woke = one.sandboxes.awake(row).await.unwrap();
     assert_eq!(woke.host_id, "host-b");
     let stays_now = store.sandboxes().by_id(&stays.id).await.unwrap();
-    assert_eq!((stays_now.host_id.as_str(), stays_now.state), ("host-a", Lost));
+    assert_eq!(
+        (stays_now.host_id.as_str(), stays_now.state),
+        ("host-a", Lost)
+    );
     assert_eq!(one.sandboxes.restore_lost().await.unwrap(), 0);
 
     // Host a comes back: what was restored elsewhere goes, the lost one runs again.
@@ -1051,7 +1061,10 @@ async fn a_lost_sandbox_created_to_restore_runs_again_on_another_host() {
     assert_eq!(removed, want, "{r:?}");
     assert_eq!(r.found, [stays.id.clone()]);
     assert!(a.get(&snapped.id).await.is_err());
-    assert_eq!(store.sandboxes().by_id(&stays.id).await.unwrap().state, Running);
+    assert_eq!(
+        store.sandboxes().by_id(&stays.id).await.unwrap().state,
+        Running
+    );
 }
 
 /// An agent fences itself: with no lease, or one that may have lapsed, its running VMs are
@@ -1090,7 +1103,10 @@ async fn an_agent_cut_off_pauses_its_vms_until_its_lease_is_renewed_or_it_is_rec
     let mut fence = Fence::default();
 
     // A lease that runs: nothing. One within the margin of its end: paused.
-    assert_eq!(fence.check(&host_a, lease(1, 10), now).await, (vec![], vec![]));
+    assert_eq!(
+        fence.check(&host_a, lease(1, 10), now).await,
+        (vec![], vec![])
+    );
     assert_eq!(state(running.id.clone()).await, Vm::Running);
     let near = now + Duration::from_secs(10) - MARGIN;
     let (paused, _) = fence.check(&host_a, lease(1, 10), near).await;
@@ -1106,7 +1122,10 @@ async fn an_agent_cut_off_pauses_its_vms_until_its_lease_is_renewed_or_it_is_rec
     // No lease (fenced, or an agent's start): paused; a new epoch resumes nothing here.
     let (paused, _) = fence.check(&host_a, LeaseView::default(), now).await;
     assert_eq!(paused, [running.id.clone()]);
-    assert_eq!(fence.check(&host_a, lease(2, 10), now).await, (vec![], vec![]));
+    assert_eq!(
+        fence.check(&host_a, lease(2, 10), now).await,
+        (vec![], vec![])
+    );
     assert_eq!(state(running.id.clone()).await, Vm::Paused);
     // The reconciliation of the new epoch: the row says running, so it runs.
     let joined = store

@@ -250,7 +250,9 @@ async fn a_real_guest_through_a_replica_survives_its_agents_kill_and_return() {
 /// no cold boot) and restores from it. Then the sandbox, hibernated on host-b, is migrated to
 /// host-a and woken there by a request to its preview URL, and forked with `spread` back to
 /// host-b. Last, hibernated on host-a (a durable copy made in the background), host-a's agent
-/// is killed and the next request to the preview URL wakes it on host-b.
+/// and its VMs are killed and the next request to the preview URL wakes it on host-b; a
+/// sandbox created on host-a with `on_host_loss: "restore"` and snapshotted runs again on
+/// host-b from that snapshot, its counting process counting on from where the snapshot left it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_template_and_a_hibernated_sandbox_move_between_hosts() {
     let Some(db) = database().await else { return };
@@ -409,8 +411,53 @@ async fn a_template_and_a_hibernated_sandbox_move_between_hosts() {
         hash
     );
 
-    // Hibernated on host-a, its image is made durable in the background; host-a's agent is
-    // killed (`kill -9`) and declared dead; the next request to the preview URL wakes the
+    // A sandbox to restore if its host is lost, on host-a (host-b takes no creates for it),
+    // counting; its snapshot becomes its checkpoint once durable.
+    psql_admin(
+        &db,
+        "UPDATE hosts SET state = 'draining' WHERE id = 'host-b'",
+    );
+    let kept = api
+        .create(json!({"template": "minimal", "on_host_loss": "restore"}))
+        .await;
+    psql_admin(&db, "UPDATE hosts SET state = 'ready' WHERE id = 'host-b'");
+    let (_, sb) = api
+        .call("GET", &format!("/v1/sandboxes/{kept}"), None)
+        .await;
+    assert_eq!(
+        (sb["host"].as_str(), sb["on_host_loss"].as_str()),
+        (Some("host-a"), Some("restore")),
+        "{sb}"
+    );
+    api.exec(
+        &kept,
+        "setsid sh -c 'i=0; while :; do i=$((i+1)); echo \"$$ $i\" > /tmp/count; sleep 0.1; done' \
+           </dev/null >/dev/null 2>&1 &",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, snap) = api
+        .call(
+            "POST",
+            &format!("/v1/sandboxes/{kept}/snapshots"),
+            Some(json!({})),
+        )
+        .await;
+    assert!(status.is_success(), "{snap}");
+    let (kept_pid, at_snapshot) = count(&api.exec(&kept, "cat /tmp/count").await);
+    within(Duration::from_secs(60), "the checkpoint recorded", async {
+        while psql_value(
+            &db,
+            &format!("SELECT checkpoint IS NOT NULL FROM sandboxes WHERE id = '{kept}'"),
+        ) != "t"
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+
+    // Hibernated on host-a, its image is made durable in the background; host-a's agent and
+    // its VMs are killed (`kill -9`: the host is lost) and declared dead; the next request to the preview URL wakes the
     // sandbox on host-b from that copy, the counting process still counting.
     let (pid, before) = count(&api.exec(&id, "cat /tmp/count").await);
     let (status, sb) = api
@@ -431,6 +478,8 @@ async fn a_template_and_a_hibernated_sandbox_move_between_hosts() {
     eprintln!("durable after {} ms", durable.elapsed().as_millis());
     a.0.kill().unwrap();
     a.0.wait().unwrap();
+    kill_vms_of(guard.dir.path());
+    let lost = Instant::now();
     within(Duration::from_secs(15), "host-a dead", async {
         while host_state(&db, "host-a") != "dead" {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -457,12 +506,48 @@ async fn a_template_and_a_hibernated_sandbox_move_between_hosts() {
     let (pid_after, after) = count(&api.exec(&id, "cat /tmp/count").await);
     assert_eq!(pid_after, pid, "the same process");
     assert!(after > before, "it went on counting: {before} then {after}");
-    for sb in [child_id, id.as_str()] {
+
+    // The sandbox to restore runs again on host-b, from its snapshot.
+    within(Duration::from_secs(60), "restored on host-b", async {
+        loop {
+            let (_, sb) = api
+                .call("GET", &format!("/v1/sandboxes/{kept}"), None)
+                .await;
+            if (sb["host"].as_str(), sb["state"].as_str()) == (Some("host-b"), Some("running")) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    eprintln!(
+        "restored on host-b {} ms after host-a's loss",
+        lost.elapsed().as_millis()
+    );
+    let (pid_then, first) = count(&api.exec(&kept, "cat /tmp/count").await);
+    assert_eq!(pid_then, kept_pid, "the process of the snapshot");
+    assert!(
+        first >= at_snapshot.saturating_sub(20),
+        "{at_snapshot} then {first}"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (_, later) = count(&api.exec(&kept, "cat /tmp/count").await);
+    assert!(later > first, "it counts on: {first} then {later}");
+    for sb in [child_id, id.as_str(), kept.as_str()] {
         let (status, _) = api
             .call("DELETE", &format!("/v1/sandboxes/{sb}"), None)
             .await;
         assert!(status.is_success());
     }
+}
+
+/// Kills (`kill -9`) every process whose command line names `dir` (a host's data directory):
+/// its VMs, as a host's loss does.
+fn kill_vms_of(dir: &std::path::Path) {
+    let _ = Command::new("pkill")
+        .args(["-9", "-f", dir.to_str().unwrap()])
+        .status();
+    std::thread::sleep(Duration::from_millis(200));
 }
 
 /// The one value `sql` reads, with psql.
@@ -555,7 +640,12 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
     let dir = tempfile::tempdir().unwrap();
     pki(
         dir.path(),
-        &[("server", "cp-1"), ("server", "cp-2"), ("agent", "host-g")],
+        &[
+            ("server", "cp-1"),
+            ("server", "cp-2"),
+            ("agent", "host-g"),
+            ("agent", "host-h"),
+        ],
     );
     let objects = format!("file://{}", dir.path().join("objects").display());
     let (d1, d2) = (dir.path().join("r1"), dir.path().join("r2"));
@@ -566,7 +656,7 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
     let (r2, attend2) = replica(dir.path(), "cp-2", &db, &objects, &d2).await;
     let bundle = dir.path().join("host-g");
     let listen = format!("127.0.0.1:{}", free_port());
-    let host = agent(
+    let mut host = agent(
         bundle.to_str().unwrap(),
         &listen,
         &format!("{attend1},{attend2}"),
@@ -686,5 +776,69 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
         logs[0], logs[1],
         "one log, whichever replica ran the deploy"
     );
-    drop(host);
+
+    // The app's VM was checkpointed when it went live (in the background): once that is
+    // durable, host-g is lost (its agent and VMs killed) and the app answers again from a
+    // second host, restored there from the checkpoint.
+    within(
+        Duration::from_secs(120),
+        "the app's VM checkpointed",
+        async {
+            while psql_value(
+                &db,
+                "SELECT count(*) FROM sandboxes WHERE on_host_loss = 'restore' \
+             AND checkpoint IS NOT NULL",
+            ) != "1"
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        },
+    )
+    .await;
+    let h_data = tempfile::tempdir().unwrap();
+    let _h = agent(
+        dir.path().join("host-h").to_str().unwrap(),
+        &format!("127.0.0.1:{}", free_port()),
+        &format!("{attend1},{attend2}"),
+        h_data.path(),
+        &objects,
+    );
+    ready(&db, "host-h").await;
+    host.0.kill().unwrap();
+    host.0.wait().unwrap();
+    kill_vms_of(guard.dir.path());
+    let lost = Instant::now();
+    let port = r2.proxy.rsplit_once(':').unwrap().1;
+    let page = within(Duration::from_secs(120), "the app answering again", async {
+        loop {
+            let got = reqwest::Client::new()
+                .get(format!("http://{}/", r2.proxy))
+                .header("Host", format!("site.localhost:{port}"))
+                .timeout(Duration::from_secs(10))
+                .send()
+                .await;
+            if let Ok(r) = got {
+                if r.status().is_success() {
+                    return r.text().await.unwrap();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    eprintln!(
+        "the app answered again {} ms after its host's loss (declared dead within it)",
+        lost.elapsed().as_millis()
+    );
+    assert!(page.contains("one platform"), "{page}");
+    assert_eq!(host_state(&db, "host-g"), "dead");
+    assert_eq!(
+        psql_value(
+            &db,
+            "SELECT host_id FROM sandboxes WHERE on_host_loss = 'restore'"
+        ),
+        "host-h"
+    );
+    drop(_h);
+    kill_vms_of(h_data.path());
 }

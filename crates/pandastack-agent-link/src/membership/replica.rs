@@ -595,7 +595,10 @@ mod tests {
             [Answer::Fenced(pb::Fenced { epoch: 2 })]
         ));
         // A fenced host is not asked about again; its heartbeats answer `Fenced` until it joins.
-        assert!(matches!(b.beat("b", s, 0, Said::default()), Beat::Fenced(2)));
+        assert!(matches!(
+            b.beat("b", s, 0, Said::default()),
+            Beat::Fenced(2)
+        ));
         assert_eq!(b.tick().await.unwrap().asked, 0);
         let (tx_b, _rx_b) = mpsc::channel(OUTBOX);
         assert_eq!(b.attend("b", 1, Said::default(), tx_b, Some(s)), s);

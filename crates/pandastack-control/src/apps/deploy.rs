@@ -302,6 +302,8 @@ pub enum DeployCause {
     },
     #[error("snapshot the baked function: {}", error_chain(.0))]
     Snapshot(pandastack_host::HostError),
+    #[error("store the baked function's snapshot for every host: {}", error_chain(.0))]
+    StoreSnapshot(crate::ControlError),
 }
 
 /// Unpacks the uploaded source in deploy directory `dir` (the clone of an upload); the source
@@ -523,6 +525,8 @@ impl Shared {
         self.health(run, &sandbox.id, &sourced.plan).await?;
         if run.config.function.is_some() {
             self.snapshot(run, &sandbox.id).await?;
+        } else {
+            self.checkpoint(run, &sandbox).await;
         }
         self.switch(run, sandbox).await
     }
@@ -745,6 +749,30 @@ impl Shared {
             .await
     }
 
+    /// In a cluster, an app's VM, its server answering, is checkpointed: restored from that
+    /// snapshot on another host if its host is lost (`Sandboxes::checkpoint`). A failure is
+    /// logged, and the deploy goes on (its VM is then `lost` with its host, as before).
+    async fn checkpoint(&self, run: &mut Run, sandbox: &SandboxRow) {
+        let t = Instant::now();
+        match self.sandboxes.checkpoint(sandbox).await {
+            Ok(false) => {}
+            Ok(true) => {
+                let ms = t.elapsed().as_millis() as u64;
+                run.phases.insert("checkpoint".to_owned(), ms);
+                run.log.line(&format!(
+                    "checkpoint: {ms} ms (the VM is restored from it on another host if its host is lost)"
+                ));
+            }
+            Err(e) => {
+                tracing::warn!(deploy = %run.row.id, error = &e as &dyn std::error::Error, "checkpoint of an app's VM");
+                run.log.line(&format!(
+                    "checkpoint: not taken ({}); the VM is not restored elsewhere if its host is lost",
+                    pandastack_host::error_chain(&e)
+                ));
+            }
+        }
+    }
+
     /// A function's bake: the VM, its handler imported, is snapshotted (instances are restored
     /// from it) and deleted.
     async fn snapshot(&self, run: &mut Run, sandbox: &str) -> Result<(), DeployError> {
@@ -756,6 +784,22 @@ impl Shared {
                     .snapshot(sandbox, &snap)
                     .await
                     .map_err(DeployCause::Snapshot)?;
+                // In a cluster, instances are restored on any host: each fetches it.
+                let vm = self.store.sandboxes().by_id(sandbox).await?;
+                let stored = self
+                    .sandboxes
+                    .store_platform_snapshot(&vm.host_id, &snap, &vm.workspace_id)
+                    .await;
+                match stored {
+                    Ok(false) => {}
+                    Ok(true) => run.log.line("baked: stored for every host"),
+                    Err(e) => {
+                        if !self.sandboxes.drop_platform_snapshot(&snap).await {
+                            let _ = self.host.delete_snapshot(&snap).await;
+                        }
+                        return Err(DeployCause::StoreSnapshot(e));
+                    }
+                }
                 super::function::set_bake_snapshot(&mut run.row.plan, &snap);
                 run.log.line(&format!(
                     "baked: snapshot {snap} (instances are restored from it)"

@@ -734,6 +734,9 @@ impl Functions {
 impl Shared {
     pub(crate) async fn remove_bake(&self, d: &DeployRow) {
         if let Some(s) = bake_snapshot(d) {
+            if self.sandboxes.drop_platform_snapshot(s).await {
+                return;
+            }
             match self.host.delete_snapshot(s).await {
                 Ok(()) | Err(pandastack_host::HostError::SnapshotNotFound(_)) => {}
                 Err(e) => {

@@ -29,6 +29,11 @@ use pandastack_store::{now_ms, Demand, SandboxRow, SandboxState, StoreError};
 use super::{ControlError, Sandboxes};
 use crate::Fleet;
 
+/// The id of the checkpoint the platform takes of sandbox `id` ([`Sandboxes::checkpoint`]).
+pub(crate) fn platform_checkpoint(id: &str) -> String {
+    format!("cp-{id}")
+}
+
 /// How often the workers look for sandboxes to restore.
 pub(crate) const RESTORE_EVERY: Duration = Duration::from_secs(1);
 /// Restores started per pass.
@@ -98,7 +103,12 @@ impl Sandboxes {
             now_ms: now_ms(),
         };
         let dest = self.store.sandboxes().choose_host(&demand).await?.host_id;
-        if !self.store.sandboxes().take_lost(&row.id, &dead, &dest).await? {
+        if !self
+            .store
+            .sandboxes()
+            .take_lost(&row.id, &dead, &dest)
+            .await?
+        {
             return Ok(None);
         }
         fleet.moved(&row.id);
@@ -172,6 +182,101 @@ impl Sandboxes {
                         .await
                 }
             }
+        }
+    }
+
+    /// The platform's checkpoint of running sandbox `row` (an app's VM once its server answers
+    /// its health check), in a cluster: a snapshot of it on its host ([`platform_checkpoint`];
+    /// the VM goes on running), uploaded to the object store in the background; once durable,
+    /// the sandbox is restored from it if its host is lost (`on_host_loss` becomes `restore`).
+    /// Returns once the local snapshot is taken; `Ok(false)` on a single host (nothing done).
+    pub(crate) async fn checkpoint(&self, row: &SandboxRow) -> Result<bool, ControlError> {
+        let Some(fleet) = self.fleet.get().cloned() else {
+            return Ok(false);
+        };
+        let snap = platform_checkpoint(&row.id);
+        let host = fleet.host(&row.host_id).await?;
+        host.snapshot(&row.id, &snap).await?;
+        let store = self.store.clone();
+        let (id, ws, host_id) = (
+            row.id.clone(),
+            row.workspace_id.clone(),
+            row.host_id.clone(),
+        );
+        tokio::spawn(async move {
+            let started = Instant::now();
+            if let Err(e) = host.store_snapshot(&snap, &ws).await {
+                tracing::warn!(sandbox = %id, host = %host_id, error = &e as &dyn std::error::Error, "checkpoint not stored: the sandbox is not restored if its host is lost");
+                return;
+            }
+            match store.sandboxes().set_platform_checkpoint(&id, &snap).await {
+                Ok(true) => tracing::info!(
+                    sandbox = %id,
+                    host = %host_id,
+                    took_ms = started.elapsed().as_secs_f64() * 1e3,
+                    "checkpoint durable: restored from it if its host is lost"
+                ),
+                Ok(false) => drop_checkpoint(&fleet, &snap).await,
+                Err(e) => {
+                    tracing::warn!(sandbox = %id, error = &e as &dyn std::error::Error, "checkpoint stored, but not recorded")
+                }
+            }
+        });
+        Ok(true)
+    }
+
+    /// After sandbox `row` was deleted: the checkpoint the platform took of it, if any, goes
+    /// from every live host and the object store.
+    pub(super) async fn drop_platform_checkpoint(&self, row: &SandboxRow) {
+        if let Some(fleet) = self.fleet.get() {
+            if row.on_host_loss == pandastack_store::OnHostLoss::Restore {
+                drop_checkpoint(fleet, &platform_checkpoint(&row.id)).await;
+            }
+        }
+    }
+}
+
+impl Sandboxes {
+    /// In a cluster, snapshot `snap` the platform took on host `host_id` for workspace `ws`
+    /// (a function version's bake: no snapshot row names its host) stored in the object store
+    /// now, so any host can fetch it for a create (`launch` does). `Ok(false)` on a single host.
+    pub(crate) async fn store_platform_snapshot(
+        &self,
+        host_id: &str,
+        snap: &str,
+        ws: &str,
+    ) -> Result<bool, ControlError> {
+        let Some(fleet) = self.fleet.get() else {
+            return Ok(false);
+        };
+        fleet.host(host_id).await?.store_snapshot(snap, ws).await?;
+        Ok(true)
+    }
+
+    /// In a cluster, snapshot `snap` the platform took (no snapshot row) removed from every
+    /// live host and the object store: `false` on a single host (nothing done).
+    pub(crate) async fn drop_platform_snapshot(&self, snap: &str) -> bool {
+        match self.fleet.get() {
+            Some(fleet) => {
+                drop_checkpoint(fleet, snap).await;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Snapshot `snap` removed from every live host (with its record in the object store, which
+/// its host's delete removes).
+async fn drop_checkpoint(fleet: &Fleet, snap: &str) {
+    for host in fleet.live().await {
+        match host.delete_snapshot(snap).await {
+            Ok(()) | Err(HostError::SnapshotNotFound(_)) => {}
+            Err(e) => tracing::warn!(
+                snapshot = %snap,
+                error = &e as &dyn std::error::Error,
+                "a checkpoint stays on a host"
+            ),
         }
     }
 }
