@@ -225,3 +225,50 @@ impl<D: VmDriver> Runtime<D> {
         }
     }
 }
+
+/// Kills (`SIGKILL`) every process whose working directory is `dir` or below it, until none is
+/// left (at most 5 s), and returns how many: a VM process works in its sandbox's directory, so
+/// for a host's data directory these are its VMs. What a host's loss does to them; for tests and
+/// benchmarks that play one (the agent itself never calls this).
+pub fn kill_processes_working_in(dir: &Path) -> usize {
+    let deadline = Instant::now() + std::time::Duration::from_secs(5);
+    let mut total = 0;
+    loop {
+        let killed = kill_pass(dir);
+        if killed == 0 || Instant::now() > deadline {
+            return total;
+        }
+        total += killed;
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// One pass of [`kill_processes_working_in`]: how many were signalled.
+fn kill_pass(dir: &Path) -> usize {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut killed = 0;
+    for p in procs.flatten() {
+        let Some(pid) = p
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+            .and_then(rustix::process::Pid::from_raw)
+        else {
+            continue;
+        };
+        let Ok(cwd) = std::fs::read_link(p.path().join("cwd")) else {
+            continue;
+        };
+        // A removed directory reads `… (deleted)`.
+        let cwd = cwd.to_string_lossy();
+        let cwd = Path::new(cwd.strip_suffix(" (deleted)").unwrap_or(&cwd));
+        if cwd.starts_with(dir)
+            && rustix::process::kill_process(pid, rustix::process::Signal::KILL).is_ok()
+        {
+            killed += 1;
+        }
+    }
+    killed
+}

@@ -23,7 +23,7 @@ mod standby;
 mod template;
 pub mod volumes;
 
-pub use attach::{Attached, Found, FoundState, ReconcileReport};
+pub use attach::{kill_processes_working_in, Attached, Found, FoundState, ReconcileReport};
 pub use hibernate::{HibernateError, Hibernated, MOVING_FILES};
 pub use layout::DataDir;
 pub use net::SlotError;

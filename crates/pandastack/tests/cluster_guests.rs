@@ -541,13 +541,11 @@ async fn a_template_and_a_hibernated_sandbox_move_between_hosts() {
     }
 }
 
-/// Kills (`kill -9`) every process whose command line names `dir` (a host's data directory):
-/// its VMs, as a host's loss does.
+/// Kills (`kill -9`) every process working in `dir` (a host's data directory): its VMs, which
+/// run in their sandboxes' directories, as a host's loss does.
 fn kill_vms_of(dir: &std::path::Path) {
-    let _ = Command::new("pkill")
-        .args(["-9", "-f", dir.to_str().unwrap()])
-        .status();
-    std::thread::sleep(Duration::from_millis(200));
+    let killed = pandastack_runtime::kill_processes_working_in(dir);
+    eprintln!("killed {killed} VM processes in {}", dir.display());
 }
 
 /// The one value `sql` reads, with psql.
