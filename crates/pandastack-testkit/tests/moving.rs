@@ -1059,7 +1059,7 @@ async fn a_lost_sandbox_created_to_restore_runs_again_on_another_host() {
     let mut want = vec![snapped.id.clone(), fresh.id.clone()];
     want.sort();
     assert_eq!(removed, want, "{r:?}");
-    assert_eq!(r.found, [stays.id.clone()]);
+    assert_eq!(r.found, std::slice::from_ref(&stays.id));
     assert!(a.get(&snapped.id).await.is_err());
     assert_eq!(
         store.sandboxes().by_id(&stays.id).await.unwrap().state,
@@ -1110,18 +1110,18 @@ async fn an_agent_cut_off_pauses_its_vms_until_its_lease_is_renewed_or_it_is_rec
     assert_eq!(state(running.id.clone()).await, Vm::Running);
     let near = now + Duration::from_secs(10) - MARGIN;
     let (paused, _) = fence.check(&host_a, lease(1, 10), near).await;
-    assert_eq!(paused, [running.id.clone()]);
+    assert_eq!(paused, std::slice::from_ref(&running.id));
     assert_eq!(state(running.id.clone()).await, Vm::Paused);
     assert_eq!(state(held.id.clone()).await, Vm::Paused);
     // Renewed, same epoch: resumed; the one its user paused stays paused.
     let (_, resumed) = fence.check(&host_a, lease(1, 20), near).await;
-    assert_eq!(resumed, [running.id.clone()]);
+    assert_eq!(resumed, std::slice::from_ref(&running.id));
     assert_eq!(state(running.id.clone()).await, Vm::Running);
     assert_eq!(state(held.id.clone()).await, Vm::Paused);
 
     // No lease (fenced, or an agent's start): paused; a new epoch resumes nothing here.
     let (paused, _) = fence.check(&host_a, LeaseView::default(), now).await;
-    assert_eq!(paused, [running.id.clone()]);
+    assert_eq!(paused, std::slice::from_ref(&running.id));
     assert_eq!(
         fence.check(&host_a, lease(2, 10), now).await,
         (vec![], vec![])
@@ -1136,7 +1136,7 @@ async fn an_agent_cut_off_pauses_its_vms_until_its_lease_is_renewed_or_it_is_rec
     let r = pandastack_control::reconcile_host(&store, &host_a, "host-a", joined.epoch)
         .await
         .unwrap();
-    assert_eq!(r.resumed, [running.id.clone()], "{r:?}");
+    assert_eq!(r.resumed, std::slice::from_ref(&running.id), "{r:?}");
     assert_eq!(state(running.id.clone()).await, Vm::Running);
     assert_eq!(state(held.id.clone()).await, Vm::Paused);
 
@@ -1157,7 +1157,7 @@ async fn an_agent_cut_off_pauses_its_vms_until_its_lease_is_renewed_or_it_is_rec
     let mut want = vec![running.id.clone(), held.id.clone()];
     want.sort();
     assert_eq!(found, want, "{r:?}");
-    assert_eq!(r.resumed, [running.id.clone()], "{r:?}");
+    assert_eq!(r.resumed, std::slice::from_ref(&running.id), "{r:?}");
     assert_eq!(state(running.id.clone()).await, Vm::Running);
     let rows = store.sandboxes();
     assert_eq!(rows.by_id(&running.id).await.unwrap().state, Running);
