@@ -258,16 +258,17 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Starts the workers: template builds, volume backups, database archiving, deploys (of
-    /// apps and functions: [`Apps::worker`]) and function instances and calls, the scheduler
-    /// and its runs, the reaper (TTL and idle timeouts), the restorer of lost sandboxes (a
-    /// cluster's `on_host_loss: "restore"`) and, with ACME configured, certificate orders.
-    /// They run until [`Self::shutdown`].
+    /// Starts the workers: template builds, volume backups, database archiving and failover,
+    /// deploys (of apps and functions: [`Apps::worker`]) and function instances and calls, the
+    /// scheduler and its runs, the reaper (TTL and idle timeouts), the restorer of lost
+    /// sandboxes (a cluster's `on_host_loss: "restore"`) and, with ACME configured,
+    /// certificate orders. They run until [`Self::shutdown`].
     pub fn start(&self) {
         let mut w = vec![
             tokio::spawn(self.templates.clone().worker()),
             tokio::spawn(self.volumes.clone().worker()),
             tokio::spawn(self.databases.clone().archiver()),
+            tokio::spawn(self.databases.clone().failover_worker()),
             tokio::spawn(self.apps.clone().worker()),
             tokio::spawn(self.functions.clone().instance_sweeper()),
             tokio::spawn(self.reaper().run()),

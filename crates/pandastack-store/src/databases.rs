@@ -202,6 +202,19 @@ impl DatabaseRepo<'_> {
     }
 
     /// Any workspace's database by id (the connection front routes by id alone).
+    /// Databases whose volume is on a host that is `dead` (lost with it: failed over from
+    /// their base backup and archived WAL onto a new volume elsewhere).
+    pub async fn on_dead_hosts(&self) -> Result<Vec<DatabaseRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM databases d WHERE EXISTS (SELECT 1 FROM volumes v \
+             JOIN hosts h ON h.id = v.host_id WHERE v.id = d.volume_id AND h.state = 'dead') \
+             ORDER BY created_at, id"
+        ))
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(row).collect()
+    }
+
     pub async fn by_id(&self, id: &str) -> Result<DatabaseRow, StoreError> {
         let r = sqlx::query(&format!("SELECT {COLUMNS} FROM databases WHERE id = $1"))
             .bind(id)

@@ -596,6 +596,11 @@ async fn preview(api: &common::Api<'_>, id: &str, port: u16) -> Option<String> {
 /// `psql -XAt -c sql` through the database front at `front` (`uri` names it by host name for
 /// SNI; `hostaddr` connects to 127.0.0.1).
 fn psql(uri: &str, front: &str, sql: &str) -> String {
+    try_psql(uri, front, sql).unwrap_or_else(|e| panic!("psql {sql:?} via {front}: {e}"))
+}
+
+/// [`psql`], its error (psql's stderr) returned rather than a panic.
+fn try_psql(uri: &str, front: &str, sql: &str) -> Result<String, String> {
     let port = front.rsplit_once(':').unwrap().1;
     let (head, tail) = uri.split_once("?").unwrap();
     let (base, _) = head.rsplit_once('/').unwrap();
@@ -608,12 +613,10 @@ fn psql(uri: &str, front: &str, sql: &str) -> String {
         .env("PGCONNECT_TIMEOUT", "120")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "psql {sql:?} via {front}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 /// A gzip tarball holding `index.html` = `page`.
@@ -834,6 +837,33 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
         psql_value(
             &db,
             "SELECT host_id FROM sandboxes WHERE on_host_loss = 'restore'"
+        ),
+        "host-h"
+    );
+    // The database, its volume lost with host-g, comes back on host-h from its base backup and
+    // archived WAL, with the rows committed before.
+    let sum = within(
+        Duration::from_secs(240),
+        "the database failed over",
+        async {
+            loop {
+                if let Ok(v) = try_psql(uri, &r1.db, "select sum(x) from t") {
+                    return v;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "the database accepted connections again {} ms after its host's loss",
+        lost.elapsed().as_millis()
+    );
+    assert_eq!(sum, "3");
+    assert_eq!(
+        psql_value(
+            &db,
+            "SELECT v.host_id FROM databases d JOIN volumes v ON v.id = d.volume_id"
         ),
         "host-h"
     );

@@ -131,6 +131,34 @@ impl Databases {
     ) -> Result<DatabaseInfo, DatabaseError> {
         let row = self.row(ws, id).await?;
         let base = self.plan(&row, to_ms).await?;
+        self.restore_from(row, base, Some(rfc3339(to_ms))).await
+    }
+
+    /// A database whose volume's host is dead, back on another host: restored in place from its
+    /// newest finished base backup and every WAL segment archived since (its last commits not
+    /// yet archived are lost: the RPO is the archive's lag, a segment switch at most every
+    /// second while it writes). `None` when it has no finished base backup to start from.
+    pub(crate) async fn fail_over(
+        &self,
+        row: DatabaseRow,
+    ) -> Result<Option<DatabaseInfo>, DatabaseError> {
+        let bases = self.usable_base_backups(&row.workspace_id, &row.id).await?;
+        let Some(base) = bases.last().cloned() else {
+            return Ok(None);
+        };
+        self.restore_from(row, base, None).await.map(Some)
+    }
+
+    /// Database `row` restored in place from `base` and its archived WAL up to `target`
+    /// (RFC 3339; `None`: everything archived).
+    async fn restore_from(
+        &self,
+        row: DatabaseRow,
+        base: BaseBackup,
+        target: Option<String>,
+    ) -> Result<DatabaseInfo, DatabaseError> {
+        let ws = row.workspace_id.clone();
+        let ws = ws.as_str();
         let temp = format!(
             "{}-r{:06x}",
             volume_name(&row.id),
@@ -152,7 +180,7 @@ impl Databases {
             source_ws: ws.to_owned(),
             source: row.id.clone(),
             base,
-            target: Some(rfc3339(to_ms)),
+            target,
             in_place: true,
         };
         let sandbox = match self

@@ -8,6 +8,12 @@
 //! the host declared dead, the restorer's pass, the checkpoint fetched and restored on the
 //! other host, the proxy's request. The lost host's agent then starts again (its copy of the VM
 //! is destroyed when it joins) and the next run loses the other host.
+//!
+//! Then a managed database, written to by a client committing one row per transaction (`psql`
+//! through the replica's database front, about ten a second): each run loses the host holding
+//! its volume and measures the time to the first query answered again (failed over from its
+//! base backup and archived WAL onto the other host) and how many acknowledged commits are
+//! missing then.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -28,6 +34,10 @@ pub(super) struct Failover {
     pub(super) dead: Vec<f64>,
     /// The deploy, from its request to `live` (the `app` template baked on first use).
     pub(super) deploy_ms: f64,
+    /// From the loss of a database's host to its first query answered again, each run.
+    pub(super) db_connect: Vec<f64>,
+    /// Acknowledged commits missing after each database failover.
+    pub(super) db_lost_commits: Vec<f64>,
 }
 
 /// A child process killed (and reaped) when dropped.
@@ -131,6 +141,7 @@ pub(super) async fn app_failover(
     let objects = format!("file://{}", root.path().join("objects").display());
     let exe = std::env::current_exe()?;
     let (api_port, proxy_port, membership) = (free_port()?, free_port()?, free_port()?);
+    let db_port = free_port()?;
     let replica_data = root.path().join("replica");
     let templates = replica_data.join("no-specs");
     std::fs::create_dir_all(&templates)?;
@@ -151,7 +162,7 @@ pub(super) async fn app_failover(
         "--preview-url".into(),
         format!("http://localhost:{proxy_port}"),
         "--db-listen".into(),
-        format!("127.0.0.1:{}", free_port()?),
+        format!("127.0.0.1:{db_port}"),
         "--network".into(),
         "off".into(),
         "--pool-size".into(),
@@ -348,6 +359,8 @@ pub(super) async fn app_failover(
         agents[i].start()?;
         ready(holder.clone()).await?;
     }
+    let (db_connect, db_lost_commits) =
+        database_failovers(&http, &url, &key, &db.url, db_port, &mut agents, runs).await?;
     for agent in &mut agents {
         agent.lose();
     }
@@ -355,5 +368,172 @@ pub(super) async fn app_failover(
         first_byte,
         dead,
         deploy_ms,
+        db_connect,
+        db_lost_commits,
     })
+}
+
+/// `psql -XAt -c sql` as the database's owner through the front on `front_port` (its
+/// connection URI with that port and `hostaddr=127.0.0.1`, so TLS names the database).
+async fn psql(uri: &str, front_port: u16, sql: &str) -> anyhow::Result<String> {
+    let (head, tail) = uri
+        .split_once('?')
+        .context("a connection URI with options")?;
+    let (base, db) = head.rsplit_once('/').context("a connection URI")?;
+    let (host, _) = base
+        .rsplit_once(':')
+        .context("a connection URI with a port")?;
+    let uri = format!("{host}:{front_port}/{db}?{tail}&hostaddr=127.0.0.1");
+    let out = tokio::process::Command::new("psql")
+        .arg(&uri)
+        .args(["-XAt", "-v", "ON_ERROR_STOP=1", "-c", sql])
+        .env("PGCONNECT_TIMEOUT", "10")
+        .output()
+        .await
+        .context("run psql")?;
+    ensure!(
+        out.status.success(),
+        "psql: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// The database part of [`app_failover`]: `runs` losses of the host holding a database's
+/// volume, a client committing all along; (time to the first query answered, acknowledged
+/// commits missing — the newest ones, not yet archived: the RPO; a gap fails the part).
+async fn database_failovers(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+    db: &str,
+    front_port: u16,
+    agents: &mut [Agent],
+    runs: usize,
+) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let r = http
+        .post(format!("{url}/v1/databases"))
+        .bearer_auth(key)
+        .json(&json!({"name": "bench"}))
+        .timeout(Duration::from_secs(600))
+        .send()
+        .await?;
+    ensure!(
+        r.status().is_success(),
+        "create a database: {}",
+        r.text().await?
+    );
+    let made: Value = r.json().await?;
+    let uri = made["connection_uri"]
+        .as_str()
+        .context("the database's connection URI")?
+        .to_owned();
+    psql(
+        &uri,
+        front_port,
+        "create table commits (n bigint primary key)",
+    )
+    .await?;
+    // Its first base backup finished: what a failover restores from.
+    until(300, "the database's first base backup", || async {
+        let n = value(
+            db,
+            "SELECT count(*)::text FROM volume_backups WHERE state = 'done'",
+        )
+        .await?;
+        Ok(n.filter(|n| n != "0"))
+    })
+    .await?;
+    let volume_host = || async {
+        value(
+            db,
+            "SELECT v.host_id FROM databases d JOIN volumes v ON v.id = d.volume_id",
+        )
+        .await
+    };
+    let (mut connect, mut lost_commits) = (Vec::new(), Vec::new());
+    let mut next = 1u64;
+    for run in 0..runs {
+        // Commits for a few seconds, then the host is lost while they go on.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (uri, stop) = (uri.clone(), stop.clone());
+            let first = next;
+            tokio::spawn(async move {
+                let mut acked = Vec::new();
+                let mut n = first;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    if psql(
+                        &uri,
+                        front_port,
+                        &format!("insert into commits values ({n})"),
+                    )
+                    .await
+                    .is_ok()
+                    {
+                        acked.push(n);
+                    }
+                    n += 1;
+                }
+                (acked, n)
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let holder = volume_host().await?.context("the database's volume host")?;
+        let Some(i) = agents.iter().position(|g| g.name == holder) else {
+            bail!("the database's volume is on {holder}, not one of this part's hosts");
+        };
+        agents[i].lose();
+        let lost = Instant::now();
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let (acked, after) = writer.await?;
+        next = after;
+        let present = loop {
+            if let Ok(v) = psql(&uri, front_port, "select count(*) from commits").await {
+                break v;
+            }
+            ensure!(
+                lost.elapsed() < Duration::from_secs(300),
+                "the database did not answer within 300 s of its host's loss"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        let ms = lost.elapsed().as_secs_f64() * 1e3;
+        let listed = psql(
+            &uri,
+            front_port,
+            "select string_agg(n::text, ',') from commits",
+        )
+        .await?;
+        let have: std::collections::HashSet<u64> =
+            listed.split(',').filter_map(|n| n.parse().ok()).collect();
+        let missing = acked.iter().filter(|n| !have.contains(n)).count();
+        // Archived commits are a prefix of the acknowledged ones (WAL is archived in order):
+        // one missing before one present would be an archived commit lost.
+        let newest_present = acked.iter().filter(|n| have.contains(n)).max().copied();
+        let gap = acked
+            .iter()
+            .any(|n| !have.contains(n) && newest_present.is_some_and(|p| *n < p));
+        let now_on = volume_host().await?.unwrap_or_default();
+        eprintln!(
+            "database failover {}: {holder} lost, {} commits acknowledged ({present} rows now), \
+             {missing} missing, answering from {now_on} after {ms:.0} ms",
+            run + 1,
+            acked.len()
+        );
+        ensure!(
+            !gap,
+            "an acknowledged commit older than one present is missing"
+        );
+        connect.push(ms);
+        lost_commits.push(missing as f64);
+        agents[i].start()?;
+        let host = holder.clone();
+        until(120, "the lost host back", || async {
+            let state = value(db, &format!("SELECT state FROM hosts WHERE id = '{host}'")).await?;
+            Ok((state.as_deref() == Some("ready")).then_some(()))
+        })
+        .await?;
+    }
+    Ok((connect, lost_commits))
 }
