@@ -119,6 +119,10 @@ pub struct VolumeAttachment {
 pub struct Volume {
     pub id: String,
     pub name: String,
+    /// `unavailable` while its host is dead (a cluster's host lost): nothing reaches its file;
+    /// make a new volume from one of its backups, or wait for the host to come back.
+    #[serde(default)]
+    pub state: VolumeState,
     pub size_gb: u32,
     /// The sandbox that has it mounted read-write (at most one), if any.
     pub attached_to: Option<String>,
@@ -130,6 +134,16 @@ pub struct Volume {
     pub host: String,
     /// RFC 3339.
     pub created_at: String,
+}
+
+/// Whether a volume can be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum VolumeState {
+    #[default]
+    Ready,
+    /// Its host is dead.
+    Unavailable,
 }
 
 /// A volume snapshot: the volume's content as of one instant, on the volume's host.

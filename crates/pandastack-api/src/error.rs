@@ -153,6 +153,7 @@ impl From<pandastack_control::ControlError> for ApiError {
             e @ pandastack_control::ControlError::CannotMove { .. } => {
                 Self::new(ErrorCode::Conflict, e.to_string())
             }
+            pandastack_control::ControlError::VolumeUnavailable(e) => e.into(),
         }
     }
 }
@@ -168,7 +169,7 @@ impl From<pandastack_control::VolumeError> for ApiError {
             e @ E::Quota { .. } => Self::new(ErrorCode::QuotaExceeded, e.to_string()),
             e @ E::Busy { .. } => Self::new(ErrorCode::VolumeBusy, e.to_string()),
             e @ E::Shrink { .. } => Self::new(ErrorCode::InvalidArgument, format!("size_gb: {e}")),
-            e @ (E::Elsewhere { .. } | E::BackupNotDone(_)) => {
+            e @ (E::Elsewhere { .. } | E::BackupNotDone(_) | E::Unavailable { .. }) => {
                 Self::new(ErrorCode::Conflict, e.to_string())
             }
             E::Store(e) => e.into(),

@@ -22,6 +22,11 @@ fn volume_wire(v: &VolumeInfo, host: &str) -> wire::Volume {
     wire::Volume {
         id: v.row.id.clone(),
         name: v.row.name.clone(),
+        state: if v.unavailable {
+            wire::VolumeState::Unavailable
+        } else {
+            wire::VolumeState::Ready
+        },
         size_gb: v.row.size_gb as u32,
         attached_to: v.writer().map(str::to_owned),
         attachments: v.mounts.clone(),

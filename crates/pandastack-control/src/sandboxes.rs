@@ -43,6 +43,9 @@ pub enum ControlError {
     /// not move, the sandbox changed meanwhile); nothing was moved.
     #[error("sandbox {id} cannot move: {why}")]
     CannotMove { id: String, why: String },
+    /// A volume to mount is on a dead host ([`crate::VolumeError::Unavailable`]).
+    #[error(transparent)]
+    VolumeUnavailable(crate::VolumeError),
 }
 
 /// The most a create may ask for in `disk_mbps` and `disk_iops` (`pandastack server
@@ -490,6 +493,15 @@ impl Sandboxes {
                     .await?
             }
             PlaceMode::AcrossHosts => {
+                for c in claims {
+                    match self.volumes.reachable_row(&row.workspace_id, &c.name).await {
+                        Err(e @ crate::VolumeError::Unavailable { .. }) => {
+                            return Err(ControlError::VolumeUnavailable(e))
+                        }
+                        // Missing ones are refused by the claim, with the rest.
+                        Ok(_) | Err(_) => {}
+                    }
+                }
                 // A sandbox runs where its volumes are.
                 let pinned = match claims.first() {
                     Some(c) => match self.store.volumes().get(&row.workspace_id, &c.name).await {

@@ -956,9 +956,14 @@ async fn a_snapshot_taken_on_one_host_restores_on_another() {
 
 /// Host a is lost: its lease lapses (a join with a 1 ms lease) and a reaper says so.
 async fn lose_host_a(store: &pandastack_store::Store) {
+    lose_host(store, "host-a").await
+}
+
+/// Host `id` is lost (see [`lose_host_a`]).
+async fn lose_host(store: &pandastack_store::Store, id: &str) {
     store
         .hosts()
-        .join(&joining("host-a", KEY), 1, pandastack_store::now_ms())
+        .join(&joining(id, KEY), 1, pandastack_store::now_ms())
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -1162,4 +1167,56 @@ async fn an_agent_cut_off_pauses_its_vms_until_its_lease_is_renewed_or_it_is_rec
     let rows = store.sandboxes();
     assert_eq!(rows.by_id(&running.id).await.unwrap().state, Running);
     assert_eq!(rows.by_id(&held.id).await.unwrap().state, Paused);
+}
+
+/// A volume whose host is lost reads `unavailable`; a snapshot, a backup or a sandbox mounting
+/// it is refused saying so (and what to do), with nothing written; its delete removes its row
+/// without calling the dead host.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_volume_of_a_lost_host_is_unavailable_and_can_be_deleted() {
+    use pandastack_control::{ControlError, VolumeError};
+    let tmp = tempfile::tempdir().unwrap();
+    let Pair { store, ws, one, .. } = pair(tmp.path()).await;
+    let req: pandastack_api_types::CreateVolumeRequest =
+        serde_json::from_value(serde_json::json!({"name": "data", "size_gb": 1})).unwrap();
+    let made = one.volumes.create(&ws.id, &req).await.unwrap();
+    assert!(!made.unavailable);
+    let host = made.row.host_id.clone();
+    lose_host(&store, &host).await;
+
+    let got = one.volumes.get(&ws.id, "data").await.unwrap();
+    assert!(got.unavailable, "its host {host} is dead");
+    let unavailable = |e: &VolumeError| matches!(e, VolumeError::Unavailable { volume, host: h } if volume == "data" && *h == host);
+    let e = one.volumes.snapshot(&ws.id, "data").await.unwrap_err();
+    assert!(unavailable(&e), "{e:?}");
+    assert!(e.to_string().contains("from_backup"), "{e}");
+    let e = one.volumes.backup(&ws.id, "data").await.unwrap_err();
+    assert!(unavailable(&e), "{e:?}");
+    let mount: pandastack_api_types::CreateSandboxRequest = serde_json::from_value(
+        serde_json::json!({"template": "tiny", "volumes": [{"name": "data", "path": "/data"}]}),
+    )
+    .unwrap();
+    let e = one.sandboxes.create(&ws.id, &mount).await.unwrap_err();
+    assert!(
+        matches!(&e, ControlError::VolumeUnavailable(v) if unavailable(v)),
+        "{e:?}"
+    );
+    assert!(store
+        .sandboxes()
+        .list(&ws.id, &Default::default(), None, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(store
+        .volumes()
+        .snapshots(&got.row.id)
+        .await
+        .unwrap()
+        .is_empty());
+
+    one.volumes.delete(&ws.id, "data").await.unwrap();
+    assert!(matches!(
+        one.volumes.get(&ws.id, "data").await,
+        Err(VolumeError::NotFound(_))
+    ));
 }

@@ -191,6 +191,7 @@ NOT_MODELLED: Dict[str, str] = {
     # Enums the SDK keeps as strings.
     "OnTimeout": "a str field",
     "OnHostLoss": "a str field",
+    "VolumeState": "a str field",
     "SandboxState": "a str field",
     "BackupState": "a str field (VolumeBackup.state)",
     "DatabaseState": "a str field (Database.state)",

@@ -153,6 +153,7 @@ export type {
   InvocationError,
   InvocationStatus,
   OnHostLoss,
+  VolumeState,
   OnTimeout,
   PortUpdate,
   PortUrl,

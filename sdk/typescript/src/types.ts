@@ -20,6 +20,8 @@ export type SandboxState = Schemas["SandboxState"];
 export type OnTimeout = Schemas["OnTimeout"];
 /** What becomes of a running sandbox if its host is lost: `lost` or `restore`. */
 export type OnHostLoss = Schemas["OnHostLoss"];
+/** Whether a volume can be used: `ready` or `unavailable` (its host is dead). */
+export type VolumeState = Schemas["VolumeState"];
 
 /** A sandbox as the server describes it. */
 export interface SandboxInfo {
@@ -79,6 +81,11 @@ export interface VolumeAttachment {
 export interface VolumeInfo {
   id: string;
   name: string;
+  /**
+   * `ready`, or `unavailable` while its host is dead (a cluster's host lost): make a new volume
+   * from one of its backups, or wait for the host.
+   */
+  state: VolumeState;
   sizeGb: number;
   /** The sandbox that has it mounted read-write (at most one). */
   attachedTo: string | null;
@@ -769,6 +776,7 @@ export function volumeFromWire(w: WireOf<"Volume">): VolumeInfo {
   return {
     id: str(w.id),
     name: str(w.name),
+    state: (str(w.state, "ready") as VolumeState),
     sizeGb: num(w.size_gb),
     attachedTo: optStr(w.attached_to),
     attachments: objects(w.attachments).map(volumeAttachmentFromWire),

@@ -96,7 +96,7 @@ fn resource(backup: &str) -> String {
 impl Volumes {
     /// Starts a backup of volume `name`: its snapshot now, the upload as a job.
     pub async fn backup(&self, ws: &str, name: &str) -> Result<BackupInfo, VolumeError> {
-        let row = self.row(ws, name).await?;
+        let row = self.reachable_row(ws, name).await?;
         let snap = self.take_snapshot(&row, true).await?;
         let b = VolumeBackupRow {
             id: new_id("vb-"),

@@ -53,6 +53,12 @@ pub enum VolumeError {
     Elsewhere { volume: String, host: String },
     #[error("backup {0} is not finished")]
     BackupNotDone(String),
+    #[error(
+        "volume {volume} is unavailable: its host {host} is dead; make a new volume from one of \
+         its backups (POST /v1/volumes with from_backup; GET /v1/volumes/{volume}/backups lists \
+         them), or wait for the host to come back"
+    )]
+    Unavailable { volume: String, host: String },
     #[error(transparent)]
     Store(StoreError),
     #[error(transparent)]
@@ -78,6 +84,8 @@ impl From<StoreError> for VolumeError {
 pub struct VolumeInfo {
     pub row: VolumeRow,
     pub mounts: Vec<VolumeAttachment>,
+    /// Its host is dead (a cluster's host lost): nothing can reach its file.
+    pub unavailable: bool,
 }
 
 impl VolumeInfo {
@@ -170,7 +178,37 @@ impl Volumes {
             .into_iter()
             .map(attachment)
             .collect();
-        Ok(VolumeInfo { row, mounts })
+        let unavailable = self.host_dead(&row).await?;
+        Ok(VolumeInfo {
+            row,
+            mounts,
+            unavailable,
+        })
+    }
+
+    /// Whether volume `row`'s host is dead (its file cannot be reached).
+    async fn host_dead(&self, row: &VolumeRow) -> Result<bool, VolumeError> {
+        match self.store.hosts().get(&row.host_id).await {
+            Ok(h) => Ok(h.state == pandastack_store::HostState::Dead),
+            Err(StoreError::NotFound) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Volume `name` (ready), [`VolumeError::Unavailable`] if its host is dead.
+    pub(crate) async fn reachable_row(
+        &self,
+        ws: &str,
+        name: &str,
+    ) -> Result<VolumeRow, VolumeError> {
+        let row = self.row(ws, name).await?;
+        if self.host_dead(&row).await? {
+            return Err(VolumeError::Unavailable {
+                volume: name.to_owned(),
+                host: row.host_id,
+            });
+        }
+        Ok(row)
     }
 
     /// Creates a volume: empty (`size_gb`), from a volume snapshot or from a backup (grown to
@@ -302,6 +340,7 @@ impl Volumes {
         Ok(VolumeInfo {
             row,
             mounts: Vec::new(),
+            unavailable: false,
         })
     }
 
@@ -332,7 +371,7 @@ impl Volumes {
         name: &str,
         size_gb: i64,
     ) -> Result<VolumeInfo, VolumeError> {
-        let row = self.row(ws, name).await?;
+        let row = self.reachable_row(ws, name).await?;
         if size_gb < row.size_gb {
             return Err(VolumeError::Shrink {
                 volume: name.into(),
@@ -358,9 +397,11 @@ impl Volumes {
     }
 
     /// Deletes a volume and its snapshots (backups stay in the object store). Refused while a
-    /// sandbox has it mounted read-write.
+    /// sandbox has it mounted read-write. A volume whose host is dead loses only its rows (its
+    /// files are that host's).
     pub async fn delete(&self, ws: &str, name: &str) -> Result<(), VolumeError> {
         let row = self.row(ws, name).await?;
+        let dead = self.host_dead(&row).await?;
         let snaps = match self.store.volumes().delete_unless_mounted(&row).await? {
             Ok(snaps) => snaps,
             Err(m) => {
@@ -370,6 +411,10 @@ impl Volumes {
                 })
             }
         };
+        if dead {
+            tracing::info!(volume = %row.id, host = %row.host_id, "deleted a volume of a dead host: its files stay there");
+            return Ok(());
+        }
         self.host.delete_volume(&row.id).await?;
         for s in snaps {
             self.host.delete_volume_snapshot(&s).await?;
@@ -399,7 +444,7 @@ impl Volumes {
     /// Takes a volume snapshot: a reflink of the volume's file, the file system of a running
     /// sandbox that has it mounted read-write frozen for the moment of the copy.
     pub async fn snapshot(&self, ws: &str, name: &str) -> Result<VolumeSnapshotRow, VolumeError> {
-        let row = self.row(ws, name).await?;
+        let row = self.reachable_row(ws, name).await?;
         let s = self.take_snapshot(&row, false).await?;
         self.store.volumes().insert_snapshot(&s).await?;
         Ok(s)

@@ -257,12 +257,21 @@ fn opt(v: &Option<String>) -> String {
 fn volume_row(v: &Volume) -> Vec<String> {
     vec![
         v.name.clone(),
+        state(v).to_owned(),
         v.size_gb.to_string(),
         opt(&v.attached_to),
         opt(&v.source),
         v.host.clone(),
         v.created_at.clone(),
     ]
+}
+
+/// `ready`, or `unavailable` (its host is dead).
+fn state(v: &Volume) -> &'static str {
+    match v.state {
+        pandastack_client::types::VolumeState::Ready => "ready",
+        pandastack_client::types::VolumeState::Unavailable => "unavailable",
+    }
 }
 
 fn snapshot_row(s: &VolumeSnapshot) -> Vec<String> {
@@ -309,6 +318,7 @@ fn show(v: &Volume, json: bool) -> anyhow::Result<()> {
     for (k, val) in [
         ("id", v.id.clone()),
         ("name", v.name.clone()),
+        ("state", state(v).to_owned()),
         ("size_gb", v.size_gb.to_string()),
         ("attached_to", opt(&v.attached_to)),
         (
@@ -352,6 +362,7 @@ pub(super) fn parse_mount(s: &str) -> anyhow::Result<pandastack_client::types::S
 const VOLUMES: Table<Volume> = Table {
     header: &[
         "NAME",
+        "STATE",
         "SIZE_GB",
         "ATTACHED_TO",
         "SOURCE",

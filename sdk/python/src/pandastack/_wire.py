@@ -1180,6 +1180,7 @@ class Volume(_VolumeRequired, total=False):
     """A volume resource."""
     attached_to: Optional[str]
     source: Optional[str]
+    state: VolumeState
 
 
 class VolumeAttachment(TypedDict):
@@ -1214,6 +1215,10 @@ class VolumeSnapshot(TypedDict):
     id: str
     size_gb: int
     volume: str
+
+
+#: Whether a volume can be used.
+VolumeState = Literal["ready", "unavailable"]
 
 
 class VolumeUsage(TypedDict):
@@ -1355,6 +1360,7 @@ SCHEMAS = {
     "VolumeAttachment": VolumeAttachment,
     "VolumeBackup": VolumeBackup,
     "VolumeSnapshot": VolumeSnapshot,
+    "VolumeState": VolumeState,
     "VolumeUsage": VolumeUsage,
     "WebhookResult": WebhookResult,
 }

@@ -598,6 +598,9 @@ class Volume:
 
     id: str
     name: str
+    #: ``ready``, or ``unavailable`` while its host is dead (a cluster's host lost): make a new
+    #: volume from one of its backups, or wait for the host.
+    state: str = "ready"
     size_gb: int = 0
     attached_to: Optional[str] = None
     attachments: List[VolumeAttachment] = field(default_factory=list)
@@ -612,6 +615,7 @@ class Volume:
         return cls(
             id=_or(w.get("id"), ""),
             name=_or(w.get("name"), ""),
+            state=_or(w.get("state"), "ready"),
             size_gb=int(_or(w.get("size_gb"), 0)),
             attached_to=w.get("attached_to"),
             attachments=[

@@ -2969,6 +2969,11 @@ export interface components {
                 size_gb: number;
                 /** @description The volume snapshot or backup it was restored from. */
                 source?: string | null;
+                /**
+                 * @description `unavailable` while its host is dead (a cluster's host lost): nothing reaches its file;
+                 *     make a new volume from one of its backups, or wait for the host to come back.
+                 */
+                state?: components["schemas"]["VolumeState"];
             }[];
             next_cursor?: string | null;
         };
@@ -3504,6 +3509,11 @@ export interface components {
             size_gb: number;
             /** @description The volume snapshot or backup it was restored from. */
             source?: string | null;
+            /**
+             * @description `unavailable` while its host is dead (a cluster's host lost): nothing reaches its file;
+             *     make a new volume from one of its backups, or wait for the host to come back.
+             */
+            state?: components["schemas"]["VolumeState"];
         };
         /** @description A sandbox that has a volume mounted. */
         VolumeAttachment: {
@@ -3549,6 +3559,11 @@ export interface components {
             size_gb: number;
             volume: string;
         };
+        /**
+         * @description Whether a volume can be used.
+         * @enum {string}
+         */
+        VolumeState: "ready" | "unavailable";
         /** @description Volumes of a workspace: their total size counts against `quota_gb`. */
         VolumeUsage: {
             /** Format: int64 */
