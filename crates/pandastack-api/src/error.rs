@@ -153,7 +153,7 @@ impl From<pandastack_control::ControlError> for ApiError {
             e @ pandastack_control::ControlError::CannotMove { .. } => {
                 Self::new(ErrorCode::Conflict, e.to_string())
             }
-            pandastack_control::ControlError::VolumeUnavailable(e) => e.into(),
+            pandastack_control::ControlError::VolumeUnavailable(e) => (*e).into(),
         }
     }
 }

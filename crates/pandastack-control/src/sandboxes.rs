@@ -45,7 +45,7 @@ pub enum ControlError {
     CannotMove { id: String, why: String },
     /// A volume to mount is on a dead host ([`crate::VolumeError::Unavailable`]).
     #[error(transparent)]
-    VolumeUnavailable(crate::VolumeError),
+    VolumeUnavailable(Box<crate::VolumeError>),
 }
 
 /// The most a create may ask for in `disk_mbps` and `disk_iops` (`pandastack server
@@ -496,7 +496,7 @@ impl Sandboxes {
                 for c in claims {
                     match self.volumes.reachable_row(&row.workspace_id, &c.name).await {
                         Err(e @ crate::VolumeError::Unavailable { .. }) => {
-                            return Err(ControlError::VolumeUnavailable(e))
+                            return Err(ControlError::VolumeUnavailable(Box::new(e)))
                         }
                         // Missing ones are refused by the claim, with the rest.
                         Ok(_) | Err(_) => {}

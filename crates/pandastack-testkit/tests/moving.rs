@@ -1198,7 +1198,7 @@ async fn a_volume_of_a_lost_host_is_unavailable_and_can_be_deleted() {
     .unwrap();
     let e = one.sandboxes.create(&ws.id, &mount).await.unwrap_err();
     assert!(
-        matches!(&e, ControlError::VolumeUnavailable(v) if unavailable(v)),
+        matches!(&e, ControlError::VolumeUnavailable(v) if unavailable(v.as_ref())),
         "{e:?}"
     );
     assert!(store
