@@ -493,13 +493,12 @@ impl Sandboxes {
                     .await?
             }
             PlaceMode::AcrossHosts => {
+                // A volume on a dead host is refused saying so (a missing one by the claim).
                 for c in claims {
-                    match self.volumes.reachable_row(&row.workspace_id, &c.name).await {
-                        Err(e @ crate::VolumeError::Unavailable { .. }) => {
-                            return Err(ControlError::VolumeUnavailable(Box::new(e)))
-                        }
-                        // Missing ones are refused by the claim, with the rest.
-                        Ok(_) | Err(_) => {}
+                    if let Err(e @ crate::VolumeError::Unavailable { .. }) =
+                        self.volumes.reachable_row(&row.workspace_id, &c.name).await
+                    {
+                        return Err(ControlError::VolumeUnavailable(Box::new(e)));
                     }
                 }
                 // A sandbox runs where its volumes are.
