@@ -841,7 +841,7 @@ test("volumes: create, list, get, grow, delete send the documented requests", as
     const c = new PandaStack({ apiKey: "pds_x", baseUrl: srv.url, maxRetries: 0 });
     const v = await c.volumes.create({ name: "ws", sizeGb: 2 });
     assert.deepEqual(v, {
-      id: "vol-1", name: "ws", sizeGb: 2, attachedTo: null,
+      id: "vol-1", name: "ws", state: "ready", sizeGb: 2, attachedTo: null,
       attachments: [{ sandboxId: "sb-1", path: "/w", readOnly: true }],
       source: null, host: "local", createdAt: "2026-01-01T00:00:00Z",
     });
