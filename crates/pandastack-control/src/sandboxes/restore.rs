@@ -45,9 +45,10 @@ impl Sandboxes {
     pub async fn restorer(self) {
         let mut tick = tokio::time::interval(RESTORE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut said = std::collections::HashSet::new();
         loop {
             tick.tick().await;
-            if let Err(e) = self.restore_lost().await {
+            if let Err(e) = self.restore_lost_saying(&mut said).await {
                 tracing::warn!(
                     error = &e as &dyn std::error::Error,
                     "restorer: cannot read the sandboxes to restore"
@@ -59,6 +60,16 @@ impl Sandboxes {
     /// One pass of the restorer: each sandbox to restore (lost on a dead host, created with
     /// `on_host_loss: "restore"`) restored on another host, one at a time. How many were.
     pub async fn restore_lost(&self) -> Result<usize, ControlError> {
+        self.restore_lost_saying(&mut std::collections::HashSet::new())
+            .await
+    }
+
+    /// [`Self::restore_lost`], a sandbox's failure logged as a warning once (in `said`; again
+    /// after it was restored) and at debug level after.
+    async fn restore_lost_saying(
+        &self,
+        said: &mut std::collections::HashSet<String>,
+    ) -> Result<usize, ControlError> {
         let Some(fleet) = self.fleet.get().cloned() else {
             return Ok(0);
         };
@@ -66,9 +77,17 @@ impl Sandboxes {
         for (row, checkpoint) in self.store.sandboxes().to_restore(PER_PASS).await? {
             let id = row.id.clone();
             match self.restore(&fleet, row, checkpoint).await {
-                Ok(Some(_)) => restored += 1,
+                Ok(Some(_)) => {
+                    restored += 1;
+                    said.remove(&id);
+                }
                 Ok(None) => {}
-                Err(e) => tracing::warn!(
+                Err(e) if said.insert(id.clone()) => tracing::warn!(
+                    sandbox = %id,
+                    error = &e as &dyn std::error::Error,
+                    "restorer: a lost sandbox stays lost for now (tried again every second)"
+                ),
+                Err(e) => tracing::debug!(
                     sandbox = %id,
                     error = &e as &dyn std::error::Error,
                     "restorer: a lost sandbox stays lost for now"
@@ -88,9 +107,14 @@ impl Sandboxes {
     ) -> Result<Option<SandboxRow>, ControlError> {
         let started = Instant::now();
         let dead = row.host_id.clone();
-        // A snapshot's memory image restores only on its host's compatibility key.
+        // A snapshot's memory image restores only on the compatibility key of the host it was
+        // taken on: its row's host (a user's snapshot), else the sandbox's (the platform's).
         let key = match &checkpoint {
-            Some(_) => self.store.hosts().get(&dead).await?.compat_key,
+            Some(cp) => {
+                let taken_on = self.store.hosts().owner_of(cp).await?;
+                let taken_on = taken_on.unwrap_or_else(|| dead.clone());
+                self.store.hosts().get(&taken_on).await?.compat_key
+            }
             None => None,
         };
         let exclude = [dead.clone()];
