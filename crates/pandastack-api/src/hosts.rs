@@ -154,11 +154,11 @@ pub async fn drain(
     let sandboxes = app.control.sandboxes.clone();
     let host = id.clone();
     tokio::spawn(async move {
-        if let Err(e) = sandboxes.move_hibernated_off(&host).await {
+        if let Err(e) = sandboxes.move_off(&host).await {
             tracing::warn!(
                 host = %host,
                 error = &e as &dyn std::error::Error,
-                "drain: moving hibernated sandboxes off the host"
+                "drain: moving hibernated sandboxes and app VMs off the host"
             );
         }
     });

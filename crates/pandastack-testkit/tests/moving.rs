@@ -662,17 +662,45 @@ async fn a_replica_migrates_sandboxes_and_calls_follow_them() {
         one.sandboxes.delete(child).await.unwrap();
     }
 
-    // A drain of host-a moves its hibernated sandboxes off it.
+    // A drain of host-a moves its hibernated sandboxes and its running app VMs off it (an
+    // app's VM: a sandbox with its metadata); a running sandbox of a user stays.
     let slept = one
         .sandboxes
         .lifecycle(woke, pandastack_control::Verb::Hibernate)
         .await
         .unwrap();
+    let mut app_vm = on_a(&one, &ws.id).await;
+    app_vm.metadata.extend([
+        (
+            pandastack_control::apps::APP_METADATA.to_owned(),
+            "site".to_owned(),
+        ),
+        (
+            pandastack_control::apps::DEPLOY_METADATA.to_owned(),
+            "dep-1".to_owned(),
+        ),
+    ]);
+    store.sandboxes().update(&app_vm).await.unwrap();
+    let users = on_a(&one, &ws.id).await;
     store.hosts().drain("host-a").await.unwrap();
+    assert_eq!(one.sandboxes.move_off("host-a").await.unwrap(), (2, 0));
+    let moved = store.sandboxes().by_id(&app_vm.id).await.unwrap();
     assert_eq!(
-        one.sandboxes.move_hibernated_off("host-a").await.unwrap(),
-        (1, 0)
+        (moved.host_id.as_str(), moved.state),
+        ("host-b", SandboxState::Running)
     );
+    let ch = b.channel(&app_vm.id).await.unwrap();
+    assert_eq!(
+        pandastack_testkit::exec(&ch, "echo app").await.stdout,
+        "app\n"
+    );
+    assert_eq!(
+        store.sandboxes().by_id(&users.id).await.unwrap().host_id,
+        "host-a"
+    );
+    for sb in [&moved, &users] {
+        one.sandboxes.delete(sb).await.unwrap();
+    }
     let row = store.sandboxes().by_id(&id).await.unwrap();
     assert_eq!(
         (row.host_id.as_str(), row.state),

@@ -93,22 +93,33 @@ impl Sandboxes {
     }
 
     /// Moves every hibernated sandbox of host `host_id` (of every workspace: the platform's
-    /// hibernated app and function versions too) to other hosts, one at a time, as
-    /// [`Self::migrate`] moves them; for a drain. Returns how many moved and how many stayed
-    /// (no other host takes them, volumes mounted, woken meanwhile: logged each). Nothing on a
-    /// single host.
-    pub async fn move_hibernated_off(&self, host_id: &str) -> Result<(usize, usize), ControlError> {
+    /// hibernated app and function versions too) and every running app VM (its live version's:
+    /// hibernated, moved and woken, so the app keeps answering, a request meanwhile waiting for
+    /// the move) to other hosts, one at a time, as [`Self::migrate`] moves them; for a drain.
+    /// Returns how many moved and how many stayed (no other host takes them, volumes mounted,
+    /// changed meanwhile: logged each). Nothing on a single host.
+    pub async fn move_off(&self, host_id: &str) -> Result<(usize, usize), ControlError> {
         if self.fleet.get().is_none() {
             return Ok((0, 0));
         }
+        // An app's VM (not a function instance: those come and go with calls).
+        let app_vm = |r: &SandboxRow| {
+            r.metadata.contains_key(crate::apps::APP_METADATA)
+                && !r
+                    .metadata
+                    .contains_key(crate::apps::instances::INSTANCE_METADATA)
+        };
         let (mut moved, mut stayed) = (0, 0);
         for (id, state) in self.store.sandboxes().on_host(host_id).await? {
-            if state != SandboxState::Hibernated {
+            if !matches!(state, SandboxState::Hibernated | SandboxState::Running) {
                 continue;
             }
             let row = match self.by_id(&id).await {
                 Ok(r) if r.host_id == host_id && r.state == SandboxState::Hibernated => r,
-                // Deleted, woken or moved since the list was read.
+                Ok(r) if r.host_id == host_id && r.state == SandboxState::Running && app_vm(&r) => {
+                    r
+                }
+                // Deleted, changed or moved since the list was read, or not to move.
                 _ => continue,
             };
             match self.migrate(row, None).await {
@@ -119,12 +130,12 @@ impl Sandboxes {
                         sandbox = %id,
                         host = %host_id,
                         error = &e as &dyn std::error::Error,
-                        "drain: a hibernated sandbox stays on the host"
+                        "drain: a sandbox stays on the host"
                     );
                 }
             }
         }
-        tracing::info!(host = %host_id, moved, stayed, "drain: hibernated sandboxes moved off");
+        tracing::info!(host = %host_id, moved, stayed, "drain: hibernated sandboxes and app VMs moved off");
         Ok((moved, stayed))
     }
 
