@@ -862,19 +862,7 @@ async fn a_hibernated_sandbox_of_a_lost_host_wakes_on_another() {
         None
     );
 
-    // Host a is lost: its lease lapses and a reaper says so.
-    store
-        .hosts()
-        .join(&joining("host-a", KEY), 1, pandastack_store::now_ms())
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let reaped = store
-        .hosts()
-        .reap(pandastack_store::now_ms())
-        .await
-        .unwrap();
-    assert_eq!(reaped.len(), 1, "{reaped:?}");
+    lose_host_a(&store).await;
     // The replica stops calling a dead host once its cached row is re-read.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
 
