@@ -13,6 +13,7 @@ use pandastack_store::{
 use crate::{row_state, Fleet, TemplateError, Templates, Volumes};
 
 mod durable;
+mod lost;
 mod migrate;
 mod restore;
 

@@ -1236,3 +1236,66 @@ async fn a_volume_of_a_lost_host_is_unavailable_and_can_be_deleted() {
         Err(VolumeError::NotFound(_))
     ));
 }
+
+/// After a call into a sandbox failed, its host counts as lost only when its lease runs out
+/// without a renewal (a schedule's run then fails with `host_lost`): a host that renews is not
+/// lost; one that stops renewing is, once reaped (the sandbox `lost`); no sandbox, no host.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_is_lost_for_a_failed_call_only_when_its_lease_runs_out_unrenewed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Pair { store, ws, one, .. } = pair(tmp.path()).await;
+    let sb = on_a(&one, &ws.id).await;
+    assert_eq!(one.sandboxes.lost_host("sb-none").await.unwrap(), None);
+
+    // A short lease, renewed: alive.
+    let short = |ms| pandastack_store::now_ms() + ms;
+    let joined = store
+        .hosts()
+        .join(&joining("host-a", KEY), 400, pandastack_store::now_ms())
+        .await
+        .unwrap();
+    let renewing = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                store
+                    .hosts()
+                    .renew(&[("host-a".to_owned(), joined.epoch)], short(400))
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    assert_eq!(one.sandboxes.lost_host(&sb.id).await.unwrap(), None);
+    renewing.abort();
+
+    // No renewal: once the lease has run out the host is reaped, and lost.
+    let reaping = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if !store
+                    .hosts()
+                    .reap(pandastack_store::now_ms())
+                    .await
+                    .unwrap()
+                    .is_empty()
+                {
+                    return;
+                }
+            }
+        })
+    };
+    let lost = within(Duration::from_secs(10), "the host lost", async {
+        one.sandboxes.lost_host(&sb.id).await.unwrap()
+    })
+    .await;
+    reaping.await.unwrap();
+    assert_eq!(lost.as_deref(), Some("host-a"));
+    assert_eq!(
+        store.sandboxes().by_id(&sb.id).await.unwrap().state,
+        pandastack_store::SandboxState::Lost
+    );
+}

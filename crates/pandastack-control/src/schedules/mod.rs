@@ -15,7 +15,8 @@
 //! A due time fires once: the run row's unique index, not memory, decides, so a second server
 //! process or one restarted after a crash cannot fire it again; the job row is what survives
 //! the restart. Due times missed while the server was down follow `starting_deadline_seconds`
-//! ([`scheduler`]). Only the `sandbox_exec` target exists; a `function` target is to come.
+//! ([`scheduler`]). A target is a command in a new sandbox of a template (`sandbox_exec`) or a
+//! call of a function (`function`).
 
 pub mod cron;
 mod run;

@@ -6,6 +6,11 @@
 //! with `PANDASTACK_PAYLOAD` (the schedule's payload, JSON) in its environment, exit code and
 //! output recorded, and the sandbox deleted whatever happened. A failed attempt with retries
 //! left puts the run back to `queued` and the job runner queues the job again.
+//!
+//! In a cluster the scheduler and the runners run on the replica running the workers, so a
+//! host's loss stops no schedule; a run whose sandbox's host is lost mid-run fails with
+//! [`HOST_LOST`] (after waiting for the host to be declared lost, so that the next attempt is
+//! placed on another host) and runs again while it has retries left.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -18,6 +23,9 @@ use pandastack_store::{new_id, now_ms, JobRow, RunRow, SandboxRow, ScheduleRow, 
 
 use super::{spec_of, Schedules, MAX_RUN_OUTPUT, RUN_JOB_KIND, RUN_METADATA, SCHEDULE_METADATA};
 use crate::Source;
+
+/// How the error of an attempt whose sandbox's host was lost starts.
+pub const HOST_LOST: &str = "host_lost";
 
 /// Pause before a failed attempt runs again.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
@@ -259,17 +267,30 @@ impl Schedules {
             },
         );
         // The guest kills the command at `timeout`; this bounds a guest that does not answer.
-        match tokio::time::timeout(timeout + Duration::from_secs(30), exec).await {
-            Err(_) => failed(format!(
-                "no answer from the sandbox after {}s",
-                t.timeout_seconds
+        let why = match tokio::time::timeout(timeout + Duration::from_secs(30), exec).await {
+            Err(_) => format!("no answer from the sandbox after {}s", t.timeout_seconds),
+            Ok(Err(e)) => format!("exec: {}", error_chain(&e)),
+            Ok(Ok(o)) => return Self::exited(o, t.timeout_seconds),
+        };
+        // Its host lost meanwhile: said so (the next attempt, if any, is placed on a live host:
+        // the lost one's lease has run out by the time this returns).
+        match self.sandboxes.lost_host(&id).await {
+            Ok(Some(host)) => failed(format!(
+                "{HOST_LOST}: host {host} was lost while the run was on it ({why})"
             )),
-            Ok(Err(e)) => failed(format!("exec: {}", error_chain(&e))),
-            Ok(Ok(o)) => Outcome {
+            Ok(None) => failed(why),
+            Err(e) => failed(format!("{why} (and reading its host: {})", error_chain(&e))),
+        }
+    }
+
+    /// How a command that ran ended.
+    fn exited(o: pandastack_host::ExecOutcome, timeout_seconds: u64) -> Outcome {
+        match o {
+            o => Outcome {
                 exit_code: Some(i64::from(o.exit_code)),
                 output: Some(bounded_output(&o.stdout, &o.stderr)),
                 error: if o.timed_out {
-                    Some(format!("timed out after {}s", t.timeout_seconds))
+                    Some(format!("timed out after {timeout_seconds}s"))
                 } else if o.exit_code != 0 {
                     Some(format!("exit code {}", o.exit_code))
                 } else {
