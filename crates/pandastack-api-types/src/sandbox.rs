@@ -470,10 +470,11 @@ pub struct ForkRequest {
     #[serde(default)]
     pub keep_snapshot: bool,
     /// In a cluster, put the children on other hosts than the parent's (hosts with its
-    /// compatibility key and room; different hosts while there are enough). Each child is made
-    /// on the parent's host and then moved, as `POST /v1/sandboxes/{id}/migrate` moves a
-    /// sandbox; a child no other host can take stays on the parent's host (its `host` says
-    /// where each went). A single-host server ignores it.
+    /// compatibility key and room; different hosts while there are enough). The parent's
+    /// snapshot is stored in the object store and each child restored from it where it goes;
+    /// a child no other host can take runs on the parent's host (its `host` says where each
+    /// went). Without it, children go beside the parent, or elsewhere the same way when the
+    /// parent's host has no room for them. A single-host server ignores it.
     #[serde(default)]
     pub spread: bool,
 }

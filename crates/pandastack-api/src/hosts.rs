@@ -127,10 +127,12 @@ pub async fn get(
 
 /// Drain a host.
 ///
-/// Admin keys only. The host takes nothing new, and its hibernated sandboxes (every
-/// workspace's) move to other hosts in the background, one at a time (`sandboxes` in
-/// `GET /v1/hosts/{id}` counts down; a drain asked again moves what is left). Running
-/// sandboxes stay until they end. A restart of its agent does not undo it. 409 `conflict` for a
+/// Admin keys only. The host takes nothing new, and what it holds moves to other hosts in the
+/// background, one at a time: its databases (stopped cleanly and their volumes copied, so no
+/// commit is lost; clients reconnect), its hibernated sandboxes (every workspace's) and its
+/// apps' VMs (`sandboxes` in `GET /v1/hosts/{id}` counts down; a drain asked again moves what
+/// is left). Other running sandboxes and volumes stay until they end. A restart of its agent
+/// does not undo it. 409 `conflict` for a
 /// dead host.
 #[utoipa::path(
     post,
@@ -151,17 +153,8 @@ pub async fn drain(
         .drain(&id)
         .await
         .map_err(|e| host_error(&id, e))?;
-    let sandboxes = app.control.sandboxes.clone();
-    let host = id.clone();
-    tokio::spawn(async move {
-        if let Err(e) = sandboxes.move_off(&host).await {
-            tracing::warn!(
-                host = %host,
-                error = &e as &dyn std::error::Error,
-                "drain: moving hibernated sandboxes and app VMs off the host"
-            );
-        }
-    });
+    let (control, host) = (app.control.clone(), id.clone());
+    tokio::spawn(async move { control.move_off(&host).await });
     Ok(Json(answer(&app, &h).await?))
 }
 

@@ -363,6 +363,22 @@ impl Fleet {
         host
     }
 
+    /// Snapshot `snap` deleted from every live host (a host's delete of one it stored removes
+    /// its record from the object store too); absent is success, a failure is logged.
+    pub(crate) async fn delete_snapshot_everywhere(&self, snap: &str) {
+        for host in self.live().await {
+            match host.delete_snapshot(snap).await {
+                Ok(()) | Err(HostError::SnapshotNotFound(_)) => {}
+                Err(e) => tracing::warn!(
+                    snapshot = %snap,
+                    error = &e as &dyn std::error::Error,
+                    "a copy of a deleted snapshot stays on a host"
+                ),
+            }
+        }
+        self.forget(snap);
+    }
+
     /// Every host not dead, linked (those that cannot be reached are logged and skipped).
     pub(crate) async fn live(&self) -> Vec<Arc<dyn Host>> {
         let read = Instant::now();

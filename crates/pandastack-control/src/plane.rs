@@ -200,6 +200,19 @@ impl ControlPlane {
         self.place
     }
 
+    /// What a drain of host `host_id` moves to other hosts, one at a time: its databases
+    /// (cleanly stopped, their volumes copied: no commit lost), then its hibernated sandboxes
+    /// and app VMs ([`Sandboxes::move_off`]). Each failure is logged and leaves that resource
+    /// where it was; a drain asked again moves what is left.
+    pub async fn move_off(&self, host_id: &str) {
+        if let Err(e) = self.databases.move_off(host_id).await {
+            tracing::warn!(host = %host_id, error = &e as &dyn std::error::Error, "drain: moving databases off the host");
+        }
+        if let Err(e) = self.sandboxes.move_off(host_id).await {
+            tracing::warn!(host = %host_id, error = &e as &dyn std::error::Error, "drain: moving hibernated sandboxes and app VMs off the host");
+        }
+    }
+
     /// This host's id.
     pub fn host_id(&self) -> &str {
         &self.host_id

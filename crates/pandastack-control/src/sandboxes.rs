@@ -343,6 +343,16 @@ impl Sandboxes {
         row: SandboxRow,
         source: Source,
     ) -> Result<SandboxRow, ControlError> {
+        self.launch_avoiding(row, source, &[]).await
+    }
+
+    /// [`Self::launch`], placement in a cluster not choosing the hosts in `avoid`.
+    pub(crate) async fn launch_avoiding(
+        &self,
+        row: SandboxRow,
+        source: Source,
+        avoid: &[String],
+    ) -> Result<SandboxRow, ControlError> {
         if self.place == PlaceMode::ThisHost {
             self.store
                 .sandboxes()
@@ -354,11 +364,12 @@ impl Sandboxes {
             Source::Template(t) | Source::TemplateWithMemoryFile(t) => (Some(t.as_str()), None),
             Source::Snapshot(s) => (None, self.store.hosts().owner_of(s).await?),
         };
-        let mut refused = Vec::new();
+        let mut refused: Vec<String> = Vec::new();
         loop {
             let mut row = row.clone();
+            let exclude = [avoid, &refused].concat();
             let placed = self
-                .place_row(&mut row, &[], template, pinned.as_deref(), &refused)
+                .place_row(&mut row, &[], template, pinned.as_deref(), &exclude)
                 .await;
             if let (Source::Snapshot(s), Some(origin)) = (&source, &pinned) {
                 // A durable snapshot whose host has no room (or is gone) restores elsewhere.
@@ -367,7 +378,7 @@ impl Sandboxes {
                     Err(ControlError::Store(StoreError::NoCapacity { .. }))
                 ) {
                     if let Some(key) = self.snapshot_elsewhere(s, origin).await? {
-                        self.place_row_keyed(&mut row, &[], None, None, Some(&key), &refused)
+                        self.place_row_keyed(&mut row, &[], None, None, Some(&key), &exclude)
                             .await?;
                         self.fetched(&row, s).await?;
                         return self.launch_on_host(row, &source).await;
@@ -563,6 +574,8 @@ impl Sandboxes {
                     .find(|v| v.name == t)
                     .map(|v| i64::from(v.shape.memory_mib))
             })
+            // A snapshot's sandbox (a fork's child, a lost one restored) has its memory already.
+            .or_else(|| (template.is_none() && row.memory_mib > 0).then_some(row.memory_mib))
             .unwrap_or(DEFAULT_MEMORY_MIB);
         let demand = pandastack_store::Demand {
             memory_mib,
@@ -726,7 +739,7 @@ impl Sandboxes {
         }
         self.store.sandboxes().delete(&row.id).await?;
         if let Some(snapshot) = &row.snapshot_id {
-            crate::snapshots::release(&self.store, &*self.host, snapshot).await;
+            crate::snapshots::release(&self.store, &*self.host, self.fleet.get(), snapshot).await;
         }
         self.drop_platform_checkpoint(row).await;
         Ok(())

@@ -13,9 +13,11 @@ use std::sync::Arc;
 
 use pandastack_api_types::{ForkRequest, SandboxState};
 use pandastack_host::{Host, SnapshotView};
-use pandastack_store::{new_id, now_ms, Adding, SandboxRow, SnapshotRow, Store, StoreError};
+use pandastack_store::{
+    new_id, now_ms, Adding, Demand, SandboxRow, SnapshotRow, Store, StoreError,
+};
 
-use crate::{expiry, ControlError, Sandboxes};
+use crate::{expiry, ControlError, Fleet, Sandboxes};
 
 /// Snapshots of one host's sandboxes.
 #[derive(Clone)]
@@ -190,13 +192,144 @@ impl Snapshots {
                 r
             })
             .collect();
-        let mut forked = self
-            .fork_into(parent, &snapshot_id, children, req.keep_snapshot)
-            .await?;
-        if req.spread {
-            self.sandboxes.spread(&mut forked.children).await;
+        let cluster = self.sandboxes.fleet().is_some();
+        if (cluster && req.spread) || self.no_room_beside(&parent, req.count).await? {
+            return self
+                .fork_elsewhere(parent, &snapshot_id, children, req.keep_snapshot, req.spread)
+                .await;
         }
-        Ok(forked)
+        self.fork_into(parent, &snapshot_id, children, req.keep_snapshot)
+            .await
+    }
+
+    /// In a cluster, whether the host of `parent` lacks the memory for `count` more of it (a
+    /// fork's children then go to other hosts: [`Self::fork_elsewhere`]). Always `false` on a
+    /// single host, where a fork that does not fit fails as the host says.
+    async fn no_room_beside(&self, parent: &SandboxRow, count: u32) -> Result<bool, ControlError> {
+        if self.sandboxes.fleet().is_none() {
+            return Ok(false);
+        }
+        let demand = Demand {
+            memory_mib: parent.memory_mib.saturating_mul(i64::from(count)),
+            template: None,
+            compat_key: None,
+            host: Some(&parent.host_id),
+            exclude: &[],
+            now_ms: now_ms(),
+        };
+        match self.store.sandboxes().choose_host(&demand).await {
+            Ok(_) => Ok(false),
+            Err(StoreError::NoCapacity { .. }) => Ok(true),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A fork in a cluster whose children do not fit on the parent's host, or that asked to
+    /// `spread`: the parent's snapshot is taken there (it keeps running) and stored in the
+    /// object store now, then each child is created from it by placement
+    /// (`Sandboxes::launch`: beside its parent while there is room, else on a host with the
+    /// parent host's compatibility key, which fetches the snapshot). `spread`: each child
+    /// avoids the parent's host and its siblings' while another host has room, then the
+    /// parent's host only, then goes anywhere with room. All or nothing: a child that cannot be
+    /// made takes the children made before it, and a snapshot that goes with its sandboxes
+    /// goes too.
+    async fn fork_elsewhere(
+        &self,
+        parent: SandboxRow,
+        snapshot_id: &str,
+        children: Vec<SandboxRow>,
+        keep_snapshot: bool,
+        spread: bool,
+    ) -> Result<Forked, ControlError> {
+        self.store
+            .quotas()
+            .check(&parent.workspace_id, Adding::Snapshot)
+            .await?;
+        let started = std::time::Instant::now();
+        let snap = self.host.snapshot(&parent.id, snapshot_id).await?;
+        let view = self.host.get(&parent.id).await?;
+        let (ws, host) = (parent.workspace_id.clone(), parent.host_id.clone());
+        let parent = self.sandboxes.record(parent, &view).await?;
+        let snapshot = self.save(&host, &ws, &snap, false, !keep_snapshot).await?;
+        let stored = async {
+            self.sandboxes
+                .store_platform_snapshot(&host, &snapshot.id, &ws)
+                .await?;
+            self.store
+                .snapshots()
+                .set_durable(&snapshot.id, now_ms())
+                .await?;
+            Ok::<(), ControlError>(())
+        }
+        .await;
+        let mut made = Vec::with_capacity(children.len());
+        let mut failed = stored.err();
+        if failed.is_none() {
+            let mut used = vec![host.clone()];
+            for child in children {
+                match self.place_child(child, &snapshot.id, spread, &used).await {
+                    Ok(r) => {
+                        if !used.contains(&r.host_id) {
+                            used.push(r.host_id.clone());
+                        }
+                        made.push(r);
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(e) = failed {
+            for r in &made {
+                if let Err(d) = self.sandboxes.delete(r).await {
+                    tracing::warn!(sandbox = %r.id, error = &d as &dyn std::error::Error, "a failed fork's child stays");
+                }
+            }
+            if !keep_snapshot {
+                release(
+                    &self.store,
+                    &*self.host,
+                    self.sandboxes.fleet().as_ref(),
+                    &snapshot.id,
+                )
+                .await;
+            }
+            return Err(e);
+        }
+        tracing::info!(sandbox = %parent.id, host = %host, children = made.len(), spread, took_ms = started.elapsed().as_millis() as u64, "fork: children placed from the parent's stored snapshot");
+        Ok(Forked {
+            parent,
+            snapshot,
+            children: made,
+        })
+    }
+
+    /// Child `row` of a fork made from snapshot `snap` (durable) by placement; with `spread`
+    /// avoiding the hosts in `used` (the parent's first, then its siblings'), then the parent's
+    /// only, then none (see [`Self::fork_elsewhere`]).
+    async fn place_child(
+        &self,
+        row: SandboxRow,
+        snap: &str,
+        spread: bool,
+        used: &[String],
+    ) -> Result<SandboxRow, ControlError> {
+        let source = || crate::Source::Snapshot(snap.to_owned());
+        if spread {
+            for avoid in [used, &used[..1]] {
+                match self
+                    .sandboxes
+                    .launch_avoiding(row.clone(), source(), avoid)
+                    .await
+                {
+                    Err(ControlError::Store(StoreError::NoCapacity { .. })) => {}
+                    r => return r,
+                }
+            }
+        }
+        self.sandboxes.launch(row, source()).await
     }
 
     /// A page of the workspace's snapshots, oldest first, after the `(created_at, id)` of the
@@ -258,24 +391,14 @@ impl Snapshots {
     /// Deletes snapshot `id` of workspace `ws`: its row, then its files (a failure to remove
     /// the files is logged; the row is what makes it exist).
     pub async fn delete(&self, ws: &str, id: &str) -> Result<(), StoreError> {
-        let row = self.store.snapshots().get(ws, id).await?;
+        self.store.snapshots().get(ws, id).await?; // 404 for another workspace's
         self.store.snapshots().delete(ws, id).await?;
         // A sandbox it was the checkpoint of is restored from its template now.
         self.store.sandboxes().clear_checkpoint(id).await?;
         remove_files(&*self.host, id).await;
         if let Some(fleet) = self.sandboxes.fleet() {
-            // Copies other hosts fetched for creates go too (absent is success).
-            for host in fleet.live().await {
-                match host.delete_snapshot(id).await {
-                    Ok(()) | Err(pandastack_host::HostError::SnapshotNotFound(_)) => {}
-                    Err(e) => tracing::warn!(
-                        snapshot = %id,
-                        origin = %row.host_id,
-                        error = &e as &dyn std::error::Error,
-                        "a copy of a deleted snapshot stays on a host"
-                    ),
-                }
-            }
+            // Copies other hosts fetched for creates go too.
+            fleet.delete_snapshot_everywhere(id).await;
         }
         Ok(())
     }
@@ -286,7 +409,14 @@ impl Snapshots {
     pub async fn release_unused(&self) -> Result<Vec<String>, StoreError> {
         let mut released = Vec::new();
         for id in self.store.snapshots().unused_on_host(&self.host_id).await? {
-            if release(&self.store, &*self.host, &id).await {
+            if release(
+                &self.store,
+                &*self.host,
+                self.sandboxes.fleet().as_ref(),
+                &id,
+            )
+            .await
+            {
                 released.push(id);
             }
         }
@@ -305,13 +435,22 @@ async fn remove_files(host: &dyn Host, id: &str) {
 /// Deletes snapshot `id` if it goes with its sandboxes ([`SnapshotRow::auto_delete`]) and no
 /// sandbox row names it any more: the row in one conditional delete, so that of callers racing
 /// (two last children deleted at once) exactly one deletes it, then its files as
-/// [`Snapshots::delete`] removes them. Called after a sandbox's row is deleted. Never fails its
+/// [`Snapshots::delete`] removes them (from every live host in a cluster: `fleet`). Called after a sandbox's row is deleted. Never fails its
 /// caller, whose sandbox is gone either way: a store error is logged and the snapshot is left
 /// to [`Snapshots::release_unused`] at the next start. Returns whether it was deleted.
-pub(crate) async fn release(store: &Store, host: &dyn Host, id: &str) -> bool {
+pub(crate) async fn release(
+    store: &Store,
+    host: &dyn Host,
+    fleet: Option<&Fleet>,
+    id: &str,
+) -> bool {
     match store.snapshots().delete_unused(id).await {
         Ok(true) => {
             remove_files(host, id).await;
+            if let Some(fleet) = fleet {
+                // Copies other hosts fetched (a fork whose children went elsewhere).
+                fleet.delete_snapshot_everywhere(id).await;
+            }
             tracing::debug!(snapshot = %id, "fork snapshot deleted with its last sandbox");
             true
         }

@@ -138,7 +138,8 @@ impl DatabaseRepo<'_> {
 
     /// Puts a restored volume in place of database `id`'s, in one transaction: volume
     /// `current` is renamed `retired_name` (to be deleted), volume `restored` takes the name
-    /// `name`, and the row names `restored` and the VM `sandbox_id` that serves it.
+    /// `name`, and the row names `restored` and the VM `sandbox_id` that serves it (`None`:
+    /// none yet).
     pub async fn swap_volume(
         &self,
         id: &str,
@@ -146,7 +147,7 @@ impl DatabaseRepo<'_> {
         retired_name: &str,
         restored: &str,
         name: &str,
-        sandbox_id: &str,
+        sandbox_id: Option<&str>,
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         found(
@@ -201,7 +202,6 @@ impl DatabaseRepo<'_> {
         row(&r)
     }
 
-    /// Any workspace's database by id (the connection front routes by id alone).
     /// Databases whose volume is on a host that is `dead` (lost with it: failed over from
     /// their base backup and archived WAL onto a new volume elsewhere).
     pub async fn on_dead_hosts(&self) -> Result<Vec<DatabaseRow>, StoreError> {
@@ -215,6 +215,19 @@ impl DatabaseRepo<'_> {
         rows.iter().map(row).collect()
     }
 
+    /// Databases (every workspace's) whose volume is on host `host_id` (a drain moves them).
+    pub async fn with_volume_on(&self, host_id: &str) -> Result<Vec<DatabaseRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM databases d WHERE EXISTS (SELECT 1 FROM volumes v \
+             WHERE v.id = d.volume_id AND v.host_id = $1) ORDER BY created_at, id"
+        ))
+        .bind(host_id)
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(row).collect()
+    }
+
+    /// Any workspace's database by id (the connection front routes by id alone).
     pub async fn by_id(&self, id: &str) -> Result<DatabaseRow, StoreError> {
         let r = sqlx::query(&format!("SELECT {COLUMNS} FROM databases WHERE id = $1"))
             .bind(id)

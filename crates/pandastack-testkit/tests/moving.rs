@@ -1299,3 +1299,55 @@ async fn a_host_is_lost_for_a_failed_call_only_when_its_lease_runs_out_unrenewed
         pandastack_store::SandboxState::Lost
     );
 }
+
+/// A fork whose children do not fit on the parent's host: the parent's snapshot is stored in
+/// the object store and each child is created from it where it fits — the first beside its
+/// parent (room for one), the second on the other host, fetched there. Both run; deleting them
+/// deletes the fork's snapshot on both hosts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fork_too_big_for_its_parents_host_puts_children_on_another() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Pair {
+        a,
+        b,
+        store,
+        ws,
+        one,
+        ..
+    } = pair(tmp.path()).await;
+    let parent = on_a(&one, &ws.id).await;
+    // Room on host-a for the parent and one more.
+    let mut small = joining("host-a", KEY);
+    small.capacity.memory_mib = parent.memory_mib * 2;
+    store
+        .hosts()
+        .join(&small, 600_000, pandastack_store::now_ms())
+        .await
+        .unwrap();
+    let req: pandastack_api_types::ForkRequest =
+        serde_json::from_value(serde_json::json!({"count": 2})).unwrap();
+    let forked = one.snapshots.fork(&ws.id, &parent.id, &req).await.unwrap();
+    let snap = forked.snapshot.id.clone();
+    let hosts: Vec<&str> = forked.children.iter().map(|c| c.host_id.as_str()).collect();
+    assert_eq!(hosts, ["host-a", "host-b"], "{:?}", forked.children);
+    assert!(store.snapshots().durable_at(&snap).await.unwrap().is_some());
+    for (child, agent) in forked.children.iter().zip([&a, &b]) {
+        assert_eq!(child.state, pandastack_store::SandboxState::Running);
+        assert_eq!(child.parent_id.as_deref(), Some(parent.id.as_str()));
+        let ch = agent.channel(&child.id).await.unwrap();
+        assert_eq!(
+            pandastack_testkit::exec(&ch, "echo forked").await.stdout,
+            "forked\n"
+        );
+    }
+    assert!(b.runtime().get_snapshot(&snap).is_ok(), "fetched to b");
+    for child in &forked.children {
+        one.sandboxes.delete(child).await.unwrap();
+    }
+    assert!(matches!(
+        store.snapshots().get(&ws.id, &snap).await,
+        Err(pandastack_store::StoreError::NotFound)
+    ));
+    assert!(a.runtime().get_snapshot(&snap).is_err(), "gone from a");
+    assert!(b.runtime().get_snapshot(&snap).is_err(), "gone from b");
+}

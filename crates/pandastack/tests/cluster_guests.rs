@@ -657,7 +657,7 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
     let (r2, attend2) = replica(dir.path(), "cp-2", &db, &objects, &d2).await;
     let bundle = dir.path().join("host-g");
     let listen = format!("127.0.0.1:{}", free_port());
-    let mut host = agent(
+    let host = agent(
         bundle.to_str().unwrap(),
         &listen,
         &format!("{attend1},{attend2}"),
@@ -778,9 +778,23 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
         "one log, whichever replica ran the deploy"
     );
 
-    // The app's VM was checkpointed when it went live (in the background): once that is
-    // durable, host-g is lost (its agent and VMs killed) and the app answers again from a
-    // second host, restored there from the checkpoint.
+    // A schedule fires every 3 s throughout what follows (a command in a new sandbox each time).
+    let (st, made_schedule) = a1
+        .call(
+            "POST",
+            "/v1/schedules",
+            Some(json!({
+                "name": "tick",
+                "cron": "*/3 * * * * *",
+                "retries": 3,
+                "target": {"type": "sandbox_exec", "template": "minimal", "command": "echo tick", "timeout_seconds": 60},
+            })),
+        )
+        .await;
+    assert!(st.is_success(), "{made_schedule}");
+    let schedule_id = made_schedule["id"].as_str().unwrap().to_owned();
+
+    // The app's VM was checkpointed when it went live (in the background).
     within(
         Duration::from_secs(120),
         "the app's VM checkpointed",
@@ -797,7 +811,7 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
     )
     .await;
     let h_data = tempfile::tempdir().unwrap();
-    let _h = agent(
+    let mut h = agent(
         dir.path().join("host-h").to_str().unwrap(),
         &format!("127.0.0.1:{}", free_port()),
         &format!("{attend1},{attend2}"),
@@ -805,34 +819,52 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
         &objects,
     );
     ready(&db, "host-h").await;
-    host.0.kill().unwrap();
-    host.0.wait().unwrap();
-    kill_vms_of(guard.dir.path());
-    let lost = Instant::now();
-    let port = r2.proxy.rsplit_once(':').unwrap().1;
-    let page = within(Duration::from_secs(120), "the app answering again", async {
-        loop {
-            let got = reqwest::Client::new()
-                .get(format!("http://{}/", r2.proxy))
-                .header("Host", format!("site.localhost:{port}"))
-                .timeout(Duration::from_secs(10))
-                .send()
-                .await;
-            if let Ok(r) = got {
-                if r.status().is_success() {
-                    return r.text().await.unwrap();
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // host-g drained: its database (stopped cleanly, its volume copied: no commit lost) and
+    // its app's VM move to host-h and answer there; nothing the cluster needs is left on it.
+    psql(uri, &r1.db, "insert into t values (4)");
+    let admin = admin_key(&d1, &db);
+    let drained = reqwest::Client::new()
+        .post(format!("{}/v1/hosts/host-g/drain", r1.url))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(drained.status().as_u16(), 200);
+    let t = Instant::now();
+    within(Duration::from_secs(300), "host-g emptied", async {
+        while psql_value(
+            &db,
+            "SELECT (SELECT count(*) FROM volumes WHERE host_id = 'host-g') + \
+             (SELECT count(*) FROM sandboxes WHERE host_id = 'host-g')",
+        ) != "0"
+        {
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     })
     .await;
-    eprintln!(
-        "the app answered again {} ms after its host's loss (declared dead within it)",
-        lost.elapsed().as_millis()
+    eprintln!("host-g drained in {} ms", t.elapsed().as_millis());
+    let sum = within(
+        Duration::from_secs(120),
+        "the moved database answering",
+        async {
+            loop {
+                if let Ok(v) = try_psql(uri, &r2.db, "select sum(x) from t") {
+                    return v;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        },
+    )
+    .await;
+    assert_eq!(sum, "7", "every commit made before the drain");
+    assert_eq!(
+        psql_value(
+            &db,
+            "SELECT v.host_id FROM databases d JOIN volumes v ON v.id = d.volume_id"
+        ),
+        "host-h"
     );
-    assert!(page.contains("one platform"), "{page}");
-    assert_eq!(host_state(&db, "host-g"), "dead");
     assert_eq!(
         psql_value(
             &db,
@@ -840,8 +872,38 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
         ),
         "host-h"
     );
-    // The database, its volume lost with host-g, comes back on host-h from its base backup and
-    // archived WAL, with the rows committed before.
+    assert!(app_page(&r2).await.contains("one platform"));
+    let undrained = reqwest::Client::new()
+        .post(format!("{}/v1/hosts/host-g/undrain", r1.url))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(undrained.status().as_u16(), 200);
+
+    // host-h is lost (its agent and VMs killed): the app answers again from host-g, restored
+    // there from its checkpoint.
+    h.0.kill().unwrap();
+    h.0.wait().unwrap();
+    kill_vms_of(h_data.path());
+    let lost = Instant::now();
+    let lost_ms = now_ms();
+    let page = app_page(&r2).await;
+    eprintln!(
+        "the app answered again {} ms after its host's loss (declared dead within it)",
+        lost.elapsed().as_millis()
+    );
+    assert!(page.contains("one platform"), "{page}");
+    assert_eq!(host_state(&db, "host-h"), "dead");
+    assert_eq!(
+        psql_value(
+            &db,
+            "SELECT host_id FROM sandboxes WHERE on_host_loss = 'restore'"
+        ),
+        "host-g"
+    );
+    // The database, its volume lost with host-h, comes back on host-g from its base backup and
+    // archived WAL (the archive went on across the move), with the rows committed before.
     let sum = within(
         Duration::from_secs(240),
         "the database failed over",
@@ -859,14 +921,106 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
         "the database accepted connections again {} ms after its host's loss",
         lost.elapsed().as_millis()
     );
-    assert_eq!(sum, "3");
+    assert_eq!(sum, "7");
     assert_eq!(
         psql_value(
             &db,
             "SELECT v.host_id FROM databases d JOIN volumes v ON v.id = d.volume_id"
         ),
-        "host-h"
+        "host-g"
     );
-    drop(_h);
-    kill_vms_of(h_data.path());
+
+    // The schedule fired once per due time throughout, none missed: each run succeeded, or
+    // failed saying its host was lost; runs due after the loss succeeded on host-g.
+    within(
+        Duration::from_secs(60),
+        "a run due after the loss done",
+        async {
+            while psql_value(
+                &db,
+                &format!(
+                    "SELECT count(*) FROM schedule_runs WHERE schedule_id = '{schedule_id}' \
+                 AND due_at > {lost_ms} AND state = 'succeeded'"
+                ),
+            ) == "0"
+            {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        },
+    )
+    .await;
+    let runs = psql_value(
+        &db,
+        &format!(
+            "SELECT string_agg(due_at || ' ' || state || ' ' || coalesce(error, ''), E'\\n' \
+             ORDER BY due_at) FROM schedule_runs WHERE schedule_id = '{schedule_id}'"
+        ),
+    );
+    let runs: Vec<(i64, &str, &str)> = runs
+        .lines()
+        .map(|l| {
+            let mut f = l.splitn(3, ' ');
+            (
+                f.next().unwrap().parse().unwrap(),
+                f.next().unwrap(),
+                f.next().unwrap_or(""),
+            )
+        })
+        .collect();
+    eprintln!("{} runs of the schedule", runs.len());
+    assert!(runs.len() > 10, "{runs:?}");
+    for w in runs.windows(2) {
+        assert_eq!(w[1].0 - w[0].0, 3000, "one run per due time: {runs:?}");
+    }
+    for (due, state, error) in &runs {
+        match *state {
+            "succeeded" | "queued" | "running" => {}
+            "failed" => assert!(error.starts_with("host_lost"), "run due {due}: {error}"),
+            other => panic!("run due {due} is {other}: {error} ({runs:?})"),
+        }
+    }
+    drop(host);
+    kill_vms_of(guard.dir.path());
+}
+
+/// The app `site` as one request through `s`'s proxy returns it, tried until it answers.
+async fn app_page(s: &common::Server) -> String {
+    let port = s.proxy.rsplit_once(':').unwrap().1;
+    within(Duration::from_secs(120), "the app answering", async {
+        loop {
+            let got = reqwest::Client::new()
+                .get(format!("http://{}/", s.proxy))
+                .header("Host", format!("site.localhost:{port}"))
+                .timeout(Duration::from_secs(10))
+                .send()
+                .await;
+            if let Ok(r) = got {
+                if r.status().is_success() {
+                    return r.text().await.unwrap();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+}
+
+/// An operator's key made with `pandastack keys create --admin` on the cluster's state store.
+fn admin_key(data: &std::path::Path, db: &str) -> String {
+    let (ok, out, err) = common::cli(
+        &[
+            "keys", "create", "--admin", "--name", "ops", "--json", "--state", db,
+        ],
+        data,
+    );
+    assert!(ok, "keys create --admin: {err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    v["secret"].as_str().unwrap().to_owned()
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }

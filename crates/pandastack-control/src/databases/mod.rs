@@ -14,6 +14,7 @@
 //! removes the VM, the row and then the volume.
 
 mod archive;
+mod drain;
 mod failover;
 mod pitr;
 pub(crate) use pitr::rfc3339;

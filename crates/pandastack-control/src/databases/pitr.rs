@@ -213,7 +213,7 @@ impl Databases {
                 &retired,
                 &volume.row.id,
                 &volume_name(&row.id),
-                &sandbox.id,
+                Some(&sandbox.id),
             )
             .await?;
         self.sessions.forget(&row.id);

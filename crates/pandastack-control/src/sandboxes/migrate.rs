@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pandastack_host::{Host, HostError};
-use pandastack_store::{now_ms, Demand, SandboxRow, SandboxState, StoreError};
+use pandastack_store::{now_ms, Demand, SandboxRow, SandboxState};
 
 use super::{found, reachable, ControlError, Sandboxes, Verb};
 use crate::Fleet;
@@ -42,56 +42,6 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(200);
 const ORIGIN_KEPT: Duration = crate::fleet::ROW_MAX_AGE.saturating_add(Duration::from_secs(1));
 
 impl Sandboxes {
-    /// Moves sandbox `row` to another host of the cluster — `to` if given, else the one
-    /// placement chooses among hosts with the origin's compatibility key — and returns it
-    /// there: running if it was running (or paused), else hibernated. Its memory, processes,
-    /// files, id, preview URL and metadata come with it. [`ControlError::CannotMove`] when it
-    /// cannot (one host only, a sandbox starting or with volumes, the host named is its own);
-    /// no room anywhere is the store's `NoCapacity`. On any failure the sandbox stays where it
-    /// was, as it was.
-    pub async fn migrate(
-        &self,
-        row: SandboxRow,
-        to: Option<&str>,
-    ) -> Result<SandboxRow, ControlError> {
-        self.migrate_avoiding(row, to, &[]).await
-    }
-
-    /// Moves each of a fork's `children` (running, on their parent's host) to another host of
-    /// the cluster, to hosts none of its siblings went to while there are such; a child no
-    /// other host takes stays where it is (logged). Nothing on a single host.
-    pub(crate) async fn spread(&self, children: &mut [SandboxRow]) {
-        if self.fleet.get().is_none() {
-            return;
-        }
-        let mut used: Vec<String> = Vec::new();
-        for child in children.iter_mut() {
-            let mut moved = self.migrate_avoiding(child.clone(), None, &used).await;
-            if matches!(
-                moved,
-                Err(ControlError::Store(StoreError::NoCapacity { .. }))
-            ) && !used.is_empty()
-            {
-                // Every other host has a sibling: any with room.
-                moved = self.migrate_avoiding(child.clone(), None, &[]).await;
-            }
-            match moved {
-                Ok(row) => {
-                    if !used.contains(&row.host_id) {
-                        used.push(row.host_id.clone());
-                    }
-                    *child = row;
-                }
-                Err(e) => tracing::warn!(
-                    sandbox = %child.id,
-                    host = %child.host_id,
-                    error = &e as &dyn std::error::Error,
-                    "fork with spread: this child stays on its parent's host"
-                ),
-            }
-        }
-    }
-
     /// Moves every hibernated sandbox of host `host_id` (of every workspace: the platform's
     /// hibernated app and function versions too) and every running app VM (its live version's:
     /// hibernated, moved and woken, so the app keeps answering, a request meanwhile waiting for
@@ -139,12 +89,17 @@ impl Sandboxes {
         Ok((moved, stayed))
     }
 
-    /// [`Self::migrate`], placement not choosing the hosts in `avoid` either.
-    async fn migrate_avoiding(
+    /// Moves sandbox `row` to another host of the cluster — `to` if given, else the one
+    /// placement chooses among hosts with the origin's compatibility key — and returns it
+    /// there: running if it was running (or paused), else hibernated. Its memory, processes,
+    /// files, id, preview URL and metadata come with it. [`ControlError::CannotMove`] when it
+    /// cannot (one host only, a sandbox starting or with volumes, the host named is its own);
+    /// no room anywhere is the store's `NoCapacity`. On any failure the sandbox stays where it
+    /// was, as it was.
+    pub async fn migrate(
         &self,
         row: SandboxRow,
         to: Option<&str>,
-        avoid: &[String],
     ) -> Result<SandboxRow, ControlError> {
         let cannot = |why: String| ControlError::CannotMove {
             id: row.id.clone(),
@@ -178,8 +133,7 @@ impl Sandboxes {
                 row.host_id
             )));
         };
-        let mut exclude = vec![row.host_id.clone()];
-        exclude.extend(avoid.iter().cloned());
+        let exclude = vec![row.host_id.clone()];
         let demand = Demand {
             memory_mib: row.memory_mib,
             template: None,

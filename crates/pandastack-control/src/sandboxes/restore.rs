@@ -240,7 +240,7 @@ impl Sandboxes {
                     took_ms = started.elapsed().as_secs_f64() * 1e3,
                     "checkpoint durable: restored from it if its host is lost"
                 ),
-                Ok(false) => drop_checkpoint(&fleet, &snap).await,
+                Ok(false) => fleet.delete_snapshot_everywhere(&snap).await,
                 Err(e) => {
                     tracing::warn!(sandbox = %id, error = &e as &dyn std::error::Error, "checkpoint stored, but not recorded")
                 }
@@ -254,7 +254,9 @@ impl Sandboxes {
     pub(super) async fn drop_platform_checkpoint(&self, row: &SandboxRow) {
         if let Some(fleet) = self.fleet.get() {
             if row.on_host_loss == pandastack_store::OnHostLoss::Restore {
-                drop_checkpoint(fleet, &platform_checkpoint(&row.id)).await;
+                fleet
+                    .delete_snapshot_everywhere(&platform_checkpoint(&row.id))
+                    .await;
             }
         }
     }
@@ -282,25 +284,10 @@ impl Sandboxes {
     pub(crate) async fn drop_platform_snapshot(&self, snap: &str) -> bool {
         match self.fleet.get() {
             Some(fleet) => {
-                drop_checkpoint(fleet, snap).await;
+                fleet.delete_snapshot_everywhere(snap).await;
                 true
             }
             None => false,
-        }
-    }
-}
-
-/// Snapshot `snap` removed from every live host (with its record in the object store, which
-/// its host's delete removes).
-async fn drop_checkpoint(fleet: &Fleet, snap: &str) {
-    for host in fleet.live().await {
-        match host.delete_snapshot(snap).await {
-            Ok(()) | Err(HostError::SnapshotNotFound(_)) => {}
-            Err(e) => tracing::warn!(
-                snapshot = %snap,
-                error = &e as &dyn std::error::Error,
-                "a checkpoint stays on a host"
-            ),
         }
     }
 }

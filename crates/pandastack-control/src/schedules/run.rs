@@ -285,17 +285,15 @@ impl Schedules {
 
     /// How a command that ran ended.
     fn exited(o: pandastack_host::ExecOutcome, timeout_seconds: u64) -> Outcome {
-        match o {
-            o => Outcome {
-                exit_code: Some(i64::from(o.exit_code)),
-                output: Some(bounded_output(&o.stdout, &o.stderr)),
-                error: if o.timed_out {
-                    Some(format!("timed out after {timeout_seconds}s"))
-                } else if o.exit_code != 0 {
-                    Some(format!("exit code {}", o.exit_code))
-                } else {
-                    None
-                },
+        Outcome {
+            exit_code: Some(i64::from(o.exit_code)),
+            output: Some(bounded_output(&o.stdout, &o.stderr)),
+            error: if o.timed_out {
+                Some(format!("timed out after {timeout_seconds}s"))
+            } else if o.exit_code != 0 {
+                Some(format!("exit code {}", o.exit_code))
+            } else {
+                None
             },
         }
     }

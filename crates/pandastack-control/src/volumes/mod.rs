@@ -230,6 +230,52 @@ impl Volumes {
         req: &CreateVolumeRequest,
         mounter: &Mounter<'_>,
     ) -> Result<VolumeInfo, VolumeError> {
+        self.create_avoiding(ws, req, mounter, &[]).await
+    }
+
+    /// A copy of volume `row` as a new volume `name` of its workspace on another host of the
+    /// cluster (placement chooses, never `row`'s host): a snapshot of it is uploaded to the
+    /// object store as chunks (those stored already are skipped, zero chunks elided) and the
+    /// new host makes the volume from them; the snapshot goes either way. For a volume nobody
+    /// writes to (a drained database's, its VM removed first): later writes are not copied.
+    pub(crate) async fn copy_elsewhere(
+        &self,
+        row: &VolumeRow,
+        name: &str,
+    ) -> Result<VolumeInfo, VolumeError> {
+        let ws = row.workspace_id.as_str();
+        let snap = self.take_snapshot(row, true).await?;
+        let uploaded = self.host.upload_volume_snapshot(&snap.id, ws).await;
+        if let Err(e) = self.host.delete_volume_snapshot(&snap.id).await {
+            tracing::warn!(volume = %row.id, snapshot = %snap.id, error = &e as &dyn std::error::Error, "could not remove a copied volume's snapshot");
+        }
+        let up = uploaded?;
+        tracing::info!(volume = %row.id, bytes_uploaded = up.bytes_uploaded, chunks = up.chunks, "volume uploaded to be copied to another host");
+        let req = CreateVolumeRequest {
+            name: name.to_owned(),
+            size_gb: Some(row.size_gb as u32),
+            ..Default::default()
+        };
+        let from = Content::Backup(up.manifest);
+        self.place_and_make(
+            ws,
+            &req,
+            &from,
+            row.size_gb,
+            &Mounter::default(),
+            std::slice::from_ref(&row.host_id),
+        )
+        .await
+    }
+
+    /// [`Self::create_for`], placement never choosing the hosts in `avoid`.
+    async fn create_avoiding(
+        &self,
+        ws: &str,
+        req: &CreateVolumeRequest,
+        mounter: &Mounter<'_>,
+        avoid: &[String],
+    ) -> Result<VolumeInfo, VolumeError> {
         let (from, source_gb) = if let Some(id) = &req.from_snapshot {
             let s = match self.store.volumes().snapshot(ws, id).await {
                 Ok(s) => s,
@@ -250,6 +296,22 @@ impl Volumes {
         } else {
             (Content::Empty, 0)
         };
+        self.place_and_make(ws, req, &from, source_gb, mounter, avoid)
+            .await
+    }
+
+    /// The row of new volume `req` (at least `source_gb`) written within the quota on this
+    /// host, or in a cluster on the host placement chooses (not one in `avoid`), then its file
+    /// made there from `from` (the next host tried when one refuses).
+    async fn place_and_make(
+        &self,
+        ws: &str,
+        req: &CreateVolumeRequest,
+        from: &Content,
+        source_gb: i64,
+        mounter: &Mounter<'_>,
+        avoid: &[String],
+    ) -> Result<VolumeInfo, VolumeError> {
         let size_gb = i64::from(req.size_gb.unwrap_or(0)).max(source_gb);
         let row = VolumeRow {
             id: new_id("vol-"),
@@ -266,21 +328,22 @@ impl Volumes {
         };
         if self.place == PlaceMode::ThisHost {
             self.insert(&row, self.store.volumes().insert_within_quota(&row).await)?;
-            return self.make(row, &from).await;
+            return self.make(row, from).await;
         }
-        let pinned = match &from {
+        let pinned = match from {
             Content::Snapshot(s) => Some(s.host_id.clone()),
             _ => None,
         };
-        let mut refused = Vec::new();
+        let mut refused: Vec<String> = Vec::new();
         loop {
             let mut row = row.clone();
+            let exclude = [avoid, &refused].concat();
             let demand = pandastack_store::Demand {
                 memory_mib: mounter.memory_mib,
                 template: mounter.template,
                 compat_key: None,
                 host: pinned.as_deref(),
-                exclude: &refused,
+                exclude: &exclude,
                 now_ms: now_ms(),
             };
             let placed = self
@@ -291,7 +354,7 @@ impl Volumes {
             let placement = self.insert(&row, placed)?;
             tracing::info!(volume = %row.id, host = %placement.host_id, reason = %placement.reason, candidates = placement.candidates, "volume placed");
             let host = row.host_id.clone();
-            match self.make(row, &from).await {
+            match self.make(row, from).await {
                 Err(VolumeError::Host(e))
                     if crate::sandboxes::refusal(&e)
                         && pinned.is_none()

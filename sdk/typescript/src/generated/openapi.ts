@@ -630,10 +630,12 @@ export interface paths {
         put?: never;
         /**
          * Drain a host.
-         * @description Admin keys only. The host takes nothing new, and its hibernated sandboxes (every
-         *     workspace's) move to other hosts in the background, one at a time (`sandboxes` in
-         *     `GET /v1/hosts/{id}` counts down; a drain asked again moves what is left). Running
-         *     sandboxes stay until they end. A restart of its agent does not undo it. 409 `conflict` for a
+         * @description Admin keys only. The host takes nothing new, and what it holds moves to other hosts in the
+         *     background, one at a time: its databases (stopped cleanly and their volumes copied, so no
+         *     commit is lost; clients reconnect), its hibernated sandboxes (every workspace's) and its
+         *     apps' VMs (`sandboxes` in `GET /v1/hosts/{id}` counts down; a drain asked again moves what
+         *     is left). Other running sandboxes and volumes stay until they end. A restart of its agent
+         *     does not undo it. 409 `conflict` for a
          *     dead host.
          */
         post: operations["drain_host"];
@@ -2315,10 +2317,11 @@ export interface components {
             };
             /**
              * @description In a cluster, put the children on other hosts than the parent's (hosts with its
-             *     compatibility key and room; different hosts while there are enough). Each child is made
-             *     on the parent's host and then moved, as `POST /v1/sandboxes/{id}/migrate` moves a
-             *     sandbox; a child no other host can take stays on the parent's host (its `host` says
-             *     where each went). A single-host server ignores it.
+             *     compatibility key and room; different hosts while there are enough). The parent's
+             *     snapshot is stored in the object store and each child restored from it where it goes;
+             *     a child no other host can take runs on the parent's host (its `host` says where each
+             *     went). Without it, children go beside the parent, or elsewhere the same way when the
+             *     parent's host has no room for them. A single-host server ignores it.
              */
             spread?: boolean;
         };
