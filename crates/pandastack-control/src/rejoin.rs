@@ -6,7 +6,8 @@
 //! returns to its VM's state — resumed first if its agent paused it when cut off (its lease
 //! may have lapsed: see `pandastack_agent::fence`) and it was running when it was lost, as is
 //! a VM so paused whose row says `running`; a VM no row on this host names (deleted meanwhile, or moved to
-//! another host) is stopped and removed, so no sandbox id is ever active on two hosts. Every
+//! another host) is stopped and removed, so no sandbox id is ever active on two hosts; then a
+//! volume file no row on this host names (its database failed over meanwhile) is removed. Every
 //! write carries the epoch the host joined with and is refused once that epoch is stale.
 //!
 //! Every replica watches the `hosts` table ([`JoinWatch`]) and reconciles a host when it sees a
@@ -30,6 +31,9 @@ pub struct Rejoined {
     pub removed: Vec<String>,
     /// VMs its agent paused when cut off, running again (their rows said `running`).
     pub resumed: Vec<String>,
+    /// Volume files removed: no row on this host names them (a database failed over while the
+    /// host was dead took its volume's row).
+    pub volumes_removed: Vec<String>,
 }
 
 /// Why a host's reconciliation stopped.
@@ -37,6 +41,12 @@ pub struct Rejoined {
 pub enum RejoinError {
     #[error("state store")]
     Store(#[from] StoreError),
+    #[error("removing volume {id} from the host")]
+    RemoveVolume {
+        id: String,
+        #[source]
+        source: HostError,
+    },
     #[error("removing sandbox {id} from the host")]
     Remove {
         id: String,
@@ -116,6 +126,27 @@ pub async fn reconcile_host(
                 }
                 out.removed.push(vm.id);
             }
+        }
+    }
+    // After the VMs, which may have mounted them.
+    let volumes: std::collections::HashSet<String> = store
+        .volumes()
+        .on_host(host_id)
+        .await?
+        .into_iter()
+        .map(|v| v.id)
+        .collect();
+    let files = host
+        .volume_ids()
+        .await
+        .map_err(|source| RejoinError::RemoveVolume {
+            id: "(listing)".into(),
+            source,
+        })?;
+    for id in files.into_iter().filter(|id| !volumes.contains(id)) {
+        match host.delete_volume(&id).await {
+            Ok(()) | Err(HostError::VolumeNotFound(_)) => out.volumes_removed.push(id),
+            Err(source) => return Err(RejoinError::RemoveVolume { id, source }),
         }
     }
     Ok(out)

@@ -195,7 +195,13 @@ impl Snapshots {
         let cluster = self.sandboxes.fleet().is_some();
         if (cluster && req.spread) || self.no_room_beside(&parent, req.count).await? {
             return self
-                .fork_elsewhere(parent, &snapshot_id, children, req.keep_snapshot, req.spread)
+                .fork_elsewhere(
+                    parent,
+                    &snapshot_id,
+                    children,
+                    req.keep_snapshot,
+                    req.spread,
+                )
                 .await;
         }
         self.fork_into(parent, &snapshot_id, children, req.keep_snapshot)

@@ -1187,12 +1187,19 @@ async fn an_agent_cut_off_pauses_its_vms_until_its_lease_is_renewed_or_it_is_rec
 
 /// A volume whose host is lost reads `unavailable`; a snapshot, a backup or a sandbox mounting
 /// it is refused saying so (and what to do), with nothing written; its delete removes its row
-/// without calling the dead host.
+/// without calling the dead host; when the host joins again, the file no row names is removed.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_volume_of_a_lost_host_is_unavailable_and_can_be_deleted() {
     use pandastack_control::{ControlError, VolumeError};
     let tmp = tempfile::tempdir().unwrap();
-    let Pair { store, ws, one, .. } = pair(tmp.path()).await;
+    let Pair {
+        a,
+        b,
+        store,
+        ws,
+        one,
+        ..
+    } = pair(tmp.path()).await;
     let req: pandastack_api_types::CreateVolumeRequest =
         serde_json::from_value(serde_json::json!({"name": "data", "size_gb": 1})).unwrap();
     let made = one.volumes.create(&ws.id, &req).await.unwrap();
@@ -1235,6 +1242,22 @@ async fn a_volume_of_a_lost_host_is_unavailable_and_can_be_deleted() {
         one.volumes.get(&ws.id, "data").await,
         Err(VolumeError::NotFound(_))
     ));
+
+    // Its host joins again: the file no row names any more is removed.
+    let agent = if host == "host-a" { &a } else { &b };
+    let back = store
+        .hosts()
+        .join(&joining(&host, KEY), 600_000, pandastack_store::now_ms())
+        .await
+        .unwrap();
+    let local = pandastack_agent::LocalHost(Arc::clone(agent));
+    use pandastack_host::Host as _;
+    assert!(local.volume_ids().await.unwrap().contains(&got.row.id));
+    let r = pandastack_control::reconcile_host(&store, &local, &host, back.epoch)
+        .await
+        .unwrap();
+    assert_eq!(r.volumes_removed, std::slice::from_ref(&got.row.id));
+    assert!(!local.volume_ids().await.unwrap().contains(&got.row.id));
 }
 
 /// After a call into a sandbox failed, its host counts as lost only when its lease runs out

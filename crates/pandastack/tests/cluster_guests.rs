@@ -929,6 +929,17 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
         ),
         "host-g"
     );
+    // The lost volume's row went with the failover (only the database's own is left).
+    within(
+        Duration::from_secs(30),
+        "the retired volume's row removed",
+        async {
+            while psql_value(&db, "SELECT count(*) FROM volumes") != "1" {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        },
+    )
+    .await;
 
     // The schedule fired once per due time throughout, none missed: each run succeeded, or
     // failed saying its host was lost; runs due after the loss succeeded on host-g.

@@ -5,8 +5,8 @@
 //! but not yet archived is lost: the RPO is the archive's lag (the VM switches segments at
 //! most every second while it writes, and the archiver ships them every `POLL`).
 //!
-//! The old volume's row stays, renamed `pgdata-<id>-x…`, on the dead host (its files are that
-//! host's); its lost VM's row goes. A database with no finished base backup yet (one is taken
+//! The old volume's row (renamed `pgdata-<id>-x…`) and its lost VM's row go; their files stay
+//! with the dead host. A database with no finished base backup yet (one is taken
 //! when it first starts) cannot be failed over: it waits for its host, logged.
 
 use std::collections::HashSet;

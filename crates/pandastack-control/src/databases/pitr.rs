@@ -274,14 +274,22 @@ impl Databases {
                 self.sandboxes.delete(&s).await?;
             }
         }
+        // The workspace's volumes named after the database's, whatever host holds them (in a
+        // cluster they are the agents', a dead one's included: its delete removes the rows).
         let prefix = format!("{}-", volume_name(&row.id));
-        for v in self.store.volumes().on_host(&self.host_id).await? {
-            if v.workspace_id == row.workspace_id && v.name.starts_with(&prefix) {
-                tracing::info!(database = %row.id, volume = %v.name, "removing a volume the database does not use");
-                match self.volumes.delete(&row.workspace_id, &v.name).await {
-                    Ok(()) | Err(VolumeError::NotFound(_)) => {}
-                    Err(e) => return Err(e.into()),
-                }
+        let named = self
+            .store
+            .volumes()
+            .list(&row.workspace_id, Some(prefix.clone()), 1000)
+            .await?;
+        for v in named
+            .into_iter()
+            .take_while(|v| v.name.starts_with(&prefix))
+        {
+            tracing::info!(database = %row.id, volume = %v.name, host = %v.host_id, "removing a volume the database does not use");
+            match self.volumes.delete(&row.workspace_id, &v.name).await {
+                Ok(()) | Err(VolumeError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
             }
         }
         Ok(())

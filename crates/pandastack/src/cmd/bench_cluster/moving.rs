@@ -33,7 +33,8 @@ pub(super) struct Moved {
     /// A hibernated sandbox to its first exec answered where it slept.
     pub(super) wake_local: Vec<f64>,
     /// A running sandbox of host a forked to its child's first exec answered on host b (the
-    /// path of a fork with `spread`: forked on a, the child hibernated, stored, adopted, woken).
+    /// path of a fork with `spread`: the parent's snapshot taken and stored, fetched on b, the
+    /// child restored there).
     pub(super) fork_elsewhere: Vec<f64>,
     /// Snapshots of a running sandbox, each: the snapshot call (local), then its upload to the
     /// object store (in the background in a cluster), then a create from it on the other host
@@ -287,25 +288,22 @@ async fn wake_on_other(
     Ok((took, hibernated.image_bytes as f64 / (1u64 << 20) as f64))
 }
 
-/// A sandbox of `bench` running on `from`, forked, its child moved to `to` as a fork with
-/// `spread` moves it (hibernated, stored, adopted) and woken there: milliseconds from the fork
-/// to the child's first exec answered on `to`.
+/// A sandbox of `bench` running on `from`, forked to a child on `to` as a fork with `spread`
+/// makes it (the parent's snapshot taken and stored, fetched on `to`, the child restored
+/// there): milliseconds from the fork to the child's first exec answered on `to`.
 async fn fork_to_other(from: &StartedHost, to: &StartedHost, id: &str) -> anyhow::Result<f64> {
     from.host.create("bench", id).await?;
     exec_true(from, id).await?;
     let (snapshot, child) = (format!("{id}-snap"), format!("{id}-child"));
     let t = Instant::now();
-    from.host
-        .fork(id, &snapshot, std::slice::from_ref(&child))
-        .await?;
-    from.host.hibernate(&child).await?;
-    let tag = from.host.store_hibernated(&child, WS).await?;
-    to.host.adopt_stored(&child, WS, &tag).await?;
+    from.host.snapshot(id, &snapshot).await?;
+    from.host.store_snapshot(&snapshot, WS).await?;
+    to.host.fetch_snapshot(&snapshot, WS).await?;
+    to.host.create_from_snapshot(&snapshot, &child).await?;
     exec_true(to, &child).await?;
     let took = ms(t.elapsed());
-    from.host.destroy(&child).await?;
-    to.host.forget_stored(&child, WS, &tag).await?;
     to.host.destroy(&child).await?;
+    to.host.delete_snapshot(&snapshot).await?;
     from.host.destroy(id).await?;
     from.host.delete_snapshot(&snapshot).await?;
     Ok(took)
