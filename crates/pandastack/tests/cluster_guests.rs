@@ -5,7 +5,10 @@
 //! restarted agent joins again and the same VM, files and all, is `running` once more.
 //! With two replicas, a managed database and an app made through one answer through the other:
 //! `psql` through either replica's database front, the app's URL through either proxy, and the
-//! deploy's log through either API (one of them did not run the deploy). A template baked on
+//! deploy's log through either API (one of them did not run the deploy); with a schedule firing
+//! every 3 s, a second agent joins and the first host is drained (database and app VM move, no
+//! commit lost, nothing left on it), then the second host is lost: the app and the database
+//! come back on the first, and the schedule ran once per due time throughout. A template baked on
 //! one host serves a create on another through the shared object store, without a bake there;
 //! that sandbox, hibernated, moves back to the first host and wakes there with its memory
 //! (a process that keeps counting), files and preview URL; a fork of it with `spread` (100 MiB
@@ -979,7 +982,7 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
         })
         .collect();
     eprintln!("{} runs of the schedule", runs.len());
-    assert!(runs.len() > 10, "{runs:?}");
+    assert!(runs.len() >= 5, "{runs:?}");
     for w in runs.windows(2) {
         assert_eq!(w[1].0 - w[0].0, 3000, "one run per due time: {runs:?}");
     }
