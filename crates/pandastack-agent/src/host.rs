@@ -504,7 +504,17 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
     }
 
     async fn remove_template(&self, name: &str) -> HostResult<()> {
-        Ok(self.0.remove_template(name).await?)
+        self.0.remove_template(name).await?;
+        // What a replica's build of it left here (its image, kept for nothing else).
+        if !name.contains('/') && !name.starts_with('.') {
+            let dir = self.0.runtime().data().root().join("builds").join(name);
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(template = %name, error = &e as &dyn std::error::Error, "a removed template's build directory stays");
+                }
+            }
+        }
+        Ok(())
     }
 
     fn check_spec(&self, text: &str) -> Result<SpecSummary, SpecRefused> {
@@ -518,6 +528,22 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
         dir: PathBuf,
         log: BuildLogFn,
     ) -> HostResult<BuiltImage> {
+        // No directory given (a replica's build): this host's own, under its data directory.
+        let dir = if dir.as_os_str().is_empty() {
+            let plain = !build_id.is_empty()
+                && !build_id.starts_with('.')
+                && build_id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+            if !plain {
+                return Err(HostError::BuildFailed(format!(
+                    "build id {build_id:?}: letters, digits, '-', '_' and '.' only"
+                )));
+            }
+            self.0.runtime().data().root().join("builds").join(build_id)
+        } else {
+            dir
+        };
         Ok(self.0.build_image(build_id, source, dir, log).await?)
     }
 

@@ -59,6 +59,13 @@ pub const STALE_READ_WAIT: Duration = Duration::from_millis(500);
 /// unreachable for that call.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Memory placement looks for when it chooses the host of a template build (its builder VM).
+const BUILD_MEMORY_MIB: i64 = 1024;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A failure reaching a host, kept as the cause of [`HostError::Unreachable`].
 pub type DialError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -141,6 +148,9 @@ pub struct Fleet {
     rows: Arc<Rows>,
     /// How long a call that lists every host waits for each.
     list_timeout: Duration,
+    /// The host each template build of this replica runs on (its bake runs there too, on the
+    /// image it built), by build id.
+    builds: Arc<Mutex<HashMap<String, String>>>,
 }
 
 impl Fleet {
@@ -154,6 +164,7 @@ impl Fleet {
             owners: Arc::default(),
             rows: Arc::default(),
             list_timeout: Duration::from_secs(5),
+            builds: Arc::default(),
         };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(scan(fleet.store.clone(), Arc::downgrade(&fleet.rows)));
@@ -843,23 +854,66 @@ impl Host for Fleet {
         }
     }
 
+    /// A spec's build runs on the host placement chooses for a VM of [`BUILD_MEMORY_MIB`] (its
+    /// builder VM), in a directory of that host's (the agent's data directory's
+    /// `builds/<build id>`: `dir` is the replica's, so it is not passed on); its bake then runs
+    /// there too ([`Host::bake_image`] below), and that host stores the bake in the object store
+    /// for the others. An OCI tarball build is refused: the tarball is in the replica's
+    /// directory, which the host cannot read.
     async fn build_image(
         &self,
-        _build_id: &str,
-        _source: BuildSource,
+        build_id: &str,
+        source: BuildSource,
         _dir: PathBuf,
-        _log: BuildLogFn,
+        log: BuildLogFn,
     ) -> HostResult<BuiltImage> {
-        Err(HostError::BuildFailed(
-            "template builds run on a single-node server for now; a cluster uses the templates \
-             its agents hold"
-                .to_owned(),
-        ))
+        if matches!(source, BuildSource::Oci { .. }) {
+            return Err(HostError::BuildFailed(
+                "an OCI image tarball is built on a single-node server for now; in a cluster, \
+                 build from a spec (or bake the image on an agent's host)"
+                    .to_owned(),
+            ));
+        }
+        let demand = pandastack_store::Demand {
+            memory_mib: BUILD_MEMORY_MIB,
+            template: None,
+            compat_key: None,
+            host: None,
+            exclude: &[],
+            now_ms: pandastack_store::now_ms(),
+        };
+        let chosen = self
+            .store
+            .sandboxes()
+            .choose_host(&demand)
+            .await
+            .map_err(|e| HostError::BuildFailed(format!("no host to build on: {e}")))?;
+        let host = self.host(&chosen.host_id).await?;
+        tracing::info!(build = %build_id, host = %chosen.host_id, "template build placed");
+        lock(&self.builds).insert(build_id.to_owned(), chosen.host_id.clone());
+        let built = host
+            .build_image(build_id, source, PathBuf::new(), log)
+            .await;
+        if built.is_err() {
+            lock(&self.builds).remove(build_id);
+        }
+        built
     }
 
-    async fn bake_image(&self, _name: &str, _image: &Path, _shape: Shape) -> HostResult<u64> {
-        Err(HostError::BuildFailed(
-            "template bakes run on a single-node server for now".to_owned(),
-        ))
+    /// The bake of a build on the host that built its image (see [`Self::build_image`]).
+    async fn bake_image(&self, name: &str, image: &Path, shape: Shape) -> HostResult<u64> {
+        let Some(host_id) = lock(&self.builds).get(name).cloned() else {
+            return Err(HostError::BuildFailed(format!(
+                "{name} was not built by this replica since it started: in a cluster a template \
+                 is baked on the host that built its image (build the version again)"
+            )));
+        };
+        let baked = self
+            .host(&host_id)
+            .await?
+            .bake_image(name, image, shape)
+            .await;
+        lock(&self.builds).remove(name);
+        baked
     }
 }

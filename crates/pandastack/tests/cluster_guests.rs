@@ -781,6 +781,29 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
         "one log, whichever replica ran the deploy"
     );
 
+    // A template built from a spec through a replica: the build and its bake run on the one
+    // agent's host (host-g), which stores the bake for the others.
+    let spec = "name = \"built\"\ndescription = \"built through a replica\"\n\
+                [debian]\npackages = [\"python3\"]\n\
+                [[files]]\ndest = \"/etc/built.txt\"\ncontent = \"built through a replica\\n\"\n\
+                [vm]\nmemory_mb = 512\ndisk_mb = 1024\n";
+    let (st, v) = a1
+        .call("POST", "/v1/templates", Some(json!({ "spec": spec })))
+        .await;
+    assert_eq!(st.as_u16(), 202, "{v}");
+    let built = within(Duration::from_secs(600), "the template built", async {
+        loop {
+            let (_, v) = a1.call("GET", "/v1/templates/built", None).await;
+            match v["state"].as_str() {
+                Some("queued" | "building" | "baking") => {}
+                _ => return v,
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    assert_eq!(built["state"], "ready", "{built}");
+
     // A schedule fires every 3 s throughout what follows (a command in a new sandbox each time).
     let (st, made_schedule) = a1
         .call(
@@ -876,6 +899,20 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
         "host-h"
     );
     assert!(app_page(&r2).await.contains("one platform"));
+    // The template built on host-g serves a create on host-h (host-g is drained), from the
+    // object store, without a build there.
+    let (st, made_sb) = a1
+        .call("POST", "/v1/sandboxes", Some(json!({"template": "built"})))
+        .await;
+    assert_eq!(st.as_u16(), 201, "{made_sb}");
+    assert_eq!(made_sb["host"], "host-h", "{made_sb}");
+    let sb = made_sb["id"].as_str().unwrap();
+    let out = a1.exec(sb, "cat /etc/built.txt").await;
+    assert_eq!(out["stdout"], "built through a replica\n", "{out}");
+    let (st, _) = a1
+        .call("DELETE", &format!("/v1/sandboxes/{sb}"), None)
+        .await;
+    assert!(st.is_success());
     let undrained = reqwest::Client::new()
         .post(format!("{}/v1/hosts/host-g/undrain", r1.url))
         .bearer_auth(&admin)
