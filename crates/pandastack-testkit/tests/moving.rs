@@ -1374,3 +1374,52 @@ async fn a_fork_too_big_for_its_parents_host_puts_children_on_another() {
     assert!(a.runtime().get_snapshot(&snap).is_err(), "gone from a");
     assert!(b.runtime().get_snapshot(&snap).is_err(), "gone from b");
 }
+
+/// A replica's fleet builds templates from specs on a host (the real-guest test builds one):
+/// an OCI tarball build, whose upload is in the replica's directory, is refused saying to build
+/// from a spec, and a bake of a build it did not place is refused saying to build again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_refuses_an_oci_build_and_a_bake_of_a_build_it_did_not_place() {
+    use pandastack_host::{BuildSource, Host, HostError};
+    let tmp = tempfile::tempdir().unwrap();
+    let Pair { store, a, b, .. } = pair(tmp.path()).await;
+    let hosts: std::collections::HashMap<String, Arc<dyn Host>> = [("host-a", &a), ("host-b", &b)]
+        .into_iter()
+        .map(|(id, agent)| {
+            let h: Arc<dyn Host> = Arc::new(pandastack_agent::LocalHost(Arc::clone(agent)));
+            (id.to_owned(), h)
+        })
+        .collect();
+    let fleet = pandastack_control::Fleet::new(
+        store.clone(),
+        Arc::new(Agents(hosts)) as Arc<dyn pandastack_control::Dial>,
+    );
+    let oci = BuildSource::Oci {
+        tarball: tmp.path().join("image.tar"),
+        disk_mb: None,
+    };
+    let e = fleet
+        .build_image("t-v1-abc", oci, tmp.path().join("build"), Box::new(|_| {}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, HostError::BuildFailed(m) if m.contains("build from a spec")),
+        "{e:?}"
+    );
+    let e = fleet
+        .bake_image(
+            "t-v1-abc",
+            &tmp.path().join("rootfs.ext4"),
+            pandastack_host::Shape {
+                vcpus: 1,
+                memory_mib: 64,
+                disk: None,
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, HostError::BuildFailed(m) if m.contains("build the version again")),
+        "{e:?}"
+    );
+}
