@@ -428,6 +428,12 @@ pub struct Snapshot {
     pub template: String,
     pub created_at: String,
     pub size_bytes: u64,
+    /// In a cluster, when its files became durable in the object store (RFC 3339): from then
+    /// on a create from it runs on another host when its own has no room, and it outlives its
+    /// host. `null` until then (the upload runs in the background after the snapshot call), and
+    /// always on a single-node server.
+    #[serde(default)]
+    pub durable_at: Option<String>,
 }
 
 /// `POST /v1/sandboxes/{id}/migrate`.

@@ -22,6 +22,7 @@ fn snap_wire(s: &SnapshotRow) -> wire::Snapshot {
         template: s.template.clone(),
         created_at: rfc3339(s.created_at),
         size_bytes: s.size_bytes as u64,
+        durable_at: s.durable_at.map(rfc3339),
     }
 }
 

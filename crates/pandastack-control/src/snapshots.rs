@@ -70,6 +70,7 @@ impl Snapshots {
             size_bytes: snap.size_bytes as i64,
             created_at: now_ms(),
             auto_delete,
+            durable_at: None,
         };
         let written = if quota {
             self.store.snapshots().insert_within_quota(&row).await

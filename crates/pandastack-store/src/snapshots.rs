@@ -17,6 +17,10 @@ pub struct SnapshotRow {
     /// Deleted with the last sandbox restored from it (a fork's snapshot the fork did not ask
     /// to keep): see [`SnapshotRepo::delete_unused`]. Never set for a snapshot a user took.
     pub auto_delete: bool,
+    /// Unix ms when its files became durable in the object store (a cluster's: from then on
+    /// it restores on other hosts too); `None` before, and on a single node. Set by
+    /// [`SnapshotRepo::set_durable`], never by an insert.
+    pub durable_at: Option<i64>,
 }
 
 pub struct SnapshotRepo<'a> {
@@ -25,6 +29,9 @@ pub struct SnapshotRepo<'a> {
 
 const COLUMNS: &str =
     "id, workspace_id, host_id, sandbox_id, template, size_bytes, created_at, auto_delete";
+/// What a read selects: [`COLUMNS`] and when the files became durable.
+const READ: &str = "id, workspace_id, host_id, sandbox_id, template, size_bytes, created_at, \
+                    auto_delete, durable_at";
 
 fn row(r: &sqlx::any::AnyRow) -> Result<SnapshotRow, StoreError> {
     Ok(SnapshotRow {
@@ -36,6 +43,7 @@ fn row(r: &sqlx::any::AnyRow) -> Result<SnapshotRow, StoreError> {
         size_bytes: col(r, "size_bytes")?,
         created_at: col(r, "created_at")?,
         auto_delete: col::<i64>(r, "auto_delete")? != 0,
+        durable_at: col(r, "durable_at")?,
     })
 }
 
@@ -76,7 +84,7 @@ impl SnapshotRepo<'_> {
 
     pub async fn get(&self, workspace_id: &str, id: &str) -> Result<SnapshotRow, StoreError> {
         let r = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM snapshots WHERE workspace_id = $1 AND id = $2"
+            "SELECT {READ} FROM snapshots WHERE workspace_id = $1 AND id = $2"
         ))
         .bind(workspace_id)
         .bind(id)
@@ -93,7 +101,7 @@ impl SnapshotRepo<'_> {
     ) -> Result<Vec<SnapshotRow>, StoreError> {
         let (ms, id) = after.unwrap_or((i64::MIN, String::new()));
         let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM snapshots \
+            "SELECT {READ} FROM snapshots \
              WHERE workspace_id = $1 AND (created_at > $2 OR (created_at = $2 AND id > $3)) \
              ORDER BY created_at, id LIMIT $4"
         ))

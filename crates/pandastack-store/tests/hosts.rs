@@ -733,6 +733,7 @@ async fn owner_of_names_the_host_of_each_kind_of_row() {
             size_bytes: 1,
             created_at: T0,
             auto_delete: false,
+            durable_at: None,
         };
         store.snapshots().insert(&snap).await.unwrap();
         let vol = VolumeRow {
@@ -850,6 +851,7 @@ async fn durable_copies_are_fenced_and_a_rehome_needs_a_dead_host() {
             size_bytes: 1,
             created_at: T0,
             auto_delete: false,
+            durable_at: None,
         };
         store.snapshots().insert(&snap).await.unwrap();
         assert_eq!(store.snapshots().durable_at(&snap.id).await.unwrap(), None);
@@ -863,6 +865,13 @@ async fn durable_copies_are_fenced_and_a_rehome_needs_a_dead_host() {
             Some(T0 + 40),
             "{backend}"
         );
+        // The row says so too (the API shows it).
+        let read = store
+            .snapshots()
+            .get(&snap.workspace_id, &snap.id)
+            .await
+            .unwrap();
+        assert_eq!(read.durable_at, Some(T0 + 40), "{backend}");
         assert!(!store
             .snapshots()
             .set_durable("snap-none", T0)
@@ -921,6 +930,7 @@ async fn a_lost_sandbox_is_taken_for_a_restore_once_and_only_off_a_dead_host() {
             size_bytes: 1,
             created_at: T0,
             auto_delete: false,
+            durable_at: None,
         };
         store.snapshots().insert(&snap).await.unwrap();
         assert!(rows.set_checkpoint(id, "snap-cp").await.unwrap());

@@ -824,6 +824,7 @@ fn snapshot(ws: &str, id: &str, bytes: i64) -> pandastack_store::SnapshotRow {
         size_bytes: bytes,
         created_at: 1,
         auto_delete: false,
+        durable_at: None,
     }
 }
 
@@ -1083,6 +1084,7 @@ async fn fork_snapshots_go_once_with_the_last_sandbox_that_names_them() {
         let ws = store.keys().create_workspace("w", 10, 60).await.unwrap();
         let fork = pandastack_store::SnapshotRow {
             auto_delete: true,
+            durable_at: None,
             ..snapshot(&ws.id, "snap-fork", 1 << 20)
         };
         store.snapshots().insert(&fork).await.unwrap();

@@ -654,6 +654,8 @@ export interface SnapshotInfo {
   template: string;
   createdAt: string;
   sizeBytes: number;
+  /** In a cluster, when its files became durable in the object store (RFC 3339); `null` until then, and on a single-node server. */
+  durableAt: string | null;
 }
 
 /**
@@ -1110,6 +1112,7 @@ export function snapshotFromWire(w: WireOf<"Snapshot">): SnapshotInfo {
     template: str(w.template),
     createdAt: str(w.created_at),
     sizeBytes: num(w.size_bytes),
+    durableAt: optStr(w.durable_at),
   };
 }
 

@@ -1049,13 +1049,17 @@ class ScheduleTargetFunction(FunctionTarget):
 ScheduleTarget = Union[ScheduleTargetSandboxExec, ScheduleTargetFunction]
 
 
-class Snapshot(TypedDict):
-    """A snapshot resource."""
+class _SnapshotRequired(TypedDict):
     created_at: str
     id: str
     sandbox_id: str
     size_bytes: int
     template: str
+
+
+class Snapshot(_SnapshotRequired, total=False):
+    """A snapshot resource."""
+    durable_at: Optional[str]
 
 
 class SnapshotUsage(TypedDict):

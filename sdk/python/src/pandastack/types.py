@@ -303,6 +303,9 @@ class Snapshot:
     template: str = ""
     created_at: str = ""
     size_bytes: int = 0
+    #: In a cluster, when its files became durable in the object store (RFC 3339); ``None``
+    #: until then, and on a single-node server.
+    durable_at: Optional[str] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -314,6 +317,7 @@ class Snapshot:
             template=_or(w.get("template"), ""),
             created_at=_or(w.get("created_at"), ""),
             size_bytes=int(_or(w.get("size_bytes"), 0)),
+            durable_at=w.get("durable_at"),
             raw=dict(d),
         )
 

@@ -2904,6 +2904,13 @@ export interface components {
         List_Snapshot: {
             data: {
                 created_at: string;
+                /**
+                 * @description In a cluster, when its files became durable in the object store (RFC 3339): from then
+                 *     on a create from it runs on another host when its own has no room, and it outlives its
+                 *     host. `null` until then (the upload runs in the background after the snapshot call), and
+                 *     always on a single-node server.
+                 */
+                durable_at?: string | null;
                 id: string;
                 sandbox_id: string;
                 /** Format: int64 */
@@ -3325,6 +3332,13 @@ export interface components {
         /** @description A snapshot resource. */
         Snapshot: {
             created_at: string;
+            /**
+             * @description In a cluster, when its files became durable in the object store (RFC 3339): from then
+             *     on a create from it runs on another host when its own has no room, and it outlives its
+             *     host. `null` until then (the upload runs in the background after the snapshot call), and
+             *     always on a single-node server.
+             */
+            durable_at?: string | null;
             id: string;
             sandbox_id: string;
             /** Format: int64 */
