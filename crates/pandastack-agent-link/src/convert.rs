@@ -496,6 +496,18 @@ pub(crate) fn source_to_pb(s: BuildSource) -> pb::build_image_request::Source {
         BuildSource::Oci { tarball, disk_mb } => Source::Oci(pb::OciSource {
             tarball: tarball.to_string_lossy().into_owned(),
             disk_mb,
+            stored_manifest: String::new(),
+            stored_ws: String::new(),
+        }),
+        BuildSource::OciStored {
+            ws,
+            manifest,
+            disk_mb,
+        } => Source::Oci(pb::OciSource {
+            tarball: String::new(),
+            disk_mb,
+            stored_manifest: serde_json::to_string(&manifest).unwrap_or_default(),
+            stored_ws: ws,
         }),
     }
 }
@@ -506,6 +518,12 @@ pub(crate) fn source_from_pb(
     use pb::build_image_request::Source;
     Ok(match s.ok_or_else(|| bad("no build source"))? {
         Source::Spec(text) => BuildSource::Spec(text),
+        Source::Oci(o) if !o.stored_manifest.is_empty() => BuildSource::OciStored {
+            manifest: serde_json::from_str(&o.stored_manifest)
+                .map_err(|e| bad(&format!("stored OCI tarball's manifest: {e}")))?,
+            ws: o.stored_ws,
+            disk_mb: o.disk_mb,
+        },
         Source::Oci(o) => BuildSource::Oci {
             tarball: PathBuf::from(o.tarball),
             disk_mb: o.disk_mb,

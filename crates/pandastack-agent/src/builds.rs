@@ -70,6 +70,9 @@ pub fn api_spec(text: &str) -> Result<TemplateSpec, SpecRefused> {
         .map_err(|e| SpecRefused::Invalid(error_chain(&e)))
 }
 
+/// The file a stored upload is fetched to in the build's directory.
+const STORED_UPLOAD: &str = "upload.tar";
+
 impl<D: VmDriver + 'static> HostAgent<D> {
     /// Builds the root filesystem of user template version `id` into `work` (created), with
     /// the guest agent installed; `log` gets progress lines. The host part (Debian bootstrap or
@@ -106,6 +109,26 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                 }
             }
             BuildSource::Oci { tarball, disk_mb } => (ImageSource::Oci { tarball, disk_mb }, None),
+            // A replica's upload: fetched into the build's directory first.
+            BuildSource::OciStored {
+                ws,
+                manifest,
+                disk_mb,
+            } => {
+                let objects = self.cfg.objects.clone().ok_or_else(|| {
+                    AgentError::BuildSteps(
+                        "this host has no object store to fetch the upload from".to_owned(),
+                    )
+                })?;
+                tokio::fs::create_dir_all(&work).await?;
+                let tarball = work.join(STORED_UPLOAD);
+                let got = objects.download_file(&ws, &manifest, &tarball).await?;
+                line(&format!(
+                    "the upload fetched from the object store: {} MiB",
+                    got.bytes_downloaded >> 20
+                ));
+                (ImageSource::Oci { tarball, disk_mb }, None)
+            }
         };
         let mut built = self.host_image(id, source, work, line.clone()).await?;
         // The spec's disk limits, which the template is baked with.

@@ -205,6 +205,7 @@ impl From<pandastack_control::TemplateError> for ApiError {
             E::Io { what, source } => Self::internal(what, &source),
             E::Job(e) => Self::internal("build job", &e),
             E::Task(e) => Self::internal("request task", &e),
+            E::Objects(e) => Self::internal("storing the upload in the object store", &e),
             e => Self::new(template_code(&e), e.to_string()),
         }
     }
@@ -230,9 +231,13 @@ fn template_code(e: &pandastack_control::TemplateError) -> ErrorCode {
         | E::ImageGone { .. } => ErrorCode::Conflict,
         E::UploadTooLarge { .. } => ErrorCode::PayloadTooLarge,
         E::NoSpace => ErrorCode::InsufficientStorage,
-        E::RebakeFailed(_) | E::Io { .. } | E::Job(_) | E::Task(_) | E::Store(_) | E::Host(_) => {
-            ErrorCode::Internal
-        }
+        E::RebakeFailed(_)
+        | E::Io { .. }
+        | E::Job(_)
+        | E::Task(_)
+        | E::Store(_)
+        | E::Host(_)
+        | E::Objects(_) => ErrorCode::Internal,
     }
 }
 

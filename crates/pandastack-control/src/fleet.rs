@@ -854,12 +854,13 @@ impl Host for Fleet {
         }
     }
 
-    /// A spec's build runs on the host placement chooses for a VM of [`BUILD_MEMORY_MIB`] (its
+    /// A build runs on the host placement chooses for a VM of [`BUILD_MEMORY_MIB`] (its
     /// builder VM), in a directory of that host's (the agent's data directory's
     /// `builds/<build id>`: `dir` is the replica's, so it is not passed on); its bake then runs
     /// there too ([`Host::bake_image`] below), and that host stores the bake in the object store
-    /// for the others. An OCI tarball build is refused: the tarball is in the replica's
-    /// directory, which the host cannot read.
+    /// for the others. An OCI tarball comes stored in the object store
+    /// ([`BuildSource::OciStored`]: the replica that took the upload stored it), and the host
+    /// fetches it; one in a replica's directory ([`BuildSource::Oci`]) is refused.
     async fn build_image(
         &self,
         build_id: &str,
@@ -869,8 +870,8 @@ impl Host for Fleet {
     ) -> HostResult<BuiltImage> {
         if matches!(source, BuildSource::Oci { .. }) {
             return Err(HostError::BuildFailed(
-                "an OCI image tarball is built on a single-node server for now; in a cluster, \
-                 build from a spec (or bake the image on an agent's host)"
+                "an OCI tarball in a replica's directory cannot be read by the host that builds \
+                 it (a cluster's uploads are stored in the object store): build from a spec"
                     .to_owned(),
             ));
         }

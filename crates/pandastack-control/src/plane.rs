@@ -121,7 +121,11 @@ impl ControlPlane {
         )
         .with_placement(place);
         let deploys_dir = builds.dir.with_file_name("deploys");
-        let templates = Templates::new(store.clone(), Arc::clone(&host), host_id.clone(), builds);
+        let mut templates =
+            Templates::new(store.clone(), Arc::clone(&host), host_id.clone(), builds);
+        if place == PlaceMode::AcrossHosts {
+            templates = templates.storing_uploads_in(objects.clone());
+        }
         let sandboxes = Sandboxes::new(
             store.clone(),
             Arc::clone(&host),

@@ -15,6 +15,13 @@ pub enum BuildSource {
         tarball: PathBuf,
         disk_mb: Option<u32>,
     },
+    /// An OCI tarball stored in the object store as chunks of workspace `ws` (a replica's
+    /// upload, built on an agent's host, which downloads it into the build's directory first).
+    OciStored {
+        ws: String,
+        manifest: pandastack_objects::Manifest,
+        disk_mb: Option<u32>,
+    },
 }
 
 /// What a spec sent over the API asks for.

@@ -1337,7 +1337,7 @@ impl Host for ScriptedHost {
         seen.sort();
         let key = match &source {
             BuildSource::Spec(text) => text.clone(),
-            BuildSource::Oci { .. } => "oci".into(),
+            BuildSource::Oci { .. } | BuildSource::OciStored { .. } => "oci".into(),
         };
         let reply = {
             let mut s = self.lock();

@@ -781,16 +781,19 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
         "one log, whichever replica ran the deploy"
     );
 
-    // A template built from a spec through a replica: the build and its bake run on the one
-    // agent's host (host-g), which stores the bake for the others.
-    let spec = "name = \"built\"\ndescription = \"built through a replica\"\n\
-                [debian]\npackages = [\"python3\"]\n\
-                [[files]]\ndest = \"/etc/built.txt\"\ncontent = \"built through a replica\\n\"\n\
-                [vm]\nmemory_mb = 512\ndisk_mb = 1024\n";
-    let (st, v) = a1
-        .call("POST", "/v1/templates", Some(json!({ "spec": spec })))
-        .await;
-    assert_eq!(st.as_u16(), 202, "{v}");
+    // A template built through a replica from an OCI tarball uploaded to it: the replica
+    // stores the tarball in the object store, and the build and its bake run on the one agent's
+    // host (host-g), which fetches it and stores the bake for the others.
+    let r = a1
+        .c
+        .post(format!("{}/v1/templates?name=built&memory_mb=256", r1.url))
+        .bearer_auth(&r1.key)
+        .header("content-type", "application/x-tar")
+        .body(common::oci::docker_save("built through a replica\n"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202);
     let built = within(Duration::from_secs(600), "the template built", async {
         loop {
             let (_, v) = a1.call("GET", "/v1/templates/built", None).await;
@@ -907,7 +910,7 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
     assert_eq!(st.as_u16(), 201, "{made_sb}");
     assert_eq!(made_sb["host"], "host-h", "{made_sb}");
     let sb = made_sb["id"].as_str().unwrap();
-    let out = a1.exec(sb, "cat /etc/built.txt").await;
+    let out = a1.exec(sb, "cat /data/marker").await;
     assert_eq!(out["stdout"], "built through a replica\n", "{out}");
     let (st, _) = a1
         .call("DELETE", &format!("/v1/sandboxes/{sb}"), None)

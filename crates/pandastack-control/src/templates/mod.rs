@@ -108,7 +108,14 @@ pub enum TemplateError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Host(#[from] HostError),
+    /// A cluster's upload could not be stored in the object store for the host that builds it.
+    #[error("storing the upload in the object store")]
+    Objects(#[source] pandastack_objects::ObjectsError),
 }
+
+/// The object store namespace of the OCI tarballs a cluster's replicas store for the hosts
+/// that build them (see [`Templates::storing_uploads_in`]).
+pub const STORED_UPLOADS: &str = "platform";
 
 /// What a create from template `name` runs: the baked template's name on this host and the
 /// environment its image asks for.
@@ -216,6 +223,10 @@ pub struct Templates {
     running: Arc<Semaphore>,
     /// Wakes the worker when a job is queued.
     wake: Arc<Notify>,
+    /// In a cluster, where an OCI tarball upload is stored for the host that builds it (the
+    /// replica that takes the upload need not be the one running the build, nor share a disk
+    /// with its host); `None`: it stays in the build's directory.
+    uploads: Option<pandastack_objects::Objects>,
 }
 
 /// Runs `work` on a task of its own, so a caller that goes away does not cut it half-way.
@@ -238,7 +249,15 @@ impl Templates {
             files: Files::new(cfg),
             running: Arc::new(Semaphore::new(1)),
             wake: Arc::new(Notify::new()),
+            uploads: None,
         }
+    }
+
+    /// Templates of a cluster's replica: OCI tarball uploads are stored in `objects` (see
+    /// [`STORED_UPLOADS`]) and built from there by the host the fleet chooses.
+    pub fn storing_uploads_in(mut self, objects: pandastack_objects::Objects) -> Self {
+        self.uploads = Some(objects);
+        self
     }
 
     /// Resolves `name` for a create in workspace `ws`: its own template of that name (the

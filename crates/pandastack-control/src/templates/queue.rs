@@ -30,6 +30,9 @@ pub(super) struct BuildJob {
     pub spec: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tarball: Option<PathBuf>,
+    /// The tarball stored in the object store (a cluster's upload) instead of `tarball`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored: Option<pandastack_objects::Manifest>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_mb: Option<u32>,
 }
@@ -82,6 +85,7 @@ impl Templates {
             build: row.id.clone(),
             spec: Some(spec),
             tarball: None,
+            stored: None,
             disk_mb: None,
         };
         if let Err(e) = self.enqueue(&job).await {
@@ -141,10 +145,38 @@ impl Templates {
                 return Err(e);
             }
         };
+        // In a cluster the tarball goes to the object store, for whichever host builds it.
+        let stored = match &self.uploads {
+            None => None,
+            Some(objects) => {
+                let up = objects
+                    .upload_file(
+                        super::STORED_UPLOADS,
+                        &tarball,
+                        pandastack_objects::DEFAULT_CHUNK_SIZE,
+                    )
+                    .await;
+                match up {
+                    Ok(up) => {
+                        // The build reads it from the object store; this copy is done with.
+                        let _ = std::fs::remove_file(&tarball);
+                        tracing::info!(build = %row.id, bytes_uploaded = up.stats.bytes_uploaded, "template upload stored in the object store");
+                        Some(up.manifest)
+                    }
+                    Err(e) => {
+                        guard.id = None;
+                        self.files.discard(&row.id);
+                        self.store.template_builds().delete(&row.id).await?;
+                        return Err(TemplateError::Objects(e));
+                    }
+                }
+            }
+        };
         let job = BuildJob {
             build: row.id.clone(),
             spec: None,
-            tarball: Some(tarball),
+            tarball: stored.is_none().then_some(tarball),
+            stored,
             disk_mb: params.disk_mb,
         };
         let queued = self.enqueue(&job).await;

@@ -60,16 +60,21 @@ impl Templates {
             tracing::info!(build = %row.id, attempt = job.attempts, "template build runs again");
             self.files.clear_partial(&row.id);
         }
-        let source = match (&spec.spec, &spec.tarball) {
-            (Some(text), _) => match self.host.check_spec(text) {
+        let source = match (&spec.spec, &spec.tarball, &spec.stored) {
+            (Some(text), _, _) => match self.host.check_spec(text) {
                 Ok(_) => BuildSource::Spec(text.clone()),
                 Err(e) => return self.fail_row(row, format!("spec: {e}")).await,
             },
-            (None, Some(t)) => BuildSource::Oci {
+            (None, _, Some(m)) => BuildSource::OciStored {
+                ws: super::STORED_UPLOADS.to_owned(),
+                manifest: m.clone(),
+                disk_mb: spec.disk_mb,
+            },
+            (None, Some(t), None) => BuildSource::Oci {
                 tarball: t.clone(),
                 disk_mb: spec.disk_mb,
             },
-            (None, None) => {
+            (None, None, None) => {
                 return self
                     .fail_row(row, "build job without a source".into())
                     .await
