@@ -784,15 +784,14 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
     // A template built through a replica from an OCI tarball uploaded to it: the replica
     // stores the tarball in the object store, and the build and its bake run on the one agent's
     // host (host-g), which fetches it and stores the bake for the others.
-    let r = a1
-        .c
-        .post(format!("{}/v1/templates?name=built&memory_mb=256", r1.url))
-        .bearer_auth(&r1.key)
-        .header("content-type", "application/x-tar")
-        .body(common::oci::docker_save("built through a replica\n"))
-        .send()
-        .await
-        .unwrap();
+    let r =
+        a1.c.post(format!("{}/v1/templates?name=built&memory_mb=256", r1.url))
+            .bearer_auth(&r1.key)
+            .header("content-type", "application/x-tar")
+            .body(common::oci::docker_save("built through a replica\n"))
+            .send()
+            .await
+            .unwrap();
     assert_eq!(r.status().as_u16(), 202);
     let built = within(Duration::from_secs(600), "the template built", async {
         loop {

@@ -110,7 +110,7 @@ pub enum TemplateError {
     Host(#[from] HostError),
     /// A cluster's upload could not be stored in the object store for the host that builds it.
     #[error("storing the upload in the object store")]
-    Objects(#[source] pandastack_objects::ObjectsError),
+    Objects(#[source] Box<pandastack_objects::ObjectsError>),
 }
 
 /// The object store namespace of the OCI tarballs a cluster's replicas store for the hosts

@@ -167,7 +167,7 @@ impl Templates {
                         guard.id = None;
                         self.files.discard(&row.id);
                         self.store.template_builds().delete(&row.id).await?;
-                        return Err(TemplateError::Objects(e));
+                        return Err(TemplateError::Objects(Box::new(e)));
                     }
                 }
             }

@@ -102,4 +102,3 @@ pub fn docker_save(text: &str) -> Vec<u8> {
     file(&mut outer, "l2/layer.tar", &l2, 0o644, 0);
     outer.into_inner().unwrap()
 }
-
