@@ -1375,9 +1375,10 @@ async fn a_fork_too_big_for_its_parents_host_puts_children_on_another() {
     assert!(b.runtime().get_snapshot(&snap).is_err(), "gone from b");
 }
 
-/// A replica's fleet builds templates on a host (the real-guest test builds one): without an
-/// object store to pass an OCI tarball through it refuses such a build saying to build from a
-/// spec, and a bake of a build it did not place is refused saying to build again.
+/// A replica's fleet builds templates on a host (the real-guest test builds one): an OCI
+/// tarball given as a path in the replica's directory (not stored in the object store, which
+/// the host could read) is refused, and a bake of a build it did not place is refused saying
+/// to build again.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_refuses_an_oci_build_and_a_bake_of_a_build_it_did_not_place() {
     use pandastack_host::{BuildSource, Host, HostError};

@@ -570,9 +570,16 @@ async fn databases_end_to_end() {
             )
             .await;
             tokio::time::sleep(Duration::from_millis(1500)).await;
-            let t = time::OffsetDateTime::now_utc()
-                .format(&time::format_description::well_known::Rfc3339)
-                .unwrap();
+            // T on the clock that stamps the commits: the guest's, which under a loaded TCG
+            // host can fall seconds behind the host's between its clock steps.
+            let t = ok_psql(
+                &direct,
+                "select to_char(clock_timestamp() at time zone 'UTC', \
+                 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
+            )
+            .await
+            .trim()
+            .to_owned();
             tokio::time::sleep(Duration::from_millis(1500)).await;
             ok_psql(
                 &direct,
