@@ -872,19 +872,7 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
     })
     .await;
     eprintln!("host-g drained in {} ms", t.elapsed().as_millis());
-    let sum = within(
-        Duration::from_secs(120),
-        "the moved database answering",
-        async {
-            loop {
-                if let Ok(v) = try_psql(uri, &r2.db, "select sum(x) from t") {
-                    return v;
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        },
-    )
-    .await;
+    let sum = sum_when_up(uri, &r2.db, 120, "the moved database answering").await;
     assert_eq!(sum, "7", "every commit made before the drain");
     assert_eq!(
         psql_value(
@@ -946,19 +934,7 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
     );
     // The database, its volume lost with host-h, comes back on host-g from its base backup and
     // archived WAL (the archive went on across the move), with the rows committed before.
-    let sum = within(
-        Duration::from_secs(240),
-        "the database failed over",
-        async {
-            loop {
-                if let Ok(v) = try_psql(uri, &r1.db, "select sum(x) from t") {
-                    return v;
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        },
-    )
-    .await;
+    let sum = sum_when_up(uri, &r1.db, 240, "the database failed over").await;
     eprintln!(
         "the database accepted connections again {} ms after its host's loss",
         lost.elapsed().as_millis()
@@ -1034,6 +1010,20 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
     }
     drop(host);
     kill_vms_of(guard.dir.path());
+}
+
+/// `select sum(x) from t` through database front `front`, tried until the database answers
+/// (within `secs`).
+async fn sum_when_up(uri: &str, front: &str, secs: u64, what: &str) -> String {
+    within(Duration::from_secs(secs), what, async {
+        loop {
+            if let Ok(v) = try_psql(uri, front, "select sum(x) from t") {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await
 }
 
 /// The app `site` as one request through `s`'s proxy returns it, tried until it answers.
