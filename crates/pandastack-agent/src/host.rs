@@ -92,6 +92,19 @@ impl<D: VmDriver + 'static> LocalHost<D> {
     }
 }
 
+impl<D: VmDriver + 'static> LocalHost<D> {
+    /// The directory of this host's own for a replica's build `id` (its data directory's
+    /// `builds/<id>`); `None` for an id that is not a plain file name.
+    fn build_dir(&self, id: &str) -> Option<std::path::PathBuf> {
+        let plain = !id.is_empty()
+            && !id.starts_with('.')
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        plain.then(|| self.0.runtime().data().root().join("builds").join(id))
+    }
+}
+
 #[async_trait::async_trait]
 impl<D: VmDriver + 'static> Host for LocalHost<D> {
     async fn list(&self) -> Vec<VmView> {
@@ -506,8 +519,7 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
     async fn remove_template(&self, name: &str) -> HostResult<()> {
         self.0.remove_template(name).await?;
         // What a replica's build of it left here (its image, kept for nothing else).
-        if !name.contains('/') && !name.starts_with('.') {
-            let dir = self.0.runtime().data().root().join("builds").join(name);
+        if let Some(dir) = self.build_dir(name) {
             if let Err(e) = std::fs::remove_dir_all(&dir) {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     tracing::warn!(template = %name, error = &e as &dyn std::error::Error, "a removed template's build directory stays");
@@ -530,17 +542,11 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
     ) -> HostResult<BuiltImage> {
         // No directory given (a replica's build): this host's own, under its data directory.
         let dir = if dir.as_os_str().is_empty() {
-            let plain = !build_id.is_empty()
-                && !build_id.starts_with('.')
-                && build_id
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-            if !plain {
-                return Err(HostError::BuildFailed(format!(
+            self.build_dir(build_id).ok_or_else(|| {
+                HostError::BuildFailed(format!(
                     "build id {build_id:?}: letters, digits, '-', '_' and '.' only"
-                )));
-            }
-            self.0.runtime().data().root().join("builds").join(build_id)
+                ))
+            })?
         } else {
             dir
         };

@@ -41,6 +41,8 @@ pub struct Rejoined {
 pub enum RejoinError {
     #[error("state store")]
     Store(#[from] StoreError),
+    #[error("listing the host's volume files")]
+    ListVolumes(#[source] HostError),
     #[error("removing volume {id} from the host")]
     RemoveVolume {
         id: String,
@@ -136,13 +138,7 @@ pub async fn reconcile_host(
         .into_iter()
         .map(|v| v.id)
         .collect();
-    let files = host
-        .volume_ids()
-        .await
-        .map_err(|source| RejoinError::RemoveVolume {
-            id: "(listing)".into(),
-            source,
-        })?;
+    let files = host.volume_ids().await.map_err(RejoinError::ListVolumes)?;
     for id in files.into_iter().filter(|id| !volumes.contains(id)) {
         match host.delete_volume(&id).await {
             Ok(()) | Err(HostError::VolumeNotFound(_)) => out.volumes_removed.push(id),

@@ -90,6 +90,21 @@ impl Snapshots {
         row: SandboxRow,
         snapshot_id: &str,
     ) -> Result<(SandboxRow, SnapshotRow), ControlError> {
+        let (row, snap) = self.take(row, snapshot_id, true, false).await?;
+        self.keep_durable(&snap);
+        Ok((row, snap))
+    }
+
+    /// Snapshot `snapshot_id` of the sandbox of `row` taken (within the workspace's snapshot
+    /// quota; it keeps running) and saved as [`Self::save`] saves it (`quota`, `auto_delete`);
+    /// returns the sandbox's row as the host now reports it, and the snapshot's.
+    async fn take(
+        &self,
+        row: SandboxRow,
+        snapshot_id: &str,
+        quota: bool,
+        auto_delete: bool,
+    ) -> Result<(SandboxRow, SnapshotRow), ControlError> {
         self.store
             .quotas()
             .check(&row.workspace_id, Adding::Snapshot)
@@ -98,8 +113,7 @@ impl Snapshots {
         let view = self.host.get(&row.id).await?;
         let (ws, host) = (row.workspace_id.clone(), row.host_id.clone());
         let row = self.sandboxes.record(row, &view).await?;
-        let snap = self.save(&host, &ws, &snap, true, false).await?;
-        self.keep_durable(&snap);
+        let snap = self.save(&host, &ws, &snap, quota, auto_delete).await?;
         Ok((row, snap))
     }
 
@@ -248,47 +262,33 @@ impl Snapshots {
         keep_snapshot: bool,
         spread: bool,
     ) -> Result<Forked, ControlError> {
-        self.store
-            .quotas()
-            .check(&parent.workspace_id, Adding::Snapshot)
-            .await?;
         let started = std::time::Instant::now();
-        let snap = self.host.snapshot(&parent.id, snapshot_id).await?;
-        let view = self.host.get(&parent.id).await?;
-        let (ws, host) = (parent.workspace_id.clone(), parent.host_id.clone());
-        let parent = self.sandboxes.record(parent, &view).await?;
-        let snapshot = self.save(&host, &ws, &snap, false, !keep_snapshot).await?;
-        let stored = async {
-            self.sandboxes
-                .store_platform_snapshot(&host, &snapshot.id, &ws)
+        let host = parent.host_id.clone();
+        let (parent, snapshot) = self
+            .take(parent, snapshot_id, false, !keep_snapshot)
+            .await?;
+        let mut made = Vec::with_capacity(children.len());
+        let placed = async {
+            // Stored now: the children elsewhere restore from the object store.
+            self.host
+                .store_snapshot(&snapshot.id, &snapshot.workspace_id)
                 .await?;
             self.store
                 .snapshots()
                 .set_durable(&snapshot.id, now_ms())
                 .await?;
+            let mut used = vec![host.clone()];
+            for child in children {
+                let r = self.place_child(child, &snapshot.id, spread, &used).await?;
+                if !used.contains(&r.host_id) {
+                    used.push(r.host_id.clone());
+                }
+                made.push(r);
+            }
             Ok::<(), ControlError>(())
         }
         .await;
-        let mut made = Vec::with_capacity(children.len());
-        let mut failed = stored.err();
-        if failed.is_none() {
-            let mut used = vec![host.clone()];
-            for child in children {
-                match self.place_child(child, &snapshot.id, spread, &used).await {
-                    Ok(r) => {
-                        if !used.contains(&r.host_id) {
-                            used.push(r.host_id.clone());
-                        }
-                        made.push(r);
-                    }
-                    Err(e) => {
-                        failed = Some(e);
-                        break;
-                    }
-                }
-            }
-        }
-        if let Some(e) = failed {
+        if let Err(e) = placed {
             for r in &made {
                 if let Err(d) = self.sandboxes.delete(r).await {
                     tracing::warn!(sandbox = %r.id, error = &d as &dyn std::error::Error, "a failed fork's child stays");
@@ -402,11 +402,7 @@ impl Snapshots {
         self.store.snapshots().delete(ws, id).await?;
         // A sandbox it was the checkpoint of is restored from its template now.
         self.store.sandboxes().clear_checkpoint(id).await?;
-        remove_files(&*self.host, id).await;
-        if let Some(fleet) = self.sandboxes.fleet() {
-            // Copies other hosts fetched for creates go too.
-            fleet.delete_snapshot_everywhere(id).await;
-        }
+        remove_files(&*self.host, self.sandboxes.fleet().as_ref(), id).await;
         Ok(())
     }
 
@@ -431,10 +427,13 @@ impl Snapshots {
     }
 }
 
-/// Removes snapshot `id`'s files once its row is gone; a failure is logged (the row is what
-/// makes a snapshot exist).
-async fn remove_files(host: &dyn Host, id: &str) {
-    if let Err(e) = host.delete_snapshot(id).await {
+/// Removes snapshot `id`'s files once its row is gone: from its host, or in a cluster
+/// (`fleet`) from every live host, its own and those that fetched a copy for a create; a
+/// failure is logged (the row is what makes a snapshot exist).
+async fn remove_files(host: &dyn Host, fleet: Option<&Fleet>, id: &str) {
+    if let Some(fleet) = fleet {
+        fleet.delete_snapshot_everywhere(id).await;
+    } else if let Err(e) = host.delete_snapshot(id).await {
         tracing::warn!(snapshot = %id, error = &e as &dyn std::error::Error, "snapshot files");
     }
 }
@@ -442,7 +441,8 @@ async fn remove_files(host: &dyn Host, id: &str) {
 /// Deletes snapshot `id` if it goes with its sandboxes ([`SnapshotRow::auto_delete`]) and no
 /// sandbox row names it any more: the row in one conditional delete, so that of callers racing
 /// (two last children deleted at once) exactly one deletes it, then its files as
-/// [`Snapshots::delete`] removes them (from every live host in a cluster: `fleet`). Called after a sandbox's row is deleted. Never fails its
+/// [`Snapshots::delete`] removes them (from every live host in a cluster: `fleet`). Called
+/// after a sandbox's row is deleted. Never fails its
 /// caller, whose sandbox is gone either way: a store error is logged and the snapshot is left
 /// to [`Snapshots::release_unused`] at the next start. Returns whether it was deleted.
 pub(crate) async fn release(
@@ -453,11 +453,7 @@ pub(crate) async fn release(
 ) -> bool {
     match store.snapshots().delete_unused(id).await {
         Ok(true) => {
-            remove_files(host, id).await;
-            if let Some(fleet) = fleet {
-                // Copies other hosts fetched (a fork whose children went elsewhere).
-                fleet.delete_snapshot_everywhere(id).await;
-            }
+            remove_files(host, fleet, id).await;
             tracing::debug!(snapshot = %id, "fork snapshot deleted with its last sandbox");
             true
         }

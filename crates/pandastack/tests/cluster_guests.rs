@@ -852,13 +852,10 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
     // its app's VM move to host-h and answer there; nothing the cluster needs is left on it.
     psql(uri, &r1.db, "insert into t values (4)");
     let admin = admin_key(&d1, &db);
-    let drained = reqwest::Client::new()
-        .post(format!("{}/v1/hosts/host-g/drain", r1.url))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(drained.status().as_u16(), 200);
+    let (st, drained) = a1
+        .call_as(&admin, "POST", "/v1/hosts/host-g/drain", None)
+        .await;
+    assert_eq!(st.as_u16(), 200, "{drained}");
     let t = Instant::now();
     within(Duration::from_secs(300), "host-g emptied", async {
         while psql_value(
@@ -903,13 +900,10 @@ async fn a_database_and_an_app_made_through_one_replica_answer_through_the_other
         .call("DELETE", &format!("/v1/sandboxes/{sb}"), None)
         .await;
     assert!(st.is_success());
-    let undrained = reqwest::Client::new()
-        .post(format!("{}/v1/hosts/host-g/undrain", r1.url))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(undrained.status().as_u16(), 200);
+    let (st, undrained) = a1
+        .call_as(&admin, "POST", "/v1/hosts/host-g/undrain", None)
+        .await;
+    assert_eq!(st.as_u16(), 200, "{undrained}");
 
     // host-h is lost (its agent and VMs killed): the app answers again from host-g, restored
     // there from its checkpoint.

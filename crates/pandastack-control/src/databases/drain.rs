@@ -46,72 +46,65 @@ impl Databases {
         row: DatabaseRow,
         from: &str,
     ) -> Result<bool, DatabaseError> {
-        let ws = row.workspace_id.clone();
-        let name = volume_name(&row.id);
         // A hibernated VM is woken so that its cluster stops cleanly.
         let was_running = match &row.sandbox_id {
             Some(sb) => match self.store.sandboxes().by_id(sb).await {
                 Ok(s) => {
-                    let running = s.state == SandboxState::Running;
                     if s.state == SandboxState::Hibernated {
                         self.running(&row).await?;
                     }
-                    running
+                    s.state == SandboxState::Running
                 }
                 Err(StoreError::NotFound) => false,
                 Err(e) => return Err(e.into()),
             },
             None => false,
         };
-        let copied = {
-            let lock = self.start_lock(&row.id);
-            let _held = lock.lock().await;
-            let row = self.store.databases().by_id(&row.id).await?;
-            let volume = self.store.volumes().get(&ws, &name).await?;
-            if volume.host_id != from || volume.id != row.volume_id {
-                return Ok(false);
-            }
-            if let Some(sb) = &row.sandbox_id {
-                match self.store.sandboxes().by_id(sb).await {
-                    Ok(s) => {
-                        self.shut_down(&row, &s).await;
-                        self.sandboxes.delete(&s).await?;
-                    }
-                    Err(StoreError::NotFound) => {}
-                    Err(e) => return Err(e.into()),
-                }
-                self.store.databases().set_sandbox(&row.id, None).await?;
-            }
-            let temp = format!("{name}-m{:06x}", rand::random::<u32>() >> 8);
-            match self.volumes.copy_elsewhere(&volume, &temp).await {
-                Ok(copy) => {
-                    let retired = format!("{name}-x{:06x}", rand::random::<u32>() >> 8);
-                    self.store
-                        .databases()
-                        .swap_volume(&row.id, &volume.id, &retired, &copy.row.id, &name, None)
-                        .await?;
-                    self.sessions.forget(&row.id);
-                    tracing::info!(database = %row.id, from = %from, to = %copy.row.host_id, "database moved to another host");
-                    Ok(retired)
-                }
-                Err(e) => Err(e),
-            }
-        };
-        let moved = match copied {
-            Ok(retired) => {
-                if let Err(e) = self.volumes.delete(&ws, &retired).await {
-                    tracing::warn!(database = %row.id, volume = %retired, error = &e as &dyn std::error::Error, "could not remove a moved database's old volume");
-                }
-                Ok(true)
-            }
-            Err(e) => Err(DatabaseError::from(e)),
-        };
+        let moved = self.onto_a_copy(&row.id, from).await;
         if was_running {
-            // On its new volume, or again on its old one when the copy failed.
+            // On its new volume, or again on its old one when the move failed.
             if let Err(e) = self.running(&row).await {
                 tracing::warn!(database = %row.id, error = &e as &dyn std::error::Error, "a drained database's VM did not start; the next connection starts it");
             }
         }
         moved
+    }
+
+    /// Under database `id`'s start lock: its VM stopped cleanly and removed, its volume (on
+    /// host `from`) copied to another host, the row naming the copy, the old volume removed.
+    /// `false`: its volume was not on `from` any more (nothing done).
+    async fn onto_a_copy(&self, id: &str, from: &str) -> Result<bool, DatabaseError> {
+        let lock = self.start_lock(id);
+        let _held = lock.lock().await;
+        let row = self.store.databases().by_id(id).await?;
+        let (ws, name) = (row.workspace_id.as_str(), volume_name(id));
+        let volume = self.store.volumes().get(ws, &name).await?;
+        if volume.host_id != from || volume.id != row.volume_id {
+            return Ok(false);
+        }
+        if let Some(sb) = &row.sandbox_id {
+            match self.store.sandboxes().by_id(sb).await {
+                Ok(s) => {
+                    self.shut_down(&row, &s).await;
+                    self.sandboxes.delete(&s).await?;
+                }
+                Err(StoreError::NotFound) => {}
+                Err(e) => return Err(e.into()),
+            }
+            self.store.databases().set_sandbox(id, None).await?;
+        }
+        let temp = format!("{name}-m{:06x}", rand::random::<u32>() >> 8);
+        let copy = self.volumes.copy_elsewhere(&volume, &temp).await?;
+        let retired = format!("{name}-x{:06x}", rand::random::<u32>() >> 8);
+        self.store
+            .databases()
+            .swap_volume(id, &volume.id, &retired, &copy.row.id, &name, None)
+            .await?;
+        self.sessions.forget(id);
+        tracing::info!(database = %id, from = %from, to = %copy.row.host_id, "database moved to another host");
+        if let Err(e) = self.volumes.delete(ws, &retired).await {
+            tracing::warn!(database = %id, volume = %retired, error = &e as &dyn std::error::Error, "could not remove a moved database's old volume");
+        }
+        Ok(true)
     }
 }
