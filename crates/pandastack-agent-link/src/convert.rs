@@ -8,9 +8,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use pandastack_host::{
     BuildSource, BuiltImage, DirPage, DiskLimits, DiskRequest, ExecEvent, ExecOutcome, ExecSpec,
-    FileInfo, FileKind, HostError, HostResult, LogChunk, LogPos, PtySize, Shape, SnapshotView,
-    SpecRefused, SpecSummary, TemplateView, VmState, VmStats, VmView, VolumeHolder, VolumeMount,
-    VolumeSnapshotView, VolumeUpload, VolumeView,
+    FileInfo, FileKind, HostError, HostResult, LogChunk, LogPos, Origin, PtySize, Shape,
+    SnapshotPiece, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmState, VmStats, VmView,
+    VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
 };
 
 use crate::pb;
@@ -550,6 +550,57 @@ pub(crate) fn built_from_pb(b: pb::BuiltImage) -> HostResult<BuiltImage> {
         disk_mb: b.disk_mb,
         env: b.env,
     })
+}
+
+pub(crate) fn origin_to_pb(o: &Origin) -> pb::Origin {
+    pb::Origin {
+        host_id: o.host_id.clone(),
+        address: o.address.clone(),
+    }
+}
+
+pub(crate) fn origin_from_pb(o: pb::Origin) -> Origin {
+    Origin {
+        host_id: o.host_id,
+        address: o.address,
+    }
+}
+
+pub(crate) fn piece_to_pb(p: SnapshotPiece) -> pb::SnapshotPiece {
+    use pb::snapshot_piece::Piece;
+    let piece = match p {
+        SnapshotPiece::Header { record, files } => Piece::Header(pb::SnapshotHeader {
+            record,
+            files: files
+                .into_iter()
+                .map(|(name, length)| pb::SentFile { name, length })
+                .collect(),
+        }),
+        SnapshotPiece::Data { file, offset, data } => {
+            Piece::Data(pb::FileData { file, offset, data })
+        }
+    };
+    pb::SnapshotPiece { piece: Some(piece) }
+}
+
+pub(crate) fn piece_from_pb(p: pb::SnapshotPiece) -> HostResult<SnapshotPiece> {
+    use pb::snapshot_piece::Piece;
+    Ok(
+        match p
+            .piece
+            .ok_or_else(|| bad("a snapshot piece with nothing in it"))?
+        {
+            Piece::Header(h) => SnapshotPiece::Header {
+                record: h.record,
+                files: h.files.into_iter().map(|f| (f.name, f.length)).collect(),
+            },
+            Piece::Data(d) => SnapshotPiece::Data {
+                file: d.file,
+                offset: d.offset,
+                data: d.data,
+            },
+        },
+    )
 }
 
 #[cfg(test)]

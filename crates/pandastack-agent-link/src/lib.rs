@@ -21,6 +21,9 @@
 //! in batches through [`Members`], which the control plane implements over the state store —
 //! this crate names no store. Only there does it retry: an agent keeps attending some replica.
 //!
+//! The third, `Peer` ([`PeerLink`]), runs between agents on the agent's listener: a host
+//! fetching a snapshot it lacks reads the files from the host that took it.
+//!
 //! [`run_agent`] runs both for one host (serving it, attending the replicas) until shutdown:
 //! the entry point of `pandastack agent` and of the test kit's fake-driver agent.
 
@@ -29,6 +32,7 @@ mod client;
 mod convert;
 pub mod fence;
 pub mod membership;
+mod peers;
 mod server;
 mod status;
 mod tls;
@@ -44,6 +48,7 @@ pub use client::{ConnectError, RemoteHost};
 pub use membership::{
     serve_membership, Attendance, HostReport, Members, MembersError, MembershipService, Replica,
 };
+pub use peers::PeerLink;
 pub use server::{serve, serve_counting, AgentService, InFlight, ServeError};
 pub use status::{from_status, to_status, RemoteCause};
 pub use tls::DialError;

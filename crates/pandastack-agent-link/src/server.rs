@@ -2,8 +2,10 @@
 //! accepts replicas on a TCP listener over the cluster's mutual TLS.
 //!
 //! ```text
-//!   accept ──► TLS handshake (client cert from the cluster CA) ──► peer role `server`? ──► gRPC
-//!          (one task per handshake, bounded in time)                 └─ no: dropped, logged
+//!   accept ──► TLS handshake (client cert from the cluster CA) ──► peer role `server`/`agent`?
+//!          (one task per handshake, bounded in time)        │ no: dropped, logged
+//!                                                           ▼
+//!              gRPC: `Agent` for a `server`, `Peer` for an `agent` (else PermissionDenied)
 //! ```
 
 use std::path::PathBuf;
@@ -17,11 +19,13 @@ use pandastack_host::{BoxStream, ExecInput, Host, HostResult, ListPage, SessionS
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::convert::*;
 use crate::pb;
 use crate::pb::agent_server::{Agent, AgentServer};
+use crate::peers::{only, PeerService};
 use crate::status::to_status;
 use crate::CHUNK;
 
@@ -40,9 +44,10 @@ pub enum ServeError {
 }
 
 /// Serves `host` to control-plane replicas on `listener` until an error stops it (or the
-/// future is dropped, which closes the listener). The agent presents `identity`; a peer
-/// without a certificate from the cluster CA fails the handshake, and one whose certificate
-/// is not a `server`'s is dropped before any call.
+/// future is dropped, which closes the listener), and its snapshots to other agents (`Peer`).
+/// The agent presents `identity`; a peer without a certificate from the cluster CA fails the
+/// handshake, one that is neither a `server` nor an `agent` is dropped before any call, and a
+/// call to the service of the other role is refused.
 pub async fn serve(
     identity: &Identity,
     listener: TcpListener,
@@ -59,10 +64,18 @@ pub async fn serve_counting(
     in_flight: InFlight,
 ) -> Result<(), ServeError> {
     let (accept, incoming) = crate::tls::accept(identity, listener, "agent link", |peer| {
-        peer.role == Role::Server
+        peer.role == Role::Server || peer.role == Role::Agent
     })?;
+    // Replicas call `Agent`, other agents `Peer`; each refuses the other role.
+    let agent = AgentService::new(Arc::clone(&host))
+        .counting(in_flight)
+        .into_server();
     let server = tonic::transport::Server::builder()
-        .add_service(AgentService::new(host).counting(in_flight).into_server())
+        .add_service(InterceptedService::new(agent, only(Role::Server)))
+        .add_service(InterceptedService::new(
+            PeerService::server(host),
+            only(Role::Agent),
+        ))
         .serve_with_incoming(incoming);
     tokio::select! {
         r = accept => r,
@@ -324,7 +337,12 @@ impl Agent for AgentService {
 
     async fn fetch_snapshot(&self, r: Request<pb::SnapshotInWorkspace>) -> RpcResult<pb::Empty> {
         let r = r.into_inner();
-        empty(self.host.fetch_snapshot(&r.snapshot_id, &r.ws).await)
+        let origin = r.origin.map(origin_from_pb);
+        empty(
+            self.host
+                .fetch_snapshot(&r.snapshot_id, &r.ws, origin.as_ref())
+                .await,
+        )
     }
 
     async fn store_durable(

@@ -47,6 +47,12 @@ pub enum AgentError {
     Objects(#[from] pandastack_objects::ObjectsError),
     #[error("this agent shares nothing through an object store (a cluster's agent does)")]
     NotShared,
+    #[error("fetching from host {host}")]
+    FromPeer {
+        host: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl From<AgentError> for HostError {
@@ -73,6 +79,7 @@ impl From<AgentError> for HostError {
             e @ (AgentError::Objects(_) | AgentError::NotShared) => {
                 HostError::failed("object store", e)
             }
+            e @ AgentError::FromPeer { .. } => HostError::failed("fetch from another host", e),
         }
     }
 }

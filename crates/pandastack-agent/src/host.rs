@@ -8,8 +8,9 @@ use bytes::Bytes;
 use pandastack_host::{
     BoxStream, BuildLogFn, BuildSource, BuiltImage, DirPage, DiskRequest, ExecEvent, ExecInput,
     ExecOutcome, ExecSpec, FileInfo, Host, HostError, HostResult, ListPage, LogChunk, LogPos,
-    PortIo, SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmStats,
-    VmView, VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
+    Origin, PortIo, SessionStart, Shape, SnapshotPiece, SnapshotView, SpecRefused, SpecSummary,
+    TemplateView, VmStats, VmView, VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload,
+    VolumeView,
 };
 use pandastack_vm::VmDriver;
 
@@ -271,10 +272,22 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
             .await
     }
 
-    async fn fetch_snapshot(&self, snapshot_id: &str, ws: &str) -> HostResult<()> {
-        let (id, ws) = (snapshot_id.to_owned(), ws.to_owned());
-        self.detached(move |a| async move { a.fetch_snapshot(&id, &ws).await })
+    async fn fetch_snapshot(
+        &self,
+        snapshot_id: &str,
+        ws: &str,
+        origin: Option<&Origin>,
+    ) -> HostResult<()> {
+        let (id, ws, origin) = (snapshot_id.to_owned(), ws.to_owned(), origin.cloned());
+        self.detached(move |a| async move { a.fetch_snapshot(&id, &ws, origin.as_ref()).await })
             .await
+    }
+
+    async fn send_snapshot(
+        &self,
+        snapshot_id: &str,
+    ) -> HostResult<BoxStream<HostResult<SnapshotPiece>>> {
+        Ok(self.0.send_snapshot(snapshot_id)?)
     }
 
     async fn adopt_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<VmView> {

@@ -28,6 +28,7 @@ mod guest;
 mod host;
 mod moving;
 mod moving_snapshots;
+mod peer_snapshots;
 mod powered_off;
 mod shared_templates;
 mod steps;
@@ -87,6 +88,9 @@ pub struct HostAgent<D: VmDriver> {
     filling: Mutex<()>,
     /// Set in a cluster: templates move through the object store (see `shared_templates`).
     sharing: std::sync::OnceLock<shared_templates::Sharing<D>>,
+    /// Set in a cluster: how a fetch reaches the agent a snapshot was taken on (see
+    /// `peer_snapshots`).
+    peers: std::sync::OnceLock<Arc<dyn pandastack_host::Peers>>,
 }
 
 impl<D: VmDriver + 'static> HostAgent<D> {
@@ -125,6 +129,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                 bakes: Mutex::new(HashMap::new()),
                 filling: Mutex::new(()),
                 sharing: std::sync::OnceLock::new(),
+                peers: std::sync::OnceLock::new(),
             },
             report,
         ))

@@ -13,8 +13,9 @@
 //! host that stored it removes the record (the chunks stay); a copy fetched by another host is
 //! deleted there by the same call made on that host.
 
+use pandastack_host::Origin;
 use pandastack_objects::{ObjectsError, DEFAULT_CHUNK_SIZE};
-use pandastack_runtime::Snapshot;
+use pandastack_runtime::{Snapshot, SnapshotError};
 use pandastack_vm::VmDriver;
 use serde::{Deserialize, Serialize};
 
@@ -87,12 +88,34 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         Ok(())
     }
 
-    /// Snapshot `id` of workspace `ws` on this host: here already, or fetched from the object
-    /// store where another host stored it ([`Self::store_snapshot`]). Refused when its
-    /// compatibility key is not this host's; nothing is left behind on failure.
-    pub async fn fetch_snapshot(&self, id: &str, ws: &str) -> Result<(), AgentError> {
+    /// Snapshot `id` of workspace `ws` on this host: here already, or fetched — from
+    /// `origin`, the agent that took it, when named and reachable (see `peer_snapshots`), else
+    /// from the object store where that host stored it ([`Self::store_snapshot`]). Refused
+    /// when its compatibility key is not this host's; nothing is left behind on failure.
+    pub async fn fetch_snapshot(
+        &self,
+        id: &str,
+        ws: &str,
+        origin: Option<&Origin>,
+    ) -> Result<(), AgentError> {
         if self.rt.get_snapshot(id).is_ok() {
             return Ok(());
+        }
+        if let Some(origin) = origin.filter(|_| self.peers.get().is_some()) {
+            let started = std::time::Instant::now();
+            match self.fetch_from_origin(id, origin).await {
+                Ok(()) => {
+                    tracing::info!(snapshot = id, origin = %origin.host_id, took_ms = started.elapsed().as_millis() as u64, "snapshot fetched from the host that took it");
+                    return Ok(());
+                }
+                Err(e @ AgentError::Snapshot(SnapshotError::Immovable { .. })) => return Err(e),
+                Err(e) => tracing::warn!(
+                    snapshot = id,
+                    origin = %origin.host_id,
+                    error = &e as &dyn std::error::Error,
+                    "snapshot not fetched from the host that took it: from the object store"
+                ),
+            }
         }
         let s = self.sharing.get().ok_or(AgentError::NotShared)?;
         let raw = s.objects.get_record(ws, RECORDS, id).await?;
@@ -109,7 +132,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             .into());
         }
         if stored.compat_key != s.compat_key {
-            return Err(pandastack_runtime::SnapshotError::Immovable {
+            return Err(SnapshotError::Immovable {
                 id: id.into(),
                 why: format!(
                     "it was taken on host {} with compatibility key {}, this host's is {}",

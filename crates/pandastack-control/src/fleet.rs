@@ -608,7 +608,12 @@ impl Host for Fleet {
     }
 
     /// Made on a host the caller names ([`Fleet::host`]): the fleet cannot know which.
-    async fn fetch_snapshot(&self, snapshot_id: &str, _: &str) -> HostResult<()> {
+    async fn fetch_snapshot(
+        &self,
+        snapshot_id: &str,
+        _: &str,
+        _: Option<&pandastack_host::Origin>,
+    ) -> HostResult<()> {
         Err(HostError::failed(
             "fetch snapshot",
             format!("a fleet fetches snapshot {snapshot_id} on a host it is given"),

@@ -24,9 +24,9 @@ use bytes::Bytes;
 use futures::Stream;
 use pandastack_host::{
     BoxStream, BuildLogFn, BuildSource, BuiltImage, DirPage, DiskRequest, ExecEvent, ExecInput,
-    ExecOutcome, ExecSpec, FileInfo, Host, HostResult, ListPage, LogChunk, LogPos, PortIo,
-    SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmStats, VmView,
-    VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
+    ExecOutcome, ExecSpec, FileInfo, Host, HostResult, ListPage, LogChunk, LogPos, Origin, PortIo,
+    SessionStart, Shape, SnapshotPiece, SnapshotView, SpecRefused, SpecSummary, TemplateView,
+    VmStats, VmView, VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
 };
 use pandastack_store::{now_ms, Store};
 
@@ -239,8 +239,20 @@ impl Host for Watched {
         self.host.store_snapshot(snapshot_id, ws).await
     }
 
-    async fn fetch_snapshot(&self, snapshot_id: &str, ws: &str) -> HostResult<()> {
-        self.host.fetch_snapshot(snapshot_id, ws).await
+    async fn fetch_snapshot(
+        &self,
+        snapshot_id: &str,
+        ws: &str,
+        origin: Option<&Origin>,
+    ) -> HostResult<()> {
+        self.host.fetch_snapshot(snapshot_id, ws, origin).await
+    }
+
+    async fn send_snapshot(
+        &self,
+        snapshot_id: &str,
+    ) -> HostResult<BoxStream<HostResult<SnapshotPiece>>> {
+        self.host.send_snapshot(snapshot_id).await
     }
 
     async fn store_durable(&self, id: &str, ws: &str) -> HostResult<String> {

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use pandastack_api_types::{CreateSandboxRequest, PatchSandboxRequest};
-use pandastack_host::{Host, HostError, VmState, VmView};
+use pandastack_host::{Host, HostError, Origin, VmState, VmView};
 use pandastack_store::{
-    now_ms, Adding, Filter, MountClaim, SandboxRow, SandboxState, Store, StoreError,
+    now_ms, Adding, Filter, HostState, MountClaim, SandboxRow, SandboxState, Store, StoreError,
 };
 
 use crate::{row_state, Fleet, TemplateError, Templates, Volumes};
@@ -377,10 +377,10 @@ impl Sandboxes {
                     placed,
                     Err(ControlError::Store(StoreError::NoCapacity { .. }))
                 ) {
-                    if let Some(key) = self.snapshot_elsewhere(s, origin).await? {
+                    if let Some((key, from)) = self.snapshot_elsewhere(s, origin).await? {
                         self.place_row_keyed(&mut row, &[], None, None, Some(&key), &exclude)
                             .await?;
-                        self.fetched(&row, s).await?;
+                        self.fetched(&row, s, from.as_ref()).await?;
                         return self.launch_on_host(row, &source).await;
                     }
                 }
@@ -389,7 +389,7 @@ impl Sandboxes {
             if let (Source::Snapshot(s), None, Some(_)) = (&source, &pinned, self.fleet.get()) {
                 // A snapshot the platform took (a function version's bake: no row names its
                 // host) is in the object store: the host chosen fetches it unless it has it.
-                self.fetched(&row, s).await?;
+                self.fetched(&row, s, None).await?;
             }
             let host = row.host_id.clone();
             match self.launch_on_host(row, &source).await {
@@ -406,27 +406,46 @@ impl Sandboxes {
         }
     }
 
-    /// The compatibility key of the hosts snapshot `snapshot` may be restored on besides its
-    /// own `origin`: `Some` in a cluster once its files are durable in the object store.
+    /// Where snapshot `snapshot`, taken on host `origin`, may be restored besides there: the
+    /// compatibility key of those hosts, and `origin`'s agent while it is alive (a host placed
+    /// elsewhere reads the files from it, not waiting for their upload). `Some` in a cluster
+    /// while `origin` is alive, or once the files are durable in the object store.
     async fn snapshot_elsewhere(
         &self,
         snapshot: &str,
         origin: &str,
-    ) -> Result<Option<String>, ControlError> {
+    ) -> Result<Option<(String, Option<Origin>)>, ControlError> {
         if self.fleet.get().is_none() {
             return Ok(None);
         }
-        match self.store.snapshots().durable_at(snapshot).await {
-            Ok(Some(_)) => {}
-            Ok(None) | Err(StoreError::NotFound) => return Ok(None),
+        let durable = match self.store.snapshots().durable_at(snapshot).await {
+            Ok(at) => at.is_some(),
+            Err(StoreError::NotFound) => return Ok(None),
             Err(e) => return Err(e.into()),
+        };
+        let host = self.store.hosts().get(origin).await?;
+        let from = match (host.state, host.address) {
+            (HostState::Dead, _) | (_, None) => None,
+            (_, Some(address)) => Some(Origin {
+                host_id: host.id,
+                address,
+            }),
+        };
+        if !durable && from.is_none() {
+            return Ok(None);
         }
-        Ok(self.store.hosts().get(origin).await?.compat_key)
+        Ok(host.compat_key.map(|key| (key, from)))
     }
 
-    /// Snapshot `snapshot` fetched onto the host of `row` (placed, in state `starting`) from
-    /// the object store; a failure removes the row.
-    async fn fetched(&self, row: &SandboxRow, snapshot: &str) -> Result<(), ControlError> {
+    /// Snapshot `snapshot` fetched onto the host of `row` (placed, in state `starting`): from
+    /// the agent of the host that took it (`from`) while it answers, else from the object
+    /// store; a failure removes the row.
+    async fn fetched(
+        &self,
+        row: &SandboxRow,
+        snapshot: &str,
+        from: Option<&Origin>,
+    ) -> Result<(), ControlError> {
         let fetched = async {
             let fleet = self.fleet.get().ok_or_else(|| {
                 HostError::failed("fetch snapshot", "this server is a single host")
@@ -435,7 +454,7 @@ impl Sandboxes {
             fleet
                 .host(&row.host_id)
                 .await?
-                .fetch_snapshot(snapshot, &row.workspace_id)
+                .fetch_snapshot(snapshot, &row.workspace_id, from)
                 .await?;
             tracing::info!(
                 snapshot,

@@ -91,7 +91,7 @@ impl Snapshots {
         snapshot_id: &str,
     ) -> Result<(SandboxRow, SnapshotRow), ControlError> {
         let (row, snap) = self.take(row, snapshot_id, true, false).await?;
-        self.keep_durable(&snap);
+        self.keep_durable(&snap, true);
         Ok((row, snap))
     }
 
@@ -119,9 +119,12 @@ impl Snapshots {
 
     /// In a cluster, after snapshot `snap` was taken: its files uploaded to the object store
     /// in the background (the snapshot call does not wait), and the row told when they are
-    /// durable; from then on a create from it may run on another host (see
-    /// `Sandboxes::launch`). A failed upload is logged: the snapshot stays its host's.
-    fn keep_durable(&self, snap: &SnapshotRow) {
+    /// durable; from then on a create from it may run on another host even once its own host
+    /// is lost (see `Sandboxes::launch`). `checkpoint`: it becomes its sandbox's checkpoint
+    /// then (what the sandbox is restored from if its host is lost; a fork's snapshot, which
+    /// goes with its children, does not). A failed upload is logged: the snapshot restores
+    /// elsewhere only while its host is alive.
+    fn keep_durable(&self, snap: &SnapshotRow, checkpoint: bool) {
         let Some(fleet) = self.sandboxes.fleet() else {
             return;
         };
@@ -154,6 +157,9 @@ impl Snapshots {
                         "snapshot durable"
                     );
                     // What the sandbox is restored from if its host is lost (its newest).
+                    if !checkpoint {
+                        return;
+                    }
                     if let Err(e) = store
                         .sandboxes()
                         .set_checkpoint(&snap.sandbox_id, &snap.id)
@@ -246,10 +252,12 @@ impl Snapshots {
     }
 
     /// A fork in a cluster whose children do not fit on the parent's host, or that asked to
-    /// `spread`: the parent's snapshot is taken there (it keeps running) and stored in the
-    /// object store now, then each child is created from it by placement
+    /// `spread`: the parent's snapshot is taken there (it keeps running) and uploaded to the
+    /// object store in the background, and each child is created from it by placement
     /// (`Sandboxes::launch`: beside its parent while there is room, else on a host with the
-    /// parent host's compatibility key, which fetches the snapshot). `spread`: each child
+    /// parent host's compatibility key, which reads the snapshot's files from the parent's
+    /// host — not waiting for the upload — or, if that host stopped answering, from the object
+    /// store). `spread`: each child
     /// avoids the parent's host and its siblings' while another host has room, then the
     /// parent's host only, then goes anywhere with room. All or nothing: a child that cannot be
     /// made takes the children made before it, and a snapshot that goes with its sandboxes
@@ -267,16 +275,10 @@ impl Snapshots {
         let (parent, snapshot) = self
             .take(parent, snapshot_id, false, !keep_snapshot)
             .await?;
+        // Uploaded meanwhile: the children elsewhere read it from the parent's host.
+        self.keep_durable(&snapshot, false);
         let mut made = Vec::with_capacity(children.len());
         let placed = async {
-            // Stored now: the children elsewhere restore from the object store.
-            self.host
-                .store_snapshot(&snapshot.id, &snapshot.workspace_id)
-                .await?;
-            self.store
-                .snapshots()
-                .set_durable(&snapshot.id, now_ms())
-                .await?;
             let mut used = vec![host.clone()];
             for child in children {
                 let r = self.place_child(child, &snapshot.id, spread, &used).await?;
@@ -313,7 +315,7 @@ impl Snapshots {
         })
     }
 
-    /// Child `row` of a fork made from snapshot `snap` (durable) by placement; with `spread`
+    /// Child `row` of a fork made from snapshot `snap` by placement; with `spread`
     /// avoiding the hosts in `used` (the parent's first, then its siblings'), then the parent's
     /// only, then none (see [`Self::fork_elsewhere`]).
     async fn place_child(

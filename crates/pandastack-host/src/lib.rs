@@ -18,6 +18,7 @@ mod error;
 mod exec;
 mod files;
 mod log;
+mod peer;
 mod view;
 mod volume;
 
@@ -26,6 +27,7 @@ pub use error::{error_chain, is_moving, GuestErrorKind, HostError, WAKE_WHILE_MO
 pub use exec::{ExecEvent, ExecInput, ExecOutcome, ExecSpec, PtySize, SessionStart};
 pub use files::{DirPage, FileInfo, FileKind, ListPage};
 pub use log::{read_log, trim_log, LogChunk, LogPos};
+pub use peer::{Origin, Peers, SnapshotPiece};
 pub use view::{
     DiskLimits, DiskRequest, Shape, SnapshotView, TemplateView, VmState, VmStats, VmView,
 };
@@ -145,9 +147,26 @@ pub trait Host: Send + Sync + 'static {
     /// object store, so another host with the same compatibility key can restore it.
     async fn store_snapshot(&self, snapshot_id: &str, ws: &str) -> HostResult<()>;
     /// Makes snapshot `snapshot_id` of workspace `ws` one of this host's: here already, or
-    /// fetched from the object store where another host stored it. Nothing is left behind on
-    /// failure.
-    async fn fetch_snapshot(&self, snapshot_id: &str, ws: &str) -> HostResult<()>;
+    /// fetched — from `origin`, the agent of the host that took it, when named and it answers
+    /// (its upload need not be done), else from the object store where that host stored it.
+    /// Nothing is left behind on failure.
+    async fn fetch_snapshot(
+        &self,
+        snapshot_id: &str,
+        ws: &str,
+        origin: Option<&Origin>,
+    ) -> HostResult<()>;
+    /// Snapshot `snapshot_id`'s files, for another host that fetches it from this one
+    /// ([`Peers`]): its header, then its data. Only an agent serving its peers has this.
+    async fn send_snapshot(
+        &self,
+        snapshot_id: &str,
+    ) -> HostResult<BoxStream<HostResult<SnapshotPiece>>> {
+        Err(HostError::failed(
+            "send a snapshot to another host",
+            format!("this host does not serve snapshot {snapshot_id} to its peers"),
+        ))
+    }
     /// Deletes a snapshot's files.
     async fn delete_snapshot(&self, snapshot_id: &str) -> HostResult<()>;
     /// Keeps `count` VM processes started and waiting for restores from snapshot `snapshot_id`

@@ -938,7 +938,12 @@ impl Host for ScriptedHost {
         ))
     }
 
-    async fn fetch_snapshot(&self, snapshot_id: &str, _: &str) -> HostResult<()> {
+    async fn fetch_snapshot(
+        &self,
+        snapshot_id: &str,
+        _: &str,
+        _: Option<&pandastack_host::Origin>,
+    ) -> HostResult<()> {
         Err(HostError::failed(
             "fetch snapshot",
             format!("the scripted host has no object store ({snapshot_id})"),

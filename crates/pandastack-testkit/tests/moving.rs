@@ -354,6 +354,24 @@ async fn a_hibernated_sandbox_stored_by_its_host_wakes_on_another() {
     b.destroy("mover").await.unwrap();
 }
 
+/// Serves `agent` on a loopback agent link as host `name`: its address.
+async fn served(
+    ca: &pandastack_testkit::cluster::TestCa,
+    agent: &Arc<HostAgent<FakeDriver>>,
+    name: &str,
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    use pandastack_cluster::Role;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let identity = ca.identity(Role::Agent, name, &[]);
+    let host: Arc<dyn pandastack_host::Host> =
+        Arc::new(pandastack_agent::LocalHost(Arc::clone(agent)));
+    let task = tokio::spawn(async move {
+        let _ = pandastack_agent_link::serve(&identity, listener, host).await;
+    });
+    (addr, task)
+}
+
 /// Serves `agent` on a loopback agent link as host `name`; a replica's `RemoteHost` to it.
 async fn linked(
     ca: &pandastack_testkit::cluster::TestCa,
@@ -364,14 +382,7 @@ async fn linked(
     tokio::task::JoinHandle<()>,
 ) {
     use pandastack_cluster::Role;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let identity = ca.identity(Role::Agent, name, &[]);
-    let host: Arc<dyn pandastack_host::Host> =
-        Arc::new(pandastack_agent::LocalHost(Arc::clone(agent)));
-    let task = tokio::spawn(async move {
-        let _ = pandastack_agent_link::serve(&identity, listener, host).await;
-    });
+    let (addr, task) = served(ca, agent, name).await;
     let replica = ca.identity(Role::Server, "replica-1", &[]);
     let remote = pandastack_agent_link::RemoteHost::connect(&replica, addr, name)
         .await
@@ -434,6 +445,134 @@ async fn a_hibernated_sandbox_moves_through_the_agent_links() {
     no_stored_images(&objects, WS, "the durable copy's record gone").await;
     serving_a.abort();
     serving_b.abort();
+}
+
+/// A snapshot read from the agent that took it, over the agent link (mutual TLS, the `Peer`
+/// service), before any upload: host b fetches it from a and restores it with its files while
+/// the object store holds nothing of it. The origin must be the host named (another name is
+/// refused at the handshake), a replica's certificate may not call `Peer`, and an origin that
+/// does not answer leaves the fetch to the object store once the snapshot is stored there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snapshot_is_read_from_the_host_that_took_it_before_its_upload() {
+    use pandastack_cluster::Role;
+    use pandastack_host::{error_chain, Host, Origin, Peers};
+    const WS: &str = "ws-peer";
+    let tmp = tempfile::tempdir().unwrap();
+    let objects =
+        Objects::open(&format!("file://{}", tmp.path().join("objects").display())).unwrap();
+    let a = host(&tmp.path().join("a"), &objects, KEY, "host-a").await;
+    let b = host(&tmp.path().join("b"), &objects, KEY, "host-b").await;
+    for agent in [&a, &b] {
+        agent
+            .bake_image("tiny", &image(tmp.path(), 4), Shape::new(1, 64))
+            .await
+            .unwrap();
+    }
+    let ca = pandastack_testkit::cluster::TestCa::new();
+    let (addr, serving_a) = served(&ca, &a, "host-a").await;
+    let peers =
+        pandastack_agent_link::PeerLink::new(&ca.identity(Role::Agent, "host-b", &[])).unwrap();
+    b.reach_peers(Arc::new(peers));
+    let (on_a, on_b) = (
+        pandastack_agent::LocalHost(Arc::clone(&a)),
+        pandastack_agent::LocalHost(Arc::clone(&b)),
+    );
+    on_a.create("tiny", "peered").await.unwrap();
+    let ch = a.channel("peered").await.unwrap();
+    pandastack_testkit::exec(&ch, "echo from-a > /tmp/mark").await;
+    on_a.snapshot("peered", "snap-peer1").await.unwrap();
+
+    let origin = Origin {
+        host_id: "host-a".into(),
+        address: addr.to_string(),
+    };
+    on_b.fetch_snapshot("snap-peer1", WS, Some(&origin))
+        .await
+        .unwrap();
+    assert!(
+        objects
+            .list_records(WS, "snapshots")
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing was uploaded: b read it from a"
+    );
+    let (mine, theirs) = (
+        b.runtime().get_snapshot("snap-peer1").unwrap(),
+        a.runtime().get_snapshot("snap-peer1").unwrap(),
+    );
+    for f in mine.moving_files().unwrap() {
+        assert_eq!(read(&mine.dir.join(f)), read(&theirs.dir.join(f)), "{f}");
+    }
+    on_b.create_from_snapshot("snap-peer1", "peered-b")
+        .await
+        .unwrap();
+    let ch = b.channel("peered-b").await.unwrap();
+    assert_eq!(
+        pandastack_testkit::exec(&ch, "cat /tmp/mark").await.stdout,
+        "from-a\n"
+    );
+
+    // Who may read: the origin must be the host named; a replica's certificate calls `Agent`
+    // only.
+    let wrong = Origin {
+        host_id: "host-c".into(),
+        address: addr.to_string(),
+    };
+    let replica =
+        pandastack_agent_link::PeerLink::new(&ca.identity(Role::Server, "r", &[])).unwrap();
+    let e = match replica.send_snapshot(&origin, "snap-peer1").await {
+        Ok(_) => panic!("a replica read a snapshot through `Peer`"),
+        Err(e) => error_chain(&e),
+    };
+    assert!(e.contains("may not call this service"), "{e}");
+    on_a.snapshot("peered", "snap-peer2").await.unwrap();
+    // Not host-a's name: refused at the handshake, and not in the object store either.
+    on_b.fetch_snapshot("snap-peer2", WS, Some(&wrong))
+        .await
+        .unwrap_err();
+    assert!(b.runtime().get_snapshot("snap-peer2").is_err());
+
+    // The origin gone: once stored, the object store serves the fetch.
+    serving_a.abort();
+    on_a.store_snapshot("snap-peer2", WS).await.unwrap();
+    on_b.fetch_snapshot("snap-peer2", WS, Some(&origin))
+        .await
+        .unwrap();
+    on_b.create_from_snapshot("snap-peer2", "peered-b2")
+        .await
+        .unwrap();
+    let ch = b.channel("peered-b2").await.unwrap();
+    assert_eq!(
+        pandastack_testkit::exec(&ch, "cat /tmp/mark").await.stdout,
+        "from-a\n"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(tmp.path().join("b/data/snapshots"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "staging left behind: {leftovers:?}");
+}
+
+/// Reads snapshots from the other hosts' agents in process (the agent link's `PeerLink` is
+/// tested above).
+struct LocalPeers(std::collections::HashMap<String, Arc<dyn pandastack_host::Host>>);
+
+#[async_trait::async_trait]
+impl pandastack_host::Peers for LocalPeers {
+    async fn send_snapshot(
+        &self,
+        origin: &pandastack_host::Origin,
+        snapshot_id: &str,
+    ) -> pandastack_host::HostResult<
+        pandastack_host::BoxStream<pandastack_host::HostResult<pandastack_host::SnapshotPiece>>,
+    > {
+        let host = self.0.get(&origin.host_id).ok_or_else(|| {
+            pandastack_host::HostError::failed("peer", format!("no host {}", origin.host_id))
+        })?;
+        host.send_snapshot(snapshot_id).await
+    }
 }
 
 /// Dials host agents by host id, in process.
@@ -751,6 +890,17 @@ async fn pair(dir: &Path) -> Pair {
             .unwrap();
     }
     let hosts = [("host-a", &a), ("host-b", &b)];
+    let peers: std::collections::HashMap<String, Arc<dyn pandastack_host::Host>> = hosts
+        .iter()
+        .map(|(id, agent)| {
+            let h: Arc<dyn pandastack_host::Host> =
+                Arc::new(pandastack_agent::LocalHost(Arc::clone(agent)));
+            ((*id).to_owned(), h)
+        })
+        .collect();
+    let peers = Arc::new(LocalPeers(peers));
+    a.reach_peers(peers.clone());
+    b.reach_peers(peers);
     let one = replica(&store, &objects, &dir.join("b1"), &hosts).await;
     Pair {
         objects,
@@ -1323,10 +1473,11 @@ async fn a_host_is_lost_for_a_failed_call_only_when_its_lease_runs_out_unrenewed
     );
 }
 
-/// A fork whose children do not fit on the parent's host: the parent's snapshot is stored in
-/// the object store and each child is created from it where it fits — the first beside its
-/// parent (room for one), the second on the other host, fetched there. Both run; deleting them
-/// deletes the fork's snapshot on both hosts.
+/// A fork whose children do not fit on the parent's host: each child is created from the
+/// parent's snapshot where it fits — the first beside its parent (room for one), the second on
+/// the other host, which reads it from the parent's (the upload to the object store runs in
+/// the background and ends durable). Both run; deleting them deletes the fork's snapshot on
+/// both hosts.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fork_too_big_for_its_parents_host_puts_children_on_another() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1353,7 +1504,16 @@ async fn a_fork_too_big_for_its_parents_host_puts_children_on_another() {
     let snap = forked.snapshot.id.clone();
     let hosts: Vec<&str> = forked.children.iter().map(|c| c.host_id.as_str()).collect();
     assert_eq!(hosts, ["host-a", "host-b"], "{:?}", forked.children);
-    assert!(store.snapshots().durable_at(&snap).await.unwrap().is_some());
+    within(
+        Duration::from_secs(30),
+        "the fork's snapshot durable",
+        async {
+            while store.snapshots().durable_at(&snap).await.unwrap().is_none() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        },
+    )
+    .await;
     for (child, agent) in forked.children.iter().zip([&a, &b]) {
         assert_eq!(child.state, pandastack_store::SandboxState::Running);
         assert_eq!(child.parent_id.as_deref(), Some(parent.id.as_str()));

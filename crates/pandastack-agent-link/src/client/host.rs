@@ -6,7 +6,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use pandastack_host::{
     BoxStream, BuildLogFn, BuildSource, BuiltImage, DirPage, DiskRequest, ExecEvent, ExecInput,
-    ExecOutcome, ExecSpec, FileInfo, Host, HostResult, ListPage, LogChunk, LogPos, PortIo,
+    ExecOutcome, ExecSpec, FileInfo, Host, HostResult, ListPage, LogChunk, LogPos, Origin, PortIo,
     SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmStats, VmView,
     VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
 };
@@ -172,14 +172,21 @@ impl Host for RemoteHost {
         let r = pb::SnapshotInWorkspace {
             snapshot_id: snapshot_id.to_owned(),
             ws: ws.to_owned(),
+            origin: None,
         };
         unit(self.c().store_snapshot(r).await)
     }
 
-    async fn fetch_snapshot(&self, snapshot_id: &str, ws: &str) -> HostResult<()> {
+    async fn fetch_snapshot(
+        &self,
+        snapshot_id: &str,
+        ws: &str,
+        origin: Option<&Origin>,
+    ) -> HostResult<()> {
         let r = pb::SnapshotInWorkspace {
             snapshot_id: snapshot_id.to_owned(),
             ws: ws.to_owned(),
+            origin: origin.map(origin_to_pb),
         };
         unit(self.c().fetch_snapshot(r).await)
     }

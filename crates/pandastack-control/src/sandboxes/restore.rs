@@ -194,7 +194,8 @@ impl Sandboxes {
         let host = fleet.host(&row.host_id).await?;
         match checkpoint {
             Some(snap) => {
-                host.fetch_snapshot(snap, &row.workspace_id).await?;
+                // Its host is lost: from the object store.
+                host.fetch_snapshot(snap, &row.workspace_id, None).await?;
                 host.create_from_snapshot(snap, &row.id).await
             }
             None => {

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use pandastack_agent_link::{agent_host_id, run_agent, AgentOptions, Replica};
+use pandastack_agent_link::{agent_host_id, run_agent, AgentOptions, PeerLink, Replica};
 use pandastack_cluster::Identity;
 
 use super::agent_facts::HostFacts;
@@ -121,6 +121,9 @@ pub async fn run(a: AgentArgs) -> anyhow::Result<ExitCode> {
     started
         .agent
         .share_templates(objects, facts.compat_key(), &host_id);
+    // A snapshot this host lacks is read from the agent that took it, over the cluster's TLS.
+    let peers = PeerLink::new(&identity).context("the agent's TLS configuration for its peers")?;
+    started.agent.reach_peers(Arc::new(peers));
     tokio::spawn(Arc::clone(&facts).count_running_forever());
     println!(
         "PandaStack agent {host_id} serving on {bound} (advertised as {advertise}; guests run \

@@ -4,10 +4,12 @@
 //! `POST /v1/sandboxes/{id}/migrate`), against a wake where it slept.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
-use pandastack_host::ExecSpec;
+use pandastack_cluster::Role;
+use pandastack_host::{ExecSpec, Origin};
 
 use crate::cmd::bench::ms;
 use crate::cmd::local_host::{open_objects, start_host, StartedHost};
@@ -33,8 +35,8 @@ pub(super) struct Moved {
     /// A hibernated sandbox to its first exec answered where it slept.
     pub(super) wake_local: Vec<f64>,
     /// A running sandbox of host a forked to its child's first exec answered on host b (the
-    /// path of a fork with `spread`: the parent's snapshot taken and stored, fetched on b, the
-    /// child restored there).
+    /// path of a fork with `spread`: the parent's snapshot taken, read by b from a's agent
+    /// while its upload runs, the child restored there).
     pub(super) fork_elsewhere: Vec<f64>,
     /// Snapshots of a running sandbox, each: the snapshot call (local), then its upload to the
     /// object store (in the background in a cluster), then a create from it on the other host
@@ -77,6 +79,38 @@ async fn host(
     let started = start_host(&flags, |_| false, store.clone()).await?;
     started.agent.share_templates(store, KEY, name);
     Ok(started)
+}
+
+/// Host `a` served on a loopback agent link (a cluster CA made in `ca`), and host `b`
+/// reaching it as an agent does: `a`'s origin for a fetch, and the serving task.
+async fn peers(
+    ca: &Path,
+    a: &StartedHost,
+    b: &StartedHost,
+) -> anyhow::Result<(Origin, tokio::task::JoinHandle<()>)> {
+    let ca = pandastack_cluster::ClusterCa::init(ca).context("a cluster CA")?;
+    let identity = |name: &str| -> anyhow::Result<pandastack_cluster::Identity> {
+        let issued = ca.issue(Role::Agent, name, &[], 1)?;
+        Ok(pandastack_cluster::Identity::from_pem(
+            ca.cert_pem(),
+            &issued.cert_pem,
+            &issued.key_pem,
+        )?)
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let origin = Origin {
+        host_id: "host-a".into(),
+        address: listener.local_addr()?.to_string(),
+    };
+    let (served, host) = (identity("host-a")?, Arc::clone(&a.host));
+    let serving = tokio::spawn(async move {
+        if let Err(e) = pandastack_agent_link::serve(&served, listener, host).await {
+            tracing::warn!(error = &e as &dyn std::error::Error, "host-a's agent link");
+        }
+    });
+    let link = pandastack_agent_link::PeerLink::new(&identity("host-b")?)?;
+    b.agent.reach_peers(Arc::new(link));
+    Ok((origin, serving))
 }
 
 /// Creates `id` of template `bench` on `host` and runs `true` in it: milliseconds to that answer.
@@ -154,9 +188,10 @@ pub(super) async fn templates_moving(
         image_mib.push(mib);
         wake_local.push(wake_here(&host_a, &format!("sb-wake-{i}")).await?);
     }
+    let (origin, serving) = peers(&root.path().join("ca"), &host_a, &host_b).await?;
     let mut fork_elsewhere = Vec::new();
     for i in 0..runs {
-        let took = fork_to_other(&host_a, &host_b, &format!("sb-parent-{i}")).await?;
+        let took = fork_to_other(&host_a, &host_b, &origin, &format!("sb-parent-{i}")).await?;
         eprintln!("sandboxes: forked on host-a, the child exec-ready on host-b {took:.0} ms");
         fork_elsewhere.push(took);
     }
@@ -171,6 +206,7 @@ pub(super) async fn templates_moving(
         snapshots.push(run);
         hibernate_durable.push(durable);
     }
+    serving.abort();
     let accel = host_a.accel.to_string();
     host_a.agent.shutdown().await;
     host_b.agent.shutdown().await;
@@ -225,7 +261,8 @@ async fn snapshot_elsewhere(
     from.host.store_snapshot(&snapshot, WS).await?;
     let upload = ms(t.elapsed());
     let t = Instant::now();
-    to.host.fetch_snapshot(&snapshot, WS).await?;
+    // From the object store (as when the snapshot's host is lost).
+    to.host.fetch_snapshot(&snapshot, WS, None).await?;
     to.host.create_from_snapshot(&snapshot, &child).await?;
     exec_true(to, &child).await?;
     let create_elsewhere = ms(t.elapsed());
@@ -289,19 +326,30 @@ async fn wake_on_other(
 }
 
 /// A sandbox of `bench` running on `from`, forked to a child on `to` as a fork with `spread`
-/// makes it (the parent's snapshot taken and stored, fetched on `to`, the child restored
-/// there): milliseconds from the fork to the child's first exec answered on `to`.
-async fn fork_to_other(from: &StartedHost, to: &StartedHost, id: &str) -> anyhow::Result<f64> {
+/// makes it (the parent's snapshot taken, its upload to the object store started in the
+/// background, `to` reading the files from `from`'s agent at `origin` over the cluster's link,
+/// the child restored there): milliseconds from the fork to the child's first exec answered on
+/// `to`.
+async fn fork_to_other(
+    from: &StartedHost,
+    to: &StartedHost,
+    origin: &Origin,
+    id: &str,
+) -> anyhow::Result<f64> {
     from.host.create("bench", id).await?;
     exec_true(from, id).await?;
     let (snapshot, child) = (format!("{id}-snap"), format!("{id}-child"));
     let t = Instant::now();
     from.host.snapshot(id, &snapshot).await?;
-    from.host.store_snapshot(&snapshot, WS).await?;
-    to.host.fetch_snapshot(&snapshot, WS).await?;
+    let upload = {
+        let (host, snapshot) = (Arc::clone(&from.host), snapshot.clone());
+        tokio::spawn(async move { host.store_snapshot(&snapshot, WS).await })
+    };
+    to.host.fetch_snapshot(&snapshot, WS, Some(origin)).await?;
     to.host.create_from_snapshot(&snapshot, &child).await?;
     exec_true(to, &child).await?;
     let took = ms(t.elapsed());
+    upload.await.context("the upload's task")??;
     to.host.destroy(&child).await?;
     to.host.delete_snapshot(&snapshot).await?;
     from.host.destroy(id).await?;
