@@ -8,8 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use pandastack_host::{
     BuildSource, BuiltImage, DirPage, DiskLimits, DiskRequest, ExecEvent, ExecOutcome, ExecSpec,
-    FileInfo, FileKind, HostError, HostResult, LogChunk, LogPos, Origin, PtySize, Shape,
-    SnapshotPiece, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmState, VmStats, VmView,
+    FileInfo, FileKind, HostError, HostResult, ImagePiece, LogChunk, LogPos, Origin, PtySize,
+    Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmState, VmStats, VmView,
     VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
 };
 
@@ -566,35 +566,33 @@ pub(crate) fn origin_from_pb(o: pb::Origin) -> Origin {
     }
 }
 
-pub(crate) fn piece_to_pb(p: SnapshotPiece) -> pb::SnapshotPiece {
-    use pb::snapshot_piece::Piece;
+pub(crate) fn piece_to_pb(p: ImagePiece) -> pb::ImagePiece {
+    use pb::image_piece::Piece;
     let piece = match p {
-        SnapshotPiece::Header { record, files } => Piece::Header(pb::SnapshotHeader {
+        ImagePiece::Header { record, files } => Piece::Header(pb::ImageHeader {
             record,
             files: files
                 .into_iter()
                 .map(|(name, length)| pb::SentFile { name, length })
                 .collect(),
         }),
-        SnapshotPiece::Data { file, offset, data } => {
-            Piece::Data(pb::FileData { file, offset, data })
-        }
+        ImagePiece::Data { file, offset, data } => Piece::Data(pb::FileData { file, offset, data }),
     };
-    pb::SnapshotPiece { piece: Some(piece) }
+    pb::ImagePiece { piece: Some(piece) }
 }
 
-pub(crate) fn piece_from_pb(p: pb::SnapshotPiece) -> HostResult<SnapshotPiece> {
-    use pb::snapshot_piece::Piece;
+pub(crate) fn piece_from_pb(p: pb::ImagePiece) -> HostResult<ImagePiece> {
+    use pb::image_piece::Piece;
     Ok(
         match p
             .piece
             .ok_or_else(|| bad("a snapshot piece with nothing in it"))?
         {
-            Piece::Header(h) => SnapshotPiece::Header {
+            Piece::Header(h) => ImagePiece::Header {
                 record: h.record,
                 files: h.files.into_iter().map(|f| (f.name, f.length)).collect(),
             },
-            Piece::Data(d) => SnapshotPiece::Data {
+            Piece::Data(d) => ImagePiece::Data {
                 file: d.file,
                 offset: d.offset,
                 data: d.data,

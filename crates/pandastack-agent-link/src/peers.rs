@@ -1,4 +1,5 @@
-//! Agents reading each other's snapshot files: the `Peer` service an agent serves beside
+//! Agents reading each other's images (a snapshot's files, a leaving sandbox's hibernation
+//! image): the `Peer` service an agent serves beside
 //! `Agent` on the same listener (a peer with an `agent` certificate may call it, and nothing
 //! else; a replica may call `Agent` only), and [`PeerLink`], with which an agent dials another
 //! (the peer checked to be the host it named).
@@ -12,7 +13,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use pandastack_cluster::{Identity, Peer, Role, TlsConfigError};
-use pandastack_host::{BoxStream, Host, HostError, HostResult, Origin, Peers, SnapshotPiece};
+use pandastack_host::{BoxStream, Host, HostError, HostResult, ImagePiece, Origin, Peers};
 use tonic::transport::Endpoint;
 use tonic::{Request, Response, Status};
 
@@ -37,7 +38,7 @@ impl PeerService {
 }
 
 type PieceStream =
-    std::pin::Pin<Box<dyn futures::Stream<Item = Result<pb::SnapshotPiece, Status>> + Send>>;
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<pb::ImagePiece, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl pb::peer_server::Peer for PeerService {
@@ -53,10 +54,31 @@ impl pb::peer_server::Peer for PeerService {
             .send_snapshot(&id)
             .await
             .map_err(|e| to_status(&e))?;
-        let s: PieceStream =
-            Box::pin(pieces.map(|p| p.map(piece_to_pb).map_err(|e| to_status(&e))));
-        Ok(Response::new(s))
+        Ok(Response::new(rpc_stream(pieces)))
     }
+
+    type SendHibernatedStream = PieceStream;
+
+    async fn send_hibernated(
+        &self,
+        r: Request<pb::SandboxId>,
+    ) -> Result<Response<PieceStream>, Status> {
+        let id = r.into_inner().id;
+        let pieces = self
+            .host
+            .send_hibernated(&id)
+            .await
+            .map_err(|e| to_status(&e))?;
+        Ok(Response::new(rpc_stream(pieces)))
+    }
+}
+
+fn rpc_stream(pieces: BoxStream<HostResult<ImagePiece>>) -> PieceStream {
+    Box::pin(pieces.map(|p| p.map(piece_to_pb).map_err(|e| to_status(&e))))
+}
+
+fn host_stream(s: tonic::Streaming<pb::ImagePiece>) -> BoxStream<HostResult<ImagePiece>> {
+    Box::pin(s.map(|p| p.map_err(from_status).and_then(piece_from_pb)))
 }
 
 /// An interceptor that lets through only calls from a peer of `role` (the handshake admitted
@@ -129,7 +151,7 @@ impl Peers for PeerLink {
         &self,
         origin: &Origin,
         snapshot_id: &str,
-    ) -> HostResult<BoxStream<HostResult<SnapshotPiece>>> {
+    ) -> HostResult<BoxStream<HostResult<ImagePiece>>> {
         let mut client = self.client(origin).await?;
         let r = pb::SnapshotId {
             snapshot_id: snapshot_id.to_owned(),
@@ -139,8 +161,21 @@ impl Peers for PeerLink {
             .await
             .map_err(from_status)?
             .into_inner();
-        Ok(Box::pin(
-            s.map(|p| p.map_err(from_status).and_then(piece_from_pb)),
-        ))
+        Ok(host_stream(s))
+    }
+
+    async fn send_hibernated(
+        &self,
+        origin: &Origin,
+        id: &str,
+    ) -> HostResult<BoxStream<HostResult<ImagePiece>>> {
+        let mut client = self.client(origin).await?;
+        let r = pb::SandboxId { id: id.to_owned() };
+        let s = client
+            .send_hibernated(r)
+            .await
+            .map_err(from_status)?
+            .into_inner();
+        Ok(host_stream(s))
     }
 }

@@ -365,6 +365,21 @@ impl Agent for AgentService {
         empty(self.host.forget_stored(&r.id, &r.ws, &r.tag).await)
     }
 
+    async fn leave(&self, r: Request<pb::SandboxId>) -> RpcResult<pb::StoredTag> {
+        ok(self.host.leave(&r.into_inner().id).await, |tag| {
+            pb::StoredTag { tag }
+        })
+    }
+
+    async fn adopt_from(&self, r: Request<pb::AdoptFromRequest>) -> RpcResult<pb::Vm> {
+        let r = r.into_inner();
+        let origin = r
+            .origin
+            .map(origin_from_pb)
+            .ok_or_else(|| Status::invalid_argument("an adoption names its origin"))?;
+        vm(self.host.adopt_from(&r.id, &r.ws, &origin).await)
+    }
+
     async fn delete_snapshot(&self, r: Request<pb::SnapshotId>) -> RpcResult<pb::Empty> {
         empty(self.host.delete_snapshot(&r.into_inner().snapshot_id).await)
     }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use pandastack_host::{
     BoxStream, BuildLogFn, BuildSource, BuiltImage, DirPage, DiskRequest, ExecEvent, ExecInput,
-    ExecOutcome, ExecSpec, FileInfo, Host, HostError, HostResult, ListPage, LogChunk, LogPos,
-    Origin, PortIo, SessionStart, Shape, SnapshotPiece, SnapshotView, SpecRefused, SpecSummary,
+    ExecOutcome, ExecSpec, FileInfo, Host, HostError, HostResult, ImagePiece, ListPage, LogChunk,
+    LogPos, Origin, PortIo, SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary,
     TemplateView, VmStats, VmView, VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload,
     VolumeView,
 };
@@ -283,10 +283,28 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
             .await
     }
 
+    async fn leave(&self, id: &str) -> HostResult<String> {
+        let id = id.to_owned();
+        self.detached(move |a| async move { a.leave(&id).await })
+            .await
+    }
+
+    async fn adopt_from(&self, id: &str, _ws: &str, origin: &Origin) -> HostResult<VmView> {
+        let (id, origin) = (id.to_owned(), origin.clone());
+        let v = self
+            .detached(move |a| async move { a.adopt_from(&id, &origin).await })
+            .await?;
+        Ok(vm_view(v))
+    }
+
+    async fn send_hibernated(&self, id: &str) -> HostResult<BoxStream<HostResult<ImagePiece>>> {
+        Ok(self.0.send_hibernated(id).await?)
+    }
+
     async fn send_snapshot(
         &self,
         snapshot_id: &str,
-    ) -> HostResult<BoxStream<HostResult<SnapshotPiece>>> {
+    ) -> HostResult<BoxStream<HostResult<ImagePiece>>> {
         Ok(self.0.send_snapshot(snapshot_id)?)
     }
 

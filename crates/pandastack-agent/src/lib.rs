@@ -28,7 +28,7 @@ mod guest;
 mod host;
 mod moving;
 mod moving_snapshots;
-mod peer_snapshots;
+mod peer_images;
 mod powered_off;
 mod shared_templates;
 mod steps;
@@ -89,7 +89,7 @@ pub struct HostAgent<D: VmDriver> {
     /// Set in a cluster: templates move through the object store (see `shared_templates`).
     sharing: std::sync::OnceLock<shared_templates::Sharing<D>>,
     /// Set in a cluster: how a fetch reaches the agent a snapshot was taken on (see
-    /// `peer_snapshots`).
+    /// `peer_images`).
     peers: std::sync::OnceLock<Arc<dyn pandastack_host::Peers>>,
 }
 

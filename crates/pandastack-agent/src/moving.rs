@@ -25,7 +25,7 @@ const RECORDS: &str = "hibernated";
 /// In a hibernated sandbox's directory from the time its image is stored for another host
 /// until the move is given up ([`HostAgent::forget_stored`]) or its copy here is destroyed:
 /// the sandbox does not wake here meanwhile (a file, so a restarted agent keeps refusing).
-const LEAVING: &str = ".leaving";
+pub(crate) const LEAVING: &str = ".leaving";
 
 /// Whether `h`'s image is on its way to another host: it must not wake here.
 pub(crate) fn is_leaving(h: &pandastack_runtime::Hibernated) -> bool {

@@ -89,7 +89,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     }
 
     /// Snapshot `id` of workspace `ws` on this host: here already, or fetched — from
-    /// `origin`, the agent that took it, when named and reachable (see `peer_snapshots`), else
+    /// `origin`, the agent that took it, when named and reachable (see `peer_images`), else
     /// from the object store where that host stored it ([`Self::store_snapshot`]). Refused
     /// when its compatibility key is not this host's; nothing is left behind on failure.
     pub async fn fetch_snapshot(

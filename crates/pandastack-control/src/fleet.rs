@@ -624,6 +624,23 @@ impl Host for Fleet {
         self.to(id).await?.store_durable(id, ws).await
     }
 
+    async fn leave(&self, id: &str) -> HostResult<String> {
+        self.to(id).await?.leave(id).await
+    }
+
+    /// Made on a host the caller names ([`Fleet::host`]), before the row names it.
+    async fn adopt_from(
+        &self,
+        id: &str,
+        _: &str,
+        _: &pandastack_host::Origin,
+    ) -> HostResult<VmView> {
+        Err(HostError::failed(
+            "adopt a sandbox from another host",
+            format!("a fleet adopts sandbox {id} on a host it is given"),
+        ))
+    }
+
     /// To the host the sandbox's row names (a move calls its destination itself, before the
     /// row names it: see `Sandboxes::migrate`).
     async fn adopt_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<VmView> {

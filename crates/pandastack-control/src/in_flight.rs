@@ -24,8 +24,8 @@ use bytes::Bytes;
 use futures::Stream;
 use pandastack_host::{
     BoxStream, BuildLogFn, BuildSource, BuiltImage, DirPage, DiskRequest, ExecEvent, ExecInput,
-    ExecOutcome, ExecSpec, FileInfo, Host, HostResult, ListPage, LogChunk, LogPos, Origin, PortIo,
-    SessionStart, Shape, SnapshotPiece, SnapshotView, SpecRefused, SpecSummary, TemplateView,
+    ExecOutcome, ExecSpec, FileInfo, Host, HostResult, ImagePiece, ListPage, LogChunk, LogPos,
+    Origin, PortIo, SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView,
     VmStats, VmView, VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
 };
 use pandastack_store::{now_ms, Store};
@@ -251,12 +251,24 @@ impl Host for Watched {
     async fn send_snapshot(
         &self,
         snapshot_id: &str,
-    ) -> HostResult<BoxStream<HostResult<SnapshotPiece>>> {
+    ) -> HostResult<BoxStream<HostResult<ImagePiece>>> {
         self.host.send_snapshot(snapshot_id).await
     }
 
     async fn store_durable(&self, id: &str, ws: &str) -> HostResult<String> {
         self.host.store_durable(id, ws).await
+    }
+
+    async fn leave(&self, id: &str) -> HostResult<String> {
+        self.host.leave(id).await
+    }
+
+    async fn adopt_from(&self, id: &str, ws: &str, origin: &Origin) -> HostResult<VmView> {
+        self.host.adopt_from(id, ws, origin).await
+    }
+
+    async fn send_hibernated(&self, id: &str) -> HostResult<BoxStream<HostResult<ImagePiece>>> {
+        self.host.send_hibernated(id).await
     }
     async fn adopt_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<VmView> {
         self.host.adopt_stored(id, ws, tag).await

@@ -17,6 +17,10 @@ mod lost;
 mod migrate;
 mod restore;
 
+/// How long a create elsewhere from a snapshot that its host's agent could not send waits for
+/// the snapshot's upload to end, to fetch it from the object store instead.
+const UPLOAD_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Why a sandbox operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -451,11 +455,19 @@ impl Sandboxes {
                 HostError::failed("fetch snapshot", "this server is a single host")
             })?;
             let started = std::time::Instant::now();
-            fleet
-                .host(&row.host_id)
-                .await?
+            let host = fleet.host(&row.host_id).await?;
+            match host
                 .fetch_snapshot(snapshot, &row.workspace_id, from)
-                .await?;
+                .await
+            {
+                Err(e) if from.is_some() && self.became_durable(snapshot).await => {
+                    // Neither its host's agent nor (yet) the object store had it: now stored.
+                    tracing::info!(snapshot, host = %row.host_id, error = &e as &dyn std::error::Error, "snapshot not fetched before its upload ended; again from the object store");
+                    host.fetch_snapshot(snapshot, &row.workspace_id, None)
+                        .await?;
+                }
+                r => r?,
+            }
             tracing::info!(
                 snapshot,
                 host = %row.host_id,
@@ -470,6 +482,22 @@ impl Sandboxes {
             return Err(e.into());
         }
         Ok(())
+    }
+
+    /// Whether snapshot `snapshot`'s upload to the object store ends within
+    /// [`UPLOAD_WAIT`] (it runs in the background from the snapshot's taking; `false` if the
+    /// row is gone or cannot be read).
+    async fn became_durable(&self, snapshot: &str) -> bool {
+        let started = std::time::Instant::now();
+        loop {
+            match self.store.snapshots().durable_at(snapshot).await {
+                Ok(Some(_)) => return true,
+                Ok(None) if started.elapsed() < UPLOAD_WAIT => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await
+                }
+                _ => return false,
+            }
+        }
     }
 
     /// The cluster's hosts one by one, if this is a cluster's replica.

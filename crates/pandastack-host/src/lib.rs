@@ -27,7 +27,7 @@ pub use error::{error_chain, is_moving, GuestErrorKind, HostError, WAKE_WHILE_MO
 pub use exec::{ExecEvent, ExecInput, ExecOutcome, ExecSpec, PtySize, SessionStart};
 pub use files::{DirPage, FileInfo, FileKind, ListPage};
 pub use log::{read_log, trim_log, LogChunk, LogPos};
-pub use peer::{Origin, Peers, SnapshotPiece};
+pub use peer::{ImagePiece, Origin, Peers};
 pub use view::{
     DiskLimits, DiskRequest, Shape, SnapshotView, TemplateView, VmState, VmStats, VmView,
 };
@@ -130,7 +130,25 @@ pub trait Host: Send + Sync + 'static {
     /// hibernated sandbox of this host. Nothing is left behind on failure.
     async fn adopt_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<VmView>;
     /// Removes stored image `tag` of sandbox `id` from the object store (absent is success).
+    /// A copy of the sandbox still here wakes here again: the move is given up (or over).
     async fn forget_stored(&self, id: &str, ws: &str, tag: &str) -> HostResult<()>;
+    /// Hibernates sandbox `id` (if it runs) for a move whose destination reads its image from
+    /// this host ([`Host::adopt_from`]): from now on it does not wake here. Nothing is stored;
+    /// returns the tag naming the move, which [`Host::forget_stored`] gives up as it gives up
+    /// [`Host::store_hibernated`]'s.
+    async fn leave(&self, id: &str) -> HostResult<String>;
+    /// Makes sandbox `id` of workspace `ws`, leaving `origin` ([`Host::leave`] there), a
+    /// hibernated sandbox of this host, its image read from `origin`'s agent. Nothing is left
+    /// behind on failure.
+    async fn adopt_from(&self, id: &str, ws: &str, origin: &Origin) -> HostResult<VmView>;
+    /// The image of hibernated sandbox `id`, leaving this host, for the host that adopts it
+    /// ([`Peers`]): its header, then its data. Only an agent serving its peers has this.
+    async fn send_hibernated(&self, id: &str) -> HostResult<BoxStream<HostResult<ImagePiece>>> {
+        Err(HostError::failed(
+            "send a hibernated sandbox to another host",
+            format!("this host does not serve sandbox {id} to its peers"),
+        ))
+    }
 
     // ---- snapshots ---------------------------------------------------------------------------
 
@@ -161,7 +179,7 @@ pub trait Host: Send + Sync + 'static {
     async fn send_snapshot(
         &self,
         snapshot_id: &str,
-    ) -> HostResult<BoxStream<HostResult<SnapshotPiece>>> {
+    ) -> HostResult<BoxStream<HostResult<ImagePiece>>> {
         Err(HostError::failed(
             "send a snapshot to another host",
             format!("this host does not serve snapshot {snapshot_id} to its peers"),

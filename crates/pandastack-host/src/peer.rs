@@ -1,7 +1,8 @@
 //! Bytes that go from one host to another directly: a host that must restore a snapshot it
 //! lacks reads its files from the agent of the host that took it ([`Origin`]) while that host
 //! is alive — without waiting for the upload to the object store, which runs meanwhile — and
-//! from the object store otherwise.
+//! from the object store otherwise; a hibernated sandbox moving to another host is read from
+//! the host it leaves the same way.
 //!
 //! ```text
 //!   destination agent ──Peers::send_snapshot──► origin agent ──Host::send_snapshot──► files
@@ -12,7 +13,8 @@ use bytes::Bytes;
 
 use crate::{BoxStream, HostResult};
 
-/// The agent of the host a snapshot was taken on, where another host may read its files.
+/// The agent of the host a snapshot was taken on (or a moving sandbox leaves), where another
+/// host may read its files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Origin {
     /// Its host id: the name its certificate must carry.
@@ -21,12 +23,13 @@ pub struct Origin {
     pub address: String,
 }
 
-/// One message of a snapshot's files going from the host that has them to one that lacks them
-/// ([`crate::Host::send_snapshot`]): a [`SnapshotPiece::Header`] first, then data.
+/// One message of an image's files (a snapshot's, a hibernated sandbox's) going from the host
+/// that has them to one that lacks them ([`crate::Host::send_snapshot`],
+/// [`crate::Host::send_hibernated`]): an [`ImagePiece::Header`] first, then data.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SnapshotPiece {
-    /// What the snapshot is (the sending agent's record of it, JSON, as it stores it in the
-    /// object store) and each file with its length, in the order [`SnapshotPiece::Data`]
+pub enum ImagePiece {
+    /// What the image is (the sending agent's record of it, JSON, as it stores it in the
+    /// object store) and each file with its length, in the order [`ImagePiece::Data`]
     /// names them.
     Header {
         record: Bytes,
@@ -47,5 +50,12 @@ pub trait Peers: Send + Sync + 'static {
         &self,
         origin: &Origin,
         snapshot_id: &str,
-    ) -> HostResult<BoxStream<HostResult<SnapshotPiece>>>;
+    ) -> HostResult<BoxStream<HostResult<ImagePiece>>>;
+    /// Hibernated sandbox `id`'s image, leaving `origin` ([`crate::Host::send_hibernated`]
+    /// there).
+    async fn send_hibernated(
+        &self,
+        origin: &Origin,
+        id: &str,
+    ) -> HostResult<BoxStream<HostResult<ImagePiece>>>;
 }

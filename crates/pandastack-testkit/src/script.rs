@@ -950,6 +950,25 @@ impl Host for ScriptedHost {
         ))
     }
 
+    async fn leave(&self, id: &str) -> HostResult<String> {
+        Err(HostError::failed(
+            "move a sandbox",
+            format!("the scripted host moves nothing ({id})"),
+        ))
+    }
+
+    async fn adopt_from(
+        &self,
+        id: &str,
+        _: &str,
+        _: &pandastack_host::Origin,
+    ) -> HostResult<VmView> {
+        Err(HostError::failed(
+            "adopt a sandbox from another host",
+            format!("the scripted host moves nothing ({id})"),
+        ))
+    }
+
     async fn store_durable(&self, id: &str, _: &str) -> HostResult<String> {
         Err(HostError::failed(
             "store a durable copy of a hibernated sandbox",

@@ -449,7 +449,8 @@ async fn a_hibernated_sandbox_moves_through_the_agent_links() {
 
 /// A snapshot read from the agent that took it, over the agent link (mutual TLS, the `Peer`
 /// service), before any upload: host b fetches it from a and restores it with its files while
-/// the object store holds nothing of it. The origin must be the host named (another name is
+/// the object store holds nothing of it; a hibernated sandbox leaving a is adopted by b the
+/// same way (not before it leaves) and wakes there with its files. The origin must be the host named (another name is
 /// refused at the handshake), a replica's certificate may not call `Peer`, and an origin that
 /// does not answer leaves the fetch to the object store once the snapshot is stored there.
 #[tokio::test(flavor = "multi_thread")]
@@ -533,6 +534,38 @@ async fn a_snapshot_is_read_from_the_host_that_took_it_before_its_upload() {
         .unwrap_err();
     assert!(b.runtime().get_snapshot("snap-peer2").is_err());
 
+    // A hibernated sandbox moves the same way: read from the host it leaves, nothing stored.
+    // Not before it leaves (its files could change under a wake there).
+    let e = on_b
+        .adopt_from("peered", WS, &origin)
+        .await
+        .expect_err("not leaving yet");
+    assert!(
+        error_chain(&e).contains("not leaving"),
+        "{}",
+        error_chain(&e)
+    );
+    assert!(on_b.get("peered").await.is_err(), "nothing adopted");
+    on_a.leave("peered").await.unwrap();
+    let e = on_a.wake("peered").await.expect_err("leaving: no wake");
+    assert!(pandastack_host::is_moving(&e), "{e:?}");
+    let v = on_b.adopt_from("peered", WS, &origin).await.unwrap();
+    assert_eq!(v.state, pandastack_host::VmState::Hibernated);
+    assert!(objects
+        .list_records(WS, "hibernated")
+        .await
+        .unwrap()
+        .is_empty());
+    within(Duration::from_secs(30), "wake on b", on_b.wake("peered"))
+        .await
+        .unwrap();
+    let ch = b.channel("peered").await.unwrap();
+    assert_eq!(
+        pandastack_testkit::exec(&ch, "cat /tmp/mark").await.stdout,
+        "from-a\n"
+    );
+    on_a.destroy("peered").await.unwrap();
+
     // The origin gone: once stored, the object store serves the fetch.
     serving_a.abort();
     on_a.store_snapshot("snap-peer2", WS).await.unwrap();
@@ -566,12 +599,25 @@ impl pandastack_host::Peers for LocalPeers {
         origin: &pandastack_host::Origin,
         snapshot_id: &str,
     ) -> pandastack_host::HostResult<
-        pandastack_host::BoxStream<pandastack_host::HostResult<pandastack_host::SnapshotPiece>>,
+        pandastack_host::BoxStream<pandastack_host::HostResult<pandastack_host::ImagePiece>>,
     > {
         let host = self.0.get(&origin.host_id).ok_or_else(|| {
             pandastack_host::HostError::failed("peer", format!("no host {}", origin.host_id))
         })?;
         host.send_snapshot(snapshot_id).await
+    }
+
+    async fn send_hibernated(
+        &self,
+        origin: &pandastack_host::Origin,
+        id: &str,
+    ) -> pandastack_host::HostResult<
+        pandastack_host::BoxStream<pandastack_host::HostResult<pandastack_host::ImagePiece>>,
+    > {
+        let host = self.0.get(&origin.host_id).ok_or_else(|| {
+            pandastack_host::HostError::failed("peer", format!("no host {}", origin.host_id))
+        })?;
+        host.send_hibernated(id).await
     }
 }
 
@@ -647,7 +693,9 @@ fn joining(id: &str, key: &str) -> pandastack_store::Joining {
 /// of another key, or to its own host, is refused and changes nothing; a hibernated one moves
 /// hibernated; a call made through a second replica, whose cached owner still names the
 /// origin, waits out the move and follows the sandbox; a fork with `spread` puts its children
-/// on the other host; a drain moves the drained host's hibernated sandboxes off it.
+/// on the other host; a drain moves the drained host's hibernated sandboxes off it. These
+/// agents reach no peers: every move takes the fallback through the object store (a pair's
+/// agents read from each other: `a_moved_sandbox_is_read_from_the_host_it_leaves`).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replica_migrates_sandboxes_and_calls_follow_them() {
     use pandastack_control::ControlError;
@@ -930,6 +978,41 @@ async fn on_a_asking(
     } else {
         one.sandboxes.migrate(row, Some("host-a")).await.unwrap()
     }
+}
+
+/// A running sandbox moved through a replica between agents that reach each other: the
+/// destination reads its image from the host it leaves, so nothing is stored for the move
+/// (no record in the object store right after it, where the fallback's would stay until the
+/// origin's copy is retired), and it runs there with its files.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_moved_sandbox_is_read_from_the_host_it_leaves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Pair {
+        objects,
+        a,
+        b,
+        ws,
+        one,
+        ..
+    } = pair(tmp.path()).await;
+    let row = on_a(&one, &ws.id).await;
+    let ch = a.channel(&row.id).await.unwrap();
+    pandastack_testkit::exec(&ch, "echo was-on-a > /tmp/mark").await;
+    let moved = one.sandboxes.migrate(row, Some("host-b")).await.unwrap();
+    assert_eq!(
+        (moved.host_id.as_str(), moved.state),
+        ("host-b", pandastack_store::SandboxState::Running)
+    );
+    assert!(objects
+        .list_records(&ws.id, "hibernated")
+        .await
+        .unwrap()
+        .is_empty());
+    let ch = b.channel(&moved.id).await.unwrap();
+    assert_eq!(
+        pandastack_testkit::exec(&ch, "cat /tmp/mark").await.stdout,
+        "was-on-a\n"
+    );
 }
 
 /// A hibernated sandbox whose host is lost wakes on another host: each hibernation through a

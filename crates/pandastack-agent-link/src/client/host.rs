@@ -217,6 +217,20 @@ impl Host for RemoteHost {
         unit(self.c().forget_stored(r).await)
     }
 
+    async fn leave(&self, id: &str) -> HostResult<String> {
+        let r = pb::SandboxId { id: id.to_owned() };
+        Ok(inner(self.c().leave(r).await)?.tag)
+    }
+
+    async fn adopt_from(&self, id: &str, ws: &str, origin: &Origin) -> HostResult<VmView> {
+        let r = pb::AdoptFromRequest {
+            id: id.to_owned(),
+            ws: ws.to_owned(),
+            origin: Some(origin_to_pb(origin)),
+        };
+        self.vm(self.c().adopt_from(r)).await
+    }
+
     async fn delete_snapshot(&self, snapshot_id: &str) -> HostResult<()> {
         let r = pb::SnapshotId {
             snapshot_id: snapshot_id.to_owned(),

@@ -7,9 +7,11 @@
 //! 1. the destination is chosen by placement (same compatibility key, not the origin; the
 //!    host the caller named, if any) without writing anything: no room, nothing changes;
 //! 2. a running sandbox is hibernated (its row says so);
-//! 3. the origin stores its image in the object store and from then on refuses to wake it
-//!    ([`pandastack_host::WAKE_WHILE_MOVING`]);
-//! 4. the destination fetches and adopts it, hibernated;
+//! 3. the origin refuses to wake it from then on ([`pandastack_host::WAKE_WHILE_MOVING`]);
+//! 4. the destination reads its image from the origin's agent (`Host::leave`,
+//!    `Host::adopt_from`) and adopts it, hibernated — or, if that fails, the origin stores the
+//!    image in the object store and the destination fetches it from there (`store_hibernated`,
+//!    `adopt_stored`);
 //! 5. the row changes host, fenced by its host and state (a sandbox woken, deleted or moved
 //!    meanwhile is not moved: the adopted copy goes and the origin keeps it);
 //! 6. a sandbox that was running wakes on its new host.
@@ -24,7 +26,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pandastack_host::{Host, HostError};
+use pandastack_host::{Host, HostError, Origin};
 use pandastack_store::{now_ms, Demand, SandboxRow, SandboxState};
 
 use super::{found, reachable, ControlError, Sandboxes, Verb};
@@ -200,11 +202,37 @@ impl Sandboxes {
         let (id, ws) = (row.id.as_str(), row.workspace_id.as_str());
         let origin = fleet.host(&row.host_id).await?;
         let target = fleet.host(dest).await?;
-        let tag = origin.store_hibernated(id, ws).await?;
-        if let Err(e) = target.adopt_stored(id, ws, &tag).await {
-            self.give_up(&*origin, &*target, row, &tag).await;
-            return Err(e.into());
+        let address = self.store.hosts().get(&row.host_id).await?.address;
+        let mut moved = None;
+        if let Some(address) = address {
+            // Read from the origin's agent: nothing uploaded for the move.
+            let from = Origin {
+                host_id: row.host_id.clone(),
+                address,
+            };
+            let tag = origin.leave(id).await?;
+            match target.adopt_from(id, ws, &from).await {
+                Ok(_) => moved = Some(tag),
+                Err(e) => tracing::warn!(
+                    sandbox = %id,
+                    from = %row.host_id,
+                    to = %dest,
+                    error = &e as &dyn std::error::Error,
+                    "move: the image not read from the host it leaves; through the object store"
+                ),
+            }
         }
+        let tag = match moved {
+            Some(tag) => tag,
+            None => {
+                let tag = origin.store_hibernated(id, ws).await?;
+                if let Err(e) = target.adopt_stored(id, ws, &tag).await {
+                    self.give_up(&*origin, &*target, row, &tag).await;
+                    return Err(e.into());
+                }
+                tag
+            }
+        };
         let fenced = self
             .store
             .sandboxes()

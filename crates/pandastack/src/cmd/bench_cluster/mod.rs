@@ -316,6 +316,10 @@ impl Report {
             json!(wake.p50 <= WAKE_OTHER_HOST_P50_MS),
         );
         out.insert("wake_other_host_ms".into(), wake);
+        out.insert(
+            "wake_other_host_stored_ms".into(),
+            metric(m.wake_stored, "ms"),
+        );
         out.insert("wake_local_ms".into(), metric(m.wake_local, "ms"));
         let fork = metric(m.fork_elsewhere, "ms");
         self.met.insert(

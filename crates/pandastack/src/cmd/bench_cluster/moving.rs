@@ -1,7 +1,9 @@
 //! The templates part (#39): a template baked on one real host, made durable in an object store
 //! in a directory, and its first create on a second real host that lacks it; then a sandbox
-//! hibernated on one host and woken on the other (stored, adopted, woken: the host calls of
-//! `POST /v1/sandboxes/{id}/migrate`), against a wake where it slept.
+//! hibernated on one host and woken on the other (the host calls of
+//! `POST /v1/sandboxes/{id}/migrate`: read from the first host's agent over a loopback agent
+//! link, and through the object store), against a wake where it slept; a fork's child on the
+//! other host; snapshots stored and restored elsewhere.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,9 +29,12 @@ pub(super) struct Moved {
     pub(super) elsewhere_first: Vec<f64>,
     /// A create on the host that holds it, to its first exec answered (for comparison).
     pub(super) local: Vec<f64>,
-    /// A hibernated sandbox of host a to its first exec answered on host b (stored, adopted,
-    /// woken).
+    /// A hibernated sandbox of host a to its first exec answered on host b (read from a's
+    /// agent, adopted, woken).
     pub(super) wake_elsewhere: Vec<f64>,
+    /// The same move through the object store (the fallback when the agents cannot reach
+    /// each other).
+    pub(super) wake_stored: Vec<f64>,
     /// The same sandbox's hibernation image size, MiB (what moved).
     pub(super) image_mib: Vec<f64>,
     /// A hibernated sandbox to its first exec answered where it slept.
@@ -178,17 +183,24 @@ pub(super) async fn templates_moving(
         elsewhere_first.push(took);
         local.push(create_ready(&host_a, &format!("sb-bench-a-{i}")).await?);
     }
+    let (origin, serving) = peers(&root.path().join("ca"), &host_a, &host_b).await?;
     let (mut wake_elsewhere, mut image_mib, mut wake_local) = (Vec::new(), Vec::new(), Vec::new());
+    let mut wake_stored = Vec::new();
     for i in 0..runs {
-        let (took, mib) = wake_on_other(&host_a, &host_b, &format!("sb-move-{i}")).await?;
+        let id = format!("sb-move-{i}");
+        let (took, mib) = wake_on_other(&host_a, &host_b, Some(&origin), &id).await?;
         eprintln!(
-            "sandboxes: hibernated on host-a, exec-ready on host-b {took:.0} ms ({mib:.0} MiB)"
+            "sandboxes: hibernated on host-a, exec-ready on host-b {took:.0} ms ({mib:.0} MiB, \
+             read from host-a)"
         );
         wake_elsewhere.push(took);
         image_mib.push(mib);
+        let id = format!("sb-move-stored-{i}");
+        let (took, _) = wake_on_other(&host_a, &host_b, None, &id).await?;
+        eprintln!("sandboxes: the same through the object store {took:.0} ms");
+        wake_stored.push(took);
         wake_local.push(wake_here(&host_a, &format!("sb-wake-{i}")).await?);
     }
-    let (origin, serving) = peers(&root.path().join("ca"), &host_a, &host_b).await?;
     let mut fork_elsewhere = Vec::new();
     for i in 0..runs {
         let took = fork_to_other(&host_a, &host_b, &origin, &format!("sb-parent-{i}")).await?;
@@ -215,6 +227,7 @@ pub(super) async fn templates_moving(
         elsewhere_first,
         local,
         wake_elsewhere,
+        wake_stored,
         image_mib,
         wake_local,
         fork_elsewhere,
@@ -304,19 +317,32 @@ async fn exec_true(host: &StartedHost, id: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A sandbox of `bench` created and hibernated on `from`, then timed from the store of its
-/// image to its first exec answered on `to`; with the image's size in MiB.
+/// A sandbox of `bench` created and hibernated on `from`, then timed from its move's start to
+/// its first exec answered on `to`; with the image's size in MiB. The move as `migrate` makes
+/// it: `to` reads the image from `from`'s agent at `origin` when given, else `from` stores it
+/// in the object store and `to` fetches it from there (the fallback).
 async fn wake_on_other(
     from: &StartedHost,
     to: &StartedHost,
+    origin: Option<&Origin>,
     id: &str,
 ) -> anyhow::Result<(f64, f64)> {
     from.host.create("bench", id).await?;
     exec_true(from, id).await?;
     let hibernated = from.host.hibernate(id).await?;
     let t = Instant::now();
-    let tag = from.host.store_hibernated(id, WS).await?;
-    to.host.adopt_stored(id, WS, &tag).await?;
+    let tag = match origin {
+        Some(origin) => {
+            let tag = from.host.leave(id).await?;
+            to.host.adopt_from(id, WS, origin).await?;
+            tag
+        }
+        None => {
+            let tag = from.host.store_hibernated(id, WS).await?;
+            to.host.adopt_stored(id, WS, &tag).await?;
+            tag
+        }
+    };
     exec_true(to, id).await?;
     let took = ms(t.elapsed());
     from.host.destroy(id).await?;
