@@ -55,3 +55,8 @@ pub use tls::DialError;
 
 /// Bytes per message of a file or port stream: well under gRPC's default message limit.
 const CHUNK: usize = 1 << 20;
+
+/// HTTP/2 receive windows of a link's client (a stream's, a connection's): HTTP/2's default of
+/// 64 KiB would hold an image or file streamed from a peer to a few round trips per MiB.
+const STREAM_WINDOW: u32 = 16 << 20;
+const CONNECTION_WINDOW: u32 = 32 << 20;

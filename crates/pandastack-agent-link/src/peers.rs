@@ -136,6 +136,8 @@ impl PeerLink {
             async move { dial_peer(config, addr, Role::Agent, name).await }
         });
         let channel = Endpoint::from_static("http://peer.pandastack")
+            .initial_stream_window_size(crate::STREAM_WINDOW)
+            .initial_connection_window_size(crate::CONNECTION_WINDOW)
             .connect_with_connector(connector)
             .await
             .map_err(|e| unreachable(e.into()))?;

@@ -89,7 +89,9 @@ impl RemoteHost {
         let config = Arc::new(config);
         let id = host_id.to_owned();
         // The URI is required by tonic but never resolved: the connector dials `addr`.
-        let endpoint = Endpoint::from_static("http://agent.pandastack");
+        let endpoint = Endpoint::from_static("http://agent.pandastack")
+            .initial_stream_window_size(crate::STREAM_WINDOW)
+            .initial_connection_window_size(crate::CONNECTION_WINDOW);
         let connector = tower::service_fn(move |_: tonic::codegen::http::Uri| {
             let (config, id) = (Arc::clone(&config), id.clone());
             async move { dial(config, addr, id).await }
