@@ -140,8 +140,8 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     }
 
     /// The durable copy of hibernated `h`'s image (see [`Self::store_durable`]), if it has
-    /// one, forgotten: it no longer is the sandbox once it wakes here or goes. The record goes
-    /// in the background; the chunks stay.
+    /// one, forgotten: it no longer is the sandbox once it wakes here or goes. The record and
+    /// manifests go in the background; the chunks stay until the collector takes them.
     pub(crate) fn drop_durable(&self, h: &pandastack_runtime::Hibernated) {
         let marker = h.dir.join(DURABLE);
         let Some(copy) = read_durable(&marker) else {
@@ -153,10 +153,19 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         };
         let (objects, id) = (s.objects.clone(), h.info.id.clone());
         tokio::spawn(async move {
-            if let Err(e) = objects
-                .delete_record(&copy.ws, RECORDS, &record_id(&id, &copy.tag))
-                .await
-            {
+            let forgot = async {
+                objects
+                    .delete_record(&copy.ws, RECORDS, &record_id(&id, &copy.tag))
+                    .await?;
+                // Its manifests too: the chunk collector takes the bytes back.
+                for f in pandastack_runtime::MOVING_FILES {
+                    objects
+                        .delete_manifest(&copy.ws, FILES, &file_id(&id, &copy.tag, f))
+                        .await?;
+                }
+                Ok::<_, ObjectsError>(())
+            };
+            if let Err(e) = forgot.await {
                 tracing::warn!(
                     sandbox = %id,
                     error = &e as &dyn std::error::Error,

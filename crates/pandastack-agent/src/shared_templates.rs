@@ -368,7 +368,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
 }
 
 /// Removes a bake's record first (no host fetches it from then on), then its manifests. The
-/// chunks stay: other bakes may share them (see the objects crate on garbage collection).
+/// chunks stay while other manifests name them (the chunk collector takes the others).
 async fn forget_bake<D: VmDriver>(
     s: &Sharing<D>,
     name: &str,

@@ -16,6 +16,7 @@
 mod activity;
 pub mod apps;
 pub mod certs;
+pub mod chunks;
 mod code;
 mod databases;
 pub mod fleet;

@@ -92,6 +92,8 @@ pub struct ControlPlane {
     /// Calls in flight into guests, which the reaper does not idle out.
     in_flight: InFlight,
     /// The workers [`Self::start`] started, stopped by [`Self::shutdown`].
+    /// The object store every service shares (for the chunk collector).
+    objects: Objects,
     workers: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
@@ -143,7 +145,7 @@ impl ControlPlane {
             host_id.clone(),
             deploys_dir,
             apps,
-            objects,
+            objects.clone(),
         )
         .with_outbound(outbound)
         .with_timings(deploy);
@@ -185,6 +187,7 @@ impl ControlPlane {
             host,
             host_id,
             in_flight,
+            objects,
             workers: Arc::default(),
         }
     }
@@ -278,8 +281,8 @@ impl ControlPlane {
     /// Starts the workers: template builds, volume backups, database archiving and failover,
     /// deploys (of apps and functions: [`Apps::worker`]) and function instances and calls, the
     /// scheduler and its runs, the reaper (TTL and idle timeouts), the restorer of lost
-    /// sandboxes (a cluster's `on_host_loss: "restore"`) and, with ACME configured,
-    /// certificate orders. They run until [`Self::shutdown`].
+    /// sandboxes (a cluster's `on_host_loss: "restore"`), the object store's chunk collector
+    /// and, with ACME configured, certificate orders. They run until [`Self::shutdown`].
     pub fn start(&self) {
         let mut w = vec![
             tokio::spawn(self.templates.clone().worker()),
@@ -290,6 +293,7 @@ impl ControlPlane {
             tokio::spawn(self.functions.clone().instance_sweeper()),
             tokio::spawn(self.reaper().run()),
             tokio::spawn(self.sandboxes.clone().restorer()),
+            tokio::spawn(crate::chunks::collector(self.objects.clone())),
         ];
         w.extend(self.functions.start_invoke_runners());
         w.extend(self.schedules.start());

@@ -24,12 +24,14 @@
 //! - **No half files.** [`Objects::download_file`] writes a temporary file next to the
 //!   destination and renames it into place only when complete.
 //!
-//! Not here (yet): garbage collection of chunks no manifest names. It needs more than a grace
-//! period: an upload that finds an old, unreferenced chunk and skips it must keep it alive
-//! until its manifest is written (e.g. by touching it or by pending-manifest markers). This
-//! crate knows nothing about volumes, VMs or the state store.
+//! - **Chunks no manifest names are collected** ([`Objects::collect_chunks`]) once they have
+//!   not been written for [`GC_GRACE`]; an upload that finds an old chunk writes it again, so
+//!   a chunk an upload is about to name is never that old (see the `collect` module).
+//!
+//! This crate knows nothing about volumes, VMs or the state store.
 
 mod blobs;
+mod collect;
 mod error;
 mod files;
 mod manifest;
@@ -43,6 +45,7 @@ use std::sync::Arc;
 use object_store::ObjectStore;
 
 pub use blobs::BlobInfo;
+pub use collect::{Collected, GC_GRACE};
 pub use error::ObjectsError;
 pub use files::{DownloadStats, Upload, UploadStats};
 pub use manifest::{
@@ -99,4 +102,12 @@ impl Objects {
             }),
         }
     }
+}
+
+/// Now, in Unix milliseconds.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }

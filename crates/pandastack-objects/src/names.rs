@@ -79,6 +79,16 @@ impl Keys {
         Ok(self.key(&format!("{}/chunks", Self::workspace(ws)?)))
     }
 
+    /// `ws`: the directory of every workspace, for listing them.
+    pub(crate) fn workspaces(&self) -> Path {
+        self.key("ws")
+    }
+
+    /// `ws/<ws>/manifests`: every manifest of a workspace, for listing.
+    pub(crate) fn all_manifests(&self, ws: &str) -> Result<Path, ObjectsError> {
+        Ok(self.key(&format!("{}/manifests", Self::workspace(ws)?)))
+    }
+
     /// `ws/<ws>/manifests/<kind>`, relative to the prefix.
     fn kind(ws: &str, kind: &str) -> Result<String, ObjectsError> {
         check("manifest kind", kind)?;

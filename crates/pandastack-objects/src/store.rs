@@ -31,6 +31,9 @@ impl Objects {
     /// Stores `data`, whose hash is `hash`: a `HEAD` first (an existing chunk costs no upload,
     /// which is what makes incremental uploads cheap), then a create-if-absent `PUT`; losing a
     /// race to another writer of the same chunk is success. Returns whether this call stored it.
+    /// A chunk found that was last written longer ago than [`crate::collect::REFRESH_AFTER`] is
+    /// written again (the same bytes), so the collector does not take it before the manifest
+    /// this upload writes names it.
     pub(crate) async fn store_chunk(
         &self,
         ws: &str,
@@ -39,7 +42,16 @@ impl Objects {
     ) -> Result<bool, ObjectsError> {
         let key = self.keys.chunk(ws, hash)?;
         match self.store.head(&key).await {
-            Ok(meta) if meta.size == data.len() as u64 => return Ok(false),
+            Ok(meta) if meta.size == data.len() as u64 => {
+                let age_ms = crate::now_ms() - meta.last_modified.timestamp_millis();
+                if age_ms > crate::collect::REFRESH_AFTER.as_millis() as i64 {
+                    self.store
+                        .put(&key, PutPayload::from(data))
+                        .await
+                        .map_err(ObjectsError::store("put", &key))?;
+                }
+                return Ok(false);
+            }
             Ok(meta) => {
                 return Err(ObjectsError::Corrupt {
                     key: key.to_string(),

@@ -662,3 +662,128 @@ async fn blobs_are_create_if_absent_listed_by_group_and_deleted() {
         assert_eq!(o.list_blobs("ws-a", "wal", "db-1").await.unwrap().len(), 1);
     }
 }
+
+/// The collector deletes a chunk only once no manifest names it and the grace has passed: a
+/// chunk two files share stays when one file's manifest goes, the other file still downloads,
+/// and a manifest it cannot read stops the pass with nothing deleted.
+#[tokio::test]
+async fn chunks_no_manifest_names_are_collected_after_the_grace() {
+    use pandastack_objects::Collected;
+    let tmp = tempfile::tempdir().unwrap();
+    let (shared, only_a, only_b) = (
+        noise(MIB as usize, 31),
+        noise(MIB as usize, 32),
+        noise(MIB as usize, 33),
+    );
+    let a = file_with(
+        tmp.path(),
+        "a",
+        2 * MIB,
+        &[(0, shared.clone()), (MIB, only_a)],
+    );
+    let b = file_with(tmp.path(), "b", 2 * MIB, &[(0, shared), (MIB, only_b)]);
+    const HOUR: Duration = Duration::from_secs(3600);
+    for c in cases() {
+        let o = &c.objects;
+        for (id, path) in [("a", &a), ("b", &b)] {
+            let up = o.upload_file("ws-gc", path, MIB).await.unwrap();
+            o.put_manifest("ws-gc", "files", id, &up.manifest)
+                .await
+                .unwrap();
+        }
+        let kept = o.collect_chunks("ws-gc", Duration::ZERO).await.unwrap();
+        assert_eq!(
+            kept,
+            Collected {
+                manifests: 2,
+                referenced: 3,
+                ..Default::default()
+            },
+            "{}",
+            c.backend
+        );
+        assert!(o
+            .list_workspaces()
+            .await
+            .unwrap()
+            .contains(&"ws-gc".to_owned()));
+
+        o.delete_manifest("ws-gc", "files", "a").await.unwrap();
+        let young = o.collect_chunks("ws-gc", HOUR).await.unwrap();
+        assert_eq!((young.young, young.deleted), (1, 0), "{}", c.backend);
+        let gone = o.collect_chunks("ws-gc", Duration::ZERO).await.unwrap();
+        assert_eq!(
+            (gone.referenced, gone.deleted, gone.bytes_deleted),
+            (2, 1, MIB),
+            "{}",
+            c.backend
+        );
+        assert_eq!(o.list_chunks("ws-gc").await.unwrap().len(), 2);
+        let m = o.get_manifest("ws-gc", "files", "b").await.unwrap();
+        let back = tmp.path().join(format!("b-{}", c.backend));
+        o.download_file("ws-gc", &m, &back).await.unwrap();
+        assert!(same_bytes(&b, &back), "{}", c.backend);
+
+        // An unreadable manifest: nothing is deleted on a guess.
+        o.delete_manifest("ws-gc", "files", "b").await.unwrap();
+        c.overwrite("ws/ws-gc/manifests/files/bad.json", b"nope".to_vec())
+            .await;
+        let e = o.collect_chunks("ws-gc", Duration::ZERO).await.unwrap_err();
+        assert!(matches!(e, ObjectsError::Corrupt { .. }), "{e:?}");
+        assert_eq!(
+            o.list_chunks("ws-gc").await.unwrap().len(),
+            2,
+            "{}",
+            c.backend
+        );
+    }
+}
+
+/// An upload that finds a chunk last written longer ago than half the grace writes it again,
+/// so the collector keeps it (the upload's manifest may be about to name it); a chunk left old
+/// is collected. On the local backend, whose file times the test can age.
+#[tokio::test]
+async fn an_upload_refreshes_an_old_chunk_so_the_collector_keeps_it() {
+    use pandastack_objects::GC_GRACE;
+    let tmp = tempfile::tempdir().unwrap();
+    let src = file_with(
+        tmp.path(),
+        "src",
+        2 * MIB,
+        &[(0, noise(2 * MIB as usize, 41))],
+    );
+    let c = cases().remove(0);
+    assert_eq!(c.backend, "local");
+    let root = c
+        ._dir
+        .as_ref()
+        .unwrap()
+        .path()
+        .join("store/ws/ws-old/chunks");
+    let age_all = |by: Duration| {
+        let when = std::time::SystemTime::now() - by;
+        for d in std::fs::read_dir(&root).unwrap() {
+            for f in std::fs::read_dir(d.unwrap().path()).unwrap() {
+                let f = std::fs::File::options()
+                    .write(true)
+                    .open(f.unwrap().path())
+                    .unwrap();
+                f.set_modified(when).unwrap();
+            }
+        }
+    };
+    let day_and_more = GC_GRACE + Duration::from_secs(3600);
+    // Uploaded, never named by a manifest (an upload cut off), aged past the grace.
+    c.objects.upload_file("ws-old", &src, MIB).await.unwrap();
+    age_all(day_and_more);
+    // Found by a new upload: written again, so young.
+    let again = c.objects.upload_file("ws-old", &src, MIB).await.unwrap();
+    assert_eq!(again.stats.skipped_existing, 2);
+    let kept = c.objects.collect_chunks("ws-old", GC_GRACE).await.unwrap();
+    assert_eq!((kept.young, kept.deleted), (2, 0));
+    // Left old: collected.
+    age_all(day_and_more);
+    let gone = c.objects.collect_chunks("ws-old", GC_GRACE).await.unwrap();
+    assert_eq!((gone.young, gone.deleted), (0, 2));
+    assert!(c.objects.list_chunks("ws-old").await.unwrap().is_empty());
+}

@@ -543,6 +543,16 @@ impl VolumeRepo<'_> {
         rows.iter().map(backup_row).collect()
     }
 
+    /// Deletes a backup's row (its files are the caller's: see `Volumes::forget_backup`);
+    /// deleting one that is gone is success.
+    pub async fn delete_backup(&self, id: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM volume_backups WHERE id = $1")
+            .bind(id)
+            .execute(self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// Records a backup's end: `done` with its figures or `failed` with the reason, and drops
     /// its internal snapshot's row.
     pub async fn finish_backup(&self, b: &VolumeBackupRow) -> Result<(), StoreError> {

@@ -1140,7 +1140,7 @@ async fn a_hibernated_sandbox_of_a_lost_host_wakes_on_another() {
 /// snapshot call does not wait) and its row says when it became durable; with its own host
 /// drained, a create from it is placed on another host with the same key, which fetches it
 /// and restores it there with its files; deleting the snapshot removes it from both hosts and
-/// from the object store.
+/// from the object store, and the chunk collector then takes its bytes back.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_snapshot_taken_on_one_host_restores_on_another() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1200,6 +1200,17 @@ async fn a_snapshot_taken_on_one_host_restores_on_another() {
     assert_eq!(
         pandastack_testkit::exec(&ch, "cat /tmp/mark").await.stdout,
         "snapped\n"
+    );
+    // Its bytes: the chunk collector takes back what no manifest names (here with no grace),
+    // and keeps the template bakes the hosts stored.
+    assert!(!objects.list_chunks(&ws.id).await.unwrap().is_empty());
+    let bakes = objects.list_chunks(SHARED_NAMESPACE).await.unwrap().len();
+    let collected = pandastack_control::chunks::collect_all(&objects, Duration::ZERO).await;
+    assert!(collected.deleted > 0, "{collected:?}");
+    assert!(objects.list_chunks(&ws.id).await.unwrap().is_empty());
+    assert_eq!(
+        objects.list_chunks(SHARED_NAMESPACE).await.unwrap().len(),
+        bakes
     );
 }
 

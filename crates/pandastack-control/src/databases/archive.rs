@@ -508,6 +508,8 @@ impl Databases {
                     .delete_record(ws, BASE_KIND, &base_id(&row.id, &b.backup))
                     .await
                     .map_err(objects_error)?;
+                // And its volume backup: the chunk collector takes the bytes back.
+                self.volumes.forget_backup(ws, &b.backup).await?;
             }
         }
         for blob in objects
@@ -525,7 +527,8 @@ impl Databases {
         Ok(())
     }
 
-    /// Removes everything archived for database `row` (its WAL and base-backup records).
+    /// Removes everything archived for database `row` (its WAL, its base-backup records and
+    /// their volume backups).
     pub(crate) async fn remove_archive(&self, row: &DatabaseRow) -> Result<(), DatabaseError> {
         let ws = &row.workspace_id;
         let objects = self.volumes.objects();
@@ -544,6 +547,7 @@ impl Databases {
                 .delete_record(ws, BASE_KIND, &base_id(&row.id, &b.backup))
                 .await
                 .map_err(objects_error)?;
+            self.volumes.forget_backup(ws, &b.backup).await?;
         }
         self.bases
             .lock()

@@ -140,7 +140,7 @@ impl Sandboxes {
             return super::found(self.store.sandboxes().by_id(id).await, id).map(Some);
         }
         fleet.moved(id);
-        // The adopted files are the sandbox now: the stored record goes (its chunks stay).
+        // The adopted files are the sandbox now: the stored record goes (the chunk collector takes its bytes back).
         if let Err(e) = target.forget_stored(id, ws, &copy.tag).await {
             tracing::debug!(sandbox = %id, error = &e as &dyn std::error::Error, "re-homed: its durable copy's record stays");
         }

@@ -117,6 +117,10 @@ pub enum TemplateError {
 /// that build them (see [`Templates::storing_uploads_in`]).
 pub const STORED_UPLOADS: &str = "platform";
 
+/// The manifest kind of a stored upload (`template-uploads/<build id>`), written when it is
+/// stored and removed when its build ends, so the chunk collector keeps it until then.
+const UPLOAD_MANIFESTS: &str = "template-uploads";
+
 /// What a create from template `name` runs: the baked template's name on this host and the
 /// environment its image asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -156,6 +156,19 @@ impl Templates {
                         pandastack_objects::DEFAULT_CHUNK_SIZE,
                     )
                     .await;
+                // Named by a manifest until its build ends, so the chunk collector keeps it.
+                let up = match up {
+                    Ok(up) => objects
+                        .put_manifest(
+                            super::STORED_UPLOADS,
+                            super::UPLOAD_MANIFESTS,
+                            &row.id,
+                            &up.manifest,
+                        )
+                        .await
+                        .map(|()| up),
+                    Err(e) => Err(e),
+                };
                 match up {
                     Ok(up) => {
                         // The build reads it from the object store; this copy is done with.
@@ -183,6 +196,7 @@ impl Templates {
         guard.id = None;
         if let Err(e) = queued {
             self.files.discard(&row.id);
+            self.forget_upload(&job).await;
             self.store.template_builds().delete(&row.id).await?;
             return Err(e);
         }

@@ -53,7 +53,10 @@ impl Templates {
         let row = match self.store.template_builds().by_id(&spec.build).await {
             Ok(Some(r)) if r.status.active() => r,
             // Deleted, or finished just before the previous process stopped: nothing to do.
-            Ok(_) => return Ok(()),
+            Ok(_) => {
+                self.forget_upload(&spec).await;
+                return Ok(());
+            }
             Err(e) => return Err(store_failed(e)),
         };
         if job.attempts > 1 {
@@ -82,7 +85,24 @@ impl Templates {
         };
         self.run(row, source)
             .await
-            .map_err(|e| failed("template build", &e))
+            .map_err(|e| failed("template build", &e))?;
+        self.forget_upload(&spec).await;
+        Ok(())
+    }
+
+    /// The stored upload of build job `spec`, if it has one, no longer named by a manifest
+    /// once its build has ended: the chunk collector takes it back. A failure is logged (the
+    /// upload then stays).
+    pub(super) async fn forget_upload(&self, spec: &BuildJob) {
+        let (Some(objects), Some(_)) = (&self.uploads, &spec.stored) else {
+            return;
+        };
+        if let Err(e) = objects
+            .delete_manifest(super::STORED_UPLOADS, super::UPLOAD_MANIFESTS, &spec.build)
+            .await
+        {
+            tracing::warn!(build = %spec.build, error = &e as &dyn std::error::Error, "a built template's stored upload stays in the object store");
+        }
     }
 
     async fn fail_row(&self, mut row: TemplateBuildRow, message: String) -> Result<(), Failure> {

@@ -225,6 +225,31 @@ impl Volumes {
         Ok((BackupInfo::of_record(record), manifest))
     }
 
+    /// Backup `id` of workspace `ws` forgotten: its record and manifest removed from the object
+    /// store (so the chunk collector takes its bytes back) and its row deleted. Gone already is
+    /// success. For a database's base backups its archive no longer needs.
+    pub(crate) async fn forget_backup(&self, ws: &str, id: &str) -> Result<(), VolumeError> {
+        let suffix = format!(".{id}");
+        for object in self
+            .records(ws)
+            .await?
+            .into_iter()
+            .filter(|o| o.ends_with(&suffix))
+        {
+            // The record first: without it the backup is not offered.
+            self.objects
+                .delete_record(ws, KIND, &object)
+                .await
+                .map_err(VolumeError::Objects)?;
+            self.objects
+                .delete_manifest(ws, KIND, &object)
+                .await
+                .map_err(VolumeError::Objects)?;
+        }
+        self.store.volumes().delete_backup(id).await?;
+        Ok(())
+    }
+
     async fn records(&self, ws: &str) -> Result<Vec<String>, VolumeError> {
         self.objects
             .list_records(ws, KIND)

@@ -428,8 +428,26 @@ async fn retention_deletes_what_no_restore_inside_the_window_needs() {
     want.insert("00000002.history".into());
     want.extend((6..=0xB).map(|s| segment(2, s)));
     assert_eq!(f.wal().await, want);
-    // The volume backups themselves stay (documented: no chunk garbage collection yet).
-    assert_eq!(f.dbs.backups(&f.env.ws, &f.id).await.unwrap().len(), 6);
+    // The volume backups of the bases that went go too (record and manifest: the chunk
+    // collector takes their bytes back); those kept stay.
+    let left: BTreeSet<String> = f
+        .dbs
+        .backups(&f.env.ws, &f.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|b| b.id)
+        .collect();
+    assert_eq!(left, kept);
+    let manifests = f
+        .objects
+        .list_manifests(&f.env.ws, VOLUME_BACKUPS)
+        .await
+        .unwrap();
+    assert_eq!(manifests.len(), 3, "{manifests:?}");
+    assert!(!manifests
+        .iter()
+        .any(|m| m.ends_with(".vb-b1") || m.ends_with(".vb-b2")));
 
     // Another pass within the interval takes nothing and deletes nothing more.
     f.dbs.archive_pass(true).await;
