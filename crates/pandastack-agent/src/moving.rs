@@ -22,6 +22,8 @@ use crate::entry::SandboxVm;
 use crate::{AgentError, HostAgent, SandboxView, VmState};
 
 const RECORDS: &str = "hibernated";
+/// A sandbox's (and a snapshot's) disk among the files that move.
+const ROOTFS: &str = "rootfs.ext4";
 /// In a hibernated sandbox's directory from the time its image is stored for another host
 /// until the move is given up ([`HostAgent::forget_stored`]) or its copy here is destroyed:
 /// the sandbox does not wake here meanwhile (a file, so a restarted agent keeps refusing).
@@ -253,6 +255,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             .into());
         }
         let staged = self.rt.moving_in(id)?;
+        let rootfs = self.rootfs_to_reuse(&stored.info.template).await;
         download_into(
             &s.objects,
             ws,
@@ -260,6 +263,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             &stored.files,
             |f| file_id(id, tag, f),
             &staged,
+            rootfs,
         )
         .await?;
         let h = self.rt.adopt_hibernated(stored.info, &staged)?;
@@ -303,7 +307,9 @@ fn read_durable(marker: &std::path::Path) -> Option<DurableCopy> {
 }
 
 /// Downloads each of a stored image's `files` (manifest `kind`/`manifest_id(file)` in
-/// workspace `ws`) into `staged` under its own name; `staged` is removed on failure.
+/// workspace `ws`) into `staged` under its own name; `staged` is removed on failure. The disk
+/// (`rootfs.ext4`) copies the chunks `rootfs` (a local bake's root filesystem and its
+/// manifest: see [`HostAgent::rootfs_to_reuse`]) has instead of fetching them.
 pub(crate) async fn download_into(
     objects: &pandastack_objects::Objects,
     ws: &str,
@@ -311,13 +317,19 @@ pub(crate) async fn download_into(
     files: &[String],
     manifest_id: impl Fn(&str) -> String,
     staged: &std::path::Path,
+    rootfs: Option<(std::path::PathBuf, pandastack_objects::Manifest)>,
 ) -> Result<(), AgentError> {
     let fetched = async {
         for f in files {
             let manifest = objects.get_manifest(ws, kind, &manifest_id(f)).await?;
-            objects
-                .download_file(ws, &manifest, &staged.join(f))
+            let reuse = rootfs
+                .as_ref()
+                .filter(|_| f == ROOTFS)
+                .map(|(path, manifest)| pandastack_objects::Reuse { path, manifest });
+            let got = objects
+                .download_file_reusing(ws, &manifest, &staged.join(f), reuse)
                 .await?;
+            tracing::debug!(file = %f, fetched = got.chunks, reused = got.reused, "downloaded");
         }
         Ok::<_, AgentError>(())
     }

@@ -142,6 +142,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             .into());
         }
         let staged = self.rt.snapshot_moving_in(id)?;
+        let rootfs = self.rootfs_to_reuse(&stored.info.template).await;
         crate::moving::download_into(
             &s.objects,
             ws,
@@ -149,6 +150,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             &stored.files,
             |f| file_id(id, f),
             &staged,
+            rootfs,
         )
         .await?;
         self.rt.adopt_snapshot(stored.info, &staged)?;

@@ -280,6 +280,24 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             .or_else(|| newest(&|_| true)))
     }
 
+    /// This host's bake of template `name` as a source of chunks for downloading a disk made
+    /// from it (a snapshot's, a moving sandbox's: their unchanged ranges are the bake's): its
+    /// root filesystem and the manifest it was stored with. `None` when the template is not
+    /// here or its bake is not stored.
+    pub(crate) async fn rootfs_to_reuse(
+        &self,
+        name: &str,
+    ) -> Option<(std::path::PathBuf, pandastack_objects::Manifest)> {
+        let s = self.sharing.get()?;
+        let t = self.rt.template(name).ok()?;
+        let manifest = s
+            .objects
+            .get_manifest(NAMESPACE, FILES, &file_id(name, &t.bake_id, "rootfs"))
+            .await
+            .ok()?;
+        Some((t.rootfs(), manifest))
+    }
+
     /// Takes template `name` from the object store, if a host made it durable there (see the
     /// module doc): `None` when no bake of it is stored (or this agent does not share). The
     /// caller holds the template's bake lock.

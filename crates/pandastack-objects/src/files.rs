@@ -43,6 +43,25 @@ pub struct DownloadStats {
     /// Holes left unallocated.
     pub holes: u64,
     pub bytes_downloaded: u64,
+    /// Chunks copied from a local file instead ([`Objects::download_file_reusing`]).
+    pub reused: u64,
+}
+
+/// A local file whose chunks a download may copy instead of fetching them: its path and its
+/// manifest (the same chunk size as the download's, else it is not used). A chunk copied is
+/// hashed as a downloaded one is.
+#[derive(Debug, Clone, Copy)]
+pub struct Reuse<'a> {
+    pub path: &'a Path,
+    pub manifest: &'a Manifest,
+}
+
+/// Where one data chunk of a download comes from.
+#[derive(Clone, Copy)]
+enum From {
+    Store,
+    /// The chunk at this offset of the reused file.
+    Local(u64),
 }
 
 enum Sent {
@@ -145,6 +164,19 @@ impl Objects {
         manifest: &Manifest,
         dest: &Path,
     ) -> Result<DownloadStats, ObjectsError> {
+        self.download_file_reusing(ws, manifest, dest, None).await
+    }
+
+    /// [`Objects::download_file`], copying each chunk `reuse`'s file has (by its manifest) from
+    /// there instead of fetching it: only the missing chunks are read from the store. A copied
+    /// chunk whose bytes do not hash as expected (the local file changed) is fetched instead.
+    pub async fn download_file_reusing(
+        &self,
+        ws: &str,
+        manifest: &Manifest,
+        dest: &Path,
+        reuse: Option<Reuse<'_>>,
+    ) -> Result<DownloadStats, ObjectsError> {
         names::check("workspace id", ws)?;
         manifest.validate().map_err(ObjectsError::InvalidManifest)?;
         let dir = match dest.parent() {
@@ -177,22 +209,59 @@ impl Objects {
         // Collected (not a lazy iterator): a closure over borrowed chunk refs held across the
         // awaits below would keep this future from being provably `Send` (rustc's
         // higher-ranked lifetime limits), and callers spawn it.
-        let data: Vec<(usize, ChunkHash)> = manifest
+        let local: std::collections::HashMap<ChunkHash, u64> = match reuse {
+            Some(r) if r.manifest.chunk_size == manifest.chunk_size => r
+                .manifest
+                .chunks
+                .iter()
+                .enumerate()
+                .filter_map(|(j, c)| match c {
+                    ChunkRef::Data(h) => Some((*h, r.manifest.range(j).0)),
+                    ChunkRef::Hole => None,
+                })
+                .collect(),
+            _ => Default::default(),
+        };
+        let source = match reuse {
+            Some(r) if !local.is_empty() => File::open(r.path).ok().map(Arc::new),
+            _ => None,
+        };
+        let data: Vec<(usize, ChunkHash, From)> = manifest
             .chunks
             .iter()
             .enumerate()
             .filter_map(|(i, c)| match c {
-                ChunkRef::Data(h) => Some((i, *h)),
+                ChunkRef::Data(h) => Some((
+                    i,
+                    *h,
+                    match (local.get(h), &source) {
+                        (Some(&at), Some(_)) => From::Local(at),
+                        _ => From::Store,
+                    },
+                )),
                 ChunkRef::Hole => None,
             })
             .collect();
-        let written: Vec<u64> = stream::iter(data)
-            .map(|(i, hash)| {
+        let written: Vec<(u64, bool)> = stream::iter(data)
+            .map(|(i, hash, from)| {
                 let file = Arc::clone(&file);
+                let source = source.clone();
                 let tmp_path = &tmp_path;
                 async move {
                     let (off, len) = manifest.range(i);
-                    let bytes = self.get_chunk(ws, &hash).await?;
+                    let copied = match (from, source) {
+                        (From::Local(at), Some(src)) => {
+                            tokio::task::spawn_blocking(move || local_chunk(&src, at, len, &hash))
+                                .await
+                                .expect("reading a local chunk does not panic")
+                        }
+                        _ => None,
+                    };
+                    let reused = copied.is_some();
+                    let bytes = match copied {
+                        Some(b) => b,
+                        None => self.get_chunk(ws, &hash).await?,
+                    };
                     if bytes.len() as u64 != len {
                         return Err(ObjectsError::InvalidManifest(format!(
                             "chunk {i} ({hash}) has {} bytes, {len} expected",
@@ -203,7 +272,7 @@ impl Objects {
                         .await
                         .expect("writing a chunk does not panic")
                         .map_err(ObjectsError::io("write", tmp_path))?;
-                    Ok(len)
+                    Ok((len, reused))
                 }
             })
             .buffer_unordered(self.concurrency)
@@ -226,12 +295,21 @@ impl Objects {
         })
         .await
         .expect("finishing a download does not panic")?;
+        let reused = written.iter().filter(|(_, r)| *r).count() as u64;
         Ok(DownloadStats {
-            chunks: written.len() as u64,
+            chunks: written.len() as u64 - reused,
             holes: (manifest.chunks.len() - written.len()) as u64,
-            bytes_downloaded: written.iter().sum(),
+            bytes_downloaded: written.iter().filter(|(_, r)| !r).map(|(l, _)| l).sum(),
+            reused,
         })
     }
+}
+
+/// The `len` bytes at `at` of `src` if they hash to `hash` (else `None`: fetch the chunk).
+fn local_chunk(src: &File, at: u64, len: u64, hash: &ChunkHash) -> Option<Bytes> {
+    let mut buf = vec![0u8; len as usize];
+    src.read_exact_at(&mut buf, at).ok()?;
+    (ChunkHash::of(&buf) == *hash).then(|| Bytes::from(buf))
 }
 
 /// Reads `len` bytes at `off`: `None` if they are all zero (a hole), else their hash and bytes.

@@ -47,7 +47,7 @@ use object_store::ObjectStore;
 pub use blobs::BlobInfo;
 pub use collect::{Collected, GC_GRACE};
 pub use error::ObjectsError;
-pub use files::{DownloadStats, Upload, UploadStats};
+pub use files::{DownloadStats, Reuse, Upload, UploadStats};
 pub use manifest::{
     ChunkHash, ChunkRef, Manifest, ParseHashError, DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE,
     MIN_CHUNK_SIZE,

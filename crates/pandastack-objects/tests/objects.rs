@@ -787,3 +787,67 @@ async fn an_upload_refreshes_an_old_chunk_so_the_collector_keeps_it() {
     assert_eq!((gone.young, gone.deleted), (0, 2));
     assert!(c.objects.list_chunks("ws-old").await.unwrap().is_empty());
 }
+
+/// A download that may reuse a local file reads from the store only the chunks that file lacks
+/// (here: the one changed of four), and the result is byte-equal; a local file changed since
+/// its manifest was made costs a fetch, not a wrong byte.
+#[tokio::test]
+async fn a_download_reads_only_the_chunks_a_local_file_lacks() {
+    use pandastack_objects::Reuse;
+    let tmp = tempfile::tempdir().unwrap();
+    let base = file_with(
+        tmp.path(),
+        "base",
+        4 * MIB,
+        &[(0, noise(4 * MIB as usize, 51))],
+    );
+    let changed = file_with(
+        tmp.path(),
+        "changed",
+        4 * MIB,
+        &[
+            (0, noise(4 * MIB as usize, 51)),
+            (2 * MIB, noise(MIB as usize, 52)),
+        ],
+    );
+    for c in cases() {
+        let o = &c.objects;
+        let base_up = o.upload_file("ws-base", &base, MIB).await.unwrap();
+        let up = o.upload_file("ws-snap", &changed, MIB).await.unwrap();
+        let dest = tmp.path().join(format!("out-{}", c.backend));
+        let reuse = Reuse {
+            path: &base,
+            manifest: &base_up.manifest,
+        };
+        let stats = o
+            .download_file_reusing("ws-snap", &up.manifest, &dest, Some(reuse))
+            .await
+            .unwrap();
+        assert_eq!(
+            (stats.reused, stats.chunks, stats.bytes_downloaded),
+            (3, 1, MIB),
+            "{}",
+            c.backend
+        );
+        assert!(same_bytes(&changed, &dest), "{}", c.backend);
+
+        // The local file changed behind its manifest: those chunks are fetched instead.
+        let stale = file_with(
+            tmp.path(),
+            "stale",
+            4 * MIB,
+            &[(0, noise(4 * MIB as usize, 53))],
+        );
+        let reuse = Reuse {
+            path: &stale,
+            manifest: &base_up.manifest,
+        };
+        let dest2 = tmp.path().join(format!("out2-{}", c.backend));
+        let stats = o
+            .download_file_reusing("ws-snap", &up.manifest, &dest2, Some(reuse))
+            .await
+            .unwrap();
+        assert_eq!((stats.reused, stats.chunks), (0, 4), "{}", c.backend);
+        assert!(same_bytes(&changed, &dest2), "{}", c.backend);
+    }
+}
