@@ -244,15 +244,13 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             }
             .into());
         }
-        if stored.compat_key != s.compat_key {
-            return Err(HibernateError::Immovable {
-                id: id.into(),
-                why: format!(
-                    "it hibernated on host {} with compatibility key {}, this host's is {}",
-                    stored.host, stored.compat_key, s.compat_key
-                ),
-            }
-            .into());
+        if let Some(why) = crate::moving::other_key(
+            "hibernated",
+            &stored.host,
+            &stored.compat_key,
+            &s.compat_key,
+        ) {
+            return Err(HibernateError::Immovable { id: id.into(), why }.into());
         }
         let staged = self.rt.moving_in(id)?;
         let rootfs = self.rootfs_to_reuse(&stored.info.template).await;
@@ -298,6 +296,14 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         }
         Ok(())
     }
+}
+
+/// Why an image that `made` ("was taken", "hibernated") on `host` with compatibility key
+/// `theirs` does not restore on a host whose key is `here`: `None` when the keys are equal.
+pub(crate) fn other_key(made: &str, host: &str, theirs: &str, here: &str) -> Option<String> {
+    (theirs != here).then(|| {
+        format!("it {made} on host {host} with compatibility key {theirs}, this host's is {here}")
+    })
 }
 
 /// The durable copy named at `marker`, if there is one (an unreadable marker names none).

@@ -131,15 +131,10 @@ impl<D: VmDriver + 'static> HostAgent<D> {
             }
             .into());
         }
-        if stored.compat_key != s.compat_key {
-            return Err(SnapshotError::Immovable {
-                id: id.into(),
-                why: format!(
-                    "it was taken on host {} with compatibility key {}, this host's is {}",
-                    stored.host, stored.compat_key, s.compat_key
-                ),
-            }
-            .into());
+        if let Some(why) =
+            crate::moving::other_key("was taken", &stored.host, &stored.compat_key, &s.compat_key)
+        {
+            return Err(SnapshotError::Immovable { id: id.into(), why }.into());
         }
         let staged = self.rt.snapshot_moving_in(id)?;
         let rootfs = self.rootfs_to_reuse(&stored.info.template).await;

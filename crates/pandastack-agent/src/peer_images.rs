@@ -92,15 +92,13 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                     format!("it sent snapshot {}", record.info.id),
                 ));
             }
-            if record.compat_key != s.compat_key {
-                return Err(SnapshotError::Immovable {
-                    id: id.into(),
-                    why: format!(
-                        "it was taken on host {} with compatibility key {}, this host's is {}",
-                        record.host, record.compat_key, s.compat_key
-                    ),
-                }
-                .into());
+            if let Some(why) = crate::moving::other_key(
+                "was taken",
+                &record.host,
+                &record.compat_key,
+                &s.compat_key,
+            ) {
+                return Err(SnapshotError::Immovable { id: id.into(), why }.into());
             }
             let expected = record.info.moving_files()?;
             same_files(origin, files, &expected)?;
@@ -187,15 +185,13 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                     format!("it sent sandbox {}", record.info.id),
                 ));
             }
-            if record.compat_key != s.compat_key {
-                return Err(HibernateError::Immovable {
-                    id: id.into(),
-                    why: format!(
-                        "it hibernated on host {} with compatibility key {}, this host's is {}",
-                        record.host, record.compat_key, s.compat_key
-                    ),
-                }
-                .into());
+            if let Some(why) = crate::moving::other_key(
+                "hibernated",
+                &record.host,
+                &record.compat_key,
+                &s.compat_key,
+            ) {
+                return Err(HibernateError::Immovable { id: id.into(), why }.into());
             }
             let names: Vec<&str> = record.files.iter().map(String::as_str).collect();
             if names
