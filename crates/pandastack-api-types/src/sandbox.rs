@@ -674,6 +674,64 @@ pub struct RenameRequest {
     pub overwrite: bool,
 }
 
+/// What a signed file URL does: `GET` downloads the file, `PUT` uploads it (replacing it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum FileUrlMethod {
+    #[default]
+    Get,
+    Put,
+}
+
+/// Longest a signed file URL lives, in seconds (7 days).
+pub const MAX_FILE_URL_SECONDS: u64 = 7 * 24 * 3600;
+
+fn hour() -> u64 {
+    3600
+}
+
+/// `POST /v1/sandboxes/{id}/files/url`: a URL that downloads or uploads one file of the
+/// sandbox without an API key, until it expires.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileUrlRequest {
+    /// Absolute guest path (no `..`).
+    #[schema(pattern = "^/")]
+    pub path: String,
+    /// `GET` (download, the default) or `PUT` (upload).
+    #[serde(default)]
+    pub method: FileUrlMethod,
+    /// Seconds until it expires: 1 to 604800 (7 days); default 3600.
+    #[serde(default = "hour")]
+    #[schema(minimum = 1, maximum = 604800, default = 3600)]
+    pub expires_in: u64,
+}
+
+impl FileUrlRequest {
+    pub fn validate(&self) -> Result<(), FieldError> {
+        validate_guest_path("path", &self.path)?;
+        if !(1..=MAX_FILE_URL_SECONDS).contains(&self.expires_in) {
+            return Err(field_error(
+                "expires_in",
+                format!("must be 1 to {MAX_FILE_URL_SECONDS} seconds (7 days)"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A signed file URL.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct FileUrl {
+    /// The URL, relative to the API's base URL (`/v1/sandboxes/{id}/files/signed?…`): the
+    /// SDKs return it absolute. Call it with `method`, no API key.
+    pub url: String,
+    pub method: FileUrlMethod,
+    pub path: String,
+    /// RFC 3339: from then on the URL is refused.
+    pub expires_at: String,
+}
+
 /// A guest file's metadata.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct FileInfo {

@@ -12,6 +12,7 @@ pub mod db_front;
 mod error;
 mod exec_ws;
 mod extract;
+mod file_urls;
 mod functions;
 mod hosts;
 mod idempotency;

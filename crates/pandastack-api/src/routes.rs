@@ -16,8 +16,8 @@ use crate::openapi::Conventions;
 use crate::ApiState;
 #[allow(unused_imports)] // named by the table through the macro
 use crate::{
-    apps, code, databases, exec_ws, functions, hosts, keys, logs, meta, ports, pty, sandboxes,
-    schedules, snapshots, templates, volumes, workload,
+    apps, code, databases, exec_ws, file_urls, functions, hosts, keys, logs, meta, ports, pty,
+    sandboxes, schedules, snapshots, templates, volumes, workload,
 };
 
 /// The axum method filter for an OpenAPI method.
@@ -166,6 +166,9 @@ route_table! {
     workload::stat,
     workload::mkdir,
     workload::rename,
+    file_urls::sign,
+    file_urls::signed_read,
+    file_urls::signed_write => DefaultBodyLimit::disable(),
     ports::url,
     ports::update,
     code::run,

@@ -178,7 +178,7 @@ fn error_event(e: HostError) -> Result<Event, axum::Error> {
         .json_data(serde_json::json!({ "code": code, "message": message }))
 }
 
-fn path_param(q: &BTreeMap<String, String>, name: &str) -> ApiResult<String> {
+pub(crate) fn path_param(q: &BTreeMap<String, String>, name: &str) -> ApiResult<String> {
     let p = q
         .get(name)
         .ok_or_else(|| ApiError::new(ErrorCode::InvalidArgument, format!("{name}: required")))?;
@@ -203,6 +203,12 @@ pub async fn read(
 ) -> ApiResult<Response> {
     let path = path_param(&q, "path")?;
     let id = ready(&app, &caller, &id).await?;
+    read_file(&app, &id, &path).await
+}
+
+/// The response of a download of `path` from sandbox `id` (awake).
+pub(crate) async fn read_file(app: &ApiState, id: &str, path: &str) -> ApiResult<Response> {
+    let (id, path) = (id.to_owned(), path.to_owned());
     // Stat first: a missing file or a directory is a clean 404/422 before any body is sent.
     let info = app.control.host().stat(&id, &path).await?;
     if info.kind != FileKind::File {
@@ -262,13 +268,23 @@ pub async fn write(
 ) -> ApiResult<Json<serde_json::Value>> {
     let path = path_param(&q, "path")?;
     let id = ready(&app, &caller, &id).await?;
+    write_file(&app, &id, &path, body).await
+}
+
+/// An upload of `body` to `path` of sandbox `id` (awake): `{"path", "bytes_written"}`.
+pub(crate) async fn write_file(
+    app: &ApiState,
+    id: &str,
+    path: &str,
+    body: HttpBody,
+) -> ApiResult<Json<serde_json::Value>> {
     let body = body
         .into_data_stream()
         .map(|r| r.map_err(|e| e.to_string()));
     let n = app
         .control
         .host()
-        .write_file(&id, &path, Box::pin(body))
+        .write_file(id, path, Box::pin(body))
         .await?;
     Ok(Json(
         serde_json::json!({ "path": path, "bytes_written": n }),

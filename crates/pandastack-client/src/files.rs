@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use pandastack_api_types::{FileInfo, List, MkdirRequest, RenameRequest};
+use pandastack_api_types::{
+    FileInfo, FileUrl, FileUrlMethod, FileUrlRequest, List, MkdirRequest, RenameRequest,
+};
 use reqwest::Method;
 use tokio::io::AsyncWriteExt;
 
@@ -107,6 +109,29 @@ impl Client {
             call = call.query("cursor", c.to_owned());
         }
         self.json(call).await
+    }
+
+    /// `POST …/files/url`: a signed URL that does `method` to file `path` without an API key
+    /// for `expires_in` seconds; its `url` made absolute with this client's base URL.
+    pub async fn file_url(
+        &self,
+        id: &str,
+        path: &str,
+        method: FileUrlMethod,
+        expires_in: u64,
+    ) -> Result<FileUrl, Error> {
+        let body = FileUrlRequest {
+            path: path.to_owned(),
+            method,
+            expires_in,
+        };
+        let call =
+            Call::new(Method::POST, sandbox_path(id, "/files/url")).payload(Payload::json(&body)?);
+        let mut url: FileUrl = self.json(call).await?;
+        if url.url.starts_with('/') {
+            url.url = format!("{}{}", self.config.base_url.trim_end_matches('/'), url.url);
+        }
+        Ok(url)
     }
 
     /// `GET …/fs/stat?path=`.

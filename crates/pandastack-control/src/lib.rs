@@ -52,7 +52,10 @@ pub use plane::{ControlConfig, ControlPlane, RecoverError, CLUSTER_CONTROL_ID};
 pub use reaper::Reaper;
 pub use reconcile::{reconcile_rows, Reconciled};
 pub use rejoin::{reconcile_host, JoinWatch, Rejoined};
-pub use sandboxes::{expiry, ControlError, DiskMax, PlaceMode, Sandboxes, Source, Verb};
+pub use sandboxes::{
+    expiry, ControlError, DiskMax, FileUrlMethod, FileUrlRefused, PlaceMode, Sandboxes,
+    SignedFileUrl, Source, Verb, MAX_FILE_URL_SECONDS,
+};
 pub use schedules::{ScheduleError, ScheduleInfo, Schedules};
 pub use snapshots::{Forked, Snapshots};
 pub use templates::{

@@ -13,9 +13,12 @@ use pandastack_store::{
 use crate::{row_state, Fleet, TemplateError, Templates, Volumes};
 
 mod durable;
+mod file_urls;
 mod lost;
 mod migrate;
 mod restore;
+
+pub use file_urls::{FileUrlMethod, FileUrlRefused, SignedFileUrl, MAX_FILE_URL_SECONDS};
 
 /// How long a create elsewhere from a snapshot that its host's agent could not send waits for
 /// the snapshot's upload to end, to fetch it from the object store instead.

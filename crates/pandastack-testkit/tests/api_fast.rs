@@ -16,6 +16,8 @@ use tower::ServiceExt;
 mod cut_off;
 #[path = "api_fast/disk_limits.rs"]
 mod disk_limits;
+#[path = "api_fast/file_urls.rs"]
+mod file_urls;
 #[path = "api_fast/fork_snapshots.rs"]
 mod fork_snapshots;
 #[path = "api_fast/front_door.rs"]

@@ -280,6 +280,24 @@ async fn cli_drives_a_sandbox_end_to_end() {
         .await;
     assert_eq!(sha256(&local.path().join("blob.bin")), sha256(&up));
 
+    // A signed URL for it: downloaded by curl with no API key.
+    let url = cli
+        .ok(&["sb", "file-url", &id, "/tmp/blob.bin", "--expires-in", "60"])
+        .await
+        .trim()
+        .to_owned();
+    assert!(
+        url.starts_with("http") && url.contains("/files/signed?"),
+        "{url}"
+    );
+    let signed = local.path().join("signed.bin");
+    let got = std::process::Command::new("curl")
+        .args(["-sSf", "-o", signed.to_str().unwrap(), &url])
+        .status()
+        .unwrap();
+    assert!(got.success());
+    assert_eq!(sha256(&signed), sha256(&up));
+
     // Logs: the guest console so far.
     let logs = cli.ok(&["sb", "logs", &id]).await;
     assert!(!logs.is_empty());

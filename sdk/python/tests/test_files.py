@@ -140,3 +140,46 @@ def test_file_errors(shared_sandbox):
     with pytest.raises(NotFoundError):
         fs.download("/tmp/does/not/exist", "/tmp/pysdk-never-written")
     assert not os.path.exists("/tmp/pysdk-never-written")
+
+
+def test_signed_urls_work_with_curl_and_no_key(shared_sandbox):
+    """A signed URL uploads and downloads one file with plain curl (no API key), and opens
+    nothing for another path, another method, or once it expired."""
+    import subprocess
+    import time
+
+    def curl(*args: str) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run(
+            ["curl", "-sS", "-o", "-", "-w", "\n%{http_code}", *args],
+            capture_output=True, text=True, timeout=60, check=True,
+        )
+
+    def answer(r: "subprocess.CompletedProcess[str]"):
+        body, _, code = r.stdout.rpartition("\n")
+        return int(code), body
+
+    fs = shared_sandbox.files
+    put = fs.url("/tmp/signed/in.txt", method="PUT", expires_in=120)
+    assert put.method == "PUT" and put.path == "/tmp/signed/in.txt"
+    assert put.url.startswith("http") and "/files/signed?" in put.url
+    code, body = answer(curl("-X", "PUT", "--data-binary", "via curl", put.url))
+    assert code == 200, body
+    assert shared_sandbox.exec("cat /tmp/signed/in.txt").stdout == "via curl"
+
+    get = fs.url("/tmp/signed/in.txt")
+    assert answer(curl(get.url)) == (200, "via curl")
+    # Another path (the signature names the path), another method: 403.
+    other = get.url.replace("in.txt", "other.txt")
+    code, body = answer(curl(other))
+    assert code == 403 and "signature" in body, body
+    code, body = answer(curl("-X", "PUT", "--data-binary", "x", get.url))
+    assert code == 403, body
+    # Expired.
+    short = fs.url("/tmp/signed/in.txt", expires_in=1)
+    time.sleep(2.2)
+    code, body = answer(curl(short.url))
+    assert code == 403 and "expired" in body, body
+    with pytest.raises(ValueError):
+        fs.url("/tmp/x", method="DELETE")
+    with pytest.raises(InvalidArgumentError):
+        fs.url("/tmp/x", expires_in=0)

@@ -8,7 +8,7 @@
 import { NotFoundError } from "./errors.js";
 import type { BodyInit, HttpClient } from "./http.js";
 import { Paginator } from "./pagination.js";
-import { fileInfoFromWire, type FileInfo } from "./types.js";
+import { fileInfoFromWire, fileUrlFromWire, type FileInfo, type FileUrl } from "./types.js";
 import type { WireBody } from "./wire.js";
 
 /**
@@ -165,6 +165,29 @@ export class Filesystem {
       if (opts.force && isMissingPath(e)) return;
       throw e;
     }
+  }
+
+  /**
+   * A signed URL that downloads (`method: "GET"`, the default) or uploads (`"PUT"`) the file at
+   * `path` without an API key, for `expiresIn` seconds (1 to 604800: 7 days; default 3600) —
+   * for a browser, `curl` or another service. Anyone holding it can do that one thing to that
+   * one file until it expires.
+   */
+  async url(
+    path: string,
+    opts: FileCallOptions & { method?: "GET" | "PUT"; expiresIn?: number } = {},
+  ): Promise<FileUrl> {
+    const w = await this.http.request<Record<string, unknown>>({
+      method: "POST",
+      path: `/v1/sandboxes/${encodeURIComponent(this.sandboxId)}/files/url`,
+      json: {
+        path,
+        method: opts.method ?? "GET",
+        expires_in: opts.expiresIn ?? 3600,
+      } satisfies WireBody<"FileUrlRequest">,
+      ...callOpts(opts),
+    });
+    return fileUrlFromWire(w, this.http.baseUrl);
   }
 
   /** Renames (moves) a path; an existing target is an error unless `overwrite`. */

@@ -142,6 +142,7 @@ export type {
   ExecResult,
   ExecutionError,
   FileInfo,
+  FileUrl,
   FunctionInfo,
   FunctionRuntime,
   FunctionTarget,

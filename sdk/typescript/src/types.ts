@@ -701,6 +701,19 @@ export interface FileInfo {
   symlinkTarget: string | null;
 }
 
+/**
+ * A signed URL for one file of a sandbox (`sandbox.files.url(...)`): anyone holding `url` can
+ * do `method` (`GET` downloads, `PUT` uploads) to `path` without an API key until `expiresAt`.
+ */
+export interface FileUrl {
+  /** Absolute (the client's base URL and the server's path). */
+  url: string;
+  method: "GET" | "PUT";
+  path: string;
+  /** RFC 3339. */
+  expiresAt: string;
+}
+
 /** Resource usage of a sandbox, as far as the host can tell. */
 export interface SandboxMetrics {
   state: string;
@@ -1146,6 +1159,17 @@ export function fileInfoFromWire(w: WireOf<"FileInfo">): FileInfo {
     mode: num(w.mode),
     mtimeMs: num(w.mtime_ms),
     symlinkTarget: optStr(w.symlink_target),
+  };
+}
+
+/** @internal `baseUrl`: a relative `url` (as the server sends it) is made absolute with it. */
+export function fileUrlFromWire(w: WireOf<"FileUrl">, baseUrl = ""): FileUrl {
+  const url = str(w.url);
+  return {
+    url: url.startsWith("/") ? `${baseUrl.replace(/\/+$/, "")}${url}` : url,
+    method: str(w.method, "GET") as FileUrl["method"],
+    path: str(w.path),
+    expiresAt: str(w.expires_at),
   };
 }
 

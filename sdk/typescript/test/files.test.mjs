@@ -137,3 +137,22 @@ test("bad paths are rejected before reaching the guest", async () => {
   await assert.rejects(sb.files.read("/tmp"), (e) => e instanceof InvalidArgumentError && /not a regular file/.test(e.message));
   await assert.rejects(sb.files.read("/no/such/file"), NotFoundError);
 });
+
+test("signed URLs upload and download with plain fetch, no API key", async () => {
+  const put = await sb.files.url("/tmp/signed/in.txt", { method: "PUT", expiresIn: 120 });
+  assert.equal(put.method, "PUT");
+  assert.match(put.url, /^https?:\/\/.*\/files\/signed\?/);
+  let res = await fetch(put.url, { method: "PUT", body: "via fetch" });
+  assert.equal(res.status, 200, await res.clone().text());
+  assert.equal((await sb.exec("cat /tmp/signed/in.txt")).stdout, "via fetch");
+  const get = await sb.files.url("/tmp/signed/in.txt");
+  res = await fetch(get.url);
+  assert.equal(res.status, 200);
+  assert.equal(await res.text(), "via fetch");
+  // Signed for GET of that path only.
+  res = await fetch(get.url, { method: "PUT", body: "x" });
+  assert.equal(res.status, 403);
+  res = await fetch(get.url.replace("in.txt", "other.txt"));
+  assert.equal(res.status, 403);
+  await assert.rejects(sb.files.url("/tmp/x", { expiresIn: 0 }), InvalidArgumentError);
+});

@@ -60,6 +60,26 @@ enum SandboxCmd {
     Url(UrlArgs),
     /// Make a port public (reachable without a token) or, with `--private`, private again.
     Expose(ExposeArgs),
+    /// Print a signed URL that downloads (or, with `--put`, uploads) one file without an API
+    /// key until it expires.
+    FileUrl(FileUrlArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct FileUrlArgs {
+    /// Sandbox id.
+    id: String,
+    /// Absolute guest path.
+    path: String,
+    /// A URL that uploads (`PUT`) instead of one that downloads (`GET`).
+    #[arg(long)]
+    put: bool,
+    /// Seconds until it expires (1 to 604800: 7 days).
+    #[arg(long, default_value_t = 3600)]
+    expires_in: u64,
+    /// Print JSON (url, method, path, expires_at).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -202,6 +222,19 @@ async fn dispatch(c: Client, cmd: SandboxCmd) -> anyhow::Result<ExitCode> {
         SandboxCmd::Exec(a) => return sandbox_io::exec(&c, a).await,
         SandboxCmd::Shell(a) => return shell::run(&c, a).await,
         SandboxCmd::Cp(a) => sandbox_io::cp(&c, a).await?,
+        SandboxCmd::FileUrl(a) => {
+            let method = if a.put {
+                pandastack_client::types::FileUrlMethod::Put
+            } else {
+                pandastack_client::types::FileUrlMethod::Get
+            };
+            let url = c.file_url(&a.id, &a.path, method, a.expires_in).await?;
+            if a.json {
+                print_json(&url)?;
+            } else {
+                println!("{}", url.url);
+            }
+        }
         SandboxCmd::Fork(a) => fork(&c, a).await?,
         SandboxCmd::Snapshot(a) => {
             let snap = {

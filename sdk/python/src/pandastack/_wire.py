@@ -509,6 +509,30 @@ class FileInfo(_FileInfoRequired, total=False):
     symlink_target: Optional[str]
 
 
+class FileUrl(TypedDict):
+    """A signed file URL."""
+    expires_at: str
+    method: FileUrlMethod
+    path: str
+    url: str
+
+
+#: What a signed file URL does: `GET` downloads the file, `PUT` uploads it (replacing it).
+FileUrlMethod = Literal["GET", "PUT"]
+
+
+class _FileUrlRequestRequired(TypedDict):
+    path: str
+
+
+class FileUrlRequest(_FileUrlRequestRequired, total=False):
+    """`POST /v1/sandboxes/{id}/files/url`: a URL that downloads or uploads one file of the
+    sandbox without an API key, until it expires.
+    """
+    expires_in: int
+    method: FileUrlMethod
+
+
 class ForkRequest(TypedDict, total=False):
     """`POST /v1/sandboxes/{id}/fork`."""
     count: int
@@ -1290,6 +1314,9 @@ SCHEMAS = {
     "ExecStartFrame": ExecStartFrame,
     "ExecStdinFrame": ExecStdinFrame,
     "FileInfo": FileInfo,
+    "FileUrl": FileUrl,
+    "FileUrlMethod": FileUrlMethod,
+    "FileUrlRequest": FileUrlRequest,
     "ForkRequest": ForkRequest,
     "ForkResponse": ForkResponse,
     "Function": Function,

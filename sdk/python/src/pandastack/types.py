@@ -294,6 +294,35 @@ class WriteInfo:
 
 
 @dataclass
+class FileUrl:
+    """A signed URL for one file of a sandbox (``sandbox.files.url(...)``): anyone holding
+    ``url`` can do ``method`` (``GET`` downloads, ``PUT`` uploads) to ``path`` without an API
+    key until ``expires_at`` (RFC 3339)."""
+
+    url: str
+    method: str
+    path: str
+    expires_at: str
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], base_url: str = "") -> "FileUrl":
+        """``base_url``: the client's, which a relative ``url`` (as the server sends it) is
+        made absolute with."""
+        w = _cast("_wire.FileUrl", d)
+        url = _or(w.get("url"), "")
+        if url.startswith("/"):
+            url = base_url.rstrip("/") + url
+        return cls(
+            url=url,
+            method=_or(w.get("method"), "GET"),
+            path=_or(w.get("path"), ""),
+            expires_at=_or(w.get("expires_at"), ""),
+            raw=dict(d),
+        )
+
+
+@dataclass
 class Snapshot:
     """A sandbox snapshot; create new sandboxes from it with
     ``client.sandboxes.create(snapshot_id=snap.id)``."""

@@ -902,6 +902,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/files/signed": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Download the file a signed URL names (no API key: the URL is the credential). */
+        get: operations["read_signed_file"];
+        /**
+         * Upload the file a signed URL names (no API key: the URL is the credential); it is replaced
+         *     atomically, parents are created.
+         */
+        put: operations["write_signed_file"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/files/url": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A URL that downloads or uploads one file of the sandbox without an API key, until it
+         *     expires (at most 7 days). Anyone holding it can do that one thing to that one file.
+         */
+        post: operations["file_url"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/fork": {
         parameters: {
             query?: never;
@@ -2296,6 +2337,39 @@ export interface components {
             symlink_target?: string | null;
             /** @description `file`, `dir`, `symlink` or `other`. */
             type: string;
+        };
+        /** @description A signed file URL. */
+        FileUrl: {
+            /** @description RFC 3339: from then on the URL is refused. */
+            expires_at: string;
+            method: components["schemas"]["FileUrlMethod"];
+            path: string;
+            /**
+             * @description The URL, relative to the API's base URL (`/v1/sandboxes/{id}/files/signed?…`): the
+             *     SDKs return it absolute. Call it with `method`, no API key.
+             */
+            url: string;
+        };
+        /**
+         * @description What a signed file URL does: `GET` downloads the file, `PUT` uploads it (replacing it).
+         * @enum {string}
+         */
+        FileUrlMethod: "GET" | "PUT";
+        /**
+         * @description `POST /v1/sandboxes/{id}/files/url`: a URL that downloads or uploads one file of the
+         *     sandbox without an API key, until it expires.
+         */
+        FileUrlRequest: {
+            /**
+             * Format: int64
+             * @description Seconds until it expires: 1 to 604800 (7 days); default 3600.
+             * @default 3600
+             */
+            expires_in?: number;
+            /** @description `GET` (download, the default) or `PUT` (upload). */
+            method?: components["schemas"]["FileUrlMethod"];
+            /** @description Absolute guest path (no `..`). */
+            path: string;
         };
         /** @description `POST /v1/sandboxes/{id}/fork`. */
         ForkRequest: {
@@ -5281,6 +5355,123 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    read_signed_file: {
+        parameters: {
+            query: {
+                /** @description As signed */
+                path: string;
+                /** @description `GET` */
+                method: string;
+                /** @description Unix seconds, as signed */
+                expires: number;
+                /** @description The URL's signature */
+                signature: string;
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file's bytes */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                };
+            };
+            /** @description Expired, or not signed for this sandbox, method and path */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    write_signed_file: {
+        parameters: {
+            query: {
+                /** @description As signed */
+                path: string;
+                /** @description `PUT` */
+                method: string;
+                /** @description Unix seconds, as signed */
+                expires: number;
+                /** @description The URL's signature */
+                signature: string;
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        /** @description The file's new bytes */
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description Written: `{"path", "bytes_written"}` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, unknown>;
+                };
+            };
+            /** @description Expired, or not signed for this sandbox, method and path */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    file_url: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FileUrlRequest"];
+            };
+        };
+        responses: {
+            /** @description The signed URL (relative to the API's base URL) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FileUrl"];
+                };
             };
             default: components["responses"]["Error"];
         };

@@ -12,7 +12,7 @@ import httpx
 from .. import _base as b
 from .. import _wire
 from ..errors import NotFoundError
-from ..types import FileInfo, Page, WriteInfo
+from ..types import FileInfo, FileUrl, Page, WriteInfo
 from .pagination import AsyncPaginator
 from .sandbox import AsyncSandbox
 from .transport import _AsyncTransport
@@ -167,6 +167,18 @@ class AsyncFilesystem:
         if recursive:
             params["recursive"] = "true"
         await self._t.request("DELETE", self._p, params=params)
+
+    async def url(self, path: str, *, method: str = "GET", expires_in: int = 3600) -> FileUrl:
+        """A signed URL that downloads (``method="GET"``) or uploads (``method="PUT"``) the
+        file at ``path`` without an API key, for ``expires_in`` seconds (1 to 604800: 7 days) —
+        for a browser, ``curl`` or another service. Anyone holding it can do that one thing to
+        that one file until it expires."""
+        verb = method.upper()
+        if verb not in ("GET", "PUT"):
+            raise ValueError(f"method must be GET or PUT, not {method!r}")
+        body: _wire.FileUrlRequest = {"path": path, "method": verb, "expires_in": expires_in}  # type: ignore[typeddict-item]
+        d = await self._t.json("POST", f"/v1/sandboxes/{b.seg(self._sb.id)}/files/url", json=body)
+        return FileUrl.from_json(d, self._t.cfg.base_url)
 
     async def rename(self, src: str, dst: str, *, overwrite: bool = False) -> None:
         """Moves ``src`` to ``dst`` (fails if ``dst`` exists unless ``overwrite=True``)."""

@@ -13,7 +13,7 @@ import httpx
 from .. import _base as b
 from .. import _wire
 from ..errors import NotFoundError
-from ..types import FileInfo, Page, WriteInfo
+from ..types import FileInfo, FileUrl, Page, WriteInfo
 from .pagination import Paginator
 from .sandbox import Sandbox
 from .transport import _Transport
@@ -158,6 +158,18 @@ class Filesystem:
         if recursive:
             params["recursive"] = "true"
         self._t.request("DELETE", self._p, params=params)
+
+    def url(self, path: str, *, method: str = "GET", expires_in: int = 3600) -> FileUrl:
+        """A signed URL that downloads (``method="GET"``) or uploads (``method="PUT"``) the
+        file at ``path`` without an API key, for ``expires_in`` seconds (1 to 604800: 7 days) —
+        for a browser, ``curl`` or another service. Anyone holding it can do that one thing to
+        that one file until it expires."""
+        verb = method.upper()
+        if verb not in ("GET", "PUT"):
+            raise ValueError(f"method must be GET or PUT, not {method!r}")
+        body: _wire.FileUrlRequest = {"path": path, "method": verb, "expires_in": expires_in}  # type: ignore[typeddict-item]
+        d = self._t.json("POST", f"/v1/sandboxes/{b.seg(self._sb.id)}/files/url", json=body)
+        return FileUrl.from_json(d, self._t.cfg.base_url)
 
     def rename(self, src: str, dst: str, *, overwrite: bool = False) -> None:
         """Moves ``src`` to ``dst`` (fails if ``dst`` exists unless ``overwrite=True``)."""
