@@ -440,7 +440,7 @@ async fn an_agent_refuses_callers_without_a_server_certificate_of_the_cluster() 
         RemoteHost::connect(&peer_agent, agent.listen, &agent.host_id),
     )
     .await;
-    let e = e.err().expect("an agent's certificate made a link");
+    let e = e.expect_err("an agent's certificate made a link");
     assert!(
         error_chain(&e).contains("may not call this service"),
         "{}",
