@@ -221,13 +221,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         tag: &str,
     ) -> Result<SandboxView, AgentError> {
         let s = self.sharing.get().ok_or(AgentError::NotShared)?;
-        if self.entry(id).await.is_ok() {
-            return Err(HibernateError::Immovable {
-                id: id.into(),
-                why: "a sandbox with its id is on this host already".into(),
-            }
-            .into());
-        }
+        self.not_here(id).await?;
         let raw = s
             .objects
             .get_record(ws, RECORDS, &record_id(id, tag))
@@ -266,6 +260,18 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         .await?;
         let h = self.rt.adopt_hibernated(stored.info, &staged)?;
         Ok(self.insert(SandboxVm::Hibernated(h)).await)
+    }
+
+    /// Refuses an adoption of sandbox `id` when a sandbox with its id is here already.
+    pub(crate) async fn not_here(&self, id: &str) -> Result<(), AgentError> {
+        if self.entry(id).await.is_ok() {
+            return Err(HibernateError::Immovable {
+                id: id.into(),
+                why: "a sandbox with its id is on this host already".into(),
+            }
+            .into());
+        }
+        Ok(())
     }
 
     /// Removes the stored image `tag` of sandbox `id` in workspace `ws` (absent is success):

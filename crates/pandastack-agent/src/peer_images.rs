@@ -165,13 +165,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
     /// not this host's or the sandbox is here already; nothing is left behind on failure.
     pub async fn adopt_from(&self, id: &str, origin: &Origin) -> Result<SandboxView, AgentError> {
         let s = self.sharing.get().ok_or(AgentError::NotShared)?;
-        if self.entry(id).await.is_ok() {
-            return Err(HibernateError::Immovable {
-                id: id.into(),
-                why: "a sandbox with its id is on this host already".into(),
-            }
-            .into());
-        }
+        self.not_here(id).await?;
         let pieces = self
             .peers()?
             .send_hibernated(origin, id)
