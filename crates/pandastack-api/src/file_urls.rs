@@ -13,13 +13,22 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use pandastack_api_types::{self as wire, ErrorCode, FileUrl, FileUrlRequest};
 use pandastack_control::{ControlError, FileUrlMethod, SignedFileUrl};
-use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
 use crate::sandboxes::owned;
 use crate::workload::{path_param, read_file, write_file};
 use crate::{rfc3339, ApiState};
+
+/// What a path's query value escapes: all but letters, digits and `/ . - _ ~`, so the path
+/// stays readable in the URL.
+const PATH_VALUE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'/')
+    .remove(b'.')
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'~');
 
 fn method_of(m: wire::FileUrlMethod) -> FileUrlMethod {
     match m {
@@ -55,7 +64,7 @@ pub async fn sign(
     let url = format!(
         "/v1/sandboxes/{}/files/signed?path={}&method={}&expires={}&signature={}",
         row.id,
-        utf8_percent_encode(&signed.path, NON_ALPHANUMERIC),
+        utf8_percent_encode(&signed.path, PATH_VALUE),
         signed.method.as_str(),
         signed.expires,
         signed.signature

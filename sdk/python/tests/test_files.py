@@ -169,6 +169,7 @@ def test_signed_urls_work_with_curl_and_no_key(shared_sandbox):
     get = fs.url("/tmp/signed/in.txt")
     assert answer(curl(get.url)) == (200, "via curl")
     # Another path (the signature names the path), another method: 403.
+    assert "path=/tmp/signed/in.txt&" in get.url, get.url
     other = get.url.replace("in.txt", "other.txt")
     code, body = answer(curl(other))
     assert code == 403 and "signature" in body, body

@@ -152,6 +152,7 @@ test("signed URLs upload and download with plain fetch, no API key", async () =>
   // Signed for GET of that path only.
   res = await fetch(get.url, { method: "PUT", body: "x" });
   assert.equal(res.status, 403);
+  assert.ok(get.url.includes("path=/tmp/signed/in.txt&"), get.url);
   res = await fetch(get.url.replace("in.txt", "other.txt"));
   assert.equal(res.status, 403);
   await assert.rejects(sb.files.url("/tmp/x", { expiresIn: 0 }), InvalidArgumentError);

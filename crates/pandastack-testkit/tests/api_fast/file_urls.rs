@@ -63,6 +63,9 @@ async fn a_signed_url_opens_one_file_one_way_until_it_expires() {
         put_url.starts_with(&format!("/v1/sandboxes/{id}/files/signed?")),
         "{put_url}"
     );
+    // The path stays readable: only what a query value must escape is escaped.
+    let readable = format!("path={dir}/up%20load.txt&");
+    assert!(put_url.contains(&readable), "{put_url}");
     let (st, v) = bare(&s, "PUT", &put_url, "from a signed url").await;
     assert_eq!(
         (st, v["bytes_written"].as_u64()),
