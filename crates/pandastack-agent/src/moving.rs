@@ -60,6 +60,19 @@ pub struct StoredSandbox {
     pub stored_at_ms: i64,
 }
 
+impl StoredSandbox {
+    /// The record of sandbox `info` with `files`, made now by host `host` with key `compat_key`.
+    pub(crate) fn of(info: &SandboxInfo, files: &[&str], compat_key: &str, host: &str) -> Self {
+        Self {
+            info: info.clone(),
+            files: files.iter().map(|f| (*f).to_owned()).collect(),
+            compat_key: compat_key.to_owned(),
+            host: host.to_owned(),
+            stored_at_ms: crate::shared_templates::now_ms(),
+        }
+    }
+}
+
 fn record_id(id: &str, tag: &str) -> String {
     format!("{id}.{tag}")
 }
@@ -196,13 +209,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                 .put_manifest(ws, FILES, &file_id(id, &tag, f), &up.manifest)
                 .await?;
         }
-        let record = StoredSandbox {
-            info: h.info.clone(),
-            files: files.iter().map(|f| (*f).to_owned()).collect(),
-            compat_key: s.compat_key.clone(),
-            host: s.host.clone(),
-            stored_at_ms: crate::shared_templates::now_ms(),
-        };
+        let record = StoredSandbox::of(&h.info, files, &s.compat_key, &s.host);
         let json = serde_json::to_value(&record).expect("a record serialises");
         s.objects
             .put_record(ws, RECORDS, &record_id(id, &tag), &json)

@@ -41,6 +41,19 @@ pub struct StoredSnapshot {
     pub stored_at_ms: i64,
 }
 
+impl StoredSnapshot {
+    /// The record of snapshot `info` with `files`, made now by host `host` with key `compat_key`.
+    pub(crate) fn of(info: &Snapshot, files: &[&str], compat_key: &str, host: &str) -> Self {
+        Self {
+            info: info.clone(),
+            files: files.iter().map(|f| (*f).to_owned()).collect(),
+            compat_key: compat_key.to_owned(),
+            host: host.to_owned(),
+            stored_at_ms: crate::shared_templates::now_ms(),
+        }
+    }
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 struct Stored {
     ws: String,
@@ -71,13 +84,7 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                 .put_manifest(ws, FILES, &file_id(id, f), &up.manifest)
                 .await?;
         }
-        let record = StoredSnapshot {
-            info: snap.clone(),
-            files: files.iter().map(|f| (*f).to_owned()).collect(),
-            compat_key: s.compat_key.clone(),
-            host: s.host.clone(),
-            stored_at_ms: crate::shared_templates::now_ms(),
-        };
+        let record = StoredSnapshot::of(&snap, &files, &s.compat_key, &s.host);
         let json = serde_json::to_value(&record).expect("a record serialises");
         s.objects.put_record(ws, RECORDS, id, &json).await?;
         let stored = Stored { ws: ws.to_owned() };

@@ -60,14 +60,10 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         let snap = self.rt.get_snapshot(id)?;
         let names = snap.moving_files()?;
         let opened = open_all(&snap.dir, &names)?;
-        let record = StoredSnapshot {
-            info: snap.clone(),
-            files: names.iter().map(|f| (*f).to_owned()).collect(),
-            compat_key: s.compat_key.clone(),
-            host: s.host.clone(),
-            stored_at_ms: crate::shared_templates::now_ms(),
-        };
-        send_files(&record, opened)
+        send_files(
+            &StoredSnapshot::of(&snap, &names, &s.compat_key, &s.host),
+            opened,
+        )
     }
 
     /// Snapshot `id` read from `origin` into this host ([`Self::send_snapshot`] there) and
@@ -150,14 +146,10 @@ impl<D: VmDriver + 'static> HostAgent<D> {
         };
         let names = h.moving_files().map_err(AgentError::Hibernate)?;
         let opened = open_all(&h.dir, &names)?;
-        let record = StoredSandbox {
-            info: h.info.clone(),
-            files: names.iter().map(|f| (*f).to_owned()).collect(),
-            compat_key: s.compat_key.clone(),
-            host: s.host.clone(),
-            stored_at_ms: crate::shared_templates::now_ms(),
-        };
-        send_files(&record, opened)
+        send_files(
+            &StoredSandbox::of(&h.info, &names, &s.compat_key, &s.host),
+            opened,
+        )
     }
 
     /// Makes sandbox `id`, leaving `origin`, a hibernated sandbox of this host, its image read

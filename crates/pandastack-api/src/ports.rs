@@ -15,9 +15,6 @@ use crate::ApiState;
 
 /// The row's access token, giving it one if it has none (rows from before preview URLs).
 pub(crate) async fn token(app: &ApiState, row: &SandboxRow) -> ApiResult<String> {
-    if !row.access_token.is_empty() {
-        return Ok(row.access_token.clone());
-    }
     Ok(app.control.sandboxes.access_token(row).await?)
 }
 

@@ -319,6 +319,9 @@ impl Sandboxes {
 
     /// The secret that opens the sandbox's private ports, made the first time it is asked for.
     pub async fn access_token(&self, row: &SandboxRow) -> Result<String, ControlError> {
+        if !row.access_token.is_empty() {
+            return Ok(row.access_token.clone());
+        }
         Ok(self
             .store
             .sandboxes()

@@ -82,11 +82,7 @@ impl Sandboxes {
         path: &str,
         seconds: u64,
     ) -> Result<SignedFileUrl, ControlError> {
-        let key = if row.access_token.is_empty() {
-            self.access_token(row).await?
-        } else {
-            row.access_token.clone()
-        };
+        let key = self.access_token(row).await?;
         let expires = now_ms() / 1000 + seconds.min(MAX_FILE_URL_SECONDS) as i64;
         let signature = hex::encode(
             mac(&key, &row.id, method, path, expires)

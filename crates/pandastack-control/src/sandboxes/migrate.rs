@@ -157,7 +157,10 @@ impl Sandboxes {
         } else {
             row
         };
-        let moved = match self.move_image(&fleet, &row, &dest).await {
+        let moved = match self
+            .move_image(&fleet, &row, &dest, origin.address.clone())
+            .await
+        {
             Ok(moved) => moved,
             Err(e) => {
                 if running {
@@ -192,17 +195,18 @@ impl Sandboxes {
         Ok(moved)
     }
 
-    /// Steps 3–5 of the module doc for hibernated `row`: its row, now on `dest`.
+    /// Steps 3–5 of the module doc for hibernated `row` (its host's agent at `address`): its
+    /// row, now on `dest`.
     async fn move_image(
         &self,
         fleet: &Fleet,
         row: &SandboxRow,
         dest: &str,
+        address: Option<String>,
     ) -> Result<SandboxRow, ControlError> {
         let (id, ws) = (row.id.as_str(), row.workspace_id.as_str());
         let origin = fleet.host(&row.host_id).await?;
         let target = fleet.host(dest).await?;
-        let address = self.store.hosts().get(&row.host_id).await?.address;
         let mut moved = None;
         if let Some(address) = address {
             // Read from the origin's agent: nothing uploaded for the move.
