@@ -4,9 +4,11 @@
 //! files a post-restore writes are its own; outside a VM the agent leaves the clock alone). A
 //! create, exec or delete then takes milliseconds instead of a QEMU restore under TCG.
 //!
-//! What is fake: memory. A snapshot writes a marker file; a restore starts a fresh agent, so
-//! processes and files of `/tmp` do not survive snapshot, fork or hibernate as they do in a real
-//! VM. Commands run on this host (as root): tests should run harmless ones. Volume disks are
+//! What is fake: memory. A snapshot writes the files of the VM's own [`MEMORY`] directory into
+//! its state file, and a restore starts a fresh agent with those files back in place: so files
+//! a test keeps in [`MEMORY`] travel through snapshot, fork, hibernate and moves between hosts
+//! as a real VM's memory does, while processes, and files of `/tmp` (this host's, shared by
+//! every fake VM), do not. Commands run on this host (as root): tests should run harmless ones. Volume disks are
 //! only checked to exist (a start fails without them); the fake guest never sees them.
 //!
 //! Faults ([`Faults`]) make the next restores fail (the driver reports an error), hang (the
@@ -26,6 +28,12 @@ use pandastack_vm::{Accel, Memory, RunState, Vm, VmDriver, VmError, VmSpec, VmSt
 const PID_FILE: &str = "fake.pid";
 const SOCKET: &str = "agent.sock";
 const CONSOLE: &str = "console.log";
+/// The run dir's directory mounted at [`MEMORY`] in the VM.
+const MEMORY_DIR: &str = "fake-memory";
+
+/// The directory of a fake VM that its snapshots carry, as a real VM's memory (see the module
+/// docs): private to each VM (a run dir's directory mounted there in its mount namespace).
+pub const MEMORY: &str = "/srv";
 
 /// Faults to inject into the next restores.
 #[derive(Debug, Default)]
@@ -101,6 +109,12 @@ impl FakeDriver {
                 copy.display()
             ));
         }
+        let memory = dir.join(MEMORY_DIR);
+        std::fs::create_dir_all(&memory)?;
+        binds.push_str(&format!(
+            "mkdir -p {MEMORY} && mount --bind '{}' {MEMORY} || exit 98\n",
+            memory.display()
+        ));
         let script = format!(
             "{binds}exec '{}' serve --unix '{}'\n",
             self.agent.display(),
@@ -150,6 +164,38 @@ impl FakeDriver {
         }
         Ok(vm)
     }
+}
+
+/// What a fake VM's state file holds: the files of its [`MEMORY`] directory (regular files at
+/// its top level), by name.
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct FakeState {
+    memory: std::collections::BTreeMap<String, Vec<u8>>,
+}
+
+/// Writes the files of `memory` into the state file `state`.
+fn save_memory(memory: &Path, state: &Path) -> Result<(), VmError> {
+    let mut saved = FakeState::default();
+    for entry in std::fs::read_dir(memory)? {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            saved.memory.insert(name, std::fs::read(entry.path())?);
+        }
+    }
+    let bytes = serde_json::to_vec(&saved).map_err(std::io::Error::other)?;
+    std::fs::write(state, bytes)?;
+    Ok(())
+}
+
+/// Puts the files saved in the state file `state` into `memory`.
+fn load_memory(state: &Path, memory: &Path) -> std::io::Result<()> {
+    let saved: FakeState =
+        serde_json::from_slice(&std::fs::read(state)?).map_err(std::io::Error::other)?;
+    for (name, bytes) in saved.memory {
+        std::fs::write(memory.join(name), bytes)?;
+    }
+    Ok(())
 }
 
 /// Whether process `pid` exists and is not a zombie.
@@ -264,8 +310,7 @@ impl Vm for FakeVm {
     }
 
     async fn save_state(&self, state: &Path) -> Result<(), VmError> {
-        std::fs::write(state, b"fake vm state\n")?;
-        Ok(())
+        save_memory(&self.dir().join(MEMORY_DIR), state)
     }
 
     async fn agent_disconnected(&self, _timeout: Duration) -> Result<(), VmError> {
@@ -348,6 +393,9 @@ impl VmDriver for FakeDriver {
         let delay = self.faults.restore_delay_ms.load(Ordering::SeqCst);
         if delay > 0 {
             tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
+        if let Err(e) = load_memory(state, &vm.dir().join(MEMORY_DIR)) {
+            return fail(format!("state {}: {e}", state.display())).await;
         }
         if self.faults.hang_restore.load(Ordering::SeqCst) {
             // Stays stopped: the guest never answers.

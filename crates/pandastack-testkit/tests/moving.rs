@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use pandastack_agent::{AgentConfig, HostAgent, Objects, SHARED_NAMESPACE};
 use pandastack_runtime::{DataDir, Runtime, Shape};
-use pandastack_testkit::fake::{guest_agent, FakeDriver};
+use pandastack_testkit::fake::{guest_agent, FakeDriver, MEMORY};
 use pandastack_testkit::within;
 
 const KEY: &str = "qemu-10.kernel-ab.tcg.xeon";
@@ -39,6 +39,18 @@ async fn host(dir: &Path, objects: &Objects, key: &str, name: &str) -> Arc<HostA
     let agent = Arc::new(agent);
     agent.share_templates(objects.clone(), key, name);
     agent
+}
+
+/// Writes `text` in the sandbox's memory (the fake's [`MEMORY`]: its snapshots carry it).
+async fn mark(ch: &tonic::transport::Channel, text: &str) {
+    pandastack_testkit::exec(ch, &format!("echo {text} > {MEMORY}/mark")).await;
+}
+
+/// What [`mark`] wrote in the sandbox's memory.
+async fn marked(ch: &tonic::transport::Channel) -> String {
+    pandastack_testkit::exec(ch, &format!("cat {MEMORY}/mark"))
+        .await
+        .stdout
 }
 
 /// An image of `mib` MiB: data at its start, the rest zero.
@@ -480,7 +492,7 @@ async fn a_snapshot_is_read_from_the_host_that_took_it_before_its_upload() {
     );
     on_a.create("tiny", "peered").await.unwrap();
     let ch = a.channel("peered").await.unwrap();
-    pandastack_testkit::exec(&ch, "echo from-a > /tmp/mark").await;
+    mark(&ch, "from-a").await;
     on_a.snapshot("peered", "snap-peer1").await.unwrap();
 
     let origin = Origin {
@@ -509,10 +521,7 @@ async fn a_snapshot_is_read_from_the_host_that_took_it_before_its_upload() {
         .await
         .unwrap();
     let ch = b.channel("peered-b").await.unwrap();
-    assert_eq!(
-        pandastack_testkit::exec(&ch, "cat /tmp/mark").await.stdout,
-        "from-a\n"
-    );
+    assert_eq!(marked(&ch).await, "from-a\n");
 
     // Who may read: the origin must be the host named; a replica's certificate calls `Agent`
     // only.
@@ -560,10 +569,7 @@ async fn a_snapshot_is_read_from_the_host_that_took_it_before_its_upload() {
         .await
         .unwrap();
     let ch = b.channel("peered").await.unwrap();
-    assert_eq!(
-        pandastack_testkit::exec(&ch, "cat /tmp/mark").await.stdout,
-        "from-a\n"
-    );
+    assert_eq!(marked(&ch).await, "from-a\n");
     on_a.destroy("peered").await.unwrap();
 
     // The origin gone: once stored, the object store serves the fetch.
@@ -576,10 +582,7 @@ async fn a_snapshot_is_read_from_the_host_that_took_it_before_its_upload() {
         .await
         .unwrap();
     let ch = b.channel("peered-b2").await.unwrap();
-    assert_eq!(
-        pandastack_testkit::exec(&ch, "cat /tmp/mark").await.stdout,
-        "from-a\n"
-    );
+    assert_eq!(marked(&ch).await, "from-a\n");
     let leftovers: Vec<_> = std::fs::read_dir(tmp.path().join("b/data/snapshots"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -997,7 +1000,7 @@ async fn a_moved_sandbox_is_read_from_the_host_it_leaves() {
     } = pair(tmp.path()).await;
     let row = on_a(&one, &ws.id).await;
     let ch = a.channel(&row.id).await.unwrap();
-    pandastack_testkit::exec(&ch, "echo was-on-a > /tmp/mark").await;
+    mark(&ch, "was-on-a").await;
     let moved = one.sandboxes.migrate(row, Some("host-b")).await.unwrap();
     assert_eq!(
         (moved.host_id.as_str(), moved.state),
@@ -1009,10 +1012,7 @@ async fn a_moved_sandbox_is_read_from_the_host_it_leaves() {
         .unwrap()
         .is_empty());
     let ch = b.channel(&moved.id).await.unwrap();
-    assert_eq!(
-        pandastack_testkit::exec(&ch, "cat /tmp/mark").await.stdout,
-        "was-on-a\n"
-    );
+    assert_eq!(marked(&ch).await, "was-on-a\n");
 }
 
 /// A hibernated sandbox whose host is lost wakes on another host: each hibernation through a
@@ -1052,7 +1052,7 @@ async fn a_hibernated_sandbox_of_a_lost_host_wakes_on_another() {
     let row = create_on_a().await;
     let id = row.id.clone();
     let ch = a.channel(&id).await.unwrap();
-    pandastack_testkit::exec(&ch, "echo kept > /tmp/mark").await;
+    mark(&ch, "kept").await;
 
     // Hibernated: durable. Woken where it slept: the copy goes, record and row.
     let slept = one.sandboxes.lifecycle(row, Verb::Hibernate).await.unwrap();
@@ -1110,10 +1110,7 @@ async fn a_hibernated_sandbox_of_a_lost_host_wakes_on_another() {
         ("host-b", SandboxState::Running)
     );
     let ch = b.channel(&id).await.unwrap();
-    assert_eq!(
-        pandastack_testkit::exec(&ch, "cat /tmp/mark").await.stdout,
-        "kept\n"
-    );
+    assert_eq!(marked(&ch).await, "kept\n");
     // The dead host's copy never ran; the stored record went with the adoption.
     assert_eq!(
         a.get(&id).await.unwrap().state,
@@ -1154,7 +1151,7 @@ async fn a_snapshot_taken_on_one_host_restores_on_another() {
     } = pair(tmp.path()).await;
     let row = on_a(&one, &ws.id).await;
     let ch = a.channel(&row.id).await.unwrap();
-    pandastack_testkit::exec(&ch, "echo snapped > /tmp/mark").await;
+    mark(&ch, "snapped").await;
     let snap_id = pandastack_store::new_id("snap-");
     let (_, snap) = one.snapshots.snapshot(row, &snap_id).await.unwrap();
     assert_eq!(snap.host_id, "host-a");
@@ -1182,10 +1179,7 @@ async fn a_snapshot_taken_on_one_host_restores_on_another() {
         ("host-b", pandastack_store::SandboxState::Running)
     );
     let ch = b.channel(&restored.id).await.unwrap();
-    assert_eq!(
-        pandastack_testkit::exec(&ch, "cat /tmp/mark").await.stdout,
-        "snapped\n"
-    );
+    assert_eq!(marked(&ch).await, "snapped\n");
     assert!(b.runtime().get_snapshot(&snap_id).is_ok(), "fetched to b");
 
     // Deleted: gone from both hosts and from the object store; the restored sandbox runs on.
@@ -1197,10 +1191,7 @@ async fn a_snapshot_taken_on_one_host_restores_on_another() {
         .await
         .unwrap()
         .is_empty());
-    assert_eq!(
-        pandastack_testkit::exec(&ch, "cat /tmp/mark").await.stdout,
-        "snapped\n"
-    );
+    assert_eq!(marked(&ch).await, "snapped\n");
     // Its bytes: the chunk collector takes back what no manifest of the workspace names (here
     // with no grace: nothing uploads into it now).
     assert!(!objects.list_chunks(&ws.id).await.unwrap().is_empty());
