@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepare this Debian (bookworm) host for PandaStack: apt packages (QEMU, kernel source and build
-# tools, rootfs tools), then the guest kernel (cached). Idempotent: installs only what is missing.
+# tools, rootfs tools; acorn and TypeScript for Node.js, which the fast tests' JavaScript and
+# TypeScript code-interpreter kernels load on this host), then the guest kernel (cached). Idempotent: installs only what is missing.
 # Needs root. Heavy artefacts go to $PANDASTACK_CACHE (default /var/cache/pandastack).
 set -euo pipefail
 
@@ -35,7 +36,8 @@ fi
 want_backports=(qemu-system-x86 linux-source-6.12 runsc)
 want=(bc bison flex libelf-dev libssl-dev cpio make gcc
       mmdebstrap e2fsprogs xfsprogs iproute2 iptables nftables
-      python3 python3-venv curl jq busybox-static git openssh-client)
+      python3 python3-venv curl jq busybox-static git openssh-client
+      node-acorn node-typescript)
 missing=()
 for p in "${want_backports[@]}" "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,5 +1,6 @@
 //! The code interpreter: `POST /v1/sandboxes/{id}/code` runs code in a long-lived kernel inside
-//! the sandbox (variables survive between calls), one kernel per context.
+//! the sandbox (variables survive between calls), one kernel per context, in Python,
+//! JavaScript, TypeScript or Bash.
 
 use std::collections::BTreeMap;
 
@@ -9,8 +10,9 @@ use utoipa::ToSchema;
 use crate::{field_error, FieldError, MAX_EXEC_TIMEOUT_SECONDS};
 
 /// Languages the code interpreter runs.
-pub const CODE_LANGUAGES: &[&str] = &["python"];
-/// The context every sandbox has without creating one.
+pub const CODE_LANGUAGES: &[&str] = &["python", "javascript", "typescript", "bash"];
+/// The Python context every sandbox has without creating one; the other languages' are
+/// `default-<language>` (`default-javascript`, …).
 pub const DEFAULT_CODE_CONTEXT: &str = "default";
 /// Bound on one run when the request gives none.
 pub const DEFAULT_CODE_TIMEOUT_SECONDS: u64 = 300;
@@ -22,12 +24,17 @@ pub const MAX_CODE_BYTES: usize = 512 * 1024;
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"code": "import sys\nprint('out')\nprint('err', file=sys.stderr)\n6 * 7"}))]
 pub struct CodeRequest {
-    /// The code to run. In Python, the value of a final expression is returned as a result.
+    /// The code to run. In Python, JavaScript and TypeScript the value of a final expression
+    /// is returned as a result; in Bash a non-zero exit status of the last command is an
+    /// `ExitStatus` error.
     pub code: String,
-    /// `python` (the default).
+    /// `python` (the default), `javascript`, `typescript` or `bash`. Without `context_id`, the
+    /// run goes to the language's default context (`default`, `default-javascript`, …); with
+    /// one, the context's language is used, and a different `language` is refused.
     #[serde(default)]
+    #[schema(example = "python")]
     pub language: Option<String>,
-    /// The context (kernel) to run in: `default` unless one made with
+    /// The context (kernel) to run in: the language's default context unless one made with
     /// `POST …/code/contexts` is named.
     #[serde(default)]
     pub context_id: Option<String>,
@@ -157,7 +164,7 @@ pub struct CodeResult {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CodeContextRequest {
-    /// `python` (the default).
+    /// `python` (the default), `javascript`, `typescript` or `bash`.
     #[serde(default)]
     pub language: Option<String>,
     /// Environment for the context's kernel.

@@ -188,6 +188,9 @@ impl From<pandastack_control::CodeContextError> for ApiError {
                 ErrorCode::NotFound,
                 format!("code context {ctx} not found (create it with POST …/code/contexts)"),
             ),
+            e @ E::WrongLanguage(_) => {
+                Self::new(ErrorCode::InvalidArgument, format!("language: {e}"))
+            }
             E::Kernel(e) => Self::new(
                 ErrorCode::InvalidArgument,
                 format!("{}: {}", e.name, e.value),

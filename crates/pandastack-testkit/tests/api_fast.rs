@@ -12,6 +12,8 @@ use pandastack_testkit::fake::{fake_stack, FakeStack, Kernels};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
+#[path = "api_fast/code_languages.rs"]
+mod code_languages;
 #[path = "api_fast/cut_off.rs"]
 mod cut_off;
 #[path = "api_fast/disk_limits.rs"]

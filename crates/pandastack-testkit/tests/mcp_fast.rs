@@ -176,6 +176,36 @@ async fn handler_runs_the_tools_against_the_api() {
     assert_eq!(r["error"], Value::Null, "{r}");
     let r = ok(call(&peer, "run_code", json!({"sandbox_id": id, "code": "x"})).await);
     assert_eq!(r["results"][0]["text"], "42", "{r}");
+    // The other languages, each in its own default context.
+    for (language, first, then, want) in [
+        (
+            "javascript",
+            "const y = await Promise.resolve(7)",
+            "y * 6",
+            "42",
+        ),
+        ("typescript", "const z: number = 40", "z + 2", "42"),
+        ("bash", "N=42", "echo $N", ""),
+    ] {
+        let r = ok(call(
+            &peer,
+            "run_code",
+            json!({"sandbox_id": id, "code": first, "language": language}),
+        )
+        .await);
+        assert_eq!(r["error"], Value::Null, "{language}: {r}");
+        let r = ok(call(
+            &peer,
+            "run_code",
+            json!({"sandbox_id": id, "code": then, "language": language}),
+        )
+        .await);
+        if language == "bash" {
+            assert_eq!(r["stdout"], "42\n", "{r}");
+        } else {
+            assert_eq!(r["results"][0]["text"], want, "{language}: {r}");
+        }
+    }
     let bad = call(
         &peer,
         "run_code",

@@ -298,6 +298,28 @@ async fn cli_drives_a_sandbox_end_to_end() {
     assert!(got.success());
     assert_eq!(sha256(&signed), sha256(&up));
 
+    // The code interpreter: Bash keeps its variables between runs; Python's final value is
+    // printed; an error exits 1 with its message.
+    cli.ok(&[
+        "sb",
+        "run-code",
+        &id,
+        "--language",
+        "bash",
+        "cd /tmp && N=21",
+    ])
+    .await;
+    let out = cli
+        .ok(&["sb", "run-code", &id, "-l", "bash", "echo \"$PWD $N\""])
+        .await;
+    assert_eq!(out, "/tmp 21\n");
+    assert_eq!(cli.ok(&["sb", "run-code", &id, "6 * 7"]).await, "42\n");
+    let (code, err) = cli.fails(&["sb", "run-code", &id, "1 / 0"]).await;
+    assert!(
+        code == 1 && err.contains("ZeroDivisionError: division by zero"),
+        "{code} {err}"
+    );
+
     // Logs: the guest console so far.
     let logs = cli.ok(&["sb", "logs", &id]).await;
     assert!(!logs.is_empty());

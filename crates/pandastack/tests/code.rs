@@ -1,6 +1,7 @@
 //! The code interpreter over HTTP against a real server and guest: a persistent kernel per
 //! context (state survives calls, timeouts and forks), rich results, errors as data, SSE, and
-//! bad input. Runs on `minimal` (Python 3, no scientific stack): images come from `_repr_png_`.
+//! bad input. Runs on `minimal` (Python 3, no scientific stack): images come from `_repr_png_`;
+//! JavaScript, TypeScript and Bash on `app` (Node.js 20).
 
 mod common;
 
@@ -197,4 +198,64 @@ async fn server_sse(api: &Api<'_>, id: &str, body: Value) -> String {
         .unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     resp.text().await.unwrap()
+}
+
+/// JavaScript, TypeScript and Bash in a real guest of the `app` template (Debian trixie:
+/// Node.js 20 with Debian's acorn and TypeScript): each language's default context keeps its
+/// state, JavaScript awaits and imports at the top level and returns its final value,
+/// TypeScript's types are removed, Bash keeps its working directory and variables, and a
+/// hibernated sandbox wakes with every kernel's state.
+#[tokio::test(flavor = "multi_thread")]
+async fn javascript_typescript_and_bash_keep_their_state_in_a_guest() {
+    let guard = runtime().await;
+    let data = guard.dir.path();
+    common::catalog(data, "app");
+    let server = start(data, free_port()).await;
+    let api = Api {
+        s: &server,
+        c: Client::new(),
+    };
+    let id = api.create(json!({"template": "app"})).await;
+    let lang = |language: &str, code: &str| json!({"code": code, "language": language});
+
+    let v = run(
+        &api,
+        &id,
+        lang(
+            "javascript",
+            "import os from \"node:os\";\nconst n = await Promise.resolve(41);\nconsole.log(\"on\", os.platform());\n({ n: n + 1 })",
+        ),
+    )
+    .await;
+    assert_eq!(
+        (&v["stdout"], &v["results"][0]["json"], &v["error"]),
+        (&json!("on linux\n"), &json!({"n": 42}), &Value::Null),
+        "{v}"
+    );
+    let v = run(
+        &api,
+        &id,
+        lang(
+            "typescript",
+            "interface Box { v: number }\nconst b: Box = { v: 7 };\nb.v * 6",
+        ),
+    )
+    .await;
+    assert_eq!(v["results"][0]["text"], "42", "{v}");
+    let v = run(&api, &id, lang("bash", "cd /tmp && MARK=kept")).await;
+    assert!(v["error"].is_null(), "{v}");
+
+    // Hibernated and woken: each kernel is a guest process, its memory restored.
+    api.hibernate(&id).await;
+    let v = run(&api, &id, lang("javascript", "n")).await;
+    assert_eq!(v["results"][0]["text"], "41", "{v}");
+    let v = run(&api, &id, lang("typescript", "b.v")).await;
+    assert_eq!(v["results"][0]["text"], "7", "{v}");
+    let v = run(&api, &id, lang("bash", "echo \"$PWD $MARK\"")).await;
+    assert_eq!(v["stdout"], "/tmp kept\n", "{v}");
+
+    let (st, _) = api
+        .call("DELETE", &format!("/v1/sandboxes/{id}"), None)
+        .await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
 }

@@ -465,6 +465,7 @@ def test_run_code_blocking_body_and_result(fake):
         r = sb.run_code("x")
         r2 = sb.run_code("y", context=CodeContext(id="ctx-1"), env={"A": 1}, timeout_seconds=1.5)
         sb.run_code("z", context="ctx-2", language=None)
+        sb.run_code("echo hi", language="bash")
         with pytest.raises(InvalidArgumentError):
             sb.run_code("z", context=3)  # type: ignore[arg-type]
     assert isinstance(r, Execution) and r == r2
@@ -475,9 +476,10 @@ def test_run_code_blocking_body_and_result(fake):
     assert first.png_bytes() == b"\x89PNG\r\n\x1a\n"
     bodies = [json.loads(x["body"]) for x in fake.calls("POST", "/v1/sandboxes/sb-fake/code")]
     assert bodies == [
-        {"code": "x", "language": "python"},
-        {"code": "y", "language": "python", "context_id": "ctx-1", "env": {"A": "1"}, "timeout_seconds": 2},
+        {"code": "x"},
+        {"code": "y", "context_id": "ctx-1", "env": {"A": "1"}, "timeout_seconds": 2},
         {"code": "z", "context_id": "ctx-2"},
+        {"code": "echo hi", "language": "bash"},
     ]
     assert Execution.from_json({"results": [], "error": {"name": "E"}}).error == ExecutionError("E")
     assert Execution.from_json({}).text is None

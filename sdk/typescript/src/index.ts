@@ -33,6 +33,7 @@ export {
   DEFAULT_EXEC_TIMEOUT_SECONDS,
   type CallOptions,
   type CodeContextOptions,
+  type CodeLanguage,
   type ExecOptions,
   type ExecRunOptions,
   type ForkOptions,

@@ -79,13 +79,24 @@ const DEFAULT_CODE_TIMEOUT_SECONDS = 300;
 /** Starting or stopping a code context (the server bounds it at 60 s; the sandbox may wake first). */
 const CODE_CONTEXT_TIMEOUT_MS = 120_000;
 
+/** The languages of the code interpreter. */
+export type CodeLanguage = "python" | "javascript" | "typescript" | "bash";
+
 /** Options of {@link Sandbox.runCode}. */
 export interface RunCodeOptions {
-  /** `python` (the default). */
-  language?: string;
   /**
-   * The context (kernel) to run in: one from {@link Sandbox.createCodeContext}, or its id.
-   * Default: the sandbox's `default` context, which needs no creating.
+   * `python` (the default), `javascript`, `typescript` or `bash`. JavaScript and TypeScript
+   * allow top-level `await` and `import` and return the final expression's value; Bash keeps
+   * its working directory, variables and functions (a failing last command is an
+   * `ExitStatus` error). Every language needs `python3` in the template; JavaScript and
+   * TypeScript Node.js 20.12+ with Debian's `node-acorn` and `node-typescript` (the `app` and
+   * `code-interpreter` templates have them).
+   */
+  language?: CodeLanguage;
+  /**
+   * The context (kernel) to run in: one from {@link Sandbox.createCodeContext}, or its id (its
+   * language is used). Default: the language's default context (`default` for Python,
+   * `default-javascript`, …), which needs no creating.
    */
   context?: CodeContext | string;
   /** Environment of the kernel when this call starts it (a running kernel keeps its own). */
@@ -109,8 +120,8 @@ export interface RunCodeOptions {
 
 /** Options of {@link Sandbox.createCodeContext}. */
 export interface CodeContextOptions extends CallOptions {
-  /** `python` (the default). */
-  language?: string;
+  /** `python` (the default), `javascript`, `typescript` or `bash`. */
+  language?: CodeLanguage;
   /** Environment of the context's kernel. */
   env?: Record<string, string>;
 }
@@ -738,7 +749,8 @@ function contextId(context: CodeContext | string | undefined): string | undefine
 
 function codeBody(code: string, opts: RunCodeOptions): Record<string, unknown> {
   if (typeof code !== "string") throw new InvalidArgumentError("runCode: code must be a string", { code: "invalid_argument" });
-  const body: WireBody<"CodeRequest"> = { code, language: opts.language ?? "python" };
+  const body: WireBody<"CodeRequest"> = { code };
+  if (opts.language !== undefined) body.language = opts.language;
   const ctx = contextId(opts.context);
   if (ctx !== undefined) body.context_id = ctx;
   if (opts.env && Object.keys(opts.env).length > 0) body.env = opts.env;

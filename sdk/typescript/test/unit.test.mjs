@@ -452,6 +452,7 @@ test("runCode: blocking body and Execution, rich results, errors as data", async
     const r = await sb.runCode("x");
     await sb.runCode("y", { context: { id: "ctx-1", language: "python" }, env: { A: "1" }, timeoutSeconds: 2 });
     await sb.runCode("z", { context: "ctx-2" });
+    await sb.runCode("1 + 1", { language: "javascript" });
     assert.ok(r instanceof Execution);
     assert.equal(r.text, "42");
     assert.equal(r.stdout, "hi\n");
@@ -466,9 +467,10 @@ test("runCode: blocking body and Execution, rich results, errors as data", async
     assert.equal(r.results[1].pngBytes(), undefined);
     const bodies = srv.requests.filter((q) => q.url.endsWith("/code")).map((q) => JSON.parse(q.body));
     assert.deepEqual(bodies, [
-      { code: "x", language: "python" },
-      { code: "y", language: "python", context_id: "ctx-1", env: { A: "1" }, timeout_seconds: 2 },
-      { code: "z", language: "python", context_id: "ctx-2" },
+      { code: "x" },
+      { code: "y", context_id: "ctx-1", env: { A: "1" }, timeout_seconds: 2 },
+      { code: "z", context_id: "ctx-2" },
+      { code: "1 + 1", language: "javascript" },
     ]);
   } finally {
     await srv.close();

@@ -1,22 +1,27 @@
 # PandaStack code interpreter, guest side. The host runs
-# `python3 -c BOOT <this file> CMD ARGS...` (BOOT below: it takes the source from argv, so a
-# kernel can start more of itself without any file in the guest):
+# `python3 -c BOOT <this file> <kernel.mjs> CMD ARGS...` (BOOT below: it takes this source from
+# argv, and this script takes kernel.mjs's, so a kernel can start more of itself without any
+# file in the guest):
 #
-#   run CTX TIMEOUT   code on stdin; JSON-lines events on stdout (see below)
-#   start CTX         make sure context CTX has a kernel; prints {"type": "ready"}
-#   stop CTX          end context CTX's kernel and forget the context (an error event named
-#                     ContextNotFound if CTX was never created or is gone; `default` always is)
+#   run CTX TIMEOUT [LANGUAGE]  code on stdin; JSON-lines events on stdout (see below)
+#   start CTX LANGUAGE          make sure context CTX has a kernel; prints {"type": "ready"}
+#   stop CTX                    end context CTX's kernel and forget the context (an error event
+#                               named ContextNotFound if CTX was never created or is gone; the
+#                               default contexts always are)
 #
-# Each context is one long-lived Python process (the kernel) listening on a Unix socket under
-# /run/pandastack-kernel; variables live in it between runs. `run` connects to it (starting
-# it first for the `default` context, or for a context created earlier whose kernel died),
-# sends the code and copies the kernel's events to stdout until the kernel closes the
-# connection. Kernels are ordinary guest processes: they survive hibernate/wake and every
-# fork child gets a copy with the same variables.
+# Each context is one long-lived kernel process listening on a Unix socket under
+# /run/pandastack-kernel; variables live in it between runs. The kernel is this script for
+# Python (`serve`) and Bash (`serve-bash`: one bash process whose state, cwd, variables and
+# functions, lives on), and kernel.mjs under Node.js for JavaScript and TypeScript. A context's
+# marker file holds its language. `run` connects to the context's kernel (starting it first for
+# a default context, `default` for Python and `default-<language>` for the others, or for a
+# context created earlier whose kernel died), sends the code and copies the kernel's events to
+# stdout until the kernel closes the connection. Kernels are ordinary guest processes: they
+# survive hibernate/wake and every fork child gets a copy with the same variables.
 #
 # Events, one JSON object per line:
-#   {"type": "stdout"|"stderr", "text": ...}   output as it happens (fd-level, so
-#                                               subprocesses and C extensions are captured)
+#   {"type": "stdout"|"stderr", "text": ...}   output as it happens (for Python and Bash
+#                                               fd-level, so subprocesses are captured)
 #   {"type": "result", "data": {"text": ..., "html"?: ..., "png"?: <base64>, ...}}
 #   {"type": "error", "name": ..., "value": ..., "traceback": ...}
 #   {"type": "done"}
@@ -26,14 +31,20 @@
 import base64
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
 
 BOOT = "import sys;SOURCE=sys.argv.pop(1);exec(compile(SOURCE,'<pandastack-kernel>','exec'))"
+JS_SOURCE = sys.argv.pop(1) if len(sys.argv) > 1 else ""
 DIR = os.environ.get("PANDASTACK_KERNEL_DIR", "/run/pandastack-kernel")
 START_TIMEOUT = 30.0
+LANGUAGES = ("python", "javascript", "typescript", "bash")
+# Contexts every sandbox has without creating one, by language.
+DEFAULTS = {"default": "python"}
+DEFAULTS.update(("default-" + lang, lang) for lang in LANGUAGES if lang != "python")
 
 
 def emit(obj, out=None):
@@ -57,59 +68,95 @@ def connect(ctx):
         return None
 
 
-def ensure_kernel(ctx, create):
-    """A connection to CTX's kernel, starting the kernel if needed (and allowed)."""
+def context_language(ctx):
+    """CTX's language: a default context's own, else its marker's (None: no such context).
+    Markers written before contexts had languages are empty: Python."""
+    if ctx in DEFAULTS:
+        return DEFAULTS[ctx]
+    try:
+        with open(paths(ctx)[1]) as f:
+            return f.read().strip() or "python"
+    except FileNotFoundError:
+        return None
+
+
+def ensure_kernel(ctx, lang):
+    """A connection to CTX's kernel of language LANG, starting the kernel if needed."""
     s = connect(ctx)
     if s is not None:
         return s
     _, marker = paths(ctx)
-    if not create and not os.path.exists(marker):
-        return None
     os.makedirs(DIR, mode=0o700, exist_ok=True)
-    with open(marker, "a"):
-        pass
-    subprocess.Popen(
-        [sys.executable, "-c", BOOT, SOURCE, "serve", ctx],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
-    )
+    with open(marker, "w") as f:
+        f.write(lang)
+    if lang in ("javascript", "typescript") and not shutil.which("node"):
+        raise RuntimeError(
+            "node was not found in this sandbox: %s contexts need Node.js 20.12 or later "
+            "(the code-interpreter and app templates have it)" % lang
+        )
+    if lang == "bash" and not shutil.which("bash"):
+        raise RuntimeError("bash was not found in this sandbox")
+    log_path = os.path.join(DIR, ctx + ".log")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", BOOT, SOURCE, JS_SOURCE, "serve", ctx, lang],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         s = connect(ctx)
         if s is not None:
             return s
+        if proc.poll() not in (None, 0):
+            with open(log_path, "rb") as f:
+                said = f.read()[-2000:].decode("utf-8", "replace").strip()
+            raise RuntimeError("the %s kernel exited at start: %s" % (lang, said or "no output"))
         time.sleep(0.02)
     raise RuntimeError("the kernel did not start within %ds" % START_TIMEOUT)
 
 
-def client_run(ctx, timeout):
+def fail(name, value):
+    emit({"type": "error", "name": name, "value": value, "traceback": ""})
+    emit({"type": "done"})
+    return 0
+
+
+def client_run(ctx, timeout, asked):
     code = sys.stdin.buffer.read().decode("utf-8", "replace")
+    lang = context_language(ctx)
+    if lang is None:
+        return fail("ContextNotFound", ctx)
+    if asked and asked != lang:
+        return fail("WrongLanguage", "context %s runs %s, not %s" % (ctx, lang, asked))
     try:
-        s = ensure_kernel(ctx, create=(ctx == "default"))
+        s = ensure_kernel(ctx, lang)
     except Exception as e:
-        emit({"type": "error", "name": "KernelError", "value": str(e), "traceback": ""})
-        emit({"type": "done"})
-        return 0
-    if s is None:
-        emit({"type": "error", "name": "ContextNotFound", "value": ctx, "traceback": ""})
-        emit({"type": "done"})
-        return 0
+        return fail("KernelError", str(e))
     s.sendall((json.dumps({"code": code, "timeout": timeout}) + "\n").encode())
     out = sys.stdout.buffer
+    tail = b""
     while True:
         chunk = s.recv(65536)
         if not chunk:
             break
         out.write(chunk)
         out.flush()
+        tail = (tail + chunk)[-64:]
+    if not tail.rstrip().endswith(b"}") or b'"done"' not in tail.rstrip().rsplit(b"\n", 1)[-1]:
+        return fail(
+            "KernelError",
+            "the kernel of context %s ended during the run: its state is gone, and the next run "
+            "starts a new one" % ctx,
+        )
     return 0
 
 
-def client_start(ctx):
-    s = ensure_kernel(ctx, create=True)
+def client_start(ctx, lang):
+    s = ensure_kernel(ctx, lang)
     s.close()
     emit({"type": "ready"})
     return 0
@@ -118,7 +165,7 @@ def client_start(ctx):
 def client_stop(ctx):
     sock_path, marker = paths(ctx)
     s = connect(ctx)
-    if s is None and ctx != "default" and not os.path.exists(marker):
+    if s is None and ctx not in DEFAULTS and not os.path.exists(marker):
         emit({"type": "error", "name": "ContextNotFound", "value": ctx, "traceback": ""})
         emit({"type": "done"})
         return 0
@@ -126,7 +173,7 @@ def client_stop(ctx):
         s.sendall(b'{"stop": true}\n')
         s.recv(1)
         s.close()
-    for p in (sock_path, marker):
+    for p in (sock_path, marker, os.path.join(DIR, ctx + ".log")):
         try:
             os.unlink(p)
         except FileNotFoundError:
@@ -138,16 +185,10 @@ def client_stop(ctx):
 # ---- the kernel -------------------------------------------------------------------------------
 
 
-def serve(ctx):
-    import _thread
-    import ast
+def serve(ctx, lang):
+    """Serves context CTX in language LANG, unless another kernel already does (its lock)."""
     import fcntl
-    import linecache
-    import signal
-    import threading
-    import traceback
 
-    os.environ.setdefault("MPLBACKEND", "Agg")
     sock_path, _ = paths(ctx)
     lock = open(os.path.join(DIR, ctx + ".lock"), "w")
     try:
@@ -158,6 +199,25 @@ def serve(ctx):
         os.unlink(sock_path)
     except FileNotFoundError:
         pass
+    if lang in ("javascript", "typescript"):
+        # Node holds the lock from here: the open file goes with the exec.
+        os.set_inheritable(lock.fileno(), True)
+        argv = ["node", "--disable-warning=ExperimentalWarning", "--input-type=module"]
+        os.execvp("node", argv + ["-e", JS_SOURCE, "serve", ctx, lang])
+    if lang == "bash":
+        return serve_bash(ctx, sock_path)
+    return serve_python(ctx, sock_path)
+
+
+def serve_python(ctx, sock_path):
+    import _thread
+    import ast
+    import linecache
+    import signal
+    import threading
+    import traceback
+
+    os.environ.setdefault("MPLBACKEND", "Agg")
 
     # fd 1 and 2 become pipes read by a pump thread, which forwards to the current client.
     state = {"conn": None}
@@ -424,17 +484,186 @@ def serve(ctx):
                     pass
 
 
+def serve_bash(ctx, sock_path):
+    """One bash process for the context: each run's code is sourced into it (its stdin is
+    /dev/null), so the working directory, variables, functions and options live on. The exit
+    status of a run's last command is reported through a pipe of its own; a non-zero one is an
+    error event named ExitStatus. At the bound the run's processes get SIGINT (bash itself
+    traps it and stops sourcing), then SIGKILL if they have not ended 2 s later; a shell that
+    exits (`exit`) ends the kernel, and the next run starts a fresh one."""
+    import select
+    import signal
+
+    status_r, status_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    cell = os.path.join(DIR, ctx + ".cell")
+    home = os.environ.get("HOME") or "/"
+    shell = subprocess.Popen(
+        ["bash", "--noprofile", "--norc"],
+        stdin=subprocess.PIPE,
+        stdout=out_w,
+        stderr=err_w,
+        pass_fds=(status_w,),
+        cwd=home if os.path.isdir(home) else "/",
+        start_new_session=True,
+        # A shell started with SIGINT ignored could not trap it (see TRAP).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    for fd in (out_w, err_w, status_w):
+        os.close(fd)
+    for fd in (out_r, err_r, status_r):
+        os.set_blocking(fd, False)
+    names = {out_r: "stdout", err_r: "stderr"}
+
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(sock_path)
+    os.chmod(sock_path, 0o600)
+    srv.listen(64)
+
+    def forward(conn, fd):
+        """Sends what FD has to CONN: True if something was read, False if nothing was, None
+        if the client is gone."""
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return False
+        if not data:
+            return False
+        if conn is not None:
+            line = json.dumps({"type": names[fd], "text": data.decode("utf-8", "replace")})
+            try:
+                conn.sendall((line + "\n").encode())
+            except OSError:
+                return None
+        return True
+
+    def finish():
+        try:
+            os.unlink(sock_path)
+        except FileNotFoundError:
+            pass
+        os._exit(0)
+
+    def run(conn, code, timeout):
+        """Runs CODE; returns the events that end the run (before done)."""
+        with open(cell, "w") as f:
+            f.write(code)
+        # The trap is set again for each run: after a `return` from it, bash runs it no more.
+        cmd = '%s{ source %s; } </dev/null; printf "%%s\\n" "$?" >&%d\n' % (
+            TRAP,
+            shlex_quote(cell),
+            status_w,
+        )
+        try:
+            shell.stdin.write(cmd.encode())
+            shell.stdin.flush()
+        except OSError:
+            return [{"type": "error", "name": "KernelError", "value": "the shell has exited", "traceback": ""}]
+        deadline = time.monotonic() + timeout if timeout > 0 else None
+        interrupted = None
+        status = b""
+        while True:
+            wait = 0.5
+            if deadline is not None:
+                wait = max(0.0, min(wait, deadline - time.monotonic()))
+            ready, _, _ = select.select([out_r, err_r, status_r], [], [], wait)
+            for fd in ready:
+                if fd == status_r:
+                    try:
+                        status += os.read(status_r, 64)
+                    except BlockingIOError:
+                        pass
+                elif forward(conn, fd) is None:
+                    conn = None
+                    if interrupted is None:
+                        interrupted = time.monotonic()  # the client left: stop the run
+                        os.killpg(shell.pid, signal.SIGINT)
+            if status.endswith(b"\n"):
+                for fd in (out_r, err_r):
+                    while forward(conn, fd) is True:
+                        pass
+                rc = int(status.strip() or b"0")
+                if interrupted is not None:
+                    return [{"type": "error", "name": "TimeoutError", "value": "execution timed out after %gs" % timeout, "traceback": ""}]
+                if rc != 0:
+                    return [{"type": "error", "name": "ExitStatus", "value": "exit status %d" % rc, "traceback": ""}]
+                return []
+            if shell.poll() is not None:
+                for fd in (out_r, err_r):
+                    while forward(conn, fd) is True:
+                        pass
+                events = [{"type": "error", "name": "Exit", "value": "the shell exited with status %d; the next run starts a new one" % shell.returncode, "traceback": ""}]
+                if conn is not None:
+                    for ev in events + [{"type": "done"}]:
+                        conn.sendall((json.dumps(ev) + "\n").encode())
+                    conn.close()
+                finish()
+            now = time.monotonic()
+            if deadline is not None and interrupted is None and now >= deadline:
+                interrupted = now
+                os.killpg(shell.pid, signal.SIGINT)
+            elif interrupted is not None and now - interrupted > 2.0:
+                # Still running: the shell and everything it started end.
+                os.killpg(shell.pid, signal.SIGKILL)
+                shell.wait()
+                events = [{"type": "error", "name": "TimeoutError", "value": "execution timed out after %gs; the shell was ended, the next run starts a new one" % timeout, "traceback": ""}]
+                if conn is not None:
+                    for ev in events + [{"type": "done"}]:
+                        conn.sendall((json.dumps(ev) + "\n").encode())
+                    conn.close()
+                finish()
+
+    while True:
+        conn, _ = srv.accept()
+        try:
+            line = b""
+            while not line.endswith(b"\n"):
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                line += chunk
+            req = json.loads(line or b"{}")
+            if req.get("stop"):
+                conn.sendall(b"x")
+                conn.close()
+                os.killpg(shell.pid, signal.SIGKILL)
+                finish()
+            if "code" not in req:
+                continue  # a connection check
+            for ev in run(conn, req.get("code", ""), float(req.get("timeout") or 0)) + [{"type": "done"}]:
+                conn.sendall((json.dumps(ev) + "\n").encode())
+        except OSError:
+            pass
+        finally:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+
+# Traps INT so that only the running commands stop, never the shell; `return` ends the sourcing
+# of the cell.
+TRAP = "trap 'return 130 2>/dev/null' INT; "
+
+
+def shlex_quote(s):
+    import shlex
+
+    return shlex.quote(s)
+
+
 def main(argv):
     cmd = argv[1] if len(argv) > 1 else ""
-    if cmd == "run" and len(argv) == 4:
-        return client_run(argv[2], float(argv[3]))
-    if cmd == "start" and len(argv) == 3:
-        return client_start(argv[2])
+    if cmd == "run" and len(argv) in (4, 5):
+        return client_run(argv[2], float(argv[3]), argv[4] if len(argv) == 5 else "")
+    if cmd == "start" and len(argv) in (3, 4):
+        return client_start(argv[2], argv[3] if len(argv) == 4 else "python")
     if cmd == "stop" and len(argv) == 3:
         return client_stop(argv[2])
-    if cmd == "serve" and len(argv) == 3:
-        return serve(argv[2])
-    sys.stderr.write("usage: kernel run CTX TIMEOUT | start CTX | stop CTX\n")
+    if cmd == "serve" and len(argv) == 4 and argv[3] in LANGUAGES:
+        return serve(argv[2], argv[3])
+    sys.stderr.write("usage: kernel run CTX TIMEOUT [LANGUAGE] | start CTX [LANGUAGE] | stop CTX\n")
     return 2
 
 

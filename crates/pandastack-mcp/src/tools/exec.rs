@@ -56,12 +56,18 @@ pub(crate) struct RunCommand {
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Language {
     Python,
+    Javascript,
+    Typescript,
+    Bash,
 }
 
 impl Language {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             Language::Python => "python",
+            Language::Javascript => "javascript",
+            Language::Typescript => "typescript",
+            Language::Bash => "bash",
         }
     }
 }
@@ -71,14 +77,17 @@ impl Language {
 pub(crate) struct RunCode {
     /// The sandbox to run in.
     sandbox_id: String,
-    /// The code. The value of a final expression comes back as a result.
+    /// The code. In Python, JavaScript and TypeScript the value of a final expression comes
+    /// back as a result; in Bash a non-zero exit status of the last command is an error.
     #[schemars(length(min = 1, max = 524288))]
     code: String,
-    /// The language (default python; the only one the interpreter runs today).
+    /// The language (default python). JavaScript and TypeScript allow top-level await and
+    /// import; Bash keeps the working directory, variables and functions.
     #[serde(default)]
     language: Option<Language>,
-    /// The context to run in: `default` unless one made with create_code_context is named.
-    /// Variables, imports and files opened persist in a context between calls.
+    /// The context to run in: the language's default context unless one made with
+    /// create_code_context is named (its language is then used). Variables, imports and files
+    /// opened persist in a context between calls.
     #[serde(default)]
     #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9_-]+$"))]
     context_id: Option<String>,
@@ -114,7 +123,7 @@ impl PandaStackMcp {
     }
 
     #[tool(
-        description = "Run code in a sandbox's persistent interpreter: variables and imports survive between calls in the same context. Returns stdout, stderr, results (the final expression's value, displays; images as image content) and error (an exception in the code, with traceback).",
+        description = "Run Python, JavaScript, TypeScript or Bash in a sandbox's persistent interpreter: variables and imports survive between calls in the same context. Returns stdout, stderr, results (the final expression's value, displays; images as image content) and error (an exception in the code, with traceback).",
         input_schema = schema::<RunCode>(),
         annotations(open_world_hint = false)
     )]
@@ -270,8 +279,16 @@ mod tests {
     #[test]
     fn languages_are_the_servers() {
         // Every variant, listed through a match so that a new one must be added here.
-        let every = [Language::Python].map(|l| match l {
-            Language::Python => l.as_str(),
+        let every = [
+            Language::Python,
+            Language::Javascript,
+            Language::Typescript,
+            Language::Bash,
+        ]
+        .map(|l| match l {
+            Language::Python | Language::Javascript | Language::Typescript | Language::Bash => {
+                l.as_str()
+            }
         });
         assert_eq!(every, CODE_LANGUAGES);
         let schema = serde_json::Value::Object((*schema::<RunCode>()).clone());

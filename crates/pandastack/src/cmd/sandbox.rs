@@ -32,6 +32,9 @@ enum SandboxCmd {
     Info(IdJson),
     /// Run a command, streaming its output; exits with the command's exit code.
     Exec(sandbox_io::ExecArgs),
+    /// Run code in the sandbox's code interpreter (Python, JavaScript, TypeScript or Bash):
+    /// variables live on between runs of a context. Exits 1 when the code ended with an error.
+    RunCode(sandbox_io::RunCodeArgs),
     /// Open an interactive terminal in a sandbox.
     Shell(shell::ShellArgs),
     /// Copy a file: `cp LOCAL ID:/path` or `cp ID:/path LOCAL`.
@@ -220,6 +223,7 @@ async fn dispatch(c: Client, cmd: SandboxCmd) -> anyhow::Result<ExitCode> {
             show(&sb, a.json)?;
         }
         SandboxCmd::Exec(a) => return sandbox_io::exec(&c, a).await,
+        SandboxCmd::RunCode(a) => return sandbox_io::run_code(&c, a).await,
         SandboxCmd::Shell(a) => return shell::run(&c, a).await,
         SandboxCmd::Cp(a) => sandbox_io::cp(&c, a).await?,
         SandboxCmd::FileUrl(a) => {

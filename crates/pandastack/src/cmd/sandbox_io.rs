@@ -1,4 +1,4 @@
-//! `pandastack sandbox exec|cp|logs`: data in and out of a sandbox, streamed. `exec` prints
+//! `pandastack sandbox exec|run-code|cp|logs`: data in and out of a sandbox. `exec` prints
 //! the command's output as it is produced and exits with the command's exit code.
 
 use std::io::Write;
@@ -33,6 +33,26 @@ pub struct ExecArgs {
     /// Program and arguments (after `--`).
     #[arg(last = true, value_name = "ARGV")]
     argv: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunCodeArgs {
+    /// Sandbox id.
+    id: String,
+    /// The code; `-` or nothing reads it from stdin.
+    code: Option<String>,
+    /// `python` (the default), `javascript`, `typescript` or `bash`.
+    #[arg(long, short)]
+    language: Option<String>,
+    /// A context made with the API (`POST …/code/contexts`); by default the language's own.
+    #[arg(long)]
+    context: Option<String>,
+    /// Interrupt the run after this many seconds (the context and its variables stay).
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<u64>,
+    /// Print the whole result as JSON (stdout, stderr, results, error).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -88,6 +108,51 @@ pub async fn exec(c: &Client, a: ExecArgs) -> anyhow::Result<ExitCode> {
         eprintln!("warning: the output was truncated by the server");
     }
     Ok(exit_code(exit.exit_code))
+}
+
+pub async fn run_code(c: &Client, a: RunCodeArgs) -> anyhow::Result<ExitCode> {
+    let code = match a.code.as_deref() {
+        None | Some("-") => {
+            let mut code = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut code)
+                .context("reading the code from stdin")?;
+            code
+        }
+        Some(code) => code.to_owned(),
+    };
+    let req = pandastack_client::types::CodeRequest {
+        code,
+        language: a.language,
+        context_id: a.context,
+        timeout_seconds: a.timeout,
+        ..Default::default()
+    };
+    let out = c.run_code(&a.id, &req).await?;
+    if a.json {
+        super::client_util::print_json(&out)?;
+    } else {
+        print!("{}", out.stdout);
+        eprint!("{}", out.stderr);
+        for r in &out.results {
+            println!("{}", r.text);
+        }
+        if let Some(e) = &out.error {
+            let text = if e.traceback.is_empty() {
+                format!("{}: {}", e.name, e.value)
+            } else {
+                e.traceback.trim_end().to_owned()
+            };
+            eprintln!("{text}");
+        }
+        if out.truncated {
+            eprintln!("warning: the output was truncated by the server");
+        }
+    }
+    Ok(if out.error.is_some() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// The guest's exit status as this process's (out-of-range values become 1).

@@ -1761,7 +1761,7 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
-            /** @description `python` (the default). */
+            /** @description `python` (the default), `javascript`, `typescript` or `bash`. */
             language?: string | null;
         };
         /** @description The exception a run ended with. */
@@ -1791,10 +1791,14 @@ export interface components {
          *     }
          */
         CodeRequest: {
-            /** @description The code to run. In Python, the value of a final expression is returned as a result. */
+            /**
+             * @description The code to run. In Python, JavaScript and TypeScript the value of a final expression
+             *     is returned as a result; in Bash a non-zero exit status of the last command is an
+             *     `ExitStatus` error.
+             */
             code: string;
             /**
-             * @description The context (kernel) to run in: `default` unless one made with
+             * @description The context (kernel) to run in: the language's default context unless one made with
              *     `POST …/code/contexts` is named.
              */
             context_id?: string | null;
@@ -1802,7 +1806,12 @@ export interface components {
             env?: {
                 [key: string]: string;
             };
-            /** @description `python` (the default). */
+            /**
+             * @description `python` (the default), `javascript`, `typescript` or `bash`. Without `context_id`, the
+             *     run goes to the language's default context (`default`, `default-javascript`, …); with
+             *     one, the context's language is used, and a different `language` is refused.
+             * @example python
+             */
             language?: string | null;
             /**
              * Format: int64

@@ -322,7 +322,7 @@ class AsyncSandbox:
         self,
         code: str,
         *,
-        language: Optional[str] = "python",
+        language: Optional[str] = None,
         context: Union[CodeContext, str, None] = None,
         env: Optional[Mapping[str, str]] = None,
         timeout_seconds: Optional[float] = None,
@@ -338,10 +338,17 @@ class AsyncSandbox:
             await sandbox.run_code("x = 21")
             print((await sandbox.run_code("x * 2")).text)   # 42
 
-        The code runs in a long-lived kernel (Python: the template needs ``python3``), so
-        variables, imports and open files stay for the next call in the same context.
+        The code runs in a long-lived kernel, so variables, imports and open files stay for
+        the next call in the same context. ``language`` is ``"python"`` (the default),
+        ``"javascript"``, ``"typescript"`` or ``"bash"`` (every language needs ``python3`` in
+        the template; JavaScript and TypeScript Node.js 20.12+ with Debian's ``node-acorn``
+        and ``node-typescript``, as the ``app`` and ``code-interpreter`` templates have).
+        JavaScript and TypeScript allow top-level ``await`` and ``import`` and return the
+        final expression's value; Bash keeps its working directory, variables and functions,
+        and a failing last command is an ``ExitStatus`` error.
         ``context`` is a :class:`~pandastack.CodeContext` from :meth:`create_code_context` (or
-        its id); without it the sandbox's ``default`` context is used. ``env`` applies when
+        its id), whose language is used; without it the language's default context is used
+        (``default`` for Python, ``default-javascript`` and so on). ``env`` applies when
         the call starts the kernel. ``timeout_seconds`` bounds the run (server default 300 s,
         max 3600): the code is interrupted, ``error.name`` is ``"TimeoutError"`` and the kernel
         keeps its variables.
@@ -425,7 +432,8 @@ class AsyncSandbox:
         self, *, language: Optional[str] = "python", env: Optional[Mapping[str, str]] = None
     ) -> CodeContext:
         """Creates a code context: a kernel of its own, whose variables no other context sees
-        (``env`` is its environment). Pass it as ``context=`` to :meth:`run_code`; delete it
+        (``language``: ``"python"``, ``"javascript"``, ``"typescript"`` or ``"bash"``;
+        ``env`` is its environment). Pass it as ``context=`` to :meth:`run_code`; delete it
         with :meth:`delete_code_context`."""
         return CodeContext.from_json(
             await self._t.json(
