@@ -1,6 +1,7 @@
 //! The code interpreter's routes: `POST /v1/sandboxes/{id}/code` runs code in a long-lived
-//! Python kernel inside the sandbox, so variables, imports and open files survive between calls.
-//! One kernel per context (`default`, or one made with `POST …/code/contexts`). The handlers
+//! kernel inside the sandbox (Python, JavaScript, TypeScript or Bash), so variables, imports and
+//! open files survive between calls. One kernel per context (each language's default one, or one
+//! made with `POST …/code/contexts`). The handlers
 //! check the caller, wake the sandbox and call [`pandastack_control::CodeContexts`], which owns
 //! the kernels; here the results become JSON or Server-Sent Events.
 
@@ -25,7 +26,8 @@ use crate::ApiState;
 
 /// Run code in the sandbox's kernel and return what it printed and produced. An exception in the
 /// code is data (`error`), not an HTTP error; the value of a final expression, `display(…)`
-/// calls and matplotlib figures come back in `results`.
+/// calls and matplotlib figures come back in `results`. A context of another language than
+/// `language` is a 422.
 #[utoipa::path(
     post,
     path = "/v1/sandboxes/{id}/code",
@@ -56,7 +58,7 @@ pub async fn run(
     tag = "code",
     params(("id" = String, Path, description = "Sandbox id")),
     request_body = CodeRequest,
-    responses((status = 200, description = "Server-Sent Events: `stdout`/`stderr` `{\"data\": text}` as printed, `result` (a result object), `error` `{\"name\", \"value\", \"traceback\"}` (an exception in the code, or `KernelError`/`ContextNotFound`), then one `done` `{\"duration_ms\", \"truncated\"}`. Closing the stream stops waiting; the kernel interrupts the code.", content_type = "text/event-stream", body = inline(crate::schemas::CodeEvents)))
+    responses((status = 200, description = "Server-Sent Events: `stdout`/`stderr` `{\"data\": text}` as printed, `result` (a result object), `error` `{\"name\", \"value\", \"traceback\"}` (an exception in the code, or `KernelError`/`ContextNotFound`/`WrongLanguage`), then one `done` `{\"duration_ms\", \"truncated\"}`. Closing the stream stops waiting; the kernel interrupts the code.", content_type = "text/event-stream", body = inline(crate::schemas::CodeEvents)))
 )]
 pub async fn run_stream(
     State(app): State<Arc<ApiState>>,

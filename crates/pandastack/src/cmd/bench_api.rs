@@ -1,6 +1,7 @@
 //! `pandastack bench api`: the REST API end to end with real guests — create latency (serial and
 //! 8 concurrent), exec, fork, first byte through the preview proxy (warm and waking a hibernated
-//! sandbox), sustained creates per second, and how many idle sandboxes this host holds. It starts its own server on a temporary data directory unless `--base-url` and
+//! sandbox), code-interpreter runs (JavaScript's first and warm, Python's warm), sustained
+//! creates per second, and how many idle sandboxes this host holds. It starts its own server on a temporary data directory unless `--base-url` and
 //! `--api-key` point it at a running one.
 
 use std::collections::BTreeMap;
@@ -45,6 +46,12 @@ pub struct ApiArgs {
     /// Stop the idle-capacity test at this many sandboxes (0 skips it).
     #[arg(long, default_value_t = 200)]
     max_idle: usize,
+    /// Template with Node.js for the code interpreter's JavaScript runs (`""` skips them).
+    #[arg(long, default_value = "app")]
+    code_template: String,
+    /// Code-interpreter runs to measure per language.
+    #[arg(long, default_value_t = 20)]
+    code_runs: usize,
 }
 
 /// The server this command started; killed (with its VMs) on drop.
@@ -311,6 +318,13 @@ pub async fn run(a: ApiArgs) -> anyhow::Result<ExitCode> {
     api.delete(&id).await?;
     eprintln!("preview proxy done");
 
+    if !a.code_template.is_empty() {
+        for (k, m) in code_runs(&api, &a).await? {
+            metrics.insert(k, m);
+        }
+        eprintln!("code interpreter done");
+    }
+
     // Sustained creates (each followed by its delete), two clients.
     let deadline = Instant::now() + Duration::from_secs(a.sustain_secs);
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -387,7 +401,45 @@ pub async fn run(a: ApiArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Free memory in the host, MiB.
+/// The code interpreter on a sandbox of `--code-template`: the first JavaScript run (it starts
+/// the context's Node.js kernel), then warm runs of a small cell in JavaScript and in Python,
+/// each a blocking `POST …/code` whose answer carries the cell's value.
+async fn code_runs(api: &Api, a: &ApiArgs) -> anyhow::Result<Vec<(&'static str, Metric)>> {
+    let (id, _) = api.create(&a.code_template).await?;
+    let path = format!("/v1/sandboxes/{id}/code");
+    let run = |language: &'static str, code: &'static str| {
+        let path = path.clone();
+        async move {
+            let t = Instant::now();
+            let (st, v) = api
+                .call(
+                    reqwest::Method::POST,
+                    &path,
+                    Some(json!({"code": code, "language": language})),
+                )
+                .await?;
+            if st != StatusCode::OK || !v["error"].is_null() || v["results"][0]["text"].is_null() {
+                bail!("{language} run {code:?}: {st} {v}");
+            }
+            Ok::<_, anyhow::Error>(ms(t.elapsed()))
+        }
+    };
+    let first = run("javascript", "let n = 0; n").await?;
+    let mut js = Vec::new();
+    let mut py = Vec::new();
+    run("python", "n = 0\nn").await?;
+    for _ in 0..a.code_runs {
+        js.push(run("javascript", "n += 1; n").await?);
+        py.push(run("python", "n += 1\nn").await?);
+    }
+    api.delete(&id).await?;
+    Ok(vec![
+        ("code_js_first_ms", metric(vec![first], "ms")),
+        ("code_js_warm_ms", metric(js, "ms")),
+        ("code_python_warm_ms", metric(py, "ms")),
+    ])
+}
+
 /// Preview URL latency: time to the response headers of `GET /` on a port served inside sandbox
 /// `id` (Python's `http.server`), through the preview proxy — warm, and as the first request to
 /// the sandbox hibernated. `proxy`: where the proxy listens (else the URL's host is resolved).
@@ -480,6 +532,7 @@ async fn preview(
     Ok((warm, woken))
 }
 
+/// Free memory in the host, MiB.
 fn mem_available_mib() -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()

@@ -770,7 +770,8 @@ export interface paths {
         /**
          * Run code in the sandbox's kernel and return what it printed and produced. An exception in the
          *     code is data (`error`), not an HTTP error; the value of a final expression, `display(…)`
-         *     calls and matplotlib figures come back in `results`.
+         *     calls and matplotlib figures come back in `results`. A context of another language than
+         *     `language` is a 422.
          */
         post: operations["run_code"];
         delete?: never;
@@ -5239,7 +5240,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Server-Sent Events: `stdout`/`stderr` `{"data": text}` as printed, `result` (a result object), `error` `{"name", "value", "traceback"}` (an exception in the code, or `KernelError`/`ContextNotFound`), then one `done` `{"duration_ms", "truncated"}`. Closing the stream stops waiting; the kernel interrupts the code. */
+            /** @description Server-Sent Events: `stdout`/`stderr` `{"data": text}` as printed, `result` (a result object), `error` `{"name", "value", "traceback"}` (an exception in the code, or `KernelError`/`ContextNotFound`/`WrongLanguage`), then one `done` `{"duration_ms", "truncated"}`. Closing the stream stops waiting; the kernel interrupts the code. */
             200: {
                 headers: {
                     [name: string]: unknown;
