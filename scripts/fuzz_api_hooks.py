@@ -3,8 +3,9 @@
 - `auth_is_required`: in the runs without a key or with a wrong one
   (PANDASTACK_FUZZ_AUTH=none|wrong), every answer must be 401 `unauthorized` in the error
   envelope (405 in the envelope for a method the path does not serve), except the public paths
-  (health, the OpenAPI document, and a database's Neon-compatible `POST …/sql`, which logs in
-  with the `Neon-Connection-String` header's credentials instead of an API key).
+  (health, the OpenAPI document, a database's Neon-compatible `POST …/sql`, which logs in
+  with the `Neon-Connection-String` header's credentials instead of an API key, and a sandbox's
+  signed file URLs, `…/files/signed`, which carry their own signature).
 - `no_server_error`: schemathesis' `not_a_server_error` (no 5xx), except the two documented
   507 answers, which are a full quota or disk, not a failure of the server: `quota_exceeded`
   (a workspace's volume quota; a fuzzer creating volumes of up to 1 TiB reaches it at once) and
@@ -22,7 +23,7 @@ import os
 import schemathesis
 
 #: The paths served without an API key (pandastack_api::openapi::PUBLIC_PATHS).
-PUBLIC_PATHS = {"/v1/health", "/v1/openapi.json", "/v1/databases/{id}/sql"}
+PUBLIC_PATHS = {"/v1/health", "/v1/openapi.json", "/v1/databases/{id}/sql", "/v1/sandboxes/{id}/files/signed"}
 
 
 @schemathesis.check

@@ -576,6 +576,7 @@ impl Agent for AgentService {
         let page = ListPage {
             after: r.after,
             limit: r.limit,
+            pattern: r.pattern,
         };
         ok(
             self.host.list_dir(&r.id, &r.path, r.depth, page).await,

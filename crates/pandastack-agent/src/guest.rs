@@ -293,16 +293,28 @@ pub(crate) async fn list(
     depth: u32,
     page: ListPage,
 ) -> HostResult<DirPage> {
-    let answer = FilesClient::new(ch)
+    let pattern = match page.pattern.as_deref() {
+        None => None,
+        Some(p) => Some(listing::NamePattern::new(p).map_err(|e| HostError::Guest {
+            kind: GuestErrorKind::InvalidArgument,
+            message: format!("pattern: {e}"),
+        })?),
+    };
+    let mut answer = FilesClient::new(ch)
         .list(v1::ListRequest {
             path,
             depth,
             after: page.after.clone().unwrap_or_default(),
             limit: page.limit,
+            pattern: page.pattern.clone().unwrap_or_default(),
         })
         .await
         .map_err(status)?
         .into_inner();
+    // A guest agent older than name patterns ignores them: its answer is filtered here.
+    if let Some(p) = &pattern {
+        answer.entries.retain(|e| p.matches(&e.name));
+    }
     Ok(hold_to_page(answer, &page))
 }
 
@@ -443,6 +455,7 @@ mod tests {
         let first = ListPage {
             after: None,
             limit: 2,
+            pattern: None,
         };
         let p = hold_to_page(whole(all.clone()), &first);
         assert_eq!(paths(&p), ["/d/a", "/d/b", "/d/b"]);
@@ -450,6 +463,7 @@ mod tests {
         let next = ListPage {
             after: p.next_after,
             limit: 2,
+            pattern: None,
         };
         let p = hold_to_page(whole(all.clone()), &next);
         assert_eq!(paths(&p), ["/d/c", "/d/d"]);
@@ -457,6 +471,7 @@ mod tests {
         let everything = ListPage {
             after: None,
             limit: 1000,
+            pattern: None,
         };
         assert_eq!(hold_to_page(whole(all), &everything).entries.len(), 5);
         assert!(hold_to_page(whole(Vec::new()), &everything)

@@ -17,8 +17,14 @@ pub use crate::routes::ApiDoc;
 pub const BEARER: &str = "bearer";
 /// Name of the shared error response in `components.responses`.
 pub const ERROR_RESPONSE: &str = "Error";
-/// Paths served without an API key.
-pub const PUBLIC_PATHS: &[&str] = &["/v1/health", "/v1/openapi.json", "/v1/databases/{id}/sql"];
+/// Paths served without an API key (the signed file URLs carry their own signature; a
+/// database's `/sql` logs in with the connection string's credentials).
+pub const PUBLIC_PATHS: &[&str] = &[
+    "/v1/health",
+    "/v1/openapi.json",
+    "/v1/databases/{id}/sql",
+    "/v1/sandboxes/{id}/files/signed",
+];
 /// Operations whose JSON body may be left out: the body extractor reads an empty body as `{}`,
 /// and every field of these requests has a default.
 pub const OPTIONAL_BODIES: &[&str] = &[
@@ -239,6 +245,23 @@ mod tests {
                 assert_eq!(public, PUBLIC_PATHS.contains(&path.as_str()), "{path}");
             }
         }
+    }
+
+    /// The API fuzzer's auth check (scripts/fuzz_api_hooks.py) knows the same public paths.
+    #[test]
+    fn the_fuzzers_public_paths_are_these() {
+        let hooks = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../scripts/fuzz_api_hooks.py");
+        let text = std::fs::read_to_string(hooks).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("PUBLIC_PATHS = {"))
+            .expect("PUBLIC_PATHS in the hooks");
+        let mut theirs: Vec<&str> = line.split('"').skip(1).step_by(2).collect();
+        theirs.sort_unstable();
+        let mut ours = PUBLIC_PATHS.to_vec();
+        ours.sort_unstable();
+        assert_eq!(theirs, ours);
     }
 
     /// `openapi.json` beside this crate's manifest is the committed contract (SDKs are built

@@ -350,6 +350,16 @@ fn list_depth(q: &BTreeMap<String, String>) -> ApiResult<u32> {
         .ok_or_else(|| ApiError::new(ErrorCode::InvalidArgument, "depth: 1 to 10"))
 }
 
+/// `?pattern=` of a directory listing: a glob matched against each entry's name.
+fn list_pattern(q: &BTreeMap<String, String>) -> ApiResult<Option<String>> {
+    let Some(p) = q.get("pattern").filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    pandastack_guest_proto::listing::NamePattern::new(p)
+        .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, format!("pattern: {e}")))?;
+    Ok(Some(p.clone()))
+}
+
 /// `?limit=` of a directory listing: 1 to [`LIST_MAX_LIMIT`], [`LIST_DEFAULT_LIMIT`] when absent.
 fn list_limit(q: &BTreeMap<String, String>) -> ApiResult<u32> {
     crate::page::limit(q, LIST_DEFAULT_LIMIT, LIST_MAX_LIMIT)
@@ -386,6 +396,8 @@ fn list_after(q: &BTreeMap<String, String>, listed: &str) -> ApiResult<Option<St
 /// List a guest directory, a page at a time (sorted by path).
 ///
 /// `next_cursor` is set while more entries remain: pass it as `cursor` for the next page.
+/// With `pattern`, only entries whose name matches it are listed, at every depth: a search by
+/// name (`?path=/app&depth=10&pattern=*.py`).
 #[utoipa::path(
     get,
     path = "/v1/sandboxes/{id}/fs/list",
@@ -397,6 +409,7 @@ fn list_after(q: &BTreeMap<String, String>, listed: &str) -> ApiResult<Option<St
         ("depth" = Option<u32>, Query, minimum = 1, maximum = 10, description = "1 (default) to 10 levels"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 5000, description = "Most entries on this page: 1 to 5000 (default 1000); a page of very long names can hold fewer"),
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+        ("pattern" = Option<String>, Query, description = "Only entries whose name matches this glob (`*`, `?`, `[abc]`, `[!abc]`; a name, no `/`); directories are still searched to `depth`. A page can then hold fewer entries than `limit` with more to come"),
     ),
     responses((status = 200, description = "A page of entries, sorted by path", body = wire::List<wire::FileInfo>))
 )]
@@ -411,6 +424,7 @@ pub async fn list(
     let page = ListPage {
         limit: list_limit(&q)?,
         after: list_after(&q, &path)?,
+        pattern: list_pattern(&q)?,
     };
     let id = ready(&app, &caller, &id).await?;
     let page = app.control.host().list_dir(&id, &path, depth, page).await?;

@@ -150,3 +150,38 @@ mod tests {
         assert_eq!((paths(&r), r.next_after.as_str()), (vec!["/d/c"], ""));
     }
 }
+
+/// A listing's name filter: a shell glob (`*`, `?`, `[abc]`, `[!abc]`) matched against an
+/// entry's name (never its directory), so `*.py` finds Python files at every depth listed.
+#[derive(Debug, Clone)]
+pub struct NamePattern(glob::Pattern);
+
+/// The longest name pattern accepted (a name is at most 255 bytes; a glob can be longer).
+pub const MAX_NAME_PATTERN: usize = 1024;
+
+impl NamePattern {
+    /// `pattern` compiled; `Err` says why it is not a glob (an unclosed `[`, too long).
+    pub fn new(pattern: &str) -> Result<Self, String> {
+        if pattern.len() > MAX_NAME_PATTERN {
+            return Err(format!("longer than {MAX_NAME_PATTERN} bytes"));
+        }
+        if pattern.contains('/') || pattern.contains('\0') {
+            return Err("matches a name: no '/' or NUL".into());
+        }
+        glob::Pattern::new(pattern)
+            .map(Self)
+            .map_err(|e| e.msg.to_owned())
+    }
+
+    /// Whether the entry named `name` matches.
+    pub fn matches(&self, name: &str) -> bool {
+        self.0.matches_with(
+            name,
+            glob::MatchOptions {
+                case_sensitive: true,
+                require_literal_separator: true,
+                require_literal_leading_dot: false,
+            },
+        )
+    }
+}

@@ -43,6 +43,9 @@ pub struct ListPage {
     pub after: Option<String>,
     /// At most this many entries (a host may return fewer: a page is also bounded in bytes).
     pub limit: u32,
+    /// Only entries whose name matches this glob (`pandastack_guest_proto::listing::NamePattern`;
+    /// checked by the caller); directories are still descended.
+    pub pattern: Option<String>,
 }
 
 /// One page of a directory listing, sorted by path.

@@ -290,6 +290,7 @@ pub trait Host: Send + Sync + 'static {
             let page = ListPage {
                 after: after.take(),
                 limit: LIST_ALL_PAGE,
+                pattern: None,
             };
             let last = page.after.clone();
             let got = self.list_dir(id, path, depth, page).await?;

@@ -295,7 +295,16 @@ async fn files_cross_in_chunks_and_listings_in_pages() {
     let mut pages = Vec::new();
     loop {
         let page = r
-            .list_dir("sb", "/d", 1, ListPage { after, limit: 2 })
+            .list_dir(
+                "sb",
+                "/d",
+                1,
+                ListPage {
+                    after,
+                    limit: 2,
+                    pattern: None,
+                },
+            )
             .await
             .unwrap();
         pages.push(

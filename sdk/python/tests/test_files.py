@@ -99,6 +99,9 @@ def test_list_stat_mkdir_rename_remove(shared_sandbox):
     assert sorted((e.name, e.type) for e in top) == [("b", "dir"), ("one.txt", "file")]
     deep = fs.list("/tmp/tree", depth=3)
     assert {"/tmp/tree/a", "/tmp/tree/a/b", "/tmp/tree/a/one.txt", "/tmp/tree/a/b/two.txt"} <= {e.path for e in deep}
+    # A search by name at every depth listed.
+    found = fs.list("/tmp/tree", depth=3, pattern="t*.txt")
+    assert [e.path for e in found] == ["/tmp/tree/a/b/two.txt"]
 
     assert fs.exists("/tmp/tree/a/one.txt") and not fs.exists("/tmp/tree/nope")
     fs.rename("/tmp/tree/a/one.txt", "/tmp/tree/a/uno.txt")

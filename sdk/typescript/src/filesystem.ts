@@ -93,16 +93,18 @@ export class Filesystem {
   }
 
   /**
-   * Lists a directory (`depth` > 1 descends into subdirectories, up to 10), sorted by path. The
+   * Lists a directory (`depth` > 1 descends into subdirectories, up to 10), sorted by path.
+   * With `pattern` (a glob such as `"*.py"`, matched against each entry's name) only the
+   * matching entries: `list("/app", { depth: 10, pattern: "*.py" })` searches by name. The
    * server answers a page at a time (one answer cannot carry a large directory); this follows
    * `next_cursor` to the last page.
    */
-  async list(path: string, opts: FileCallOptions & { depth?: number } = {}): Promise<FileInfo[]> {
+  async list(path: string, opts: FileCallOptions & { depth?: number; pattern?: string } = {}): Promise<FileInfo[]> {
     const pages = new Paginator<FileInfo>(async (cursor) => {
       const page = await this.http.request<{ data?: unknown[]; next_cursor?: unknown }>({
         method: "GET",
         path: `${this.base}/list`,
-        query: { path, depth: opts.depth, limit: LIST_PAGE, cursor },
+        query: { path, depth: opts.depth, pattern: opts.pattern || undefined, limit: LIST_PAGE, cursor },
         ...callOpts(opts),
       });
       const next = page?.next_cursor;

@@ -104,6 +104,9 @@ test("mkdir, list, stat, exists, rename, remove", async () => {
   const deep = await fs.list("/tmp/tree", { depth: 3 });
   assert.ok(deep.some((e) => e.path === "/tmp/tree/a/one.txt"), JSON.stringify(deep.map((e) => e.path)));
   assert.ok(deep.some((e) => e.path === "/tmp/tree/a/b" && e.type === "dir"));
+  // A search by name at every depth listed.
+  const found = await fs.list("/tmp/tree", { depth: 3, pattern: "o*.txt" });
+  assert.deepEqual(found.map((e) => e.path), ["/tmp/tree/a/one.txt"]);
 
   const st = await fs.stat("/tmp/tree/a/one.txt");
   assert.equal(st.name, "one.txt");

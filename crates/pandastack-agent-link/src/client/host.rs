@@ -422,6 +422,7 @@ impl Host for RemoteHost {
             depth,
             after: page.after,
             limit: page.limit,
+            pattern: page.pattern,
         };
         Ok(page_from_pb(inner(self.c().list_dir(r).await)?))
     }

@@ -324,9 +324,19 @@ impl Files for FilesService {
         let req = req.into_inner();
         let path = abs(&req.path)?;
         let depth = req.depth.clamp(1, 32);
+        let pattern = match req.pattern.as_str() {
+            "" => None,
+            p => Some(
+                pandastack_guest_proto::listing::NamePattern::new(p)
+                    .map_err(|e| Status::invalid_argument(format!("pattern: {e}")))?,
+            ),
+        };
         blocking(move || {
             let mut entries = Vec::new();
             list(&path, depth, &mut entries).map_err(|e| status(e, &path))?;
+            if let Some(p) = &pattern {
+                entries.retain(|e| p.matches(&e.name));
+            }
             entries.sort_by(|a, b| a.path.cmp(&b.path));
             Ok(Response::new(page(entries, &req.after, req.limit)))
         })

@@ -1,7 +1,7 @@
 //! `GET …/fs/list` a page at a time: a directory whose whole listing weighs more than one gRPC
 //! message can carry (4 MiB), which a guest agent answering in one message could not list at
 //! all, comes back page after page through `next_cursor`, every entry once and in path order;
-//! a bad `limit` or `cursor` is the caller's error.
+//! a bad `limit` or `cursor` is the caller's error; a `pattern` searches by name.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -123,6 +123,96 @@ async fn a_directory_too_large_for_one_message_is_listed_page_by_page() {
         assert_eq!(
             refused(&s, &id, &dir, bad).await,
             (StatusCode::UNPROCESSABLE_ENTITY, "invalid_argument".into()),
+            "{bad}"
+        );
+    }
+}
+
+/// A search by name: `pattern` keeps the entries whose name matches it at every depth listed
+/// (directories are still descended, and listed only when they match), page after page; a
+/// pattern that is not a glob of a name is the caller's error.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listing_with_a_pattern_finds_files_by_name_at_every_depth() {
+    let s = fake_stack(Duration::from_secs(10)).await;
+    let (st, v) = create(&s).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    let root = s.dir.path().join("tree");
+    for f in [
+        "a.py",
+        "b.txt",
+        "pkg/c.py",
+        "pkg/sub/d.py",
+        "pkg/sub/e.rs",
+        "pkg.py/f.txt",
+        "src/main.rs",
+    ] {
+        let p = root.join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, "x").unwrap();
+    }
+    let dir = root.to_string_lossy().into_owned();
+    let prefix = format!("{dir}/");
+    let found = |query: &'static str| {
+        let uri = format!("/v1/sandboxes/{id}/fs/list?path={dir}&{query}");
+        let (s, prefix) = (&s, &prefix);
+        async move {
+            let (st, v) = call(s, "GET", &uri, None).await;
+            assert_eq!(st, StatusCode::OK, "{v}");
+            assert_eq!(v["next_cursor"], Value::Null, "{v}");
+            v["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| {
+                    let p = e["path"].as_str().unwrap();
+                    p.strip_prefix(prefix.as_str()).unwrap().to_owned()
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        found("depth=10&pattern=*.py").await,
+        ["a.py", "pkg.py", "pkg/c.py", "pkg/sub/d.py"]
+    );
+    assert_eq!(found("depth=1&pattern=*.py").await, ["a.py", "pkg.py"]);
+    assert_eq!(
+        found("depth=10&pattern=%5B!a-c%5D.*").await,
+        ["pkg.py/f.txt", "pkg/sub/d.py", "pkg/sub/e.rs"]
+    );
+    assert_eq!(found("depth=10&pattern=?.rs").await, ["pkg/sub/e.rs"]);
+    assert!(found("depth=10&pattern=*.go").await.is_empty());
+
+    // Page after page, as without a pattern: every match once.
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut uri =
+            format!("/v1/sandboxes/{id}/fs/list?path={dir}&depth=10&pattern=*.py&limit=1");
+        if let Some(c) = &cursor {
+            uri.push_str(&format!("&cursor={c}"));
+        }
+        let (st, v) = call(&s, "GET", &uri, None).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        all.extend(
+            v["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["name"].as_str().unwrap().to_owned()),
+        );
+        match v["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(all, ["a.py", "pkg.py", "c.py", "d.py"]);
+
+    for bad in ["pattern=%5Babc", "pattern=a/b"] {
+        let (st, code) = refused(&s, &id, &dir, bad).await;
+        assert_eq!(
+            (st, code.as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, "invalid_argument"),
             "{bad}"
         );
     }

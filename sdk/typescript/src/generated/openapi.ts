@@ -996,6 +996,8 @@ export interface paths {
         /**
          * List a guest directory, a page at a time (sorted by path).
          * @description `next_cursor` is set while more entries remain: pass it as `cursor` for the next page.
+         *     With `pattern`, only entries whose name matches it are listed, at every depth: a search by
+         *     name (`?path=/app&depth=10&pattern=*.py`).
          */
         get: operations["list_files"];
         put?: never;
@@ -5614,6 +5616,8 @@ export interface operations {
                 limit?: number;
                 /** @description `next_cursor` of the previous page */
                 cursor?: string;
+                /** @description Only entries whose name matches this glob (`*`, `?`, `[abc]`, `[!abc]`; a name, no `/`); directories are still searched to `depth`. A page can then hold fewer entries than `limit` with more to come */
+                pattern?: string;
             };
             header?: never;
             path: {

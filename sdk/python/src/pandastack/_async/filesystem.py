@@ -133,11 +133,17 @@ class AsyncFilesystem:
             raise
         return n
 
-    async def list(self, path: str = "/", *, depth: int = 1) -> List[FileInfo]:
-        """Entries under a directory, ``depth`` levels deep (1-10), sorted by path. The server
-        answers a page at a time (one answer cannot carry a large directory); this follows
-        ``next_cursor`` to the last page."""
+    async def list(
+        self, path: str = "/", *, depth: int = 1, pattern: Optional[str] = None
+    ) -> List[FileInfo]:
+        """Entries under a directory, ``depth`` levels deep (1-10), sorted by path. With
+        ``pattern`` (a glob such as ``"*.py"``, matched against each entry's name) only the
+        matching entries: ``list("/app", depth=10, pattern="*.py")`` searches by name. The
+        server answers a page at a time (one answer cannot carry a large directory); this
+        follows ``next_cursor`` to the last page."""
         params = {"path": path, "depth": str(int(depth)), "limit": str(FS_LIST_PAGE)}
+        if pattern:
+            params["pattern"] = pattern
 
         async def fetch(c: Optional[str]) -> Page[FileInfo]:
             q = dict(params, cursor=c) if c else params
