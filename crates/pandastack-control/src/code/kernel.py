@@ -155,6 +155,17 @@ def client_run(ctx, timeout, asked):
     return 0
 
 
+def read_request(conn):
+    """A kernel's request: one JSON line from the client ({} for a connection check)."""
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        line += chunk
+    return json.loads(line or b"{}")
+
+
 def client_start(ctx, lang):
     s = ensure_kernel(ctx, lang)
     s.close()
@@ -449,13 +460,7 @@ def serve_python(ctx, sock_path):
         conn = None
         try:
             conn, _ = srv.accept()
-            line = b""
-            while not line.endswith(b"\n"):
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                line += chunk
-            req = json.loads(line or b"{}")
+            req = read_request(conn)
             if "code" not in req and not req.get("stop"):
                 continue  # a connection check
             if req.get("stop"):
@@ -617,13 +622,7 @@ def serve_bash(ctx, sock_path):
     while True:
         conn, _ = srv.accept()
         try:
-            line = b""
-            while not line.endswith(b"\n"):
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                line += chunk
-            req = json.loads(line or b"{}")
+            req = read_request(conn)
             if req.get("stop"):
                 conn.sendall(b"x")
                 conn.close()
