@@ -67,19 +67,21 @@ impl Client {
         self.empty(call).await
     }
 
-    /// `GET …/fs/list?path=&depth=`, every page: the server answers a large directory a page
-    /// at a time, and this follows `next_cursor` to the last one. Sorted by path.
+    /// `GET …/fs/list?path=&depth=&pattern=`, every page: the server answers a large directory
+    /// a page at a time, and this follows `next_cursor` to the last one. Sorted by path. With
+    /// `pattern` (a glob of a name, `*.py`), only the entries whose name matches it.
     pub async fn list_files(
         &self,
         id: &str,
         path: &str,
         depth: Option<u32>,
+        pattern: Option<&str>,
     ) -> Result<Vec<FileInfo>, Error> {
         let mut all = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
             let page = self
-                .list_files_page(id, path, depth, cursor.as_deref())
+                .list_files_page(id, path, depth, pattern, cursor.as_deref())
                 .await?;
             all.extend(page.data);
             match page.next_cursor {
@@ -90,13 +92,14 @@ impl Client {
         }
     }
 
-    /// One page of `GET …/fs/list?path=&depth=&limit=&cursor=` (as many entries as the server
-    /// gives at once), starting after `cursor` (a previous page's `next_cursor`).
+    /// One page of `GET …/fs/list?path=&depth=&pattern=&limit=&cursor=` (as many entries as the
+    /// server gives at once), starting after `cursor` (a previous page's `next_cursor`).
     pub async fn list_files_page(
         &self,
         id: &str,
         path: &str,
         depth: Option<u32>,
+        pattern: Option<&str>,
         cursor: Option<&str>,
     ) -> Result<List<FileInfo>, Error> {
         let mut call = Call::new(Method::GET, sandbox_path(id, "/fs/list"))
@@ -104,6 +107,9 @@ impl Client {
             .query("limit", FS_LIST_PAGE.to_string());
         if let Some(d) = depth {
             call = call.query("depth", d.to_string());
+        }
+        if let Some(p) = pattern {
+            call = call.query("pattern", p.to_owned());
         }
         if let Some(c) = cursor {
             call = call.query("cursor", c.to_owned());

@@ -164,6 +164,18 @@ async fn handler_runs_the_tools_against_the_api() {
     )
     .await);
     assert_eq!(r["stdout"], "héllo\n");
+    // Found by name: a glob over the names of /tmp's entries.
+    let r = ok(call(
+        &peer,
+        "list_files",
+        json!({"sandbox_id": id, "path": "/tmp", "pattern": format!("pandastack-mcp-{id}.*")}),
+    )
+    .await);
+    assert_eq!(
+        (&r["entries"][0]["path"], &r["total"]),
+        (&json!(path), &json!(1)),
+        "{r}"
+    );
     let _ = std::fs::remove_file(&path);
 
     // Code in the sandbox's persistent context: a variable survives to the next call.

@@ -72,6 +72,11 @@ pub(crate) struct ListFiles {
     #[serde(default)]
     #[schemars(range(min = 1, max = 10))]
     depth: Option<u32>,
+    /// Only entries whose name matches this glob (`*.py`, `test_?.rs`, `[Mm]akefile`): with
+    /// depth, a search by name.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 1024))]
+    pattern: Option<String>,
 }
 
 #[tool_router(router = file_tools, vis = "pub(crate)")]
@@ -95,7 +100,7 @@ impl PandaStackMcp {
     }
 
     #[tool(
-        description = "List a directory in a sandbox: path, type (file, dir, symlink, other) and size of each entry, depth levels deep.",
+        description = "List a directory in a sandbox: path, type (file, dir, symlink, other) and size of each entry, depth levels deep; with pattern, only entries whose name matches the glob (find files by name).",
         input_schema = schema::<ListFiles>(),
         annotations(read_only_hint = true)
     )]
@@ -195,7 +200,9 @@ async fn read(c: Client, a: ReadFile) -> Result<CallToolResult, ToolError> {
 async fn list(c: Client, a: ListFiles) -> Result<CallToolResult, ToolError> {
     check_id("sandbox_id", &a.sandbox_id)?;
     check_path(&a.path)?;
-    let entries = c.list_files(&a.sandbox_id, &a.path, a.depth).await?;
+    let entries = c
+        .list_files(&a.sandbox_id, &a.path, a.depth, a.pattern.as_deref())
+        .await?;
     let total = entries.len();
     let items: Vec<_> = entries
         .iter()
