@@ -350,13 +350,23 @@ fn list_depth(q: &BTreeMap<String, String>) -> ApiResult<u32> {
         .ok_or_else(|| ApiError::new(ErrorCode::InvalidArgument, "depth: 1 to 10"))
 }
 
-/// `?pattern=` of a directory listing: a glob matched against each entry's name.
+/// The longest `?pattern=` of a listing (the host's `NamePattern` bound).
+const LIST_MAX_PATTERN: usize = 1024;
+
+/// `?pattern=` of a directory listing: a glob matched against each entry's name. Its glob
+/// syntax is checked by the host (the agent compiles it, an unclosed `[` is an invalid
+/// argument there); here only what no name pattern can hold.
 fn list_pattern(q: &BTreeMap<String, String>) -> ApiResult<Option<String>> {
     let Some(p) = q.get("pattern").filter(|p| !p.is_empty()) else {
         return Ok(None);
     };
-    pandastack_guest_proto::listing::NamePattern::new(p)
-        .map_err(|e| ApiError::new(ErrorCode::InvalidArgument, format!("pattern: {e}")))?;
+    let bad = |why: &str| ApiError::new(ErrorCode::InvalidArgument, format!("pattern: {why}"));
+    if p.len() > LIST_MAX_PATTERN {
+        return Err(bad(&format!("longer than {LIST_MAX_PATTERN} bytes")));
+    }
+    if p.contains('/') || p.contains('\0') {
+        return Err(bad("matches a name: no '/' or NUL"));
+    }
     Ok(Some(p.clone()))
 }
 
