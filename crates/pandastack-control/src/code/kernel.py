@@ -497,6 +497,7 @@ def serve_bash(ctx, sock_path):
     traps it and stops sourcing), then SIGKILL if they have not ended 2 s later; a shell that
     exits (`exit`) ends the kernel, and the next run starts a fresh one."""
     import select
+    import shlex
     import signal
 
     status_r, status_w = os.pipe()
@@ -543,7 +544,15 @@ def serve_bash(ctx, sock_path):
                 return None
         return True
 
-    def finish():
+    def error(name, value):
+        return {"type": "error", "name": name, "value": value, "traceback": ""}
+
+    def finish(conn=None, why=None):
+        """Ends the kernel: the client, if any, gets WHY (an error event) and done first."""
+        if conn is not None:
+            for ev in [why, {"type": "done"}]:
+                conn.sendall((json.dumps(ev) + "\n").encode())
+            conn.close()
         try:
             os.unlink(sock_path)
         except FileNotFoundError:
@@ -557,14 +566,14 @@ def serve_bash(ctx, sock_path):
         # The trap is set again for each run: after a `return` from it, bash runs it no more.
         cmd = '%s{ source %s; } </dev/null; printf "%%s\\n" "$?" >&%d\n' % (
             TRAP,
-            shlex_quote(cell),
+            shlex.quote(cell),
             status_w,
         )
         try:
             shell.stdin.write(cmd.encode())
             shell.stdin.flush()
         except OSError:
-            return [{"type": "error", "name": "KernelError", "value": "the shell has exited", "traceback": ""}]
+            return [error("KernelError", "the shell has exited")]
         deadline = time.monotonic() + timeout if timeout > 0 else None
         interrupted = None
         status = b""
@@ -590,20 +599,16 @@ def serve_bash(ctx, sock_path):
                         pass
                 rc = int(status.strip() or b"0")
                 if interrupted is not None:
-                    return [{"type": "error", "name": "TimeoutError", "value": "execution timed out after %gs" % timeout, "traceback": ""}]
+                    return [error("TimeoutError", "execution timed out after %gs" % timeout)]
                 if rc != 0:
-                    return [{"type": "error", "name": "ExitStatus", "value": "exit status %d" % rc, "traceback": ""}]
+                    return [error("ExitStatus", "exit status %d" % rc)]
                 return []
             if shell.poll() is not None:
                 for fd in (out_r, err_r):
                     while forward(conn, fd) is True:
                         pass
-                events = [{"type": "error", "name": "Exit", "value": "the shell exited with status %d; the next run starts a new one" % shell.returncode, "traceback": ""}]
-                if conn is not None:
-                    for ev in events + [{"type": "done"}]:
-                        conn.sendall((json.dumps(ev) + "\n").encode())
-                    conn.close()
-                finish()
+                why = "the shell exited with status %d; the next run starts a new one"
+                finish(conn, error("Exit", why % shell.returncode))
             now = time.monotonic()
             if deadline is not None and interrupted is None and now >= deadline:
                 interrupted = now
@@ -612,12 +617,8 @@ def serve_bash(ctx, sock_path):
                 # Still running: the shell and everything it started end.
                 os.killpg(shell.pid, signal.SIGKILL)
                 shell.wait()
-                events = [{"type": "error", "name": "TimeoutError", "value": "execution timed out after %gs; the shell was ended, the next run starts a new one" % timeout, "traceback": ""}]
-                if conn is not None:
-                    for ev in events + [{"type": "done"}]:
-                        conn.sendall((json.dumps(ev) + "\n").encode())
-                    conn.close()
-                finish()
+                why = "execution timed out after %gs; the shell was ended, the next run starts a new one"
+                finish(conn, error("TimeoutError", why % timeout))
 
     while True:
         conn, _ = srv.accept()
@@ -645,11 +646,6 @@ def serve_bash(ctx, sock_path):
 # of the cell.
 TRAP = "trap 'return 130 2>/dev/null' INT; "
 
-
-def shlex_quote(s):
-    import shlex
-
-    return shlex.quote(s)
 
 
 def main(argv):
