@@ -47,22 +47,26 @@ struct DurableCopy {
 }
 
 /// A hibernated sandbox as stored for another host (its record).
+pub type StoredSandbox = StoredImage<SandboxInfo>;
+
+/// What a host stores beside an image's files for other hosts (a hibernated sandbox's,
+/// [`StoredSandbox`], or a snapshot's, `StoredSnapshot`): its record.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct StoredSandbox {
-    /// What it is (`sandbox.json`; its paths are the storing host's).
-    pub info: SandboxInfo,
+pub struct StoredImage<I> {
+    /// What it is (`sandbox.json`, `snapshot.json`; its paths are the storing host's).
+    pub info: I,
     /// The files stored, by their name in its directory.
     pub files: Vec<String>,
-    /// The storing host's compatibility key: it wakes only on an equal one.
+    /// The storing host's compatibility key: it restores only on an equal one.
     pub compat_key: String,
     pub host: String,
-    /// Unix ms when its last file was stored.
+    /// Unix ms when its record was made.
     pub stored_at_ms: i64,
 }
 
-impl StoredSandbox {
-    /// The record of sandbox `info` with `files`, made now by host `host` with key `compat_key`.
-    pub(crate) fn of(info: &SandboxInfo, files: &[&str], compat_key: &str, host: &str) -> Self {
+impl<I: Clone> StoredImage<I> {
+    /// The record of `info` with `files`, made now by host `host` with key `compat_key`.
+    pub(crate) fn of(info: &I, files: &[&str], compat_key: &str, host: &str) -> Self {
         Self {
             info: info.clone(),
             files: files.iter().map(|f| (*f).to_owned()).collect(),

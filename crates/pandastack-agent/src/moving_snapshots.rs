@@ -28,31 +28,7 @@ const FILES: &str = "snapshot-files";
 const STORED: &str = ".stored";
 
 /// A snapshot as stored for other hosts (its record).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct StoredSnapshot {
-    /// What it is (`snapshot.json`; its paths are the storing host's).
-    pub info: Snapshot,
-    /// The files stored, by their name in its directory.
-    pub files: Vec<String>,
-    /// The storing host's compatibility key: it restores only on an equal one.
-    pub compat_key: String,
-    pub host: String,
-    /// Unix ms when its record was written.
-    pub stored_at_ms: i64,
-}
-
-impl StoredSnapshot {
-    /// The record of snapshot `info` with `files`, made now by host `host` with key `compat_key`.
-    pub(crate) fn of(info: &Snapshot, files: &[&str], compat_key: &str, host: &str) -> Self {
-        Self {
-            info: info.clone(),
-            files: files.iter().map(|f| (*f).to_owned()).collect(),
-            compat_key: compat_key.to_owned(),
-            host: host.to_owned(),
-            stored_at_ms: crate::shared_templates::now_ms(),
-        }
-    }
-}
+pub type StoredSnapshot = crate::moving::StoredImage<Snapshot>;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Stored {
