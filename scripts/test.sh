@@ -41,6 +41,10 @@ cargo build --locked -p pandastack
 step "data dir: reflink-capable XFS for runtime tests"
 target/debug/pandastack host init
 export PANDASTACK_TEST_DATA_DIR=/var/lib/pandastack/test
+# The data dir's image is sparse: give what earlier runs freed back to the disk (an image mounted
+# before `host init` mounted with `discard` keeps every block it ever held), now and at the end.
+trim_data_dir() { fstrim /var/lib/pandastack 2>/dev/null || true; }
+trim_data_dir
 
 step "test image: minimal template with the agent"
 # Servers started by the tests put this agent into the templates they build (POST /v1/templates).
@@ -58,7 +62,7 @@ done
 
 step "PostgreSQL for the store's suite and the client suite's server"
 eval "$(scripts/test-postgres.sh start ci)"
-trap 'scripts/test-postgres.sh stop ci' EXIT
+trap 'scripts/test-postgres.sh stop ci; trim_data_dir' EXIT
 
 step "database bootstrap script: WAL archiving, base backup, point-in-time recovery"
 # The script the database VMs run, driven on the host's PostgreSQL with the host's part played
@@ -71,7 +75,7 @@ fi
 PS_PG_BIN=$pgbin bash crates/pandastack-control/tests/bootstrap-pitr.sh
 
 step "S3 API server (moto) for the object storage suite"
-trap 'scripts/test-postgres.sh stop ci; scripts/test-s3.sh stop ci' EXIT
+trap 'scripts/test-postgres.sh stop ci; scripts/test-s3.sh stop ci; trim_data_dir' EXIT
 eval "$(scripts/test-s3.sh start ci)"
 
 step "tests, and the client SDKs and examples against a real server"

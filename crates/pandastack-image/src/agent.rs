@@ -15,8 +15,9 @@ use crate::spec::TemplateSpec;
 /// Where the agent lives in every image (the kernel command line names it as init).
 pub const AGENT_PATH: &str = "/usr/local/sbin/pandastack-guest";
 
-/// Agent images kept per base image (the newest by use); older ones are deleted.
-const KEEP_AGENT_IMAGES: usize = 4;
+/// Agent images kept per base image (the newest by use); older ones are deleted. Two: the agent a
+/// server runs and the one before it (a server not yet restarted), each a full copy of the base.
+const KEEP_AGENT_IMAGES: usize = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InjectError {

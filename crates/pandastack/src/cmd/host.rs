@@ -260,9 +260,11 @@ fn init(a: InitArgs) -> anyhow::Result<ExitCode> {
             return Err(e.context("mkfs.xfs (install xfsprogs)"));
         }
     }
+    // `discard`: a deleted file's blocks go back to the image's host file system (the image is
+    // sparse); without it the image only grows, to the most its sandboxes ever held at once.
     run_cmd(
         Command::new("mount")
-            .args(["-o", "loop"])
+            .args(["-o", "loop,discard"])
             .arg(&image)
             .arg(&a.data_dir),
     )?;
@@ -274,7 +276,7 @@ fn init(a: InitArgs) -> anyhow::Result<ExitCode> {
         );
     }
     println!(
-        "mounted {} (XFS, reflink) on {}; add it to /etc/fstab to keep it across reboots:\n  {} {} xfs loop 0 0",
+        "mounted {} (XFS, reflink) on {}; add it to /etc/fstab to keep it across reboots:\n  {} {} xfs loop,discard 0 0",
         image.display(),
         a.data_dir.display(),
         image.display(),
