@@ -10,7 +10,7 @@ use pandastack_host::{
     BuildSource, BuiltImage, DirPage, DiskLimits, DiskRequest, ExecEvent, ExecOutcome, ExecSpec,
     FileInfo, FileKind, HostError, HostResult, ImagePiece, LogChunk, LogPos, Origin, PtySize,
     Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmState, VmStats, VmView,
-    VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
+    VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView, WatchEvent, WatchKind,
 };
 
 use crate::pb;
@@ -427,6 +427,50 @@ pub(crate) fn page_from_pb(p: pb::DirPage) -> DirPage {
         entries: p.entries.into_iter().map(info_from_pb).collect(),
         next_after: p.next_after,
     }
+}
+
+pub(crate) fn watch_batch_to_pb(events: Vec<WatchEvent>) -> pb::WatchBatch {
+    let kind = |k| match k {
+        WatchKind::Create => pb::WatchKind::Create,
+        WatchKind::Modify => pb::WatchKind::Modify,
+        WatchKind::Delete => pb::WatchKind::Delete,
+        WatchKind::Rename => pb::WatchKind::Rename,
+        WatchKind::Overflow => pb::WatchKind::Overflow,
+    };
+    pb::WatchBatch {
+        events: events
+            .into_iter()
+            .map(|e| pb::WatchEvent {
+                kind: kind(e.kind) as i32,
+                path: e.path,
+                from: e.from,
+                dir: e.dir,
+            })
+            .collect(),
+    }
+}
+
+/// A batch's events; one of a kind this side does not know (a newer agent's) is left out.
+pub(crate) fn watch_batch_from_pb(b: pb::WatchBatch) -> Vec<WatchEvent> {
+    b.events
+        .into_iter()
+        .filter_map(|e| {
+            let kind = match pb::WatchKind::try_from(e.kind).ok()? {
+                pb::WatchKind::Create => WatchKind::Create,
+                pb::WatchKind::Modify => WatchKind::Modify,
+                pb::WatchKind::Delete => WatchKind::Delete,
+                pb::WatchKind::Rename => WatchKind::Rename,
+                pb::WatchKind::Overflow => WatchKind::Overflow,
+                pb::WatchKind::Unspecified => return None,
+            };
+            Some(WatchEvent {
+                kind,
+                path: e.path,
+                from: e.from,
+                dir: e.dir,
+            })
+        })
+        .collect()
 }
 
 pub(crate) fn template_to_pb(t: TemplateView) -> pb::Template {

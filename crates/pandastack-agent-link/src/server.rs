@@ -584,6 +584,17 @@ impl Agent for AgentService {
         )
     }
 
+    type WatchStream = RpcStream<pb::WatchBatch>;
+
+    async fn watch(&self, r: Request<pb::WatchRequest>) -> RpcResult<Self::WatchStream> {
+        let r = r.into_inner();
+        ok(self.host.watch(&r.id, &r.path, r.recursive).await, |s| {
+            let s: RpcStream<pb::WatchBatch> =
+                Box::pin(s.map(|r| r.map(watch_batch_to_pb).map_err(|e| to_status(&e))));
+            s
+        })
+    }
+
     async fn mkdir(&self, r: Request<pb::MkdirRequest>) -> RpcResult<pb::Empty> {
         let r = r.into_inner();
         empty(self.host.mkdir(&r.id, &r.path, r.parents).await)

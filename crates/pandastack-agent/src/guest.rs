@@ -13,7 +13,7 @@ use pandastack_guest_proto::v1::{
 };
 use pandastack_host::{
     BoxStream, DirPage, ExecEvent, ExecInput, ExecOutcome, ExecSpec, FileInfo, FileKind,
-    GuestErrorKind, HostError, HostResult, ListPage, PtySize, SessionStart,
+    GuestErrorKind, HostError, HostResult, ListPage, PtySize, SessionStart, WatchEvent, WatchKind,
 };
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -285,6 +285,61 @@ pub(crate) async fn stat(ch: Channel, path: String) -> HostResult<FileInfo> {
         .map_err(status)?
         .into_inner();
     Ok(file_info(info))
+}
+
+/// Watches a guest directory: returns once the guest armed the watch (its first, empty batch),
+/// then streams the batches that follow.
+pub(crate) async fn watch(
+    ch: Channel,
+    path: String,
+    recursive: bool,
+) -> HostResult<BoxStream<HostResult<Vec<WatchEvent>>>> {
+    let mut stream = FilesClient::new(ch)
+        .watch(v1::WatchRequest { path, recursive })
+        .await
+        .map_err(watch_status)?
+        .into_inner();
+    match stream.message().await {
+        Ok(Some(_armed)) => {}
+        Ok(None) => {
+            return Err(HostError::guest(
+                GuestErrorKind::Unavailable,
+                "the guest ended the watch before arming it",
+            ))
+        }
+        Err(s) => return Err(watch_status(s)),
+    }
+    Ok(Box::pin(stream.map(|b| {
+        b.map(|b| b.events.into_iter().filter_map(watch_event).collect())
+            .map_err(status)
+    })))
+}
+
+fn watch_status(s: Status) -> HostError {
+    if s.code() == Code::Unimplemented {
+        return HostError::guest(
+            GuestErrorKind::InvalidArgument,
+            "this sandbox's guest agent cannot watch files (it predates watching); rebuild its template",
+        );
+    }
+    status(s)
+}
+
+fn watch_event(e: v1::WatchEvent) -> Option<WatchEvent> {
+    let kind = match v1::WatchKind::try_from(e.kind).ok()? {
+        v1::WatchKind::Create => WatchKind::Create,
+        v1::WatchKind::Modify => WatchKind::Modify,
+        v1::WatchKind::Delete => WatchKind::Delete,
+        v1::WatchKind::Rename => WatchKind::Rename,
+        v1::WatchKind::Overflow => WatchKind::Overflow,
+        v1::WatchKind::Unspecified => return None,
+    };
+    Some(WatchEvent {
+        kind,
+        path: e.path,
+        from: (!e.from.is_empty()).then_some(e.from),
+        dir: e.dir,
+    })
 }
 
 pub(crate) async fn list(

@@ -10,7 +10,7 @@ use pandastack_host::{
     ExecOutcome, ExecSpec, FileInfo, Host, HostError, HostResult, ImagePiece, ListPage, LogChunk,
     LogPos, Origin, PortIo, SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary,
     TemplateView, VmStats, VmView, VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload,
-    VolumeView,
+    VolumeView, WatchEvent,
 };
 use pandastack_vm::VmDriver;
 
@@ -476,6 +476,16 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
     async fn stat(&self, id: &str, path: &str) -> HostResult<FileInfo> {
         let ch = self.channel(id).await?;
         guest::stat(ch, path.to_owned()).await
+    }
+
+    async fn watch(
+        &self,
+        id: &str,
+        path: &str,
+        recursive: bool,
+    ) -> HostResult<BoxStream<HostResult<Vec<WatchEvent>>>> {
+        let ch = self.channel(id).await?;
+        guest::watch(ch, path.to_owned(), recursive).await
     }
 
     async fn list_dir(

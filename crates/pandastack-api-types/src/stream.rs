@@ -276,3 +276,46 @@ mod tests {
         .is_err());
     }
 }
+
+/// One message of `GET …/files/watch` (an SSE event named by its `type`, or a WebSocket text
+/// frame). Paths are absolute guest paths.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WatchFrame {
+    /// The watch is armed: every change after this is told. Sent again after the sandbox woke
+    /// from a hibernation (the watch re-armed): changes while it slept are not told.
+    Ready { path: String, recursive: bool },
+    /// A file or directory appeared (made, or moved in from outside the watched tree).
+    Create { path: String, dir: bool },
+    /// A file's contents changed (repeated writes close together are told once).
+    Modify { path: String, dir: bool },
+    /// A file or directory went away (deleted, or moved out of the watched tree).
+    Delete { path: String, dir: bool },
+    /// `from` was renamed to `path`, both in the watched tree.
+    Rename {
+        path: String,
+        from: String,
+        dir: bool,
+    },
+    /// Changes were dropped (too many at once for the watcher or its reader): what is under
+    /// `path` may have changed in ways not told; list it again if that matters.
+    Overflow { path: String },
+    /// The watch ended with an error (the directory went away, the sandbox was deleted); the
+    /// last message.
+    Error(StreamErrorFrame),
+}
+
+impl WatchFrame {
+    /// The frame's `type`, the SSE event's name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            WatchFrame::Ready { .. } => "ready",
+            WatchFrame::Create { .. } => "create",
+            WatchFrame::Modify { .. } => "modify",
+            WatchFrame::Delete { .. } => "delete",
+            WatchFrame::Rename { .. } => "rename",
+            WatchFrame::Overflow { .. } => "overflow",
+            WatchFrame::Error(_) => "error",
+        }
+    }
+}

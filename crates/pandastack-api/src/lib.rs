@@ -34,6 +34,7 @@ pub mod tls;
 mod upstream;
 mod utf8;
 mod volumes;
+mod watch;
 mod workload;
 mod ws;
 

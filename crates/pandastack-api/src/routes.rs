@@ -17,7 +17,7 @@ use crate::ApiState;
 #[allow(unused_imports)] // named by the table through the macro
 use crate::{
     apps, code, databases, exec_ws, file_urls, functions, hosts, keys, logs, meta, ports, pty,
-    sandboxes, schedules, snapshots, templates, volumes, workload,
+    sandboxes, schedules, snapshots, templates, volumes, watch, workload,
 };
 
 /// The axum method filter for an OpenAPI method.
@@ -169,6 +169,7 @@ route_table! {
     file_urls::sign,
     file_urls::signed_read,
     file_urls::signed_write => DefaultBodyLimit::disable(),
+    watch::watch,
     ports::url,
     ports::update,
     code::run,

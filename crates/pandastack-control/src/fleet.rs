@@ -817,6 +817,15 @@ impl Host for Fleet {
         self.to(id).await?.list_dir(id, path, depth, page).await
     }
 
+    async fn watch(
+        &self,
+        id: &str,
+        path: &str,
+        recursive: bool,
+    ) -> HostResult<BoxStream<HostResult<Vec<pandastack_host::WatchEvent>>>> {
+        self.to(id).await?.watch(id, path, recursive).await
+    }
+
     async fn mkdir(&self, id: &str, path: &str, parents: bool) -> HostResult<()> {
         self.to(id).await?.mkdir(id, path, parents).await
     }

@@ -392,6 +392,16 @@ impl Host for Watched {
     async fn list_dir_all(&self, id: &str, path: &str, depth: u32) -> HostResult<Vec<FileInfo>> {
         self.host.list_dir_all(id, path, depth).await
     }
+    /// Not a call in flight: a watch does not keep its sandbox from idling out (whoever
+    /// watches re-arms it after the wake).
+    async fn watch(
+        &self,
+        id: &str,
+        path: &str,
+        recursive: bool,
+    ) -> HostResult<BoxStream<HostResult<Vec<pandastack_host::WatchEvent>>>> {
+        self.host.watch(id, path, recursive).await
+    }
     async fn mkdir(&self, id: &str, path: &str, parents: bool) -> HostResult<()> {
         self.host.mkdir(id, path, parents).await
     }

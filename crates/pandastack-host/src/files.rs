@@ -56,3 +56,37 @@ pub struct DirPage {
     /// [`ListPage::after`]. `None` at the end.
     pub next_after: Option<String>,
 }
+
+/// What changed under a watched directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchKind {
+    Create,
+    Modify,
+    Delete,
+    /// `from` was renamed to `path`.
+    Rename,
+    /// Events were dropped: what is under `path` may have changed in ways not told.
+    Overflow,
+}
+
+impl WatchKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchKind::Create => "create",
+            WatchKind::Modify => "modify",
+            WatchKind::Delete => "delete",
+            WatchKind::Rename => "rename",
+            WatchKind::Overflow => "overflow",
+        }
+    }
+}
+
+/// One change under a watched directory (absolute guest paths).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchEvent {
+    pub kind: WatchKind,
+    pub path: String,
+    /// The old path of a rename.
+    pub from: Option<String>,
+    pub dir: bool,
+}

@@ -25,7 +25,7 @@ mod volume;
 pub use build::{BuildLogFn, BuildSource, BuiltImage, SpecRefused, SpecSummary};
 pub use error::{error_chain, is_moving, GuestErrorKind, HostError, WAKE_WHILE_MOVING};
 pub use exec::{ExecEvent, ExecInput, ExecOutcome, ExecSpec, PtySize, SessionStart};
-pub use files::{DirPage, FileInfo, FileKind, ListPage};
+pub use files::{DirPage, FileInfo, FileKind, ListPage, WatchEvent, WatchKind};
 pub use log::{read_log, trim_log, LogChunk, LogPos};
 pub use peer::{ImagePiece, Origin, Peers};
 pub use view::{
@@ -270,6 +270,16 @@ pub trait Host: Send + Sync + 'static {
         body: BoxStream<Result<Bytes, String>>,
     ) -> HostResult<u64>;
     async fn stat(&self, id: &str, path: &str) -> HostResult<FileInfo>;
+    /// Watches the directory `path` (and every directory below it when `recursive`): returns
+    /// once the watch is armed, then the stream yields batches of changes as they happen. It
+    /// ends when the directory goes away; dropping it ends the watch. A guest too old to watch
+    /// answers `Unsupported`.
+    async fn watch(
+        &self,
+        id: &str,
+        path: &str,
+        recursive: bool,
+    ) -> HostResult<BoxStream<HostResult<Vec<WatchEvent>>>>;
     /// A page of the entries under `path`, `depth` levels deep (1: the directory itself),
     /// sorted by path. A listing comes in pages because one answer from the guest cannot carry
     /// a large directory.

@@ -1179,6 +1179,21 @@ impl Host for ScriptedHost {
         })
     }
 
+    /// Scripted guests have no file system to watch (the fake VM driver's real guest agent
+    /// does).
+    async fn watch(
+        &self,
+        id: &str,
+        _path: &str,
+        _recursive: bool,
+    ) -> HostResult<BoxStream<HostResult<Vec<pandastack_host::WatchEvent>>>> {
+        self.data_plane(id, "watch").await?;
+        Err(HostError::guest(
+            GuestErrorKind::InvalidArgument,
+            "a scripted host does not watch files",
+        ))
+    }
+
     async fn list_dir(
         &self,
         id: &str,

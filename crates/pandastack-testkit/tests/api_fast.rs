@@ -34,6 +34,8 @@ mod isolation;
 mod list_pages;
 #[path = "api_fast/no_vm_refusals.rs"]
 mod no_vm_refusals;
+#[path = "api_fast/watch.rs"]
+mod watch;
 
 async fn call(s: &FakeStack, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
     send(s, method, path, body.map(|b| b.to_string())).await

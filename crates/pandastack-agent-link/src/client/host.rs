@@ -8,7 +8,7 @@ use pandastack_host::{
     BoxStream, BuildLogFn, BuildSource, BuiltImage, DirPage, DiskRequest, ExecEvent, ExecInput,
     ExecOutcome, ExecSpec, FileInfo, Host, HostResult, ListPage, LogChunk, LogPos, Origin, PortIo,
     SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmStats, VmView,
-    VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
+    VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView, WatchEvent,
 };
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
@@ -425,6 +425,23 @@ impl Host for RemoteHost {
             pattern: page.pattern,
         };
         Ok(page_from_pb(inner(self.c().list_dir(r).await)?))
+    }
+
+    async fn watch(
+        &self,
+        id: &str,
+        path: &str,
+        recursive: bool,
+    ) -> HostResult<BoxStream<HostResult<Vec<WatchEvent>>>> {
+        let r = pb::WatchRequest {
+            id: id.to_owned(),
+            path: path.to_owned(),
+            recursive,
+        };
+        let s = inner(self.c().watch(r).await)?;
+        Ok(Box::pin(
+            s.map(|r| r.map(watch_batch_from_pb).map_err(from_status)),
+        ))
     }
 
     async fn mkdir(&self, id: &str, path: &str, parents: bool) -> HostResult<()> {

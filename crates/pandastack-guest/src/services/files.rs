@@ -1,4 +1,5 @@
-//! `Files`: streamed read/write, stat, list, mkdir, remove, rename, chmod on absolute guest paths.
+//! `Files`: streamed read/write, stat, list, mkdir, remove, rename, chmod and watch on absolute
+//! guest paths.
 
 use std::io::{ErrorKind, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -18,7 +19,7 @@ const UNSIZED_READ_MAX: u64 = 1 << 20;
 
 pub struct FilesService;
 
-fn abs(path: &str) -> Result<PathBuf, Status> {
+pub(super) fn abs(path: &str) -> Result<PathBuf, Status> {
     let p = PathBuf::from(path);
     if path.is_empty() || !p.is_absolute() {
         return Err(Status::invalid_argument(format!(
@@ -32,7 +33,7 @@ fn abs(path: &str) -> Result<PathBuf, Status> {
 }
 
 /// Maps an io error on `path` to a gRPC status with a short message naming the path.
-fn status(e: std::io::Error, path: &Path) -> Status {
+pub(super) fn status(e: std::io::Error, path: &Path) -> Status {
     let p = path.display();
     // ELOOP has no stable `ErrorKind` yet.
     if e.raw_os_error() == Some(nix::errno::Errno::ELOOP as i32) {
@@ -128,6 +129,15 @@ type ChunkStream = Pin<Box<dyn Stream<Item = Result<v1::Chunk, Status>> + Send>>
 #[tonic::async_trait]
 impl Files for FilesService {
     type ReadStream = ChunkStream;
+    type WatchStream = super::watch::WatchStream;
+
+    async fn watch(
+        &self,
+        req: Request<v1::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let req = req.into_inner();
+        super::watch::watch(&req.path, req.recursive).map(Response::new)
+    }
 
     async fn read(&self, req: Request<v1::ReadRequest>) -> Result<Response<ChunkStream>, Status> {
         let req = req.into_inner();
