@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The client test suites — Python SDK (pytest), the MCP server through the official MCP Python SDK,
-# TypeScript SDK (node:test) and the examples they run as smoke tests — against a real
-# `pandastack server` with real guests. Called by scripts/test.sh after the Rust tests (it
-# expects the guest kernel, the `minimal` image, the reflink data dir and
-# target/{debug/pandastack,release/pandastack-guest} to exist).
-# Python packages come from PyPI into a venv in $PANDASTACK_CACHE; npm packages into
-# sdk/typescript/node_modules (git-ignored).
+# TypeScript SDK (node:test), the examples they run as smoke tests and the agent-framework recipes
+# (examples/recipes/run.sh, with scripted models) — against a real `pandastack server` with real
+# guests. Called by scripts/test.sh after the Rust tests (it expects the guest kernel, the
+# `minimal` image, the reflink data dir and target/{debug/pandastack,release/pandastack-guest}
+# to exist).
+# Python packages come from PyPI into venvs in $PANDASTACK_CACHE; npm packages into
+# sdk/typescript/node_modules and examples/recipes/node_modules (git-ignored).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -68,3 +69,7 @@ tests/mcp/inspector.sh
 
 step "clients: TypeScript SDK + examples"
 (cd sdk/typescript && npm test)
+
+step "clients: agent-framework recipes (OpenAI Agents SDK, LangGraph, MCP, Vercel AI SDK; scripted models)"
+# Always the scripted models: a key in the caller's environment would send them to OpenAI.
+env -u OPENAI_API_KEY examples/recipes/run.sh
