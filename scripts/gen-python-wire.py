@@ -142,7 +142,8 @@ class Gen:
             # A field named like a keyword (`from`): the required ones in the functional syntax.
             if bases or any(not p.isidentifier() or keyword.iskeyword(p) for p in opt):
                 raise SystemExit(f"{name}: a keyword-named field is supported only among the required ones")
-            fields = ", ".join(f'"{p}": "{self.ann(props[p])}"' for p in req)
+            # Each annotation as a string literal: it may hold quotes of its own (`Literal["x"]`).
+            fields = ", ".join(f'"{p}": {self.ann(props[p])!r}' for p in req)
             self.out += ["", "", f'_{name}Required = TypedDict("_{name}Required", {{{fields}}})']
             if not opt:
                 self.out += ["", "", f"class {name}(_{name}Required):"]

@@ -110,7 +110,7 @@ def test_tools_are_listed_with_schemas(transport: str) -> None:
             tools = {t.name: t for t in (await s.list_tools()).tools}
             for name in [
                 "create_sandbox", "list_sandboxes", "kill_sandbox", "run_command", "run_code",
-                "create_code_context", "write_file", "read_file", "list_files", "get_preview_url",
+                "create_code_context", "write_file", "read_file", "list_files", "get_file_url", "get_preview_url",
                 "snapshot_sandbox", "fork_sandbox", "create_database", "query_database",
                 "deploy_app", "get_app", "invoke_function",
             ]:

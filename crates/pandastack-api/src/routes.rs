@@ -80,6 +80,7 @@ macro_rules! route_table {
                     pandastack_api_types::PtyServerFrame,
                     pandastack_api_types::LogChunk,
                     pandastack_api_types::LogEnd,
+                    pandastack_api_types::WatchFrame,
                 ),
             ),
             modifiers(&Conventions),

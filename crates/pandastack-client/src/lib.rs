@@ -28,6 +28,7 @@ mod sandboxes;
 mod schedules;
 mod sse;
 mod volumes;
+mod watch;
 
 pub use apps::AppLogStream;
 pub use config::{config_path, Config, ConfigFile, Sources, DEFAULT_BASE_URL};
@@ -38,6 +39,7 @@ pub use pandastack_api_types as types;
 pub use pty::{PtyEvent, PtyOptions, PtyReceiver, PtySender};
 pub use sandboxes::{ListSandboxes, LogEvent, LogStream};
 pub use sse::{SseDecoder, SseEvent};
+pub use watch::WatchStream;
 
 /// A connection to one PandaStack server with one API key. Cheap to clone.
 #[derive(Debug, Clone)]

@@ -573,3 +573,73 @@ async fn pty_over_websocket() {
     let mut out = Vec::new();
     until_line(&mut ws, &mut out, "via-token").await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// File watch
+
+/// Watch frames until one of `kind` for `path` (that one included).
+async fn until_watch(ws: &mut Ws, kind: &str, path: &str) -> Vec<Value> {
+    let mut got = Vec::new();
+    loop {
+        let f = recv_json(ws).await;
+        let done = f["type"] == kind && f["path"] == path;
+        got.push(f);
+        if done {
+            return got;
+        }
+    }
+}
+
+/// A watch over a WebSocket sees what a command writes in a real guest, at every depth, and
+/// arms itself again after the sandbox hibernated and woke.
+#[tokio::test(flavor = "multi_thread")]
+async fn files_watch_over_websocket_survives_a_hibernation() {
+    let (server, _guard) = server(true).await;
+    let api = Api {
+        s: &server,
+        c: Client::new(),
+    };
+    let id = api.create(json!({"template": "minimal"})).await;
+    let r = api.exec(&id, "mkdir -p /tmp/w").await;
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let mut ws = ws_connect(
+        &server,
+        &format!("/v1/sandboxes/{id}/files/watch?path=/tmp/w&recursive=true"),
+    )
+    .await;
+    assert_eq!(
+        recv_json(&mut ws).await,
+        json!({"type": "ready", "path": "/tmp/w", "recursive": true})
+    );
+
+    let r = api.exec(&id, "mkdir /tmp/w/d").await;
+    assert_eq!(r["exit_code"], 0, "{r}");
+    // Told once the new directory is watched too (what is written in it before that is found
+    // by the watcher's scan of it, but a rename out of it then looks like a create).
+    let got = until_watch(&mut ws, "create", "/tmp/w/d").await;
+    assert_eq!(
+        got,
+        [json!({"type": "create", "path": "/tmp/w/d", "dir": true})]
+    );
+    let r = api
+        .exec(&id, "echo x > /tmp/w/d/f && mv /tmp/w/d/f /tmp/w/g")
+        .await;
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let got = until_watch(&mut ws, "rename", "/tmp/w/g").await;
+    assert!(
+        got.contains(&json!({"type": "create", "path": "/tmp/w/d/f", "dir": false})),
+        "{got:?}"
+    );
+    assert_eq!(got.last().unwrap()["from"], "/tmp/w/d/f");
+
+    api.hibernate(&id).await;
+    let r = api.exec(&id, "touch /tmp/w/after").await; // wakes it
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(recv_json(&mut ws).await["type"], "ready", "armed again");
+    let r = api.exec(&id, "rm /tmp/w/g").await;
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let got = until_watch(&mut ws, "delete", "/tmp/w/g").await;
+    // The touch raced the re-arming: told or not, nothing else is.
+    let after = json!({"type": "create", "path": "/tmp/w/after", "dir": false});
+    assert!(got[..got.len() - 1].iter().all(|f| *f == after), "{got:?}");
+}

@@ -192,6 +192,7 @@ NOT_MODELLED: Dict[str, str] = {
     "StreamErrorFrame": "WebSocket frame",
     "LogChunk": "SSE event of logs_stream",
     "LogEnd": "SSE event of logs_stream",
+    "WatchFrame": "SSE event of files.watch, decoded into WatchEvent (an error raised)",
     # Enums the SDK keeps as strings.
     "OnTimeout": "a str field",
     "OnHostLoss": "a str field",

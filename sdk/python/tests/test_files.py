@@ -187,3 +187,36 @@ def test_signed_urls_work_with_curl_and_no_key(shared_sandbox):
         fs.url("/tmp/x", method="DELETE")
     with pytest.raises(InvalidArgumentError):
         fs.url("/tmp/x", expires_in=0)
+
+
+def test_watch_sees_what_a_command_writes(shared_sandbox):
+    """files.watch yields ready, then the changes a command makes at every depth; a write
+    through the API lands by a rename; leaving the loop ends the watch; a file is refused."""
+    sb = shared_sandbox
+    sb.exec("rm -rf /tmp/watched && mkdir -p /tmp/watched")
+    events = sb.files.watch("/tmp/watched", recursive=True)
+    first = next(events)
+    assert (first.type, first.path) == ("ready", "/tmp/watched")
+    sb.exec("mkdir /tmp/watched/sub")
+    seen = []
+    for ev in events:
+        seen.append((ev.type, ev.path))
+        if ev.type == "create" and ev.path == "/tmp/watched/sub":
+            break
+    assert seen == [("create", "/tmp/watched/sub")], seen
+    sb.exec("echo hi > /tmp/watched/sub/a.txt")
+    sb.files.write("/tmp/watched/sub/b.txt", "via the API")
+    seen = []
+    for ev in events:
+        seen.append((ev.type, ev.path, ev.from_path))
+        if ev.type == "rename" and ev.path == "/tmp/watched/sub/b.txt":
+            break
+    assert ("create", "/tmp/watched/sub/a.txt", None) in seen, seen
+    assert ("modify", "/tmp/watched/sub/a.txt", None) in seen, seen
+    assert seen[-1][2].startswith("/tmp/watched/sub/."), seen  # the API's temporary file
+    events.close()
+
+    with pytest.raises(InvalidArgumentError):
+        next(sb.files.watch("/tmp/watched/sub/a.txt"))
+    with pytest.raises(NotFoundError):
+        next(sb.files.watch("/tmp/no-such-dir"))

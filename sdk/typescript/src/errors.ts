@@ -264,6 +264,64 @@ export class FunctionVersionTimeoutError extends PandaStackError {
   }
 }
 
+/** What a {@link GitError} carries besides the message. */
+export interface GitErrorOptions extends PandaStackErrorOptions {
+  /** The argv that ran (it never holds a token). */
+  command?: readonly string[];
+  /** The command's result. */
+  result?: ExecResult;
+}
+
+/**
+ * A git command that `sandbox.git` ran in the sandbox failed. The message is git's own (its
+ * standard error, or its output when that is empty) after the command; {@link command} is the
+ * argv that ran (it never holds a token) and {@link result} the whole exec result. A token
+ * given to the call is replaced by `***` wherever git echoed it.
+ */
+export class GitError extends PandaStackError {
+  readonly command: readonly string[];
+  readonly result: ExecResult | undefined;
+
+  constructor(message: string, options: GitErrorOptions = {}) {
+    const { command, result, ...rest } = options;
+    super(message, { code: "git_failed", ...rest });
+    this.command = command ?? [];
+    this.result = result;
+  }
+
+  get exitCode(): number | undefined {
+    return this.result?.exitCode;
+  }
+  get stderr(): string {
+    return this.result?.stderr ?? "";
+  }
+}
+
+/**
+ * The remote refused the credentials, or wanted some and none were given (git says
+ * "Authentication failed", "could not read Username", "terminal prompts disabled", or the
+ * server answered 401 / 403). Git never prompts: the command fails at once.
+ */
+export class GitAuthError extends GitError {
+  constructor(message: string, options: GitErrorOptions = {}) {
+    super(message, { code: "git_auth_failed", ...options });
+  }
+}
+
+/**
+ * A pull (a merge) stopped on conflicts. {@link files} are the conflicting paths, relative to
+ * the repository; the working tree is left mid-merge with conflict markers in them: resolve,
+ * `add` and `commit`, or run `git merge --abort`.
+ */
+export class GitConflictError extends GitError {
+  readonly files: readonly string[];
+
+  constructor(message: string, files: readonly string[], options: GitErrorOptions = {}) {
+    super(message, { code: "git_conflict", ...options });
+    this.files = files;
+  }
+}
+
 /** Parses a `Retry-After` header (delta-seconds or an HTTP date) into seconds. */
 export function parseRetryAfter(value: string | null | undefined): number | undefined {
   if (value == null || value.trim() === "") return undefined;

@@ -5,10 +5,11 @@
  * in memory.
  */
 
-import { NotFoundError } from "./errors.js";
+import { APIConnectionError, NotFoundError, PandaStackError } from "./errors.js";
 import type { BodyInit, HttpClient } from "./http.js";
 import { Paginator } from "./pagination.js";
-import { fileInfoFromWire, fileUrlFromWire, type FileInfo, type FileUrl } from "./types.js";
+import { parseSse } from "./sse.js";
+import { fileInfoFromWire, fileUrlFromWire, type FileInfo, type FileUrl, type WatchEvent } from "./types.js";
 import type { WireBody } from "./wire.js";
 
 /**
@@ -192,6 +193,52 @@ export class Filesystem {
     return fileUrlFromWire(w, this.http.baseUrl);
   }
 
+  /**
+   * Watches the directory `path` (every directory below it too with `recursive: true`): yields
+   * a `ready` event once the watch is armed, then `create`/`modify`/`delete`/`rename`/`overflow`
+   * events as changes happen, until you stop iterating or abort `signal` (which ends the watch),
+   * or the watch ends: a deleted sandbox or a directory that went away throws a
+   * `PandaStackError` with the server's code. A hibernated sandbox is woken to arm the watch; if
+   * it hibernates later the watch waits and yields `ready` again once the sandbox runs.
+   *
+   * ```ts
+   * for await (const ev of sandbox.files.watch("/work", { recursive: true })) console.log(ev.type, ev.path);
+   * ```
+   */
+  async *watch(
+    path: string,
+    opts: { recursive?: boolean; signal?: AbortSignal } = {},
+  ): AsyncGenerator<WatchEvent, void, undefined> {
+    const res = await this.http.request({
+      method: "GET",
+      path: `/v1/sandboxes/${encodeURIComponent(this.sandboxId)}/files/watch`,
+      query: { path, recursive: opts.recursive ? "true" : "false" },
+      responseType: "stream",
+      // The server sends a keep-alive every 15 s; the body has no deadline of its own.
+      timeoutMs: 60_000,
+      ...(opts.signal ? { signal: opts.signal } : {}),
+    });
+    const requestId = res.headers.get("x-request-id") ?? undefined;
+    if (!res.body) throw new APIConnectionError("file watch: empty response", { code: "stream_incomplete", requestId });
+    for await (const msg of parseSse(res.body)) {
+      let w: Record<string, unknown>;
+      try {
+        w = JSON.parse(msg.data) as Record<string, unknown>;
+      } catch {
+        continue;
+      }
+      if (msg.event === "error") {
+        throw new PandaStackError(`file watch: ${typeof w.message === "string" ? w.message : msg.data}`, {
+          code: typeof w.code === "string" ? w.code : "stream_error",
+          status: res.status,
+          requestId,
+        });
+      }
+      const ev = watchEventFromWire(msg.event, w);
+      if (ev) yield ev;
+    }
+  }
+
   /** Renames (moves) a path; an existing target is an error unless `overwrite`. */
   async rename(from: string, to: string, opts: FileCallOptions & { overwrite?: boolean } = {}): Promise<void> {
     await this.http.request({
@@ -284,4 +331,18 @@ function isReadableStream(b: unknown): b is ReadableStream {
 /** A 404 about the path, not about the sandbox. */
 function isMissingPath(e: unknown): boolean {
   return e instanceof NotFoundError && e.code !== "sandbox_not_found";
+}
+
+const WATCH_TYPES: ReadonlySet<string> = new Set(["ready", "create", "modify", "delete", "rename", "overflow"]);
+
+/** A watch SSE event as a `WatchEvent`; `undefined` for kinds this client does not know. */
+function watchEventFromWire(event: string, w: Record<string, unknown>): WatchEvent | undefined {
+  if (!WATCH_TYPES.has(event)) return undefined;
+  const ev: WatchEvent = {
+    type: event as WatchEvent["type"],
+    path: typeof w.path === "string" ? w.path : "",
+    dir: w.dir === true,
+  };
+  if (typeof w.from === "string") ev.from = w.from;
+  return ev;
 }

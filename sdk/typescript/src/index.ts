@@ -93,6 +93,21 @@ export {
 } from "./schedules.js";
 export { Hosts } from "./hosts.js";
 export type { LogCallback } from "./follow.js";
+export {
+  Git,
+  GIT_DEFAULT_AUTHOR,
+  GIT_DEFAULT_USERNAME,
+  GIT_NETWORK_TIMEOUT_SECONDS,
+  type GitAuthOptions,
+  type GitBranches,
+  type GitCloneOptions,
+  type GitCommitOptions,
+  type GitCreateBranchOptions,
+  type GitFileStatus,
+  type GitPullOptions,
+  type GitPushOptions,
+  type GitStatus,
+} from "./git.js";
 export { Filesystem, type FileCallOptions, type FileContent, type WriteInfo } from "./filesystem.js";
 export { Paginator, type Page } from "./pagination.js";
 export {
@@ -120,6 +135,10 @@ export {
   VolumeBackupTimeoutError,
   DeployTimeoutError,
   FunctionVersionTimeoutError,
+  GitError,
+  GitAuthError,
+  GitConflictError,
+  type GitErrorOptions,
   type PandaStackErrorOptions,
 } from "./errors.js";
 export { Execution, Result, ACCESS_TOKEN_HEADER } from "./types.js";
@@ -144,6 +163,7 @@ export type {
   ExecutionError,
   FileInfo,
   FileUrl,
+  WatchEvent,
   FunctionInfo,
   FunctionRuntime,
   FunctionTarget,

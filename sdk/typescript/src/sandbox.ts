@@ -15,6 +15,7 @@ import {
   PandaStackError,
 } from "./errors.js";
 import { Filesystem } from "./filesystem.js";
+import { Git } from "./git.js";
 import type { HttpClient } from "./http.js";
 import { parseSse } from "./sse.js";
 import {
@@ -153,6 +154,8 @@ export class Sandbox {
   readonly id: string;
   /** Files in the sandbox. */
   readonly filesystem: Filesystem;
+  /** Git in the sandbox: clone, status, add, commit, push, pull, branches (see {@link Git}). */
+  readonly git: Git;
   private _data: SandboxInfo;
 
   /** @internal */
@@ -160,6 +163,7 @@ export class Sandbox {
     this.id = data.id;
     this._data = data;
     this.filesystem = new Filesystem(ctx.http, data.id);
+    this.git = new Git(this);
   }
 
   /** Alias of {@link filesystem}. */

@@ -714,6 +714,22 @@ export interface FileUrl {
   expiresAt: string;
 }
 
+/**
+ * One event of `sandbox.files.watch(...)`. `type`: `ready` (the watch is armed; again after the
+ * sandbox woke from a hibernation — changes while it slept are not told), `create`, `modify`,
+ * `delete`, `rename` (`from` was renamed to `path`) or `overflow` (changes were dropped under
+ * `path`: list it again if that matters). Paths are absolute guest paths; a file written through
+ * the API lands by a `rename` of a temporary file.
+ */
+export interface WatchEvent {
+  type: "ready" | "create" | "modify" | "delete" | "rename" | "overflow";
+  path: string;
+  /** Whether the path is a directory (`false` for `ready` and `overflow`). */
+  dir: boolean;
+  /** The old path of a `rename`. */
+  from?: string;
+}
+
 /** Resource usage of a sandbox, as far as the host can tell. */
 export interface SandboxMetrics {
   state: string;

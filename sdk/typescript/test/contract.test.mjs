@@ -154,6 +154,7 @@ const NOT_MODELLED = {
   StreamErrorFrame: FRAME,
   LogChunk: "SSE event of logs streams",
   LogEnd: "SSE event of logs streams",
+  WatchFrame: "SSE event of files.watch, decoded into WatchEvent (an error thrown)",
   OnTimeout: "a string union type (OnTimeout)",
   OnHostLoss: "a string union type (OnHostLoss)",
   VolumeState: "a string union type (VolumeState)",

@@ -160,3 +160,27 @@ test("signed URLs upload and download with plain fetch, no API key", async () =>
   assert.equal(res.status, 403);
   await assert.rejects(sb.files.url("/tmp/x", { expiresIn: 0 }), InvalidArgumentError);
 });
+
+test("watch yields ready, then what a command writes at every depth", async () => {
+  await sb.exec("rm -rf /tmp/watched && mkdir -p /tmp/watched");
+  const ctl = new AbortController();
+  const events = sb.files.watch("/tmp/watched", { recursive: true, signal: ctl.signal });
+  const next = async () => (await events.next()).value;
+  assert.deepEqual(await next(), { type: "ready", path: "/tmp/watched", dir: false });
+  await sb.exec("mkdir /tmp/watched/sub");
+  assert.deepEqual(await next(), { type: "create", path: "/tmp/watched/sub", dir: true });
+  await sb.exec("echo hi > /tmp/watched/sub/a.txt && mv /tmp/watched/sub/a.txt /tmp/watched/b.txt");
+  const seen = [];
+  for (;;) {
+    const ev = await next();
+    seen.push(ev);
+    if (ev.type === "rename") break;
+  }
+  assert.deepEqual(seen.at(-1), { type: "rename", path: "/tmp/watched/b.txt", from: "/tmp/watched/sub/a.txt", dir: false });
+  assert.ok(seen.some((e) => e.type === "create" && e.path === "/tmp/watched/sub/a.txt"), JSON.stringify(seen));
+  ctl.abort();
+  await events.return();
+
+  await assert.rejects(sb.files.watch("/tmp/no-such-dir").next(), NotFoundError);
+  await assert.rejects(sb.files.watch("/tmp/watched/b.txt").next(), InvalidArgumentError);
+});

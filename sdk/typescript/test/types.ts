@@ -53,6 +53,11 @@ import {
   type ExecutionError,
   type FileInfo,
   type SandboxInfo,
+  GitError,
+  GitAuthError,
+  GitConflictError,
+  type GitBranches,
+  type GitStatus,
 } from "@pandastack/sdk";
 
 export async function snippet(): Promise<string> {
@@ -313,4 +318,26 @@ export async function hosts(client: PandaStack): Promise<void> {
     if (e instanceof PermissionDeniedError) void e.code;
   }
   void [state, cap.freeSlots, address, h.leaseExpiresAt];
+}
+
+export async function git(sb: Sandbox): Promise<string> {
+  await sb.git.clone({ url: "https://example.com/r.git", path: "/work/r", branch: "main", depth: 1, token: "t", username: "u", timeoutSeconds: 60 });
+  const st: GitStatus = await sb.git.status("/work/r");
+  const branch: string | null = st.branch;
+  void [branch, st.upstream, st.ahead + st.behind, st.clean, st.conflicts, st.files.map((f) => [f.path, f.index, f.worktree, f.origPath, f.staged])];
+  await sb.git.add("/work/r");
+  await sb.git.add("/work/r", ["a.txt"]);
+  const sha: string = await sb.git.commit("/work/r", "msg", { authorName: "A", authorEmail: "a@b", allowEmpty: true });
+  await sb.git.push("/work/r", { remote: "origin", branch: "main", setUpstream: true, force: false, token: "t" });
+  try {
+    await sb.git.pull("/work/r", { token: "t", username: "u" });
+  } catch (e) {
+    if (e instanceof GitConflictError) void e.files.length;
+    else if (e instanceof GitAuthError) void e.command;
+    else if (e instanceof GitError) void [e.stderr, e.exitCode, e.result?.stdout];
+  }
+  const br: GitBranches = await sb.git.branches("/work/r");
+  await sb.git.createBranch("/work/r", "feature", { startPoint: "main", checkout: false });
+  await sb.git.checkoutBranch("/work/r", "feature");
+  return sha + br.current + br.local.length + br.remote.length;
 }

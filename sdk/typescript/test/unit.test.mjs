@@ -37,8 +37,11 @@ import {
   VolumeBackupTimeoutError,
   VolumeBusyError,
   isBuilding,
+  GitError,
+  GitAuthError,
 } from "../dist/index.js";
 import { parseSse } from "../dist/sse.js";
+import { gitCheckName, gitCommand, gitFailure, gitIsConflict, parseGitBranches, parseGitStatus } from "../dist/git.js";
 
 /**
  * Starts a server whose handler gets (req, res, body, n) with n the 0-based request count;
@@ -1940,4 +1943,78 @@ test("hosts: a workspace key gets PermissionDeniedError, a host in the wrong sta
   } finally {
     await srv.close();
   }
+});
+
+// sandbox.git's pure part (test/git.test.mjs runs git for real).
+test("git: a token goes in the environment of the command only", () => {
+  const cmd = gitCommand(["push", "origin", "HEAD"], { token: "s3cret" });
+  const basic = Buffer.from("x-access-token:s3cret").toString("base64");
+  assert.deepEqual(cmd.argv, ["git", "push", "origin", "HEAD"]);
+  assert.deepEqual(
+    [cmd.env.GIT_CONFIG_COUNT, cmd.env.GIT_CONFIG_KEY_0, cmd.env.GIT_CONFIG_VALUE_0, cmd.env.GIT_TERMINAL_PROMPT],
+    ["1", "http.extraHeader", `Authorization: Basic ${basic}`, "0"],
+  );
+  assert.deepEqual(cmd.secrets, ["s3cret", basic]);
+  assert.equal(gitCommand(["fetch"], { token: "t", username: "me" }).env.GIT_CONFIG_VALUE_0, `Authorization: Basic ${Buffer.from("me:t").toString("base64")}`);
+  const plain = gitCommand(["status"]);
+  assert.equal(plain.env.GIT_CONFIG_COUNT, undefined);
+  assert.equal(plain.env.GIT_TERMINAL_PROMPT, "0");
+  for (const bad of [{ token: "" }, { token: "a\nb" }, { username: "u" }, { token: "t", username: "a:b" }]) {
+    assert.throws(() => gitCommand(["fetch"], bad), InvalidArgumentError);
+  }
+  const id = gitCommand(["commit", "-m", "$(rm -rf /)"], {}, true);
+  assert.deepEqual([id.argv[0], id.argv[1], id.argv[3], ...id.argv.slice(4)], ["sh", "-c", "git", "commit", "-m", "$(rm -rf /)"]);
+  for (const bad of ["", "-x", "--upload-pack=evil"]) assert.throws(() => gitCheckName("branch", bad), InvalidArgumentError);
+});
+
+test("git: status porcelain v2 and branches are parsed", () => {
+  const out = [
+    "# branch.oid " + "1".repeat(40),
+    "# branch.head main",
+    "# branch.upstream origin/main",
+    "# branch.ab +2 -3",
+    "1 .M N... 100644 100644 100644 aaaa aaaa a file with spaces.txt",
+    "1 A. N... 000000 100644 100644 0000 bbbb new.txt",
+    "2 R. N... 100644 100644 100644 cccc cccc R100 renamed.txt",
+    "old name.txt",
+    "u UU N... 100644 100644 100644 100644 d1 d2 d3 shared.txt",
+    "? untracked/",
+    "! ignored.log",
+    "",
+  ].join("\0");
+  const st = parseGitStatus(out);
+  assert.deepEqual([st.branch, st.commit, st.upstream, st.ahead, st.behind, st.clean], ["main", "1".repeat(40), "origin/main", 2, 3, false]);
+  assert.deepEqual(
+    st.files.map((f) => [f.path, f.index, f.worktree, f.origPath, f.staged]),
+    [
+      ["a file with spaces.txt", ".", "M", null, false],
+      ["new.txt", "A", ".", null, true],
+      ["renamed.txt", "R", ".", "old name.txt", true],
+      ["shared.txt", "U", "U", null, false],
+      ["untracked/", "?", "?", null, false],
+    ],
+  );
+  assert.deepEqual(st.conflicts, ["shared.txt"]);
+  const bare = parseGitStatus("# branch.oid (initial)\0# branch.head (detached)\0");
+  assert.deepEqual([bare.branch, bare.commit, bare.upstream, bare.clean], [null, null, null, true]);
+  const br = parseGitBranches(" refs/heads/feature\n*refs/heads/main\n refs/remotes/origin/HEAD\n refs/remotes/origin/main\n");
+  assert.deepEqual(br, { current: "main", local: ["feature", "main"], remote: ["origin/main"] });
+});
+
+test("git: failures map onto GitError, GitAuthError; secrets are redacted", () => {
+  const r = (o) => ({ stdout: "", stderr: "", exitCode: 1, timedOut: false, truncated: false, durationMs: 5, ...o });
+  let e = gitFailure(["clone", "--", "u", "/p"], r({ stderr: "fatal: could not read Username for 'https://h': terminal prompts disabled\n" }));
+  assert.ok(e instanceof GitAuthError && e instanceof PandaStackError);
+  assert.deepEqual([e.code, e.command, e.exitCode], ["git_auth_failed", ["git", "clone", "--", "u", "/p"], 1]);
+  assert.ok(gitFailure(["push"], r({ stderr: "fatal: unable to access 'x': The requested URL returned error: 403\n" })) instanceof GitAuthError);
+  e = gitFailure(["push"], r({ stderr: " ! [rejected]  main -> main (fetch first)\n" }));
+  assert.ok(e instanceof GitError && !(e instanceof GitAuthError) && e.message.includes("rejected"));
+  e = gitFailure(["push"], r({ stderr: "echoed secret c2VjcmV0" }), ["secret", "c2VjcmV0"]);
+  assert.ok(!e.message.includes("secret") && !e.message.includes("c2VjcmV0"), e.message);
+  assert.equal(gitFailure(["fetch"], r({ timedOut: true })).code, "git_timeout");
+  assert.equal(gitFailure(["status"], r({ exitCode: 127, stderr: "git: command not found" })).code, "git_not_found");
+  e = gitFailure(["-c", "user.name=x", "commit", "-m", "m"], r({ stdout: "nothing to commit, working tree clean\n" }));
+  assert.equal(e.message, "git commit failed: nothing to commit, working tree clean");
+  assert.ok(gitIsConflict(r({ stdout: "CONFLICT (content): Merge conflict in a.txt\nAutomatic merge failed; fix conflicts\n" })));
+  assert.ok(!gitIsConflict(r({ stderr: "fatal: boom" })));
 });

@@ -14,6 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::io::{AsFd, AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::time::Duration;
 
 use futures::Stream;
 use nix::errno::Errno;
@@ -65,7 +66,7 @@ pub(super) fn watch(path: &str, recursive: bool) -> Result<WatchStream, Status> 
         loop {
             let events = tokio::select! {
                 () = tx.closed() => return,
-                r = read(&fd) => r,
+                r = read_whole_renames(&fd) => r,
             };
             let (mut out, end) = match events {
                 Ok(events) => tree.translate(&fd.get_ref().0, events),
@@ -113,6 +114,36 @@ async fn read(fd: &AsyncFd<Ino>) -> std::io::Result<Vec<InotifyEvent>> {
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// How long a read that ends with the first half of a rename waits for its second half: the
+/// kernel queues the two one after the other, and a reader on another CPU can wake between.
+const RENAME_WAIT: Duration = Duration::from_millis(20);
+
+/// The next events, a rename's second half included when it follows within [`RENAME_WAIT`].
+async fn read_whole_renames(fd: &AsyncFd<Ino>) -> std::io::Result<Vec<InotifyEvent>> {
+    let mut events = read(fd).await?;
+    let deadline = tokio::time::Instant::now() + RENAME_WAIT;
+    while half_a_rename(&events) {
+        match tokio::time::timeout_at(deadline, read(fd)).await {
+            Ok(more) => events.extend(more?),
+            Err(_) => break, // moved out of the tree
+        }
+    }
+    Ok(events)
+}
+
+/// Whether a `IN_MOVED_FROM` in `events` has no `IN_MOVED_TO` of its cookie after it.
+fn half_a_rename(events: &[InotifyEvent]) -> bool {
+    let mut open: Vec<u32> = Vec::new();
+    for e in events {
+        if e.mask.contains(AddWatchFlags::IN_MOVED_FROM) {
+            open.push(e.cookie);
+        } else if e.mask.contains(AddWatchFlags::IN_MOVED_TO) {
+            open.retain(|c| *c != e.cookie);
+        }
+    }
+    !open.is_empty()
 }
 
 /// The watched directories of one call.
@@ -342,8 +373,6 @@ fn event(kind: WatchKind, path: &Path, dir: bool) -> v1::WatchEvent {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use futures::StreamExt;
 
     use super::*;

@@ -1,4 +1,4 @@
-//! File tools: write, read and list files inside a sandbox.
+//! File tools: write, read and list files inside a sandbox, and signed URLs for its files.
 
 use base64::Engine as _;
 use pandastack_client::Client;
@@ -79,6 +79,34 @@ pub(crate) struct ListFiles {
     pattern: Option<String>,
 }
 
+/// What a signed URL lets its holder do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum UrlAccess {
+    /// Download the file (`GET`).
+    #[default]
+    Read,
+    /// Upload the file's new content (`PUT`, created or replaced).
+    Write,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GetFileUrl {
+    /// The sandbox.
+    sandbox_id: String,
+    /// Absolute path of the file in the sandbox.
+    #[schemars(length(min = 1, max = 4096))]
+    path: String,
+    /// `read` (default: a GET downloads it) or `write` (a PUT uploads it).
+    #[serde(default)]
+    access: UrlAccess,
+    /// Seconds the URL works for (default 3600, at most 604800: 7 days).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 604800))]
+    expires_in_seconds: Option<u64>,
+}
+
 #[tool_router(router = file_tools, vis = "pub(crate)")]
 impl PandaStackMcp {
     #[tool(
@@ -106,6 +134,15 @@ impl PandaStackMcp {
     )]
     async fn list_files(&self, ext: Extensions, args: JsonObject) -> CallToolResult {
         self.run(&ext, args, list).await
+    }
+
+    #[tool(
+        description = "A signed URL to download (read) or upload (write, HTTP PUT) one file of a sandbox without the API key, for a browser, curl or another service; it expires.",
+        input_schema = schema::<GetFileUrl>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn get_file_url(&self, ext: Extensions, args: JsonObject) -> CallToolResult {
+        self.run(&ext, args, file_url).await
     }
 }
 
@@ -195,6 +232,30 @@ async fn read(c: Client, a: ReadFile) -> Result<CallToolResult, ToolError> {
         )));
     }
     Ok(result)
+}
+
+async fn file_url(c: Client, a: GetFileUrl) -> Result<CallToolResult, ToolError> {
+    use pandastack_client::types::FileUrlMethod;
+    check_id("sandbox_id", &a.sandbox_id)?;
+    check_path(&a.path)?;
+    let method = match a.access {
+        UrlAccess::Read => FileUrlMethod::Get,
+        UrlAccess::Write => FileUrlMethod::Put,
+    };
+    let url = c
+        .file_url(
+            &a.sandbox_id,
+            &a.path,
+            method,
+            a.expires_in_seconds.unwrap_or(3600),
+        )
+        .await?;
+    output::json(json!({
+        "url": url.url,
+        "method": url.method,
+        "path": url.path,
+        "expires_at": url.expires_at,
+    }))
 }
 
 async fn list(c: Client, a: ListFiles) -> Result<CallToolResult, ToolError> {

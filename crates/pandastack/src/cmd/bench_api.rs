@@ -52,6 +52,9 @@ pub struct ApiArgs {
     /// Code-interpreter runs to measure per language.
     #[arg(long, default_value_t = 20)]
     code_runs: usize,
+    /// File writes whose watch events to time (0 skips them).
+    #[arg(long, default_value_t = 20)]
+    watch_runs: usize,
 }
 
 /// The server this command started; killed (with its VMs) on drop.
@@ -318,6 +321,12 @@ pub async fn run(a: ApiArgs) -> anyhow::Result<ExitCode> {
     api.delete(&id).await?;
     eprintln!("preview proxy done");
 
+    if a.watch_runs > 0 {
+        let latency = watch_latency(&api, &a).await?;
+        metrics.insert("watch_event_latency_ms", metric(latency, "ms"));
+        eprintln!("file watch done");
+    }
+
     if !a.code_template.is_empty() {
         for (k, m) in code_runs(&api, &a).await? {
             metrics.insert(k, m);
@@ -399,6 +408,87 @@ pub async fn run(a: ApiArgs) -> anyhow::Result<ExitCode> {
         eprintln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// File watch latency: a watch of a directory (`GET …/files/watch`, SSE) in a sandbox of
+/// `--template`, then `--watch-runs` small files written into it through the API (`PUT …/fs`),
+/// one at a time: milliseconds from sending each write to its event (a `rename`: the guest
+/// writes a temporary file and renames it) reaching this client.
+async fn watch_latency(api: &Api, a: &ApiArgs) -> anyhow::Result<Vec<f64>> {
+    use futures::StreamExt;
+    let (id, _) = api.create(&a.template).await?;
+    let dir = "/tmp/bench-watch";
+    let (st, v) = api
+        .call(
+            reqwest::Method::POST,
+            &format!("/v1/sandboxes/{id}/exec"),
+            Some(json!({"argv": ["mkdir", "-p", dir]})),
+        )
+        .await?;
+    if st != StatusCode::OK || v["exit_code"] != 0 {
+        bail!("mkdir: {st} {v}");
+    }
+    let resp = api
+        .c
+        .get(format!("{}/v1/sandboxes/{id}/files/watch", api.url))
+        .query(&[("path", dir)])
+        .bearer_auth(&api.key)
+        .send()
+        .await?;
+    if resp.status() != StatusCode::OK {
+        bail!("watch: {} {}", resp.status(), resp.text().await?);
+    }
+    let mut body = resp.bytes_stream();
+    let mut decoder = pandastack_client::SseDecoder::default();
+    let mut pending = std::collections::VecDeque::new();
+    // The next SSE event of the watch, within 30 s.
+    let mut next_event = async move || -> anyhow::Result<(String, Value)> {
+        loop {
+            if let Some(ev) = pending.pop_front() {
+                let pandastack_client::SseEvent { event, data, .. } = ev;
+                return Ok((event, serde_json::from_str(&data)?));
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(30), body.next())
+                .await
+                .context("no watch event within 30 s")?
+                .context("the watch ended")??;
+            pending.extend(decoder.push(&chunk));
+        }
+    };
+    let (first, _) = next_event().await?;
+    if first != "ready" {
+        bail!("watch: {first} before ready");
+    }
+    let mut out = Vec::with_capacity(a.watch_runs);
+    for i in 0..a.watch_runs {
+        let path = format!("{dir}/f{i}");
+        let t = Instant::now();
+        let write = api
+            .c
+            .put(format!("{}/v1/sandboxes/{id}/fs", api.url))
+            .query(&[("path", path.as_str())])
+            .bearer_auth(&api.key)
+            .body("x")
+            .send();
+        let told = async {
+            loop {
+                let (event, data) = next_event().await?;
+                // A write through the API lands by a rename of a temporary file.
+                let landed = event == "create" || event == "rename";
+                if landed && data["path"] == path.as_str() {
+                    return Ok::<_, anyhow::Error>(ms(t.elapsed()));
+                }
+            }
+        };
+        let (written, told) = tokio::join!(write, told);
+        let written = written?;
+        if !written.status().is_success() {
+            bail!("write {path}: {}", written.status());
+        }
+        out.push(told?);
+    }
+    api.delete(&id).await?;
+    Ok(out)
 }
 
 /// The code interpreter on a sandbox of `--code-template`: the first JavaScript run (it starts

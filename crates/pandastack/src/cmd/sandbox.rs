@@ -57,6 +57,9 @@ enum SandboxCmd {
     Kill(KillArgs),
     /// Print a sandbox's console log (`-f` to follow).
     Logs(sandbox_io::LogsArgs),
+    /// Print the changes under a directory of a sandbox as they happen, a line each (`-r` for
+    /// its subdirectories too); runs until interrupted or the watch ends.
+    Watch(sandbox_io::WatchArgs),
     /// Print a sandbox's resource use as JSON.
     Metrics(IdJson),
     /// Print the preview URL of a port inside a sandbox (and its access token while private).
@@ -268,6 +271,7 @@ async fn dispatch(c: Client, cmd: SandboxCmd) -> anyhow::Result<ExitCode> {
         }
         SandboxCmd::Kill(a) => return kill(&c, a).await,
         SandboxCmd::Logs(a) => sandbox_io::logs(&c, a).await?,
+        SandboxCmd::Watch(a) => sandbox_io::watch(&c, a).await?,
         SandboxCmd::Metrics(a) => print_json(&c.metrics(&a.id).await?)?,
         SandboxCmd::Url(a) => {
             let p = c.port_url(&a.id, a.port).await?;

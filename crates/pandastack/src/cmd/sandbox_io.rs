@@ -1,4 +1,4 @@
-//! `pandastack sandbox exec|run-code|cp|logs`: data in and out of a sandbox. `exec` prints
+//! `pandastack sandbox exec|run-code|cp|logs|watch`: data in and out of a sandbox. `exec` prints
 //! the command's output as it is produced and exits with the command's exit code.
 
 use std::io::Write;
@@ -234,4 +234,47 @@ mod tests {
         assert_eq!(remote("sb:rel"), None);
         assert_eq!(remote(":/x"), None);
     }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct WatchArgs {
+    /// Sandbox id.
+    id: String,
+    /// Absolute path of a directory in the sandbox.
+    path: String,
+    /// Its subdirectories too, at every depth.
+    #[arg(long, short)]
+    recursive: bool,
+    /// Print each event as a JSON line (`{"type", "path", ...}`), `ready` included.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prints the watch's events until it ends (an error ends it with that error).
+pub async fn watch(c: &Client, a: WatchArgs) -> anyhow::Result<()> {
+    use pandastack_client::types::WatchFrame;
+    let mut events = c.watch_files(&a.id, &a.path, a.recursive).await?;
+    let mut out = std::io::stdout();
+    while let Some(frame) = events.next().await? {
+        if a.json {
+            writeln!(out, "{}", serde_json::to_string(&frame)?)?;
+        } else {
+            match &frame {
+                WatchFrame::Ready { path, .. } => eprintln!("watching {path}"),
+                WatchFrame::Rename { path, from, .. } => writeln!(out, "rename\t{from} -> {path}")?,
+                WatchFrame::Create { path, dir, .. }
+                | WatchFrame::Modify { path, dir, .. }
+                | WatchFrame::Delete { path, dir, .. } => {
+                    let slash = if *dir { "/" } else { "" };
+                    writeln!(out, "{}\t{path}{slash}", frame.kind())?
+                }
+                WatchFrame::Overflow { path } => {
+                    writeln!(out, "overflow\t{path} (changes were dropped)")?
+                }
+                WatchFrame::Error(_) => {} // an error is Err from next()
+            }
+        }
+        out.flush()?;
+    }
+    Ok(())
 }

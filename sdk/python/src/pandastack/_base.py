@@ -55,6 +55,7 @@ from .types import (
     Template,
     VolumeBackup,
     VolumeMount,
+    WatchEvent,
 )
 
 DEFAULT_BASE_URL = "http://localhost:8080"
@@ -793,6 +794,25 @@ class CodeCollector:
             duration_ms=int(self.done.get("duration_ms", 0) or 0),
             raw=dict(self.done),
         )
+
+
+def watch_event(event: str, data: str) -> Optional[WatchEvent]:
+    """One SSE event of ``/files/watch`` as a :class:`WatchEvent`; raises :class:`StreamError`
+    on ``error`` (the watch is over); ``None`` for events of kinds this client does not know."""
+    try:
+        payload = json.loads(data) if data else {}
+    except ValueError:
+        payload = {}
+    if not isinstance(payload, dict):
+        payload = {}
+    if event == "error":
+        raise StreamError(
+            str(payload.get("message") or "the watch failed"),
+            code=str(payload.get("code") or "stream_error"),
+        )
+    if event in ("ready", "create", "modify", "delete", "rename", "overflow"):
+        return WatchEvent.from_json(payload)
+    return None
 
 
 def log_event(event: str, data: str) -> Optional[str]:

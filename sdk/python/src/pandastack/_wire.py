@@ -929,7 +929,7 @@ class QueryResponse(_QueryResponseRequired, total=False):
     row_count: Optional[int]
 
 
-_RenameRequestRequired = TypedDict("_RenameRequestRequired", {"from": "str", "to": "str"})
+_RenameRequestRequired = TypedDict("_RenameRequestRequired", {"from": 'str', "to": 'str'})
 
 
 class RenameRequest(_RenameRequestRequired, total=False):
@@ -1257,6 +1257,63 @@ class VolumeUsage(TypedDict):
     snapshots: int
 
 
+class WatchFrameReady(TypedDict):
+    """The watch is armed: every change after this is told. Sent again after the sandbox woke
+    from a hibernation (the watch re-armed): changes while it slept are not told.
+    """
+    path: str
+    recursive: bool
+    type: Literal["ready"]
+
+
+class WatchFrameCreate(TypedDict):
+    """A file or directory appeared (made, or moved in from outside the watched tree)."""
+    dir: bool
+    path: str
+    type: Literal["create"]
+
+
+class WatchFrameModify(TypedDict):
+    """A file's contents changed (repeated writes close together are told once)."""
+    dir: bool
+    path: str
+    type: Literal["modify"]
+
+
+class WatchFrameDelete(TypedDict):
+    """A file or directory went away (deleted, or moved out of the watched tree)."""
+    dir: bool
+    path: str
+    type: Literal["delete"]
+
+
+_WatchFrameRenameRequired = TypedDict("_WatchFrameRenameRequired", {"dir": 'bool', "from": 'str', "path": 'str', "type": 'Literal["rename"]'})
+
+
+class WatchFrameRename(_WatchFrameRenameRequired):
+    """`from` was renamed to `path`, both in the watched tree."""
+
+
+class WatchFrameOverflow(TypedDict):
+    """Changes were dropped (too many at once for the watcher or its reader): what is under
+    `path` may have changed in ways not told; list it again if that matters.
+    """
+    path: str
+    type: Literal["overflow"]
+
+
+class WatchFrameError(StreamErrorFrame):
+    """The watch ended with an error (the directory went away, the sandbox was deleted); the
+    last message.
+    """
+    type: Literal["error"]
+
+
+#: One message of `GET …/files/watch` (an SSE event named by its `type`, or a WebSocket text
+#: frame). Paths are absolute guest paths.
+WatchFrame = Union[WatchFrameReady, WatchFrameCreate, WatchFrameModify, WatchFrameDelete, WatchFrameRename, WatchFrameOverflow, WatchFrameError]
+
+
 class _WebhookResultRequired(TypedDict):
     status: str
 
@@ -1393,5 +1450,6 @@ SCHEMAS = {
     "VolumeSnapshot": VolumeSnapshot,
     "VolumeState": VolumeState,
     "VolumeUsage": VolumeUsage,
+    "WatchFrame": WatchFrame,
     "WebhookResult": WebhookResult,
 }

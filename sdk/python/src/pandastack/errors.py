@@ -12,7 +12,7 @@ A command that exits non-zero is *data* (:class:`~pandastack.ExecResult`), not a
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Dict, Optional, Type
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Type
 
 if TYPE_CHECKING:  # pragma: no cover
     from .types import Deploy, ExecResult, FunctionVersion, Template, VolumeBackup
@@ -49,6 +49,9 @@ __all__ = [
     "VolumeBackupTimeoutError",
     "DeployTimeoutError",
     "FunctionVersionTimeoutError",
+    "GitError",
+    "GitAuthError",
+    "GitConflictError",
 ]
 
 
@@ -329,6 +332,56 @@ class FunctionVersionTimeoutError(PandaStackError):
         kw.setdefault("code", "function_version_timeout")
         super().__init__(message, **kw)
         self.version = version
+
+
+class GitError(PandaStackError):
+    """A git command that ``sandbox.git`` ran in the sandbox failed. The message is git's own
+    (its standard error, or its output when that is empty) after the command; ``command`` is
+    the argv that ran (it never holds a token), ``result`` the whole
+    :class:`~pandastack.ExecResult`; ``exit_code`` and ``stderr`` are shortcuts. A token given
+    to the call is replaced by ``***`` wherever git echoed it."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        command: Sequence[str] = (),
+        result: Optional["ExecResult"] = None,
+        **kw: Any,
+    ) -> None:
+        kw.setdefault("code", "git_failed")
+        super().__init__(message, **kw)
+        self.command: List[str] = list(command)
+        self.result = result
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        return self.result.exit_code if self.result is not None else None
+
+    @property
+    def stderr(self) -> str:
+        return self.result.stderr if self.result is not None else ""
+
+
+class GitAuthError(GitError):
+    """The remote refused the credentials, or wanted some and none were given (git says
+    "Authentication failed", "could not read Username", "terminal prompts disabled", or the
+    server answered 401 / 403). Git never prompts: the command fails at once."""
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        kw.setdefault("code", "git_auth_failed")
+        super().__init__(message, **kw)
+
+
+class GitConflictError(GitError):
+    """A pull (a merge) stopped on conflicts. ``files`` are the conflicting paths, relative to
+    the repository; the working tree is left mid-merge with conflict markers in them: resolve,
+    ``add`` and ``commit``, or run ``git merge --abort``."""
+
+    def __init__(self, message: str, *, files: Sequence[str] = (), **kw: Any) -> None:
+        kw.setdefault("code", "git_conflict")
+        super().__init__(message, **kw)
+        self.files: List[str] = list(files)
 
 
 _BY_CODE: Dict[str, Type[APIError]] = {

@@ -64,6 +64,9 @@ __all__ = [
     "HostState",
     "HostCapacity",
     "Host",
+    "GitFileStatus",
+    "GitStatus",
+    "GitBranches",
 ]
 
 SandboxState = Literal["starting", "running", "paused", "hibernated", "stopped", "failed", "lost"]
@@ -291,6 +294,32 @@ class WriteInfo:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "WriteInfo":
         return cls(path=_s(d, "path", ""), bytes_written=int(_s(d, "bytes_written", 0)))
+
+
+@dataclass
+class WatchEvent:
+    """One event of ``sandbox.files.watch(...)``. ``type`` is ``ready`` (the watch is armed;
+    again after the sandbox woke from a hibernation, changes while it slept are not told),
+    ``create``, ``modify``, ``delete``, ``rename`` (``from_path`` was renamed to ``path``) or
+    ``overflow`` (changes were dropped under ``path``: list it again if that matters). Paths are
+    absolute guest paths; a file written through the API lands by a ``rename`` of a temporary
+    file."""
+
+    type: str
+    path: str
+    dir: bool = False
+    from_path: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "WatchEvent":
+        return cls(
+            type=str(d.get("type", "")),
+            path=str(d.get("path", "")),
+            dir=bool(d.get("dir", False)),
+            from_path=d.get("from"),
+            raw=dict(d),
+        )
 
 
 @dataclass
@@ -1518,6 +1547,78 @@ class Host:
             lease_expires_at=w.get("lease_expires_at"),
             raw=dict(d),
         )
+
+
+#: The two-letter ``XY`` codes of an unmerged path in ``git status`` (a conflict).
+_GIT_UNMERGED = frozenset({"DD", "AU", "UD", "UA", "DU", "AA", "UU"})
+
+
+@dataclass
+class GitFileStatus:
+    """A changed path of a git working tree (:attr:`GitStatus.files`).
+
+    ``index`` and ``worktree`` are git's one-letter codes for the staged and the unstaged side
+    (``git status --porcelain=v2``): ``"."`` unchanged, ``"M"`` modified, ``"A"`` added,
+    ``"D"`` deleted, ``"R"`` renamed, ``"C"`` copied, ``"T"`` type changed, ``"U"`` unmerged;
+    an untracked file is ``"?"`` on both sides. ``orig_path`` is the path a rename or copy came
+    from."""
+
+    path: str
+    index: str
+    worktree: str
+    orig_path: Optional[str] = None
+
+    @property
+    def staged(self) -> bool:
+        """The index holds a change of this path (what the next commit takes)."""
+        return self.index not in (".", "?") and not self.conflicted
+
+    @property
+    def untracked(self) -> bool:
+        return self.index == "?"
+
+    @property
+    def conflicted(self) -> bool:
+        """The path is unmerged: a merge stopped on it."""
+        return self.index + self.worktree in _GIT_UNMERGED
+
+
+@dataclass
+class GitStatus:
+    """What ``sandbox.git.status(path)`` found (from ``git status --porcelain=v2 --branch``).
+
+    ``branch`` is the current branch (``None`` when HEAD is detached; a branch without commits
+    yet has its name and ``commit`` ``None``); ``upstream`` the branch it tracks
+    (``"origin/main"``, ``None`` if none); ``ahead`` / ``behind`` the commits it has that the
+    upstream lacks and the other way round, as of the last fetch (0 without an upstream)."""
+
+    branch: Optional[str]
+    commit: Optional[str] = None
+    upstream: Optional[str] = None
+    ahead: int = 0
+    behind: int = 0
+    files: List[GitFileStatus] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        """No staged, unstaged or untracked change (ignored files aside)."""
+        return not self.files
+
+    @property
+    def conflicts(self) -> List[str]:
+        """The unmerged paths (a merge stopped on them)."""
+        return [f.path for f in self.files if f.conflicted]
+
+
+@dataclass
+class GitBranches:
+    """The branches of a repository (``sandbox.git.branches(path)``): ``local`` ones
+    (``"main"``), the ``remote`` tracking ones as of the last fetch (``"origin/main"``), and the
+    ``current`` branch (``None`` when HEAD is detached or its branch has no commit yet)."""
+
+    current: Optional[str]
+    local: List[str] = field(default_factory=list)
+    remote: List[str] = field(default_factory=list)
 
 
 def _list_data(body: Any) -> List[Mapping[str, Any]]:

@@ -944,6 +944,31 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/files/watch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Watch a directory inside a sandbox: its files' creates, modifies, deletes and renames.
+         * @description Server-Sent Events (or, with a WebSocket upgrade, JSON text frames), each a [`WatchFrame`]:
+         *     `ready` once armed, then `create`/`modify`/`delete`/`rename` `{path, dir}` (`rename` with
+         *     `from`), `overflow` when changes were dropped, and `error` `{code, message}` as the last one.
+         *     A hibernated sandbox is woken to arm the watch; when it hibernates later the watch waits for
+         *     it to run again, arms itself again and says `ready` again (what changed meanwhile is not
+         *     told). Closing the stream ends the watch.
+         */
+        get: operations["watch_files"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/fork": {
         parameters: {
             query?: never;
@@ -3681,6 +3706,44 @@ export interface components {
              */
             snapshots: number;
         };
+        /**
+         * @description One message of `GET …/files/watch` (an SSE event named by its `type`, or a WebSocket text
+         *     frame). Paths are absolute guest paths.
+         */
+        WatchFrame: {
+            path: string;
+            recursive: boolean;
+            /** @enum {string} */
+            type: "ready";
+        } | {
+            dir: boolean;
+            path: string;
+            /** @enum {string} */
+            type: "create";
+        } | {
+            dir: boolean;
+            path: string;
+            /** @enum {string} */
+            type: "modify";
+        } | {
+            dir: boolean;
+            path: string;
+            /** @enum {string} */
+            type: "delete";
+        } | {
+            dir: boolean;
+            from: string;
+            path: string;
+            /** @enum {string} */
+            type: "rename";
+        } | {
+            path: string;
+            /** @enum {string} */
+            type: "overflow";
+        } | (components["schemas"]["StreamErrorFrame"] & {
+            /** @enum {string} */
+            type: "error";
+        });
         /** @description Answer of a webhook delivery. */
         WebhookResult: {
             /** @description The deploy it queued (or queued before, for a duplicate). */
@@ -5483,6 +5546,44 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["FileUrl"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    watch_files: {
+        parameters: {
+            query: {
+                /** @description Absolute guest path of a directory (no `..`) */
+                path: string;
+                /** @description Its subdirectories too, at every depth (default false) */
+                recursive?: boolean;
+                /** @description API key, for clients that cannot set headers (EventSource, browsers' WebSocket) */
+                access_token?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Sandbox id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Switching to the WebSocket protocol; server frames are WatchFrame */
+            101: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Server-Sent Events named by each frame's `type`, the frame as data */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["WatchFrame"];
                 };
             };
             default: components["responses"]["Error"];

@@ -23,6 +23,7 @@ from .exec import AsyncExecStream, AsyncProcess, AsyncPty
 from .filesystem import FS_LIST_PAGE, AsyncFileContent, AsyncFilesystem
 from .follow import AsyncErrorCallback, AsyncOutputCallback, AsyncResultCallback
 from .functions import AsyncFunctions
+from .git import AsyncGit
 from .hosts import AsyncHosts
 from .keys import AsyncKeys
 from .pagination import AsyncPaginator
@@ -40,6 +41,7 @@ __all__ = [
     "AsyncPandaStack",
     "AsyncSandbox",
     "AsyncFilesystem",
+    "AsyncGit",
     "AsyncExecStream",
     "AsyncPaginator",
     "AsyncProcess",

@@ -12,7 +12,7 @@ import httpx
 from .. import _base as b
 from .. import _wire
 from ..errors import NotFoundError
-from ..types import FileInfo, FileUrl, Page, WriteInfo
+from ..types import FileInfo, FileUrl, Page, WatchEvent, WriteInfo
 from .pagination import AsyncPaginator
 from .sandbox import AsyncSandbox
 from .transport import _AsyncTransport
@@ -185,6 +185,39 @@ class AsyncFilesystem:
         body: _wire.FileUrlRequest = {"path": path, "method": verb, "expires_in": expires_in}  # type: ignore[typeddict-item]
         d = await self._t.json("POST", f"/v1/sandboxes/{b.seg(self._sb.id)}/files/url", json=body)
         return FileUrl.from_json(d, self._t.cfg.base_url)
+
+    async def watch(self, path: str, *, recursive: bool = False) -> AsyncIterator[WatchEvent]:
+        """Watches the directory ``path`` (and every directory below it with
+        ``recursive=True``): yields a ``ready`` :class:`WatchEvent` once the watch is armed, then
+        ``create``/``modify``/``delete``/``rename``/``overflow`` events as changes happen, until
+        you stop iterating (which ends the watch) or the watch ends: a deleted sandbox or a
+        directory that went away raises :class:`~pandastack.StreamError`. A hibernated sandbox is
+        woken to arm the watch; if it hibernates later the watch waits, and yields ``ready``
+        again once the sandbox runs (changes while it slept are not told).
+
+        Async: ``async for ev in sandbox.files.watch("/work", recursive=True)``."""
+        resp = await self._t.request(
+            "GET",
+            f"/v1/sandboxes/{b.seg(self._sb.id)}/files/watch",
+            params={"path": path, "recursive": "true" if recursive else "false"},
+            headers={"Accept": "text/event-stream"},
+            timeout=b.exec_stream_timeout(None),
+            stream=True,
+        )
+        dec = b.SSEDecoder()
+        try:
+            try:
+                async for line in resp.aiter_lines():
+                    pair = dec.feed(line)
+                    if pair is None:
+                        continue
+                    ev = b.watch_event(*pair)
+                    if ev is not None:
+                        yield ev
+            except httpx.TransportError as e:
+                raise b.error_from_exception(e, "file watch") from e
+        finally:
+            await resp.aclose()
 
     async def rename(self, src: str, dst: str, *, overwrite: bool = False) -> None:
         """Moves ``src`` to ``dst`` (fails if ``dst`` exists unless ``overwrite=True``)."""

@@ -51,6 +51,9 @@ class AsyncSandbox:
         self._info = info
         self.filesystem = AsyncFilesystem(self)
         self.files = self.filesystem
+        #: Git in the sandbox: clone, status, add, commit, push, pull, branches (see
+        #: :class:`AsyncGit`).
+        self.git = AsyncGit(self)
 
     # ---- fields
     @property
@@ -580,3 +583,4 @@ class AsyncSandbox:
 # AsyncSandbox is defined.
 from .exec import AsyncExecStream, AsyncProcess, AsyncPty  # noqa: E402
 from .filesystem import AsyncFilesystem  # noqa: E402
+from .git import AsyncGit  # noqa: E402

@@ -15,6 +15,7 @@ from .exec import ExecStream, Process, Pty
 from .filesystem import FS_LIST_PAGE, FileContent, Filesystem
 from .follow import ErrorCallback, OutputCallback, ResultCallback
 from .functions import Functions
+from .git import Git
 from .hosts import Hosts
 from .keys import Keys
 from .pagination import Paginator
@@ -32,6 +33,7 @@ __all__ = [
     "PandaStack",
     "Sandbox",
     "Filesystem",
+    "Git",
     "ExecStream",
     "Paginator",
     "Process",

@@ -53,6 +53,9 @@ class Sandbox:
         self._info = info
         self.filesystem = Filesystem(self)
         self.files = self.filesystem
+        #: Git in the sandbox: clone, status, add, commit, push, pull, branches (see
+        #: :class:`Git`).
+        self.git = Git(self)
 
     # ---- fields
     @property
@@ -574,3 +577,4 @@ class Sandbox:
 # Sandbox is defined.
 from .exec import ExecStream, Process, Pty  # noqa: E402
 from .filesystem import Filesystem  # noqa: E402
+from .git import Git  # noqa: E402
