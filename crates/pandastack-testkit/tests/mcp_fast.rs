@@ -84,7 +84,7 @@ fn ok(r: CallToolResult) -> Value {
 #[tokio::test]
 async fn handler_runs_the_tools_against_the_api() {
     let s = fake_stack(Duration::from_secs(10)).await;
-    let (_, url) = serve(&s).await;
+    let (router, url) = serve(&s).await;
     let peer = session(&url, &s.key).await;
 
     let tools = peer.list_all_tools().await.unwrap();
@@ -176,6 +176,25 @@ async fn handler_runs_the_tools_against_the_api() {
         (&json!(path), &json!(1)),
         "{r}"
     );
+    // A signed URL for it works with no key, for that file only.
+    let u = ok(call(
+        &peer,
+        "get_file_url",
+        json!({"sandbox_id": id, "path": path, "expires_in_seconds": 60}),
+    )
+    .await);
+    assert_eq!((&u["method"], &u["path"]), (&json!("GET"), &json!(path)), "{u}");
+    let signed = u["url"].as_str().unwrap().strip_prefix(&url).unwrap().to_owned();
+    let get = |uri: String| {
+        let req = Request::get(uri).body(Body::empty()).unwrap();
+        router.clone().oneshot(req)
+    };
+    let got = get(signed.clone()).await.unwrap();
+    assert_eq!(got.status(), StatusCode::OK);
+    let body = got.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], "héllo\n".as_bytes());
+    let other = signed.replace(&path, "/etc/passwd");
+    assert_eq!(get(other).await.unwrap().status(), StatusCode::FORBIDDEN);
     let _ = std::fs::remove_file(&path);
 
     // Code in the sandbox's persistent context: a variable survives to the next call.
