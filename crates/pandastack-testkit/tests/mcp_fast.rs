@@ -183,8 +183,17 @@ async fn handler_runs_the_tools_against_the_api() {
         json!({"sandbox_id": id, "path": path, "expires_in_seconds": 60}),
     )
     .await);
-    assert_eq!((&u["method"], &u["path"]), (&json!("GET"), &json!(path)), "{u}");
-    let signed = u["url"].as_str().unwrap().strip_prefix(&url).unwrap().to_owned();
+    assert_eq!(
+        (&u["method"], &u["path"]),
+        (&json!("GET"), &json!(path)),
+        "{u}"
+    );
+    let signed = u["url"]
+        .as_str()
+        .unwrap()
+        .strip_prefix(&url)
+        .unwrap()
+        .to_owned();
     let get = |uri: String| {
         let req = Request::get(uri).body(Body::empty()).unwrap();
         router.clone().oneshot(req)

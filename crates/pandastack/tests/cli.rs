@@ -1,7 +1,7 @@
 //! The client side of the `pandastack` binary, end to end: `auth`, `sandbox …` and
 //! `template ls` run as real processes against a real server with real guests — login and
 //! status with a private config home, create/ls/info, exec with exit-code passthrough and
-//! separate stdout/stderr, a 5 MiB copy both ways, fork, snapshot, hibernate/wake, logs, kill,
+//! separate stdout/stderr, a 5 MiB copy both ways, a file watch, fork, snapshot, hibernate/wake, logs, kill,
 //! the error reports with their hints, the interactive shell driven through a pseudo-
 //! terminal, `volume …` with `sandbox create --volume`, and the operator's `host …` verbs with
 //! a key from `keys create --admin`.
@@ -319,6 +319,46 @@ async fn cli_drives_a_sandbox_end_to_end() {
         code == 1 && err.contains("ZeroDivisionError: division by zero"),
         "{code} {err}"
     );
+
+    // Watch: a JSON line per event, `ready` first, then what a command changes.
+    cli.ok(&["sb", "exec", &id, "-c", "mkdir -p /tmp/cliw"])
+        .await;
+    let mut watch = cli
+        .command(&["sb", "watch", &id, "/tmp/cliw", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
+    let stdout = watch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let next_line = || {
+        lines_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a watch line")
+    };
+    let ready: Value = serde_json::from_str(&next_line()).unwrap();
+    assert_eq!(
+        (&ready["type"], &ready["path"]),
+        (&"ready".into(), &"/tmp/cliw".into())
+    );
+    cli.ok(&["sb", "exec", &id, "-c", "touch /tmp/cliw/x"])
+        .await;
+    let created: Value = serde_json::from_str(&next_line()).unwrap();
+    assert_eq!(
+        created,
+        serde_json::json!({"type": "create", "path": "/tmp/cliw/x", "dir": false})
+    );
+    watch.kill().unwrap();
+    watch.wait().unwrap();
 
     // Logs: the guest console so far.
     let logs = cli.ok(&["sb", "logs", &id]).await;
