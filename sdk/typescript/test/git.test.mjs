@@ -1,5 +1,5 @@
 // sandbox.git against a real guest: a bare repository served over HTTP with a token (git
-// http-backend behind Basic authentication, fixtures/git-http-server.py) inside one sandbox of
+// http-backend behind Basic authentication, sdk/python/tests/fixtures/git_http_server.py) inside one sandbox of
 // the `app` template (git, python3; PANDASTACK_TEST_GIT_TEMPLATE overrides), cloned, committed,
 // pushed and pulled from working copies there.
 import { test, before } from "node:test";
@@ -35,7 +35,9 @@ let sb;
 
 before(async () => {
   sb = await guard.create({ template: TEMPLATE, metadata: { case: "git" } });
-  const server = await readFile(join(dirname(fileURLToPath(import.meta.url)), "fixtures", "git-http-server.py"), "utf8");
+  // The Python SDK tests' server, shared by both suites.
+  const fixture = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "python", "tests", "fixtures", "git_http_server.py");
+  const server = await readFile(fixture, "utf8");
   await sb.files.write("/srv/git-http-server.py", server);
   await sb.exec(SETUP, { check: true });
   const expected = createHash("sha256").update(`x-access-token:${token}`).digest("hex");
