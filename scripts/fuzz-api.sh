@@ -39,7 +39,8 @@
 # - Forks ask for at most 2 children (valid counts above 2 are lowered; invalid ones are sent
 #   as generated), and VM-heavy operations (create, fork, snapshot, hibernate, wake, pause,
 #   resume, re-bake) get PANDASTACK_FUZZ_VM_EXAMPLES cases (default 3).
-# - `?follow=1` log streams are read for one event (they never end while the sandbox lives).
+# - `?follow=1` log streams and file watches are read for one event (they never end while the
+#   sandbox lives).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -180,7 +181,7 @@ database = "none"
 
 [[operations]]
 include-path-regex = '^/v1/sandboxes/\{id\}'
-exclude-operation-id = ["delete_sandbox", "update_sandbox", "fork_sandbox", "create_snapshot", "hibernate_sandbox", "wake_sandbox", "pause_sandbox", "resume_sandbox", "sandbox_logs"]
+exclude-operation-id = ["delete_sandbox", "update_sandbox", "fork_sandbox", "create_snapshot", "hibernate_sandbox", "wake_sandbox", "pause_sandbox", "resume_sandbox", "sandbox_logs", "watch_files"]
 parameters = { "path.id" = "$fixture" }
 
 [[operations]]
@@ -198,7 +199,7 @@ include-operation-id = "update_sandbox"
 parameters = { "path.id" = "$patched" }
 
 [[operations]]
-include-operation-id = "sandbox_logs"
+include-operation-id = ["sandbox_logs", "watch_files"]
 parameters = { "path.id" = "$fixture" }
 max-stream-events = 1
 
