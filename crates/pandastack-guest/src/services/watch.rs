@@ -172,8 +172,10 @@ impl Tree {
         };
         if recursive {
             let mut found = Vec::new();
+            // The caller's to fix (a smaller tree), not the guest's: not RESOURCE_EXHAUSTED,
+            // which tells of a full disk.
             tree.add_below(&ino, &root, &mut found).map_err(|full| {
-                Status::resource_exhausted(format!(
+                Status::invalid_argument(format!(
                     "{}: more than {full} directories to watch; watch a smaller tree, or without recursive",
                     root.display()
                 ))
@@ -481,6 +483,19 @@ mod tests {
         assert_eq!(got, [(WatchKind::Delete, s(&root), String::new())]);
         let end = tokio::time::timeout(Duration::from_secs(5), w.next()).await;
         assert!(matches!(end, Ok(None)), "the stream ends: {end:?}");
+    }
+
+    #[tokio::test]
+    async fn a_tree_of_too_many_directories_is_refused_when_recursive() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..MAX_DIRS {
+            std::fs::create_dir(dir.path().join(i.to_string())).unwrap();
+        }
+        let e = watch(&s(dir.path()), true).err().expect("refused");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains("directories to watch"), "{e:?}");
+        // Its top alone is fine.
+        assert!(watch(&s(dir.path()), false).is_ok());
     }
 
     #[test]
