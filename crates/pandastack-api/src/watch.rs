@@ -21,7 +21,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
 use pandastack_api_types::{ErrorCode, SandboxState, StreamErrorFrame, WatchFrame};
-use pandastack_host::{BoxStream, HostResult, WatchEvent, WatchKind};
+use pandastack_host::{BoxStream, HostError, HostResult, WatchEvent, WatchKind};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -171,8 +171,8 @@ impl Watcher {
                             }
                         }
                     }
-                    Some(Err(e)) => break Some(ApiError::from(e)),
-                    None => break None,
+                    Some(Err(e)) => break Cut::Error(e),
+                    None => break Cut::Ended,
                 }
             };
             match self.rearm(&tx, cut).await {
@@ -198,12 +198,13 @@ impl Watcher {
         }
     }
 
-    /// The watch armed again after its guest call ended (`cut`: with that error), once the
-    /// sandbox runs; `Ok(None)` when the client left meanwhile, `Err` when the watch is over.
+    /// The watch armed again after its guest call ended (`cut`: how), once the sandbox runs;
+    /// `Ok(None)` when the client left meanwhile, `Err` when the watch is over. A cut is not
+    /// logged: a hibernation or a delete makes one.
     async fn rearm(
         &self,
         tx: &mpsc::Sender<WatchFrame>,
-        mut cut: Option<ApiError>,
+        mut cut: Cut,
     ) -> Result<Option<Batches>, ApiError> {
         let mut tries = 0;
         loop {
@@ -215,15 +216,18 @@ impl Watcher {
                 .await?;
             match row.state {
                 SandboxState::Running => {
-                    let Some(e) = cut.take() else {
+                    if let Cut::Ended = cut {
                         // The guest ended the watch itself: its directory went away.
                         return Err(ApiError::new(
                             ErrorCode::NotFound,
                             format!("path: {} was deleted or moved", self.path),
                         ));
-                    };
+                    }
                     if tries >= REARM_TRIES {
-                        return Err(e);
+                        return Err(match cut {
+                            Cut::Error(e) => e.into(),
+                            _ => ApiError::new(ErrorCode::Unavailable, "the watch was cut"),
+                        });
                     }
                     tries += 1;
                     match self
@@ -235,13 +239,13 @@ impl Watcher {
                     {
                         Ok(s) => return Ok(Some(s)),
                         // What the guest says of the path (gone, not a directory) is final.
-                        Err(e @ pandastack_host::HostError::Guest { .. }) => return Err(e.into()),
-                        Err(e) => cut = Some(e.into()),
+                        Err(e @ HostError::Guest { .. }) => return Err(e.into()),
+                        Err(e) => cut = Cut::Error(e),
                     }
                 }
                 SandboxState::Starting | SandboxState::Paused | SandboxState::Hibernated => {
                     // Asleep (or on its way back): armed again once it runs.
-                    cut = cut.or_else(|| Some(ApiError::new(ErrorCode::SandboxState, "asleep")));
+                    cut = Cut::Asleep;
                     tries = 0;
                 }
                 state => {
@@ -266,6 +270,16 @@ impl Watcher {
             }
         }
     }
+}
+
+/// How a watch's guest call ended.
+enum Cut {
+    /// The guest ended it: the directory went away (unless the sandbox stopped meanwhile).
+    Ended,
+    /// With this error: a hibernation, a delete, a session cut.
+    Error(HostError),
+    /// The sandbox was seen asleep since: arm the watch again when it runs.
+    Asleep,
 }
 
 fn frame(e: WatchEvent) -> WatchFrame {
