@@ -35,7 +35,7 @@ pub struct AppArgs {
 enum AppCmd {
     /// Create an app from a git repository and deploy it: follows the first deploy's log (on
     /// stderr) until it ends and prints the app's URL (`--detach`: at once).
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// Deploy an app again: its git ref (or `--ref`), or a local directory (`--dir`, packed
     /// without .git and node_modules); follows the log and exits 1 if the deploy fails.
     Deploy(DeployArgs),
@@ -212,7 +212,7 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
 
 async fn dispatch(c: Client, cmd: AppCmd) -> anyhow::Result<ExitCode> {
     match cmd {
-        AppCmd::Create(a) => return create(&c, a).await,
+        AppCmd::Create(a) => return create(&c, *a).await,
         AppCmd::Deploy(a) => return deploy(&c, a).await,
         AppCmd::Logs(a) => logs(&c, a).await?,
         AppCmd::Rollback(a) => {
