@@ -170,6 +170,11 @@ pub struct CreateAppRequest {
     pub build: Option<AppBuild>,
     #[serde(default)]
     pub start: Option<AppStart>,
+    /// A subdirectory of the repository that is the app (a monorepo's `apps/web`): detection,
+    /// install, build and start run there, and only it goes into the VM. Relative, without
+    /// `..`, at most 256 bytes; `.` (the default) is the whole repository.
+    #[serde(default)]
+    pub root_dir: Option<String>,
     /// Memory of the app's VM, MiB (default 1024; a multiple of 256 from 256 to 16384).
     #[serde(default)]
     #[schema(minimum = 256, maximum = 16384, multiple_of = 256)]
@@ -211,6 +216,9 @@ pub struct UpdateAppRequest {
     pub build: Option<AppBuild>,
     #[serde(default)]
     pub start: Option<AppStart>,
+    /// Replaces the app's `root_dir` (`.`: the whole repository).
+    #[serde(default)]
+    pub root_dir: Option<String>,
     #[serde(default)]
     #[schema(minimum = 256, maximum = 16384, multiple_of = 256)]
     pub memory_mb: Option<u32>,
@@ -236,6 +244,9 @@ pub struct AppConfig {
     pub secrets: BTreeMap<String, String>,
     pub build: AppBuild,
     pub start: AppStart,
+    /// The subdirectory that is the app (None: the whole repository).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_dir: Option<String>,
     pub memory_mb: u32,
     pub min_instances: u32,
     pub idle_seconds: u64,
@@ -454,6 +465,35 @@ fn validate_overrides(
     Ok(())
 }
 
+/// A subdirectory of the repository: relative, of plain names (`.` alone for the top).
+fn validate_root_dir(dir: Option<&str>) -> Result<(), FieldError> {
+    let Some(dir) = dir else { return Ok(()) };
+    let ok = dir == "."
+        || (!dir.is_empty()
+            && dir.len() <= 256
+            && !dir.starts_with('/')
+            && dir.trim_end_matches('/').split('/').all(|c| {
+                !c.is_empty()
+                    && c != "."
+                    && c != ".."
+                    && !c.chars().any(|ch| ch.is_control() || ch == '\\')
+            }));
+    if ok {
+        Ok(())
+    } else {
+        Err(field_error(
+            "root_dir",
+            "a relative path inside the repository, without `..` (at most 256 bytes)",
+        ))
+    }
+}
+
+/// A valid `root_dir` as stored: `None` for the top.
+fn stored_root_dir(dir: Option<&str>) -> Option<String> {
+    dir.filter(|d| *d != ".")
+        .map(|d| d.trim_end_matches('/').to_owned())
+}
+
 impl CreateAppRequest {
     pub fn validate(&self) -> Result<(), FieldError> {
         validate_app_name("name", &self.name)?;
@@ -461,6 +501,7 @@ impl CreateAppRequest {
         validate_env("env", &self.env)?;
         validate_env("secrets", &self.secrets)?;
         validate_overrides(self.build.as_ref(), self.start.as_ref())?;
+        validate_root_dir(self.root_dir.as_deref())?;
         validate_domains(&self.domains)?;
         validate_sizes(
             self.memory_mb,
@@ -478,6 +519,7 @@ impl CreateAppRequest {
             secrets: self.secrets.clone(),
             build: self.build.clone().unwrap_or_default(),
             start: self.start.clone().unwrap_or_default(),
+            root_dir: stored_root_dir(self.root_dir.as_deref()),
             memory_mb: self.memory_mb.unwrap_or(DEFAULT_APP_MEMORY_MB),
             min_instances: self.min_instances.unwrap_or(0),
             idle_seconds: self.idle_seconds.unwrap_or(DEFAULT_APP_IDLE_SECONDS),
@@ -503,6 +545,7 @@ impl UpdateAppRequest {
             validate_env("secrets", s)?;
         }
         validate_overrides(self.build.as_ref(), self.start.as_ref())?;
+        validate_root_dir(self.root_dir.as_deref())?;
         if let Some(d) = &self.domains {
             validate_domains(d)?;
         }
@@ -530,6 +573,9 @@ impl UpdateAppRequest {
         }
         if let Some(s) = &self.start {
             config.start = s.clone();
+        }
+        if let Some(d) = &self.root_dir {
+            config.root_dir = stored_root_dir(Some(d));
         }
         if let Some(m) = self.memory_mb {
             config.memory_mb = m;
@@ -620,6 +666,8 @@ pub struct App {
     pub secret_names: Vec<String>,
     pub build: AppBuild,
     pub start: AppStart,
+    /// The subdirectory of the repository that is the app (`null`: the whole repository).
+    pub root_dir: Option<String>,
     pub memory_mb: u32,
     pub min_instances: u32,
     pub idle_seconds: u64,
@@ -738,6 +786,40 @@ pub struct WebhookResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn root_dirs_are_relative_and_stay_inside() {
+        for ok in ["apps/web", "backend", "apps/web/", "."] {
+            assert!(validate_root_dir(Some(ok)).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "/srv",
+            "../x",
+            "a/../b",
+            "a//b",
+            "./a",
+            "a\\b",
+            &"a".repeat(257),
+        ] {
+            assert!(validate_root_dir(Some(bad)).is_err(), "{bad}");
+        }
+        assert_eq!(stored_root_dir(Some(".")), None);
+        assert_eq!(
+            stored_root_dir(Some("apps/web/")).as_deref(),
+            Some("apps/web")
+        );
+        let req: CreateAppRequest = serde_json::from_value(serde_json::json!({
+            "name": "web", "git": {"url": "https://example.com/m.git"}, "root_dir": "apps/web"
+        }))
+        .unwrap();
+        assert_eq!(req.config().root_dir.as_deref(), Some("apps/web"));
+        let cleared = UpdateAppRequest {
+            root_dir: Some(".".into()),
+            ..UpdateAppRequest::default()
+        };
+        assert_eq!(cleared.apply(req.config()).root_dir, None);
+    }
 
     #[test]
     fn names_and_refs() {

@@ -101,6 +101,7 @@ fn app_wire(app: &ApiState, a: &AppInfo) -> wire::App {
         secret_names: c.secrets.keys().cloned().collect(),
         build: c.build.clone(),
         start: c.start.clone(),
+        root_dir: c.root_dir.clone(),
         memory_mb: c.memory_mb,
         min_instances: c.min_instances,
         idle_seconds: c.idle_seconds,

@@ -237,6 +237,7 @@ async fn app_calls_send_what_the_api_defines() {
             output_dir: None,
         }),
         start: None,
+        root_dir: Some("apps/web".into()),
         memory_mb: Some(512),
         min_instances: Some(1),
         idle_seconds: None,

@@ -353,6 +353,7 @@ fn make_plan(
         output_dir: config.build.output_dir.clone(),
         start_command,
         port: config.start.port,
+        root_dir: config.root_dir.clone(),
     };
     detect::plan(dir, &overrides).map_err(DeployCause::Detect)
 }
@@ -595,10 +596,13 @@ impl Shared {
     async fn detect(
         &self,
         run: &mut Run,
-        fetched: source::Fetched,
+        mut fetched: source::Fetched,
     ) -> Result<Sourced, DeployError> {
         DeployPhase::Detect
             .run(async {
+                // A monorepo's app: the subdirectory is all that is planned, packed and built.
+                fetched.dir = detect::app_dir(&fetched.dir, run.config.root_dir.as_deref())
+                    .map_err(DeployCause::Detect)?;
                 let mut start_command = run.config.start.command.clone();
                 if let Some((command, line)) =
                     prepare_function(&run.config, &run.row.git_ref, &fetched.dir)?

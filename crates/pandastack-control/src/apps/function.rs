@@ -277,6 +277,7 @@ impl Functions {
                 command: None,
                 port: Some(FUNCTION_PORT),
             },
+            root_dir: None,
             memory_mb: req
                 .memory_mb
                 .unwrap_or(pandastack_api_types::DEFAULT_FUNCTION_MEMORY_MB),

@@ -192,6 +192,7 @@ async fn deploy(c: Client, a: DeployApp) -> Result<CallToolResult, ToolError> {
                 secrets: BTreeMap::new(),
                 build: None,
                 start: None,
+                root_dir: None,
                 memory_mb: None,
                 min_instances: None,
                 idle_seconds: None,

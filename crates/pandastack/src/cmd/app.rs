@@ -35,7 +35,7 @@ pub struct AppArgs {
 enum AppCmd {
     /// Create an app from a git repository and deploy it: follows the first deploy's log (on
     /// stderr) until it ends and prints the app's URL (`--detach`: at once).
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// Deploy an app again: its git ref (or `--ref`), or a local directory (`--dir`, packed
     /// without .git and node_modules); follows the log and exits 1 if the deploy fails.
     Deploy(DeployArgs),
@@ -111,6 +111,9 @@ struct CreateArgs {
     /// Port the app listens on (also in $PORT).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     port: Option<u16>,
+    /// The subdirectory of the repository that is the app (a monorepo's apps/web).
+    #[arg(long, value_name = "DIR")]
+    root_dir: Option<String>,
     /// Memory of the app's VM in MiB: a multiple of 256 from 256 to 16384 (default 1024).
     #[arg(long, value_name = "MB")]
     memory_mb: Option<u32>,
@@ -209,7 +212,7 @@ pub async fn run(args: AppArgs) -> anyhow::Result<ExitCode> {
 
 async fn dispatch(c: Client, cmd: AppCmd) -> anyhow::Result<ExitCode> {
     match cmd {
-        AppCmd::Create(a) => return create(&c, a).await,
+        AppCmd::Create(a) => return create(&c, *a).await,
         AppCmd::Deploy(a) => return deploy(&c, a).await,
         AppCmd::Logs(a) => logs(&c, a).await?,
         AppCmd::Rollback(a) => {
@@ -266,6 +269,7 @@ async fn create(c: &Client, a: CreateArgs) -> anyhow::Result<ExitCode> {
         secrets: parse_pairs("secret", &a.secret)?,
         build,
         start,
+        root_dir: a.root_dir.clone(),
         memory_mb: a.memory_mb,
         min_instances: a.min_instances,
         idle_seconds: a.idle_seconds,
@@ -607,6 +611,7 @@ fn show(a: &App, json: bool) -> anyhow::Result<()> {
         ("output_dir", opt(a.build.output_dir.as_deref())),
         ("start_command", opt(a.start.command.as_deref())),
         ("port", opt(a.start.port)),
+        ("root_dir", opt(a.root_dir.as_deref())),
         ("memory_mb", a.memory_mb.to_string()),
         ("min_instances", a.min_instances.to_string()),
         ("idle_seconds", a.idle_seconds.to_string()),

@@ -34,6 +34,7 @@ class App(_AppRequired, total=False):
     """An app resource."""
     instance_state: Optional[SandboxState]
     live_deploy: Optional[str]
+    root_dir: Optional[str]
 
 
 class AppBuild(TypedDict, total=False):
@@ -150,6 +151,7 @@ class CreateAppRequest(_CreateAppRequestRequired, total=False):
     idle_seconds: Optional[int]
     memory_mb: Optional[int]
     min_instances: Optional[int]
+    root_dir: Optional[str]
     secrets: Dict[str, str]
     start: Optional[AppStart]
 
@@ -1160,6 +1162,7 @@ class UpdateAppRequest(TypedDict, total=False):
     idle_seconds: Optional[int]
     memory_mb: Optional[int]
     min_instances: Optional[int]
+    root_dir: Optional[str]
     secrets: Optional[Dict[str, str]]
     start: Optional[AppStart]
 

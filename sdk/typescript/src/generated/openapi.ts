@@ -1725,6 +1725,8 @@ export interface components {
             /** Format: int32 */
             min_instances: number;
             name: string;
+            /** @description The subdirectory of the repository that is the app (`null`: the whole repository). */
+            root_dir?: string | null;
             /** @description Names of its secrets (values are never shown). */
             secret_names: string[];
             start: components["schemas"]["AppStart"];
@@ -1900,6 +1902,12 @@ export interface components {
             min_instances?: number | null;
             /** @description The app's name and host name: 1-40 of `[a-z0-9-]`, starting with a letter. */
             name: string;
+            /**
+             * @description A subdirectory of the repository that is the app (a monorepo's `apps/web`): detection,
+             *     install, build and start run there, and only it goes into the VM. Relative, without
+             *     `..`, at most 256 bytes; `.` (the default) is the whole repository.
+             */
+            root_dir?: string | null;
             /** @description Like `env`, but never shown by the API (only their names). */
             secrets?: {
                 [key: string]: string;
@@ -2694,6 +2702,8 @@ export interface components {
                 /** Format: int32 */
                 min_instances: number;
                 name: string;
+                /** @description The subdirectory of the repository that is the app (`null`: the whole repository). */
+                root_dir?: string | null;
                 /** @description Names of its secrets (values are never shown). */
                 secret_names: string[];
                 start: components["schemas"]["AppStart"];
@@ -3578,6 +3588,8 @@ export interface components {
             memory_mb?: number | null;
             /** Format: int32 */
             min_instances?: number | null;
+            /** @description Replaces the app's `root_dir` (`.`: the whole repository). */
+            root_dir?: string | null;
             secrets?: {
                 [key: string]: string;
             } | null;

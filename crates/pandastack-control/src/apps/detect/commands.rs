@@ -3,10 +3,11 @@
 
 use std::path::{Component, Path};
 
+use super::django::django_start;
 use super::files::Facts;
 use super::node::{node_start, Manager, PackageJson};
 use super::procfile::with_path;
-use super::python::{django_start, fastapi_start, flask_start, python_start};
+use super::pystart::{asgi_start, flask_start, python_start};
 use super::{
     clip, quote, Build, BuildPlan, DetectError, Overrides, Rule, ServedBy, Start, STATIC_NOTE,
     STATIC_SERVER,
@@ -121,8 +122,8 @@ fn rule_start(
             let (cmd, why) = node_start(f, m)?;
             (cmd, why, None)
         }
-        Start::Flask => python_entry(flask_start(f)?),
-        Start::FastApi => python_entry(fastapi_start(f)?),
+        Start::Flask => python_entry(flask_start(f, d)?),
+        Start::FastApi => python_entry(asgi_start(f, rule.name, d)?),
         Start::Django => python_entry(django_start(f)?),
         Start::Python => python_entry(python_start(f)?),
         Start::Procfile => return Err(DetectError::ProcfileWithoutWeb),

@@ -11,13 +11,19 @@
 //! [`BuildPlan::decisions`], for the deploy log.
 //!
 //! By concern: `files` reads the repository (bounded, no symlinks), `node` and `python`
-//! read their ecosystems' manifests, `semver` checks `engines.node` ranges, `procfile` reads a
+//! read their ecosystems' manifests, `pylayout` reads where a Python project's packages are
+//! (pyproject.toml, setup.cfg, `src/`), `pyapp` finds the app object in them, `pystart` and
+//! `django` make the Python starts, `semver` checks `engines.node` ranges, `procfile` reads a
 //! Procfile, and `commands` turns the rule and the overrides into the build and start commands.
 
 mod commands;
+mod django;
 mod files;
 mod node;
 mod procfile;
+mod pyapp;
+mod pylayout;
+mod pystart;
 mod python;
 mod semver;
 #[cfg(test)]
@@ -29,8 +35,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use files::Facts;
-use node::node_install;
 pub(crate) use node::NPM_CI;
+use node::{node_install, PackageJson};
 use python::python_install;
 use semver::Version;
 
@@ -52,6 +58,8 @@ pub struct Overrides {
     pub start_command: Option<String>,
     /// The port the app listens on (`$PORT`).
     pub port: Option<u16>,
+    /// The subdirectory that is the app (the plan is made in it: see [`app_dir`]).
+    pub root_dir: Option<String>,
 }
 
 /// What serves the app once it is built.
@@ -80,7 +88,7 @@ impl ServedBy {
 #[derive(Debug, Clone, Serialize)]
 pub struct BuildPlan {
     /// The rule that matched: "next", "vite", "cra", "node", "static", "flask", "fastapi",
-    /// "django", "python", "procfile", … ("custom" when only the request said how to start).
+    /// "starlette", "django", "python", "procfile", … ("custom" when only the request said how to start).
     pub framework: String,
     /// What serves the app.
     pub runtime: ServedBy,
@@ -102,6 +110,9 @@ pub struct BuildPlan {
     pub port: u16,
     /// The directory the static server serves (`dist`, `build`, `out`, `.`), if it is used.
     pub output_dir: Option<String>,
+    /// The subdirectory of the repository that is the app (a monorepo's), if one was asked
+    /// for: what goes into the VM's `/app`.
+    pub root_dir: Option<String>,
     /// Files whose content keys the dependency cache (present files only).
     pub cache_files: Vec<String>,
     /// What the dependency cache holds: `node_modules` or `.venv`.
@@ -117,7 +128,7 @@ pub enum DetectError {
     #[error("{} is not a directory", .0.display())]
     NotADirectory(PathBuf),
     /// No rule matched and the request did not say how to start the app.
-    #[error("nothing says how to build or start this app: looked for {looked_for}")]
+    #[error("nothing says how to build or start this app: looked for {looked_for}; {SET_START}")]
     NothingRecognised { looked_for: String },
     /// package.json does not parse.
     #[error("package.json is not valid JSON: {source}")]
@@ -145,10 +156,13 @@ pub enum DetectError {
     #[error("the Procfile has no `web:` line, and nothing else says how to start the app")]
     ProcfileWithoutWeb,
     /// The framework is known but its entry point is not there.
-    #[error("{framework} app, but not how to start it: looked for {looked_for}")]
+    #[error("{framework} app, but not how to start it: looked at {looked_at}; {advice}")]
     NoEntry {
         framework: &'static str,
-        looked_for: &'static str,
+        /// The files and metadata read.
+        looked_at: String,
+        /// The one field to set.
+        advice: &'static str,
     },
     /// The framework is known but needs a change to the project to be hosted.
     #[error("{framework} app that cannot be hosted as it is: {advice}")]
@@ -159,6 +173,15 @@ pub enum DetectError {
     /// The requested output directory leaves the repository.
     #[error("output_dir {0:?} must be a relative path inside the repository")]
     BadOutputDir(String),
+    /// A monorepo's root, whose apps are its workspaces.
+    #[error(
+        "package.json declares workspaces ({workspaces}) and is no app itself: set the app's \
+         `root_dir` (`--root-dir` in the CLI) to the workspace to deploy"
+    )]
+    Workspaces { workspaces: String },
+    /// The requested root directory is not a directory of the repository.
+    #[error("root_dir {0:?} is not a directory of the repository (reached without symlinks)")]
+    BadRootDir(String),
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -220,6 +243,7 @@ enum Start {
     /// `<pm> start` for a `start` script, else `node` on `main`, server.js or index.js.
     Node,
     Flask,
+    /// uvicorn on a FastAPI or Starlette app.
     FastApi,
     Django,
     /// `.venv/bin/python` on main.py, app.py or server.py.
@@ -239,6 +263,9 @@ const NEXT_CONFIGS: &[&str] = &[
 const ALL_INTERFACES: &str = "the app must read $PORT and listen on all interfaces";
 const STATIC_NOTE: &str = "the static server reads $PORT and listens on all interfaces";
 const GUNICORN_NOTE: &str = "gunicorn binds 0.0.0.0:$PORT";
+/// The one field that decides when detection cannot.
+const SET_START: &str = "set the app's `start.command` (`--start-command` in the CLI) to a \
+     command that serves HTTP on $PORT";
 
 /// The rules, tried in order; the first whose condition holds wins.
 const RULES: &[Rule] = &[
@@ -402,6 +429,16 @@ const RULES: &[Rule] = &[
         name: "fastapi",
         runtime: ServedBy::Python,
         when: When::Requirement("fastapi"),
+        build: Build::None,
+        start: Start::FastApi,
+        output_dir: None,
+        port: 8000,
+        note: "uvicorn binds 0.0.0.0:$PORT",
+    },
+    Rule {
+        name: "starlette",
+        runtime: ServedBy::Python,
+        when: When::Requirement("starlette"),
         build: Build::None,
         start: Start::FastApi,
         output_dir: None,
@@ -580,10 +617,16 @@ pub fn plan(root: &Path, o: &Overrides) -> Result<BuildPlan, DetectError> {
         start: String::new(),
         port: rule.port,
         output_dir: None,
+        root_dir: o.root_dir.clone(),
         cache_files: Vec::new(),
         cache_dirs: Vec::new(),
-        decisions: f.notes.clone(),
+        decisions: Vec::new(),
     };
+    if let Some(dir) = &o.root_dir {
+        plan.decisions
+            .push(format!("root_dir: {dir} (from the request)"));
+    }
+    plan.decisions.extend(f.notes.iter().cloned());
     plan.decisions
         .push(format!("framework: {} ({why})", rule.name));
 
@@ -610,6 +653,16 @@ pub fn plan(root: &Path, o: &Overrides) -> Result<BuildPlan, DetectError> {
     Ok(plan)
 }
 
+/// The directory of the app in the repository checked out at `repo`: `root_dir` below it,
+/// a directory reached through directories only (no symlinks, no `..`).
+pub fn app_dir(repo: &Path, root_dir: Option<&str>) -> Result<PathBuf, DetectError> {
+    match root_dir {
+        None => Ok(repo.to_path_buf()),
+        Some(dir) => files::within_dir(repo, dir.trim_end_matches('/'))
+            .ok_or_else(|| DetectError::BadRootDir(clip(dir))),
+    }
+}
+
 /// Whose dependencies are installed: Node's when there is a package.json (unless the rule is a
 /// Python one), Python's for Python rules, either for a Procfile.
 fn ecosystem(f: &Facts, rule: &Rule) -> Option<ServedBy> {
@@ -622,6 +675,13 @@ fn ecosystem(f: &Facts, rule: &Rule) -> Option<ServedBy> {
 }
 
 fn nothing_found(f: &Facts) -> DetectError {
+    let workspaces = f.pkg().map(PackageJson::workspaces).unwrap_or_default();
+    if !workspaces.is_empty() {
+        let list: Vec<String> = workspaces.iter().take(10).map(|w| clip(w)).collect();
+        return DetectError::Workspaces {
+            workspaces: list.join(", "),
+        };
+    }
     let (mut deps, mut reqs) = (Vec::new(), Vec::new());
     RULES
         .iter()

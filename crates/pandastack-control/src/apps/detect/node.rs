@@ -37,6 +37,7 @@ pub(super) struct PackageJson {
     main: Value,
     engines: Value,
     package_manager: Value,
+    workspaces: Value,
 }
 
 impl PackageJson {
@@ -57,6 +58,7 @@ impl PackageJson {
             main: take("main"),
             engines: take("engines"),
             package_manager: take("packageManager"),
+            workspaces: take("workspaces"),
         })
     }
 
@@ -66,6 +68,18 @@ impl PackageJson {
 
     pub(super) fn has_dep(&self, name: &str) -> bool {
         self.dependencies.get(name).is_some() || self.dev_dependencies.get(name).is_some()
+    }
+
+    /// The workspace patterns of a monorepo's root (`["apps/*"]`, or Yarn's
+    /// `{"packages": [...]}`).
+    pub(super) fn workspaces(&self) -> Vec<&str> {
+        let list = match &self.workspaces {
+            Value::Object(o) => o.get("packages"),
+            v => Some(v),
+        };
+        list.and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default()
     }
 
     pub(super) fn main(&self) -> Option<&str> {
@@ -94,7 +108,8 @@ pub(super) fn node_start(f: &Facts, m: Option<&Manager>) -> Result<(String, Stri
     }
     Err(DetectError::NoEntry {
         framework: "node",
-        looked_for: "a `start` script, `main`, server.js or index.js",
+        looked_at: "package.json (a `start` script, `main`), server.js and index.js".into(),
+        advice: super::SET_START,
     })
 }
 

@@ -1,10 +1,11 @@
-//! Python projects: requirements.txt or pyproject.toml, the virtual environment they are
-//! installed into, and the module that defines the app (Flask, FastAPI, Django, plain Python).
+//! Python projects: requirements.txt or pyproject.toml and the virtual environment they are
+//! installed into. Where the code is: `pylayout`; the app object: `pyapp`; the start:
+//! `pystart` and `django`.
 
 use std::collections::BTreeSet;
 
 use super::files::Facts;
-use super::{quote, BuildPlan, DetectError, Rule, Start, GUNICORN_NOTE};
+use super::{quote, BuildPlan, Rule, Start};
 
 /// A virtual environment in `.venv` with the requirements (and uvicorn for FastAPI).
 pub(super) fn python_install(py: &Python, rule: &Rule, plan: &mut BuildPlan) {
@@ -177,145 +178,9 @@ fn toml_strings<'t>(first: &'t str, more: &mut impl Iterator<Item = &'t str>) ->
     out
 }
 
-/// Where a module defines its app: (module for `module:object`, object).
-struct PyApp {
-    file: &'static str,
-    module: &'static str,
-    object: String,
-}
-
-/// The first of `files` present, and the name bound to `ctor(` in it (else `fallback`).
-fn find_app(
-    f: &Facts,
-    files: &[(&'static str, &'static str)],
-    ctor: &str,
-    factory: bool,
-) -> Option<PyApp> {
-    let (file, module) = files.iter().copied().find(|(file, _)| f.has(file))?;
-    let text = f.read(file).map(|t| t.text).unwrap_or_default();
-    let object = assigned_name(&text, ctor)
-        .or_else(|| (factory && text.contains("def create_app(")).then(|| "create_app()".into()))
-        .unwrap_or_else(|| "app".into());
-    Some(PyApp {
-        file,
-        module,
-        object,
-    })
-}
-
-/// `app = Flask(__name__)` → `app` (also `app: Flask = Flask(…)`).
-fn assigned_name(text: &str, ctor: &str) -> Option<String> {
-    text.lines().find_map(|line| {
-        let (before, _) = line.split_once(ctor)?;
-        let before = before.trim_end().strip_suffix('=')?;
-        let name = before.split(':').next()?.trim();
-        let ident = !name.is_empty()
-            && !name.starts_with(|c: char| c.is_ascii_digit())
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        ident.then(|| name.to_string())
-    })
-}
-
-const FLASK_FILES: &[(&str, &str)] = &[
-    ("app.py", "app"),
-    ("main.py", "main"),
-    ("wsgi.py", "wsgi"),
-    ("application.py", "application"),
-    ("server.py", "server"),
-    ("app/__init__.py", "app"),
-];
-
-pub(super) fn flask_start(f: &Facts) -> Result<(String, String), DetectError> {
-    let app = find_app(f, FLASK_FILES, "Flask(", true).ok_or(DetectError::NoEntry {
-        framework: "flask",
-        looked_for: "app.py, main.py, wsgi.py, application.py, server.py or app/__init__.py",
-    })?;
-    if f.requires("gunicorn") {
-        let target = quote(&format!("{}:{}", app.module, app.object));
-        let why = format!("{}; {GUNICORN_NOTE}", app.file);
-        Ok((
-            format!(".venv/bin/gunicorn --bind 0.0.0.0:$PORT {target}"),
-            why,
-        ))
-    } else {
-        let cmd = format!(
-            ".venv/bin/python -m flask --app {} run --host 0.0.0.0 --port $PORT",
-            app.module
-        );
-        let why = format!(
-            "{}; Flask's development server: add gunicorn to the requirements for production",
-            app.file
-        );
-        Ok((cmd, why))
-    }
-}
-
-const FASTAPI_FILES: &[(&str, &str)] = &[
-    ("main.py", "main"),
-    ("app.py", "app"),
-    ("app/main.py", "app.main"),
-    ("api.py", "api"),
-    ("server.py", "server"),
-];
-
-pub(super) fn fastapi_start(f: &Facts) -> Result<(String, String), DetectError> {
-    let app = find_app(f, FASTAPI_FILES, "FastAPI(", false).ok_or(DetectError::NoEntry {
-        framework: "fastapi",
-        looked_for: "main.py, app.py, app/main.py, api.py or server.py",
-    })?;
-    let cmd = format!(
-        ".venv/bin/uvicorn {}:{} --host 0.0.0.0 --port $PORT",
-        app.module, app.object
-    );
-    Ok((cmd, app.file.into()))
-}
-
-pub(super) fn django_start(f: &Facts) -> Result<(String, String), DetectError> {
-    let manage = f.read("manage.py").map(|t| t.text);
-    let project = manage.as_deref().and_then(settings_package);
-    let wsgi = project.filter(|p| f.has(&format!("{p}/wsgi.py")));
-    match (wsgi, &manage) {
-        (Some(project), _) if f.requires("gunicorn") => Ok((
-            format!(".venv/bin/gunicorn --bind 0.0.0.0:$PORT {project}.wsgi"),
-            format!("{project}/wsgi.py; {GUNICORN_NOTE}"),
-        )),
-        (_, Some(_)) => Ok((
-            ".venv/bin/python manage.py runserver 0.0.0.0:$PORT".into(),
-            "Django's development server: add gunicorn to the requirements for production".into(),
-        )),
-        (_, None) => Err(DetectError::NoEntry {
-            framework: "django",
-            looked_for: "manage.py",
-        }),
-    }
-}
-
-/// The project package in manage.py's `DJANGO_SETTINGS_MODULE`, `"mysite.settings"` → `mysite`.
-fn settings_package(manage: &str) -> Option<String> {
-    let line = manage
-        .lines()
-        .find(|l| l.contains("DJANGO_SETTINGS_MODULE"))?;
-    let (_, after) = line.split_once("DJANGO_SETTINGS_MODULE")?;
-    let after = after.trim_start_matches(['"', '\'']);
-    let start = after.find(['"', '\''])?;
-    let value = &after[start + 1..];
-    let value = &value[..value.find(['"', '\''])?];
-    let package = value.split('.').next()?;
-    let ident = !package.is_empty()
-        && !package.starts_with(|c: char| c.is_ascii_digit())
-        && package
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_');
-    ident.then(|| package.to_string())
-}
-
-pub(super) fn python_start(f: &Facts) -> Result<(String, String), DetectError> {
-    ["main.py", "app.py", "server.py"]
-        .into_iter()
-        .find(|file| f.has(file))
-        .map(|file| (format!(".venv/bin/python {file}"), format!("file {file}")))
-        .ok_or(DetectError::NoEntry {
-            framework: "python",
-            looked_for: "main.py, app.py or server.py",
-        })
+/// A Python identifier (ASCII): a module or object name safe in a command.
+pub(super) fn is_ident(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }

@@ -1,6 +1,7 @@
 //! Plans for small repositories written to temporary directories; the Node.js and Python
 //! frameworks have their own files.
 
+mod layouts;
 mod node;
 mod python;
 
@@ -155,6 +156,7 @@ fn overrides_beat_everything_and_are_recorded() {
         output_dir: None,
         start_command: Some("node srv.mjs".into()),
         port: Some(4321),
+        root_dir: None,
     };
     let p = plan_with(
         &[("package.json", VITE_REACT), ("Procfile", "web: x\n")],
@@ -226,7 +228,7 @@ fn an_empty_repository_is_an_error_saying_what_was_looked_for() {
     let e = error_of(&[("README.md", "# hello\n")]);
     assert_eq!(
         e.to_string(),
-        "nothing says how to build or start this app: looked for package.json, requirements.txt, pyproject.toml, index.html or a Procfile"
+        format!("nothing says how to build or start this app: looked for package.json, requirements.txt, pyproject.toml, index.html or a Procfile; {SET_START}")
     );
     let e = error_of(&[("package.json", r#"{"devDependencies": {"prettier": "^3"}}"#)]);
     let text = e.to_string();
