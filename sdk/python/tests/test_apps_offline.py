@@ -133,6 +133,7 @@ def test_create_sends_only_what_was_given_and_reads_the_app(fake):
             min_instances=1,
             idle_seconds=60,
             health_path="/up",
+            root_dir="services/web",
             deploy=False,
         )
         c.apps.create("dict", {"url": "/srv/git/dict.git"}, ref="dev", start=AppStart(port=5000), deploy=True)
@@ -162,6 +163,7 @@ def test_create_sends_only_what_was_given_and_reads_the_app(fake):
             "min_instances": 1,
             "idle_seconds": 60,
             "health_path": "/up",
+            "root_dir": "services/web",
             "deploy": False,
         },
         {"name": "dict", "git": {"url": "/srv/git/dict.git", "ref": "dev"}, "start": {"port": 5000}, "deploy": True},

@@ -59,6 +59,11 @@ export interface AppConfigOptions {
   /** Path the health check asks for (default `/`); 2xx or 3xx is healthy. */
   healthPath?: string;
   /**
+   * The subdirectory of the repository that is the app, for a monorepo: relative, no `..`
+   * (`"."`: the whole repository, the default).
+   */
+  rootDir?: string;
+  /**
    * Extra host names the app answers at, besides `<name>.<domain>`: lower-case DNS names (at
    * most 20, none under the server's own domain, none another app has); point their DNS at the
    * server's proxy. With TLS on the proxy each gets a certificate, from the operator's
@@ -412,6 +417,7 @@ export function configToWire(o: AppConfigOptions): Omit<WireBody<"CreateAppReque
   if (o.minInstances !== undefined) body.min_instances = o.minInstances;
   if (o.idleSeconds !== undefined) body.idle_seconds = o.idleSeconds;
   if (o.healthPath !== undefined) body.health_path = o.healthPath;
+  if (o.rootDir !== undefined) body.root_dir = o.rootDir;
   if (o.domains !== undefined) {
     const d: unknown = o.domains;
     if (!Array.isArray(d)) {

@@ -276,6 +276,8 @@ export interface AppInfo {
   /** `0`: hibernates after `idleSeconds` without requests (the next one wakes it); `1`: always running. */
   minInstances: number;
   idleSeconds: number;
+  /** The subdirectory of the repository that is the app (`null`: the whole repository). */
+  rootDir: string | null;
   /** The path the health check asks for. */
   healthPath: string;
   /** Signs webhook deliveries of git hosts (`X-Hub-Signature-256`: HMAC-SHA256 of the body). */
@@ -940,6 +942,7 @@ export function appFromWire(w: WireOf<"App">): AppInfo {
     memoryMb: num(w.memory_mb),
     minInstances: num(w.min_instances),
     idleSeconds: num(w.idle_seconds),
+    rootDir: optStr(w.root_dir),
     healthPath: str(w.health_path, "/"),
     webhookSecret: str(w.webhook_secret),
     deployKey: str(w.deploy_key),

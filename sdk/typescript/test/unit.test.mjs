@@ -1237,14 +1237,14 @@ test("apps: create, list, get, update, delete send the documented requests and r
       id: "app-1", name: "web", url: "http://web.apps.localhost:8080",
       git: { url: "https://git.example/web.git", ref: "main" }, env: { NODE_ENV: "production" }, secretNames: ["DB_PASSWORD"],
       build: { command: "npm run build", outputDir: null }, start: { command: null, port: 3000 },
-      memoryMb: 1024, minInstances: 0, idleSeconds: 300, healthPath: "/healthz", webhookSecret: "whsec-s3cret",
+      rootDir: null, memoryMb: 1024, minInstances: 0, idleSeconds: 300, healthPath: "/healthz", webhookSecret: "whsec-s3cret",
       deployKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK1 pandastack-app-web", domains: [],
       liveDeploy: null, instanceState: null, createdAt: "2026-01-01T00:00:00Z", updatedAt: "2026-01-01T00:00:00Z",
     });
     await c.apps.create({
       name: "full", git: { url: "https://git.example/full.git", ref: "v1" }, env: { A: "1" }, secrets: { TOKEN: "t" },
       build: { command: "make", outputDir: "dist" }, start: { command: "node server.js", port: 8080 },
-      memoryMb: 2048, minInstances: 1, idleSeconds: 60, healthPath: "/up", deploy: false,
+      memoryMb: 2048, minInstances: 1, idleSeconds: 60, healthPath: "/up", rootDir: "services/web", deploy: false,
     });
     await c.apps.create({ name: "refd", git: { url: "/srv/git/refd.git", ref: null }, ref: "dev", start: { port: 5000 }, deploy: true });
     await assert.rejects(c.apps.create({ name: "", git: "https://x" }), InvalidArgumentError);
@@ -1256,7 +1256,7 @@ test("apps: create, list, get, update, delete send the documented requests and r
       {
         name: "full", git: { url: "https://git.example/full.git", ref: "v1" }, env: { A: "1" }, secrets: { TOKEN: "t" },
         build: { command: "make", output_dir: "dist" }, start: { command: "node server.js", port: 8080 },
-        memory_mb: 2048, min_instances: 1, idle_seconds: 60, health_path: "/up", deploy: false,
+        memory_mb: 2048, min_instances: 1, idle_seconds: 60, health_path: "/up", root_dir: "services/web", deploy: false,
       },
       { name: "refd", git: { url: "/srv/git/refd.git", ref: "dev" }, start: { port: 5000 }, deploy: true },
     ]);

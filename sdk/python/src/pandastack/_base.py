@@ -1397,6 +1397,7 @@ def app_config(
     idle_seconds: Optional[int],
     health_path: Optional[str],
     domains: Optional[Sequence[str]] = None,
+    root_dir: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The configuration fields shared by ``POST /v1/apps`` and ``PATCH /v1/apps/{name}``; what
     is ``None`` is left out (an empty ``domains`` is sent: it removes them all)."""
@@ -1411,6 +1412,7 @@ def app_config(
             "idle_seconds": int(idle_seconds) if idle_seconds is not None else None,
             "health_path": health_path,
             "domains": app_domains(domains) if domains is not None else None,
+            "root_dir": root_dir,
         }
     )
 

@@ -1035,6 +1035,7 @@ class App:
     secret_names: List[str] = field(default_factory=list)
     build: AppBuild = field(default_factory=AppBuild)
     start: AppStart = field(default_factory=AppStart)
+    root_dir: Optional[str] = None
     memory_mb: int = 0
     min_instances: int = 0
     idle_seconds: int = 0
@@ -1068,6 +1069,7 @@ class App:
             secret_names=[str(x) for x in _or(w.get("secret_names"), [])],
             build=AppBuild.from_json(build) if isinstance(build, Mapping) else AppBuild(),
             start=AppStart.from_json(start) if isinstance(start, Mapping) else AppStart(),
+            root_dir=w.get("root_dir"),
             memory_mb=int(_or(w.get("memory_mb"), 0)),
             min_instances=int(_or(w.get("min_instances"), 0)),
             idle_seconds=int(_or(w.get("idle_seconds"), 0)),

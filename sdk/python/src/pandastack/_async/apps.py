@@ -53,6 +53,7 @@ class AsyncApps:
         idle_seconds: Optional[int] = None,
         health_path: Optional[str] = None,
         domains: Optional[Sequence[str]] = None,
+        root_dir: Optional[str] = None,
         deploy: Optional[bool] = None,
     ) -> App:
         """Creates an app and queues its first deploy (unless ``deploy=False``); returns the
@@ -70,7 +71,9 @@ class AsyncApps:
         detection chose. ``memory_mb`` is the memory of its VM (a multiple of 256 from 256 to
         16384, default 1024); ``min_instances`` ``0`` (default: hibernate after
         ``idle_seconds``, default 300, without requests) or ``1`` (always running);
-        ``health_path`` the path the health check asks for (default ``/``).
+        ``health_path`` the path the health check asks for (default ``/``); ``root_dir`` the
+        subdirectory of the repository that is the app, for a monorepo (relative, no ``..``;
+        ``"."``: the whole repository, the default).
 
         ``domains`` are extra host names the app answers at, besides ``<name>.<domain>``
         (lower-case DNS names, at most 20, not under the server's own domain): point their DNS
@@ -81,7 +84,8 @@ class AsyncApps:
         A name in use, or a domain another app has, raises :class:`~pandastack.ConflictError`;
         a bad field :class:`~pandastack.InvalidArgumentError` naming it (``domains[i]``)."""
         config = b.app_config(
-            env, secrets, build, start, memory_mb, min_instances, idle_seconds, health_path, domains
+            env, secrets, build, start, memory_mb, min_instances, idle_seconds, health_path, domains,
+            root_dir,
         )
         body = b.app_body(name, git, ref, deploy, config)
         return App.from_json(await self._t.json("POST", "/v1/apps", json=body))
@@ -117,6 +121,7 @@ class AsyncApps:
         idle_seconds: Optional[int] = None,
         health_path: Optional[str] = None,
         domains: Optional[Sequence[str]] = None,
+        root_dir: Optional[str] = None,
     ) -> App:
         """Changes an app's configuration and returns the app: each argument given replaces
         the app's (``env``, ``secrets`` and ``domains`` whole, ``domains=[]`` removes them
@@ -126,7 +131,8 @@ class AsyncApps:
         at the proxy; with TLS on the proxy each gets a certificate from files or ACME, see
         ``App.domains[i].tls``). The arguments are those of :meth:`create`."""
         config = b.app_config(
-            env, secrets, build, start, memory_mb, min_instances, idle_seconds, health_path, domains
+            env, secrets, build, start, memory_mb, min_instances, idle_seconds, health_path, domains,
+            root_dir,
         )
         body = b.app_update_body(git, ref, config)
         return App.from_json(await self._t.json("PATCH", self._p(app), json=body))
