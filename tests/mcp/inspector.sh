@@ -68,7 +68,7 @@ check() { # check WHAT ACTUAL EXPECTED
 }
 
 n=$(inspector --method tools/list | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["tools"]))')
-check "tools/list" "$n" 17
+check "tools/list" "$n" 18
 
 sb=$(call create_sandbox "template=$PANDASTACK_TEST_TEMPLATE" ttl_seconds=600 \
     'metadata={"suite":"mcp-inspector"}' | get 's["id"]')
@@ -88,6 +88,8 @@ check "read_file" "$(call read_file "sandbox_id=$sb" path=/tmp/inspector.txt | g
     "hello inspector"
 check "list_files" "$(call list_files "sandbox_id=$sb" path=/tmp |
     get 'any(e["path"] == "/tmp/inspector.txt" for e in s["entries"])')" True
+url=$(call get_file_url "sandbox_id=$sb" path=/tmp/inspector.txt | get 's["url"]')
+check "get_file_url: fetched with no key" "$(curl -sS "$url")" "hello inspector"
 check "get_preview_url" "$(call get_preview_url "sandbox_id=$sb" port=8000 |
     get 's["port"], s["url"].startswith("http")')" "(8000, True)"
 check "snapshot_sandbox" "$(call snapshot_sandbox "sandbox_id=$sb" | get 's["sandbox_id"]')" "$sb"
