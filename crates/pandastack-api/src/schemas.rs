@@ -136,6 +136,27 @@ impl PartialSchema for LogEvents {
 
 impl ToSchema for LogEvents {}
 
+/// Events of `GET …/files/watch`: each named by its frame's `type`, the frame as data.
+pub struct WatchEvents;
+
+impl PartialSchema for WatchEvents {
+    fn schema() -> RefOr<Schema> {
+        let names = [
+            "ready", "create", "modify", "delete", "rename", "overflow", "error",
+        ];
+        events(
+            "One event of a file watch: `ready` once armed (again after a wake), the changes, \
+             `overflow` when some were dropped, and `error` as the last.",
+            names
+                .into_iter()
+                .map(|n| (n, component("WatchFrame")))
+                .collect(),
+        )
+    }
+}
+
+impl ToSchema for WatchEvents {}
+
 /// Bytes of a file, sent or received as they are.
 pub struct Bytes;
 

@@ -60,7 +60,7 @@ const REARM_TRIES: u32 = 10;
         ("access_token" = Option<String>, Query, description = "API key, for clients that cannot set headers (EventSource, browsers' WebSocket)"),
     ),
     responses(
-        (status = 200, description = "Server-Sent Events named by each frame's `type`, the frame as data", content_type = "text/event-stream", body = WatchFrame),
+        (status = 200, description = "Server-Sent Events named by each frame's `type`, the frame as data", content_type = "text/event-stream", body = inline(crate::schemas::WatchEvents)),
         (status = 101, description = "Switching to the WebSocket protocol; server frames are WatchFrame"),
     )
 )]

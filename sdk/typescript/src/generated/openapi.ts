@@ -5595,7 +5595,35 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/event-stream": components["schemas"]["WatchFrame"];
+                    "text/event-stream": {
+                        data: string;
+                        /** @enum {string} */
+                        event: "ready";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "create";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "modify";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "delete";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "rename";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "overflow";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "error";
+                    };
                 };
             };
             default: components["responses"]["Error"];
