@@ -1,6 +1,7 @@
 //! Frameworks of the detection table deployed from a local git repository and answering at their
 //! URL, with projects made by the frameworks' own generators from the npm registry on the host
-//! (`create-vite`, `express-generator`) and a Python app on Flask from PyPI, all built in VMs of
+//! (`create-vite`, `express-generator`) and a Python app on Flask from PyPI (a `src/` package of a
+//! monorepo's subdirectory, declared by its pyproject.toml), all built in VMs of
 //! the `app` template with sandbox networking, one after another. The Express project has an npm
 //! lockfile and installs through the npm fast path (packages fetched on the host, unpacked in
 //! the VM); Vite's has none, so npm resolves it in the VM (timings in docs/apps.md, "App
@@ -75,7 +76,9 @@ fn publish(work: &Path, daemon: &GitDaemon) -> String {
 fn write(dir: &Path, files: &[(&str, &str)]) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     for (name, text) in files {
-        std::fs::write(dir.join(name), text).unwrap();
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
     }
     dir.to_owned()
 }
@@ -305,11 +308,15 @@ async fn generated_projects_of_every_framework_deploy_and_answer() {
         "npm",
         &["install", "--package-lock-only", "--no-audit", "--no-fund"],
     );
+    // The Flask app as real projects lay it out: a package under `src/` declared by its
+    // pyproject.toml (its dependencies there, no requirements.txt), the app object made in the
+    // package's `__init__.py`, in a subdirectory of a monorepo (`root_dir`).
     let flask = write(
         &root.join("flask-app"),
         &[
-            ("app.py", "from flask import Flask\napp = Flask(__name__)\n\n@app.get(\"/\")\ndef index():\n    return {\"hello\": \"flask\"}\n"),
-            ("requirements.txt", "flask==3.*\n"),
+            ("README.md", "A monorepo: the API is services/api.\n"),
+            ("services/api/pyproject.toml", "[project]\nname = \"shop-api\"\nversion = \"0.1.0\"\ndependencies = [\"flask==3.*\"]\n\n[build-system]\nrequires = [\"setuptools>=61\"]\nbuild-backend = \"setuptools.build_meta\"\n\n[tool.setuptools.packages.find]\nwhere = [\"src\"]\n"),
+            ("services/api/src/shop_api/__init__.py", "from flask import Flask\napp = Flask(__name__)\n\n@app.get(\"/\")\ndef index():\n    return {\"hello\": \"flask\"}\n"),
         ],
     );
 
@@ -326,7 +333,7 @@ async fn generated_projects_of_every_framework_deploy_and_answer() {
         Case {
             app: "flask",
             project: flask,
-            extra: json!({}),
+            extra: json!({"root_dir": "services/api"}),
             framework: "flask",
             marker: "\"hello\":\"flask\"",
             also: None,
