@@ -216,13 +216,8 @@ impl Watcher {
                 .await?;
             match row.state {
                 SandboxState::Running => {
-                    if let Cut::Ended = cut {
-                        // The guest ended the watch itself: its directory went away.
-                        return Err(ApiError::new(
-                            ErrorCode::NotFound,
-                            format!("path: {} was deleted or moved", self.path),
-                        ));
-                    }
+                    // Armed again (a guest that ended the watch itself lost its directory: arming
+                    // it again says so, in the guest's words, unless one was made again there).
                     if tries >= REARM_TRIES {
                         return Err(match cut {
                             Cut::Error(e) => e.into(),
@@ -274,7 +269,7 @@ impl Watcher {
 
 /// How a watch's guest call ended.
 enum Cut {
-    /// The guest ended it: the directory went away (unless the sandbox stopped meanwhile).
+    /// The guest ended it: its directory went away (or the sandbox stopped meanwhile).
     Ended,
     /// With this error: a hibernation, a delete, a session cut.
     Error(HostError),

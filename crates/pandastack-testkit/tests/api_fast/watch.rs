@@ -155,6 +155,24 @@ async fn a_watch_tells_what_a_command_changes_and_outlives_a_hibernation() {
     let got = w.until("create", &format!("{r}/after-wake")).await;
     assert_eq!(got.len(), 1, "{got:?}");
 
+    // The watched directory removed: the watch ends with the guest's `not_found`.
+    let sub = s.dir.path().join("watched/a");
+    let sub = sub.to_string_lossy().into_owned();
+    let mut w2 = Events::open(&s, &id, &sub, false).await;
+    assert_eq!(w2.next().await.unwrap().0, "ready");
+    exec(&s, &id, &format!("rm -r {sub}")).await;
+    let got = w2.until("delete", &sub).await;
+    assert!(got.len() <= 2, "{got:?}"); // `b`'s delete, then the directory's own
+    let (name, data) = w2.next().await.unwrap();
+    assert_eq!(
+        (name.as_str(), &data["code"]),
+        ("error", &json!("not_found")),
+        "{data}"
+    );
+    assert!(w2.next().await.is_none());
+    // The first watch, of the tree above, goes on.
+    w.until("delete", &sub).await;
+
     // Deleted: the watch ends with an error.
     let (st, _) = call(&s, "DELETE", &format!("/v1/sandboxes/{id}"), None).await;
     assert_eq!(st, StatusCode::NO_CONTENT);
