@@ -171,8 +171,9 @@ impl Watcher {
                             }
                         }
                     }
-                    Some(Err(e)) => break Cut::Error(e),
-                    None => break Cut::Ended,
+                    Some(Err(e)) => break Some(e),
+                    // The guest ended it: its directory went away (or the sandbox stopped).
+                    None => break None,
                 }
             };
             match self.rearm(&tx, cut).await {
@@ -198,13 +199,13 @@ impl Watcher {
         }
     }
 
-    /// The watch armed again after its guest call ended (`cut`: how), once the sandbox runs;
-    /// `Ok(None)` when the client left meanwhile, `Err` when the watch is over. A cut is not
-    /// logged: a hibernation or a delete makes one.
+    /// The watch armed again after its guest call ended (`cut`: with this error, or by the
+    /// guest), once the sandbox runs; `Ok(None)` when the client left meanwhile, `Err` when the
+    /// watch is over. A cut is not logged: a hibernation or a delete makes one.
     async fn rearm(
         &self,
         tx: &mpsc::Sender<WatchFrame>,
-        mut cut: Cut,
+        mut cut: Option<HostError>,
     ) -> Result<Option<Batches>, ApiError> {
         let mut tries = 0;
         loop {
@@ -219,10 +220,9 @@ impl Watcher {
                     // Armed again (a guest that ended the watch itself lost its directory: arming
                     // it again says so, in the guest's words, unless one was made again there).
                     if tries >= REARM_TRIES {
-                        return Err(match cut {
-                            Cut::Error(e) => e.into(),
-                            _ => ApiError::new(ErrorCode::Unavailable, "the watch was cut"),
-                        });
+                        return Err(cut.map(ApiError::from).unwrap_or_else(|| {
+                            ApiError::new(ErrorCode::Unavailable, "the watch was cut")
+                        }));
                     }
                     tries += 1;
                     match self
@@ -235,12 +235,11 @@ impl Watcher {
                         Ok(s) => return Ok(Some(s)),
                         // What the guest says of the path (gone, not a directory) is final.
                         Err(e @ HostError::Guest { .. }) => return Err(e.into()),
-                        Err(e) => cut = Cut::Error(e),
+                        Err(e) => cut = Some(e),
                     }
                 }
                 SandboxState::Starting | SandboxState::Paused | SandboxState::Hibernated => {
                     // Asleep (or on its way back): armed again once it runs.
-                    cut = Cut::Asleep;
                     tries = 0;
                 }
                 state => {
@@ -265,16 +264,6 @@ impl Watcher {
             }
         }
     }
-}
-
-/// How a watch's guest call ended.
-enum Cut {
-    /// The guest ended it: its directory went away (or the sandbox stopped meanwhile).
-    Ended,
-    /// With this error: a hibernation, a delete, a session cut.
-    Error(HostError),
-    /// The sandbox was seen asleep since: arm the watch again when it runs.
-    Asleep,
 }
 
 fn frame(e: WatchEvent) -> WatchFrame {

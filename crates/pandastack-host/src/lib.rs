@@ -272,8 +272,8 @@ pub trait Host: Send + Sync + 'static {
     async fn stat(&self, id: &str, path: &str) -> HostResult<FileInfo>;
     /// Watches the directory `path` (and every directory below it when `recursive`): returns
     /// once the watch is armed, then the stream yields batches of changes as they happen. It
-    /// ends when the directory goes away; dropping it ends the watch. A guest too old to watch
-    /// answers `Unsupported`.
+    /// ends when the directory goes away; dropping it ends the watch. A guest agent too old to
+    /// watch is a [`HostError::Guest`] saying to rebuild the template.
     async fn watch(
         &self,
         id: &str,

@@ -51,12 +51,12 @@ fn mask() -> AddWatchFlags {
 /// Arms a watch on `path` and streams its events; the first message is an empty batch.
 pub(super) fn watch(path: &str, recursive: bool) -> Result<WatchStream, Status> {
     let root = abs(path)?;
-    let mut tree = Tree::arm(root, recursive)?;
+    let (mut tree, ino) = Tree::arm(root, recursive)?;
     let (tx, rx) = mpsc::channel(QUEUE);
     // The first message says the watch is armed: every change after it is told.
     tx.try_send(Ok(v1::WatchBatch::default()))
         .map_err(|_| Status::internal("watch queue"))?;
-    let ino = Ino(tree.ino.take().expect("armed"));
+    let ino = Ino(ino);
     // SAFETY: `Ino` owns the inotify descriptor, moved into the AsyncFd here; it stays open
     // with the same number for the AsyncFd's whole life and `as_raw_fd` always returns it.
     let fd = unsafe { AsyncFd::register(ino) }
@@ -148,8 +148,6 @@ fn half_a_rename(events: &[InotifyEvent]) -> bool {
 
 /// The watched directories of one call.
 struct Tree {
-    /// Until the reading task takes it.
-    ino: Option<Inotify>,
     root: PathBuf,
     root_wd: WatchDescriptor,
     recursive: bool,
@@ -157,7 +155,8 @@ struct Tree {
 }
 
 impl Tree {
-    fn arm(root: PathBuf, recursive: bool) -> Result<Tree, Status> {
+    /// The tree of `root` watched by a new inotify instance (returned with it).
+    fn arm(root: PathBuf, recursive: bool) -> Result<(Tree, Inotify), Status> {
         let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
             .map_err(|e| Status::internal(format!("inotify: {e}")))?;
         let root_wd = ino
@@ -168,31 +167,29 @@ impl Tree {
             root_wd,
             recursive,
             dirs: HashMap::from([(root_wd, root.clone())]),
-            ino: None,
         };
         if recursive {
-            let mut found = Vec::new();
+            // What is there before the watch is armed is not news: no events for it.
             // The caller's to fix (a smaller tree), not the guest's: not RESOURCE_EXHAUSTED,
             // which tells of a full disk.
-            tree.add_below(&ino, &root, &mut found).map_err(|full| {
+            tree.add_below(&ino, &root, None).map_err(|full| {
                 Status::invalid_argument(format!(
                     "{}: more than {full} directories to watch; watch a smaller tree, or without recursive",
                     root.display()
                 ))
             })?;
         }
-        tree.ino = Some(ino);
-        Ok(tree)
+        Ok((tree, ino))
     }
 
     /// Watches every directory below `dir` (not `dir` itself), pushing a create event for each
-    /// entry found into `found` (for a directory made while the watch runs: what was put in it
-    /// before its own watch was armed). Errs with the bound when it is reached.
+    /// entry found into `found` when given (for a directory made while the watch runs: what was
+    /// put in it before its own watch was armed). Errs with the bound when it is reached.
     fn add_below(
         &mut self,
         ino: &Inotify,
         dir: &Path,
-        found: &mut Vec<v1::WatchEvent>,
+        mut found: Option<&mut Vec<v1::WatchEvent>>,
     ) -> Result<(), usize> {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return Ok(()); // gone or unreadable: nothing to watch there
@@ -200,7 +197,9 @@ impl Tree {
         for entry in entries.flatten() {
             let path = entry.path();
             let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-            found.push(event(WatchKind::Create, &path, is_dir));
+            if let Some(found) = found.as_deref_mut() {
+                found.push(event(WatchKind::Create, &path, is_dir));
+            }
             if !is_dir {
                 continue;
             }
@@ -215,7 +214,7 @@ impl Tree {
                 Err(Errno::ENOSPC) => return Err(self.dirs.len()),
                 Err(_) => continue, // gone meanwhile, or not ours to read
             }
-            self.add_below(ino, &path, found)?;
+            self.add_below(ino, &path, found.as_deref_mut())?;
         }
         Ok(())
     }
@@ -326,7 +325,7 @@ impl Tree {
             return; // gone already: its delete follows
         };
         self.dirs.insert(wd, dir.to_owned());
-        if self.add_below(ino, dir, out).is_err() {
+        if self.add_below(ino, dir, Some(out)).is_err() {
             out.push(self.overflow());
         }
     }

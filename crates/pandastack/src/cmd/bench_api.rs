@@ -415,7 +415,7 @@ pub async fn run(a: ApiArgs) -> anyhow::Result<ExitCode> {
 /// one at a time: milliseconds from sending each write to its event (a `rename`: the guest
 /// writes a temporary file and renames it) reaching this client.
 async fn watch_latency(api: &Api, a: &ApiArgs) -> anyhow::Result<Vec<f64>> {
-    use futures::StreamExt;
+    use pandastack_client::types::WatchFrame;
     let (id, _) = api.create(&a.template).await?;
     let dir = "/tmp/bench-watch";
     let (st, v) = api
@@ -428,65 +428,44 @@ async fn watch_latency(api: &Api, a: &ApiArgs) -> anyhow::Result<Vec<f64>> {
     if st != StatusCode::OK || v["exit_code"] != 0 {
         bail!("mkdir: {st} {v}");
     }
-    let resp = api
-        .c
-        .get(format!("{}/v1/sandboxes/{id}/files/watch", api.url))
-        .query(&[("path", dir)])
-        .bearer_auth(&api.key)
-        .send()
-        .await?;
-    if resp.status() != StatusCode::OK {
-        bail!("watch: {} {}", resp.status(), resp.text().await?);
-    }
-    let mut body = resp.bytes_stream();
-    let mut decoder = pandastack_client::SseDecoder::default();
-    let mut pending = std::collections::VecDeque::new();
-    // The next SSE event of the watch, within 30 s.
-    let mut next_event = async move || -> anyhow::Result<(String, Value)> {
-        loop {
-            if let Some(ev) = pending.pop_front() {
-                let pandastack_client::SseEvent { event, data, .. } = ev;
-                return Ok((event, serde_json::from_str(&data)?));
-            }
-            let chunk = tokio::time::timeout(Duration::from_secs(30), body.next())
-                .await
-                .context("no watch event within 30 s")?
-                .context("the watch ended")??;
-            pending.extend(decoder.push(&chunk));
-        }
+    let client = pandastack_client::Client::new(pandastack_client::Config::new(
+        api.url.as_str(),
+        Some(api.key.clone()),
+    ))?;
+    let mut watch = client.watch_files(&id, dir, false).await?;
+    // The next frame of the watch, within 30 s.
+    let mut next = async || -> anyhow::Result<WatchFrame> {
+        tokio::time::timeout(Duration::from_secs(30), watch.next())
+            .await
+            .context("no watch event within 30 s")??
+            .context("the watch ended")
     };
-    let (first, _) = next_event().await?;
-    if first != "ready" {
-        bail!("watch: {first} before ready");
+    let first = next().await?;
+    if !matches!(first, WatchFrame::Ready { .. }) {
+        bail!("watch: {first:?} before ready");
     }
     let mut out = Vec::with_capacity(a.watch_runs);
     for i in 0..a.watch_runs {
         let path = format!("{dir}/f{i}");
         let t = Instant::now();
-        let write = api
-            .c
-            .put(format!("{}/v1/sandboxes/{id}/fs", api.url))
-            .query(&[("path", path.as_str())])
-            .bearer_auth(&api.key)
-            .body("x")
-            .send();
         let told = async {
             loop {
-                let (event, data) = next_event().await?;
                 // A write through the API lands by a rename of a temporary file.
-                let landed = event == "create" || event == "rename";
-                if landed && data["path"] == path.as_str() {
-                    return Ok::<_, anyhow::Error>(ms(t.elapsed()));
+                match next().await? {
+                    WatchFrame::Create { path: p, .. } | WatchFrame::Rename { path: p, .. }
+                        if p == path =>
+                    {
+                        return Ok::<_, anyhow::Error>(ms(t.elapsed()))
+                    }
+                    _ => {}
                 }
             }
         };
-        let (written, told) = tokio::join!(write, told);
-        let written = written?;
-        if !written.status().is_success() {
-            bail!("write {path}: {}", written.status());
-        }
+        let (written, told) = tokio::join!(client.write_file(&id, &path, "x"), told);
+        written.with_context(|| format!("write {path}"))?;
         out.push(told?);
     }
+    drop(watch);
     api.delete(&id).await?;
     Ok(out)
 }
