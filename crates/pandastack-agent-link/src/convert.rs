@@ -8,8 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use pandastack_host::{
     BuildSource, BuiltImage, DirPage, DiskLimits, DiskRequest, ExecEvent, ExecOutcome, ExecSpec,
-    FileInfo, FileKind, HostError, HostResult, ImagePiece, LogChunk, LogPos, Origin, PtySize,
-    Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmState, VmStats, VmView,
+    FileInfo, FileKind, HostError, HostResult, ImagePiece, LogChunk, LogPos, MetricSample, Origin,
+    PtySize, Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmState, VmStats, VmView,
     VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView, WatchEvent, WatchKind,
 };
 
@@ -161,6 +161,40 @@ pub(crate) fn stats_from_pb(s: pb::VmStats) -> VmStats {
         rss_bytes: s.rss_bytes,
         pss_bytes: s.pss_bytes,
         cpu_time: duration_from_pb(s.cpu_time),
+    }
+}
+
+pub(crate) fn sample_to_pb(s: MetricSample) -> pb::MetricSample {
+    pb::MetricSample {
+        at_ms: s.at_ms,
+        run: s.run,
+        vcpus: s.vcpus,
+        cpu_time_ms: s.cpu_time_ms,
+        rss_bytes: s.rss_bytes,
+        pss_bytes: s.pss_bytes,
+        mem_total_bytes: s.mem_total_bytes,
+        mem_available_bytes: s.mem_available_bytes,
+        disk_total_bytes: s.disk_total_bytes,
+        disk_used_bytes: s.disk_used_bytes,
+        net_rx_bytes: s.net_rx_bytes,
+        net_tx_bytes: s.net_tx_bytes,
+    }
+}
+
+pub(crate) fn sample_from_pb(s: pb::MetricSample) -> MetricSample {
+    MetricSample {
+        at_ms: s.at_ms,
+        run: s.run,
+        vcpus: s.vcpus,
+        cpu_time_ms: s.cpu_time_ms,
+        rss_bytes: s.rss_bytes,
+        pss_bytes: s.pss_bytes,
+        mem_total_bytes: s.mem_total_bytes,
+        mem_available_bytes: s.mem_available_bytes,
+        disk_total_bytes: s.disk_total_bytes,
+        disk_used_bytes: s.disk_used_bytes,
+        net_rx_bytes: s.net_rx_bytes,
+        net_tx_bytes: s.net_tx_bytes,
     }
 }
 

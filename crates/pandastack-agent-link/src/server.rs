@@ -291,6 +291,15 @@ impl Agent for AgentService {
         })
     }
 
+    async fn metrics(&self, r: Request<pb::MetricsRequest>) -> RpcResult<pb::MetricsReply> {
+        let r = r.into_inner();
+        ok(self.host.metrics(&r.id, r.since_ms).await, |v| {
+            pb::MetricsReply {
+                samples: v.into_iter().map(sample_to_pb).collect(),
+            }
+        })
+    }
+
     async fn console(&self, r: Request<pb::ConsoleRequest>) -> RpcResult<pb::LogChunk> {
         let r = r.into_inner();
         let max = usize::try_from(r.max).unwrap_or(usize::MAX);

@@ -108,6 +108,8 @@ pub(crate) struct Entry<V: Vm> {
     /// [`crate::HostAgent::store_durable`]): an operation that changes the sandbox does not
     /// wait behind it.
     durable: std::sync::Mutex<Option<tokio_util::sync::CancellationToken>>,
+    /// The host's readings of its VM (see [`crate::metrics`]).
+    pub(crate) history: std::sync::Mutex<crate::metrics::History>,
 }
 
 impl<V: Vm> Entry<V> {
@@ -118,6 +120,7 @@ impl<V: Vm> Entry<V> {
             dialed: Default::default(),
             view: std::sync::Mutex::new(view),
             durable: std::sync::Mutex::new(None),
+            history: Default::default(),
         }
     }
 

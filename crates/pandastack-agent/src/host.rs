@@ -8,9 +8,9 @@ use bytes::Bytes;
 use pandastack_host::{
     BoxStream, BuildLogFn, BuildSource, BuiltImage, DirPage, DiskRequest, ExecEvent, ExecInput,
     ExecOutcome, ExecSpec, FileInfo, Host, HostError, HostResult, ImagePiece, ListPage, LogChunk,
-    LogPos, Origin, PortIo, SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary,
-    TemplateView, VmStats, VmView, VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload,
-    VolumeView, WatchEvent,
+    LogPos, MetricSample, Origin, PortIo, SessionStart, Shape, SnapshotView, SpecRefused,
+    SpecSummary, TemplateView, VmStats, VmView, VolumeHolder, VolumeMount, VolumeSnapshotView,
+    VolumeUpload, VolumeView, WatchEvent,
 };
 use pandastack_vm::VmDriver;
 
@@ -219,6 +219,10 @@ impl<D: VmDriver + 'static> Host for LocalHost<D> {
             pss_bytes: s.pss_bytes,
             cpu_time: s.cpu_time,
         }))
+    }
+
+    async fn metrics(&self, id: &str, since_ms: i64) -> HostResult<Vec<MetricSample>> {
+        Ok(self.0.metrics(id, since_ms).await?)
     }
 
     async fn console(&self, id: &str, from: Option<LogPos>, max: usize) -> HostResult<LogChunk> {

@@ -26,6 +26,7 @@ mod entry;
 mod error;
 mod guest;
 mod host;
+mod metrics;
 mod moving;
 mod moving_snapshots;
 mod peer_images;

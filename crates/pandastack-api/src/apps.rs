@@ -121,7 +121,7 @@ fn app_wire(app: &ApiState, a: &AppInfo) -> wire::App {
 }
 
 /// An app name from a path, or 404.
-fn name_of(name: &str) -> ApiResult<&str> {
+pub(crate) fn name_of(name: &str) -> ApiResult<&str> {
     if wire::valid_name(name, 64) {
         Ok(name)
     } else {

@@ -75,7 +75,7 @@ pub(crate) fn database_wire(app: &ApiState, d: &DatabaseInfo) -> wire::Database 
 }
 
 /// A database id or name from a path, or 404.
-fn id_of(id: &str) -> ApiResult<&str> {
+pub(crate) fn id_of(id: &str) -> ApiResult<&str> {
     if wire::valid_name(id, 64) {
         Ok(id)
     } else {

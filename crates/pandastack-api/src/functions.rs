@@ -58,7 +58,7 @@ fn version_of(v: &str) -> ApiResult<u64> {
 }
 
 /// A function name from a path, or 404.
-fn name_of(name: &str) -> ApiResult<&str> {
+pub(crate) fn name_of(name: &str) -> ApiResult<&str> {
     if wire::validate_function_name("name", name).is_ok() {
         Ok(name)
     } else {

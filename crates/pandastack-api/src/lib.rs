@@ -19,6 +19,7 @@ mod idempotency;
 mod keys;
 mod logs;
 mod meta;
+mod metrics;
 pub mod openapi;
 mod page;
 mod ports;

@@ -16,8 +16,8 @@ use crate::openapi::Conventions;
 use crate::ApiState;
 #[allow(unused_imports)] // named by the table through the macro
 use crate::{
-    apps, code, databases, exec_ws, file_urls, functions, hosts, keys, logs, meta, ports, pty,
-    sandboxes, schedules, snapshots, templates, volumes, watch, workload,
+    apps, code, databases, exec_ws, file_urls, functions, hosts, keys, logs, meta, metrics, ports,
+    pty, sandboxes, schedules, snapshots, templates, volumes, watch, workload,
 };
 
 /// The axum method filter for an OpenAPI method.
@@ -155,7 +155,10 @@ route_table! {
     sandboxes::wake,
     sandboxes::migrate,
     logs::logs,
-    sandboxes::metrics,
+    metrics::sandbox,
+    metrics::database,
+    metrics::app_vms,
+    metrics::function,
     workload::exec,
     workload::exec_stream,
     exec_ws::exec_ws,

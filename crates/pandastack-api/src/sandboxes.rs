@@ -306,31 +306,3 @@ pub async fn migrate(
     })
     .await
 }
-
-/// Host-side resource use of a sandbox's VM: `state`, and while it runs `host_rss_bytes`,
-/// `host_pss_bytes`, `cpu_time_ms`.
-#[utoipa::path(
-    get,
-    path = "/v1/sandboxes/{id}/metrics",
-    operation_id = "sandbox_metrics",
-    tag = "sandboxes",
-    params(("id" = String, Path, description = "Sandbox id")),
-    responses((status = 200, description = "Resource use", body = Object))
-)]
-pub async fn metrics(
-    State(app): State<Arc<ApiState>>,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
-    let row = owned(&app, &caller, &id).await?;
-    let stats = app.control.host().stats(&row.id).await?;
-    Ok(Json(match stats {
-        Some(s) => serde_json::json!({
-            "state": row.state,
-            "host_rss_bytes": s.rss_bytes,
-            "host_pss_bytes": s.pss_bytes,
-            "cpu_time_ms": s.cpu_time.as_millis() as u64,
-        }),
-        None => serde_json::json!({ "state": row.state }),
-    }))
-}

@@ -38,8 +38,9 @@ use bytes::Bytes;
 use pandastack_host::{
     BoxStream, BuildLogFn, BuildSource, BuiltImage, DirPage, DiskRequest, ExecEvent, ExecInput,
     ExecOutcome, ExecSpec, FileInfo, Host, HostError, HostResult, ListPage, LogChunk, LogPos,
-    PortIo, SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmStats,
-    VmView, VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
+    MetricSample, PortIo, SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary,
+    TemplateView, VmStats, VmView, VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload,
+    VolumeView,
 };
 use pandastack_store::{HostRow, HostState, Store};
 
@@ -577,6 +578,10 @@ impl Host for Fleet {
 
     async fn stats(&self, id: &str) -> HostResult<Option<VmStats>> {
         self.to(id).await?.stats(id).await
+    }
+
+    async fn metrics(&self, id: &str, since_ms: i64) -> HostResult<Vec<MetricSample>> {
+        self.to(id).await?.metrics(id, since_ms).await
     }
 
     async fn console(&self, id: &str, from: Option<LogPos>, max: usize) -> HostResult<LogChunk> {

@@ -25,8 +25,9 @@ use futures::Stream;
 use pandastack_host::{
     BoxStream, BuildLogFn, BuildSource, BuiltImage, DirPage, DiskRequest, ExecEvent, ExecInput,
     ExecOutcome, ExecSpec, FileInfo, Host, HostResult, ImagePiece, ListPage, LogChunk, LogPos,
-    Origin, PortIo, SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView,
-    VmStats, VmView, VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
+    MetricSample, Origin, PortIo, SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary,
+    TemplateView, VmStats, VmView, VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload,
+    VolumeView,
 };
 use pandastack_store::{now_ms, Store};
 
@@ -217,6 +218,10 @@ impl Host for Watched {
     async fn stats(&self, id: &str) -> HostResult<Option<VmStats>> {
         self.host.stats(id).await
     }
+    async fn metrics(&self, id: &str, since_ms: i64) -> HostResult<Vec<MetricSample>> {
+        self.host.metrics(id, since_ms).await
+    }
+
     async fn console(&self, id: &str, from: Option<LogPos>, max: usize) -> HostResult<LogChunk> {
         self.host.console(id, from, max).await
     }

@@ -29,7 +29,8 @@ pub use files::{DirPage, FileInfo, FileKind, ListPage, WatchEvent, WatchKind};
 pub use log::{read_log, trim_log, LogChunk, LogPos};
 pub use peer::{ImagePiece, Origin, Peers};
 pub use view::{
-    DiskLimits, DiskRequest, Shape, SnapshotView, TemplateView, VmState, VmStats, VmView,
+    DiskLimits, DiskRequest, MetricSample, Shape, SnapshotView, TemplateView, VmState, VmStats,
+    VmView,
 };
 pub use volume::{VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView};
 
@@ -111,6 +112,11 @@ pub trait Host: Send + Sync + 'static {
     async fn destroy(&self, id: &str) -> HostResult<()>;
     /// Resource use of the sandbox's VM (`None` while it has no VM process).
     async fn stats(&self, id: &str) -> HostResult<Option<VmStats>>;
+    /// The readings the host took of the sandbox's VM at or after `since_ms` (Unix ms), oldest
+    /// first: one every few seconds for the last hour, one a minute before that, for as long
+    /// as the host has run the sandbox (see `docs/operations.md`). Empty for a sandbox that has
+    /// not run since.
+    async fn metrics(&self, id: &str, since_ms: i64) -> HostResult<Vec<MetricSample>>;
     /// At most `max` bytes of the sandbox's console from `from` (`None`: from the top); follow
     /// it by passing each chunk's `next` back.
     async fn console(&self, id: &str, from: Option<LogPos>, max: usize) -> HostResult<LogChunk>;

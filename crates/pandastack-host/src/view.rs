@@ -107,6 +107,33 @@ pub struct VmStats {
     pub cpu_time: Duration,
 }
 
+/// One reading of a sandbox's VM, taken by its host every few seconds while the VM runs (see
+/// [`crate::Host::metrics`]). `cpu_time_ms`, `net_rx_bytes` and `net_tx_bytes` count up from
+/// the start of the VM process; a new process (a wake, a restart of the VM) starts them again
+/// and has another `run`. The rest are the values at `at_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MetricSample {
+    /// Unix time of the reading, in ms.
+    pub at_ms: i64,
+    /// Which VM process the counters belong to: changes whenever they start again.
+    pub run: u32,
+    pub vcpus: u32,
+    /// User + system CPU time of the VM process.
+    pub cpu_time_ms: u64,
+    pub rss_bytes: u64,
+    pub pss_bytes: u64,
+    /// What the guest says of its memory (`None`: it did not answer, or its agent predates the
+    /// call).
+    pub mem_total_bytes: Option<u64>,
+    pub mem_available_bytes: Option<u64>,
+    /// What the guest says of its root filesystem.
+    pub disk_total_bytes: Option<u64>,
+    pub disk_used_bytes: Option<u64>,
+    /// Bytes the guest received and sent over its network (`None`: it has no NIC).
+    pub net_rx_bytes: Option<u64>,
+    pub net_tx_bytes: Option<u64>,
+}
+
 /// A catalog template the host can create sandboxes of.
 #[derive(Debug, Clone)]
 pub struct TemplateView {

@@ -31,9 +31,9 @@ use futures::StreamExt;
 use pandastack_host::{
     BoxStream, BuildLogFn, BuildSource, BuiltImage, DirPage, ExecEvent, ExecInput, ExecOutcome,
     ExecSpec, FileInfo, FileKind, GuestErrorKind, Host, HostError, HostResult, ListPage, LogChunk,
-    LogPos, PortIo, SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView,
-    VmState, VmStats, VmView, VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload,
-    VolumeView,
+    LogPos, MetricSample, PortIo, SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary,
+    TemplateView, VmState, VmStats, VmView, VolumeHolder, VolumeMount, VolumeSnapshotView,
+    VolumeUpload, VolumeView,
 };
 
 /// The host operations a fault can be scripted for, and the names [`ScriptedHost::calls`]
@@ -218,6 +218,9 @@ pub struct ScriptedVm {
     pub dirs: BTreeSet<String>,
     /// CPU time [`Host::stats`] reports (a test raises it to make a guest look busy).
     pub cpu_time: Duration,
+    /// The readings [`Host::metrics`] reports (a test sets them with
+    /// [`ScriptedHost::record_samples`]).
+    pub samples: Vec<MetricSample>,
 }
 
 #[derive(Default)]
@@ -458,6 +461,13 @@ impl ScriptedHost {
         }
     }
 
+    /// Adds readings of sandbox `id`'s VM, as a real host's sampler would have taken them.
+    pub fn record_samples(&self, id: &str, samples: impl IntoIterator<Item = MetricSample>) {
+        if let Some(v) = self.lock().vms.get_mut(id) {
+            v.samples.extend(samples);
+        }
+    }
+
     /// Ids of the snapshots the host has.
     pub fn snapshot_ids(&self) -> Vec<String> {
         self.lock().snapshots.keys().cloned().collect()
@@ -542,6 +552,7 @@ impl ScriptedHost {
                 files,
                 dirs,
                 cpu_time: Duration::ZERO,
+                samples: Vec::new(),
             },
         );
         Ok(view)
@@ -852,6 +863,16 @@ impl Host for ScriptedHost {
             Some(_) => Ok(()),
             None => Err(no_vm(id)),
         }
+    }
+
+    async fn metrics(&self, id: &str, since_ms: i64) -> HostResult<Vec<MetricSample>> {
+        let s = self.lock();
+        let v = s.vms.get(id).ok_or_else(|| no_vm(id))?;
+        Ok(v.samples
+            .iter()
+            .filter(|x| x.at_ms >= since_ms)
+            .copied()
+            .collect())
     }
 
     async fn stats(&self, id: &str) -> HostResult<Option<VmStats>> {

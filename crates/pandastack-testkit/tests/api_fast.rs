@@ -32,6 +32,8 @@ mod hosts;
 mod isolation;
 #[path = "api_fast/list_pages.rs"]
 mod list_pages;
+#[path = "api_fast/metrics.rs"]
+mod metrics;
 #[path = "api_fast/no_vm_refusals.rs"]
 mod no_vm_refusals;
 #[path = "api_fast/watch.rs"]

@@ -6,9 +6,10 @@ use bytes::Bytes;
 use futures::StreamExt;
 use pandastack_host::{
     BoxStream, BuildLogFn, BuildSource, BuiltImage, DirPage, DiskRequest, ExecEvent, ExecInput,
-    ExecOutcome, ExecSpec, FileInfo, Host, HostResult, ListPage, LogChunk, LogPos, Origin, PortIo,
-    SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView, VmStats, VmView,
-    VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView, WatchEvent,
+    ExecOutcome, ExecSpec, FileInfo, Host, HostResult, ListPage, LogChunk, LogPos, MetricSample,
+    Origin, PortIo, SessionStart, Shape, SnapshotView, SpecRefused, SpecSummary, TemplateView,
+    VmStats, VmView, VolumeHolder, VolumeMount, VolumeSnapshotView, VolumeUpload, VolumeView,
+    WatchEvent,
 };
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
@@ -120,6 +121,18 @@ impl Host for RemoteHost {
         Ok(inner(self.c().stats(sid(id)).await)?
             .stats
             .map(stats_from_pb))
+    }
+
+    async fn metrics(&self, id: &str, since_ms: i64) -> HostResult<Vec<MetricSample>> {
+        let r = pb::MetricsRequest {
+            id: id.to_owned(),
+            since_ms,
+        };
+        Ok(inner(self.c().metrics(r).await)?
+            .samples
+            .into_iter()
+            .map(sample_from_pb)
+            .collect())
     }
 
     async fn console(&self, id: &str, from: Option<LogPos>, max: usize) -> HostResult<LogChunk> {

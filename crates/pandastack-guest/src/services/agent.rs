@@ -48,6 +48,13 @@ impl Agent for AgentService {
         }))
     }
 
+    async fn stats(&self, _: Request<v1::Empty>) -> Result<Response<v1::StatsResponse>, Status> {
+        let stats = tokio::task::spawn_blocking(super::stats::read)
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(stats))
+    }
+
     async fn post_restore(
         &self,
         req: Request<v1::PostRestoreRequest>,

@@ -11,6 +11,7 @@ mod files;
 mod net;
 mod ports;
 mod pty;
+mod stats;
 mod watch;
 
 pub use agent::apply_post_restore;

@@ -57,6 +57,10 @@ pub struct LocalHostArgs {
     /// cut and the newest kept (0: unbounded).
     #[arg(long, env = "PANDASTACK_CONSOLE_LOG_MAX_KB", default_value_t = 1024)]
     pub console_log_max_kb: u64,
+    /// How often the host reads each running VM's CPU, memory, disk and network use for
+    /// `GET …/metrics`, in ms (0: never).
+    #[arg(long, env = "PANDASTACK_SAMPLE_INTERVAL_MS", default_value_t = 5000)]
+    pub sample_interval_ms: u64,
     /// Bound on each VM process's own log (QEMU's messages, `qemu.log` in its run directory),
     /// in KiB: past it the oldest part is cut. It is read only for error messages.
     #[arg(long, env = "PANDASTACK_VM_LOG_MAX_KB", default_value_t = 256,
@@ -222,6 +226,10 @@ pub async fn start_host(
     }
     tokio::spawn(Arc::clone(&agent).trim_consoles_forever(a.console_log_max_kb << 10));
     tokio::spawn(Arc::clone(&agent).stop_powered_off_forever());
+    if a.sample_interval_ms > 0 {
+        let every = Duration::from_millis(a.sample_interval_ms);
+        tokio::spawn(Arc::clone(&agent).sample_forever(every));
+    }
     let host: Arc<dyn pandastack_host::Host> =
         Arc::new(pandastack_agent::LocalHost(Arc::clone(&agent)));
     Ok(StartedHost {
