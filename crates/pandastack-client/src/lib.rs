@@ -37,7 +37,7 @@ pub use exec::{ExecEvent, ExecExit, ExecStream};
 pub use http::RetryPolicy;
 pub use pandastack_api_types as types;
 pub use pty::{PtyEvent, PtyOptions, PtyReceiver, PtySender};
-pub use sandboxes::{ListSandboxes, LogEvent, LogStream};
+pub use sandboxes::{ListSandboxes, LogEvent, LogStream, MetricsOf};
 pub use sse::{SseDecoder, SseEvent};
 pub use watch::WatchStream;
 

@@ -163,10 +163,25 @@ impl Client {
         self.json(call).await
     }
 
-    /// `GET …/metrics`: the server's resource-use object as it is.
-    pub async fn metrics(&self, id: &str) -> Result<serde_json::Value, Error> {
-        self.json(Call::new(Method::GET, sandbox_path(id, "/metrics")))
-            .await
+    /// `GET /v1/{kind}/{id}/metrics`: a sandbox's (or a database's, an app's, a function's)
+    /// resource use over time, as points of `step` seconds (server default 5) since `since` (an
+    /// RFC 3339 time or a span back such as `15m`; server default 10 minutes).
+    pub async fn metrics(
+        &self,
+        of: MetricsOf,
+        id: &str,
+        since: Option<&str>,
+        step: Option<u64>,
+    ) -> Result<pandastack_api_types::Metrics, Error> {
+        let path = format!("/v1/{}/{}/metrics", of.collection(), seg(id));
+        let mut call = Call::new(Method::GET, path);
+        if let Some(since) = since {
+            call = call.query("since", since);
+        }
+        if let Some(step) = step {
+            call = call.query("step", &step.to_string());
+        }
+        self.json(call).await
     }
 
     /// `GET …/logs`: the console output so far.
@@ -236,6 +251,26 @@ impl LogStream {
                     _ => {}
                 }
             }
+        }
+    }
+}
+
+/// Whose metrics [`Client::metrics`] asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsOf {
+    Sandbox,
+    Database,
+    App,
+    Function,
+}
+
+impl MetricsOf {
+    fn collection(self) -> &'static str {
+        match self {
+            MetricsOf::Sandbox => "sandboxes",
+            MetricsOf::Database => "databases",
+            MetricsOf::App => "apps",
+            MetricsOf::Function => "functions",
         }
     }
 }

@@ -31,6 +31,18 @@ use pandastack_host::{
 };
 use pandastack_store::{now_ms, Store};
 
+/// Runs a VM operation and records it in the process's metrics (`pandastack_vm_operations`,
+/// `pandastack_vm_operation_seconds`).
+async fn timed<T>(
+    op: &'static str,
+    call: impl std::future::Future<Output = HostResult<T>>,
+) -> HostResult<T> {
+    let t = std::time::Instant::now();
+    let r = call.await;
+    pandastack_telemetry::metrics().vm_operation(op, r.is_ok(), t.elapsed().as_secs_f64());
+    r
+}
+
 /// How often a call in flight records activity on its sandbox's row. Under the reaper's
 /// tick, so a reaper elsewhere never finds a row older than a call still running.
 pub const TOUCH_EVERY: Duration = Duration::from_secs(1);
@@ -170,7 +182,7 @@ impl Host for Watched {
         self.host.get(id).await
     }
     async fn create(&self, template: &str, id: &str) -> HostResult<VmView> {
-        self.host.create(template, id).await
+        timed("create", self.host.create(template, id)).await
     }
     async fn create_with_volumes(
         &self,
@@ -178,7 +190,11 @@ impl Host for Watched {
         id: &str,
         volumes: Vec<VolumeMount>,
     ) -> HostResult<VmView> {
-        self.host.create_with_volumes(template, id, volumes).await
+        timed(
+            "create",
+            self.host.create_with_volumes(template, id, volumes),
+        )
+        .await
     }
     async fn create_with_disk(
         &self,
@@ -187,33 +203,35 @@ impl Host for Watched {
         volumes: Vec<VolumeMount>,
         disk: DiskRequest,
     ) -> HostResult<VmView> {
-        self.host
-            .create_with_disk(template, id, volumes, disk)
-            .await
+        timed(
+            "create",
+            self.host.create_with_disk(template, id, volumes, disk),
+        )
+        .await
     }
     async fn create_with_memory_file(&self, template: &str, id: &str) -> HostResult<VmView> {
-        self.host.create_with_memory_file(template, id).await
+        timed("create", self.host.create_with_memory_file(template, id)).await
     }
     async fn create_from_snapshot(&self, snapshot: &str, id: &str) -> HostResult<VmView> {
-        self.host.create_from_snapshot(snapshot, id).await
+        timed("restore", self.host.create_from_snapshot(snapshot, id)).await
     }
     async fn pause(&self, id: &str) -> HostResult<VmView> {
-        self.host.pause(id).await
+        timed("pause", self.host.pause(id)).await
     }
     async fn resume(&self, id: &str) -> HostResult<VmView> {
-        self.host.resume(id).await
+        timed("resume", self.host.resume(id)).await
     }
     async fn hibernate(&self, id: &str) -> HostResult<VmView> {
-        self.host.hibernate(id).await
+        timed("hibernate", self.host.hibernate(id)).await
     }
     async fn wake(&self, id: &str) -> HostResult<VmView> {
-        self.host.wake(id).await
+        timed("wake", self.host.wake(id)).await
     }
     async fn awake(&self, id: &str) -> HostResult<VmView> {
         self.host.awake(id).await
     }
     async fn destroy(&self, id: &str) -> HostResult<()> {
-        self.host.destroy(id).await
+        timed("delete", self.host.destroy(id)).await
     }
     async fn stats(&self, id: &str) -> HostResult<Option<VmStats>> {
         self.host.stats(id).await
@@ -226,7 +244,7 @@ impl Host for Watched {
         self.host.console(id, from, max).await
     }
     async fn snapshot(&self, id: &str, snapshot_id: &str) -> HostResult<SnapshotView> {
-        self.host.snapshot(id, snapshot_id).await
+        timed("snapshot", self.host.snapshot(id, snapshot_id)).await
     }
     async fn fork(
         &self,
@@ -234,7 +252,7 @@ impl Host for Watched {
         snapshot_id: &str,
         child_ids: &[String],
     ) -> HostResult<(SnapshotView, Vec<VmView>)> {
-        self.host.fork(id, snapshot_id, child_ids).await
+        timed("fork", self.host.fork(id, snapshot_id, child_ids)).await
     }
     async fn store_hibernated(&self, id: &str, ws: &str) -> HostResult<String> {
         self.host.store_hibernated(id, ws).await

@@ -1,6 +1,6 @@
 //! The streaming and self-describing parts of `/v1`, end to end: the OpenAPI document against the
 //! routes the server answers, console logs followed over SSE, exec multiplexed over a WebSocket,
-//! and an interactive PTY. Real binary, real HTTP, real guests under QEMU.
+//! an interactive PTY, a file watch and the metrics history. Real binary, real HTTP, real guests under QEMU.
 
 mod common;
 
@@ -642,4 +642,83 @@ async fn files_watch_over_websocket_survives_a_hibernation() {
     // The touch raced the re-arming: told or not, nothing else is.
     let after = json!({"type": "create", "path": "/tmp/w/after", "dir": false});
     assert!(got[..got.len() - 1].iter().all(|f| *f == after), "{got:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metrics history
+
+/// A guest that writes 16 MiB and then keeps its vCPU busy shows it in its metrics: the CPU
+/// share of the busy seconds, the disk it used, and its own memory figures (a server reading
+/// every 500 ms).
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_history_shows_what_a_guest_did() {
+    let guard = runtime().await;
+    bake(&guard, "minimal").await;
+    let server = start_with(
+        guard.dir.path(),
+        free_port(),
+        &["--network", "off", "--sample-interval-ms", "500"],
+    )
+    .await;
+    let api = Api {
+        s: &server,
+        c: Client::new(),
+    };
+    let id = api.create(json!({"template": "minimal"})).await;
+    // Readings of the quiet guest first.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let r = api
+        .exec(
+            &id,
+            "dd if=/dev/zero of=/root/blob bs=1M count=16 conv=fsync 2>/dev/null && \
+             end=$(( $(date +%s) + 3 )); while [ $(date +%s) -lt $end ]; do :; done",
+        )
+        .await;
+    assert_eq!(r["exit_code"], 0, "{r}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let (st, m) = api
+        .call(
+            "GET",
+            &format!("/v1/sandboxes/{id}/metrics?since=2m&step=1"),
+            None,
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{m}");
+    let points = m["samples"].as_array().unwrap();
+    assert!(points.len() >= 5, "{m}");
+    let max = |k: &str| {
+        points
+            .iter()
+            .filter_map(|p| p[k].as_f64())
+            .fold(0.0, f64::max)
+    };
+    let min = |k: &str| {
+        points
+            .iter()
+            .filter_map(|p| p[k].as_f64())
+            .fold(f64::MAX, f64::min)
+    };
+    // A busy loop keeps the vCPU (and QEMU's thread running it) busy for seconds.
+    assert!(max("cpu_pct") > 40.0, "{m}");
+    // The 16 MiB file is on the root filesystem.
+    assert!(
+        max("disk_bytes") - min("disk_bytes") >= 15.0 * 1048576.0,
+        "{m}"
+    );
+    for p in points {
+        let total = p["mem_total_bytes"].as_u64().expect("the guest answers");
+        assert!(p["mem_available_bytes"].as_u64().unwrap() < total, "{p}");
+        assert!(p["mem_bytes"].as_u64().unwrap() > 0, "{p}");
+        assert!(p["net_rx"].is_null(), "no NIC: {p}");
+    }
+    // Coarser steps fold the same readings.
+    let (_, coarse) = api
+        .call(
+            "GET",
+            &format!("/v1/sandboxes/{id}/metrics?since=2m&step=60"),
+            None,
+        )
+        .await;
+    assert!(coarse["samples"].as_array().unwrap().len() <= 3, "{coarse}");
 }

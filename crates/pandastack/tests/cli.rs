@@ -1,7 +1,7 @@
 //! The client side of the `pandastack` binary, end to end: `auth`, `sandbox …` and
 //! `template ls` run as real processes against a real server with real guests — login and
 //! status with a private config home, create/ls/info, exec with exit-code passthrough and
-//! separate stdout/stderr, a 5 MiB copy both ways, a file watch, fork, snapshot, hibernate/wake, logs, kill,
+//! separate stdout/stderr, a 5 MiB copy both ways, `top` and `metrics`, a file watch, fork, snapshot, hibernate/wake, logs, kill,
 //! the error reports with their hints, the interactive shell driven through a pseudo-
 //! terminal, `volume …` with `sandbox create --volume`, and the operator's `host …` verbs with
 //! a key from `keys create --admin`.
@@ -319,6 +319,21 @@ async fn cli_drives_a_sandbox_end_to_end() {
         code == 1 && err.contains("ZeroDivisionError: division by zero"),
         "{code} {err}"
     );
+
+    // Resource use: the running sandboxes' table once, and one sandbox's history as JSON.
+    let out = cli.ok(&["sb", "top", "--once"]).await;
+    assert!(out.contains("CPU%") && out.contains(&id), "{out}");
+    let m: Value = serde_json::from_str(
+        &cli.ok(&["sb", "metrics", &id, "--since", "5m", "--step", "10"])
+            .await,
+    )
+    .unwrap();
+    assert_eq!(
+        (m["state"].as_str(), m["step"].as_u64()),
+        (Some("running"), Some(10)),
+        "{m}"
+    );
+    assert!(m["samples"].is_array(), "{m}");
 
     // Watch: a JSON line per event, `ready` first, then what a command changes.
     cli.ok(&["sb", "exec", &id, "-c", "mkdir -p /tmp/cliw"])

@@ -32,6 +32,7 @@ mod replica;
 pub mod run;
 pub mod sandbox;
 mod sandbox_io;
+mod sandbox_top;
 pub mod server;
 mod shell;
 pub mod template;

@@ -12,7 +12,7 @@ use pandastack_client::{Client, ListSandboxes};
 use super::client_util::{
     client, parse_pairs, print_json, print_table, run_reported, ConnArgs, Spinner,
 };
-use super::{sandbox_io, shell};
+use super::{sandbox_io, sandbox_top, shell};
 
 #[derive(Debug, clap::Args)]
 pub struct SandboxArgs {
@@ -60,8 +60,10 @@ enum SandboxCmd {
     /// Print the changes under a directory of a sandbox as they happen, a line each (`-r` for
     /// its subdirectories too); runs until interrupted or the watch ends.
     Watch(sandbox_io::WatchArgs),
-    /// Print a sandbox's resource use as JSON.
-    Metrics(IdJson),
+    /// Print a sandbox's resource use over time as JSON (`--since 1h --step 60`).
+    Metrics(sandbox_top::MetricsArgs),
+    /// Show running sandboxes' CPU, memory, disk and network use, refreshed every few seconds.
+    Top(sandbox_top::TopArgs),
     /// Print the preview URL of a port inside a sandbox (and its access token while private).
     Url(UrlArgs),
     /// Make a port public (reachable without a token) or, with `--private`, private again.
@@ -272,7 +274,8 @@ async fn dispatch(c: Client, cmd: SandboxCmd) -> anyhow::Result<ExitCode> {
         SandboxCmd::Kill(a) => return kill(&c, a).await,
         SandboxCmd::Logs(a) => sandbox_io::logs(&c, a).await?,
         SandboxCmd::Watch(a) => sandbox_io::watch(&c, a).await?,
-        SandboxCmd::Metrics(a) => print_json(&c.metrics(&a.id).await?)?,
+        SandboxCmd::Metrics(a) => sandbox_top::metrics(&c, a).await?,
+        SandboxCmd::Top(a) => sandbox_top::top(&c, a).await?,
         SandboxCmd::Url(a) => {
             let p = c.port_url(&a.id, a.port).await?;
             if a.json {
