@@ -144,11 +144,15 @@ impl<D: VmDriver + 'static> HostAgent<D> {
 
     /// One round of readings (see the module's notes).
     pub async fn sample_once(&self) {
+        let t = std::time::Instant::now();
         let entries: Vec<Arc<Entry<D::Vm>>> =
             self.sandboxes.read().await.values().cloned().collect();
+        let seen = std::sync::atomic::AtomicI64::new(0);
+        let seen = &seen;
         futures::stream::iter(entries)
             .for_each_concurrent(AT_ONCE, |e| async move {
                 if let Some(taken) = self.take(&e) {
+                    seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let pid = taken.pid;
                     let (veth, sample) = read(taken).await;
                     let mut h = e.history.lock().unwrap_or_else(|p| p.into_inner());
@@ -157,6 +161,11 @@ impl<D: VmDriver + 'static> HostAgent<D> {
                 }
             })
             .await;
+        let m = pandastack_telemetry::metrics();
+        m.sample_round_seconds.observe(t.elapsed().as_secs_f64());
+        m.sampled_vms
+            .set(seen.load(std::sync::atomic::Ordering::Relaxed));
+        m.pool_vms.set(self.runtime().pooled() as i64);
     }
 
     /// Reads the VM process's figures of `e` with its lock held, if it is free and the VM

@@ -21,6 +21,7 @@ mod logs;
 mod meta;
 mod metrics;
 pub mod openapi;
+mod operator_metrics;
 mod page;
 mod ports;
 pub mod proxy;
@@ -42,6 +43,7 @@ mod ws;
 pub use db_front::serve_db_front;
 pub use error::{ApiError, ApiResult};
 pub use openapi::{document, ApiDoc};
+pub use operator_metrics::metrics_router;
 pub use proxy::{proxy_router, PreviewConfig};
 pub use routes::operations;
 pub use sandboxes::wire_state;
@@ -162,6 +164,24 @@ fn front_door(routes: Router<Arc<ApiState>>, app: Arc<ApiState>) -> Router {
         .with_state(app)
 }
 
+/// Counts and times an API request in the process's metrics, by its route template.
+fn record(method: &axum::http::Method, route: String, status: u16, took: std::time::Duration) {
+    let m = pandastack_telemetry::metrics();
+    m.http_requests
+        .get_or_create(&pandastack_telemetry::HttpRequest {
+            method: method.as_str().to_owned(),
+            route: route.clone(),
+            status,
+        })
+        .inc();
+    m.http_request_seconds
+        .get_or_create(&pandastack_telemetry::HttpRoute {
+            method: method.as_str().to_owned(),
+            route,
+        })
+        .observe(took.as_secs_f64());
+}
+
 /// Gives every request an id (the client's `X-Request-Id` if sane, else a new one), makes it
 /// available to error responses, and returns it in `X-Request-Id`.
 async fn request_id(req: Request, next: Next) -> Response {
@@ -182,8 +202,14 @@ async fn request_id(req: Request, next: Next) -> Response {
             .get(axum::http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v != "0");
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched", |p| p.as_str())
+        .to_owned();
     let t = Instant::now();
     let mut resp = error::REQUEST_ID.scope(id.clone(), next.run(req)).await;
+    record(&method, route, resp.status().as_u16(), t.elapsed());
     tracing::debug!(request_id = %id, %method, %path, status = resp.status().as_u16(), ms = t.elapsed().as_millis() as u64, "request");
     if let Some(cause) = resp.extensions_mut().remove::<error::InternalCause>() {
         cause.log(&id, &format!("{method} {path}"));

@@ -140,9 +140,36 @@ pub fn proxy_router(app: Arc<ApiState>) -> Router {
 }
 
 async fn handle(State(app): State<Arc<ApiState>>, req: Request) -> Response {
-    match forward(&app, req).await {
+    let kind = kind_of(&app, &req);
+    let resp = match forward(&app, req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
+    };
+    pandastack_telemetry::metrics().proxied(kind, resp.status().as_u16());
+    resp
+}
+
+/// What a proxied request is for, for the metrics: a preview URL, an app, a function or a
+/// custom domain.
+fn kind_of(app: &ApiState, req: &Request) -> &'static str {
+    let host = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str())
+        .or_else(|| {
+            req.headers()
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+        })
+        .unwrap_or_default();
+    if app.preview.route(host).is_some() {
+        "preview"
+    } else {
+        match app.preview.app_name(host) {
+            Some(n) if n.starts_with(pandastack_api_types::FUNCTION_HOST_PREFIX) => "function",
+            Some(_) => "app",
+            None => "domain",
+        }
     }
 }
 

@@ -16,8 +16,9 @@ use crate::openapi::Conventions;
 use crate::ApiState;
 #[allow(unused_imports)] // named by the table through the macro
 use crate::{
-    apps, code, databases, exec_ws, file_urls, functions, hosts, keys, logs, meta, metrics, ports,
-    pty, sandboxes, schedules, snapshots, templates, volumes, watch, workload,
+    apps, code, databases, exec_ws, file_urls, functions, hosts, keys, logs, meta, metrics,
+    operator_metrics, ports, pty, sandboxes, schedules, snapshots, templates, volumes, watch,
+    workload,
 };
 
 /// The axum method filter for an OpenAPI method.
@@ -144,6 +145,7 @@ macro_rules! route_table {
 route_table! {
     meta::health,
     meta::openapi_json,
+    operator_metrics::prometheus,
     sandboxes::create,
     sandboxes::list,
     sandboxes::get,

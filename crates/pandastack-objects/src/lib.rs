@@ -32,6 +32,7 @@
 
 mod blobs;
 mod collect;
+mod counted;
 mod error;
 mod files;
 mod manifest;

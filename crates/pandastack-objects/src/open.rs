@@ -115,7 +115,7 @@ impl Objects {
 
     fn new(store: Arc<dyn ObjectStore>, prefix: &Path, description: String) -> Self {
         Self {
-            store,
+            store: Arc::new(crate::counted::Counted(store)),
             keys: Keys::new(prefix),
             description,
             concurrency: DEFAULT_CONCURRENCY,

@@ -157,6 +157,11 @@ impl<V> Pool<V> {
             .collect()
     }
 
+    fn total(&self) -> usize {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.values().map(Vec::len).sum()
+    }
+
     fn take_all(&self) -> Vec<Prepared<V>> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         entries.drain().flat_map(|(_, v)| v).collect()
@@ -181,6 +186,11 @@ impl<D: VmDriver> Runtime<D> {
     /// Number of warm VMs waiting for `template`.
     pub fn pool_size(&self, template: &Template) -> usize {
         self.pool.len(template)
+    }
+
+    /// Number of warm VMs waiting, every template's.
+    pub fn pooled(&self) -> usize {
+        self.pool.total()
     }
 
     /// How many pooled VMs have run their warm-up command (see the module's documentation).

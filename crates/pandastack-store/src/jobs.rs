@@ -107,6 +107,31 @@ fn row(r: &sqlx::any::AnyRow) -> Result<JobRow, StoreError> {
 }
 
 impl Jobs<'_> {
+    /// How many jobs there are of each kind and state, for the operator's metrics.
+    pub async fn count_by_kind_and_state(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
+        let rows = sqlx::query("SELECT kind, state, COUNT(*) AS n FROM jobs GROUP BY kind, state")
+            .fetch_all(self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| Ok((col(r, "kind")?, col(r, "state")?, col(r, "n")?)))
+            .collect()
+    }
+
+    /// For each kind with queued jobs due at `now`, the time the longest-waiting of them has
+    /// been due (unix ms), for the operator's metrics.
+    pub async fn oldest_due_by_kind(&self, now: i64) -> Result<Vec<(String, i64)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT kind, MIN(run_after) AS due FROM jobs \
+             WHERE state = 'queued' AND run_after <= $1 GROUP BY kind",
+        )
+        .bind(now)
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((col(r, "kind")?, col(r, "due")?)))
+            .collect()
+    }
+
     /// Queues `job`, unless its resource already has an incomplete job
     /// ([`StoreError::Conflict`]).
     pub async fn enqueue(&self, job: &NewJob) -> Result<JobRow, StoreError> {

@@ -702,6 +702,17 @@ impl SandboxRepo<'_> {
             .collect()
     }
 
+    /// How many sandboxes (every workspace, every host) are in each state, for the operator's
+    /// metrics.
+    pub async fn count_by_state(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM sandboxes GROUP BY state")
+            .fetch_all(self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| Ok((col(r, "state")?, col(r, "n")?)))
+            .collect()
+    }
+
     /// How many sandboxes (any state, every workspace) each host has rows for; hosts with none
     /// are left out. Administration only (the operator's host list), never for a user request.
     pub async fn count_by_host(

@@ -44,3 +44,41 @@ impl<S: Subscriber> Layer<S> for StoreQueryLayer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::Layer;
+
+    use super::*;
+
+    /// A real statement through sqlx, with the layer as the process's subscriber (SQLite runs
+    /// its statements on a thread of its own, so a thread's default would not see them), is
+    /// timed.
+    #[tokio::test]
+    async fn every_statement_sqlx_runs_is_timed() {
+        let subscriber = tracing_subscriber::registry()
+            .with(StoreQueryLayer.with_filter(StoreQueryLayer::filter()));
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+        let before = count();
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .unwrap();
+        for _ in 0..3 {
+            sqlx::query("SELECT 1").execute(&pool).await.unwrap();
+        }
+        assert!(count() >= before + 3, "{} → {}", before, count());
+    }
+
+    /// How many statements the histogram has seen, from its text.
+    fn count() -> u64 {
+        crate::metrics()
+            .encode()
+            .lines()
+            .find_map(|l| l.strip_prefix("pandastack_store_query_seconds_count "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}

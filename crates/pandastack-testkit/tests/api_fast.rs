@@ -36,6 +36,8 @@ mod list_pages;
 mod metrics;
 #[path = "api_fast/no_vm_refusals.rs"]
 mod no_vm_refusals;
+#[path = "api_fast/operator_metrics.rs"]
+mod operator_metrics;
 #[path = "api_fast/watch.rs"]
 mod watch;
 

@@ -17,12 +17,22 @@ struct Cli {
 }
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PANDASTACK_LOG")
-                .unwrap_or_else(|_| "info".into()),
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let log = tracing_subscriber::EnvFilter::try_from_env("PANDASTACK_LOG")
+        .unwrap_or_else(|_| "info".into());
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(log),
         )
-        .with_writer(std::io::stderr)
+        // The store's statement latency for `/metrics`, whatever the log shows.
+        .with(
+            pandastack_telemetry::StoreQueryLayer
+                .with_filter(pandastack_telemetry::StoreQueryLayer::filter()),
+        )
         .init();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Runtime::new() {

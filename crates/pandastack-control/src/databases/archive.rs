@@ -33,6 +33,45 @@ use serde::{Deserialize, Serialize};
 
 use super::{volume_name, DatabaseError, Databases, DATA_PATH};
 
+/// The databases whose WAL lag this process reports (see [`set_lag`]).
+static LAGGING: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Reports database `id`'s outbox in the process's metrics: `waiting` finished segments, the
+/// oldest written at `oldest_ms` (the lag: its age; 0 with none waiting).
+fn set_lag(id: &str, waiting: usize, oldest_ms: Option<i64>) {
+    let m = pandastack_telemetry::metrics();
+    let label = pandastack_telemetry::Database {
+        database: id.to_owned(),
+    };
+    let lag = oldest_ms.map_or(0.0, |t| (now_ms() - t).max(0) as f64 / 1000.0);
+    m.wal_archive_lag_seconds.get_or_create(&label).set(lag);
+    m.wal_outbox_segments
+        .get_or_create(&label)
+        .set(waiting as i64);
+    LAGGING
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(id.to_owned());
+}
+
+/// Drops the lag series of databases no longer archived here (deleted, moved, stopped).
+fn forget_lag_of_others(looked: &std::collections::BTreeSet<String>) {
+    let m = pandastack_telemetry::metrics();
+    let mut lagging = LAGGING.lock().unwrap_or_else(|p| p.into_inner());
+    lagging.retain(|id| {
+        if looked.contains(id) {
+            return true;
+        }
+        let label = pandastack_telemetry::Database {
+            database: id.clone(),
+        };
+        m.wal_archive_lag_seconds.remove(&label);
+        m.wal_outbox_segments.remove(&label);
+        false
+    });
+}
+
 /// Object store blob kind of archived WAL (grouped by database id).
 pub(crate) const WAL_KIND: &str = "wal";
 /// Object store record kind of base backups (`<database>.<volume backup>`).
@@ -178,6 +217,7 @@ impl Databases {
                 return;
             }
         };
+        let mut looked = std::collections::BTreeSet::new();
         for row in rows {
             if row.state != DatabaseRowState::Ready {
                 continue;
@@ -187,6 +227,7 @@ impl Databases {
                 Ok(s) if s.state == SandboxState::Running => {}
                 _ => continue,
             }
+            looked.insert(row.id.clone());
             if let Err(e) = self.archive_outbox(&row, sb).await {
                 tracing::debug!(database = %row.id, error = &e as &dyn std::error::Error, "archiver: outbox not taken this time");
             }
@@ -196,6 +237,7 @@ impl Databases {
                 }
             }
         }
+        forget_lag_of_others(&looked);
     }
 
     /// Moves the finished segments in the VM's outbox to the object store; returns how many.
@@ -211,6 +253,8 @@ impl Databases {
         let mut files = self.host.list_dir_all(sandbox, &dir, 1).await?;
         files.retain(|f| !f.name.starts_with('.') && f.size as usize <= MAX_SEGMENT);
         files.sort_by(|a, b| a.name.cmp(&b.name));
+        let oldest = files.iter().map(|f| f.mtime_ms).min();
+        set_lag(&row.id, files.len(), oldest);
         let objects = self.volumes.objects();
         for f in &files {
             let mut stream = self.host.read_file(sandbox, &f.path).await?;
@@ -234,6 +278,7 @@ impl Databases {
                 .map_err(objects_error)?;
             self.host.remove(sandbox, &f.path, false).await?;
         }
+        set_lag(&row.id, 0, None);
         Ok(files.len())
     }
 

@@ -35,6 +35,10 @@ pub struct AgentArgs {
         value_name = "ADDR"
     )]
     listen: SocketAddr,
+    /// Address of a listener serving only `GET /metrics` (this host's VM operations, pool,
+    /// sampler and object-store traffic, as Prometheus text) without a key.
+    #[arg(long, env = "PANDASTACK_METRICS_LISTEN", value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
     /// Where replicas reach the agent service, `host:port` (default: the listen address,
     /// unless it is unspecified such as 0.0.0.0: then this flag is needed).
     #[arg(long, env = "PANDASTACK_ADVERTISE", value_name = "HOST:PORT", value_parser = advertised)]
@@ -91,6 +95,15 @@ pub async fn run(a: AgentArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("listen on {} (choose another with --listen)", a.listen))?;
     let bound = listener.local_addr().context("the listener's address")?;
+    if let Some(addr) = a.metrics_listen {
+        let metrics = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("listen on {addr} (metrics)"))?;
+        tracing::info!(%addr, "metrics listener");
+        tokio::spawn(
+            async move { axum::serve(metrics, pandastack_api::metrics_router(None)).await },
+        );
+    }
     let advertise = match &a.advertise {
         Some(s) => s.clone(),
         None if !bound.ip().is_unspecified() => bound.to_string(),

@@ -27,6 +27,11 @@ pub struct ServerArgs {
         default_value = "127.0.0.1:8081"
     )]
     proxy_listen: SocketAddr,
+    /// Address of a listener serving only `GET /metrics` (Prometheus text) without a key: bind
+    /// it where only your scraper reaches. Without it, `/metrics` is on the API listener for
+    /// admin keys.
+    #[arg(long, env = "PANDASTACK_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
     /// How users reach the preview proxy: `scheme://domain[:port]`; a port's URL is
     /// `scheme://<port>-<sandbox id>.domain[:port]` (default: `http://localhost:<proxy port>`,
     /// which browsers resolve to this machine). Put TLS in front for `https`.
@@ -484,6 +489,19 @@ async fn serve(
             tls,
         )));
     }
+    let metrics = match a.metrics_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listen on {addr} (metrics)"))?;
+            println!("Metrics: http://{addr}/metrics (Prometheus text, no key)");
+            let router = pandastack_api::metrics_router(Some(app.store.clone()));
+            Some(tokio::spawn(
+                async move { axum::serve(listener, router).await },
+            ))
+        }
+        None => None,
+    };
     let proxy_app = pandastack_api::proxy_router(Arc::clone(&app));
     let proxy = tokio::spawn(async move { axum::serve(proxy_listener, proxy_app).await });
     // The MCP endpoint calls this listener's own API with each request's key; cancelling its
@@ -503,6 +521,9 @@ async fn serve(
     .await?;
     proxy.abort();
     db.abort();
+    if let Some(m) = metrics {
+        m.abort();
+    }
     if let Some(t) = tls_task {
         t.abort();
     }
