@@ -96,6 +96,7 @@ fn start(mut spec: ExecSpec) -> Vec<v1::ExecInput> {
 /// streams its events. `inputs` should not end before the command does (a clean end of inputs
 /// lets the command run on unattended); dropping the returned stream cancels the call, and the
 /// guest kills the process group.
+#[tracing::instrument(name = "guest.exec_session", skip_all, level = "info")]
 pub(crate) async fn exec_session(
     ch: Channel,
     start: SessionStart,
@@ -112,6 +113,7 @@ pub(crate) async fn exec_session(
 
 /// Runs a command and streams its events. The request stream stays open until the command
 /// exits: dropping the returned stream cancels the call, and the guest kills the process group.
+#[tracing::instrument(name = "guest.exec_stream", skip_all, level = "info")]
 pub(crate) async fn exec_stream(
     ch: Channel,
     spec: ExecSpec,
@@ -165,6 +167,7 @@ fn event(m: Result<v1::ExecOutput, Status>) -> Option<HostResult<ExecEvent>> {
 }
 
 /// Runs a command to completion and collects its output (bounded by `max_output_bytes`).
+#[tracing::instrument(name = "guest.exec", skip_all, level = "info")]
 pub(crate) async fn exec(ch: Channel, spec: ExecSpec) -> HostResult<ExecOutcome> {
     let t = Instant::now();
     let timeout = spec.timeout;
@@ -208,6 +211,7 @@ pub(crate) async fn exec(ch: Channel, spec: ExecSpec) -> HostResult<ExecOutcome>
 }
 
 /// Streams a guest file's bytes.
+#[tracing::instrument(name = "guest.read_file", skip_all, level = "info")]
 pub(crate) async fn read_file(
     ch: Channel,
     path: String,
@@ -227,6 +231,7 @@ pub(crate) async fn read_file(
 }
 
 /// Writes a guest file from a byte stream (replaced atomically on success). Returns bytes written.
+#[tracing::instrument(name = "guest.write_file", skip_all, level = "info")]
 pub(crate) async fn write_file(
     ch: Channel,
     path: String,
@@ -278,6 +283,7 @@ fn file_info(f: v1::FileInfo) -> FileInfo {
     }
 }
 
+#[tracing::instrument(name = "guest.stat", skip_all, level = "info")]
 pub(crate) async fn stat(ch: Channel, path: String) -> HostResult<FileInfo> {
     let info = FilesClient::new(ch)
         .stat(v1::PathRequest { path })
@@ -289,6 +295,7 @@ pub(crate) async fn stat(ch: Channel, path: String) -> HostResult<FileInfo> {
 
 /// Watches a guest directory: returns once the guest armed the watch (its first, empty batch),
 /// then streams the batches that follow.
+#[tracing::instrument(name = "guest.watch", skip_all, level = "info")]
 pub(crate) async fn watch(
     ch: Channel,
     path: String,
@@ -342,6 +349,7 @@ fn watch_event(e: v1::WatchEvent) -> Option<WatchEvent> {
     })
 }
 
+#[tracing::instrument(name = "guest.list", skip_all, level = "info")]
 pub(crate) async fn list(
     ch: Channel,
     path: String,
@@ -391,6 +399,7 @@ fn hold_to_page(answer: v1::ListResponse, page: &ListPage) -> DirPage {
     }
 }
 
+#[tracing::instrument(name = "guest.mkdir", skip_all, level = "info")]
 pub(crate) async fn mkdir(ch: Channel, path: String, parents: bool) -> HostResult<()> {
     FilesClient::new(ch)
         .mkdir(v1::MkdirRequest {
@@ -403,6 +412,7 @@ pub(crate) async fn mkdir(ch: Channel, path: String, parents: bool) -> HostResul
     Ok(())
 }
 
+#[tracing::instrument(name = "guest.remove", skip_all, level = "info")]
 pub(crate) async fn remove(ch: Channel, path: String, recursive: bool) -> HostResult<()> {
     FilesClient::new(ch)
         .remove(v1::RemoveRequest { path, recursive })
@@ -411,6 +421,7 @@ pub(crate) async fn remove(ch: Channel, path: String, recursive: bool) -> HostRe
     Ok(())
 }
 
+#[tracing::instrument(name = "guest.rename", skip_all, level = "info")]
 pub(crate) async fn rename(
     ch: Channel,
     from: String,

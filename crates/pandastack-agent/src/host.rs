@@ -79,10 +79,13 @@ impl<D: VmDriver + 'static> LocalHost<D> {
         Fut: std::future::Future<Output = Result<T, crate::AgentError>> + Send + 'static,
         T: Send + 'static,
     {
-        tokio::spawn(op(Arc::clone(&self.0)))
-            .await
-            .map_err(|e| HostError::failed("host task", e))?
-            .map_err(Into::into)
+        // The caller's span goes with the work (a trace shows it under the request).
+        tokio::spawn(tracing::Instrument::in_current_span(op(Arc::clone(
+            &self.0,
+        ))))
+        .await
+        .map_err(|e| HostError::failed("host task", e))?
+        .map_err(Into::into)
     }
 
     /// The guest channel of a sandbox, woken first if hibernated (detached, see above).

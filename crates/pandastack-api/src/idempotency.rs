@@ -119,7 +119,8 @@ where
     F: std::future::Future<Output = ApiResult<T>> + Send + 'static,
     T: Send + 'static,
 {
-    tokio::spawn(work)
+    // The request's span goes with the work, so a trace shows it under the request.
+    tokio::spawn(tracing::Instrument::in_current_span(work))
         .await
         .unwrap_or_else(|e| Err(ApiError::internal("request task", &e)))
 }

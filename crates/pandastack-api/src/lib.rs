@@ -208,7 +208,22 @@ async fn request_id(req: Request, next: Next) -> Response {
         .map_or("unmatched", |p| p.as_str())
         .to_owned();
     let t = Instant::now();
-    let mut resp = error::REQUEST_ID.scope(id.clone(), next.run(req)).await;
+    // One span per request, named by its route template (a trace's root).
+    let span = tracing::info_span!(
+        "request",
+        otel.name = %format_args!("{method} {route}"),
+        otel.kind = "server",
+        http.request.method = %method,
+        http.route = %route,
+        http.response.status_code = tracing::field::Empty,
+        request_id = %id,
+    );
+    let mut resp = tracing::Instrument::instrument(
+        error::REQUEST_ID.scope(id.clone(), next.run(req)),
+        span.clone(),
+    )
+    .await;
+    span.record("http.response.status_code", resp.status().as_u16());
     record(&method, route, resp.status().as_u16(), t.elapsed());
     tracing::debug!(request_id = %id, %method, %path, status = resp.status().as_u16(), ms = t.elapsed().as_millis() as u64, "request");
     if let Some(cause) = resp.extensions_mut().remove::<error::InternalCause>() {

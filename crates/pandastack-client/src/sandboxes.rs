@@ -179,7 +179,7 @@ impl Client {
             call = call.query("since", since);
         }
         if let Some(step) = step {
-            call = call.query("step", &step.to_string());
+            call = call.query("step", step.to_string());
         }
         self.json(call).await
     }

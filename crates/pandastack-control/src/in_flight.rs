@@ -37,8 +37,10 @@ async fn timed<T>(
     op: &'static str,
     call: impl std::future::Future<Output = HostResult<T>>,
 ) -> HostResult<T> {
+    use tracing::Instrument;
     let t = std::time::Instant::now();
-    let r = call.await;
+    let span = tracing::info_span!("vm", otel.name = %format_args!("vm.{op}"), op);
+    let r = call.instrument(span).await;
     pandastack_telemetry::metrics().vm_operation(op, r.is_ok(), t.elapsed().as_secs_f64());
     r
 }

@@ -3,6 +3,7 @@
 //! built here, and every state change is one row update.
 
 use std::sync::Arc;
+use tracing::Instrument;
 
 use pandastack_api_types::{CreateSandboxRequest, PatchSandboxRequest};
 use pandastack_host::{Host, HostError, Origin, VmState, VmView};
@@ -367,6 +368,9 @@ impl Sandboxes {
             self.store
                 .sandboxes()
                 .insert_within_limit(std::slice::from_ref(&row))
+                .instrument(
+                    tracing::info_span!("placement", host = %row.host_id, mode = "this_host"),
+                )
                 .await?;
             return self.launch_on_host(row, &source).await;
         }
@@ -643,6 +647,11 @@ impl Sandboxes {
             .store
             .sandboxes()
             .insert_placed(row, claims, &demand)
+            .instrument(tracing::info_span!(
+                "placement",
+                mode = "cluster",
+                memory_mib
+            ))
             .await?;
         tracing::info!(
             sandbox = %row.id,

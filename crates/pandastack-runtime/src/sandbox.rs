@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tracing::Instrument;
 
 use pandastack_vm::{Memory, Vm, VmDriver, VmError, VmSpec, VolumeDisk};
 use serde::{Deserialize, Serialize};
@@ -390,6 +391,8 @@ impl<D: VmDriver> Runtime<D> {
         };
         let memory_file = matches!(source.ram, Ram::OwnCopyOf(_));
         let mut bound = vec![None; source.volumes.len()];
+        // The restore as a span of a trace (its end is where this handle is dropped).
+        let restore = tracing::info_span!("restore", from_pool, standby = standby.is_some());
         let (vm, net_slot, warm_agent) = match (warm, standby) {
             // Already restored and running, session open: only the identity is left to do.
             (Some(a), _) => (a.vm, a.net_slot, Some(a.agent)),
@@ -404,7 +407,12 @@ impl<D: VmDriver> Runtime<D> {
                     }
                 };
                 // On failure finish_restore stops the process itself.
-                if let Err(e) = self.driver.finish_restore(&vm, &source.state).await {
+                let finished = self
+                    .driver
+                    .finish_restore(&vm, &source.state)
+                    .instrument(restore.clone())
+                    .await;
+                if let Err(e) = finished {
                     self.net_release(slot).await;
                     return Err(e.into());
                 }
@@ -435,7 +443,12 @@ impl<D: VmDriver> Runtime<D> {
                     run_dir: dir.to_owned(),
                 };
                 let slot = lease.map(|l| l.index);
-                let vm = match self.driver.prepare_restore(&spec).await {
+                let vm = match self
+                    .driver
+                    .prepare_restore(&spec)
+                    .instrument(restore.clone())
+                    .await
+                {
                     Ok(vm) => vm,
                     Err(e) => {
                         self.net_release(slot).await;
@@ -443,7 +456,12 @@ impl<D: VmDriver> Runtime<D> {
                     }
                 };
                 // On failure finish_restore stops the process itself.
-                if let Err(e) = self.driver.finish_restore(&vm, &source.state).await {
+                let finished = self
+                    .driver
+                    .finish_restore(&vm, &source.state)
+                    .instrument(restore.clone())
+                    .await;
+                if let Err(e) = finished {
                     self.net_release(slot).await;
                     return Err(e.into());
                 }
@@ -455,6 +473,7 @@ impl<D: VmDriver> Runtime<D> {
                 (vm, slot, None)
             }
         };
+        drop(restore);
         let restored_at = started.elapsed();
         let info = SandboxInfo {
             id: id.to_owned(),
@@ -485,6 +504,7 @@ impl<D: VmDriver> Runtime<D> {
             info.save(dir)?;
             Ok::<_, CreateError>(agent)
         }
+        .instrument(tracing::info_span!("guest.post_restore"))
         .await;
         match ready {
             Ok(agent) => {

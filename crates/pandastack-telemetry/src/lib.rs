@@ -16,8 +16,10 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 mod sql;
+mod traces;
 
 pub use sql::StoreQueryLayer;
+pub use traces::{otlp_layer, Traces, TracesError};
 
 /// A VM operation and how it ended.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -20,12 +20,22 @@ impl StoreQueryLayer {
     }
 }
 
-struct Elapsed(Option<f64>);
+#[derive(Default)]
+struct Statement {
+    elapsed_secs: Option<f64>,
+    summary: Option<String>,
+}
 
-impl Visit for Elapsed {
+impl Visit for Statement {
     fn record_f64(&mut self, field: &Field, value: f64) {
         if field.name() == "elapsed_secs" {
-            self.0 = Some(value);
+            self.elapsed_secs = Some(value);
+        }
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "summary" {
+            self.summary = Some(value.to_owned());
         }
     }
 
@@ -37,10 +47,11 @@ impl<S: Subscriber> Layer<S> for StoreQueryLayer {
         if event.metadata().target() != "sqlx::query" {
             return;
         }
-        let mut v = Elapsed(None);
+        let mut v = Statement::default();
         event.record(&mut v);
-        if let Some(secs) = v.0 {
+        if let Some(secs) = v.elapsed_secs {
             crate::metrics().store_query_seconds.observe(secs);
+            crate::traces::statement(secs, v.summary.as_deref());
         }
     }
 }

@@ -3,6 +3,8 @@
 //! steps share the server start and the guests a test of their own each would boot again. The
 //! refusals that need no VM (auth, a bad create, a body over the limit, an unknown sandbox, a
 //! fork of too many) are fast tests in `pandastack-testkit/tests/api_fast/no_vm_refusals.rs`.
+//! Also: traces exported to an OTLP collector (a stand-in decoding what it receives with the
+//! OpenTelemetry protocol's own types).
 
 mod common;
 
@@ -326,4 +328,182 @@ async fn sandbox_lifecycle_over_http() {
         assert!(left.is_empty(), "left behind: {left:?}");
     })
     .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Traces
+
+/// One span as a collector received it.
+#[derive(Debug, Clone)]
+struct Received {
+    trace: Vec<u8>,
+    id: Vec<u8>,
+    parent: Vec<u8>,
+    name: String,
+    service: String,
+}
+
+/// An OTLP/HTTP collector stand-in on loopback: it decodes each `POST /v1/traces` body as the
+/// protocol's `ExportTraceServiceRequest` and keeps the spans.
+async fn collector() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<Received>>>,
+) {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = std::sync::Arc::clone(&got);
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let keep = std::sync::Arc::clone(&keep);
+            async move {
+                let req = ExportTraceServiceRequest::decode(body).expect("an OTLP trace export");
+                let mut spans = keep.lock().unwrap();
+                for rs in req.resource_spans {
+                    let service = rs
+                        .resource
+                        .iter()
+                        .flat_map(|r| r.attributes.iter())
+                        .find(|kv| kv.key == "service.name")
+                        .and_then(|kv| kv.value.as_ref())
+                        .map(|v| format!("{:?}", v.value))
+                        .unwrap_or_default();
+                    for ss in rs.scope_spans {
+                        for s in ss.spans {
+                            spans.push(Received {
+                                trace: s.trace_id,
+                                id: s.span_id,
+                                parent: s.parent_span_id,
+                                name: s.name,
+                                service: service.clone(),
+                            });
+                        }
+                    }
+                }
+                axum::http::StatusCode::OK
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, got)
+}
+
+/// A database of its own on the test PostgreSQL server (`None`: PostgreSQL skipped).
+fn postgres_database() -> Option<String> {
+    let admin = match std::env::var("PANDASTACK_TEST_POSTGRES").as_deref() {
+        Ok("skip") => return None,
+        Ok(u) => u.to_owned(),
+        Err(_) => panic!(
+            "PANDASTACK_TEST_POSTGRES is not set: run `eval \"$(scripts/test-postgres.sh start)\"`"
+        ),
+    };
+    let name = format!("pst_{:016x}", rand::random::<u64>());
+    let out = std::process::Command::new("psql")
+        .args([admin.as_str(), "-qc", &format!("CREATE DATABASE {name}")])
+        .output()
+        .expect("psql");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
+    Some(format!("{base}/{name}"))
+}
+
+/// A create's trace reaches the collector: its request span is the root, and under it (at any
+/// depth) the placement, the VM create, the restore, the guest's post-restore call and — on a
+/// PostgreSQL store, whose statements run on the request's own task — the store's statements.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_creates_trace_reaches_an_otlp_collector() {
+    let (addr, got) = collector().await;
+    let guard = runtime().await;
+    bake(&guard, "minimal").await;
+    let endpoint = format!("http://{addr}");
+    let state = postgres_database();
+    let mut args = vec!["--network", "off", "--otlp-endpoint", endpoint.as_str()];
+    if let Some(db) = &state {
+        args.extend(["--state", db.as_str()]);
+    }
+    let server = common::start_with(guard.dir.path(), free_port(), &args).await;
+    let api = Api {
+        s: &server,
+        c: Client::new(),
+    };
+    let id = api.create(json!({"template": "minimal"})).await;
+    // The batch exporter sends every few seconds.
+    let root = pandastack_testkit::within(
+        std::time::Duration::from_secs(30),
+        "the create's span",
+        async {
+            loop {
+                let found = got
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .find(|s| s.name == "POST /v1/sandboxes")
+                    .cloned();
+                if let Some(r) = found {
+                    return r;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        },
+    )
+    .await;
+    assert!(
+        root.parent.is_empty(),
+        "the request is the trace's root: {root:?}"
+    );
+    assert!(root.service.contains("pandastack-server"), "{root:?}");
+    let mut want = vec!["placement", "vm.create", "restore", "guest.post_restore"];
+    if state.is_some() {
+        want.push("store.query");
+    }
+    // Every wanted span of the trace, each with a chain of parents up to the root.
+    pandastack_testkit::within(
+        std::time::Duration::from_secs(30),
+        "the create's child spans",
+        async {
+            loop {
+                let spans: Vec<Received> = got
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|s| s.trace == root.trace)
+                    .cloned()
+                    .collect();
+                let under_root = |s: &Received| {
+                    let mut at = s.clone();
+                    for _ in 0..16 {
+                        if at.parent == root.id {
+                            return true;
+                        }
+                        match spans.iter().find(|p| p.id == at.parent) {
+                            Some(p) => at = p.clone(),
+                            None => return false,
+                        }
+                    }
+                    false
+                };
+                let missing: Vec<&str> = want
+                    .iter()
+                    .copied()
+                    .filter(|n| !spans.iter().any(|s| s.name == *n && under_root(s)))
+                    .collect();
+                if missing.is_empty() {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        },
+    )
+    .await;
+    let (st, _) = api
+        .call("DELETE", &format!("/v1/sandboxes/{id}"), None)
+        .await;
+    assert!(st.is_success());
 }

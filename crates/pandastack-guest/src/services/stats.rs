@@ -22,9 +22,9 @@ pub(crate) fn read() -> v1::StatsResponse {
         meminfo(&std::fs::read_to_string("/proc/meminfo").unwrap_or_default());
     let (disk_total_bytes, disk_used_bytes) = match nix::sys::statvfs::statvfs("/") {
         Ok(s) => {
-            let frag = s.fragment_size() as u64;
-            let total = (s.blocks() as u64).saturating_mul(frag);
-            let free = (s.blocks_free() as u64).saturating_mul(frag);
+            let frag = s.fragment_size();
+            let total = s.blocks().saturating_mul(frag);
+            let free = s.blocks_free().saturating_mul(frag);
             (total, total.saturating_sub(free))
         }
         Err(_) => (0, 0),
