@@ -50,7 +50,7 @@ SANDBOX_METRICS = {
 }
 
 GROUP_METRICS = {
-    "state": "live",
+    "state": "running",
     "step": 60,
     "samples": [POINT],
     "instances": [
@@ -171,7 +171,7 @@ def test_databases_apps_and_functions_have_metrics_with_instances(fake, namespac
     with make(fake) as c:
         m = getattr(c, namespace).metrics(name, since="1h", step=60)
         getattr(c, namespace).metrics(name)
-    assert (m.state, m.step, m.host_rss_bytes) == ("live", 60, None)
+    assert (m.state, m.step, m.host_rss_bytes) == ("running", 60, None)
     assert [type(x) for x in m.samples] == [MetricPoint] and m.samples[0].mem_bytes == 300_000_000
     assert [type(i) for i in m.instances] == [InstanceMetrics, InstanceMetrics]
     a, b = m.instances

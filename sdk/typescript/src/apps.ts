@@ -183,9 +183,10 @@ export class Apps {
 
   /**
    * The resource use of an app's VMs over time (by name or id): `samples` sum its instances
-   * (oldest first, `step` seconds apart), each listed in `instances`. `since`: a span (`"90s"`, `"15m"`, `"1h"`), a `Date` or an RFC 3339 string (default
-   * 10 minutes back, at most 6 hours); `step`: seconds per point (1 to 86400, default 5). Values
-   * the server refuses throw {@link InvalidArgumentError}.
+   * (oldest first, `step` seconds apart), each listed in `instances`.
+   * `since`: a span (`"90s"`, `"15m"`, `"1h"`), a `Date` or an RFC 3339 string (default 10
+   * minutes back, at most 6 hours); `step`: seconds per point (1 to 86400, default 5). Values the
+   * server refuses throw {@link InvalidArgumentError}.
    */
   async metrics(name: string, opts: MetricsOptions = {}): Promise<SandboxMetrics> {
     const w = await this.http.request<Record<string, unknown>>({

@@ -146,9 +146,10 @@ export class Databases {
 
   /**
    * The resource use of a database's VM over time (by id or name): `samples`, oldest first,
-   * `step` seconds apart, and the VM in `instances` (none while it hibernates). `since`: a span (`"90s"`, `"15m"`, `"1h"`), a `Date` or an RFC 3339 string (default
-   * 10 minutes back, at most 6 hours); `step`: seconds per point (1 to 86400, default 5). Values
-   * the server refuses throw {@link InvalidArgumentError}.
+   * `step` seconds apart, and its VMs one by one in `instances`. `since`: a span (`"90s"`,
+   * `"15m"`, `"1h"`), a `Date` or an RFC 3339 string (default 10 minutes back, at most 6 hours);
+   * `step`: seconds per point (1 to 86400, default 5). Values the server refuses throw
+   * {@link InvalidArgumentError}.
    */
   async metrics(id: string, opts: MetricsOptions = {}): Promise<SandboxMetrics> {
     const w = await this.http.request<Record<string, unknown>>({

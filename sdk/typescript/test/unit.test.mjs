@@ -789,7 +789,7 @@ test("metrics: since and step in the query; points, instances and the sandbox's 
     samples: [POINT, BARE_POINT],
   };
   const group = {
-    state: "live", step: 60, samples: [POINT],
+    state: "running", step: 60, samples: [POINT],
     instances: [
       { sandbox_id: "sb-a", state: "running", samples: [POINT] },
       { sandbox_id: "sb-b", state: "hibernated", samples: [] },
@@ -850,7 +850,7 @@ test("metrics: since and step in the query; points, instances and the sandbox's 
     ]) {
       const g = await client[ns].metrics(name, { since: "1h", step: 60 });
       assert.equal(srv.requests.at(-1).url, `${path}?since=1h&step=60`);
-      assert.deepEqual([g.state, g.step, g.hostRssBytes], ["live", 60, undefined]);
+      assert.deepEqual([g.state, g.step, g.hostRssBytes], ["running", 60, undefined]);
       assert.deepEqual(g.samples, [POINT_CAMEL]);
       assert.deepEqual(g.instances, [
         { sandboxId: "sb-a", state: "running", samples: [POINT_CAMEL] },

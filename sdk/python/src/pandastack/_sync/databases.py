@@ -104,7 +104,7 @@ class Databases:
         step: Optional[int] = None,
     ) -> Metrics:
         """The resource use of a database's VM over time (by id or name): ``samples``, oldest first,
-        ``step`` seconds apart, and the VM in ``instances`` (none while it hibernates).
+        ``step`` seconds apart, and its VMs one by one in ``instances``.
 
         ``since``: how far back, a span (``"90s"``, ``"15m"``, ``"1h"``; a ``timedelta``) or a
         time (a ``datetime`` or an RFC 3339 string); default 10 minutes, at most 6 hours.
