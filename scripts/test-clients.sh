@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The client test suites — Python SDK (pytest), the MCP server through the official MCP Python SDK,
-# TypeScript SDK (node:test), the examples they run as smoke tests and the agent-framework recipes
-# (examples/recipes/run.sh, with scripted models) — against a real `pandastack server` with real
-# guests. Called by scripts/test.sh after the Rust tests (it expects the guest kernel, the
+# The client test suites — Python SDK (pytest), the server's Prometheus endpoint read by the
+# official Prometheus client's OpenMetrics parser, the MCP server through the official MCP Python
+# SDK, TypeScript SDK (node:test), the examples they run as smoke tests and the agent-framework
+# recipes (examples/recipes/run.sh, with scripted models) — against a real `pandastack server` with
+# real guests. Called by scripts/test.sh after the Rust tests (it expects the guest kernel, the
 # `minimal` image, the reflink data dir and target/{debug/pandastack,release/pandastack-guest}
 # to exist).
 # Python packages come from PyPI into venvs in $PANDASTACK_CACHE; npm packages into
@@ -18,8 +19,9 @@ step "clients: install test dependencies"
 venv=$PANDASTACK_CACHE/venv-sdk
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install -q --disable-pip-version-check './sdk/python[test]'
-# The official MCP Python SDK drives tests/mcp (the MCP server over stdio and /mcp).
-"$venv/bin/pip" install -q --disable-pip-version-check 'mcp>=2.3,<3'
+# The official MCP Python SDK drives tests/mcp (the MCP server over stdio and /mcp); the official
+# Prometheus client's OpenMetrics parser reads GET /metrics in tests/operations.
+"$venv/bin/pip" install -q --disable-pip-version-check 'mcp>=2.3,<3' 'prometheus-client>=0.20,<1'
 (cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run -s gen:check && npm run -s build && npm run -s test:types)
 
 step "clients: server"
@@ -62,6 +64,9 @@ export PANDASTACK_TEST_ADMIN_KEY
 
 step "clients: Python SDK + examples"
 "$venv/bin/python" -m pytest -q sdk/python/tests
+
+step "clients: Prometheus scrape (GET /metrics through the official client's OpenMetrics parser)"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider tests/operations
 
 step "clients: MCP server (official Python SDK over stdio and streamable HTTP; MCP Inspector CLI over stdio)"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/mcp

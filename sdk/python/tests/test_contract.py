@@ -41,8 +41,11 @@ from pandastack.types import (
     FunctionVersion,
     Host,
     HostCapacity,
+    InstanceMetrics,
     Invocation,
     InvocationError,
+    MetricPoint,
+    Metrics,
     PortUrl,
     QueryField,
     QueryResult,
@@ -106,6 +109,10 @@ PAIRS: Dict[str, type] = {
     # The operator routes (/v1/hosts, admin keys).
     "Host": Host,
     "HostCapacity": HostCapacity,
+    # GET /v1/{sandboxes,databases,apps,functions}/{id}/metrics.
+    "Metrics": Metrics,
+    "MetricPoint": MetricPoint,
+    "InstanceMetrics": InstanceMetrics,
 }
 
 #: Schemas the SDK does not model as a type, and why.

@@ -111,6 +111,29 @@ def test_update_set_timeout_logs_metrics(client, make_sandbox):
     assert m.state == "running" and m.host_rss_bytes and m.cpu_time_ms is not None
 
 
+def test_metrics_history(make_sandbox):
+    # The server reads every running VM every 5 s: within a few seconds of its create a sandbox
+    # has a point with the host's view (RSS) and the guest's (its memory).
+    sb = make_sandbox()
+    deadline = time.monotonic() + 25
+    while True:
+        m = sb.metrics(since="1m", step=1)
+        points = [p for p in m.samples if p.mem_bytes > 0 and (p.mem_total_bytes or 0) > 0]
+        if points or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert m.step == 1 and m.state == "running" and m.host_rss_bytes
+    assert points, f"no point with the VM's and the guest's memory in {m.raw}"
+    p = points[-1]
+    assert p.t.endswith("Z") or "+" in p.t
+    assert p.vcpus >= 1 and p.pss_bytes > 0 and p.cpu_pct >= 0
+    assert (p.mem_available_bytes or 0) <= (p.mem_total_bytes or 0)
+    with pytest.raises(InvalidArgumentError):
+        sb.metrics(step=0)
+    with pytest.raises(InvalidArgumentError):
+        sb.metrics(since="7h")
+
+
 def test_pause_resume_and_state_errors(client, make_sandbox):
     sb = make_sandbox()
     sb.exec("echo before > /tmp/p")

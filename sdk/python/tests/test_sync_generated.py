@@ -37,8 +37,8 @@ def test_check_fails_on_drift_and_the_script_repairs_it(tmp_path) -> None:
     sandbox = src / "sandbox.py"
     text = sandbox.read_text(encoding="utf-8")
     text = text.replace(
-        "    async def metrics(self)",
-        "    async def drifted(self) -> int:\n        return 1\n\n    async def metrics(self)",
+        "    async def logs(self)",
+        "    async def drifted(self) -> int:\n        return 1\n\n    async def logs(self)",
         1,
     )
     sandbox.write_text(text, encoding="utf-8")

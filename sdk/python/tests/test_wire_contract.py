@@ -44,7 +44,6 @@ GENERATOR = os.path.join(ROOT, "scripts", "gen-python-wire.py")
 #: Dataclasses of pandastack.types with a from_json that read no schema, and why.
 NOT_WIRE: Dict[str, str] = {
     "WriteInfo": "built from the file-write answer, which the document does not name as a schema",
-    "Metrics": "GET /v1/sandboxes/{id}/metrics is not in the document's schemas",
     "WatchEvent": "one class for the variants of the WatchFrame union (its `type` says which); "
     "the error variant is raised as StreamError, never built",
 }

@@ -21,15 +21,17 @@ import { DeployTimeoutError, InvalidArgumentError, NotFoundError, PandaStackErro
 import { LogFollower, abortReason, sleep, type LogCallback } from "./follow.js";
 import type { HttpClient } from "./http.js";
 import { Paginator, type Page } from "./pagination.js";
-import { LONG_OPERATION_TIMEOUT_MS, type CallOptions } from "./sandbox.js";
+import { LONG_OPERATION_TIMEOUT_MS, metricsQuery, type CallOptions, type MetricsOptions } from "./sandbox.js";
 import {
   appFromWire,
   deployFromWire,
+  metricsFromWire,
   type AppBuild,
   type AppGit,
   type AppInfo,
   type AppStart,
   type DeployInfo,
+  type SandboxMetrics,
 } from "./types.js";
 import type { WireBody } from "./wire.js";
 
@@ -177,6 +179,23 @@ export class Apps {
   async get(name: string, opts: CallOptions = {}): Promise<AppInfo> {
     const w = await this.http.request<Record<string, unknown>>({ method: "GET", path: appPath(name), ...call(opts) });
     return appFromWire(w ?? {});
+  }
+
+  /**
+   * The resource use of an app's VMs over time (by name or id): `samples` sum its instances
+   * (oldest first, `step` seconds apart), each listed in `instances`.
+   * `since`: a span (`"90s"`, `"15m"`, `"1h"`), a `Date` or an RFC 3339 string (default 10
+   * minutes back, at most 6 hours); `step`: seconds per point (1 to 86400, default 5). Values the
+   * server refuses throw {@link InvalidArgumentError}.
+   */
+  async metrics(name: string, opts: MetricsOptions = {}): Promise<SandboxMetrics> {
+    const w = await this.http.request<Record<string, unknown>>({
+      method: "GET",
+      path: appPath(name, "/metrics"),
+      query: metricsQuery(opts),
+      ...call(opts),
+    });
+    return metricsFromWire(w ?? {});
   }
 
   /**

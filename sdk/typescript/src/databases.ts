@@ -17,15 +17,17 @@
 import { InvalidArgumentError, NotFoundError, VolumeBackupError, VolumeBackupTimeoutError } from "./errors.js";
 import type { HttpClient } from "./http.js";
 import { Paginator, type Page } from "./pagination.js";
-import { LONG_OPERATION_TIMEOUT_MS, type CallOptions } from "./sandbox.js";
+import { LONG_OPERATION_TIMEOUT_MS, metricsQuery, type CallOptions, type MetricsOptions } from "./sandbox.js";
 import {
   databaseExtensionsFromWire,
   databaseFromWire,
+  metricsFromWire,
   queryResultFromWire,
   volumeBackupFromWire,
   type DatabaseExtensions,
   type DatabaseInfo,
   type QueryResult,
+  type SandboxMetrics,
   type VolumeBackupInfo,
 } from "./types.js";
 import type { BackupOptions, WaitBackupOptions } from "./volumes.js";
@@ -140,6 +142,23 @@ export class Databases {
   async get(id: string, opts: CallOptions = {}): Promise<DatabaseInfo> {
     const w = await this.http.request<Record<string, unknown>>({ method: "GET", path: databasePath(id), ...call(opts) });
     return databaseFromWire(w ?? {});
+  }
+
+  /**
+   * The resource use of a database's VM over time (by id or name): `samples`, oldest first,
+   * `step` seconds apart, and its VMs one by one in `instances`. `since`: a span (`"90s"`,
+   * `"15m"`, `"1h"`), a `Date` or an RFC 3339 string (default 10 minutes back, at most 6 hours);
+   * `step`: seconds per point (1 to 86400, default 5). Values the server refuses throw
+   * {@link InvalidArgumentError}.
+   */
+  async metrics(id: string, opts: MetricsOptions = {}): Promise<SandboxMetrics> {
+    const w = await this.http.request<Record<string, unknown>>({
+      method: "GET",
+      path: databasePath(id, "/metrics"),
+      query: metricsQuery(opts),
+      ...call(opts),
+    });
+    return metricsFromWire(w ?? {});
   }
 
   /** Deletes a database: its VM and its data volume (backups stay in the object store); false if it did not exist. */

@@ -27,17 +27,19 @@ import { FunctionVersionTimeoutError, InvalidArgumentError, NotFoundError } from
 import { sleep } from "./follow.js";
 import type { HttpClient } from "./http.js";
 import { Paginator, type Page } from "./pagination.js";
-import type { CallOptions } from "./sandbox.js";
+import { metricsQuery, type CallOptions, type MetricsOptions } from "./sandbox.js";
 import { gitToWire } from "./apps.js";
 import {
   functionFromWire,
   functionVersionFromWire,
   invocationFromWire,
+  metricsFromWire,
   type AppGit,
   type FunctionInfo,
   type FunctionRuntime,
   type FunctionVersionInfo,
   type Invocation,
+  type SandboxMetrics,
 } from "./types.js";
 import type { WireBody } from "./wire.js";
 
@@ -178,6 +180,23 @@ export class Functions {
   async get(name: string, opts: CallOptions = {}): Promise<FunctionInfo> {
     const w = await this.http.request<Record<string, unknown>>({ method: "GET", path: functionPath(name), ...call(opts) });
     return functionFromWire(w ?? {});
+  }
+
+  /**
+   * The resource use of a function's instances over time: `samples` sum them (oldest first,
+   * `step` seconds apart), each listed in `instances`.
+   * `since`: a span (`"90s"`, `"15m"`, `"1h"`), a `Date` or an RFC 3339 string (default 10
+   * minutes back, at most 6 hours); `step`: seconds per point (1 to 86400, default 5). Values the
+   * server refuses throw {@link InvalidArgumentError}.
+   */
+  async metrics(name: string, opts: MetricsOptions = {}): Promise<SandboxMetrics> {
+    const w = await this.http.request<Record<string, unknown>>({
+      method: "GET",
+      path: functionPath(name, "/metrics"),
+      query: metricsQuery(opts),
+      ...call(opts),
+    });
+    return metricsFromWire(w ?? {});
   }
 
   /**

@@ -38,6 +38,7 @@ export {
   type ExecRunOptions,
   type ForkOptions,
   type ForkResult,
+  type MetricsOptions,
   type RunCodeOptions,
 } from "./sandbox.js";
 export {
@@ -174,6 +175,8 @@ export type {
   Invocation,
   InvocationError,
   InvocationStatus,
+  InstanceMetrics,
+  MetricPoint,
   OnHostLoss,
   VolumeState,
   OnTimeout,

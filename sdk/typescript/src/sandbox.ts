@@ -134,6 +134,49 @@ export interface CallOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * Options of `metrics()` (of a sandbox, and of `client.databases`, `client.apps`,
+ * `client.functions`).
+ */
+export interface MetricsOptions extends CallOptions {
+  /**
+   * How far back: a span (`"90s"`, `"15m"`, `"1h"`) or a time (a `Date`, or an RFC 3339
+   * string). Default 10 minutes, at most 6 hours.
+   */
+  since?: string | Date;
+  /** Seconds per point, 1 to 86400 (default 5; the server reads every VM every 5 s). */
+  step?: number;
+}
+
+/**
+ * The query of a metrics call. Only the types are checked here (a whole number of seconds, a
+ * non-empty string or a valid `Date`); the server checks the ranges and answers
+ * `invalid_argument`. @internal
+ */
+export function metricsQuery(opts: MetricsOptions): Record<string, string | number | undefined> {
+  const q: Record<string, string | number | undefined> = {};
+  const { since, step } = opts;
+  if (since !== undefined) {
+    if (since instanceof Date) {
+      if (Number.isNaN(since.getTime())) throw new InvalidArgumentError("since: an invalid Date", { code: "invalid_argument" });
+      q.since = since.toISOString();
+    } else if (typeof since === "string" && since !== "") {
+      q.since = since;
+    } else {
+      throw new InvalidArgumentError(`since: a span such as "15m", a Date or an RFC 3339 string, got ${JSON.stringify(since)}`, {
+        code: "invalid_argument",
+      });
+    }
+  }
+  if (step !== undefined) {
+    if (typeof step !== "number" || !Number.isInteger(step)) {
+      throw new InvalidArgumentError(`step: whole seconds per point, got ${JSON.stringify(step)}`, { code: "invalid_argument" });
+    }
+    q.step = step;
+  }
+  return q;
+}
+
 /** The pieces of the client a sandbox needs. @internal */
 export interface SandboxContext {
   http: HttpClient;
@@ -644,11 +687,22 @@ export class Sandbox {
     return this.ctx.http.request({ method: "GET", path: `${this.path}/logs`, responseType: "text", ...call(opts) });
   }
 
-  /** Resource usage as seen from the host. */
-  async metrics(opts: CallOptions = {}): Promise<SandboxMetrics> {
+  /**
+   * The sandbox's resource use over time, and its host-side figures now: `samples` (CPU, memory,
+   * disk, network; oldest first, `step` seconds apart) since `since` (default 10 minutes back),
+   * and `state`, `hostRssBytes`, `hostPssBytes`, `cpuTimeMs` of its VM now. Values the server
+   * refuses throw {@link InvalidArgumentError}.
+   *
+   * ```ts
+   * const m = await sandbox.metrics({ since: "15m", step: 60 });
+   * for (const p of m.samples) console.log(p.t, p.cpuPct, p.memBytes, p.memTotalBytes);
+   * ```
+   */
+  async metrics(opts: MetricsOptions = {}): Promise<SandboxMetrics> {
     const w = await this.ctx.http.request<Record<string, unknown>>({
       method: "GET",
       path: `${this.path}/metrics`,
+      query: metricsQuery(opts),
       ...call(opts),
     });
     return metricsFromWire(w ?? {});

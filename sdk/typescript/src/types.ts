@@ -732,12 +732,64 @@ export interface WatchEvent {
   from?: string;
 }
 
-/** Resource usage of a sandbox, as far as the host can tell. */
+/**
+ * One point of a resource's use over time: the readings within `[t, t + step)` of every VM it
+ * has (summed over an app's or a function's instances).
+ */
+export interface MetricPoint {
+  /** Start of the step (RFC 3339, like every time of this SDK). */
+  t: string;
+  /**
+   * CPU time the VM processes used in the step, in percent of their vCPUs' time (100: every
+   * vCPU busy all the step). QEMU's own threads count too, so it can pass 100 briefly.
+   */
+  cpuPct: number;
+  /** vCPUs of the VMs read. */
+  vcpus: number;
+  /** Host memory the VM processes hold (RSS), at the step's last reading. */
+  memBytes: number;
+  /** Their proportional set size: memory shared with other VMs (a template's) divided among them. */
+  pssBytes: number;
+  /** Memory the guests have (`null`: no guest answered). */
+  memTotalBytes: number | null;
+  /** Memory the guests say is available to start programs (`null`: no guest answered). */
+  memAvailableBytes: number | null;
+  /** Bytes used on the guests' root filesystems (`null`: no guest answered). */
+  diskBytes: number | null;
+  /** Size of the guests' root filesystems (`null`: no guest answered). */
+  diskTotalBytes: number | null;
+  /** Bytes the guests received over their network within the step (`null`: no NIC). */
+  netRx: number | null;
+  /** Bytes the guests sent over their network within the step (`null`: no NIC). */
+  netTx: number | null;
+}
+
+/** One VM's points, for a resource with several (an app's instances, a function's, a database's VM). */
+export interface InstanceMetrics {
+  sandboxId: string;
+  /** The VM's state now. */
+  state: string;
+  samples: MetricPoint[];
+}
+
+/**
+ * Resource use over time (`GET /v1/{sandboxes,databases,apps,functions}/{id}/metrics`): what
+ * `metrics()` of a sandbox and of `client.databases`, `client.apps` and `client.functions`
+ * resolve with. `samples` are points `step` seconds apart, oldest first; for a database, an app
+ * or a function they sum its VMs, listed one by one in `instances` (empty for a sandbox). For a
+ * sandbox, `state` and `hostRssBytes`, `hostPssBytes`, `cpuTimeMs` are its VM's now (absent
+ * while it does not run).
+ */
 export interface SandboxMetrics {
   state: string;
   hostRssBytes?: number;
   hostPssBytes?: number;
   cpuTimeMs?: number;
+  /** Seconds per point. */
+  step: number;
+  /** Oldest first. */
+  samples: MetricPoint[];
+  instances: InstanceMetrics[];
   /** Every field as sent, including ones this SDK version does not know. */
   raw: Record<string, unknown>;
 }
@@ -1193,8 +1245,36 @@ export function fileUrlFromWire(w: WireOf<"FileUrl">, baseUrl = ""): FileUrl {
 }
 
 /** @internal */
-export function metricsFromWire(w: Wire): SandboxMetrics {
-  const m: SandboxMetrics = { state: str(w.state), raw: { ...w } };
+export function metricPointFromWire(w: WireOf<"MetricPoint">): MetricPoint {
+  return {
+    t: str(w.t),
+    cpuPct: num(w.cpu_pct),
+    vcpus: num(w.vcpus),
+    memBytes: num(w.mem_bytes),
+    pssBytes: num(w.pss_bytes),
+    memTotalBytes: optNum(w.mem_total_bytes),
+    memAvailableBytes: optNum(w.mem_available_bytes),
+    diskBytes: optNum(w.disk_bytes),
+    diskTotalBytes: optNum(w.disk_total_bytes),
+    netRx: optNum(w.net_rx),
+    netTx: optNum(w.net_tx),
+  };
+}
+
+/** @internal */
+export function instanceMetricsFromWire(w: WireOf<"InstanceMetrics">): InstanceMetrics {
+  return { sandboxId: str(w.sandbox_id), state: str(w.state), samples: objects(w.samples).map(metricPointFromWire) };
+}
+
+/** @internal */
+export function metricsFromWire(w: WireOf<"Metrics">): SandboxMetrics {
+  const m: SandboxMetrics = {
+    state: str(w.state),
+    step: num(w.step),
+    samples: objects(w.samples).map(metricPointFromWire),
+    instances: objects(w.instances).map(instanceMetricsFromWire),
+    raw: { ...w },
+  };
   if (typeof w.host_rss_bytes === "number") m.hostRssBytes = w.host_rss_bytes;
   if (typeof w.host_pss_bytes === "number") m.hostPssBytes = w.host_pss_bytes;
   if (typeof w.cpu_time_ms === "number") m.cpuTimeMs = w.cpu_time_ms;

@@ -32,12 +32,15 @@ import type {
   FunctionVersionInfo,
   HostCapacity,
   HostInfo,
+  InstanceMetrics,
   Invocation,
+  MetricPoint,
   QueryField,
   QueryResult,
   Result,
   SandboxExecTarget,
   SandboxInfo,
+  SandboxMetrics,
   ScheduleInfo,
   ScheduleRunInfo,
   SnapshotInfo,
@@ -123,6 +126,10 @@ export type _Contract = [
   Agree<Drift<ExecResult, "ExecResult">>,
   Agree<Drift<SnapshotInfo, "Snapshot">>,
   Agree<Drift<TemplateInfo, "Template">>,
+  Agree<Drift<MetricPoint, "MetricPoint">>,
+  Agree<Drift<InstanceMetrics, "InstanceMetrics">>,
+  // `raw` (every field as sent) is the SDK's.
+  Agree<Drift<SandboxMetrics, "Metrics", "raw">>,
   // `type`: the SDK narrows the schema's string to the four kinds the server sends.
   Agree<Drift<FileInfo, "FileInfo", never, "type">>,
   // `pngBytes()` is the SDK's.

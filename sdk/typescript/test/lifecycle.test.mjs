@@ -56,6 +56,29 @@ test("create, get, info, update, setTimeout, metrics, logs, kill", async () => {
   assert.equal(await sb.isRunning(), false);
 });
 
+test("metrics: a point of the VM's and the guest's memory within seconds; a bad step is refused", async () => {
+  // The server reads every running VM every 5 s.
+  const sb = await guard.create({ metadata: { case: "metrics" } });
+  const deadline = Date.now() + 25_000;
+  let m;
+  let points = [];
+  for (;;) {
+    m = await sb.metrics({ since: "1m", step: 1 });
+    points = m.samples.filter((p) => p.memBytes > 0 && (p.memTotalBytes ?? 0) > 0);
+    if (points.length > 0 || Date.now() > deadline) break;
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+  assert.equal(m.step, 1);
+  assert.equal(m.state, "running");
+  assert.ok(m.hostRssBytes > 0);
+  assert.ok(points.length > 0, `no point with the VM's and the guest's memory: ${JSON.stringify(m.raw)}`);
+  const p = points.at(-1);
+  assert.ok(!Number.isNaN(Date.parse(p.t)), p.t);
+  assert.ok(p.vcpus >= 1 && p.pssBytes > 0 && p.cpuPct >= 0);
+  await assert.rejects(sb.metrics({ step: 0 }), (e) => e instanceof InvalidArgumentError && e.status === 422);
+  await assert.rejects(sb.metrics({ since: "7h" }), InvalidArgumentError);
+});
+
 test("create-time env reaches every command; exec env overrides it", async () => {
   const sb = await guard.create({ env: { GREETING: "hi", WHO: "sandbox" } });
   assert.equal((await sb.exec("echo $GREETING $WHO")).stdout, "hi sandbox\n");

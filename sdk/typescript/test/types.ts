@@ -58,6 +58,10 @@ import {
   GitConflictError,
   type GitBranches,
   type GitStatus,
+  type InstanceMetrics,
+  type MetricPoint,
+  type MetricsOptions,
+  type SandboxMetrics,
 } from "@pandastack/sdk";
 
 export async function snippet(): Promise<string> {
@@ -340,4 +344,19 @@ export async function git(sb: Sandbox): Promise<string> {
   await sb.git.createBranch("/work/r", "feature", { startPoint: "main", checkout: false });
   await sb.git.checkoutBranch("/work/r", "feature");
   return sha + br.current + br.local.length + br.remote.length;
+}
+
+export async function metrics(client: PandaStack, sb: Sandbox): Promise<void> {
+  const m: SandboxMetrics = await sb.metrics({ since: "15m", step: 60, signal: AbortSignal.timeout(5000) });
+  await sb.metrics();
+  await sb.metrics({ since: new Date(Date.now() - 60_000) });
+  const p: MetricPoint | undefined = m.samples[0];
+  const total: number | null = p?.memTotalBytes ?? null;
+  void [m.state, m.step, m.hostRssBytes, m.cpuTimeMs, p?.t, p?.cpuPct, p?.memBytes, p?.pssBytes, p?.netRx, total];
+  const opts: MetricsOptions = { since: "1h", step: 300 };
+  const db: SandboxMetrics = await client.databases.metrics("app", opts);
+  const app: SandboxMetrics = await client.apps.metrics("web", { step: 60 });
+  const fn: SandboxMetrics = await client.functions.metrics("hello");
+  const inst: InstanceMetrics[] = [...db.instances, ...app.instances, ...fn.instances];
+  void inst.map((i) => [i.sandboxId, i.state, i.samples.length]);
 }

@@ -771,6 +771,101 @@ test("templates: get is a real GET; logs, bake, delete (missing → false), type
   }
 });
 
+const POINT = {
+  t: "2026-12-04T10:00:00Z", cpu_pct: 12.5, vcpus: 1, mem_bytes: 300_000_000, pss_bytes: 120_000_000,
+  mem_total_bytes: 500_000_000, mem_available_bytes: 400_000_000, disk_bytes: 16_000_000,
+  disk_total_bytes: 1_000_000_000, net_rx: 1200, net_tx: 3400,
+};
+const BARE_POINT = { t: "2026-12-04T10:00:05Z", cpu_pct: 0, vcpus: 1, mem_bytes: 1, pss_bytes: 1 };
+const POINT_CAMEL = {
+  t: "2026-12-04T10:00:00Z", cpuPct: 12.5, vcpus: 1, memBytes: 300_000_000, pssBytes: 120_000_000,
+  memTotalBytes: 500_000_000, memAvailableBytes: 400_000_000, diskBytes: 16_000_000,
+  diskTotalBytes: 1_000_000_000, netRx: 1200, netTx: 3400,
+};
+
+test("metrics: since and step in the query; points, instances and the sandbox's figures read; bad values", async () => {
+  const sandboxMetrics = {
+    state: "running", host_rss_bytes: 310_000_000, host_pss_bytes: 125_000_000, cpu_time_ms: 4200, step: 5,
+    samples: [POINT, BARE_POINT],
+  };
+  const group = {
+    state: "running", step: 60, samples: [POINT],
+    instances: [
+      { sandbox_id: "sb-a", state: "running", samples: [POINT] },
+      { sandbox_id: "sb-b", state: "hibernated", samples: [] },
+    ],
+  };
+  const srv = await mockServer((req, res) => {
+    const path = req.url.split("?")[0];
+    const step = new URL(req.url, "http://x").searchParams.get("step");
+    if (step === "0") return json(res, 422, envelope("invalid_argument", "step: between 1 and 86400 seconds"));
+    if (path === "/v1/sandboxes/sb-1") return json(res, 200, SANDBOX);
+    if (path === "/v1/sandboxes/sb-1/metrics") return json(res, 200, sandboxMetrics);
+    if (path === "/v1/sandboxes/sb-old") return json(res, 200, { ...SANDBOX, id: "sb-old", state: "paused" });
+    if (path === "/v1/sandboxes/sb-old/metrics") return json(res, 200, { state: "paused" });
+    if (/^\/v1\/(databases|apps|functions)\/[^/]+\/metrics$/.test(path)) return json(res, 200, group);
+    json(res, 404, envelope("not_found", path));
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url, maxRetries: 0 });
+    const sb = await client.sandboxes.get("sb-1");
+    const m = await sb.metrics();
+    assert.equal(m.state, "running");
+    assert.deepEqual([m.hostRssBytes, m.hostPssBytes, m.cpuTimeMs, m.step], [310_000_000, 125_000_000, 4200, 5]);
+    assert.deepEqual(m.samples[0], POINT_CAMEL);
+    assert.deepEqual(m.samples[1], {
+      t: "2026-12-04T10:00:05Z", cpuPct: 0, vcpus: 1, memBytes: 1, pssBytes: 1,
+      memTotalBytes: null, memAvailableBytes: null, diskBytes: null, diskTotalBytes: null, netRx: null, netTx: null,
+    });
+    assert.deepEqual(m.instances, []);
+    assert.deepEqual(m.raw, sandboxMetrics);
+    await sb.metrics({ since: "1m", step: 1 });
+    await sb.metrics({ since: new Date("2026-12-04T10:00:00Z"), step: 60 });
+    await sb.metrics({ since: "2026-12-04T10:00:00+01:00" });
+    const queries = srv.requests.filter((r) => r.url.startsWith("/v1/sandboxes/sb-1/metrics")).map((r) => r.url.split("?")[1] ?? "");
+    assert.deepEqual(queries.map((q) => Object.fromEntries(new URLSearchParams(q))), [
+      {},
+      { since: "1m", step: "1" },
+      { since: "2026-12-04T10:00:00.000Z", step: "60" },
+      { since: "2026-12-04T10:00:00+01:00" },
+    ]);
+
+    // An older server's answer (no history) still reads.
+    const oldM = await (await client.sandboxes.get("sb-old")).metrics();
+    assert.deepEqual([oldM.state, oldM.step, oldM.samples, oldM.instances, oldM.hostRssBytes], ["paused", 0, [], [], undefined]);
+
+    // Types are checked before a request; ranges are the server's (422 → InvalidArgumentError).
+    const before = srv.requests.length;
+    for (const bad of [{ step: 1.5 }, { step: "5" }, { since: "" }, { since: new Date("nope") }, { since: 15 }]) {
+      await assert.rejects(sb.metrics(bad), InvalidArgumentError, JSON.stringify(bad));
+    }
+    assert.equal(srv.requests.length, before);
+    await assert.rejects(sb.metrics({ step: 0 }), (e) => e instanceof InvalidArgumentError && e.status === 422);
+
+    // Databases, apps and functions: the same query, and each VM in `instances`.
+    for (const [ns, name, path] of [
+      ["databases", "app db", "/v1/databases/app%20db/metrics"],
+      ["apps", "web", "/v1/apps/web/metrics"],
+      ["functions", "hello", "/v1/functions/hello/metrics"],
+    ]) {
+      const g = await client[ns].metrics(name, { since: "1h", step: 60 });
+      assert.equal(srv.requests.at(-1).url, `${path}?since=1h&step=60`);
+      assert.deepEqual([g.state, g.step, g.hostRssBytes], ["running", 60, undefined]);
+      assert.deepEqual(g.samples, [POINT_CAMEL]);
+      assert.deepEqual(g.instances, [
+        { sandboxId: "sb-a", state: "running", samples: [POINT_CAMEL] },
+        { sandboxId: "sb-b", state: "hibernated", samples: [] },
+      ]);
+      await client[ns].metrics(name);
+      assert.equal(srv.requests.at(-1).url, path);
+      await assert.rejects(client[ns].metrics(name, { step: 2.5 }), InvalidArgumentError);
+      await assert.rejects(client[ns].metrics("", {}), InvalidArgumentError);
+    }
+  } finally {
+    await srv.close();
+  }
+});
+
 test("VERSION matches package.json", async () => {
   const { VERSION } = await import("../dist/index.js");
   const { readFile } = await import("node:fs/promises");

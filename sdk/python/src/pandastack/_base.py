@@ -453,6 +453,27 @@ def rfc3339(field: str, t: Union[datetime.datetime, str]) -> str:
     )
 
 
+def metrics_params(
+    since: Optional[Union[datetime.datetime, datetime.timedelta, str]], step: Optional[int]
+) -> Dict[str, str]:
+    """The query of ``GET /v1/{sandboxes,databases,apps,functions}/{id}/metrics``: ``since`` a
+    span back as the server takes it (``"90s"``, ``"15m"``, ``"1h"``), a ``timedelta`` (sent as
+    whole seconds) or a time (a ``datetime``, or an RFC 3339 string); ``step`` seconds per point.
+    Only their types are checked here; the server checks the ranges (``since`` at most 6 h back,
+    ``step`` 1 to 86400) and answers ``invalid_argument``."""
+    p: Dict[str, str] = {}
+    if since is not None:
+        if isinstance(since, datetime.timedelta):
+            p["since"] = f"{int(since.total_seconds())}s"
+        else:
+            p["since"] = rfc3339("since", since)
+    if step is not None:
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise InvalidArgumentError(f"step: whole seconds per point, got {step!r}", code="invalid_argument")
+        p["step"] = str(step)
+    return p
+
+
 def branch_body(
     name: Optional[str],
     idle_seconds: Optional[int],

@@ -641,6 +641,13 @@ class HostCapacity(TypedDict):
 HostState = Literal["ready", "draining", "dead"]
 
 
+class InstanceMetrics(TypedDict):
+    """One VM's points, for a resource with several (an app's instances, a function's)."""
+    samples: List[MetricPoint]
+    sandbox_id: str
+    state: str
+
+
 class _InvocationRequired(TypedDict):
     attempts: int
     cold: bool
@@ -824,6 +831,41 @@ class LogChunk(TypedDict):
 class LogEnd(TypedDict):
     """`data` of the `end` event of `GET …/logs?follow=1`, the last event of the stream."""
     reason: str
+
+
+class _MetricPointRequired(TypedDict):
+    cpu_pct: float
+    mem_bytes: int
+    pss_bytes: int
+    t: str
+    vcpus: int
+
+
+class MetricPoint(_MetricPointRequired, total=False):
+    """One point of a resource's use: the readings within `[t, t + step)` of every VM it has."""
+    disk_bytes: Optional[int]
+    disk_total_bytes: Optional[int]
+    mem_available_bytes: Optional[int]
+    mem_total_bytes: Optional[int]
+    net_rx: Optional[int]
+    net_tx: Optional[int]
+
+
+class _MetricsRequired(TypedDict):
+    samples: List[MetricPoint]
+    state: str
+    step: int
+
+
+class Metrics(_MetricsRequired, total=False):
+    """A resource's use over time. For a sandbox, `state` and the `host_*`/`cpu_time_ms` figures
+    are its VM's now (as before this history existed); for an app, a function or a database,
+    `samples` sums its VMs, listed one by one in `instances`.
+    """
+    cpu_time_ms: Optional[int]
+    host_pss_bytes: Optional[int]
+    host_rss_bytes: Optional[int]
+    instances: List[InstanceMetrics]
 
 
 class MigrateRequest(TypedDict, total=False):
@@ -1387,6 +1429,7 @@ SCHEMAS = {
     "Host": Host,
     "HostCapacity": HostCapacity,
     "HostState": HostState,
+    "InstanceMetrics": InstanceMetrics,
     "Invocation": Invocation,
     "InvocationError": InvocationError,
     "InvocationStatus": InvocationStatus,
@@ -1409,6 +1452,8 @@ SCHEMAS = {
     "List_VolumeSnapshot": List_VolumeSnapshot,
     "LogChunk": LogChunk,
     "LogEnd": LogEnd,
+    "MetricPoint": MetricPoint,
+    "Metrics": Metrics,
     "MigrateRequest": MigrateRequest,
     "MkdirRequest": MkdirRequest,
     "OnHostLoss": OnHostLoss,

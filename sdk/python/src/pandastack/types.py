@@ -26,6 +26,8 @@ __all__ = [
     "Snapshot",
     "Template",
     "Metrics",
+    "MetricPoint",
+    "InstanceMetrics",
     "APIKey",
     "CreatedAPIKey",
     "Page",
@@ -438,23 +440,103 @@ class Template:
 
 
 @dataclass
+class MetricPoint:
+    """One point of a resource's use over time: the readings within ``[t, t + step)`` of every
+    VM it has (summed over an app's or a function's instances). ``t`` is the start of the step
+    (RFC 3339, like every time of this SDK). ``cpu_pct`` is the CPU time the VM processes used in
+    percent of their vCPUs' time (100: every vCPU busy all the step; QEMU's own threads count
+    too, so it can pass 100 briefly); ``mem_bytes`` / ``pss_bytes`` the host memory they hold
+    (RSS / proportional set size) at the step's last reading; ``mem_total_bytes`` /
+    ``mem_available_bytes`` what the guests have and say is available, ``disk_bytes`` /
+    ``disk_total_bytes`` their root filesystems' use and size (``None``: no guest answered);
+    ``net_rx`` / ``net_tx`` bytes received and sent within the step (``None``: no NIC)."""
+
+    t: str
+    cpu_pct: float = 0.0
+    vcpus: int = 0
+    mem_bytes: int = 0
+    pss_bytes: int = 0
+    mem_total_bytes: Optional[int] = None
+    mem_available_bytes: Optional[int] = None
+    disk_bytes: Optional[int] = None
+    disk_total_bytes: Optional[int] = None
+    net_rx: Optional[int] = None
+    net_tx: Optional[int] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "MetricPoint":
+        w = _cast("_wire.MetricPoint", d)
+        return cls(
+            t=_or(w.get("t"), ""),
+            cpu_pct=float(_or(w.get("cpu_pct"), 0.0)),
+            vcpus=_or(w.get("vcpus"), 0),
+            mem_bytes=_or(w.get("mem_bytes"), 0),
+            pss_bytes=_or(w.get("pss_bytes"), 0),
+            mem_total_bytes=w.get("mem_total_bytes"),
+            mem_available_bytes=w.get("mem_available_bytes"),
+            disk_bytes=w.get("disk_bytes"),
+            disk_total_bytes=w.get("disk_total_bytes"),
+            net_rx=w.get("net_rx"),
+            net_tx=w.get("net_tx"),
+            raw=dict(d),
+        )
+
+
+def _points(v: Any) -> List[MetricPoint]:
+    return [MetricPoint.from_json(x) for x in (v or []) if isinstance(x, Mapping)]
+
+
+@dataclass
+class InstanceMetrics:
+    """One VM's points, for a resource with several (an app's instances, a function's, a
+    database's VM): ``sandbox_id``, its ``state`` now, and its ``samples``."""
+
+    sandbox_id: str
+    state: str = ""
+    samples: List[MetricPoint] = field(default_factory=list)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "InstanceMetrics":
+        w = _cast("_wire.InstanceMetrics", d)
+        return cls(
+            sandbox_id=_or(w.get("sandbox_id"), ""),
+            state=_or(w.get("state"), ""),
+            samples=_points(w.get("samples")),
+            raw=dict(d),
+        )
+
+
+@dataclass
 class Metrics:
-    """Resource usage of a sandbox. Fields the server did not send are ``None``; everything it
-    sent is in ``raw``."""
+    """Resource use over time (``GET /v1/{sandboxes,databases,apps,functions}/{id}/metrics``).
+
+    ``samples`` are points ``step`` seconds apart, oldest first (see :class:`MetricPoint`); for
+    a database, an app or a function they sum its VMs, listed one by one in ``instances``. For a
+    sandbox, ``state`` and ``host_rss_bytes``, ``host_pss_bytes``, ``cpu_time_ms`` are its VM's
+    now (``None`` when it does not run). Everything the server sent is in ``raw``."""
 
     state: str
     host_rss_bytes: Optional[int] = None
     host_pss_bytes: Optional[int] = None
     cpu_time_ms: Optional[int] = None
+    step: int = 0
+    samples: List[MetricPoint] = field(default_factory=list)
+    instances: List[InstanceMetrics] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Metrics":
+        w = _cast("_wire.Metrics", d)
         return cls(
-            state=_s(d, "state", ""),
-            host_rss_bytes=d.get("host_rss_bytes"),
-            host_pss_bytes=d.get("host_pss_bytes"),
-            cpu_time_ms=d.get("cpu_time_ms"),
+            state=_or(w.get("state"), ""),
+            host_rss_bytes=w.get("host_rss_bytes"),
+            host_pss_bytes=w.get("host_pss_bytes"),
+            cpu_time_ms=w.get("cpu_time_ms"),
+            step=_or(w.get("step"), 0),
+            samples=_points(w.get("samples")),
+            instances=[InstanceMetrics.from_json(x) for x in (w.get("instances") or []) if isinstance(x, Mapping)],
             raw=dict(d),
         )
 

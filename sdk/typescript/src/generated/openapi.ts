@@ -4,6 +4,27 @@
  */
 
 export interface paths {
+    "/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The server's metrics for Prometheus (an admin key's): VMs by state, hosts, VM operations
+         *     and their latency, pool depth, jobs and their age, WAL archive lag per database, API and
+         *     proxy requests, object-store traffic, store query latency. See `docs/operations.md`.
+         */
+        get: operations["prometheus_metrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/apps": {
         parameters: {
             query?: never;
@@ -141,6 +162,23 @@ export interface paths {
          *     text, or with `?follow=1` Server-Sent Events of it and everything it writes next.
          */
         get: operations["app_logs"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/apps/{name}/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The use of an app's VMs over time (see the sandbox's metrics for `since` and `step`). */
+        get: operations["app_metrics"];
         put?: never;
         post?: never;
         delete?: never;
@@ -311,6 +349,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/databases/{id}/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The use of a database's VM over time (see the sandbox's metrics for `since` and `step`). */
+        get: operations["database_metrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/databases/{id}/password": {
         parameters: {
             query?: never;
@@ -472,6 +527,26 @@ export interface paths {
          *     or `timeout`, and its outcome is fetched with `GET …/invocations/{id}`.
          */
         post: operations["invoke_function"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/functions/{name}/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The use of a function's instances over time (see the sandbox's metrics for `since` and
+         *     `step`).
+         */
+        get: operations["function_metrics"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -1126,8 +1201,10 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Host-side resource use of a sandbox's VM: `state`, and while it runs `host_rss_bytes`,
-         *     `host_pss_bytes`, `cpu_time_ms`.
+         * The use of a sandbox's VM over time, and its host-side figures now: `state`, and while it
+         *     runs `host_rss_bytes`, `host_pss_bytes`, `cpu_time_ms`. `since` is an RFC 3339 time or a
+         *     span back (`90s`, `15m`, `1h`; default 10 minutes, at most 6 hours); `step` is seconds per
+         *     point (default 5).
          */
         get: operations["sandbox_metrics"];
         put?: never;
@@ -2610,6 +2687,13 @@ export interface components {
          * @enum {string}
          */
         HostState: "ready" | "draining" | "dead";
+        /** @description One VM's points, for a resource with several (an app's instances, a function's). */
+        InstanceMetrics: {
+            samples: components["schemas"]["MetricPoint"][];
+            sandbox_id: string;
+            /** @description The VM's state now. */
+            state: string;
+        };
         /** @description The outcome of a call (`POST …/invoke`, or an asynchronous invocation once finished). */
         Invocation: {
             /**
@@ -3157,6 +3241,77 @@ export interface components {
         LogEnd: {
             /** @description Why the stream ended: `deleted` (the sandbox is gone). */
             reason: string;
+        };
+        /** @description One point of a resource's use: the readings within `[t, t + step)` of every VM it has. */
+        MetricPoint: {
+            /**
+             * Format: double
+             * @description CPU time the VM processes used in the step, in percent of their vCPUs' time (100: every
+             *     vCPU busy all the step). QEMU's own threads count too, so it can pass 100 briefly.
+             */
+            cpu_pct: number;
+            /**
+             * Format: int64
+             * @description The guests' root filesystems: used and size.
+             */
+            disk_bytes?: number | null;
+            /** Format: int64 */
+            disk_total_bytes?: number | null;
+            /** Format: int64 */
+            mem_available_bytes?: number | null;
+            /**
+             * Format: int64
+             * @description Host memory the VM processes hold (RSS), at the step's last reading.
+             */
+            mem_bytes: number;
+            /**
+             * Format: int64
+             * @description Memory the guests have and what they say is available to start programs (`None`: no
+             *     guest answered).
+             */
+            mem_total_bytes?: number | null;
+            /**
+             * Format: int64
+             * @description Bytes the guests received and sent over their network within the step (`None`: no NIC).
+             */
+            net_rx?: number | null;
+            /** Format: int64 */
+            net_tx?: number | null;
+            /**
+             * Format: int64
+             * @description Their proportional set size: memory shared with other VMs (a template's) divided among
+             *     them.
+             */
+            pss_bytes: number;
+            /** @description Start of the step (RFC 3339). */
+            t: string;
+            /**
+             * Format: int32
+             * @description vCPUs of the VMs read.
+             */
+            vcpus: number;
+        };
+        /**
+         * @description A resource's use over time. For a sandbox, `state` and the `host_*`/`cpu_time_ms` figures
+         *     are its VM's now (as before this history existed); for an app, a function or a database,
+         *     `samples` sums its VMs, listed one by one in `instances`.
+         */
+        Metrics: {
+            /** Format: int64 */
+            cpu_time_ms?: number | null;
+            /** Format: int64 */
+            host_pss_bytes?: number | null;
+            /** Format: int64 */
+            host_rss_bytes?: number | null;
+            instances?: components["schemas"]["InstanceMetrics"][];
+            /** @description Oldest first. */
+            samples: components["schemas"]["MetricPoint"][];
+            state: string;
+            /**
+             * Format: int64
+             * @description Seconds per point.
+             */
+            step: number;
         };
         /** @description `POST /v1/sandboxes/{id}/migrate`. */
         MigrateRequest: {
@@ -3786,6 +3941,27 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    prometheus_metrics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OpenMetrics text */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/openmetrics-text": string;
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
     list_apps: {
         parameters: {
             query?: {
@@ -4088,6 +4264,35 @@ export interface operations {
                         /** @enum {string} */
                         event: "end";
                     };
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    app_metrics: {
+        parameters: {
+            query?: {
+                /** @description RFC 3339 time, or a span back such as `15m` (default 10m, at most 6h) */
+                since?: string;
+                /** @description Seconds per point, 1 to 86400 (default 5) */
+                step?: number;
+            };
+            header?: never;
+            path: {
+                /** @description App name or id */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Resource use of its VMs */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Metrics"];
                 };
             };
             default: components["responses"]["Error"];
@@ -4409,6 +4614,35 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    database_metrics: {
+        parameters: {
+            query?: {
+                /** @description RFC 3339 time, or a span back such as `15m` (default 10m, at most 6h) */
+                since?: string;
+                /** @description Seconds per point, 1 to 86400 (default 5) */
+                step?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Database id or name */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Resource use of its VMs */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Metrics"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
     rotate_database_password: {
         parameters: {
             query?: never;
@@ -4712,6 +4946,35 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Invocation"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    function_metrics: {
+        parameters: {
+            query?: {
+                /** @description RFC 3339 time, or a span back such as `15m` (default 10m, at most 6h) */
+                since?: string;
+                /** @description Seconds per point, 1 to 86400 (default 5) */
+                step?: number;
+            };
+            header?: never;
+            path: {
+                /** @description Function name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Resource use of its instances */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Metrics"];
                 };
             };
             default: components["responses"]["Error"];
@@ -5924,7 +6187,12 @@ export interface operations {
     };
     sandbox_metrics: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description RFC 3339 time, or a span back such as `15m` (default 10m, at most 6h) */
+                since?: string;
+                /** @description Seconds per point, 1 to 86400 (default 5) */
+                step?: number;
+            };
             header?: never;
             path: {
                 /** @description Sandbox id */
@@ -5940,7 +6208,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, unknown>;
+                    "application/json": components["schemas"]["Metrics"];
                 };
             };
             default: components["responses"]["Error"];

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import datetime
 import asyncio
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 from .. import _base as b
 from .. import _wire
 from ..errors import NotFoundError
-from ..types import Function, FunctionVersion, Invocation, Page
+from ..types import Function, FunctionVersion, Invocation, Metrics, Page
 from .client import AsyncPandaStack
 from .pagination import AsyncPaginator
 
@@ -104,6 +105,23 @@ class AsyncFunctions:
     async def get(self, name: str) -> Function:
         """One function; raises :class:`~pandastack.NotFoundError` if there is none."""
         return Function.from_json(await self._t.json("GET", self._p(name)))
+
+    async def metrics(
+        self,
+        name: str,
+        *,
+        since: Optional[Union[datetime.datetime, datetime.timedelta, str]] = None,
+        step: Optional[int] = None,
+    ) -> Metrics:
+        """The resource use of a function's instances over time: ``samples`` sum them (oldest
+        first, ``step`` seconds apart), each listed in ``instances``.
+
+        ``since``: how far back, a span (``"90s"``, ``"15m"``, ``"1h"``; a ``timedelta``) or a
+        time (a ``datetime`` or an RFC 3339 string); default 10 minutes, at most 6 hours.
+        ``step``: seconds per point (1 to 86400, default 5). Values the server refuses raise
+        :class:`~pandastack.InvalidArgumentError`."""
+        params = b.metrics_params(since, step)
+        return Metrics.from_json(await self._t.json("GET", self._p(name, "/metrics"), params=params))
 
     async def update(
         self,

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import time
 from typing import List, Mapping, Optional, Sequence, Union
@@ -11,7 +12,7 @@ from typing import List, Mapping, Optional, Sequence, Union
 from .. import _base as b
 from .. import _wire
 from ..errors import NotFoundError
-from ..types import App, Deploy, Page
+from ..types import App, Deploy, Metrics, Page
 from .client import PandaStack
 from .follow import OutputCallback, _call, _follow_once
 from .pagination import Paginator
@@ -105,6 +106,23 @@ class Apps:
         """One app, by name or id; raises :class:`~pandastack.AppNotFoundError` if there is
         none."""
         return App.from_json(self._t.json("GET", self._p(app)))
+
+    def metrics(
+        self,
+        app: str,
+        *,
+        since: Optional[Union[datetime.datetime, datetime.timedelta, str]] = None,
+        step: Optional[int] = None,
+    ) -> Metrics:
+        """The resource use of an app's VMs over time (by name or id): ``samples`` sum its
+        instances (oldest first, ``step`` seconds apart), each listed in ``instances``.
+
+        ``since``: how far back, a span (``"90s"``, ``"15m"``, ``"1h"``; a ``timedelta``) or a
+        time (a ``datetime`` or an RFC 3339 string); default 10 minutes, at most 6 hours.
+        ``step``: seconds per point (1 to 86400, default 5). Values the server refuses raise
+        :class:`~pandastack.InvalidArgumentError`."""
+        params = b.metrics_params(since, step)
+        return Metrics.from_json(self._t.json("GET", self._p(app, "/metrics"), params=params))
 
     def update(
         self,

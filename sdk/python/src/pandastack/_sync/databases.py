@@ -5,12 +5,12 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Optional, Sequence, Union
 
 from .. import _base as b
 from ..errors import NotFoundError
-from ..types import Database, DatabaseExtensions, Page, QueryResult, VolumeBackup
+from ..types import Database, DatabaseExtensions, Metrics, Page, QueryResult, VolumeBackup
 from .client import PandaStack
 from .pagination import Paginator
 
@@ -95,6 +95,23 @@ class Databases:
             return True
         except NotFoundError:
             return False
+
+    def metrics(
+        self,
+        database: str,
+        *,
+        since: Optional[Union[datetime, timedelta, str]] = None,
+        step: Optional[int] = None,
+    ) -> Metrics:
+        """The resource use of a database's VM over time (by id or name): ``samples``, oldest first,
+        ``step`` seconds apart, and its VMs one by one in ``instances``.
+
+        ``since``: how far back, a span (``"90s"``, ``"15m"``, ``"1h"``; a ``timedelta``) or a
+        time (a ``datetime`` or an RFC 3339 string); default 10 minutes, at most 6 hours.
+        ``step``: seconds per point (1 to 86400, default 5). Values the server refuses raise
+        :class:`~pandastack.InvalidArgumentError`."""
+        params = b.metrics_params(since, step)
+        return Metrics.from_json(self._t.json("GET", self._p(database, "/metrics"), params=params))
 
     def branch(
         self,

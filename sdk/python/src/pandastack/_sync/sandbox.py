@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import (
     Any,
     Callable,
@@ -183,8 +184,22 @@ class Sandbox:
         finally:
             resp.close()
 
-    def metrics(self) -> Metrics:
-        return Metrics.from_json(self._t.json("GET", f"{self._p}/metrics"))
+    def metrics(
+        self,
+        *,
+        since: Optional[Union[datetime.datetime, datetime.timedelta, str]] = None,
+        step: Optional[int] = None,
+    ) -> Metrics:
+        """The sandbox's resource use over time, and its host-side figures now.
+
+        ``since``: how far back, a span (``"90s"``, ``"15m"``, ``"1h"``; a ``timedelta``) or a
+        time (a ``datetime`` or an RFC 3339 string); default 10 minutes, at most 6 hours.
+        ``step``: seconds per point (1 to 86400, default 5; the server reads every VM every 5
+        s). ``metrics().samples`` are :class:`~pandastack.MetricPoint` s, oldest first; ``state``,
+        ``host_rss_bytes``, ``host_pss_bytes`` and ``cpu_time_ms`` are the VM's now. Values
+        the server refuses raise :class:`~pandastack.InvalidArgumentError`."""
+        params = b.metrics_params(since, step)
+        return Metrics.from_json(self._t.json("GET", f"{self._p}/metrics", params=params))
 
     # ---- preview URLs
     def get_port(self, port: int) -> PortUrl:
