@@ -38,6 +38,9 @@ enum BenchWhat {
     Soak(super::bench_soak::SoakArgs),
     /// Functions: a NumPy deploy, cold and warm calls, 16 at once, cron dispatch jitter.
     Functions(super::bench_functions::FunctionsArgs),
+    /// What reading every VM's resource use costs: server and VM CPU with and without
+    /// sampling, per 100 idle sandboxes.
+    Sampling(super::bench_sampling::SamplingArgs),
     /// The regression guard: a new run against the committed one (bench/<name>.json), each
     /// metric's ratio, flagging any more than 1.25x worse (exit status 1).
     Diff(super::bench_diff::DiffArgs),
@@ -116,6 +119,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         BenchWhat::Apps(a) => super::bench_apps::run(a).await,
         BenchWhat::Functions(a) => super::bench_functions::run(a).await,
         BenchWhat::Soak(a) => super::bench_soak::run(a).await,
+        BenchWhat::Sampling(a) => super::bench_sampling::run(a).await,
         BenchWhat::Diff(a) => super::bench_diff::run(a),
         BenchWhat::Compare(a) => super::bench_compare::run(a).await,
         BenchWhat::Cluster(a) => super::bench_cluster::run(a).await,

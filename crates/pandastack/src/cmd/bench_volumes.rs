@@ -286,6 +286,15 @@ impl OwnServer {
         self.child.id()
     }
 
+    /// [`Self::kill9_restart`] with its arguments changed by `change` first.
+    pub(crate) async fn restart_with(
+        &mut self,
+        change: impl FnOnce(&mut Vec<String>),
+    ) -> anyhow::Result<()> {
+        change(&mut self.args);
+        self.kill9_restart().await
+    }
+
     /// SIGKILLs the server process (its VMs keep running, as after a crash) and starts it
     /// again with the same arguments on the same data directory; waits until it answers.
     pub(crate) async fn kill9_restart(&mut self) -> anyhow::Result<()> {

@@ -15,6 +15,7 @@ mod bench_databases;
 mod bench_diff;
 mod bench_functions;
 mod bench_objects;
+mod bench_sampling;
 mod bench_soak;
 mod bench_volumes;
 mod client_util;
