@@ -12,12 +12,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("pandastack-api-types", &[]),
     ("pandastack-guest-proto", &[]),
     ("pandastack-vm", &[]),
-    // The boundary's volume calls carry object-store manifests (`pandastack-objects` is a leaf:
-    // it names no other workspace crate).
+    // The boundary's volume calls carry object-store manifests (`pandastack-objects` names no
+    // other workspace crate but the telemetry leaf).
     ("pandastack-host", &["pandastack-objects"]),
     ("pandastack-net", &[]),
     ("pandastack-image", &[]),
-    ("pandastack-objects", &[]),
+    // The process's metrics registry and trace pipeline: a leaf every layer may record into.
+    ("pandastack-telemetry", &[]),
+    ("pandastack-objects", &["pandastack-telemetry"]),
     // PostgreSQL's wire protocol (the database front, the query broker's client): a leaf.
     ("pandastack-pgwire", &[]),
     // What the host may connect to on a user's behalf: a leaf.
@@ -60,6 +62,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "pandastack-image",
             "pandastack-guest-proto",
             "pandastack-objects",
+            "pandastack-telemetry",
         ],
     ),
     // The API speaks HTTP over the store and the host boundary; it names no agent, VM, runtime,
@@ -78,6 +81,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "pandastack-outbound",
             "pandastack-agent-link",
             "pandastack-cluster",
+            "pandastack-telemetry",
         ],
     ),
     (
@@ -90,6 +94,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "pandastack-objects",
             "pandastack-pgwire",
             "pandastack-outbound",
+            "pandastack-telemetry",
         ],
     ),
 ];
