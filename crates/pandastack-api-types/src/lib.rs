@@ -14,6 +14,7 @@ mod metrics;
 mod ports;
 mod sandbox;
 mod schedule;
+mod scope;
 mod stream;
 mod volume;
 
@@ -28,6 +29,7 @@ pub use metrics::*;
 pub use ports::*;
 pub use sandbox::*;
 pub use schedule::*;
+pub use scope::*;
 pub use stream::*;
 pub use volume::*;
 

@@ -623,6 +623,15 @@ pub struct OciTemplateParams {
 pub struct CreateKeyRequest {
     #[serde(default)]
     pub name: String,
+    /// What the key may do: `*`, or `<kind>:<action>` with `*` for either part (actions:
+    /// `read`, `write`, `exec`); default: the calling key's own. Only scopes the calling key's
+    /// cover are granted.
+    #[serde(default)]
+    pub scopes: Option<Vec<String>>,
+    /// When it stops working (RFC 3339, in the future); default: never, or the calling key's
+    /// own expiry if it has one (a key cannot outlive the key that made it).
+    #[serde(default)]
+    pub expires_at: Option<String>,
 }
 
 /// An API key as listed (never with its secret).
@@ -637,6 +646,11 @@ pub struct Key {
     /// An operator's key: it may also call the operator routes (`/v1/hosts`). Made only on the
     /// server (`pandastack keys create --admin`), never through the API.
     pub admin: bool,
+    /// What it may do (see `CreateKeyRequest::scopes`).
+    pub scopes: Vec<String>,
+    pub expires_at: Option<String>,
+    /// When it was last used (to within a minute); `null`: never.
+    pub last_used_at: Option<String>,
 }
 
 /// A key just created: the secret is shown this once.

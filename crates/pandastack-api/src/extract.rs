@@ -109,11 +109,81 @@ impl FromRequestParts<std::sync::Arc<ApiState>> for Caller {
                 "missing API key: send Authorization: Bearer pds_…",
             ));
         };
-        match app.store.keys().verify(secret).await? {
-            Some(key) => Ok(Caller { key }),
-            None => Err(ApiError::new(ErrorCode::Unauthorized, "invalid API key")),
+        let Some(key) = app.store.keys().verify(secret).await? else {
+            return Err(ApiError::new(ErrorCode::Unauthorized, "invalid API key"));
+        };
+        let now = pandastack_store::now_ms();
+        if let Some(at) = key.expires_at.filter(|at| *at <= now) {
+            return Err(ApiError::new(
+                ErrorCode::Unauthorized,
+                format!("this API key expired at {}", crate::rfc3339(at)),
+            ));
         }
+        let route = parts
+            .extensions
+            .get::<axum::extract::MatchedPath>()
+            .map(|p| p.as_str().to_owned());
+        if let Some((kind, action)) = route
+            .as_deref()
+            .and_then(|r| pandastack_api_types::needed(parts.method.as_str(), r))
+        {
+            check_scope(&key, &kind, action)?;
+        }
+        note_use(app, &key, now);
+        Ok(Caller { key })
     }
+}
+
+/// Refuses a key whose scopes do not allow `action` on `kind`, naming the scope it needs.
+fn check_scope(
+    key: &KeyRow,
+    kind: &str,
+    action: pandastack_api_types::Action,
+) -> Result<(), ApiError> {
+    // Scopes were checked when the key was made; one that no longer parses grants nothing.
+    let held: Vec<pandastack_api_types::Scope> = key
+        .scopes
+        .iter()
+        .filter_map(|s| pandastack_api_types::Scope::parse(s).ok())
+        .collect();
+    if pandastack_api_types::allows(&held, kind, action) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        ErrorCode::Forbidden,
+        format!(
+            "this key may not {} {kind}: it needs the scope {kind}:{} (it has {})",
+            action.as_str(),
+            action.as_str(),
+            key.scopes.join(", ")
+        ),
+    ))
+}
+
+/// When this process last wrote each key's `last_used_at` (unix ms).
+static LAST_WRITTEN: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<String, i64>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Records the key's use, at most once a minute per key (a write per request would cost every
+/// call a statement), off the request's path.
+fn note_use(app: &std::sync::Arc<ApiState>, key: &KeyRow, now: i64) {
+    const EVERY_MS: i64 = 60_000;
+    if key.last_used_at.is_some_and(|t| now - t < EVERY_MS) {
+        return;
+    }
+    {
+        let mut last = LAST_WRITTEN.lock().unwrap_or_else(|p| p.into_inner());
+        if last.get(&key.id).is_some_and(|t| now - t < EVERY_MS) {
+            return;
+        }
+        last.insert(key.id.clone(), now);
+    }
+    let (app, id) = (std::sync::Arc::clone(app), key.id.clone());
+    tokio::spawn(async move {
+        if let Err(e) = app.store.keys().touch_used(&id, now).await {
+            tracing::warn!(key = %id, error = &e as &dyn std::error::Error, "record a key's use");
+        }
+    });
 }
 
 /// An authenticated caller whose key is an operator's (admin): what the operator routes

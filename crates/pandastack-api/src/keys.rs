@@ -5,8 +5,8 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use pandastack_api_types::{self as wire, CreateKeyRequest, CreatedKey, ErrorCode, List};
-use pandastack_store::KeyRow;
+use pandastack_api_types::{self as wire, CreateKeyRequest, CreatedKey, ErrorCode, List, Scope};
+use pandastack_store::{KeyGrant, KeyRow};
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
@@ -20,7 +20,65 @@ fn key_wire(k: &KeyRow) -> wire::Key {
         created_at: rfc3339(k.created_at),
         revoked: k.revoked_at.is_some(),
         admin: k.admin,
+        scopes: k.scopes.clone(),
+        expires_at: k.expires_at.map(rfc3339),
+        last_used_at: k.last_used_at.map(rfc3339),
     }
+}
+
+/// What a key made by `caller` with `req` may do: the scopes asked for (default: the caller's),
+/// each covered by the caller's; an expiry in the future, never after the caller's own.
+fn grant(caller: &Caller, req: &CreateKeyRequest) -> ApiResult<KeyGrant> {
+    let own: Vec<Scope> = caller
+        .key
+        .scopes
+        .iter()
+        .filter_map(|s| Scope::parse(s).ok())
+        .collect();
+    let scopes = match &req.scopes {
+        Some(v) => {
+            let wanted = wire::parse_scopes(v)?;
+            if let Some(s) = wire::first_uncovered(&own, &wanted) {
+                return Err(ApiError::new(
+                    ErrorCode::Forbidden,
+                    format!(
+                        "scopes: this key cannot grant {s}: a key makes only keys with scopes its own cover (it has {})",
+                        caller.key.scopes.join(", ")
+                    ),
+                ));
+            }
+            wanted.iter().map(ToString::to_string).collect()
+        }
+        None => caller.key.scopes.clone(),
+    };
+    let now = pandastack_store::now_ms();
+    let expires_at = match &req.expires_at {
+        Some(t) => {
+            let at = time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
+                .map_err(|_| wire::FieldError {
+                    field: "expires_at".into(),
+                    message: format!("{t:?}: an RFC 3339 time"),
+                })?;
+            let ms = (at.unix_timestamp_nanos() / 1_000_000) as i64;
+            if ms <= now {
+                return Err(wire::FieldError {
+                    field: "expires_at".into(),
+                    message: "a time in the future".into(),
+                }
+                .into());
+            }
+            if let Some(own) = caller.key.expires_at.filter(|own| ms > *own) {
+                return Err(wire::FieldError {
+                    field: "expires_at".into(),
+                    message: format!("not after this key's own expiry ({})", rfc3339(own)),
+                }
+                .into());
+            }
+            Some(ms)
+        }
+        None => caller.key.expires_at,
+    };
+    Ok(KeyGrant { scopes, expires_at })
 }
 
 /// List the workspace's API keys (never their secrets).
@@ -62,7 +120,12 @@ pub async fn create(
             "name: at most 64 bytes",
         ));
     }
-    let (row, secret) = app.store.keys().create(caller.ws(), &req.name).await?;
+    let grant = grant(&caller, &req)?;
+    let (row, secret) = app
+        .store
+        .keys()
+        .create_granted(caller.ws(), &req.name, &grant)
+        .await?;
     Ok((
         StatusCode::CREATED,
         Json(CreatedKey {

@@ -128,13 +128,20 @@ impl Client {
         Ok(list.data)
     }
 
-    /// `POST /v1/keys`: the secret is in this answer only.
+    /// `POST /v1/keys`: the secret is in this answer only. The key may do what the calling
+    /// key may, and expires with it.
     pub async fn create_key(&self, name: &str) -> Result<CreatedKey, Error> {
-        let body = CreateKeyRequest {
+        self.create_key_with(&CreateKeyRequest {
             name: name.to_owned(),
-        };
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// `POST /v1/keys` with scopes and an expiry (see [`CreateKeyRequest`]).
+    pub async fn create_key_with(&self, body: &CreateKeyRequest) -> Result<CreatedKey, Error> {
         let call = Call::new(Method::POST, "/v1/keys")
-            .payload(Payload::json(&body)?)
+            .payload(Payload::json(body)?)
             .idempotent();
         self.json(call).await
     }

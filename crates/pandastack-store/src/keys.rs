@@ -28,7 +28,32 @@ pub struct KeyRow {
     pub revoked_at: Option<i64>,
     /// An operator's key: it may also call the operator routes (`/v1/hosts`).
     pub admin: bool,
+    /// What it may do: `<kind>:<action>` scopes (`pandastack_api_types::Scope`), `*` for all.
+    pub scopes: Vec<String>,
+    /// Unix ms after which it no longer works.
+    pub expires_at: Option<i64>,
+    /// Unix ms it was last used at (to within a minute).
+    pub last_used_at: Option<i64>,
 }
+
+/// What a new key may do: its scopes (`*` for all) and when it expires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyGrant {
+    pub scopes: Vec<String>,
+    pub expires_at: Option<i64>,
+}
+
+impl Default for KeyGrant {
+    fn default() -> Self {
+        Self {
+            scopes: vec!["*".into()],
+            expires_at: None,
+        }
+    }
+}
+
+const KEY_COLUMNS: &str =
+    "id, workspace_id, name, prefix, created_at, revoked_at, admin, scopes, expires_at, last_used_at";
 
 pub struct Keys<'a> {
     pub(crate) pool: &'a AnyPool,
@@ -45,7 +70,11 @@ fn new_secret() -> String {
 }
 
 fn key_row(r: &sqlx::any::AnyRow) -> Result<KeyRow, StoreError> {
+    let scopes: String = col(r, "scopes")?;
     Ok(KeyRow {
+        scopes: serde_json::from_str(&scopes)?,
+        expires_at: col(r, "expires_at")?,
+        last_used_at: col(r, "last_used_at")?,
         id: col(r, "id")?,
         workspace_id: col(r, "workspace_id")?,
         name: col(r, "name")?,
@@ -146,12 +175,10 @@ impl Keys<'_> {
 
     /// A key by id, in any workspace (administration; never for a user request).
     pub async fn get_any(&self, id: &str) -> Result<KeyRow, StoreError> {
-        let r = sqlx::query(
-            "SELECT id, workspace_id, name, prefix, created_at, revoked_at, admin FROM api_keys WHERE id = $1",
-        )
-        .bind(id)
-        .fetch_one(self.pool)
-        .await?;
+        let r = sqlx::query(&format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = $1"))
+            .bind(id)
+            .fetch_one(self.pool)
+            .await?;
         key_row(&r)
     }
 
@@ -220,7 +247,19 @@ impl Keys<'_> {
         workspace_id: &str,
         name: &str,
     ) -> Result<(KeyRow, String), StoreError> {
-        self.insert(workspace_id, name, false).await
+        self.insert(workspace_id, name, false, &KeyGrant::default())
+            .await
+    }
+
+    /// Creates a key in `workspace_id` that may do what `grant` says (checked by the caller:
+    /// the API lets a key make only keys its own scopes cover).
+    pub async fn create_granted(
+        &self,
+        workspace_id: &str,
+        name: &str,
+        grant: &KeyGrant,
+    ) -> Result<(KeyRow, String), StoreError> {
+        self.insert(workspace_id, name, false, grant).await
     }
 
     /// Creates an operator's (admin) key in `workspace_id`: it may also call the operator
@@ -230,7 +269,8 @@ impl Keys<'_> {
         workspace_id: &str,
         name: &str,
     ) -> Result<(KeyRow, String), StoreError> {
-        self.insert(workspace_id, name, true).await
+        self.insert(workspace_id, name, true, &KeyGrant::default())
+            .await
     }
 
     async fn insert(
@@ -238,6 +278,7 @@ impl Keys<'_> {
         workspace_id: &str,
         name: &str,
         admin: bool,
+        grant: &KeyGrant,
     ) -> Result<(KeyRow, String), StoreError> {
         let secret = new_secret();
         let row = KeyRow {
@@ -248,9 +289,12 @@ impl Keys<'_> {
             created_at: now_ms(),
             revoked_at: None,
             admin,
+            scopes: grant.scopes.clone(),
+            expires_at: grant.expires_at,
+            last_used_at: None,
         };
         sqlx::query(
-            "INSERT INTO api_keys (id, workspace_id, name, prefix, hash, created_at, admin) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO api_keys (id, workspace_id, name, prefix, hash, created_at, admin, scopes, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&row.id)
         .bind(&row.workspace_id)
@@ -259,20 +303,23 @@ impl Keys<'_> {
         .bind(hash(&secret))
         .bind(row.created_at)
         .bind(i64::from(row.admin))
+        .bind(serde_json::to_string(&row.scopes)?)
+        .bind(row.expires_at)
         .execute(self.pool)
         .await?;
         Ok((row, secret))
     }
 
-    /// The key a secret belongs to, if it is valid and not revoked.
+    /// The key a secret belongs to, if it is valid and not revoked (an expired key is
+    /// returned: the caller says why it is refused).
     pub async fn verify(&self, secret: &str) -> Result<Option<KeyRow>, StoreError> {
         if !secret.starts_with("pds_") || secret.len() > 200 {
             return Ok(None);
         }
         let h = hash(secret);
-        let row = sqlx::query(
-            "SELECT id, workspace_id, name, prefix, hash, created_at, revoked_at, admin FROM api_keys WHERE hash = $1",
-        )
+        let row = sqlx::query(&format!(
+            "SELECT {KEY_COLUMNS}, hash FROM api_keys WHERE hash = $1"
+        ))
         .bind(&h)
         .fetch_optional(self.pool)
         .await?;
@@ -292,13 +339,23 @@ impl Keys<'_> {
     }
 
     pub async fn list(&self, workspace_id: &str) -> Result<Vec<KeyRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, workspace_id, name, prefix, created_at, revoked_at, admin FROM api_keys WHERE workspace_id = $1 ORDER BY created_at, id",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys WHERE workspace_id = $1 ORDER BY created_at, id"
+        ))
         .bind(workspace_id)
         .fetch_all(self.pool)
         .await?;
         rows.iter().map(key_row).collect()
+    }
+
+    /// Records that key `id` was used at `now` (callers write it at most once a minute).
+    pub async fn touch_used(&self, id: &str, now: i64) -> Result<(), StoreError> {
+        sqlx::query("UPDATE api_keys SET last_used_at = $1 WHERE id = $2")
+            .bind(now)
+            .bind(id)
+            .execute(self.pool)
+            .await?;
+        Ok(())
     }
 
     pub async fn revoke(&self, workspace_id: &str, id: &str) -> Result<(), StoreError> {

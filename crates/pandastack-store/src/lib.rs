@@ -40,7 +40,7 @@ pub use hosts::{HostCapacity, HostRow, HostState, Hosts, Joining, Reaped, Renewa
 pub use idempotency::{Idempotency, IdempotencyRecord, Reservation};
 pub use invocations::{InvocationRow, Invocations};
 pub use jobs::{JobRow, JobState, Jobs, NewJob};
-pub use keys::{Counts, KeyRow, Keys, Workspace};
+pub use keys::{Counts, KeyGrant, KeyRow, Keys, Workspace};
 pub use lock::AdvisoryLock;
 pub use pandastack_api_types::{OnHostLoss, OnTimeout, SandboxState};
 pub use placement::{Demand, PlaceReason, Placement};
