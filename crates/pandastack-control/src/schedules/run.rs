@@ -134,6 +134,24 @@ impl Schedules {
             .await
             .map_err(|e| error_chain(&e))?;
         self.kill_run_sandbox(&run).await;
+        if recorded && state == RunState::Failed {
+            let data = serde_json::json!({
+                "run_id": run.id,
+                "attempt": job.attempts,
+                "exit_code": outcome.exit_code,
+                "error": outcome.error,
+            });
+            self.sandboxes
+                .events()
+                .emit(
+                    &schedule.workspace_id,
+                    "schedule.failed",
+                    crate::ResourceKind::Schedule,
+                    &schedule.name,
+                    data,
+                )
+                .await;
+        }
         match (recorded, outcome.error) {
             (false, _) | (true, None) => Ok(()),
             (true, Some(e)) => Err(e),

@@ -413,6 +413,7 @@ fn control_config(
         },
         deploy: Default::default(),
         place: pandastack_control::PlaceMode::ThisHost,
+        webhooks: Default::default(),
     })
 }
 
