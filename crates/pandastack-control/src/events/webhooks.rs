@@ -21,7 +21,7 @@ pub enum WebhookError {
     #[error(transparent)]
     Invalid(#[from] FieldError),
     /// The URL points where the server does not connect on a user's behalf.
-    #[error("url: {0}")]
+    #[error("url")]
     Refused(#[source] Refused),
     #[error("state store")]
     Store(#[from] StoreError),
