@@ -159,10 +159,8 @@ pub async fn deliveries(
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<List<wire::WebhookDelivery>>> {
     let page = crate::page::Page::of(&q)?;
-    let before = match &page.after {
-        Some(c) => Some(c.created_at_ms),
-        None => None,
-    };
+    // The cursor carries the last event id of the previous page (newest first).
+    let before = page.after.as_ref().map(|c| c.created_at_ms);
     let mut rows = app
         .control
         .events

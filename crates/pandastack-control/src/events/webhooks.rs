@@ -77,9 +77,9 @@ impl Events {
         self.outbound
             .check_literal(host, port)
             .map_err(WebhookError::Refused)?;
-        match self.outbound.resolve(host, port).await {
-            Err(e @ Refused::Internal { .. }) => return Err(WebhookError::Refused(e)),
-            Ok(_) | Err(_) => {}
+        // A name that does not resolve (yet) is not refused here: each attempt resolves it.
+        if let Err(e @ Refused::Internal { .. }) = self.outbound.resolve(host, port).await {
+            return Err(WebhookError::Refused(e));
         }
         let secret = match &req.secret {
             Some(s) => s.clone(),
