@@ -363,6 +363,12 @@ impl ControlPlane {
                 let rows = self.store.sandboxes();
                 rows.set_state(&v.id, SandboxState::Hibernated).await?;
                 rows.set_image_bytes(&v.id, h.image_bytes as i64).await?;
+                if let Ok(row) = rows.by_id(&v.id).await {
+                    let from = crate::row_state(v.state);
+                    self.sandboxes
+                        .state_event(&row, from, SandboxState::Hibernated)
+                        .await;
+                }
                 Ok(())
             }
             .await;

@@ -315,10 +315,17 @@ impl WebhookRepo<'_> {
         self.delivery(webhook, id).await
     }
 
-    /// When the earliest pending delivery is due (unix ms), if there is one.
+    /// When a deliverer may next find something to claim (unix ms): the earliest time at which
+    /// the head of a (webhook, resource)'s pending deliveries is due and not leased. Deliveries
+    /// waiting behind an earlier one of their resource do not count (they cannot be claimed
+    /// before it is recorded, and the deliverer that records it looks again at once).
     pub async fn next_due(&self) -> Result<Option<i64>, StoreError> {
         Ok(sqlx::query_scalar(
-            "SELECT MIN(next_attempt_at) FROM webhook_deliveries WHERE state = 'pending'",
+            "SELECT MIN(CASE WHEN d.lease_until IS NOT NULL AND d.lease_until > d.next_attempt_at \
+             THEN d.lease_until ELSE d.next_attempt_at END) FROM webhook_deliveries d \
+             WHERE d.state = 'pending' AND NOT EXISTS (SELECT 1 FROM webhook_deliveries e \
+                 WHERE e.webhook_id = d.webhook_id AND e.resource = d.resource \
+                 AND e.state = 'pending' AND e.event_id < d.event_id)",
         )
         .fetch_one(self.pool)
         .await?)

@@ -98,6 +98,8 @@ impl Events {
                     if let Err(e) = self.store.webhooks().record(&d.id, &owner, &attempt).await {
                         tracing::warn!(delivery = %d.id, error = &e as &dyn std::error::Error, "record a webhook attempt");
                     }
+                    // The next event of its resource may go now: idle deliverers look too.
+                    self.wake.notify_waiters();
                     continue;
                 }
                 Ok(None) => self.until_next_due().await,
