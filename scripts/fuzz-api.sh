@@ -122,6 +122,7 @@ ids "/v1/snapshots?limit=1000" >"$work/snapshots.before"
 ids /v1/keys >"$work/keys.before"
 names "/v1/volumes?limit=1000" >"$work/volumes.before"
 names "/v1/schedules?limit=1000" >"$work/schedules.before"
+ids "/v1/webhooks?limit=1000" >"$work/webhooks.before"
 
 cleanup() {
   local n=0 id
@@ -129,6 +130,10 @@ cleanup() {
   # First: a schedule left behind would go on making sandboxes.
   for name in $(names "/v1/schedules?limit=1000" | grep -vxFf "$work/schedules.before" || true); do
     api DELETE "/v1/schedules/$name" >/dev/null || log "could not delete schedule $name"
+  done
+  # Then webhooks: the deletes below would be sent to whatever public URL a case named.
+  for id in $(ids "/v1/webhooks?limit=1000" | grep -vxFf "$work/webhooks.before" || true); do
+    api DELETE "/v1/webhooks/$id" >/dev/null || log "could not delete webhook $id"
   done
   for id in $(ids "/v1/sandboxes?limit=1000" | grep -vxFf "$work/sandboxes.before" || true); do
     api DELETE "/v1/sandboxes/$id" >/dev/null || log "could not delete sandbox $id"
