@@ -40,7 +40,7 @@
 #   as generated), and VM-heavy operations (create, fork, snapshot, hibernate, wake, pause,
 #   resume, re-bake) get PANDASTACK_FUZZ_VM_EXAMPLES cases (default 3).
 # - `?follow=1` log streams and file watches are read for one event (they never end while the
-#   sandbox lives).
+#   sandbox lives); so is `GET /v1/events` as a stream, from cursor 0.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -210,6 +210,13 @@ max-stream-events = 1
 
 [[operations]]
 include-operation-id = "template_build_logs"
+max-stream-events = 1
+
+# As a stream it goes on while the server runs; from the oldest event (the fixtures' creates
+# wrote some) one is there at once.
+[[operations]]
+include-operation-id = "list_events"
+parameters = { "query.cursor" = "0" }
 max-stream-events = 1
 
 [[operations]]
