@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use pandastack_api_types::{self as wire, CreateWebhookRequest, ErrorCode, List};
 use pandastack_control::events::{delivery_wire, webhook_wire};
@@ -14,6 +14,7 @@ use pandastack_control::WebhookError;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{Body, Caller};
+use crate::idempotency::{self, Begin};
 use crate::ApiState;
 
 impl From<WebhookError> for ApiError {
@@ -54,16 +55,30 @@ fn id_of(id: &str) -> ApiResult<&str> {
     path = "/v1/webhooks",
     operation_id = "create_webhook",
     tag = "events",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe (at most 128 bytes)")),
     request_body = CreateWebhookRequest,
     responses((status = 201, description = "The webhook, with its secret", body = wire::Webhook))
 )]
 pub async fn create(
     State(app): State<Arc<ApiState>>,
     caller: Caller,
+    headers: HeaderMap,
     Body(req): Body<CreateWebhookRequest>,
-) -> ApiResult<(StatusCode, Json<wire::Webhook>)> {
-    let row = app.control.events.create_webhook(caller.ws(), &req).await?;
-    Ok((StatusCode::CREATED, Json(webhook_wire(&row, true))))
+) -> ApiResult<(StatusCode, Json<serde_json::Value>)> {
+    let idem =
+        match idempotency::begin(&app, caller.ws(), &headers, "POST /v1/webhooks", &req).await? {
+            Begin::Replay(status, body) => return Ok((status, body)),
+            Begin::Proceed(idem) => idem,
+        };
+    idempotency::to_completion(async move {
+        let result = async {
+            let row = app.control.events.create_webhook(caller.ws(), &req).await?;
+            Ok((StatusCode::CREATED, webhook_wire(&row, true)))
+        }
+        .await;
+        idem.finish(&app, caller.ws(), result).await
+    })
+    .await
 }
 
 /// List the workspace's webhooks.

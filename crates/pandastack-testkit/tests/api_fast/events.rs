@@ -556,6 +556,31 @@ async fn webhook_urls_inside_are_refused_unless_allowed_and_requests_are_checked
         let resp = s.router.clone().oneshot(req).await.unwrap();
         assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{method} {path}");
     }
+    // A retry with the same Idempotency-Key gets the same webhook (and secret), not a second.
+    let retry = || {
+        Request::builder()
+            .method("POST")
+            .uri("/v1/webhooks")
+            .header("authorization", format!("Bearer {}", s.key))
+            .header("content-type", "application/json")
+            .header("idempotency-key", "hook-once")
+            .body(Body::from(
+                json!({"url": "http://192.0.43.8:8080/other", "events": ["*"]}).to_string(),
+            ))
+            .unwrap()
+    };
+    let mut made = Vec::new();
+    for _ in 0..2 {
+        let resp = s.router.clone().oneshot(retry()).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        made.push((v["id"].clone(), v["secret"].clone()));
+    }
+    assert_eq!(made[0], made[1]);
+    let again = format!("/v1/webhooks/{}", made[0].0.as_str().unwrap());
+    let (st, _) = call(&s, "DELETE", &again, None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
     let (_, mine) = call(&s, "GET", "/v1/webhooks", None).await;
     assert_eq!(mine["data"].as_array().unwrap().len(), 1);
     let (st, _) = call(&s, "DELETE", &format!("/v1/webhooks/{hook_id}"), None).await;
