@@ -125,15 +125,6 @@ impl Schedules {
             )
             .await
             .map_err(|e| error_chain(&e))?;
-        // The sandbox goes after the result is kept: a process that dies in between leaves a
-        // finished run whose job, run again, only deletes the sandbox.
-        let run = self
-            .store
-            .schedules()
-            .run(&run.id)
-            .await
-            .map_err(|e| error_chain(&e))?;
-        self.kill_run_sandbox(&run).await;
         if recorded && state == RunState::Failed {
             let data = serde_json::json!({
                 "run_id": run.id,
@@ -152,6 +143,15 @@ impl Schedules {
                 )
                 .await;
         }
+        // The sandbox goes after the result is kept: a process that dies in between leaves a
+        // finished run whose job, run again, only deletes the sandbox.
+        let run = self
+            .store
+            .schedules()
+            .run(&run.id)
+            .await
+            .map_err(|e| error_chain(&e))?;
+        self.kill_run_sandbox(&run).await;
         match (recorded, outcome.error) {
             (false, _) | (true, None) => Ok(()),
             (true, Some(e)) => Err(e),
