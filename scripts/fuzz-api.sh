@@ -40,7 +40,7 @@
 #   as generated), and VM-heavy operations (create, fork, snapshot, hibernate, wake, pause,
 #   resume, re-bake) get PANDASTACK_FUZZ_VM_EXAMPLES cases (default 3).
 # - `?follow=1` log streams and file watches are read for one event (they never end while the
-#   sandbox lives).
+#   sandbox lives); so is `GET /v1/events` as a stream, from cursor 0.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -122,6 +122,7 @@ ids "/v1/snapshots?limit=1000" >"$work/snapshots.before"
 ids /v1/keys >"$work/keys.before"
 names "/v1/volumes?limit=1000" >"$work/volumes.before"
 names "/v1/schedules?limit=1000" >"$work/schedules.before"
+ids "/v1/webhooks?limit=1000" >"$work/webhooks.before"
 
 cleanup() {
   local n=0 id
@@ -129,6 +130,10 @@ cleanup() {
   # First: a schedule left behind would go on making sandboxes.
   for name in $(names "/v1/schedules?limit=1000" | grep -vxFf "$work/schedules.before" || true); do
     api DELETE "/v1/schedules/$name" >/dev/null || log "could not delete schedule $name"
+  done
+  # Then webhooks: the deletes below would be sent to whatever public URL a case named.
+  for id in $(ids "/v1/webhooks?limit=1000" | grep -vxFf "$work/webhooks.before" || true); do
+    api DELETE "/v1/webhooks/$id" >/dev/null || log "could not delete webhook $id"
   done
   for id in $(ids "/v1/sandboxes?limit=1000" | grep -vxFf "$work/sandboxes.before" || true); do
     api DELETE "/v1/sandboxes/$id" >/dev/null || log "could not delete sandbox $id"
@@ -205,6 +210,13 @@ max-stream-events = 1
 
 [[operations]]
 include-operation-id = "template_build_logs"
+max-stream-events = 1
+
+# As a stream it goes on while the server runs; from the oldest event (the fixtures' creates
+# wrote some) one is there at once.
+[[operations]]
+include-operation-id = "list_events"
+parameters = { "query.cursor" = "0" }
 max-stream-events = 1
 
 [[operations]]

@@ -42,6 +42,10 @@ export PANDASTACK_GUEST_AGENT=${PANDASTACK_GUEST_AGENT:-$here/target/release/pan
 # removes the namespaces, links and nftables table the server leaves behind.
 export PANDASTACK_DEV_NETWORK=on
 export PANDASTACK_DEV_SERVER_ARGS="${PANDASTACK_DEV_SERVER_ARGS:+$PANDASTACK_DEV_SERVER_ARGS }--net-name tscl --net-base 10.204.80.0/24 --net-spare 2"
+# Webhook deliveries to the Python suite's receiver on this one loopback port
+# (sdk/python/tests/test_webhook_signature.py): every other loopback address stays refused.
+export PANDASTACK_TEST_WEBHOOK_PORT=${PANDASTACK_TEST_WEBHOOK_PORT:-18099}
+PANDASTACK_DEV_SERVER_ARGS+=" --allow-internal-fetch 127.0.0.1:$PANDASTACK_TEST_WEBHOOK_PORT"
 eval "$(scripts/dev-server.sh start clients-test)"
 # On failure the server's warnings and errors and its last lines go to stderr before the stop
 # removes its directory: the log is what tells a hang in a guest from one in the server.

@@ -224,8 +224,9 @@ pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
 }
 
 /// Paths (by their last segment) of the routes a browser opens without being able to set
-/// headers: WebSocket upgrades (`…/exec/ws`, `…/pty`) and `EventSource` streams (`…/logs`).
-const HEADERLESS: &[&str] = &["/logs", "/ws", "/pty", "/files/watch"];
+/// headers: WebSocket upgrades (`…/exec/ws`, `…/pty`) and `EventSource` streams (`…/logs`,
+/// `…/files/watch`, `/v1/events`).
+const HEADERLESS: &[&str] = &["/logs", "/ws", "/pty", "/files/watch", "/v1/events"];
 
 /// `?access_token=` of a request a browser makes without headers: a `GET` of a
 /// [`HEADERLESS`] route. Anywhere else a key in the URL is ignored, so it does not end up in

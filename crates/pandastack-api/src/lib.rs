@@ -10,6 +10,7 @@ mod code;
 mod databases;
 pub mod db_front;
 mod error;
+mod events;
 mod exec_ws;
 mod extract;
 mod file_urls;
@@ -37,6 +38,7 @@ mod upstream;
 mod utf8;
 mod volumes;
 mod watch;
+mod webhooks;
 mod workload;
 mod ws;
 

@@ -16,9 +16,9 @@ use crate::openapi::Conventions;
 use crate::ApiState;
 #[allow(unused_imports)] // named by the table through the macro
 use crate::{
-    apps, code, databases, exec_ws, file_urls, functions, hosts, keys, logs, meta, metrics,
+    apps, code, databases, events, exec_ws, file_urls, functions, hosts, keys, logs, meta, metrics,
     operator_metrics, ports, pty, sandboxes, schedules, snapshots, templates, volumes, watch,
-    workload,
+    webhooks, workload,
 };
 
 /// The axum method filter for an OpenAPI method.
@@ -82,6 +82,7 @@ macro_rules! route_table {
                     pandastack_api_types::LogChunk,
                     pandastack_api_types::LogEnd,
                     pandastack_api_types::WatchFrame,
+                    pandastack_api_types::Event,
                 ),
             ),
             modifiers(&Conventions),
@@ -101,6 +102,7 @@ macro_rules! route_table {
                 (name = "databases", description = "Managed PostgreSQL: a database per microVM on a durable volume, TLS connection strings, PgBouncer, branches, backups and SQL over HTTP"),
                 (name = "apps", description = "Apps deployed from git: detected, built in a VM, health-checked, served at `<name>.<domain>` by the proxy; blue-green with rollback, scale to zero, push-to-deploy webhooks"),
                 (name = "schedules", description = "Schedules (cron): a cron expression in a time zone runs a command in a fresh sandbox at each due time, once per due time; run history, manual runs, pause and resume"),
+                (name = "events", description = "Events of every lifecycle change (`sandbox.created`, `deploy.live`, …), listed and streamed (SSE, resumable with `Last-Event-ID`), and webhook endpoints that receive them signed (Standard Webhooks), retried, in order per resource, with their delivery history"),
                 (name = "volumes", description = "Durable volumes: disks that outlive sandboxes, their snapshots and backups to the object store"),
                 (name = "keys", description = "API keys of the caller's workspace, and what it uses against its limits"),
                 (name = "hosts", description = "Operators: every host of the platform, its drain and undrain, forgetting a dead one. Admin keys only (`pandastack keys create --admin`): any other key gets 403 `forbidden`"),
@@ -251,6 +253,13 @@ route_table! {
     schedules::run_now,
     schedules::runs,
     schedules::get_run,
+    events::list,
+    webhooks::create,
+    webhooks::list,
+    webhooks::get,
+    webhooks::delete,
+    webhooks::deliveries,
+    webhooks::redeliver,
     keys::list,
     keys::create,
     keys::revoke,

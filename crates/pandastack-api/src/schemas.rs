@@ -157,6 +157,23 @@ impl PartialSchema for WatchEvents {
 
 impl ToSchema for WatchEvents {}
 
+/// Events of `GET /v1/events` as a stream: each named by its event's type, the event as data.
+pub struct EventEvents;
+
+impl PartialSchema for EventEvents {
+    fn schema() -> RefOr<Schema> {
+        events(
+            "One event of the workspace, named by its type; its SSE `id` is the event's id.",
+            pandastack_api_types::EVENT_TYPES
+                .iter()
+                .map(|t| (*t, component("Event")))
+                .collect(),
+        )
+    }
+}
+
+impl ToSchema for EventEvents {}
+
 /// Bytes of a file, sent or received as they are.
 pub struct Bytes;
 

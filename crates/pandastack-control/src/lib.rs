@@ -10,6 +10,8 @@
 //! The template service ([`Templates`]: resolve for creates, list, builds from a spec or an OCI
 //! tarball queued as durable jobs and run one at a time by its worker, re-bake, delete).
 //! Schedules ([`Schedules`]: cron expressions fired once per due time, runs as durable jobs).
+//! Events and webhooks ([`Events`]: every lifecycle change written as an event row, streamed,
+//! and delivered to webhook endpoints signed, retried, in order per resource).
 //! Membership ([`LeaseReaper`]: marks dead the hosts whose leases lapsed, only after the store
 //! has answered for a whole lease; not started by the single-node server).
 
@@ -19,6 +21,7 @@ pub mod certs;
 pub mod chunks;
 mod code;
 mod databases;
+pub mod events;
 pub mod fleet;
 mod in_flight;
 mod jobs;
@@ -45,6 +48,7 @@ pub use databases::{
     BaseBackup, Credentials, DatabaseAddress, DatabaseError, DatabaseInfo, Databases, QueryError,
     QueryLimits, ARCHIVE_POLL, DATABASE_METADATA, DATABASE_TEMPLATE, DB_PORT, POOLER_PORT,
 };
+pub use events::{event_wire, Events, ResourceKind, WebhookError, WebhookSettings};
 pub use fleet::{AgentDialer, Dial, Fleet};
 pub use in_flight::{Busy, InFlight, Watched, TOUCH_EVERY};
 pub use membership::{LeaseReaper, LeaseStore, StoreMembers};

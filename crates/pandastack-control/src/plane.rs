@@ -14,9 +14,9 @@ use tokio::task::JoinHandle;
 
 use crate::{
     AppAddress, AppError, Apps, ArchiveSettings, BuildConfig, Certificates, CodeContexts,
-    DatabaseAddress, DatabaseError, Databases, DeployTimings, DiskMax, Domains, Functions,
+    DatabaseAddress, DatabaseError, Databases, DeployTimings, DiskMax, Domains, Events, Functions,
     InFlight, PlaceMode, Reaper, Sandboxes, Schedules, Snapshots, Templates, VolumeError, Volumes,
-    Watched,
+    Watched, WebhookSettings,
 };
 
 /// The owner, in a cluster, of the rows the control plane itself owns (databases, apps,
@@ -50,6 +50,9 @@ pub struct ControlConfig {
     pub deploy: DeployTimings,
     /// Where new sandboxes go: this host (a single-node server) or across a cluster's hosts.
     pub place: PlaceMode,
+    /// How webhooks are delivered (retry schedule, attempt timeout); their URLs follow
+    /// `outbound`.
+    pub webhooks: WebhookSettings,
 }
 
 /// Why settling what a previous process left failed (the server does not start).
@@ -87,6 +90,7 @@ pub struct ControlPlane {
     pub functions: Functions,
     pub domains: Domains,
     pub schedules: Schedules,
+    pub events: Events,
     certificates: Option<Certificates>,
     place: PlaceMode,
     /// Calls in flight into guests, which the reaper does not idle out.
@@ -110,7 +114,12 @@ impl ControlPlane {
             disk_max,
             deploy,
             place,
+            webhooks,
         } = config;
+        let outbound = std::sync::Arc::new(outbound);
+        let events = Events::new(store.clone())
+            .with_settings(webhooks)
+            .with_outbound(Arc::clone(&outbound));
         // Every service calls guests through the same watched host: a call in flight keeps its
         // sandbox from idling out (see `crate::in_flight`).
         let in_flight = InFlight::new(store.clone());
@@ -124,7 +133,8 @@ impl ControlPlane {
         .with_placement(place);
         let deploys_dir = builds.dir.with_file_name("deploys");
         let mut templates =
-            Templates::new(store.clone(), Arc::clone(&host), host_id.clone(), builds);
+            Templates::new(store.clone(), Arc::clone(&host), host_id.clone(), builds)
+                .with_events(events.clone());
         if place == PlaceMode::AcrossHosts {
             templates = templates.storing_uploads_in(objects.clone());
         }
@@ -136,7 +146,8 @@ impl ControlPlane {
             volumes.clone(),
             disk_max,
         )
-        .with_placement(place);
+        .with_placement(place)
+        .with_events(events.clone());
         let domains = Domains::new(store.clone(), apps.domain.clone(), certificates.clone());
         let shared = crate::apps::Shared::new(
             store.clone(),
@@ -178,6 +189,7 @@ impl ControlPlane {
             apps: Apps::new(shared, domains.clone()),
             functions,
             domains,
+            events,
             volumes,
             sandboxes,
             templates,
@@ -280,9 +292,10 @@ impl ControlPlane {
 
     /// Starts the workers: template builds, volume backups, database archiving and failover,
     /// deploys (of apps and functions: [`Apps::worker`]) and function instances and calls, the
-    /// scheduler and its runs, the reaper (TTL and idle timeouts), the restorer of lost
-    /// sandboxes (a cluster's `on_host_loss: "restore"`), the object store's chunk collector
-    /// and, with ACME configured, certificate orders. They run until [`Self::shutdown`].
+    /// scheduler and its runs, webhook deliverers and the pruner of old events, the reaper (TTL
+    /// and idle timeouts), the restorer of lost sandboxes (a cluster's `on_host_loss:
+    /// "restore"`), the object store's chunk collector and, with ACME configured, certificate
+    /// orders. They run until [`Self::shutdown`].
     pub fn start(&self) {
         let mut w = vec![
             tokio::spawn(self.templates.clone().worker()),
@@ -297,6 +310,7 @@ impl ControlPlane {
         ];
         w.extend(self.functions.start_invoke_runners());
         w.extend(self.schedules.start());
+        w.extend(self.events.start());
         if let Some(c) = &self.certificates {
             w.extend(c.start());
         }
@@ -322,10 +336,13 @@ impl ControlPlane {
         }
     }
 
-    /// Stops the workers, then, with `hibernate`, hibernates every sandbox of this host that is
-    /// not (the operator's choice, not the workspace's: never refused for its quotas). A
-    /// sandbox that cannot be hibernated is logged and left as it is.
+    /// Stops the workers (webhook deliverers after the attempts in hand), then, with
+    /// `hibernate`, hibernates every sandbox of this host that is not (the operator's choice,
+    /// not the workspace's: never refused for its quotas). A sandbox that cannot be hibernated
+    /// is logged and left as it is.
     pub async fn shutdown(&self, hibernate: bool) {
+        // Webhook deliveries in flight finish first: a stop must not send one twice.
+        self.events.stop().await;
         for w in self
             .workers
             .lock()
@@ -346,6 +363,12 @@ impl ControlPlane {
                 let rows = self.store.sandboxes();
                 rows.set_state(&v.id, SandboxState::Hibernated).await?;
                 rows.set_image_bytes(&v.id, h.image_bytes as i64).await?;
+                if let Ok(row) = rows.by_id(&v.id).await {
+                    let from = crate::row_state(v.state);
+                    self.sandboxes
+                        .state_event(&row, from, SandboxState::Hibernated)
+                        .await;
+                }
                 Ok(())
             }
             .await;

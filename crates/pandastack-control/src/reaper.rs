@@ -162,6 +162,7 @@ impl Reaper {
                 }
                 Err(e) => return Err(e.into()),
             }
+            self.expired(&row).await;
             let view = self.host.hibernate(&row.id).await?;
             self.store
                 .sandboxes()
@@ -179,10 +180,35 @@ impl Reaper {
                 .set_state(&row.id, SandboxState::Hibernated)
                 .await?;
             self.sandboxes.keep_durable(&row, row.last_activity_at);
+            self.sandboxes
+                .state_event(&row, row.state, SandboxState::Hibernated)
+                .await;
         } else {
+            self.expired(&row).await;
             self.sandboxes.delete(&row).await?;
         }
         Ok(Applied::Done)
+    }
+
+    /// The event of a sandbox whose time is up (its TTL or its idle timeout), before what it
+    /// asked for (`on_timeout`) is done.
+    async fn expired(&self, row: &SandboxRow) {
+        let reason = if row.expires_at.is_some_and(|t| t <= now_ms()) {
+            "ttl"
+        } else {
+            "idle"
+        };
+        let data = serde_json::json!({"reason": reason, "on_timeout": row.on_timeout.as_str()});
+        self.sandboxes
+            .events()
+            .emit(
+                &row.workspace_id,
+                "sandbox.expired",
+                crate::ResourceKind::Sandbox,
+                &row.id,
+                data,
+            )
+            .await;
     }
 }
 

@@ -11,7 +11,7 @@ use pandastack_store::{
     now_ms, Adding, Filter, HostState, MountClaim, SandboxRow, SandboxState, Store, StoreError,
 };
 
-use crate::{row_state, Fleet, TemplateError, Templates, Volumes};
+use crate::{row_state, Fleet, ResourceKind, TemplateError, Templates, Volumes};
 
 mod durable;
 mod file_urls;
@@ -156,6 +156,8 @@ pub struct Sandboxes {
     moving: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     /// Copies of moved sandboxes left on their old host for a moment (see `migrate`).
     retiring: Arc<migrate::Retiring>,
+    /// Where lifecycle changes are recorded (one for the whole control plane).
+    events: crate::Events,
 }
 
 impl Sandboxes {
@@ -167,6 +169,7 @@ impl Sandboxes {
         volumes: Volumes,
         disk_max: DiskMax,
     ) -> Self {
+        let store_for_events = store.clone();
         Self {
             store,
             host,
@@ -178,7 +181,19 @@ impl Sandboxes {
             fleet: Arc::default(),
             moving: Arc::default(),
             retiring: Arc::default(),
+            events: crate::Events::new(store_for_events),
         }
+    }
+
+    /// Records lifecycle changes in `events` (the control plane's).
+    pub fn with_events(mut self, events: crate::Events) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// Where lifecycle changes are recorded.
+    pub fn events(&self) -> &crate::Events {
+        &self.events
     }
 
     /// Gives a cluster's sandboxes (and every clone of them) the fleet their host is, so that
@@ -684,7 +699,57 @@ impl Sandboxes {
         row.boot_ms = view.ready_ms as i64;
         row.state = row_state(view.state);
         self.store.sandboxes().finish_create(&row).await?;
+        let data = serde_json::json!({
+            "template": row.template,
+            "snapshot_id": row.snapshot_id,
+            "parent_id": row.parent_id,
+            "boot_ms": row.boot_ms,
+            "metadata": row.metadata,
+        });
+        self.events
+            .emit(
+                &row.workspace_id,
+                "sandbox.created",
+                ResourceKind::Sandbox,
+                &row.id,
+                data,
+            )
+            .await;
         Ok(row)
+    }
+
+    /// The event of a sandbox's state change from `from` to `to`, if it is one.
+    pub(crate) async fn state_event(&self, row: &SandboxRow, from: SandboxState, to: SandboxState) {
+        let ty = match (from, to) {
+            (SandboxState::Hibernated, SandboxState::Running) => "sandbox.woken",
+            (SandboxState::Paused, SandboxState::Running) => "sandbox.resumed",
+            (_, SandboxState::Paused) => "sandbox.paused",
+            (_, SandboxState::Hibernated) => "sandbox.hibernated",
+            _ => return,
+        };
+        self.events
+            .emit(
+                &row.workspace_id,
+                ty,
+                ResourceKind::Sandbox,
+                &row.id,
+                serde_json::json!({"from": from.as_str(), "to": to.as_str()}),
+            )
+            .await;
+        // A managed database hibernates with its VM (its idle timeout).
+        if let (Some(db), SandboxState::Hibernated) =
+            (row.metadata.get(crate::DATABASE_METADATA), to)
+        {
+            self.events
+                .emit(
+                    &row.workspace_id,
+                    "database.hibernated",
+                    ResourceKind::Database,
+                    db,
+                    serde_json::json!({"sandbox_id": row.id}),
+                )
+                .await;
+        }
     }
 
     /// Records the host's view of a sandbox after an operation (its state, if it changed) and
@@ -707,10 +772,12 @@ impl Sandboxes {
                 .sandboxes()
                 .set_state_touched(&row.id, state, now)
                 .await?;
+            let was = row.state;
             row.state = state;
             if state == SandboxState::Hibernated {
                 self.keep_durable(&row, now);
             }
+            self.state_event(&row, was, state).await;
         } else {
             self.store.sandboxes().touch(&row.id, now).await?;
         }
@@ -800,6 +867,15 @@ impl Sandboxes {
             }
         }
         self.store.sandboxes().delete(&row.id).await?;
+        self.events
+            .emit(
+                &row.workspace_id,
+                "sandbox.killed",
+                ResourceKind::Sandbox,
+                &row.id,
+                serde_json::json!({"state": row.state.as_str()}),
+            )
+            .await;
         if let Some(snapshot) = &row.snapshot_id {
             crate::snapshots::release(&self.store, &*self.host, self.fleet.get(), snapshot).await;
         }

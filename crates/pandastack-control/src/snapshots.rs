@@ -17,7 +17,7 @@ use pandastack_store::{
     new_id, now_ms, Adding, Demand, SandboxRow, SnapshotRow, Store, StoreError,
 };
 
-use crate::{expiry, ControlError, Fleet, Sandboxes};
+use crate::{expiry, ControlError, Fleet, ResourceKind, Sandboxes};
 
 /// Snapshots of one host's sandboxes.
 #[derive(Clone)]
@@ -92,6 +92,18 @@ impl Snapshots {
     ) -> Result<(SandboxRow, SnapshotRow), ControlError> {
         let (row, snap) = self.take(row, snapshot_id, true, false).await?;
         self.keep_durable(&snap, true);
+        let data =
+            serde_json::json!({"sandbox_id": snap.sandbox_id, "size_bytes": snap.size_bytes});
+        self.sandboxes
+            .events()
+            .emit(
+                &snap.workspace_id,
+                "snapshot.created",
+                ResourceKind::Snapshot,
+                &snap.id,
+                data,
+            )
+            .await;
         Ok((row, snap))
     }
 
@@ -214,19 +226,34 @@ impl Snapshots {
             })
             .collect();
         let cluster = self.sandboxes.fleet().is_some();
-        if (cluster && req.spread) || self.no_room_beside(&parent, req.count).await? {
-            return self
-                .fork_elsewhere(
-                    parent,
-                    &snapshot_id,
-                    children,
-                    req.keep_snapshot,
-                    req.spread,
-                )
-                .await;
-        }
-        self.fork_into(parent, &snapshot_id, children, req.keep_snapshot)
-            .await
+        let forked = if (cluster && req.spread) || self.no_room_beside(&parent, req.count).await? {
+            self.fork_elsewhere(
+                parent,
+                &snapshot_id,
+                children,
+                req.keep_snapshot,
+                req.spread,
+            )
+            .await?
+        } else {
+            self.fork_into(parent, &snapshot_id, children, req.keep_snapshot)
+                .await?
+        };
+        let data = serde_json::json!({
+            "snapshot_id": forked.snapshot.id,
+            "children": forked.children.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        });
+        self.sandboxes
+            .events()
+            .emit(
+                ws,
+                "sandbox.forked",
+                ResourceKind::Sandbox,
+                &forked.parent.id,
+                data,
+            )
+            .await;
+        Ok(forked)
     }
 
     /// In a cluster, whether the host of `parent` lacks the memory for `count` more of it (a

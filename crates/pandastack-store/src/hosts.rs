@@ -359,13 +359,31 @@ impl Hosts<'_> {
         let mut reaped = Vec::with_capacity(ids.len());
         for host_id in ids {
             let lost = sqlx::query(&format!(
-                "UPDATE sandboxes SET lost_from = state, state = 'lost' WHERE host_id = $1 AND {HOLDS_A_VM}"
+                "UPDATE sandboxes SET lost_from = state, state = 'lost' WHERE host_id = $1 AND {HOLDS_A_VM} \
+                 RETURNING id, workspace_id, lost_from"
             ))
             .bind(&host_id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            reaped.push(Reaped { host_id, lost });
+            .fetch_all(&mut *tx)
+            .await?;
+            // Each lost sandbox's event, written with the change.
+            for r in &lost {
+                let event = crate::NewEvent {
+                    workspace_id: col(r, "workspace_id")?,
+                    event_type: "sandbox.lost".into(),
+                    resource_kind: "sandbox".into(),
+                    resource_id: col(r, "id")?,
+                    data: serde_json::json!({
+                        "host": host_id,
+                        "reason": "its host's lease lapsed",
+                        "from": col::<String>(r, "lost_from")?,
+                    }),
+                };
+                crate::events::insert(&mut tx, &event).await?;
+            }
+            reaped.push(Reaped {
+                host_id,
+                lost: lost.len() as u64,
+            });
         }
         tx.commit().await?;
         Ok(reaped)

@@ -1,5 +1,5 @@
 //! The PandaStack state store: workspaces, API keys, hosts, sandbox, snapshot and template-build
-//! rows, idempotency records and durable jobs.
+//! rows, idempotency records, durable jobs, events and webhook deliveries.
 //!
 //! Two backends behind one set of queries: SQLite (one file, WAL) is the embedded default;
 //! PostgreSQL (`postgres://…`) is the store several hosts share. The migrations and every query
@@ -18,6 +18,7 @@
 mod apps;
 mod databases;
 mod domains;
+mod events;
 mod hosts;
 mod idempotency;
 mod invocations;
@@ -32,10 +33,12 @@ mod snapshots;
 mod templates;
 mod use_counters;
 mod volumes;
+mod webhooks;
 
 pub use apps::{AppRepo, AppRow, DeployRow};
 pub use databases::{DatabaseRepo, DatabaseRow, DatabaseRowState};
 pub use domains::{CertState, DomainRepo, DomainRow};
+pub use events::{EventFilter, EventRepo, EventRow, NewEvent};
 pub use hosts::{HostCapacity, HostRow, HostState, Hosts, Joining, Reaped, Renewal};
 pub use idempotency::{Idempotency, IdempotencyRecord, Reservation};
 pub use invocations::{InvocationRow, Invocations};
@@ -53,6 +56,7 @@ pub use volumes::{
     Claimed, MountClaim, MountRow, VolumeBackupRow, VolumeRepo, VolumeRow, VolumeSnapshotRow,
     VolumeState,
 };
+pub use webhooks::{Attempt, DeliveryRow, WebhookRepo, WebhookRow};
 
 use std::path::Path;
 use std::time::Duration;
@@ -215,6 +219,17 @@ impl Store {
 
     pub fn databases(&self) -> DatabaseRepo<'_> {
         DatabaseRepo { pool: &self.pool }
+    }
+
+    pub fn events(&self) -> EventRepo<'_> {
+        EventRepo { pool: &self.pool }
+    }
+
+    pub fn webhooks(&self) -> WebhookRepo<'_> {
+        WebhookRepo {
+            pool: &self.pool,
+            backend: self.backend,
+        }
     }
 
     pub fn hosts(&self) -> Hosts<'_> {

@@ -364,6 +364,22 @@ async fn a_fenced_sandbox_write_with_a_stale_epoch_changes_nothing() {
         }
         // The reap made it lost; the refused writes left it so.
         assert_eq!(state(sb.id.clone()).await, SandboxState::Lost, "{backend}");
+        // And wrote its event in the same transaction (`sandbox.lost`, with the host).
+        let events = store
+            .events()
+            .list(&sb.workspace_id, &Default::default(), 10)
+            .await
+            .unwrap();
+        assert_eq!(events.len(), 1, "{backend}: {events:?}");
+        assert_eq!(
+            (
+                events[0].event_type.as_str(),
+                events[0].resource_id.as_str()
+            ),
+            ("sandbox.lost", sb.id.as_str())
+        );
+        assert_eq!(events[0].data["host"], "h1");
+        assert_eq!(events[0].data["from"], "paused", "the state it was lost in");
     }
 }
 

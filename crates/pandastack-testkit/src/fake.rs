@@ -529,10 +529,21 @@ pub fn fake_control(
     host: Arc<dyn pandastack_host::Host>,
     dir: &std::path::Path,
 ) -> pandastack_control::ControlPlane {
+    fake_control_with(store, host, dir, |_| {})
+}
+
+/// [`fake_control`] with `edit` applied to its configuration.
+pub fn fake_control_with(
+    store: pandastack_store::Store,
+    host: Arc<dyn pandastack_host::Host>,
+    dir: &std::path::Path,
+    edit: impl FnOnce(&mut pandastack_control::ControlConfig),
+) -> pandastack_control::ControlPlane {
     let objects =
         pandastack_objects::Objects::open(&format!("file://{}", dir.join("objects").display()))
             .expect("object store");
-    let config = test_config("host-fake", &dir.join("builds"));
+    let mut config = test_config("host-fake", &dir.join("builds"));
+    edit(&mut config);
     pandastack_control::ControlPlane::new(store, host, objects, config)
 }
 
@@ -563,6 +574,20 @@ pub fn test_config(host_id: &str, builds: &std::path::Path) -> pandastack_contro
         disk_max: Default::default(),
         deploy: Default::default(),
         place: pandastack_control::PlaceMode::ThisHost,
+        webhooks: test_webhooks(),
+    }
+}
+
+/// Webhook delivery for tests: retries after 100, 200, 400, 800 and 1600 ms (six attempts
+/// in about 3 s instead of the server's day), 5 s per attempt.
+pub fn test_webhooks() -> pandastack_control::WebhookSettings {
+    pandastack_control::WebhookSettings {
+        retry_delays: [100, 200, 400, 800, 1600]
+            .into_iter()
+            .map(Duration::from_millis)
+            .collect(),
+        attempt_timeout: Duration::from_secs(5),
+        ..Default::default()
     }
 }
 
@@ -580,16 +605,29 @@ fn preview() -> pandastack_api::PreviewConfig {
 /// the reaper, ...) as a server's does; a restored guest that does not answer fails its create
 /// after `restore_timeout`.
 pub async fn fake_stack(restore_timeout: Duration) -> FakeStack {
-    build_stack(restore_timeout, true).await
+    build_stack(restore_timeout, true, |_| {}).await
+}
+
+/// [`fake_stack`] whose control plane's configuration `edit` changes (an outbound policy
+/// that allows loopback, for a webhook receiver in the test).
+pub async fn fake_stack_with(
+    restore_timeout: Duration,
+    edit: impl FnOnce(&mut pandastack_control::ControlConfig),
+) -> FakeStack {
+    build_stack(restore_timeout, true, edit).await
 }
 
 /// A [`FakeStack`] whose control plane starts no workers: nothing changes but what the test's
 /// requests change (a deploy or a schedule stays queued).
 pub async fn fake_stack_without_workers(restore_timeout: Duration) -> FakeStack {
-    build_stack(restore_timeout, false).await
+    build_stack(restore_timeout, false, |_| {}).await
 }
 
-async fn build_stack(restore_timeout: Duration, workers: bool) -> FakeStack {
+async fn build_stack(
+    restore_timeout: Duration,
+    workers: bool,
+    edit: impl FnOnce(&mut pandastack_control::ControlConfig),
+) -> FakeStack {
     use pandastack_agent::{AgentConfig, HostAgent, LocalHost};
     use pandastack_runtime::{DataDir, Runtime, Shape};
 
@@ -639,7 +677,7 @@ async fn build_stack(restore_timeout: Duration, workers: bool) -> FakeStack {
         .expect("workspace");
     let host: Arc<dyn pandastack_host::Host> = Arc::new(LocalHost(Arc::clone(&agent)));
     // The same front door as the server's: recovered, then its workers running.
-    let control = fake_control(store.clone(), Arc::clone(&host), dir.path());
+    let control = fake_control_with(store.clone(), Arc::clone(&host), dir.path(), edit);
     control.recover().await.expect("recover");
     if workers {
         control.start();

@@ -18,6 +18,8 @@ mod code_languages;
 mod cut_off;
 #[path = "api_fast/disk_limits.rs"]
 mod disk_limits;
+#[path = "api_fast/events.rs"]
+mod events;
 #[path = "api_fast/file_urls.rs"]
 mod file_urls;
 #[path = "api_fast/fork_snapshots.rs"]

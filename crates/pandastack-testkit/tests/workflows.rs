@@ -126,6 +126,22 @@ fn plane(store: &Store, host: &Arc<ScriptedHost>, dir: &Path, host_id: &str) -> 
     ControlPlane::new(store.clone(), host, objects, config)
 }
 
+/// The events of resource `id` (by id or name) of workspace `ws`, oldest first: (type, data).
+async fn events_of(store: &Store, ws: &str, id: &str) -> Vec<(String, serde_json::Value)> {
+    let filter = pandastack_store::EventFilter {
+        resource_id: Some(id.to_owned()),
+        ..Default::default()
+    };
+    store
+        .events()
+        .list(ws, &filter, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.event_type, e.data))
+        .collect()
+}
+
 /// Polls `check` every 50 ms until it returns `Some`, failing the test after `limit`.
 async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
 where

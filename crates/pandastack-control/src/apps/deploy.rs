@@ -492,10 +492,49 @@ impl Shared {
     }
 
     async fn set(&self, run: &mut Run, state: DeployState) -> Result<(), StoreError> {
+        let was = run.row.state;
         run.row.state = state;
         run.row.updated_at = now_ms();
         run.row.phases = serde_json::to_value(&run.phases).unwrap_or_default();
-        self.store.apps().update_deploy(&run.row).await
+        self.store.apps().update_deploy(&run.row).await?;
+        if was != state {
+            let (ty, data) = match state {
+                DeployState::Failed => (
+                    "deploy.failed",
+                    serde_json::json!({"deploy_id": run.row.id, "error": run.row.error}),
+                ),
+                _ => (
+                    "deploy.phase",
+                    serde_json::json!({"deploy_id": run.row.id, "phase": state.as_str()}),
+                ),
+            };
+            self.deploy_event(&run.app, ty, data).await;
+        }
+        Ok(())
+    }
+
+    /// An event of app (or function) `app`'s deploys.
+    pub(crate) async fn deploy_event(
+        &self,
+        app: &AppRow,
+        ty: &'static str,
+        data: serde_json::Value,
+    ) {
+        let function = app
+            .name
+            .starts_with(pandastack_api_types::FUNCTION_HOST_PREFIX);
+        let (kind, id) = if function {
+            (
+                crate::ResourceKind::Function,
+                super::function::public_name(&app.name),
+            )
+        } else {
+            (crate::ResourceKind::App, app.name.as_str())
+        };
+        self.sandboxes
+            .events()
+            .emit(&app.workspace_id, ty, kind, id, data)
+            .await;
     }
 
     /// Records how long `phase` took and writes the row.
@@ -861,6 +900,18 @@ impl Shared {
                 if run.config.function.is_some() {
                     self.function_went_live(&run.row, previous.as_deref()).await;
                 }
+                let (ty, data) = if run.config.function.is_some() {
+                    (
+                        "function.version_live",
+                        serde_json::json!({"version": run.row.seq, "deploy_id": run.row.id}),
+                    )
+                } else {
+                    (
+                        "deploy.live",
+                        serde_json::json!({"deploy_id": run.row.id, "previous": previous}),
+                    )
+                };
+                self.deploy_event(&app, ty, data).await;
                 if let Some(p) = previous.filter(|p| *p != run.row.id) {
                     self.retire(&app, p, switched_at);
                 }
@@ -1369,6 +1420,8 @@ impl Apps {
             .switch_live(&app.id, &target.id, previous.as_deref(), switched_at)
             .await?;
         self.s.routes.invalidate(&app.name);
+        let data = serde_json::json!({"deploy_id": target.id, "previous": previous});
+        self.s.deploy_event(app, "deploy.rolled_back", data).await;
         if let Some(p) = previous.filter(|p| *p != target.id) {
             self.s.retire(app, p, switched_at);
         }

@@ -560,6 +560,17 @@ impl Functions {
         self.s
             .function_went_live(&target, row.live_deploy_id.as_deref())
             .await;
+        let data = serde_json::json!({
+            "version": target.seq,
+            "deploy_id": target.id,
+            "previous": row.live_deploy_id,
+        });
+        self.s
+            .deploy_event(&row, "deploy.rolled_back", data.clone())
+            .await;
+        self.s
+            .deploy_event(&row, "function.version_live", data)
+            .await;
         Ok(self.s.store.apps().deploy(&target.id).await?)
     }
 

@@ -205,8 +205,8 @@ impl Shared {
     }
 
     /// Lets sources be fetched from what `policy` allows (by default: public addresses only).
-    pub(crate) fn with_outbound(mut self, policy: OutboundPolicy) -> Self {
-        self.outbound = Arc::new(policy);
+    pub(crate) fn with_outbound(mut self, policy: Arc<OutboundPolicy>) -> Self {
+        self.outbound = policy;
         self
     }
 

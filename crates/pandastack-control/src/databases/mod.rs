@@ -439,6 +439,17 @@ impl Databases {
             let sandbox = self.start_vm(&row, &volume.name, &boot).await?;
             self.store.databases().set_ready(&row.id).await?;
             row.state = DatabaseRowState::Ready;
+            let data = serde_json::json!({"name": row.name, "parent_id": row.parent_id});
+            self.sandboxes
+                .events()
+                .emit(
+                    &row.workspace_id,
+                    "database.ready",
+                    crate::ResourceKind::Database,
+                    &row.id,
+                    data,
+                )
+                .await;
             Ok::<_, DatabaseError>(sandbox)
         }
         .await;

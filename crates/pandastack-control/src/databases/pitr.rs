@@ -176,6 +176,7 @@ impl Databases {
                 },
             )
             .await?;
+        let recovery_target = target.clone();
         let recovery = Recovery {
             source_ws: ws.to_owned(),
             source: row.id.clone(),
@@ -221,6 +222,21 @@ impl Databases {
         // restore has only the old timeline's backups to start from.
         self.base_backup_due_now(&row.id);
         tracing::info!(database = %row.id, sandbox = %sandbox.id, "database restored in place");
+        let data = serde_json::json!({
+            "name": row.name,
+            "target": recovery_target,
+            "sandbox_id": sandbox.id,
+        });
+        self.sandboxes
+            .events()
+            .emit(
+                ws,
+                "database.restored",
+                crate::ResourceKind::Database,
+                &row.id,
+                data,
+            )
+            .await;
         self.remove_retired(&current).await;
         let row = self.store.databases().by_id(&row.id).await?;
         Ok(DatabaseInfo {

@@ -240,6 +240,26 @@ impl Schedules {
         Ok(())
     }
 
+    /// The event of a due time (or a manual run) that made run `run` of schedule `row`.
+    pub(crate) async fn fired_event(&self, row: &ScheduleRow, run: &RunRow) {
+        let data = serde_json::json!({
+            "run_id": run.id,
+            "trigger": run.trigger.as_str(),
+            "state": run.state.as_str(),
+            "due_at": crate::events::rfc3339(run.due_at),
+        });
+        self.sandboxes
+            .events()
+            .emit(
+                &row.workspace_id,
+                "schedule.fired",
+                crate::ResourceKind::Schedule,
+                &row.name,
+                data,
+            )
+            .await;
+    }
+
     /// A manual run now (the concurrency policy applies as to a due time).
     pub async fn run_now(&self, ws: &str, name: &str) -> Result<RunRow, ScheduleError> {
         let row = self.row(ws, name).await?;
@@ -267,6 +287,7 @@ impl Schedules {
                 Err(e) => return Err(e.into()),
             };
             if let Some(run) = fired.run {
+                self.fired_event(&row, &run).await;
                 self.after_firing(&fired.cancelled).await;
                 return Ok(run);
             }

@@ -125,6 +125,24 @@ impl Schedules {
             )
             .await
             .map_err(|e| error_chain(&e))?;
+        if recorded && state == RunState::Failed {
+            let data = serde_json::json!({
+                "run_id": run.id,
+                "attempt": job.attempts,
+                "exit_code": outcome.exit_code,
+                "error": outcome.error,
+            });
+            self.sandboxes
+                .events()
+                .emit(
+                    &schedule.workspace_id,
+                    "schedule.failed",
+                    crate::ResourceKind::Schedule,
+                    &schedule.name,
+                    data,
+                )
+                .await;
+        }
         // The sandbox goes after the result is kept: a process that dies in between leaves a
         // finished run whose job, run again, only deletes the sandbox.
         let run = self

@@ -120,6 +120,7 @@ impl Schedules {
             .await?;
         if let Some(r) = &fired.run {
             tracing::debug!(schedule = %row.name, run = %r.id, due_at = r.due_at, late_ms = r.created_at - r.due_at, state = r.state.as_str(), "fired");
+            self.fired_event(row, r).await;
         }
         self.after_firing(&fired.cancelled).await;
         Ok(())

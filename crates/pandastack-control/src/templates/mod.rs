@@ -231,6 +231,8 @@ pub struct Templates {
     /// replica that takes the upload need not be the one running the build, nor share a disk
     /// with its host); `None`: it stays in the build's directory.
     uploads: Option<pandastack_objects::Objects>,
+    /// Where finished builds are recorded.
+    events: crate::Events,
 }
 
 /// Runs `work` on a task of its own, so a caller that goes away does not cut it half-way.
@@ -247,6 +249,7 @@ where
 impl Templates {
     pub fn new(store: Store, host: Arc<dyn Host>, host_id: String, cfg: BuildConfig) -> Self {
         Self {
+            events: crate::Events::new(store.clone()),
             store,
             host,
             host_id,
@@ -255,6 +258,12 @@ impl Templates {
             wake: Arc::new(Notify::new()),
             uploads: None,
         }
+    }
+
+    /// Records finished builds in `events` (the control plane's).
+    pub fn with_events(mut self, events: crate::Events) -> Self {
+        self.events = events;
+        self
     }
 
     /// Templates of a cluster's replica: OCI tarball uploads are stored in `objects` (see

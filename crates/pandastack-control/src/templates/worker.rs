@@ -12,6 +12,7 @@ use pandastack_store::{now_ms, BuildStatus, JobRow, StoreError, TemplateBuildRow
 use super::files::{BuildLog, IMAGE, LOG, UPLOAD};
 use super::queue::{BuildJob, JOB_KIND};
 use super::{TemplateError, Templates};
+use crate::ResourceKind;
 
 /// The disk limits a version's spec names (JSON), next to its image, for a re-bake.
 const DISK_LIMITS: &str = "disk-limits.json";
@@ -112,10 +113,35 @@ impl Templates {
             .map_err(store_failed)
     }
 
+    /// Moves the build to `status`; a build that becomes ready or failed is an event.
     async fn set(&self, row: &mut TemplateBuildRow, status: BuildStatus) -> Result<(), StoreError> {
+        let was = row.status;
         row.status = status;
         row.updated_at = now_ms();
-        self.store.template_builds().update(row).await
+        self.store.template_builds().update(row).await?;
+        let ended = match status {
+            _ if was == status => None,
+            BuildStatus::Ready => Some("template.build_succeeded"),
+            BuildStatus::Failed => Some("template.build_failed"),
+            _ => None,
+        };
+        if let Some(ty) = ended {
+            let data = serde_json::json!({
+                "build": row.id,
+                "version": row.version,
+                "error": row.error,
+            });
+            self.events
+                .emit(
+                    &row.workspace_id,
+                    ty,
+                    ResourceKind::Template,
+                    &row.name,
+                    data,
+                )
+                .await;
+        }
+        Ok(())
     }
 
     async fn run(

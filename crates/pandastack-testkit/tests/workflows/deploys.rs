@@ -12,7 +12,7 @@ use pandastack_host::VmState;
 use pandastack_store::DeployRow;
 use pandastack_testkit::script::{Op, Reply, ScriptedHost};
 
-use super::{eventually, Env, DRAIN};
+use super::{events_of, eventually, Env, DRAIN};
 
 /// The app's server port (the request names it).
 const PORT: u16 = 3000;
@@ -242,6 +242,23 @@ async fn a_successful_deploy_goes_live_with_every_phase_timed() {
         );
     }
     assert_eq!(d.plan.as_ref().unwrap()["port"], PORT);
+    // Each phase it entered, then live: events of the app.
+    let events = events_of(&env.store, &env.ws, "web").await;
+    let seen: Vec<(&str, &str)> = events
+        .iter()
+        .map(|(t, d)| (t.as_str(), d["phase"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("deploy.phase", "cloning"),
+            ("deploy.phase", "building"),
+            ("deploy.phase", "baking"),
+            ("deploy.phase", "checking"),
+            ("deploy.live", ""),
+        ]
+    );
+    assert_eq!(events[4].1["deploy_id"], d.id.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -267,6 +284,13 @@ async fn a_failing_build_fails_the_deploy_in_the_build_phase_and_removes_its_vm(
         d.phases
     );
     assert_eq!(live(&env).await, None);
+    let events = events_of(&env.store, &env.ws, "web").await;
+    let (last, data) = events.last().unwrap();
+    assert_eq!(last, "deploy.failed");
+    assert!(
+        data["error"].as_str().unwrap().contains("exit code 2"),
+        "{data}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -354,6 +378,13 @@ async fn rollback_makes_the_previous_deploy_live_again() {
     assert_eq!(back.id, first.id);
     assert_eq!(back.state, DeployState::Live);
     assert_eq!(live(&env).await.as_deref(), Some(first.id.as_str()));
+    let events = events_of(&env.store, &env.ws, "web").await;
+    let (last, data) = events.last().unwrap();
+    assert_eq!(last, "deploy.rolled_back");
+    assert_eq!(
+        (data["deploy_id"].as_str(), data["previous"].as_str()),
+        (Some(first.id.as_str()), Some(second.id.as_str()))
+    );
     let second = env.store.apps().deploy(&second.id).await.unwrap();
     assert_eq!(second.state, DeployState::Standby);
     // The rolled-back-to VM serves again; nothing was rebuilt.

@@ -339,6 +339,12 @@ async fn a_failed_run_is_attempted_again_while_it_has_retries() {
     assert_eq!(r.output.as_deref(), Some("boom\n"));
     assert_eq!(env.host.exec_log().len(), 2, "one attempt and one retry");
     assert_eq!(env.host.count(Op::Create), 2);
+    // Fired once (the manual run), failed once (on its last attempt, not the first).
+    let events = super::events_of(&env.store, &env.ws, "retry").await;
+    let types: Vec<&str> = events.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(types, ["schedule.fired", "schedule.failed"]);
+    assert_eq!(events[1].1["attempt"], 2);
+    assert_eq!(events[1].1["run_id"], run.id.as_str());
 }
 
 /// Run `id` of schedule `name` once it is in `state` (`what` names the wait in a failure).

@@ -28,8 +28,20 @@ async fn a_ttl_that_runs_out_kills_the_sandbox() {
         env.row(&doomed.id).await.is_none().then_some(())
     })
     .await;
+    // Its event is written just after the row goes (not in the same transaction).
+    let events = eventually(REAP, "the killed sandbox's event", || async {
+        let e = super::events_of(&env.store, &env.ws, &doomed.id).await;
+        e.iter().any(|(t, _)| t == "sandbox.killed").then_some(e)
+    })
+    .await;
     env.control.shutdown(false).await;
     assert_eq!(env.host.vm_state(&doomed.id), None, "its VM is gone too");
+    let types: Vec<&str> = events.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        types,
+        ["sandbox.created", "sandbox.expired", "sandbox.killed"]
+    );
+    assert_eq!(events[1].1["reason"], "ttl");
     assert_eq!(env.host.vm_state(&kept.id), Some(VmState::Running));
     assert_eq!(
         env.row(&kept.id).await.map(|r| r.state),
@@ -53,10 +65,23 @@ async fn an_idle_timeout_hibernates_the_sandbox() {
         (r.state == SandboxState::Hibernated).then_some(r)
     })
     .await;
+    let events = eventually(REAP, "the hibernated sandbox's event", || async {
+        let e = super::events_of(&env.store, &env.ws, &idle.id).await;
+        e.iter()
+            .any(|(t, _)| t == "sandbox.hibernated")
+            .then_some(e)
+    })
+    .await;
     env.control.shutdown(false).await;
     assert_eq!(env.host.vm_state(&idle.id), Some(VmState::Hibernated));
     assert_eq!(env.host.count(Op::Hibernate), 1);
     assert_eq!(row.on_timeout, OnTimeout::Hibernate);
+    let types: Vec<&str> = events.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        types,
+        ["sandbox.created", "sandbox.expired", "sandbox.hibernated"]
+    );
+    assert_eq!(events[1].1["reason"], "idle");
     let used = env.store.quotas().used(&env.ws).await.unwrap();
     assert_eq!(used.hibernated, 1);
     assert_eq!(used.hibernated_bytes, env.host.hibernated_bytes as i64);

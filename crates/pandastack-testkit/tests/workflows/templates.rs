@@ -345,6 +345,14 @@ async fn builds_run_one_at_a_time_and_stay_in_their_workspace() {
     assert!(text.contains("re-bake requested"), "{text}");
     assert_eq!(log.ended().await.as_deref(), Some("ready"));
     assert!(!f.builds.join(&b.id).join("upload.tar").exists());
+    // One event for the build (the re-bake of a ready version is none), in its workspace.
+    let events = super::events_of(&f.store, &f.ws, "app").await;
+    let types: Vec<&str> = events.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(types, ["template.build_succeeded"]);
+    assert_eq!(events[0].1["build"], a.id.as_str());
+    assert!(super::events_of(&f.store, &f.other_ws, "app")
+        .await
+        .is_empty());
 
     t.delete(&f.ws, "app").await.unwrap();
     assert_eq!(removed(&f.host), vec![a.id.clone()]);

@@ -166,11 +166,11 @@ pub struct ServerArgs {
     /// On shutdown, hibernate running sandboxes instead of leaving them running.
     #[arg(long)]
     hibernate_on_shutdown: bool,
-    /// An internal destination the server may fetch from on a user's behalf (app and function
-    /// git sources): by default it fetches only from public addresses, never from loopback,
-    /// link-local, private, CGNAT or metadata ones. A host name (`git.corp`), an address
-    /// (`10.1.2.3`), either with a port (`git.corp:8443`), or a network (`10.1.0.0/16`);
-    /// repeat the flag, or separate with commas in the environment variable.
+    /// An internal destination the server may fetch from or send to on a user's behalf (app and
+    /// function git sources, webhook deliveries): by default only public addresses, never
+    /// loopback, link-local, private, CGNAT or metadata ones. A host name (`git.corp`), an
+    /// address (`10.1.2.3`), either with a port (`git.corp:8443`), or a network
+    /// (`10.1.0.0/16`); repeat the flag, or separate with commas in the environment variable.
     #[arg(long, env = "PANDASTACK_ALLOW_INTERNAL_FETCH", value_delimiter = ',')]
     allow_internal_fetch: Vec<pandastack_outbound::Allowed>,
 }
@@ -418,6 +418,7 @@ fn control_config(
         },
         deploy: Default::default(),
         place: pandastack_control::PlaceMode::ThisHost,
+        webhooks: Default::default(),
     })
 }
 

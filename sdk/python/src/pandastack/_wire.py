@@ -203,7 +203,9 @@ class CreateFunctionRequest(_CreateFunctionRequestRequired, total=False):
 
 class CreateKeyRequest(TypedDict, total=False):
     """`POST /v1/keys`."""
+    expires_at: Optional[str]
     name: str
+    scopes: Optional[List[str]]
 
 
 class CreateSandboxRequest(TypedDict, total=False):
@@ -275,14 +277,30 @@ class CreateVolumeRequest(_CreateVolumeRequestRequired, total=False):
     size_gb: Optional[int]
 
 
-class Key(TypedDict):
-    """An API key as listed (never with its secret)."""
+class _CreateWebhookRequestRequired(TypedDict):
+    events: List[str]
+    url: str
+
+
+class CreateWebhookRequest(_CreateWebhookRequestRequired, total=False):
+    """`POST /v1/webhooks`."""
+    secret: Optional[str]
+
+
+class _KeyRequired(TypedDict):
     admin: bool
     created_at: str
     id: str
     name: str
     prefix: str
     revoked: bool
+    scopes: List[str]
+
+
+class Key(_KeyRequired, total=False):
+    """An API key as listed (never with its secret)."""
+    expires_at: Optional[str]
+    last_used_at: Optional[str]
 
 
 class CreatedKey(Key):
@@ -329,6 +347,10 @@ class DatabaseExtensions(TypedDict):
 DatabaseState = Literal["creating", "ready", "hibernated", "stopped"]
 
 
+#: Where a delivery stands.
+DeliveryState = Literal["pending", "delivered", "failed"]
+
+
 class _DeployRequired(TypedDict):
     app: str
     created_at: str
@@ -372,6 +394,21 @@ ErrorCode = Literal["sandbox_not_found", "template_not_found", "snapshot_not_fou
 class ErrorEnvelope(TypedDict):
     """The error envelope of every failed call: `{"error":{"code","message","request_id"}}`."""
     error: ErrorBody
+
+
+class Event(TypedDict):
+    """One event."""
+    at: str
+    data: Dict[str, Any]
+    id: str
+    resource: EventResource
+    type: str
+
+
+class EventResource(TypedDict):
+    """The resource an event is about."""
+    id: str
+    kind: str
 
 
 class _ExecStartFrameRequired(TypedDict):
@@ -706,6 +743,15 @@ class List_Deploy(_List_DeployRequired, total=False):
     next_cursor: Optional[str]
 
 
+class _List_EventRequired(TypedDict):
+    data: List[Event]
+
+
+class List_Event(_List_EventRequired, total=False):
+    """A page of a list: `{"data":[…],"next_cursor":null|"…"}`."""
+    next_cursor: Optional[str]
+
+
 class _List_FileInfoRequired(TypedDict):
     data: List[FileInfo]
 
@@ -819,6 +865,24 @@ class _List_VolumeSnapshotRequired(TypedDict):
 
 
 class List_VolumeSnapshot(_List_VolumeSnapshotRequired, total=False):
+    """A page of a list: `{"data":[…],"next_cursor":null|"…"}`."""
+    next_cursor: Optional[str]
+
+
+class _List_WebhookRequired(TypedDict):
+    data: List[Webhook]
+
+
+class List_Webhook(_List_WebhookRequired, total=False):
+    """A page of a list: `{"data":[…],"next_cursor":null|"…"}`."""
+    next_cursor: Optional[str]
+
+
+class _List_WebhookDeliveryRequired(TypedDict):
+    data: List[WebhookDelivery]
+
+
+class List_WebhookDelivery(_List_WebhookDeliveryRequired, total=False):
     """A page of a list: `{"data":[…],"next_cursor":null|"…"}`."""
     next_cursor: Optional[str]
 
@@ -1359,6 +1423,37 @@ class WatchFrameError(StreamErrorFrame):
 WatchFrame = Union[WatchFrameReady, WatchFrameCreate, WatchFrameModify, WatchFrameDelete, WatchFrameRename, WatchFrameOverflow, WatchFrameError]
 
 
+class _WebhookRequired(TypedDict):
+    created_at: str
+    events: List[str]
+    id: str
+    url: str
+
+
+class Webhook(_WebhookRequired, total=False):
+    """A webhook endpoint."""
+    secret: Optional[str]
+
+
+class _WebhookDeliveryRequired(TypedDict):
+    attempts: int
+    created_at: str
+    event_id: str
+    event_type: str
+    id: str
+    state: DeliveryState
+    webhook_id: str
+
+
+class WebhookDelivery(_WebhookDeliveryRequired, total=False):
+    """One event's delivery to one webhook."""
+    delivered_at: Optional[str]
+    last_attempt_at: Optional[str]
+    last_error: Optional[str]
+    last_status: Optional[int]
+    next_attempt_at: Optional[str]
+
+
 class _WebhookResultRequired(TypedDict):
     status: str
 
@@ -1395,17 +1490,21 @@ SCHEMAS = {
     "CreateTemplateRequest": CreateTemplateRequest,
     "CreateVersionRequest": CreateVersionRequest,
     "CreateVolumeRequest": CreateVolumeRequest,
+    "CreateWebhookRequest": CreateWebhookRequest,
     "CreatedKey": CreatedKey,
     "Database": Database,
     "DatabaseExtension": DatabaseExtension,
     "DatabaseExtensions": DatabaseExtensions,
     "DatabaseState": DatabaseState,
+    "DeliveryState": DeliveryState,
     "Deploy": Deploy,
     "DeployState": DeployState,
     "DomainTls": DomainTls,
     "ErrorBody": ErrorBody,
     "ErrorCode": ErrorCode,
     "ErrorEnvelope": ErrorEnvelope,
+    "Event": Event,
+    "EventResource": EventResource,
     "ExecClientFrame": ExecClientFrame,
     "ExecExitFrame": ExecExitFrame,
     "ExecIdFrame": ExecIdFrame,
@@ -1437,6 +1536,7 @@ SCHEMAS = {
     "List_App": List_App,
     "List_Database": List_Database,
     "List_Deploy": List_Deploy,
+    "List_Event": List_Event,
     "List_FileInfo": List_FileInfo,
     "List_Function": List_Function,
     "List_FunctionVersion": List_FunctionVersion,
@@ -1450,6 +1550,8 @@ SCHEMAS = {
     "List_Volume": List_Volume,
     "List_VolumeBackup": List_VolumeBackup,
     "List_VolumeSnapshot": List_VolumeSnapshot,
+    "List_Webhook": List_Webhook,
+    "List_WebhookDelivery": List_WebhookDelivery,
     "LogChunk": LogChunk,
     "LogEnd": LogEnd,
     "MetricPoint": MetricPoint,
@@ -1499,5 +1601,7 @@ SCHEMAS = {
     "VolumeState": VolumeState,
     "VolumeUsage": VolumeUsage,
     "WatchFrame": WatchFrame,
+    "Webhook": Webhook,
+    "WebhookDelivery": WebhookDelivery,
     "WebhookResult": WebhookResult,
 }

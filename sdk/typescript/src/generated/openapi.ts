@@ -450,6 +450,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The workspace's events, oldest first: a page of JSON, or with `Accept: text/event-stream` a
+         *     stream.
+         * @description A page starts after `cursor` (an event id; from the oldest kept without one) and its
+         *     `next_cursor` continues it. A stream starts after `Last-Event-ID` or `cursor` (without
+         *     either: with the events from now on), sends each event as it happens with its id as the
+         *     SSE `id` and its type as the SSE event name, and keeps the connection alive with comments.
+         */
+        get: operations["list_events"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/functions": {
         parameters: {
             query?: never;
@@ -1767,6 +1791,85 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the workspace's webhooks. */
+        get: operations["list_webhooks"];
+        put?: never;
+        /**
+         * Create a webhook endpoint: events matching `events` (exact types, `<kind>.*`, `*`) are
+         *     POSTed to `url`, signed with `secret` (Standard Webhooks). The secret is shown only here.
+         */
+        post: operations["create_webhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One webhook (without its secret). */
+        get: operations["get_webhook"];
+        put?: never;
+        post?: never;
+        /** Delete a webhook and its delivery history; what it has pending is not sent. */
+        delete: operations["delete_webhook"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A webhook's deliveries, newest event first: each event's state (`pending`, `delivered`,
+         *     `failed`), attempts, last answer and error.
+         */
+        get: operations["list_webhook_deliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{id}/deliveries/{delivery_id}/redeliver": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a delivery again (now, with a fresh round of attempts; its history is kept). Later
+         *     events of the same resource wait for it.
+         */
+        post: operations["redeliver_webhook_delivery"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -2095,7 +2198,18 @@ export interface components {
         };
         /** @description `POST /v1/keys`. */
         CreateKeyRequest: {
+            /**
+             * @description When it stops working (RFC 3339, in the future); default: never, or the calling key's
+             *     own expiry if it has one (a key cannot outlive the key that made it).
+             */
+            expires_at?: string | null;
             name?: string;
+            /**
+             * @description What the key may do: `*`, or `<kind>:<action>` with `*` for either part (actions:
+             *     `read`, `write`, `exec`); default: the calling key's own. Only scopes the calling key's
+             *     cover are granted.
+             */
+            scopes?: string[] | null;
         };
         /** @description `POST /v1/sandboxes`. */
         CreateSandboxRequest: {
@@ -2223,6 +2337,19 @@ export interface components {
              */
             size_gb?: number | null;
         };
+        /** @description `POST /v1/webhooks`. */
+        CreateWebhookRequest: {
+            /** @description Event types to send: exact types, `<kind>.*` or `*` (1 to 64 patterns). */
+            events: string[];
+            /** @description `whsec_` + base64 of 24 to 64 random bytes; generated when not given. */
+            secret?: string | null;
+            /**
+             * @description Where events are POSTed: `http://` or `https://`. Private, loopback, link-local and
+             *     metadata addresses are refused unless the operator allows them
+             *     (`--allow-internal-fetch`).
+             */
+            url: string;
+        };
         /** @description A key just created: the secret is shown this once. */
         CreatedKey: components["schemas"]["Key"] & {
             secret: string;
@@ -2283,6 +2410,11 @@ export interface components {
          * @enum {string}
          */
         DatabaseState: "creating" | "ready" | "hibernated" | "stopped";
+        /**
+         * @description Where a delivery stands.
+         * @enum {string}
+         */
+        DeliveryState: "pending" | "delivered" | "failed";
         /** @description A deploy resource. */
         Deploy: {
             app: string;
@@ -2336,6 +2468,31 @@ export interface components {
         /** @description The error envelope of every failed call: `{"error":{"code","message","request_id"}}`. */
         ErrorEnvelope: {
             error: components["schemas"]["ErrorBody"];
+        };
+        /** @description One event. */
+        Event: {
+            /** @description When it happened (RFC 3339). */
+            at: string;
+            /** @description A small payload, by type (e.g. a deploy's `phase`, a failure's `error`). */
+            data: Record<string, unknown>;
+            /**
+             * @description Increasing with time across the server: a later event has a larger id. An SSE stream's
+             *     `id:` and the `Last-Event-ID` a client resumes from.
+             */
+            id: string;
+            resource: components["schemas"]["EventResource"];
+            /** @description e.g. `sandbox.created` (see the event list in the documentation). */
+            type: string;
+        };
+        /** @description The resource an event is about. */
+        EventResource: {
+            /**
+             * @description The resource's id (a sandbox's `sb-…`) or, for resources addressed by name (templates,
+             *     apps, functions, schedules, databases), its name.
+             */
+            id: string;
+            /** @description `sandbox`, `snapshot`, `template`, `app`, `database`, `function` or `schedule`. */
+            kind: string;
         };
         /** @description A client → server text frame on `GET …/exec/ws` (JSON). */
         ExecClientFrame: (components["schemas"]["ExecStartFrame"] & {
@@ -2748,11 +2905,16 @@ export interface components {
              */
             admin: boolean;
             created_at: string;
+            expires_at?: string | null;
             id: string;
+            /** @description When it was last used (to within a minute); `null`: never. */
+            last_used_at?: string | null;
             name: string;
             /** @description First characters of the secret, to tell keys apart. */
             prefix: string;
             revoked: boolean;
+            /** @description What it may do (see `CreateKeyRequest::scopes`). */
+            scopes: string[];
         };
         /** @description A page of a list: `{"data":[…],"next_cursor":null|"…"}`. */
         List_App: {
@@ -2866,6 +3028,24 @@ export interface components {
                 sandbox_id?: string | null;
                 state: components["schemas"]["DeployState"];
                 updated_at: string;
+            }[];
+            next_cursor?: string | null;
+        };
+        /** @description A page of a list: `{"data":[…],"next_cursor":null|"…"}`. */
+        List_Event: {
+            data: {
+                /** @description When it happened (RFC 3339). */
+                at: string;
+                /** @description A small payload, by type (e.g. a deploy's `phase`, a failure's `error`). */
+                data: Record<string, unknown>;
+                /**
+                 * @description Increasing with time across the server: a later event has a larger id. An SSE stream's
+                 *     `id:` and the `Last-Event-ID` a client resumes from.
+                 */
+                id: string;
+                resource: components["schemas"]["EventResource"];
+                /** @description e.g. `sandbox.created` (see the event list in the documentation). */
+                type: string;
             }[];
             next_cursor?: string | null;
         };
@@ -3002,11 +3182,16 @@ export interface components {
                  */
                 admin: boolean;
                 created_at: string;
+                expires_at?: string | null;
                 id: string;
+                /** @description When it was last used (to within a minute); `null`: never. */
+                last_used_at?: string | null;
                 name: string;
                 /** @description First characters of the secret, to tell keys apart. */
                 prefix: string;
                 revoked: boolean;
+                /** @description What it may do (see `CreateKeyRequest::scopes`). */
+                scopes: string[];
             }[];
             next_cursor?: string | null;
         };
@@ -3229,6 +3414,49 @@ export interface components {
                 /** Format: int32 */
                 size_gb: number;
                 volume: string;
+            }[];
+            next_cursor?: string | null;
+        };
+        /** @description A page of a list: `{"data":[…],"next_cursor":null|"…"}`. */
+        List_Webhook: {
+            data: {
+                created_at: string;
+                events: string[];
+                /** @description `wh_…` */
+                id: string;
+                /** @description The signing secret (`whsec_…`): shown by the create only. */
+                secret?: string | null;
+                url: string;
+            }[];
+            next_cursor?: string | null;
+        };
+        /** @description A page of a list: `{"data":[…],"next_cursor":null|"…"}`. */
+        List_WebhookDelivery: {
+            data: {
+                /**
+                 * Format: int32
+                 * @description Attempts made so far.
+                 */
+                attempts: number;
+                created_at: string;
+                delivered_at?: string | null;
+                /** @description The event's id, also the `webhook-id` header of every attempt. */
+                event_id: string;
+                event_type: string;
+                /** @description `whd_…` */
+                id: string;
+                last_attempt_at?: string | null;
+                /** @description Why the last attempt failed. */
+                last_error?: string | null;
+                /**
+                 * Format: int32
+                 * @description The HTTP status of the last attempt, if it got an answer.
+                 */
+                last_status?: number | null;
+                /** @description When the next attempt is due (pending deliveries). */
+                next_attempt_at?: string | null;
+                state: components["schemas"]["DeliveryState"];
+                webhook_id: string;
             }[];
             next_cursor?: string | null;
         };
@@ -3911,6 +4139,43 @@ export interface components {
             /** @enum {string} */
             type: "error";
         });
+        /** @description A webhook endpoint. */
+        Webhook: {
+            created_at: string;
+            events: string[];
+            /** @description `wh_…` */
+            id: string;
+            /** @description The signing secret (`whsec_…`): shown by the create only. */
+            secret?: string | null;
+            url: string;
+        };
+        /** @description One event's delivery to one webhook. */
+        WebhookDelivery: {
+            /**
+             * Format: int32
+             * @description Attempts made so far.
+             */
+            attempts: number;
+            created_at: string;
+            delivered_at?: string | null;
+            /** @description The event's id, also the `webhook-id` header of every attempt. */
+            event_id: string;
+            event_type: string;
+            /** @description `whd_…` */
+            id: string;
+            last_attempt_at?: string | null;
+            /** @description Why the last attempt failed. */
+            last_error?: string | null;
+            /**
+             * Format: int32
+             * @description The HTTP status of the last attempt, if it got an answer.
+             */
+            last_status?: number | null;
+            /** @description When the next attempt is due (pending deliveries). */
+            next_attempt_at?: string | null;
+            state: components["schemas"]["DeliveryState"];
+            webhook_id: string;
+        };
         /** @description Answer of a webhook delivery. */
         WebhookResult: {
             /** @description The deploy it queued (or queued before, for a duplicate). */
@@ -4752,6 +5017,130 @@ export interface operations {
                 };
                 content: {
                     "application/json": Record<string, unknown>;
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    list_events: {
+        parameters: {
+            query?: {
+                /** @description A page's events, 1 to 1000 (default 100); not used by a stream */
+                limit?: number;
+                /** @description Start after this event id (`next_cursor` of the previous page, or an SSE id; `0`: the oldest kept) */
+                cursor?: string;
+                /** @description Only this event type, or a `<kind>.*` prefix (`sandbox.*`) */
+                type?: string;
+                /** @description Only events of the resource with this id */
+                resource?: string;
+                /** @description API key, for clients that cannot set headers (EventSource) */
+                access_token?: string;
+            };
+            header?: {
+                /** @description A stream resumes after this event id (what an EventSource sends when it reconnects) */
+                "Last-Event-ID"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of events (JSON), or with `Accept: text/event-stream` Server-Sent Events named by the event's type, the event as data */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["List_Event"];
+                    "text/event-stream": {
+                        data: string;
+                        /** @enum {string} */
+                        event: "sandbox.created";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "sandbox.paused";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "sandbox.resumed";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "sandbox.hibernated";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "sandbox.woken";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "sandbox.killed";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "sandbox.lost";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "sandbox.expired";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "sandbox.forked";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "snapshot.created";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "template.build_succeeded";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "template.build_failed";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "deploy.phase";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "deploy.live";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "deploy.failed";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "deploy.rolled_back";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "database.ready";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "database.hibernated";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "database.restored";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "function.version_live";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "schedule.fired";
+                    } | {
+                        data: string;
+                        /** @enum {string} */
+                        event: "schedule.failed";
+                    };
                 };
             };
             default: components["responses"]["Error"];
@@ -7247,6 +7636,161 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    list_webhooks: {
+        parameters: {
+            query?: {
+                /** @description 1 to 1000 (default 100) */
+                limit?: number;
+                /** @description `next_cursor` of the previous page */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of webhooks (without secrets) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["List_Webhook"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    create_webhook: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description Makes retries safe (at most 128 bytes) */
+                "Idempotency-Key"?: string | null;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateWebhookRequest"];
+            };
+        };
+        responses: {
+            /** @description The webhook, with its secret */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    get_webhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Webhook id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The webhook */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    delete_webhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Webhook id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    list_webhook_deliveries: {
+        parameters: {
+            query?: {
+                /** @description 1 to 1000 (default 100) */
+                limit?: number;
+                /** @description `next_cursor` of the previous page */
+                cursor?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Webhook id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of deliveries */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["List_WebhookDelivery"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    redeliver_webhook_delivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Webhook id */
+                id: string;
+                /** @description Delivery id */
+                delivery_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The delivery, pending */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDelivery"];
+                };
             };
             default: components["responses"]["Error"];
         };
