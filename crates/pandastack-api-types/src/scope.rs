@@ -168,7 +168,11 @@ pub fn covers_all(held: &[Scope], wanted: &[Scope]) -> bool {
 /// notes). `route` is the route template (`/v1/sandboxes/{id}/exec`).
 pub fn needed(method: &str, route: &str) -> Option<(String, Action)> {
     let mut segs = route.strip_prefix("/v1/")?.split('/');
-    let kind = segs.next().filter(|k| !k.is_empty())?.to_owned();
+    // The public routes take no key.
+    let kind = segs
+        .next()
+        .filter(|k| !k.is_empty() && !matches!(*k, "health" | "openapi.json"))?
+        .to_owned();
     let rest: Vec<&str> = segs.collect();
     let reading = matches!(method, "GET" | "HEAD");
     let sub = rest.get(1).copied();
@@ -269,5 +273,6 @@ mod tests {
         );
         assert_eq!(n("DELETE", "/v1/keys/{id}"), Some("keys:write".into()));
         assert_eq!(n("GET", "/metrics"), None);
+        assert_eq!(n("GET", "/v1/health"), None);
     }
 }

@@ -40,6 +40,8 @@ mod metrics;
 mod no_vm_refusals;
 #[path = "api_fast/operator_metrics.rs"]
 mod operator_metrics;
+#[path = "api_fast/scoped_keys.rs"]
+mod scoped_keys;
 #[path = "api_fast/watch.rs"]
 mod watch;
 
