@@ -59,6 +59,13 @@ struct CreateArgs {
     /// ls|drain|undrain|forget`). It still belongs to a workspace.
     #[arg(long)]
     admin: bool,
+    /// What the key may do: `*` (everything, the default) or `<kind>:<action>` with `*` for
+    /// either part, e.g. `*:read` (read-only) or `sandboxes:*` (repeatable).
+    #[arg(long = "scope", value_name = "SCOPE", conflicts_with = "admin")]
+    scopes: Vec<String>,
+    /// Seconds until the key stops working [default: never].
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    expires_in: Option<u64>,
     /// Running sandboxes allowed in a new workspace.
     #[arg(long, default_value_t = 200, requires = "new_workspace")]
     max_sandboxes: i64,
@@ -190,11 +197,26 @@ async fn create(store: &Store, a: CreateArgs) -> anyhow::Result<()> {
     if a.name.len() > 64 {
         bail!("--name: at most 64 bytes");
     }
+    let scopes = if a.scopes.is_empty() {
+        vec!["*".to_owned()]
+    } else {
+        pandastack_client::types::parse_scopes(&a.scopes)
+            .map_err(|e| anyhow::anyhow!("--scope: {}", e.message))?
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    };
+    let grant = pandastack_store::KeyGrant {
+        scopes,
+        expires_at: a
+            .expires_in
+            .map(|s| pandastack_store::now_ms().saturating_add((s as i64).saturating_mul(1000))),
+    };
     let ws = target(store, &a).await?;
     let (key, secret) = if a.admin {
         store.keys().create_admin(&ws.id, &a.name).await?
     } else {
-        store.keys().create(&ws.id, &a.name).await?
+        store.keys().create_granted(&ws.id, &a.name, &grant).await?
     };
     if a.json {
         let mut v = key_json(&key, &ws.name);
@@ -225,6 +247,9 @@ fn key_json(k: &KeyRow, workspace_name: &str) -> serde_json::Value {
         "revoked": k.revoked_at.is_some(),
         "revoked_at": k.revoked_at.map(rfc3339),
         "admin": k.admin,
+        "scopes": k.scopes,
+        "expires_at": k.expires_at.map(rfc3339),
+        "last_used_at": k.last_used_at.map(rfc3339),
     })
 }
 

@@ -573,6 +573,13 @@ class APIKey:
     #: An operator's key (``pandastack keys create --admin`` on the server): it may also call
     #: the operator routes (``/v1/hosts``).
     admin: bool = False
+    #: What it may do: ``*`` or ``<kind>:<action>`` scopes (actions ``read``, ``write``,
+    #: ``exec``; ``*`` for either part).
+    scopes: List[str] = field(default_factory=lambda: ["*"])
+    #: When it stops working (RFC 3339), if ever.
+    expires_at: Optional[str] = None
+    #: When it was last used (to within a minute), if ever.
+    last_used_at: Optional[str] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "APIKey":
@@ -584,6 +591,9 @@ class APIKey:
             created_at=_or(w.get("created_at"), ""),
             revoked=bool(_or(w.get("revoked"), False)),
             admin=bool(_or(w.get("admin"), False)),
+            scopes=list(_or(w.get("scopes"), ["*"])),
+            expires_at=w.get("expires_at"),
+            last_used_at=w.get("last_used_at"),
         )
 
 
@@ -599,7 +609,8 @@ class CreatedAPIKey(APIKey):
         k = APIKey.from_json(d)
         return cls(
             id=k.id, name=k.name, prefix=k.prefix, created_at=k.created_at, revoked=k.revoked,
-            admin=k.admin, secret=_or(w.get("secret"), ""),
+            admin=k.admin, scopes=k.scopes, expires_at=k.expires_at, last_used_at=k.last_used_at,
+            secret=_or(w.get("secret"), ""),
         )
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import List
+import datetime as _dt
+from typing import List, Optional, Sequence, Union
 
 from .. import _base as b
 from .. import _wire
@@ -19,8 +20,28 @@ class AsyncKeys:
     async def list(self) -> List[APIKey]:
         return [APIKey.from_json(x) for x in (await self._t.json("GET", "/v1/keys")).get("data", [])]
 
-    async def create(self, name: str = "") -> CreatedAPIKey:
+    async def create(
+        self,
+        name: str = "",
+        *,
+        scopes: Optional[Sequence[str]] = None,
+        expires_at: Union[str, _dt.datetime, None] = None,
+    ) -> CreatedAPIKey:
+        """A new key of the workspace; its ``secret`` is in this answer only. ``scopes``
+        (default: the calling key's) must be covered by the calling key's own, e.g.
+        ``["*:read"]`` for a read-only key or ``["sandboxes:*"]``; ``expires_at`` (an RFC 3339
+        string or an aware ``datetime``) may not be after the calling key's own expiry."""
         body: _wire.CreateKeyRequest = {"name": name}
+        if scopes is not None:
+            if isinstance(scopes, str):
+                raise TypeError("scopes: a list of scope strings, not one string")
+            body["scopes"] = list(scopes)
+        if expires_at is not None:
+            if isinstance(expires_at, _dt.datetime):
+                if expires_at.tzinfo is None:
+                    raise ValueError("expires_at: an aware datetime (with a time zone)")
+                expires_at = expires_at.isoformat()
+            body["expires_at"] = expires_at
         return CreatedAPIKey.from_json(await self._t.json("POST", "/v1/keys", json=body))
 
     async def revoke(self, key_id: str) -> None:
