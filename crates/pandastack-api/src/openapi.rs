@@ -68,8 +68,9 @@ impl Modify for Conventions {
                 ResponseBuilder::new()
                     .description(
                         "Error envelope. The HTTP status follows `error.code` (404 `*_not_found`, \
-                         401 `unauthorized`, 403 `forbidden` (an operator route, a key \
-                         that is not an admin's), 422 `invalid_argument`, 400 `invalid_json`, 409 \
+                         401 `unauthorized` (no key, a bad or an expired one), 403 `forbidden` (an \
+                         operator route and a key that is not an admin's, or a key whose scopes \
+                         do not include the call's: the message names the scope), 422 `invalid_argument`, 400 `invalid_json`, 409 \
                          `conflict`/`sandbox_state`/`volume_busy`, 405 `method_not_allowed` with `Allow`, 413 \
                          `payload_too_large`, 426 `upgrade_required`, 429 `rate_limited` with \
                          `Retry-After`, 500 `internal`, 503 `unavailable`, 507 \

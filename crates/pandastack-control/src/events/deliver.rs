@@ -150,7 +150,7 @@ impl Events {
                     .get(n - 1)
                     .map(|p| now_ms() + p.as_millis() as i64);
                 let error = chain(&e);
-                tracing::info!(delivery = %d.id, webhook = %hook.id, attempt = n, gives_up = retry_at.is_none(), error = %error, "webhook attempt failed");
+                tracing::info!(delivery = %d.id, webhook = %hook.id, attempt = n, gives_up = retry_at.is_none(), error = error.as_str(), "webhook attempt failed");
                 Attempt::Failed {
                     status,
                     error,
