@@ -1,5 +1,6 @@
 """Events and webhooks against a real server: a sandbox's create is a ``sandbox.created``
-event that ``events.list`` and ``events.stream`` (resumed from the start) both show; a webhook
+event that ``events.list`` and ``events.stream`` (resumed from the start) both show, and a pause
+made while the stream is open reaches it; a webhook
 is created (its secret shown once), listed, fetched and deleted."""
 
 from __future__ import annotations
@@ -20,10 +21,15 @@ def test_a_create_is_a_sandbox_created_event(client: PandaStack, make_sandbox, t
     assert ev.data.get("template") == template and ev.at and int(ev.id) > 0
     streamed = client.events.stream(after="0", resource=sb.id)
     try:
-        first = next(iter(streamed))
+        first = next(streamed)
+        assert (first.id, first.type) == (ev.id, "sandbox.created")
+        # A change made while the stream is open reaches it.
+        sb.pause()
+        second = next(streamed)
     finally:
         streamed.close()
-    assert (first.id, first.type) == (ev.id, "sandbox.created")
+    assert (second.type, second.data.get("from"), second.data.get("to")) == ("sandbox.paused", "running", "paused")
+    assert int(second.id) > int(first.id)
 
 
 def test_a_webhook_is_created_listed_and_deleted(client: PandaStack) -> None:

@@ -12,7 +12,7 @@ import { BASE_URL, RUN_ID, SandboxGuard, TEMPLATE, TEST_TTL_SECONDS, client } fr
 const c = client();
 const guard = new SandboxGuard(c);
 
-test("a create is a sandbox.created event, listed and streamed", async () => {
+test("a create is a sandbox.created event, listed and streamed; a pause reaches the open stream", async () => {
   const sb = await guard.create();
   const listed = await c.events.list({ type: "sandbox.created", resource: sb.id }).toArray();
   assert.deepEqual(listed.map((e) => [e.type, e.resource.kind, e.resource.id]), [["sandbox.created", "sandbox", sb.id]]);
@@ -22,10 +22,16 @@ test("a create is a sandbox.created event, listed and streamed", async () => {
   const ctl = new AbortController();
   const timer = setTimeout(() => ctl.abort(new Error("no event streamed within 30 s")), 30_000);
   try {
-    for await (const first of c.events.stream({ after: "0", resource: sb.id, signal: ctl.signal })) {
-      assert.deepEqual([first.id, first.type], [ev.id, "sandbox.created"]);
-      break;
+    const seen = [];
+    for await (const e of c.events.stream({ after: "0", resource: sb.id, signal: ctl.signal })) {
+      seen.push([e.type, e.data.from ?? null, e.data.to ?? null]);
+      if (seen.length === 1) {
+        assert.equal(e.id, ev.id);
+        // A change made while the stream waits reaches it.
+        await sb.pause();
+      } else break;
     }
+    assert.deepEqual(seen, [["sandbox.created", null, null], ["sandbox.paused", "running", "paused"]]);
   } finally {
     clearTimeout(timer);
   }
