@@ -33,6 +33,8 @@ from pandastack.types import (
     DatabaseExtension,
     DatabaseExtensions,
     Deploy,
+    Event,
+    EventResource,
     ExecResult,
     FileInfo,
     FileUrl,
@@ -60,6 +62,8 @@ from pandastack.types import (
     VolumeBackup,
     VolumeMount,
     VolumeSnapshot,
+    Webhook,
+    WebhookDelivery,
 )
 
 pytestmark = pytest.mark.offline
@@ -113,6 +117,12 @@ PAIRS: Dict[str, type] = {
     "Metrics": Metrics,
     "MetricPoint": MetricPoint,
     "InstanceMetrics": InstanceMetrics,
+    # client.events and client.webhooks.
+    "Event": Event,
+    "EventResource": EventResource,
+    # Also what webhooks.create returns (with `secret`, which listings leave out).
+    "Webhook": Webhook,
+    "WebhookDelivery": WebhookDelivery,
 }
 
 #: Schemas the SDK does not model as a type, and why.
@@ -152,6 +162,7 @@ NOT_MODELLED: Dict[str, str] = {
     "FunctionRollbackRequest": "request body",
     "CreateScheduleRequest": "request body",
     "UpdateScheduleRequest": "request body",
+    "CreateWebhookRequest": "request body (webhooks.create's arguments)",
     # Envelopes the SDK unwraps.
     "ErrorBody": "raised as PandaStackError subclasses",
     "ErrorEnvelope": "raised as PandaStackError subclasses",
@@ -172,6 +183,9 @@ NOT_MODELLED: Dict[str, str] = {
     "List_Schedule": "unwrapped into lists / Page",
     "List_ScheduleRun": "unwrapped into lists / Page",
     "List_Host": "unwrapped into lists",
+    "List_Event": "unwrapped into lists / Page",
+    "List_Webhook": "unwrapped into lists / Page",
+    "List_WebhookDelivery": "unwrapped into lists / Page",
     "ForkResponse": "unwrapped into Sandbox objects",
     # GET /v1/usage: not in the SDK yet (an operator's view; curl or the CLI's JSON).
     "Usage": "GET /v1/usage is not in the SDK yet",
@@ -215,6 +229,7 @@ NOT_MODELLED: Dict[str, str] = {
     "RunState": "a str field (ScheduleRun.state)",
     "RunTrigger": "a str field (ScheduleRun.trigger)",
     "HostState": "a str field (Host.state)",
+    "DeliveryState": "a str field (WebhookDelivery.state; the DeliveryState Literal)",
 }
 
 

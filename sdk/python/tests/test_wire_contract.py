@@ -242,6 +242,7 @@ BODIES: List[Tuple[str, Any]] = [
             "s", "* * * * *", b.schedule_fields("UTC", t.FunctionTarget("f"), {"p": 1}, "allow", 60, 2), True
         ),
     ),
+    ("CreateWebhookRequest", lambda: b.webhook_body("https://example.com/h", ["sandbox.*"], "whsec_x")),
     ("UpdateScheduleRequest", lambda: b.schedule_fields("UTC", t.SandboxExecTarget("minimal", "true"), 1, "forbid", 60, 2)),
 ]
 

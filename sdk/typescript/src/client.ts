@@ -30,10 +30,13 @@ import {
 } from "./types.js";
 import { Apps } from "./apps.js";
 import { Databases } from "./databases.js";
+import { Events } from "./events.js";
 import { Functions } from "./functions.js";
 import { Hosts } from "./hosts.js";
+import { Keys } from "./keys.js";
 import { Schedules } from "./schedules.js";
 import { Volumes, volumeMountsToWire } from "./volumes.js";
+import { Webhooks } from "./webhooks.js";
 import type { WireBody } from "./wire.js";
 
 export const DEFAULT_BASE_URL = "http://localhost:8080";
@@ -123,6 +126,12 @@ export class PandaStack {
   readonly schedules: Schedules;
   /** The platform's hosts (operator routes: an admin key only). */
   readonly hosts: Hosts;
+  /** The workspace's lifecycle events (pages and a resumable stream). */
+  readonly events: Events;
+  /** Endpoints the workspace's events are POSTed to, and their deliveries. */
+  readonly webhooks: Webhooks;
+  /** The workspace's API keys. */
+  readonly keys: Keys;
   readonly baseUrl: string;
   /** @internal */
   readonly http: HttpClient;
@@ -157,6 +166,9 @@ export class PandaStack {
     this.functions = new Functions(this.http);
     this.schedules = new Schedules(this.http);
     this.hosts = new Hosts(this.http);
+    this.events = new Events(this.http);
+    this.webhooks = new Webhooks(this.http, newIdempotencyKey);
+    this.keys = new Keys(this.http);
   }
 }
 

@@ -93,6 +93,15 @@ export {
   type UpdateScheduleOptions,
 } from "./schedules.js";
 export { Hosts } from "./hosts.js";
+export {
+  Events,
+  EVENT_STREAM_MAX_FAILURES,
+  type EventFilterOptions,
+  type ListEventsOptions,
+  type StreamEventsOptions,
+} from "./events.js";
+export { Webhooks, type CreateWebhookOptions, type ListWebhooksOptions } from "./webhooks.js";
+export { Keys, type CreateKeyOptions } from "./keys.js";
 export type { LogCallback } from "./follow.js";
 export {
   Git,
@@ -152,13 +161,17 @@ export type {
   BackupState,
   CodeContext,
   ConcurrencyPolicy,
+  CreatedKey,
   DatabaseExtension,
   DatabaseExtensions,
   DatabaseInfo,
   DatabaseState,
+  DeliveryState,
   DeployInfo,
   DeployState,
   DomainTls,
+  EventInfo,
+  EventResource,
   ExecEvent,
   ExecResult,
   ExecutionError,
@@ -176,6 +189,7 @@ export type {
   InvocationError,
   InvocationStatus,
   InstanceMetrics,
+  Key,
   MetricPoint,
   OnHostLoss,
   VolumeState,
@@ -200,6 +214,8 @@ export type {
   VolumeInfo,
   VolumeMount,
   VolumeSnapshotInfo,
+  Webhook,
+  WebhookDelivery,
 } from "./types.js";
 export type { FetchLike } from "./http.js";
 export { VERSION } from "./version.js";

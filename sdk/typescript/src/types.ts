@@ -507,6 +507,92 @@ export interface ScheduleRunInfo {
 /** Whether a host takes work: `ready`, `draining` (keeps what it runs, takes nothing new) or `dead` (its lease lapsed). */
 export type HostState = Schemas["HostState"];
 
+/** Where a webhook delivery stands: `pending`, `delivered` or `failed` (its retries used up). */
+export type DeliveryState = Schemas["DeliveryState"];
+
+/**
+ * The resource an {@link EventInfo} is about: `kind` (`sandbox`, `snapshot`, `template`, `app`,
+ * `database`, `function` or `schedule`) and `id` (a sandbox's `sb-…`; for resources addressed by
+ * name, their name).
+ */
+export interface EventResource {
+  kind: string;
+  id: string;
+}
+
+/**
+ * One lifecycle event of the workspace (`client.events`). Named `EventInfo` to keep clear of the
+ * DOM's global `Event`.
+ */
+export interface EventInfo {
+  /** Grows with time across the server: pass the last one seen as `cursor` / `after` to resume. */
+  id: string;
+  /** e.g. `sandbox.created`, `deploy.live`, `schedule.failed` (the server's docs/events.md lists them). */
+  type: string;
+  resource: EventResource;
+  /** When it happened (RFC 3339). */
+  at: string;
+  /** A small payload, by type (a deploy's `phase`, a failure's `error`, …). */
+  data: Record<string, unknown>;
+}
+
+/** A webhook endpoint (`client.webhooks`). */
+export interface Webhook {
+  /** `wh_…` */
+  id: string;
+  url: string;
+  /** Patterns of the event types it gets: exact types, `<kind>.*` or `*`. */
+  events: string[];
+  createdAt: string;
+  /** The signing secret (`whsec_…`): only on what `webhooks.create` returns; `null` elsewhere. */
+  secret: string | null;
+}
+
+/** One event's delivery to one webhook. */
+export interface WebhookDelivery {
+  /** `whd_…` */
+  id: string;
+  webhookId: string;
+  /** The event's id, also the `webhook-id` header of every attempt. */
+  eventId: string;
+  eventType: string;
+  state: DeliveryState;
+  /** Attempts made so far. */
+  attempts: number;
+  createdAt: string;
+  deliveredAt: string | null;
+  lastAttemptAt: string | null;
+  /** Why the last attempt failed. */
+  lastError: string | null;
+  /** The HTTP status of the last attempt, if it got an answer. */
+  lastStatus: number | null;
+  /** When the next attempt is due (pending deliveries). */
+  nextAttemptAt: string | null;
+}
+
+/** An API key of the workspace as listed (never with its secret). */
+export interface Key {
+  id: string;
+  name: string;
+  /** First characters of the secret, to tell keys apart. */
+  prefix: string;
+  createdAt: string;
+  revoked: boolean;
+  /** An operator's key (made on the server with `pandastack keys create --admin`). */
+  admin: boolean;
+  /** What it may do: `*` or `<kind>:<action>` (actions `read`, `write`, `exec`; `*` for either part). */
+  scopes: string[];
+  /** When it stops working (RFC 3339), if ever. */
+  expiresAt: string | null;
+  /** When it was last used (to within a minute), if ever. */
+  lastUsedAt: string | null;
+}
+
+/** A key just created: `secret` is shown this once. */
+export interface CreatedKey extends Key {
+  secret: string;
+}
+
 /**
  * What a host offers, as its agent last reported it (all 0 until then; the single-node
  * server's in-process host reports none).
@@ -1186,6 +1272,73 @@ export function execResultFromWire(w: WireOf<"ExecResult">): ExecResult {
     truncated: w.truncated === true,
     durationMs: num(w.duration_ms),
   };
+}
+
+const strList = (v: unknown): string[] => (Array.isArray(v) ? v.filter((x): x is string => typeof x === "string") : []);
+
+/** @internal */
+export function eventResourceFromWire(w: WireOf<"EventResource">): EventResource {
+  return { kind: str(w.kind), id: str(w.id) };
+}
+
+/** @internal */
+export function eventFromWire(w: WireOf<"Event">): EventInfo {
+  return {
+    id: str(w.id),
+    type: str(w.type),
+    resource: eventResourceFromWire(object(w.resource)),
+    at: str(w.at),
+    data: { ...object(w.data) },
+  };
+}
+
+/** @internal */
+export function webhookFromWire(w: WireOf<"Webhook">): Webhook {
+  return {
+    id: str(w.id),
+    url: str(w.url),
+    events: strList(w.events),
+    createdAt: str(w.created_at),
+    secret: optStr(w.secret),
+  };
+}
+
+/** @internal */
+export function webhookDeliveryFromWire(w: WireOf<"WebhookDelivery">): WebhookDelivery {
+  return {
+    id: str(w.id),
+    webhookId: str(w.webhook_id),
+    eventId: str(w.event_id),
+    eventType: str(w.event_type),
+    state: str(w.state, "pending") as DeliveryState,
+    attempts: num(w.attempts),
+    createdAt: str(w.created_at),
+    deliveredAt: optStr(w.delivered_at),
+    lastAttemptAt: optStr(w.last_attempt_at),
+    lastError: optStr(w.last_error),
+    lastStatus: optNum(w.last_status),
+    nextAttemptAt: optStr(w.next_attempt_at),
+  };
+}
+
+/** @internal */
+export function keyFromWire(w: WireOf<"Key">): Key {
+  return {
+    id: str(w.id),
+    name: str(w.name),
+    prefix: str(w.prefix),
+    createdAt: str(w.created_at),
+    revoked: w.revoked === true,
+    admin: w.admin === true,
+    scopes: Array.isArray(w.scopes) ? strList(w.scopes) : ["*"],
+    expiresAt: optStr(w.expires_at),
+    lastUsedAt: optStr(w.last_used_at),
+  };
+}
+
+/** @internal */
+export function createdKeyFromWire(w: WireOf<"CreatedKey">): CreatedKey {
+  return { ...keyFromWire(w), secret: str(w.secret) };
 }
 
 /** @internal */

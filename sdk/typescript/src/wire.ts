@@ -25,6 +25,8 @@ import type {
   DatabaseExtensions,
   DatabaseInfo,
   DeployInfo,
+  EventInfo,
+  EventResource,
   ExecResult,
   Execution,
   FileInfo,
@@ -34,6 +36,7 @@ import type {
   HostInfo,
   InstanceMetrics,
   Invocation,
+  Key,
   MetricPoint,
   QueryField,
   QueryResult,
@@ -50,6 +53,8 @@ import type {
   VolumeInfo,
   VolumeMount,
   VolumeSnapshotInfo,
+  Webhook,
+  WebhookDelivery,
 } from "./types.js";
 
 /** The contract's schemas by name. */
@@ -127,6 +132,11 @@ export type _Contract = [
   Agree<Drift<SnapshotInfo, "Snapshot">>,
   Agree<Drift<TemplateInfo, "Template">>,
   Agree<Drift<MetricPoint, "MetricPoint">>,
+  Agree<Drift<EventResource, "EventResource">>,
+  Agree<Drift<EventInfo, "Event">>,
+  Agree<Drift<Webhook, "Webhook">>,
+  Agree<Drift<WebhookDelivery, "WebhookDelivery">>,
+  Agree<Drift<Key, "Key">>,
   Agree<Drift<InstanceMetrics, "InstanceMetrics">>,
   // `raw` (every field as sent) is the SDK's.
   Agree<Drift<SandboxMetrics, "Metrics", "raw">>,

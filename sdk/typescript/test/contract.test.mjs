@@ -72,6 +72,13 @@ const PAIRS = {
   Metrics: ["SandboxMetrics", "metricsFromWire"],
   MetricPoint: ["MetricPoint", "metricPointFromWire"],
   InstanceMetrics: ["InstanceMetrics", "instanceMetricsFromWire"],
+  // client.events, client.webhooks, client.keys.
+  Event: ["EventInfo", "eventFromWire"],
+  EventResource: ["EventResource", "eventResourceFromWire"],
+  // Also what webhooks.create resolves with (with `secret`, which listings leave out).
+  Webhook: ["Webhook", "webhookFromWire"],
+  WebhookDelivery: ["WebhookDelivery", "webhookDeliveryFromWire"],
+  Key: ["Key", "keyFromWire"],
 };
 
 /** Fields of an interface that only the SDK has (not the schema's), and why. */
@@ -90,10 +97,14 @@ const FRAME = "WebSocket frame";
 const NOT_MODELLED = {
   CodeContextRequest: REQUEST,
   CodeRequest: REQUEST,
-  CreateKeyRequest: "the TypeScript SDK has no keys API",
-  Key: "the TypeScript SDK has no keys API",
-  CreatedKey: "the TypeScript SDK has no keys API",
-  List_Key: "the TypeScript SDK has no keys API",
+  CreateKeyRequest: REQUEST,
+  CreatedKey: "CreatedKey = Key + secret (allOf; createdKeyFromWire)",
+  List_Key: "unwrapped into arrays",
+  CreateWebhookRequest: REQUEST,
+  List_Event: "unwrapped into arrays / Paginator",
+  List_Webhook: "unwrapped into arrays / Paginator",
+  List_WebhookDelivery: "unwrapped into arrays / Paginator",
+  DeliveryState: "a string union type (DeliveryState)",
   CreateSandboxRequest: REQUEST,
   CreateTemplateRequest: REQUEST,
   ExecRequest: REQUEST,
@@ -196,6 +207,7 @@ const STRING_ALIASES = new Set([
   "RunState",
   "RunTrigger",
   "HostState",
+  "DeliveryState",
 ]);
 
 const camel = (s) => s.replace(/_([a-z])/g, (_, c) => c.toUpperCase());

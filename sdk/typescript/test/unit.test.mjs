@@ -2113,3 +2113,182 @@ test("git: failures map onto GitError, GitAuthError; secrets are redacted", () =
   assert.ok(gitIsConflict(r({ stdout: "CONFLICT (content): Merge conflict in a.txt\nAutomatic merge failed; fix conflicts\n" })));
   assert.ok(!gitIsConflict(r({ stderr: "fatal: boom" })));
 });
+
+// ---------------------------------------------------------------- events, webhooks, keys
+
+function wireEvent(i, type = "sandbox.created", id = "sb-1", data = {}) {
+  return { id: String(i), type, resource: { kind: type.split(".")[0], id }, at: `2026-01-01T00:00:0${i % 10}Z`, data };
+}
+
+function sseFrames(...events) {
+  return ": keep-alive\n\n" + events.map((e) => `id: ${e.id}\nevent: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`).join("");
+}
+
+test("events.list: pages with the filters, read as EventInfo", async () => {
+  const srv = await mockServer((req, res) => {
+    const cursor = new URL(req.url, "http://x").searchParams.get("cursor");
+    if (!cursor) return json(res, 200, { data: [wireEvent(1), wireEvent(2, "sandbox.paused")], next_cursor: "2" });
+    json(res, 200, { data: [wireEvent(3, "deploy.phase", "web", { phase: "building" })], next_cursor: null });
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url, maxRetries: 0 });
+    const got = await client.events.list({ limit: 2, type: "*", resource: "sb-1" }).toArray();
+    assert.deepEqual(got.map((e) => [e.id, e.type]), [["1", "sandbox.created"], ["2", "sandbox.paused"], ["3", "deploy.phase"]]);
+    assert.deepEqual(got[2], { id: "3", type: "deploy.phase", resource: { kind: "deploy", id: "web" }, at: "2026-01-01T00:00:03Z", data: { phase: "building" } });
+    const qs = srv.requests.map((r) => Object.fromEntries(new URL(r.url, "http://x").searchParams));
+    assert.deepEqual(qs, [
+      { limit: "2", type: "*", resource: "sb-1" },
+      { limit: "2", cursor: "2", type: "*", resource: "sb-1" },
+    ]);
+  } finally {
+    await srv.close();
+  }
+});
+
+test("events.stream: resumes after the last event seen with Last-Event-ID", async () => {
+  const srv = await mockServer((req, res, body, n) => {
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    // Each connection ends after its events: a broken stream, as far as the client knows.
+    if (n === 0) res.end(sseFrames(wireEvent(5), wireEvent(6, "sandbox.paused")));
+    else res.end(sseFrames(wireEvent(7, "sandbox.killed")));
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url, maxRetries: 0 });
+    const got = [];
+    for await (const ev of client.events.stream({ after: "4", type: "sandbox.*", retryDelayMs: 0 })) {
+      got.push([ev.id, ev.type, ev.resource.id]);
+      if (got.length === 3) break;
+    }
+    assert.deepEqual(got, [["5", "sandbox.created", "sb-1"], ["6", "sandbox.paused", "sb-1"], ["7", "sandbox.killed", "sb-1"]]);
+    assert.equal(srv.requests.length, 2);
+    const [a, b] = srv.requests;
+    assert.equal(a.headers.accept, "text/event-stream");
+    assert.equal(a.headers["last-event-id"], "4");
+    assert.equal(b.headers["last-event-id"], "6");
+    assert.deepEqual(Object.fromEntries(new URL(b.url, "http://x").searchParams), { cursor: "6", type: "sandbox.*" });
+  } finally {
+    await srv.close();
+  }
+});
+
+test("events.stream: from now on without a cursor; gives up when it keeps ending; error answers and aborts at once", async () => {
+  let mode = "empty";
+  const srv = await mockServer((req, res) => {
+    if (mode === "401") return json(res, 401, envelope("unauthorized", "bad key"));
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.end(": keep-alive\n\n");
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url, maxRetries: 0 });
+    await assert.rejects(
+      (async () => {
+        for await (const _ of client.events.stream({ retryDelayMs: 0 })) void _;
+      })(),
+      (e) => e instanceof APIConnectionError && e.code === "stream_incomplete",
+    );
+    assert.equal(srv.requests.length, 6, "the first connection and five reopenings");
+    assert.equal(srv.requests[0].headers["last-event-id"], undefined);
+    assert.equal(new URL(srv.requests[0].url, "http://x").search, "");
+    mode = "401";
+    srv.requests.length = 0;
+    await assert.rejects(client.events.stream({ retryDelayMs: 0 }).next(), AuthenticationError);
+    assert.equal(srv.requests.length, 1);
+    mode = "empty";
+    const ctl = new AbortController();
+    const it = client.events.stream({ signal: ctl.signal, retryDelayMs: 50 });
+    const pending = it.next();
+    setTimeout(() => ctl.abort(new Error("stop")), 20);
+    await assert.rejects(pending, /stop/);
+  } finally {
+    await srv.close();
+  }
+});
+
+const WEBHOOK = { id: "wh_1", url: "https://example.com/hooks", events: ["sandbox.*"], created_at: "2026-01-01T00:00:00Z" };
+const DELIVERY = {
+  id: "whd_1", webhook_id: "wh_1", event_id: "7", event_type: "sandbox.created", state: "failed", attempts: 8,
+  created_at: "2026-01-01T00:00:00Z", delivered_at: null, last_attempt_at: "2026-01-02T00:00:00Z",
+  last_error: "HTTP 500", last_status: 500, next_attempt_at: null,
+};
+
+test("webhooks: create (secret once), list, get, deliveries, redeliver, delete; errors", async () => {
+  const srv = await mockServer((req, res, body) => {
+    const path = req.url.split("?")[0];
+    if (req.method === "POST" && path === "/v1/webhooks") {
+      const b = JSON.parse(body);
+      if (b.url.includes("127.0.0.1")) return json(res, 422, envelope("invalid_argument", "url: 127.0.0.1 is a loopback address"));
+      return json(res, 201, { ...WEBHOOK, ...b, secret: b.secret ?? "whsec_gen" });
+    }
+    if (req.method === "GET" && path === "/v1/webhooks") return json(res, 200, { data: [WEBHOOK], next_cursor: null });
+    if (req.method === "GET" && path === "/v1/webhooks/wh_1") return json(res, 200, WEBHOOK);
+    if (req.method === "GET" && path === "/v1/webhooks/wh_1/deliveries") return json(res, 200, { data: [DELIVERY], next_cursor: null });
+    if (req.method === "POST" && path === "/v1/webhooks/wh_1/deliveries/whd_1/redeliver") {
+      return json(res, 202, { ...DELIVERY, state: "pending", next_attempt_at: "2026-01-03T00:00:00Z" });
+    }
+    if (req.method === "DELETE" && path === "/v1/webhooks/wh_1") return res.writeHead(204).end();
+    json(res, 404, envelope("not_found", `no webhook at ${path}`));
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url, maxRetries: 0 });
+    const wh = await client.webhooks.create({ url: WEBHOOK.url, events: ["sandbox.*"] });
+    assert.deepEqual(wh, { id: "wh_1", url: WEBHOOK.url, events: ["sandbox.*"], createdAt: "2026-01-01T00:00:00Z", secret: "whsec_gen" });
+    const own = await client.webhooks.create({ url: "https://example.com/x", events: ["*"], secret: "whsec_mine", idempotencyKey: "k-1" });
+    assert.equal(own.secret, "whsec_mine");
+    const posts = srv.requests.filter((r) => r.method === "POST");
+    assert.deepEqual(posts.map((r) => JSON.parse(r.body)), [
+      { url: WEBHOOK.url, events: ["sandbox.*"] },
+      { url: "https://example.com/x", events: ["*"], secret: "whsec_mine" },
+    ]);
+    assert.ok(posts[0].headers["idempotency-key"]);
+    assert.equal(posts[1].headers["idempotency-key"], "k-1");
+    await assert.rejects(client.webhooks.create({ url: "http://127.0.0.1/h", events: ["*"] }), (e) => e instanceof InvalidArgumentError && /loopback/.test(e.message));
+    const listed = await client.webhooks.list().toArray();
+    assert.deepEqual(listed.map((w) => [w.id, w.secret]), [["wh_1", null]]);
+    assert.deepEqual(await client.webhooks.get("wh_1"), listed[0]);
+    await assert.rejects(client.webhooks.get("wh_2"), NotFoundError);
+    const [d] = await client.webhooks.deliveries("wh_1", { limit: 10 }).toArray();
+    assert.deepEqual(d, {
+      id: "whd_1", webhookId: "wh_1", eventId: "7", eventType: "sandbox.created", state: "failed", attempts: 8,
+      createdAt: "2026-01-01T00:00:00Z", deliveredAt: null, lastAttemptAt: "2026-01-02T00:00:00Z",
+      lastError: "HTTP 500", lastStatus: 500, nextAttemptAt: null,
+    });
+    const again = await client.webhooks.redeliver("wh_1", "whd_1");
+    assert.deepEqual([again.state, again.nextAttemptAt], ["pending", "2026-01-03T00:00:00Z"]);
+    await client.webhooks.delete("wh_1");
+    assert.equal(srv.requests.filter((r) => r.method === "DELETE").length, 1);
+    assert.ok(srv.requests.some((r) => r.url === "/v1/webhooks/wh_1/deliveries?limit=10"));
+  } finally {
+    await srv.close();
+  }
+});
+
+test("keys: list, create with scopes and expiry, revoke; a refused call is PermissionDeniedError naming the scope", async () => {
+  const KEY = { id: "key-1", name: "ro", prefix: "pds_ab", created_at: "2026-01-01T00:00:00Z", revoked: false, admin: false, scopes: ["*:read"], expires_at: "2027-01-01T00:00:00.000Z", last_used_at: null };
+  const srv = await mockServer((req, res, body) => {
+    if (req.method === "GET" && req.url === "/v1/keys") return json(res, 200, { data: [{ ...KEY, last_used_at: "2026-01-01T00:01:00Z" }] });
+    if (req.method === "POST" && req.url === "/v1/keys") return json(res, 201, { ...KEY, ...JSON.parse(body), secret: "pds_secret" });
+    if (req.method === "DELETE" && req.url === "/v1/keys/key-1") return res.writeHead(204).end();
+    if (req.url === "/v1/sandboxes") return json(res, 403, envelope("forbidden", "this key lacks the scope sandboxes:write"));
+    json(res, 404, envelope("not_found", "no"));
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url, maxRetries: 0 });
+    const k = await client.keys.create({ name: "ro", scopes: ["*:read"], expiresAt: new Date("2027-01-01T00:00:00Z") });
+    assert.deepEqual(k, {
+      id: "key-1", name: "ro", prefix: "pds_ab", createdAt: "2026-01-01T00:00:00Z", revoked: false, admin: false,
+      scopes: ["*:read"], expiresAt: "2027-01-01T00:00:00.000Z", lastUsedAt: null, secret: "pds_secret",
+    });
+    assert.deepEqual(JSON.parse(srv.requests[0].body), { name: "ro", scopes: ["*:read"], expires_at: "2027-01-01T00:00:00.000Z" });
+    await client.keys.create();
+    assert.deepEqual(JSON.parse(srv.requests[1].body), { name: "" });
+    const [listed] = await client.keys.list();
+    assert.deepEqual([listed.id, listed.scopes, listed.lastUsedAt], ["key-1", ["*:read"], "2026-01-01T00:01:00Z"]);
+    await client.keys.revoke("key-1");
+    await assert.rejects(
+      client.sandboxes.create({ template: "minimal" }),
+      (e) => e instanceof PermissionDeniedError && e.status === 403 && e.code === "forbidden" && e.message.includes("sandboxes:write"),
+    );
+  } finally {
+    await srv.close();
+  }
+});

@@ -10,6 +10,8 @@
 
 from ._async import (
     AsyncApps,
+    AsyncEvents,
+    AsyncWebhooks,
     AsyncFunctions,
     AsyncHosts,
     AsyncSchedules,
@@ -27,6 +29,7 @@ from ._async import (
 from ._sync import (
     Apps,
     Databases,
+    Events,
     ExecStream,
     Filesystem,
     Functions,
@@ -39,6 +42,7 @@ from ._sync import (
     Sandbox,
     Schedules,
     Volumes,
+    Webhooks,
 )
 from ._ws import WebSocketClosed
 from ._version import __version__
@@ -92,6 +96,9 @@ from .types import (
     DatabaseExtensions,
     Deploy,
     DeployState,
+    DeliveryState,
+    Event,
+    EventResource,
     ExecEvent,
     ExecResult,
     Execution,
@@ -132,6 +139,8 @@ from .types import (
     VolumeBackup,
     VolumeMount,
     VolumeSnapshot,
+    Webhook,
+    WebhookDelivery,
     WriteInfo,
 )
 
@@ -166,6 +175,10 @@ __all__ = [
     "AsyncSchedules",
     "Hosts",
     "AsyncHosts",
+    "Events",
+    "AsyncEvents",
+    "Webhooks",
+    "AsyncWebhooks",
     # data
     "SandboxInfo",
     "ExecResult",
@@ -221,6 +234,11 @@ __all__ = [
     "GitStatus",
     "GitFileStatus",
     "GitBranches",
+    "Event",
+    "EventResource",
+    "Webhook",
+    "WebhookDelivery",
+    "DeliveryState",
     # errors
     "PandaStackError",
     "APIError",

@@ -41,6 +41,7 @@ from .types import (
     AppStart,
     CodeContext,
     Deploy,
+    Event,
     ExecEvent,
     ExecResult,
     Execution,
@@ -691,6 +692,53 @@ def list_params(
     return p
 
 
+def event_params(
+    limit: Optional[int],
+    cursor: Optional[str],
+    type: Optional[str],
+    resource: Optional[str],
+) -> Dict[str, str]:
+    """The query of ``GET /v1/events``: ``type`` an exact type, ``<kind>.*`` or ``*``;
+    ``resource`` a resource's id (or name)."""
+    p = list_params(limit, cursor)
+    if type:
+        p["type"] = type
+    if resource:
+        p["resource"] = resource
+    return p
+
+
+def webhook_body(url: str, events: Sequence[str], secret: Optional[str]) -> "_wire.CreateWebhookRequest":
+    """The body of ``POST /v1/webhooks``."""
+    if isinstance(events, str):
+        raise TypeError("events: a list of event types or patterns, not one string")
+    body: _wire.CreateWebhookRequest = {"url": url, "events": list(events)}
+    if secret is not None:
+        body["secret"] = secret
+    return body
+
+
+#: An event stream carries a keep-alive comment at least every 15 s: this long without a byte
+#: means the connection is gone (it is then reopened).
+EVENT_STREAM_READ_TIMEOUT = 60.0
+#: Pause before reopening a broken event stream.
+EVENT_STREAM_RETRY_DELAY = 1.0
+#: Reopenings in a row without a new event before the stream's error is raised.
+EVENT_STREAM_MAX_FAILURES = 5
+
+
+def event_from_sse(event: str, data: str) -> Optional[Event]:
+    """One SSE event of ``GET /v1/events`` (its ``event:`` is the type, its ``data:`` the event
+    as JSON) as an :class:`Event`; ``None`` for anything that is not an event object."""
+    try:
+        payload = json.loads(data) if data else None
+    except ValueError:
+        return None
+    if not isinstance(payload, dict) or "id" not in payload:
+        return None
+    return Event.from_json(payload)
+
+
 # ---------------------------------------------------------------- SSE
 
 
@@ -700,6 +748,8 @@ class SSEDecoder:
     def __init__(self) -> None:
         self._event = ""
         self._data: List[str] = []
+        #: The stream's last event id (its last ``id:`` field), ``None`` before any.
+        self.last_id: Optional[str] = None
 
     def feed(self, line: str) -> Optional[Tuple[str, str]]:
         line = line.rstrip("\r\n")
@@ -718,6 +768,8 @@ class SSEDecoder:
             self._event = value
         elif name == "data":
             self._data.append(value)
+        elif name == "id" and "\0" not in value:
+            self.last_id = value
         return None
 
     def flush(self) -> Optional[Tuple[str, str]]:

@@ -30,6 +30,11 @@ __all__ = [
     "InstanceMetrics",
     "APIKey",
     "CreatedAPIKey",
+    "EventResource",
+    "Event",
+    "DeliveryState",
+    "Webhook",
+    "WebhookDelivery",
     "Page",
     "Result",
     "ExecutionError",
@@ -86,6 +91,8 @@ RunState = Literal["queued", "running", "succeeded", "failed", "skipped", "misse
 #: The states of a schedule run not over yet.
 RUN_ACTIVE_STATES = ("queued", "running")
 HostState = Literal["ready", "draining", "dead"]
+#: Where a webhook delivery stands (:attr:`WebhookDelivery.state`).
+DeliveryState = Literal["pending", "delivered", "failed"]
 
 
 def _s(d: Mapping[str, Any], k: str, default: Any = None) -> Any:
@@ -611,6 +618,114 @@ class CreatedAPIKey(APIKey):
             id=k.id, name=k.name, prefix=k.prefix, created_at=k.created_at, revoked=k.revoked,
             admin=k.admin, scopes=k.scopes, expires_at=k.expires_at, last_used_at=k.last_used_at,
             secret=_or(w.get("secret"), ""),
+        )
+
+
+@dataclass
+class EventResource:
+    """The resource an :class:`Event` is about: ``kind`` (``sandbox``, ``snapshot``,
+    ``template``, ``app``, ``database``, ``function`` or ``schedule``) and ``id`` (a sandbox's
+    ``sb-…``; for resources addressed by name, their name)."""
+
+    kind: str = ""
+    id: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "EventResource":
+        w = _cast("_wire.EventResource", d)
+        return cls(kind=_or(w.get("kind"), ""), id=_or(w.get("id"), ""))
+
+
+@dataclass
+class Event:
+    """One lifecycle event of the workspace (``client.events``): ``type`` such as
+    ``sandbox.created``, the ``resource`` it is about, ``at`` (RFC 3339) and a small ``data``
+    object (by type: a deploy's ``phase``, a failure's ``error``...). ``id`` grows with time
+    across the server: pass the last one seen as ``after``/``cursor`` to resume."""
+
+    id: str
+    type: str = ""
+    resource: EventResource = field(default_factory=EventResource)
+    at: str = ""
+    data: Dict[str, Any] = field(default_factory=dict)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Event":
+        w = _cast("_wire.Event", d)
+        return cls(
+            id=_or(w.get("id"), ""),
+            type=_or(w.get("type"), ""),
+            resource=EventResource.from_json(_or(w.get("resource"), {})),  # type: ignore[arg-type]
+            at=_or(w.get("at"), ""),
+            data=dict(_or(w.get("data"), {})),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class Webhook:
+    """A webhook endpoint: events whose type matches one of ``events`` (exact types,
+    ``<kind>.*`` or ``*``) are POSTed to ``url``, signed per Standard Webhooks. ``secret``
+    (``whsec_…``) is set only on what ``client.webhooks.create`` returns."""
+
+    id: str
+    url: str = ""
+    events: List[str] = field(default_factory=list)
+    created_at: str = ""
+    secret: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Webhook":
+        w = _cast("_wire.Webhook", d)
+        return cls(
+            id=_or(w.get("id"), ""),
+            url=_or(w.get("url"), ""),
+            events=list(_or(w.get("events"), [])),
+            created_at=_or(w.get("created_at"), ""),
+            secret=w.get("secret"),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class WebhookDelivery:
+    """One event's delivery to one webhook. ``state`` is ``pending``, ``delivered`` or
+    ``failed`` (its retries used up); ``attempts`` counts the POSTs made, ``last_status`` and
+    ``last_error`` tell how the last one went, ``next_attempt_at`` when a pending one is due."""
+
+    id: str
+    webhook_id: str = ""
+    event_id: str = ""
+    event_type: str = ""
+    state: str = "pending"
+    attempts: int = 0
+    created_at: str = ""
+    delivered_at: Optional[str] = None
+    last_attempt_at: Optional[str] = None
+    last_error: Optional[str] = None
+    last_status: Optional[int] = None
+    next_attempt_at: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "WebhookDelivery":
+        w = _cast("_wire.WebhookDelivery", d)
+        return cls(
+            id=_or(w.get("id"), ""),
+            webhook_id=_or(w.get("webhook_id"), ""),
+            event_id=_or(w.get("event_id"), ""),
+            event_type=_or(w.get("event_type"), ""),
+            state=_or(w.get("state"), "pending"),
+            attempts=int(_or(w.get("attempts"), 0)),
+            created_at=_or(w.get("created_at"), ""),
+            delivered_at=w.get("delivered_at"),
+            last_attempt_at=w.get("last_attempt_at"),
+            last_error=w.get("last_error"),
+            last_status=_opt_int(w.get("last_status")),
+            next_attempt_at=w.get("next_attempt_at"),
+            raw=dict(d),
         )
 
 

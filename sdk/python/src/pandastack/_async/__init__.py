@@ -19,6 +19,7 @@ from __future__ import annotations
 from .client import AsyncPandaStack
 from .apps import AsyncApps
 from .databases import AsyncDatabases
+from .events import AsyncEvents
 from .exec import AsyncExecStream, AsyncProcess, AsyncPty
 from .filesystem import FS_LIST_PAGE, AsyncFileContent, AsyncFilesystem
 from .follow import AsyncErrorCallback, AsyncOutputCallback, AsyncResultCallback
@@ -33,6 +34,7 @@ from .schedules import AsyncSchedules
 from .snapshots import AsyncSnapshots
 from .templates import AsyncTemplates
 from .volumes import AsyncVolumes
+from .webhooks import AsyncWebhooks
 
 # Besides __all__, the names the single module this package replaced had are importable from
 # here too: the classes of the other resources (AsyncKeys, AsyncSandboxes, AsyncSnapshots,
@@ -52,4 +54,6 @@ __all__ = [
     "AsyncFunctions",
     "AsyncSchedules",
     "AsyncHosts",
+    "AsyncEvents",
+    "AsyncWebhooks",
 ]

@@ -48,6 +48,8 @@ class AsyncPandaStack:
         self.functions = AsyncFunctions(self)
         self.schedules = AsyncSchedules(self)
         self.keys = AsyncKeys(self)
+        self.events = AsyncEvents(self)
+        self.webhooks = AsyncWebhooks(self)
         self.hosts = AsyncHosts(self)
 
     @property
@@ -78,6 +80,7 @@ class AsyncPandaStack:
 # AsyncPandaStack is defined.
 from .apps import AsyncApps  # noqa: E402
 from .databases import AsyncDatabases  # noqa: E402
+from .events import AsyncEvents  # noqa: E402
 from .functions import AsyncFunctions  # noqa: E402
 from .hosts import AsyncHosts  # noqa: E402
 from .keys import AsyncKeys  # noqa: E402
@@ -86,3 +89,4 @@ from .schedules import AsyncSchedules  # noqa: E402
 from .snapshots import AsyncSnapshots  # noqa: E402
 from .templates import AsyncTemplates  # noqa: E402
 from .volumes import AsyncVolumes  # noqa: E402
+from .webhooks import AsyncWebhooks  # noqa: E402

@@ -11,6 +11,7 @@ from __future__ import annotations
 from .client import PandaStack
 from .apps import Apps
 from .databases import Databases
+from .events import Events
 from .exec import ExecStream, Process, Pty
 from .filesystem import FS_LIST_PAGE, FileContent, Filesystem
 from .follow import ErrorCallback, OutputCallback, ResultCallback
@@ -25,6 +26,7 @@ from .schedules import Schedules
 from .snapshots import Snapshots
 from .templates import Templates
 from .volumes import Volumes
+from .webhooks import Webhooks
 
 # Besides __all__, the names the single module this package replaced had are importable from
 # here too: the classes of the other resources (Keys, Sandboxes, Snapshots,
@@ -44,4 +46,6 @@ __all__ = [
     "Functions",
     "Schedules",
     "Hosts",
+    "Events",
+    "Webhooks",
 ]

@@ -48,6 +48,8 @@ class PandaStack:
         self.functions = Functions(self)
         self.schedules = Schedules(self)
         self.keys = Keys(self)
+        self.events = Events(self)
+        self.webhooks = Webhooks(self)
         self.hosts = Hosts(self)
 
     @property
@@ -78,6 +80,7 @@ class PandaStack:
 # PandaStack is defined.
 from .apps import Apps  # noqa: E402
 from .databases import Databases  # noqa: E402
+from .events import Events  # noqa: E402
 from .functions import Functions  # noqa: E402
 from .hosts import Hosts  # noqa: E402
 from .keys import Keys  # noqa: E402
@@ -86,3 +89,4 @@ from .schedules import Schedules  # noqa: E402
 from .snapshots import Snapshots  # noqa: E402
 from .templates import Templates  # noqa: E402
 from .volumes import Volumes  # noqa: E402
+from .webhooks import Webhooks  # noqa: E402

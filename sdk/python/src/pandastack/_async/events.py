@@ -1,0 +1,106 @@
+"""``client.events``: :class:`AsyncEvents`, the lifecycle events of the caller's workspace (a
+page at a time, or a resumable Server-Sent Events stream)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import AsyncIterator, Dict, Optional
+
+import httpx
+
+from .. import _base as b
+from ..errors import APIConnectionError, PandaStackError, StreamError
+from ..types import Event, Page
+from .client import AsyncPandaStack
+from .pagination import AsyncPaginator
+
+
+class AsyncEvents:
+    """``client.events``: every lifecycle change of the workspace's resources
+    (``sandbox.created``, ``deploy.live``, ``schedule.failed``...; see the server's
+    docs/events.md), oldest first::
+
+        async for ev in client.events.list(type="sandbox.*"):
+            print(ev.id, ev.type, ev.resource.id, ev.data)
+        async for ev in client.events.stream(after=last_id):   # waits for new ones
+            ...
+
+    ``type`` filters by an exact type, ``<kind>.*`` or ``*``; ``resource`` by a resource's id
+    (a sandbox's ``sb-…``; templates, apps, functions and schedules by name)."""
+
+    def __init__(self, client: "AsyncPandaStack") -> None:
+        self._t = client._t
+
+    def list(
+        self,
+        *,
+        cursor: Optional[str] = None,
+        limit: Optional[int] = None,
+        type: Optional[str] = None,
+        resource: Optional[str] = None,
+    ) -> AsyncPaginator[Event]:
+        """The events after ``cursor`` (an event's id; ``"0"`` or ``None``: the oldest kept,
+        events are kept 30 days), oldest first, ``limit`` (1-1000) per page as you iterate.
+
+        Async: not a coroutine: ``async for ev in client.events.list()``."""
+
+        async def fetch(c: Optional[str]) -> Page[Event]:
+            data = await self._t.json("GET", "/v1/events", params=b.event_params(limit, c, type, resource))
+            return Page([Event.from_json(x) for x in data.get("data", [])], data.get("next_cursor"))
+
+        return AsyncPaginator(fetch, cursor)
+
+    async def stream(
+        self,
+        after: Optional[str] = None,
+        *,
+        type: Optional[str] = None,
+        resource: Optional[str] = None,
+    ) -> AsyncIterator[Event]:
+        """Yields events as they happen, until you stop iterating: those after the event id
+        ``after`` first (``"0"``: every event kept), or, with ``after=None``, the events from
+        now on. A broken connection is reopened where it left off (``Last-Event-ID``: the
+        server sends exactly the events after the last one yielded); after
+        ``EVENT_STREAM_MAX_FAILURES`` reopenings in a row without an event the connection's
+        error is raised. An error answer (401, 403...) is raised at once. To resume later,
+        keep the last event's ``id`` and pass it as ``after``.
+
+        Async: ``async for ev in client.events.stream()``."""
+        last = after
+        failures = 0
+        while True:
+            err: Optional[PandaStackError] = None
+            headers: Dict[str, str] = {"Accept": "text/event-stream"}
+            if last is not None:
+                headers["Last-Event-ID"] = last
+            try:
+                resp = await self._t.request(
+                    "GET",
+                    "/v1/events",
+                    params=b.event_params(None, last, type, resource),
+                    headers=headers,
+                    timeout=httpx.Timeout(b.EVENT_STREAM_READ_TIMEOUT, connect=30.0),
+                    stream=True,
+                )
+                try:
+                    dec = b.SSEDecoder()
+                    async for line in resp.aiter_lines():
+                        pair = dec.feed(line)
+                        if pair is None:
+                            continue
+                        ev = b.event_from_sse(*pair)
+                        if ev is None:
+                            continue
+                        last = ev.id or dec.last_id or last
+                        failures = 0
+                        yield ev
+                finally:
+                    await resp.aclose()
+            except httpx.TransportError as e:
+                err = b.error_from_exception(e, "event stream")
+            except APIConnectionError as e:
+                err = e
+            failures += 1
+            if failures > b.EVENT_STREAM_MAX_FAILURES:
+                raise err or StreamError("event stream: the server keeps ending it", code="stream_incomplete")
+            await asyncio.sleep(b.EVENT_STREAM_RETRY_DELAY)
