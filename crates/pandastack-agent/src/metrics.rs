@@ -124,13 +124,6 @@ fn veth_counters(name: &str) -> Option<(u64, u64)> {
     Some((read("rx_bytes")?, read("tx_bytes")?))
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 impl<D: VmDriver + 'static> HostAgent<D> {
     /// Takes a reading of every running or paused sandbox every `interval`, forever.
     pub async fn sample_forever(self: Arc<Self>, interval: Duration) {
@@ -221,7 +214,7 @@ async fn read(t: Taken) -> (Option<(u64, u64)>, MetricSample) {
     };
     let g = |f: fn(&v1::StatsResponse) -> u64| guest.as_ref().map(f);
     let sample = MetricSample {
-        at_ms: now_ms(),
+        at_ms: crate::shared_templates::now_ms(),
         run: 0,
         vcpus: t.vcpus,
         cpu_time_ms: t.cpu_time_ms,

@@ -229,9 +229,8 @@ async fn of_vms(
     ws: &str,
     state: String,
     metadata: Vec<(String, String)>,
-    q: &BTreeMap<String, String>,
+    (since, step): (i64, i64),
 ) -> ApiResult<wire::Metrics> {
-    let (since, step) = window(q)?;
     let rows = app
         .store
         .sandboxes()
@@ -288,7 +287,7 @@ pub async fn database(
     Path(id): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<wire::Metrics>> {
-    window(&q)?;
+    let w = window(&q)?;
     let d = app
         .control
         .databases
@@ -299,7 +298,7 @@ pub async fn database(
         d.row.id.clone(),
     )];
     let state = d.row.state.as_str().to_owned();
-    Ok(Json(of_vms(&app, caller.ws(), state, meta, &q).await?))
+    Ok(Json(of_vms(&app, caller.ws(), state, meta, w).await?))
 }
 
 /// The use of an app's VMs over time (see the sandbox's metrics for `since` and `step`).
@@ -321,7 +320,7 @@ pub async fn app_vms(
     Path(name): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<wire::Metrics>> {
-    window(&q)?;
+    let w = window(&q)?;
     let a = app
         .control
         .apps
@@ -337,7 +336,7 @@ pub async fn app_vms(
         .as_ref()
         .map_or("none", |s| s.state.as_str())
         .to_owned();
-    Ok(Json(of_vms(&app, caller.ws(), state, meta, &q).await?))
+    Ok(Json(of_vms(&app, caller.ws(), state, meta, w).await?))
 }
 
 /// The use of a function's instances over time (see the sandbox's metrics for `since` and
@@ -360,7 +359,7 @@ pub async fn function(
     Path(name): Path<String>,
     Query(q): Query<BTreeMap<String, String>>,
 ) -> ApiResult<Json<wire::Metrics>> {
-    window(&q)?;
+    let w = window(&q)?;
     let f = app
         .control
         .functions
@@ -377,7 +376,7 @@ pub async fn function(
         ),
     ];
     Ok(Json(
-        of_vms(&app, caller.ws(), "live".to_owned(), meta, &q).await?,
+        of_vms(&app, caller.ws(), "live".to_owned(), meta, w).await?,
     ))
 }
 

@@ -17,6 +17,7 @@ use serde_json::json;
 
 use super::bench::host_info;
 use super::bench_apps::str_of;
+use super::bench_soak::qemu_processes_under;
 use super::bench_volumes::{accel, start_server_on, Http, OwnServer};
 
 #[derive(Debug, clap::Args)]
@@ -52,25 +53,9 @@ fn cpu_secs(pid: u32) -> Option<f64> {
     Some(ticks as f64 / hz)
 }
 
-/// QEMU processes whose working directory is under `dir`.
-fn vm_pids(dir: &Path) -> Vec<u32> {
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    procs
-        .flatten()
-        .filter_map(|p| {
-            let pid: u32 = p.file_name().to_string_lossy().parse().ok()?;
-            let cwd = std::fs::read_link(p.path().join("cwd")).ok()?;
-            let comm = std::fs::read_to_string(p.path().join("comm")).ok()?;
-            (cwd.starts_with(dir) && comm.starts_with("qemu")).then_some(pid)
-        })
-        .collect()
-}
-
 /// CPU seconds the server and the VMs used over `window`: `(server, vms)`.
 async fn measure(server: &OwnServer, window: Duration) -> (f64, f64) {
-    let vms = vm_pids(server.dir.path());
+    let vms = qemu_processes_under(server.dir.path());
     let before: Vec<(u32, f64)> = std::iter::once(server.pid())
         .chain(vms.iter().copied())
         .filter_map(|p| Some((p, cpu_secs(p)?)))

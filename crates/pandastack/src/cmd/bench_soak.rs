@@ -225,7 +225,7 @@ impl Soak {
 }
 
 /// QEMU processes running in a directory under `dir` (a VM's run directory).
-fn qemu_processes_under(dir: &Path) -> Vec<u32> {
+pub(crate) fn qemu_processes_under(dir: &Path) -> Vec<u32> {
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
