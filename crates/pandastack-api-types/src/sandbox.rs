@@ -632,6 +632,10 @@ pub struct CreateKeyRequest {
     /// own expiry if it has one (a key cannot outlive the key that made it).
     #[serde(default)]
     pub expires_at: Option<String>,
+    /// The workspace member the key is for (it can do no more than the member's role allows);
+    /// only an owner or admin names another member. Default: the calling key's member, if any.
+    #[serde(default)]
+    pub member_id: Option<String>,
 }
 
 /// An API key as listed (never with its secret).
@@ -651,6 +655,10 @@ pub struct Key {
     pub expires_at: Option<String>,
     /// When it was last used (to within a minute); `null`: never.
     pub last_used_at: Option<String>,
+    /// The member it belongs to (`null`: a workspace key, limited by its scopes only).
+    pub member_id: Option<String>,
+    /// That member's role.
+    pub role: Option<crate::Role>,
 }
 
 /// A key just created: the secret is shown this once.

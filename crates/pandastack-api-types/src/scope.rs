@@ -27,6 +27,7 @@ pub const SCOPE_KINDS: &[&str] = &[
     "events",
     "webhooks",
     "audit",
+    "members",
     "hosts",
 ];
 

@@ -309,14 +309,16 @@ impl IntoResponse for ApiError {
         let request_id = request_id.unwrap_or_default();
         let status = StatusCode::from_u16(self.code.http_status())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let code = self.code;
         let body = ErrorEnvelope {
             error: ErrorBody {
-                code: self.code,
+                code,
                 message: self.message,
                 request_id,
             },
         };
         let mut resp = (status, Json(body)).into_response();
+        resp.extensions_mut().insert(crate::audit::Failed(code));
         if let Some(cause) = self.cause.filter(|_| in_request) {
             resp.extensions_mut().insert(cause);
         }

@@ -88,6 +88,24 @@ impl Caller {
         &self.key.workspace_id
     }
 
+    /// The role of the member the key belongs to (`None`: a workspace key, limited by its
+    /// scopes only).
+    pub fn role(&self) -> Option<pandastack_api_types::Role> {
+        role_of(&self.key)
+    }
+
+    /// Whether the caller manages the workspace: a workspace key, or an owner's or admin's.
+    pub fn manages(&self) -> bool {
+        self.role().is_none_or(pandastack_api_types::Role::manages)
+    }
+
+    /// Whether the caller may do what an owner alone may (make, change and remove owners): a
+    /// workspace key, or an owner's.
+    pub fn owns(&self) -> bool {
+        self.role()
+            .is_none_or(|r| r == pandastack_api_types::Role::Owner)
+    }
+
     /// Whether the key is an operator's (`pandastack keys create --admin`): it may call the
     /// operator routes ([`Admin`]).
     pub fn is_admin(&self) -> bool {
@@ -112,6 +130,10 @@ impl FromRequestParts<std::sync::Arc<ApiState>> for Caller {
         let Some(key) = app.store.keys().verify(secret).await? else {
             return Err(ApiError::new(ErrorCode::Unauthorized, "invalid API key"));
         };
+        // The audit log attributes the call to this key from here on, refused or not.
+        if let Some(who) = parts.extensions.get::<crate::audit::Who>() {
+            who.set(&key);
+        }
         let now = pandastack_store::now_ms();
         if let Some(at) = key.expires_at.filter(|at| *at <= now) {
             return Err(ApiError::new(
@@ -147,6 +169,18 @@ fn check_scope(
         .filter_map(|s| pandastack_api_types::Scope::parse(s).ok())
         .collect();
     if pandastack_api_types::allows(&held, kind, action) {
+        if let Some(role) = role_of(key) {
+            if !role.allows(kind, action) {
+                return Err(ApiError::new(
+                    ErrorCode::Forbidden,
+                    format!(
+                        "this key's member is a {role}: a {role} may not {} {kind} (it needs the scope {kind}:{})",
+                        action.as_str(),
+                        action.as_str(),
+                    ),
+                ));
+            }
+        }
         return Ok(());
     }
     Err(ApiError::new(
@@ -158,6 +192,18 @@ fn check_scope(
             key.scopes.join(", ")
         ),
     ))
+}
+
+/// The role of the member a key belongs to. A member whose role no longer parses (or a key
+/// whose member is gone) may do the least: viewer.
+fn role_of(key: &KeyRow) -> Option<pandastack_api_types::Role> {
+    key.member_id.as_ref()?;
+    Some(
+        key.role
+            .as_deref()
+            .and_then(|r| pandastack_api_types::Role::parse(r).ok())
+            .unwrap_or(pandastack_api_types::Role::Viewer),
+    )
 }
 
 /// When this process last wrote each key's `last_used_at` (unix ms).

@@ -23,7 +23,15 @@ fn key_wire(k: &KeyRow) -> wire::Key {
         scopes: k.scopes.clone(),
         expires_at: k.expires_at.map(rfc3339),
         last_used_at: k.last_used_at.map(rfc3339),
+        member_id: k.member_id.clone(),
+        role: k.role.as_deref().and_then(|r| wire::Role::parse(r).ok()),
     }
+}
+
+/// Whether `caller` sees (and may revoke) key `k`: every key of the workspace for a caller who
+/// manages it, else only the keys of the caller's own member.
+fn sees(caller: &Caller, k: &KeyRow) -> bool {
+    caller.manages() || (k.member_id.is_some() && k.member_id == caller.key.member_id)
 }
 
 /// What a key made by `caller` with `req` may do: the scopes asked for (default: the caller's),
@@ -78,7 +86,23 @@ fn grant(caller: &Caller, req: &CreateKeyRequest) -> ApiResult<KeyGrant> {
         }
         None => caller.key.expires_at,
     };
-    Ok(KeyGrant { scopes, expires_at })
+    let member_id = match &req.member_id {
+        Some(m) if Some(m) != caller.key.member_id.as_ref() => {
+            if !caller.manages() {
+                return Err(ApiError::new(
+                    ErrorCode::Forbidden,
+                    "member_id: only an owner or admin makes keys for another member",
+                ));
+            }
+            Some(m.clone())
+        }
+        _ => caller.key.member_id.clone(),
+    };
+    Ok(KeyGrant {
+        scopes,
+        expires_at,
+        member_id,
+    })
 }
 
 /// List the workspace's API keys (never their secrets).
@@ -95,7 +119,11 @@ pub async fn list(
 ) -> ApiResult<Json<List<wire::Key>>> {
     let keys = app.store.keys().list(caller.ws()).await?;
     Ok(Json(List {
-        data: keys.iter().map(key_wire).collect(),
+        data: keys
+            .iter()
+            .filter(|k| sees(&caller, k))
+            .map(key_wire)
+            .collect(),
         next_cursor: None,
     }))
 }
@@ -121,11 +149,46 @@ pub async fn create(
         ));
     }
     let grant = grant(&caller, &req)?;
-    let (row, secret) = app
+    if let Some(m) = grant
+        .member_id
+        .as_deref()
+        .filter(|_| req.member_id.is_some())
+    {
+        let member = app
+            .store
+            .members()
+            .get(caller.ws(), m)
+            .await
+            .map_err(|e| match e {
+                pandastack_store::MemberError::NotFound => ApiError::new(
+                    ErrorCode::NotFound,
+                    format!("member_id: member {m:?} not found in this workspace"),
+                ),
+                other => crate::members::member_store_error(other),
+            })?;
+        if member.role == "owner" && !caller.owns() {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                "member_id: only an owner makes keys for an owner",
+            ));
+        }
+    }
+    let (row, secret) = match app
         .store
         .keys()
         .create_granted(caller.ws(), &req.name, &grant)
-        .await?;
+        .await
+    {
+        Ok(done) => done,
+        // The member was removed between the check and the insert.
+        Err(pandastack_store::StoreError::NotFound) => {
+            return Err(ApiError::new(
+                ErrorCode::NotFound,
+                "member_id: the member was removed",
+            ))
+        }
+        Err(e) => return Err(e.into()),
+    };
     Ok((
         StatusCode::CREATED,
         Json(CreatedKey {
@@ -149,6 +212,18 @@ pub async fn revoke(
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
+    if !caller.manages() {
+        let own = app
+            .store
+            .keys()
+            .list(caller.ws())
+            .await?
+            .iter()
+            .any(|k| k.id == id && sees(&caller, k));
+        if !own {
+            return Err(ApiError::not_found(ErrorCode::KeyNotFound, "key", &id));
+        }
+    }
     match app.store.keys().revoke(caller.ws(), &id).await {
         Ok(()) => Ok(StatusCode::NO_CONTENT),
         Err(pandastack_store::StoreError::NotFound) => {

@@ -6,6 +6,7 @@
 //! through [`error::ApiError`]. It must not start VMs itself or know which hypervisor runs them.
 
 mod apps;
+mod audit;
 mod code;
 mod databases;
 pub mod db_front;
@@ -19,6 +20,7 @@ mod hosts;
 mod idempotency;
 mod keys;
 mod logs;
+mod members;
 mod meta;
 mod metrics;
 pub mod openapi;
@@ -42,6 +44,7 @@ mod webhooks;
 mod workload;
 mod ws;
 
+pub use audit::AuditLog;
 pub use db_front::serve_db_front;
 pub use error::{ApiError, ApiResult};
 pub use openapi::{document, ApiDoc};
@@ -82,11 +85,14 @@ pub struct ApiState {
     upstreams: upstream::Upstreams,
     /// Plain-HTTP requests for certified custom domains redirected to HTTPS (`None`: served).
     https_redirect: Option<tls::HttpsRedirect>,
+    /// The writer of the audit log.
+    pub audit: audit::AuditLog,
 }
 
 impl ApiState {
     pub fn new(control: ControlPlane, host_name: String, preview: PreviewConfig) -> Self {
         Self {
+            audit: audit::AuditLog::new(control.store().clone()),
             store: control.store().clone(),
             control,
             host_name,
@@ -103,6 +109,12 @@ impl ApiState {
             pandastack_control::PlaceMode::AcrossHosts => row_host_id,
             pandastack_control::PlaceMode::ThisHost => &self.host_name,
         }
+    }
+
+    /// Keeps audit rows for `retention` (at least an hour; default 90 days).
+    pub fn with_audit_retention(mut self, retention: std::time::Duration) -> Self {
+        self.audit.set_retention(retention);
+        self
     }
 
     /// Answers plain-HTTP requests for apps' custom domains that have a certificate of their
@@ -162,6 +174,10 @@ fn front_door(routes: Router<Arc<ApiState>>, app: Arc<ApiState>) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&app),
+            audit::record,
+        ))
         .layer(axum::middleware::from_fn(request_id))
         .with_state(app)
 }

@@ -16,10 +16,19 @@ use crate::openapi::Conventions;
 use crate::ApiState;
 #[allow(unused_imports)] // named by the table through the macro
 use crate::{
-    apps, code, databases, events, exec_ws, file_urls, functions, hosts, keys, logs, meta, metrics,
-    operator_metrics, ports, pty, sandboxes, schedules, snapshots, templates, volumes, watch,
-    webhooks, workload,
+    apps, audit, code, databases, events, exec_ws, file_urls, functions, hosts, keys, logs,
+    members, meta, metrics, operator_metrics, ports, pty, sandboxes, schedules, snapshots,
+    templates, volumes, watch, webhooks, workload,
 };
+
+/// The operation id (`create_sandbox`) of the route `path` (a template) for `method`.
+pub(crate) fn operation_id(method: &Method, path: &str) -> Option<String> {
+    static IDS: std::sync::OnceLock<std::collections::HashMap<(Method, String), String>> =
+        std::sync::OnceLock::new();
+    IDS.get_or_init(operation_ids)
+        .get(&(method.clone(), path.to_owned()))
+        .cloned()
+}
 
 /// The axum method filter for an OpenAPI method.
 fn filter(m: &HttpMethod) -> MethodFilter {
@@ -119,6 +128,23 @@ macro_rules! route_table {
                     let path = <$module::[<__path_ $handler>] as utoipa::Path>::path();
                     for m in <$module::[<__path_ $handler>] as utoipa::Path>::methods() {
                         out.push((method(&m), path.clone()));
+                    }
+                }
+            )*
+            out
+        }
+
+        /// The operation id of each (method, route template) of the table.
+        fn operation_ids() -> std::collections::HashMap<(Method, String), String> {
+            let mut out = std::collections::HashMap::new();
+            $(
+                paste::paste! {
+                    let path = <$module::[<__path_ $handler>] as utoipa::Path>::path();
+                    let op = <$module::[<__path_ $handler>] as utoipa::Path>::operation();
+                    if let Some(id) = op.operation_id {
+                        for m in <$module::[<__path_ $handler>] as utoipa::Path>::methods() {
+                            out.insert((method(&m), path.clone()), id.clone());
+                        }
                     }
                 }
             )*
@@ -264,6 +290,12 @@ route_table! {
     keys::create,
     keys::revoke,
     keys::usage,
+    members::create,
+    members::list,
+    members::get,
+    members::update,
+    members::delete,
+    audit::list,
     hosts::list,
     hosts::get,
     hosts::drain,

@@ -34,6 +34,10 @@ pub struct KeyRow {
     pub expires_at: Option<i64>,
     /// Unix ms it was last used at (to within a minute).
     pub last_used_at: Option<i64>,
+    /// The workspace member it belongs to (`None`: a workspace key).
+    pub member_id: Option<String>,
+    /// That member's role (`owner`, `admin`, `developer`, `viewer`), read with the key.
+    pub role: Option<String>,
 }
 
 /// What a new key may do: its scopes (`*` for all) and when it expires.
@@ -41,6 +45,8 @@ pub struct KeyRow {
 pub struct KeyGrant {
     pub scopes: Vec<String>,
     pub expires_at: Option<i64>,
+    /// The member the key is for.
+    pub member_id: Option<String>,
 }
 
 impl Default for KeyGrant {
@@ -48,12 +54,14 @@ impl Default for KeyGrant {
         Self {
             scopes: vec!["*".into()],
             expires_at: None,
+            member_id: None,
         }
     }
 }
 
 const KEY_COLUMNS: &str =
-    "id, workspace_id, name, prefix, created_at, revoked_at, admin, scopes, expires_at, last_used_at";
+    "id, workspace_id, name, prefix, created_at, revoked_at, admin, scopes, expires_at, last_used_at, \
+     member_id, (SELECT m.role FROM members m WHERE m.id = api_keys.member_id) AS member_role";
 
 pub struct Keys<'a> {
     pub(crate) pool: &'a AnyPool,
@@ -75,6 +83,8 @@ fn key_row(r: &sqlx::any::AnyRow) -> Result<KeyRow, StoreError> {
         scopes: serde_json::from_str(&scopes)?,
         expires_at: col(r, "expires_at")?,
         last_used_at: col(r, "last_used_at")?,
+        member_id: col(r, "member_id")?,
+        role: col(r, "member_role")?,
         id: col(r, "id")?,
         workspace_id: col(r, "workspace_id")?,
         name: col(r, "name")?,
@@ -292,9 +302,15 @@ impl Keys<'_> {
             scopes: grant.scopes.clone(),
             expires_at: grant.expires_at,
             last_used_at: None,
+            member_id: grant.member_id.clone(),
+            role: None,
         };
-        sqlx::query(
-            "INSERT INTO api_keys (id, workspace_id, name, prefix, hash, created_at, admin, scopes, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        // A key for a member is written only while the member exists (one statement: a
+        // member removed meanwhile leaves no key behind).
+        let done = sqlx::query(
+            "INSERT INTO api_keys (id, workspace_id, name, prefix, hash, created_at, admin, scopes, expires_at, member_id) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 \
+             WHERE $10 IS NULL OR EXISTS (SELECT 1 FROM members WHERE id = $10 AND workspace_id = $2)",
         )
         .bind(&row.id)
         .bind(&row.workspace_id)
@@ -305,8 +321,11 @@ impl Keys<'_> {
         .bind(i64::from(row.admin))
         .bind(serde_json::to_string(&row.scopes)?)
         .bind(row.expires_at)
+        .bind(row.member_id.as_deref())
         .execute(self.pool)
         .await?;
+        found(done)?;
+        let row = self.get_any(&row.id).await?;
         Ok((row, secret))
     }
 

@@ -16,6 +16,7 @@
 //! This crate stores rows; it does not start VMs or speak HTTP.
 
 mod apps;
+mod audit;
 mod databases;
 mod domains;
 mod events;
@@ -25,6 +26,7 @@ mod invocations;
 mod jobs;
 mod keys;
 mod lock;
+mod members;
 mod placement;
 mod quotas;
 mod sandboxes;
@@ -36,6 +38,7 @@ mod volumes;
 mod webhooks;
 
 pub use apps::{AppRepo, AppRow, DeployRow};
+pub use audit::{AuditFilter, AuditRepo, AuditRow};
 pub use databases::{DatabaseRepo, DatabaseRow, DatabaseRowState};
 pub use domains::{CertState, DomainRepo, DomainRow};
 pub use events::{EventFilter, EventRepo, EventRow, NewEvent};
@@ -45,6 +48,7 @@ pub use invocations::{InvocationRow, Invocations};
 pub use jobs::{JobRow, JobState, Jobs, NewJob};
 pub use keys::{Counts, KeyGrant, KeyRow, Keys, Workspace};
 pub use lock::AdvisoryLock;
+pub use members::{MemberError, MemberRepo, MemberRow};
 pub use pandastack_api_types::{OnHostLoss, OnTimeout, SandboxState};
 pub use placement::{Demand, PlaceReason, Placement};
 pub use quotas::{Adding, Quotas, StorageQuotas, StorageUse};
@@ -219,6 +223,14 @@ impl Store {
 
     pub fn databases(&self) -> DatabaseRepo<'_> {
         DatabaseRepo { pool: &self.pool }
+    }
+
+    pub fn members(&self) -> MemberRepo<'_> {
+        MemberRepo { pool: &self.pool }
+    }
+
+    pub fn audit(&self) -> AuditRepo<'_> {
+        AuditRepo { pool: &self.pool }
     }
 
     pub fn events(&self) -> EventRepo<'_> {

@@ -211,6 +211,7 @@ async fn create(store: &Store, a: CreateArgs) -> anyhow::Result<()> {
         expires_at: a
             .expires_in
             .map(|s| pandastack_store::now_ms().saturating_add((s as i64).saturating_mul(1000))),
+        member_id: None,
     };
     let ws = target(store, &a).await?;
     let (key, secret) = if a.admin {

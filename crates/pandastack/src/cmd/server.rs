@@ -109,6 +109,9 @@ pub struct ServerArgs {
     /// How far back point-in-time restore reaches: older archived WAL and base backups go.
     #[arg(long, default_value_t = 7)]
     db_retention_days: u64,
+    /// How long the audit log keeps a call (days; at least one).
+    #[arg(long, default_value_t = 90)]
+    audit_retention_days: u64,
     /// Base URL of this API in databases' `http_url` (default: `http://<listen>`).
     #[arg(long, env = "PANDASTACK_PUBLIC_URL")]
     public_url: Option<String>,
@@ -266,7 +269,8 @@ fn api_state(
         Duration::from_secs(a.preview_wake_timeout_seconds),
     )
     .map_err(anyhow::Error::msg)?;
-    let mut app = ApiState::new(control, host_name, preview);
+    let mut app = ApiState::new(control, host_name, preview)
+        .with_audit_retention(Duration::from_secs(a.audit_retention_days.max(1) * 86_400));
     if let (true, Some(tls), Some(listen)) = (a.https_redirect, proxy_tls, a.proxy_tls_listen) {
         app = app.with_https_redirect(pandastack_api::tls::HttpsRedirect {
             tls: Arc::clone(tls),
@@ -511,15 +515,18 @@ async fn serve(
     let own_api =
         pandastack_client::Client::new(pandastack_client::Config::new(own_url(a.listen), None))?;
     let mcp = pandastack_mcp::http_service(own_api, mcp_shutdown.clone());
+    // The peer's address reaches the handlers: the audit log records it.
     axum::serve(
         listener,
-        pandastack_api::router_with_service(app, "/mcp", mcp),
+        pandastack_api::router_with_service(Arc::clone(&app), "/mcp", mcp)
+            .into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(async move {
         shutdown_signal().await;
         mcp_shutdown.cancel();
     })
     .await?;
+    app.audit.flush().await;
     proxy.abort();
     db.abort();
     if let Some(m) = metrics {
