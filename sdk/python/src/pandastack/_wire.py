@@ -69,6 +69,28 @@ class AppStart(TypedDict, total=False):
     port: Optional[int]
 
 
+class _AuditEntryRequired(TypedDict):
+    action: str
+    at: str
+    id: str
+    key_id: str
+    key_name: str
+    method: str
+    request_id: str
+    resource: str
+    result: str
+    route: str
+    source: str
+    status: int
+
+
+class AuditEntry(_AuditEntryRequired, total=False):
+    """One audited call: `{at, key_id, action, resource, result, source}` and what else tells it
+    apart.
+    """
+    member_id: Optional[str]
+
+
 #: Where a backup is.
 BackupState = Literal["uploading", "done", "failed"]
 
@@ -204,8 +226,16 @@ class CreateFunctionRequest(_CreateFunctionRequestRequired, total=False):
 class CreateKeyRequest(TypedDict, total=False):
     """`POST /v1/keys`."""
     expires_at: Optional[str]
+    member_id: Optional[str]
     name: str
     scopes: Optional[List[str]]
+
+
+class CreateMemberRequest(TypedDict):
+    """`POST /v1/members`."""
+    email: str
+    name: str
+    role: Role
 
 
 class CreateSandboxRequest(TypedDict, total=False):
@@ -301,6 +331,8 @@ class Key(_KeyRequired, total=False):
     """An API key as listed (never with its secret)."""
     expires_at: Optional[str]
     last_used_at: Optional[str]
+    member_id: Optional[str]
+    role: Optional[Role]
 
 
 class CreatedKey(Key):
@@ -725,6 +757,15 @@ class List_App(_List_AppRequired, total=False):
     next_cursor: Optional[str]
 
 
+class _List_AuditEntryRequired(TypedDict):
+    data: List[AuditEntry]
+
+
+class List_AuditEntry(_List_AuditEntryRequired, total=False):
+    """A page of a list: `{"data":[…],"next_cursor":null|"…"}`."""
+    next_cursor: Optional[str]
+
+
 class _List_DatabaseRequired(TypedDict):
     data: List[Database]
 
@@ -793,6 +834,15 @@ class _List_KeyRequired(TypedDict):
 
 
 class List_Key(_List_KeyRequired, total=False):
+    """A page of a list: `{"data":[…],"next_cursor":null|"…"}`."""
+    next_cursor: Optional[str]
+
+
+class _List_MemberRequired(TypedDict):
+    data: List[Member]
+
+
+class List_Member(_List_MemberRequired, total=False):
     """A page of a list: `{"data":[…],"next_cursor":null|"…"}`."""
     next_cursor: Optional[str]
 
@@ -895,6 +945,16 @@ class LogChunk(TypedDict):
 class LogEnd(TypedDict):
     """`data` of the `end` event of `GET …/logs?follow=1`, the last event of the stream."""
     reason: str
+
+
+class Member(TypedDict):
+    """A member of the workspace."""
+    active_keys: int
+    created_at: str
+    email: str
+    id: str
+    name: str
+    role: Role
 
 
 class _MetricPointRequired(TypedDict):
@@ -1048,6 +1108,10 @@ class RenameRequest(_RenameRequestRequired, total=False):
 class RestoreDatabaseRequest(TypedDict):
     """`POST /v1/databases/{id}/restore`: the database's data as of a past time, in place."""
     to_time: str
+
+
+#: What a member may do in the workspace.
+Role = Literal["owner", "admin", "developer", "viewer"]
 
 
 class RollbackRequest(TypedDict, total=False):
@@ -1284,6 +1348,12 @@ class UpdateFunctionRequest(TypedDict, total=False):
     timeout_seconds: Optional[int]
 
 
+class UpdateMemberRequest(TypedDict, total=False):
+    """`PATCH /v1/members/{id}`."""
+    name: Optional[str]
+    role: Optional[Role]
+
+
 class UpdateScheduleRequest(TypedDict, total=False):
     """`PATCH /v1/schedules/{name}`: the fields given replace the schedule's."""
     concurrency_policy: Optional[ConcurrencyPolicy]
@@ -1471,6 +1541,7 @@ SCHEMAS = {
     "AppDomain": AppDomain,
     "AppGit": AppGit,
     "AppStart": AppStart,
+    "AuditEntry": AuditEntry,
     "BackupState": BackupState,
     "CodeContext": CodeContext,
     "CodeContextRequest": CodeContextRequest,
@@ -1485,6 +1556,7 @@ SCHEMAS = {
     "CreateDeployRequest": CreateDeployRequest,
     "CreateFunctionRequest": CreateFunctionRequest,
     "CreateKeyRequest": CreateKeyRequest,
+    "CreateMemberRequest": CreateMemberRequest,
     "CreateSandboxRequest": CreateSandboxRequest,
     "CreateScheduleRequest": CreateScheduleRequest,
     "CreateTemplateRequest": CreateTemplateRequest,
@@ -1534,6 +1606,7 @@ SCHEMAS = {
     "InvocationStatus": InvocationStatus,
     "Key": Key,
     "List_App": List_App,
+    "List_AuditEntry": List_AuditEntry,
     "List_Database": List_Database,
     "List_Deploy": List_Deploy,
     "List_Event": List_Event,
@@ -1542,6 +1615,7 @@ SCHEMAS = {
     "List_FunctionVersion": List_FunctionVersion,
     "List_Host": List_Host,
     "List_Key": List_Key,
+    "List_Member": List_Member,
     "List_Sandbox": List_Sandbox,
     "List_Schedule": List_Schedule,
     "List_ScheduleRun": List_ScheduleRun,
@@ -1554,6 +1628,7 @@ SCHEMAS = {
     "List_WebhookDelivery": List_WebhookDelivery,
     "LogChunk": LogChunk,
     "LogEnd": LogEnd,
+    "Member": Member,
     "MetricPoint": MetricPoint,
     "Metrics": Metrics,
     "MigrateRequest": MigrateRequest,
@@ -1571,6 +1646,7 @@ SCHEMAS = {
     "QueryResponse": QueryResponse,
     "RenameRequest": RenameRequest,
     "RestoreDatabaseRequest": RestoreDatabaseRequest,
+    "Role": Role,
     "RollbackRequest": RollbackRequest,
     "RunState": RunState,
     "RunTrigger": RunTrigger,
@@ -1592,6 +1668,7 @@ SCHEMAS = {
     "TemplateUsage": TemplateUsage,
     "UpdateAppRequest": UpdateAppRequest,
     "UpdateFunctionRequest": UpdateFunctionRequest,
+    "UpdateMemberRequest": UpdateMemberRequest,
     "UpdateScheduleRequest": UpdateScheduleRequest,
     "Usage": Usage,
     "Volume": Volume,

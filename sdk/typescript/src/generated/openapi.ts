@@ -249,6 +249,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The workspace's audit log, newest first: every state-changing call with who made it (key
+         *     and member), the operation, the resource, the result and the caller's address. Needs the
+         *     scope `audit:read` (owners and admins; not developers or viewers). Rows are kept for the
+         *     operator's retention (`--audit-retention-days`, default 90).
+         */
+        get: operations["list_audit"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/databases": {
         parameters: {
             query?: never;
@@ -798,6 +820,49 @@ export interface paths {
         options?: never;
         head?: never;
         patch?: never;
+        trace?: never;
+    };
+    "/v1/members": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The workspace's members, oldest first. */
+        get: operations["list_members"];
+        put?: never;
+        /**
+         * Add a member to the caller's workspace. Give them a key with `POST /v1/keys
+         *     {"member_id": …}`; their keys can do no more than the role allows.
+         */
+        post: operations["create_member"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/members/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One member. */
+        get: operations["get_member"];
+        put?: never;
+        post?: never;
+        /** Remove a member: their keys are revoked at once. The last owner stays (409). */
+        delete: operations["delete_member"];
+        options?: never;
+        head?: never;
+        /**
+         * Rename a member or change their role: what every key of theirs may do changes at once. The
+         *     last owner keeps the owner role (409).
+         */
+        patch: operations["update_member"];
         trace?: never;
     };
     "/v1/openapi.json": {
@@ -1956,6 +2021,36 @@ export interface components {
             port?: number | null;
         };
         /**
+         * @description One audited call: `{at, key_id, action, resource, result, source}` and what else tells it
+         *     apart.
+         */
+        AuditEntry: {
+            /** @description The operation (`create_sandbox`, as in the OpenAPI document). */
+            action: string;
+            /** @description RFC 3339. */
+            at: string;
+            id: string;
+            key_id: string;
+            key_name: string;
+            /** @description The member the key belongs to, if any. */
+            member_id?: string | null;
+            method: string;
+            request_id: string;
+            /** @description `<kind>` or `<kind>/<id or name>`. */
+            resource: string;
+            /** @description `ok`, or the error code of a refused or failed call. */
+            result: string;
+            /** @description The route template (`/v1/sandboxes/{id}`). */
+            route: string;
+            /** @description The caller's address. */
+            source: string;
+            /**
+             * Format: int32
+             * @description The HTTP status answered.
+             */
+            status: number;
+        };
+        /**
          * @description Where a backup is.
          * @enum {string}
          */
@@ -2203,6 +2298,11 @@ export interface components {
              *     own expiry if it has one (a key cannot outlive the key that made it).
              */
             expires_at?: string | null;
+            /**
+             * @description The workspace member the key is for (it can do no more than the member's role allows);
+             *     only an owner or admin names another member. Default: the calling key's member, if any.
+             */
+            member_id?: string | null;
             name?: string;
             /**
              * @description What the key may do: `*`, or `<kind>:<action>` with `*` for either part (actions:
@@ -2210,6 +2310,14 @@ export interface components {
              *     cover are granted.
              */
             scopes?: string[] | null;
+        };
+        /** @description `POST /v1/members`. */
+        CreateMemberRequest: {
+            /** @description Unique in the workspace (compared case-insensitively). */
+            email: string;
+            /** @description A display name (1–64 bytes). */
+            name: string;
+            role: components["schemas"]["Role"];
         };
         /** @description `POST /v1/sandboxes`. */
         CreateSandboxRequest: {
@@ -2909,10 +3017,13 @@ export interface components {
             id: string;
             /** @description When it was last used (to within a minute); `null`: never. */
             last_used_at?: string | null;
+            /** @description The member it belongs to (`null`: a workspace key, limited by its scopes only). */
+            member_id?: string | null;
             name: string;
             /** @description First characters of the secret, to tell keys apart. */
             prefix: string;
             revoked: boolean;
+            role?: null | components["schemas"]["Role"];
             /** @description What it may do (see `CreateKeyRequest::scopes`). */
             scopes: string[];
         };
@@ -2958,6 +3069,36 @@ export interface components {
                 url: string;
                 /** @description Signs webhook deliveries (`X-Hub-Signature-256`: HMAC-SHA256 of the body). */
                 webhook_secret: string;
+            }[];
+            next_cursor?: string | null;
+        };
+        /** @description A page of a list: `{"data":[…],"next_cursor":null|"…"}`. */
+        List_AuditEntry: {
+            data: {
+                /** @description The operation (`create_sandbox`, as in the OpenAPI document). */
+                action: string;
+                /** @description RFC 3339. */
+                at: string;
+                id: string;
+                key_id: string;
+                key_name: string;
+                /** @description The member the key belongs to, if any. */
+                member_id?: string | null;
+                method: string;
+                request_id: string;
+                /** @description `<kind>` or `<kind>/<id or name>`. */
+                resource: string;
+                /** @description `ok`, or the error code of a refused or failed call. */
+                result: string;
+                /** @description The route template (`/v1/sandboxes/{id}`). */
+                route: string;
+                /** @description The caller's address. */
+                source: string;
+                /**
+                 * Format: int32
+                 * @description The HTTP status answered.
+                 */
+                status: number;
             }[];
             next_cursor?: string | null;
         };
@@ -3186,12 +3327,31 @@ export interface components {
                 id: string;
                 /** @description When it was last used (to within a minute); `null`: never. */
                 last_used_at?: string | null;
+                /** @description The member it belongs to (`null`: a workspace key, limited by its scopes only). */
+                member_id?: string | null;
                 name: string;
                 /** @description First characters of the secret, to tell keys apart. */
                 prefix: string;
                 revoked: boolean;
+                role?: null | components["schemas"]["Role"];
                 /** @description What it may do (see `CreateKeyRequest::scopes`). */
                 scopes: string[];
+            }[];
+            next_cursor?: string | null;
+        };
+        /** @description A page of a list: `{"data":[…],"next_cursor":null|"…"}`. */
+        List_Member: {
+            data: {
+                /**
+                 * Format: int32
+                 * @description How many of its keys are not revoked.
+                 */
+                active_keys: number;
+                created_at: string;
+                email: string;
+                id: string;
+                name: string;
+                role: components["schemas"]["Role"];
             }[];
             next_cursor?: string | null;
         };
@@ -3470,6 +3630,19 @@ export interface components {
             /** @description Why the stream ended: `deleted` (the sandbox is gone). */
             reason: string;
         };
+        /** @description A member of the workspace. */
+        Member: {
+            /**
+             * Format: int32
+             * @description How many of its keys are not revoked.
+             */
+            active_keys: number;
+            created_at: string;
+            email: string;
+            id: string;
+            name: string;
+            role: components["schemas"]["Role"];
+        };
         /** @description One point of a resource's use: the readings within `[t, t + step)` of every VM it has. */
         MetricPoint: {
             /**
@@ -3668,6 +3841,11 @@ export interface components {
              */
             to_time: string;
         };
+        /**
+         * @description What a member may do in the workspace.
+         * @enum {string}
+         */
+        Role: "owner" | "admin" | "developer" | "viewer";
         /** @description `POST /v1/apps/{name}/rollback`. */
         RollbackRequest: {
             /** @description The deploy to go back to (default: the newest `standby` one). */
@@ -3992,6 +4170,11 @@ export interface components {
             public?: boolean | null;
             /** Format: int64 */
             timeout_seconds?: number | null;
+        };
+        /** @description `PATCH /v1/members/{id}`. */
+        UpdateMemberRequest: {
+            name?: string | null;
+            role?: null | components["schemas"]["Role"];
         };
         /** @description `PATCH /v1/schedules/{name}`: the fields given replace the schedule's. */
         UpdateScheduleRequest: {
@@ -4674,6 +4857,40 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    list_audit: {
+        parameters: {
+            query?: {
+                /** @description 1 to 1000 (default 100) */
+                limit?: number;
+                /** @description `next_cursor` of the previous page */
+                cursor?: string;
+                /** @description Only calls made with this key */
+                key_id?: string;
+                /** @description Only calls on the resource with this id or name */
+                resource_id?: string;
+                /** @description Only this operation (`create_sandbox`) */
+                action?: string;
+                /** @description Only calls at or after this time (RFC 3339) */
+                since?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Audit rows, newest first */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["List_AuditEntry"];
                 };
             };
             default: components["responses"]["Error"];
@@ -5707,6 +5924,126 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    list_members: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Members */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["List_Member"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    create_member: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateMemberRequest"];
+            };
+        };
+        responses: {
+            /** @description The member */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Member"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    get_member: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Member id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The member */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Member"];
+                };
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    delete_member: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Member id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed, keys revoked */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            default: components["responses"]["Error"];
+        };
+    };
+    update_member: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Member id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateMemberRequest"];
+            };
+        };
+        responses: {
+            /** @description The member */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Member"];
+                };
             };
             default: components["responses"]["Error"];
         };
