@@ -759,3 +759,95 @@ async fn cli_host_verbs_need_an_admin_key() {
     assert!(err.contains("host_not_found"), "{err}");
     assert!(err.contains("pandastack host ls"), "{err}");
 }
+
+/// `members …` and `audit` against a real server (no guest boots): the workspace key adds a
+/// developer and makes it a key; that key lists sandboxes but is refused the audit log and
+/// member changes, naming what it needed; the audit log (the CLI's table and `--json`) shows
+/// each change with the key that made it and the caller's address (loopback), and never a
+/// secret; removing the member revokes its key.
+#[tokio::test(flavor = "multi_thread")]
+async fn cli_members_and_the_audit_log() {
+    let data = tempfile::tempdir().unwrap();
+    let server = start_with(data.path(), free_port(), &["--network", "off"]).await;
+    let mut cli = Cli::new();
+    cli.env = vec![
+        ("PANDASTACK_BASE_URL".into(), server.url.clone()),
+        ("PANDASTACK_API_KEY".into(), server.key.clone()),
+    ];
+    let added: Value = serde_json::from_str(
+        &cli.ok(&[
+            "members",
+            "add",
+            "dev@example.org",
+            "--role",
+            "developer",
+            "--json",
+        ])
+        .await,
+    )
+    .unwrap();
+    let member = added["id"].as_str().unwrap().to_owned();
+    assert_eq!(added["role"], "developer", "{added}");
+    let (code, err) = cli
+        .fails(&["members", "add", "x@example.org", "--role", "boss"])
+        .await;
+    assert_eq!(code, 2, "{err}");
+    let dev_key = cli
+        .ok(&["members", "key", &member, "--name", "laptop"])
+        .await
+        .trim()
+        .to_owned();
+    assert!(dev_key.starts_with("pds_"), "{dev_key}");
+    let table = cli.ok(&["members", "ls"]).await;
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with(&member) && l.contains(" developer ") && l.contains(" 1 ")),
+        "{table}"
+    );
+
+    // The developer's key works for sandboxes, not for the audit log or members.
+    cli.ok(&["sandbox", "ls", "--api-key", &dev_key]).await;
+    let (code, err) = cli.fails(&["audit", "--api-key", &dev_key]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("forbidden") && err.contains("audit:read"),
+        "{err}"
+    );
+    let (_, err) = cli
+        .fails(&["members", "rm", &member, "--api-key", &dev_key])
+        .await;
+    assert!(err.contains("members:write"), "{err}");
+
+    let rows: Value = serde_json::from_str(&cli.ok(&["audit", "--json"]).await).unwrap();
+    let rows = rows.as_array().unwrap();
+    let actions: Vec<&str> = rows.iter().map(|r| r["action"].as_str().unwrap()).collect();
+    assert_eq!(
+        actions,
+        ["delete_member", "create_key", "create_member"],
+        "{rows:#?}"
+    );
+    assert_eq!(rows[0]["result"], "forbidden");
+    assert_eq!(rows[0]["key_name"], "laptop");
+    assert_eq!(rows[0]["member_id"], member.as_str());
+    assert_eq!(rows[2]["resource"], format!("members/{member}"));
+    for r in rows {
+        assert_eq!(r["source"], "127.0.0.1", "{r}");
+    }
+    assert!(!serde_json::to_string(rows).unwrap().contains(&dev_key[4..]));
+    let table = cli.ok(&["audit", "--action", "create_member"]).await;
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "{table}");
+    assert!(
+        lines[0].starts_with("AT ") && lines[0].contains("RESULT"),
+        "{table}"
+    );
+    assert!(
+        lines[1].contains(&format!("members/{member}")) && lines[1].contains(" ok "),
+        "{table}"
+    );
+
+    cli.ok(&["members", "rm", &member]).await;
+    let (_, err) = cli.fails(&["sandbox", "ls", "--api-key", &dev_key]).await;
+    assert!(err.contains("unauthorized"), "{err}");
+}

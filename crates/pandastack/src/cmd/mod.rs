@@ -36,6 +36,7 @@ mod sandbox_io;
 mod sandbox_top;
 pub mod server;
 mod shell;
+pub mod team;
 pub mod template;
 mod template_ls;
 mod template_remote;
@@ -85,6 +86,11 @@ pub enum Command {
     /// Functions on a running server: deploy (local files), invoke, logs, ls, get, versions, rollback, rm
     #[command(name = "fn", visible_alias = "function")]
     Function(function::FunctionArgs),
+    /// The workspace's members and their roles (ls, add, set, rm, key) on a running server.
+    #[command(visible_alias = "member")]
+    Members(team::MembersArgs),
+    /// The workspace's audit log: every change, who made it and from where (owners, admins).
+    Audit(team::AuditArgs),
     /// Helper processes of the server.
     /// Serve the Model Context Protocol over stdio: PandaStack's tools for an MCP client
     /// (PANDASTACK_API_KEY, PANDASTACK_BASE_URL).
@@ -112,6 +118,8 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Cron(args) => cron::run(args).await,
         Command::Function(args) => function::run(args).await,
         Command::Mcp(args) => mcp::run(args).await,
+        Command::Members(args) => team::run_members(args).await,
+        Command::Audit(args) => team::run_audit(args).await,
         Command::Internal(args) => tokio::task::spawn_blocking(move || internal::run(args)).await?,
     }
 }
