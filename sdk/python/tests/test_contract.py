@@ -23,6 +23,7 @@ import pytest
 
 from pandastack.types import (
     APIKey,
+    AuditEntry,
     App,
     AppBuild,
     AppDomain,
@@ -43,6 +44,7 @@ from pandastack.types import (
     FunctionVersion,
     Host,
     HostCapacity,
+    Member,
     InstanceMetrics,
     Invocation,
     InvocationError,
@@ -81,6 +83,8 @@ PAIRS: Dict[str, type] = {
     "Snapshot": Snapshot,
     "Template": Template,
     "Key": APIKey,
+    "Member": Member,
+    "AuditEntry": AuditEntry,
     "CodeContext": CodeContext,
     "PortUrl": PortUrl,
     "Volume": Volume,
@@ -163,6 +167,8 @@ NOT_MODELLED: Dict[str, str] = {
     "CreateScheduleRequest": "request body",
     "UpdateScheduleRequest": "request body",
     "CreateWebhookRequest": "request body (webhooks.create's arguments)",
+    "CreateMemberRequest": "request body (members.create's arguments)",
+    "UpdateMemberRequest": "request body (members.update's arguments)",
     # Envelopes the SDK unwraps.
     "ErrorBody": "raised as PandaStackError subclasses",
     "ErrorEnvelope": "raised as PandaStackError subclasses",
@@ -186,6 +192,8 @@ NOT_MODELLED: Dict[str, str] = {
     "List_Event": "unwrapped into lists / Page",
     "List_Webhook": "unwrapped into lists / Page",
     "List_WebhookDelivery": "unwrapped into lists / Page",
+    "List_Member": "unwrapped into lists",
+    "List_AuditEntry": "unwrapped into lists / Page",
     "ForkResponse": "unwrapped into Sandbox objects",
     # GET /v1/usage: not in the SDK yet (an operator's view; curl or the CLI's JSON).
     "Usage": "GET /v1/usage is not in the SDK yet",
@@ -230,6 +238,7 @@ NOT_MODELLED: Dict[str, str] = {
     "RunTrigger": "a str field (ScheduleRun.trigger)",
     "HostState": "a str field (Host.state)",
     "DeliveryState": "a str field (WebhookDelivery.state; the DeliveryState Literal)",
+    "Role": "a str field (Member.role, APIKey.role; the Role Literal)",
 }
 
 

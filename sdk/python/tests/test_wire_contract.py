@@ -244,6 +244,8 @@ BODIES: List[Tuple[str, Any]] = [
     ),
     ("CreateWebhookRequest", lambda: b.webhook_body("https://example.com/h", ["sandbox.*"], "whsec_x")),
     ("UpdateScheduleRequest", lambda: b.schedule_fields("UTC", t.SandboxExecTarget("minimal", "true"), 1, "forbid", 60, 2)),
+    ("CreateMemberRequest", lambda: b.member_body("Ada", "ada@example.org", "developer")),
+    ("UpdateMemberRequest", lambda: b.member_update_body("Ada L.", "viewer")),
 ]
 
 

@@ -2,8 +2,9 @@
  * The client: configuration (explicit options, else `PANDASTACK_API_KEY`/`PANDASTACK_TOKEN` and
  * `PANDASTACK_BASE_URL`) and the resource collections `sandboxes`, `snapshots`, `templates`
  * (including template builds), `volumes` (in volumes.ts), `databases` (in databases.ts),
- * `apps` (in apps.ts), `functions` (in functions.ts), `schedules` (in schedules.ts) and `hosts`
- * (in hosts.ts; the operator routes, admin keys only).
+ * `apps` (in apps.ts), `functions` (in functions.ts), `schedules` (in schedules.ts), `hosts`
+ * (in hosts.ts; the operator routes, admin keys only), `events`, `webhooks`, `keys`, `members`
+ * (in members.ts) and `audit` (in audit.ts).
  */
 
 import {
@@ -29,11 +30,13 @@ import {
   type VolumeMount,
 } from "./types.js";
 import { Apps } from "./apps.js";
+import { Audit } from "./audit.js";
 import { Databases } from "./databases.js";
 import { Events } from "./events.js";
 import { Functions } from "./functions.js";
 import { Hosts } from "./hosts.js";
 import { Keys } from "./keys.js";
+import { Members } from "./members.js";
 import { Schedules } from "./schedules.js";
 import { Volumes, volumeMountsToWire } from "./volumes.js";
 import { Webhooks } from "./webhooks.js";
@@ -132,6 +135,10 @@ export class PandaStack {
   readonly webhooks: Webhooks;
   /** The workspace's API keys. */
   readonly keys: Keys;
+  /** The workspace's members and their roles. */
+  readonly members: Members;
+  /** The workspace's audit log (keys with `audit:read`). */
+  readonly audit: Audit;
   readonly baseUrl: string;
   /** @internal */
   readonly http: HttpClient;
@@ -169,6 +176,8 @@ export class PandaStack {
     this.events = new Events(this.http);
     this.webhooks = new Webhooks(this.http, newIdempotencyKey);
     this.keys = new Keys(this.http);
+    this.members = new Members(this.http);
+    this.audit = new Audit(this.http);
   }
 }
 

@@ -102,6 +102,8 @@ export {
 } from "./events.js";
 export { Webhooks, type CreateWebhookOptions, type ListWebhooksOptions } from "./webhooks.js";
 export { Keys, type CreateKeyOptions } from "./keys.js";
+export { Members, type CreateMemberOptions, type UpdateMemberOptions } from "./members.js";
+export { Audit, type ListAuditOptions } from "./audit.js";
 export type { LogCallback } from "./follow.js";
 export {
   Git,
@@ -158,6 +160,7 @@ export type {
   AppGit,
   AppInfo,
   AppStart,
+  AuditEntry,
   BackupState,
   CodeContext,
   ConcurrencyPolicy,
@@ -190,6 +193,7 @@ export type {
   InvocationStatus,
   InstanceMetrics,
   Key,
+  Member,
   MetricPoint,
   OnHostLoss,
   VolumeState,
@@ -198,6 +202,7 @@ export type {
   PortUrl,
   QueryField,
   QueryResult,
+  Role,
   RunState,
   RunTrigger,
   SandboxExecTarget,

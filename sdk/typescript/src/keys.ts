@@ -5,6 +5,7 @@
  * const ro = await client.keys.create({ name: "dashboard", scopes: ["*:read"] });
  * const reader = new PandaStack({ apiKey: ro.secret });   // lists, but a create is refused
  * await client.keys.revoke(ro.id);
+ * const dev = await client.keys.create({ name: "ada", memberId: member.id });   // a member's key: her role's limits
  * ```
  *
  * A call a key's scopes do not cover throws {@link PermissionDeniedError} (403 `forbidden`),
@@ -28,6 +29,12 @@ export interface CreateKeyOptions extends CallOptions {
   scopes?: string[];
   /** When it stops working (an RFC 3339 string or a `Date`, in the future; not after the calling key's own expiry). */
   expiresAt?: string | Date;
+  /**
+   * The workspace member the key is for (`client.members`): it can do no more than the member's
+   * role allows. Only an owner or admin names another member. Default: the calling key's
+   * member, if any.
+   */
+  memberId?: string;
 }
 
 export class Keys {
@@ -51,6 +58,12 @@ export class Keys {
     }
     if (opts.expiresAt !== undefined) {
       body.expires_at = opts.expiresAt instanceof Date ? opts.expiresAt.toISOString() : opts.expiresAt;
+    }
+    if (opts.memberId !== undefined) {
+      if (typeof opts.memberId !== "string" || opts.memberId === "") {
+        throw new InvalidArgumentError(`memberId: a member id, got ${JSON.stringify(opts.memberId)}`, { code: "invalid_argument" });
+      }
+      body.member_id = opts.memberId;
     }
     const w = await this.http.request<Record<string, unknown>>({ method: "POST", path: "/v1/keys", json: body, ...call(opts) });
     return createdKeyFromWire(w ?? {});

@@ -586,6 +586,58 @@ export interface Key {
   expiresAt: string | null;
   /** When it was last used (to within a minute), if ever. */
   lastUsedAt: string | null;
+  /** The member it belongs to (`null`: a workspace key, limited by its scopes only). */
+  memberId: string | null;
+  /** That member's role (`null` for a workspace key). */
+  role: Role | null;
+}
+
+/**
+ * What a workspace member may do: `owner` (everything, including managing owners), `admin`
+ * (everything but touching an owner), `developer` (use resources; not members nor the audit
+ * log) or `viewer` (read only).
+ */
+export type Role = Schemas["Role"];
+
+/** A member of the workspace (`client.members`); their keys can do no more than `role` allows. */
+export interface Member {
+  /** `mem-…` */
+  id: string;
+  name: string;
+  /** Unique in the workspace (compared case-insensitively). */
+  email: string;
+  role: Role;
+  /** RFC 3339. */
+  createdAt: string;
+  /** How many of its keys are not revoked. */
+  activeKeys: number;
+}
+
+/** One audited call (`client.audit`): who made it, the operation, the resource and the result. */
+export interface AuditEntry {
+  id: string;
+  /** When (RFC 3339). */
+  at: string;
+  /** The key that made the call, and its name. */
+  keyId: string;
+  keyName: string;
+  /** The member the key belongs to, if any. */
+  memberId: string | null;
+  /** The operation, as in the OpenAPI document (`create_sandbox`, `create_member`, …). */
+  action: string;
+  /** The HTTP method and the route template (`/v1/sandboxes/{id}`). */
+  method: string;
+  route: string;
+  /** `<kind>` or `<kind>/<id or name>` (`members/mem-…`). */
+  resource: string;
+  /** `ok`, or the error code of a refused or failed call. */
+  result: string;
+  /** The HTTP status answered. */
+  status: number;
+  /** The caller's address. */
+  source: string;
+  /** The server's `X-Request-Id` of the call. */
+  requestId: string;
 }
 
 /** A key just created: `secret` is shown this once. */
@@ -1333,6 +1385,39 @@ export function keyFromWire(w: WireOf<"Key">): Key {
     scopes: Array.isArray(w.scopes) ? strList(w.scopes) : ["*"],
     expiresAt: optStr(w.expires_at),
     lastUsedAt: optStr(w.last_used_at),
+    memberId: optStr(w.member_id),
+    role: typeof w.role === "string" ? (w.role as Role) : null,
+  };
+}
+
+/** @internal */
+export function memberFromWire(w: WireOf<"Member">): Member {
+  return {
+    id: str(w.id),
+    name: str(w.name),
+    email: str(w.email),
+    role: str(w.role, "viewer") as Role,
+    createdAt: str(w.created_at),
+    activeKeys: num(w.active_keys),
+  };
+}
+
+/** @internal */
+export function auditEntryFromWire(w: WireOf<"AuditEntry">): AuditEntry {
+  return {
+    id: str(w.id),
+    at: str(w.at),
+    keyId: str(w.key_id),
+    keyName: str(w.key_name),
+    memberId: optStr(w.member_id),
+    action: str(w.action),
+    method: str(w.method),
+    route: str(w.route),
+    resource: str(w.resource),
+    result: str(w.result),
+    status: num(w.status),
+    source: str(w.source),
+    requestId: str(w.request_id),
   };
 }
 

@@ -79,6 +79,9 @@ const PAIRS = {
   Webhook: ["Webhook", "webhookFromWire"],
   WebhookDelivery: ["WebhookDelivery", "webhookDeliveryFromWire"],
   Key: ["Key", "keyFromWire"],
+  // client.members, client.audit.
+  Member: ["Member", "memberFromWire"],
+  AuditEntry: ["AuditEntry", "auditEntryFromWire"],
 };
 
 /** Fields of an interface that only the SDK has (not the schema's), and why. */
@@ -100,6 +103,11 @@ const NOT_MODELLED = {
   CreateKeyRequest: REQUEST,
   CreatedKey: "CreatedKey = Key + secret (allOf; createdKeyFromWire)",
   List_Key: "unwrapped into arrays",
+  CreateMemberRequest: REQUEST,
+  UpdateMemberRequest: REQUEST,
+  List_Member: "unwrapped into arrays",
+  List_AuditEntry: "unwrapped into arrays / Paginator",
+  Role: "a string union type (Role)",
   CreateWebhookRequest: REQUEST,
   List_Event: "unwrapped into arrays / Paginator",
   List_Webhook: "unwrapped into arrays / Paginator",
@@ -208,6 +216,7 @@ const STRING_ALIASES = new Set([
   "RunTrigger",
   "HostState",
   "DeliveryState",
+  "Role",
 ]);
 
 const camel = (s) => s.replace(/_([a-z])/g, (_, c) => c.toUpperCase());

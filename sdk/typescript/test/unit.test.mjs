@@ -2276,7 +2276,7 @@ test("keys: list, create with scopes and expiry, revoke; a refused call is Permi
     const k = await client.keys.create({ name: "ro", scopes: ["*:read"], expiresAt: new Date("2027-01-01T00:00:00Z") });
     assert.deepEqual(k, {
       id: "key-1", name: "ro", prefix: "pds_ab", createdAt: "2026-01-01T00:00:00Z", revoked: false, admin: false,
-      scopes: ["*:read"], expiresAt: "2027-01-01T00:00:00.000Z", lastUsedAt: null, secret: "pds_secret",
+      scopes: ["*:read"], expiresAt: "2027-01-01T00:00:00.000Z", lastUsedAt: null, memberId: null, role: null, secret: "pds_secret",
     });
     assert.deepEqual(JSON.parse(srv.requests[0].body), { name: "ro", scopes: ["*:read"], expires_at: "2027-01-01T00:00:00.000Z" });
     await client.keys.create();
@@ -2287,6 +2287,139 @@ test("keys: list, create with scopes and expiry, revoke; a refused call is Permi
     await assert.rejects(
       client.sandboxes.create({ template: "minimal" }),
       (e) => e instanceof PermissionDeniedError && e.status === 403 && e.code === "forbidden" && e.message.includes("sandboxes:write"),
+    );
+  } finally {
+    await srv.close();
+  }
+});
+
+// ---------------------------------------------------------------- members, audit
+
+const MEMBER = { id: "mem-1", name: "Ada", email: "ada@example.org", role: "developer", created_at: "2026-01-01T00:00:00Z", active_keys: 0 };
+
+test("members: create, list, get, update, delete send the documented requests and read members", async () => {
+  const srv = await mockServer((req, res, body) => {
+    const path = req.url.split("?")[0];
+    if (req.method === "POST" && path === "/v1/members") return json(res, 201, { ...MEMBER, ...JSON.parse(body) });
+    if (req.method === "GET" && path === "/v1/members") return json(res, 200, { data: [MEMBER], next_cursor: null });
+    if (req.method === "GET" && path === "/v1/members/mem-1") return json(res, 200, { ...MEMBER, active_keys: 2 });
+    if (req.method === "PATCH" && path === "/v1/members/mem-1") return json(res, 200, { ...MEMBER, ...JSON.parse(body) });
+    if (req.method === "DELETE" && path === "/v1/members/mem-1") return res.writeHead(204).end();
+    if (req.method === "POST" && path === "/v1/keys") {
+      const b = JSON.parse(body);
+      return json(res, 201, {
+        id: "key-2", name: b.name, prefix: "pds_cd", created_at: "2026-01-01T00:00:00Z", revoked: false, admin: false,
+        scopes: ["*"], expires_at: null, last_used_at: null, member_id: b.member_id, role: "developer", secret: "pds_dev",
+      });
+    }
+    json(res, 404, envelope("not_found", `no member at ${path}`));
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url, maxRetries: 0 });
+    const m = await client.members.create({ name: "Ada", email: "ada@example.org", role: "developer" });
+    assert.deepEqual(m, { id: "mem-1", name: "Ada", email: "ada@example.org", role: "developer", createdAt: "2026-01-01T00:00:00Z", activeKeys: 0 });
+    assert.deepEqual(JSON.parse(srv.requests[0].body), { name: "Ada", email: "ada@example.org", role: "developer" });
+    const k = await client.keys.create({ name: "ada", memberId: "mem-1" });
+    assert.deepEqual(JSON.parse(srv.requests[1].body), { name: "ada", member_id: "mem-1" });
+    assert.deepEqual([k.memberId, k.role, k.secret], ["mem-1", "developer", "pds_dev"]);
+    assert.deepEqual(await client.members.list(), [m]);
+    assert.equal((await client.members.get("mem-1")).activeKeys, 2);
+    const up = await client.members.update("mem-1", { role: "viewer" });
+    assert.equal(up.role, "viewer");
+    await client.members.update("mem-1", { name: "Ada L." });
+    await client.members.update("mem-1");
+    const patches = srv.requests.filter((r) => r.method === "PATCH").map((r) => JSON.parse(r.body));
+    assert.deepEqual(patches, [{ role: "viewer" }, { name: "Ada L." }, {}]);
+    await client.members.delete("mem-1");
+    assert.equal(srv.requests.filter((r) => r.method === "DELETE" && r.url === "/v1/members/mem-1").length, 1);
+    await assert.rejects(client.members.get("mem-2"), NotFoundError);
+  } finally {
+    await srv.close();
+  }
+});
+
+test("members: bad arguments never reach the server; refusals are typed with the server's message", async () => {
+  const srv = await mockServer((req, res, body) => {
+    if (req.method === "POST" && req.url === "/v1/members") {
+      const b = JSON.parse(body);
+      if (b.email === "taken@example.org") return json(res, 409, envelope("conflict", "a member with email taken@example.org exists"));
+      return json(res, 403, envelope("forbidden", "this key (role developer) lacks the scope members:write"));
+    }
+    if (req.method === "DELETE") return json(res, 409, envelope("conflict", "the workspace keeps its last owner"));
+    if (req.method === "PATCH") return json(res, 403, envelope("forbidden", "only an owner changes an owner"));
+    json(res, 404, envelope("not_found", "no"));
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url, maxRetries: 0 });
+    for (const bad of [
+      () => client.members.create({ name: "", email: "a@example.org", role: "viewer" }),
+      () => client.members.create({ name: "A", email: 7, role: "viewer" }),
+      () => client.members.create({ name: "A", email: "a@example.org", role: "root" }),
+      () => client.members.create(),
+      () => client.members.get(""),
+      () => client.members.update("mem-1", { role: "superuser" }),
+      () => client.members.delete(undefined),
+      () => client.keys.create({ memberId: "" }),
+      () => client.audit.list({ since: new Date("not a date") }),
+    ]) {
+      await assert.rejects(async () => bad(), InvalidArgumentError);
+    }
+    assert.equal(srv.requests.length, 0);
+    await assert.rejects(
+      client.members.create({ name: "T", email: "taken@example.org", role: "viewer" }),
+      (e) => e instanceof ConflictError && e.code === "conflict" && /taken@example.org/.test(e.message),
+    );
+    await assert.rejects(
+      client.members.create({ name: "X", email: "x@example.org", role: "viewer" }),
+      (e) => e instanceof PermissionDeniedError && e.status === 403 && e.message.includes("members:write"),
+    );
+    await assert.rejects(client.members.update("mem-0", { role: "admin" }), PermissionDeniedError);
+    await assert.rejects(client.members.delete("mem-0"), (e) => e instanceof ConflictError && /last owner/.test(e.message));
+  } finally {
+    await srv.close();
+  }
+});
+
+function wireAudit(i, action = "create_member", resource = "members/mem-1") {
+  return {
+    id: String(i), at: `2026-01-01T00:00:0${i % 10}Z`, key_id: "key-1", key_name: "admin", member_id: i % 2 ? "mem-0" : null,
+    action, method: "POST", route: "/v1/members", resource, result: "ok", status: 201, source: "192.0.2.7", request_id: `req_${i}`,
+  };
+}
+
+test("audit.list: one page or every page, with the filters; since as a Date; refused without audit:read", async () => {
+  let refuse = false;
+  const srv = await mockServer((req, res) => {
+    if (refuse) return json(res, 403, envelope("forbidden", "this key (role developer) lacks the scope audit:read"));
+    const cursor = new URL(req.url, "http://x").searchParams.get("cursor");
+    if (!cursor) return json(res, 200, { data: [wireAudit(3), wireAudit(2)], next_cursor: "c2" });
+    json(res, 200, { data: [wireAudit(1, "create_key", "keys/key-2")], next_cursor: null });
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url, maxRetries: 0 });
+    const page = await client.audit.list({ limit: 2 }).firstPage();
+    assert.equal(page.nextCursor, "c2");
+    assert.deepEqual(page.data[0], {
+      id: "3", at: "2026-01-01T00:00:03Z", keyId: "key-1", keyName: "admin", memberId: "mem-0", action: "create_member",
+      method: "POST", route: "/v1/members", resource: "members/mem-1", result: "ok", status: 201, source: "192.0.2.7", requestId: "req_3",
+    });
+    assert.equal(page.data[1].memberId, null);
+    const since = new Date("2026-01-01T00:00:00Z");
+    const all = await client.audit.list({ limit: 2, keyId: "key-1", resourceId: "mem-1", action: "create_member", since }).toArray();
+    assert.deepEqual(all.map((r) => [r.id, r.action, r.resource]), [
+      ["3", "create_member", "members/mem-1"],
+      ["2", "create_member", "members/mem-1"],
+      ["1", "create_key", "keys/key-2"],
+    ]);
+    const qs = srv.requests.map((r) => Object.fromEntries(new URL(r.url, "http://x").searchParams));
+    const filters = { key_id: "key-1", resource_id: "mem-1", action: "create_member", since: "2026-01-01T00:00:00.000Z" };
+    assert.deepEqual(qs, [{ limit: "2" }, { limit: "2", ...filters }, { limit: "2", cursor: "c2", ...filters }]);
+    await client.audit.list({ since: "2026-01-02T00:00:00Z", cursor: "c9" }).firstPage();
+    assert.deepEqual(Object.fromEntries(new URL(srv.requests.at(-1).url, "http://x").searchParams), { cursor: "c9", since: "2026-01-02T00:00:00Z" });
+    refuse = true;
+    await assert.rejects(
+      client.audit.list().firstPage(),
+      (e) => e instanceof PermissionDeniedError && e.code === "forbidden" && e.message.includes("audit:read"),
     );
   } finally {
     await srv.close();

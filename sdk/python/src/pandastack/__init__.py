@@ -10,10 +10,12 @@
 
 from ._async import (
     AsyncApps,
+    AsyncAudit,
     AsyncEvents,
     AsyncWebhooks,
     AsyncFunctions,
     AsyncHosts,
+    AsyncMembers,
     AsyncSchedules,
     AsyncExecStream,
     AsyncFilesystem,
@@ -28,6 +30,7 @@ from ._async import (
 )
 from ._sync import (
     Apps,
+    Audit,
     Databases,
     Events,
     ExecStream,
@@ -35,6 +38,7 @@ from ._sync import (
     Functions,
     Git,
     Hosts,
+    Members,
     Paginator,
     PandaStack,
     Process,
@@ -85,6 +89,7 @@ from .errors import (
 from .types import (
     APIKey,
     App,
+    AuditEntry,
     AppBuild,
     AppDomain,
     AppGit,
@@ -118,6 +123,7 @@ from .types import (
     HostState,
     Invocation,
     InvocationError,
+    Member,
     InstanceMetrics,
     MetricPoint,
     Metrics,
@@ -126,6 +132,7 @@ from .types import (
     QueryField,
     QueryResult,
     Result,
+    Role,
     SandboxExecTarget,
     SandboxInfo,
     Schedule,
@@ -179,6 +186,10 @@ __all__ = [
     "AsyncEvents",
     "Webhooks",
     "AsyncWebhooks",
+    "Members",
+    "AsyncMembers",
+    "Audit",
+    "AsyncAudit",
     # data
     "SandboxInfo",
     "ExecResult",
@@ -239,6 +250,9 @@ __all__ = [
     "Webhook",
     "WebhookDelivery",
     "DeliveryState",
+    "Member",
+    "Role",
+    "AuditEntry",
     # errors
     "PandaStackError",
     "APIError",

@@ -12,7 +12,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
-from typing import IO, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import IO, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union, cast
 from urllib.parse import quote
 
 import httpx
@@ -36,6 +36,7 @@ from .errors import (
     error_for_status,
 )
 from .types import (
+    ROLES,
     AppBuild,
     AppGit,
     AppStart,
@@ -689,6 +690,56 @@ def list_params(
         p["state"] = state
     for k, v in (metadata or {}).items():
         p[f"metadata.{k}"] = str(v)
+    return p
+
+
+def member_body(name: str, email: str, role: str) -> _wire.CreateMemberRequest:
+    """The body of ``POST /v1/members``."""
+    for field, v in (("name", name), ("email", email)):
+        if not isinstance(v, str) or not v:
+            raise InvalidArgumentError(f"{field}: a non-empty string, got {v!r}", code="invalid_argument")
+    return {"name": name, "email": email, "role": _role(role)}
+
+
+def member_update_body(name: Optional[str], role: Optional[str]) -> _wire.UpdateMemberRequest:
+    """The body of ``PATCH /v1/members/{id}``: what is given changes, the rest stays."""
+    body: _wire.UpdateMemberRequest = {}
+    if name is not None:
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(f"name: a non-empty string, got {name!r}", code="invalid_argument")
+        body["name"] = name
+    if role is not None:
+        body["role"] = _role(role)
+    return body
+
+
+def _role(role: Any) -> _wire.Role:
+    if role not in ROLES:
+        raise InvalidArgumentError(
+            f"role: one of {', '.join(ROLES)}, got {role!r}", code="invalid_argument"
+        )
+    return cast(_wire.Role, role)
+
+
+def audit_params(
+    limit: Optional[int],
+    cursor: Optional[str],
+    key_id: Optional[str],
+    resource_id: Optional[str],
+    action: Optional[str],
+    since: Optional[Union[datetime.datetime, str]],
+) -> Dict[str, str]:
+    """The query of ``GET /v1/audit``: ``since`` a ``datetime`` (a naive one taken as UTC) or
+    an RFC 3339 string."""
+    p = list_params(limit, cursor)
+    if key_id:
+        p["key_id"] = key_id
+    if resource_id:
+        p["resource_id"] = resource_id
+    if action:
+        p["action"] = action
+    if since is not None:
+        p["since"] = rfc3339("since", since)
     return p
 
 

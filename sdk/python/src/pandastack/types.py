@@ -30,6 +30,9 @@ __all__ = [
     "InstanceMetrics",
     "APIKey",
     "CreatedAPIKey",
+    "Role",
+    "Member",
+    "AuditEntry",
     "EventResource",
     "Event",
     "DeliveryState",
@@ -93,6 +96,12 @@ RUN_ACTIVE_STATES = ("queued", "running")
 HostState = Literal["ready", "draining", "dead"]
 #: Where a webhook delivery stands (:attr:`WebhookDelivery.state`).
 DeliveryState = Literal["pending", "delivered", "failed"]
+#: What a workspace member may do (:attr:`Member.role`): ``owner`` (everything, owners
+#: included), ``admin`` (everything but touching an owner), ``developer`` (use resources; not
+#: members nor the audit log) or ``viewer`` (read only).
+Role = Literal["owner", "admin", "developer", "viewer"]
+#: The roles, most powerful first.
+ROLES = ("owner", "admin", "developer", "viewer")
 
 
 def _s(d: Mapping[str, Any], k: str, default: Any = None) -> Any:
@@ -587,6 +596,10 @@ class APIKey:
     expires_at: Optional[str] = None
     #: When it was last used (to within a minute), if ever.
     last_used_at: Optional[str] = None
+    #: The member it belongs to (``None``: a workspace key, limited by its scopes only).
+    member_id: Optional[str] = None
+    #: That member's role (``None`` for a workspace key).
+    role: Optional[str] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "APIKey":
@@ -601,6 +614,8 @@ class APIKey:
             scopes=list(_or(w.get("scopes"), ["*"])),
             expires_at=w.get("expires_at"),
             last_used_at=w.get("last_used_at"),
+            member_id=w.get("member_id"),
+            role=w.get("role"),
         )
 
 
@@ -617,7 +632,81 @@ class CreatedAPIKey(APIKey):
         return cls(
             id=k.id, name=k.name, prefix=k.prefix, created_at=k.created_at, revoked=k.revoked,
             admin=k.admin, scopes=k.scopes, expires_at=k.expires_at, last_used_at=k.last_used_at,
-            secret=_or(w.get("secret"), ""),
+            member_id=k.member_id, role=k.role, secret=_or(w.get("secret"), ""),
+        )
+
+
+@dataclass
+class Member:
+    """A member of the workspace (``client.members``): their keys (``client.keys.create(...,
+    member_id=...)``) can do no more than ``role`` allows. ``id`` is ``mem-…``; ``email`` is
+    unique in the workspace (compared case-insensitively); ``active_keys`` counts their keys
+    not revoked."""
+
+    id: str
+    name: str = ""
+    email: str = ""
+    role: str = "viewer"
+    created_at: str = ""
+    active_keys: int = 0
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Member":
+        w = _cast("_wire.Member", d)
+        return cls(
+            id=_or(w.get("id"), ""),
+            name=_or(w.get("name"), ""),
+            email=_or(w.get("email"), ""),
+            role=_or(w.get("role"), "viewer"),
+            created_at=_or(w.get("created_at"), ""),
+            active_keys=int(_or(w.get("active_keys"), 0)),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class AuditEntry:
+    """One audited call (``client.audit``): when (``at``, RFC 3339), the key that made it
+    (``key_id``, ``key_name``) and its member if any, the operation (``action``, as the OpenAPI
+    document names it: ``create_sandbox``, ``create_member``...), the ``method`` and ``route``
+    template, the ``resource`` (``<kind>`` or ``<kind>/<id or name>``: ``members/mem-…``), the
+    ``result`` (``ok``, or the error code of a refused or failed call) with the HTTP
+    ``status``, the caller's address (``source``) and the call's ``request_id``."""
+
+    id: str
+    at: str = ""
+    key_id: str = ""
+    key_name: str = ""
+    member_id: Optional[str] = None
+    action: str = ""
+    method: str = ""
+    route: str = ""
+    resource: str = ""
+    result: str = ""
+    status: int = 0
+    source: str = ""
+    request_id: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "AuditEntry":
+        w = _cast("_wire.AuditEntry", d)
+        return cls(
+            id=_or(w.get("id"), ""),
+            at=_or(w.get("at"), ""),
+            key_id=_or(w.get("key_id"), ""),
+            key_name=_or(w.get("key_name"), ""),
+            member_id=w.get("member_id"),
+            action=_or(w.get("action"), ""),
+            method=_or(w.get("method"), ""),
+            route=_or(w.get("route"), ""),
+            resource=_or(w.get("resource"), ""),
+            result=_or(w.get("result"), ""),
+            status=int(_or(w.get("status"), 0)),
+            source=_or(w.get("source"), ""),
+            request_id=_or(w.get("request_id"), ""),
+            raw=dict(d),
         )
 
 

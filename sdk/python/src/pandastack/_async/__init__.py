@@ -18,6 +18,7 @@ from __future__ import annotations
 # it for their `client` argument's type), and `sandbox` imports `exec` and `filesystem` likewise.
 from .client import AsyncPandaStack
 from .apps import AsyncApps
+from .audit import AsyncAudit
 from .databases import AsyncDatabases
 from .events import AsyncEvents
 from .exec import AsyncExecStream, AsyncProcess, AsyncPty
@@ -27,6 +28,7 @@ from .functions import AsyncFunctions
 from .git import AsyncGit
 from .hosts import AsyncHosts
 from .keys import AsyncKeys
+from .members import AsyncMembers
 from .pagination import AsyncPaginator
 from .sandbox import AsyncSandbox
 from .sandboxes import AsyncSandboxes
@@ -56,4 +58,6 @@ __all__ = [
     "AsyncHosts",
     "AsyncEvents",
     "AsyncWebhooks",
+    "AsyncMembers",
+    "AsyncAudit",
 ]

@@ -51,6 +51,8 @@ class AsyncPandaStack:
         self.events = AsyncEvents(self)
         self.webhooks = AsyncWebhooks(self)
         self.hosts = AsyncHosts(self)
+        self.members = AsyncMembers(self)
+        self.audit = AsyncAudit(self)
 
     @property
     def base_url(self) -> str:
@@ -79,11 +81,13 @@ class AsyncPandaStack:
 # The resources import this module (for their ``client`` argument's type), so they come after
 # AsyncPandaStack is defined.
 from .apps import AsyncApps  # noqa: E402
+from .audit import AsyncAudit  # noqa: E402
 from .databases import AsyncDatabases  # noqa: E402
 from .events import AsyncEvents  # noqa: E402
 from .functions import AsyncFunctions  # noqa: E402
 from .hosts import AsyncHosts  # noqa: E402
 from .keys import AsyncKeys  # noqa: E402
+from .members import AsyncMembers  # noqa: E402
 from .sandboxes import AsyncSandboxes  # noqa: E402
 from .schedules import AsyncSchedules  # noqa: E402
 from .snapshots import AsyncSnapshots  # noqa: E402

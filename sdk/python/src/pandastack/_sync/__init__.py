@@ -10,6 +10,7 @@ from __future__ import annotations
 # it for their `client` argument's type), and `sandbox` imports `exec` and `filesystem` likewise.
 from .client import PandaStack
 from .apps import Apps
+from .audit import Audit
 from .databases import Databases
 from .events import Events
 from .exec import ExecStream, Process, Pty
@@ -19,6 +20,7 @@ from .functions import Functions
 from .git import Git
 from .hosts import Hosts
 from .keys import Keys
+from .members import Members
 from .pagination import Paginator
 from .sandbox import Sandbox
 from .sandboxes import Sandboxes
@@ -48,4 +50,6 @@ __all__ = [
     "Hosts",
     "Events",
     "Webhooks",
+    "Members",
+    "Audit",
 ]

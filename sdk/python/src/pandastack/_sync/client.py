@@ -51,6 +51,8 @@ class PandaStack:
         self.events = Events(self)
         self.webhooks = Webhooks(self)
         self.hosts = Hosts(self)
+        self.members = Members(self)
+        self.audit = Audit(self)
 
     @property
     def base_url(self) -> str:
@@ -79,11 +81,13 @@ class PandaStack:
 # The resources import this module (for their ``client`` argument's type), so they come after
 # PandaStack is defined.
 from .apps import Apps  # noqa: E402
+from .audit import Audit  # noqa: E402
 from .databases import Databases  # noqa: E402
 from .events import Events  # noqa: E402
 from .functions import Functions  # noqa: E402
 from .hosts import Hosts  # noqa: E402
 from .keys import Keys  # noqa: E402
+from .members import Members  # noqa: E402
 from .sandboxes import Sandboxes  # noqa: E402
 from .schedules import Schedules  # noqa: E402
 from .snapshots import Snapshots  # noqa: E402
