@@ -124,7 +124,7 @@ pub async fn list(
             .transpose()?;
         filter.after = match last.or(cursor) {
             Some(id) => Some(id),
-            None => Some(app.control.store().events().last_id().await?),
+            None => Some(app.control.events.last_id().await?),
         };
         return Ok(stream(app, caller.ws().to_owned(), filter));
     }

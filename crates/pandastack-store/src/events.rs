@@ -76,6 +76,21 @@ impl EventRepo<'_> {
         Ok(done)
     }
 
+    /// Stores `events` in order in one transaction (one commit for the lot), each with its
+    /// next id and its deliveries, as [`EventRepo::insert`] does one. All or none.
+    pub async fn insert_many(
+        &self,
+        events: &[NewEvent],
+    ) -> Result<Vec<(EventRow, usize)>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let mut done = Vec::with_capacity(events.len());
+        for e in events {
+            done.push(insert(&mut tx, e).await?);
+        }
+        tx.commit().await?;
+        Ok(done)
+    }
+
     /// Events of workspace `ws` in id order, narrowed by `filter`, at most `limit`.
     pub async fn list(
         &self,
