@@ -17,6 +17,7 @@ mod sandbox;
 mod schedule;
 mod scope;
 mod stream;
+mod usage;
 mod volume;
 
 pub use app::*;
@@ -33,6 +34,7 @@ pub use sandbox::*;
 pub use schedule::*;
 pub use scope::*;
 pub use stream::*;
+pub use usage::*;
 pub use volume::*;
 
 use serde::{Deserialize, Serialize};

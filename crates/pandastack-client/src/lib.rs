@@ -27,6 +27,7 @@ mod resources;
 mod sandboxes;
 mod schedules;
 mod sse;
+mod usage;
 mod volumes;
 mod watch;
 
@@ -39,6 +40,7 @@ pub use pandastack_api_types as types;
 pub use pty::{PtyEvent, PtyOptions, PtyReceiver, PtySender};
 pub use sandboxes::{ListSandboxes, LogEvent, LogStream, MetricsOf};
 pub use sse::{SseDecoder, SseEvent};
+pub use usage::UsageQuery;
 pub use watch::WatchStream;
 
 /// A connection to one PandaStack server with one API key. Cheap to clone.

@@ -36,6 +36,7 @@ mod sandbox_io;
 mod sandbox_top;
 pub mod server;
 mod shell;
+mod usage;
 pub mod template;
 mod template_ls;
 mod template_remote;
@@ -85,6 +86,9 @@ pub enum Command {
     /// Functions on a running server: deploy (local files), invoke, logs, ls, get, versions, rollback, rm
     #[command(name = "fn", visible_alias = "function")]
     Function(function::FunctionArgs),
+    /// What the workspace used: vCPU-seconds, GiB-seconds, storage GiB-hours, egress,
+    /// invocations over a window (--from/--to), by --group-by, as a table, --csv or --json
+    Usage(usage::UsageArgs),
     /// Helper processes of the server.
     /// Serve the Model Context Protocol over stdio: PandaStack's tools for an MCP client
     /// (PANDASTACK_API_KEY, PANDASTACK_BASE_URL).
@@ -100,6 +104,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Host(args) => host::run(args).await,
         Command::Cluster(args) => cluster::run(args).await,
         Command::Keys(args) => keys::run(args).await,
+        Command::Usage(args) => usage::run(args).await,
         Command::Run(args) => run::run(args).await,
         Command::Server(args) => server::run(*args).await,
         Command::Agent(args) => agent::run(*args).await,
