@@ -42,6 +42,8 @@ mod no_vm_refusals;
 mod operator_metrics;
 #[path = "api_fast/scoped_keys.rs"]
 mod scoped_keys;
+#[path = "api_fast/usage.rs"]
+mod usage;
 #[path = "api_fast/watch.rs"]
 mod watch;
 
