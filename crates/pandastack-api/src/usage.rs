@@ -126,12 +126,15 @@ impl Sum {
     }
 }
 
+/// A group's key: its day's or hour's start, kind and resource id (each as grouped).
+type GroupKey = (Option<i64>, Option<String>, Option<String>);
+
 /// Workspace `ws`'s metered usage over the window asked, in totals and groups.
 pub(crate) async fn metered(app: &ApiState, ws: &str, a: &Asked) -> ApiResult<wire::MeteredUsage> {
     let rows = app.store.usage().hours(ws, a.from_ms, a.to_ms).await?;
     let mut total = Sum::default();
     // Keyed (start, kind, resource) so groups come out in time order.
-    let mut groups: BTreeMap<(Option<i64>, Option<String>, Option<String>), Sum> = BTreeMap::new();
+    let mut groups: BTreeMap<GroupKey, Sum> = BTreeMap::new();
     let has = |d| a.group_by.contains(&d);
     for (k, m) in &rows {
         total.add(&k.kind, m);
@@ -249,11 +252,17 @@ mod tests {
             (vec![("from", "yesterday")], "from"),
             (vec![("to", "2026-13-01T00:00:00Z")], "to"),
             (
-                vec![("from", "2026-03-02T00:00:00Z"), ("to", "2026-03-01T00:00:00Z")],
+                vec![
+                    ("from", "2026-03-02T00:00:00Z"),
+                    ("to", "2026-03-01T00:00:00Z"),
+                ],
                 "from",
             ),
             (
-                vec![("from", "2024-01-01T00:00:00Z"), ("to", "2026-01-01T00:00:00Z")],
+                vec![
+                    ("from", "2024-01-01T00:00:00Z"),
+                    ("to", "2026-01-01T00:00:00Z"),
+                ],
                 "to",
             ),
             (vec![("group_by", "week")], "group_by"),

@@ -110,7 +110,13 @@ impl Meter {
         loop {
             tick.tick().await;
             let r = self.once().await;
-            tracing::debug!(vms = r.vms, readings = r.readings, stale = r.stale, failed = r.failed, "meter pass");
+            tracing::debug!(
+                vms = r.vms,
+                readings = r.readings,
+                stale = r.stale,
+                failed = r.failed,
+                "meter pass"
+            );
         }
     }
 
@@ -119,7 +125,12 @@ impl Meter {
     pub async fn once(&self) -> MeterReport {
         let _one = self.pass.lock().await;
         let mut report = MeterReport::default();
-        let rows = match self.store.sandboxes().with_vms(self.host_id.as_deref()).await {
+        let rows = match self
+            .store
+            .sandboxes()
+            .with_vms(self.host_id.as_deref())
+            .await
+        {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(error = &e as &dyn std::error::Error, "meter: sandbox rows");
@@ -196,10 +207,12 @@ impl Meter {
                 (key, m)
             })
             .collect();
-        Ok(match usage.advance_vm(&row.id, seen.as_ref(), &to, &rows).await? {
-            Advanced::Done => Counted::Readings(n),
-            Advanced::Stale => Counted::Stale,
-        })
+        Ok(
+            match usage.advance_vm(&row.id, seen.as_ref(), &to, &rows).await? {
+                Advanced::Done => Counted::Readings(n),
+                Advanced::Stale => Counted::Stale,
+            },
+        )
     }
 
     /// Adds what every workspace keeps now times the time since the last storage pass. The
@@ -254,7 +267,10 @@ pub fn resource_of(row: &SandboxRow) -> (&'static str, String) {
         return ("database", id.clone());
     }
     if let Some(name) = m.get(crate::apps::instances::INSTANCE_METADATA) {
-        return ("function", crate::apps::function::public_name(name).to_owned());
+        return (
+            "function",
+            crate::apps::function::public_name(name).to_owned(),
+        );
     }
     if let Some(name) = m.get(crate::apps::APP_METADATA) {
         return ("app", name.clone());
@@ -399,7 +415,12 @@ mod tests {
 
     #[test]
     fn a_new_process_counts_from_zero_and_not_the_gap() {
-        let v = [s(0, 1, 500), s(5_000, 1, 900), s(60_000, 2, 40), s(65_000, 2, 70)];
+        let v = [
+            s(0, 1, 500),
+            s(5_000, 1, 900),
+            s(60_000, 2, 40),
+            s(65_000, 2, 70),
+        ];
         let (_, _, h) = integrate(None, &v, 256).unwrap();
         // 5 s of run 1 and 5 s of run 2; the 55 s between them are not counted.
         assert_eq!(h[&0].vm_ms, 10_000);

@@ -15,8 +15,8 @@ use tokio::task::JoinHandle;
 use crate::{
     AppAddress, AppError, Apps, ArchiveSettings, BuildConfig, Certificates, CodeContexts,
     DatabaseAddress, DatabaseError, Databases, DeployTimings, DiskMax, Domains, Events, Functions,
-    InFlight, Meter, MeterReport, MeterSettings, PlaceMode, Reaper, Sandboxes, Schedules, Snapshots, Templates, VolumeError, Volumes,
-    Watched, WebhookSettings,
+    InFlight, Meter, MeterReport, MeterSettings, PlaceMode, Reaper, Sandboxes, Schedules,
+    Snapshots, Templates, VolumeError, Volumes, Watched, WebhookSettings,
 };
 
 /// The owner, in a cluster, of the rows the control plane itself owns (databases, apps,

@@ -188,7 +188,7 @@ impl UsageRepo<'_> {
         if moved.rows_affected() == 0 {
             return Ok(Advanced::Stale);
         }
-        add_rows(&mut *tx, rows).await?;
+        add_rows(&mut tx, rows).await?;
         tx.commit().await?;
         Ok(Advanced::Done)
     }
@@ -211,11 +211,11 @@ impl UsageRepo<'_> {
     ) -> Result<Advanced, StoreError> {
         let mut tx = self.pool.begin().await?;
         let moved = match seen {
-            Some(s) => {
-                sqlx::query("UPDATE usage_storage_cursor SET at_ms = $1 WHERE id = 1 AND at_ms = $2")
-                    .bind(to)
-                    .bind(s)
-            }
+            Some(s) => sqlx::query(
+                "UPDATE usage_storage_cursor SET at_ms = $1 WHERE id = 1 AND at_ms = $2",
+            )
+            .bind(to)
+            .bind(s),
             None => sqlx::query(
                 "INSERT INTO usage_storage_cursor (id, at_ms) VALUES (1, $1) \
                  ON CONFLICT (id) DO NOTHING",
@@ -227,7 +227,7 @@ impl UsageRepo<'_> {
         if moved.rows_affected() == 0 {
             return Ok(Advanced::Stale);
         }
-        add_rows(&mut *tx, rows).await?;
+        add_rows(&mut tx, rows).await?;
         tx.commit().await?;
         Ok(Advanced::Done)
     }
@@ -235,7 +235,7 @@ impl UsageRepo<'_> {
     /// Adds `rows` as they are (what needs no cursor: a finished function invocation).
     pub async fn add(&self, rows: &[(UsageKey, Metered)]) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        add_rows(&mut *tx, rows).await?;
+        add_rows(&mut tx, rows).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -118,7 +118,11 @@ async fn figures_and_cursor_commit_together() {
             Advanced::Done
         );
         assert_eq!(
-            c.other.usage().advance_storage(None, T0, &[]).await.unwrap(),
+            c.other
+                .usage()
+                .advance_storage(None, T0, &[])
+                .await
+                .unwrap(),
             Advanced::Stale
         );
         let kept = Metered {
@@ -164,11 +168,18 @@ async fn hours_and_workspaces_stay_apart() {
             invocation_ms: 40,
             ..Metered::default()
         };
-        u.add(&[(key("w", "function", "f", T0), inv)]).await.unwrap();
-        u.add(&[(key("w", "function", "f", T0), inv)]).await.unwrap();
+        u.add(&[(key("w", "function", "f", T0), inv)])
+            .await
+            .unwrap();
+        u.add(&[(key("w", "function", "f", T0), inv)])
+            .await
+            .unwrap();
         let first_hour = u.hours("w", T0, T0 + HOUR).await.unwrap();
         assert_eq!(first_hour.len(), 2, "{}: {first_hour:?}", c.backend);
-        let f = first_hour.iter().find(|(k, _)| k.kind == "function").unwrap();
+        let f = first_hour
+            .iter()
+            .find(|(k, _)| k.kind == "function")
+            .unwrap();
         assert_eq!((f.1.invocations, f.1.invocation_ms), (2, 80));
         let second = u.hours("w", T0 + HOUR, T0 + 2 * HOUR).await.unwrap();
         assert_eq!(second.len(), 2);

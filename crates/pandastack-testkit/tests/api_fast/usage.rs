@@ -62,7 +62,13 @@ impl Env {
     }
 }
 
-async fn call(s: &Server, key: &str, method: &str, path: &str, body: Option<Value>) -> (StatusCode, String) {
+async fn call(
+    s: &Server,
+    key: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, String) {
     let mut req = Request::builder()
         .method(method)
         .uri(path)
@@ -74,7 +80,12 @@ async fn call(s: &Server, key: &str, method: &str, path: &str, body: Option<Valu
         }
         None => Body::empty(),
     };
-    let resp = s.router.clone().oneshot(req.body(body).unwrap()).await.unwrap();
+    let resp = s
+        .router
+        .clone()
+        .oneshot(req.body(body).unwrap())
+        .await
+        .unwrap();
     let status = resp.status();
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8_lossy(&bytes).into_owned())
@@ -142,7 +153,14 @@ fn window(from: i64, to: i64) -> String {
 async fn usage_is_the_sum_of_the_readings_across_a_restart() {
     let env = Env::new().await;
     let a = env.server();
-    let (st, body) = call(&a, &env.key, "POST", "/v1/sandboxes", Some(json!({"template": "base"}))).await;
+    let (st, body) = call(
+        &a,
+        &env.key,
+        "POST",
+        "/v1/sandboxes",
+        Some(json!({"template": "base"})),
+    )
+    .await;
     assert_eq!(st, StatusCode::CREATED, "{body}");
     let id = serde_json::from_str::<Value>(&body).unwrap()["id"]
         .as_str()
@@ -168,22 +186,41 @@ async fn usage_is_the_sum_of_the_readings_across_a_restart() {
     let check = |v: &Value| {
         let t = &v["metered"]["totals"];
         close(t["vcpu_seconds"].as_f64().unwrap(), vcpu, "vcpu_seconds");
-        close(t["memory_gib_seconds"].as_f64().unwrap(), mem, "memory_gib_seconds");
-        close(t["egress_bytes"].as_f64().unwrap(), tx as f64, "egress_bytes");
+        close(
+            t["memory_gib_seconds"].as_f64().unwrap(),
+            mem,
+            "memory_gib_seconds",
+        );
+        close(
+            t["egress_bytes"].as_f64().unwrap(),
+            tx as f64,
+            "egress_bytes",
+        );
     };
     let before = json_of(&a, &env.key, &q).await;
     check(&before);
     // The old answer's fields are all still there.
-    assert!(before["sandboxes"]["running"].as_u64().unwrap() >= 1, "{before}");
+    assert!(
+        before["sandboxes"]["running"].as_u64().unwrap() >= 1,
+        "{before}"
+    );
 
     // A pass again, and a restarted server's passes: the same readings add nothing.
     a.control.meter_once().await;
     let b = env.server();
     assert_eq!(b.control.meter_once().await.readings, 0);
-    assert_eq!(json_of(&b, &env.key, &q).await["metered"]["totals"], before["metered"]["totals"]);
+    assert_eq!(
+        json_of(&b, &env.key, &q).await["metered"]["totals"],
+        before["metered"]["totals"]
+    );
 
     // New readings after the restart count, once, whichever server counts them.
-    let more = readings(start + 2_710_000 + 300_000, 2, 20, 3_000 + 59 * 59 * 1_000 + 59 * 77);
+    let more = readings(
+        start + 2_710_000 + 300_000,
+        2,
+        20,
+        3_000 + 59 * 59 * 1_000 + 59 * 77,
+    );
     env.host.record_samples(&id, more.clone());
     all.extend(more);
     let (x, y) = tokio::join!(b.control.meter_once(), a.control.meter_once());
@@ -192,15 +229,28 @@ async fn usage_is_the_sum_of_the_readings_across_a_restart() {
     let after = json_of(&b, &env.key, &q).await;
     let t = &after["metered"]["totals"];
     close(t["vcpu_seconds"].as_f64().unwrap(), vcpu, "vcpu_seconds");
-    close(t["memory_gib_seconds"].as_f64().unwrap(), mem, "memory_gib_seconds");
-    close(t["egress_bytes"].as_f64().unwrap(), tx as f64, "egress_bytes");
+    close(
+        t["memory_gib_seconds"].as_f64().unwrap(),
+        mem,
+        "memory_gib_seconds",
+    );
+    close(
+        t["egress_bytes"].as_f64().unwrap(),
+        tx as f64,
+        "egress_bytes",
+    );
 
     // By hour: the hours the readings fell in, in order, summing to the totals.
     let v = json_of(&b, &env.key, &format!("{q}&group_by=hour")).await;
     let groups = v["metered"]["groups"].as_array().unwrap();
     assert!(groups.len() >= 2, "{v}");
-    assert!(groups.windows(2).all(|w| w[0]["start"].as_str() < w[1]["start"].as_str()));
-    let by_hour: f64 = groups.iter().map(|g| g["usage"]["vcpu_seconds"].as_f64().unwrap()).sum();
+    assert!(groups
+        .windows(2)
+        .all(|w| w[0]["start"].as_str() < w[1]["start"].as_str()));
+    let by_hour: f64 = groups
+        .iter()
+        .map(|g| g["usage"]["vcpu_seconds"].as_f64().unwrap())
+        .sum();
     close(by_hour, vcpu, "vcpu_seconds by hour");
     // By resource: the one sandbox.
     let v = json_of(&b, &env.key, &format!("{q}&group_by=resource")).await;
@@ -211,10 +261,20 @@ async fn usage_is_the_sum_of_the_readings_across_a_restart() {
     assert_eq!(groups[0]["resource_id"], id.as_str());
 
     // CSV: a header row, a row per group.
-    let (st, text) = call(&b, &env.key, "GET", &format!("{q}&group_by=kind&format=csv"), None).await;
+    let (st, text) = call(
+        &b,
+        &env.key,
+        "GET",
+        &format!("{q}&group_by=kind&format=csv"),
+        None,
+    )
+    .await;
     assert_eq!(st, StatusCode::OK, "{text}");
     let lines: Vec<&str> = text.lines().collect();
-    assert!(lines[0].starts_with("from,to,kind,resource_id,start,vcpu_seconds,"), "{text}");
+    assert!(
+        lines[0].starts_with("from,to,kind,resource_id,start,vcpu_seconds,"),
+        "{text}"
+    );
     assert_eq!(lines.len(), 2, "{text}");
     let cells: Vec<&str> = lines[1].split(',').collect();
     assert_eq!(cells[2], "sandbox");
@@ -236,7 +296,14 @@ async fn usage_is_the_sum_of_the_readings_across_a_restart() {
 async fn storage_is_counted_over_time() {
     let env = Env::new().await;
     let s = env.server();
-    let (st, body) = call(&s, &env.key, "POST", "/v1/volumes", Some(json!({"name": "data", "size_gb": 2}))).await;
+    let (st, body) = call(
+        &s,
+        &env.key,
+        "POST",
+        "/v1/volumes",
+        Some(json!({"name": "data", "size_gb": 2})),
+    )
+    .await;
     assert!(st.is_success(), "{body}");
     let t0 = std::time::Instant::now();
     // The first pass starts the clock; the second counts what is kept since.
@@ -245,7 +312,9 @@ async fn storage_is_counted_over_time() {
     s.control.meter_once().await;
     let most = t0.elapsed().as_secs_f64();
     let v = json_of(&s, &env.key, "/v1/usage?group_by=kind").await;
-    let got = v["metered"]["totals"]["storage_gib_hours"].as_f64().unwrap();
+    let got = v["metered"]["totals"]["storage_gib_hours"]
+        .as_f64()
+        .unwrap();
     assert!(got >= 2.0 * 0.4 / 3600.0 * 0.99, "{v}");
     assert!(got <= 2.0 * most / 3600.0, "{v}");
     assert_eq!(v["metered"]["groups"][0]["kind"], "volume", "{v}");
@@ -274,5 +343,11 @@ async fn a_bad_window_or_grouping_names_its_field() {
     // No window: this month so far, nothing grouped.
     let v = json_of(&s, &env.key, "/v1/usage").await;
     assert_eq!(v["metered"]["group_by"], json!([]));
-    assert!(v["metered"]["from"].as_str().unwrap().ends_with("-01T00:00:00Z"), "{v}");
+    assert!(
+        v["metered"]["from"]
+            .as_str()
+            .unwrap()
+            .ends_with("-01T00:00:00Z"),
+        "{v}"
+    );
 }

@@ -36,10 +36,10 @@ mod sandbox_io;
 mod sandbox_top;
 pub mod server;
 mod shell;
-mod usage;
 pub mod template;
 mod template_ls;
 mod template_remote;
+mod usage;
 pub mod volume;
 
 #[derive(Debug, clap::Subcommand)]
