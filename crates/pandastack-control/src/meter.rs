@@ -15,7 +15,8 @@
 //! from zero and the time between the two processes is not counted. Because the figures and the
 //! cursor commit together and the cursor moves only from where the pass read it, a restart of
 //! the server (or of a VM) neither counts a reading twice nor loses one the host still has.
-//! Function invocations are added when they finish ([`record_invocation`]).
+//! A delete counts its VM's last readings first ([`count_vm`]); function invocations are added
+//! when they finish ([`record_invocation`]).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -29,6 +30,11 @@ use pandastack_store::{
 
 /// One hour in ms: the rows' resolution.
 pub const HOUR_MS: i64 = 3_600_000;
+
+/// Readings of one run further apart than this are not taken as one stretch of running: the
+/// hosts read every 5 s (one a minute after an hour), so such a gap is a host that started its
+/// readings again (its run numbers too) or that moved the VM.
+pub const MAX_GAP_MS: i64 = 600_000;
 
 /// How often the meter runs when the server is not told otherwise.
 pub const DEFAULT_METER_INTERVAL: Duration = Duration::from_secs(15);
@@ -183,36 +189,7 @@ impl Meter {
 
     /// Counts the readings of `row`'s VM newer than its cursor.
     async fn vm(&self, row: &SandboxRow) -> Result<Counted, MeterError> {
-        let usage = self.store.usage();
-        let seen = usage.cursor(&row.id).await?;
-        let since = seen.map_or(0, |c| c.at_ms);
-        let samples = match self.host.metrics(&row.id, since).await {
-            Ok(v) => v,
-            Err(HostError::SandboxNotFound(_)) => return Ok(Counted::Nothing),
-            Err(e) => return Err(e.into()),
-        };
-        let Some((to, n, hours)) = integrate(seen.as_ref(), &samples, row.memory_mib) else {
-            return Ok(Counted::Nothing);
-        };
-        let (kind, id) = resource_of(row);
-        let rows: Vec<(UsageKey, Metered)> = hours
-            .into_iter()
-            .map(|(hour, m)| {
-                let key = UsageKey {
-                    workspace_id: row.workspace_id.clone(),
-                    kind: kind.to_owned(),
-                    resource_id: id.clone(),
-                    hour,
-                };
-                (key, m)
-            })
-            .collect();
-        Ok(
-            match usage.advance_vm(&row.id, seen.as_ref(), &to, &rows).await? {
-                Advanced::Done => Counted::Readings(n),
-                Advanced::Stale => Counted::Stale,
-            },
-        )
+        count_vm(&self.store, &*self.host, row).await
     }
 
     /// Adds what every workspace keeps now times the time since the last storage pass. The
@@ -252,8 +229,47 @@ impl Meter {
     }
 }
 
+/// Counts the readings of `row`'s VM newer than its cursor: what a pass does for each VM, and
+/// what a delete does first (the host forgets a VM's readings with it).
+pub(crate) async fn count_vm(
+    store: &Store,
+    host: &dyn Host,
+    row: &SandboxRow,
+) -> Result<Counted, MeterError> {
+    let usage = store.usage();
+    let seen = usage.cursor(&row.id).await?;
+    let since = seen.map_or(0, |c| c.at_ms);
+    let samples = match host.metrics(&row.id, since).await {
+        Ok(v) => v,
+        Err(HostError::SandboxNotFound(_)) => return Ok(Counted::Nothing),
+        Err(e) => return Err(e.into()),
+    };
+    let Some((to, n, hours)) = integrate(seen.as_ref(), &samples, row.memory_mib) else {
+        return Ok(Counted::Nothing);
+    };
+    let (kind, id) = resource_of(row);
+    let rows: Vec<(UsageKey, Metered)> = hours
+        .into_iter()
+        .map(|(hour, m)| {
+            let key = UsageKey {
+                workspace_id: row.workspace_id.clone(),
+                kind: kind.to_owned(),
+                resource_id: id.clone(),
+                hour,
+            };
+            (key, m)
+        })
+        .collect();
+    Ok(
+        match usage.advance_vm(&row.id, seen.as_ref(), &to, &rows).await? {
+            Advanced::Done => Counted::Readings(n),
+            Advanced::Stale => Counted::Stale,
+        },
+    )
+}
+
 /// What counting one VM came to.
-enum Counted {
+pub(crate) enum Counted {
     Readings(usize),
     Nothing,
     Stale,
@@ -313,7 +329,7 @@ pub fn integrate(
         }
         let run = i64::from(s.run);
         let before = prev.filter(|p| p.run == run);
-        if let Some(p) = before {
+        if let Some(p) = before.filter(|p| s.at_ms - p.at_ms <= MAX_GAP_MS) {
             let memory = if memory_mib > 0 {
                 memory_mib
             } else {
@@ -326,10 +342,14 @@ pub fn integrate(
                 m.memory_mib_ms += ms * memory;
             }
         }
-        // A new process's counters start from zero: all they say is new.
+        // A new process's counters start from zero: all they say is new. So do counters that
+        // went down (a host that started its readings again numbers runs from 1 again).
         let grew = |now: Option<u64>, then: Option<i64>| -> i64 {
             let now = now.map_or(0, |v| i64::try_from(v).unwrap_or(i64::MAX));
-            (now - then.unwrap_or(0)).max(0)
+            match then {
+                Some(t) if t <= now => now - t,
+                _ => now,
+            }
         };
         let m = hours.entry(hour_of(s.at_ms)).or_default();
         m.egress_bytes += grew(s.net_tx_bytes, before.and_then(|p| p.net_tx));
@@ -425,6 +445,20 @@ mod tests {
         // 5 s of run 1 and 5 s of run 2; the 55 s between them are not counted.
         assert_eq!(h[&0].vm_ms, 10_000);
         // 500 (run 1 from zero) + 400 + 40 (run 2 from zero) + 30.
+        assert_eq!(h[&0].egress_bytes, 970);
+    }
+
+    #[test]
+    fn a_host_that_started_again_does_not_bill_its_gap() {
+        // The host's readings started again: run 1 again, 20 minutes later, counters low.
+        let v = [
+            s(0, 1, 500),
+            s(5_000, 1, 900),
+            s(1_205_000, 1, 40),
+            s(1_210_000, 1, 70),
+        ];
+        let (_, _, h) = integrate(None, &v, 256).unwrap();
+        assert_eq!(h[&0].vm_ms, 10_000);
         assert_eq!(h[&0].egress_bytes, 970);
     }
 }

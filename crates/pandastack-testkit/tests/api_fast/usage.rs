@@ -351,3 +351,48 @@ async fn a_bad_window_or_grouping_names_its_field() {
         "{v}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_sandboxs_last_readings_are_counted() {
+    let env = Env::new().await;
+    let s = env.server();
+    let (st, body) = call(
+        &s,
+        &env.key,
+        "POST",
+        "/v1/sandboxes",
+        Some(json!({"template": "base"})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED, "{body}");
+    let id = serde_json::from_str::<Value>(&body).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let memory_mib = env.store.sandboxes().by_id(&id).await.unwrap().memory_mib as f64;
+    let now = pandastack_store::now_ms();
+    let v = readings(now - 600_000, 1, 100, 0);
+    env.host.record_samples(&id, v.clone());
+    // No pass before the delete: the delete counts them.
+    let (st, body) = call(&s, &env.key, "DELETE", &format!("/v1/sandboxes/{id}"), None).await;
+    assert!(st.is_success(), "{body}");
+    assert_eq!(s.control.meter_once().await.readings, 0);
+    let q = format!(
+        "/v1/usage?{}&group_by=resource",
+        window(now - HOUR, now + HOUR)
+    );
+    let u = json_of(&s, &env.key, &q).await;
+    let (vcpu, _, tx) = sum(&v, memory_mib);
+    let g = &u["metered"]["groups"][0];
+    assert_eq!(g["resource_id"], id.as_str(), "{u}");
+    close(
+        g["usage"]["vcpu_seconds"].as_f64().unwrap(),
+        vcpu,
+        "vcpu_seconds",
+    );
+    close(
+        g["usage"]["egress_bytes"].as_f64().unwrap(),
+        tx as f64,
+        "egress_bytes",
+    );
+}
