@@ -115,7 +115,12 @@ impl Meter {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            let t = std::time::Instant::now();
             let r = self.once().await;
+            let m = pandastack_telemetry::metrics();
+            m.meter_pass_seconds.observe(t.elapsed().as_secs_f64());
+            m.meter_readings.inc_by(r.readings as u64);
+            m.meter_failures.inc_by(r.failed as u64);
             tracing::debug!(
                 vms = r.vms,
                 readings = r.readings,
