@@ -18,6 +18,7 @@ mod schedule;
 mod scope;
 mod stream;
 mod team;
+mod usage;
 mod volume;
 
 pub use app::*;
@@ -35,6 +36,7 @@ pub use schedule::*;
 pub use scope::*;
 pub use stream::*;
 pub use team::*;
+pub use usage::*;
 pub use volume::*;
 
 use serde::{Deserialize, Serialize};

@@ -346,7 +346,7 @@ mod tests {
     }
 }
 
-/// What a workspace uses against its limits (`GET /v1/usage`).
+/// What a workspace uses against its limits, and what it used over a window (`GET /v1/usage`).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Usage {
     pub sandboxes: SandboxUsage,
@@ -354,6 +354,8 @@ pub struct Usage {
     pub snapshots: SnapshotUsage,
     pub templates: TemplateUsage,
     pub storage: StorageUsage,
+    /// What the workspace used over a window (default: this calendar month, UTC, to now).
+    pub metered: crate::MeteredUsage,
 }
 
 /// Template builds of a workspace (every version kept, failed ones aside).

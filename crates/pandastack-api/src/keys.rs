@@ -1,9 +1,13 @@
-//! API keys of the caller's workspace, and its usage against its limits.
+//! API keys of the caller's workspace, and its usage: against its limits, and metered
+//! (`crate::usage`).
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use pandastack_api_types::{self as wire, CreateKeyRequest, CreatedKey, ErrorCode, List, Scope};
 use pandastack_store::{KeyGrant, KeyRow};
@@ -236,18 +240,37 @@ pub async fn revoke(
 /// What the caller's workspace uses against its limits: sandboxes (running ones count against
 /// the limit, hibernated ones against their own), volumes against the volume quota, snapshots,
 /// template builds, and the host disk snapshots, hibernated sandboxes and template builds take
-/// against the storage quota.
+/// against the storage quota. And, in `metered`, what it used over `[from, to)` (default: this
+/// calendar month, UTC, to now; at most 366 days; hours are the resolution) as the usage meter
+/// counted it: vCPU-seconds, GiB-seconds of memory, storage GiB-hours, egress and ingress
+/// bytes, function invocations and their seconds, databases' compute seconds — in totals and,
+/// with `group_by`, in groups. `format=csv` (or `Accept: text/csv`) answers the metered part
+/// as CSV: a header row, then a row per group (the totals when nothing is grouped).
 #[utoipa::path(
     get,
     path = "/v1/usage",
     operation_id = "get_usage",
     tag = "keys",
-    responses((status = 200, description = "The workspace's usage and limits", body = wire::Usage))
+    params(
+        ("from" = Option<String>, Query, description = "RFC 3339 start of the metered window (default: the start of this month, UTC); rounded down to its hour"),
+        ("to" = Option<String>, Query, description = "RFC 3339 end of the metered window (default: now); at most 366 days after `from`"),
+        ("group_by" = Option<String>, Query, description = "`none` (default), or a comma list of `kind`, `resource` and one of `day` or `hour`"),
+        ("format" = Option<String>, Query, description = "`json` (default) or `csv` (the metered part only; also chosen by `Accept: text/csv`)"),
+    ),
+    responses((status = 200, description = "The workspace's usage and limits, and its metered usage", content((wire::Usage = "application/json"), (String = "text/csv"))))
 )]
 pub async fn usage(
     State(app): State<Arc<ApiState>>,
     caller: Caller,
-) -> ApiResult<Json<wire::Usage>> {
+    Query(q): Query<BTreeMap<String, String>>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let asked = crate::usage::asked(&q, &headers, pandastack_store::now_ms())?;
+    let metered = crate::usage::metered(&app, caller.ws(), &asked).await?;
+    if asked.csv {
+        let body = crate::usage::csv(&metered);
+        return Ok(([(header::CONTENT_TYPE, "text/csv; charset=utf-8")], body).into_response());
+    }
     let ws = app.store.keys().workspace(caller.ws()).await?;
     let quota = app.store.keys().volume_quota(caller.ws()).await?;
     let c = app.store.keys().counts(caller.ws()).await?;
@@ -285,5 +308,7 @@ pub async fn usage(
             hibernated_bytes: n(s.hibernated_bytes),
             template_bytes: n(s.template_bytes),
         },
-    }))
+        metered,
+    })
+    .into_response())
 }

@@ -37,6 +37,7 @@ mod snapshots;
 mod templates;
 pub mod tls;
 mod upstream;
+mod usage;
 mod utf8;
 mod volumes;
 mod watch;

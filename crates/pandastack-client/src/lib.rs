@@ -28,6 +28,7 @@ mod sandboxes;
 mod schedules;
 mod sse;
 mod team;
+mod usage;
 mod volumes;
 mod watch;
 
@@ -41,6 +42,7 @@ pub use pty::{PtyEvent, PtyOptions, PtyReceiver, PtySender};
 pub use sandboxes::{ListSandboxes, LogEvent, LogStream, MetricsOf};
 pub use sse::{SseDecoder, SseEvent};
 pub use team::AuditQuery;
+pub use usage::UsageQuery;
 pub use watch::WatchStream;
 
 /// A connection to one PandaStack server with one API key. Cheap to clone.

@@ -26,6 +26,7 @@ pub mod fleet;
 mod in_flight;
 mod jobs;
 pub mod membership;
+pub mod meter;
 mod plane;
 mod reaper;
 mod reconcile;
@@ -52,6 +53,7 @@ pub use events::{event_wire, Events, ResourceKind, WebhookError, WebhookSettings
 pub use fleet::{AgentDialer, Dial, Fleet};
 pub use in_flight::{Busy, InFlight, Watched, TOUCH_EVERY};
 pub use membership::{LeaseReaper, LeaseStore, StoreMembers};
+pub use meter::{Meter, MeterReport, MeterSettings};
 pub use plane::{ControlConfig, ControlPlane, RecoverError, CLUSTER_CONTROL_ID};
 pub use reaper::Reaper;
 pub use reconcile::{reconcile_rows, Reconciled};

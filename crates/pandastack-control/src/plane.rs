@@ -15,8 +15,8 @@ use tokio::task::JoinHandle;
 use crate::{
     AppAddress, AppError, Apps, ArchiveSettings, BuildConfig, Certificates, CodeContexts,
     DatabaseAddress, DatabaseError, Databases, DeployTimings, DiskMax, Domains, Events, Functions,
-    InFlight, PlaceMode, Reaper, Sandboxes, Schedules, Snapshots, Templates, VolumeError, Volumes,
-    Watched, WebhookSettings,
+    InFlight, Meter, MeterReport, MeterSettings, PlaceMode, Reaper, Sandboxes, Schedules,
+    Snapshots, Templates, VolumeError, Volumes, Watched, WebhookSettings,
 };
 
 /// The owner, in a cluster, of the rows the control plane itself owns (databases, apps,
@@ -53,6 +53,8 @@ pub struct ControlConfig {
     /// How webhooks are delivered (retry schedule, attempt timeout); their URLs follow
     /// `outbound`.
     pub webhooks: WebhookSettings,
+    /// How often usage is metered (see [`crate::meter`]).
+    pub meter: MeterSettings,
 }
 
 /// Why settling what a previous process left failed (the server does not start).
@@ -98,6 +100,8 @@ pub struct ControlPlane {
     /// The workers [`Self::start`] started, stopped by [`Self::shutdown`].
     /// The object store every service shares (for the chunk collector).
     objects: Objects,
+    /// The usage meter ([`crate::meter`]).
+    meter: Meter,
     workers: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
@@ -115,6 +119,7 @@ impl ControlPlane {
             deploy,
             place,
             webhooks,
+            meter,
         } = config;
         let outbound = std::sync::Arc::new(outbound);
         let events = Events::new(store.clone())
@@ -161,6 +166,15 @@ impl ControlPlane {
         .with_outbound(outbound)
         .with_timings(deploy);
         let functions = Functions::new(shared.clone());
+        let meter = Meter::new(
+            store.clone(),
+            Arc::clone(&host),
+            match place {
+                PlaceMode::ThisHost => Some(host_id.clone()),
+                PlaceMode::AcrossHosts => None,
+            },
+            meter,
+        );
         Self {
             schedules: Schedules::new(
                 store.clone(),
@@ -200,6 +214,7 @@ impl ControlPlane {
             host_id,
             in_flight,
             objects,
+            meter,
             workers: Arc::default(),
         }
     }
@@ -295,7 +310,7 @@ impl ControlPlane {
     /// scheduler and its runs, webhook deliverers and the pruner of old events, the reaper (TTL
     /// and idle timeouts), the restorer of lost sandboxes (a cluster's `on_host_loss:
     /// "restore"`), the object store's chunk collector and, with ACME configured, certificate
-    /// orders. They run until [`Self::shutdown`].
+    /// orders, and the usage meter. They run until [`Self::shutdown`].
     pub fn start(&self) {
         let mut w = vec![
             tokio::spawn(self.templates.clone().worker()),
@@ -307,6 +322,7 @@ impl ControlPlane {
             tokio::spawn(self.reaper().run()),
             tokio::spawn(self.sandboxes.clone().restorer()),
             tokio::spawn(crate::chunks::collector(self.objects.clone())),
+            tokio::spawn(self.meter.clone().run()),
         ];
         w.extend(self.functions.start_invoke_runners());
         w.extend(self.schedules.start());
@@ -318,6 +334,12 @@ impl ControlPlane {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(w);
+    }
+
+    /// One pass of the usage meter now (the worker [`Self::start`] runs one every interval):
+    /// what the hosts sampled since the last pass and what the workspaces keep are counted.
+    pub async fn meter_once(&self) -> MeterReport {
+        self.meter.once().await
     }
 
     /// The reaper of TTL and idle timeouts: of this host's sandboxes, or of every host's in a
@@ -351,6 +373,9 @@ impl ControlPlane {
         {
             w.abort();
         }
+        // The readings since the last pass are counted before the VMs go (exact across the
+        // restart: the next process goes on from the cursors).
+        self.meter.once().await;
         if !hibernate {
             return;
         }

@@ -861,6 +861,10 @@ impl Sandboxes {
                 "deleting a lost sandbox: its VM goes when its host joins again"
             );
         } else {
+            // Its readings since the meter's last pass go with the VM: counted first.
+            if let Err(e) = crate::meter::count_vm(&self.store, &*self.host, row).await {
+                tracing::warn!(sandbox = %row.id, error = &e as &dyn std::error::Error, "meter: a deleted VM's last readings");
+            }
             match self.host.destroy(&row.id).await {
                 Ok(()) | Err(HostError::SandboxNotFound(_)) => {}
                 Err(e) => return Err(e.into()),

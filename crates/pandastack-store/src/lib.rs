@@ -33,6 +33,7 @@ mod sandboxes;
 mod schedules;
 mod snapshots;
 mod templates;
+mod usage;
 mod use_counters;
 mod volumes;
 mod webhooks;
@@ -56,6 +57,7 @@ pub use sandboxes::{DurableCopy, Filter, SandboxRepo, SandboxRow};
 pub use schedules::{Fired, Firing, RunRow, ScheduleRepo, ScheduleRow};
 pub use snapshots::{SnapshotRepo, SnapshotRow};
 pub use templates::{BuildStatus, SourceKind, TemplateBuildRow, TemplateBuilds};
+pub use usage::{Advanced, Kept, Metered, UsageKey, UsageRepo, VmCursor};
 pub use volumes::{
     Claimed, MountClaim, MountRow, VolumeBackupRow, VolumeRepo, VolumeRow, VolumeSnapshotRow,
     VolumeState,
@@ -276,6 +278,10 @@ impl Store {
             pool: &self.pool,
             backend: self.backend,
         }
+    }
+
+    pub fn usage(&self) -> UsageRepo<'_> {
+        UsageRepo { pool: &self.pool }
     }
 
     pub fn idempotency(&self) -> Idempotency<'_> {

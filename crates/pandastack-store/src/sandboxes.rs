@@ -738,6 +738,19 @@ impl SandboxRepo<'_> {
         self.expired_where(None, now).await
     }
 
+    /// Sandboxes whose VM the usage meter reads (running, paused or hibernated: a hibernated
+    /// VM's last readings may not be counted yet), on host `host_id` or (`None`) every host.
+    pub async fn with_vms(&self, host_id: Option<&str>) -> Result<Vec<SandboxRow>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM sandboxes WHERE ($1 = '' OR host_id = $1) \
+             AND state IN ('running', 'paused', 'hibernated')"
+        ))
+        .bind(host_id.unwrap_or(""))
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(row).collect()
+    }
+
     async fn expired_where(
         &self,
         host_id: Option<&str>,

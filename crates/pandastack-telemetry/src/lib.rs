@@ -133,6 +133,10 @@ pub struct Metrics {
     pub hosts: Family<State, Gauge>,
     pub jobs: Family<Job, Gauge>,
     pub job_oldest_queued_seconds: Family<JobKind, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// The usage meter's passes: how long each took, readings counted, parts that failed.
+    pub meter_pass_seconds: Histogram,
+    pub meter_readings: Counter,
+    pub meter_failures: Counter,
     registry: Registry,
 }
 
@@ -156,6 +160,9 @@ impl Metrics {
             hosts: Family::default(),
             jobs: Family::default(),
             job_oldest_queued_seconds: Family::default(),
+            meter_pass_seconds: latency(),
+            meter_readings: Counter::default(),
+            meter_failures: Counter::default(),
             registry: Registry::with_prefix("pandastack"),
         };
         let r = &mut m.registry;
@@ -231,6 +238,21 @@ impl Metrics {
             "job_oldest_queued_seconds",
             "Age of the oldest job waiting to run, by kind",
             m.job_oldest_queued_seconds.clone(),
+        );
+        r.register(
+            "meter_pass_seconds",
+            "How long one pass of the usage meter took",
+            m.meter_pass_seconds.clone(),
+        );
+        r.register(
+            "meter_readings",
+            "VM readings the usage meter counted",
+            m.meter_readings.clone(),
+        );
+        r.register(
+            "meter_failures",
+            "Parts of usage meter passes that failed (a VM's readings, the storage; retried)",
+            m.meter_failures.clone(),
         );
         m
     }

@@ -575,6 +575,7 @@ pub fn test_config(host_id: &str, builds: &std::path::Path) -> pandastack_contro
         deploy: Default::default(),
         place: pandastack_control::PlaceMode::ThisHost,
         webhooks: test_webhooks(),
+        meter: Default::default(),
     }
 }
 

@@ -44,6 +44,8 @@ mod operator_metrics;
 mod scoped_keys;
 #[path = "api_fast/team.rs"]
 mod team;
+#[path = "api_fast/usage.rs"]
+mod usage;
 #[path = "api_fast/watch.rs"]
 mod watch;
 

@@ -195,13 +195,17 @@ NOT_MODELLED: Dict[str, str] = {
     "List_Member": "unwrapped into lists",
     "List_AuditEntry": "unwrapped into lists / Page",
     "ForkResponse": "unwrapped into Sandbox objects",
-    # GET /v1/usage: not in the SDK yet (an operator's view; curl or the CLI's JSON).
-    "Usage": "GET /v1/usage is not in the SDK yet",
-    "SandboxUsage": "GET /v1/usage is not in the SDK yet",
-    "VolumeUsage": "GET /v1/usage is not in the SDK yet",
-    "SnapshotUsage": "GET /v1/usage is not in the SDK yet",
-    "TemplateUsage": "GET /v1/usage is not in the SDK yet",
-    "StorageUsage": "GET /v1/usage is not in the SDK yet",
+    # GET /v1/usage: client.usage() returns the answer as the server sends it (a dict typed by
+    # _wire.Usage), not a model of its own.
+    "Usage": "client.usage() returns the wire dict (_wire.Usage)",
+    "SandboxUsage": "part of the wire dict client.usage() returns",
+    "VolumeUsage": "part of the wire dict client.usage() returns",
+    "SnapshotUsage": "part of the wire dict client.usage() returns",
+    "TemplateUsage": "part of the wire dict client.usage() returns",
+    "StorageUsage": "part of the wire dict client.usage() returns",
+    "MeteredUsage": "part of the wire dict client.usage() returns",
+    "UsageFigures": "part of the wire dict client.usage() returns",
+    "UsageGroup": "part of the wire dict client.usage() returns",
     # A tagged union: Schedule.target is the SDK type of its `type` (SandboxExecTarget, ...).
     "ScheduleTarget": "Schedule.target is a SandboxExecTarget or a FunctionTarget, by its `type`",
     "CreatedKey": "CreatedAPIKey = Key + secret (allOf)",

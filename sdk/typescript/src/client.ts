@@ -179,6 +179,45 @@ export class PandaStack {
     this.members = new Members(this.http);
     this.audit = new Audit(this.http);
   }
+
+  /**
+   * The workspace's usage against its limits and, in `metered`, what it used over
+   * `[from, to)` (default: this calendar month, UTC, to now): vCPU-seconds, GiB-seconds of
+   * memory, storage GiB-hours, egress bytes, function invocations, database seconds — in totals
+   * and, with `groupBy`, in groups. Fields as the server names them (snake_case).
+   */
+  async usage(opts: UsageOptions = {}): Promise<WireBody<"Usage">> {
+    return await this.http.request<WireBody<"Usage">>({ method: "GET", path: "/v1/usage", query: usageQuery(opts), ...callOf(opts) });
+  }
+
+  /** The metered part of {@link PandaStack.usage} as CSV text: a header row, then a row per group. */
+  async usageCsv(opts: UsageOptions = {}): Promise<string> {
+    const query = { ...usageQuery(opts), format: "csv" };
+    return await this.http.request({ method: "GET", path: "/v1/usage", query, responseType: "text", ...callOf(opts) });
+  }
+}
+
+/** Options of {@link PandaStack.usage}. */
+export interface UsageOptions extends CallOptions {
+  /** Start of the metered window (RFC 3339 or a `Date`; default: the start of this month, UTC). */
+  from?: string | Date;
+  /** End of the window (default: now); at most 366 days after `from`. */
+  to?: string | Date;
+  /** `"none"`, or some of `"kind"`, `"resource"`, and `"day"` or `"hour"`. */
+  groupBy?: string | string[];
+}
+
+function usageQuery(opts: UsageOptions): Record<string, string | undefined> {
+  const t = (v: string | Date | undefined) => (v instanceof Date ? v.toISOString() : v);
+  const g = Array.isArray(opts.groupBy) ? opts.groupBy.join(",") : opts.groupBy;
+  return { from: t(opts.from), to: t(opts.to), group_by: g };
+}
+
+function callOf(opts: CallOptions): { timeoutMs?: number; signal?: AbortSignal } {
+  const o: { timeoutMs?: number; signal?: AbortSignal } = {};
+  if (opts.timeoutMs !== undefined) o.timeoutMs = opts.timeoutMs;
+  if (opts.signal !== undefined) o.signal = opts.signal;
+  return o;
 }
 
 export class Sandboxes {

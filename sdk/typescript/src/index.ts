@@ -27,6 +27,7 @@ export {
   type PandaStackOptions,
   type TarballSource,
   type TemplateLogsOptions,
+  type UsageOptions,
 } from "./client.js";
 export {
   Sandbox,

@@ -2425,3 +2425,35 @@ test("audit.list: one page or every page, with the filters; since as a Date; ref
     await srv.close();
   }
 });
+
+test("usage: no argument asks for the server's default; from/to/groupBy become the query; usageCsv asks for CSV", async () => {
+  const metered = {
+    from: "2026-12-01T00:00:00Z", to: "2026-12-04T12:00:00Z", group_by: ["kind"],
+    totals: { vcpu_seconds: 12.5, memory_gib_seconds: 1, storage_gib_hours: 0, egress_bytes: 10, ingress_bytes: 0, invocations: 0, invocation_seconds: 0, database_seconds: 0 },
+    groups: [],
+  };
+  const srv = await mockServer((req, res) => {
+    if (req.url.includes("format=csv")) {
+      res.writeHead(200, { "content-type": "text/csv; charset=utf-8" });
+      return res.end("from,to,kind\r\na,b,sandbox\r\n");
+    }
+    json(res, 200, { sandboxes: { running: 1 }, metered });
+  });
+  try {
+    const client = new PandaStack({ apiKey: "pds_test", baseUrl: srv.url, maxRetries: 0 });
+    const u = await client.usage();
+    assert.equal(u.metered.totals.vcpu_seconds, 12.5);
+    await client.usage({ from: new Date("2026-12-01T00:00:00Z"), to: "2026-12-02T00:00:00Z", groupBy: ["resource", "day"] });
+    const text = await client.usageCsv({ groupBy: "kind" });
+    assert.equal(text, "from,to,kind\r\na,b,sandbox\r\n");
+    const q = srv.requests.map((r) => Object.fromEntries(new URL(r.url, srv.url).searchParams));
+    assert.deepEqual(q, [
+      {},
+      { from: "2026-12-01T00:00:00.000Z", to: "2026-12-02T00:00:00Z", group_by: "resource,day" },
+      { group_by: "kind", format: "csv" },
+    ]);
+    assert.ok(srv.requests.every((r) => r.url.startsWith("/v1/usage")));
+  } finally {
+    await srv.close();
+  }
+});

@@ -605,7 +605,37 @@ impl Functions {
         self.invoke_row(&row, event, invocation_id).await
     }
 
+    /// Calls function `row` with `event`; a call that ran (whatever its outcome) is added to
+    /// the workspace's metered usage, with the handler's duration (the time the call took when
+    /// the runtime did not say).
     pub(crate) async fn invoke_row(
+        &self,
+        row: &AppRow,
+        event: Bytes,
+        invocation_id: Option<&str>,
+    ) -> Result<Invocation, FunctionError> {
+        let t = Instant::now();
+        let inv = self.call_row(row, event, invocation_id).await?;
+        let ms = inv
+            .duration_ms
+            .unwrap_or_else(|| t.elapsed().as_secs_f64() * 1e3)
+            .round() as i64;
+        let name = public_name(&row.name);
+        if let Err(e) = crate::meter::record_invocation(
+            &self.s.store,
+            &row.workspace_id,
+            name,
+            pandastack_store::now_ms(),
+            ms,
+        )
+        .await
+        {
+            tracing::warn!(function = %name, error = &e as &dyn std::error::Error, "meter: an invocation");
+        }
+        Ok(inv)
+    }
+
+    async fn call_row(
         &self,
         row: &AppRow,
         event: Bytes,

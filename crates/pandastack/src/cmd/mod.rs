@@ -40,6 +40,7 @@ pub mod team;
 pub mod template;
 mod template_ls;
 mod template_remote;
+mod usage;
 pub mod volume;
 
 #[derive(Debug, clap::Subcommand)]
@@ -91,6 +92,9 @@ pub enum Command {
     Members(team::MembersArgs),
     /// The workspace's audit log: every change, who made it and from where (owners, admins).
     Audit(team::AuditArgs),
+    /// What the workspace used: vCPU-seconds, GiB-seconds, storage GiB-hours, egress,
+    /// invocations over a window (--from/--to), by --group-by, as a table, --csv or --json
+    Usage(usage::UsageArgs),
     /// Helper processes of the server.
     /// Serve the Model Context Protocol over stdio: PandaStack's tools for an MCP client
     /// (PANDASTACK_API_KEY, PANDASTACK_BASE_URL).
@@ -106,6 +110,7 @@ pub async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Host(args) => host::run(args).await,
         Command::Cluster(args) => cluster::run(args).await,
         Command::Keys(args) => keys::run(args).await,
+        Command::Usage(args) => usage::run(args).await,
         Command::Run(args) => run::run(args).await,
         Command::Server(args) => server::run(*args).await,
         Command::Agent(args) => agent::run(*args).await,

@@ -176,6 +176,11 @@ pub struct ServerArgs {
     /// (`10.1.0.0/16`); repeat the flag, or separate with commas in the environment variable.
     #[arg(long, env = "PANDASTACK_ALLOW_INTERNAL_FETCH", value_delimiter = ',')]
     allow_internal_fetch: Vec<pandastack_outbound::Allowed>,
+    /// How often the usage meter counts what the hosts sampled (`--sample-interval-ms`) into
+    /// `GET /v1/usage`, in ms. Nothing is lost between passes; the hosts keep 6 hours of readings.
+    #[arg(long, env = "PANDASTACK_METER_INTERVAL_MS", default_value_t = 15_000,
+          value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    meter_interval_ms: u64,
 }
 
 pub async fn run(a: ServerArgs) -> anyhow::Result<ExitCode> {
@@ -423,6 +428,9 @@ fn control_config(
         deploy: Default::default(),
         place: pandastack_control::PlaceMode::ThisHost,
         webhooks: Default::default(),
+        meter: pandastack_control::MeterSettings {
+            interval: Duration::from_millis(a.meter_interval_ms),
+        },
     })
 }
 

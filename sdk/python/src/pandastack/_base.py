@@ -675,6 +675,29 @@ def code_http_timeout(body: Mapping[str, Any], request_timeout: Optional[float])
     return run_http_timeout(body, request_timeout, SERVER_DEFAULT_CODE_TIMEOUT, CODE_HTTP_MARGIN)
 
 
+def _rfc3339(name: str, v: Any) -> str:
+    if isinstance(v, datetime.datetime):
+        if v.tzinfo is None:
+            raise ValueError(f"{name}: an aware datetime (with a time zone)")
+        return v.isoformat()
+    if not isinstance(v, str):
+        raise TypeError(f"{name}: an RFC 3339 string or an aware datetime")
+    return v
+
+
+def usage_params(from_: Any, to: Any, group_by: Any) -> Dict[str, str]:
+    """The query of ``GET /v1/usage``: ``from``/``to`` (RFC 3339 or aware ``datetime``) and
+    ``group_by`` (a comma string or a list of dimensions)."""
+    p: Dict[str, str] = {}
+    if from_ is not None:
+        p["from"] = _rfc3339("from_", from_)
+    if to is not None:
+        p["to"] = _rfc3339("to", to)
+    if group_by is not None:
+        p["group_by"] = group_by if isinstance(group_by, str) else ",".join(group_by)
+    return p
+
+
 def list_params(
     limit: Optional[int],
     cursor: Optional[str],

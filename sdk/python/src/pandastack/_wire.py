@@ -957,6 +957,16 @@ class Member(TypedDict):
     role: Role
 
 
+_MeteredUsageRequired = TypedDict("_MeteredUsageRequired", {"from": 'str', "group_by": 'List[str]', "to": 'str', "totals": 'UsageFigures'})
+
+
+class MeteredUsage(_MeteredUsageRequired, total=False):
+    """Metered usage of the caller's workspace over `[from, to)` (hours are the resolution: `from`
+    is rounded down to its hour).
+    """
+    groups: List[UsageGroup]
+
+
 class _MetricPointRequired(TypedDict):
     cpu_pct: float
     mem_bytes: int
@@ -1366,12 +1376,36 @@ class UpdateScheduleRequest(TypedDict, total=False):
 
 
 class Usage(TypedDict):
-    """What a workspace uses against its limits (`GET /v1/usage`)."""
+    """What a workspace uses against its limits, and what it used over a window (`GET /v1/usage`)."""
+    metered: MeteredUsage
     sandboxes: SandboxUsage
     snapshots: SnapshotUsage
     storage: StorageUsage
     templates: TemplateUsage
     volumes: VolumeUsage
+
+
+class UsageFigures(TypedDict):
+    """What was used. Times are of running VMs (from their readings), storage of what was kept."""
+    database_seconds: float
+    egress_bytes: int
+    ingress_bytes: int
+    invocation_seconds: float
+    invocations: int
+    memory_gib_seconds: float
+    storage_gib_hours: float
+    vcpu_seconds: float
+
+
+class _UsageGroupRequired(TypedDict):
+    usage: UsageFigures
+
+
+class UsageGroup(_UsageGroupRequired, total=False):
+    """The usage of one group: its key (the dimensions grouped by) and figures."""
+    kind: Optional[str]
+    resource_id: Optional[str]
+    start: Optional[str]
 
 
 class _VolumeRequired(TypedDict):
@@ -1629,6 +1663,7 @@ SCHEMAS = {
     "LogChunk": LogChunk,
     "LogEnd": LogEnd,
     "Member": Member,
+    "MeteredUsage": MeteredUsage,
     "MetricPoint": MetricPoint,
     "Metrics": Metrics,
     "MigrateRequest": MigrateRequest,
@@ -1671,6 +1706,8 @@ SCHEMAS = {
     "UpdateMemberRequest": UpdateMemberRequest,
     "UpdateScheduleRequest": UpdateScheduleRequest,
     "Usage": Usage,
+    "UsageFigures": UsageFigures,
+    "UsageGroup": UsageGroup,
     "Volume": Volume,
     "VolumeAttachment": VolumeAttachment,
     "VolumeBackup": VolumeBackup,

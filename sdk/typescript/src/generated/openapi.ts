@@ -1720,7 +1720,12 @@ export interface paths {
          * What the caller's workspace uses against its limits: sandboxes (running ones count against
          *     the limit, hibernated ones against their own), volumes against the volume quota, snapshots,
          *     template builds, and the host disk snapshots, hibernated sandboxes and template builds take
-         *     against the storage quota.
+         *     against the storage quota. And, in `metered`, what it used over `[from, to)` (default: this
+         *     calendar month, UTC, to now; at most 366 days; hours are the resolution) as the usage meter
+         *     counted it: vCPU-seconds, GiB-seconds of memory, storage GiB-hours, egress and ingress
+         *     bytes, function invocations and their seconds, databases' compute seconds — in totals and,
+         *     with `group_by`, in groups. `format=csv` (or `Accept: text/csv`) answers the metered part
+         *     as CSV: a header row, then a row per group (the totals when nothing is grouped).
          */
         get: operations["get_usage"];
         put?: never;
@@ -3643,6 +3648,20 @@ export interface components {
             name: string;
             role: components["schemas"]["Role"];
         };
+        /**
+         * @description Metered usage of the caller's workspace over `[from, to)` (hours are the resolution: `from`
+         *     is rounded down to its hour).
+         */
+        MeteredUsage: {
+            /** @description RFC 3339. */
+            from: string;
+            /** @description The dimensions of `groups` (empty: totals only). */
+            group_by: string[];
+            groups?: components["schemas"]["UsageGroup"][];
+            /** @description RFC 3339. */
+            to: string;
+            totals: components["schemas"]["UsageFigures"];
+        };
         /** @description One point of a resource's use: the readings within `[t, t + step)` of every VM it has. */
         MetricPoint: {
             /**
@@ -4191,13 +4210,67 @@ export interface components {
             target?: null | components["schemas"]["ScheduleTarget"];
             timezone?: string | null;
         };
-        /** @description What a workspace uses against its limits (`GET /v1/usage`). */
+        /** @description What a workspace uses against its limits, and what it used over a window (`GET /v1/usage`). */
         Usage: {
+            /** @description What the workspace used over a window (default: this calendar month, UTC, to now). */
+            metered: components["schemas"]["MeteredUsage"];
             sandboxes: components["schemas"]["SandboxUsage"];
             snapshots: components["schemas"]["SnapshotUsage"];
             storage: components["schemas"]["StorageUsage"];
             templates: components["schemas"]["TemplateUsage"];
             volumes: components["schemas"]["VolumeUsage"];
+        };
+        /** @description What was used. Times are of running VMs (from their readings), storage of what was kept. */
+        UsageFigures: {
+            /**
+             * Format: double
+             * @description Seconds managed databases' VMs ran (their compute time).
+             */
+            database_seconds: number;
+            /**
+             * Format: int64
+             * @description Bytes the VMs sent.
+             */
+            egress_bytes: number;
+            /**
+             * Format: int64
+             * @description Bytes the VMs received.
+             */
+            ingress_bytes: number;
+            /**
+             * Format: double
+             * @description Their handlers' time.
+             */
+            invocation_seconds: number;
+            /**
+             * Format: int64
+             * @description Function invocations that ran.
+             */
+            invocations: number;
+            /**
+             * Format: double
+             * @description GiB of configured memory times seconds their VMs ran.
+             */
+            memory_gib_seconds: number;
+            /**
+             * Format: double
+             * @description GiB kept (volumes and their snapshots at their size, volume backups, snapshots,
+             *     hibernation images, template builds) times hours.
+             */
+            storage_gib_hours: number;
+            /**
+             * Format: double
+             * @description vCPUs times seconds their VMs ran.
+             */
+            vcpu_seconds: number;
+        };
+        /** @description The usage of one group: its key (the dimensions grouped by) and figures. */
+        UsageGroup: {
+            kind?: string | null;
+            resource_id?: string | null;
+            /** @description Start of the group's day or hour (RFC 3339, UTC). */
+            start?: string | null;
+            usage: components["schemas"]["UsageFigures"];
         };
         /** @description A volume resource. */
         Volume: {
@@ -7678,20 +7751,30 @@ export interface operations {
     };
     get_usage: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description RFC 3339 start of the metered window (default: the start of this month, UTC); rounded down to its hour */
+                from?: string;
+                /** @description RFC 3339 end of the metered window (default: now); at most 366 days after `from` */
+                to?: string;
+                /** @description `none` (default), or a comma list of `kind`, `resource` and one of `day` or `hour` */
+                group_by?: string;
+                /** @description `json` (default) or `csv` (the metered part only; also chosen by `Accept: text/csv`) */
+                format?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
-            /** @description The workspace's usage and limits */
+            /** @description The workspace's usage and limits, and its metered usage */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Usage"];
+                    "text/csv": string;
                 };
             };
             default: components["responses"]["Error"];

@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+import datetime as _dt
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import httpx
 
 from .. import _base as b
+from .. import _wire
 from ..errors import PandaStackError
 from .transport import _Transport
 
@@ -64,6 +66,33 @@ class PandaStack:
             return self._t.request("GET", "/v1/health").status_code == 200
         except PandaStackError:
             return False
+
+    def usage(
+        self,
+        *,
+        from_: Union[str, _dt.datetime, None] = None,
+        to: Union[str, _dt.datetime, None] = None,
+        group_by: Union[str, Sequence[str], None] = None,
+    ) -> "_wire.Usage":
+        """The workspace's usage against its limits and, in ``["metered"]``, what it used over
+        ``[from_, to)`` (default: this calendar month, UTC, to now): vCPU-seconds, GiB-seconds
+        of memory, storage GiB-hours, egress bytes, function invocations, database seconds.
+        ``from_`` and ``to`` are RFC 3339 strings or aware ``datetime``; ``group_by`` is
+        ``"none"`` or some of ``"kind"``, ``"resource"``, ``"day"``/``"hour"`` (a list or a
+        comma string)."""
+        return self._t.json("GET", "/v1/usage", params=b.usage_params(from_, to, group_by))
+
+    def usage_csv(
+        self,
+        *,
+        from_: Union[str, _dt.datetime, None] = None,
+        to: Union[str, _dt.datetime, None] = None,
+        group_by: Union[str, Sequence[str], None] = None,
+    ) -> str:
+        """The metered part of :meth:`usage` as CSV text (a header row, then a row per group)."""
+        params = b.usage_params(from_, to, group_by)
+        params["format"] = "csv"
+        return self._t.request("GET", "/v1/usage", params=params).text
 
     def close(self) -> None:
         self._t.close()
