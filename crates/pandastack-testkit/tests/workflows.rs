@@ -127,13 +127,18 @@ fn plane(store: &Store, host: &Arc<ScriptedHost>, dir: &Path, host_id: &str) -> 
 }
 
 /// The events of resource `id` (by id or name) of workspace `ws`, oldest first: (type, data).
-async fn events_of(store: &Store, ws: &str, id: &str) -> Vec<(String, serde_json::Value)> {
+/// The events of resource `id` in workspace `ws`, as `events` lists them (after what it has
+/// queued: an emit only queues its event).
+async fn events_of(
+    events: &pandastack_control::Events,
+    ws: &str,
+    id: &str,
+) -> Vec<(String, serde_json::Value)> {
     let filter = pandastack_store::EventFilter {
         resource_id: Some(id.to_owned()),
         ..Default::default()
     };
-    store
-        .events()
+    events
         .list(ws, &filter, 1000)
         .await
         .unwrap()

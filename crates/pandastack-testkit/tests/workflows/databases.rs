@@ -546,7 +546,7 @@ async fn a_restore_inside_the_window_recovers_from_the_newest_finished_base_befo
     let b3 = &s.bases[2];
     let d = f.restore(b3.stop_time_ms).await.unwrap();
     assert_eq!(d.row.id, f.id);
-    let types: Vec<String> = super::events_of(&f.env.store, &f.env.ws, &f.id)
+    let types: Vec<String> = super::events_of(&f.env.control.events, &f.env.ws, &f.id)
         .await
         .into_iter()
         .map(|(t, _)| t)

@@ -243,7 +243,7 @@ async fn a_successful_deploy_goes_live_with_every_phase_timed() {
     }
     assert_eq!(d.plan.as_ref().unwrap()["port"], PORT);
     // Each phase it entered, then live: events of the app.
-    let events = events_of(&env.store, &env.ws, "web").await;
+    let events = events_of(&env.control.events, &env.ws, "web").await;
     let seen: Vec<(&str, &str)> = events
         .iter()
         .map(|(t, d)| (t.as_str(), d["phase"].as_str().unwrap_or("")))
@@ -284,7 +284,7 @@ async fn a_failing_build_fails_the_deploy_in_the_build_phase_and_removes_its_vm(
         d.phases
     );
     assert_eq!(live(&env).await, None);
-    let events = events_of(&env.store, &env.ws, "web").await;
+    let events = events_of(&env.control.events, &env.ws, "web").await;
     let (last, data) = events.last().unwrap();
     assert_eq!(last, "deploy.failed");
     assert!(
@@ -378,7 +378,7 @@ async fn rollback_makes_the_previous_deploy_live_again() {
     assert_eq!(back.id, first.id);
     assert_eq!(back.state, DeployState::Live);
     assert_eq!(live(&env).await.as_deref(), Some(first.id.as_str()));
-    let events = events_of(&env.store, &env.ws, "web").await;
+    let events = events_of(&env.control.events, &env.ws, "web").await;
     let (last, data) = events.last().unwrap();
     assert_eq!(last, "deploy.rolled_back");
     assert_eq!(

@@ -104,7 +104,7 @@ async fn a_new_version_is_baked_and_goes_live() {
     }
     assert!(env.host.vm_ids().is_empty(), "{:?}", env.host.vm_ids());
     assert_eq!(env.host.count(Op::Snapshot), 2);
-    let live: Vec<_> = super::events_of(&env.store, &env.ws, "hello")
+    let live: Vec<_> = super::events_of(&env.control.events, &env.ws, "hello")
         .await
         .into_iter()
         .filter(|(t, _)| t == "function.version_live")
@@ -166,7 +166,7 @@ async fn rollback_to_version_one_makes_it_live_again() {
     assert_eq!(back.id, v1.id);
     assert_eq!(back.state, DeployState::Live);
     assert_eq!(live_version(&env).await, Some(1));
-    let events = super::events_of(&env.store, &env.ws, "hello").await;
+    let events = super::events_of(&env.control.events, &env.ws, "hello").await;
     let tail: Vec<(&str, i64)> = events[events.len() - 2..]
         .iter()
         .map(|(t, d)| (t.as_str(), d["version"].as_i64().unwrap()))

@@ -340,7 +340,7 @@ async fn a_failed_run_is_attempted_again_while_it_has_retries() {
     assert_eq!(env.host.exec_log().len(), 2, "one attempt and one retry");
     assert_eq!(env.host.count(Op::Create), 2);
     // Fired once (the manual run), failed once (on its last attempt, not the first).
-    let events = super::events_of(&env.store, &env.ws, "retry").await;
+    let events = super::events_of(&env.control.events, &env.ws, "retry").await;
     let types: Vec<&str> = events.iter().map(|(t, _)| t.as_str()).collect();
     assert_eq!(types, ["schedule.fired", "schedule.failed"]);
     assert_eq!(events[1].1["attempt"], 2);

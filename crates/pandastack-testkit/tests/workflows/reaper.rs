@@ -30,7 +30,7 @@ async fn a_ttl_that_runs_out_kills_the_sandbox() {
     .await;
     // Its event is written just after the row goes (not in the same transaction).
     let events = eventually(REAP, "the killed sandbox's event", || async {
-        let e = super::events_of(&env.store, &env.ws, &doomed.id).await;
+        let e = super::events_of(&env.control.events, &env.ws, &doomed.id).await;
         e.iter().any(|(t, _)| t == "sandbox.killed").then_some(e)
     })
     .await;
@@ -66,7 +66,7 @@ async fn an_idle_timeout_hibernates_the_sandbox() {
     })
     .await;
     let events = eventually(REAP, "the hibernated sandbox's event", || async {
-        let e = super::events_of(&env.store, &env.ws, &idle.id).await;
+        let e = super::events_of(&env.control.events, &env.ws, &idle.id).await;
         e.iter()
             .any(|(t, _)| t == "sandbox.hibernated")
             .then_some(e)

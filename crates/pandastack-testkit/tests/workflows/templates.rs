@@ -45,6 +45,8 @@ struct Fixture {
     store: Store,
     host: Arc<ScriptedHost>,
     templates: Templates,
+    /// The events its services record.
+    events: pandastack_control::Events,
     ws: String,
     other_ws: String,
 }
@@ -65,13 +67,15 @@ impl Fixture {
             .unwrap();
         let host = Arc::new(scripted_host());
         let builds = dir.path().join("builds");
-        let templates = Self::service(&store, &host, &builds);
+        let events = pandastack_control::Events::new(store.clone());
+        let templates = Self::service(&store, &host, &builds).with_events(events.clone());
         Self {
             _dir: dir,
             builds,
             store,
             host,
             templates,
+            events,
             ws: ws.id,
             other_ws: other.id,
         }
@@ -346,11 +350,11 @@ async fn builds_run_one_at_a_time_and_stay_in_their_workspace() {
     assert_eq!(log.ended().await.as_deref(), Some("ready"));
     assert!(!f.builds.join(&b.id).join("upload.tar").exists());
     // One event for the build (the re-bake of a ready version is none), in its workspace.
-    let events = super::events_of(&f.store, &f.ws, "app").await;
+    let events = super::events_of(&f.events, &f.ws, "app").await;
     let types: Vec<&str> = events.iter().map(|(t, _)| t.as_str()).collect();
     assert_eq!(types, ["template.build_succeeded"]);
     assert_eq!(events[0].1["build"], a.id.as_str());
-    assert!(super::events_of(&f.store, &f.other_ws, "app")
+    assert!(super::events_of(&f.events, &f.other_ws, "app")
         .await
         .is_empty());
 
