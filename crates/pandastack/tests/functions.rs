@@ -116,6 +116,36 @@ async fn invoke(api: &Api<'_>, name: &str, event: Value) -> Value {
 }
 
 /// Sandboxes of the workspace that are instances of function `name`.
+/// The metered calls of function `name` this month: (invocations, invocation seconds).
+async fn metered_calls(api: &Api<'_>, name: &str) -> (u64, f64) {
+    let (st, v) = api.call("GET", "/v1/usage?group_by=resource", None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    v["metered"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["kind"] == "function" && g["resource_id"] == name)
+        .map_or((0, 0.0), |g| {
+            (
+                g["usage"]["invocations"].as_u64().unwrap(),
+                g["usage"]["invocation_seconds"].as_f64().unwrap(),
+            )
+        })
+}
+
+/// Waits (metering is off the call's path) until function `name` has `want` metered calls.
+async fn metered_calls_reach(api: &Api<'_>, name: &str, want: u64) -> (u64, f64) {
+    let start = Instant::now();
+    loop {
+        let got = metered_calls(api, name).await;
+        if got.0 >= want || start.elapsed() > Duration::from_secs(10) {
+            assert_eq!(got.0, want, "metered invocations of {name}");
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn instances(api: &Api<'_>, name: &str) -> usize {
     let (st, v) = api.call("GET", "/v1/sandboxes?limit=1000", None).await;
     assert_eq!(st, StatusCode::OK, "{v}");
@@ -316,6 +346,10 @@ async fn functions_end_to_end() {
     step(
         "the public endpoint answers through the proxy, not once it is private",
         async {
+            // Every call so far that ran is a metered invocation with its time; so is one
+            // through the public endpoint.
+            let (before, secs) = metered_calls(&api, "hello").await;
+            assert!(before >= 6 && secs > 0.0, "{before} calls, {secs} s");
             // The public endpoint: an HTTP-style call through the proxy.
             let proxy_port = server.proxy.rsplit_once(':').unwrap().1;
             let r = Client::new()
@@ -329,6 +363,7 @@ async fn functions_end_to_end() {
             let v: Value = r.json().await.unwrap();
             assert_eq!(v["echo"]["path"], "/some/path", "{v}");
             assert_eq!(v["echo"]["query"]["q"], "1", "{v}");
+            metered_calls_reach(&api, "hello", before + 1).await;
             // Private again: the endpoint no longer answers.
             let (st, _) = api
                 .call(

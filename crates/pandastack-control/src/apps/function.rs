@@ -620,18 +620,7 @@ impl Functions {
             .duration_ms
             .unwrap_or_else(|| t.elapsed().as_secs_f64() * 1e3)
             .round() as i64;
-        let name = public_name(&row.name);
-        if let Err(e) = crate::meter::record_invocation(
-            &self.s.store,
-            &row.workspace_id,
-            name,
-            pandastack_store::now_ms(),
-            ms,
-        )
-        .await
-        {
-            tracing::warn!(function = %name, error = &e as &dyn std::error::Error, "meter: an invocation");
-        }
+        self.meter(&row.workspace_id, public_name(&row.name), ms);
         Ok(inv)
     }
 
@@ -736,6 +725,18 @@ impl Functions {
         Ok(inv)
     }
 
+    /// Adds a call of function `name` that ran for `ms` to workspace `ws`'s metered usage, off
+    /// the caller's path (a failure is logged).
+    fn meter(&self, ws: &str, name: &str, ms: i64) {
+        let (store, ws, name) = (self.s.store.clone(), ws.to_owned(), name.to_owned());
+        tokio::spawn(async move {
+            let at = pandastack_store::now_ms();
+            if let Err(e) = crate::meter::record_invocation(&store, &ws, &name, at, ms).await {
+                tracing::warn!(function = %name, error = &e as &dyn std::error::Error, "meter: an invocation");
+            }
+        });
+    }
+
     /// For the proxy: an instance of public function `stored` (`fn-<name>`) to send one
     /// HTTP request to. `Ok(None)`: no such function, or it is not public.
     pub async fn function_lease(
@@ -765,6 +766,9 @@ impl Functions {
                 lease: Some(lease),
                 functions: self.clone(),
                 timeout: Duration::from_secs(f.timeout_seconds) + TIMEOUT_GRACE,
+                workspace_id: row.workspace_id.clone(),
+                name: public_name(&row.name).to_owned(),
+                started: Instant::now(),
             },
             FUNCTION_PORT,
         )))
@@ -811,6 +815,10 @@ pub struct FunctionLease {
     functions: Functions,
     /// The function's per-call limit.
     pub timeout: Duration,
+    /// Whose function, and its name: the call is metered as an invocation when the lease ends.
+    workspace_id: String,
+    name: String,
+    started: Instant,
 }
 
 impl FunctionLease {
@@ -821,14 +829,25 @@ impl FunctionLease {
     /// The call ran past its limit: the instance is discarded.
     pub async fn discard(mut self) {
         if let Some(l) = self.lease.take() {
+            self.meter();
             self.functions.release(l, false).await;
         }
+    }
+}
+
+impl FunctionLease {
+    /// Meters the request this lease served (an HTTP request to a public function is an
+    /// invocation): its time from the lease to its end.
+    fn meter(&self) {
+        let ms = self.started.elapsed().as_millis() as i64;
+        self.functions.meter(&self.workspace_id, &self.name, ms);
     }
 }
 
 impl Drop for FunctionLease {
     fn drop(&mut self) {
         if let Some(l) = self.lease.take() {
+            self.meter();
             let functions = self.functions.clone();
             tokio::spawn(async move { functions.release(l, true).await });
         }
