@@ -49,6 +49,33 @@ mod usage;
 #[path = "api_fast/watch.rs"]
 mod watch;
 
+/// A request with API key `key` and, if given, a JSON body.
+fn keyed(key: &str, method: &str, path: &str, body: Option<Value>) -> Request<Body> {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("authorization", format!("Bearer {key}"));
+    let body = match body {
+        Some(b) => {
+            req = req.header("content-type", "application/json");
+            Body::from(b.to_string())
+        }
+        None => Body::empty(),
+    };
+    req.body(body).unwrap()
+}
+
+/// `call` with another key.
+async fn as_key(
+    s: &FakeStack,
+    key: &str,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    answer(s, keyed(key, method, path, body)).await
+}
+
 async fn call(s: &FakeStack, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
     send(s, method, path, body.map(|b| b.to_string())).await
 }

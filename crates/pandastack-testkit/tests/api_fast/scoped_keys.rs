@@ -7,33 +7,11 @@
 
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use pandastack_testkit::fake::{fake_stack, FakeStack};
 use serde_json::{json, Value};
 
-use super::answer;
-
-async fn as_key(
-    s: &FakeStack,
-    key: &str,
-    method: &str,
-    path: &str,
-    body: Option<Value>,
-) -> (StatusCode, Value) {
-    let mut req = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("authorization", format!("Bearer {key}"));
-    let body = match body {
-        Some(b) => {
-            req = req.header("content-type", "application/json");
-            Body::from(b.to_string())
-        }
-        None => Body::empty(),
-    };
-    answer(s, req.body(body).unwrap()).await
-}
+use super::as_key;
 
 /// A key made through the API by `maker` with `body`; its secret.
 async fn make_key(s: &FakeStack, maker: &str, body: Value) -> String {

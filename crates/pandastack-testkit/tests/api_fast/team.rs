@@ -13,9 +13,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use pandastack_testkit::fake::{fake_stack, FakeStack};
 use serde_json::{json, Value};
 
@@ -30,18 +29,7 @@ async fn as_key_from(
     path: &str,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let mut req = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("authorization", format!("Bearer {key}"));
-    let body = match body {
-        Some(b) => {
-            req = req.header("content-type", "application/json");
-            Body::from(b.to_string())
-        }
-        None => Body::empty(),
-    };
-    let mut req = req.body(body).unwrap();
+    let mut req = super::keyed(key, method, path, body);
     let peer: SocketAddr = format!("{from}:40000").parse().unwrap();
     req.extensions_mut().insert(ConnectInfo(peer));
     answer(s, req).await

@@ -202,3 +202,17 @@ pub fn parse_pairs(
         })
         .collect()
 }
+
+/// Runs `call` with a client for `conn`; a failure is reported with its code and a hint.
+pub async fn api<F, Fut>(conn: &ConnArgs, call: F) -> anyhow::Result<ExitCode>
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let config = conn.config()?;
+    run_reported(&config, async {
+        call(client(&config)?).await?;
+        Ok(ExitCode::SUCCESS)
+    })
+    .await
+}

@@ -11,9 +11,8 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context};
 use pandastack_client::types::Host;
-use pandastack_client::Client;
 
-use super::client_util::{client, print_json, run_reported, ConnArgs, Table};
+use super::client_util::{api, print_json, ConnArgs, Table};
 
 #[derive(Debug, clap::Args)]
 pub struct HostArgs {
@@ -113,20 +112,6 @@ pub async fn run(args: HostArgs) -> anyhow::Result<ExitCode> {
             .await
         }
     }
-}
-
-/// Runs `call` with a client for `conn`; a failure is reported with its code and a hint.
-async fn api<F, Fut>(conn: &ConnArgs, call: F) -> anyhow::Result<ExitCode>
-where
-    F: FnOnce(Client) -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<()>>,
-{
-    let config = conn.config()?;
-    run_reported(&config, async {
-        call(client(&config)?).await?;
-        Ok(ExitCode::SUCCESS)
-    })
-    .await
 }
 
 /// One host as `host drain|undrain` print it: a row of [`HOSTS`], or the object (`--json`).

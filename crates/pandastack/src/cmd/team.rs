@@ -4,9 +4,9 @@
 use std::process::ExitCode;
 
 use pandastack_client::types::{AuditEntry, CreateKeyRequest, Member, Role, UpdateMemberRequest};
-use pandastack_client::{AuditQuery, Client};
+use pandastack_client::AuditQuery;
 
-use super::client_util::{client, print_json, run_reported, ConnArgs, Table};
+use super::client_util::{api, print_json, ConnArgs, Table};
 
 #[derive(Debug, clap::Args)]
 pub struct MembersArgs {
@@ -200,20 +200,6 @@ pub async fn run_audit(a: AuditArgs) -> anyhow::Result<ExitCode> {
         }
         rows.truncate(want);
         AUDIT.print(&rows, json)
-    })
-    .await
-}
-
-/// Runs `call` with a client for `conn`; a failure is reported with its code and a hint.
-async fn api<F, Fut>(conn: &ConnArgs, call: F) -> anyhow::Result<ExitCode>
-where
-    F: FnOnce(Client) -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<()>>,
-{
-    let config = conn.config()?;
-    run_reported(&config, async {
-        call(client(&config)?).await?;
-        Ok(ExitCode::SUCCESS)
     })
     .await
 }
