@@ -89,9 +89,7 @@ pub(super) async fn sign_in(
     if !origin_allowed(&headers, app.console.public_url.as_deref()) {
         return Err(cross_site());
     }
-    let source = ext
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip());
+    let source = ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
     if let Some(wait) = FAILURES.blocked(source, pandastack_store::now_ms()) {
         let mut e = ApiError::new(
             ErrorCode::RateLimited,
@@ -154,7 +152,12 @@ pub(super) async fn sign_out(
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let (session, _) = session_of(&app, &headers).await?.ok_or_else(signed_out)?;
-    check_browser(&method, &headers, &session, app.console.public_url.as_deref())?;
+    check_browser(
+        &method,
+        &headers,
+        &session,
+        app.console.public_url.as_deref(),
+    )?;
     app.store
         .sessions()
         .revoke(&session.id, pandastack_store::now_ms())
@@ -231,7 +234,10 @@ async fn session_of(
     let Some((s, key)) = resolve(&parts, app).await? else {
         return Ok(None);
     };
-    if key.expires_at.is_some_and(|at| at <= pandastack_store::now_ms()) {
+    if key
+        .expires_at
+        .is_some_and(|at| at <= pandastack_store::now_ms())
+    {
         return Err(ApiError::new(
             ErrorCode::Unauthorized,
             "the API key of this console session expired: sign in with another",
@@ -341,7 +347,11 @@ impl Origin {
     /// Whether `host` (a `Host` header) names this origin's host and port.
     fn authority_is(&self, host: &str) -> bool {
         let host = host.trim().to_ascii_lowercase();
-        let default = if self.scheme == "https" { ":443" } else { ":80" };
+        let default = if self.scheme == "https" {
+            ":443"
+        } else {
+            ":80"
+        };
         host.strip_suffix(default).unwrap_or(&host) == self.authority
     }
 }
