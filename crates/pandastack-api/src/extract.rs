@@ -128,7 +128,7 @@ impl FromRequestParts<std::sync::Arc<ApiState>> for Caller {
                 Some(key) => (key, None),
                 None => return Err(ApiError::new(ErrorCode::Unauthorized, "invalid API key")),
             },
-            None => match crate::console::session::resolve(parts, app).await? {
+            None => match crate::console::session::resolve(&parts.headers, app).await? {
                 Some((session, key)) => (key, Some(session)),
                 None => {
                     return Err(ApiError::new(
