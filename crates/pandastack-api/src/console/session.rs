@@ -119,6 +119,7 @@ pub(super) async fn sign_in(
     // A session never outlives its key.
     let ttl = key.expires_at.map_or(ttl, |at| ttl.min(at - now));
     let (session, secret) = app.store.sessions().create(&key.id, now, ttl).await?;
+    prune_now_and_then(&app, now);
     let max_age = (session.expires_at - now) / 1000;
     let cookie = format!(
         "{COOKIE}={secret}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{}",
@@ -170,6 +171,35 @@ pub(super) async fn sign_out(
         }
     );
     Ok(with_cookie(StatusCode::NO_CONTENT.into_response(), &clear))
+}
+
+/// Deletes ended sessions, at most once an hour per process, off the request's path (a
+/// sign-in is when rows are added, so it is when they are cleared).
+fn prune_now_and_then(app: &Arc<ApiState>, now: i64) {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    const EVERY_MS: i64 = 3_600_000;
+    let last = LAST.load(Ordering::Relaxed);
+    if now - last < EVERY_MS
+        || LAST
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    let app = Arc::clone(app);
+    tokio::spawn(async move {
+        match app.store.sessions().prune(now).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(sessions = n, "pruned ended console sessions"),
+            Err(e) => {
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "prune console sessions"
+                )
+            }
+        }
+    });
 }
 
 fn with_cookie(mut resp: Response, cookie: &str) -> Response {

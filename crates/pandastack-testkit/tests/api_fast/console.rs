@@ -174,6 +174,20 @@ async fn a_session_cookie_acts_as_its_key_with_csrf_and_origin_checks() {
         "{v}"
     );
 
+    // The browser's EventSource of the event stream is served by the cookie.
+    let events = Request::builder()
+        .uri("/v1/events")
+        .header(header::HOST, "console.test:8080")
+        .header(header::COOKIE, pair.clone())
+        .header(header::ACCEPT, "text/event-stream")
+        .body(Body::empty())
+        .unwrap();
+    let resp = s.router.clone().oneshot(events).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let ct = resp.headers()[header::CONTENT_TYPE].to_str().unwrap();
+    assert!(ct.starts_with("text/event-stream"), "{ct}");
+    drop(resp);
+
     // A change without the token, with a wrong one, or from another site is refused and makes
     // nothing.
     let body = || Some(json!({"template": "fake"}));
@@ -335,6 +349,19 @@ async fn a_session_ends_with_its_expiry_or_its_key_and_keeps_its_keys_scopes() {
         StatusCode::UNAUTHORIZED,
         "revoked",
     );
+    // Behind an HTTPS proxy the cookie is Secure.
+    let req = Request::builder()
+        .method("POST")
+        .uri("/console/session")
+        .header("x-forwarded-proto", "https")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({ "api_key": s.key }).to_string()))
+        .unwrap();
+    let resp = s.router.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let cookie = resp.headers()[header::SET_COOKIE].to_str().unwrap();
+    assert!(cookie.contains("; Secure"), "{cookie}");
+
     // A revoked key cannot sign in either.
     let (st, cookie, _) = sign_in(&s, &ro).await;
     assert_eq!((st, cookie), (StatusCode::UNAUTHORIZED, None));
