@@ -40,5 +40,6 @@ step "doctor"
 "$bin" doctor || true
 
 step "server on ${PANDASTACK_LISTEN:-127.0.0.1:8080} (Ctrl-C stops it; sandboxes keep running)"
+echo "web console: http://${PANDASTACK_LISTEN:-127.0.0.1:8080}/ (sign in with the API key)" >&2
 exec "$bin" server --data-dir "$PANDASTACK_DATA_DIR" --key-file "$PANDASTACK_DATA_DIR/admin.key" \
     --listen "${PANDASTACK_LISTEN:-127.0.0.1:8080}"

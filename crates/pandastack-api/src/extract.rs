@@ -1,6 +1,7 @@
 //! Request extractors whose rejections use the error envelope: JSON bodies (strict, naming the
-//! bad field), the caller's workspace from the API key (and, for the operator routes, that the
-//! key is an admin's), WebSocket upgrades, and strict boolean query parameters.
+//! bad field), the caller's workspace from the API key or a web console session's cookie (and,
+//! for the operator routes, that the key is an admin's), WebSocket upgrades, and strict boolean
+//! query parameters.
 
 use std::collections::BTreeMap;
 
@@ -121,14 +122,21 @@ impl FromRequestParts<std::sync::Arc<ApiState>> for Caller {
         app: &std::sync::Arc<ApiState>,
     ) -> Result<Self, ApiError> {
         let secret = bearer(&parts.headers).or_else(|| query_key(parts));
-        let Some(secret) = secret else {
-            return Err(ApiError::new(
-                ErrorCode::Unauthorized,
-                "missing API key: send Authorization: Bearer pds_…",
-            ));
-        };
-        let Some(key) = app.store.keys().verify(secret).await? else {
-            return Err(ApiError::new(ErrorCode::Unauthorized, "invalid API key"));
+        // Without a key, a web console session's cookie stands for the key it was made with.
+        let (key, session) = match secret {
+            Some(secret) => match app.store.keys().verify(secret).await? {
+                Some(key) => (key, None),
+                None => return Err(ApiError::new(ErrorCode::Unauthorized, "invalid API key")),
+            },
+            None => match crate::console::session::resolve(&parts.headers, app).await? {
+                Some((session, key)) => (key, Some(session)),
+                None => {
+                    return Err(ApiError::new(
+                        ErrorCode::Unauthorized,
+                        "missing API key: send Authorization: Bearer pds_…",
+                    ))
+                }
+            },
         };
         // The audit log attributes the call to this key from here on, refused or not.
         if let Some(who) = parts.extensions.get::<crate::audit::Who>() {
@@ -140,6 +148,14 @@ impl FromRequestParts<std::sync::Arc<ApiState>> for Caller {
                 ErrorCode::Unauthorized,
                 format!("this API key expired at {}", crate::rfc3339(at)),
             ));
+        }
+        if let Some(session) = &session {
+            crate::console::session::check_browser(
+                &parts.method,
+                &parts.headers,
+                session,
+                app.console.public_url.as_deref(),
+            )?;
         }
         let route = parts
             .extensions

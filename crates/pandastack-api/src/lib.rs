@@ -1,13 +1,15 @@
 //! The PandaStack `/v1` HTTP API on axum: `router(app)` serves sandboxes (create, list, get,
 //! patch, delete, exec, files, snapshots, fork, pause/resume, hibernate/wake with auto-wake,
 //! logs with follow, metrics, exec and PTY over WebSocket), templates, keys, the operator routes
-//! (hosts, admin keys only) and the OpenAPI document of all of it (`GET /v1/openapi.json`). Handlers validate at the edge, check the caller's
+//! (hosts, admin keys only) and the OpenAPI document of all of it (`GET /v1/openapi.json`),
+//! and beside `/v1` the web console (`GET /`, `/console/…`: [`console`]). Handlers validate at the edge, check the caller's
 //! workspace against the store, and hand lifecycle work to the host agent; every error goes
 //! through [`error::ApiError`]. It must not start VMs itself or know which hypervisor runs them.
 
 mod apps;
 mod audit;
 mod code;
+pub mod console;
 mod databases;
 pub mod db_front;
 mod error;
@@ -88,6 +90,8 @@ pub struct ApiState {
     https_redirect: Option<tls::HttpsRedirect>,
     /// The writer of the audit log.
     pub audit: audit::AuditLog,
+    /// The web console's settings.
+    pub console: console::ConsoleConfig,
 }
 
 impl ApiState {
@@ -100,7 +104,14 @@ impl ApiState {
             preview,
             upstreams: upstream::Upstreams::default(),
             https_redirect: None,
+            console: console::ConsoleConfig::default(),
         }
+    }
+
+    /// The web console's settings (session length, public URL).
+    pub fn with_console(mut self, console: console::ConsoleConfig) -> Self {
+        self.console = console;
+        self
     }
 
     /// The host a sandbox object names: the row's host in a cluster (its placement), this
@@ -162,9 +173,11 @@ async fn require_key(_caller: extract::Caller, req: Request, next: Next) -> Resp
     next.run(req).await
 }
 
-/// The fallbacks, body limit and request ids every router of the API listener has.
+/// The web console, the fallbacks, body limit and request ids every router of the API
+/// listener has.
 fn front_door(routes: Router<Arc<ApiState>>, app: Arc<ApiState>) -> Router {
     routes
+        .merge(console::routes())
         .fallback(|| async {
             ApiError::new(pandastack_api_types::ErrorCode::NotFound, "no such route")
         })

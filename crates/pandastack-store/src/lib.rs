@@ -1,5 +1,5 @@
 //! The PandaStack state store: workspaces, API keys, hosts, sandbox, snapshot and template-build
-//! rows, idempotency records, durable jobs, events and webhook deliveries.
+//! rows, idempotency records, durable jobs, events and webhook deliveries, web console sessions.
 //!
 //! Two backends behind one set of queries: SQLite (one file, WAL) is the embedded default;
 //! PostgreSQL (`postgres://…`) is the store several hosts share. The migrations and every query
@@ -31,6 +31,7 @@ mod placement;
 mod quotas;
 mod sandboxes;
 mod schedules;
+mod sessions;
 mod snapshots;
 mod templates;
 mod usage;
@@ -55,6 +56,7 @@ pub use placement::{Demand, PlaceReason, Placement};
 pub use quotas::{Adding, Quotas, StorageQuotas, StorageUse};
 pub use sandboxes::{DurableCopy, Filter, SandboxRepo, SandboxRow};
 pub use schedules::{Fired, Firing, RunRow, ScheduleRepo, ScheduleRow};
+pub use sessions::{SessionRepo, SessionRow};
 pub use snapshots::{SnapshotRepo, SnapshotRow};
 pub use templates::{BuildStatus, SourceKind, TemplateBuildRow, TemplateBuilds};
 pub use usage::{Advanced, Kept, Metered, UsageKey, UsageRepo, VmCursor};
@@ -233,6 +235,11 @@ impl Store {
 
     pub fn audit(&self) -> AuditRepo<'_> {
         AuditRepo { pool: &self.pool }
+    }
+
+    /// Web console sessions.
+    pub fn sessions(&self) -> SessionRepo<'_> {
+        SessionRepo { pool: &self.pool }
     }
 
     pub fn events(&self) -> EventRepo<'_> {

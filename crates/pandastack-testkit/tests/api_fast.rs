@@ -14,6 +14,8 @@ use tower::ServiceExt;
 
 #[path = "api_fast/code_languages.rs"]
 mod code_languages;
+#[path = "api_fast/console.rs"]
+mod console;
 #[path = "api_fast/cut_off.rs"]
 mod cut_off;
 #[path = "api_fast/disk_limits.rs"]

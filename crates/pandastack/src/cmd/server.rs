@@ -112,7 +112,11 @@ pub struct ServerArgs {
     /// How long the audit log keeps a call (days; at least one).
     #[arg(long, default_value_t = 90)]
     audit_retention_days: u64,
-    /// Base URL of this API in databases' `http_url` (default: `http://<listen>`).
+    /// How long a web console sign-in lasts (hours; at least one).
+    #[arg(long, default_value_t = 12)]
+    console_session_hours: u64,
+    /// Base URL of this API in databases' `http_url` (default: `http://<listen>`); an
+    /// `https://` one also makes the web console's session cookie `Secure`.
     #[arg(long, env = "PANDASTACK_PUBLIC_URL")]
     public_url: Option<String>,
     // This machine's host runtime: the flags `pandastack agent` shares.
@@ -275,7 +279,11 @@ fn api_state(
     )
     .map_err(anyhow::Error::msg)?;
     let mut app = ApiState::new(control, host_name, preview)
-        .with_audit_retention(Duration::from_secs(a.audit_retention_days.max(1) * 86_400));
+        .with_audit_retention(Duration::from_secs(a.audit_retention_days.max(1) * 86_400))
+        .with_console(pandastack_api::console::ConsoleConfig {
+            session_ttl: Duration::from_secs(a.console_session_hours.max(1) * 3600),
+            public_url: a.public_url.clone(),
+        });
     if let (true, Some(tls), Some(listen)) = (a.https_redirect, proxy_tls, a.proxy_tls_listen) {
         app = app.with_https_redirect(pandastack_api::tls::HttpsRedirect {
             tls: Arc::clone(tls),
@@ -602,6 +610,7 @@ async fn first_start(store: &Store, a: &ServerArgs) -> anyhow::Result<Option<Str
 
 fn print_usage(url: &str, key: Option<&str>, key_file: Option<&Path>, runs_on: &str) {
     println!("PandaStack server listening on {url} ({runs_on})");
+    println!("Console: {url}/ (sign in with an API key)");
     match (key, key_file) {
         (Some(k), _) => {
             println!("API key for the default workspace (shown once; store it):\n  {k}");
