@@ -36,9 +36,16 @@ pub struct AuditRow {
 }
 
 impl AuditRow {
-    /// A new id for a row at `at` (unix ms): ids of later rows sort after earlier ones.
+    /// A new id for a row at `at` (unix ms): ids of later rows sort after earlier ones, and of
+    /// this process's rows of one millisecond in the order they were made (a counter), then a
+    /// tag of the process that keeps two processes' ids apart.
     pub fn new_id(at: i64) -> String {
-        format!("au-{:012x}{:08x}", at.max(0), rand::random::<u32>())
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use std::sync::LazyLock;
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        static TAG: LazyLock<u32> = LazyLock::new(rand::random::<u32>);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        format!("au-{:012x}{n:08x}{:08x}", at.max(0), *TAG)
     }
 }
 
@@ -147,5 +154,19 @@ impl AuditRepo<'_> {
             .execute(self.pool)
             .await?;
         Ok(done.rows_affected())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AuditRow;
+
+    #[test]
+    fn ids_of_one_millisecond_sort_in_the_order_they_were_made() {
+        let ids: Vec<String> = (0..1000).map(|_| AuditRow::new_id(1_000)).collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(ids, sorted);
+        assert!(AuditRow::new_id(999) < ids[0] && AuditRow::new_id(1_001) > ids[999]);
     }
 }
