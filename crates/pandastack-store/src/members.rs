@@ -73,6 +73,23 @@ async fn lock_workspace(
     found(done)
 }
 
+/// Member `id`'s role, read in `tx`.
+async fn role_in(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    ws: &str,
+    id: &str,
+) -> Result<String, MemberError> {
+    let r = sqlx::query("SELECT role FROM members WHERE workspace_id = $1 AND id = $2")
+        .bind(ws)
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?;
+    match r {
+        Some(r) => Ok(col(&r, "role")?),
+        None => Err(MemberError::NotFound),
+    }
+}
+
 async fn owners(tx: &mut sqlx::Transaction<'_, sqlx::Any>, ws: &str) -> Result<i64, StoreError> {
     let r =
         sqlx::query("SELECT COUNT(*) AS n FROM members WHERE workspace_id = $1 AND role = 'owner'")
@@ -153,15 +170,7 @@ impl MemberRepo<'_> {
     ) -> Result<MemberRow, MemberError> {
         let mut tx = self.pool.begin().await?;
         lock_workspace(&mut tx, ws).await?;
-        let r = sqlx::query("SELECT role FROM members WHERE workspace_id = $1 AND id = $2")
-            .bind(ws)
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(r) = r else {
-            return Err(MemberError::NotFound);
-        };
-        let current: String = col(&r, "role")?;
+        let current = role_in(&mut tx, ws, id).await?;
         if let Some(role) = role {
             if current == "owner" && role != "owner" && owners(&mut tx, ws).await? <= 1 {
                 return Err(MemberError::LastOwner);
@@ -185,15 +194,7 @@ impl MemberRepo<'_> {
     pub async fn delete(&self, ws: &str, id: &str) -> Result<(), MemberError> {
         let mut tx = self.pool.begin().await?;
         lock_workspace(&mut tx, ws).await?;
-        let r = sqlx::query("SELECT role FROM members WHERE workspace_id = $1 AND id = $2")
-            .bind(ws)
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(r) = r else {
-            return Err(MemberError::NotFound);
-        };
-        let role: String = col(&r, "role")?;
+        let role = role_in(&mut tx, ws, id).await?;
         if role == "owner" && owners(&mut tx, ws).await? <= 1 {
             return Err(MemberError::LastOwner);
         }
