@@ -63,4 +63,6 @@ fi
 log "qemu: $(qemu-system-x86_64 --version | head -1)"
 
 "$here/scripts/build-kernel.sh" >/dev/null
+# The web console's third-party browser code (xterm.js), embedded when pandastack-api builds.
+"$here/scripts/console-deps.sh"
 log "host ready"

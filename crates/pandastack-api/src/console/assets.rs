@@ -10,7 +10,7 @@
 //! connections, no inline script, no framing.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use axum::body::Bytes;
 use axum::extract::Path;
@@ -23,10 +23,23 @@ use crate::error::ApiError;
 
 #[derive(rust_embed::RustEmbed)]
 #[folder = "../../console/"]
+#[exclude = "node_modules/*"]
+#[exclude = "package.json"]
+#[exclude = "package-lock.json"]
 struct Files;
 
+/// Set to a `console/` directory, the console is read from there on every request instead of
+/// from the binary: for working on the console without rebuilding the server. Never set in
+/// production (nothing is cached and nothing is compressed).
+const DEV_DIR_ENV: &str = "PANDASTACK_CONSOLE_DIR";
+
 /// The policy of every console answer.
-pub(crate) const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+///
+/// Styles allow `'unsafe-inline'` because the terminal (xterm.js) writes its theme and cell
+/// sizes into `<style>` elements it creates; scripts stay `'self'` only, so an injected style
+/// cannot run code.
+pub(crate) const CSP: &str = "default-src 'self'; script-src 'self'; \
+     style-src 'self' 'unsafe-inline'; \
      img-src 'self' data:; connect-src 'self'; font-src 'self'; object-src 'none'; \
      base-uri 'none'; frame-ancestors 'none'; form-action 'self'";
 
@@ -40,11 +53,10 @@ struct Asset {
 }
 
 impl Asset {
-    fn new(path: &str, body: Vec<u8>) -> Self {
+    fn new(path: &str, body: Vec<u8>, compress: bool) -> Self {
         let content_type = content_type(path);
         let etag = format!("\"{}\"", &hex::encode(Sha256::digest(&body))[..32]);
-        let gzip = content_type
-            .starts_with("text/")
+        let gzip = (compress && content_type.starts_with("text/"))
             .then(|| gzip(&body))
             .flatten()
             .filter(|z| z.len() < body.len())
@@ -65,46 +77,91 @@ struct Bundle {
     index: Asset,
 }
 
-static BUNDLE: LazyLock<Bundle> = LazyLock::new(|| {
-    let mut paths: Vec<String> = Files::iter().map(|p| p.into_owned()).collect();
-    paths.sort();
-    let mut h = Sha256::new();
-    for p in &paths {
-        if let Some(f) = Files::get(p) {
+static BUNDLE: LazyLock<Arc<Bundle>> = LazyLock::new(|| {
+    let files = Files::iter().filter_map(|p| {
+        let f = Files::get(&p)?;
+        Some((p.into_owned(), f.data.into_owned()))
+    });
+    Arc::new(Bundle::new(files.collect(), true))
+});
+
+impl Bundle {
+    /// The bundle of `files` (path, contents); `compress` keeps gzipped copies of text files.
+    fn new(mut files: Vec<(String, Vec<u8>)>, compress: bool) -> Self {
+        files.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut h = Sha256::new();
+        for (p, body) in &files {
             h.update(p.as_bytes());
             h.update([0]);
-            h.update(f.metadata.sha256_hash());
+            h.update(Sha256::digest(body));
+        }
+        let build = hex::encode(h.finalize())[..16].to_owned();
+        let mut map = HashMap::new();
+        let mut index = None;
+        for (p, body) in files {
+            if p == "index.html" {
+                let text = String::from_utf8_lossy(&body)
+                    .replace("{{assets}}", &format!("/console/assets/{build}"));
+                index = Some(Asset::new(&p, text.into_bytes(), compress));
+            } else {
+                let a = Asset::new(&p, body, compress);
+                map.insert(p, a);
+            }
+        }
+        let index = index.unwrap_or_else(|| {
+            Asset::new(
+                "index.html",
+                b"<!doctype html><title>PandaStack</title><p>This build has no console.</p>"
+                    .to_vec(),
+                false,
+            )
+        });
+        Bundle {
+            build,
+            files: map,
+            index,
         }
     }
-    let build = hex::encode(h.finalize())[..16].to_owned();
-    let mut files = HashMap::new();
-    let mut index = None;
-    for p in paths {
-        let Some(f) = Files::get(&p) else { continue };
-        if p == "index.html" {
-            let text = String::from_utf8_lossy(&f.data)
-                .replace("{{assets}}", &format!("/console/assets/{build}"));
-            index = Some(Asset::new(&p, text.into_bytes()));
-        } else {
-            files.insert(p.clone(), Asset::new(&p, f.data.into_owned()));
+
+    /// The console as it is in `dir` now (see [`DEV_DIR_ENV`]).
+    fn from_dir(dir: &std::path::Path) -> Self {
+        let mut files = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let path = e.path();
+                let Ok(rel) = path.strip_prefix(dir) else {
+                    continue;
+                };
+                let rel = rel.to_string_lossy().into_owned();
+                if rel == "node_modules" || rel.starts_with("package") {
+                    continue;
+                }
+                if path.is_dir() {
+                    stack.push(path);
+                } else if let Ok(body) = std::fs::read(&path) {
+                    files.push((rel, body));
+                }
+            }
         }
+        Self::new(files, false)
     }
-    let index = index.unwrap_or_else(|| {
-        Asset::new(
-            "index.html",
-            b"<!doctype html><title>PandaStack</title><p>This build has no console.</p>".to_vec(),
-        )
-    });
-    Bundle {
-        build,
-        files,
-        index,
+}
+
+/// The bundle to serve: the embedded one, or the development directory's as it is now.
+fn bundle() -> Arc<Bundle> {
+    match std::env::var_os(DEV_DIR_ENV) {
+        Some(dir) if !dir.is_empty() => Arc::new(Bundle::from_dir(std::path::Path::new(&dir))),
+        _ => BUNDLE.clone(),
     }
-});
+}
 
 /// `GET /`: the app's page.
 pub(super) async fn index(headers: HeaderMap) -> Response {
-    serve(&BUNDLE.index, &headers, "no-cache")
+    serve(&bundle().index, &headers, "no-cache")
 }
 
 /// `GET /console/assets/{build}/{*path}`: a file. One of an older build (a page loaded before
@@ -113,10 +170,11 @@ pub(super) async fn asset(
     Path((build, path)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    let Some(a) = BUNDLE.files.get(&path) else {
+    let bundle = bundle();
+    let Some(a) = bundle.files.get(&path) else {
         return ApiError::new(ErrorCode::NotFound, "no such console file").into_response();
     };
-    let cache = if build == BUNDLE.build {
+    let cache = if build == bundle.build {
         "public, max-age=31536000, immutable"
     } else {
         "no-cache"
