@@ -141,7 +141,10 @@ impl ApiState {
 /// fallbacks answering an unknown path (`not_found`) and a method a path does not serve
 /// (`method_not_allowed`, with `Allow`) in the error envelope, the JSON body limit and request ids.
 pub fn router(app: Arc<ApiState>) -> Router {
-    front_door(routes::register(Router::new()), app)
+    front_door(
+        routes::register(Router::new()).merge(console::routes()),
+        app,
+    )
 }
 
 /// [`router`] with `service` mounted at `path` (and below it) behind the same front door: a
@@ -155,6 +158,18 @@ where
     S::Response: axum::response::IntoResponse,
     S::Future: Send + 'static,
 {
+    listener_router(app, path, service, true)
+}
+
+/// [`router_with_service`], with the web console (`/`, `/console/…`) or without it: a server
+/// given `--console-listen` serves the console on that listener only (which also serves `/v1`,
+/// the console's same-origin API) and not on the API listener.
+pub fn listener_router<S>(app: Arc<ApiState>, path: &str, service: S, console: bool) -> Router
+where
+    S: tower::Service<Request, Error = std::convert::Infallible> + Clone + Send + Sync + 'static,
+    S::Response: axum::response::IntoResponse,
+    S::Future: Send + 'static,
+{
     let guarded =
         Router::new()
             .fallback_service(service)
@@ -162,10 +177,13 @@ where
                 Arc::clone(&app),
                 require_key,
             ));
-    front_door(
-        routes::register(Router::new()).nest_service(path, guarded),
-        app,
-    )
+    let routes = routes::register(Router::new()).nest_service(path, guarded);
+    let routes = if console {
+        routes.merge(console::routes())
+    } else {
+        routes
+    };
+    front_door(routes, app)
 }
 
 /// Refuses a request without a valid API key (the [`extract::Caller`] rejection), else passes it on.
@@ -173,11 +191,9 @@ async fn require_key(_caller: extract::Caller, req: Request, next: Next) -> Resp
     next.run(req).await
 }
 
-/// The web console, the fallbacks, body limit and request ids every router of the API
-/// listener has.
+/// The fallbacks, body limit, audit and request ids every router of the API listener has.
 fn front_door(routes: Router<Arc<ApiState>>, app: Arc<ApiState>) -> Router {
     routes
-        .merge(console::routes())
         .fallback(|| async {
             ApiError::new(pandastack_api_types::ErrorCode::NotFound, "no such route")
         })

@@ -56,7 +56,10 @@ impl Asset {
     fn new(path: &str, body: Vec<u8>, compress: bool) -> Self {
         let content_type = content_type(path);
         let etag = format!("\"{}\"", &hex::encode(Sha256::digest(&body))[..32]);
-        let gzip = (compress && content_type.starts_with("text/"))
+        let textual = content_type.starts_with("text/")
+            || content_type == "image/svg+xml"
+            || content_type == "application/json";
+        let gzip = (compress && textual)
             .then(|| gzip(&body))
             .flatten()
             .filter(|z| z.len() < body.len())

@@ -390,7 +390,13 @@ async fn the_console_is_served_with_csp_hashed_assets_and_gzip() {
         csp.contains("default-src 'self'") && csp.contains("script-src 'self'"),
         "{csp}"
     );
-    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    // Scripts only from this origin; styles may be inline (xterm.js writes <style> elements).
+    let script_src = csp
+        .split(';')
+        .map(str::trim)
+        .find(|d| d.starts_with("script-src"))
+        .unwrap();
+    assert_eq!(script_src, "script-src 'self'", "{csp}");
     let page = String::from_utf8(
         resp.into_body()
             .collect()
@@ -428,6 +434,8 @@ async fn the_console_is_served_with_csp_hashed_assets_and_gzip() {
         assert!(h.contains_key(header::CONTENT_SECURITY_POLICY), "{url}");
         let want = if url.ends_with(".js") {
             "text/javascript"
+        } else if url.ends_with(".svg") {
+            "image/svg+xml"
         } else {
             "text/css"
         };
@@ -447,16 +455,135 @@ async fn the_console_is_served_with_csp_hashed_assets_and_gzip() {
             "{url}"
         );
     }
-    // The modules the app imports are there too; no file is a 404 page.
-    let build = urls[0].split('/').nth(3).unwrap();
-    for f in ["api.js", "dom.js", "signin.js", "sandboxes.js", "theme.js"] {
-        let resp = get(format!("/console/assets/{build}/{f}"), false)
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), StatusCode::OK, "{f}");
+    // Every module the app imports is there, and so is every page its router names: walk the
+    // import graph from app.js (static `from "./…"` and dynamic `import("./…")`), then the
+    // router's table (`["pattern", "module"]` → pages/<module>.js). A missing file would be a
+    // page that fails to load in the browser.
+    let build = urls[0].split('/').nth(3).unwrap().to_owned();
+    let fetch = |f: String| {
+        let url = format!("/console/assets/{build}/{f}");
+        let router = s.router.clone();
+        async move {
+            let resp = router
+                .oneshot(Request::builder().uri(url).body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            let status = resp.status();
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let mut todo = vec!["app.js".to_owned()];
+    while let Some(f) = todo.pop() {
+        if !seen.insert(f.clone()) {
+            continue;
+        }
+        let (status, text) = fetch(f.clone()).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{f} (console/vendor/ comes from scripts/console-deps.sh)"
+        );
+        let dir = f.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+        for spec in relative_imports(&text) {
+            let mut parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty()).collect();
+            for seg in spec.split('/') {
+                match seg {
+                    "." => {}
+                    ".." => {
+                        parts.pop();
+                    }
+                    s => parts.push(s),
+                }
+            }
+            todo.push(parts.join("/"));
+        }
     }
+    let (_, app) = fetch("app.js".into()).await;
+    // The router's table: lines `  ["pattern", "module"],`.
+    let pages: Vec<String> = app
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim().strip_prefix("[\"")?.strip_suffix("\"],")?;
+            let (_, module) = l.split_once("\", \"")?;
+            Some(format!("pages/{module}.js"))
+        })
+        .collect();
+    assert!(pages.len() >= 9, "{pages:?}");
+    for f in pages {
+        let (status, _) = fetch(f.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{f}");
+    }
+    assert!(
+        seen.contains("ui.js") && seen.contains("events.js"),
+        "{seen:?}"
+    );
     let resp = get(format!("/console/assets/{build}/nope.js"), false)
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+}
+
+/// `--console-listen`: the API listener's router without the console answers `/` and the
+/// console's routes `404`, and still serves `/v1`; the console listener's serves both.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listener_without_the_console_serves_the_api_only() {
+    let s = fake_stack(Duration::from_secs(5)).await;
+    let svc = tower::service_fn(|_req: axum::extract::Request| async {
+        Ok::<_, std::convert::Infallible>(StatusCode::NO_CONTENT)
+    });
+    let get = |router: axum::Router, path: &'static str, key: Option<String>| async move {
+        let mut req = Request::builder().uri(path);
+        if let Some(k) = key {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {k}"));
+        }
+        router
+            .oneshot(req.body(Body::empty()).unwrap())
+            .await
+            .unwrap()
+            .status()
+    };
+    let api_only = pandastack_api::listener_router(s.app.clone(), "/mcp", svc, false);
+    let with_console = pandastack_api::listener_router(s.app.clone(), "/mcp", svc, true);
+    let key = Some(s.key.clone());
+    assert_eq!(
+        get(api_only.clone(), "/", None).await,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get(api_only.clone(), "/console/session", None).await,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get(api_only.clone(), "/v1/sandboxes", key.clone()).await,
+        StatusCode::OK
+    );
+    assert_eq!(get(with_console.clone(), "/", None).await, StatusCode::OK);
+    assert_eq!(
+        get(with_console.clone(), "/console/session", None).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        get(with_console, "/v1/sandboxes", key).await,
+        StatusCode::OK
+    );
+}
+
+/// The relative module specifiers of a script: `from "./x.js"` and `import("./x.js")` (a
+/// specifier built at run time, with `${…}`, is left out).
+fn relative_imports(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for opener in ["from \"", "import(\""] {
+        let mut rest = text;
+        while let Some(i) = rest.find(opener) {
+            rest = &rest[i + opener.len()..];
+            let Some(end) = rest.find('"') else { break };
+            let spec = &rest[..end];
+            if (spec.starts_with("./") || spec.starts_with("../")) && !spec.contains("${") {
+                out.push(spec.to_owned());
+            }
+        }
+    }
+    out
 }

@@ -112,6 +112,11 @@ pub struct ServerArgs {
     /// How long the audit log keeps a call (days; at least one).
     #[arg(long, default_value_t = 90)]
     audit_retention_days: u64,
+    /// Address of a listener for the web console (which also serves `/v1` there, the API the
+    /// console calls from its own origin). Given, the console is served there and not at `/` of
+    /// the API listener.
+    #[arg(long, env = "PANDASTACK_CONSOLE_LISTEN")]
+    console_listen: Option<SocketAddr>,
     /// How long a web console sign-in lasts (hours; at least one).
     #[arg(long, default_value_t = 12)]
     console_session_hours: u64,
@@ -467,8 +472,26 @@ async fn serve(
                 a.db_listen
             )
         })?;
+    let console_listener = match a.console_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listen on {addr} (web console)"))?,
+        ),
+        None => None,
+    };
     let url = format!("http://{}", a.listen);
-    print_usage(&url, first_key.as_deref(), a.key_file.as_deref(), runs_on);
+    let console_url = match a.console_listen {
+        Some(addr) => format!("http://{addr}"),
+        None => url.clone(),
+    };
+    print_usage(
+        &url,
+        &console_url,
+        first_key.as_deref(),
+        a.key_file.as_deref(),
+        runs_on,
+    );
     println!(
         "Preview URLs: {} (proxy on {}; e.g. {})",
         preview_url,
@@ -531,10 +554,20 @@ async fn serve(
     let own_api =
         pandastack_client::Client::new(pandastack_client::Config::new(own_url(a.listen), None))?;
     let mcp = pandastack_mcp::http_service(own_api, mcp_shutdown.clone());
+    let console_task = console_listener.map(|l| {
+        let router = pandastack_api::listener_router(Arc::clone(&app), "/mcp", mcp.clone(), true);
+        tokio::spawn(async move {
+            axum::serve(
+                l,
+                router.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+        })
+    });
     // The peer's address reaches the handlers: the audit log records it.
     axum::serve(
         listener,
-        pandastack_api::router_with_service(Arc::clone(&app), "/mcp", mcp)
+        pandastack_api::listener_router(Arc::clone(&app), "/mcp", mcp, console_task.is_none())
             .into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(async move {
@@ -547,6 +580,9 @@ async fn serve(
     db.abort();
     if let Some(m) = metrics {
         m.abort();
+    }
+    if let Some(c) = console_task {
+        c.abort();
     }
     if let Some(t) = tls_task {
         t.abort();
@@ -608,9 +644,15 @@ async fn first_start(store: &Store, a: &ServerArgs) -> anyhow::Result<Option<Str
     Ok(Some(secret))
 }
 
-fn print_usage(url: &str, key: Option<&str>, key_file: Option<&Path>, runs_on: &str) {
+fn print_usage(
+    url: &str,
+    console_url: &str,
+    key: Option<&str>,
+    key_file: Option<&Path>,
+    runs_on: &str,
+) {
     println!("PandaStack server listening on {url} ({runs_on})");
-    println!("Console: {url}/ (sign in with an API key)");
+    println!("Console: {console_url}/ (sign in with an API key)");
     match (key, key_file) {
         (Some(k), _) => {
             println!("API key for the default workspace (shown once; store it):\n  {k}");
