@@ -116,6 +116,11 @@ signout.addEventListener("click", async () => {
   signedOut();
 });
 
+// The skip link moves focus to the page's content; following its `#main` would be a route.
+document.querySelector("a.skip")?.addEventListener("click", (e) => {
+  e.preventDefault();
+  main.focus();
+});
 window.addEventListener("hashchange", show);
 initTheme();
 api("GET", "/console/session")
