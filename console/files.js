@@ -8,6 +8,12 @@ import {
   h, announce, actionButton, errorArea, dataTable, field, input, formCard, bytes, path,
 } from "./ui.js";
 
+/** A button made small (actionButton's class is danger or kind, not both). */
+function small(b) {
+  b.classList.add("small");
+  return b;
+}
+
 /** `join("/a", "b")` → "/a/b"; `join("/", "b")` → "/b". */
 function join(dir, name) {
   return dir.endsWith("/") ? dir + name : `${dir}/${name}`;
@@ -67,11 +73,11 @@ export function filesTab(panel, id, { csrf, start = "/root" } = {}) {
   let cwd = start;
 
   const crumbs = h("nav", { class: "crumbs fs-crumbs", "aria-label": "Folder" });
-  const heading = h("h2", { class: "fs-where" });
   const goto = input({ name: "path", value: start, autocomplete: "off", spellcheck: "false", class: "mono" });
   const gotoForm = formCard("Go to a folder", [field("Path", goto)], async () => open(goto.value.trim() || "/"), {
     submitLabel: "Open",
     errors,
+    inline: false,
   });
 
   const table = dataTable({
@@ -102,7 +108,7 @@ export function filesTab(panel, id, { csrf, start = "/root" } = {}) {
             f.type === "file"
               ? actionButton("Download", () => download(f), { errors, kind: "ghost small", ariaLabel: `Download ${f.name}` })
               : null,
-            actionButton(
+            small(actionButton(
               "Delete",
               async () => {
                 await raw("DELETE", fsUrl(f.path) + (f.type === "dir" ? "&recursive=true" : ""), csrf);
@@ -115,7 +121,7 @@ export function filesTab(panel, id, { csrf, start = "/root" } = {}) {
                 confirm: f.type === "dir" ? `Delete the folder ${f.path} and everything in it?` : `Delete ${f.path}?`,
                 ariaLabel: `Delete ${f.name}`,
               },
-            ),
+            )),
           ),
       },
     ],
@@ -135,7 +141,7 @@ export function filesTab(panel, id, { csrf, start = "/root" } = {}) {
       files.value = "";
       await load();
     },
-    { submitLabel: "Upload", errors },
+    { submitLabel: "Upload", errors, inline: false },
   );
 
   const folder = input({ name: "folder", autocomplete: "off", spellcheck: "false" });
@@ -150,14 +156,13 @@ export function filesTab(panel, id, { csrf, start = "/root" } = {}) {
       announce(`Folder ${name} made`);
       await load();
     },
-    { submitLabel: "Make", errors },
+    { submitLabel: "Make", errors, inline: false },
   );
 
   panel.append(
     errors.el,
     h("div", { class: "fs-tools" }, gotoForm, upload, mkdir),
     crumbs,
-    heading,
     table.el,
   );
 
@@ -176,6 +181,7 @@ export function filesTab(panel, id, { csrf, start = "/root" } = {}) {
   function showCrumbs() {
     const parts = crumbsOf(cwd);
     crumbs.replaceChildren(
+      h("span", { class: "muted" }, "Folder: "),
       ...parts.flatMap(([label, p], i) => {
         const last = i === parts.length - 1;
         const el = last
@@ -184,7 +190,6 @@ export function filesTab(panel, id, { csrf, start = "/root" } = {}) {
         return last ? [el] : [el, " › "];
       }),
     );
-    heading.textContent = cwd;
     goto.value = cwd;
   }
 

@@ -10,6 +10,12 @@ import {
   when, copyable, path, follow, logView,
 } from "./ui.js";
 
+/** A button made small (actionButton's class is danger or kind, not both). */
+function small(b) {
+  b.classList.add("small");
+  return b;
+}
+
 // ---- Logs -----------------------------------------------------------------------------------
 
 // Terminal control sequences (colours, cursor moves) in the console's text: shown as plain text.
@@ -119,11 +125,13 @@ export function metricsTab(panel, id) {
   const disk = lineChart({ title: "Root disk", unit: "bytes" });
   const net = lineChart({ title: "Network (bytes per second)", unit: "bytes" });
   const updated = h("p", { class: "small muted", role: "status" });
+  const noNet = h("p", { class: "muted small", hidden: true }, "No network chart: this sandbox has no network interface.");
   panel.append(
     errors.el,
     h("div", { class: "inline metrics-bar" }, field("Since", since), updated),
     now,
     h("div", { class: "charts" }, cpu.el, mem.el, disk.el, net.el),
+    noNet,
   );
 
   let busy = false;
@@ -145,6 +153,9 @@ export function metricsTab(panel, id) {
       disk.update([series("used", (s) => s.disk_bytes), series("size", (s) => s.disk_total_bytes)]);
       const rate = (v) => (v == null ? null : v / (m.step || span.step));
       net.update([series("in", (s) => rate(s.net_rx)), series("out", (s) => rate(s.net_tx))]);
+      const nic = pts.length === 0 || pts.some((s) => s.net_rx != null || s.net_tx != null);
+      net.el.hidden = !nic;
+      noNet.hidden = nic;
       const last = pts[pts.length - 1];
       now.replaceChildren(
         kv([
@@ -256,7 +267,7 @@ export function snapshotsTab(panel, id) {
               },
               { errors, kind: "small", ariaLabel: `New sandbox from snapshot ${s.id}` },
             ),
-            actionButton(
+            small(actionButton(
               "Delete",
               async () => {
                 await api("DELETE", path("/v1/snapshots", s.id));
@@ -264,7 +275,7 @@ export function snapshotsTab(panel, id) {
                 announce(`Snapshot ${s.id} deleted`);
               },
               { errors, danger: true, confirm: `Delete snapshot ${s.id}?`, ariaLabel: `Delete snapshot ${s.id}` },
-            ),
+            )),
           ),
       },
     ],

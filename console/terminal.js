@@ -91,9 +91,10 @@ function closeText(ev, exit) {
 
 /**
  * Renders the terminal tab into `panel` for sandbox `id`; returns its cleanup. `sandboxState()`
- * gives the sandbox's state now, for a socket refused before it opened.
+ * gives the sandbox's state now (a paused sandbox is not connected to), `ready` settles once it
+ * is first known.
  */
-export function terminalTab(panel, id, { sandboxState } = {}) {
+export function terminalTab(panel, id, { sandboxState, ready = Promise.resolve() } = {}) {
   const errors = errorArea();
   const status = h("p", { class: "term-status", role: "status" }, "Loading the terminal…");
   const box = h("div", { class: "term-box" });
@@ -111,6 +112,16 @@ export function terminalTab(panel, id, { sandboxState } = {}) {
   function connect() {
     errors.clear();
     reconnect.hidden = true;
+    const state = sandboxState?.();
+    // A paused sandbox refuses a terminal (409), a gone one is 404: say so instead of trying.
+    // (A hibernated one is woken by the connection.)
+    if (state && !["running", "hibernated", "starting"].includes(state)) {
+      status.textContent = `The sandbox is ${state}: ${state === "paused" ? "resume it, then connect" : "no terminal"}.`;
+      reconnect.textContent = "Connect";
+      reconnect.hidden = state !== "paused";
+      return;
+    }
+    reconnect.textContent = "Reconnect";
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     const url = `${proto}//${location.host}${path("/v1/sandboxes", id, "pty")}?cols=${term.cols}&rows=${term.rows}`;
     const sock = new WebSocket(url);
@@ -162,7 +173,7 @@ export function terminalTab(panel, id, { sandboxState } = {}) {
   reconnect.hidden = true;
   bar.append(reconnect);
 
-  Promise.all([import("./vendor/xterm.mjs"), import("./vendor/addon-fit.mjs")])
+  Promise.all([import("./vendor/xterm.mjs"), import("./vendor/addon-fit.mjs"), ready.catch(() => {})])
     .then(([{ Terminal }, { FitAddon }]) => {
       if (stopped) return;
       loadCss();

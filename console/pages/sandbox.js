@@ -104,32 +104,50 @@ export function render(main, params, session) {
     fork.hidden = s !== "running";
   }
 
+  // One read at a time; an event during a read asks for one more after it (the read in
+  // flight may have been answered before the change the event tells of).
   let reading = null;
-  async function refresh() {
-    if (reading) return reading;
+  let again = false;
+  async function read() {
+    try {
+      sb = await api("GET", base);
+      factsEl.replaceChildren(facts(sb));
+      gone.hidden = true;
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 404) {
+        sb = null;
+        gone.hidden = false;
+        factsEl.replaceChildren(kv([["State", stateBadge("deleted")]]));
+      } else errors.show(e);
+    } finally {
+      showActions();
+    }
+  }
+  function refresh() {
+    if (reading) {
+      again = true;
+      return reading;
+    }
     reading = (async () => {
-      try {
-        sb = await api("GET", base);
-        factsEl.replaceChildren(facts(sb));
-        gone.hidden = true;
-      } catch (e) {
-        if (e instanceof ApiError && e.status === 404) {
-          sb = null;
-          gone.hidden = false;
-          factsEl.replaceChildren(kv([["State", stateBadge("deleted")]]));
-        } else errors.show(e);
-      } finally {
-        showActions();
-        reading = null;
-      }
+      do {
+        again = false;
+        await read();
+      } while (again);
+      reading = null;
     })();
     return reading;
   }
 
+  // The event stream is open before the first read: nothing between is missed.
+  const off = onEvents(["sandbox.*"], (e) => {
+    if (e.resource?.kind === "sandbox" && e.resource.id === id) refresh();
+  });
+
   let snaps = null;
   let metrics = null;
+  const first = refresh();
   const t = tabs([
-    { label: "Terminal", render: (p) => terminalTab(p, id, { sandboxState: () => sb?.state ?? "gone" }) },
+    { label: "Terminal", render: (p) => terminalTab(p, id, { sandboxState: () => sb?.state ?? "gone", ready: first }) },
     { label: "Files", render: (p) => filesTab(p, id, { csrf: session?.csrf_token }) },
     { label: "Logs", render: (p) => logsTab(p, id) },
     {
@@ -152,11 +170,6 @@ export function render(main, params, session) {
 
   body.append(gone, h("div", { class: "sb-top" }, factsEl, fork), result, t.el);
 
-  // The event stream is open before the first read: nothing between is missed.
-  const off = onEvents(["sandbox.*"], (e) => {
-    if (e.resource?.kind === "sandbox" && e.resource.id === id) refresh();
-  });
-  refresh();
   return () => {
     off();
     t.stop();
