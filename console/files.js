@@ -186,7 +186,7 @@ export function filesTab(panel, id, { csrf, start = "/root" } = {}) {
         const last = i === parts.length - 1;
         const el = last
           ? h("span", { "aria-current": "location", class: "mono" }, label)
-          : h("button", { type: "button", class: "linklike mono", onclick: () => go(p) }, label);
+          : h("button", { type: "button", class: "linklike mono", onclick: () => go(p), "aria-label": p === "/" ? "/ (the top folder)" : null }, label);
         return last ? [el] : [el, " › "];
       }),
     );

@@ -100,7 +100,8 @@ export function terminalTab(panel, id, { sandboxState, ready = Promise.resolve()
   const box = h("div", { class: "term-box" });
   let reconnect = null;
   const bar = h("div", { class: "term-bar" }, status);
-  panel.append(errors.el, bar, box, h("p", { class: "muted small" }, SHIFT_ESC_HELP));
+  const help = h("p", { class: "muted small" }, SHIFT_ESC_HELP);
+  panel.append(errors.el, bar, box, help);
 
   let term = null;
   let fit = null;
@@ -231,6 +232,7 @@ export function terminalTab(panel, id, { sandboxState, ready = Promise.resolve()
       if (stopped) return;
       status.textContent = "No terminal.";
       box.hidden = true;
+      help.hidden = true;
       errors.show({
         message: `This build has no terminal: run scripts/console-deps.sh and rebuild (${e.message}).`,
       });

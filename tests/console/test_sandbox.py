@@ -130,7 +130,7 @@ def test_metrics_show_charts(page, base_url, sandbox, shot):
     shot(page, "sandbox-metrics")
 
 
-def test_pause_resume_and_snapshot(page, base_url, api, sandbox):
+def test_pause_resume_and_snapshot(page, base_url, api, sandbox, shot):
     sb_id = sandbox["id"]
     open_sandbox(page, base_url, sb_id)
     page.get_by_role("button", name="Pause", exact=True).click()
@@ -153,6 +153,21 @@ def test_pause_resume_and_snapshot(page, base_url, api, sandbox):
     try:
         page.get_by_role("tab", name="Snapshots").click()
         page.locator(f'tr[data-key="{snap_id}"]').wait_for()
+        shot(page, "sandbox-snapshots")
+        # A new sandbox from it: its page is shown.
+        page.get_by_role("button", name=f"New sandbox from snapshot {snap_id}").click()
+        page.wait_for_url(re.compile(r"#/sandboxes/(?!" + re.escape(sb_id) + r")[^/]+$"))
+        new_id = page.url.rsplit("/", 1)[1]
+        try:
+            page.get_by_role("heading", level=1, name=f"Sandbox {new_id}").wait_for()
+            page.locator(".sb-facts").filter(has_text=snap_id).wait_for()
+            panel(page, "Terminal").get_by_role("status").filter(has_text="Connected.").wait_for()
+            assert api("GET", f"/v1/sandboxes/{new_id}")[1]["snapshot_id"] == snap_id
+            page.goto(f"{base_url}/#/sandboxes")
+        finally:
+            api("DELETE", f"/v1/sandboxes/{new_id}")
+        open_sandbox(page, base_url, sb_id)
+        page.get_by_role("tab", name="Snapshots").click()
         page.once("dialog", lambda d: d.accept())
         page.get_by_role("button", name=f"Delete snapshot {snap_id}").click()
         page.locator(f'tr[data-key="{snap_id}"]').wait_for(state="detached")
