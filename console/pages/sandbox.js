@@ -7,7 +7,7 @@ import { api, ApiError } from "../api.js";
 import { onEvents } from "../events.js";
 import {
   h, announce, page, actionButton, field, input, formCard, kv, link, when, stateBadge, path,
-  tabs,
+  tabs, bytes,
 } from "../ui.js";
 import { terminalTab } from "../terminal.js";
 import { filesTab } from "../files.js";
@@ -77,7 +77,7 @@ export function render(main, params, session) {
     if (s === "running") {
       list.push(
         act("Snapshot", "snapshots", (snap) => {
-          result.replaceChildren(h("p", { class: "notice" }, `Snapshot ${snap.id} made (${snap.size_bytes} bytes): see the Snapshots tab.`));
+          result.replaceChildren(h("p", { class: "notice" }, `Snapshot ${snap.id} made (${bytes(snap.size_bytes)}): see the Snapshots tab.`));
           announce(`Snapshot ${snap.id} made`);
           snaps?.reload();
         }),

@@ -177,6 +177,38 @@ def test_pause_resume_and_snapshot(page, base_url, api, sandbox, shot):
         api("DELETE", f"/v1/snapshots/{snap_id}")
 
 
+def test_port_preview_url_public_and_private(page, base_url, api, sandbox):
+    sb_id = sandbox["id"]
+    open_sandbox(page, base_url, sb_id)
+    page.get_by_role("tab", name="Ports").click()
+    page.get_by_role("spinbutton", name="Port").fill("8123")
+    page.get_by_role("button", name="Show URL").click()
+    card = page.locator(".card").filter(has=page.get_by_role("heading", name="Port 8123"))
+    card.wait_for()
+    assert f"8123-{sb_id}" in card.inner_text()
+    assert "private" in card.inner_text()
+    token = api("GET", f"/v1/sandboxes/{sb_id}/ports/8123/url")[1]["token"]
+    assert token in card.get_by_role("link", name="Open port 8123").get_attribute("href")
+    card.get_by_role("button", name="Make public").click()
+    card.get_by_role("button", name="Make private").wait_for()
+    assert api("GET", f"/v1/sandboxes/{sb_id}/ports/8123/url")[1]["public"] is True
+    card.get_by_role("button", name="Make private").click()
+    card.get_by_role("button", name="Make public").wait_for()
+    assert api("GET", f"/v1/sandboxes/{sb_id}/ports/8123/url")[1]["public"] is False
+
+
+def test_hibernate_and_wake(page, base_url, api, sandbox):
+    sb_id = sandbox["id"]
+    open_sandbox(page, base_url, sb_id)
+    page.get_by_role("button", name="Hibernate").click()
+    state = page.locator(".sb-facts .state")
+    state.filter(has_text="hibernated").wait_for(timeout=90_000)
+    assert api("GET", f"/v1/sandboxes/{sb_id}")[1]["state"] == "hibernated"
+    page.get_by_role("button", name="Wake").click()
+    state.filter(has_text="running").wait_for(timeout=90_000)
+    assert page.get_by_role("button", name="Wake").count() == 0
+
+
 def test_fork_links_to_the_child(page, base_url, api, sandbox):
     sb_id = sandbox["id"]
     open_sandbox(page, base_url, sb_id)
