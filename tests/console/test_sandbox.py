@@ -53,6 +53,17 @@ def test_terminal_runs_a_command(page, base_url, sandbox, shot):
     panel(page, "Terminal").get_by_role("status").filter(has_text="exited with code 3").wait_for()
     page.get_by_role("button", name="Reconnect").click()
     panel(page, "Terminal").get_by_role("status").filter(has_text="Connected.").wait_for()
+    # Keyboard: Shift+Escape leaves the terminal for its tab.
+    page.get_by_label("Terminal input").focus()
+    page.keyboard.press("Shift+Escape")
+    assert page.evaluate("document.activeElement.getAttribute('role')") == "tab"
+    assert page.evaluate("document.activeElement.textContent") == "Terminal"
+    # The terminal follows the theme toggle.
+    before = page.locator(".xterm-scrollable-element").evaluate("e => getComputedStyle(e).backgroundColor")
+    page.locator("#theme").click()
+    page.wait_for_function(
+        "b => getComputedStyle(document.querySelector('.xterm-scrollable-element')).backgroundColor !== b", arg=before
+    )
 
 
 def test_files_upload_list_download_delete(page, base_url, api, sandbox, shot):
