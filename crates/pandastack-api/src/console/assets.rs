@@ -34,12 +34,10 @@ struct Files;
 const DEV_DIR_ENV: &str = "PANDASTACK_CONSOLE_DIR";
 
 /// The policy of every console answer.
-///
-/// Styles allow `'unsafe-inline'` because the terminal (xterm.js) writes its theme and cell
-/// sizes into `<style>` elements it creates; scripts stay `'self'` only, so an injected style
-/// cannot run code.
-pub(crate) const CSP: &str = "default-src 'self'; script-src 'self'; \
-     style-src 'self' 'unsafe-inline'; \
+/// No inline script or style at all: the terminal's xterm.js writes its theme and cell sizes
+/// into `<style>` elements, whose text `console/terminal.js` moves into constructed
+/// stylesheets (which the policy allows).
+pub(crate) const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
      img-src 'self' data:; connect-src 'self'; font-src 'self'; object-src 'none'; \
      base-uri 'none'; frame-ancestors 'none'; form-action 'self'";
 
