@@ -274,7 +274,7 @@ function sqlConsole(panel, id) {
     }
   });
   const histId = newId("hist");
-  const histWrap = h("section", { class: "card", "aria-labelledby": histId }, h("h3", { id: histId }, "Recent queries"), hist);
+  const histWrap = h("section", { class: "card", "aria-labelledby": histId }, h("h2", { id: histId }, "Recent queries"), hist);
   panel.append(form, errors.el, status, result, histWrap);
   showHistory();
 }
@@ -409,7 +409,7 @@ function restorePanel(panel, id, current, reloadDb) {
       h(
         "div",
         { class: "head" },
-        h("h3", { id: backupsId }, "Base backups"),
+        h("h2", { id: backupsId }, "Base backups"),
         h("div", { class: "actions" }, actionButton("Back up now", async () => {
           const b = await api("POST", path("/v1/databases", id, "backups"));
           announce(`Backup ${b.id} started`);
@@ -522,7 +522,7 @@ function walPanel(panel, id, current, session) {
       h(
         "div",
         { class: "head" },
-        h("h3", { id: walId }, "Write-ahead log"),
+        h("h2", { id: walId }, "Write-ahead log"),
         h(
           "div",
           { class: "actions" },

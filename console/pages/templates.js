@@ -27,7 +27,7 @@ function versionText(t) {
 
 export function render(main) {
   const { body, errors } = page(main, "Templates");
-  const detailEl = h("div", {});
+  const detailEl = h("div", { class: "detail" });
   let detail = null;
 
   const table = dataTable({
@@ -56,7 +56,7 @@ export function render(main) {
                 announce(`Sandbox ${sb.id} created`);
                 location.hash = `#/sandboxes/${encodeURIComponent(sb.id)}`;
               },
-              { errors, kind: "small", ariaLabel: `New sandbox from template ${t.name}` },
+              { errors, kind: "ghost small", ariaLabel: `New sandbox from template ${t.name}` },
             ),
             h("button", { type: "button", class: "ghost small", "aria-label": `Details and builds of template ${t.name}`, onclick: () => open(t.name) }, "Details"),
             actionButton(

@@ -28,7 +28,7 @@ function attachmentsCell(v) {
 export function render(main) {
   const { body, errors } = page(main, "Volumes");
   let detail = null; // {name, stop()}
-  const detailEl = h("div", {});
+  const detailEl = h("div", { class: "detail" });
 
   const table = dataTable({
     caption: "Volumes of this workspace",
@@ -273,7 +273,7 @@ function volumeDetail(name, el, { changed, closed }) {
 
   function showFacts(v) {
     grow.min = String(v.size_gb + 1);
-    if (!grow.value) grow.value = String(v.size_gb + 1);
+    grow.value = String(v.size_gb + 1);
     facts.replaceChildren(
       h(
         "dl",
