@@ -15,6 +15,11 @@ import {
 
 const ACTIVE = new Set(["queued", "building", "baking"]);
 
+function small(button) {
+  button.classList.add("small");
+  return button;
+}
+
 function seconds(ms) {
   return ms === null || ms === undefined ? "" : `${(ms / 1000).toFixed(1)} s`;
 }
@@ -70,7 +75,7 @@ export function render(main) {
             ),
             t.source === "catalog"
               ? null
-              : actionButton(
+              : small(actionButton(
                   "Delete",
                   async () => {
                     await api("DELETE", path("/v1/templates", t.name));
@@ -79,7 +84,7 @@ export function render(main) {
                     announce(`Template ${t.name} deleted`);
                   },
                   { errors, danger: true, confirm: `Delete template ${t.name}, every version? Sandboxes made from it keep running.`, ariaLabel: `Delete template ${t.name}` },
-                ),
+                )),
           ),
       },
     ],
