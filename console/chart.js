@@ -8,7 +8,7 @@ import { h } from "./dom.js";
 const NS = "http://www.w3.org/2000/svg";
 const W = 640;
 const H = 180;
-const PAD = { l: 48, r: 12, t: 10, b: 22 };
+const PAD = { l: 76, r: 12, t: 10, b: 22 };
 
 function svg(tag, attrs = {}, ...children) {
   const el = document.createElementNS(NS, tag);
@@ -55,7 +55,9 @@ export function lineChart({ title, series = [], unit = "", max }) {
     }
     const t0 = Math.min(...all.map((p) => p[0]));
     const t1 = Math.max(...all.map((p) => p[0]), t0 + 1);
-    const top = max ?? Math.max(...all.map((p) => p[1]), 1e-9) * 1.1;
+    // An all-zero series still gets a scale: 1 of its unit (1 KiB for bytes).
+    const peakAll = Math.max(...all.map((p) => p[1]));
+    const top = max ?? (peakAll > 0 ? peakAll * 1.1 : unit === "bytes" ? 1024 : 1);
     const x = (t) => PAD.l + ((t - t0) / (t1 - t0)) * (W - PAD.l - PAD.r);
     const y = (v) => H - PAD.b - (Math.min(v, top) / top) * (H - PAD.t - PAD.b);
     // Grid: 0, half and top, labelled.
