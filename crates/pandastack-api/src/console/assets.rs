@@ -33,11 +33,12 @@ struct Files;
 /// production (nothing is cached and nothing is compressed).
 const DEV_DIR_ENV: &str = "PANDASTACK_CONSOLE_DIR";
 
-/// The policy of every console answer.
-/// No inline script or style at all: the terminal's xterm.js writes its theme and cell sizes
-/// into `<style>` elements, whose text `console/terminal.js` moves into constructed
-/// stylesheets (which the policy allows).
-pub(crate) const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+/// The policy of every console answer. No inline script, and no inline style but an empty one: xterm.js (the terminal) inserts
+/// `<style>` elements empty and then writes its theme and cell sizes into them;
+/// `console/terminal.js` moves that text into constructed stylesheets (which the policy
+/// allows), so the elements stay empty, and the hash below is the SHA-256 of the empty string.
+pub(crate) const CSP: &str = "default-src 'self'; script-src 'self'; \
+     style-src 'self' 'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='; \
      img-src 'self' data:; connect-src 'self'; font-src 'self'; object-src 'none'; \
      base-uri 'none'; frame-ancestors 'none'; form-action 'self'";
 
