@@ -227,7 +227,11 @@ export function dataTable({ caption, columns, key = (r) => r.id, empty = "Nothin
     h(
       "tr",
       { "data-key": key(r) },
-      columns.map((c) => h("td", { class: c.class || "", "data-label": c.label }, c.cell(r))),
+      columns.map((c) => {
+        const v = c.cell(r);
+        const blank = v === null || v === undefined || v === "";
+        return h("td", { class: c.class || "", "data-label": c.label, "data-empty": blank }, v);
+      }),
     );
   const showEmpty = () => (emptyEl.hidden = rows.size > 0);
   return {
