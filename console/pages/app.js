@@ -10,7 +10,7 @@ import {
   h, announce, page, dataTable, actionButton, field, input, select, textarea, formCard, link,
   when, stateBadge, path, copyable, copyButton, tabs, logView, follow,
 } from "../ui.js";
-import { parseEnv, envText, getText, duration, phaseTimeline, phaseRows, followedLog, facts, crumbPage } from "./appkit.js";
+import { parseEnv, envText, getText, duration, phaseTimeline, phaseRows, followedLog, facts, crumbPage, fill } from "./appkit.js";
 import { appState } from "./apps.js";
 
 const ACTIVE = ["queued", "cloning", "building", "baking", "checking"];
@@ -109,7 +109,7 @@ export function render(main, params) {
       logBox = l.el;
       stopLog = l.stop;
     }
-    detail.replaceChildren(
+    fill(detail, 
       h("h3", { tabindex: "-1" }, `Deploy #${d.number} `, stateBadge(d.state)),
       facts([
         ["Id", h("span", { class: "mono" }, d.id)],

@@ -218,3 +218,10 @@ export function crumbPage(main, title, crumbs, opts = {}) {
   );
   return p;
 }
+
+/** `el.replaceChildren(...kids)` with arrays flattened and null/false left out (the DOM
+ * would write them as the text "null"). */
+export function fill(el, ...kids) {
+  el.replaceChildren(...kids.flat(Infinity).filter((k) => k !== null && k !== undefined && k !== false));
+  return el;
+}

@@ -10,7 +10,7 @@ import {
   h, announce, page, dataTable, actionButton, field, textarea, link, when, stateBadge, path,
   copyButton, newId,
 } from "../ui.js";
-import { getText, duration, phaseTimeline, phaseRows, pretty, facts, crumbPage } from "./appkit.js";
+import { getText, duration, phaseTimeline, phaseRows, pretty, facts, crumbPage, fill } from "./appkit.js";
 
 export function render(main, params) {
   const name = params.id;
@@ -118,7 +118,7 @@ export function render(main, params) {
     }
   });
   function showOutcome(inv, rtt) {
-    outcome.replaceChildren(
+    fill(outcome, 
       h("h3", {}, "Outcome ", stateBadge(inv.status)),
       facts([
         ["Status", inv.status],
@@ -188,7 +188,7 @@ export function render(main, params) {
     if (!v) return;
     const logEl = h("pre", { class: "log", tabindex: "0", role: "log", "aria-label": `Build log of version ${number}` }, "Reading…");
     versionDetail.hidden = false;
-    versionDetail.replaceChildren(
+    fill(versionDetail, 
       h("h3", { tabindex: "-1" }, `Version ${number} `, stateBadge(v.state)),
       v.error ? h("p", { class: "error-text" }, v.error) : null,
       phaseTimeline(v.phases_ms, { title: `Phases of version ${number}` }),
