@@ -113,7 +113,7 @@ export function render(main) {
 }
 
 function newAppForm(errors) {
-  const name = input({ name: "name", required: true, pattern: "[a-z]([a-z0-9-]{0,38}[a-z0-9])?", maxlength: "40", autocomplete: "off", spellcheck: "false" });
+  const name = input({ name: "name", required: true, pattern: "[a-z]([a-z0-9\\-]{0,38}[a-z0-9])?", maxlength: "40", autocomplete: "off", spellcheck: "false" });
   const url = input({ name: "git-url", required: true, placeholder: "https://github.com/you/site.git", autocomplete: "off", spellcheck: "false" });
   const ref = input({ name: "git-ref", placeholder: "main", autocomplete: "off", spellcheck: "false" });
   const env = textarea({ name: "env", rows: 3, placeholder: "NODE_ENV=production", spellcheck: "false", class: "mono" });

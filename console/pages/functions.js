@@ -120,7 +120,7 @@ export function render(main) {
 }
 
 function newFunctionForm(errors) {
-  const name = input({ name: "name", required: true, pattern: "[a-z]([a-z0-9-]{0,35}[a-z0-9])?", maxlength: "37", autocomplete: "off", spellcheck: "false" });
+  const name = input({ name: "name", required: true, pattern: "[a-z]([a-z0-9\\-]{0,35}[a-z0-9])?", maxlength: "37", autocomplete: "off", spellcheck: "false" });
   const runtime = select([
     { value: "python", label: "Python 3" },
     { value: "node", label: "Node.js 20" },

@@ -180,7 +180,7 @@ function timeZones() {
 }
 
 function newScheduleForm(errors, created) {
-  const name = input({ name: "name", required: true, pattern: "[a-z]([a-z0-9-]{0,61}[a-z0-9])?", maxlength: "63", autocomplete: "off", spellcheck: "false" });
+  const name = input({ name: "name", required: true, pattern: "[a-z]([a-z0-9\\-]{0,61}[a-z0-9])?", maxlength: "63", autocomplete: "off", spellcheck: "false" });
   const cron = input({ name: "cron", required: true, value: "*/5 * * * *", class: "mono", autocomplete: "off", spellcheck: "false" });
   const zones = h("datalist", { id: "tz-list" }, ["UTC", ...timeZones().filter((z) => z !== "UTC")].map((z) => h("option", { value: z })));
   const tz = input({ name: "timezone", value: "UTC", list: "tz-list", autocomplete: "off", spellcheck: "false" });
