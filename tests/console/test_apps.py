@@ -131,7 +131,8 @@ def test_an_app_deploys_from_the_page_with_its_log_streamed_and_serves(page, api
 
         # Delete from the app's page (after a confirmation).
         page.get_by_role("link", name=name, exact=True).click()
-        page.get_by_role("button", name="Delete app").click()
+        page.get_by_role("heading", name=f"App {name}").wait_for()
+        page.get_by_role("button", name="Delete app", exact=True).click()
         page.wait_for_url(re.compile(r"#/apps$"))
         assert api("GET", f"/v1/apps/{name}")[0] == 404
     finally:
