@@ -102,7 +102,7 @@ export function render(main) {
     const rows = m.groups.map((g) =>
       h("tr", {}, cols.map((c) => h("td", { "data-label": c.label, class: c.class || "" }, c.cell(g))), FIGURES.map((f) => h("td", { class: "num", "data-label": f.label }, f.fmt(g.usage[f.key])))),
     );
-    const total = h("tr", {}, cols.length ? h("td", { colspan: cols.length, "data-label": "" }, "Total") : null, FIGURES.map((f) => h("td", { class: "num", "data-label": cols.length ? f.label : `Total ${f.label}` }, f.fmt(m.totals[f.key]))));
+    const total = h("tr", {}, cols.length ? h("td", { colspan: cols.length }, "Total") : null, FIGURES.map((f) => h("td", { class: "num", "data-label": cols.length ? f.label : `Total ${f.label}` }, f.fmt(m.totals[f.key]))));
     fill(tableBox, 
       h("p", { class: "muted small" }, `From ${m.from.replace("T", " ").slice(0, 16)} to ${m.to.replace("T", " ").slice(0, 16)} UTC (hours are the resolution).`),
       h("div", { class: "table-wrap" },
