@@ -53,6 +53,11 @@ on_exit() {
   scripts/dev-server.sh stop console-test
 }
 trap on_exit EXIT
+# tests/console/test_apps.py deploys an app from a `git daemon` on this loopback port; the
+# server fetches from loopback only where the operator allows it.
+PANDASTACK_CONSOLE_GIT_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+export PANDASTACK_CONSOLE_GIT_PORT
+export PANDASTACK_DEV_SERVER_ARGS="${PANDASTACK_DEV_SERVER_ARGS:+$PANDASTACK_DEV_SERVER_ARGS }--allow-internal-fetch 127.0.0.1:$PANDASTACK_CONSOLE_GIT_PORT"
 eval "$(scripts/dev-server.sh start console-test)"
 
 step "console: browser tests"
