@@ -57,7 +57,9 @@ export function lineChart({ title, series = [], unit = "", max }) {
     const t1 = Math.max(...all.map((p) => p[0]), t0 + 1);
     // An all-zero series still gets a scale: 1 of its unit (1 KiB for bytes).
     const peakAll = Math.max(...all.map((p) => p[1]));
-    const top = max ?? (peakAll > 0 ? peakAll * 1.1 : unit === "bytes" ? 1024 : 1);
+    // Percentages of a whole stop at 100.
+    let top = max ?? (peakAll > 0 ? peakAll * 1.1 : unit === "bytes" ? 1024 : 1);
+    if (max === undefined && unit === "%" && peakAll <= 100) top = Math.min(top, 100);
     const x = (t) => PAD.l + ((t - t0) / (t1 - t0)) * (W - PAD.l - PAD.r);
     const y = (v) => H - PAD.b - (Math.min(v, top) / top) * (H - PAD.t - PAD.b);
     // Grid: 0, half and top, labelled.

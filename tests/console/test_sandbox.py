@@ -129,13 +129,32 @@ def test_logs_follow_the_guest_console(page, base_url, api, sandbox):
     log.filter(has_text=held).wait_for()
 
 
-def test_metrics_show_charts(page, base_url, sandbox, shot):
+def test_metrics_show_charts(page, base_url, api, sandbox, shot):
+    # Some CPU for the chart to show (the readings come every 5 s).
+    api(
+        "POST",
+        f"/v1/sandboxes/{sandbox['id']}/exec",
+        {"cmd": "(timeout 20 sh -c 'while :; do :; done') >/dev/null 2>&1 &"},
+    )
     open_sandbox(page, base_url, sandbox["id"])
     page.get_by_role("tab", name="Metrics").click()
+    # The chart redraws every 5 s: wait for three readings and a CPU peak above zero, read from
+    # the chart's own text summary.
+    page.wait_for_function(
+        """() => {
+            const fig = [...document.querySelectorAll("figure.chart")]
+                .find(f => f.textContent.includes("CPU (% of the vCPUs)"));
+            const d = fig?.querySelector("path.chart-line")?.getAttribute("d") || "";
+            const peak = /peak ([\\d.]+) %/.exec(fig?.textContent || "");
+            return (d.match(/L/g) || []).length >= 2 && peak && Number(peak[1]) > 0;
+        }""",
+        timeout=90_000,
+    )
     cpu = page.locator("figure.chart").filter(has_text="CPU (% of the vCPUs)")
-    cpu.locator("path.chart-line").first.wait_for(timeout=60_000)
+    # "attached", not visible: a constant series is a flat line, which has no height.
+    cpu.locator("path.chart-line").first.wait_for(state="attached", timeout=60_000)
     mem = page.locator("figure.chart").filter(has_text="Guest memory")
-    mem.locator("path.chart-line").first.wait_for()
+    mem.locator("path.chart-line").first.wait_for(state="attached")
     assert re.search(r"used [\d.]+ MiB", mem.inner_text())
     assert page.get_by_label("Since").input_value() == "1h"
     shot(page, "sandbox-metrics")
