@@ -21,20 +21,37 @@ impl Client {
     /// `GET …/fs?path=`, streamed into the local file `local` (created or truncated); returns
     /// the bytes written.
     pub async fn download(&self, id: &str, path: &str, local: &Path) -> Result<u64, Error> {
-        let call = Call::new(Method::GET, sandbox_path(id, "/fs")).query("path", path);
-        let mut resp = self.send(call).await?;
-        let what = || format!("cannot write {}", local.display());
+        let what = format!("cannot write {}", local.display());
         let mut f = tokio::fs::File::create(local)
             .await
-            .map_err(|e| Error::io(what(), e))?;
+            .map_err(|e| Error::io(what.clone(), e))?;
+        self.download_into(id, path, &mut f, &what).await
+    }
+
+    /// `GET …/fs?path=`, streamed into `out` (stdout, a pipe); returns the bytes written.
+    /// `what` names `out` in a write error.
+    pub async fn download_into<W>(
+        &self,
+        id: &str,
+        path: &str,
+        out: &mut W,
+        what: &str,
+    ) -> Result<u64, Error>
+    where
+        W: tokio::io::AsyncWrite + Unpin,
+    {
+        let call = Call::new(Method::GET, sandbox_path(id, "/fs")).query("path", path);
+        let mut resp = self.send(call).await?;
         let mut n = 0u64;
         while let Some(chunk) = resp.chunk().await.map_err(Error::Http)? {
-            f.write_all(&chunk)
+            out.write_all(&chunk)
                 .await
-                .map_err(|e| Error::io(what(), e))?;
+                .map_err(|e| Error::io(what.to_owned(), e))?;
             n += chunk.len() as u64;
         }
-        f.flush().await.map_err(|e| Error::io(what(), e))?;
+        out.flush()
+            .await
+            .map_err(|e| Error::io(what.to_owned(), e))?;
         Ok(n)
     }
 

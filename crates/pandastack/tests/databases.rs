@@ -212,6 +212,50 @@ async fn databases_end_to_end() {
     )
     .await;
 
+    step(
+        "dump: `pandastack db dump` runs the database's own pg_dump in its VM (plain SQL with \
+         the rows; custom format for pg_restore; options after --), leaving nothing behind",
+        async {
+            let dump = |extra: &[&str]| {
+                let out = std::process::Command::new(env!("CARGO_BIN_EXE_pandastack"))
+                    .args(["db", "dump", "app"])
+                    .args(extra)
+                    .env("PANDASTACK_BASE_URL", &server.url)
+                    .env("PANDASTACK_API_KEY", &server.key)
+                    .output()
+                    .expect("run pandastack db dump");
+                (
+                    out.status.success(),
+                    out.stdout,
+                    String::from_utf8_lossy(&out.stderr).into_owned(),
+                )
+            };
+            let (ok, sql, err) = dump(&[]);
+            let sql = String::from_utf8(sql).unwrap();
+            assert!(ok, "{err}");
+            assert!(sql.contains("PostgreSQL database dump"), "{sql}");
+            assert!(
+                sql.contains("COPY public.items (id, note, embedding) FROM stdin;"),
+                "{sql}"
+            );
+            assert!(sql.contains("2\tb\t[0,1,0]"), "{sql}");
+            let (ok, custom, err) = dump(&["--format", "custom", "--", "--table=items"]);
+            assert!(ok && custom.starts_with(b"PGDMP"), "{err}");
+            let (ok, _, err) = dump(&["--", "--no-such-option"]);
+            assert!(!ok && err.contains("unrecognized option"), "{err}");
+            let (st, left) = api
+                .call(
+                    "POST",
+                    &format!("/v1/sandboxes/{}/exec", db["sandbox_id"].as_str().unwrap()),
+                    Some(json!({"cmd": "ls /var/tmp"})),
+                )
+                .await;
+            assert_eq!(st, StatusCode::OK, "{left}");
+            assert_eq!(left["stdout"], "", "{left}");
+        },
+    )
+    .await;
+
     // Without SNI (an IP address as host): Neon's endpoint option routes it.
     step("without SNI, options=endpoint= routes the connection", async {
         let no_sni = format!(

@@ -1,6 +1,6 @@
 //! `pandastack db …` (alias `database`): managed PostgreSQL databases on a running server
 //! through the `/v1` API — create, ls, get, psql (runs the real `psql` on the connection
-//! string), branch (as of now or `--from-time`), restore (in place, to a past time), password,
+//! string), dump (the database's own pg_dump, run in its VM), branch (as of now or `--from-time`), restore (in place, to a past time), password,
 //! query (SQL over HTTP), rm, backup (a base backup), backups and extensions.
 
 use std::net::IpAddr;
@@ -34,6 +34,9 @@ enum DbCmd {
     Get(IdJson),
     /// Run `psql` on a database: `pandastack db psql NAME -- -c 'select 1'`.
     Psql(PsqlArgs),
+    /// Dump a database with the `pg_dump` of its own version, run in its VM (nothing to
+    /// install here, no version mismatch): `pandastack db dump NAME > dump.sql`.
+    Dump(DumpArgs),
     /// Branch a database as of now (a copy-on-write copy of its data, its own VM) or as of
     /// `--from-time` (from its archive); prints the branch's connection string.
     Branch(BranchArgs),
@@ -122,6 +125,28 @@ struct RestoreArgs {
     /// Print the database as JSON instead of its connection string.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct DumpArgs {
+    /// Database id or name.
+    id: String,
+    /// `plain` (SQL, for psql) or `custom` (compressed, for pg_restore).
+    #[arg(long, value_enum, default_value_t = DumpFormat::Plain)]
+    format: DumpFormat,
+    /// Write to this file instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<std::path::PathBuf>,
+    /// More pg_dump options, after `--` (e.g. `-- --schema-only -t notes`); passed as
+    /// arguments, never through a shell.
+    #[arg(last = true, value_name = "PG_DUMP ARGS")]
+    args: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DumpFormat {
+    Plain,
+    Custom,
 }
 
 #[derive(Debug, clap::Args)]
@@ -222,6 +247,7 @@ async fn dispatch(c: Client, cmd: DbCmd) -> anyhow::Result<ExitCode> {
         }
         DbCmd::Get(a) => show(&c.get_database(&a.id).await?, a.json)?,
         DbCmd::Psql(a) => return psql(&c, a).await,
+        DbCmd::Dump(a) => return dump(&c, a).await,
         DbCmd::Branch(a) => {
             let req = CreateBranchRequest {
                 name: a.name,
@@ -416,6 +442,85 @@ async fn psql(c: &Client, a: PsqlArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Err(anyhow::Error::new(e).context(format!("cannot run {}", a.psql)))
+}
+
+/// `db dump`: `pg_dump` runs in the database's VM as `postgres` (over the local socket, so no
+/// password) into a file on the VM's root disk — not its data volume, which a large dump could
+/// fill — that is then streamed here and removed. The dump is of the database's own version;
+/// a hibernated database wakes for it.
+async fn dump(c: &Client, a: DumpArgs) -> anyhow::Result<ExitCode> {
+    use pandastack_client::types::ExecRequest;
+    use tokio::io::AsyncWriteExt;
+
+    let d = c.get_database(&a.id).await?;
+    let Some(vm) = d.sandbox_id.clone() else {
+        anyhow::bail!(
+            "database {} has no VM (state {:?}): nothing to dump from",
+            d.name,
+            d.state
+        );
+    };
+    let (flag, ext) = match a.format {
+        DumpFormat::Plain => ("--format=plain", "sql"),
+        DumpFormat::Custom => ("--format=custom", "dump"),
+    };
+    // A name no other dump running now has: this process and the time.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let tmp = format!(
+        "/var/tmp/pandastack-dump-{}-{nanos:x}.{ext}",
+        std::process::id()
+    );
+    let mut argv = vec![
+        format!("/usr/lib/postgresql/{}/bin/pg_dump", d.version),
+        "--host=/var/run/postgresql".to_owned(),
+        flag.to_owned(),
+        format!("--file={tmp}"),
+    ];
+    argv.extend(a.args.iter().cloned());
+    argv.push(format!("--dbname={}", d.user));
+    let req = ExecRequest {
+        argv: Some(argv),
+        user: Some("postgres".into()),
+        timeout_seconds: Some(3600),
+        ..Default::default()
+    };
+    let run = c.exec(&vm, &req).await?;
+    let cleanup = || async {
+        let rm = ExecRequest {
+            argv: Some(vec!["rm".into(), "-f".into(), tmp.clone()]),
+            ..Default::default()
+        };
+        if let Err(e) = c.exec(&vm, &rm).await {
+            tracing::warn!(error = %e, path = %tmp, "remove the dump from the database's VM");
+        }
+    };
+    if run.exit_code != 0 || run.timed_out {
+        cleanup().await;
+        anyhow::bail!(
+            "pg_dump failed in the database's VM (exit {}{}): {}",
+            run.exit_code,
+            if run.timed_out { ", timed out" } else { "" },
+            run.stderr.trim()
+        );
+    }
+    let written = match &a.output {
+        Some(path) => c.download(&vm, &tmp, path).await,
+        None => {
+            let mut out = tokio::io::stdout();
+            let n = c
+                .download_into(&vm, &tmp, &mut out, "standard output")
+                .await;
+            out.flush().await.ok();
+            n
+        }
+    };
+    cleanup().await;
+    let n = written?;
+    eprintln!("dumped {} ({n} bytes, pg_dump {})", d.name, d.version);
+    Ok(ExitCode::SUCCESS)
 }
 
 /// What psql gets: the connection string without its password (plus `hostaddr`), and the
