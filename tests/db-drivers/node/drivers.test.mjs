@@ -25,17 +25,24 @@ for (const endpoint of ENDPOINTS) {
       try {
         await sql.unsafe(`drop table if exists ${t}`);
         await sql.unsafe(`create table ${t} (id int primary key, v text)`);
+        const byId = (tx, i) => tx`select v as w from ${tx(t)} where id = ${i}`;
         const pid = await sql.begin(async (tx) => {
           for (let i = 0; i < 100; i++) await tx`insert into ${tx(t)} ${tx({ id: i, v: `v${i}` })}`;
           const [{ n }] = await tx`select count(*)::int as n from pg_prepared_statements
             where statement like ${`insert into "${t}"%`}`;
           assert.equal(n, 1, 'the insert was parsed once');
+          assert.equal((await byId(tx, 99))[0].w, 'v99'); // parsed here, used after the switch
           const [{ p }] = await tx`select pg_backend_pid() as p`;
           return p;
         });
         const release = pooled ? await occupy(uri, pid) : async () => {};
         try {
+          // Statements on their own and in short transactions. On its own, postgres.js
+          // re-prepares a statement the server says it does not know (and so survives a pooler
+          // that does not carry statements over); in a transaction that error aborts it.
           for (let i = 0; i < 50; i++) {
+            const [{ w }] = await sql.begin((tx) => byId(tx, i));
+            assert.equal(w, `v${i}`);
             const [{ v }] = await sql`select v from ${sql(t)} where id = ${i}`;
             assert.equal(v, `v${i}`);
           }

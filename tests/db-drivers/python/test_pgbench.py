@@ -2,7 +2,8 @@
 ``-i`` through the pooler (COPY and VACUUM through PgBouncer), then select-only and TPC-B for
 5 s each, TPC-B also with ``-M prepared`` (Parse once per connection, then Bind/Execute on
 whichever server connection the pooler gives each transaction). Each run must process
-transactions and fail none."""
+transactions and fail none. Four clients: with two, PgBouncer kept handing each client the
+same server connection and ``-M prepared`` passed even without ``max_prepared_statements``."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def initialized(db) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_pgbench(initialized, uri, endpoint, mode):
-    out = pgbench("-T", "5", "-c", "2", "-j", "1", "-n", *MODES[mode], conninfo(uri))
+    out = pgbench("-T", "5", "-c", "4", "-j", "1", "-n", *MODES[mode], conninfo(uri))
     done = re.search(r"number of transactions actually processed: (\d+)", out)
     failed = re.search(r"number of failed transactions: (\d+)", out)
     assert done and int(done.group(1)) > 0, out
