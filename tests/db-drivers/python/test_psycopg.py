@@ -76,3 +76,18 @@ class _null:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_without_sni_by_the_endpoint_option(db, endpoint):
+    """A client that sends no server name (an IP address as host) names the database with
+    Neon's ``options=endpoint=<id>`` (``<id>-pooler`` for the pooler)."""
+    from conftest import front
+
+    host, port = front()
+    label = db["id"] + ("-pooler" if endpoint == "pooled" else "")
+    password = db["connection_uri"].split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
+    with psycopg.connect(
+        host=host, port=port, dbname=db["name"], user=db["user"], password=password,
+        sslmode="require", options=f"endpoint={label}", prepare_threshold=None,
+    ) as conn:
+        assert conn.execute("select current_database(), 6 * 7").fetchone() == (db["name"], 42)
