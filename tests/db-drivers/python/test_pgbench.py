@@ -37,8 +37,7 @@ def pgbench(*args: str, timeout: float = 300) -> str:
 
 @pytest.fixture(scope="module")
 def initialized(db) -> None:
-    out = pgbench("-i", "-s", "1", "-q", conninfo(db["pooled_uri"]))
-    del out
+    pgbench("-i", "-s", "1", "-q", conninfo(db["pooled_uri"]))
 
 
 @pytest.mark.parametrize("mode", MODES)
