@@ -79,13 +79,15 @@ trap 'scripts/test-postgres.sh stop ci; scripts/test-s3.sh stop ci; trim_data_di
 eval "$(scripts/test-s3.sh start ci)"
 
 step "tests, and the client SDKs and examples against a real server"
-# Every test in a process of its own, the client suites and the console's browser tests
-# (scripts/test-console.sh) as two more jobs, two at a time across all of them, longest first (scripts/run-tests.py): guests run under TCG on 2 cores, so two is
+# Every test in a process of its own, the client suites, the console's browser tests
+# (scripts/test-console.sh) and the PostgreSQL driver suite (scripts/test-db-drivers.sh) as
+# three more jobs, two at a time across all of them, longest first (scripts/run-tests.py): guests run under TCG on 2 cores, so two is
 # the load the tests are written for, and `cargo test`'s one binary at a time left a core idle
 # beside every binary with a single long test. The soak's short variant (bench soak: cycles with
 # forks and hibernates, then nothing left behind; a kill -9 with running sandboxes, re-attached)
 # is one more job; its full run is `pandastack bench soak` (bench/README.md).
 python3 scripts/run-tests.py --jobs 2 --also clients=scripts/test-clients.sh --also console=scripts/test-console.sh \
+  --also dbdrivers=scripts/test-db-drivers.sh \
   --also "soak=target/debug/pandastack bench soak --cycles 20 --fork-every 5 --hibernate-every 4 --restart-sandboxes 4 --data-dir /var/lib/pandastack/test"
 
 step "API fuzzing (schemathesis) against a real server"
