@@ -23,6 +23,7 @@ if [ ! -f "$npmdir/.done" ]; then
   (cd "$npmdir.tmp" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null)
   touch "$npmdir.tmp/.done" && rm -rf "$npmdir" && mv "$npmdir.tmp" "$npmdir"
 fi
+[ -L tests/neon-ws/node_modules ] || rm -rf tests/neon-ws/node_modules # a local `npm install`'s
 ln -sfn "$npmdir/node_modules" tests/neon-ws/node_modules
 
 step "neon-ws: server"

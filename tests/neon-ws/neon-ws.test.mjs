@@ -135,6 +135,22 @@ test("Pool through PgBouncer (the -pooler host)", async () => {
   }
 });
 
+test("a hibernated database wakes on the first WebSocket connection", async () => {
+  const sandbox = (await api("GET", `/v1/databases/${db.id}`)).sandbox_id;
+  await api("POST", `/v1/sandboxes/${sandbox}/hibernate`);
+  assert.equal((await api("GET", `/v1/databases/${db.id}`)).state, "hibernated");
+  const pool = new Pool({ connectionString: db.connection_uri });
+  try {
+    const t = performance.now();
+    const r = await pool.query("select count(*)::int as n from neon_ws_t");
+    console.log(`neon-ws: first query on a hibernated database ${(performance.now() - t).toFixed(0)} ms`);
+    assert.equal(r.rows[0].n, 1, "the committed row survived hibernation");
+  } finally {
+    await pool.end();
+  }
+  assert.equal((await api("GET", `/v1/databases/${db.id}`)).state, "ready");
+});
+
 // With pipelineConnect = "password" (the default) `connect()` resolves before the server has
 // answered; its refusal then comes as the client's "error" event and fails the first query.
 async function refusal(uri) {

@@ -71,8 +71,9 @@ impl Backends for Fake {
         let (near, mut far) = tokio::io::duplex(1024);
         let seen = self.seen.clone();
         tokio::spawn(async move {
-            let mut bytes = Vec::new();
-            let _ = far.read_to_end(&mut bytes).await;
+            // A cancel request is 16 bytes; PostgreSQL then closes the connection.
+            let mut bytes = vec![0u8; 16];
+            let _ = far.read_exact(&mut bytes).await;
             let _ = seen.send(Seen::Cancel(port, bytes));
         });
         Ok(Box::new(near))
