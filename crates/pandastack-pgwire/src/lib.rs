@@ -13,15 +13,20 @@
 //!   for clients without SNI. The caller forwards
 //!   [`encode_for_upstream`](startup::Startup::encode_for_upstream) (the same message minus
 //!   the endpoint option) and then every byte both ways; authentication is the real server's.
+//!   A direct-TLS connection that is an HTTP request (a WebSocket client of the same port) is
+//!   handed back as [`front::Incoming::Http`] for the caller to serve.
 //! - [`client`]: a minimal PostgreSQL client over any byte stream for the HTTP query broker:
 //!   SCRAM-SHA-256/MD5/cleartext/trust login, one statement per call in the extended protocol
-//!   with text parameters, row and byte limits, transactions of several statements.
+//!   with text parameters, row and byte limits, transactions of several statements; and
+//!   [`client::login`], the authentication alone, for a front that takes a client's password
+//!   in cleartext (inside a TLS WebSocket) and logs in upstream with it.
 //! - [`json`]: result rows as JSON the way Neon's `/sql` endpoint writes them, for
 //!   `@neondatabase/serverless` and plain HTTP callers.
 //!
 //! What it deliberately does not do:
 //!
-//! - It knows nothing of VMs, HTTP or the state store: streams in, streams and values out.
+//! - It knows nothing of VMs, HTTP or the state store: streams in, streams and values out
+//!   (it recognises an HTTP request by its first four bytes, `GET `, and no more).
 //! - Cancel requests are only parsed ([`front::Incoming::Cancel`],
 //!   [`startup::encode_cancel_request`]); matching one to a backend is the caller's job.
 //! - GSSAPI encryption is declined (`N`), as a server without GSSAPI does; the client then
@@ -47,6 +52,8 @@ pub mod startup;
 pub use client::{
     Client, ClientError, ConnectOptions, DbError, Field, Limits, QueryResult, TransactionStatus,
 };
-pub use front::{host_label, write_error, Accepted, Front, FrontError, Incoming, Severity};
+pub use front::{
+    host_label, write_error, Accepted, Front, FrontError, HttpConn, Incoming, Prefixed, Severity,
+};
 pub use json::{result_to_neon, value_to_json};
 pub use startup::Startup;

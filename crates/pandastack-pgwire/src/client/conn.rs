@@ -51,6 +51,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
         self.io
     }
 
+    /// The stream and what was read from it past the last message taken.
+    pub fn into_parts(self) -> (S, BytesMut) {
+        (self.io, self.rbuf)
+    }
+
     fn poison<T>(&mut self, result: Result<T, ClientError>) -> Result<T, ClientError> {
         if result.is_err() {
             self.broken = true;

@@ -138,6 +138,32 @@ impl<S> fmt::Debug for Client<S> {
     }
 }
 
+/// Logs in on a stream whose `StartupMessage` the caller has already sent (a front relaying
+/// a client's own startup): answers the server's authentication request with `password`
+/// (SCRAM-SHA-256, MD5 or cleartext, as it asks) up to `AuthenticationOk`, which is consumed.
+/// Returns the stream and the bytes already read past that message (the server's
+/// `ParameterStatus`, `BackendKeyData`, … that came in the same read), which belong to
+/// whoever reads the stream next. A refusal (wrong password: `28P01`) is
+/// [`ClientError::Db`].
+pub async fn login<S>(
+    stream: S,
+    user: &str,
+    password: &str,
+) -> Result<(S, bytes::Bytes), ClientError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let opts = ConnectOptions {
+        user: user.to_owned(),
+        password: Some(password.to_owned()),
+        ..Default::default()
+    };
+    let mut conn = Conn::new(stream);
+    auth::authenticate(&mut conn, &opts).await?;
+    let (stream, rest) = conn.into_parts();
+    Ok((stream, rest.freeze()))
+}
+
 /// Row and byte counts of a call so far.
 #[derive(Debug, Default)]
 struct Usage {

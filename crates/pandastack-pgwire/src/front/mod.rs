@@ -12,6 +12,12 @@
 //!                                                            └─ CancelRequest ──► Incoming::Cancel
 //! ```
 //!
+//! Direct TLS whose ALPN is not `postgresql` — `http/1.1`, or none, as Node's `ws` sends —
+//! and whose first bytes are `GET ` is handed back as [`Incoming::Http`]: a WebSocket client
+//! (`@neondatabase/serverless` in its `Pool`/`Client` mode) on the same port, certificate and
+//! server names. Anything else without ALPN `postgresql` is refused as PostgreSQL refuses it,
+//! so a TLS connection meant for another protocol is still never taken for a PostgreSQL one.
+//!
 //! Nothing is read past the end of a packet before TLS starts, so plaintext bytes a
 //! man-in-the-middle pipelines behind an `SSLRequest` reach the TLS parser (and fail the
 //! handshake), never the session (CVE-2021-23214).
@@ -19,6 +25,7 @@
 //! [`Front::accept`] has no time limit of its own: the caller wraps it in one (a client that
 //! sends nothing must not hold a task forever).
 
+mod prefixed;
 mod reply;
 mod tls;
 
@@ -33,8 +40,9 @@ use tokio_rustls::LazyConfigAcceptor;
 
 use crate::startup::{Packet, Startup, StartupError};
 
+pub use prefixed::Prefixed;
 pub use reply::{encode_error, write_error, Severity};
-pub use tls::ALPN_POSTGRESQL;
+pub use tls::{ALPN_HTTP1, ALPN_POSTGRESQL};
 
 /// The first byte of a TLS record carrying a handshake (a ClientHello, for direct TLS). No
 /// startup packet starts with it: its length would be over 369 MB.
@@ -95,6 +103,18 @@ pub enum Incoming<S> {
         /// The SNI host name, if the request came inside TLS.
         sni: Option<String>,
     },
+    /// An HTTP/1.1 request over direct TLS (see the module doc): the caller serves it (a
+    /// WebSocket upgrade) or drops it.
+    Http(Box<HttpConn<S>>),
+}
+
+/// An HTTP/1.1 client on the front's TLS port.
+#[derive(Debug)]
+pub struct HttpConn<S> {
+    /// The decrypted stream, from the first byte of the request on.
+    pub stream: Prefixed<TlsStream<S>>,
+    /// The SNI host name the client sent, if any.
+    pub sni: Option<String>,
 }
 
 /// A client past TLS and its `StartupMessage`, ready to be forwarded.
@@ -214,14 +234,20 @@ impl Front {
             .map_err(FrontError::Handshake)?;
         let hello = start.client_hello();
         let sni = hello.server_name().map(str::to_owned);
-        let alpn = hello
-            .alpn()
-            .is_some_and(|mut offered| offered.any(|p| p == ALPN_POSTGRESQL));
         let mut tls = start
             .into_stream(self.config.clone())
             .await
             .map_err(FrontError::Handshake)?;
-        if direct && !alpn {
+        let negotiated = tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+        if direct && negotiated.as_deref() != Some(ALPN_POSTGRESQL) {
+            let mut word = [0u8; 4];
+            tls.read_exact(&mut word).await?;
+            if &word == b"GET " && negotiated.as_deref().is_none_or(|p| p == ALPN_HTTP1) {
+                return Ok(Incoming::Http(Box::new(HttpConn {
+                    stream: Prefixed::new(word.to_vec(), tls),
+                    sni,
+                })));
+            }
             // PostgreSQL's rule: direct TLS must be negotiated with ALPN, so that a TLS
             // connection meant for another protocol is never taken for a PostgreSQL one.
             refuse(

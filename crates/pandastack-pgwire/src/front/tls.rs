@@ -34,10 +34,14 @@ pub(super) fn server_config(
     Ok(with_alpn(config))
 }
 
-/// Sets the one ALPN protocol the front speaks. A client offering ALPN without `postgresql`
-/// fails the handshake; a client offering none is served (see [`super::Front::accept`]).
+/// HTTP/1.1's ALPN id: WebSocket clients of the same port (browsers offer it).
+pub const ALPN_HTTP1: &[u8] = b"http/1.1";
+
+/// Sets the ALPN protocols the front speaks: `postgresql`, then `http/1.1` for WebSocket
+/// clients. A client offering ALPN with neither fails the handshake; a client offering none is
+/// served (see [`super::Front::accept`]).
 pub(super) fn with_alpn(mut config: ServerConfig) -> ServerConfig {
-    config.alpn_protocols = vec![ALPN_POSTGRESQL.to_vec()];
+    config.alpn_protocols = vec![ALPN_POSTGRESQL.to_vec(), ALPN_HTTP1.to_vec()];
     config
 }
 

@@ -92,6 +92,9 @@ impl Proxy {
                                 sni,
                             });
                         }
+                        Ok(Incoming::Http(_)) => {
+                            let _ = tx.send(Seen::Refused(FrontError::UnexpectedPacket("http")));
+                        }
                         Err(error) => {
                             let _ = tx.send(Seen::Refused(error));
                         }
