@@ -94,6 +94,28 @@ ln -sfn "$npmdir/node_modules" tests/neon-ws/node_modules
 run env PANDASTACK_NEON_WS_DATABASE="$db_id" PANDASTACK_DB_CA="/var/lib/pandastack/$name/db-tls/cert.pem" \
   node --test --test-reporter=spec tests/neon-ws/neon-ws.test.mjs
 
+step "dbdrivers: pandastack db dump (the database's own pg_dump) | psql: a round trip"
+# A table with 2000 rows dumped as plain SQL by the database's own pg_dump (17, in its VM),
+# dropped, loaded again with this host's psql (15), and compared by checksum.
+pds=(target/debug/pandastack db)
+[[ -x ${PANDASTACK_BIN:-} ]] && pds=("$PANDASTACK_BIN" db)
+sum_sql="select count(*) || ':' || md5(string_agg(id || '/' || body, ',' order by id)) from roundtrip"
+roundtrip() {
+  "${pds[@]}" psql "$db_id" -- -qAt -v ON_ERROR_STOP=1 \
+    -c "create table roundtrip (id int primary key, body text not null)" \
+    -c "insert into roundtrip select g, md5(g::text) || ' é' from generate_series(1, 2000) g" || return 1
+  local before after
+  before=$("${pds[@]}" psql "$db_id" -- -qAt -c "$sum_sql") || return 1
+  "${pds[@]}" dump "$db_id" -o /tmp/dbdrivers-roundtrip.sql -- --table=roundtrip || return 1
+  "${pds[@]}" psql "$db_id" -- -qAt -c "drop table roundtrip" || return 1
+  "${pds[@]}" psql "$db_id" -- -qAt -v ON_ERROR_STOP=1 -f /tmp/dbdrivers-roundtrip.sql >/dev/null || return 1
+  after=$("${pds[@]}" psql "$db_id" -- -qAt -c "$sum_sql") || return 1
+  rm -f /tmp/dbdrivers-roundtrip.sql
+  echo "dbdrivers: roundtrip before $before, after $after" >&2
+  [[ $before == 2000:* && $before == "$after" ]]
+}
+run roundtrip
+
 step "dbdrivers: a hibernated database's first connection, default timeouts"
 run "${pytest[@]}" "$dir/python/test_hibernate.py"
 run node --test --test-reporter=spec "$dir/node/hibernate.mjs"
