@@ -214,7 +214,8 @@ async fn databases_end_to_end() {
 
     step(
         "dump: `pandastack db dump` runs the database's own pg_dump in its VM (plain SQL with \
-         the rows; custom format for pg_restore; options after --), leaving nothing behind",
+         the rows; custom format for pg_restore; options after --), leaving nothing behind; \
+         `db psql --in-vm` its own psql",
         async {
             let dump = |extra: &[&str]| {
                 let out = std::process::Command::new(env!("CARGO_BIN_EXE_pandastack"))
@@ -243,6 +244,18 @@ async fn databases_end_to_end() {
             assert!(ok && custom.starts_with(b"PGDMP"), "{err}");
             let (ok, _, err) = dump(&["--", "--no-such-option"]);
             assert!(!ok && err.contains("unrecognized option"), "{err}");
+            // The database's own psql too, in its VM over a terminal.
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_pandastack"))
+                .args(["db", "psql", "app", "--in-vm", "--", "-Atc"])
+                .arg("select count(*) || ' items, ' || current_setting('server_version_num')::int / 10000 from items")
+                .env("PANDASTACK_BASE_URL", &server.url)
+                .env("PANDASTACK_API_KEY", &server.key)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("run pandastack db psql --in-vm");
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+            assert_eq!(text.trim(), "3 items, 17", "{text}");
             let (st, left) = api
                 .call(
                     "POST",

@@ -169,6 +169,11 @@ struct PsqlArgs {
         value_name = "PATH"
     )]
     psql: String,
+    /// Run the psql of the database's own version in its VM, over a terminal (the sandbox PTY
+    /// route), as the owner's superuser on the local socket: nothing to install here, no
+    /// version mismatch.
+    #[arg(long, conflicts_with_all = ["pooled", "hostaddr"])]
+    in_vm: bool,
     /// Arguments for psql, after `--`.
     #[arg(last = true, value_name = "PSQL_ARGS")]
     args: Vec<String>,
@@ -420,6 +425,21 @@ async fn backup(c: &Client, a: BackupArgs) -> anyhow::Result<ExitCode> {
 /// command line); replaces this process.
 async fn psql(c: &Client, a: PsqlArgs) -> anyhow::Result<ExitCode> {
     let d = c.get_database(&a.id).await?;
+    if a.in_vm {
+        let Some(vm) = d.sandbox_id.as_deref() else {
+            anyhow::bail!("database {} has no VM (state {:?})", d.name, d.state);
+        };
+        let mut line = format!(
+            "exec runuser -u postgres -- /usr/lib/postgresql/{}/bin/psql -h /var/run/postgresql -d {}",
+            d.version,
+            shell_quote(&d.user)
+        );
+        for arg in &a.args {
+            line.push(' ');
+            line.push_str(&shell_quote(arg));
+        }
+        return super::shell::run_command(c, vm, Some(line)).await;
+    }
     let uri = if a.pooled {
         &d.pooled_uri
     } else {
@@ -436,7 +456,8 @@ async fn psql(c: &Client, a: PsqlArgs) -> anyhow::Result<ExitCode> {
     if e.kind() == std::io::ErrorKind::NotFound {
         anyhow::bail!(
             "cannot run {}: not found (install the PostgreSQL client, e.g. `apt install \
-             postgresql-client`, or set --psql); the connection string is `pandastack db get {}`",
+             postgresql-client`, set --psql, or run the database's own psql in its VM with \
+             --in-vm); the connection string is `pandastack db get {}`",
             a.psql,
             a.id
         );
@@ -521,6 +542,11 @@ async fn dump(c: &Client, a: DumpArgs) -> anyhow::Result<ExitCode> {
     let n = written?;
     eprintln!("dumped {} ({n} bytes, pg_dump {})", d.name, d.version);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `s` as one word of a POSIX shell command line.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 /// What psql gets: the connection string without its password (plus `hostaddr`), and the
@@ -715,6 +741,22 @@ mod tests {
     use super::*;
 
     const URI: &str = "postgres://app:pa%40ss@db-1.db.localhost:15432/app?sslmode=require";
+
+    #[test]
+    fn shell_quote_makes_one_word_of_anything() {
+        assert_eq!(shell_quote("app"), "'app'");
+        assert_eq!(shell_quote("it's; rm -rf /"), "'it'\\''s; rm -rf /'");
+        assert_eq!(shell_quote(""), "''");
+        // The shell gives back what went in.
+        for s in ["a b", "it's", "$(id)", "`x`", "\\n", "*"] {
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("printf %s {}", shell_quote(s)))
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout), s);
+        }
+    }
 
     #[test]
     fn conninfo_moves_the_password_out_and_adds_hostaddr_for_localhost() {

@@ -50,14 +50,20 @@ fn window_size() -> Option<(u16, u16)> {
 }
 
 pub async fn run(c: &Client, a: ShellArgs) -> anyhow::Result<ExitCode> {
+    run_command(c, &a.id, a.cmd).await
+}
+
+/// A terminal on sandbox `id` running the shell command line `cmd` (a login shell without one);
+/// exits with the remote program's exit code.
+pub async fn run_command(c: &Client, id: &str, cmd: Option<String>) -> anyhow::Result<ExitCode> {
     let tty = std::io::stdin().is_terminal();
     let size = if tty { window_size() } else { None };
     let opts = PtyOptions {
         cols: size.map(|s| s.0),
         rows: size.map(|s| s.1),
-        cmd: a.cmd,
+        cmd,
     };
-    let (mut tx, mut rx) = c.pty(&a.id, &opts).await?;
+    let (mut tx, mut rx) = c.pty(id, &opts).await?;
     let raw = if tty { Some(RawMode::enter()?) } else { None };
 
     // Standard input is read on a plain thread: a blocked read must not keep the runtime (and
