@@ -355,4 +355,25 @@ export function follow(url, handlers, { onerror } = {}) {
   return () => es.close();
 }
 
+/**
+ * Re-reads one row of `table` when an event names it: `refresh(key)` calls `read(key)` and
+ * puts the answer in its row, or removes the row on a 404 (gone). A burst of events for one
+ * key reads it once. Other errors go to `errors`.
+ */
+export function rowRefresher(table, read, errors) {
+  const pending = new Set();
+  return async function refresh(key) {
+    if (pending.has(key)) return;
+    pending.add(key);
+    await Promise.resolve();
+    pending.delete(key);
+    try {
+      table.upsert(await read(key));
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 404) table.remove(key);
+      else errors.show(e);
+    }
+  };
+}
+
 export { h, announce };

@@ -10,7 +10,7 @@ import {
   h, announce, page, dataTable, actionButton, field, input, select, textarea, formCard, link,
   when, stateBadge, path, copyable, copyButton, tabs, logView, follow,
 } from "../ui.js";
-import { parseEnv, envText, getText, duration, phaseTimeline, phaseRows, followedLog, facts, crumbPage, fill } from "./appkit.js";
+import { parseEnv, envText, getText, duration, phaseTimeline, phaseRows, followedLog, facts, crumbPage, fill, coalesced } from "./appkit.js";
 import { appState } from "./apps.js";
 
 const ACTIVE = ["queued", "cloning", "building", "baking", "checking"];
@@ -370,27 +370,10 @@ export function render(main, params) {
     renderOverview();
   }
 
-  let busy = false;
-  let again = false;
-  async function reload() {
-    if (busy) {
-      again = true;
-      return;
-    }
-    busy = true;
-    try {
-      do {
-        again = false;
-        await load();
-      } while (again);
-    } catch (e) {
-      if (e instanceof ApiError && e.status === 404) {
-        body.replaceChildren(h("p", {}, `App ${name} is gone. `, link("#/apps", "All apps")));
-      } else errors.show(e);
-    } finally {
-      busy = false;
-    }
-  }
+  const reload = coalesced(load, (e) => {
+    if (e instanceof ApiError && e.status === 404) body.replaceChildren(h("p", {}, `App ${name} is gone. `, link("#/apps", "All apps")));
+    else errors.show(e);
+  });
 
   cleanups.push(
     onEvents(["deploy.*"], (e) => {

@@ -1,8 +1,8 @@
 // What the app and function pages share (not a route): KEY=VALUE text, plain-text GETs, a
 // deploy's phases as a timeline, and a deploy log followed over Server-Sent Events.
 
-import { ApiError } from "../api.js";
-import { h, logView, follow, page } from "../ui.js";
+import { ApiError, listAll } from "../api.js";
+import { h, logView, follow, page, announce } from "../ui.js";
 
 /** `{A: "1"}` → "A=1" lines. */
 export function envText(obj) {
@@ -224,4 +224,54 @@ export function crumbPage(main, title, crumbs, opts = {}) {
 export function fill(el, ...kids) {
   el.replaceChildren(...kids.flat(Infinity).filter((k) => k !== null && k !== undefined && k !== false));
   return el;
+}
+
+/**
+ * Every item of the list at `listPath`, each read further by `enrich(item)` (four at a time)
+ * and then added to `table` — unless an event put it there first. An item gone meanwhile (a
+ * 404) is skipped; other errors go to `errors`. Announces the count of `noun`.
+ */
+export async function listEnriched(listPath, table, enrich, errors, noun) {
+  const queue = [...(await listAll(listPath))];
+  const worker = async () => {
+    for (let item = queue.shift(); item; item = queue.shift()) {
+      if (table.has(item.name)) continue;
+      try {
+        await enrich(item);
+      } catch (e) {
+        if (!(e instanceof ApiError && e.status === 404)) errors.show(e);
+        continue;
+      }
+      if (!table.has(item.name)) table.upsert(item, { append: true });
+    }
+  };
+  await Promise.all([worker(), worker(), worker(), worker()]);
+  announce(`${table.size()} ${noun}`);
+}
+
+/**
+ * `load` run so that calls never overlap: a call while one runs makes that one run once more
+ * when it ends (a burst of events reads the page again once, and never misses the last).
+ * Errors go to `onError`.
+ */
+export function coalesced(load, onError) {
+  let busy = false;
+  let again = false;
+  return async function reload() {
+    if (busy) {
+      again = true;
+      return;
+    }
+    busy = true;
+    try {
+      do {
+        again = false;
+        await load();
+      } while (again);
+    } catch (e) {
+      onError(e);
+    } finally {
+      busy = false;
+    }
+  };
 }

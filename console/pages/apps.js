@@ -3,13 +3,13 @@
 // environment and secrets as KEY=VALUE lines, scaling and memory; its first deploy is queued
 // at once and the app's page shows it. Delete asks first.
 
-import { api, listAll, ApiError } from "../api.js";
+import { api } from "../api.js";
 import { onEvents } from "../events.js";
 import {
   h, announce, page, dataTable, actionButton, field, input, select, textarea, formCard, link,
-  when, stateBadge, path,
+  when, stateBadge, path, rowRefresher,
 } from "../ui.js";
-import { parseEnv } from "./appkit.js";
+import { parseEnv, listEnriched } from "./appkit.js";
 
 /** An app with its newest deploys (`deploys`, newest first). */
 async function readApp(name) {
@@ -72,43 +72,20 @@ export function render(main) {
   });
   body.append(newAppForm(errors), h("h2", { class: "section" }, "All apps"), table.el);
 
-  const pending = new Set();
-  async function refresh(name) {
-    if (pending.has(name)) return;
-    pending.add(name);
-    await Promise.resolve();
-    pending.delete(name);
-    try {
-      table.upsert(await readApp(name));
-    } catch (e) {
-      if (e instanceof ApiError && e.status === 404) table.remove(name);
-      else errors.show(e);
-    }
-  }
+  const refresh = rowRefresher(table, readApp, errors);
   const off = onEvents(["deploy.*"], (e) => {
     if (e.resource?.kind === "app") refresh(e.resource.id);
   });
-  listAll("/v1/apps")
-    .then(async (all) => {
-      // Each app's newest deploys, a few at a time.
-      const queue = [...all];
-      const worker = async () => {
-        for (let a = queue.shift(); a; a = queue.shift()) {
-          if (table.has(a.name)) continue;
-          try {
-            const d = await api("GET", path("/v1/apps", a.name, "deploys") + "?limit=10");
-            a.deploys = d.data;
-          } catch (e) {
-            if (!(e instanceof ApiError && e.status === 404)) errors.show(e);
-            continue;
-          }
-          if (!table.has(a.name)) table.upsert(a, { append: true });
-        }
-      };
-      await Promise.all([worker(), worker(), worker(), worker()]);
-      announce(`${table.size()} apps`);
-    })
-    .catch((e) => errors.show(e));
+  listEnriched(
+    "/v1/apps",
+    table,
+    async (a) => {
+      // Each app's newest deploys.
+      a.deploys = (await api("GET", path("/v1/apps", a.name, "deploys") + "?limit=10")).data;
+    },
+    errors,
+    "apps",
+  ).catch((e) => errors.show(e));
   return off;
 }
 

@@ -10,7 +10,7 @@ import {
   h, announce, page, dataTable, actionButton, field, textarea, link, when, stateBadge, path,
   copyButton, newId,
 } from "../ui.js";
-import { getText, duration, phaseTimeline, phaseRows, pretty, facts, crumbPage, fill } from "./appkit.js";
+import { getText, duration, phaseTimeline, phaseRows, pretty, facts, crumbPage, fill, coalesced } from "./appkit.js";
 
 export function render(main, params) {
   const name = params.id;
@@ -226,26 +226,10 @@ export function render(main, params) {
       if (cur && ["queued", "cloning", "building", "baking", "checking", "live", "failed"].includes(cur.state)) showVersion(shown);
     }
   }
-  let busy = false;
-  let again = false;
-  async function reload() {
-    if (busy) {
-      again = true;
-      return;
-    }
-    busy = true;
-    try {
-      do {
-        again = false;
-        await load();
-      } while (again);
-    } catch (e) {
-      if (e instanceof ApiError && e.status === 404) body.replaceChildren(h("p", {}, `Function ${name} is gone. `, link("#/functions", "All functions")));
-      else errors.show(e);
-    } finally {
-      busy = false;
-    }
-  }
+  const reload = coalesced(load, (e) => {
+    if (e instanceof ApiError && e.status === 404) body.replaceChildren(h("p", {}, `Function ${name} is gone. `, link("#/functions", "All functions")));
+    else errors.show(e);
+  });
   cleanups.push(
     onEvents(["deploy.*", "function.version_live"], (e) => {
       if (e.resource?.kind === "function" && e.resource.id === name) reload();

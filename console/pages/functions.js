@@ -3,13 +3,13 @@
 // runtime, one handler file written in a textarea (a sample per runtime), the handler,
 // dependencies, environment and whether its URL is public. Delete asks first.
 
-import { api, listAll, ApiError } from "../api.js";
+import { api } from "../api.js";
 import { onEvents } from "../events.js";
 import {
   h, announce, page, dataTable, actionButton, field, input, select, textarea, formCard, link,
-  when, stateBadge, path,
+  when, stateBadge, path, rowRefresher,
 } from "../ui.js";
-import { parseEnv } from "./appkit.js";
+import { parseEnv, listEnriched } from "./appkit.js";
 
 export const SAMPLES = {
   python: {
@@ -81,41 +81,19 @@ export function render(main) {
   });
   body.append(newFunctionForm(errors), h("h2", { class: "section" }, "All functions"), table.el);
 
-  const pending = new Set();
-  async function refresh(name) {
-    if (pending.has(name)) return;
-    pending.add(name);
-    await Promise.resolve();
-    pending.delete(name);
-    try {
-      table.upsert(await readFunction(name));
-    } catch (e) {
-      if (e instanceof ApiError && e.status === 404) table.remove(name);
-      else errors.show(e);
-    }
-  }
+  const refresh = rowRefresher(table, readFunction, errors);
   const off = onEvents(["deploy.*", "function.version_live"], (e) => {
     if (e.resource?.kind === "function") refresh(e.resource.id);
   });
-  listAll("/v1/functions")
-    .then(async (all) => {
-      const queue = [...all];
-      const worker = async () => {
-        for (let f = queue.shift(); f; f = queue.shift()) {
-          if (table.has(f.name)) continue;
-          try {
-            f.newest = (await api("GET", path("/v1/functions", f.name, "versions") + "?limit=1")).data[0] || null;
-          } catch (e) {
-            if (!(e instanceof ApiError && e.status === 404)) errors.show(e);
-            continue;
-          }
-          if (!table.has(f.name)) table.upsert(f, { append: true });
-        }
-      };
-      await Promise.all([worker(), worker(), worker(), worker()]);
-      announce(`${table.size()} functions`);
-    })
-    .catch((e) => errors.show(e));
+  listEnriched(
+    "/v1/functions",
+    table,
+    async (f) => {
+      f.newest = (await api("GET", path("/v1/functions", f.name, "versions") + "?limit=1")).data[0] || null;
+    },
+    errors,
+    "functions",
+  ).catch((e) => errors.show(e));
   return off;
 }
 

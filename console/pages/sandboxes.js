@@ -2,11 +2,11 @@
 // `sandbox.*` event re-reads that one sandbox and updates its row in place (or removes it when
 // it is gone). New sandbox (a template, whose shape it takes, and a TTL) and delete send the CSRF token.
 
-import { api, listAll, ApiError } from "../api.js";
+import { api, listAll } from "../api.js";
 import { onEvents } from "../events.js";
 import {
   h, announce, page, dataTable, actionButton, field, input, select, formCard, link, when,
-  stateBadge, path,
+  stateBadge, path, rowRefresher,
 } from "../ui.js";
 
 function metadataText(m) {
@@ -43,20 +43,7 @@ export function render(main) {
   });
   body.append(newSandboxForm(errors, (sb) => table.upsert(sb)), table.el);
 
-  // Re-reads one sandbox after an event about it; a burst of events for one id reads it once.
-  const pending = new Set();
-  async function refresh(id) {
-    if (pending.has(id)) return;
-    pending.add(id);
-    await Promise.resolve();
-    pending.delete(id);
-    try {
-      table.upsert(await api("GET", path("/v1/sandboxes", id)));
-    } catch (e) {
-      if (e instanceof ApiError && e.status === 404) table.remove(id);
-      else errors.show(e);
-    }
-  }
+  const refresh = rowRefresher(table, (id) => api("GET", path("/v1/sandboxes", id)), errors);
   // The console's stream is open before this list is read, so nothing between is missed (an
   // event for a listed sandbox only re-reads it).
   const off = onEvents(["sandbox.*"], (e) => {

@@ -5,13 +5,13 @@
 // queued or running run it is read again every 3 s (stopped when none is left or the page
 // closes). New schedule: a function (with a JSON payload) or a command in a sandbox.
 
-import { api, listAll, ApiError } from "../api.js";
+import { api, listAll } from "../api.js";
 import { onEvents } from "../events.js";
 import {
   h, announce, page, dataTable, actionButton, field, input, select, textarea, formCard, when,
-  stateBadge, path, link,
+  stateBadge, path, link, rowRefresher,
 } from "../ui.js";
-import { duration } from "./appkit.js";
+import { duration, listEnriched } from "./appkit.js";
 
 function targetText(t) {
   if (!t) return "";
@@ -129,19 +129,7 @@ export function render(main) {
 
   body.append(newScheduleForm(errors, (s) => table.upsert(s)), h("h2", { class: "section" }, "All schedules"), table.el, historyBox);
 
-  const pending = new Set();
-  async function refresh(name) {
-    if (pending.has(name)) return;
-    pending.add(name);
-    await Promise.resolve();
-    pending.delete(name);
-    try {
-      table.upsert(await readSchedule(name));
-    } catch (e) {
-      if (e instanceof ApiError && e.status === 404) table.remove(name);
-      else errors.show(e);
-    }
-  }
+  const refresh = rowRefresher(table, readSchedule, errors);
   cleanups.push(
     onEvents(["schedule.*"], (e) => {
       if (e.resource?.kind !== "schedule") return;
@@ -149,25 +137,15 @@ export function render(main) {
       if (historyOf === e.resource.id) showHistory(historyOf);
     }),
   );
-  listAll("/v1/schedules")
-    .then(async (all) => {
-      const queue = [...all];
-      const worker = async () => {
-        for (let s = queue.shift(); s; s = queue.shift()) {
-          if (table.has(s.name)) continue;
-          try {
-            s.last = (await api("GET", path("/v1/schedules", s.name, "runs") + "?limit=1")).data[0] || null;
-          } catch (e) {
-            if (!(e instanceof ApiError && e.status === 404)) errors.show(e);
-            continue;
-          }
-          if (!table.has(s.name)) table.upsert(s, { append: true });
-        }
-      };
-      await Promise.all([worker(), worker(), worker(), worker()]);
-      announce(`${table.size()} schedules`);
-    })
-    .catch((e) => errors.show(e));
+  listEnriched(
+    "/v1/schedules",
+    table,
+    async (s) => {
+      s.last = (await api("GET", path("/v1/schedules", s.name, "runs") + "?limit=1")).data[0] || null;
+    },
+    errors,
+    "schedules",
+  ).catch((e) => errors.show(e));
   return () => cleanups.forEach((c) => c());
 }
 
