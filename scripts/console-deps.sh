@@ -7,28 +7,15 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-cache=${PANDASTACK_CACHE:-/var/cache/pandastack}
-lock="$here/console/package-lock.json"
-key=$(sha256sum "$lock" | cut -c1-16)
-dir="$cache/console-npm/$key"
-
 if ! command -v npm >/dev/null 2>&1; then
   apt-get update -qq || true
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm >/dev/null
 fi
-if [ ! -f "$dir/.done" ]; then
-  rm -rf "$dir.tmp"
-  mkdir -p "$dir.tmp"
-  cp "$here/console/package.json" "$lock" "$dir.tmp/"
-  (cd "$dir.tmp" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null)
-  touch "$dir.tmp/.done"
-  rm -rf "$dir"
-  mv "$dir.tmp" "$dir"
-fi
+modules=$("$here/scripts/npm-cached.sh" "$here/console" console-npm)
 
 vendor="$here/console/vendor"
 mkdir -p "$vendor"
-m="$dir/node_modules/@xterm"
+m="$modules/@xterm"
 install_if_changed() { cmp -s "$1" "$2" || install -m 0644 "$1" "$2"; }
 install_if_changed "$m/xterm/lib/xterm.mjs" "$vendor/xterm.mjs"
 install_if_changed "$m/xterm/css/xterm.css" "$vendor/xterm.css"

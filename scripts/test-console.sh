@@ -28,15 +28,8 @@ venv=$PANDASTACK_CACHE/venv-console
 "$venv/bin/pip" install -q --disable-pip-version-check 'playwright>=1.50,<2' 'pytest>=8,<9'
 export PANDASTACK_CHROMIUM=/usr/bin/chromium
 # axe-core (npm), run inside the page by tests/console/test_a11y.py; cached by its lock file.
-lock=tests/console/npm/package-lock.json
-npmdir=$PANDASTACK_CACHE/console-test-npm/$(sha256sum "$lock" | cut -c1-16)
-if [ ! -f "$npmdir/.done" ]; then
-  rm -rf "$npmdir.tmp" && mkdir -p "$npmdir.tmp"
-  cp tests/console/npm/package.json "$lock" "$npmdir.tmp/"
-  (cd "$npmdir.tmp" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null)
-  touch "$npmdir.tmp/.done" && rm -rf "$npmdir" && mv "$npmdir.tmp" "$npmdir"
-fi
-export PANDASTACK_AXE=$npmdir/node_modules/axe-core/axe.min.js
+PANDASTACK_AXE=$(scripts/npm-cached.sh tests/console/npm console-test-npm)/axe-core/axe.min.js
+export PANDASTACK_AXE
 
 step "console: server"
 export PANDASTACK_BIN=${PANDASTACK_BIN:-$here/target/debug/pandastack}

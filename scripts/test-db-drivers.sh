@@ -81,16 +81,9 @@ run node --test --test-reporter=spec "$dir/node/drivers.test.mjs"
 step "dbdrivers: @neondatabase/serverless over WebSocket (Pool, Client, interactive transactions)"
 # tests/neon-ws on this run's database (scripts/test-neon-ws.sh runs it alone); its npm packages
 # from a cache keyed by its lock file.
-lock=tests/neon-ws/package-lock.json
-npmdir=$PANDASTACK_CACHE/neon-ws-npm/$(sha256sum "$lock" | cut -c1-16)
-if [ ! -f "$npmdir/.done" ]; then
-  rm -rf "$npmdir.tmp" && mkdir -p "$npmdir.tmp"
-  cp tests/neon-ws/package.json "$lock" "$npmdir.tmp/"
-  (cd "$npmdir.tmp" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null)
-  touch "$npmdir.tmp/.done" && rm -rf "$npmdir" && mv "$npmdir.tmp" "$npmdir"
-fi
+modules=$(scripts/npm-cached.sh tests/neon-ws neon-ws-npm)
 [ -L tests/neon-ws/node_modules ] || rm -rf tests/neon-ws/node_modules
-ln -sfn "$npmdir/node_modules" tests/neon-ws/node_modules
+ln -sfn "$modules" tests/neon-ws/node_modules
 run env PANDASTACK_NEON_WS_DATABASE="$db_id" PANDASTACK_DB_CA="/var/lib/pandastack/$name/db-tls/cert.pem" \
   node --test --test-reporter=spec tests/neon-ws/neon-ws.test.mjs
 

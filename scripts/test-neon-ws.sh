@@ -15,16 +15,9 @@ step() { printf '\n==> %s\n' "$*" >&2; }
 name=neon-ws-test
 
 step "neon-ws: npm packages (tests/neon-ws/package-lock.json)"
-lock=tests/neon-ws/package-lock.json
-npmdir=$PANDASTACK_CACHE/neon-ws-npm/$(sha256sum "$lock" | cut -c1-16)
-if [ ! -f "$npmdir/.done" ]; then
-  rm -rf "$npmdir.tmp" && mkdir -p "$npmdir.tmp"
-  cp tests/neon-ws/package.json "$lock" "$npmdir.tmp/"
-  (cd "$npmdir.tmp" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error >/dev/null)
-  touch "$npmdir.tmp/.done" && rm -rf "$npmdir" && mv "$npmdir.tmp" "$npmdir"
-fi
+modules=$(scripts/npm-cached.sh tests/neon-ws neon-ws-npm)
 [ -L tests/neon-ws/node_modules ] || rm -rf tests/neon-ws/node_modules # a local `npm install`'s
-ln -sfn "$npmdir/node_modules" tests/neon-ws/node_modules
+ln -sfn "$modules" tests/neon-ws/node_modules
 
 step "neon-ws: server"
 export PANDASTACK_BIN=${PANDASTACK_BIN:-$here/target/debug/pandastack}
