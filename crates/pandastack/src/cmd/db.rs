@@ -515,7 +515,11 @@ async fn dump(c: &Client, a: DumpArgs) -> anyhow::Result<ExitCode> {
             ..Default::default()
         };
         if let Err(e) = c.exec(&vm, &rm).await {
-            tracing::warn!(error = %e, path = %tmp, "remove the dump from the database's VM");
+            tracing::warn!(
+                error = &e as &dyn std::error::Error,
+                path = %tmp,
+                "remove the dump from the database's VM"
+            );
         }
     };
     if run.exit_code != 0 || run.timed_out {
