@@ -8,7 +8,7 @@ import { api, setCsrf, ApiError } from "./api.js";
 import { h, errorBox } from "./dom.js";
 import { initTheme } from "./theme.js";
 import { renderSignIn } from "./signin.js";
-import { openEvents, closeEvents } from "./events.js";
+import { openEvents, closeEvents, eventsReady } from "./events.js";
 
 // [pattern, module]: `:name` segments become params.
 const ROUTES = [
@@ -71,7 +71,9 @@ async function show() {
     return;
   }
   try {
-    const mod = await import(`./pages/${route.module}.js`);
+    // The page's first reads come after the event stream is open, so no change between the
+    // two is missed.
+    const [mod] = await Promise.all([import(`./pages/${route.module}.js`), eventsReady()]);
     if (n !== shown) return; // another page was asked for meanwhile
     const s = mod.render(main, route.params, session);
     stop = typeof s === "function" ? s : null;

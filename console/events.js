@@ -17,6 +17,7 @@ export const EVENT_TYPES = [
 let source = null;
 const subscribers = new Set(); // {patterns, fn}
 let statusEl = null;
+let opened = null; // resolves when the stream is first open (or has given up waiting)
 
 function matches(patterns, type) {
   return patterns.some(
@@ -52,16 +53,33 @@ export function openEvents(el) {
   if (source) return;
   source = new EventSource("/v1/events");
   setStatus("connecting…");
-  source.addEventListener("open", () => setStatus("live"));
+  let markOpen;
+  opened = new Promise((resolve) => (markOpen = resolve));
+  // A stream that cannot open is not waited for long: pages then list without it.
+  setTimeout(() => markOpen(), 3000);
+  source.addEventListener("open", () => {
+    setStatus("live");
+    markOpen();
+  });
   source.addEventListener("error", () => setStatus("reconnecting…"));
   for (const t of EVENT_TYPES) source.addEventListener(t, deliver);
   source.addEventListener("message", deliver);
+}
+
+/**
+ * Resolves once the stream is open: the server streams events from the moment it answered, so
+ * a page that lists after this misses nothing between its list and the events (an event about
+ * a listed resource only makes the page read it again). Waits at most 3 s.
+ */
+export function eventsReady() {
+  return opened || Promise.resolve();
 }
 
 /** Closes the stream and forgets every subscriber (sign-out). */
 export function closeEvents() {
   if (source) source.close();
   source = null;
+  opened = null;
   subscribers.clear();
   setStatus("");
 }

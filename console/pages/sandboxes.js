@@ -44,8 +44,8 @@ export function render(main) {
   body.append(newSandboxForm(errors, (sb) => table.upsert(sb)), table.el);
 
   const refresh = rowRefresher(table, (id) => api("GET", path("/v1/sandboxes", id)), errors);
-  // The console's stream is open before this list is read, so nothing between is missed (an
-  // event for a listed sandbox only re-reads it).
+  // The console's stream is open before a page is shown (app.js waits for it), so nothing
+  // between this list and the events is missed (an event for a listed sandbox re-reads it).
   const off = onEvents(["sandbox.*"], (e) => {
     if (e.resource?.kind === "sandbox") refresh(e.resource.id);
   });

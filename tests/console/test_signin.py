@@ -9,9 +9,10 @@ def test_signed_in_page_lists_a_sandbox_created_through_the_api(page, api, shot)
     status, sb = api("POST", "/v1/sandboxes", {"template": "minimal", "metadata": {"from": "api"}})
     assert status == 201, sb
     try:
+        # The row may first come from a list read while the create ran ("starting"); the
+        # event stream brings it to "running".
         row = page.locator(f'tr[data-key="{sb["id"]}"]')
-        row.wait_for()
-        assert "running" in row.inner_text()
+        row.filter(has_text="running").wait_for()
         shot(page, "sandboxes")
     finally:
         api("DELETE", f"/v1/sandboxes/{sb['id']}")
