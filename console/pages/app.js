@@ -8,9 +8,9 @@ import { api, ApiError } from "../api.js";
 import { onEvents } from "../events.js";
 import {
   h, announce, page, dataTable, actionButton, field, input, select, textarea, formCard, link,
-  when, stateBadge, path, copyable, copyButton, tabs, logView, follow,
+  when, stateBadge, path, copyable, copyButton, tabs, logView, follow, kv,
 } from "../ui.js";
-import { parseEnv, envText, getText, duration, phaseTimeline, phaseRows, followedLog, facts, crumbPage, fill, coalesced } from "./appkit.js";
+import { parseEnv, envText, getText, duration, phaseTimeline, phaseRows, followedLog, fill, coalesced } from "./appkit.js";
 import { appState } from "./apps.js";
 
 const ACTIVE = ["queued", "cloning", "building", "baking", "checking"];
@@ -19,7 +19,7 @@ export function render(main, params) {
   const name = params.id;
   const base = path("/v1/apps", name);
   const deleteBtn = h("span");
-  const { body, errors } = crumbPage(main, `App ${name}`, [["#/apps", "Apps"]], { actions: [deleteBtn] });
+  const { body, errors } = page(main, `App ${name}`, { crumbs: [["#/apps", "Apps"]], actions: [deleteBtn] });
   let app = null;
   let deploys = [];
   let selected = null; // the deploy whose details are shown
@@ -45,7 +45,7 @@ export function render(main, params) {
     const live = deploys.find((d) => d.id === app.live_deploy);
     const vms = deploys.filter((d) => d.sandbox_id && (d.state === "live" || d.state === "standby" || ACTIVE.includes(d.state)));
     overview.replaceChildren(
-      facts([
+      kv([
         ["URL", h("span", { class: "copyable" }, h("a", { href: app.url, target: "_blank", rel: "noopener noreferrer" }, app.url), copyButton(app.url, "App URL"))],
         ["State", stateBadge(appState({ ...app, deploys }))],
         ["Live deploy", live ? `#${live.number} · ${live.ref}${live.commit ? " · " + live.commit.slice(0, 10) : ""}` : app.live_deploy || "none yet"],
@@ -111,7 +111,7 @@ export function render(main, params) {
     }
     fill(detail, 
       h("h3", { tabindex: "-1" }, `Deploy #${d.number} `, stateBadge(d.state)),
-      facts([
+      kv([
         ["Id", h("span", { class: "mono" }, d.id)],
         ["Ref", `${d.ref}${d.commit ? " · " + d.commit : ""}`],
         ["Error", d.error ? h("span", { class: "error-text" }, d.error) : null],
@@ -331,7 +331,7 @@ export function render(main, params) {
     showKey();
     panel.append(
       h("p", { class: "small" }, "A push to the tracked branch deploys. Sign each delivery's body with the secret (HMAC-SHA256)."),
-      facts([
+      kv([
         ["GitHub webhook URL", copyable(`${origin}/v1/apps/${encodeURIComponent(name)}/webhooks/github`, "GitHub webhook URL")],
         ["Other git hosts", copyable(`${origin}/v1/apps/${encodeURIComponent(name)}/webhooks/generic`, "Generic webhook URL")],
         ["Webhook secret", secretBox],

@@ -2,7 +2,7 @@
 // deploy's phases as a timeline, and a deploy log followed over Server-Sent Events.
 
 import { ApiError, listAll } from "../api.js";
-import { h, logView, follow, page, announce } from "../ui.js";
+import { h, logView, follow, announce } from "../ui.js";
 
 /** `{A: "1"}` → "A=1" lines. */
 export function envText(obj) {
@@ -196,27 +196,6 @@ export function pretty(v) {
   } catch {
     return String(v);
   }
-}
-
-/** Facts about one resource as a definition list (`[term, value]` pairs; values may be
- * elements; empty ones are left out). ui.js `kv()` nests its pairs one array too deep for
- * `h()` (which flattens one level), so its terms come out as "[object HTMLElement]". */
-export function facts(pairs) {
-  return h(
-    "dl",
-    { class: "kv" },
-    pairs.filter((p) => p && p[1] !== undefined && p[1] !== null && p[1] !== "").flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]),
-  );
-}
-
-/** `page()` with a breadcrumb trail (`[[href, text], …]`) above the heading: ui.js `page()`'s
- * own `crumbs` nest one array too deep for `h()` and show the links' addresses. */
-export function crumbPage(main, title, crumbs, opts = {}) {
-  const p = page(main, title, opts);
-  p.section.prepend(
-    h("nav", { class: "crumbs", "aria-label": "Breadcrumb" }, crumbs.flatMap((c) => [h("a", { href: c[0] }, c[1]), " / "])),
-  );
-  return p;
 }
 
 /** `el.replaceChildren(...kids)` with arrays flattened and null/false left out (the DOM

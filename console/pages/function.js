@@ -8,15 +8,15 @@ import { api, ApiError } from "../api.js";
 import { onEvents } from "../events.js";
 import {
   h, announce, page, dataTable, actionButton, field, textarea, link, when, stateBadge, path,
-  copyButton, newId,
+  copyButton, newId, kv,
 } from "../ui.js";
-import { getText, duration, phaseTimeline, phaseRows, pretty, facts, crumbPage, fill, coalesced } from "./appkit.js";
+import { getText, duration, phaseTimeline, phaseRows, pretty, fill, coalesced } from "./appkit.js";
 
 export function render(main, params) {
   const name = params.id;
   const base = path("/v1/functions", name);
   const slot = h("span");
-  const { body, errors } = crumbPage(main, `Function ${name}`, [["#/functions", "Functions"]], { actions: [slot] });
+  const { body, errors } = page(main, `Function ${name}`, { crumbs: [["#/functions", "Functions"]], actions: [slot] });
   slot.replaceWith(
     actionButton("Delete function", async () => {
       await api("DELETE", base);
@@ -46,7 +46,7 @@ export function render(main, params) {
       { errors, kind: "ghost small", confirm: fn.public ? null : `Let anyone call ${fn.url} without a key?` },
     );
     overview.replaceChildren(
-      facts([
+      kv([
         ["Runtime", `${fn.runtime} · handler ${fn.handler}`],
         ["Live version", fn.live_version ? `v${fn.live_version}` : "none yet (the first version is building)"],
         [
@@ -120,7 +120,7 @@ export function render(main, params) {
   function showOutcome(inv, rtt) {
     fill(outcome, 
       h("h3", {}, "Outcome ", stateBadge(inv.status)),
-      facts([
+      kv([
         ["Status", inv.status],
         ["Duration", inv.duration_ms !== null && inv.duration_ms !== undefined ? `${inv.duration_ms.toFixed(1)} ms in the handler${rtt ? `, ${duration(rtt)} round trip` : ""}` : rtt ? `${duration(rtt)} round trip` : ""],
         ["Version", inv.version ? `v${inv.version}${inv.cold ? " (cold start)" : " (warm)"}` : null],
